@@ -1,0 +1,88 @@
+// DBImpl: the facade behind kvengine::DB.  It checks input, routes each key to its tier
+// and keeps the DB-wide counters; the tiers do the storing.
+#ifndef KVENGINE_DB_DB_IMPL_H_
+#define KVENGINE_DB_DB_IMPL_H_
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+
+#include "db/memory_tier.h"
+#include "kvengine/db.h"
+#include "kvengine/env.h"
+#include "util/logging.h"
+
+namespace kvengine {
+
+class DBImpl final : public DB {
+ public:
+  DBImpl(const Options& options, std::string path);
+  ~DBImpl() override;
+
+  // Takes the LOCK and builds the tiers.  Called once, by DB::Open.
+  Status Init();
+
+  Status Close() override;
+  Status Put(const WriteOptions& options, const Slice& key, const Slice& value) override;
+  Status Get(const ReadOptions& options, const Slice& key, std::string* value) override;
+  Status GetInto(const ReadOptions& options, const Slice& key, MutableSlice buffer,
+                 size_t* value_size) override;
+  Status Delete(const WriteOptions& options, const Slice& key) override;
+  Status GetValueSize(const Slice& key, uint64_t* size) override;
+  Status BatchPut(const WriteOptions& options, std::span<const Slice> keys,
+                  std::span<const ValueParts> values, std::vector<int64_t>* results) override;
+  Status BatchGetInto(const ReadOptions& options, std::span<const Slice> keys,
+                      std::span<const Destination> destinations,
+                      std::vector<int64_t>* results) override;
+  Status BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) override;
+  Status BatchDelete(const WriteOptions& options, std::span<const Slice> keys,
+                     std::vector<int64_t>* results) override;
+  Status DeleteByRegex(const std::string& pattern, uint64_t* deleted) override;
+  Status DeleteAll(uint64_t* deleted) override;
+  Status RegisterBuffer(void* addr, size_t length) override;
+  Status UnregisterBuffer(void* addr) override;
+  Status Flush() override;
+  bool GetProperty(const std::string& name, std::string* value) override;
+
+ private:
+  struct Counters {
+    std::atomic<uint64_t> puts{0}, put_bytes{0}, put_failures{0};
+    std::atomic<uint64_t> gets{0}, get_bytes{0}, memory_hits{0}, misses{0};
+    std::atomic<uint64_t> exists_queries{0}, deletes{0};
+    std::atomic<uint64_t> batch_calls{0};
+  };
+
+  Status CheckOpen() const;
+  Status CheckKey(const Slice& key) const;
+  Status CheckBatchSize(size_t keys, size_t others, const char* what) const;
+  Status PutOne(const Slice& key, std::span<const Slice> parts);
+  // Copies key's value into dest's buffers; stores the value size in *size.
+  Status GetOne(const Slice& key, std::span<const MutableSlice> dest, uint64_t* size);
+  Status DeleteOne(const Slice& key);
+  std::string StatsText() const;
+  std::string StatsJson() const;
+
+  Options options_;
+  const std::string path_;
+  Env* env_ = nullptr;
+  Logger logger_;
+  std::unique_ptr<FileLock> lock_;
+  std::atomic<uint64_t> version_source_{0};
+  std::unique_ptr<MemoryTier> memory_;
+
+  // Calls hold it shared; Close holds it exclusively, so Close waits for calls in flight.
+  mutable std::shared_mutex lifecycle_mu_;
+  bool closed_ = false;  // guarded by lifecycle_mu_
+
+  std::mutex buffers_mu_;
+  std::map<uintptr_t, size_t> registered_buffers_;  // start -> length
+
+  Counters counters_;
+};
+
+}  // namespace kvengine
+
+#endif  // KVENGINE_DB_DB_IMPL_H_

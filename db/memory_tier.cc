@@ -1,0 +1,243 @@
+#include "db/memory_tier.h"
+
+#include <cstring>
+#include <thread>
+
+#include "util/config_parse.h"
+#include "util/hash.h"
+#include "util/logging.h"
+
+namespace kvengine {
+
+namespace {
+// Each attempt evicts at least one value or waits for a reader to unpin one.
+constexpr int kMaxAllocationAttempts = 4096;
+}  // namespace
+
+void MemoryTier::Handle::Release() {
+  if (item_ != nullptr) {
+    tier_->Unref(item_);
+    item_ = nullptr;
+  }
+}
+
+Status MemoryTier::Create(const Options& options, Logger* logger,
+                          std::atomic<uint64_t>* version_source,
+                          std::unique_ptr<MemoryTier>* result) {
+  result->reset();
+  NumaArena::Params params;
+  params.size = options.memory_capacity_bytes / options.memory_slab_size * options.memory_slab_size;
+  params.huge_pages = options.use_huge_pages;
+  params.prefault = options.prefault_memory;
+  std::unique_ptr<NumaArena> arena;
+  Status s = NumaArena::Create(params, logger, &arena);
+  if (!s.ok()) return s;
+  result->reset(new MemoryTier(options, logger, std::move(arena), version_source));
+  return Status::OK();
+}
+
+MemoryTier::MemoryTier(const Options& options, Logger* logger, std::unique_ptr<NumaArena> arena,
+                       std::atomic<uint64_t>* version_source)
+    : options_(options),
+      logger_(logger),
+      arena_(std::move(arena)),
+      allocator_(
+          arena_->base(),
+          options.memory_capacity_bytes / options.memory_slab_size * options.memory_slab_size,
+          options.memory_slab_size),
+      version_source_(version_source),
+      shards_(options.index_shards) {}
+
+MemoryTier::~MemoryTier() = default;
+
+MemoryTier::Shard& MemoryTier::ShardFor(std::string_view key) {
+  return shards_[Hash64(key) % shards_.size()];
+}
+
+void MemoryTier::Unref(Item* item) {
+  if (item->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) allocator_.Free(item);
+}
+
+void MemoryTier::UnindexLocked(Shard& shard, Item* item) {
+  shard.map.erase(std::string_view(item->key));
+  item->indexed = false;
+  items_.fetch_sub(1, std::memory_order_relaxed);
+  value_bytes_.fetch_sub(item->size, std::memory_order_relaxed);
+}
+
+Item* MemoryTier::AllocateWithEviction(uint64_t size, Status* status) {
+  std::vector<Item*> victims;
+  for (int attempt = 0; attempt < kMaxAllocationAttempts; attempt++) {
+    if (Item* item = allocator_.Allocate(size)) return item;
+    if (options_.memory_eviction == MemoryEviction::kNone) {
+      rejected_puts_.fetch_add(1, std::memory_order_relaxed);
+      *status = Status::NoSpace("memory tier is full (" + FormatSize(allocator_.allocated_bytes()) +
+                                " of " + FormatSize(allocator_.capacity()) +
+                                " in use) and memory_eviction=none; value of " + FormatSize(size) +
+                                " rejected");
+      return nullptr;
+    }
+    victims.clear();
+    if (!allocator_.PickVictims(size, &victims)) break;
+    for (Item* victim : victims) Evict(victim);
+    // Victims pinned by readers free their room only when the reader is done.
+    if (victims.empty() || attempt > 16) std::this_thread::yield();
+  }
+  rejected_puts_.fetch_add(1, std::memory_order_relaxed);
+  *status = Status::NoSpace("memory tier cannot make room for a value of " + FormatSize(size) +
+                            ": the values that could be evicted are in use or refused by the "
+                            "offload tier");
+  return nullptr;
+}
+
+void MemoryTier::Evict(Item* victim) {
+  Shard& shard = ShardFor(victim->key);
+  if (eviction_handler_ != nullptr) {
+    bool indexed;
+    {
+      std::lock_guard<std::mutex> lock(shard.mu);
+      indexed = victim->indexed;
+    }
+    if (indexed && !eviction_handler_->OnEvict(
+                       Slice(victim->key), Slice(victim->data, victim->size), victim->version)) {
+      eviction_refusals_.fetch_add(1, std::memory_order_relaxed);
+      allocator_.Touch(victim);  // keep it, and look elsewhere next time
+      Unref(victim);
+      return;
+    }
+  }
+  bool dropped = false;
+  {
+    std::lock_guard<std::mutex> lock(shard.mu);
+    if (victim->indexed) {
+      UnindexLocked(shard, victim);
+      dropped = true;
+    }
+  }
+  if (dropped) {
+    evictions_.fetch_add(1, std::memory_order_relaxed);
+    evicted_bytes_.fetch_add(victim->size, std::memory_order_relaxed);
+    Unref(victim);  // the index's reference
+  }
+  Unref(victim);  // the pin PickVictims took
+}
+
+Status MemoryTier::Put(const Slice& key, std::span<const Slice> parts, uint64_t size,
+                       uint64_t* version) {
+  if (size > allocator_.capacity()) {
+    return Status::InvalidArgument("value of " + FormatSize(size) +
+                                   " is larger than the memory tier (" +
+                                   FormatSize(allocator_.capacity()) + ")");
+  }
+  Status s;
+  Item* item = AllocateWithEviction(size, &s);
+  if (item == nullptr) return s;
+
+  char* dst = item->data;
+  for (const Slice& part : parts) {
+    if (part.size() != 0) std::memcpy(dst, part.data(), part.size());
+    dst += part.size();
+  }
+  item->key.assign(key.data(), key.size());
+  item->size = size;
+  item->refs.store(1, std::memory_order_relaxed);  // the index's reference
+
+  Item* replaced = nullptr;
+  {
+    Shard& shard = ShardFor(item->key);
+    std::lock_guard<std::mutex> lock(shard.mu);
+    item->version = version_source_->fetch_add(1, std::memory_order_relaxed) + 1;
+    auto it = shard.map.find(std::string_view(item->key));
+    if (it != shard.map.end()) {
+      replaced = it->second;
+      UnindexLocked(shard, replaced);
+    }
+    shard.map.emplace(std::string_view(item->key), item);
+    item->indexed = true;
+    items_.fetch_add(1, std::memory_order_relaxed);
+    value_bytes_.fetch_add(size, std::memory_order_relaxed);
+    if (version != nullptr) *version = item->version;
+    // Linked while the shard lock is held so a concurrent delete cannot free the item
+    // before it is in the LRU.
+    allocator_.Touch(item);
+  }
+  if (replaced != nullptr) Unref(replaced);
+  return Status::OK();
+}
+
+bool MemoryTier::Lookup(const Slice& key, Handle* handle) {
+  handle->Release();
+  Shard& shard = ShardFor(key.view());
+  Item* item;
+  {
+    std::lock_guard<std::mutex> lock(shard.mu);
+    auto it = shard.map.find(key.view());
+    if (it == shard.map.end()) return false;
+    item = it->second;
+    item->refs.fetch_add(1, std::memory_order_relaxed);
+  }
+  allocator_.Touch(item);
+  handle->tier_ = this;
+  handle->item_ = item;
+  return true;
+}
+
+bool MemoryTier::Contains(const Slice& key) {
+  Shard& shard = ShardFor(key.view());
+  std::lock_guard<std::mutex> lock(shard.mu);
+  return shard.map.count(key.view()) != 0;
+}
+
+bool MemoryTier::Erase(const Slice& key) {
+  Shard& shard = ShardFor(key.view());
+  Item* item;
+  {
+    std::lock_guard<std::mutex> lock(shard.mu);
+    auto it = shard.map.find(key.view());
+    if (it == shard.map.end()) return false;
+    item = it->second;
+    UnindexLocked(shard, item);
+  }
+  Unref(item);
+  return true;
+}
+
+uint64_t MemoryTier::EraseIf(const std::function<bool(std::string_view)>& pred) {
+  uint64_t erased = 0;
+  std::vector<Item*> doomed;
+  for (Shard& shard : shards_) {
+    doomed.clear();
+    {
+      std::lock_guard<std::mutex> lock(shard.mu);
+      for (const auto& [key, item] : shard.map) {
+        if (pred(key)) doomed.push_back(item);
+      }
+      for (Item* item : doomed) UnindexLocked(shard, item);
+    }
+    for (Item* item : doomed) Unref(item);
+    erased += doomed.size();
+  }
+  return erased;
+}
+
+void MemoryTier::ForEach(const std::function<void(std::string_view, uint64_t, uint64_t)>& fn) {
+  for (Shard& shard : shards_) {
+    std::lock_guard<std::mutex> lock(shard.mu);
+    for (const auto& [key, item] : shard.map) fn(key, item->size, item->version);
+  }
+}
+
+MemoryTier::Stats MemoryTier::GetStats() const {
+  Stats s;
+  s.items = items_.load(std::memory_order_relaxed);
+  s.value_bytes = value_bytes_.load(std::memory_order_relaxed);
+  s.allocated_bytes = allocator_.allocated_bytes();
+  s.capacity_bytes = allocator_.capacity();
+  s.evictions = evictions_.load(std::memory_order_relaxed);
+  s.evicted_bytes = evicted_bytes_.load(std::memory_order_relaxed);
+  s.eviction_refusals = eviction_refusals_.load(std::memory_order_relaxed);
+  s.rejected_puts = rejected_puts_.load(std::memory_order_relaxed);
+  return s;
+}
+
+}  // namespace kvengine

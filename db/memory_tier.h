@@ -1,0 +1,142 @@
+// MemoryTier: values in DRAM, in one NUMA-local arena registered for peers.
+//
+// A sharded hash index maps key -> Item; the SlabAllocator places value bytes in the
+// arena and keeps the LRU order.  A put copies the caller's buffers into the arena once;
+// a read pins the item and copies it out once.  Overwrites and deletes unpublish the old
+// item at once and its room is reused only after the last reader unpins it.
+//
+// When the arena is full, the coldest values are evicted.  Before an evicted value is
+// dropped, the EvictionHandler (the SSD tier, when configured) is offered it; if the
+// handler refuses, the value stays and other victims are tried.
+//
+// Thread-safety: all methods are thread-safe.
+#ifndef KVENGINE_DB_MEMORY_TIER_H_
+#define KVENGINE_DB_MEMORY_TIER_H_
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "db/item.h"
+#include "db/slab_allocator.h"
+#include "kvengine/options.h"
+#include "kvengine/slice.h"
+#include "kvengine/status.h"
+#include "util/numa_arena.h"
+
+namespace kvengine {
+
+class Logger;
+
+// Offered each value the memory tier is about to evict (write-back offload).
+class EvictionHandler {
+ public:
+  virtual ~EvictionHandler() = default;
+  // Returns true when the value is safe elsewhere (or may be dropped), false to keep it
+  // in memory.  `value` stays valid only during the call.
+  virtual bool OnEvict(const Slice& key, const Slice& value, uint64_t version) = 0;
+};
+
+class MemoryTier {
+ public:
+  struct Stats {
+    uint64_t items = 0;
+    uint64_t value_bytes = 0;      // sum of value sizes held
+    uint64_t allocated_bytes = 0;  // room taken in the arena (class sizes)
+    uint64_t capacity_bytes = 0;
+    uint64_t evictions = 0;
+    uint64_t evicted_bytes = 0;
+    uint64_t eviction_refusals = 0;  // values the handler refused to take
+    uint64_t rejected_puts = 0;      // puts failed with NoSpace
+  };
+
+  // A pinned value: its bytes stay valid and unchanged until the handle is released.
+  class Handle {
+   public:
+    Handle() = default;
+    ~Handle() { Release(); }
+    Handle(const Handle&) = delete;
+    Handle& operator=(const Handle&) = delete;
+    Handle(Handle&& other) noexcept : tier_(other.tier_), item_(other.item_) {
+      other.item_ = nullptr;
+    }
+    bool valid() const { return item_ != nullptr; }
+    Slice value() const { return Slice(item_->data, item_->size); }
+    uint64_t version() const { return item_->version; }
+    void Release();
+
+   private:
+    friend class MemoryTier;
+    MemoryTier* tier_ = nullptr;
+    Item* item_ = nullptr;
+  };
+
+  // Maps the arena and builds the index.  `version_source` hands out versions; it is
+  // shared with the other tiers so versions are monotonic across the DB.
+  static Status Create(const Options& options, Logger* logger,
+                       std::atomic<uint64_t>* version_source, std::unique_ptr<MemoryTier>* result);
+  ~MemoryTier();
+
+  void SetEvictionHandler(EvictionHandler* handler) { eviction_handler_ = handler; }
+
+  // Stores the concatenation of parts (total bytes `size`) under key.  Stores the new
+  // version in *version (may be nullptr).  NoSpace when the arena is full and eviction is
+  // off or impossible; InvalidArgument when the value can never fit.
+  Status Put(const Slice& key, std::span<const Slice> parts, uint64_t size, uint64_t* version);
+
+  // Pins the value of key into *handle.  Returns false when absent.
+  bool Lookup(const Slice& key, Handle* handle);
+  bool Contains(const Slice& key);
+  // Removes key; returns false when absent.
+  bool Erase(const Slice& key);
+  // Removes every key for which pred(key) holds; returns the count.
+  uint64_t EraseIf(const std::function<bool(std::string_view)>& pred);
+  // Calls fn(key, size, version) for every key (no order; concurrent writes may or may
+  // not be seen).
+  void ForEach(const std::function<void(std::string_view, uint64_t, uint64_t)>& fn);
+
+  Stats GetStats() const;
+  char* arena_base() const { return arena_->base(); }
+  size_t arena_size() const { return arena_->size(); }
+  const NumaArena& arena() const { return *arena_; }
+
+ private:
+  struct Shard {
+    std::mutex mu;
+    // Keys are views of Item::key, which stays put while the item is indexed.
+    std::unordered_map<std::string_view, Item*> map;
+  };
+
+  MemoryTier(const Options& options, Logger* logger, std::unique_ptr<NumaArena> arena,
+             std::atomic<uint64_t>* version_source);
+  Shard& ShardFor(std::string_view key);
+  Item* AllocateWithEviction(uint64_t size, Status* status);
+  void Evict(Item* victim);
+  void Unref(Item* item);
+  // REQUIRES: shard.mu held; item indexed.
+  void UnindexLocked(Shard& shard, Item* item);
+
+  const Options options_;
+  Logger* const logger_;
+  std::unique_ptr<NumaArena> arena_;
+  SlabAllocator allocator_;
+  std::atomic<uint64_t>* const version_source_;
+  std::vector<Shard> shards_;
+  EvictionHandler* eviction_handler_ = nullptr;
+
+  std::atomic<uint64_t> items_{0};
+  std::atomic<uint64_t> value_bytes_{0};
+  std::atomic<uint64_t> evictions_{0};
+  std::atomic<uint64_t> evicted_bytes_{0};
+  std::atomic<uint64_t> eviction_refusals_{0};
+  std::atomic<uint64_t> rejected_puts_{0};
+};
+
+}  // namespace kvengine
+
+#endif  // KVENGINE_DB_MEMORY_TIER_H_

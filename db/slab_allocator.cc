@@ -1,0 +1,326 @@
+#include "db/slab_allocator.h"
+
+#include <algorithm>
+#include <cassert>
+
+namespace kvengine {
+
+namespace {
+constexpr uint64_t kSmallestClass = 256;
+constexpr uint64_t kPageSize = 4096;
+
+uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
+
+// An empty circular list: the sentinel points at itself.
+void InitList(Item* head) { head->lru_next = head->lru_prev = head; }
+}  // namespace
+
+struct SlabAllocator::SizeClass {
+  uint64_t size = 0;
+  uint32_t slots_per_slab = 0;
+  std::vector<uint32_t> partial;  // slabs of this class with a free slot, not draining
+  Item lru;                       // sentinel: lru.lru_next is the hottest
+};
+
+struct SlabAllocator::Slab {
+  int cls = kFreeSlab;      // size class, kFreeSlab, kRunSlab, or the run class for a run head
+  uint32_t run_head = 0;    // for kRunSlab: the run's first slab
+  uint64_t run_length = 0;  // for a run head: slabs in the run
+  uint32_t live = 0;        // slots handed out
+  uint32_t carved = 0;      // slots handed out at least once since the slab was assigned
+  std::vector<uint32_t> free_slots;
+  std::unique_ptr<Item[]> items;
+  int64_t partial_pos = -1;  // index in its class's `partial`, or -1
+  bool draining = false;     // being emptied: no new values go in
+  uint64_t last_touch = 0;   // touch_clock_ at the last allocation or read
+};
+
+SlabAllocator::SlabAllocator(char* base, uint64_t capacity, uint64_t slab_size)
+    : base_(base), slab_size_(slab_size), num_slabs_(capacity / slab_size) {
+  // Geometric classes (x1.25) for a bounded waste, plus every power of two because
+  // KV-cache blocks usually are one.
+  std::vector<uint64_t> sizes;
+  for (uint64_t s = kSmallestClass; s < slab_size;) {
+    sizes.push_back(s);
+    uint64_t next = s + s / 4;
+    next = next < kPageSize ? RoundUp(next, 64) : RoundUp(next, kPageSize);
+    s = next;
+  }
+  for (uint64_t p = kSmallestClass; p < slab_size; p *= 2) sizes.push_back(p);
+  sizes.push_back(slab_size);
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  class_sizes_ = sizes;
+
+  classes_.reset(new SizeClass[class_sizes_.size() + 1]);  // the last: the class of runs
+  for (size_t i = 0; i <= class_sizes_.size(); i++) {
+    InitList(&classes_[i].lru);
+    if (i < class_sizes_.size()) {
+      classes_[i].size = class_sizes_[i];
+      classes_[i].slots_per_slab = static_cast<uint32_t>(slab_size / class_sizes_[i]);
+    }
+  }
+  slabs_.resize(num_slabs_);
+  free_slabs_ = slabs_.size();
+}
+
+SlabAllocator::~SlabAllocator() = default;
+
+int SlabAllocator::ClassFor(uint64_t size) const {
+  auto it = std::lower_bound(class_sizes_.begin(), class_sizes_.end(), std::max<uint64_t>(size, 1));
+  return static_cast<int>(it - class_sizes_.begin());
+}
+
+uint64_t SlabAllocator::AllocationSize(uint64_t size) const {
+  if (size > slab_size_) return RoundUp(size, slab_size_);
+  return class_sizes_[ClassFor(size)];
+}
+
+uint64_t SlabAllocator::allocated_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return allocated_bytes_;
+}
+
+uint64_t SlabAllocator::free_slab_count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return free_slabs_;
+}
+
+Item* SlabAllocator::Allocate(uint64_t size) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (size > slab_size_) return AllocateRun((size + slab_size_ - 1) / slab_size_);
+  return AllocateInClass(ClassFor(size));
+}
+
+int64_t SlabAllocator::TakeFreeSlab() {
+  if (free_slabs_ == 0) return -1;
+  const uint64_t n = slabs_.size();
+  for (uint64_t i = 0; i < n; i++) {
+    uint64_t index = (scan_hint_ + i) % n;
+    if (slabs_[index].cls == kFreeSlab) {
+      scan_hint_ = index + 1;
+      free_slabs_--;
+      return static_cast<int64_t>(index);
+    }
+  }
+  return -1;
+}
+
+Item* SlabAllocator::AllocateInClass(int cls) {
+  SizeClass& c = classes_[cls];
+  if (c.partial.empty()) {
+    int64_t index = TakeFreeSlab();
+    if (index < 0) return nullptr;
+    Slab& fresh = slabs_[index];
+    fresh.cls = cls;
+    fresh.items.reset(new Item[c.slots_per_slab]);
+    fresh.live = fresh.carved = 0;
+    fresh.draining = false;
+    fresh.partial_pos = static_cast<int64_t>(c.partial.size());
+    c.partial.push_back(static_cast<uint32_t>(index));
+  }
+  const uint32_t slab_index = c.partial.back();
+  Slab& slab = slabs_[slab_index];
+  uint32_t slot;
+  if (!slab.free_slots.empty()) {
+    slot = slab.free_slots.back();
+    slab.free_slots.pop_back();
+  } else {
+    slot = slab.carved++;
+  }
+  slab.live++;
+  if (slab.live == c.slots_per_slab) {  // full: no longer partial
+    c.partial.pop_back();
+    slab.partial_pos = -1;
+  }
+  slab.last_touch = ++touch_clock_;
+  allocated_bytes_ += c.size;
+
+  Item* item = &slab.items[slot];
+  item->data = base_ + static_cast<uint64_t>(slab_index) * slab_size_ + slot * c.size;
+  item->slab = slab_index;
+  item->slot = slot;
+  item->size_class = static_cast<uint16_t>(cls);
+  item->refs.store(0, std::memory_order_relaxed);
+  item->indexed = false;
+  item->in_lru = false;
+  return item;
+}
+
+Item* SlabAllocator::AllocateRun(uint64_t slab_count) {
+  if (slab_count > free_slabs_) return nullptr;
+  const uint64_t n = slabs_.size();
+  uint64_t run_start = 0, run_length = 0;
+  for (uint64_t i = 0; i < n && run_length < slab_count; i++) {
+    if (slabs_[i].cls == kFreeSlab) {
+      if (run_length == 0) run_start = i;
+      run_length++;
+    } else {
+      run_length = 0;
+    }
+  }
+  if (run_length < slab_count) return nullptr;
+  const int run_class = static_cast<int>(class_sizes_.size());
+  Slab& head = slabs_[run_start];
+  head.cls = run_class;
+  head.run_length = slab_count;
+  head.items.reset(new Item[1]);
+  head.live = 1;
+  head.draining = false;
+  head.last_touch = ++touch_clock_;
+  for (uint64_t i = 1; i < slab_count; i++) {
+    slabs_[run_start + i].cls = kRunSlab;
+    slabs_[run_start + i].run_head = static_cast<uint32_t>(run_start);
+  }
+  free_slabs_ -= slab_count;
+  allocated_bytes_ += slab_count * slab_size_;
+
+  Item* item = &head.items[0];
+  item->data = base_ + run_start * slab_size_;
+  item->slab = static_cast<uint32_t>(run_start);
+  item->slot = 0;
+  item->size_class = static_cast<uint16_t>(run_class);
+  item->refs.store(0, std::memory_order_relaxed);
+  item->indexed = false;
+  item->in_lru = false;
+  return item;
+}
+
+void SlabAllocator::ReleaseSlab(uint32_t index) {
+  Slab& slab = slabs_[index];
+  slab.cls = kFreeSlab;
+  slab.items.reset();
+  slab.free_slots.clear();
+  slab.free_slots.shrink_to_fit();
+  slab.live = slab.carved = 0;
+  slab.run_length = 0;
+  slab.partial_pos = -1;
+  slab.draining = false;
+  free_slabs_++;
+}
+
+void SlabAllocator::Unlink(Item* item) {
+  if (!item->in_lru) return;
+  item->lru_prev->lru_next = item->lru_next;
+  item->lru_next->lru_prev = item->lru_prev;
+  item->lru_prev = item->lru_next = nullptr;
+  item->in_lru = false;
+}
+
+void SlabAllocator::Free(Item* item) {
+  std::lock_guard<std::mutex> lock(mu_);
+  assert(item->refs.load() == 0);
+  Unlink(item);
+  const uint32_t index = item->slab;
+  Slab& slab = slabs_[index];
+  if (slab.cls == static_cast<int>(class_sizes_.size())) {  // a run
+    const uint64_t length = slab.run_length;
+    allocated_bytes_ -= length * slab_size_;
+    for (uint64_t i = 0; i < length; i++) ReleaseSlab(static_cast<uint32_t>(index + i));
+    return;
+  }
+  SizeClass& c = classes_[slab.cls];
+  allocated_bytes_ -= c.size;
+  item->key.clear();
+  slab.live--;
+  slab.free_slots.push_back(item->slot);
+  if (slab.live == 0) {
+    if (slab.partial_pos >= 0) {  // swap-remove from the partial list
+      const uint32_t moved = c.partial.back();
+      c.partial[slab.partial_pos] = moved;
+      slabs_[moved].partial_pos = slab.partial_pos;
+      c.partial.pop_back();
+    }
+    ReleaseSlab(index);
+  } else if (slab.partial_pos < 0 && !slab.draining) {
+    slab.partial_pos = static_cast<int64_t>(c.partial.size());
+    c.partial.push_back(index);
+  }
+}
+
+void SlabAllocator::Touch(Item* item) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Item* head = &classes_[item->size_class].lru;
+  Unlink(item);
+  item->lru_next = head->lru_next;
+  item->lru_prev = head;
+  head->lru_next->lru_prev = item;
+  head->lru_next = item;
+  item->in_lru = true;
+  slabs_[item->slab].last_touch = ++touch_clock_;
+}
+
+void SlabAllocator::PinAndCollect(Item* item, std::vector<Item*>* victims) {
+  // An item whose count already fell to zero is being freed by its last holder; it is
+  // not ours to evict.
+  uint32_t refs = item->refs.load(std::memory_order_acquire);
+  while (refs != 0) {
+    if (item->refs.compare_exchange_weak(refs, refs + 1, std::memory_order_acq_rel)) {
+      Unlink(item);
+      victims->push_back(item);
+      return;
+    }
+  }
+}
+
+bool SlabAllocator::PickVictims(uint64_t size, std::vector<Item*>* victims) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const size_t before = victims->size();
+  if (size <= slab_size_) {
+    // The coldest value of the same class frees exactly the room needed.
+    Item* head = &classes_[ClassFor(size)].lru;
+    for (Item* it = head->lru_prev; it != head; it = it->lru_prev) {
+      Item* candidate = it;
+      PinAndCollect(candidate, victims);
+      if (victims->size() > before) return true;
+    }
+  }
+  const uint64_t needed = size <= slab_size_ ? 1 : (size + slab_size_ - 1) / slab_size_;
+  return ReclaimWindow(needed, victims) || victims->size() > before;
+}
+
+bool SlabAllocator::ReclaimWindow(uint64_t slab_count, std::vector<Item*>* victims) {
+  const uint64_t n = slabs_.size();
+  if (slab_count > n) return false;
+  // The window whose most recent touch is oldest: its values are all cold.
+  uint64_t best_start = n, best_touch = UINT64_MAX;
+  for (uint64_t start = 0; start + slab_count <= n; start++) {
+    uint64_t newest = 0;
+    bool any_draining = false;
+    for (uint64_t i = start; i < start + slab_count; i++) {
+      const Slab& s = slabs_[i];
+      const Slab& owner = s.cls == kRunSlab ? slabs_[s.run_head] : s;
+      if (s.cls != kFreeSlab) newest = std::max(newest, owner.last_touch);
+      any_draining |= owner.draining && s.cls != kFreeSlab;
+    }
+    if (!any_draining && newest < best_touch) {
+      best_touch = newest;
+      best_start = start;
+    }
+  }
+  if (best_start == n) return false;
+  for (uint64_t i = best_start; i < best_start + slab_count; i++) {
+    Slab& s = slabs_[i];
+    if (s.cls == kFreeSlab) continue;
+    const uint32_t owner_index = s.cls == kRunSlab ? s.run_head : static_cast<uint32_t>(i);
+    Slab& owner = slabs_[owner_index];
+    if (owner.draining) continue;
+    owner.draining = true;
+    if (owner.cls < static_cast<int>(class_sizes_.size()) && owner.partial_pos >= 0) {
+      SizeClass& c = classes_[owner.cls];
+      const uint32_t moved = c.partial.back();
+      c.partial[owner.partial_pos] = moved;
+      slabs_[moved].partial_pos = owner.partial_pos;
+      c.partial.pop_back();
+      owner.partial_pos = -1;
+    }
+    const uint32_t slots = owner.cls < static_cast<int>(class_sizes_.size()) ? owner.carved : 1;
+    for (uint32_t slot = 0; slot < slots; slot++) {
+      Item* item = &owner.items[slot];
+      if (item->in_lru) PinAndCollect(item, victims);
+    }
+  }
+  return true;
+}
+
+}  // namespace kvengine

@@ -1,0 +1,96 @@
+// SlabAllocator: places values inside the memory tier's arena.
+//
+// The arena is cut into slabs of Options::memory_slab_size.  A slab is handed to one size
+// class at a time and cut into equal slots (class sizes grow by ~1.25x, 4 KiB-aligned
+// from 4 KiB up, so values start O_DIRECT-aligned).  A value larger than a slab takes a
+// run of contiguous slabs of its own.  A slab whose slots are all free goes back to the
+// pool, so a change of value sizes does not strand memory in a class.
+//
+// The allocator also keeps the LRU order, one list per size class: when an allocation
+// fails, the coldest value of the same class is the natural victim, because freeing it
+// makes exactly the room needed (as in memcached).  When the class holds nothing to evict,
+// or a value needs several contiguous slabs, whole slabs are reclaimed instead: the
+// window of slabs touched least recently is drained of its values.
+//
+// Thread-safety: all methods are thread-safe (one mutex; the hash index has its own).
+#ifndef KVENGINE_DB_SLAB_ALLOCATOR_H_
+#define KVENGINE_DB_SLAB_ALLOCATOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "db/item.h"
+
+namespace kvengine {
+
+class SlabAllocator {
+ public:
+  // Manages [base, base + capacity), capacity rounded down to whole slabs.
+  // REQUIRES: slab_size is a power of two >= 64 KiB, base is page-aligned and
+  // capacity >= slab_size.
+  SlabAllocator(char* base, uint64_t capacity, uint64_t slab_size);
+  ~SlabAllocator();
+  SlabAllocator(const SlabAllocator&) = delete;
+  SlabAllocator& operator=(const SlabAllocator&) = delete;
+
+  // Returns an item with room for `size` bytes (item->data, ->size_class, ->slab, ->slot
+  // set; refs 0; not in the LRU), or nullptr when there is no free room.
+  Item* Allocate(uint64_t size);
+  // Returns the item's room.  REQUIRES: refs == 0 and no one else references the item.
+  void Free(Item* item);
+
+  // Puts the item at the hot end of its class's LRU, linking it if it is not there.
+  void Touch(Item* item);
+
+  // Chooses values to evict so that Allocate(size) can succeed, pins each one (refs+1)
+  // and removes it from the LRU, appending it to *victims.  Returns false when nothing
+  // can be evicted.  The caller removes the victims from the index and unpins them; room
+  // appears when their last reference drops.
+  bool PickVictims(uint64_t size, std::vector<Item*>* victims);
+
+  uint64_t slab_size() const { return slab_size_; }
+  uint64_t capacity() const { return num_slabs_ * slab_size_; }
+  // The room a value of `size` takes (its class size, or its run of slabs).
+  uint64_t AllocationSize(uint64_t size) const;
+  // Room handed out to values and room in slabs not owned by any class.
+  uint64_t allocated_bytes() const;
+  uint64_t free_slab_count() const;
+  size_t num_classes() const { return class_sizes_.size(); }
+
+ private:
+  static constexpr int kFreeSlab = -1;
+  static constexpr int kRunSlab = -2;  // part of a multi-slab run (head holds the item)
+
+  struct Slab;
+  struct SizeClass;
+
+  int ClassFor(uint64_t size) const;
+  // REQUIRES: mu_ held.
+  Item* AllocateInClass(int cls);
+  Item* AllocateRun(uint64_t slab_count);
+  int64_t TakeFreeSlab();
+  void ReleaseSlab(uint32_t index);
+  void Unlink(Item* item);
+  void PinAndCollect(Item* item, std::vector<Item*>* victims);
+  bool ReclaimWindow(uint64_t slab_count, std::vector<Item*>* victims);
+
+  char* const base_;
+  const uint64_t slab_size_;
+  const uint64_t num_slabs_;
+  std::vector<uint64_t> class_sizes_;
+
+  mutable std::mutex mu_;
+  std::vector<Slab> slabs_;
+  // Never resized: each class's LRU sentinel must keep its address.
+  std::unique_ptr<SizeClass[]> classes_;
+  uint64_t free_slabs_ = 0;
+  uint64_t allocated_bytes_ = 0;
+  uint64_t touch_clock_ = 0;
+  uint64_t scan_hint_ = 0;
+};
+
+}  // namespace kvengine
+
+#endif  // KVENGINE_DB_SLAB_ALLOCATOR_H_

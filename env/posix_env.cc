@@ -1,0 +1,285 @@
+// PosixEnv: files through pread/pwrite, optionally O_DIRECT.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <set>
+
+#include "kvengine/env.h"
+
+namespace kvengine {
+
+namespace {
+
+Status PosixError(const std::string& context, int err) {
+  std::string msg = context + ": " + std::strerror(err);
+  if (err == ENOENT) return Status::NotFound(msg);
+  if (err == ENOSPC || err == EDQUOT) return Status::NoSpace(msg);
+  return Status::IOError(msg);
+}
+
+class PosixRandomAccessFile final : public RandomAccessFile {
+ public:
+  PosixRandomAccessFile(std::string path, int fd, bool direct, uint64_t size)
+      : path_(std::move(path)), fd_(fd), direct_(direct), size_(size) {}
+  ~PosixRandomAccessFile() override { ::close(fd_); }
+
+  Status Read(uint64_t offset, size_t n, char* scratch, size_t* bytes_read) const override {
+    size_t done = 0;
+    while (done < n) {
+      ssize_t r = ::pread(fd_, scratch + done, n - done, static_cast<off_t>(offset + done));
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        *bytes_read = done;
+        return PosixError("read " + path_ + " at " + std::to_string(offset + done), errno);
+      }
+      if (r == 0) break;  // end of file
+      done += static_cast<size_t>(r);
+    }
+    *bytes_read = done;
+    return Status::OK();
+  }
+  bool IsDirect() const override { return direct_; }
+  uint64_t Size() const override { return size_; }
+
+ private:
+  const std::string path_;
+  const int fd_;
+  const bool direct_;
+  const uint64_t size_;
+};
+
+class PosixWritableFile final : public WritableFile {
+ public:
+  PosixWritableFile(std::string path, int fd, bool direct, uint64_t size)
+      : path_(std::move(path)), fd_(fd), direct_(direct), size_(size) {}
+  ~PosixWritableFile() override { Close(); }
+
+  Status Append(const Slice& data) override {
+    if (fd_ < 0) return Status::IOError("append to closed file " + path_);
+    size_t done = 0;
+    while (done < data.size()) {
+      ssize_t r =
+          ::pwrite(fd_, data.data() + done, data.size() - done, static_cast<off_t>(size_ + done));
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        return PosixError("write " + path_, errno);
+      }
+      done += static_cast<size_t>(r);
+    }
+    size_ += done;
+    return Status::OK();
+  }
+  Status Sync() override {
+    if (fd_ < 0) return Status::IOError("sync of closed file " + path_);
+    if (::fdatasync(fd_) != 0) return PosixError("sync " + path_, errno);
+    return Status::OK();
+  }
+  Status Close() override {
+    if (fd_ < 0) return Status::OK();
+    int r = ::close(fd_);
+    fd_ = -1;
+    if (r != 0) return PosixError("close " + path_, errno);
+    return Status::OK();
+  }
+  uint64_t Size() const override { return size_; }
+  bool IsDirect() const override { return direct_; }
+
+ private:
+  const std::string path_;
+  int fd_;
+  const bool direct_;
+  uint64_t size_;
+};
+
+class PosixFileLock final : public FileLock {
+ public:
+  PosixFileLock(int fd, std::string path) : fd(fd), path(std::move(path)) {}
+  int fd;
+  std::string path;
+};
+
+// fcntl locks do not exclude other opens within one process, so this set does.
+std::mutex locked_paths_mu;
+std::set<std::string> locked_paths;
+
+class PosixEnv final : public Env {
+ public:
+  Status NewRandomAccessFile(const std::string& path, const FileOptions& options,
+                             std::unique_ptr<RandomAccessFile>* result) override {
+    result->reset();
+    bool direct = options.use_direct_io;
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (direct ? O_DIRECT : 0));
+    if (fd < 0 && direct && errno == EINVAL) {  // file system without O_DIRECT
+      direct = false;
+      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    }
+    if (fd < 0) return PosixError("open " + path, errno);
+    struct stat st;
+    if (::fstat(fd, &st) != 0) {
+      int err = errno;
+      ::close(fd);
+      return PosixError("stat " + path, err);
+    }
+    *result = std::make_unique<PosixRandomAccessFile>(path, fd, direct,
+                                                      static_cast<uint64_t>(st.st_size));
+    return Status::OK();
+  }
+
+  Status NewWritableFile(const std::string& path, const FileOptions& options,
+                         std::unique_ptr<WritableFile>* result) override {
+    result->reset();
+    bool direct = options.use_direct_io;
+    int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+    int fd = ::open(path.c_str(), flags | (direct ? O_DIRECT : 0), 0644);
+    if (fd < 0 && direct && errno == EINVAL) {
+      direct = false;
+      fd = ::open(path.c_str(), flags, 0644);
+    }
+    if (fd < 0) return PosixError("create " + path, errno);
+    *result = std::make_unique<PosixWritableFile>(path, fd, direct, 0);
+    return Status::OK();
+  }
+
+  Status NewAppendableFile(const std::string& path,
+                           std::unique_ptr<WritableFile>* result) override {
+    result->reset();
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return PosixError("open " + path, errno);
+    struct stat st;
+    if (::fstat(fd, &st) != 0) {
+      int err = errno;
+      ::close(fd);
+      return PosixError("stat " + path, err);
+    }
+    *result =
+        std::make_unique<PosixWritableFile>(path, fd, false, static_cast<uint64_t>(st.st_size));
+    return Status::OK();
+  }
+
+  bool FileExists(const std::string& path) override { return ::access(path.c_str(), F_OK) == 0; }
+
+  Status GetChildren(const std::string& dir, std::vector<std::string>* names) override {
+    names->clear();
+    DIR* d = ::opendir(dir.c_str());
+    if (d == nullptr) return PosixError("list " + dir, errno);
+    while (struct dirent* e = ::readdir(d)) {
+      if (std::strcmp(e->d_name, ".") == 0 || std::strcmp(e->d_name, "..") == 0) continue;
+      names->emplace_back(e->d_name);
+    }
+    ::closedir(d);
+    return Status::OK();
+  }
+
+  Status RemoveFile(const std::string& path) override {
+    if (::unlink(path.c_str()) != 0) return PosixError("remove " + path, errno);
+    return Status::OK();
+  }
+
+  Status RenameFile(const std::string& from, const std::string& to) override {
+    if (::rename(from.c_str(), to.c_str()) != 0) {
+      return PosixError("rename " + from + " to " + to, errno);
+    }
+    return Status::OK();
+  }
+
+  Status CreateDirIfMissing(const std::string& dir) override {
+    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+      return PosixError("create directory " + dir, errno);
+    }
+    struct stat st;
+    if (::stat(dir.c_str(), &st) != 0) return PosixError("stat " + dir, errno);
+    if (!S_ISDIR(st.st_mode))
+      return Status::InvalidArgument(dir + " exists and is not a directory");
+    return Status::OK();
+  }
+
+  Status RemoveDir(const std::string& dir) override {
+    if (::rmdir(dir.c_str()) != 0) return PosixError("remove directory " + dir, errno);
+    return Status::OK();
+  }
+
+  Status GetFileSize(const std::string& path, uint64_t* size) override {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) {
+      *size = 0;
+      return PosixError("stat " + path, errno);
+    }
+    *size = static_cast<uint64_t>(st.st_size);
+    return Status::OK();
+  }
+
+  Status SyncDir(const std::string& dir) override {
+    int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return PosixError("open directory " + dir, errno);
+    int r = ::fsync(fd);
+    int err = errno;
+    ::close(fd);
+    if (r != 0) return PosixError("sync directory " + dir, err);
+    return Status::OK();
+  }
+
+  Status LockFile(const std::string& path, std::unique_ptr<FileLock>* lock) override {
+    lock->reset();
+    std::lock_guard<std::mutex> guard(locked_paths_mu);
+    if (locked_paths.count(path) != 0) {
+      return Status::Busy("lock " + path + ": already held by this process");
+    }
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return PosixError("open lock file " + path, errno);
+    struct flock fl;
+    std::memset(&fl, 0, sizeof(fl));
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    if (::fcntl(fd, F_SETLK, &fl) != 0) {
+      int err = errno;
+      ::close(fd);
+      if (err == EACCES || err == EAGAIN) {
+        return Status::Busy("lock " + path + ": held by another process");
+      }
+      return PosixError("lock " + path, err);
+    }
+    locked_paths.insert(path);
+    *lock = std::make_unique<PosixFileLock>(fd, path);
+    return Status::OK();
+  }
+
+  Status UnlockFile(std::unique_ptr<FileLock> lock) override {
+    auto* posix_lock = static_cast<PosixFileLock*>(lock.get());
+    if (posix_lock == nullptr) return Status::InvalidArgument("UnlockFile of a null lock");
+    std::lock_guard<std::mutex> guard(locked_paths_mu);
+    locked_paths.erase(posix_lock->path);
+    ::close(posix_lock->fd);  // closing drops the fcntl lock
+    return Status::OK();
+  }
+
+  uint64_t NowMicros() override {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1000000 + static_cast<uint64_t>(ts.tv_nsec) / 1000;
+  }
+};
+
+}  // namespace
+
+Status RandomAccessFile::MultiRead(ReadRequest* requests, size_t count) const {
+  Status first;
+  for (size_t i = 0; i < count; i++) {
+    ReadRequest& r = requests[i];
+    r.status = Read(r.offset, r.length, r.scratch, &r.bytes_read);
+    if (!r.status.ok() && first.ok()) first = r.status;
+  }
+  return first;
+}
+
+Env* Env::Default() {
+  static PosixEnv* env = new PosixEnv;
+  return env;
+}
+
+}  // namespace kvengine

@@ -1,0 +1,127 @@
+// DB: the kvengine key-value store.
+//
+// A DB maps byte-string keys to byte-string values across tiers (memory, then SSD and
+// peers when configured).  It is built for the KV cache of LLM inference: values of tens
+// of KiB to a few MiB, written once by a batch of keys, read many times by batches,
+// straight into the caller's buffers.
+//
+// Thread-safety: every method may be called from any number of threads at once, and
+// Close() may race with them: calls that begin after Close() return Aborted ("DB is
+// closed") and calls in flight finish first.
+//
+// Results of batch calls.  A batch call returns a Status for the batch as a whole: OK
+// when every key was attempted, or an error that names the problem when the batch itself
+// is malformed (mismatched list sizes, too many keys, a closed DB) -- then nothing was
+// changed and `results` is left empty.  With an OK batch status, results[i] is the
+// outcome for keys[i]:
+//   BatchPut       0 on success, else a negative error code (see status.h)
+//   BatchGetInto   bytes written into the key's buffers (the value size), else negative
+//   BatchExists    1 present, 0 absent, else negative
+//   BatchDelete    0 deleted, -1 (NotFound) when the key was absent, else negative
+// A key that fails does not affect the other keys of the batch.
+//
+// Input rules, checked before anything changes:
+//   * a key is 1 to Options::max_key_size bytes (any bytes);
+//   * a value is 0 to Options::max_value_size bytes and must fit in the memory tier;
+//   * a null buffer is only allowed with length 0;
+//   * a batch has at most Options::max_batch_size keys, and its lists have equal sizes;
+//   * duplicate keys: BatchPut rejects a batch that names a key twice (InvalidArgument
+//     naming the key, nothing written), because which value should win is ambiguous.
+//     Reads and BatchExists serve each occurrence independently; BatchDelete deletes the
+//     first occurrence and reports NotFound for the later ones.
+// A key-level problem (empty key, oversized value, null buffer) fails that key only.
+#ifndef KVENGINE_DB_H_
+#define KVENGINE_DB_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvengine/options.h"
+#include "kvengine/slice.h"
+#include "kvengine/status.h"
+
+namespace kvengine {
+
+// The value of one key in BatchPut, given as the buffers whose concatenation it is.
+using ValueParts = std::vector<Slice>;
+// Where BatchGetInto scatters one key's value: filled in order.
+using Destination = std::vector<MutableSlice>;
+
+class DB {
+ public:
+  // Opens the DB in directory `path` (created when missing and create_if_missing).
+  // Applies KVENGINE_* environment variables first (see options.h).  Takes the
+  // directory's LOCK: a second Open of the same path fails with Busy.
+  // On success stores the DB in *db and returns OK; on failure stores nullptr.
+  static Status Open(const Options& options, const std::string& path, std::unique_ptr<DB>* db);
+
+  DB() = default;
+  DB(const DB&) = delete;
+  DB& operator=(const DB&) = delete;
+  // Closes the DB if still open.
+  virtual ~DB() = default;
+
+  // Waits for calls in flight, flushes what the configuration makes durable, releases
+  // the memory and the LOCK.  Idempotent: a second Close returns OK.
+  virtual Status Close() = 0;
+
+  // ---------------------------------------------------------------- single keys
+  // Stores value under key, replacing any previous value.
+  virtual Status Put(const WriteOptions& options, const Slice& key, const Slice& value) = 0;
+  // Copies the value of key into *value.  NotFound when absent.
+  virtual Status Get(const ReadOptions& options, const Slice& key, std::string* value) = 0;
+  // Copies the value of key into buffer and stores its size in *value_size.  When the
+  // buffer is too small returns BufferTooSmall, stores the size needed in *value_size and
+  // leaves the buffer's contents unspecified.
+  virtual Status GetInto(const ReadOptions& options, const Slice& key, MutableSlice buffer,
+                         size_t* value_size) = 0;
+  // Removes key.  NotFound when absent.
+  virtual Status Delete(const WriteOptions& options, const Slice& key) = 0;
+  // Stores the size of key's value in *size.  NotFound when absent.
+  virtual Status GetValueSize(const Slice& key, uint64_t* size) = 0;
+
+  // ---------------------------------------------------------------- batches
+  // Stores values[i] (the concatenation of its parts) under keys[i].
+  virtual Status BatchPut(const WriteOptions& options, std::span<const Slice> keys,
+                          std::span<const ValueParts> values, std::vector<int64_t>* results) = 0;
+  // Copies the value of keys[i] into destinations[i], filling its buffers in order.  A
+  // value larger than the destination's total fails that key with BufferTooSmall.
+  virtual Status BatchGetInto(const ReadOptions& options, std::span<const Slice> keys,
+                              std::span<const Destination> destinations,
+                              std::vector<int64_t>* results) = 0;
+  virtual Status BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) = 0;
+  virtual Status BatchDelete(const WriteOptions& options, std::span<const Slice> keys,
+                             std::vector<int64_t>* results) = 0;
+
+  // Removes every key that matches `pattern` (ECMAScript regex, whole key) and stores
+  // the count in *deleted.  InvalidArgument for a malformed pattern (nothing removed).
+  virtual Status DeleteByRegex(const std::string& pattern, uint64_t* deleted) = 0;
+  // Removes every key; stores the count in *deleted (may be nullptr).
+  virtual Status DeleteAll(uint64_t* deleted) = 0;
+
+  // ---------------------------------------------------------------- buffers
+  // Declares [addr, addr+length) a buffer the caller will pass to puts and gets again
+  // and again, so transports can register it once (RDMA).  Regions may not overlap
+  // a registered one (InvalidArgument).  Registration is optional: unregistered buffers
+  // work everywhere, registered ones may be faster.
+  virtual Status RegisterBuffer(void* addr, size_t length) = 0;
+  // NotFound when addr does not start a registered buffer.
+  virtual Status UnregisterBuffer(void* addr) = 0;
+
+  // ---------------------------------------------------------------- the rest
+  // Makes every value written so far durable, where the DB has a durable tier.
+  virtual Status Flush() = 0;
+
+  // Stores a property's value in *value and returns true; false for an unknown name.
+  //   "kvengine.stats"       counters and bytes per tier, as text
+  //   "kvengine.stats.json"  the same as one JSON object
+  //   "kvengine.options"     the options in force, "name=value" per line
+  virtual bool GetProperty(const std::string& name, std::string* value) = 0;
+};
+
+}  // namespace kvengine
+
+#endif  // KVENGINE_DB_H_

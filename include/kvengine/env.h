@@ -1,0 +1,119 @@
+// Env: kvengine's only way to the outside world (files, clocks), as in LevelDB/RocksDB.
+//
+// The engine never calls the operating system directly; it asks its Env.  Env::Default()
+// is a PosixEnv (pread/pwrite, optional O_DIRECT).  Tests wrap an Env to inject faults.
+//
+// Thread-safety: an Env and the files it returns may be used from several threads at
+// once unless a method says otherwise.  A WritableFile is used by one thread at a time.
+#ifndef KVENGINE_ENV_H_
+#define KVENGINE_ENV_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvengine/slice.h"
+#include "kvengine/status.h"
+
+namespace kvengine {
+
+struct FileOptions {
+  // Open with O_DIRECT: offsets, lengths and buffers must then be aligned to
+  // kDirectIoAlignment.  Where the file system refuses O_DIRECT the file is opened
+  // buffered and IsDirect() reports false.
+  bool use_direct_io = false;
+};
+
+// Alignment that O_DIRECT requires of offsets, lengths and buffer addresses.
+inline constexpr size_t kDirectIoAlignment = 4096;
+
+// One read of a batch: fill `scratch[0, length)` from `offset`.  The Env sets `result`.
+struct ReadRequest {
+  uint64_t offset = 0;
+  size_t length = 0;
+  char* scratch = nullptr;
+  Status status;          // out
+  size_t bytes_read = 0;  // out; less than length only at end of file
+};
+
+class RandomAccessFile {
+ public:
+  virtual ~RandomAccessFile() = default;
+  // Reads up to n bytes at offset into scratch; *bytes_read < n only at end of file.
+  virtual Status Read(uint64_t offset, size_t n, char* scratch, size_t* bytes_read) const = 0;
+  // Reads every request; each gets its own status.  Returns the first error, if any.
+  // The default issues the reads one by one; the io_uring Env submits them at once.
+  virtual Status MultiRead(ReadRequest* requests, size_t count) const;
+  virtual bool IsDirect() const { return false; }
+  virtual uint64_t Size() const = 0;
+};
+
+class WritableFile {
+ public:
+  virtual ~WritableFile() = default;
+  // Appends data at the end.  With O_DIRECT the data size must be aligned except for
+  // the last append before Close.
+  virtual Status Append(const Slice& data) = 0;
+  virtual Status Sync() = 0;
+  // Closes the file; further calls fail.  Idempotent.
+  virtual Status Close() = 0;
+  virtual uint64_t Size() const = 0;
+  virtual bool IsDirect() const { return false; }
+};
+
+// A held lock on a file (the DB's LOCK).  Released by Env::UnlockFile.
+class FileLock {
+ public:
+  virtual ~FileLock() = default;
+};
+
+class Env {
+ public:
+  virtual ~Env() = default;
+
+  // The process-wide PosixEnv.  Never deleted.
+  static Env* Default();
+
+  virtual Status NewRandomAccessFile(const std::string& path, const FileOptions& options,
+                                     std::unique_ptr<RandomAccessFile>* result) = 0;
+  // Creates or truncates the file.
+  virtual Status NewWritableFile(const std::string& path, const FileOptions& options,
+                                 std::unique_ptr<WritableFile>* result) = 0;
+  // Opens for appending, creating it if missing.
+  virtual Status NewAppendableFile(const std::string& path,
+                                   std::unique_ptr<WritableFile>* result) = 0;
+
+  virtual bool FileExists(const std::string& path) = 0;
+  // Names (not paths) of the entries of dir, without "." and "..".
+  virtual Status GetChildren(const std::string& dir, std::vector<std::string>* names) = 0;
+  virtual Status RemoveFile(const std::string& path) = 0;
+  virtual Status RenameFile(const std::string& from, const std::string& to) = 0;
+  virtual Status CreateDirIfMissing(const std::string& dir) = 0;
+  virtual Status RemoveDir(const std::string& dir) = 0;
+  virtual Status GetFileSize(const std::string& path, uint64_t* size) = 0;
+  // fsyncs a directory so that renames and creations in it are durable.
+  virtual Status SyncDir(const std::string& dir) = 0;
+
+  // Takes an exclusive advisory lock on path (creating it).  Busy if another process or
+  // another DB in this process holds it.
+  virtual Status LockFile(const std::string& path, std::unique_ptr<FileLock>* lock) = 0;
+  virtual Status UnlockFile(std::unique_ptr<FileLock> lock) = 0;
+
+  virtual uint64_t NowMicros() = 0;
+};
+
+// Told about memory that peers may need to reach directly (the RDMA transport registers
+// each region with the NIC).  Implementations must be thread-safe.
+class MemoryRegistrar {
+ public:
+  virtual ~MemoryRegistrar() = default;
+  // `what` names the region for messages ("arena", "user buffer").  A failure makes the
+  // DB::Open or RegisterBuffer that asked fail with the returned status.
+  virtual Status Register(void* addr, size_t length, const char* what) = 0;
+  virtual void Unregister(void* addr, size_t length) = 0;
+};
+
+}  // namespace kvengine
+
+#endif  // KVENGINE_ENV_H_

@@ -1,0 +1,158 @@
+// Options: every knob of a kvengine DB, with its default beside it.
+//
+// Each option can also be set from the environment as KVENGINE_<NAME> (upper case), e.g.
+// KVENGINE_MEMORY_CAPACITY_BYTES=2GiB or KVENGINE_MEMORY_EVICTION=none.  DB::Open applies
+// the environment on top of the Options it is given (unless apply_environment is false),
+// so an operator can tune a deployed binary without rebuilding it.  Values are parsed
+// strictly, and a malformed one makes DB::Open fail with InvalidArgument naming the
+// variable and the value; nothing is ever silently defaulted.
+//
+// Value syntax (the same for environment variables, Options::Set and the Python module):
+//   size     "4096", "64KiB", "2GiB", "1.5MiB", "64KB" (KB/MB/GB are decimal, KiB/MiB/GiB
+//            binary); fractional values must come out as whole bytes
+//   integer  "42", "-1" (where a negative value is meaningful)
+//   ratio    "0.25", "1", "0" (a fraction in [0, 1])
+//   bool     "1"/"0", "true"/"false", "yes"/"no", "on"/"off" (any case)
+//   enum     one of the names listed beside the option (any case)
+//   string   taken as is
+#ifndef KVENGINE_OPTIONS_H_
+#define KVENGINE_OPTIONS_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvengine/status.h"
+
+namespace kvengine {
+
+class Env;
+class MemoryRegistrar;
+
+// What the memory tier does when it is full.
+enum class MemoryEviction : int {
+  kLru = 0,   // "lru": evict (or offload to SSD, when configured) the coldest values
+  kNone = 1,  // "none": reject the put with NoSpace
+};
+
+enum class LogLevel : int { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3, kOff = 4 };
+
+struct Options {
+  // ---------------------------------------------------------------- opening the DB
+  // Create the DB directory if it does not exist.
+  // Default: true
+  bool create_if_missing = true;
+
+  // Fail DB::Open if the directory already holds a DB.
+  // Default: false
+  bool error_if_exists = false;
+
+  // Apply KVENGINE_<NAME> environment variables on top of these options at Open.
+  // Default: true.  (Not settable from the environment itself.)
+  bool apply_environment = true;
+
+  // ---------------------------------------------------------------- memory tier
+  // Size of the memory tier's arena: the most value bytes held in DRAM.  The arena is
+  // allocated once at Open, page-aligned and on the caller's NUMA node.
+  // Default: 1 GiB
+  uint64_t memory_capacity_bytes = 1ull << 30;
+
+  // What to do when the arena is full: "lru" or "none" (see MemoryEviction).
+  // Default: lru
+  MemoryEviction memory_eviction = MemoryEviction::kLru;
+
+  // Back the arena with huge pages (explicit 2 MiB pages, falling back to transparent
+  // huge pages with a logged message when none are reserved).
+  // Default: false
+  bool use_huge_pages = false;
+
+  // Touch every page of the arena at Open so that the first writes do not pay for page
+  // faults.  Costs about 0.1 s per GiB at Open.
+  // Default: true
+  bool prefault_memory = true;
+
+  // Size of a slab, the unit in which the arena is handed to size classes.  A value
+  // larger than a slab occupies a run of whole slabs.  Must be a power of two between
+  // 64 KiB and 1 GiB, and at most memory_capacity_bytes.
+  // Default: 4 MiB
+  uint64_t memory_slab_size = 4ull << 20;
+
+  // Number of shards of the key index (more shards, less lock contention).
+  // Default: 64
+  uint64_t index_shards = 64;
+
+  // ---------------------------------------------------------------- limits
+  // Longest key accepted, in bytes.  Keys are arbitrary bytes but never empty.
+  // Default: 4096
+  uint64_t max_key_size = 4096;
+
+  // Largest value accepted, in bytes (a value must also fit in the memory tier).
+  // Default: 256 MiB
+  uint64_t max_value_size = 256ull << 20;
+
+  // Most keys in one batch call.
+  // Default: 65536
+  uint64_t max_batch_size = 65536;
+
+  // ---------------------------------------------------------------- logging
+  // Least severe message written to the log: "debug", "info", "warn", "error", "off".
+  // Default: warn
+  LogLevel log_level = LogLevel::kWarn;
+
+  // Write the log to this file (appending) instead of stderr.  Empty: stderr.
+  // Default: ""
+  std::string log_file;
+
+  // ---------------------------------------------------------------- not from strings
+  // Called for each log line instead of the file/stderr sink when set.  Must be
+  // thread-safe.
+  std::function<void(LogLevel, const std::string&)> log_callback;
+
+  // The environment the DB uses for files.  nullptr: the default PosixEnv.
+  // Not owned; must outlive the DB.
+  Env* env = nullptr;
+
+  // Told about every memory region that a peer may need to reach: the memory tier's
+  // arena at Open and each RegisterBuffer.  Transports that need registration (RDMA)
+  // install one.  nullptr: nothing is registered beyond the DB's own bookkeeping.
+  std::shared_ptr<MemoryRegistrar> memory_registrar;
+
+  // Sets the option called `name` (as spelled in this struct) from its string form.
+  // Returns InvalidArgument naming the option and the value when the name is unknown or
+  // the value malformed or out of range; *this is then unchanged.
+  Status Set(const std::string& name, const std::string& value);
+
+  // Applies every KVENGINE_<NAME> variable of the process environment.  Stops at the
+  // first malformed one and returns InvalidArgument naming the variable and its value;
+  // *this is then unchanged.  An unset variable leaves its option alone.
+  Status ApplyEnvironment();
+
+  // Checks the relations between options (slab size vs capacity ...).
+  Status Validate() const;
+
+  // The names of every option settable with Set(), in declaration order.
+  static std::vector<std::string> SettableNames();
+
+  // Every settable option as "name=value" lines, for logs and kv_ldb.
+  std::string ToString() const;
+};
+
+// Per-read options.
+struct ReadOptions {
+  // Verify the stored checksum of values read from SSD or a peer.
+  // Default: true
+  bool verify_checksums = true;
+};
+
+// Per-write options.
+struct WriteOptions {
+  // Make the write durable (on SSD) before returning, where the DB has an SSD tier.
+  // Default: false
+  bool sync = false;
+};
+
+}  // namespace kvengine
+
+#endif  // KVENGINE_OPTIONS_H_

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs the Debian packages kvengine needs to build, test and benchmark.
+# Idempotent, and quiet when everything is already present.
+#   scripts/bootstrap.sh           build + tests (C++ and Python)
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libxxhash-dev libgflags-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libnuma-dev liburing-dev libibverbs-dev librocksdb-dev
+  python3-dev pybind11-dev python3-numpy python3-pytest
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$p")
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+echo "bootstrap: installing ${missing[*]}"
+sudo_cmd=()
+[[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,249 @@
+// The slab allocator and the memory tier: placement, LRU eviction, pinning, accounting.
+#include "db/memory_tier.h"
+
+#include <set>
+#include <thread>
+
+#include "db/slab_allocator.h"
+#include "gtest/gtest.h"
+#include "test/test_util.h"
+#include "util/logging.h"
+
+namespace kvengine {
+namespace {
+
+constexpr uint64_t kSlab = 64 << 10;
+
+class MemoryTierTest : public ::testing::Test {
+ protected:
+  void Open(uint64_t capacity, MemoryEviction eviction = MemoryEviction::kLru) {
+    Options o;
+    o.memory_capacity_bytes = capacity;
+    o.memory_slab_size = kSlab;
+    o.memory_eviction = eviction;
+    o.index_shards = 4;
+    ASSERT_TRUE(o.Validate().ok());
+    ASSERT_TRUE(MemoryTier::Create(o, &logger_, &versions_, &tier_).ok());
+  }
+  Status Put(const std::string& key, const std::string& value) {
+    Slice part(value);
+    return tier_->Put(key, std::span<const Slice>(&part, 1), value.size(), nullptr);
+  }
+  std::string Get(const std::string& key) {
+    MemoryTier::Handle h;
+    if (!tier_->Lookup(key, &h)) return "<absent>";
+    return h.value().ToString();
+  }
+
+  Logger logger_;
+  std::atomic<uint64_t> versions_{0};
+  std::unique_ptr<MemoryTier> tier_;
+};
+
+TEST(SlabAllocatorTest, ClassesAlignAndFit) {
+  std::vector<char> backing(8 * kSlab + 4096);
+  char* base =
+      reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(backing.data()) + 4095) & ~4095ull);
+  SlabAllocator a(base, 8 * kSlab, kSlab);
+  EXPECT_EQ(a.capacity(), 8 * kSlab);
+  EXPECT_EQ(a.AllocationSize(16 << 10), 16u << 10);  // powers of two are exact classes
+  EXPECT_EQ(a.AllocationSize(1), 256u);
+  EXPECT_EQ(a.AllocationSize(kSlab + 1), 2 * kSlab);
+  for (uint64_t size : {uint64_t{1}, uint64_t{300}, uint64_t{5000}, uint64_t{20000}, kSlab}) {
+    EXPECT_GE(a.AllocationSize(size), size);
+    EXPECT_LE(a.AllocationSize(size), std::max<uint64_t>(256, size + size / 4 + 4096));
+  }
+  Item* item = a.Allocate(8192);
+  ASSERT_NE(item, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(item->data) % 4096, 0u);
+  EXPECT_EQ(a.allocated_bytes(), 8192u);
+  EXPECT_EQ(a.free_slab_count(), 7u);
+  a.Free(item);
+  EXPECT_EQ(a.allocated_bytes(), 0u);
+  EXPECT_EQ(a.free_slab_count(), 8u);  // an empty slab goes back to the pool
+}
+
+TEST(SlabAllocatorTest, RunsOfSlabsForLargeValues) {
+  std::vector<char> backing(8 * kSlab + 4096);
+  char* base =
+      reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(backing.data()) + 4095) & ~4095ull);
+  SlabAllocator a(base, 8 * kSlab, kSlab);
+  Item* big = a.Allocate(3 * kSlab);
+  ASSERT_NE(big, nullptr);
+  EXPECT_EQ(a.free_slab_count(), 5u);
+  Item* too_big = a.Allocate(6 * kSlab);
+  EXPECT_EQ(too_big, nullptr);
+  a.Free(big);
+  EXPECT_EQ(a.free_slab_count(), 8u);
+}
+
+TEST_F(MemoryTierTest, PutGetOverwriteErase) {
+  Open(16 * kSlab);
+  ASSERT_TRUE(Put("a", "alpha").ok());
+  ASSERT_TRUE(Put("b", "beta").ok());
+  EXPECT_EQ(Get("a"), "alpha");
+  ASSERT_TRUE(Put("a", "ALPHA!").ok());
+  EXPECT_EQ(Get("a"), "ALPHA!");
+  EXPECT_TRUE(tier_->Contains("b"));
+  EXPECT_TRUE(tier_->Erase("b"));
+  EXPECT_FALSE(tier_->Erase("b"));
+  EXPECT_EQ(Get("b"), "<absent>");
+  auto st = tier_->GetStats();
+  EXPECT_EQ(st.items, 1u);
+  EXPECT_EQ(st.value_bytes, 6u);
+}
+
+TEST_F(MemoryTierTest, VersionsIncrease) {
+  Open(16 * kSlab);
+  uint64_t v1 = 0, v2 = 0;
+  Slice p("x");
+  ASSERT_TRUE(tier_->Put("k", std::span<const Slice>(&p, 1), 1, &v1).ok());
+  ASSERT_TRUE(tier_->Put("k", std::span<const Slice>(&p, 1), 1, &v2).ok());
+  EXPECT_GT(v2, v1);
+  MemoryTier::Handle h;
+  ASSERT_TRUE(tier_->Lookup("k", &h));
+  EXPECT_EQ(h.version(), v2);
+}
+
+TEST_F(MemoryTierTest, EvictsLeastRecentlyUsedFirst) {
+  Open(1 * kSlab);  // one slab: 4 values of 16 KiB
+  const std::string v(16 << 10, 'v');
+  for (const char* k : {"k0", "k1", "k2", "k3"}) ASSERT_TRUE(Put(k, v).ok());
+  EXPECT_TRUE(Get("k0") == v);  // k0 becomes the hottest; k1 is now the coldest
+  ASSERT_TRUE(Put("k4", v).ok());
+  EXPECT_EQ(Get("k1"), "<absent>");
+  // Reading k0, k2, k3, k4 in this order makes k0 the coldest again.
+  for (const char* k : {"k0", "k2", "k3", "k4"}) EXPECT_TRUE(Get(k) == v) << k;
+  ASSERT_TRUE(Put("k5", v).ok());
+  EXPECT_EQ(Get("k0"), "<absent>");
+  EXPECT_TRUE(Get("k2") == v);
+  auto st = tier_->GetStats();
+  EXPECT_EQ(st.evictions, 2u);
+  EXPECT_EQ(st.evicted_bytes, 2u * v.size());
+  EXPECT_EQ(st.items, 4u);
+}
+
+TEST_F(MemoryTierTest, EvictionAcrossSizeClassesReclaimsSlabs) {
+  Open(4 * kSlab);
+  const std::string small(16 << 10, 's');
+  for (int i = 0; i < 16; i++) ASSERT_TRUE(Put("s" + std::to_string(i), small).ok());
+  // Every slab now belongs to the 16 KiB class; a 40 KiB value needs a slab reclaimed.
+  const std::string mid(40 << 10, 'm');
+  ASSERT_TRUE(Put("mid", mid).ok());
+  EXPECT_EQ(Get("mid"), mid);
+  // A value of two slabs needs a contiguous run.
+  const std::string big(2 * kSlab, 'b');
+  ASSERT_TRUE(Put("big", big).ok());
+  EXPECT_EQ(Get("big"), big);
+  EXPECT_GT(tier_->GetStats().evictions, 4u);
+}
+
+TEST_F(MemoryTierTest, NoEvictionRejectsWithNoSpace) {
+  Open(1 * kSlab, MemoryEviction::kNone);
+  const std::string v(16 << 10, 'v');
+  for (int i = 0; i < 4; i++) ASSERT_TRUE(Put("k" + std::to_string(i), v).ok());
+  Status s = Put("k4", v);
+  EXPECT_TRUE(s.IsNoSpace()) << s.ToString();
+  EXPECT_NE(s.message().find("memory_eviction=none"), std::string::npos);
+  for (int i = 0; i < 4; i++) EXPECT_EQ(Get("k" + std::to_string(i)), v);
+  EXPECT_EQ(tier_->GetStats().rejected_puts, 1u);
+}
+
+TEST_F(MemoryTierTest, ValueLargerThanArenaIsInvalid) {
+  Open(2 * kSlab);
+  std::string v(3 * kSlab, 'v');
+  EXPECT_TRUE(Put("big", v).IsInvalidArgument());
+}
+
+TEST_F(MemoryTierTest, PinnedValueSurvivesOverwriteAndEviction) {
+  Open(1 * kSlab);
+  const std::string v0(16 << 10, '0');
+  ASSERT_TRUE(Put("k", v0).ok());
+  MemoryTier::Handle pinned;
+  ASSERT_TRUE(tier_->Lookup("k", &pinned));
+  ASSERT_TRUE(Put("k", std::string(16 << 10, '1')).ok());  // overwrite
+  for (int i = 0; i < 8; i++) {                            // churn the only slab
+    ASSERT_TRUE(Put("o" + std::to_string(i), std::string(16 << 10, 'a' + i)).ok());
+  }
+  EXPECT_EQ(pinned.value().ToString(), v0);  // the reader still sees intact bytes
+  pinned.Release();
+}
+
+class RefusingHandler : public EvictionHandler {
+ public:
+  bool OnEvict(const Slice& key, const Slice& value, uint64_t) override {
+    offered.insert(key.ToString());
+    bytes += value.size();
+    return accept;
+  }
+  bool accept = true;
+  std::set<std::string> offered;
+  uint64_t bytes = 0;
+};
+
+TEST_F(MemoryTierTest, EvictionHandlerSeesValuesAndMayRefuse) {
+  Open(1 * kSlab);
+  RefusingHandler handler;
+  tier_->SetEvictionHandler(&handler);
+  const std::string v(16 << 10, 'v');
+  for (int i = 0; i < 4; i++) ASSERT_TRUE(Put("k" + std::to_string(i), v).ok());
+  ASSERT_TRUE(Put("k4", v).ok());
+  EXPECT_EQ(handler.offered.count("k0"), 1u);
+  EXPECT_EQ(handler.bytes, v.size());
+  handler.accept = false;
+  Status s = Put("k5", v);
+  EXPECT_TRUE(s.IsNoSpace()) << s.ToString();
+  for (int i = 1; i <= 4; i++) EXPECT_EQ(Get("k" + std::to_string(i)), v);
+  EXPECT_GT(tier_->GetStats().eviction_refusals, 0u);
+}
+
+TEST_F(MemoryTierTest, EraseIfAndForEach) {
+  Open(16 * kSlab);
+  for (int i = 0; i < 10; i++) ASSERT_TRUE(Put("layer." + std::to_string(i), "x").ok());
+  ASSERT_TRUE(Put("other", "y").ok());
+  uint64_t n = 0;
+  tier_->ForEach([&](std::string_view, uint64_t, uint64_t) { n++; });
+  EXPECT_EQ(n, 11u);
+  EXPECT_EQ(tier_->EraseIf([](std::string_view k) { return k.starts_with("layer."); }), 10u);
+  EXPECT_TRUE(tier_->Contains("other"));
+  EXPECT_EQ(tier_->GetStats().items, 1u);
+}
+
+TEST_F(MemoryTierTest, ConcurrentPutsAndReadsKeepAccounting) {
+  Open(8 * kSlab);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; t++) {
+    threads.emplace_back([this, t] {
+      std::mt19937_64 rng(t);
+      for (int i = 0; i < 2000; i++) {
+        std::string key = "k" + std::to_string(rng() % 64);
+        if (rng() % 3 == 0) {
+          tier_->Erase(key);
+        } else if (rng() % 2 == 0) {
+          std::string v = test::MakeSelfCheckingValue(rng, 1024 + rng() % (20 << 10));
+          Slice p(v);
+          EXPECT_TRUE(tier_->Put(key, std::span<const Slice>(&p, 1), v.size(), nullptr).ok());
+        } else {
+          MemoryTier::Handle h;
+          if (tier_->Lookup(key, &h)) {
+            EXPECT_TRUE(test::SelfCheck(h.value().data(), h.value().size()));
+          }
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  uint64_t items = 0, bytes = 0;
+  tier_->ForEach([&](std::string_view, uint64_t size, uint64_t) {
+    items++;
+    bytes += size;
+  });
+  auto st = tier_->GetStats();
+  EXPECT_EQ(st.items, items);
+  EXPECT_EQ(st.value_bytes, bytes);
+  tier_->EraseIf([](std::string_view) { return true; });
+  EXPECT_EQ(tier_->GetStats().allocated_bytes, 0u);  // nothing leaked
+}
+
+}  // namespace
+}  // namespace kvengine

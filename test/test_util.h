@@ -1,0 +1,80 @@
+// Helpers shared by the tests: scratch directories and self-checking values.
+#ifndef KVENGINE_TEST_TEST_UTIL_H_
+#define KVENGINE_TEST_TEST_UTIL_H_
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace kvengine::test {
+
+// A fresh directory for one test, removed when the test ends.
+class TempDir {
+ public:
+  TempDir() {
+    const char* base = std::getenv("KV_TEST_TMPDIR");
+    std::filesystem::path root = base != nullptr ? base : std::filesystem::temp_directory_path();
+    std::filesystem::create_directories(root);
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::string name = info != nullptr ? std::string(info->test_suite_name()) + "." + info->name()
+                                       : std::string("kvtest");
+    for (char& c : name) {
+      if (c == '/') c = '_';
+    }
+    path_ = root / (name + "." + std::to_string(::getpid()) + "." + std::to_string(counter_++));
+    std::filesystem::remove_all(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  std::string path() const { return path_.string(); }
+  std::string Sub(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  static inline int counter_ = 0;
+  std::filesystem::path path_;
+};
+
+// A value of `size` bytes determined by (seed, size); CheckValue recognises it.
+inline std::string MakeValue(uint64_t seed, size_t size) {
+  std::string v(size, '\0');
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + size + 1;
+  for (size_t i = 0; i < size; i++) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    v[i] = static_cast<char>(x);
+  }
+  return v;
+}
+
+// A value that carries its own checksum in its first 8 bytes: any torn or mixed read
+// fails SelfCheck.  REQUIRES: size >= 16.
+inline std::string MakeSelfCheckingValue(std::mt19937_64& rng, size_t size) {
+  std::string v = MakeValue(rng(), size);
+  uint64_t sum = 1469598103934665603ull;
+  for (size_t i = 8; i < size; i++)
+    sum = (sum ^ static_cast<unsigned char>(v[i])) * 1099511628211ull;
+  std::memcpy(v.data(), &sum, 8);
+  return v;
+}
+
+inline bool SelfCheck(const char* data, size_t size) {
+  if (size < 16) return false;
+  uint64_t sum = 1469598103934665603ull, stored;
+  for (size_t i = 8; i < size; i++)
+    sum = (sum ^ static_cast<unsigned char>(data[i])) * 1099511628211ull;
+  std::memcpy(&stored, data, 8);
+  return sum == stored;
+}
+
+}  // namespace kvengine::test
+
+#endif  // KVENGINE_TEST_TEST_UTIL_H_

@@ -1,0 +1,168 @@
+// Status, option parsing and the environment-variable configuration.
+#include <cstdlib>
+
+#include "gtest/gtest.h"
+#include "kvengine/options.h"
+#include "kvengine/status.h"
+#include "util/config_parse.h"
+#include "util/hash.h"
+
+namespace kvengine {
+namespace {
+
+TEST(StatusTest, CodesAndMessages) {
+  EXPECT_TRUE(Status::OK().ok());
+  EXPECT_EQ(Status::OK().ToString(), "OK");
+  Status s = Status::NotFound("key 'a'");
+  EXPECT_TRUE(s.IsNotFound());
+  EXPECT_EQ(s.ErrorCode(), -1);
+  EXPECT_EQ(s.ToString(), "NotFound: key 'a'");
+  EXPECT_EQ(Status::InvalidArgument("x", "y").message(), "x: y");
+  EXPECT_EQ(Status::BufferTooSmall("b").ErrorCode(), -9);
+  EXPECT_EQ(Status::NoSpace("n").ErrorCode(), -5);
+  EXPECT_TRUE(Status::FromErrorCode(-5).IsNoSpace());
+  EXPECT_TRUE(Status::FromErrorCode(-42).IsInvalidArgument());
+  EXPECT_TRUE(Status::FromErrorCode(7).IsInvalidArgument());
+  EXPECT_TRUE(Status::FromErrorCode(0).ok());
+  Status copy = s;
+  EXPECT_EQ(copy.ToString(), s.ToString());
+  EXPECT_STREQ(Status::CodeName(Status::Code::kIOError), "io_error");
+}
+
+TEST(ConfigParseTest, Sizes) {
+  uint64_t v = 0;
+  ASSERT_TRUE(ParseSize("4096", &v).ok());
+  EXPECT_EQ(v, 4096u);
+  ASSERT_TRUE(ParseSize("64MiB", &v).ok());
+  EXPECT_EQ(v, 64ull << 20);
+  ASSERT_TRUE(ParseSize(" 2GiB ", &v).ok());
+  EXPECT_EQ(v, 2ull << 30);
+  ASSERT_TRUE(ParseSize("1.5KiB", &v).ok());
+  EXPECT_EQ(v, 1536u);
+  ASSERT_TRUE(ParseSize("10MB", &v).ok());
+  EXPECT_EQ(v, 10000000u);
+  ASSERT_TRUE(ParseSize("0", &v).ok());
+  EXPECT_EQ(v, 0u);
+  for (const char* bad : {"", "abc", "12XB", "-1", "1.3B", "0.1", "1..2MiB", "99999999999999999999",
+                          "20000000TiB", "MiB"}) {
+    v = 7;
+    EXPECT_FALSE(ParseSize(bad, &v).ok()) << bad;
+    EXPECT_EQ(v, 7u) << bad;
+  }
+}
+
+TEST(ConfigParseTest, RatiosBoolsIntsEnums) {
+  double d = 0;
+  ASSERT_TRUE(ParseRatio("0.25", &d).ok());
+  EXPECT_DOUBLE_EQ(d, 0.25);
+  ASSERT_TRUE(ParseRatio("1", &d).ok());
+  EXPECT_FALSE(ParseRatio("1.5", &d).ok());
+  EXPECT_FALSE(ParseRatio("-0.1", &d).ok());
+  EXPECT_FALSE(ParseRatio("nan", &d).ok());
+  bool b = false;
+  ASSERT_TRUE(ParseBool("YES", &b).ok());
+  EXPECT_TRUE(b);
+  ASSERT_TRUE(ParseBool("off", &b).ok());
+  EXPECT_FALSE(b);
+  EXPECT_FALSE(ParseBool("maybe", &b).ok());
+  int64_t i = 0;
+  ASSERT_TRUE(ParseInt("-12", &i).ok());
+  EXPECT_EQ(i, -12);
+  EXPECT_FALSE(ParseInt("0.25", &i).ok());
+  EXPECT_FALSE(ParseInt("12abc", &i).ok());
+  uint64_t u = 0;
+  EXPECT_FALSE(ParseUInt("-3", &u).ok());
+  int e = -1;
+  ASSERT_TRUE(ParseEnum("NONE", {"lru", "none"}, &e).ok());
+  EXPECT_EQ(e, 1);
+  Status s = ParseEnum("fifo", {"lru", "none"}, &e);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("lru|none"), std::string::npos);
+}
+
+TEST(OptionsTest, SetByName) {
+  Options o;
+  ASSERT_TRUE(o.Set("memory_capacity_bytes", "64MiB").ok());
+  EXPECT_EQ(o.memory_capacity_bytes, 64ull << 20);
+  ASSERT_TRUE(o.Set("memory_eviction", "none").ok());
+  EXPECT_EQ(o.memory_eviction, MemoryEviction::kNone);
+  Status s = o.Set("memory_capacity_bytes", "0.25");
+  EXPECT_TRUE(s.IsInvalidArgument());
+  EXPECT_NE(s.message().find("memory_capacity_bytes"), std::string::npos);
+  EXPECT_NE(s.message().find("0.25"), std::string::npos);
+  EXPECT_EQ(o.memory_capacity_bytes, 64ull << 20);  // unchanged
+  EXPECT_TRUE(o.Set("no_such_option", "1").IsInvalidArgument());
+  EXPECT_NE(o.ToString().find("memory_eviction=none"), std::string::npos);
+  EXPECT_FALSE(Options::SettableNames().empty());
+}
+
+class EnvVarTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    for (const auto& name : Options::SettableNames()) {
+      std::string var = "KVENGINE_";
+      for (char c : name) var += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+      unsetenv(var.c_str());
+    }
+  }
+};
+
+TEST_F(EnvVarTest, UnsetLeavesDefaults) {
+  Options o;
+  ASSERT_TRUE(o.ApplyEnvironment().ok());
+  EXPECT_EQ(o.memory_capacity_bytes, Options().memory_capacity_bytes);
+}
+
+TEST_F(EnvVarTest, ValidValuesApply) {
+  setenv("KVENGINE_MEMORY_CAPACITY_BYTES", "32MiB", 1);
+  setenv("KVENGINE_USE_HUGE_PAGES", "true", 1);
+  setenv("KVENGINE_MEMORY_EVICTION", "NONE", 1);
+  Options o;
+  ASSERT_TRUE(o.ApplyEnvironment().ok());
+  EXPECT_EQ(o.memory_capacity_bytes, 32ull << 20);
+  EXPECT_TRUE(o.use_huge_pages);
+  EXPECT_EQ(o.memory_eviction, MemoryEviction::kNone);
+}
+
+TEST_F(EnvVarTest, MalformedValueNamesVariableAndChangesNothing) {
+  setenv("KVENGINE_USE_HUGE_PAGES", "true", 1);
+  setenv("KVENGINE_MEMORY_CAPACITY_BYTES", "lots", 1);
+  Options o;
+  Status s = o.ApplyEnvironment();
+  ASSERT_TRUE(s.IsInvalidArgument());
+  EXPECT_NE(s.message().find("KVENGINE_MEMORY_CAPACITY_BYTES"), std::string::npos);
+  EXPECT_NE(s.message().find("lots"), std::string::npos);
+  EXPECT_FALSE(o.use_huge_pages);  // all or nothing
+}
+
+TEST_F(EnvVarTest, EmptyValueIsMalformedNotDefault) {
+  setenv("KVENGINE_MAX_KEY_SIZE", "", 1);
+  Options o;
+  EXPECT_TRUE(o.ApplyEnvironment().IsInvalidArgument());
+}
+
+TEST(OptionsTest, Validate) {
+  Options o;
+  EXPECT_TRUE(o.Validate().ok());
+  o.memory_slab_size = 3 << 20;
+  EXPECT_TRUE(o.Validate().IsInvalidArgument());
+  o = Options();
+  o.memory_capacity_bytes = 1 << 20;
+  EXPECT_TRUE(o.Validate().IsInvalidArgument());
+  o = Options();
+  o.index_shards = 0;
+  EXPECT_TRUE(o.Validate().IsInvalidArgument());
+}
+
+TEST(HashTest, IncrementalEqualsOneShot) {
+  std::string data(100000, 'x');
+  for (size_t i = 0; i < data.size(); i++) data[i] = static_cast<char>(i * 31);
+  Hasher64 h;
+  h.Update(data.data(), 12345);
+  h.Update(data.data() + 12345, data.size() - 12345);
+  EXPECT_EQ(h.Digest(), Hash64(data));
+  EXPECT_NE(Hash64("a"), Hash64("b"));
+}
+
+}  // namespace
+}  // namespace kvengine

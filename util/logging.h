@@ -1,0 +1,47 @@
+// Logger: the DB's log sink (stderr, a file or an embedder's callback) with a level.
+//
+// Callers check Enabled(level) before formatting anything, so a disabled level costs one
+// comparison and no string work.  Thread-safe.
+#ifndef KVENGINE_UTIL_LOGGING_H_
+#define KVENGINE_UTIL_LOGGING_H_
+
+#include <cstdio>
+#include <functional>
+#include <mutex>
+#include <string>
+
+#include "kvengine/options.h"
+
+namespace kvengine {
+
+class Logger {
+ public:
+  using Callback = std::function<void(LogLevel, const std::string&)>;
+
+  // Writes to stderr at level kWarn.
+  Logger() = default;
+  ~Logger();
+  Logger(const Logger&) = delete;
+  Logger& operator=(const Logger&) = delete;
+
+  // Configures from options: level, file or callback.  Fails when the file cannot be
+  // opened for appending.
+  Status Configure(const Options& options);
+
+  bool Enabled(LogLevel level) const { return level >= level_ && level_ != LogLevel::kOff; }
+  void Write(LogLevel level, const std::string& line);
+  // printf-style; formats only when the level is enabled.
+  void Logf(LogLevel level, const char* format, ...) __attribute__((format(printf, 3, 4)));
+
+  static const char* LevelName(LogLevel level);
+
+ private:
+  LogLevel level_ = LogLevel::kWarn;
+  Callback callback_;
+  std::mutex mu_;
+  FILE* file_ = nullptr;  // owned when not stderr
+};
+
+}  // namespace kvengine
+
+#endif  // KVENGINE_UTIL_LOGGING_H_

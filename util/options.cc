@@ -1,0 +1,184 @@
+// The table of string-settable options: one entry per field of Options, with its parser.
+// Options::Set, Options::ApplyEnvironment, Options::ToString and the Python module all go
+// through this table, so an option added here is settable everywhere at once.
+#include "kvengine/options.h"
+
+#include <cctype>
+#include <cstdlib>
+#include <functional>
+#include <sstream>
+
+#include "util/config_parse.h"
+
+namespace kvengine {
+
+namespace {
+
+struct OptionEntry {
+  const char* name;
+  // Parses `value` into `options`; leaves it unchanged on failure.
+  std::function<Status(Options*, const std::string&)> set;
+  std::function<std::string(const Options&)> get;
+};
+
+const std::vector<std::string>& EvictionNames() {
+  static const std::vector<std::string> names = {"lru", "none"};
+  return names;
+}
+const std::vector<std::string>& LogLevelNames() {
+  static const std::vector<std::string> names = {"debug", "info", "warn", "error", "off"};
+  return names;
+}
+
+template <typename T>
+OptionEntry SizeOption(const char* name, T Options::*field) {
+  return {name,
+          [field](Options* o, const std::string& v) {
+            uint64_t parsed;
+            Status s = ParseSize(v, &parsed);
+            if (s.ok()) o->*field = parsed;
+            return s;
+          },
+          [field](const Options& o) { return std::to_string(o.*field); }};
+}
+
+OptionEntry BoolOption(const char* name, bool Options::*field) {
+  return {name,
+          [field](Options* o, const std::string& v) {
+            bool parsed;
+            Status s = ParseBool(v, &parsed);
+            if (s.ok()) o->*field = parsed;
+            return s;
+          },
+          [field](const Options& o) { return std::string(o.*field ? "true" : "false"); }};
+}
+
+template <typename E>
+OptionEntry EnumOption(const char* name, E Options::*field,
+                       const std::vector<std::string>& (*names)()) {
+  return {name,
+          [field, names](Options* o, const std::string& v) {
+            int parsed;
+            Status s = ParseEnum(v, names(), &parsed);
+            if (s.ok()) o->*field = static_cast<E>(parsed);
+            return s;
+          },
+          [field, names](const Options& o) { return names()[static_cast<int>(o.*field)]; }};
+}
+
+OptionEntry StringOption(const char* name, std::string Options::*field) {
+  return {name,
+          [field](Options* o, const std::string& v) {
+            o->*field = v;
+            return Status::OK();
+          },
+          [field](const Options& o) { return o.*field; }};
+}
+
+const std::vector<OptionEntry>& Table() {
+  static const std::vector<OptionEntry>* table = new std::vector<OptionEntry>{
+      BoolOption("create_if_missing", &Options::create_if_missing),
+      BoolOption("error_if_exists", &Options::error_if_exists),
+      SizeOption("memory_capacity_bytes", &Options::memory_capacity_bytes),
+      EnumOption("memory_eviction", &Options::memory_eviction, EvictionNames),
+      BoolOption("use_huge_pages", &Options::use_huge_pages),
+      BoolOption("prefault_memory", &Options::prefault_memory),
+      SizeOption("memory_slab_size", &Options::memory_slab_size),
+      SizeOption("index_shards", &Options::index_shards),
+      SizeOption("max_key_size", &Options::max_key_size),
+      SizeOption("max_value_size", &Options::max_value_size),
+      SizeOption("max_batch_size", &Options::max_batch_size),
+      EnumOption("log_level", &Options::log_level, LogLevelNames),
+      StringOption("log_file", &Options::log_file),
+  };
+  return *table;
+}
+
+const OptionEntry* Find(const std::string& name) {
+  for (const auto& e : Table()) {
+    if (name == e.name) return &e;
+  }
+  return nullptr;
+}
+
+std::string EnvName(const char* option_name) {
+  std::string env = "KVENGINE_";
+  for (const char* p = option_name; *p; p++) {
+    env += static_cast<char>(std::toupper(static_cast<unsigned char>(*p)));
+  }
+  return env;
+}
+
+}  // namespace
+
+Status Options::Set(const std::string& name, const std::string& value) {
+  const OptionEntry* entry = Find(name);
+  if (entry == nullptr) return Status::InvalidArgument("unknown option '" + name + "'");
+  Status s = entry->set(this, value);
+  if (!s.ok()) {
+    return Status::InvalidArgument("option " + name + "='" + value + "'", s.message());
+  }
+  return Status::OK();
+}
+
+Status Options::ApplyEnvironment() {
+  Options updated = *this;
+  for (const auto& e : Table()) {
+    std::string var = EnvName(e.name);
+    const char* raw = std::getenv(var.c_str());
+    if (raw == nullptr) continue;  // unset: leave the option alone
+    std::string value(raw);
+    Status s = e.set(&updated, value);
+    if (!s.ok()) {
+      return Status::InvalidArgument("environment variable " + var + "='" + value + "'",
+                                     s.message());
+    }
+  }
+  *this = std::move(updated);
+  return Status::OK();
+}
+
+Status Options::Validate() const {
+  auto is_pow2 = [](uint64_t v) { return v != 0 && (v & (v - 1)) == 0; };
+  if (!is_pow2(memory_slab_size) || memory_slab_size < (64u << 10) ||
+      memory_slab_size > (1ull << 30)) {
+    return Status::InvalidArgument(
+        "memory_slab_size must be a power of two in [64KiB, 1GiB], got " +
+        std::to_string(memory_slab_size));
+  }
+  if (memory_capacity_bytes < memory_slab_size) {
+    return Status::InvalidArgument("memory_capacity_bytes (" + FormatSize(memory_capacity_bytes) +
+                                   ") is smaller than memory_slab_size (" +
+                                   FormatSize(memory_slab_size) + ")");
+  }
+  if (memory_capacity_bytes / memory_slab_size > (1u << 24)) {
+    return Status::InvalidArgument("memory_capacity_bytes / memory_slab_size exceeds 16M slabs");
+  }
+  if (index_shards == 0 || index_shards > 65536) {
+    return Status::InvalidArgument("index_shards must be in [1, 65536], got " +
+                                   std::to_string(index_shards));
+  }
+  if (max_key_size == 0 || max_key_size > (1u << 20)) {
+    return Status::InvalidArgument("max_key_size must be in [1, 1MiB], got " +
+                                   std::to_string(max_key_size));
+  }
+  if (max_batch_size == 0) return Status::InvalidArgument("max_batch_size must be positive");
+  if (max_value_size > (1ull << 40)) {
+    return Status::InvalidArgument("max_value_size must be at most 1TiB");
+  }
+  return Status::OK();
+}
+
+std::vector<std::string> Options::SettableNames() {
+  std::vector<std::string> names;
+  for (const auto& e : Table()) names.emplace_back(e.name);
+  return names;
+}
+
+std::string Options::ToString() const {
+  std::ostringstream out;
+  for (const auto& e : Table()) out << e.name << "=" << e.get(*this) << "\n";
+  return out.str();
+}
+
+}  // namespace kvengine

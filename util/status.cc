@@ -1,0 +1,79 @@
+#include "kvengine/status.h"
+
+namespace kvengine {
+
+namespace {
+const std::string& EmptyString() {
+  static const std::string* empty = new std::string;
+  return *empty;
+}
+}  // namespace
+
+Status::Status(Code code, std::string_view msg, std::string_view msg2)
+    : state_(std::make_unique<State>()) {
+  state_->code = code;
+  state_->message.reserve(msg.size() + (msg2.empty() ? 0 : msg2.size() + 2));
+  state_->message.append(msg);
+  if (!msg2.empty()) {
+    state_->message.append(": ");
+    state_->message.append(msg2);
+  }
+}
+
+Status::Status(const Status& other)
+    : state_(other.state_ ? std::make_unique<State>(*other.state_) : nullptr) {}
+
+Status& Status::operator=(const Status& other) {
+  if (this != &other) state_ = other.state_ ? std::make_unique<State>(*other.state_) : nullptr;
+  return *this;
+}
+
+Status Status::FromErrorCode(int error_code, std::string_view msg) {
+  int code = -error_code;
+  if (code == 0) return OK();
+  if (code < 0 || code > static_cast<int>(Code::kBufferTooSmall)) {
+    return InvalidArgument("unknown error code " + std::to_string(error_code), msg);
+  }
+  return Status(static_cast<Code>(code), msg, {});
+}
+
+const std::string& Status::message() const { return state_ ? state_->message : EmptyString(); }
+
+const char* Status::CodeName(Code code) {
+  switch (code) {
+    case Code::kOk:
+      return "ok";
+    case Code::kNotFound:
+      return "not_found";
+    case Code::kInvalidArgument:
+      return "invalid_argument";
+    case Code::kCorruption:
+      return "corruption";
+    case Code::kIOError:
+      return "io_error";
+    case Code::kNoSpace:
+      return "no_space";
+    case Code::kBusy:
+      return "busy";
+    case Code::kAborted:
+      return "aborted";
+    case Code::kNotSupported:
+      return "not_supported";
+    case Code::kBufferTooSmall:
+      return "buffer_too_small";
+  }
+  return "unknown";
+}
+
+std::string Status::ToString() const {
+  if (ok()) return "OK";
+  static const char* const kTitles[] = {
+      "OK",      "NotFound", "InvalidArgument", "Corruption",   "IOError",
+      "NoSpace", "Busy",     "Aborted",         "NotSupported", "BufferTooSmall"};
+  std::string result = kTitles[static_cast<int>(state_->code)];
+  result += ": ";
+  result += state_->message;
+  return result;
+}
+
+}  // namespace kvengine
