@@ -3,6 +3,7 @@
 #include <cinttypes>
 #include <cstring>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <unordered_set>
 
@@ -33,6 +34,34 @@ std::string Printable(const Slice& key) {
 }
 
 }  // namespace
+
+// Write-back offload: a value the memory tier evicts goes to SSD first.  The value is
+// staged (copied into a bucket image) outside any lock, then published on SSD under the
+// key's lock, and only if memory still holds that very version: a delete or overwrite
+// that came in between wins, and the staged copy is given up.
+class DBImpl::Offloader final : public EvictionHandler {
+ public:
+  Offloader(MemoryTier* memory, SsdTier* ssd) : memory_(memory), ssd_(ssd) {}
+
+  bool OnEvict(const Slice& key, const Slice& value, uint64_t version) override {
+    if (ssd_->HasVersion(key, version)) return true;  // already there (write-through)
+    SsdTier::Ticket ticket;
+    if (!ssd_->Stage(key, std::span<const Slice>(&value, 1), value.size(), &ticket).ok()) {
+      return false;  // SSD full or failing: the value stays in memory
+    }
+    bool current = false;
+    memory_->WithKeyLocked(key, [&](uint64_t in_memory) {
+      current = in_memory == version;
+      if (current) ssd_->Commit(&ticket, version);
+    });
+    if (!current) ssd_->Abort(&ticket);
+    return true;  // either safe on SSD, or already deleted/overwritten in memory
+  }
+
+ private:
+  MemoryTier* const memory_;
+  SsdTier* const ssd_;
+};
 
 Status DB::Open(const Options& options, const std::string& path, std::unique_ptr<DB>* db) {
   db->reset();
@@ -86,8 +115,17 @@ Status DBImpl::Init() {
     if (!s.ok()) return s;
   }
 
+  if (options_.ssd_capacity_bytes > 0) {
+    s = SsdTier::Open(options_, path_, env_, &logger_, &ssd_);
+    if (!s.ok()) return s;
+    version_source_.store(ssd_->recovered_max_version());
+  }
   s = MemoryTier::Create(options_, &logger_, &version_source_, &memory_);
   if (!s.ok()) return s;
+  if (ssd_ != nullptr) {
+    offloader_ = std::make_unique<Offloader>(memory_.get(), ssd_.get());
+    memory_->SetEvictionHandler(offloader_.get());
+  }
   if (options_.memory_registrar) {
     s = options_.memory_registrar->Register(memory_->arena_base(), memory_->arena_size(), "arena");
     if (!s.ok()) return s;
@@ -113,9 +151,16 @@ Status DBImpl::Close() {
     }
   }
   registered_buffers_.clear();
-  memory_.reset();
   Status s;
-  if (lock_ != nullptr) s = env_->UnlockFile(std::move(lock_));
+  if (memory_ != nullptr) memory_->SetEvictionHandler(nullptr);
+  if (ssd_ != nullptr) s = ssd_->Close();
+  ssd_.reset();
+  offloader_.reset();
+  memory_.reset();
+  if (lock_ != nullptr) {
+    Status u = env_->UnlockFile(std::move(lock_));
+    if (s.ok()) s = u;
+  }
   return s;
 }
 
@@ -165,7 +210,28 @@ Status DBImpl::PutOne(const Slice& key, std::span<const Slice> parts) {
                                      FormatSize(options_.max_value_size) + ")");
     }
   }
-  s = memory_->Put(key, parts, size, nullptr);
+  SsdTier::Ticket ticket;
+  if (ssd_ != nullptr && options_.offload_policy == OffloadPolicy::kWriteThrough) {
+    s = ssd_->Stage(key, parts, size, &ticket);
+    if (!s.ok()) {
+      counters_.put_failures.fetch_add(1, std::memory_order_relaxed);
+      return s;
+    }
+  }
+  MemoryTier::VersionHook published;
+  if (ssd_ != nullptr) {
+    // Under the key's lock: the SSD copy of this version is published, or an older SSD
+    // value is retired (and tombstoned), atomically with the memory tier.
+    published = [&](uint64_t version) {
+      if (ticket.valid()) {
+        ssd_->Commit(&ticket, version);
+      } else {
+        ssd_->EraseOlderThan(key, version);
+      }
+    };
+  }
+  s = memory_->Put(key, parts, size, nullptr, published);
+  if (!s.ok() && ssd_ != nullptr) ssd_->Abort(&ticket);
   if (s.ok()) {
     counters_.puts.fetch_add(1, std::memory_order_relaxed);
     counters_.put_bytes.fetch_add(size, std::memory_order_relaxed);
@@ -191,8 +257,26 @@ Status DBImpl::GetOne(const Slice& key, std::span<const MutableSlice> dest, uint
   counters_.gets.fetch_add(1, std::memory_order_relaxed);
   MemoryTier::Handle handle;
   if (!memory_->Lookup(key, &handle)) {
-    counters_.misses.fetch_add(1, std::memory_order_relaxed);
-    return Status::NotFound("key " + Printable(key));
+    if (ssd_ == nullptr) {
+      counters_.misses.fetch_add(1, std::memory_order_relaxed);
+      return Status::NotFound("key " + Printable(key));
+    }
+    std::vector<int64_t> result(1);
+    const Destination where(dest.begin(), dest.end());
+    ReadFromSsd(std::span<const Slice>(&key, 1), std::span<const Destination>(&where, 1), {0},
+                &result, true);
+    if (result[0] >= 0) {
+      *size = static_cast<uint64_t>(result[0]);
+      return Status::OK();
+    }
+    if (result[0] == Status::BufferTooSmall("").ErrorCode()) {
+      SsdLocation loc;
+      if (ssd_->Locate(key, &loc)) *size = loc.size;
+      return Status::BufferTooSmall("value of key " + Printable(key) + " is " +
+                                    std::to_string(*size) + " bytes; buffers hold " +
+                                    std::to_string(capacity));
+    }
+    return Status::FromErrorCode(static_cast<int>(result[0]), "key " + Printable(key));
   }
   counters_.memory_hits.fetch_add(1, std::memory_order_relaxed);
   const Slice value = handle.value();
@@ -218,7 +302,9 @@ Status DBImpl::GetOne(const Slice& key, std::span<const MutableSlice> dest, uint
 Status DBImpl::DeleteOne(const Slice& key) {
   Status s = CheckKey(key);
   if (!s.ok()) return s;
-  if (!memory_->Erase(key)) return Status::NotFound("key " + Printable(key));
+  MemoryTier::CheckHook also_on_ssd;
+  if (ssd_ != nullptr) also_on_ssd = [&] { return ssd_->Erase(key); };
+  if (!memory_->Erase(key, also_on_ssd)) return Status::NotFound("key " + Printable(key));
   counters_.deletes.fetch_add(1, std::memory_order_relaxed);
   return Status::OK();
 }
@@ -230,7 +316,7 @@ Status DBImpl::Put(const WriteOptions&, const Slice& key, const Slice& value) {
   return PutOne(key, std::span<const Slice>(&value, 1));
 }
 
-Status DBImpl::Get(const ReadOptions&, const Slice& key, std::string* value) {
+Status DBImpl::Get(const ReadOptions& options, const Slice& key, std::string* value) {
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return s;
@@ -238,15 +324,36 @@ Status DBImpl::Get(const ReadOptions&, const Slice& key, std::string* value) {
   s = CheckKey(key);
   if (!s.ok()) return s;
   MemoryTier::Handle handle;
-  counters_.gets.fetch_add(1, std::memory_order_relaxed);
-  if (!memory_->Lookup(key, &handle)) {
-    counters_.misses.fetch_add(1, std::memory_order_relaxed);
-    return Status::NotFound("key " + Printable(key));
+  if (memory_->Lookup(key, &handle)) {
+    counters_.gets.fetch_add(1, std::memory_order_relaxed);
+    counters_.memory_hits.fetch_add(1, std::memory_order_relaxed);
+    value->assign(handle.value().data(), handle.value().size());
+    counters_.get_bytes.fetch_add(value->size(), std::memory_order_relaxed);
+    return Status::OK();
   }
-  counters_.memory_hits.fetch_add(1, std::memory_order_relaxed);
-  value->assign(handle.value().data(), handle.value().size());
-  counters_.get_bytes.fetch_add(value->size(), std::memory_order_relaxed);
-  return Status::OK();
+  // Not in memory: size the string from the SSD location, then read into it.  A value
+  // replaced meanwhile by a larger one is retried.
+  (void)options;
+  for (int attempt = 0; attempt < 8; attempt++) {
+    SsdLocation loc;
+    if (ssd_ == nullptr || !ssd_->Locate(key, &loc)) {
+      if (!memory_->Lookup(key, &handle)) break;
+      value->assign(handle.value().data(), handle.value().size());
+      return Status::OK();
+    }
+    value->resize(loc.size);
+    MutableSlice buf(value->data(), value->size());
+    uint64_t size = 0;
+    s = GetOne(key, std::span<const MutableSlice>(&buf, 1), &size);
+    if (s.ok()) {
+      value->resize(size);
+      return s;
+    }
+    if (!s.IsBufferTooSmall()) return s;
+  }
+  counters_.gets.fetch_add(1, std::memory_order_relaxed);
+  counters_.misses.fetch_add(1, std::memory_order_relaxed);
+  return Status::NotFound("key " + Printable(key));
 }
 
 Status DBImpl::GetInto(const ReadOptions&, const Slice& key, MutableSlice buffer,
@@ -274,9 +381,16 @@ Status DBImpl::GetValueSize(const Slice& key, uint64_t* size) {
   s = CheckKey(key);
   if (!s.ok()) return s;
   MemoryTier::Handle handle;
-  if (!memory_->Lookup(key, &handle)) return Status::NotFound("key " + Printable(key));
-  *size = handle.value().size();
-  return Status::OK();
+  if (memory_->Lookup(key, &handle)) {
+    *size = handle.value().size();
+    return Status::OK();
+  }
+  SsdLocation loc;
+  if (ssd_ != nullptr && ssd_->Locate(key, &loc)) {
+    *size = loc.size;
+    return Status::OK();
+  }
+  return Status::NotFound("key " + Printable(key));
 }
 
 Status DBImpl::BatchPut(const WriteOptions&, std::span<const Slice> keys,
@@ -306,7 +420,7 @@ Status DBImpl::BatchPut(const WriteOptions&, std::span<const Slice> keys,
   return Status::OK();
 }
 
-Status DBImpl::BatchGetInto(const ReadOptions&, std::span<const Slice> keys,
+Status DBImpl::BatchGetInto(const ReadOptions& options, std::span<const Slice> keys,
                             std::span<const Destination> destinations,
                             std::vector<int64_t>* results) {
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
@@ -318,11 +432,22 @@ Status DBImpl::BatchGetInto(const ReadOptions&, std::span<const Slice> keys,
   if (!s.ok()) return s;
   counters_.batch_calls.fetch_add(1, std::memory_order_relaxed);
   results->resize(keys.size());
+  std::vector<size_t> misses;
   for (size_t i = 0; i < keys.size(); i++) {
     uint64_t size = 0;
-    Status key_status = GetOne(keys[i], destinations[i], &size);
+    Status key_status;
+    if (ssd_ != nullptr && CheckKey(keys[i]).ok() && !memory_->Contains(keys[i])) {
+      misses.push_back(i);  // read with the other misses, in one submission
+      continue;
+    }
+    key_status = GetOne(keys[i], destinations[i], &size);
+    if (key_status.IsNotFound() && ssd_ != nullptr) {
+      misses.push_back(i);  // evicted between the check and the read
+      continue;
+    }
     (*results)[i] = key_status.ok() ? static_cast<int64_t>(size) : key_status.ErrorCode();
   }
+  if (!misses.empty()) ReadFromSsd(keys, destinations, misses, results, options.verify_checksums);
   return Status::OK();
 }
 
@@ -339,7 +464,11 @@ Status DBImpl::BatchExists(std::span<const Slice> keys, std::vector<int64_t>* re
   results->resize(keys.size());
   for (size_t i = 0; i < keys.size(); i++) {
     Status key_status = CheckKey(keys[i]);
-    (*results)[i] = !key_status.ok() ? key_status.ErrorCode() : memory_->Contains(keys[i]) ? 1 : 0;
+    if (!key_status.ok()) {
+      (*results)[i] = key_status.ErrorCode();
+    } else {
+      (*results)[i] = memory_->Contains(keys[i]) || (ssd_ != nullptr && ssd_->Contains(keys[i]));
+    }
   }
   return Status::OK();
 }
@@ -380,8 +509,7 @@ Status DBImpl::DeleteAll(uint64_t* deleted) {
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return s;
-  uint64_t n = memory_->EraseIf([](std::string_view) { return true; });
-  counters_.deletes.fetch_add(n, std::memory_order_relaxed);
+  uint64_t n = DeleteMatching([](std::string_view) { return true; });
   if (deleted != nullptr) *deleted = n;
   return Status::OK();
 }
@@ -428,7 +556,90 @@ Status DBImpl::UnregisterBuffer(void* addr) {
 
 Status DBImpl::Flush() {
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
-  return CheckOpen();  // the memory tier has nothing durable to flush
+  Status s = CheckOpen();
+  if (!s.ok() || ssd_ == nullptr) return s;  // the memory tier has nothing durable
+  return ssd_->Flush();
+}
+
+Status DBImpl::CompactBuckets(uint64_t* reclaimed_bytes) {
+  std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+  if (reclaimed_bytes != nullptr) *reclaimed_bytes = 0;
+  Status s = CheckOpen();
+  if (!s.ok() || ssd_ == nullptr) return s;
+  return ssd_->CompactBuckets(reclaimed_bytes);
+}
+
+uint64_t DBImpl::DeleteMatching(const std::function<bool(std::string_view)>& pred) {
+  if (ssd_ == nullptr) {
+    uint64_t n = memory_->EraseIf(pred);
+    counters_.deletes.fetch_add(n, std::memory_order_relaxed);
+    return n;
+  }
+  // Keys may live in either tier or both: collect them, then delete each one through
+  // the per-key path so both tiers change together.
+  std::set<std::string> doomed;
+  memory_->ForEach([&](std::string_view key, uint64_t, uint64_t) {
+    if (pred(key)) doomed.emplace(key);
+  });
+  ssd_->ForEachKey([&](const std::string& key) {
+    if (pred(key)) doomed.insert(key);
+  });
+  uint64_t n = 0;
+  for (const std::string& key : doomed) n += DeleteOne(key).ok();
+  return n;
+}
+
+void DBImpl::ReadFromSsd(std::span<const Slice> keys, std::span<const Destination> dests,
+                         const std::vector<size_t>& misses, std::vector<int64_t>* results,
+                         bool verify) {
+  std::vector<SsdTier::Read> reads(misses.size());
+  for (size_t j = 0; j < misses.size(); j++) {
+    reads[j].key = keys[misses[j]];
+    reads[j].dest = dests[misses[j]];
+  }
+  ssd_->MultiGet(reads, verify);
+  for (size_t j = 0; j < misses.size(); j++) {
+    SsdTier::Read& r = reads[j];
+    const Slice key = keys[misses[j]];
+    if (r.status.IsNotFound()) {
+      // Promoted or written into memory while we looked: read it from there.
+      uint64_t size = 0;
+      MemoryTier::Handle handle;
+      Status s = memory_->Contains(key) ? GetOne(key, r.dest, &size)
+                                        : Status::NotFound("key " + Printable(key));
+      if (s.IsNotFound()) counters_.misses.fetch_add(1, std::memory_order_relaxed);
+      (*results)[misses[j]] = s.ok() ? static_cast<int64_t>(size) : s.ErrorCode();
+      continue;
+    }
+    if (!r.status.ok()) {
+      if (r.status.IsCorruption() || r.status.IsIOError()) {
+        logger_.Logf(LogLevel::kError, "reading key %s from SSD: %s", Printable(key).c_str(),
+                     r.status.ToString().c_str());
+      }
+      (*results)[misses[j]] = r.status.ErrorCode();
+      continue;
+    }
+    counters_.ssd_hits.fetch_add(1, std::memory_order_relaxed);
+    counters_.get_bytes.fetch_add(r.size, std::memory_order_relaxed);
+    (*results)[misses[j]] = static_cast<int64_t>(r.size);
+    if (options_.promote_on_read) {
+      // The bytes are in the caller's buffers now; copy them into the memory tier, unless
+      // the key changed meanwhile (checked under the key's lock).
+      std::vector<Slice> parts;
+      uint64_t left = r.size;
+      for (const MutableSlice& d : r.dest) {
+        if (left == 0) break;
+        const uint64_t n = std::min<uint64_t>(left, d.size());
+        parts.emplace_back(d.data(), n);
+        left -= n;
+      }
+      const uint64_t version = r.version;
+      if (memory_->Insert(key, parts, r.size, version,
+                          [&] { return ssd_->HasVersion(key, version); })) {
+        counters_.promotions.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+  }
 }
 
 std::string DBImpl::StatsText() const {
@@ -443,6 +654,8 @@ std::string DBImpl::StatsText() const {
       << "memory.evictions: " << m.evictions << "\n"
       << "memory.evicted_bytes: " << m.evicted_bytes << "\n"
       << "memory.rejected_puts: " << m.rejected_puts << "\n"
+      << "ssd.hits: " << counters_.ssd_hits.load() << "\n"
+      << "promotions: " << counters_.promotions.load() << "\n"
       << "misses: " << counters_.misses.load() << "\n"
       << "puts: " << counters_.puts.load() << "\n"
       << "put_bytes: " << counters_.put_bytes.load() << "\n"
@@ -452,6 +665,41 @@ std::string DBImpl::StatsText() const {
       << "exists_queries: " << counters_.exists_queries.load() << "\n"
       << "deletes: " << counters_.deletes.load() << "\n"
       << "batch_calls: " << counters_.batch_calls.load() << "\n";
+  if (ssd_ != nullptr) {
+    const SsdTier::Stats d = ssd_->GetStats();
+    const double ratio = d.live_bytes + d.deleted_bytes == 0
+                             ? 0.0
+                             : static_cast<double>(d.deleted_bytes) /
+                                   static_cast<double>(d.live_bytes + d.deleted_bytes);
+    out << "ssd.keys: " << d.keys << "\n"
+        << "ssd.live_bytes: " << d.live_bytes << "\n"
+        << "ssd.used_bytes: " << d.used_bytes << "\n"
+        << "ssd.capacity_bytes: " << d.capacity_bytes << "\n"
+        << "ssd.buckets: " << d.buckets << "\n"
+        << "ssd.pending_buckets: " << d.pending_buckets << "\n"
+        << "ssd.deleted_bytes: " << d.deleted_bytes << "\n"
+        << "ssd.deleted_ratio: " << ratio << "\n"
+        << "ssd.offloads: " << d.offloads << "\n"
+        << "ssd.offload_bytes: " << d.offload_bytes << "\n"
+        << "ssd.offload_failures: " << d.offload_failures << "\n"
+        << "ssd.reads: " << d.reads << "\n"
+        << "ssd.read_bytes: " << d.read_bytes << "\n"
+        << "ssd.read_errors: " << d.read_errors << "\n"
+        << "ssd.bucket_writes: " << d.bucket_writes << "\n"
+        << "ssd.bucket_write_errors: " << d.bucket_write_errors << "\n"
+        << "ssd.tombstones: " << d.tombstones << "\n"
+        << "ssd.evicted_buckets: " << d.evicted_buckets << "\n"
+        << "ssd.evicted_keys: " << d.evicted_keys << "\n"
+        << "ssd.gc_rounds: " << d.gc_rounds << "\n"
+        << "ssd.gc_buckets_compacted: " << d.gc_buckets_compacted << "\n"
+        << "ssd.gc_bytes_reclaimed: " << d.gc_bytes_reclaimed << "\n"
+        << "ssd.gc_bytes_rewritten: " << d.gc_bytes_rewritten << "\n"
+        << "ssd.gc_keys_lost_race: " << d.gc_keys_lost_race << "\n"
+        << "ssd.quarantined_buckets: " << d.quarantined_buckets << "\n"
+        << "ssd.recovered_keys: " << d.recovered_keys << "\n"
+        << "ssd.io_uring: " << (d.io_uring ? "true" : "false") << "\n"
+        << "ssd.direct_io: " << (d.direct_io ? "true" : "false") << "\n";
+  }
   return out.str();
 }
 
@@ -468,7 +716,32 @@ std::string DBImpl::StatsJson() const {
       << ",\"gets\":" << counters_.gets.load() << ",\"get_bytes\":" << counters_.get_bytes.load()
       << ",\"exists_queries\":" << counters_.exists_queries.load()
       << ",\"deletes\":" << counters_.deletes.load()
-      << ",\"batch_calls\":" << counters_.batch_calls.load() << "}";
+      << ",\"batch_calls\":" << counters_.batch_calls.load()
+      << ",\"ssd_hits\":" << counters_.ssd_hits.load()
+      << ",\"promotions\":" << counters_.promotions.load();
+  if (ssd_ != nullptr) {
+    const SsdTier::Stats d = ssd_->GetStats();
+    out << ",\"ssd\":{\"keys\":" << d.keys << ",\"live_bytes\":" << d.live_bytes
+        << ",\"used_bytes\":" << d.used_bytes << ",\"capacity_bytes\":" << d.capacity_bytes
+        << ",\"buckets\":" << d.buckets << ",\"pending_buckets\":" << d.pending_buckets
+        << ",\"deleted_bytes\":" << d.deleted_bytes << ",\"offloads\":" << d.offloads
+        << ",\"offload_bytes\":" << d.offload_bytes
+        << ",\"offload_failures\":" << d.offload_failures << ",\"reads\":" << d.reads
+        << ",\"read_bytes\":" << d.read_bytes << ",\"read_errors\":" << d.read_errors
+        << ",\"bucket_writes\":" << d.bucket_writes
+        << ",\"bucket_write_errors\":" << d.bucket_write_errors
+        << ",\"tombstones\":" << d.tombstones << ",\"evicted_buckets\":" << d.evicted_buckets
+        << ",\"evicted_keys\":" << d.evicted_keys << ",\"gc_rounds\":" << d.gc_rounds
+        << ",\"gc_buckets_compacted\":" << d.gc_buckets_compacted
+        << ",\"gc_bytes_reclaimed\":" << d.gc_bytes_reclaimed
+        << ",\"gc_bytes_rewritten\":" << d.gc_bytes_rewritten
+        << ",\"gc_keys_lost_race\":" << d.gc_keys_lost_race
+        << ",\"quarantined_buckets\":" << d.quarantined_buckets
+        << ",\"recovered_keys\":" << d.recovered_keys
+        << ",\"io_uring\":" << (d.io_uring ? "true" : "false")
+        << ",\"direct_io\":" << (d.direct_io ? "true" : "false") << "}";
+  }
+  out << "}";
   return out.str();
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "db/memory_tier.h"
+#include "db/ssd_tier.h"
 #include "kvengine/db.h"
 #include "kvengine/env.h"
 #include "util/logging.h"
@@ -45,12 +46,14 @@ class DBImpl final : public DB {
   Status RegisterBuffer(void* addr, size_t length) override;
   Status UnregisterBuffer(void* addr) override;
   Status Flush() override;
+  Status CompactBuckets(uint64_t* reclaimed_bytes) override;
   bool GetProperty(const std::string& name, std::string* value) override;
 
  private:
   struct Counters {
     std::atomic<uint64_t> puts{0}, put_bytes{0}, put_failures{0};
-    std::atomic<uint64_t> gets{0}, get_bytes{0}, memory_hits{0}, misses{0};
+    std::atomic<uint64_t> gets{0}, get_bytes{0}, memory_hits{0}, ssd_hits{0}, misses{0};
+    std::atomic<uint64_t> promotions{0};
     std::atomic<uint64_t> exists_queries{0}, deletes{0};
     std::atomic<uint64_t> batch_calls{0};
   };
@@ -62,6 +65,12 @@ class DBImpl final : public DB {
   // Copies key's value into dest's buffers; stores the value size in *size.
   Status GetOne(const Slice& key, std::span<const MutableSlice> dest, uint64_t* size);
   Status DeleteOne(const Slice& key);
+  // Reads the keys that missed the memory tier from SSD (one submission) and promotes
+  // them by policy.  misses[i] indexes keys/dests/results.
+  void ReadFromSsd(std::span<const Slice> keys, std::span<const Destination> dests,
+                   const std::vector<size_t>& misses, std::vector<int64_t>* results, bool verify);
+  // Removes every key matching pred from every tier; returns the count.
+  uint64_t DeleteMatching(const std::function<bool(std::string_view)>& pred);
   std::string StatsText() const;
   std::string StatsJson() const;
 
@@ -72,6 +81,9 @@ class DBImpl final : public DB {
   std::unique_ptr<FileLock> lock_;
   std::atomic<uint64_t> version_source_{0};
   std::unique_ptr<MemoryTier> memory_;
+  std::unique_ptr<SsdTier> ssd_;  // null when ssd_capacity_bytes == 0
+  class Offloader;
+  std::unique_ptr<Offloader> offloader_;
 
   // Calls hold it shared; Close holds it exclusively, so Close waits for calls in flight.
   mutable std::shared_mutex lifecycle_mu_;

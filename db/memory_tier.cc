@@ -123,7 +123,7 @@ void MemoryTier::Evict(Item* victim) {
 }
 
 Status MemoryTier::Put(const Slice& key, std::span<const Slice> parts, uint64_t size,
-                       uint64_t* version) {
+                       uint64_t* version, const VersionHook& published) {
   if (size > allocator_.capacity()) {
     return Status::InvalidArgument("value of " + FormatSize(size) +
                                    " is larger than the memory tier (" +
@@ -160,6 +160,7 @@ Status MemoryTier::Put(const Slice& key, std::span<const Slice> parts, uint64_t 
     // Linked while the shard lock is held so a concurrent delete cannot free the item
     // before it is in the LRU.
     allocator_.Touch(item);
+    if (published) published(item->version);
   }
   if (replaced != nullptr) Unref(replaced);
   return Status::OK();
@@ -188,18 +189,60 @@ bool MemoryTier::Contains(const Slice& key) {
   return shard.map.count(key.view()) != 0;
 }
 
-bool MemoryTier::Erase(const Slice& key) {
+bool MemoryTier::Erase(const Slice& key, const CheckHook& also) {
   Shard& shard = ShardFor(key.view());
-  Item* item;
+  Item* item = nullptr;
+  bool found_elsewhere = false;
   {
     std::lock_guard<std::mutex> lock(shard.mu);
     auto it = shard.map.find(key.view());
-    if (it == shard.map.end()) return false;
-    item = it->second;
-    UnindexLocked(shard, item);
+    if (it != shard.map.end()) {
+      item = it->second;
+      UnindexLocked(shard, item);
+    }
+    if (also) found_elsewhere = also();
   }
+  if (item == nullptr) return found_elsewhere;
   Unref(item);
   return true;
+}
+
+bool MemoryTier::Insert(const Slice& key, std::span<const Slice> parts, uint64_t size,
+                        uint64_t version, const CheckHook& still_valid) {
+  if (size > allocator_.capacity()) return false;
+  Status ignored;
+  Item* item = AllocateWithEviction(size, &ignored);
+  if (item == nullptr) return false;  // no room: the value stays where it is
+  char* dst = item->data;
+  for (const Slice& part : parts) {
+    if (part.size() != 0) std::memcpy(dst, part.data(), part.size());
+    dst += part.size();
+  }
+  item->key.assign(key.data(), key.size());
+  item->size = size;
+  item->refs.store(1, std::memory_order_relaxed);
+  {
+    Shard& shard = ShardFor(item->key);
+    std::lock_guard<std::mutex> lock(shard.mu);
+    if (shard.map.count(std::string_view(item->key)) == 0 && still_valid()) {
+      item->version = version;
+      shard.map.emplace(std::string_view(item->key), item);
+      item->indexed = true;
+      items_.fetch_add(1, std::memory_order_relaxed);
+      value_bytes_.fetch_add(size, std::memory_order_relaxed);
+      allocator_.Touch(item);
+      return true;
+    }
+  }
+  Unref(item);  // frees it: it was never published
+  return false;
+}
+
+void MemoryTier::WithKeyLocked(const Slice& key, const std::function<void(uint64_t)>& fn) {
+  Shard& shard = ShardFor(key.view());
+  std::lock_guard<std::mutex> lock(shard.mu);
+  auto it = shard.map.find(key.view());
+  fn(it == shard.map.end() ? 0 : it->second->version);
 }
 
 uint64_t MemoryTier::EraseIf(const std::function<bool(std::string_view)>& pred) {

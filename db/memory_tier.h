@@ -84,16 +84,35 @@ class MemoryTier {
 
   void SetEvictionHandler(EvictionHandler* handler) { eviction_handler_ = handler; }
 
+  // Runs under the key's shard lock, the DB's per-key lock: whatever it changes in the
+  // other tiers changes atomically with the memory tier for that key.
+  using VersionHook = std::function<void(uint64_t version)>;
+  using CheckHook = std::function<bool()>;
+
   // Stores the concatenation of parts (total bytes `size`) under key.  Stores the new
-  // version in *version (may be nullptr).  NoSpace when the arena is full and eviction is
-  // off or impossible; InvalidArgument when the value can never fit.
-  Status Put(const Slice& key, std::span<const Slice> parts, uint64_t size, uint64_t* version);
+  // version in *version (may be nullptr).  `published`, when set, is called with the new
+  // version under the key's lock, right after the value became visible.  NoSpace when
+  // the arena is full and eviction is off or impossible; InvalidArgument when the value
+  // can never fit.
+  Status Put(const Slice& key, std::span<const Slice> parts, uint64_t size, uint64_t* version,
+             const VersionHook& published = nullptr);
+
+  // Inserts a value read from another tier with its existing `version` (promotion).
+  // Under the key's lock it gives up, returning false, when the key is already in memory
+  // or `still_valid` returns false.  Never evicts to make room: returns false instead.
+  bool Insert(const Slice& key, std::span<const Slice> parts, uint64_t size, uint64_t version,
+              const CheckHook& still_valid);
+
+  // Calls fn with the version of key's value in memory (0 when absent) under the key's
+  // lock.
+  void WithKeyLocked(const Slice& key, const std::function<void(uint64_t version)>& fn);
 
   // Pins the value of key into *handle.  Returns false when absent.
   bool Lookup(const Slice& key, Handle* handle);
   bool Contains(const Slice& key);
-  // Removes key; returns false when absent.
-  bool Erase(const Slice& key);
+  // Removes key; returns false when absent.  `also`, when set, runs under the key's lock
+  // whether or not the key was in memory, and its result is or-ed into the return value.
+  bool Erase(const Slice& key, const CheckHook& also = nullptr);
   // Removes every key for which pred(key) holds; returns the count.
   uint64_t EraseIf(const std::function<bool(std::string_view)>& pred);
   // Calls fn(key, size, version) for every key (no order; concurrent writes may or may

@@ -46,6 +46,7 @@ class PosixRandomAccessFile final : public RandomAccessFile {
   }
   bool IsDirect() const override { return direct_; }
   uint64_t Size() const override { return size_; }
+  int FileDescriptor() const override { return fd_; }
 
  private:
   const std::string path_;
@@ -89,6 +90,7 @@ class PosixWritableFile final : public WritableFile {
   }
   uint64_t Size() const override { return size_; }
   bool IsDirect() const override { return direct_; }
+  int FileDescriptor() const override { return fd_; }
 
  private:
   const std::string path_;
@@ -272,6 +274,20 @@ Status RandomAccessFile::MultiRead(ReadRequest* requests, size_t count) const {
   for (size_t i = 0; i < count; i++) {
     ReadRequest& r = requests[i];
     r.status = Read(r.offset, r.length, r.scratch, &r.bytes_read);
+    if (!r.status.ok() && first.ok()) first = r.status;
+  }
+  return first;
+}
+
+Status Env::MultiRead(ReadRequest* requests, size_t count) {
+  Status first;
+  for (size_t i = 0; i < count; i++) {
+    ReadRequest& r = requests[i];
+    if (r.file == nullptr) {
+      r.status = Status::InvalidArgument("MultiRead request without a file");
+    } else {
+      r.status = r.file->Read(r.offset, r.length, r.scratch, &r.bytes_read);
+    }
     if (!r.status.ok() && first.ok()) first = r.status;
   }
   return first;

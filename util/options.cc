@@ -4,6 +4,7 @@
 #include "kvengine/options.h"
 
 #include <cctype>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <sstream>
@@ -23,6 +24,14 @@ struct OptionEntry {
 
 const std::vector<std::string>& EvictionNames() {
   static const std::vector<std::string> names = {"lru", "none"};
+  return names;
+}
+const std::vector<std::string>& OffloadPolicyNames() {
+  static const std::vector<std::string> names = {"write_back", "write_through"};
+  return names;
+}
+const std::vector<std::string>& SsdEvictionNames() {
+  static const std::vector<std::string> names = {"none", "lru", "fifo"};
   return names;
 }
 const std::vector<std::string>& LogLevelNames() {
@@ -66,6 +75,21 @@ OptionEntry EnumOption(const char* name, E Options::*field,
           [field, names](const Options& o) { return names()[static_cast<int>(o.*field)]; }};
 }
 
+OptionEntry RatioOption(const char* name, double Options::*field) {
+  return {name,
+          [field](Options* o, const std::string& v) {
+            double parsed;
+            Status s = ParseRatio(v, &parsed);
+            if (s.ok()) o->*field = parsed;
+            return s;
+          },
+          [field](const Options& o) {
+            char buf[32];
+            std::snprintf(buf, sizeof(buf), "%g", o.*field);
+            return std::string(buf);
+          }};
+}
+
 OptionEntry StringOption(const char* name, std::string Options::*field) {
   return {name,
           [field](Options* o, const std::string& v) {
@@ -85,6 +109,21 @@ const std::vector<OptionEntry>& Table() {
       BoolOption("prefault_memory", &Options::prefault_memory),
       SizeOption("memory_slab_size", &Options::memory_slab_size),
       SizeOption("index_shards", &Options::index_shards),
+      SizeOption("ssd_capacity_bytes", &Options::ssd_capacity_bytes),
+      EnumOption("offload_policy", &Options::offload_policy, OffloadPolicyNames),
+      SizeOption("bucket_keys_limit", &Options::bucket_keys_limit),
+      SizeOption("bucket_size_limit", &Options::bucket_size_limit),
+      SizeOption("bucket_flush_timeout_ms", &Options::bucket_flush_timeout_ms),
+      BoolOption("use_direct_io", &Options::use_direct_io),
+      BoolOption("use_io_uring", &Options::use_io_uring),
+      EnumOption("ssd_eviction", &Options::ssd_eviction, SsdEvictionNames),
+      BoolOption("disable_ssd_eviction", &Options::disable_ssd_eviction),
+      BoolOption("promote_on_read", &Options::promote_on_read),
+      SizeOption("tombstone_sync_interval_ms", &Options::tombstone_sync_interval_ms),
+      RatioOption("gc_deleted_ratio", &Options::gc_deleted_ratio),
+      RatioOption("gc_high_watermark_ratio", &Options::gc_high_watermark_ratio),
+      SizeOption("gc_interval_ms", &Options::gc_interval_ms),
+      SizeOption("gc_max_buckets_per_round", &Options::gc_max_buckets_per_round),
       SizeOption("max_key_size", &Options::max_key_size),
       SizeOption("max_value_size", &Options::max_value_size),
       SizeOption("max_batch_size", &Options::max_batch_size),
@@ -163,6 +202,14 @@ Status Options::Validate() const {
                                    std::to_string(max_key_size));
   }
   if (max_batch_size == 0) return Status::InvalidArgument("max_batch_size must be positive");
+  if (bucket_keys_limit == 0) return Status::InvalidArgument("bucket_keys_limit must be positive");
+  if (bucket_size_limit < (64u << 10) || bucket_size_limit > (4ull << 30)) {
+    return Status::InvalidArgument("bucket_size_limit must be in [64KiB, 4GiB], got " +
+                                   std::to_string(bucket_size_limit));
+  }
+  if (gc_max_buckets_per_round == 0) {
+    return Status::InvalidArgument("gc_max_buckets_per_round must be positive");
+  }
   if (max_value_size > (1ull << 40)) {
     return Status::InvalidArgument("max_value_size must be at most 1TiB");
   }

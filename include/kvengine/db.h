@@ -112,8 +112,17 @@ class DB {
   virtual Status UnregisterBuffer(void* addr) = 0;
 
   // ---------------------------------------------------------------- the rest
-  // Makes every value written so far durable, where the DB has a durable tier.
+  // Makes every value written so far durable, where the DB has a durable tier: seals
+  // and writes the SSD tier's pending bucket and syncs the tombstone log, so that after
+  // a crash every value written (with write_through) and every delete made before the
+  // Flush is as it was.  With offload_policy=write_back only values already offloaded to
+  // SSD are made durable.
   virtual Status Flush() = 0;
+
+  // Runs one round of SSD garbage collection now (compacting buckets whose deleted ratio
+  // exceeds gc_deleted_ratio) and stores the bytes of disk space reclaimed in
+  // *reclaimed_bytes (may be nullptr).  OK with nothing to do, or without an SSD tier.
+  virtual Status CompactBuckets(uint64_t* reclaimed_bytes) = 0;
 
   // Stores a property's value in *value and returns true; false for an unknown name.
   //   "kvengine.stats"       counters and bytes per tier, as text

@@ -28,8 +28,12 @@ struct FileOptions {
 // Alignment that O_DIRECT requires of offsets, lengths and buffer addresses.
 inline constexpr size_t kDirectIoAlignment = 4096;
 
-// One read of a batch: fill `scratch[0, length)` from `offset`.  The Env sets `result`.
+class RandomAccessFile;
+
+// One read of a batch: fill `scratch[0, length)` from `offset` of `file`.  The Env sets
+// `status` and `bytes_read`.
 struct ReadRequest {
+  const RandomAccessFile* file = nullptr;  // used by Env::MultiRead; ignored by the file's
   uint64_t offset = 0;
   size_t length = 0;
   char* scratch = nullptr;
@@ -47,6 +51,8 @@ class RandomAccessFile {
   virtual Status MultiRead(ReadRequest* requests, size_t count) const;
   virtual bool IsDirect() const { return false; }
   virtual uint64_t Size() const = 0;
+  // The operating system's descriptor of the file, or -1 when it has none (test Envs).
+  virtual int FileDescriptor() const { return -1; }
 };
 
 class WritableFile {
@@ -60,6 +66,8 @@ class WritableFile {
   virtual Status Close() = 0;
   virtual uint64_t Size() const = 0;
   virtual bool IsDirect() const { return false; }
+  // The operating system's descriptor of the file, or -1 when it has none (test Envs).
+  virtual int FileDescriptor() const { return -1; }
 };
 
 // A held lock on a file (the DB's LOCK).  Released by Env::UnlockFile.
@@ -101,6 +109,17 @@ class Env {
   virtual Status UnlockFile(std::unique_ptr<FileLock> lock) = 0;
 
   virtual uint64_t NowMicros() = 0;
+
+  // Reads every request, each from its own file (possibly different files), and sets
+  // each request's status.  Returns the first error, if any.  The default reads them one
+  // by one; the io_uring Env submits the whole batch at once.
+  virtual Status MultiRead(ReadRequest* requests, size_t count);
+
+  // An Env that does what `base` does but reads batches with io_uring and writes large
+  // appends as parallel chunks.  Where the kernel refuses io_uring (or the build lacks
+  // liburing) it returns nullptr and stores the reason in *why; the caller then keeps
+  // `base`.  The result does not own `base`.
+  static std::unique_ptr<Env> NewIoUringEnv(Env* base, std::string* why);
 };
 
 // Told about memory that peers may need to reach directly (the RDMA transport registers

@@ -37,6 +37,19 @@ enum class MemoryEviction : int {
   kNone = 1,  // "none": reject the put with NoSpace
 };
 
+// When values go to the SSD tier.
+enum class OffloadPolicy : int {
+  kWriteBack = 0,     // "write_back": when the memory tier needs room (a cache that spills)
+  kWriteThrough = 1,  // "write_through": every put also goes to SSD (a persistent cache)
+};
+
+// Which whole buckets the SSD tier drops when it is full.
+enum class SsdEviction : int {
+  kNone = 0,  // "none": never; a full tier refuses offloads with NoSpace
+  kLru = 1,   // "lru": the bucket read or written least recently
+  kFifo = 2,  // "fifo": the oldest bucket
+};
+
 enum class LogLevel : int { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3, kOff = 4 };
 
 struct Options {
@@ -82,6 +95,73 @@ struct Options {
   // Number of shards of the key index (more shards, less lock contention).
   // Default: 64
   uint64_t index_shards = 64;
+
+  // ---------------------------------------------------------------- SSD tier
+  // Most bytes of bucket files the SSD tier may hold in the DB directory.  0 disables
+  // the SSD tier (a memory-only cache; nothing survives Close).
+  // Default: 64 GiB
+  uint64_t ssd_capacity_bytes = 64ull << 30;
+
+  // "write_back" or "write_through" (see OffloadPolicy).
+  // Default: write_back
+  OffloadPolicy offload_policy = OffloadPolicy::kWriteBack;
+
+  // A bucket is sealed and written once it holds this many values ...
+  // Default: 512
+  uint64_t bucket_keys_limit = 512;
+
+  // ... or this many bytes (a larger value gets a bucket of its own) ...
+  // Default: 64 MiB
+  uint64_t bucket_size_limit = 64ull << 20;
+
+  // ... or once it has been open this long, so a few values are never held back.
+  // Default: 500
+  uint64_t bucket_flush_timeout_ms = 500;
+
+  // Read and write bucket files with O_DIRECT (falls back to buffered I/O, with a logged
+  // message, where the file system refuses it).
+  // Default: true
+  bool use_direct_io = true;
+
+  // Read batches and write buckets through io_uring (falls back to pread/pwrite, with a
+  // logged message, where the kernel refuses io_uring).
+  // Default: true
+  bool use_io_uring = true;
+
+  // "none", "lru" or "fifo": which whole buckets to drop when the SSD tier is full.
+  // Default: lru
+  SsdEviction ssd_eviction = SsdEviction::kLru;
+
+  // Never drop values from SSD except by explicit delete (overrides ssd_eviction).
+  // Default: false
+  bool disable_ssd_eviction = false;
+
+  // Copy a value read from SSD back into the memory tier.
+  // Default: true
+  bool promote_on_read = true;
+
+  // Sync the tombstone log at most this long after a delete even without Flush().
+  // 0: only at Flush().
+  // Default: 1000
+  uint64_t tombstone_sync_interval_ms = 1000;
+
+  // ---------------------------------------------------------------- SSD garbage collection
+  // A bucket whose deleted bytes exceed this fraction of its bytes is compacted.
+  // Default: 0.5
+  double gc_deleted_ratio = 0.5;
+
+  // Above this fraction of ssd_capacity_bytes, any bucket with deleted bytes is compacted.
+  // Default: 0.9
+  double gc_high_watermark_ratio = 0.9;
+
+  // How often the GC thread looks for work.  0 disables the thread (CompactBuckets()
+  // still works).
+  // Default: 1000
+  uint64_t gc_interval_ms = 1000;
+
+  // Most buckets compacted in one GC round.
+  // Default: 4
+  uint64_t gc_max_buckets_per_round = 4;
 
   // ---------------------------------------------------------------- limits
   // Longest key accepted, in bytes.  Keys are arbitrary bytes but never empty.

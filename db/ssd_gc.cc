@@ -1,0 +1,223 @@
+// The SSD tier's garbage collector: copy-on-write compaction of buckets.
+//
+// A round picks buckets whose deleted ratio is at least gc_deleted_ratio (or any with
+// deleted bytes when the tier is over its high watermark), coldest first, and compacts
+// each one:
+//   1. under the lock, list the entries the map still reaches (key -> this bucket, same
+//      version) and pin the bucket against retirement;
+//   2. read them (checksums verified) straight into a new bucket's image and write it:
+//      temporary name, sync, rename, directory sync;
+//   3. under the lock, for every entry the builder actually wrote -- by key, never by
+//      position in another list -- compare-and-swap the map: old location -> new, only
+//      if the key still maps to the old bucket with the same version.  A key that lost
+//      the race (deleted or overwritten meanwhile) is dead in the new bucket: it gets a
+//      tombstone naming the new bucket, so no restart revives it;
+//   4. sync the tombstone log, wait for in-flight reads of the old bucket without holding
+//      any lock, delete its file and drop its tombstones.
+// A failure before step 3 leaves the old bucket authoritative and removes the new file.
+#include <algorithm>
+#include <chrono>
+
+#include "db/ssd_bucket.h"
+#include "db/ssd_tier.h"
+#include "util/logging.h"
+
+namespace kvengine {
+
+Status SsdTier::CompactBuckets(uint64_t* reclaimed) {
+  std::lock_guard<std::mutex> round(gc_mu_);
+  if (reclaimed != nullptr) *reclaimed = 0;
+  std::vector<std::shared_ptr<SsdBucket>> candidates;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return Status::Aborted("SSD tier is closed");
+    const bool pressure =
+        options_.ssd_capacity_bytes > 0 &&
+        static_cast<double>(used_bytes_) >=
+            options_.gc_high_watermark_ratio * static_cast<double>(options_.ssd_capacity_bytes);
+    for (const auto& [id, b] : buckets_) {
+      if (b->state != SsdBucket::State::kOnDisk || b->deleted_bytes == 0) continue;
+      const double ratio = b->total_bytes == 0 ? 1.0
+                                               : static_cast<double>(b->deleted_bytes) /
+                                                     static_cast<double>(b->total_bytes);
+      if (ratio >= options_.gc_deleted_ratio || pressure) candidates.push_back(b);
+    }
+    std::sort(candidates.begin(), candidates.end(),
+              [](const auto& a, const auto& b) { return a->last_access < b->last_access; });
+    if (candidates.size() > options_.gc_max_buckets_per_round) {
+      candidates.resize(options_.gc_max_buckets_per_round);
+    }
+    for (const auto& b : candidates) b->compacting = true;
+  }
+  Status first;
+  for (const auto& b : candidates) {
+    uint64_t n = 0;
+    Status s = CompactOne(b, &n);
+    if (!s.ok()) {
+      logger_->Logf(LogLevel::kError, "compacting bucket %llu: %s",
+                    static_cast<unsigned long long>(b->id), s.ToString().c_str());
+      if (first.ok()) first = s;
+    }
+    if (reclaimed != nullptr) *reclaimed += n;
+  }
+  std::lock_guard<std::mutex> st(stats_mu_);
+  stats_.gc_rounds++;
+  return first;
+}
+
+Status SsdTier::CompactOne(const std::shared_ptr<SsdBucket>& old, uint64_t* reclaimed) {
+  *reclaimed = 0;
+  // 1. The live entries, and a pin on the old file.
+  std::vector<BucketEntry> live;
+  uint64_t new_id = 0;
+  uint64_t live_bytes = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const BucketEntry& e : old->reader->entries()) {
+      auto it = map_.find(e.key);
+      if (it != map_.end() && it->second.bucket == old->id && it->second.version == e.version) {
+        live.push_back(e);
+        live_bytes += PaddedValueSize(e.size);
+      }
+    }
+    old->readers.fetch_add(1, std::memory_order_acq_rel);
+    if (!live.empty()) new_id = next_bucket_id_++;
+  }
+  auto unpin = [&] { old->readers.fetch_sub(1, std::memory_order_acq_rel); };
+
+  std::shared_ptr<SsdBucket> fresh;
+  std::vector<BucketEntry> written;  // what the builder actually placed, key by key
+  if (!live.empty()) {
+    // 2. Read the live values straight into the new image, then write it.
+    std::unique_ptr<BucketBuilder> builder;
+    Status s =
+        BucketBuilder::Create(new_id, kBucketHeaderSize + live_bytes, env_->NowMicros(), &builder);
+    if (!s.ok()) {
+      unpin();
+      std::lock_guard<std::mutex> lock(mu_);
+      old->compacting = false;
+      return s;
+    }
+    std::vector<ValueRead> reads(live.size());
+    std::vector<MutableSlice> dests(live.size());
+    std::vector<uint64_t> offsets(live.size());
+    for (size_t i = 0; i < live.size(); i++) {
+      builder->Reserve(live[i].size, &offsets[i]);
+      // The padded length keeps the read aligned: the source's padding is zeros too.
+      dests[i] = MutableSlice(builder->MutableData(offsets[i]), PaddedValueSize(live[i].size));
+      reads[i].offset = live[i].offset;
+      reads[i].size = live[i].size;
+      reads[i].checksum = live[i].checksum;
+      reads[i].dest = std::span<const MutableSlice>(&dests[i], 1);
+    }
+    old->reader->ReadValues(env_, reads, /*verify=*/true);
+    uint64_t corrupt = 0;
+    for (size_t i = 0; i < live.size(); i++) {
+      if (!reads[i].status.ok()) {
+        // A value that fails its checksum cannot be carried over; it was unreadable
+        // anyway.  It is dropped (tombstoned) below with the keys that lost the race.
+        corrupt++;
+        logger_->Logf(LogLevel::kError, "GC: dropping unreadable value: %s",
+                      reads[i].status.ToString().c_str());
+        continue;
+      }
+      BucketEntry e = live[i];
+      e.offset = offsets[i];
+      written.push_back(std::move(e));
+    }
+    const std::string path = BucketPath(new_id);
+    const std::string tmp = path + ".tmp";
+    std::unique_ptr<WritableFile> file;
+    uint64_t file_size = 0;
+    s = env_->NewWritableFile(tmp, file_options_, &file);
+    if (s.ok()) s = builder->WriteTo(file.get(), written, &file_size);
+    file.reset();
+    if (s.ok()) s = env_->RenameFile(tmp, path);
+    if (s.ok()) s = env_->SyncDir(dir_);
+    std::unique_ptr<BucketReader> reader;
+    if (s.ok()) s = BucketReader::Open(env_, path, file_options_, &reader);
+    if (!s.ok()) {
+      env_->RemoveFile(tmp);
+      env_->RemoveFile(path);
+      unpin();
+      std::lock_guard<std::mutex> lock(mu_);
+      old->compacting = false;
+      return s;  // the old bucket stays authoritative
+    }
+    fresh = std::make_shared<SsdBucket>();
+    fresh->id = new_id;
+    fresh->state = SsdBucket::State::kOnDisk;
+    fresh->reader = std::move(reader);
+    fresh->file_size = file_size;
+    fresh->opened_micros = env_->NowMicros();
+    std::lock_guard<std::mutex> st(stats_mu_);
+    stats_.gc_bytes_rewritten += file_size;
+  }
+
+  // 3. Validate and swap, key by key, from what the builder wrote.
+  uint64_t lost = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (fresh != nullptr) {
+      fresh->last_access = old->last_access;
+      for (const BucketEntry& e : written) {
+        fresh->keys++;
+        fresh->total_bytes += e.size;
+        auto it = map_.find(e.key);
+        if (it != map_.end() && it->second.bucket == old->id && it->second.version == e.version) {
+          it->second.bucket = fresh->id;
+          it->second.offset = e.offset;
+          fresh->live_keys++;
+        } else {
+          fresh->deleted_bytes += e.size;
+          TombstoneLocked(e.key, SsdLocation{fresh->id, e.offset, e.size, e.version, e.checksum});
+          lost++;
+        }
+      }
+      buckets_[fresh->id] = fresh;
+      used_bytes_ += fresh->file_size;
+    }
+    // Entries that could not be read: drop them from the map so no one reads garbage.
+    for (const BucketEntry& e : live) {
+      auto it = map_.find(e.key);
+      if (it != map_.end() && it->second.bucket == old->id && it->second.version == e.version) {
+        RemoveLocked(it, /*tombstone=*/true);
+      }
+    }
+    buckets_.erase(old->id);
+    used_bytes_ -= old->file_size;
+    *reclaimed = old->file_size - (fresh != nullptr ? fresh->file_size : 0);
+  }
+  unpin();
+  {
+    std::lock_guard<std::mutex> st(stats_mu_);
+    stats_.gc_buckets_compacted++;
+    stats_.gc_bytes_reclaimed += *reclaimed;
+    stats_.gc_keys_lost_race += lost;
+  }
+  // 4. Make the new tombstones durable before the old file (whose tombstones covered
+  // the same values) disappears, then retire it.
+  Status s = log_->Sync();
+  if (!s.ok()) return s;
+  RetireBuckets({old});
+  return Status::OK();
+}
+
+void SsdTier::GcLoop() {
+  std::unique_lock<std::mutex> lock(gc_mu_);
+  while (!gc_stop_) {
+    gc_cv_.wait_for(lock, std::chrono::milliseconds(options_.gc_interval_ms),
+                    [this] { return gc_stop_; });
+    if (gc_stop_) break;
+    lock.unlock();
+    uint64_t reclaimed = 0;
+    CompactBuckets(&reclaimed);
+    if (reclaimed > 0) {
+      logger_->Logf(LogLevel::kInfo, "GC round reclaimed %llu bytes",
+                    static_cast<unsigned long long>(reclaimed));
+    }
+    lock.lock();
+  }
+}
+
+}  // namespace kvengine

@@ -1,0 +1,153 @@
+// Rebuilding the SSD tier's object map at Open.
+//
+//   1. Leftover temporary files (a bucket or log write cut short) are removed.
+//   2. Every bucket file is opened and verified (header, footer, index checksums).  One
+//      that fails is moved to quarantine/, reported in the log and in stats, and the rest
+//      of the DB opens without it.
+//   3. The tombstone log is read up to its last valid record (a torn tail is ignored).
+//   4. Buckets are replayed in id order: an entry whose (key, version) has a tombstone is
+//      dead; otherwise the highest version of a key wins, and an older one it supersedes
+//      gets a tombstone so that it can never come back.  Two copies of one version (a
+//      crash in the middle of a compaction) keep the newer bucket's; the other copy is
+//      remembered so that a later delete tombstones both.
+//   5. The log is rewritten with the tombstones that still cover a value in some bucket.
+#include <unordered_set>
+
+#include "db/ssd_bucket.h"
+#include "db/ssd_tier.h"
+#include "util/coding.h"
+#include "util/logging.h"
+
+namespace kvengine {
+
+namespace {
+std::string DeadKey(std::string_view key, uint64_t version) {
+  std::string k(key);
+  PutFixed64(&k, version);
+  return k;
+}
+}  // namespace
+
+Status SsdTier::Recover() {
+  std::vector<std::string> names;
+  Status s = base_env_->GetChildren(dir_, &names);
+  if (!s.ok()) return s;
+  std::vector<uint64_t> ids;
+  for (const std::string& name : names) {
+    if (name.size() > 4 && name.ends_with(".tmp")) {
+      base_env_->RemoveFile(dir_ + "/" + name);
+      continue;
+    }
+    uint64_t id;
+    if (ParseBucketFileName(name, &id)) ids.push_back(id);
+  }
+  std::sort(ids.begin(), ids.end());
+  if (!ids.empty()) next_bucket_id_ = ids.back() + 1;
+
+  // Quarantined files keep their ids out of reuse too.
+  std::vector<std::string> quarantined;
+  if (base_env_->GetChildren(dir_ + "/quarantine", &quarantined).ok()) {
+    for (const std::string& name : quarantined) {
+      uint64_t id;
+      if (ParseBucketFileName(name, &id)) next_bucket_id_ = std::max(next_bucket_id_, id + 1);
+    }
+  }
+
+  std::vector<std::shared_ptr<SsdBucket>> opened;
+  for (uint64_t id : ids) {
+    const std::string path = BucketPath(id);
+    std::unique_ptr<BucketReader> reader;
+    s = BucketReader::Open(env_, path, file_options_, &reader);
+    if (s.ok() && reader->header().bucket_id != id) {
+      s = Status::Corruption(path,
+                             "header names bucket " + std::to_string(reader->header().bucket_id));
+    }
+    if (s.IsCorruption() || s.IsNotSupported()) {
+      Status q = base_env_->CreateDirIfMissing(dir_ + "/quarantine");
+      if (q.ok()) q = base_env_->RenameFile(path, dir_ + "/quarantine/" + BucketFileName(id));
+      logger_->Logf(LogLevel::kError, "quarantined bucket %s: %s%s", path.c_str(),
+                    s.ToString().c_str(),
+                    q.ok() ? "" : (" (move failed: " + q.ToString() + ")").c_str());
+      std::lock_guard<std::mutex> st(stats_mu_);
+      stats_.quarantined_buckets++;
+      continue;
+    }
+    if (!s.ok()) return s;
+    auto b = std::make_shared<SsdBucket>();
+    b->id = id;
+    b->state = SsdBucket::State::kOnDisk;
+    b->file_size = reader->file_size();
+    b->reader = std::move(reader);
+    b->last_access = id;  // older buckets count as colder
+    opened.push_back(b);
+  }
+  base_env_->SyncDir(dir_);
+
+  std::vector<TombstoneLog::Record> records;
+  uint64_t torn = 0;
+  s = TombstoneLog::Read(base_env_, dir_, &records, &torn);
+  if (!s.ok()) return s;
+  if (torn > 0) {
+    logger_->Logf(LogLevel::kWarn, "tombstone log: ignored a torn tail of %llu bytes",
+                  static_cast<unsigned long long>(torn));
+  }
+  std::unordered_set<std::string> dead;
+  for (const auto& r : records) {
+    dead.insert(DeadKey(r.key, r.version));
+    recovered_max_version_ = std::max(recovered_max_version_, r.version);
+  }
+
+  std::unordered_map<std::string, std::vector<uint64_t>> copies;  // key -> buckets, for dups
+  for (const auto& b : opened) {
+    buckets_[b->id] = b;
+    used_bytes_ += b->file_size;
+    for (const BucketEntry& e : b->reader->entries()) {
+      recovered_max_version_ = std::max(recovered_max_version_, e.version);
+      b->keys++;
+      b->total_bytes += e.size;
+      if (dead.count(DeadKey(e.key, e.version)) != 0) {
+        b->deleted_bytes += e.size;
+        tombstones_[b->id].push_back({e.key, e.version, b->id});
+        continue;
+      }
+      auto it = map_.find(e.key);
+      const SsdLocation here{b->id, e.offset, e.size, e.version, e.checksum};
+      if (it == map_.end()) {
+        map_.emplace(e.key, here);
+        b->live_keys++;
+        continue;
+      }
+      SsdLocation& cur = it->second;
+      if (e.version < cur.version) {  // superseded: dead here for good
+        b->deleted_bytes += e.size;
+        tombstones_[b->id].push_back({e.key, e.version, b->id});
+        continue;
+      }
+      SsdBucket* loser = buckets_.at(cur.bucket).get();
+      loser->deleted_bytes += cur.size;
+      loser->live_keys--;
+      if (e.version > cur.version) {
+        tombstones_[cur.bucket].push_back({e.key, cur.version, cur.bucket});
+      } else {
+        duplicates_[e.key].push_back(cur.bucket);  // the same value twice
+      }
+      cur = here;
+      b->live_keys++;
+    }
+  }
+  // Duplicates whose key ended up elsewhere (a newer version) are not needed.
+  for (auto it = duplicates_.begin(); it != duplicates_.end();) {
+    auto m = map_.find(it->first);
+    it = (m == map_.end()) ? duplicates_.erase(it) : std::next(it);
+  }
+  std::vector<TombstoneLog::Record> keep;
+  for (const auto& [bucket, recs] : tombstones_) keep.insert(keep.end(), recs.begin(), recs.end());
+  s = TombstoneLog::Create(base_env_, dir_, keep, &log_);
+  if (!s.ok()) return s;
+  std::lock_guard<std::mutex> st(stats_mu_);
+  stats_.recovered_keys = map_.size();
+  stats_.torn_tombstone_bytes = torn;
+  return Status::OK();
+}
+
+}  // namespace kvengine

@@ -1,0 +1,614 @@
+#include "db/ssd_tier.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "db/ssd_bucket.h"
+#include "util/config_parse.h"
+#include "util/hash.h"
+#include "util/logging.h"
+
+namespace kvengine {
+
+namespace {
+// Sealed buckets waiting for the writer before Stage() waits: bounds the memory held by
+// images when the disk is slower than the offload rate.
+constexpr size_t kMaxSealedBuckets = 2;
+// How long Stage() waits for the writer before it gives up with NoSpace.
+constexpr auto kStageWait = std::chrono::seconds(10);
+// How long the writer waits before retrying a bucket whose write failed.
+constexpr auto kWriteRetryDelay = std::chrono::milliseconds(200);
+}  // namespace
+
+SsdTier::SsdTier(const Options& options, std::string dir, Env* env, Logger* logger)
+    : options_(options), dir_(std::move(dir)), base_env_(env), env_(env), logger_(logger) {
+  file_options_.use_direct_io = options.use_direct_io;
+  bucket_bytes_ = std::min<uint64_t>(options.bucket_size_limit,
+                                     std::max<uint64_t>(64 << 10, options.ssd_capacity_bytes / 4));
+}
+
+Status SsdTier::Open(const Options& options, const std::string& dir, Env* env, Logger* logger,
+                     std::unique_ptr<SsdTier>* result) {
+  result->reset();
+  std::unique_ptr<SsdTier> tier(new SsdTier(options, dir, env, logger));
+  if (options.use_io_uring) {
+    std::string why;
+    tier->uring_env_ = Env::NewIoUringEnv(env, &why);
+    if (tier->uring_env_ != nullptr) {
+      tier->env_ = tier->uring_env_.get();
+    } else {
+      logger->Logf(LogLevel::kWarn, "use_io_uring: io_uring unavailable (%s); using pread/pwrite",
+                   why.c_str());
+    }
+  }
+  Status s = tier->Recover();
+  if (!s.ok()) return s;
+  tier->writer_ = std::thread([t = tier.get()] { t->WriterLoop(); });
+  if (options.gc_interval_ms > 0) tier->gc_ = std::thread([t = tier.get()] { t->GcLoop(); });
+  *result = std::move(tier);
+  return Status::OK();
+}
+
+SsdTier::~SsdTier() { Close(); }
+
+Status SsdTier::Close() {
+  Status s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return Status::OK();
+  }
+  s = Flush();
+  {
+    std::lock_guard<std::mutex> lock(gc_mu_);
+    gc_stop_ = true;
+  }
+  gc_cv_.notify_all();
+  if (gc_.joinable()) gc_.join();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  writer_cv_.notify_all();
+  written_cv_.notify_all();
+  if (writer_.joinable()) writer_.join();
+  return s;
+}
+
+std::string SsdTier::BucketPath(uint64_t id) const { return dir_ + "/" + BucketFileName(id); }
+
+// ------------------------------------------------------------------ staging and the map
+
+Status SsdTier::Stage(const Slice& key, std::span<const Slice> parts, uint64_t size,
+                      Ticket* ticket) {
+  std::shared_ptr<SsdBucket> bucket;
+  uint64_t offset = 0;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (stopping_) return Status::Aborted("SSD tier is closed");
+    const uint64_t padded = PaddedValueSize(size);
+    // A value that does not fit the open bucket seals it; one larger than
+    // bucket_size_limit gets a bucket of its own.
+    if (open_ != nullptr && (open_->builder->capacity() - open_->builder->used() < padded ||
+                             open_->keys + open_->staging >= options_.bucket_keys_limit)) {
+      SealOpenLocked();
+    }
+    // Backpressure: wait while the writer is behind.
+    if (!written_cv_.wait_for(lock, kStageWait,
+                              [this] { return sealed_.size() < kMaxSealedBuckets || stopping_; })) {
+      std::lock_guard<std::mutex> s(stats_mu_);
+      stats_.offload_failures++;
+      return Status::NoSpace("SSD writer is behind or failing",
+                             writer_error_.ok() ? "timed out" : writer_error_.ToString());
+    }
+    if (stopping_) return Status::Aborted("SSD tier is closed");
+    if (open_ == nullptr) {
+      const uint64_t capacity = std::max<uint64_t>(bucket_bytes_, kBucketHeaderSize + padded);
+      Status s = MakeRoomLocked(capacity, &lock);
+      if (!s.ok()) {
+        std::lock_guard<std::mutex> st(stats_mu_);
+        stats_.offload_failures++;
+        return s;
+      }
+      if (open_ == nullptr) {  // MakeRoomLocked may have let another thread open one
+        std::unique_ptr<BucketBuilder> builder;
+        s = BucketBuilder::Create(next_bucket_id_, capacity, env_->NowMicros(), &builder);
+        if (!s.ok()) return s;
+        auto b = std::make_shared<SsdBucket>();
+        b->id = next_bucket_id_++;
+        b->builder = std::move(builder);
+        b->opened_micros = env_->NowMicros();
+        b->last_access = ++access_clock_;
+        buckets_[b->id] = b;
+        open_ = b;
+        used_bytes_ += capacity;  // reserved until the file's real size is known
+      }
+    }
+    if (!open_->builder->Reserve(size, &offset)) {
+      // Raced with another staging thread for the last room: seal and let the caller retry.
+      SealOpenLocked();
+      return Stage(key, parts, size, ticket);
+    }
+    bucket = open_;
+    bucket->staging++;
+  }
+  char* dst = bucket->builder->MutableData(offset);
+  for (const Slice& p : parts) {
+    if (p.size() != 0) std::memcpy(dst, p.data(), p.size());
+    dst += p.size();
+  }
+  ticket->bucket_ = std::move(bucket);
+  ticket->key_.assign(key.data(), key.size());
+  ticket->offset_ = offset;
+  ticket->size_ = size;
+  ticket->checksum_ = Hash64(ticket->bucket_->builder->Data(offset), size);
+  return Status::OK();
+}
+
+void SsdTier::Commit(Ticket* ticket, uint64_t version) {
+  std::lock_guard<std::mutex> lock(mu_);
+  SsdBucket* b = ticket->bucket_.get();
+  auto it = map_.find(ticket->key_);
+  if (it != map_.end()) {
+    if (it->second.version > version) {
+      // A newer value already won (cannot happen under the caller's key lock, but a
+      // stale commit must never replace it).
+      b->staging--;
+      b->total_bytes += ticket->size_;
+      b->deleted_bytes += ticket->size_;
+      written_cv_.notify_all();
+      ticket->bucket_.reset();
+      return;
+    }
+    RemoveLocked(it, /*tombstone=*/true);
+  }
+  BucketEntry e;
+  e.key = ticket->key_;
+  e.offset = ticket->offset_;
+  e.size = ticket->size_;
+  e.version = version;
+  e.checksum = ticket->checksum_;
+  b->staged.push_back(e);
+  b->keys++;
+  b->live_keys++;
+  b->total_bytes += e.size;
+  b->staging--;
+  map_[ticket->key_] = SsdLocation{b->id, e.offset, e.size, version, e.checksum};
+  {
+    std::lock_guard<std::mutex> s(stats_mu_);
+    stats_.offloads++;
+    stats_.offload_bytes += e.size;
+  }
+  if (b == open_.get() && b->keys >= options_.bucket_keys_limit) SealOpenLocked();
+  written_cv_.notify_all();  // a sealed bucket may be waiting for its last ticket
+  ticket->bucket_.reset();
+}
+
+void SsdTier::Abort(Ticket* ticket) {
+  if (!ticket->valid()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  ticket->bucket_->staging--;
+  written_cv_.notify_all();
+  ticket->bucket_.reset();
+}
+
+void SsdTier::TombstoneLocked(const std::string& key, const SsdLocation& loc) {
+  std::vector<uint64_t> holders = {loc.bucket};
+  if (auto d = duplicates_.find(key); d != duplicates_.end()) {
+    for (uint64_t b : d->second) {
+      if (buckets_.count(b) != 0) holders.push_back(b);
+    }
+    duplicates_.erase(d);
+  }
+  for (uint64_t bucket : holders) {
+    TombstoneLog::Record r{key, loc.version, bucket};
+    log_->Add(r);
+    tombstones_[bucket].push_back(std::move(r));
+  }
+  std::lock_guard<std::mutex> s(stats_mu_);
+  stats_.tombstones++;
+}
+
+void SsdTier::RemoveLocked(std::unordered_map<std::string, SsdLocation>::iterator it,
+                           bool tombstone) {
+  auto b = buckets_.find(it->second.bucket);
+  if (b != buckets_.end()) {
+    b->second->deleted_bytes += it->second.size;
+    b->second->live_keys--;
+  }
+  if (tombstone) TombstoneLocked(it->first, it->second);
+  map_.erase(it);
+}
+
+bool SsdTier::HasVersion(const Slice& key, uint64_t version) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = map_.find(key.ToString());
+  return it != map_.end() && it->second.version == version;
+}
+
+bool SsdTier::Contains(const Slice& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return map_.count(key.ToString()) != 0;
+}
+
+bool SsdTier::Locate(const Slice& key, SsdLocation* location) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = map_.find(key.ToString());
+  if (it == map_.end()) return false;
+  *location = it->second;
+  return true;
+}
+
+void SsdTier::EraseOlderThan(const Slice& key, uint64_t version) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = map_.find(key.ToString());
+  if (it != map_.end() && it->second.version < version) RemoveLocked(it, /*tombstone=*/true);
+}
+
+bool SsdTier::Erase(const Slice& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = map_.find(key.ToString());
+  if (it == map_.end()) return false;
+  RemoveLocked(it, /*tombstone=*/true);
+  return true;
+}
+
+void SsdTier::ForEachKey(const std::function<void(const std::string&)>& fn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [key, loc] : map_) fn(key);
+}
+
+// ------------------------------------------------------------------ reads
+
+void SsdTier::MultiGet(std::span<Read> reads, bool verify_checksums) {
+  struct Pending {
+    size_t read;  // index into reads
+    std::shared_ptr<SsdBucket> bucket;
+    std::shared_ptr<BucketBuilder> image;  // set when served from memory
+    SsdLocation loc;
+  };
+  std::vector<Pending> pending;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < reads.size(); i++) {
+      Read& r = reads[i];
+      auto it = map_.find(r.key.ToString());
+      if (it == map_.end()) {
+        r.status = Status::NotFound("key not on SSD");
+        continue;
+      }
+      const SsdLocation& loc = it->second;
+      r.size = loc.size;
+      r.version = loc.version;
+      uint64_t capacity = 0;
+      for (const MutableSlice& d : r.dest) capacity += d.size();
+      if (capacity < loc.size) {
+        r.status = Status::BufferTooSmall("value is " + std::to_string(loc.size) +
+                                          " bytes; buffers hold " + std::to_string(capacity));
+        continue;
+      }
+      std::shared_ptr<SsdBucket> b = buckets_.at(loc.bucket);
+      b->last_access = ++access_clock_;
+      Pending p{i, b, b->builder, loc};
+      if (p.image == nullptr) b->readers.fetch_add(1, std::memory_order_acq_rel);
+      pending.push_back(std::move(p));
+    }
+  }
+  // Values still in an image are copied; the rest are read from their files as one batch.
+  std::vector<ValueRead> file_reads;
+  std::vector<size_t> file_owner;
+  for (size_t k = 0; k < pending.size(); k++) {
+    Pending& p = pending[k];
+    Read& r = reads[p.read];
+    if (p.image != nullptr) {
+      const char* src = p.image->Data(p.loc.offset);
+      uint64_t left = p.loc.size;
+      for (const MutableSlice& d : r.dest) {
+        if (left == 0) break;
+        const uint64_t n = std::min<uint64_t>(left, d.size());
+        std::memcpy(d.data(), src, n);
+        src += n;
+        left -= n;
+      }
+      r.status = Status::OK();
+      continue;
+    }
+    ValueRead v;
+    v.offset = p.loc.offset;
+    v.size = p.loc.size;
+    v.checksum = p.loc.checksum;
+    v.dest = r.dest;
+    file_reads.push_back(v);
+    file_owner.push_back(k);
+  }
+  if (!file_reads.empty()) {
+    // One submission for all of them, whatever bucket each is in.
+    std::vector<BucketReader::Plan> plans(file_reads.size());
+    std::vector<ReadRequest> all;
+    for (size_t j = 0; j < file_reads.size(); j++) {
+      const BucketReader& reader = *pending[file_owner[j]].bucket->reader;
+      file_reads[j].status = reader.PlanRead(file_reads[j], &plans[j]);
+      if (file_reads[j].status.ok()) {
+        all.insert(all.end(), plans[j].requests.begin(), plans[j].requests.end());
+      }
+    }
+    env_->MultiRead(all.data(), all.size());
+    size_t next = 0;
+    for (size_t j = 0; j < file_reads.size(); j++) {
+      Pending& p = pending[file_owner[j]];
+      if (file_reads[j].status.ok()) {
+        for (ReadRequest& req : plans[j].requests) req = std::move(all[next++]);
+        file_reads[j].status =
+            p.bucket->reader->FinishRead(file_reads[j], &plans[j], verify_checksums);
+      }
+      reads[p.read].status = file_reads[j].status;
+      p.bucket->readers.fetch_sub(1, std::memory_order_acq_rel);
+    }
+  }
+  std::lock_guard<std::mutex> s(stats_mu_);
+  for (const Pending& p : pending) {
+    const Read& r = reads[p.read];
+    if (r.status.ok()) {
+      stats_.reads++;
+      stats_.read_bytes += r.size;
+    } else {
+      stats_.read_errors++;
+    }
+  }
+}
+
+// ------------------------------------------------------------------ sealing and writing
+
+void SsdTier::SealOpenLocked() {
+  if (open_ == nullptr) return;
+  open_->state = SsdBucket::State::kSealed;
+  sealed_.push_back(open_);
+  open_.reset();
+  writer_cv_.notify_all();
+}
+
+Status SsdTier::WriteBucket(const std::shared_ptr<SsdBucket>& bucket) {
+  std::vector<BucketEntry> entries;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    written_cv_.wait(lock, [&] { return bucket->staging == 0; });
+    // Only values the map still reaches go into the index; the rest are dead already.
+    for (const BucketEntry& e : bucket->staged) {
+      auto it = map_.find(e.key);
+      if (it != map_.end() && it->second.bucket == bucket->id && it->second.version == e.version) {
+        entries.push_back(e);
+      }
+    }
+  }
+  const std::string path = BucketPath(bucket->id);
+  const std::string tmp = path + ".tmp";
+  std::unique_ptr<WritableFile> file;
+  Status s = env_->NewWritableFile(tmp, file_options_, &file);
+  uint64_t file_size = 0;
+  if (s.ok()) s = bucket->builder->WriteTo(file.get(), entries, &file_size);
+  file.reset();
+  if (s.ok()) s = env_->RenameFile(tmp, path);
+  if (s.ok()) s = env_->SyncDir(dir_);
+  std::unique_ptr<BucketReader> reader;
+  if (s.ok()) s = BucketReader::Open(env_, path, file_options_, &reader);
+  if (!s.ok()) {
+    env_->RemoveFile(tmp);
+    return s;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  used_bytes_ -= bucket->builder->capacity();
+  used_bytes_ += file_size;
+  bucket->file_size = file_size;
+  bucket->reader = std::move(reader);
+  bucket->builder.reset();  // readers holding the image keep it until they finish
+  bucket->state = SsdBucket::State::kOnDisk;
+  bucket->staged.clear();
+  bucket->staged.shrink_to_fit();
+  return Status::OK();
+}
+
+void SsdTier::WriterLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  uint64_t last_tombstone_sync = env_->NowMicros();
+  while (true) {
+    const auto tick = std::chrono::milliseconds(
+        std::max<uint64_t>(10, std::min<uint64_t>(options_.bucket_flush_timeout_ms, 100)));
+    writer_cv_.wait_for(lock, tick, [this] { return stopping_ || !sealed_.empty(); });
+    const uint64_t now = env_->NowMicros();
+    if (open_ != nullptr && open_->keys > 0 &&
+        now - open_->opened_micros >= options_.bucket_flush_timeout_ms * 1000) {
+      SealOpenLocked();  // a few values are not held back forever
+    }
+    if (options_.tombstone_sync_interval_ms > 0 &&
+        now - last_tombstone_sync >= options_.tombstone_sync_interval_ms * 1000) {
+      last_tombstone_sync = now;
+      lock.unlock();
+      Status s = log_->Sync();
+      if (!s.ok()) logger_->Logf(LogLevel::kError, "tombstone log sync: %s", s.ToString().c_str());
+      lock.lock();
+    }
+    if (sealed_.empty()) {
+      if (stopping_) return;
+      continue;
+    }
+    std::shared_ptr<SsdBucket> bucket = sealed_.front();
+    lock.unlock();
+    Status s = WriteBucket(bucket);
+    lock.lock();
+    {
+      std::lock_guard<std::mutex> st(stats_mu_);
+      if (s.ok()) {
+        stats_.bucket_writes++;
+      } else {
+        stats_.bucket_write_errors++;
+      }
+    }
+    if (s.ok()) {
+      sealed_.pop_front();
+      writer_error_ = Status::OK();
+    } else {
+      // The image stays in memory and keeps serving reads; the write is retried.  Flush()
+      // reports the failure meanwhile.
+      bucket->write_failed = true;
+      writer_error_ = s;
+      logger_->Logf(LogLevel::kError, "writing bucket %llu failed: %s",
+                    static_cast<unsigned long long>(bucket->id), s.ToString().c_str());
+    }
+    written_cv_.notify_all();
+    if (!s.ok()) {
+      if (stopping_) return;  // give up: the bucket stays unwritten
+      writer_cv_.wait_for(lock, kWriteRetryDelay, [this] { return stopping_; });
+    }
+  }
+}
+
+Status SsdTier::Flush() {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (stopping_) return Status::Aborted("SSD tier is closed");
+    if (open_ != nullptr && (open_->keys > 0 || open_->staging > 0)) SealOpenLocked();
+    if (sealed_.empty()) {
+      // nothing pending
+    } else {
+      const uint64_t target = sealed_.back()->id;
+      written_cv_.wait(lock, [&] {
+        return sealed_.empty() || sealed_.front()->id > target || stopping_ ||
+               (sealed_.front()->write_failed && !writer_error_.ok());
+      });
+      if (!sealed_.empty() && sealed_.front()->id <= target) {
+        return writer_error_.ok() ? Status::Aborted("SSD tier closed during Flush") : writer_error_;
+      }
+    }
+  }
+  return log_->Sync();
+}
+
+// ------------------------------------------------------------------ space
+
+Status SsdTier::MakeRoomLocked(uint64_t bytes, std::unique_lock<std::mutex>* lock) {
+  if (used_bytes_ + bytes <= options_.ssd_capacity_bytes) return Status::OK();
+  const bool may_evict =
+      !options_.disable_ssd_eviction && options_.ssd_eviction != SsdEviction::kNone;
+  if (!may_evict) {
+    return Status::NoSpace(
+        "SSD tier is full (" + FormatSize(used_bytes_) + " of " +
+        FormatSize(options_.ssd_capacity_bytes) + ") and may not evict (" +
+        (options_.disable_ssd_eviction ? "disable_ssd_eviction" : "ssd_eviction=none") + ")");
+  }
+  // Drop whole buckets, coldest (lru) or oldest (fifo) first, until the room is there.
+  std::vector<std::shared_ptr<SsdBucket>> victims;
+  uint64_t freed = 0;
+  while (used_bytes_ + bytes > options_.ssd_capacity_bytes + freed) {
+    std::shared_ptr<SsdBucket> victim;
+    for (const auto& [id, b] : buckets_) {
+      if (b->state != SsdBucket::State::kOnDisk || b->compacting) continue;
+      if (std::find(victims.begin(), victims.end(), b) != victims.end()) continue;
+      if (victim == nullptr ||
+          (options_.ssd_eviction == SsdEviction::kLru ? b->last_access < victim->last_access
+                                                      : b->id < victim->id)) {
+        victim = b;
+      }
+    }
+    if (victim == nullptr) break;
+    victims.push_back(victim);
+    freed += victim->file_size;
+  }
+  if (used_bytes_ + bytes > options_.ssd_capacity_bytes + freed) {
+    return Status::NoSpace("SSD tier is full (" + FormatSize(used_bytes_) + " of " +
+                           FormatSize(options_.ssd_capacity_bytes) +
+                           ") and nothing on disk can be evicted yet");
+  }
+  uint64_t evicted_keys = 0;
+  for (const auto& v : victims) {
+    for (const BucketEntry& e : v->reader->entries()) {
+      auto it = map_.find(e.key);
+      if (it != map_.end() && it->second.bucket == v->id) {
+        map_.erase(it);  // the value is gone with its bucket: no tombstone needed
+        evicted_keys++;
+      }
+    }
+    buckets_.erase(v->id);
+    used_bytes_ -= v->file_size;
+  }
+  {
+    std::lock_guard<std::mutex> st(stats_mu_);
+    stats_.evicted_buckets += victims.size();
+    stats_.evicted_keys += evicted_keys;
+  }
+  lock->unlock();
+  RetireBuckets(victims);
+  lock->lock();
+  return Status::OK();
+}
+
+void SsdTier::RetireBuckets(const std::vector<std::shared_ptr<SsdBucket>>& retired) {
+  if (retired.empty()) return;
+  for (const auto& b : retired) {
+    // In-flight reads finish against the open file; wait for them without holding any
+    // lock (a reader never needs one to finish).
+    while (b->readers.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+    Status s = base_env_->RemoveFile(BucketPath(b->id));
+    if (!s.ok()) logger_->Logf(LogLevel::kWarn, "remove bucket: %s", s.ToString().c_str());
+  }
+  base_env_->SyncDir(dir_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& b : retired) tombstones_.erase(b->id);
+  }
+  Status s = RewriteTombstones();
+  if (!s.ok()) logger_->Logf(LogLevel::kError, "rewrite tombstone log: %s", s.ToString().c_str());
+}
+
+Status SsdTier::RewriteTombstones() {
+  // Holding mu_ keeps Add() (always under mu_) from slipping between the snapshot and
+  // the rewrite.
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<TombstoneLog::Record> all;
+  for (const auto& [bucket, records] : tombstones_)
+    all.insert(all.end(), records.begin(), records.end());
+  return log_->Rewrite(all);
+}
+
+// ------------------------------------------------------------------ introspection
+
+SsdTier::Stats SsdTier::GetStats() const {
+  Stats s;
+  {
+    std::lock_guard<std::mutex> st(stats_mu_);
+    s = stats_;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  s.keys = map_.size();
+  s.used_bytes = used_bytes_;
+  s.capacity_bytes = options_.ssd_capacity_bytes;
+  s.buckets = buckets_.size();
+  s.pending_buckets = sealed_.size() + (open_ != nullptr ? 1 : 0);
+  s.live_bytes = 0;
+  s.deleted_bytes = 0;
+  for (const auto& [id, b] : buckets_) {
+    s.live_bytes += b->total_bytes - b->deleted_bytes;
+    s.deleted_bytes += b->deleted_bytes;
+  }
+  s.io_uring = uring_env_ != nullptr;
+  s.direct_io = file_options_.use_direct_io;
+  return s;
+}
+
+std::vector<SsdTier::BucketInfo> SsdTier::ListBuckets() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<BucketInfo> out;
+  for (const auto& [id, b] : buckets_) {
+    BucketInfo i;
+    i.id = id;
+    i.state = b->StateName();
+    i.file_size = b->state == SsdBucket::State::kOnDisk ? b->file_size : b->builder->used();
+    i.keys = b->keys;
+    i.live_keys = b->live_keys;
+    i.total_bytes = b->total_bytes;
+    i.deleted_bytes = b->deleted_bytes;
+    out.push_back(i);
+  }
+  return out;
+}
+
+}  // namespace kvengine

@@ -1,0 +1,219 @@
+// SsdTier: values on SSD, in immutable bucket files, with durable tombstones and a
+// copy-on-write garbage collector.
+//
+// Values arrive staged: Stage() copies a value into the open bucket's in-memory image
+// (outside any lock), Commit() publishes it in the object map under the caller's per-key
+// lock.  A bucket is sealed when it reaches bucket_keys_limit or bucket_size_limit, when
+// it has been open for bucket_flush_timeout_ms, or on Flush(); a background writer
+// writes each sealed bucket to a temporary file, syncs it, renames it into place and
+// syncs the directory.  Until then reads are served from the image.
+//
+// The object map (key -> bucket, offset, size, version, checksum) lives in memory and is
+// rebuilt at Open from the buckets and the tombstone log (see db/ssd_recovery.cc).
+// Whenever a value leaves the map while its bucket stays (delete, overwrite), a tombstone
+// (key, version, bucket) is logged, so a restart never brings it back.
+//
+// The GC (db/ssd_gc.cc) compacts buckets whose deleted ratio is high: it copies their live
+// values into a new bucket, then re-validates each key against the map under the lock and
+// swaps only those that still point at the old bucket with the same version.
+//
+// Locking: mu_ guards the map and the bucket table.  Callers that change both tiers for a
+// key (the DB) hold that key's memory-tier shard lock around Commit/Erase*, so a key
+// moves between tiers atomically; mu_ is always taken inside it, never around it.
+//
+// Thread-safety: all public methods are thread-safe.
+#ifndef KVENGINE_DB_SSD_TIER_H_
+#define KVENGINE_DB_SSD_TIER_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "db/tombstone_log.h"
+#include "kvengine/env.h"
+#include "kvengine/options.h"
+#include "table/bucket_builder.h"
+#include "table/bucket_reader.h"
+
+namespace kvengine {
+
+class Logger;
+
+struct SsdLocation {
+  uint64_t bucket = 0;
+  uint64_t offset = 0;
+  uint64_t size = 0;
+  uint64_t version = 0;
+  uint64_t checksum = 0;
+};
+
+class SsdTier {
+ public:
+  struct Stats {
+    uint64_t keys = 0;
+    uint64_t live_bytes = 0;  // value bytes reachable through the map
+    uint64_t used_bytes = 0;  // bucket files + images not yet written
+    uint64_t capacity_bytes = 0;
+    uint64_t buckets = 0;
+    uint64_t pending_buckets = 0;  // open or sealed, not yet on disk
+    uint64_t deleted_bytes = 0;    // dead value bytes still in buckets
+    uint64_t offloads = 0, offload_bytes = 0;
+    uint64_t offload_failures = 0;  // Stage refused (no space, writer failing)
+    uint64_t reads = 0, read_bytes = 0, read_errors = 0;
+    uint64_t bucket_writes = 0, bucket_write_errors = 0;
+    uint64_t tombstones = 0;
+    uint64_t evicted_buckets = 0, evicted_keys = 0;
+    uint64_t gc_rounds = 0, gc_buckets_compacted = 0, gc_bytes_reclaimed = 0,
+             gc_bytes_rewritten = 0, gc_keys_lost_race = 0;
+    uint64_t quarantined_buckets = 0, recovered_keys = 0, torn_tombstone_bytes = 0;
+    bool io_uring = false;
+    bool direct_io = false;
+  };
+
+  // A staged value: copied into a bucket image, not yet visible.  Commit or Abort it.
+  class Ticket {
+   public:
+    Ticket() = default;
+    Ticket(Ticket&&) = default;
+    Ticket& operator=(Ticket&&) = default;
+    bool valid() const { return bucket_ != nullptr; }
+
+   private:
+    friend class SsdTier;
+    std::shared_ptr<struct SsdBucket> bucket_;
+    std::string key_;
+    uint64_t offset_ = 0, size_ = 0, checksum_ = 0;
+  };
+
+  // One key of a batched read.
+  struct Read {
+    Slice key;
+    std::span<const MutableSlice> dest;
+    uint64_t size = 0;     // out: the value size (also on BufferTooSmall)
+    uint64_t version = 0;  // out
+    Status status;         // out: OK, NotFound, BufferTooSmall, Corruption, IOError
+  };
+
+  // Opens (recovering) the SSD tier in `dir`.
+  static Status Open(const Options& options, const std::string& dir, Env* env, Logger* logger,
+                     std::unique_ptr<SsdTier>* result);
+  ~SsdTier();
+
+  // Seals and writes what is pending, syncs the tombstone log, stops the threads.
+  Status Close();
+
+  // The highest version found at Open; the DB hands out versions above it.
+  uint64_t recovered_max_version() const { return recovered_max_version_; }
+
+  // Copies the value into the open bucket.  NoSpace when the tier is full and may not
+  // evict (or the writer keeps failing); nothing changes then.
+  Status Stage(const Slice& key, std::span<const Slice> parts, uint64_t size, Ticket* ticket);
+  // Publishes a staged value as key's SSD value with `version`, superseding (and
+  // tombstoning) an older one.  REQUIRES: the caller holds key's lock.
+  void Commit(Ticket* ticket, uint64_t version);
+  // Gives a staged value up; its room in the bucket is wasted.
+  void Abort(Ticket* ticket);
+
+  bool HasVersion(const Slice& key, uint64_t version);
+  bool Contains(const Slice& key);
+  bool Locate(const Slice& key, SsdLocation* location);
+  // Removes key if its SSD version is older than `version`.  REQUIRES: key's lock held.
+  void EraseOlderThan(const Slice& key, uint64_t version);
+  // Removes key; false when absent.  REQUIRES: key's lock held.
+  bool Erase(const Slice& key);
+  // Calls fn(key) for every key (under the lock: fn must not call back).
+  void ForEachKey(const std::function<void(const std::string&)>& fn);
+
+  // Reads each key's value into its destination; all file reads of the batch go out as
+  // one submission.
+  void MultiGet(std::span<Read> reads, bool verify_checksums);
+
+  // Seals the open bucket, waits until every sealed bucket is on disk, syncs the log.
+  Status Flush();
+
+  // Runs one GC round now.  Stores bytes reclaimed in *reclaimed (may be nullptr).
+  Status CompactBuckets(uint64_t* reclaimed);
+
+  Stats GetStats() const;
+
+  // For kv_ldb and tests: the state of each bucket.
+  struct BucketInfo {
+    uint64_t id = 0;
+    std::string state;  // "open", "sealed", "on_disk"
+    uint64_t file_size = 0, keys = 0, live_keys = 0, total_bytes = 0, deleted_bytes = 0;
+  };
+  std::vector<BucketInfo> ListBuckets() const;
+
+ private:
+  SsdTier(const Options& options, std::string dir, Env* env, Logger* logger);
+
+  Status Recover();  // ssd_recovery.cc
+  void WriterLoop();
+  void GcLoop();
+  // REQUIRES: mu_ held.
+  void SealOpenLocked();
+  Status MakeRoomLocked(uint64_t bytes, std::unique_lock<std::mutex>* lock);
+  void TombstoneLocked(const std::string& key, const SsdLocation& loc);
+  void RemoveLocked(std::unordered_map<std::string, SsdLocation>::iterator it, bool tombstone);
+  Status WriteBucket(const std::shared_ptr<SsdBucket>& bucket);
+  // Retires buckets already removed from the table: waits for their readers, deletes
+  // their files, drops their tombstones.  REQUIRES: mu_ not held.
+  void RetireBuckets(const std::vector<std::shared_ptr<SsdBucket>>& retired);
+  Status RewriteTombstones();
+  // ssd_gc.cc
+  Status CompactOne(const std::shared_ptr<SsdBucket>& bucket, uint64_t* reclaimed);
+  std::string BucketPath(uint64_t id) const;
+
+  const Options options_;
+  const std::string dir_;
+  Env* const base_env_;
+  std::unique_ptr<Env> uring_env_;  // set when io_uring is in use
+  Env* env_;                        // uring_env_ or base_env_
+  Logger* const logger_;
+  FileOptions file_options_;
+  // The image size of a bucket: bucket_size_limit, but never more than a quarter of a
+  // small SSD tier, so that a few buckets always fit.
+  uint64_t bucket_bytes_;
+  std::unique_ptr<TombstoneLog> log_;
+  uint64_t recovered_max_version_ = 0;
+
+  mutable std::mutex mu_;
+  std::condition_variable writer_cv_;   // sealed buckets to write, or stop
+  std::condition_variable written_cv_;  // a bucket was written (or failed), staging done
+  std::unordered_map<std::string, SsdLocation> map_;
+  std::map<uint64_t, std::shared_ptr<SsdBucket>> buckets_;  // every bucket not retired
+  std::shared_ptr<SsdBucket> open_;                         // accepting Stage(), or null
+  std::deque<std::shared_ptr<SsdBucket>> sealed_;           // waiting for the writer
+  std::unordered_map<uint64_t, std::vector<TombstoneLog::Record>> tombstones_;  // by bucket
+  // Keys whose current value also lies, same version, in other buckets (left by a crash
+  // during compaction): a tombstone of the key must name those buckets too.
+  std::unordered_map<std::string, std::vector<uint64_t>> duplicates_;
+  uint64_t next_bucket_id_ = 1;
+  uint64_t used_bytes_ = 0;
+  uint64_t access_clock_ = 0;
+  bool stopping_ = false;
+  Status writer_error_;  // the last failure of the writer, cleared by a success
+
+  std::mutex gc_mu_;  // one GC round at a time
+  std::condition_variable gc_cv_;
+  bool gc_stop_ = false;
+
+  mutable std::mutex stats_mu_;
+  Stats stats_;
+
+  std::thread writer_;
+  std::thread gc_;
+};
+
+}  // namespace kvengine
+
+#endif  // KVENGINE_DB_SSD_TIER_H_

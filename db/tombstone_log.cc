@@ -1,0 +1,146 @@
+#include "db/tombstone_log.h"
+
+#include "util/coding.h"
+#include "util/hash.h"
+
+namespace kvengine {
+
+namespace {
+// DO NOT CHANGE: embedded in the log file.
+constexpr uint64_t kLogMagic = 0x31424d4f5456564bull;  // "KVVTOMB1"
+constexpr uint32_t kLogFormatVersion = 1;
+constexpr size_t kLogHeaderSize = 16;
+constexpr uint32_t kMaxPayload = 1u << 24;
+
+std::string Header() {
+  std::string h;
+  PutFixed64(&h, kLogMagic);
+  PutFixed32(&h, kLogFormatVersion);
+  PutFixed32(&h, 0);
+  return h;
+}
+}  // namespace
+
+void TombstoneLog::Encode(const Record& record, std::string* out) {
+  std::string payload;
+  PutLengthPrefixed(&payload, record.key);
+  PutFixed64(&payload, record.version);
+  PutFixed64(&payload, record.bucket);
+  PutFixed32(out, static_cast<uint32_t>(payload.size()));
+  out->append(payload);
+  PutFixed64(out, Hash64(payload.data(), payload.size()));
+}
+
+Status TombstoneLog::Read(Env* env, const std::string& dir, std::vector<Record>* records,
+                          uint64_t* torn_bytes) {
+  records->clear();
+  *torn_bytes = 0;
+  const std::string path = dir + "/" + kFileName;
+  if (!env->FileExists(path)) return Status::OK();
+  std::unique_ptr<RandomAccessFile> file;
+  Status s = env->NewRandomAccessFile(path, FileOptions(), &file);
+  if (!s.ok()) return s;
+  std::string data(file->Size(), '\0');
+  size_t n = 0;
+  s = file->Read(0, data.size(), data.data(), &n);
+  if (!s.ok()) return s;
+  data.resize(n);
+  std::string_view in(data);
+  if (in.size() < kLogHeaderSize) {  // a crash while creating it: nothing was in it
+    *torn_bytes = in.size();
+    return Status::OK();
+  }
+  uint64_t magic;
+  uint32_t version;
+  GetFixed64(&in, &magic);
+  GetFixed32(&in, &version);
+  in.remove_prefix(4);
+  if (magic != kLogMagic) return Status::Corruption(path, "not a tombstone log (bad magic)");
+  if (version != kLogFormatVersion) {
+    return Status::NotSupported(path, "tombstone log format " + std::to_string(version));
+  }
+  while (!in.empty()) {
+    std::string_view rec = in;
+    uint32_t len;
+    if (!GetFixed32(&rec, &len) || len > kMaxPayload || rec.size() < len + 8ull) break;
+    std::string_view payload = rec.substr(0, len);
+    if (DecodeFixed64(rec.data() + len) != Hash64(payload.data(), payload.size())) break;
+    Record r;
+    std::string_view key;
+    if (!GetLengthPrefixed(&payload, &key) || !GetFixed64(&payload, &r.version) ||
+        !GetFixed64(&payload, &r.bucket) || !payload.empty() || key.empty()) {
+      break;
+    }
+    r.key.assign(key);
+    records->push_back(std::move(r));
+    in.remove_prefix(4 + len + 8);
+  }
+  *torn_bytes = in.size();
+  return Status::OK();
+}
+
+Status TombstoneLog::Create(Env* env, const std::string& dir, const std::vector<Record>& records,
+                            std::unique_ptr<TombstoneLog>* result) {
+  result->reset();
+  std::unique_ptr<TombstoneLog> log(new TombstoneLog(env, dir));
+  std::lock_guard<std::mutex> lock(log->mu_);
+  Status s = log->OpenLocked(records);
+  if (!s.ok()) return s;
+  result->reset(log.release());
+  return Status::OK();
+}
+
+Status TombstoneLog::OpenLocked(const std::vector<Record>& records) {
+  const std::string path = dir_ + "/" + kFileName;
+  const std::string tmp = path + ".tmp";
+  std::string data = Header();
+  for (const Record& r : records) Encode(r, &data);
+  std::unique_ptr<WritableFile> file;
+  Status s = env_->NewWritableFile(tmp, FileOptions(), &file);
+  if (s.ok()) s = file->Append(Slice(data));
+  if (s.ok()) s = file->Sync();
+  if (s.ok()) s = file->Close();
+  if (s.ok()) s = env_->RenameFile(tmp, path);
+  if (s.ok()) s = env_->SyncDir(dir_);
+  if (s.ok()) s = env_->NewAppendableFile(path, &file);
+  if (!s.ok()) return s;
+  file_ = std::move(file);
+  pending_.clear();
+  return Status::OK();
+}
+
+void TombstoneLog::Add(const Record& record) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Encode(record, &pending_);
+  records_added_++;
+}
+
+Status TombstoneLog::Sync() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (file_ == nullptr) return Status::IOError("tombstone log is not open");
+  if (!pending_.empty()) {
+    Status s = file_->Append(Slice(pending_));
+    if (!s.ok()) return s;
+    pending_.clear();
+  }
+  return file_->Sync();
+}
+
+Status TombstoneLog::Rewrite(const std::vector<Record>& records) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (file_ != nullptr) file_->Close();
+  file_.reset();
+  return OpenLocked(records);
+}
+
+uint64_t TombstoneLog::records_added() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return records_added_;
+}
+
+uint64_t TombstoneLog::file_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return file_ != nullptr ? file_->Size() : 0;
+}
+
+}  // namespace kvengine

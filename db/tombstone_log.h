@@ -1,0 +1,75 @@
+// TombstoneLog: the durable record of deleted (or superseded) SSD values.
+//
+// A tombstone (key, version, bucket) says "the value of `key` written with `version` is
+// dead", wherever a copy of it lies (compaction may have copied it into another bucket
+// before the delete won).  `bucket` names the bucket whose lifetime bounds the
+// tombstone's: once no bucket that may hold (key, version) is left, the tombstone is
+// dropped when the log is rewritten.
+//
+// File format (docs/tombstone_log.md): a 16-byte header (magic, format version), then
+// records of [payload length: fixed32][payload][XXH3-64 of payload: fixed64], payload =
+// [key length: varint][key][version: fixed64][bucket: fixed64].  Reading stops at the
+// first record that is incomplete or fails its checksum: a torn tail loses at most the
+// records not yet synced.
+//
+// Thread-safety: Add and Sync are thread-safe.
+#ifndef KVENGINE_DB_TOMBSTONE_LOG_H_
+#define KVENGINE_DB_TOMBSTONE_LOG_H_
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "kvengine/env.h"
+
+namespace kvengine {
+
+class TombstoneLog {
+ public:
+  struct Record {
+    std::string key;
+    uint64_t version = 0;
+    uint64_t bucket = 0;
+  };
+
+  static constexpr const char* kFileName = "TOMBSTONES";
+
+  // Reads every valid record of the log in `dir` (none when there is no log).  Stores in
+  // *torn_bytes how many bytes past the last valid record were ignored.
+  static Status Read(Env* env, const std::string& dir, std::vector<Record>* records,
+                     uint64_t* torn_bytes);
+
+  // Replaces the log in `dir` by one holding exactly `records` (written to a temporary
+  // name, synced, renamed, directory synced), and opens it for appending.
+  static Status Create(Env* env, const std::string& dir, const std::vector<Record>& records,
+                       std::unique_ptr<TombstoneLog>* result);
+
+  // Buffers one record; it becomes durable at the next Sync.
+  void Add(const Record& record);
+  // Writes the buffered records and syncs the file.
+  Status Sync();
+  // Atomically replaces the whole log by `records` (and drops what is buffered: the
+  // caller passes every record that must survive).
+  Status Rewrite(const std::vector<Record>& records);
+
+  uint64_t records_added() const;
+  uint64_t file_bytes() const;
+
+ private:
+  TombstoneLog(Env* env, std::string dir) : env_(env), dir_(std::move(dir)) {}
+  static void Encode(const Record& record, std::string* out);
+  Status OpenLocked(const std::vector<Record>& records);
+
+  Env* const env_;
+  const std::string dir_;
+  mutable std::mutex mu_;
+  std::unique_ptr<WritableFile> file_;  // guarded by mu_
+  std::string pending_;                 // guarded by mu_
+  uint64_t records_added_ = 0;          // guarded by mu_
+};
+
+}  // namespace kvengine
+
+#endif  // KVENGINE_DB_TOMBSTONE_LOG_H_

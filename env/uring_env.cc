@@ -1,0 +1,269 @@
+// The io_uring Env: batches of reads as one submission, large appends as parallel chunks.
+// Everything else is forwarded to the base Env.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "kvengine/env.h"
+
+#ifdef KV_WITH_URING
+#include <liburing.h>
+#endif
+
+namespace kvengine {
+
+#ifdef KV_WITH_URING
+namespace {
+
+constexpr unsigned kRingDepth = 64;
+constexpr size_t kWriteChunk = 1 << 20;
+
+// One ring per thread: submissions from different threads never contend, and a ring is
+// never shared without a lock.
+class Ring {
+ public:
+  Ring() { ok_ = io_uring_queue_init(kRingDepth, &ring_, 0) == 0; }
+  ~Ring() {
+    if (ok_) io_uring_queue_exit(&ring_);
+  }
+  bool ok() const { return ok_; }
+  io_uring* get() { return &ring_; }
+
+ private:
+  io_uring ring_;
+  bool ok_ = false;
+};
+
+Ring* ThreadRing() {
+  thread_local Ring ring;
+  return ring.ok() ? &ring : nullptr;
+}
+
+// Runs `ops` (each an fd/buffer/length/offset, read or write) through the ring, at most
+// kRingDepth in flight, resubmitting the rest of short transfers.  results[i] gets the
+// bytes transferred or a negative errno.
+struct Op {
+  int fd;
+  char* buf;
+  size_t length;
+  uint64_t offset;
+  size_t done = 0;
+  int error = 0;
+  bool eof = false;
+};
+
+bool RunOps(std::vector<Op>& ops, bool write) {
+  Ring* ring = ThreadRing();
+  if (ring == nullptr) return false;
+  io_uring* r = ring->get();
+  size_t next = 0, in_flight = 0;
+  auto submit_one = [&](size_t i) {
+    io_uring_sqe* sqe = io_uring_get_sqe(r);
+    Op& op = ops[i];
+    if (write) {
+      io_uring_prep_write(sqe, op.fd, op.buf + op.done, static_cast<unsigned>(op.length - op.done),
+                          op.offset + op.done);
+    } else {
+      io_uring_prep_read(sqe, op.fd, op.buf + op.done, static_cast<unsigned>(op.length - op.done),
+                         op.offset + op.done);
+    }
+    io_uring_sqe_set_data64(sqe, i);
+    in_flight++;
+  };
+  while (next < ops.size() || in_flight > 0) {
+    while (next < ops.size() && in_flight < kRingDepth) submit_one(next++);
+    int ret = io_uring_submit_and_wait(r, 1);
+    if (ret < 0 && ret != -EINTR) {
+      // The ring failed as a whole: mark what is left and let the caller see the errors.
+      for (Op& op : ops) {
+        if (op.done < op.length && op.error == 0 && !op.eof) op.error = -ret;
+      }
+      return true;
+    }
+    io_uring_cqe* cqe;
+    unsigned head, seen = 0;
+    std::vector<size_t> again;
+    io_uring_for_each_cqe(r, head, cqe) {
+      seen++;
+      in_flight--;
+      const size_t i = static_cast<size_t>(io_uring_cqe_get_data64(cqe));
+      Op& op = ops[i];
+      if (cqe->res == -EINTR || cqe->res == -EAGAIN) {
+        again.push_back(i);
+      } else if (cqe->res < 0) {
+        op.error = -cqe->res;
+      } else if (cqe->res == 0) {
+        op.eof = true;  // end of file: a short read
+      } else {
+        op.done += static_cast<size_t>(cqe->res);
+        if (op.done < op.length) again.push_back(i);
+      }
+    }
+    io_uring_cq_advance(r, seen);
+    for (size_t i : again) {
+      if (in_flight < kRingDepth) {
+        submit_one(i);
+      } else {
+        ops.push_back(ops[i]);  // cannot happen with the bound above; kept for safety
+      }
+    }
+  }
+  return true;
+}
+
+Status OpError(const Op& op, const char* what) {
+  std::string msg = std::string("io_uring ") + what + " at " + std::to_string(op.offset) + ": " +
+                    std::strerror(op.error);
+  if (op.error == ENOSPC || op.error == EDQUOT) return Status::NoSpace(msg);
+  return Status::IOError(msg);
+}
+
+// Writes through the base file's descriptor itself: every append goes to the ring, a
+// large one as parallel chunks, so the file's size is tracked here, not by the base.
+class UringWritableFile final : public WritableFile {
+ public:
+  explicit UringWritableFile(std::unique_ptr<WritableFile> base)
+      : base_(std::move(base)), size_(base_->Size()) {}
+
+  Status Append(const Slice& data) override {
+    const int fd = base_->FileDescriptor();
+    if (fd < 0) return base_->Append(data);
+    std::vector<Op> ops;
+    for (size_t off = 0; off < data.size(); off += kWriteChunk) {
+      ops.push_back(Op{fd, const_cast<char*>(data.data()) + off,
+                       std::min(kWriteChunk, data.size() - off), size_ + off});
+    }
+    if (!RunOps(ops, /*write=*/true)) {
+      for (Op& op : ops) {  // no ring on this thread: plain positioned writes
+        while (op.done < op.length) {
+          ssize_t n = ::pwrite(fd, op.buf + op.done, op.length - op.done,
+                               static_cast<off_t>(op.offset + op.done));
+          if (n < 0 && errno == EINTR) continue;
+          if (n <= 0) {
+            op.error = n < 0 ? errno : EIO;
+            break;
+          }
+          op.done += static_cast<size_t>(n);
+        }
+      }
+    }
+    for (Op& op : ops) {
+      if (op.error == 0 && op.done < op.length) op.error = EIO;  // a write that wrote nothing
+      if (op.error != 0) return OpError(op, "write");
+    }
+    size_ += data.size();
+    return Status::OK();
+  }
+  Status Sync() override { return base_->Sync(); }
+  Status Close() override { return base_->Close(); }
+  uint64_t Size() const override { return size_; }
+  bool IsDirect() const override { return base_->IsDirect(); }
+  int FileDescriptor() const override { return base_->FileDescriptor(); }
+
+ private:
+  std::unique_ptr<WritableFile> base_;
+  uint64_t size_;
+};
+
+class UringEnv final : public Env {
+ public:
+  explicit UringEnv(Env* base) : base_(base) {}
+
+  Status NewRandomAccessFile(const std::string& path, const FileOptions& options,
+                             std::unique_ptr<RandomAccessFile>* result) override {
+    return base_->NewRandomAccessFile(path, options, result);
+  }
+  Status NewWritableFile(const std::string& path, const FileOptions& options,
+                         std::unique_ptr<WritableFile>* result) override {
+    std::unique_ptr<WritableFile> file;
+    Status s = base_->NewWritableFile(path, options, &file);
+    if (s.ok()) *result = std::make_unique<UringWritableFile>(std::move(file));
+    return s;
+  }
+  Status NewAppendableFile(const std::string& path,
+                           std::unique_ptr<WritableFile>* result) override {
+    return base_->NewAppendableFile(path, result);
+  }
+  bool FileExists(const std::string& path) override { return base_->FileExists(path); }
+  Status GetChildren(const std::string& dir, std::vector<std::string>* names) override {
+    return base_->GetChildren(dir, names);
+  }
+  Status RemoveFile(const std::string& path) override { return base_->RemoveFile(path); }
+  Status RenameFile(const std::string& from, const std::string& to) override {
+    return base_->RenameFile(from, to);
+  }
+  Status CreateDirIfMissing(const std::string& dir) override {
+    return base_->CreateDirIfMissing(dir);
+  }
+  Status RemoveDir(const std::string& dir) override { return base_->RemoveDir(dir); }
+  Status GetFileSize(const std::string& path, uint64_t* size) override {
+    return base_->GetFileSize(path, size);
+  }
+  Status SyncDir(const std::string& dir) override { return base_->SyncDir(dir); }
+  Status LockFile(const std::string& path, std::unique_ptr<FileLock>* lock) override {
+    return base_->LockFile(path, lock);
+  }
+  Status UnlockFile(std::unique_ptr<FileLock> lock) override {
+    return base_->UnlockFile(std::move(lock));
+  }
+  uint64_t NowMicros() override { return base_->NowMicros(); }
+
+  Status MultiRead(ReadRequest* requests, size_t count) override {
+    std::vector<Op> ops;
+    std::vector<size_t> owner;
+    Status first;
+    for (size_t i = 0; i < count; i++) {
+      ReadRequest& r = requests[i];
+      const int fd = r.file != nullptr ? r.file->FileDescriptor() : -1;
+      if (fd < 0) {  // not a descriptor-backed file: read it the ordinary way
+        r.status = r.file != nullptr ? r.file->Read(r.offset, r.length, r.scratch, &r.bytes_read)
+                                     : Status::InvalidArgument("MultiRead request without a file");
+        if (!r.status.ok() && first.ok()) first = r.status;
+        continue;
+      }
+      ops.push_back(Op{fd, r.scratch, r.length, r.offset});
+      owner.push_back(i);
+    }
+    if (ops.empty()) return first;
+    if (!RunOps(ops, /*write=*/false)) {
+      Status s = Env::MultiRead(requests, count);  // no ring on this thread: fall back
+      return first.ok() ? s : first;
+    }
+    for (size_t k = 0; k < ops.size(); k++) {
+      ReadRequest& r = requests[owner[k]];
+      r.bytes_read = ops[k].done;
+      r.status = ops[k].error != 0 ? OpError(ops[k], "read") : Status::OK();
+      if (!r.status.ok() && first.ok()) first = r.status;
+    }
+    return first;
+  }
+
+ private:
+  Env* const base_;
+};
+
+}  // namespace
+
+std::unique_ptr<Env> Env::NewIoUringEnv(Env* base, std::string* why) {
+  io_uring probe;
+  int ret = io_uring_queue_init(4, &probe, 0);
+  if (ret < 0) {
+    if (why != nullptr) *why = std::string("io_uring_queue_init: ") + std::strerror(-ret);
+    return nullptr;
+  }
+  io_uring_queue_exit(&probe);
+  return std::make_unique<UringEnv>(base);
+}
+
+#else  // !KV_WITH_URING
+
+std::unique_ptr<Env> Env::NewIoUringEnv(Env*, std::string* why) {
+  if (why != nullptr) *why = "this build has no liburing (KV_WITH_URING=OFF)";
+  return nullptr;
+}
+
+#endif
+
+}  // namespace kvengine

@@ -1,0 +1,56 @@
+// BucketBuilder: assembles one bucket in memory, then writes it as a file.
+//
+// The image is one aligned buffer of fixed capacity: the header, then each value
+// zero-padded to the alignment.  Values are placed by Reserve() and copied in by the
+// caller, possibly from several threads at once into distinct reserved regions; the
+// image never moves, so readers may read committed values from it while it is pending.
+// WriteTo() appends the index block and the footer and writes the whole file.
+//
+// Thread-safety: Reserve() and WriteTo() need external synchronization; writing into
+// distinct reserved regions and reading committed ones may happen concurrently.
+#ifndef KVENGINE_TABLE_BUCKET_BUILDER_H_
+#define KVENGINE_TABLE_BUCKET_BUILDER_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kvengine/env.h"
+#include "table/bucket_format.h"
+#include "util/aligned_buffer.h"
+
+namespace kvengine {
+
+class BucketBuilder {
+ public:
+  // Allocates an image of `capacity` bytes (header included).  NoSpace when the memory
+  // cannot be had.
+  static Status Create(uint64_t id, uint64_t capacity, uint64_t created_micros,
+                       std::unique_ptr<BucketBuilder>* result);
+
+  // Places a value of `size` bytes; stores its file offset in *offset and zeroes its
+  // padding.  Returns false when it does not fit in the remaining capacity.
+  bool Reserve(uint64_t size, uint64_t* offset);
+
+  char* MutableData(uint64_t offset) { return image_.data() + offset; }
+  const char* Data(uint64_t offset) const { return image_.data() + offset; }
+  uint64_t id() const { return id_; }
+  uint64_t used() const { return used_; }
+  uint64_t capacity() const { return image_.capacity(); }
+
+  // Writes the image, then an index of `entries` and the footer, through `file`, and
+  // syncs it.  Stores the file size in *file_size.
+  Status WriteTo(WritableFile* file, const std::vector<BucketEntry>& entries,
+                 uint64_t* file_size) const;
+
+ private:
+  BucketBuilder(uint64_t id, AlignedBuffer image, uint64_t created_micros);
+
+  const uint64_t id_;
+  AlignedBuffer image_;
+  uint64_t used_ = kBucketHeaderSize;
+};
+
+}  // namespace kvengine
+
+#endif  // KVENGINE_TABLE_BUCKET_BUILDER_H_

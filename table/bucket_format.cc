@@ -1,0 +1,145 @@
+#include "table/bucket_format.h"
+
+#include <cstdio>
+#include <cstring>
+
+#include "util/coding.h"
+#include "util/hash.h"
+
+namespace kvengine {
+
+namespace {
+// Header byte offsets.
+constexpr size_t kHeaderChecksummed = 32;
+// Footer byte offsets.
+constexpr size_t kFooterChecksummed = 48;
+}  // namespace
+
+void BucketHeader::EncodeTo(char* dst) const {
+  std::memset(dst, 0, kBucketHeaderSize);
+  EncodeFixed64(dst + 0, kBucketMagic);
+  EncodeFixed32(dst + 8, kBucketFormatVersion);
+  EncodeFixed32(dst + 12, static_cast<uint32_t>(kBucketHeaderSize));
+  EncodeFixed64(dst + 16, bucket_id);
+  EncodeFixed64(dst + 24, created_micros);
+  EncodeFixed64(dst + kHeaderChecksummed, Hash64(dst, kHeaderChecksummed));
+}
+
+Status BucketHeader::DecodeFrom(std::string_view src) {
+  if (src.size() < kBucketHeaderSize) return Status::Corruption("bucket header truncated");
+  if (DecodeFixed64(src.data()) != kBucketMagic)
+    return Status::Corruption("bad bucket header magic");
+  if (DecodeFixed64(src.data() + kHeaderChecksummed) != Hash64(src.data(), kHeaderChecksummed)) {
+    return Status::Corruption("bucket header checksum mismatch");
+  }
+  const uint32_t version = DecodeFixed32(src.data() + 8);
+  if (version != kBucketFormatVersion) {
+    return Status::NotSupported("bucket format version " + std::to_string(version));
+  }
+  if (DecodeFixed32(src.data() + 12) != kBucketHeaderSize) {
+    return Status::Corruption("bucket header size field");
+  }
+  bucket_id = DecodeFixed64(src.data() + 16);
+  created_micros = DecodeFixed64(src.data() + 24);
+  return Status::OK();
+}
+
+void BucketFooter::EncodeTo(char* dst) const {
+  std::memset(dst, 0, kBucketFooterSize);
+  EncodeFixed64(dst + 0, index_offset);
+  EncodeFixed64(dst + 8, index_size);
+  EncodeFixed64(dst + 16, entry_count);
+  EncodeFixed64(dst + 24, bucket_id);
+  EncodeFixed32(dst + 32, kBucketFormatVersion);
+  EncodeFixed64(dst + kFooterChecksummed, Hash64(dst, kFooterChecksummed));
+  EncodeFixed64(dst + 56, kBucketMagic);
+}
+
+Status BucketFooter::DecodeFrom(std::string_view src) {
+  if (src.size() != kBucketFooterSize) return Status::Corruption("bucket footer truncated");
+  if (DecodeFixed64(src.data() + 56) != kBucketMagic) {
+    return Status::Corruption("bad bucket footer magic (torn or foreign file)");
+  }
+  if (DecodeFixed64(src.data() + kFooterChecksummed) != Hash64(src.data(), kFooterChecksummed)) {
+    return Status::Corruption("bucket footer checksum mismatch");
+  }
+  const uint32_t version = DecodeFixed32(src.data() + 32);
+  if (version != kBucketFormatVersion) {
+    return Status::NotSupported("bucket format version " + std::to_string(version));
+  }
+  index_offset = DecodeFixed64(src.data() + 0);
+  index_size = DecodeFixed64(src.data() + 8);
+  entry_count = DecodeFixed64(src.data() + 16);
+  bucket_id = DecodeFixed64(src.data() + 24);
+  return Status::OK();
+}
+
+std::string EncodeBucketIndex(const std::vector<BucketEntry>& entries) {
+  std::string out;
+  PutFixed64(&out, entries.size());
+  for (const BucketEntry& e : entries) {
+    PutLengthPrefixed(&out, e.key);
+    PutFixed64(&out, e.offset);
+    PutFixed64(&out, e.size);
+    PutFixed64(&out, e.version);
+    PutFixed64(&out, e.checksum);
+  }
+  PutFixed64(&out, Hash64(out.data(), out.size()));
+  return out;
+}
+
+Status DecodeBucketIndex(std::string_view block, uint64_t file_size,
+                         std::vector<BucketEntry>* entries) {
+  entries->clear();
+  if (block.size() < 16) return Status::Corruption("bucket index truncated");
+  const std::string_view body = block.substr(0, block.size() - 8);
+  if (DecodeFixed64(block.data() + body.size()) != Hash64(body.data(), body.size())) {
+    return Status::Corruption("bucket index checksum mismatch");
+  }
+  std::string_view in = body;
+  uint64_t count;
+  GetFixed64(&in, &count);
+  if (count > in.size()) return Status::Corruption("bucket index entry count");
+  entries->reserve(count);
+  for (uint64_t i = 0; i < count; i++) {
+    BucketEntry e;
+    std::string_view key;
+    if (!GetLengthPrefixed(&in, &key) || !GetFixed64(&in, &e.offset) || !GetFixed64(&in, &e.size) ||
+        !GetFixed64(&in, &e.version) || !GetFixed64(&in, &e.checksum)) {
+      return Status::Corruption("bucket index entry " + std::to_string(i) + " truncated");
+    }
+    if (key.empty() || e.offset < kBucketHeaderSize || e.offset % kBucketAlignment != 0 ||
+        e.size > file_size || e.offset > file_size - e.size) {
+      return Status::Corruption("bucket index entry " + std::to_string(i) + " out of range");
+    }
+    e.key.assign(key);
+    entries->push_back(std::move(e));
+  }
+  if (!in.empty()) return Status::Corruption("bucket index has trailing bytes");
+  return Status::OK();
+}
+
+std::string BucketFileName(uint64_t id) {
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "bucket-%06llu.kvb", static_cast<unsigned long long>(id));
+  return buf;
+}
+
+bool ParseBucketFileName(std::string_view name, uint64_t* id) {
+  constexpr std::string_view kPrefix = "bucket-", kSuffix = ".kvb";
+  if (name.size() <= kPrefix.size() + kSuffix.size() || !name.starts_with(kPrefix) ||
+      !name.ends_with(kSuffix)) {
+    return false;
+  }
+  std::string_view digits =
+      name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
+  uint64_t v = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9' || v > (UINT64_MAX - 9) / 10) return false;
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  *id = v;
+  return true;
+}
+
+}  // namespace kvengine

@@ -1,0 +1,77 @@
+// The bucket file format: one immutable segment file holding many values.
+// The layout is written down byte by byte in docs/bucket_format.md.
+//
+//   [header: 4096 bytes]
+//   [value 0, zero-padded to 4096] [value 1, zero-padded] ...
+//   [index block] [zero padding] [footer: 64 bytes]       (file size: a multiple of 4096)
+//
+// Every value starts 4096-aligned so that it can be read with O_DIRECT straight into an
+// aligned caller buffer.  The header, the index block and the footer each carry their own
+// XXH3 checksum, and every index entry carries the XXH3 of its value, so a torn footer, a
+// corrupt index and a corrupt value are told apart.
+#ifndef KVENGINE_TABLE_BUCKET_FORMAT_H_
+#define KVENGINE_TABLE_BUCKET_FORMAT_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvengine/status.h"
+
+namespace kvengine {
+
+// DO NOT CHANGE THESE VALUES: they are embedded in bucket files on disk.
+inline constexpr uint64_t kBucketMagic = 0x31424b56474e454bull;  // "KENGVKB1"
+inline constexpr uint32_t kBucketFormatVersion = 1;
+inline constexpr size_t kBucketHeaderSize = 4096;
+inline constexpr size_t kBucketFooterSize = 64;
+inline constexpr size_t kBucketAlignment = 4096;
+
+struct BucketHeader {
+  uint64_t bucket_id = 0;
+  uint64_t created_micros = 0;
+
+  // Writes exactly kBucketHeaderSize bytes to dst.
+  void EncodeTo(char* dst) const;
+  Status DecodeFrom(std::string_view src);
+};
+
+// One value of the bucket, as recorded in its index.
+struct BucketEntry {
+  std::string key;
+  uint64_t offset = 0;  // from the start of the file; a multiple of kBucketAlignment
+  uint64_t size = 0;    // value bytes (the padding is not counted)
+  uint64_t version = 0;
+  uint64_t checksum = 0;  // XXH3-64 of the value bytes
+};
+
+struct BucketFooter {
+  uint64_t index_offset = 0;
+  uint64_t index_size = 0;  // including the index checksum
+  uint64_t entry_count = 0;
+  uint64_t bucket_id = 0;
+
+  // Writes exactly kBucketFooterSize bytes to dst.
+  void EncodeTo(char* dst) const;
+  Status DecodeFrom(std::string_view src);
+};
+
+// The index block: entry count, the entries, then the XXH3 of everything before it.
+std::string EncodeBucketIndex(const std::vector<BucketEntry>& entries);
+// Parses and verifies an index block.  `file_size` bounds the offsets it may name.
+Status DecodeBucketIndex(std::string_view block, uint64_t file_size,
+                         std::vector<BucketEntry>* entries);
+
+// Where a value of `size` bytes occupies [offset, offset + PaddedSize(size)).
+inline uint64_t PaddedValueSize(uint64_t size) {
+  return (size + kBucketAlignment - 1) / kBucketAlignment * kBucketAlignment;
+}
+
+// The file name of bucket `id` ("bucket-000042.kvb") and the parse of one.
+std::string BucketFileName(uint64_t id);
+bool ParseBucketFileName(std::string_view name, uint64_t* id);
+
+}  // namespace kvengine
+
+#endif  // KVENGINE_TABLE_BUCKET_FORMAT_H_

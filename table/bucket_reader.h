@@ -1,0 +1,81 @@
+// BucketReader: opens a sealed bucket file, verifies it, and reads values out of it.
+//
+// Open() checks the header, the footer and the index checksums, so a torn or corrupt
+// file is refused as a whole (Corruption) and never half-used.  Reads verify each
+// value's own checksum, so a corrupt value fails that key only.
+//
+// Reads go straight into the caller's buffers.  With O_DIRECT a buffer part that is
+// aligned (address and length) is read into directly; the rest of the value goes through
+// an aligned bounce buffer.
+//
+// Thread-safety: all methods are thread-safe after Open.
+#ifndef KVENGINE_TABLE_BUCKET_READER_H_
+#define KVENGINE_TABLE_BUCKET_READER_H_
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "kvengine/env.h"
+#include "table/bucket_format.h"
+#include "util/aligned_buffer.h"
+
+namespace kvengine {
+
+// One value to read: where it is and where it goes.
+struct ValueRead {
+  uint64_t offset = 0;
+  uint64_t size = 0;
+  uint64_t checksum = 0;
+  std::span<const MutableSlice> dest;  // total capacity >= size
+  Status status;                       // out
+};
+
+class BucketReader {
+ public:
+  static Status Open(Env* env, const std::string& path, const FileOptions& options,
+                     std::unique_ptr<BucketReader>* result);
+
+  const BucketHeader& header() const { return header_; }
+  const BucketFooter& footer() const { return footer_; }
+  const std::vector<BucketEntry>& entries() const { return entries_; }
+  uint64_t file_size() const { return file_->Size(); }
+  const std::string& path() const { return path_; }
+
+  // Reads the values of `reads`, each into its destination, as one batch through
+  // env->MultiRead, and sets each read's status (Corruption on a checksum mismatch when
+  // verify is true).
+  void ReadValues(Env* env, std::span<ValueRead> reads, bool verify) const;
+
+  // A plan for reading one value into its destination: the file reads to issue and
+  // the copies from bounce buffers after them.  Exposed so that a caller can batch the
+  // reads of many buckets into one submission.
+  struct Plan {
+    std::vector<ReadRequest> requests;
+    AlignedBuffer bounce;
+    uint64_t bounce_value_offset = 0;  // value byte at bounce.data()[0]
+    size_t first_bounced_part = 0;     // dest parts from here on are filled from bounce
+    uint64_t first_part_skip = 0;      // bytes of that part already read directly
+  };
+  Status PlanRead(const ValueRead& read, Plan* plan) const;
+  // After the plan's requests completed: copies out of the bounce buffer, checks sizes
+  // and (with verify) the checksum.
+  Status FinishRead(const ValueRead& read, Plan* plan, bool verify) const;
+
+ private:
+  BucketReader(std::string path, std::unique_ptr<RandomAccessFile> file)
+      : path_(std::move(path)), file_(std::move(file)) {}
+
+  const std::string path_;
+  std::unique_ptr<RandomAccessFile> file_;
+  BucketHeader header_;
+  BucketFooter footer_;
+  std::vector<BucketEntry> entries_;
+};
+
+// XXH3 of the first `size` bytes spread over `parts`.
+uint64_t ChecksumParts(std::span<const MutableSlice> parts, uint64_t size);
+
+}  // namespace kvengine
+
+#endif  // KVENGINE_TABLE_BUCKET_READER_H_
