@@ -16,6 +16,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdint>
 #include <limits>
@@ -279,6 +280,15 @@ std::vector<int64_t> Results(const Status& s, std::vector<int64_t> results, size
   return results;
 }
 
+// The bool syntax of options.h: 1/0, true/false, yes/no, on/off, any case.
+bool ParseBool(const std::string& name, const std::string& value) {
+  std::string v;
+  for (char c : value) v.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  if (v == "1" || v == "true" || v == "yes" || v == "on") return true;
+  if (v == "0" || v == "false" || v == "no" || v == "off") return false;
+  throw py::value_error("option " + name + "='" + value + "': expected a bool");
+}
+
 const int kNotOpen = -static_cast<int>(Status::Code::kAborted);
 
 // ---------------------------------------------------------------- the store
@@ -302,6 +312,10 @@ class Store {
   void Open(const std::string& path, const std::map<std::string, std::string>& opts) {
     Options options;
     for (const auto& [name, value] : opts) {
+      if (name == "apply_environment") {  // a field Options::Set leaves alone on purpose
+        options.apply_environment = ParseBool(name, value);
+        continue;
+      }
       Status s = options.Set(name, value);
       if (!s.ok()) throw py::value_error(s.message());
     }
