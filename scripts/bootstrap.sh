@@ -10,6 +10,10 @@ packages=(
   libnuma-dev liburing-dev libibverbs-dev librocksdb-dev
   python3-dev pybind11-dev python3-numpy python3-pytest
 )
+# torch (CPU) for the tensor and vLLM-connector tests: measured on Debian 12, 171 packages,
+# 142 MB to download, about 1.5 minutes to install.  KV_BOOTSTRAP_NO_TORCH=1 skips it
+# (those tests then skip, saying why).
+[[ "${KV_BOOTSTRAP_NO_TORCH:-0}" == "1" ]] || packages+=(python3-torch)
 
 missing=()
 for p in "${packages[@]}"; do

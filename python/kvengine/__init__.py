@@ -1,0 +1,187 @@
+"""kvengine: an embedded key-value store for the attention KV cache of LLM servers.
+
+    import kvengine
+    with kvengine.open("/var/lib/kvcache", memory_capacity_bytes="8GiB") as db:
+        db.put("llama@tp0/3f9a", b"...")          # 0, or a negative error code
+        db.get("llama@tp0/3f9a")                   # bytes (b"" when absent)
+        db.batch_get_into(keys, [bytearray(n) for _ in keys])   # bytes read per key
+
+Two styles, one object (docs/python.md has the full reference):
+
+* The store API, with the names and return conventions of Mooncake Store's Python API
+  (setup/close, put/get, put_from/get_into with raw pointers, the batch_* calls,
+  is_exist, remove, ...): engine failures come back as negative integers, one per key in
+  batch calls (see ERROR_CODES).
+* Pythonic forms: buffers instead of raw pointers (bytes, bytearray, memoryview, numpy
+  arrays, CPU torch tensors), ``db[key]`` / ``key in db`` / ``del db[key]`` that raise,
+  a context manager, ``stats()`` / ``perf()`` / ``options()`` as dicts.
+
+Arguments that are wrong in themselves (type, a null pointer, lists of different lengths,
+a read-only destination) raise TypeError or ValueError before the engine is called:
+nothing changes.  The GIL is released during every engine call.
+"""
+
+import json
+import os
+
+from . import _kvengine
+from ._kvengine import ERROR_CODES, OPTION_NAMES, Error
+
+__all__ = ["DB", "open", "Error", "ERROR_CODES", "OPTION_NAMES", "check", "error_name"]
+__version__ = "0.1.0"
+
+# The negative codes of status.h, frozen: they are part of the API.
+OK = 0
+NOT_FOUND = -1
+INVALID_ARGUMENT = -2
+CORRUPTION = -3
+IO_ERROR = -4
+NO_SPACE = -5
+BUSY = -6
+ABORTED = -7
+NOT_SUPPORTED = -8
+BUFFER_TOO_SMALL = -9
+
+
+def error_name(code):
+    """The stable name of a result code: 0 -> "ok", -1 -> "not_found", ..."""
+    if code > 0:
+        return "ok"
+    return ERROR_CODES.get(code, "unknown(%d)" % code)
+
+
+def _make_error(code, what):
+    err = Error("%s: %s" % (what, error_name(code)))
+    err.code = code
+    err.code_name = error_name(code)
+    return err
+
+
+def check(code, what="kvengine call"):
+    """Returns code when it is a success (>= 0), else raises kvengine.Error for it."""
+    if code < 0:
+        raise _make_error(code, what)
+    return code
+
+
+def _option_string(name, value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, str)):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)
+    raise TypeError("option %s must be str, int, float or bool, not %s"
+                    % (name, type(value).__name__))
+
+
+def _option_strings(options):
+    return {name: _option_string(name, value) for name, value in options.items()}
+
+
+def _parse_lines(text):
+    """'name=value' (or 'name: value') lines -> dict of str."""
+    out = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        for sep in ("=", ":"):
+            if sep in line:
+                name, value = line.split(sep, 1)
+                out[name.strip()] = value.strip()
+                break
+    return out
+
+
+class DB(_kvengine.Store):
+    """A kvengine database.
+
+    DB(path, **options) opens it (raising ValueError for an unknown option name or a bad
+    value, kvengine.Error for an engine failure such as Busy when another process holds
+    the directory).  DB() makes an unopened store to open later with setup().
+    Options are the names of kvengine::Options (OPTION_NAMES), with values as Python
+    ints, floats, bools or strings in the syntax of options.h ("64MiB", "lru", ...).
+    """
+
+    def __init__(self, path=None, **options):
+        super().__init__()
+        if path is not None:
+            self._open(os.fspath(path), _option_strings(options))
+
+    # -------------------------------------------------------------- lifecycle
+    def setup(self, path, **options):
+        """Opens the store at path. Returns 0, or a negative error code (Busy ...).
+
+        An unknown option name or a malformed value raises ValueError."""
+        try:
+            self._open(os.fspath(path), _option_strings(options))
+        except Error as e:
+            return e.code
+        return OK
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.close()
+        return False
+
+    def __repr__(self):
+        state = "open" if self.is_open else "closed"
+        return "kvengine.DB(%r, %s)" % (self.path, state)
+
+    # -------------------------------------------------------------- Pythonic forms
+    def __getitem__(self, key):
+        return self._get_or_raise(key)
+
+    def __setitem__(self, key, value):
+        check(self.put(key, value), "put")
+
+    def __delitem__(self, key):
+        rc = self.remove(key)
+        if rc == NOT_FOUND:
+            raise KeyError(key)
+        check(rc, "remove")
+
+    def __contains__(self, key):
+        return check(self.is_exist(key), "is_exist") == 1
+
+    def read(self, key):
+        """The value of key as bytes; KeyError when absent, kvengine.Error on failure."""
+        return self._get_or_raise(key)
+
+    def batch_put(self, keys, values):
+        """Stores values[i] (any buffer or CPU tensor) under keys[i]; results per key."""
+        return self.batch_put_from(keys, values)
+
+    # -------------------------------------------------------------- introspection
+    def stats(self):
+        """Counters and bytes per tier ("kvengine.stats.json") as a dict; {} if closed."""
+        text = self.get_property("kvengine.stats.json")
+        return json.loads(text) if text else {}
+
+    def perf(self):
+        """Per-layer perf counters as a dict, when the engine exposes "kvengine.perf".
+
+        Returns {} when the engine has no perf property (or the store is closed)."""
+        text = self.get_property("kvengine.perf.json")
+        if text is None:
+            text = self.get_property("kvengine.perf")
+        if not text:
+            return {}
+        try:
+            value = json.loads(text)
+            return value if isinstance(value, dict) else {"perf": value}
+        except ValueError:
+            return _parse_lines(text)
+
+    def options(self):
+        """The options in force ("kvengine.options") as a dict of strings."""
+        text = self.get_property("kvengine.options")
+        return _parse_lines(text) if text else {}
+
+
+def open(path, **options):  # noqa: A001 -- the module's constructor, as in dbm.open
+    """Opens the DB at path; same as DB(path, **options)."""
+    return DB(path, **options)

@@ -1,0 +1,368 @@
+"""The store API of the kvengine module against a real DB."""
+import ctypes
+import gc
+import threading
+
+import numpy as np
+import pytest
+
+import kvengine
+from conftest import SMALL
+
+
+def addr(buf):
+    """The address of a bytearray / numpy array, as callers of the raw-pointer API do."""
+    if isinstance(buf, np.ndarray):
+        return buf.ctypes.data
+    return ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf))
+
+
+# ------------------------------------------------------------------ opening
+
+
+def test_open_context_manager_and_reopen(db_path):
+    with kvengine.open(db_path, **SMALL) as db:
+        assert db.is_open
+        assert db.put("k", b"v") == 0
+    assert not db.is_open
+    assert db.put("k", b"v") == kvengine.ABORTED
+    assert db.get("k") == b""
+    assert db.close() == 0  # idempotent
+
+
+def test_setup_returns_codes(db_path):
+    db = kvengine.DB()
+    assert not db.is_open
+    assert db.put("k", b"v") == kvengine.ABORTED
+    assert db.setup(db_path, **SMALL) == 0
+    other = kvengine.DB()
+    assert other.setup(db_path, **SMALL) == kvengine.BUSY  # the directory's LOCK
+    with pytest.raises(kvengine.Error) as e:
+        kvengine.DB(db_path, **SMALL)
+    assert e.value.code == kvengine.BUSY and e.value.code_name == "busy"
+    with pytest.raises(ValueError):
+        db.setup(db_path, **SMALL)  # already open
+    assert db.close() == 0
+
+
+@pytest.mark.parametrize("opts, needle", [
+    (dict(no_such_option=1), "no_such_option"),
+    (dict(memory_capacity_bytes="lots"), "memory_capacity_bytes"),
+    (dict(memory_eviction="sometimes"), "memory_eviction"),
+    (dict(prefault_memory="perhaps"), "prefault_memory"),
+])
+def test_bad_options_raise_value_error_naming_them(db_path, opts, needle):
+    with pytest.raises(ValueError, match=needle):
+        kvengine.DB(db_path, **opts)
+    with pytest.raises(ValueError, match=needle):
+        kvengine.DB().setup(db_path, **opts)
+
+
+def test_option_types(db_path):
+    with pytest.raises(TypeError, match="max_key_size"):
+        kvengine.DB(db_path, max_key_size=[1])
+    opts = dict(SMALL, max_key_size=64, memory_eviction="none", use_huge_pages=False)
+    with kvengine.open(db_path, **opts) as db:
+        o = db.options()
+        assert o["max_key_size"] == "64"
+        assert o["memory_eviction"] == "none"
+        assert db.put("x" * 65, b"v") == kvengine.INVALID_ARGUMENT
+    assert "memory_capacity_bytes" in kvengine.OPTION_NAMES
+
+
+def test_error_codes_documented():
+    assert kvengine.ERROR_CODES[-1] == "not_found"
+    assert kvengine.ERROR_CODES[-9] == "buffer_too_small"
+    assert kvengine.error_name(-5) == "no_space"
+    with pytest.raises(kvengine.Error) as e:
+        kvengine.check(-3, "get")
+    assert e.value.code == -3 and isinstance(e.value, RuntimeError)
+
+
+# ------------------------------------------------------------------ single keys
+
+
+def test_put_get_forms(db):
+    value = bytes(range(256)) * 16
+    assert db.put("a", value) == 0
+    assert db.put(b"b", bytearray(value)) == 0
+    assert db.put("c", memoryview(value)[100:200]) == 0
+    assert db.put("d", np.arange(100, dtype=np.float32)) == 0
+    assert db.put("e", b"") == 0
+    assert db.get("a") == value
+    assert db.get(b"b") == value
+    assert db.get("c") == value[100:200]
+    assert db.get("d") == np.arange(100, dtype=np.float32).tobytes()
+    assert db.get("e") == b""
+    assert db.get("missing") == b""
+    assert db.get_size("a") == len(value)
+    assert db.get_size("missing") == kvengine.NOT_FOUND
+    assert db.is_exist("a") == 1 and db.is_exist("missing") == 0
+    # UTF-8 keys and bytes keys are the same keys.
+    assert db.put("ключ", b"1") == 0
+    assert db.get("ключ".encode()) == b"1"
+
+
+def test_pythonic_mapping(db):
+    db["k"] = b"value"
+    assert db["k"] == b"value" and db.read("k") == b"value"
+    assert "k" in db and "nope" not in db
+    del db["k"]
+    with pytest.raises(KeyError):
+        db["k"]
+    with pytest.raises(KeyError):
+        del db["k"]
+    assert db.stats()["puts"] >= 1
+    assert isinstance(db.perf(), dict)
+
+
+def test_put_from_get_into_raw_pointers(db):
+    src = bytearray(b"0123456789" * 100)
+    assert db.put_from("raw", addr(src), len(src)) == 0
+    dst = bytearray(len(src))
+    assert db.get_into("raw", addr(dst), len(dst)) == len(src)
+    assert dst == src
+    small = bytearray(10)
+    assert db.get_into("raw", addr(small), len(small)) == kvengine.BUFFER_TOO_SMALL
+    assert db.get_into("missing", addr(dst), len(dst)) == kvengine.NOT_FOUND
+    # Buffer forms of the same calls.
+    arr = np.zeros(1000, dtype=np.uint8)
+    assert db.get_into("raw", arr) == 1000
+    assert arr.tobytes() == bytes(src)
+    assert db.put_from("raw2", arr) == 0 and db.get("raw2") == bytes(src)
+
+
+def test_remove_calls(db):
+    for i in range(10):
+        db.put("req1/layer.%d" % i, b"x")
+        db.put("req2/layer.%d" % i, b"y")
+    assert db.remove("req1/layer.0") == 0
+    assert db.remove("req1/layer.0") == kvengine.NOT_FOUND
+    assert db.batch_remove(["req1/layer.1", "nope", "req1/layer.2"]) == [0, -1, 0]
+    assert db.remove_by_regex(r"req1/.*") == 7
+    assert db.remove_by_regex(r"(unclosed") == kvengine.INVALID_ARGUMENT
+    assert db.remove_all() == 10
+    assert db.batch_is_exist(["req2/layer.0"]) == [0]
+    assert db.flush() == 0
+
+
+# ------------------------------------------------------------------ batches
+
+
+def test_batch_put_get_buffers(db):
+    keys = ["k%d" % i for i in range(64)]
+    values = [np.random.default_rng(i).integers(0, 255, 4096 + i, dtype=np.uint8) for i in range(64)]
+    assert db.batch_put_from(keys, values) == [0] * 64
+    outs = [np.zeros(4096 + i, dtype=np.uint8) for i in range(64)]
+    assert db.batch_get_into(keys, outs) == [4096 + i for i in range(64)]
+    for v, o in zip(values, outs):
+        assert np.array_equal(v, o)
+    assert db.batch_is_exist(keys + ["nope"]) == [1] * 64 + [0]
+    assert db.batch_put(["p"], [b"abc"]) == [0]
+
+
+def test_batch_raw_pointers(db):
+    srcs = [bytearray(bytes([i]) * (1000 + i)) for i in range(8)]
+    keys = ["r%d" % i for i in range(8)]
+    assert db.batch_put_from(keys, [addr(s) for s in srcs], [len(s) for s in srcs]) == [0] * 8
+    dsts = [bytearray(2000) for _ in range(8)]
+    got = db.batch_get_into(keys + ["nope"], [addr(d) for d in dsts] + [addr(dsts[0])],
+                            [len(d) for d in dsts] + [10])
+    assert got == [1000 + i for i in range(8)] + [kvengine.NOT_FOUND]
+    for s, d in zip(srcs, dsts):
+        assert d[:len(s)] == s
+
+
+def test_multi_buffers(db):
+    k = [bytearray(b"K" * 100), bytearray(b"k" * 50)]
+    v = [bytearray(b"V" * 100), bytearray(b"v" * 50)]
+    keys = ["block0", "block1"]
+    ptrs = [[addr(k[0]), addr(v[0])], [addr(k[1]), addr(v[1])]]
+    sizes = [[100, 100], [50, 50]]
+    assert db.batch_put_from_multi_buffers(keys, ptrs, sizes) == [0, 0]
+    assert db.get("block0") == b"K" * 100 + b"V" * 100
+    outk = [bytearray(100), bytearray(50)]
+    outv = [bytearray(100), bytearray(50)]
+    got = db.batch_get_into_multi_buffers(
+        keys, [[addr(outk[0]), addr(outv[0])], [addr(outk[1]), addr(outv[1])]], sizes)
+    assert got == [200, 100]
+    assert outk == k and outv == v
+    # Buffer form, and a destination too small for the value fails only that key.
+    a, b = np.zeros(100, np.uint8), np.zeros(100, np.uint8)
+    tiny = [bytearray(10)]
+    assert db.batch_get_into_multi_buffers(keys + ["block0"], [[a, b], [bytearray(100)], tiny]) == [
+        200, 100, kvengine.BUFFER_TOO_SMALL]
+    assert a.tobytes() == b"K" * 100 and b.tobytes() == b"V" * 100
+    # Duplicate keys in one put are refused as a whole (engine rule), per key.
+    assert db.batch_put_from_multi_buffers(["d", "d"], [[b"1"], [b"2"]]) == [-2, -2]
+    assert db.is_exist("d") == 0
+
+
+def test_large_batch(db):
+    n = 4096
+    keys = ["big/%06d" % i for i in range(n)]
+    data = np.arange(n * 256, dtype=np.uint8).reshape(n, 256)
+    assert db.batch_put_from(keys, list(data)) == [0] * n
+    out = np.zeros_like(data)
+    assert db.batch_get_into(keys, list(out)) == [256] * n
+    assert np.array_equal(out, data)
+    assert db.batch_remove(keys) == [0] * n
+
+
+def test_too_many_keys_is_refused_per_key(db_path):
+    with kvengine.open(db_path, max_batch_size=4, **SMALL) as db:
+        assert db.batch_put_from(list("abcde"), [b"x"] * 5) == [kvengine.INVALID_ARGUMENT] * 5
+        assert db.batch_is_exist(list("abcde")) == [kvengine.INVALID_ARGUMENT] * 5
+        assert db.batch_is_exist(list("abcd")) == [0] * 4
+
+
+def test_register_buffer(db):
+    arena = np.zeros(1 << 20, dtype=np.uint8)
+    assert db.register_buffer(arena.ctypes.data, arena.nbytes) == 0
+    overlap = db.register_buffer(arena.ctypes.data + 4096, 4096)
+    assert overlap == kvengine.INVALID_ARGUMENT
+    arena[:4] = [1, 2, 3, 4]
+    assert db.put_from("reg", arena.ctypes.data, 4) == 0
+    assert db.unregister_buffer(arena.ctypes.data) == 0
+    assert db.unregister_buffer(arena.ctypes.data) == kvengine.NOT_FOUND
+    # Object form: the buffer stays pinned while registered.
+    ba = bytearray(8192)
+    assert db.register_buffer(ba) == 0
+    with pytest.raises(BufferError):
+        ba.extend(b"x")  # cannot be resized while the store holds it
+    assert db.unregister_buffer(ba) == 0
+    ba.extend(b"x")
+    assert db.get("reg") == b"\x01\x02\x03\x04"
+
+
+# ------------------------------------------------------------------ bad input
+
+
+BAD_CALLS = [
+    ("put", lambda db: db.put(123, b"v"), TypeError),
+    ("put", lambda db: db.put("k", "a str value"), TypeError),
+    ("put", lambda db: db.put("k", 3.5), TypeError),
+    ("put", lambda db: db.put("k", np.arange(10)[::2]), ValueError),
+    ("put_from", lambda db: db.put_from("k", 0, 10), ValueError),
+    ("put_from", lambda db: db.put_from("k", -1, 10), ValueError),
+    ("put_from", lambda db: db.put_from("k", 4096, -1), ValueError),
+    ("put_from", lambda db: db.put_from("k", 2**64 - 8, 64), ValueError),
+    ("put_from", lambda db: db.put_from("k", 4096, "10"), TypeError),
+    ("put_from", lambda db: db.put_from("k", 1.5, 10), TypeError),
+    ("get_into", lambda db: db.get_into("k", b"read-only bytes"), TypeError),
+    ("get_into", lambda db: db.get_into("k", 0, 8), ValueError),
+    ("batch_put_from", lambda db: db.batch_put_from("k", [b"v"]), TypeError),
+    ("batch_put_from", lambda db: db.batch_put_from(["a", "b"], [b"v"]), ValueError),
+    ("batch_put_from", lambda db: db.batch_put_from(["a"], [4096], [1, 2]), ValueError),
+    ("batch_put_from", lambda db: db.batch_put_from(["a"], [4096]), TypeError),
+    ("batch_put_from", lambda db: db.batch_put_from(["a", "b"], [b"1", 0], [1, 1]), TypeError),
+    ("batch_put_from", lambda db: db.batch_put_from(["a", 7], [b"1", b"2"]), TypeError),
+    ("batch_put_from", lambda db: db.batch_put_from(["a", "b"], [b"1", None]), TypeError),
+    ("batch_get_into", lambda db: db.batch_get_into(["a"], [b"ro"]), TypeError),
+    ("batch_get_into", lambda db: db.batch_get_into(["a", "b"], [bytearray(1)]), ValueError),
+    ("multi_put", lambda db: db.batch_put_from_multi_buffers(["a"], [[4096, 4096]], [[8]]),
+     ValueError),
+    ("multi_put", lambda db: db.batch_put_from_multi_buffers(["a"], [b"x"]), TypeError),
+    ("multi_put", lambda db: db.batch_put_from_multi_buffers(["a", "b"], [[b"x"]]), ValueError),
+    ("multi_put", lambda db: db.batch_put_from_multi_buffers(["a"], [[0]], [[5]]), ValueError),
+    ("multi_get", lambda db: db.batch_get_into_multi_buffers(["a"], [[bytearray(1), b"ro"]]),
+     TypeError),
+    ("multi_get", lambda db: db.batch_get_into_multi_buffers(["a"], [[1]], [[1], [1]]),
+     ValueError),
+    ("is_exist", lambda db: db.batch_is_exist([b"ok", 3]), TypeError),
+    ("register", lambda db: db.register_buffer(0, 100), ValueError),
+    ("register", lambda db: db.register_buffer(4096), TypeError),
+]
+
+
+@pytest.mark.parametrize("name, call, exc", BAD_CALLS, ids=[c[0] for c in BAD_CALLS])
+def test_bad_input_raises_and_changes_nothing(db, name, call, exc):
+    db.put("a", b"original")
+    before = db.stats()
+    with pytest.raises(exc):
+        call(db)
+    assert db.get("a") == b"original"
+    assert db.batch_is_exist(["b", "k"]) == [0, 0]
+    after = db.stats()
+    for counter in ("puts", "put_bytes", "deletes"):
+        assert after[counter] == before[counter], counter
+    assert after["memory"]["items"] == before["memory"]["items"]
+
+
+def test_engine_level_key_errors_are_codes(db):
+    assert db.put("", b"v") == kvengine.INVALID_ARGUMENT
+    assert db.batch_put_from(["", "ok"], [b"1", b"2"]) == [kvengine.INVALID_ARGUMENT, 0]
+    assert db.batch_is_exist(["", "ok"]) == [kvengine.INVALID_ARGUMENT, 1]
+    with pytest.raises(kvengine.Error) as e:
+        db[""] = b"x"
+    assert e.value.code == kvengine.INVALID_ARGUMENT
+
+
+def test_no_space_without_eviction(db_path):
+    with kvengine.open(db_path, memory_capacity_bytes="4MiB", memory_slab_size="1MiB",
+                       memory_eviction="none", prefault_memory=False) as db:
+        big = np.zeros(1 << 20, np.uint8)
+        results = db.batch_put_from(["v%d" % i for i in range(8)], [big] * 8)
+        assert results[0] == 0
+        assert kvengine.NO_SPACE in results
+        assert set(results) <= {0, kvengine.NO_SPACE}
+
+
+# ------------------------------------------------------------------ threads and lifetime
+
+
+def test_threads_calling_concurrently(db):
+    errors = []
+
+    def worker(t):
+        try:
+            rng = np.random.default_rng(t)
+            for it in range(50):
+                keys = ["t%d/i%d/k%d" % (t, it, j) for j in range(8)]
+                vals = [rng.integers(0, 255, 8192, dtype=np.uint8) for _ in keys]
+                assert db.batch_put_from(keys, vals) == [0] * 8
+                outs = [np.zeros(8192, np.uint8) for _ in keys]
+                assert db.batch_get_into(keys, outs) == [8192] * 8
+                assert all(np.array_equal(a, b) for a, b in zip(vals, outs))
+                assert db.batch_remove(keys[:4]) == [0] * 4
+        except Exception as e:  # noqa: BLE001 -- reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert db.stats()["memory"]["items"] == 8 * 50 * 4
+
+
+def test_close_while_threads_run(db_path):
+    db = kvengine.open(db_path, **SMALL)
+    stop = threading.Event()
+    seen = set()
+
+    def reader():
+        buf = bytearray(4096)
+        while not stop.is_set():
+            seen.add(db.put("x", b"y" * 100))
+            seen.add(db.get_into("x", buf))
+
+    threads = [threading.Thread(target=reader) for _ in range(4)]
+    for t in threads:
+        t.start()
+    db.close()
+    stop.set()
+    for t in threads:
+        t.join()
+    assert seen <= {0, 100, kvengine.ABORTED}
+
+
+def test_buffers_released_after_calls(db):
+    ba = bytearray(100)
+    db.put("k", ba)
+    db.get_into("k", ba)
+    db.batch_get_into_multi_buffers(["k"], [[ba]])
+    ba.extend(b"more")  # would raise BufferError if a view leaked
+    del db
+    gc.collect()
