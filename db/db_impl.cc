@@ -498,9 +498,8 @@ Status DBImpl::DeleteByRegex(const std::string& pattern, uint64_t* deleted) {
   } catch (const std::regex_error& e) {
     return Status::InvalidArgument("malformed regex '" + pattern + "'", e.what());
   }
-  uint64_t n = memory_->EraseIf(
+  uint64_t n = DeleteMatching(
       [&re](std::string_view key) { return std::regex_match(key.begin(), key.end(), re); });
-  counters_.deletes.fetch_add(n, std::memory_order_relaxed);
   if (deleted != nullptr) *deleted = n;
   return Status::OK();
 }
