@@ -310,7 +310,7 @@ struct VllmThread {
   uint64_t layers, value_size, seed;
   uint64_t first, count;  // this thread's requests
   std::vector<AlignedBuffer> src, dst;
-  std::vector<std::string> key_strings;
+  std::vector<std::vector<std::string>> all_keys;  // per request of this thread
   std::vector<Slice> keys;
   std::vector<ValueParts> values;
   std::vector<Destination> dests;
@@ -322,7 +322,7 @@ struct VllmThread {
         seed(b.config->seed),
         first(ctx.SliceBegin(b.config->requests)),
         count(ctx.SliceEnd(b.config->requests) - first),
-        key_strings(layers),
+        all_keys(count),
         keys(layers),
         values(layers),
         dests(layers) {
@@ -335,12 +335,17 @@ struct VllmThread {
     }
   }
 
+  // Points keys at the request's layer keys (formatted once, at the first use) and, for a
+  // write, stamps the request into the source buffers.
   uint64_t Prepare(uint64_t request, bool stamp) {
+    std::vector<std::string>& strings = all_keys[request - first];
+    if (strings.empty()) {
+      for (uint64_t l = 0; l < layers; l++) strings.push_back(VllmKey(seed, request, l));
+    }
     uint64_t key_bytes = 0;
     for (uint64_t l = 0; l < layers; l++) {
-      key_strings[l] = VllmKey(seed, request, l);
-      keys[l] = Slice(key_strings[l]);
-      key_bytes += key_strings[l].size();
+      keys[l] = Slice(strings[l]);
+      key_bytes += strings[l].size();
       if (stamp) StampVllmValue(request, l, src[l].data(), value_size);
     }
     return key_bytes;
@@ -362,7 +367,7 @@ struct VllmThread {
       if (same) {
         ok++;
       } else {
-        ctx.Error("key '" + key_strings[l] + "': the bytes read differ from the bytes written");
+        ctx.Error("key '" + keys[l].ToString() + "': the bytes read differ from the bytes written");
       }
     }
     ctx.CountVerified(ok);
