@@ -360,10 +360,10 @@ struct VllmThread {
       std::memcpy(expected_stamp, b.pool->For(l).data(), std::min<uint64_t>(16, value_size));
       StampVllmValue(request, l, expected_stamp, std::min<uint64_t>(16, value_size));
       const uint64_t head = std::min<uint64_t>(16, value_size);
-      const bool same = static_cast<uint64_t>(get_results[l]) == value_size &&
-                        std::memcmp(dst[l].data(), expected_stamp, head) == 0 &&
-                        std::memcmp(dst[l].data() + head, b.pool->For(l).data() + head,
-                                    value_size - head) == 0;
+      const bool same =
+          static_cast<uint64_t>(get_results[l]) == value_size &&
+          std::memcmp(dst[l].data(), expected_stamp, head) == 0 &&
+          std::memcmp(dst[l].data() + head, b.pool->For(l).data() + head, value_size - head) == 0;
       if (same) {
         ok++;
       } else {

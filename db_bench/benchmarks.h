@@ -19,9 +19,9 @@ struct BenchContext {
   const BenchConfig* config = nullptr;
   Engine* engine = nullptr;  // nullptr for the baselines
   const ValuePool* pool = nullptr;
-  std::string label;         // "fillrandom" or "fillrandom[rocksdb]"
-  std::string raw_dir;       // where rawwrite/rawread put their files
-  uint64_t seed_salt = 0;    // varies the random streams from benchmark to benchmark
+  std::string label;       // "fillrandom" or "fillrandom[rocksdb]"
+  std::string raw_dir;     // where rawwrite/rawread put their files
+  uint64_t seed_salt = 0;  // varies the random streams from benchmark to benchmark
 
   RunSpec Spec(uint64_t total_ops) const;
   KeySpace Keys() const { return KeySpace(config->num, config->key_size); }

@@ -28,11 +28,11 @@ using kvengine::ValueParts;
 
 // What an engine is opened with, taken from the flags.
 struct EngineConfig {
-  std::string path;             // the DB directory
-  bool use_existing = false;    // open what is there (fail when there is no DB)
-  uint64_t memory_budget = 0;   // bytes of memory the engine may use for data
-  bool sync = false;            // every write durable before it returns
-  bool statistics = false;      // collect the engine's own statistics
+  std::string path;            // the DB directory
+  bool use_existing = false;   // open what is there (fail when there is no DB)
+  uint64_t memory_budget = 0;  // bytes of memory the engine may use for data
+  bool sync = false;           // every write durable before it returns
+  bool statistics = false;     // collect the engine's own statistics
   // kvengine: "name=value" pairs for kvengine::Options::Set, applied in order after the
   // memory budget.
   std::vector<std::pair<std::string, std::string>> kvengine_options;
@@ -40,7 +40,7 @@ struct EngineConfig {
   std::string rocksdb_options;
   uint64_t rocksdb_min_blob_size = 4096;
   uint64_t rocksdb_blob_file_size = 256ull << 20;
-  bool rocksdb_wal = false;     // keep the WAL on even without --sync
+  bool rocksdb_wal = false;  // keep the WAL on even without --sync
 };
 
 class Engine {

@@ -101,9 +101,9 @@ namespace kvbench {
 
 const std::vector<std::string>& KnownBenchmarks() {
   static const std::vector<std::string> names = {
-      "fillseq",    "fillrandom", "overwrite",  "readrandom", "readseq",  "readmissing",
+      "fillseq",      "fillrandom",  "overwrite",  "readrandom", "readseq",  "readmissing",
       "deleterandom", "existrandom", "vllm_write", "vllm_exist", "vllm_get", "vllm_all",
-      "gc_churn",   "memcpy",     "rawwrite",   "rawread"};
+      "gc_churn",     "memcpy",      "rawwrite",   "rawread"};
   return names;
 }
 
@@ -211,9 +211,9 @@ bool ValidateFlags(BenchConfig* c, std::string* error) {
     return Fail(error, "rocksdb_blob_file_size", Str(FLAGS_rocksdb_blob_file_size),
                 "must be at least 1 MiB");
   }
-  for (auto [name, v] : {std::pair<const char*, double>{"gc_delete_fraction",
-                                                        FLAGS_gc_delete_fraction},
-                         {"gc_write_fraction", FLAGS_gc_write_fraction}}) {
+  for (auto [name, v] :
+       {std::pair<const char*, double>{"gc_delete_fraction", FLAGS_gc_delete_fraction},
+        {"gc_write_fraction", FLAGS_gc_write_fraction}}) {
     if (!(v >= 0 && v <= 1)) return Fail(error, name, Str(v), "must be in [0, 1]");
   }
   if (FLAGS_gc_delete_fraction + FLAGS_gc_write_fraction > 1) {

@@ -1,8 +1,8 @@
 #include "db_bench/report.h"
 
 #include <cinttypes>
-#include <cstdarg>
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
 
 namespace kvbench {
@@ -31,11 +31,21 @@ std::string JsonEscape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           out += Printf("\\u%04x", c);
@@ -55,7 +65,8 @@ std::string FormatLine(const Result& r) {
     msg += Printf("(%" PRIu64 " of %" PRIu64 " found)", r.found, r.lookups);
   }
   if (r.baseline_ratio > 0) {
-    msg += (msg.empty() ? "" : " ") + Printf("(%.2fx %s)", r.baseline_ratio, r.baseline_name.c_str());
+    msg +=
+        (msg.empty() ? "" : " ") + Printf("(%.2fx %s)", r.baseline_ratio, r.baseline_name.c_str());
   }
   if (r.reports_reclaimed) {
     msg += msg.empty() ? "" : " ";
@@ -82,15 +93,16 @@ std::string FormatJson(const Result& r, bool with_histogram) {
               r.bytes);
   j += ",\"mb_per_sec\":" + Num(r.MBPerSec());
   j += Printf(",\"threads\":%" PRIu64, r.threads);
-  if (r.counts_found) j += Printf(",\"lookups\":%" PRIu64 ",\"found\":%" PRIu64, r.lookups, r.found);
+  if (r.counts_found)
+    j += Printf(",\"lookups\":%" PRIu64 ",\"found\":%" PRIu64, r.lookups, r.found);
   j += Printf(",\"verified\":%" PRIu64 ",\"errors\":%" PRIu64, r.verified, r.errors);
   if (!r.first_error.empty()) j += ",\"first_error\":\"" + JsonEscape(r.first_error) + "\"";
   if (r.baseline_ratio > 0) {
     j += ",\"vs_" + r.baseline_name + "\":" + Num(r.baseline_ratio);
   }
   if (r.reports_reclaimed) {
-    j += ",\"reclaimed_bytes\":" + (r.reclaimed_bytes ? std::to_string(*r.reclaimed_bytes)
-                                                      : std::string("null"));
+    j += ",\"reclaimed_bytes\":" +
+         (r.reclaimed_bytes ? std::to_string(*r.reclaimed_bytes) : std::string("null"));
   }
   if (!r.note.empty()) j += ",\"note\":\"" + JsonEscape(r.note) + "\"";
   if (with_histogram || r.reports_reclaimed) {

@@ -39,7 +39,9 @@ struct Result {
 
   double MicrosPerOp() const { return ops ? seconds * 1e6 / static_cast<double>(ops) : 0; }
   double OpsPerSec() const { return seconds > 0 ? static_cast<double>(ops) / seconds : 0; }
-  double MBPerSec() const { return seconds > 0 ? static_cast<double>(bytes) / 1048576.0 / seconds : 0; }
+  double MBPerSec() const {
+    return seconds > 0 ? static_cast<double>(bytes) / 1048576.0 / seconds : 0;
+  }
 };
 
 // "fillrandom   :    4392.180 micros/op 227 ops/sec 8.784 seconds 2000 operations;  227.7 MB/s

@@ -127,8 +127,7 @@ class RocksDBEngine : public Engine {
 
   Status GetInto(const Slice& key, MutableSlice buffer, size_t* size) override {
     rocksdb::PinnableSlice value;
-    rocksdb::Status s =
-        db_->Get(read_options_, db_->DefaultColumnFamily(), ToRocks(key), &value);
+    rocksdb::Status s = db_->Get(read_options_, db_->DefaultColumnFamily(), ToRocks(key), &value);
     if (!s.ok()) return FromRocks(s);
     *size = value.size();
     if (value.size() > buffer.size()) return Status::BufferTooSmall("value does not fit");

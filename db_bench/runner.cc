@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cinttypes>
-#include <cstdio>
 #include <condition_variable>
+#include <cstdio>
 #include <latch>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -29,8 +29,7 @@ bool ThreadContext::More() const {
   return ops_ < quota_;
 }
 
-double ThreadContext::Record(Clock::time_point start, uint64_t ops, uint64_t keys,
-                             uint64_t bytes) {
+double ThreadContext::Record(Clock::time_point start, uint64_t ops, uint64_t keys, uint64_t bytes) {
   const double us = Micros(Clock::now() - start);
   hist_.Add(us);
   busy_us_ += us;
@@ -88,8 +87,8 @@ Result RunParallel(const RunSpec& spec, const std::function<OpFn(ThreadContext&)
   }
   ready.wait();
   const auto start = Clock::now();
-  const auto deadline =
-      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(spec.duration));
+  const auto deadline = start + std::chrono::duration_cast<Clock::duration>(
+                                    std::chrono::duration<double>(spec.duration));
   for (auto& c : contexts) c->SetDeadline(deadline);
   go.count_down();
 

@@ -20,7 +20,7 @@ namespace kvbench {
 using Clock = std::chrono::steady_clock;
 
 struct RunSpec {
-  std::string label;       // for progress lines
+  std::string label;  // for progress lines
   uint64_t threads = 1;
   uint64_t total_ops = 0;  // split among the threads when duration == 0
   double duration = 0;     // seconds; > 0 runs until then instead

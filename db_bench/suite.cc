@@ -18,11 +18,10 @@ namespace {
 
 // Benchmarks that read what a fill wrote; run on an engine nothing was written to, they
 // write the keys first (untimed) so that they measure what their name says.
-const std::set<std::string> kNeedsKeys = {"readrandom", "readseq", "existrandom",
-                                          "deleterandom", "gc_churn"};
+const std::set<std::string> kNeedsKeys = {"readrandom", "readseq", "existrandom", "deleterandom",
+                                          "gc_churn"};
 const std::set<std::string> kNeedsRequests = {"vllm_exist", "vllm_get"};
-const std::set<std::string> kWriteBenchmarks = {"fillseq", "fillrandom", "overwrite",
-                                                "vllm_write"};
+const std::set<std::string> kWriteBenchmarks = {"fillseq", "fillrandom", "overwrite", "vllm_write"};
 const std::set<std::string> kReadBenchmarks = {"readrandom", "readseq", "vllm_get"};
 
 std::string CpuModel() {
@@ -135,9 +134,9 @@ void Suite::PrintHeader() {
   std::fprintf(info_, "Keys:       %" PRIu64 " bytes each (vLLM keys: %zu bytes)\n", c_.key_size,
                VllmKey(c_.seed, 0, 0).size());
   std::fprintf(info_, "Values:     %" PRIu64 " bytes each\n", c_.value_size);
-  std::fprintf(info_, "Entries:    %" PRIu64 " (%s); vLLM: %" PRIu64 " requests x %" PRIu64
-               " layers\n", c_.num, Mib(c_.num * c_.value_size).c_str(), c_.requests,
-               c_.num_layers);
+  std::fprintf(info_,
+               "Entries:    %" PRIu64 " (%s); vLLM: %" PRIu64 " requests x %" PRIu64 " layers\n",
+               c_.num, Mib(c_.num * c_.value_size).c_str(), c_.requests, c_.num_layers);
   std::fprintf(info_, "Batch:      %" PRIu64 " key(s) per call in key-level benchmarks\n",
                c_.batch_size);
   std::fprintf(info_, "Threads:    %" PRIu64 "\n", c_.threads);
@@ -151,7 +150,8 @@ void Suite::PrintHeader() {
                remove_root_ ? " (temporary, removed after)" : "");
   for (const auto& slot : slots_) {
     if (!slot.engine) continue;
-    for (const auto& note : slot.engine->Notes()) std::fprintf(info_, "Note:       %s\n", note.c_str());
+    for (const auto& note : slot.engine->Notes())
+      std::fprintf(info_, "Note:       %s\n", note.c_str());
   }
   if (c_.num * c_.value_size > c_.memory_budget) {
     std::fprintf(info_,
@@ -260,7 +260,8 @@ void Suite::Emit(Result* r) {
       static const char* kKinds[3] = {"read", "write", "delete"};
       for (int i = 0; i < 3; i++) {
         const Histogram& h = r->kind_hist[i];
-        std::printf("  foreground %-6s : %" PRIu64 " calls, P50 %.1f P90 %.1f P99 %.1f "
+        std::printf("  foreground %-6s : %" PRIu64
+                    " calls, P50 %.1f P90 %.1f P99 %.1f "
                     "P99.9 %.1f micros\n",
                     kKinds[i], h.count(), h.Percentile(50), h.Percentile(90), h.Percentile(99),
                     h.Percentile(99.9));
