@@ -166,7 +166,6 @@ void Suite::PrintHeader() {
 void Suite::Prefill(const std::string& name, Slot* slot) {
   const bool vllm = kNeedsRequests.count(name) > 0;
   if (vllm ? slot->vllm_written : (slot->keys_filled || !kNeedsKeys.count(name))) return;
-  if (!vllm && !kNeedsKeys.count(name)) return;
   BenchConfig quick = c_;
   quick.duration = 0;
   quick.batch_size = std::min<uint64_t>(c_.num, 16);
