@@ -1,0 +1,199 @@
+// The physical baselines every run carries: memcpy of the same bytes in the engine's write
+// and read patterns, and O_DIRECT sequential I/O of the same bytes to a file in the DB
+// directory.
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+
+#include "db_bench/benchmarks.h"
+
+namespace kvbench {
+
+namespace {
+
+constexpr uint64_t kIoAlignment = 4096;
+
+uint64_t IoSize(uint64_t value_size) {
+  return (value_size + kIoAlignment - 1) / kIoAlignment * kIoAlignment;
+}
+
+std::string RawPath(const std::string& dir, uint64_t tid) {
+  return dir + "/kv_bench_raw." + std::to_string(tid);
+}
+
+// A file opened with O_DIRECT when the file system allows it, buffered otherwise.
+class RawFile {
+ public:
+  RawFile(const std::string& path, bool write) : path_(path), write_(write) {
+    Open(true);
+    if (fd_ < 0 && errno == EINVAL) Open(false);
+  }
+  ~RawFile() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  bool ok() const { return fd_ >= 0; }
+  bool direct() const { return direct_; }
+  int fd() const { return fd_; }
+
+  // pwrite/pread of the whole buffer; falls back to buffered I/O the first time O_DIRECT
+  // is refused (EINVAL).
+  bool Io(char* buf, uint64_t size, uint64_t offset) {
+    for (int attempt = 0; attempt < 2; attempt++) {
+      const ssize_t n = write_ ? ::pwrite(fd_, buf, size, static_cast<off_t>(offset))
+                               : ::pread(fd_, buf, size, static_cast<off_t>(offset));
+      if (n == static_cast<ssize_t>(size)) return true;
+      if (n < 0 && errno == EINVAL && direct_) {
+        ::close(fd_);
+        Open(false);
+        if (fd_ < 0) return false;
+        continue;
+      }
+      return false;
+    }
+    return false;
+  }
+
+ private:
+  void Open(bool direct) {
+    const int flags = (write_ ? O_WRONLY | O_CREAT : O_RDONLY) | (direct ? O_DIRECT : 0);
+    fd_ = ::open(path_.c_str(), flags | O_CLOEXEC, 0644);
+    direct_ = direct && fd_ >= 0;
+    // Buffered reads must not be served by the page cache the write left behind.
+    if (fd_ >= 0 && !direct && !write_) ::posix_fadvise(fd_, 0, 0, POSIX_FADV_DONTNEED);
+  }
+
+  std::string path_;
+  bool write_;
+  int fd_ = -1;
+  bool direct_ = false;
+};
+
+std::string IoNote(bool all_direct) {
+  return all_direct ? "O_DIRECT"
+                    : "buffered: O_DIRECT refused by the file system; the page cache was "
+                      "dropped before reading";
+}
+
+}  // namespace
+
+std::vector<std::string> RawFiles(const std::string& dir, uint64_t threads) {
+  std::vector<std::string> files;
+  for (uint64_t t = 0; t < threads; t++) files.push_back(RawPath(dir, t));
+  return files;
+}
+
+std::vector<Result> RunMemcpy(const BenchContext& b) {
+  const uint64_t vs = b.config->value_size;
+  const uint64_t num = b.config->num;
+  const size_t region_size = num * vs;
+  void* mapped = ::mmap(nullptr, region_size, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  if (mapped == MAP_FAILED) {
+    Result r;
+    r.errors = 1;
+    r.first_error = "memcpy: cannot map " + std::to_string(region_size) + " bytes";
+    return {r};
+  }
+  char* region = static_cast<char*>(mapped);
+  // Write every page once before timing: on some virtual machines MAP_POPULATE maps pages
+  // the host has not backed yet, and the first real write to each still faults.
+  std::memset(region, 0, region_size);
+  std::vector<Result> results;
+  // The write pattern: each value from the (shared, read-only) value pool into its slot
+  // of a region as large as the data set, as a put copies it into the memory tier.
+  results.push_back(RunParallel(b.Spec(num), [&](ThreadContext& ctx) -> OpFn {
+    const uint64_t begin = ctx.SliceBegin(num), span = ctx.SliceEnd(num) - begin;
+    return [&, begin, span](ThreadContext& c) {
+      const uint64_t k = begin + c.ops_done() % span;
+      const Slice src = b.pool->For(k);
+      const auto start = Clock::now();
+      std::memcpy(region + k * vs, src.data(), vs);
+      c.Record(start, 1, 1, vs);
+    };
+  }));
+  // The read pattern: each slot into the thread's own destination buffer.
+  results.push_back(RunParallel(b.Spec(num), [&](ThreadContext& ctx) -> OpFn {
+    const uint64_t begin = ctx.SliceBegin(num), span = ctx.SliceEnd(num) - begin;
+    auto dst = std::make_shared<AlignedBuffer>(vs);
+    return [&, begin, span, dst](ThreadContext& c) {
+      const uint64_t k = begin + c.ops_done() % span;
+      const auto start = Clock::now();
+      std::memcpy(dst->data(), region + k * vs, vs);
+      c.Record(start, 1, 1, vs);
+    };
+  }));
+  ::munmap(mapped, region_size);
+  results[0].benchmark = "memcpy";
+  results[1].benchmark = "memcpy_read";
+  return results;
+}
+
+Result RunRawWrite(const BenchContext& b) {
+  const uint64_t io = IoSize(b.config->value_size);
+  auto all_direct = std::make_shared<std::atomic<bool>>(true);
+  Result r = RunParallel(b.Spec(b.config->num), [&, io, all_direct](ThreadContext& ctx) -> OpFn {
+    const uint64_t slots = ctx.SliceEnd(b.config->num) - ctx.SliceBegin(b.config->num);
+    auto file = std::make_shared<RawFile>(RawPath(b.raw_dir, ctx.tid()), true);
+    auto buf = std::make_shared<AlignedBuffer>(io);
+    std::memcpy(buf->data(), b.pool->For(ctx.tid()).data(), b.config->value_size);
+    if (!file->ok()) ctx.Error("rawwrite: cannot open " + RawPath(b.raw_dir, ctx.tid()));
+    // The data must reach the device: the final fsync belongs to the timed span.
+    ctx.on_finish = [file, all_direct](ThreadContext& c) {
+      const auto start = Clock::now();
+      if (file->ok() && ::fsync(file->fd()) != 0) c.Error("rawwrite: fsync failed");
+      c.AddBusy(start);
+      if (!file->direct()) *all_direct = false;
+    };
+    return [file, buf, io, slots](ThreadContext& c) {
+      const uint64_t slot = c.ops_done() % slots;
+      const auto start = Clock::now();
+      const bool ok = file->ok() && file->Io(buf->data(), io, slot * io);
+      c.Record(start, 1, 1, io);
+      if (!ok) c.Error(std::string("rawwrite: write failed: ") + std::strerror(errno));
+    };
+  });
+  r.note = IoNote(*all_direct);
+  return r;
+}
+
+Result RunRawRead(const BenchContext& b) {
+  const uint64_t io = IoSize(b.config->value_size);
+  auto all_direct = std::make_shared<std::atomic<bool>>(true);
+  Result r = RunParallel(b.Spec(b.config->num), [&, io, all_direct](ThreadContext& ctx) -> OpFn {
+    const uint64_t slots = ctx.SliceEnd(b.config->num) - ctx.SliceBegin(b.config->num);
+    const std::string path = RawPath(b.raw_dir, ctx.tid());
+    auto buf = std::make_shared<AlignedBuffer>(io);
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0 || static_cast<uint64_t>(st.st_size) < slots * io) {
+      // Nothing to read yet: write the file first, outside the timed span.
+      RawFile w(path, true);
+      std::memcpy(buf->data(), b.pool->For(ctx.tid()).data(), b.config->value_size);
+      for (uint64_t s = 0; w.ok() && s < slots; s++) {
+        if (!w.Io(buf->data(), io, s * io)) break;
+      }
+      if (w.ok()) ::fsync(w.fd());
+    }
+    auto file = std::make_shared<RawFile>(path, false);
+    if (!file->ok()) ctx.Error("rawread: cannot open " + path);
+    ctx.on_finish = [file, all_direct](ThreadContext&) {
+      if (!file->direct()) *all_direct = false;
+    };
+    return [file, buf, io, slots](ThreadContext& c) {
+      const uint64_t slot = c.ops_done() % slots;
+      const auto start = Clock::now();
+      const bool ok = file->ok() && file->Io(buf->data(), io, slot * io);
+      c.Record(start, 1, 1, io);
+      if (!ok) c.Error(std::string("rawread: read failed: ") + std::strerror(errno));
+    };
+  });
+  r.note = IoNote(*all_direct);
+  return r;
+}
+
+}  // namespace kvbench

@@ -1,0 +1,51 @@
+// The benchmarks themselves, each a function from what it needs to its Result: the
+// key-level ones (db_bench's), the vLLM scenarios, gc_churn (benchmarks.cc) and the
+// physical baselines (baselines.cc).
+#ifndef KVENGINE_DB_BENCH_BENCHMARKS_H_
+#define KVENGINE_DB_BENCH_BENCHMARKS_H_
+
+#include <string>
+#include <vector>
+
+#include "db_bench/engine.h"
+#include "db_bench/flags.h"
+#include "db_bench/report.h"
+#include "db_bench/runner.h"
+#include "db_bench/workload.h"
+
+namespace kvbench {
+
+struct BenchContext {
+  const BenchConfig* config = nullptr;
+  Engine* engine = nullptr;  // nullptr for the baselines
+  const ValuePool* pool = nullptr;
+  std::string label;       // "fillrandom" or "fillrandom[rocksdb]"
+  std::string raw_dir;     // where rawwrite/rawread put their files
+  uint64_t seed_salt = 0;  // varies the random streams from benchmark to benchmark
+
+  RunSpec Spec(uint64_t total_ops) const;
+  KeySpace Keys() const { return KeySpace(config->num, config->key_size); }
+};
+
+// fillseq, fillrandom, overwrite.
+Result RunFill(const BenchContext& b, bool sequential);
+enum class ReadKind { kRandom, kSequential, kMissing };
+Result RunRead(const BenchContext& b, ReadKind kind);
+Result RunDeleteRandom(const BenchContext& b);
+Result RunExistRandom(const BenchContext& b);
+
+enum class VllmKind { kWrite, kExist, kGet, kAll };
+Result RunVllm(const BenchContext& b, VllmKind kind);
+
+Result RunGcChurn(const BenchContext& b);
+
+// memcpy then memcpy_read.
+std::vector<Result> RunMemcpy(const BenchContext& b);
+Result RunRawWrite(const BenchContext& b);
+Result RunRawRead(const BenchContext& b);
+// The files rawwrite leaves in dir, for cleanup.
+std::vector<std::string> RawFiles(const std::string& dir, uint64_t threads);
+
+}  // namespace kvbench
+
+#endif  // KVENGINE_DB_BENCH_BENCHMARKS_H_

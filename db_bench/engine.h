@@ -1,0 +1,91 @@
+// Engine: the few calls kv_bench makes, so the same workload runs against kvengine and
+// against RocksDB.  The shape is kvengine's public API (include/kvengine/db.h): batch
+// calls return a Status for the batch and one result per key, with the same meaning
+// (BatchPut 0 or negative; BatchGetInto bytes or negative; BatchExists 1/0/negative;
+// BatchDelete 0, -1 absent, or negative).
+//
+// Thread-safety: every call may be made from any number of threads at once, as with the
+// engines themselves; Open and Close are called by one thread with no other call running.
+#ifndef KVENGINE_DB_BENCH_ENGINE_H_
+#define KVENGINE_DB_BENCH_ENGINE_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvengine/db.h"
+
+namespace kvbench {
+
+using kvengine::Destination;
+using kvengine::MutableSlice;
+using kvengine::Slice;
+using kvengine::Status;
+using kvengine::ValueParts;
+
+// What an engine is opened with, taken from the flags.
+struct EngineConfig {
+  std::string path;            // the DB directory
+  bool use_existing = false;   // open what is there (fail when there is no DB)
+  uint64_t memory_budget = 0;  // bytes of memory the engine may use for data
+  bool sync = false;           // every write durable before it returns
+  bool statistics = false;     // collect the engine's own statistics
+  // kvengine: "name=value" pairs for kvengine::Options::Set, applied in order after the
+  // memory budget.
+  std::vector<std::pair<std::string, std::string>> kvengine_options;
+  // RocksDB: an options string for rocksdb::GetOptionsFromString, applied last.
+  std::string rocksdb_options;
+  uint64_t rocksdb_min_blob_size = 4096;
+  uint64_t rocksdb_blob_file_size = 256ull << 20;
+  bool rocksdb_wal = false;  // keep the WAL on even without --sync
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+
+  // "kvengine" or "rocksdb".
+  virtual const char* Name() const = 0;
+
+  virtual Status Open(const EngineConfig& config) = 0;
+  // Idempotent.
+  virtual Status Close() = 0;
+
+  virtual Status Put(const Slice& key, const Slice& value) = 0;
+  // Stores the value's size in *size; NotFound when absent; BufferTooSmall as in kvengine.
+  virtual Status GetInto(const Slice& key, MutableSlice buffer, size_t* size) = 0;
+  virtual Status Delete(const Slice& key) = 0;
+
+  virtual Status BatchPut(std::span<const Slice> keys, std::span<const ValueParts> values,
+                          std::vector<int64_t>* results) = 0;
+  virtual Status BatchGetInto(std::span<const Slice> keys,
+                              std::span<const Destination> destinations,
+                              std::vector<int64_t>* results) = 0;
+  virtual Status BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) = 0;
+  // results[i] is 0 when keys[i] was deleted, -1 when it was absent; an engine that cannot
+  // tell (RocksDB: a delete is a blind write) reports 0 and says so in DeleteReportsAbsent.
+  virtual Status BatchDelete(std::span<const Slice> keys, std::vector<int64_t>* results) = 0;
+  virtual bool DeleteReportsAbsent() const = 0;
+
+  // Makes everything written so far durable (where the engine has a durable tier).
+  virtual Status Flush() = 0;
+
+  // The engine's statistics text for --statistics (empty when it has none).
+  virtual std::string StatisticsText() = 0;
+  // Bytes the engine's garbage collection has reclaimed so far, when it reports them.
+  virtual std::optional<uint64_t> ReclaimedBytes() = 0;
+  // Notes printed once, under the header, on how the engine was set up for the run.
+  virtual std::vector<std::string> Notes() const = 0;
+};
+
+std::unique_ptr<Engine> NewKvengineEngine();
+// nullptr when kv_bench was built without RocksDB.
+std::unique_ptr<Engine> NewRocksDBEngine();
+bool HaveRocksDB();
+
+}  // namespace kvbench
+
+#endif  // KVENGINE_DB_BENCH_ENGINE_H_

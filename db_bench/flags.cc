@@ -1,0 +1,314 @@
+#include "db_bench/flags.h"
+
+#include <gflags/gflags.h>
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "db_bench/engine.h"
+#include "kvengine/options.h"
+
+DEFINE_string(benchmarks, "memcpy,rawwrite,rawread,vllm_write,vllm_exist,vllm_get,vllm_all",
+              "Comma-separated benchmarks, run in order on one DB per engine.\n"
+              "  fillseq      write --num keys in key order\n"
+              "  fillrandom   write --num keys at random (with repeats)\n"
+              "  overwrite    write --num random keys of an existing key space\n"
+              "  readrandom   read random keys (verifies the bytes)\n"
+              "  readseq      read every key in key order (Get per key: kvengine has no "
+              "iterator, RocksDB does the same Gets)\n"
+              "  readmissing  read keys that do not exist\n"
+              "  deleterandom delete random keys\n"
+              "  existrandom  BatchExists of --batch_size random keys per call\n"
+              "  vllm_write   per request: one BatchPut of --num_layers keys from --num_layers "
+              "separate buffers\n"
+              "  vllm_exist   per request: one BatchExists of its --num_layers keys\n"
+              "  vllm_get     per request: one BatchGetInto into --num_layers separate buffers, "
+              "bytes verified\n"
+              "  vllm_all     per request: BatchPut, BatchExists, BatchGetInto, verify\n"
+              "  gc_churn     random deletes, writes and reads at once (see --gc_*_fraction); "
+              "reports foreground latency and the bytes the engine's GC reclaimed\n"
+              "  memcpy       baseline: memcpy of the same bytes (write pattern, then read "
+              "pattern as memcpy_read)\n"
+              "  rawwrite     baseline: O_DIRECT sequential write of the same bytes to a file "
+              "in the DB directory\n"
+              "  rawread      baseline: O_DIRECT sequential read of that file\n"
+              "Key-level benchmarks count one operation per key (a batch call of --batch_size "
+              "keys when --batch_size > 1); vllm_* count one operation per request.");
+DEFINE_string(engine, "kvengine",
+              "kvengine, rocksdb, or both (each benchmark runs on kvengine then RocksDB, "
+              "followed by the ratio kvengine/rocksdb)");
+DEFINE_uint64(num, 0,
+              "Keys in the key space, and operations per benchmark when --duration=0 "
+              "(0: as many values as fill half of --memory). vLLM requests: num/num_layers");
+DEFINE_uint64(value_size, 1 << 20, "Bytes per value (1 to 1 GiB)");
+DEFINE_uint64(key_size, 16,
+              "Bytes per key of the key-level benchmarks (zero-padded numbers; vLLM keys "
+              "look like 'kvbench-model@tp0/layer.7/<hash>')");
+DEFINE_uint64(batch_size, 1,
+              "Keys per call in the key-level benchmarks: 1 uses Put/GetInto/Delete, more "
+              "uses BatchPut/BatchGetInto/BatchDelete; existrandom always uses BatchExists");
+DEFINE_uint64(threads, 1,
+              "Threads running each benchmark at once; each has its own buffers and its own "
+              "share of the keys (sequential benchmarks) or its own random stream");
+DEFINE_double(duration, 0,
+              "Seconds each benchmark runs, wrapping around the key space (0: run --num "
+              "operations, split among the threads)");
+DEFINE_string(db, "",
+              "DB directory (default: a fresh temporary directory, removed after). With "
+              "--engine=both the engines use DB/kvengine and DB/rocksdb. A directory left by "
+              "an earlier run (it holds a LOCK file) is wiped first unless --use_existing_db");
+DEFINE_bool(use_existing_db, false,
+            "Open the DB in --db as it is (no wipe; reads assume it was filled)");
+DEFINE_bool(histogram, false,
+            "Print latency percentiles P50/P75/P90/P99/P99.9/P99.99 per operation (per call "
+            "for batch calls, per request for vllm_*), db_bench style");
+DEFINE_bool(statistics, false,
+            "After each benchmark print the engine's statistics (kvengine: the "
+            "kvengine.perf property when the engine has it, and kvengine.stats; RocksDB: its "
+            "Statistics and rocksdb.stats)");
+DEFINE_bool(json, false,
+            "Print one JSON object per result line on stdout instead of text (the header, "
+            "notes and progress go to stderr)");
+DEFINE_uint64(seed, 301, "Seed of the key and value generators");
+DEFINE_uint64(num_layers, 32, "Keys (layers) per vLLM request, each from its own buffer");
+DEFINE_string(memory, "1GiB",
+              "Memory budget per engine: kvengine's memory_capacity_bytes; RocksDB gets half "
+              "as block+blob cache and half as memtables. Sizes as in kvengine options "
+              "(4096, 64KiB, 2GiB)");
+DEFINE_string(options, "",
+              "kvengine options as name=value,name=value (any option of kvengine::Options::Set, "
+              "e.g. memory_eviction=none); applied after --memory, so they win");
+DEFINE_string(rocksdb_options, "",
+              "RocksDB options string applied last (rocksdb::GetOptionsFromString syntax, "
+              "e.g. 'max_background_jobs=4;blob_file_size=128m')");
+DEFINE_uint64(rocksdb_min_blob_size, 4096, "RocksDB min_blob_size (values this large go to blobs)");
+DEFINE_uint64(rocksdb_blob_file_size, 256ull << 20, "RocksDB blob_file_size");
+DEFINE_bool(rocksdb_wal, false,
+            "Keep RocksDB's WAL on without --sync (kvengine has no WAL, so it is off by "
+            "default; --sync always turns it on, as RocksDB requires)");
+DEFINE_bool(sync, false, "Sync every write (WriteOptions::sync on both engines)");
+DEFINE_bool(verify, true,
+            "Check the bytes of every value read (outside the timed calls); mismatches are "
+            "errors and make kv_bench exit non-zero");
+DEFINE_double(gc_delete_fraction, 0.2, "gc_churn: fraction of operations that delete");
+DEFINE_double(gc_write_fraction, 0.3,
+              "gc_churn: fraction of operations that write (the rest read)");
+DEFINE_double(progress_interval, 5,
+              "Seconds between progress lines on stderr during a benchmark (0: none)");
+
+namespace kvbench {
+
+const std::vector<std::string>& KnownBenchmarks() {
+  static const std::vector<std::string> names = {
+      "fillseq",      "fillrandom",  "overwrite",  "readrandom", "readseq",  "readmissing",
+      "deleterandom", "existrandom", "vllm_write", "vllm_exist", "vllm_get", "vllm_all",
+      "gc_churn",     "memcpy",      "rawwrite",   "rawread"};
+  return names;
+}
+
+bool IsBaseline(const std::string& name) {
+  return name == "memcpy" || name == "rawwrite" || name == "rawread";
+}
+
+bool ParseOptionList(const std::string& text, std::vector<std::pair<std::string, std::string>>* out,
+                     std::string* error) {
+  std::vector<std::string> pieces;
+  std::stringstream in(text);
+  for (std::string piece; std::getline(in, piece, ',');) {
+    if (!pieces.empty() && piece.find('=') == std::string::npos) {
+      pieces.back() += "," + piece;  // part of the previous value
+    } else {
+      pieces.push_back(piece);
+    }
+  }
+  for (const auto& p : pieces) {
+    const size_t eq = p.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      *error = "'" + p + "' is not name=value";
+      return false;
+    }
+    out->emplace_back(p.substr(0, eq), p.substr(eq + 1));
+  }
+  return true;
+}
+
+namespace {
+
+template <typename T>
+std::string Str(T v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+bool Fail(std::string* error, const std::string& flag, const std::string& value,
+          const std::string& why) {
+  *error = "--" + flag + "=" + value + ": " + why;
+  return false;
+}
+
+}  // namespace
+
+bool ValidateFlags(BenchConfig* c, std::string* error) {
+  // Benchmarks.
+  std::stringstream list(FLAGS_benchmarks);
+  for (std::string name; std::getline(list, name, ',');) {
+    if (name.empty()) continue;
+    const auto& known = KnownBenchmarks();
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      std::string all;
+      for (const auto& k : known) all += (all.empty() ? "" : ",") + k;
+      return Fail(error, "benchmarks", FLAGS_benchmarks,
+                  "unknown benchmark '" + name + "' (known: " + all + ")");
+    }
+    c->benchmarks.push_back(name);
+  }
+  if (c->benchmarks.empty()) return Fail(error, "benchmarks", FLAGS_benchmarks, "no benchmark");
+
+  // Engines.
+  if (FLAGS_engine == "kvengine") {
+    c->engines = {"kvengine"};
+  } else if (FLAGS_engine == "rocksdb") {
+    c->engines = {"rocksdb"};
+  } else if (FLAGS_engine == "both") {
+    c->engines = {"kvengine", "rocksdb"};
+  } else {
+    return Fail(error, "engine", FLAGS_engine, "must be kvengine, rocksdb or both");
+  }
+  if (FLAGS_engine != "kvengine" && !HaveRocksDB()) {
+    return Fail(error, "engine", FLAGS_engine,
+                "this kv_bench was built without RocksDB (librocksdb-dev not found)");
+  }
+
+  // Sizes.
+  if (FLAGS_value_size < 1 || FLAGS_value_size > (1ull << 30)) {
+    return Fail(error, "value_size", Str(FLAGS_value_size), "must be in [1, 1073741824]");
+  }
+  if (FLAGS_key_size < 1 || FLAGS_key_size > 4096) {
+    return Fail(error, "key_size", Str(FLAGS_key_size), "must be in [1, 4096]");
+  }
+  if (FLAGS_batch_size < 1 || FLAGS_batch_size > 65536) {
+    return Fail(error, "batch_size", Str(FLAGS_batch_size), "must be in [1, 65536]");
+  }
+  if (FLAGS_num_layers < 1 || FLAGS_num_layers > 65536) {
+    return Fail(error, "num_layers", Str(FLAGS_num_layers), "must be in [1, 65536]");
+  }
+  if (FLAGS_threads < 1 || FLAGS_threads > 1024) {
+    return Fail(error, "threads", Str(FLAGS_threads), "must be in [1, 1024]");
+  }
+  if (!(FLAGS_duration >= 0) || FLAGS_duration > 86400 * 7) {
+    return Fail(error, "duration", Str(FLAGS_duration), "must be in [0, 604800] seconds");
+  }
+  if (!(FLAGS_progress_interval >= 0)) {
+    return Fail(error, "progress_interval", Str(FLAGS_progress_interval), "must be >= 0");
+  }
+  if (FLAGS_rocksdb_min_blob_size > (1ull << 30)) {
+    return Fail(error, "rocksdb_min_blob_size", Str(FLAGS_rocksdb_min_blob_size),
+                "must be at most 1 GiB");
+  }
+  if (FLAGS_rocksdb_blob_file_size < (1ull << 20)) {
+    return Fail(error, "rocksdb_blob_file_size", Str(FLAGS_rocksdb_blob_file_size),
+                "must be at least 1 MiB");
+  }
+  for (auto [name, v] :
+       {std::pair<const char*, double>{"gc_delete_fraction", FLAGS_gc_delete_fraction},
+        {"gc_write_fraction", FLAGS_gc_write_fraction}}) {
+    if (!(v >= 0 && v <= 1)) return Fail(error, name, Str(v), "must be in [0, 1]");
+  }
+  if (FLAGS_gc_delete_fraction + FLAGS_gc_write_fraction > 1) {
+    return Fail(error, "gc_write_fraction", Str(FLAGS_gc_write_fraction),
+                "--gc_delete_fraction + --gc_write_fraction must be at most 1");
+  }
+
+  // The memory budget and kvengine's options, checked by kvengine itself.
+  kvengine::Options scratch;
+  kvengine::Status s = scratch.Set("memory_capacity_bytes", FLAGS_memory);
+  if (!s.ok()) return Fail(error, "memory", FLAGS_memory, s.ToString());
+  if (!FLAGS_options.empty()) {
+    std::string why;
+    if (!ParseOptionList(FLAGS_options, &c->kvengine_options, &why)) {
+      return Fail(error, "options", FLAGS_options, why);
+    }
+    for (const auto& [name, value] : c->kvengine_options) {
+      s = scratch.Set(name, value);
+      if (!s.ok()) return Fail(error, "options", FLAGS_options, s.ToString());
+    }
+  }
+  s = scratch.Validate();
+  if (!s.ok()) return Fail(error, "options", FLAGS_options, s.ToString());
+  c->memory_budget = scratch.memory_capacity_bytes;
+  if (FLAGS_value_size > scratch.max_value_size) {
+    return Fail(error, "value_size", Str(FLAGS_value_size),
+                "larger than kvengine's max_value_size " + Str(scratch.max_value_size));
+  }
+  if (FLAGS_key_size > scratch.max_key_size) {
+    return Fail(error, "key_size", Str(FLAGS_key_size),
+                "larger than kvengine's max_key_size " + Str(scratch.max_key_size));
+  }
+  if (FLAGS_batch_size > scratch.max_batch_size || FLAGS_num_layers > scratch.max_batch_size) {
+    return Fail(error, "batch_size", Str(FLAGS_batch_size),
+                "--batch_size and --num_layers must be at most kvengine's max_batch_size " +
+                    Str(scratch.max_batch_size));
+  }
+
+  // The key space.
+  c->num = FLAGS_num;
+  if (c->num == 0) {
+    c->num = std::max<uint64_t>({c->memory_budget / 2 / FLAGS_value_size, FLAGS_num_layers,
+                                 FLAGS_batch_size, FLAGS_threads});
+  }
+  const uint64_t digits = Str(c->num - 1).size();
+  if (digits > FLAGS_key_size) {
+    return Fail(error, "key_size", Str(FLAGS_key_size),
+                "too short for " + Str(c->num) + " distinct keys (needs " + Str(digits) + ")");
+  }
+  if (FLAGS_batch_size > c->num) {
+    return Fail(error, "batch_size", Str(FLAGS_batch_size),
+                "larger than the key space (--num=" + Str(c->num) + ")");
+  }
+  c->requests = std::max<uint64_t>(c->num / FLAGS_num_layers, 1);
+  auto has = [&](const char* prefix) {
+    return std::any_of(c->benchmarks.begin(), c->benchmarks.end(),
+                       [&](const std::string& b) { return b.rfind(prefix, 0) == 0; });
+  };
+  if (has("vllm_") && FLAGS_threads > c->requests) {
+    return Fail(error, "threads", Str(FLAGS_threads),
+                "more threads than vLLM requests (" + Str(c->requests) +
+                    " = --num / --num_layers); raise --num or lower --threads");
+  }
+  if (FLAGS_threads > c->num) {
+    return Fail(error, "threads", Str(FLAGS_threads),
+                "more threads than keys (--num=" + Str(c->num) + ")");
+  }
+
+  // The DB directory.
+  if (FLAGS_use_existing_db && FLAGS_db.empty()) {
+    return Fail(error, "use_existing_db", "true", "needs --db (the default DB is a fresh one)");
+  }
+
+  c->value_size = FLAGS_value_size;
+  c->key_size = FLAGS_key_size;
+  c->batch_size = FLAGS_batch_size;
+  c->threads = FLAGS_threads;
+  c->duration = FLAGS_duration;
+  c->db = FLAGS_db;
+  c->use_existing_db = FLAGS_use_existing_db;
+  c->histogram = FLAGS_histogram;
+  c->statistics = FLAGS_statistics;
+  c->json = FLAGS_json;
+  c->verify = FLAGS_verify;
+  c->sync = FLAGS_sync;
+  c->seed = FLAGS_seed;
+  c->num_layers = FLAGS_num_layers;
+  c->rocksdb_options = FLAGS_rocksdb_options;
+  c->rocksdb_min_blob_size = FLAGS_rocksdb_min_blob_size;
+  c->rocksdb_blob_file_size = FLAGS_rocksdb_blob_file_size;
+  c->rocksdb_wal = FLAGS_rocksdb_wal;
+  c->gc_delete_fraction = FLAGS_gc_delete_fraction;
+  c->gc_write_fraction = FLAGS_gc_write_fraction;
+  c->progress_interval = FLAGS_progress_interval;
+  return true;
+}
+
+}  // namespace kvbench

@@ -1,0 +1,59 @@
+// kv_bench's flags (gflags) and their validation into one BenchConfig.
+#ifndef KVENGINE_DB_BENCH_FLAGS_H_
+#define KVENGINE_DB_BENCH_FLAGS_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kvbench {
+
+// Every benchmark kv_bench knows, in the order --help lists them.
+const std::vector<std::string>& KnownBenchmarks();
+// True for the baselines, which run once per run whatever --engine says.
+bool IsBaseline(const std::string& name);
+
+// The flags, checked and resolved (sizes parsed, --num defaulted).
+struct BenchConfig {
+  std::vector<std::string> benchmarks;
+  std::vector<std::string> engines;  // "kvengine", "rocksdb", or both in that order
+  uint64_t num = 0;                  // keys in the key space
+  uint64_t value_size = 0;
+  uint64_t key_size = 0;
+  uint64_t batch_size = 0;
+  uint64_t threads = 0;
+  double duration = 0;  // seconds; 0: run --num operations
+  std::string db;       // "" : a fresh temporary directory
+  bool use_existing_db = false;
+  bool histogram = false;
+  bool statistics = false;
+  bool json = false;
+  bool verify = true;
+  bool sync = false;
+  uint64_t seed = 0;
+  uint64_t num_layers = 0;
+  uint64_t requests = 0;       // vLLM requests: num / num_layers, at least 1
+  uint64_t memory_budget = 0;  // bytes, per engine
+  std::vector<std::pair<std::string, std::string>> kvengine_options;
+  std::string rocksdb_options;
+  uint64_t rocksdb_min_blob_size = 0;
+  uint64_t rocksdb_blob_file_size = 0;
+  bool rocksdb_wal = false;
+  double gc_delete_fraction = 0;
+  double gc_write_fraction = 0;
+  double progress_interval = 0;
+};
+
+// Checks every flag and fills *config.  On a bad flag returns false and stores a message
+// that names the flag, the value and what is accepted in *error.
+bool ValidateFlags(BenchConfig* config, std::string* error);
+
+// Splits "a=1,b=x,y,c=2" into {a,1} {b,"x,y"} {c,2}: a comma starts a new pair only when
+// the text after it has an '=' before the next comma, so list values keep their commas.
+bool ParseOptionList(const std::string& text, std::vector<std::pair<std::string, std::string>>* out,
+                     std::string* error);
+
+}  // namespace kvbench
+
+#endif  // KVENGINE_DB_BENCH_FLAGS_H_

@@ -1,0 +1,60 @@
+// Results of one benchmark on one engine, and how they are printed: db_bench's result line
+// (or one JSON object with --json), the histogram, and the ratio lines of --engine=both.
+#ifndef KVENGINE_DB_BENCH_REPORT_H_
+#define KVENGINE_DB_BENCH_REPORT_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "db_bench/histogram.h"
+
+namespace kvbench {
+
+struct Result {
+  std::string benchmark;  // "fillrandom"
+  std::string engine;     // "kvengine", "rocksdb", or "" for a baseline
+  std::string label;      // the name printed in the line ("vllm_get[rocksdb]" with both)
+  uint64_t ops = 0;       // operations (keys, or requests for vllm_*)
+  uint64_t keys = 0;      // keys touched
+  uint64_t bytes = 0;     // bytes moved (keys and values)
+  double seconds = 0;     // time inside the timed calls (the slowest thread's)
+  double wall_seconds = 0;
+  uint64_t threads = 1;
+  // Lookups: how many keys were expected and how many were found (when counted).
+  bool counts_found = false;
+  uint64_t lookups = 0;
+  uint64_t found = 0;
+  uint64_t verified = 0;  // values whose bytes were checked and matched
+  uint64_t errors = 0;    // failed calls and mismatched bytes
+  std::string first_error;
+  std::optional<uint64_t> reclaimed_bytes;  // gc_churn
+  bool reports_reclaimed = false;           // gc_churn: print the reclaimed field
+  std::string note;                         // appended in parentheses, e.g. "O_DIRECT"
+  double baseline_ratio = 0;                // MB/s over the memcpy baseline, 0: none
+  std::string baseline_name;
+  std::string statistics;  // --statistics text
+  Histogram hist;
+  Histogram kind_hist[3];  // gc_churn: reads, writes, deletes
+
+  double MicrosPerOp() const { return ops ? seconds * 1e6 / static_cast<double>(ops) : 0; }
+  double OpsPerSec() const { return seconds > 0 ? static_cast<double>(ops) / seconds : 0; }
+  double MBPerSec() const {
+    return seconds > 0 ? static_cast<double>(bytes) / 1048576.0 / seconds : 0;
+  }
+};
+
+// "fillrandom   :    4392.180 micros/op 227 ops/sec 8.784 seconds 2000 operations;  227.7 MB/s
+// (2000 of 2000 found)"
+std::string FormatLine(const Result& r);
+// The same as one JSON object on one line (histogram percentiles included when recorded).
+std::string FormatJson(const Result& r, bool with_histogram);
+// "vllm_get     : kvengine/rocksdb 12.34x ops/sec (812 vs 65.8)"
+std::string FormatRatioLine(const Result& kv, const Result& rocks);
+std::string FormatRatioJson(const Result& kv, const Result& rocks);
+
+std::string JsonEscape(const std::string& s);
+
+}  // namespace kvbench
+
+#endif  // KVENGINE_DB_BENCH_REPORT_H_

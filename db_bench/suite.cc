@@ -1,0 +1,353 @@
+#include "db_bench/suite.h"
+
+#include <stdlib.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+
+namespace kvbench {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Benchmarks that read what a fill wrote; run on an engine nothing was written to, they
+// write the keys first (untimed) so that they measure what their name says.
+const std::set<std::string> kNeedsKeys = {"readrandom", "readseq", "existrandom", "deleterandom",
+                                          "gc_churn"};
+const std::set<std::string> kNeedsRequests = {"vllm_exist", "vllm_get"};
+const std::set<std::string> kWriteBenchmarks = {"fillseq", "fillrandom", "overwrite", "vllm_write"};
+const std::set<std::string> kReadBenchmarks = {"readrandom", "readseq", "vllm_get"};
+
+std::string CpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(colon + 2);
+    }
+  }
+  return "unknown";
+}
+
+std::string Mib(uint64_t bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.1f MiB", static_cast<double>(bytes) / 1048576.0);
+  return buf;
+}
+
+}  // namespace
+
+Suite::Suite(BenchConfig config) : c_(std::move(config)), info_(c_.json ? stderr : stdout) {}
+
+Suite::~Suite() { Cleanup(); }
+
+bool Suite::PrepareDirectories(std::string* error) {
+  std::error_code ec;
+  if (c_.db.empty()) {
+    const char* tmp = getenv("TMPDIR");
+    std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/kv_bench.XXXXXX";
+    if (::mkdtemp(tmpl.data()) == nullptr) {
+      *error = "cannot create a temporary directory from " + tmpl;
+      return false;
+    }
+    root_ = tmpl;
+    remove_root_ = true;
+  } else {
+    root_ = c_.db;
+    fs::create_directories(root_, ec);
+    if (ec) {
+      *error = "cannot create --db=" + root_ + ": " + ec.message();
+      return false;
+    }
+  }
+  if (!c_.use_existing_db && fs::exists(root_) && !fs::is_empty(root_, ec)) {
+    // A DB left by an earlier run (of either engine, or of both) is wiped, as db_bench
+    // destroys its DB; anything else is the user's and is left alone.
+    const bool old_db = fs::exists(root_ + "/LOCK") || fs::exists(root_ + "/kvengine/LOCK") ||
+                        fs::exists(root_ + "/rocksdb/LOCK");
+    if (!old_db) {
+      *error = "--db: " + root_ +
+               " is not empty and holds no DB; give an empty or new directory, or "
+               "--use_existing_db";
+      return false;
+    }
+    fs::remove_all(root_, ec);
+    if (!ec) fs::create_directories(root_, ec);
+    if (ec) {
+      *error = "cannot wipe the old DB in " + root_ + ": " + ec.message();
+      return false;
+    }
+  }
+  for (const auto& name : c_.engines) {
+    Slot slot;
+    slot.name = name;
+    slot.path = c_.engines.size() == 1 ? root_ : root_ + "/" + name;
+    slot.keys_filled = slot.vllm_written = c_.use_existing_db;
+    slots_.push_back(std::move(slot));
+  }
+  return true;
+}
+
+bool Suite::OpenEngines(std::string* error) {
+  const bool any_engine = std::any_of(c_.benchmarks.begin(), c_.benchmarks.end(),
+                                      [](const std::string& b) { return !IsBaseline(b); });
+  if (!any_engine) return true;
+  for (auto& slot : slots_) {
+    slot.engine = slot.name == "kvengine" ? NewKvengineEngine() : NewRocksDBEngine();
+    EngineConfig ec;
+    ec.path = slot.path;
+    ec.use_existing = c_.use_existing_db;
+    ec.memory_budget = c_.memory_budget;
+    ec.sync = c_.sync;
+    ec.statistics = c_.statistics;
+    ec.kvengine_options = c_.kvengine_options;
+    ec.rocksdb_options = c_.rocksdb_options;
+    ec.rocksdb_min_blob_size = c_.rocksdb_min_blob_size;
+    ec.rocksdb_blob_file_size = c_.rocksdb_blob_file_size;
+    ec.rocksdb_wal = c_.rocksdb_wal;
+    Status s = slot.engine->Open(ec);
+    if (!s.ok()) {
+      *error = "cannot open " + slot.name + " in " + slot.path + ": " + s.ToString();
+      slot.engine.reset();
+      return false;
+    }
+  }
+  return true;
+}
+
+void Suite::PrintHeader() {
+  std::string engines;
+  for (const auto& e : c_.engines) engines += (engines.empty() ? "" : " vs ") + e;
+  const std::time_t now = std::time(nullptr);
+  char date[64];
+  std::strftime(date, sizeof(date), "%a %b %e %H:%M:%S %Y", std::localtime(&now));
+  std::fprintf(info_, "kv_bench:   %s\n", engines.c_str());
+  std::fprintf(info_, "Date:       %s\n", date);
+  std::fprintf(info_, "CPU:        %u * %s\n", std::thread::hardware_concurrency(),
+               CpuModel().c_str());
+  std::fprintf(info_, "Keys:       %" PRIu64 " bytes each (vLLM keys: %zu bytes)\n", c_.key_size,
+               VllmKey(c_.seed, 0, 0).size());
+  std::fprintf(info_, "Values:     %" PRIu64 " bytes each\n", c_.value_size);
+  std::fprintf(info_,
+               "Entries:    %" PRIu64 " (%s); vLLM: %" PRIu64 " requests x %" PRIu64 " layers\n",
+               c_.num, Mib(c_.num * c_.value_size).c_str(), c_.requests, c_.num_layers);
+  std::fprintf(info_, "Batch:      %" PRIu64 " key(s) per call in key-level benchmarks\n",
+               c_.batch_size);
+  std::fprintf(info_, "Threads:    %" PRIu64 "\n", c_.threads);
+  if (c_.duration > 0) {
+    std::fprintf(info_, "Duration:   %.1f s per benchmark\n", c_.duration);
+  } else {
+    std::fprintf(info_, "Duration:   --num operations per benchmark\n");
+  }
+  std::fprintf(info_, "Memory:     %s per engine\n", Mib(c_.memory_budget).c_str());
+  std::fprintf(info_, "DB:         %s%s\n", root_.c_str(),
+               remove_root_ ? " (temporary, removed after)" : "");
+  for (const auto& slot : slots_) {
+    if (!slot.engine) continue;
+    for (const auto& note : slot.engine->Notes())
+      std::fprintf(info_, "Note:       %s\n", note.c_str());
+  }
+  if (c_.num * c_.value_size > c_.memory_budget) {
+    std::fprintf(info_,
+                 "WARNING:    the data set (%s) exceeds the memory budget; kvengine without an "
+                 "SSD tier evicts, and reads miss\n",
+                 Mib(c_.num * c_.value_size).c_str());
+  }
+  std::fprintf(info_, "------------------------------------------------\n");
+  std::fflush(info_);
+}
+
+void Suite::Prefill(const std::string& name, Slot* slot) {
+  const bool vllm = kNeedsRequests.count(name) > 0;
+  if (vllm ? slot->vllm_written : (slot->keys_filled || !kNeedsKeys.count(name))) return;
+  BenchConfig quick = c_;
+  quick.duration = 0;
+  quick.batch_size = std::min<uint64_t>(c_.num, 16);
+  BenchContext b;
+  b.config = &quick;
+  b.engine = slot->engine.get();
+  b.pool = pool_.get();
+  b.label = "prefill[" + slot->name + "]";
+  std::fprintf(stderr, "kv_bench: %s on %s: nothing written yet; writing %s first (untimed)\n",
+               name.c_str(), slot->name.c_str(),
+               vllm ? "the vLLM requests" : "the key space (fillseq)");
+  Result r = vllm ? RunVllm(b, VllmKind::kWrite) : RunFill(b, true);
+  if (r.errors > 0) {
+    std::fprintf(stderr, "kv_bench: prefill on %s: %" PRIu64 " errors, first: %s\n",
+                 slot->name.c_str(), r.errors, r.first_error.c_str());
+  }
+  (vllm ? slot->vllm_written : slot->keys_filled) = true;
+}
+
+Result Suite::RunOne(const std::string& name, Slot* slot, uint64_t salt) {
+  BenchContext b;
+  b.config = &c_;
+  b.engine = slot ? slot->engine.get() : nullptr;
+  b.pool = pool_.get();
+  b.label = slot && slots_.size() > 1 ? name + "[" + slot->name + "]" : name;
+  b.raw_dir = root_;
+  b.seed_salt = salt;
+  if (slot) Prefill(name, slot);
+  Result r;
+  if (name == "fillseq") {
+    r = RunFill(b, true);
+  } else if (name == "fillrandom" || name == "overwrite") {
+    r = RunFill(b, false);
+  } else if (name == "readrandom") {
+    r = RunRead(b, ReadKind::kRandom);
+  } else if (name == "readseq") {
+    r = RunRead(b, ReadKind::kSequential);
+  } else if (name == "readmissing") {
+    r = RunRead(b, ReadKind::kMissing);
+  } else if (name == "deleterandom") {
+    r = RunDeleteRandom(b);
+  } else if (name == "existrandom") {
+    r = RunExistRandom(b);
+  } else if (name == "vllm_write") {
+    r = RunVllm(b, VllmKind::kWrite);
+  } else if (name == "vllm_exist") {
+    r = RunVllm(b, VllmKind::kExist);
+  } else if (name == "vllm_get") {
+    r = RunVllm(b, VllmKind::kGet);
+  } else if (name == "vllm_all") {
+    r = RunVllm(b, VllmKind::kAll);
+  } else if (name == "gc_churn") {
+    r = RunGcChurn(b);
+  } else if (name == "rawwrite") {
+    r = RunRawWrite(b);
+  } else if (name == "rawread") {
+    r = RunRawRead(b);
+  }
+  r.benchmark = name;
+  r.engine = slot ? slot->name : "";
+  r.label = b.label;
+  if (slot) {
+    // A write benchmark cut short by --duration leaves part of the key space unwritten;
+    // the next read benchmark then completes it (untimed) first.  fillrandom and
+    // overwrite never cover every key, as in db_bench.
+    if (name == "fillseq") slot->keys_filled |= r.ops >= c_.num;
+    if (name == "fillrandom" || name == "overwrite") slot->keys_filled = true;
+    if (name == "vllm_write" || name == "vllm_all") slot->vllm_written |= r.ops >= c_.requests;
+    if (c_.statistics) r.statistics = slot->engine->StatisticsText();
+  }
+  return r;
+}
+
+void Suite::Emit(Result* r) {
+  // Throughput against the memcpy of the same bytes in the same pattern, when measured.
+  const char* base = kWriteBenchmarks.count(r->benchmark)  ? "memcpy"
+                     : kReadBenchmarks.count(r->benchmark) ? "memcpy_read"
+                                                           : nullptr;
+  if (base && baseline_mbps_.count(base) && baseline_mbps_[base] > 0 && r->bytes > 0) {
+    r->baseline_ratio = r->MBPerSec() / baseline_mbps_[base];
+    r->baseline_name = base;
+  }
+  if (r->benchmark == "memcpy" || r->benchmark == "memcpy_read") {
+    baseline_mbps_[r->benchmark] = r->MBPerSec();
+  }
+  if (c_.json) {
+    std::printf("%s\n", FormatJson(*r, c_.histogram).c_str());
+  } else {
+    std::printf("%s\n", FormatLine(*r).c_str());
+    if (r->reports_reclaimed) {
+      static const char* kKinds[3] = {"read", "write", "delete"};
+      for (int i = 0; i < 3; i++) {
+        const Histogram& h = r->kind_hist[i];
+        std::printf("  foreground %-6s : %" PRIu64
+                    " calls, P50 %.1f P90 %.1f P99 %.1f "
+                    "P99.9 %.1f micros\n",
+                    kKinds[i], h.count(), h.Percentile(50), h.Percentile(90), h.Percentile(99),
+                    h.Percentile(99.9));
+      }
+    }
+    if (c_.histogram) {
+      std::printf("Microseconds per %s:\n%s\n",
+                  r->benchmark.rfind("vllm_", 0) == 0 ? "request" : "call",
+                  r->hist.ToString().c_str());
+    }
+    if (!r->statistics.empty()) std::printf("%s\n", r->statistics.c_str());
+  }
+  std::fflush(stdout);
+  if (r->errors > 0) {
+    errors_ += r->errors;
+    std::fprintf(stderr, "kv_bench: %s: %" PRIu64 " errors; first: %s\n", r->label.c_str(),
+                 r->errors, r->first_error.c_str());
+  }
+}
+
+int Suite::Run() {
+  std::string error;
+  if (!PrepareDirectories(&error) || !OpenEngines(&error)) {
+    std::fprintf(stderr, "kv_bench: %s\n", error.c_str());
+    return 1;
+  }
+  pool_ = std::make_unique<ValuePool>(c_.value_size, c_.seed);
+  PrintHeader();
+  uint64_t salt = 0;
+  for (const auto& name : c_.benchmarks) {
+    salt++;
+    if (IsBaseline(name)) {
+      if (name == "memcpy") {
+        BenchContext b;
+        b.config = &c_;
+        b.pool = pool_.get();
+        b.label = "memcpy";
+        b.seed_salt = salt;
+        for (Result& r : RunMemcpy(b)) {
+          r.label = r.benchmark;
+          Emit(&r);
+        }
+      } else {
+        Result r = RunOne(name, nullptr, salt);
+        Emit(&r);
+      }
+      continue;
+    }
+    std::vector<Result> per_engine;
+    for (auto& slot : slots_) {
+      per_engine.push_back(RunOne(name, &slot, salt));
+      Emit(&per_engine.back());
+    }
+    if (per_engine.size() == 2) {
+      if (c_.json) {
+        std::printf("%s\n", FormatRatioJson(per_engine[0], per_engine[1]).c_str());
+      } else {
+        std::printf("%s\n", FormatRatioLine(per_engine[0], per_engine[1]).c_str());
+      }
+      std::fflush(stdout);
+    }
+  }
+  Cleanup();
+  if (errors_ > 0) {
+    std::fprintf(stderr, "kv_bench: FAILED: %" PRIu64 " errors (see above)\n", errors_);
+    return 1;
+  }
+  return 0;
+}
+
+void Suite::Cleanup() {
+  if (cleaned_) return;
+  cleaned_ = true;
+  for (auto& slot : slots_) {
+    if (!slot.engine) continue;
+    Status s = slot.engine->Close();
+    if (!s.ok()) {
+      std::fprintf(stderr, "kv_bench: closing %s: %s\n", slot.name.c_str(), s.ToString().c_str());
+      errors_++;
+    }
+    slot.engine.reset();
+  }
+  std::error_code ec;
+  if (!root_.empty()) {
+    for (const auto& f : RawFiles(root_, c_.threads)) fs::remove(f, ec);
+  }
+  if (remove_root_) fs::remove_all(root_, ec);
+}
+
+}  // namespace kvbench
