@@ -22,18 +22,35 @@ constexpr size_t kWriteChunk = 1 << 20;
 
 // One ring per thread: submissions from different threads never contend, and a ring is
 // never shared without a lock.
+//
+// A ring's queues are memory shared with the kernel, and a forked child inherits the
+// mapping: were the child to submit on it, parent and child would corrupt each other's
+// queues.  So a ring belongs to the process that made it, and a child makes its own.
 class Ring {
  public:
-  Ring() { ok_ = io_uring_queue_init(kRingDepth, &ring_, 0) == 0; }
-  ~Ring() {
-    if (ok_) io_uring_queue_exit(&ring_);
+  Ring() { Init(); }
+  ~Ring() { Exit(); }
+  bool ok() {
+    if (owner_ != ::getpid()) {  // inherited across fork: drop our view, make a new one
+      Exit();
+      Init();
+    }
+    return ok_;
   }
-  bool ok() const { return ok_; }
   io_uring* get() { return &ring_; }
 
  private:
+  void Init() {
+    ok_ = io_uring_queue_init(kRingDepth, &ring_, 0) == 0;
+    owner_ = ::getpid();
+  }
+  void Exit() {
+    if (ok_) io_uring_queue_exit(&ring_);  // in a child: unmaps and closes its copies only
+    ok_ = false;
+  }
   io_uring ring_;
   bool ok_ = false;
+  pid_t owner_ = 0;
 };
 
 Ring* ThreadRing() {
@@ -61,6 +78,10 @@ bool RunOps(std::vector<Op>& ops, bool write) {
   size_t next = 0, in_flight = 0;
   auto submit_one = [&](size_t i) {
     io_uring_sqe* sqe = io_uring_get_sqe(r);
+    while (sqe == nullptr) {  // the submission queue is full: hand it to the kernel
+      io_uring_submit(r);
+      sqe = io_uring_get_sqe(r);
+    }
     Op& op = ops[i];
     if (write) {
       io_uring_prep_write(sqe, op.fd, op.buf + op.done, static_cast<unsigned>(op.length - op.done),
