@@ -17,6 +17,8 @@
 
 namespace kvengine {
 
+class GpuIo;
+
 class DBImpl final : public DB {
  public:
   DBImpl(const Options& options, std::string path);
@@ -62,6 +64,10 @@ class DBImpl final : public DB {
   // Copies key's value into dest's buffers; stores the value size in *size.
   Status GetOne(const Slice& key, std::span<const MutableSlice> dest, uint64_t* size);
   Status DeleteOne(const Slice& key);
+  // GPU staging (env/gpu_io.h): a key with a buffer on CUDA device `device`.
+  Status PutOneFromDevice(const Slice& key, std::span<const Slice> parts, int device);
+  Status GetOneToDevice(const Slice& key, std::span<const MutableSlice> dest, int device,
+                        uint64_t* size);
   std::string StatsText() const;
   std::string StatsJson() const;
 
@@ -72,6 +78,7 @@ class DBImpl final : public DB {
   std::unique_ptr<FileLock> lock_;
   std::atomic<uint64_t> version_source_{0};
   std::unique_ptr<MemoryTier> memory_;
+  std::unique_ptr<GpuIo> gpu_;  // after memory_: it page-locks memory_'s arena
 
   // Calls hold it shared; Close holds it exclusively, so Close waits for calls in flight.
   mutable std::shared_mutex lifecycle_mu_;
