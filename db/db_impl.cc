@@ -240,7 +240,7 @@ Status DBImpl::PutOneFromDevice(const Slice& key, std::span<const Slice> parts, 
   }
   // Device -> host once, then the ordinary put of the host bytes.
   if (s.ok()) {
-    s = gpu_->PutFromDevice(device, parts, size, [&](const Slice& host_value) {
+    s = gpu_->PutFromDevice("key " + Printable(key), device, parts, size, [&](const Slice& host_value) {
       return PutOne(key, std::span<const Slice>(&host_value, 1));
     });
   }
@@ -274,14 +274,14 @@ Status DBImpl::GetOneToDevice(const Slice& key, std::span<const MutableSlice> de
                                       std::to_string(value.size()) + " bytes; buffers hold " +
                                       std::to_string(capacity));
       }
-      s = gpu_->CopyToDevice(device, value, /*in_arena=*/true, dest);
+      s = gpu_->CopyToDevice("key " + Printable(key), device, value, /*in_arena=*/true, dest);
       if (s.ok()) counters_.get_bytes.fetch_add(value.size(), std::memory_order_relaxed);
       return s;
     }
   }
   // Not in memory: the ordinary read into a host bounce buffer, then host -> device.
   return gpu_->GetViaHost(
-      device, dest, std::min<uint64_t>(capacity, options_.max_value_size),
+      "key " + Printable(key), device, dest, std::min<uint64_t>(capacity, options_.max_value_size),
       [&](MutableSlice bounce, uint64_t* n) {
         return GetOne(key, std::span<const MutableSlice>(&bounce, 1), n);
       },

@@ -14,6 +14,11 @@ const GpuIo::Hooks* g_hooks = nullptr;
 
 std::string DeviceName(int device) { return "CUDA device " + std::to_string(device); }
 
+Status Labeled(const std::string& label, const Status& s) {
+  if (s.ok() || label.empty()) return s;
+  return Status::FromErrorCode(s.ErrorCode(), label + ": " + s.message());
+}
+
 }  // namespace
 
 void GpuIo::SetHooksForTesting(const Hooks* hooks) { g_hooks = hooks; }
@@ -139,18 +144,18 @@ Status GpuIo::GetLane(int device, Lane** lane) {
   return Status::OK();
 }
 
-Status GpuIo::PutFromDevice(int device, std::span<const Slice> parts, uint64_t size,
-                            const std::function<Status(const Slice& value)>& store) {
+Status GpuIo::PutFromDevice(const std::string& label, int device, std::span<const Slice> parts,
+                            uint64_t size, const std::function<Status(const Slice& value)>& store) {
   Lane* lane;
   Status s = GetLane(device, &lane);
-  if (!s.ok()) return s;
+  if (!s.ok()) return Labeled(label, s);
   Transfer t;
   t.src.reserve(parts.size());
   for (const Slice& part : parts) {
     PointerInfo info;
     if (part.size() != 0) {
       s = Classify(part.data(), &info);
-      if (!s.ok()) return s;
+      if (!s.ok()) return Labeled(label, s);
     }
     t.src.push_back({part.data(), part.size(), info.kind});
   }
@@ -166,15 +171,15 @@ Status GpuIo::PutFromDevice(int device, std::span<const Slice> parts, uint64_t s
   }
   t.dst.push_back({host, static_cast<size_t>(size), host_kind});
   s = pipeline->Run(&t);
-  if (!s.ok()) return s;
-  return store(Slice(host, size));
+  if (!s.ok()) return Labeled(label, s);
+  return store(Slice(host, size));  // its errors name the key already
 }
 
-Status GpuIo::CopyToDevice(int device, const Slice& value, bool in_arena,
+Status GpuIo::CopyToDevice(const std::string& label, int device, const Slice& value, bool in_arena,
                            std::span<const MutableSlice> dest) {
   Lane* lane;
   Status s = GetLane(device, &lane);
-  if (!s.ok()) return s;
+  if (!s.ok()) return Labeled(label, s);
   Transfer t;
   const bool pinned = in_arena && arena_registered_.load();
   t.src.push_back(
@@ -184,28 +189,29 @@ Status GpuIo::CopyToDevice(int device, const Slice& value, bool in_arena,
     PointerInfo info;
     if (d.size() != 0) {
       s = Classify(d.data(), &info);
-      if (!s.ok()) return s;
+      if (!s.ok()) return Labeled(label, s);
     }
     t.dst.push_back({d.data(), d.size(), info.kind});
   }
   std::lock_guard<std::mutex> lock(lane->mu);
-  return lane->pipeline->Run(&t);
+  return Labeled(label, lane->pipeline->Run(&t));
 }
 
-Status GpuIo::GetViaHost(int device, std::span<const MutableSlice> dest, uint64_t capacity,
+Status GpuIo::GetViaHost(const std::string& label, int device, std::span<const MutableSlice> dest,
+                         uint64_t capacity,
                          const std::function<Status(MutableSlice bounce, uint64_t* size)>& read,
                          uint64_t* size) {
   *size = 0;
   Lane* lane;
   Status s = GetLane(device, &lane);
-  if (!s.ok()) return s;
+  if (!s.ok()) return Labeled(label, s);
   std::vector<DestBuffer> dst;
   dst.reserve(dest.size());
   for (const MutableSlice& d : dest) {
     PointerInfo info;
     if (d.size() != 0) {
       s = Classify(d.data(), &info);
-      if (!s.ok()) return s;
+      if (!s.ok()) return Labeled(label, s);
     }
     dst.push_back({d.data(), d.size(), info.kind});
   }
@@ -220,11 +226,11 @@ Status GpuIo::GetViaHost(int device, std::span<const MutableSlice> dest, uint64_
     bounce_kind = MemoryKind::kHost;
   }
   s = read(MutableSlice(bounce, capacity), size);
-  if (!s.ok()) return s;
+  if (!s.ok()) return s;  // the DB's read names the key already
   Transfer t;
   t.src.push_back({bounce, static_cast<size_t>(*size), bounce_kind});
   t.dst = std::move(dst);
-  return pipeline->Run(&t);
+  return Labeled(label, pipeline->Run(&t));
 }
 
 }  // namespace kvengine

@@ -15,7 +15,8 @@
 // streams and staging ring) behind a mutex, created on first use.
 //
 // Thread-safety: all methods are thread-safe.  Failure: a Status naming the key's
-// problem or the CUDA call that failed; a failure affects only the key it belongs to.
+// problem or the CUDA call that failed, prefixed with the caller's `label` (the key); a
+// failure affects only the key it belongs to.
 #ifndef KVENGINE_ENV_GPU_IO_H_
 #define KVENGINE_ENV_GPU_IO_H_
 
@@ -71,18 +72,19 @@ class GpuIo {
   // Assembles the value (the concatenation of parts, `size` bytes, some on `device`) in
   // host memory and returns store(host value).  The host value is valid only during the
   // call to store.
-  Status PutFromDevice(int device, std::span<const Slice> parts, uint64_t size,
-                       const std::function<Status(const Slice& value)>& store);
+  Status PutFromDevice(const std::string& label, int device, std::span<const Slice> parts,
+                       uint64_t size, const std::function<Status(const Slice& value)>& store);
 
   // Copies `value` (host memory; in the arena when in_arena) into dest's buffers, filled
   // in order.  REQUIRES: value fits in dest.
-  Status CopyToDevice(int device, const Slice& value, bool in_arena,
+  Status CopyToDevice(const std::string& label, int device, const Slice& value, bool in_arena,
                       std::span<const MutableSlice> dest);
 
   // Calls read(bounce, &size) with a host buffer of `capacity` bytes, then copies the
   // `size` bytes read into dest.  For values that must be read from elsewhere first.
   // Stores the size read in *size (also when read fails with BufferTooSmall).
-  Status GetViaHost(int device, std::span<const MutableSlice> dest, uint64_t capacity,
+  Status GetViaHost(const std::string& label, int device, std::span<const MutableSlice> dest,
+                    uint64_t capacity,
                     const std::function<Status(MutableSlice bounce, uint64_t* size)>& read,
                     uint64_t* size);
 

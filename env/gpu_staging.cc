@@ -79,9 +79,9 @@ void HostCopier::State::Run(int index) {
     lock.lock();
     in_flight--;
     if (fail && stream.error.ok()) {
-      stream.error = Status::IOError("HostCopier: copy of " + std::to_string(op.n) +
-                                     " bytes on stream " + std::to_string(index) +
-                                     " failed (injected fault)");
+      stream.error =
+          Status::IOError("HostCopier: copy of " + std::to_string(op.n) + " bytes on stream " +
+                          std::to_string(index) + " failed (injected fault)");
     }
     cv.notify_all();
   }
@@ -354,8 +354,8 @@ void StagingPipeline::Submit(Transfer* t) {
   uint64_t src_total = 0, dst_total = 0;
   for (size_t i = 0; i < t->src.size(); i++) {
     if (t->src[i].data == nullptr && t->src[i].size != 0) {
-      return Fail(t, Status::InvalidArgument("transfer source buffer " + std::to_string(i) +
-                                             " is null"));
+      return Fail(
+          t, Status::InvalidArgument("transfer source buffer " + std::to_string(i) + " is null"));
     }
     src_total += t->src[i].size;
   }
@@ -367,9 +367,9 @@ void StagingPipeline::Submit(Transfer* t) {
     dst_total += t->dst[i].size;
   }
   if (dst_total < src_total) {
-    return Fail(t, Status::BufferTooSmall("transfer of " + std::to_string(src_total) +
-                                          " bytes into buffers holding " +
-                                          std::to_string(dst_total)));
+    return Fail(t,
+                Status::BufferTooSmall("transfer of " + std::to_string(src_total) +
+                                       " bytes into buffers holding " + std::to_string(dst_total)));
   }
   size_t si = 0, so = 0, di = 0, doff = 0;
   while (t->status.ok()) {
