@@ -240,9 +240,10 @@ Status DBImpl::PutOneFromDevice(const Slice& key, std::span<const Slice> parts, 
   }
   // Device -> host once, then the ordinary put of the host bytes.
   if (s.ok()) {
-    s = gpu_->PutFromDevice("key " + Printable(key), device, parts, size, [&](const Slice& host_value) {
-      return PutOne(key, std::span<const Slice>(&host_value, 1));
-    });
+    s = gpu_->PutFromDevice("key " + Printable(key), device, parts, size,
+                            [&](const Slice& host_value) {
+                              return PutOne(key, std::span<const Slice>(&host_value, 1));
+                            });
   }
   if (!s.ok()) counters_.put_failures.fetch_add(1, std::memory_order_relaxed);
   return s;

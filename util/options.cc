@@ -170,9 +170,9 @@ Status Options::Validate() const {
     return Status::InvalidArgument("max_value_size must be at most 1TiB");
   }
   if (gpu_chunk_bytes < 4096 || gpu_chunk_bytes > gpu_staging_bytes / 2) {
-    return Status::InvalidArgument("gpu_chunk_bytes must be in [4KiB, gpu_staging_bytes / 2], got " +
-                                   FormatSize(gpu_chunk_bytes) + " with gpu_staging_bytes " +
-                                   FormatSize(gpu_staging_bytes));
+    return Status::InvalidArgument(
+        "gpu_chunk_bytes must be in [4KiB, gpu_staging_bytes / 2], got " +
+        FormatSize(gpu_chunk_bytes) + " with gpu_staging_bytes " + FormatSize(gpu_staging_bytes));
   }
   if (gpu_staging_bytes / gpu_chunk_bytes > 4096) {
     return Status::InvalidArgument("gpu_staging_bytes / gpu_chunk_bytes exceeds 4096 slots");
