@@ -23,16 +23,12 @@ namespace {
 // cuPointerGetAttribute from a libcuda.so.1 that the process has already loaded.  Until
 // something loads the driver no device memory can exist, so asking nothing is right.
 using CuPointerGetAttributeFn = int (*)(void* data, int attribute, unsigned long long ptr);
-constexpr int kCuPointerAttributeMemoryType = 2;  // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
-constexpr int kCuPointerAttributeIsManaged = 8;   // CU_POINTER_ATTRIBUTE_IS_MANAGED
-constexpr int kCuPointerAttributeDeviceOrdinal = 9;
-constexpr unsigned kCuMemoryTypeDevice = 2;  // CU_MEMORYTYPE_DEVICE
 
 std::atomic<CuPointerGetAttributeFn> g_cu_pointer_get_attribute{nullptr};
 
 bool DriverLoaded() { return g_cu_pointer_get_attribute.load(std::memory_order_acquire); }
 
-std::string Hex(const void* p) {
+[[maybe_unused]] std::string Hex(const void* p) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%p", p);
   return buf;
@@ -249,6 +245,10 @@ Status ClassifyPointer(const void* ptr, PointerInfo* info) {
   return Status::OK();
 #else
   // No runtime built in; ask the driver the process loaded, only to refuse device memory.
+  constexpr int kCuPointerAttributeMemoryType = 2;  // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+  constexpr int kCuPointerAttributeIsManaged = 8;   // CU_POINTER_ATTRIBUTE_IS_MANAGED
+  constexpr int kCuPointerAttributeDeviceOrdinal = 9;
+  constexpr unsigned kCuMemoryTypeDevice = 2;  // CU_MEMORYTYPE_DEVICE
   CuPointerGetAttributeFn fn = g_cu_pointer_get_attribute.load(std::memory_order_acquire);
   unsigned int type = 0;
   if (fn(&type, kCuPointerAttributeMemoryType, reinterpret_cast<unsigned long long>(ptr)) != 0) {
