@@ -238,14 +238,16 @@ Status DBImpl::PutOneFromDevice(const Slice& key, std::span<const Slice> parts, 
     s = Status::InvalidArgument("value of key " + Printable(key) + " exceeds max_value_size (" +
                                 FormatSize(options_.max_value_size) + ")");
   }
-  // Device -> host once, then the ordinary put of the host bytes.
+  // Device -> host once, then the ordinary put of the host bytes (which counts itself).
+  bool stored = false;
   if (s.ok()) {
     s = gpu_->PutFromDevice("key " + Printable(key), device, parts, size,
                             [&](const Slice& host_value) {
+                              stored = true;
                               return PutOne(key, std::span<const Slice>(&host_value, 1));
                             });
   }
-  if (!s.ok()) counters_.put_failures.fetch_add(1, std::memory_order_relaxed);
+  if (!s.ok() && !stored) counters_.put_failures.fetch_add(1, std::memory_order_relaxed);
   return s;
 }
 

@@ -22,12 +22,15 @@ cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKV_WITH_CUDA=ON
   -DKV_BUILD_TOOLS=OFF >/dev/null
 cmake --build "$build_dir" -j "$jobs" --target gpu_staging_test gpu_test gpu_bench
 
+tmp_dir="$build_dir/test/tmp"
+mkdir -p "$tmp_dir"
+
 # The pipeline's logic (host copier) and the DB's GPU routing, then the device tests.
 # KV_GPU_REQUIRED=1 turns "no GPU" into a failure instead of a skip.
-"$build_dir/test/gpu_staging_test" --gtest_brief=1
-KV_GPU_REQUIRED=1 KV_TEST_TMPDIR="$build_dir/test/tmp" "$build_dir/test/gpu/gpu_test" --gtest_brief=1
+KV_TEST_TMPDIR="$tmp_dir" "$build_dir/test/gpu_staging_test" --gtest_brief=1
+KV_GPU_REQUIRED=1 KV_TEST_TMPDIR="$tmp_dir" "$build_dir/test/gpu/gpu_test" --gtest_brief=1
 
 mkdir -p "$(dirname "$figures")"
 # shellcheck disable=SC2086  # GPU_BENCH_ARGS is a list of arguments
-KV_TEST_TMPDIR="$build_dir/test/tmp" "$build_dir/test/gpu/gpu_bench" --out "$figures" ${GPU_BENCH_ARGS:-}
+KV_TEST_TMPDIR="$tmp_dir" "$build_dir/test/gpu/gpu_bench" --out "$figures" ${GPU_BENCH_ARGS:-}
 echo "run.sh: figures written to $figures"
