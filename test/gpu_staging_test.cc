@@ -344,6 +344,8 @@ class FakeGpu {
     fail_end_ = s.data() + s.size();
   }
   void DisableCopiers() { copiers_enabled_ = false; }
+  // Copies go to the real CUDA copier (refused without CUDA or without a GPU).
+  void UseRealCopier() { hooks_.new_copier = nullptr; }
   int lanes_created() const { return lanes_created_; }
 
  private:
@@ -506,6 +508,38 @@ TEST_F(GpuDbTest, DeviceBuffersWithoutAUsableGpuAreRefused) {
   s = db_->GetInto(ReadOptions(), "k", MutableSlice(out.data(), out.size()), &size);
   EXPECT_TRUE(s.IsNotSupported()) << s.ToString();
   EXPECT_EQ(GetHost("k"), "host value");
+}
+
+TEST_F(GpuDbTest, DeviceBuffersAreRefusedWithoutCudaOrGpuNeverDereferenced) {
+  if (CudaDeviceCount(nullptr) > 0) GTEST_SKIP() << "this machine has a GPU";
+  gpu_.UseRealCopier();
+  Open();
+  // A "device" pointer that would crash if dereferenced.
+  const char* bogus = reinterpret_cast<const char*>(uintptr_t{1} << 47);
+  std::vector<Slice> keys = {Slice("dev"), Slice("host")};
+  std::vector<ValueParts> values = {{Slice(bogus, 4096)}, {Slice("host bytes")}};
+  GpuIo::Hooks hooks;
+  hooks.classify = [bogus](const void* p, PointerInfo* info) {
+    if (p != bogus) return false;
+    info->kind = MemoryKind::kDevice;
+    info->device = 0;
+    return true;
+  };
+  GpuIo::SetHooksForTesting(&hooks);
+  std::vector<int64_t> results;
+  ASSERT_TRUE(db_->BatchPut(WriteOptions(), keys, values, &results).ok());
+  EXPECT_EQ(results, (std::vector<int64_t>{Status::NotSupported("").ErrorCode(), 0}));
+  uint64_t size = 0;
+  EXPECT_TRUE(db_->GetValueSize("dev", &size).IsNotFound());
+  EXPECT_EQ(GetHost("host"), "host bytes");
+  size_t got = 0;
+  Status s =
+      db_->GetInto(ReadOptions(), "host", MutableSlice(const_cast<char*>(bogus), 4096), &got);
+  EXPECT_TRUE(s.IsNotSupported()) << s.ToString();
+  EXPECT_NE(s.message().find(GpuSupportBuilt() ? "not available" : "KV_WITH_CUDA"),
+            std::string::npos)
+      << s.ToString();
+  GpuIo::SetHooksForTesting(nullptr);
 }
 
 TEST_F(GpuDbTest, OneKeysBuffersOnTwoDevicesAreRefused) {
