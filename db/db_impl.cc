@@ -7,6 +7,7 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "env/gpu_io.h"
 #include "util/config_parse.h"
 
 namespace kvengine {
@@ -31,6 +32,11 @@ std::string Printable(const Slice& key) {
   }
   if (key.size() > 64) out += "...";
   return "'" + out + "'";
+}
+
+// A GpuIo error about one key's buffers, with the key named.
+Status ForKey(const Slice& key, const Status& s) {
+  return Status::FromErrorCode(s.ErrorCode(), "key " + Printable(key) + ": " + s.message());
 }
 
 }  // namespace
@@ -130,6 +136,7 @@ Status DBImpl::Init() {
     s = options_.memory_registrar->Register(memory_->arena_base(), memory_->arena_size(), "arena");
     if (!s.ok()) return s;
   }
+  gpu_ = std::make_unique<GpuIo>(options_, &logger_, memory_->arena_base(), memory_->arena_size());
   logger_.Logf(LogLevel::kInfo, "opened %s: memory tier %s (%s pages, numa node %d)", path_.c_str(),
                FormatSize(memory_->arena_size()).c_str(), memory_->arena().backing(),
                memory_->arena().numa_node());
@@ -156,6 +163,7 @@ Status DBImpl::Close() {
   if (ssd_ != nullptr) s = ssd_->Close();
   ssd_.reset();
   offloader_.reset();
+  gpu_.reset();  // unregisters the arena from CUDA before it is unmapped
   memory_.reset();
   if (lock_ != nullptr) {
     Status u = env_->UnlockFile(std::move(lock_));
@@ -299,6 +307,74 @@ Status DBImpl::GetOne(const Slice& key, std::span<const MutableSlice> dest, uint
   return Status::OK();
 }
 
+Status DBImpl::PutOneFromDevice(const Slice& key, std::span<const Slice> parts, int device) {
+  Status s = CheckKey(key);
+  uint64_t size = 0;
+  for (size_t i = 0; s.ok() && i < parts.size(); i++) {
+    if (parts[i].data() == nullptr && parts[i].size() != 0) {
+      s = Status::InvalidArgument("value buffer " + std::to_string(i) + " of key " +
+                                  Printable(key) + " is null with length " +
+                                  std::to_string(parts[i].size()));
+    }
+    size += parts[i].size();
+  }
+  if (s.ok() && size > options_.max_value_size) {
+    s = Status::InvalidArgument("value of key " + Printable(key) + " exceeds max_value_size (" +
+                                FormatSize(options_.max_value_size) + ")");
+  }
+  // Device -> host once, then the ordinary put of the host bytes (which counts itself).
+  bool stored = false;
+  if (s.ok()) {
+    s = gpu_->PutFromDevice("key " + Printable(key), device, parts, size,
+                            [&](const Slice& host_value) {
+                              stored = true;
+                              return PutOne(key, std::span<const Slice>(&host_value, 1));
+                            });
+  }
+  if (!s.ok() && !stored) counters_.put_failures.fetch_add(1, std::memory_order_relaxed);
+  return s;
+}
+
+Status DBImpl::GetOneToDevice(const Slice& key, std::span<const MutableSlice> dest, int device,
+                              uint64_t* size) {
+  *size = 0;
+  Status s = CheckKey(key);
+  if (!s.ok()) return s;
+  uint64_t capacity = 0;
+  for (size_t i = 0; i < dest.size(); i++) {
+    if (dest[i].data() == nullptr && dest[i].size() != 0) {
+      return Status::InvalidArgument("destination buffer " + std::to_string(i) + " of key " +
+                                     Printable(key) + " is null with length " +
+                                     std::to_string(dest[i].size()));
+    }
+    capacity += dest[i].size();
+  }
+  {
+    MemoryTier::Handle handle;
+    if (memory_->Lookup(key, &handle)) {  // host -> device straight from the arena
+      counters_.gets.fetch_add(1, std::memory_order_relaxed);
+      counters_.memory_hits.fetch_add(1, std::memory_order_relaxed);
+      const Slice value = handle.value();
+      *size = value.size();
+      if (value.size() > capacity) {
+        return Status::BufferTooSmall("value of key " + Printable(key) + " is " +
+                                      std::to_string(value.size()) + " bytes; buffers hold " +
+                                      std::to_string(capacity));
+      }
+      s = gpu_->CopyToDevice("key " + Printable(key), device, value, /*in_arena=*/true, dest);
+      if (s.ok()) counters_.get_bytes.fetch_add(value.size(), std::memory_order_relaxed);
+      return s;
+    }
+  }
+  // Not in memory: the ordinary read into a host bounce buffer, then host -> device.
+  return gpu_->GetViaHost(
+      "key " + Printable(key), device, dest, std::min<uint64_t>(capacity, options_.max_value_size),
+      [&](MutableSlice bounce, uint64_t* n) {
+        return GetOne(key, std::span<const MutableSlice>(&bounce, 1), n);
+      },
+      size);
+}
+
 Status DBImpl::DeleteOne(const Slice& key) {
   Status s = CheckKey(key);
   if (!s.ok()) return s;
@@ -313,7 +389,13 @@ Status DBImpl::Put(const WriteOptions&, const Slice& key, const Slice& value) {
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return s;
-  return PutOne(key, std::span<const Slice>(&value, 1));
+  const std::span<const Slice> parts(&value, 1);
+  gpu_->BeginBatch();
+  int device = -1;
+  s = gpu_->Scan(parts, &device);
+  if (!s.ok()) return ForKey(key, s);
+  if (device >= 0) return PutOneFromDevice(key, parts, device);
+  return PutOne(key, parts);
 }
 
 Status DBImpl::Get(const ReadOptions& options, const Slice& key, std::string* value) {
@@ -362,7 +444,12 @@ Status DBImpl::GetInto(const ReadOptions&, const Slice& key, MutableSlice buffer
   Status s = CheckOpen();
   if (!s.ok()) return s;
   uint64_t size = 0;
-  s = GetOne(key, std::span<const MutableSlice>(&buffer, 1), &size);
+  const std::span<const MutableSlice> dest(&buffer, 1);
+  gpu_->BeginBatch();
+  int device = -1;
+  s = gpu_->Scan(dest, &device);
+  if (!s.ok()) return ForKey(key, s);
+  s = device >= 0 ? GetOneToDevice(key, dest, device, &size) : GetOne(key, dest, &size);
   if (value_size != nullptr) *value_size = size;
   return s;
 }
@@ -414,8 +501,13 @@ Status DBImpl::BatchPut(const WriteOptions&, std::span<const Slice> keys,
   }
   counters_.batch_calls.fetch_add(1, std::memory_order_relaxed);
   results->resize(keys.size());
+  gpu_->BeginBatch();
   for (size_t i = 0; i < keys.size(); i++) {
-    (*results)[i] = PutOne(keys[i], values[i]).ErrorCode();
+    int device = -1;
+    Status gpu_status = gpu_->Scan(values[i], &device);
+    (*results)[i] = !gpu_status.ok() ? ForKey(keys[i], gpu_status).ErrorCode()
+                    : device >= 0    ? PutOneFromDevice(keys[i], values[i], device).ErrorCode()
+                                     : PutOne(keys[i], values[i]).ErrorCode();
   }
   return Status::OK();
 }
@@ -433,17 +525,24 @@ Status DBImpl::BatchGetInto(const ReadOptions& options, std::span<const Slice> k
   counters_.batch_calls.fetch_add(1, std::memory_order_relaxed);
   results->resize(keys.size());
   std::vector<size_t> misses;
+  gpu_->BeginBatch();
   for (size_t i = 0; i < keys.size(); i++) {
     uint64_t size = 0;
-    Status key_status;
-    if (ssd_ != nullptr && CheckKey(keys[i]).ok() && !memory_->Contains(keys[i])) {
+    int device = -1;
+    Status key_status = gpu_->Scan(destinations[i], &device);
+    if (!key_status.ok()) {
+      key_status = ForKey(keys[i], key_status);
+    } else if (device >= 0) {
+      key_status = GetOneToDevice(keys[i], destinations[i], device, &size);
+    } else if (ssd_ != nullptr && CheckKey(keys[i]).ok() && !memory_->Contains(keys[i])) {
       misses.push_back(i);  // read with the other misses, in one submission
       continue;
-    }
-    key_status = GetOne(keys[i], destinations[i], &size);
-    if (key_status.IsNotFound() && ssd_ != nullptr) {
-      misses.push_back(i);  // evicted between the check and the read
-      continue;
+    } else {
+      key_status = GetOne(keys[i], destinations[i], &size);
+      if (key_status.IsNotFound() && ssd_ != nullptr) {
+        misses.push_back(i);  // evicted between the check and the read
+        continue;
+      }
     }
     (*results)[i] = key_status.ok() ? static_cast<int64_t>(size) : key_status.ErrorCode();
   }

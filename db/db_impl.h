@@ -18,6 +18,8 @@
 
 namespace kvengine {
 
+class GpuIo;
+
 class DBImpl final : public DB {
  public:
   DBImpl(const Options& options, std::string path);
@@ -71,6 +73,10 @@ class DBImpl final : public DB {
                    const std::vector<size_t>& misses, std::vector<int64_t>* results, bool verify);
   // Removes every key matching pred from every tier; returns the count.
   uint64_t DeleteMatching(const std::function<bool(std::string_view)>& pred);
+  // GPU staging (env/gpu_io.h): a key with a buffer on CUDA device `device`.
+  Status PutOneFromDevice(const Slice& key, std::span<const Slice> parts, int device);
+  Status GetOneToDevice(const Slice& key, std::span<const MutableSlice> dest, int device,
+                        uint64_t* size);
   std::string StatsText() const;
   std::string StatsJson() const;
 
@@ -84,6 +90,7 @@ class DBImpl final : public DB {
   std::unique_ptr<SsdTier> ssd_;  // null when ssd_capacity_bytes == 0
   class Offloader;
   std::unique_ptr<Offloader> offloader_;
+  std::unique_ptr<GpuIo> gpu_;  // after memory_: it page-locks memory_'s arena
 
   // Calls hold it shared; Close holds it exclusively, so Close waits for calls in flight.
   mutable std::shared_mutex lifecycle_mu_;

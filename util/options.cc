@@ -127,6 +127,9 @@ const std::vector<OptionEntry>& Table() {
       SizeOption("max_key_size", &Options::max_key_size),
       SizeOption("max_value_size", &Options::max_value_size),
       SizeOption("max_batch_size", &Options::max_batch_size),
+      SizeOption("gpu_staging_bytes", &Options::gpu_staging_bytes),
+      SizeOption("gpu_chunk_bytes", &Options::gpu_chunk_bytes),
+      SizeOption("gpu_streams", &Options::gpu_streams),
       EnumOption("log_level", &Options::log_level, LogLevelNames),
       StringOption("log_file", &Options::log_file),
   };
@@ -212,6 +215,18 @@ Status Options::Validate() const {
   }
   if (max_value_size > (1ull << 40)) {
     return Status::InvalidArgument("max_value_size must be at most 1TiB");
+  }
+  if (gpu_chunk_bytes < 4096 || gpu_chunk_bytes > gpu_staging_bytes / 2) {
+    return Status::InvalidArgument(
+        "gpu_chunk_bytes must be in [4KiB, gpu_staging_bytes / 2], got " +
+        FormatSize(gpu_chunk_bytes) + " with gpu_staging_bytes " + FormatSize(gpu_staging_bytes));
+  }
+  if (gpu_staging_bytes / gpu_chunk_bytes > 4096) {
+    return Status::InvalidArgument("gpu_staging_bytes / gpu_chunk_bytes exceeds 4096 slots");
+  }
+  if (gpu_streams == 0 || gpu_streams > 64) {
+    return Status::InvalidArgument("gpu_streams must be in [1, 64], got " +
+                                   std::to_string(gpu_streams));
   }
   return Status::OK();
 }

@@ -176,6 +176,27 @@ struct Options {
   // Default: 65536
   uint64_t max_batch_size = 65536;
 
+  // ---------------------------------------------------------------- GPU staging
+  // Buffers given to puts and gets may be GPU memory (CUDA device pointers, e.g. a torch
+  // tensor's data_ptr()) when kvengine is built with CUDA; see docs/gpu.md.  These size
+  // the staging machinery, made per GPU the first time one of its buffers is seen.
+
+  // Page-locked host memory per GPU for staging: the ring of gpu_chunk_bytes slots that
+  // chunks cross on their way, and the landing place of a put's value (values larger
+  // than this go through the ring into an ordinary buffer).  At least 2 chunks.
+  // Default: 64 MiB
+  uint64_t gpu_staging_bytes = 64ull << 20;
+
+  // Most bytes moved by one copy: values are split into chunks of this size so that
+  // copying one chunk overlaps preparing the next.  Between 4 KiB and
+  // gpu_staging_bytes / 2.
+  // Default: 1 MiB
+  uint64_t gpu_chunk_bytes = 1ull << 20;
+
+  // CUDA streams per GPU; consecutive chunks go to consecutive streams.  1 to 64.
+  // Default: 2
+  uint64_t gpu_streams = 2;
+
   // ---------------------------------------------------------------- logging
   // Least severe message written to the log: "debug", "info", "warn", "error", "off".
   // Default: warn

@@ -1,0 +1,117 @@
+// GpuIo: the DB's door to GPU memory (the GPU staging Env of DESIGN.md).
+//
+// The DB asks Scan() whether a key's buffers include device memory; when none do, the
+// key takes the ordinary host path and GpuIo costs one pointer query per buffer (none at
+// all until the process has loaded the CUDA driver).  When some do:
+//   * puts: PutFromDevice copies the value device -> host into the page-locked staging
+//     memory (one crossing of the bus, chunked over the streams), or through the staging
+//     ring into a heap buffer when the value is larger than the staging memory, and hands
+//     the host bytes to the DB's ordinary put;
+//   * gets: CopyToDevice copies a value host -> device straight from the memory tier's
+//     arena, which GpuIo page-locks (cudaHostRegister) the first time a device buffer is
+//     seen, or through the staging ring when that registration failed; GetViaHost serves
+//     values that are not in the arena (SSD, peers) through a page-locked bounce buffer.
+// Work for one CUDA device goes through that device's lane: a StagingPipeline (its
+// streams and staging ring) behind a mutex, created on first use.
+//
+// Thread-safety: all methods are thread-safe.  Failure: a Status naming the key's
+// problem or the CUDA call that failed, prefixed with the caller's `label` (the key); a
+// failure affects only the key it belongs to.
+#ifndef KVENGINE_ENV_GPU_IO_H_
+#define KVENGINE_ENV_GPU_IO_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+
+#include "env/gpu_staging.h"
+#include "kvengine/options.h"
+#include "kvengine/slice.h"
+#include "kvengine/status.h"
+
+namespace kvengine {
+
+class Logger;
+
+class GpuIo {
+ public:
+  // Test seams: a classifier that may call host memory "device" memory, and a copier
+  // factory (a HostCopier), so the DB's GPU path runs on machines without a GPU.
+  struct Hooks {
+    // Returns true and fills *info to override ClassifyPointer for ptr.
+    std::function<bool(const void* ptr, PointerInfo* info)> classify;
+    // Replaces NewCudaCopier when set.
+    std::function<Status(int device, std::unique_ptr<DeviceCopier>* result)> new_copier;
+  };
+  // Installs hooks for every GpuIo (nullptr removes them).  Not thread-safe: call it
+  // while no DB is open.  The hooks must outlive their use.
+  static void SetHooksForTesting(const Hooks* hooks);
+
+  // `arena` is the memory tier's arena; it is page-locked lazily (see above) and
+  // unregistered by the destructor.
+  GpuIo(const Options& options, Logger* logger, char* arena, size_t arena_size);
+  ~GpuIo();
+  GpuIo(const GpuIo&) = delete;
+  GpuIo& operator=(const GpuIo&) = delete;
+
+  // Called once per batch call before Scan: notices a CUDA driver loaded meanwhile.
+  void BeginBatch();
+
+  // Classifies a key's buffers.  Stores in *device the CUDA device of its device
+  // buffers, or -1 when every buffer is host memory (take the ordinary path).
+  // NotSupported when a buffer is device memory that this build or machine cannot reach;
+  // InvalidArgument when buffers of one key live on two devices.
+  Status Scan(std::span<const Slice> parts, int* device);
+  Status Scan(std::span<const MutableSlice> dest, int* device);
+
+  // Assembles the value (the concatenation of parts, `size` bytes, some on `device`) in
+  // host memory and returns store(host value).  The host value is valid only during the
+  // call to store.
+  Status PutFromDevice(const std::string& label, int device, std::span<const Slice> parts,
+                       uint64_t size, const std::function<Status(const Slice& value)>& store);
+
+  // Copies `value` (host memory; in the arena when in_arena) into dest's buffers, filled
+  // in order.  REQUIRES: value fits in dest.
+  Status CopyToDevice(const std::string& label, int device, const Slice& value, bool in_arena,
+                      std::span<const MutableSlice> dest);
+
+  // Calls read(bounce, &size) with a host buffer of `capacity` bytes, then copies the
+  // `size` bytes read into dest.  For values that must be read from elsewhere first.
+  // Stores the size read in *size (also when read fails with BufferTooSmall).
+  Status GetViaHost(const std::string& label, int device, std::span<const MutableSlice> dest,
+                    uint64_t capacity,
+                    const std::function<Status(MutableSlice bounce, uint64_t* size)>& read,
+                    uint64_t* size);
+
+ private:
+  struct Lane {
+    std::mutex mu;
+    std::unique_ptr<StagingPipeline> pipeline;  // guarded by mu
+  };
+
+  // Returns device's lane, creating it (and page-locking the arena) on first use.
+  Status GetLane(int device, Lane** lane);
+  Status Classify(const void* ptr, PointerInfo* info) const;
+  Status ScanOne(const void* ptr, size_t size, size_t index, const char* what, int* device);
+
+  const StagingOptions staging_options_;
+  Logger* const logger_;
+  char* const arena_;
+  const size_t arena_size_;
+
+  mutable std::mutex mu_;
+  std::map<int, std::unique_ptr<Lane>> lanes_;  // guarded by mu_
+  std::map<int, Status> lane_errors_;           // guarded by mu_: lanes that failed to start
+  DeviceCopier* arena_registrar_ = nullptr;     // guarded by mu_: who page-locked the arena
+  bool arena_attempted_ = false;                // guarded by mu_
+  std::atomic<bool> arena_registered_{false};
+};
+
+}  // namespace kvengine
+
+#endif  // KVENGINE_ENV_GPU_IO_H_
