@@ -32,6 +32,12 @@ std::string Printable(const Slice& key) {
   return "'" + out + "'";
 }
 
+uint64_t PartsSize(std::span<const Slice> parts) {
+  uint64_t size = 0;
+  for (const Slice& part : parts) size += part.size();
+  return size;
+}
+
 }  // namespace
 
 Status DB::Open(const Options& options, const std::string& path, std::unique_ptr<DB>* db) {
@@ -44,8 +50,11 @@ Status DB::Open(const Options& options, const std::string& path, std::unique_ptr
   Status s = effective.Validate();
   if (!s.ok()) return s;
   if (path.empty()) return Status::InvalidArgument("DB path is empty");
+  SetPerfLevel(effective.perf_level);
+  PerfPoint perf(PerfKey::db_open);
+  const uint64_t start_nanos = perf_internal::NowNanos();
   auto impl = std::make_unique<DBImpl>(effective, path);
-  s = impl->Init();
+  s = CallLog(impl->info_log(), "open", nullptr, start_nanos).Finish(impl->Init());
   if (!s.ok()) return s;
   *db = std::move(impl);
   return Status::OK();
@@ -99,8 +108,13 @@ Status DBImpl::Init() {
 }
 
 Status DBImpl::Close() {
+  PerfPoint perf(PerfKey::db_close);
+  CallLog log(&logger_, "close", nullptr);
   std::unique_lock<std::shared_mutex> guard(lifecycle_mu_);
-  if (closed_) return Status::OK();
+  if (closed_) {
+    perf.Abandon();  // not a close: the DB was closed before
+    return Status::OK();
+  }
   closed_ = true;
   if (memory_ == nullptr && lock_ == nullptr) return Status::OK();  // Init failed early
   if (options_.memory_registrar) {
@@ -116,7 +130,7 @@ Status DBImpl::Close() {
   memory_.reset();
   Status s;
   if (lock_ != nullptr) s = env_->UnlockFile(std::move(lock_));
-  return s;
+  return log.Finish(s);
 }
 
 Status DBImpl::CheckOpen() const {
@@ -149,6 +163,7 @@ Status DBImpl::CheckBatchSize(size_t keys, size_t others, const char* what) cons
 }
 
 Status DBImpl::PutOne(const Slice& key, std::span<const Slice> parts) {
+  PerfPoint perf(PerfKey::db_put_one);
   Status s = CheckKey(key);
   if (!s.ok()) return s;
   uint64_t size = 0;
@@ -176,6 +191,7 @@ Status DBImpl::PutOne(const Slice& key, std::span<const Slice> parts) {
 }
 
 Status DBImpl::GetOne(const Slice& key, std::span<const MutableSlice> dest, uint64_t* size) {
+  PerfPoint perf(PerfKey::db_get_one);
   *size = 0;
   Status s = CheckKey(key);
   if (!s.ok()) return s;
@@ -216,6 +232,7 @@ Status DBImpl::GetOne(const Slice& key, std::span<const MutableSlice> dest, uint
 }
 
 Status DBImpl::DeleteOne(const Slice& key) {
+  PerfPoint perf(PerfKey::db_delete_one);
   Status s = CheckKey(key);
   if (!s.ok()) return s;
   if (!memory_->Erase(key)) return Status::NotFound("key " + Printable(key));
@@ -224,50 +241,62 @@ Status DBImpl::DeleteOne(const Slice& key) {
 }
 
 Status DBImpl::Put(const WriteOptions&, const Slice& key, const Slice& value) {
+  PerfPoint perf(PerfKey::db_put);
+  CallLog log(&logger_, "put", &errors_);
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
-  if (!s.ok()) return s;
-  return PutOne(key, std::span<const Slice>(&value, 1));
+  if (!s.ok()) return log.Finish(s);
+  return log.FinishKey(PutOne(key, std::span<const Slice>(&value, 1)), key,
+                       static_cast<int64_t>(value.size()), nullptr);
 }
 
 Status DBImpl::Get(const ReadOptions&, const Slice& key, std::string* value) {
+  PerfPoint perf(PerfKey::db_get);
+  CallLog log(&logger_, "get", &errors_);
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
-  if (!s.ok()) return s;
-  if (value == nullptr) return Status::InvalidArgument("Get: value pointer is null");
+  if (!s.ok()) return log.Finish(s);
+  if (value == nullptr) return log.Finish(Status::InvalidArgument("Get: value pointer is null"));
   s = CheckKey(key);
-  if (!s.ok()) return s;
+  if (!s.ok()) return log.FinishKey(s, key, -1, nullptr);
   MemoryTier::Handle handle;
   counters_.gets.fetch_add(1, std::memory_order_relaxed);
   if (!memory_->Lookup(key, &handle)) {
     counters_.misses.fetch_add(1, std::memory_order_relaxed);
-    return Status::NotFound("key " + Printable(key));
+    return log.FinishKey(Status::NotFound("key " + Printable(key)), key, -1, nullptr);
   }
   counters_.memory_hits.fetch_add(1, std::memory_order_relaxed);
   value->assign(handle.value().data(), handle.value().size());
   counters_.get_bytes.fetch_add(value->size(), std::memory_order_relaxed);
-  return Status::OK();
+  return log.FinishKey(Status::OK(), key, static_cast<int64_t>(value->size()), "memory");
 }
 
 Status DBImpl::GetInto(const ReadOptions&, const Slice& key, MutableSlice buffer,
                        size_t* value_size) {
+  PerfPoint perf(PerfKey::db_get_into);
+  CallLog log(&logger_, "get_into", &errors_);
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
-  if (!s.ok()) return s;
+  if (!s.ok()) return log.Finish(s);
   uint64_t size = 0;
   s = GetOne(key, std::span<const MutableSlice>(&buffer, 1), &size);
   if (value_size != nullptr) *value_size = size;
-  return s;
+  const bool size_known = s.ok() || s.IsBufferTooSmall();
+  return log.FinishKey(s, key, size_known ? static_cast<int64_t>(size) : -1,
+                       s.ok() ? "memory" : nullptr);
 }
 
 Status DBImpl::Delete(const WriteOptions&, const Slice& key) {
+  PerfPoint perf(PerfKey::db_delete);
+  CallLog log(&logger_, "delete", &errors_);
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
-  if (!s.ok()) return s;
-  return DeleteOne(key);
+  if (!s.ok()) return log.Finish(s);
+  return log.FinishKey(DeleteOne(key), key, -1, nullptr);
 }
 
 Status DBImpl::GetValueSize(const Slice& key, uint64_t* size) {
+  PerfPoint perf(PerfKey::db_get_value_size);
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return s;
@@ -281,119 +310,165 @@ Status DBImpl::GetValueSize(const Slice& key, uint64_t* size) {
 
 Status DBImpl::BatchPut(const WriteOptions&, std::span<const Slice> keys,
                         std::span<const ValueParts> values, std::vector<int64_t>* results) {
+  PerfPoint perf(PerfKey::db_batch_put);
+  CallLog log(&logger_, "batch_put", &errors_);
+  log.Add("num_keys", keys.size());
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
-  if (!s.ok()) return s;
-  if (results == nullptr) return Status::InvalidArgument("BatchPut: results pointer is null");
+  if (!s.ok()) return log.Finish(s);
+  if (results == nullptr) {
+    return log.Finish(Status::InvalidArgument("BatchPut: results pointer is null"));
+  }
   results->clear();
   s = CheckBatchSize(keys.size(), values.size(), "values");
-  if (!s.ok()) return s;
+  if (!s.ok()) return log.Finish(s);
   if (keys.size() > 1) {
     std::unordered_set<std::string_view> seen;
     seen.reserve(keys.size());
     for (const Slice& key : keys) {
       if (!seen.insert(key.view()).second) {
-        return Status::InvalidArgument("BatchPut names key " + Printable(key) +
-                                       " more than once; nothing was written");
+        return log.Finish(Status::InvalidArgument("BatchPut names key " + Printable(key) +
+                                                  " more than once; nothing was written"));
       }
     }
   }
   counters_.batch_calls.fetch_add(1, std::memory_order_relaxed);
   results->resize(keys.size());
+  uint64_t total_bytes = 0;
   for (size_t i = 0; i < keys.size(); i++) {
     (*results)[i] = PutOne(keys[i], values[i]).ErrorCode();
+    const int64_t code = (*results)[i];
+    if (code == 0 && log.active()) total_bytes += PartsSize(values[i]);
+    log.Key(i, code, log.WantsKey(code) ? static_cast<int64_t>(PartsSize(values[i])) : -1,
+            nullptr);
   }
-  return Status::OK();
+  log.Add("total_bytes", total_bytes);
+  return log.Finish(Status::OK(), keys);
 }
 
 Status DBImpl::BatchGetInto(const ReadOptions&, std::span<const Slice> keys,
                             std::span<const Destination> destinations,
                             std::vector<int64_t>* results) {
+  PerfPoint perf(PerfKey::db_batch_get_into);
+  CallLog log(&logger_, "batch_get_into", &errors_);
+  log.Add("num_keys", keys.size());
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
-  if (!s.ok()) return s;
-  if (results == nullptr) return Status::InvalidArgument("BatchGetInto: results pointer is null");
+  if (!s.ok()) return log.Finish(s);
+  if (results == nullptr) {
+    return log.Finish(Status::InvalidArgument("BatchGetInto: results pointer is null"));
+  }
   results->clear();
   s = CheckBatchSize(keys.size(), destinations.size(), "destinations");
-  if (!s.ok()) return s;
+  if (!s.ok()) return log.Finish(s);
   counters_.batch_calls.fetch_add(1, std::memory_order_relaxed);
   results->resize(keys.size());
+  uint64_t total_bytes = 0;
   for (size_t i = 0; i < keys.size(); i++) {
     uint64_t size = 0;
     Status key_status = GetOne(keys[i], destinations[i], &size);
     (*results)[i] = key_status.ok() ? static_cast<int64_t>(size) : key_status.ErrorCode();
+    if (key_status.ok()) total_bytes += size;
+    const bool size_known = key_status.ok() || key_status.IsBufferTooSmall();
+    log.Key(i, key_status.ErrorCode(), size_known ? static_cast<int64_t>(size) : -1,
+            key_status.ok() ? "memory" : nullptr);
   }
-  return Status::OK();
+  log.Add("total_bytes", total_bytes);
+  return log.Finish(Status::OK(), keys);
 }
 
 Status DBImpl::BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) {
+  PerfPoint perf(PerfKey::db_batch_exists);
+  CallLog log(&logger_, "batch_exists", &errors_);
+  log.Add("num_keys", keys.size());
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
-  if (!s.ok()) return s;
-  if (results == nullptr) return Status::InvalidArgument("BatchExists: results pointer is null");
+  if (!s.ok()) return log.Finish(s);
+  if (results == nullptr) {
+    return log.Finish(Status::InvalidArgument("BatchExists: results pointer is null"));
+  }
   results->clear();
   s = CheckBatchSize(keys.size(), keys.size(), "keys");
-  if (!s.ok()) return s;
+  if (!s.ok()) return log.Finish(s);
   counters_.batch_calls.fetch_add(1, std::memory_order_relaxed);
   counters_.exists_queries.fetch_add(keys.size(), std::memory_order_relaxed);
   results->resize(keys.size());
   for (size_t i = 0; i < keys.size(); i++) {
     Status key_status = CheckKey(keys[i]);
     (*results)[i] = !key_status.ok() ? key_status.ErrorCode() : memory_->Contains(keys[i]) ? 1 : 0;
+    const int64_t r = (*results)[i];
+    log.Key(i, r, -1, r == 1 ? "memory" : nullptr, r >= 0 ? static_cast<int>(r) : -1);
   }
-  return Status::OK();
+  return log.Finish(Status::OK(), keys);
 }
 
 Status DBImpl::BatchDelete(const WriteOptions&, std::span<const Slice> keys,
                            std::vector<int64_t>* results) {
+  PerfPoint perf(PerfKey::db_batch_delete);
+  CallLog log(&logger_, "batch_delete", &errors_);
+  log.Add("num_keys", keys.size());
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
-  if (!s.ok()) return s;
-  if (results == nullptr) return Status::InvalidArgument("BatchDelete: results pointer is null");
+  if (!s.ok()) return log.Finish(s);
+  if (results == nullptr) {
+    return log.Finish(Status::InvalidArgument("BatchDelete: results pointer is null"));
+  }
   results->clear();
   s = CheckBatchSize(keys.size(), keys.size(), "keys");
-  if (!s.ok()) return s;
+  if (!s.ok()) return log.Finish(s);
   counters_.batch_calls.fetch_add(1, std::memory_order_relaxed);
   results->resize(keys.size());
-  for (size_t i = 0; i < keys.size(); i++) (*results)[i] = DeleteOne(keys[i]).ErrorCode();
-  return Status::OK();
+  for (size_t i = 0; i < keys.size(); i++) {
+    (*results)[i] = DeleteOne(keys[i]).ErrorCode();
+    log.Key(i, (*results)[i], -1, nullptr);
+  }
+  return log.Finish(Status::OK(), keys);
 }
 
 Status DBImpl::DeleteByRegex(const std::string& pattern, uint64_t* deleted) {
+  PerfPoint perf(PerfKey::db_delete_by_regex);
+  CallLog log(&logger_, "delete_by_regex", &errors_);
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
-  if (!s.ok()) return s;
+  if (!s.ok()) return log.Finish(s);
   std::regex re;
   try {
     re = std::regex(pattern, std::regex::ECMAScript | std::regex::optimize);
   } catch (const std::regex_error& e) {
-    return Status::InvalidArgument("malformed regex '" + pattern + "'", e.what());
+    return log.Finish(Status::InvalidArgument("malformed regex '" + pattern + "'", e.what()));
   }
   uint64_t n = memory_->EraseIf(
       [&re](std::string_view key) { return std::regex_match(key.begin(), key.end(), re); });
   counters_.deletes.fetch_add(n, std::memory_order_relaxed);
   if (deleted != nullptr) *deleted = n;
-  return Status::OK();
+  log.Add("deleted", n);
+  return log.Finish(Status::OK());
 }
 
 Status DBImpl::DeleteAll(uint64_t* deleted) {
+  PerfPoint perf(PerfKey::db_delete_all);
+  CallLog log(&logger_, "delete_all", &errors_);
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
-  if (!s.ok()) return s;
+  if (!s.ok()) return log.Finish(s);
   uint64_t n = memory_->EraseIf([](std::string_view) { return true; });
   counters_.deletes.fetch_add(n, std::memory_order_relaxed);
   if (deleted != nullptr) *deleted = n;
-  return Status::OK();
+  log.Add("deleted", n);
+  return log.Finish(Status::OK());
 }
 
 Status DBImpl::RegisterBuffer(void* addr, size_t length) {
+  PerfPoint perf(PerfKey::db_register_buffer);
+  CallLog log(&logger_, "register_buffer", &errors_);
+  log.Add("length", length);
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
-  if (!s.ok()) return s;
-  if (addr == nullptr) return Status::InvalidArgument("RegisterBuffer: address is null");
-  if (length == 0) return Status::InvalidArgument("RegisterBuffer: length is zero");
+  if (!s.ok()) return log.Finish(s);
+  if (addr == nullptr) return log.Finish(Status::InvalidArgument("RegisterBuffer: address is null"));
+  if (length == 0) return log.Finish(Status::InvalidArgument("RegisterBuffer: length is zero"));
   const uintptr_t start = reinterpret_cast<uintptr_t>(addr);
-  if (start + length < start) return Status::InvalidArgument("RegisterBuffer: range wraps around");
+  if (start + length < start) return log.Finish(Status::InvalidArgument("RegisterBuffer: range wraps around"));
   std::lock_guard<std::mutex> lock(buffers_mu_);
   auto next = registered_buffers_.lower_bound(start);
   bool overlaps = next != registered_buffers_.end() && next->first < start + length;
@@ -402,33 +477,37 @@ Status DBImpl::RegisterBuffer(void* addr, size_t length) {
     overlaps |= prev->first + prev->second > start;
   }
   if (overlaps) {
-    return Status::InvalidArgument("RegisterBuffer: region overlaps a registered buffer");
+    return log.Finish(Status::InvalidArgument("RegisterBuffer: region overlaps a registered buffer"));
   }
   if (options_.memory_registrar) {
     s = options_.memory_registrar->Register(addr, length, "user buffer");
-    if (!s.ok()) return s;
+    if (!s.ok()) return log.Finish(s);
   }
   registered_buffers_.emplace(start, length);
-  return Status::OK();
+  return log.Finish(Status::OK());
 }
 
 Status DBImpl::UnregisterBuffer(void* addr) {
+  PerfPoint perf(PerfKey::db_unregister_buffer);
+  CallLog log(&logger_, "unregister_buffer", &errors_);
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
-  if (!s.ok()) return s;
+  if (!s.ok()) return log.Finish(s);
   std::lock_guard<std::mutex> lock(buffers_mu_);
   auto it = registered_buffers_.find(reinterpret_cast<uintptr_t>(addr));
   if (it == registered_buffers_.end()) {
-    return Status::NotFound("UnregisterBuffer: no registered buffer starts at this address");
+    return log.Finish(Status::NotFound("UnregisterBuffer: no registered buffer starts at this address"));
   }
   if (options_.memory_registrar) options_.memory_registrar->Unregister(addr, it->second);
   registered_buffers_.erase(it);
-  return Status::OK();
+  return log.Finish(Status::OK());
 }
 
 Status DBImpl::Flush() {
+  PerfPoint perf(PerfKey::db_flush);
+  CallLog log(&logger_, "flush", &errors_);
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
-  return CheckOpen();  // the memory tier has nothing durable to flush
+  return log.Finish(CheckOpen());  // the memory tier has nothing durable to flush
 }
 
 std::string DBImpl::StatsText() const {
@@ -443,6 +522,9 @@ std::string DBImpl::StatsText() const {
       << "memory.evictions: " << m.evictions << "\n"
       << "memory.evicted_bytes: " << m.evicted_bytes << "\n"
       << "memory.rejected_puts: " << m.rejected_puts << "\n"
+      << "memory.eviction_refusals: " << m.eviction_refusals << "\n"
+      << "memory.lookup_hits: " << m.lookup_hits << "\n"
+      << "memory.lookup_misses: " << m.lookup_misses << "\n"
       << "misses: " << counters_.misses.load() << "\n"
       << "puts: " << counters_.puts.load() << "\n"
       << "put_bytes: " << counters_.put_bytes.load() << "\n"
@@ -452,6 +534,7 @@ std::string DBImpl::StatsText() const {
       << "exists_queries: " << counters_.exists_queries.load() << "\n"
       << "deletes: " << counters_.deletes.load() << "\n"
       << "batch_calls: " << counters_.batch_calls.load() << "\n";
+  out << errors_.ToText();
   return out.str();
 }
 
@@ -462,13 +545,15 @@ std::string DBImpl::StatsJson() const {
       << ",\"allocated_bytes\":" << m.allocated_bytes << ",\"capacity_bytes\":" << m.capacity_bytes
       << ",\"hits\":" << counters_.memory_hits.load() << ",\"evictions\":" << m.evictions
       << ",\"evicted_bytes\":" << m.evicted_bytes << ",\"rejected_puts\":" << m.rejected_puts
-      << "},\"misses\":" << counters_.misses.load() << ",\"puts\":" << counters_.puts.load()
+      << ",\"eviction_refusals\":" << m.eviction_refusals << ",\"lookup_hits\":" << m.lookup_hits
+      << ",\"lookup_misses\":" << m.lookup_misses << "},\"misses\":" << counters_.misses.load() << ",\"puts\":" << counters_.puts.load()
       << ",\"put_bytes\":" << counters_.put_bytes.load()
       << ",\"put_failures\":" << counters_.put_failures.load()
       << ",\"gets\":" << counters_.gets.load() << ",\"get_bytes\":" << counters_.get_bytes.load()
       << ",\"exists_queries\":" << counters_.exists_queries.load()
       << ",\"deletes\":" << counters_.deletes.load()
-      << ",\"batch_calls\":" << counters_.batch_calls.load() << "}";
+      << ",\"batch_calls\":" << counters_.batch_calls.load()
+      << ",\"errors\":" << errors_.ToJson() << "}";
   return out.str();
 }
 
@@ -485,10 +570,16 @@ bool DBImpl::GetProperty(const std::string& name, std::string* value) {
     *value = StatsJson();
   } else if (name == "kvengine.options") {
     *value = options_.ToString();
+  } else if (name == "kvengine.perf" || name == "kvengine.perf.json") {
+    *value = PerfReport(name == "kvengine.perf.json");
+  } else if (name == "kvengine.stats.prometheus" || name == "kvengine.prometheus") {
+    *value = StatsPrometheus();
   } else {
     return false;
   }
   return true;
 }
+
+void DBImpl::ResetPerf() { ::kvengine::ResetPerf(); }
 
 }  // namespace kvengine

@@ -13,7 +13,9 @@
 #include "db/memory_tier.h"
 #include "kvengine/db.h"
 #include "kvengine/env.h"
+#include "util/call_log.h"
 #include "util/logging.h"
+#include "util/perf_point.h"
 
 namespace kvengine {
 
@@ -46,6 +48,9 @@ class DBImpl final : public DB {
   Status UnregisterBuffer(void* addr) override;
   Status Flush() override;
   bool GetProperty(const std::string& name, std::string* value) override;
+  void ResetPerf() override;
+
+  Logger* info_log() { return &logger_; }
 
  private:
   struct Counters {
@@ -64,6 +69,8 @@ class DBImpl final : public DB {
   Status DeleteOne(const Slice& key);
   std::string StatsText() const;
   std::string StatsJson() const;
+  // Prometheus text exposition of the stats and perf histograms (db/db_stats.cc).
+  std::string StatsPrometheus() const;
 
   Options options_;
   const std::string path_;
@@ -81,6 +88,7 @@ class DBImpl final : public DB {
   std::map<uintptr_t, size_t> registered_buffers_;  // start -> length
 
   Counters counters_;
+  ErrorCounters errors_;  // failed keys and calls by kind
 };
 
 }  // namespace kvengine

@@ -25,6 +25,10 @@ const std::vector<std::string>& EvictionNames() {
   static const std::vector<std::string> names = {"lru", "none"};
   return names;
 }
+const std::vector<std::string>& PerfLevelNames() {
+  static const std::vector<std::string> names = {"off", "entry", "all"};
+  return names;
+}
 const std::vector<std::string>& LogLevelNames() {
   static const std::vector<std::string> names = {"debug", "info", "warn", "error", "off"};
   return names;
@@ -90,6 +94,7 @@ const std::vector<OptionEntry>& Table() {
       SizeOption("max_batch_size", &Options::max_batch_size),
       EnumOption("log_level", &Options::log_level, LogLevelNames),
       StringOption("log_file", &Options::log_file),
+      EnumOption("perf_level", &Options::perf_level, PerfLevelNames),
   };
   return *table;
 }
