@@ -339,8 +339,7 @@ Status DBImpl::BatchPut(const WriteOptions&, std::span<const Slice> keys,
     (*results)[i] = PutOne(keys[i], values[i]).ErrorCode();
     const int64_t code = (*results)[i];
     if (code == 0 && log.active()) total_bytes += PartsSize(values[i]);
-    log.Key(i, code, log.WantsKey(code) ? static_cast<int64_t>(PartsSize(values[i])) : -1,
-            nullptr);
+    log.Key(i, code, log.WantsKey(code) ? static_cast<int64_t>(PartsSize(values[i])) : -1, nullptr);
   }
   log.Add("total_bytes", total_bytes);
   return log.Finish(Status::OK(), keys);
@@ -465,10 +464,12 @@ Status DBImpl::RegisterBuffer(void* addr, size_t length) {
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return log.Finish(s);
-  if (addr == nullptr) return log.Finish(Status::InvalidArgument("RegisterBuffer: address is null"));
+  if (addr == nullptr)
+    return log.Finish(Status::InvalidArgument("RegisterBuffer: address is null"));
   if (length == 0) return log.Finish(Status::InvalidArgument("RegisterBuffer: length is zero"));
   const uintptr_t start = reinterpret_cast<uintptr_t>(addr);
-  if (start + length < start) return log.Finish(Status::InvalidArgument("RegisterBuffer: range wraps around"));
+  if (start + length < start)
+    return log.Finish(Status::InvalidArgument("RegisterBuffer: range wraps around"));
   std::lock_guard<std::mutex> lock(buffers_mu_);
   auto next = registered_buffers_.lower_bound(start);
   bool overlaps = next != registered_buffers_.end() && next->first < start + length;
@@ -477,7 +478,8 @@ Status DBImpl::RegisterBuffer(void* addr, size_t length) {
     overlaps |= prev->first + prev->second > start;
   }
   if (overlaps) {
-    return log.Finish(Status::InvalidArgument("RegisterBuffer: region overlaps a registered buffer"));
+    return log.Finish(
+        Status::InvalidArgument("RegisterBuffer: region overlaps a registered buffer"));
   }
   if (options_.memory_registrar) {
     s = options_.memory_registrar->Register(addr, length, "user buffer");
@@ -496,7 +498,8 @@ Status DBImpl::UnregisterBuffer(void* addr) {
   std::lock_guard<std::mutex> lock(buffers_mu_);
   auto it = registered_buffers_.find(reinterpret_cast<uintptr_t>(addr));
   if (it == registered_buffers_.end()) {
-    return log.Finish(Status::NotFound("UnregisterBuffer: no registered buffer starts at this address"));
+    return log.Finish(
+        Status::NotFound("UnregisterBuffer: no registered buffer starts at this address"));
   }
   if (options_.memory_registrar) options_.memory_registrar->Unregister(addr, it->second);
   registered_buffers_.erase(it);
@@ -546,14 +549,14 @@ std::string DBImpl::StatsJson() const {
       << ",\"hits\":" << counters_.memory_hits.load() << ",\"evictions\":" << m.evictions
       << ",\"evicted_bytes\":" << m.evicted_bytes << ",\"rejected_puts\":" << m.rejected_puts
       << ",\"eviction_refusals\":" << m.eviction_refusals << ",\"lookup_hits\":" << m.lookup_hits
-      << ",\"lookup_misses\":" << m.lookup_misses << "},\"misses\":" << counters_.misses.load() << ",\"puts\":" << counters_.puts.load()
-      << ",\"put_bytes\":" << counters_.put_bytes.load()
+      << ",\"lookup_misses\":" << m.lookup_misses << "},\"misses\":" << counters_.misses.load()
+      << ",\"puts\":" << counters_.puts.load() << ",\"put_bytes\":" << counters_.put_bytes.load()
       << ",\"put_failures\":" << counters_.put_failures.load()
       << ",\"gets\":" << counters_.gets.load() << ",\"get_bytes\":" << counters_.get_bytes.load()
       << ",\"exists_queries\":" << counters_.exists_queries.load()
       << ",\"deletes\":" << counters_.deletes.load()
-      << ",\"batch_calls\":" << counters_.batch_calls.load()
-      << ",\"errors\":" << errors_.ToJson() << "}";
+      << ",\"batch_calls\":" << counters_.batch_calls.load() << ",\"errors\":" << errors_.ToJson()
+      << "}";
   return out.str();
 }
 
