@@ -54,7 +54,9 @@ Status DB::Open(const Options& options, const std::string& path, std::unique_ptr
   PerfPoint perf(PerfKey::db_open);
   const uint64_t start_nanos = perf_internal::NowNanos();
   auto impl = std::make_unique<DBImpl>(effective, path);
-  s = CallLog(impl->info_log(), "open", nullptr, start_nanos).Finish(impl->Init());
+  s = impl->Init();
+  // Built after Init, which configures the logger.
+  s = CallLog(impl->info_log(), "open", nullptr, start_nanos).Finish(std::move(s));
   if (!s.ok()) return s;
   *db = std::move(impl);
   return Status::OK();
