@@ -106,28 +106,28 @@ std::string DBImpl::StatsPrometheus() const {
   e.Header("kvengine_perf_latency_seconds", "summary",
            "Latency of each perf key (see docs/observability.md), process-wide.");
   for (int k = 0; k < kNumPerfKeys; k++) {
-    const HistogramData d = PerfSnapshot(static_cast<PerfKey>(k));
+    const PerfStats d = PerfSnapshot(static_cast<PerfKey>(k));
     if (d.count == 0) continue;
     const std::string base =
         std::string("key=\"") + kPerfKeys[k].name + "\",layer=\"" + kPerfKeys[k].layer + "\"";
-    for (double q : kQuantiles) {
+    const double quantile_ns[] = {d.p50_ns, d.p90_ns, d.p99_ns, d.p999_ns};
+    for (int i = 0; i < 4; i++) {
       char label[48];
-      std::snprintf(label, sizeof(label), ",quantile=\"%g\"}", q);
-      e.Sample("kvengine_perf_latency_seconds", "{" + base + label, d.Percentile(q) / 1e9);
+      std::snprintf(label, sizeof(label), ",quantile=\"%g\"}", kQuantiles[i]);
+      e.Sample("kvengine_perf_latency_seconds", "{" + base + label, quantile_ns[i] / 1e9);
     }
-    e.Sample("kvengine_perf_latency_seconds_sum", "{" + base + "}",
-             static_cast<double>(d.sum) / 1e9);
+    e.Sample("kvengine_perf_latency_seconds_sum", "{" + base + "}", d.sum_ns / 1e9);
     e.Sample("kvengine_perf_latency_seconds_count", "{" + base + "}", static_cast<double>(d.count));
   }
   e.Header("kvengine_perf_latency_max_seconds", "gauge",
            "Longest sample of each perf key since the last reset.");
   for (int k = 0; k < kNumPerfKeys; k++) {
-    const HistogramData d = PerfSnapshot(static_cast<PerfKey>(k));
+    const PerfStats d = PerfSnapshot(static_cast<PerfKey>(k));
     if (d.count == 0) continue;
     e.Sample(
         "kvengine_perf_latency_max_seconds",
         std::string("{key=\"") + kPerfKeys[k].name + "\",layer=\"" + kPerfKeys[k].layer + "\"}",
-        static_cast<double>(d.max) / 1e9);
+        d.max_ns / 1e9);
   }
   return e.Take();
 }

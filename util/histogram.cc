@@ -53,21 +53,21 @@ double HistogramData::Percentile(double p) const {
 
 void Histogram::MergeInto(HistogramData* data) const {
   HistogramData mine;
-  mine.count = count_.load(std::memory_order_relaxed);
   mine.sum = sum_.load(std::memory_order_relaxed);
-  mine.min = min_.load(std::memory_order_relaxed);
   mine.max = max_.load(std::memory_order_relaxed);
   for (int b = 0; b < HistogramBuckets::kNumBuckets; b++) {
     mine.buckets[b] = buckets_[b].load(std::memory_order_relaxed);
+    mine.count += mine.buckets[b];
+    if (mine.buckets[b] != 0 && mine.min == ~uint64_t{0}) {
+      mine.min = HistogramBuckets::LowerBound(b);
+    }
   }
   data->Merge(mine);
 }
 
 void Histogram::Clear() {
   for (auto& b : buckets_) b.store(0, std::memory_order_relaxed);
-  count_.store(0, std::memory_order_relaxed);
   sum_.store(0, std::memory_order_relaxed);
-  min_.store(~uint64_t{0}, std::memory_order_relaxed);
   max_.store(0, std::memory_order_relaxed);
 }
 

@@ -5,9 +5,10 @@
 // buckets, so a bucket is at most 1/16 (6.25%) of its lower bound wide.  Values at or
 // above 2^44 (about 4.9 hours in ns) share the last bucket.
 //
-// Add() is a handful of relaxed atomic increments: safe from any number of threads, and
-// a reader (Snapshot) sees each sample either wholly or partly (counts and buckets are
-// separate atomics; a snapshot taken while samples land may be off by those samples).
+// Add() is two relaxed atomic increments (the bucket, the sum) and a load (the max): safe
+// from any number of threads.  The count is the sum of the buckets; a reader sees each
+// sample either wholly or partly (bucket and sum are separate atomics, so a snapshot
+// taken while samples land may be off by those samples).
 // Percentiles are estimated by linear interpolation inside the bucket that holds them,
 // so they are exact to within one bucket's width.
 #ifndef KVENGINE_UTIL_HISTOGRAM_H_
@@ -51,7 +52,9 @@ class HistogramBuckets {
 struct HistogramData {
   uint64_t count = 0;
   uint64_t sum = 0;
-  uint64_t min = ~uint64_t{0};  // ~0 when empty
+  // ~0 when empty.  Exact for HistogramData::Add; Histogram::MergeInto reports the lower
+  // bound of the least bucket used (it keeps no minimum, to keep Add cheap).
+  uint64_t min = ~uint64_t{0};
   uint64_t max = 0;
   std::array<uint64_t, HistogramBuckets::kNumBuckets> buckets{};
 
@@ -72,13 +75,9 @@ class Histogram {
   // Thread-safe, lock-free.
   void Add(uint64_t value) {
     buckets_[HistogramBuckets::BucketFor(value)].fetch_add(1, std::memory_order_relaxed);
-    count_.fetch_add(1, std::memory_order_relaxed);
     sum_.fetch_add(value, std::memory_order_relaxed);
     uint64_t seen = max_.load(std::memory_order_relaxed);
     while (value > seen && !max_.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
-    }
-    seen = min_.load(std::memory_order_relaxed);
-    while (value < seen && !min_.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
     }
   }
   // Adds this histogram's contents to *data.  Thread-safe.
@@ -87,9 +86,7 @@ class Histogram {
   void Clear();
 
  private:
-  std::atomic<uint64_t> count_{0};
   std::atomic<uint64_t> sum_{0};
-  std::atomic<uint64_t> min_{~uint64_t{0}};
   std::atomic<uint64_t> max_{0};
   std::array<std::atomic<uint64_t>, HistogramBuckets::kNumBuckets> buckets_{};
 };

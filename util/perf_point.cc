@@ -29,14 +29,44 @@ Slots& GetSlots() {
 
 int MyStripe() {
   static std::atomic<unsigned> next{0};
-  thread_local const int stripe =
-      static_cast<int>(next.fetch_add(1, std::memory_order_relaxed) % kStripes);
+  thread_local int stripe = -1;  // constant-initialized: no TLS guard on the hot path
+  if (__builtin_expect(stripe < 0, 0)) {
+    stripe = static_cast<int>(next.fetch_add(1, std::memory_order_relaxed) % kStripes);
+  }
   return stripe;
 }
 
 }  // namespace
 
-void Record(PerfKey key, uint64_t nanos) {
+namespace {
+struct Origin {
+  uint64_t ticks;
+  uint64_t nanos;
+};
+const Origin& GetOrigin() {
+  static const Origin origin{NowTicks(), NowNanos()};
+  return origin;
+}
+// Taken at load time, so that the calibration interval is usually the process's age.
+[[maybe_unused]] const Origin& g_origin = GetOrigin();
+}  // namespace
+
+double NanosPerTick() {
+#if defined(__x86_64__) || defined(__i386__)
+  const Origin& o = GetOrigin();
+  uint64_t ticks, nanos;
+  // At least 5 ms of calibration (spent only by a report in a process younger than that).
+  do {
+    nanos = NowNanos();
+    ticks = NowTicks();
+  } while (nanos - o.nanos < 5'000'000 || ticks <= o.ticks);
+  return static_cast<double>(nanos - o.nanos) / static_cast<double>(ticks - o.ticks);
+#else
+  return 1.0;
+#endif
+}
+
+void Record(PerfKey key, uint64_t ticks) {
   std::atomic<Histogram*>& slot = GetSlots().h[MyStripe()][static_cast<int>(key)];
   Histogram* h = slot.load(std::memory_order_acquire);
   if (h == nullptr) {
@@ -47,7 +77,7 @@ void Record(PerfKey key, uint64_t nanos) {
       delete fresh;  // another thread of this stripe won; h holds its histogram
     }
   }
-  h->Add(nanos);
+  h->Add(ticks);
 }
 
 }  // namespace perf_internal
@@ -81,7 +111,22 @@ PerfLevel GetPerfLevel() {
   return static_cast<PerfLevel>(perf_internal::g_level.load(std::memory_order_relaxed));
 }
 
-HistogramData PerfSnapshot(PerfKey key) {
+namespace {
+PerfStats ToStats(const HistogramData& d, double scale) {
+  PerfStats st;
+  st.count = d.count;
+  if (d.count == 0) return st;
+  st.sum_ns = static_cast<double>(d.sum) * scale;
+  st.mean_ns = d.Mean() * scale;
+  st.p50_ns = d.Percentile(0.50) * scale;
+  st.p90_ns = d.Percentile(0.90) * scale;
+  st.p99_ns = d.Percentile(0.99) * scale;
+  st.p999_ns = d.Percentile(0.999) * scale;
+  st.max_ns = static_cast<double>(d.max) * scale;
+  return st;
+}
+
+HistogramData MergedTicks(PerfKey key) {
   HistogramData data;
   auto& slots = perf_internal::GetSlots();
   for (int s = 0; s < perf_internal::kStripes; s++) {
@@ -89,6 +134,11 @@ HistogramData PerfSnapshot(PerfKey key) {
     if (h != nullptr) h->MergeInto(&data);
   }
   return data;
+}
+}  // namespace
+
+PerfStats PerfSnapshot(PerfKey key) {
+  return ToStats(MergedTicks(key), perf_internal::NanosPerTick());
 }
 
 void ResetPerf() {
@@ -112,12 +162,12 @@ std::string PerfReport(bool json) {
                   "layer", "level", "count", "mean", "p50", "p90", "p99", "p99.9", "max");
     out << line;
   }
+  const double scale = perf_internal::NanosPerTick();
   for (int k = 0; k < kNumPerfKeys; k++) {
     const PerfKeyInfo& info = kPerfKeys[k];
-    const HistogramData d = PerfSnapshot(static_cast<PerfKey>(k));
-    const double mean = Micros(d.Mean()), p50 = Micros(d.Percentile(0.50)),
-                 p90 = Micros(d.Percentile(0.90)), p99 = Micros(d.Percentile(0.99)),
-                 p999 = Micros(d.Percentile(0.999)), max = Micros(static_cast<double>(d.max));
+    const PerfStats d = ToStats(MergedTicks(static_cast<PerfKey>(k)), scale);
+    const double mean = Micros(d.mean_ns), p50 = Micros(d.p50_ns), p90 = Micros(d.p90_ns),
+                 p99 = Micros(d.p99_ns), p999 = Micros(d.p999_ns), max = Micros(d.max_ns);
     if (json) {
       std::snprintf(line, sizeof(line),
                     "%s\"%s\":{\"layer\":\"%s\",\"level\":\"%s\",\"count\":%" PRIu64

@@ -13,8 +13,12 @@
 // before any work).  All three are no-ops for a key the current level does not record.
 //
 // With PerfLevel::kOff the constructor is one relaxed load and one predictable branch;
-// nothing else runs, not even a clock read.  Samples land in per-stripe lock-free
-// histograms (threads are spread over 16 stripes), so threads rarely share a cache line.
+// nothing else runs, not even a clock read.  When on, a scope reads the CPU's time-stamp
+// counter twice (rdtsc on x86: invariant TSC, a fraction of a clock_gettime under a
+// hypervisor's kvm-clock) and records ticks into per-stripe lock-free histograms
+// (threads are spread over 16 stripes, so they rarely share a cache line).  Ticks become
+// nanoseconds when read, at a rate calibrated against steady_clock.  Elsewhere the
+// ticks are steady_clock nanoseconds.
 //
 // Thread-safety: a PerfPoint belongs to one thread; the recording machinery is
 // thread-safe.
@@ -65,12 +69,21 @@ inline const PerfKeyInfo& GetPerfKeyInfo(PerfKey key) { return kPerfKeys[static_
 
 namespace perf_internal {
 extern std::atomic<int> g_level;
-void Record(PerfKey key, uint64_t nanos);
+void Record(PerfKey key, uint64_t ticks);
 inline uint64_t NowNanos() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                    std::chrono::steady_clock::now().time_since_epoch())
                                    .count());
 }
+inline uint64_t NowTicks() {
+#if defined(__x86_64__) || defined(__i386__)
+  return __builtin_ia32_rdtsc();
+#else
+  return NowNanos();
+#endif
+}
+// Nanoseconds per tick of NowTicks().
+double NanosPerTick();
 }  // namespace perf_internal
 
 // True when the current level records `key`.
@@ -83,7 +96,7 @@ class PerfPoint {
  public:
   // Starts timing now when the current level records `key`.
   explicit PerfPoint(PerfKey key) : key_(key) {
-    if (__builtin_expect(PerfEnabled(key), 0)) start_ = perf_internal::NowNanos();
+    if (__builtin_expect(PerfEnabled(key), 0)) start_ = perf_internal::NowTicks();
   }
   struct Deferred {};
   // Does not start: call Start() where the scope of interest begins.
@@ -95,11 +108,11 @@ class PerfPoint {
   PerfPoint& operator=(const PerfPoint&) = delete;
 
   // (Re)starts the timer when the current level records the key.
-  void Start() { start_ = PerfEnabled(key_) ? perf_internal::NowNanos() : kStopped; }
+  void Start() { start_ = PerfEnabled(key_) ? perf_internal::NowTicks() : kStopped; }
   // Records the time since Start and stops; a no-op when stopped.
   void End() {
     if (start_ == kStopped) return;
-    const uint64_t now = perf_internal::NowNanos();
+    const uint64_t now = perf_internal::NowTicks();
     perf_internal::Record(key_, now > start_ ? now - start_ : 0);
     start_ = kStopped;
   }
@@ -113,8 +126,13 @@ class PerfPoint {
   uint64_t start_ = kStopped;
 };
 
-// The merged histogram of `key` over every thread.  Thread-safe.
-HistogramData PerfSnapshot(PerfKey key);
+// The samples of one key over every thread, in nanoseconds.
+struct PerfStats {
+  uint64_t count = 0;
+  double sum_ns = 0, mean_ns = 0, p50_ns = 0, p90_ns = 0, p99_ns = 0, p999_ns = 0, max_ns = 0;
+};
+// Thread-safe.
+PerfStats PerfSnapshot(PerfKey key);
 
 // "| key | layer | level | what it times |" markdown table of every key, in .def order
 // (the table in docs/observability.md; perf_test checks that they match).
