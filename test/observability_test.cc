@@ -270,6 +270,18 @@ TEST_F(ObservabilityTest, PerfLevelOptionSelectsWhatIsTimed) {
   }
 }
 
+TEST_F(ObservabilityTest, OpenAndEnvFileIoAreTimed) {
+  options_.perf_level = PerfLevel::kAll;
+  Open();  // a new DB: writes and syncs its IDENTITY file, syncs the directory
+  EXPECT_EQ(PerfSnapshot(PerfKey::db_open).count, 1u);
+  EXPECT_GE(PerfSnapshot(PerfKey::env_file_write).count, 1u);
+  EXPECT_GE(PerfSnapshot(PerfKey::env_file_sync).count, 2u);
+  ASSERT_TRUE(db_->Close().ok());
+  EXPECT_EQ(PerfSnapshot(PerfKey::db_close).count, 1u);
+  ASSERT_TRUE(db_->Close().ok());  // a second Close is not timed
+  EXPECT_EQ(PerfSnapshot(PerfKey::db_close).count, 1u);
+}
+
 TEST_F(ObservabilityTest, PerfLevelFromEnvironment) {
   options_.apply_environment = true;
   ::setenv("KVENGINE_PERF_LEVEL", "entry", 1);
