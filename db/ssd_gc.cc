@@ -21,10 +21,12 @@
 #include "db/ssd_bucket.h"
 #include "db/ssd_tier.h"
 #include "util/logging.h"
+#include "util/perf_point.h"
 
 namespace kvengine {
 
 Status SsdTier::CompactBuckets(uint64_t* reclaimed) {
+  PerfPoint perf(PerfKey::ssd_gc_round);
   std::lock_guard<std::mutex> round(gc_mu_);
   if (reclaimed != nullptr) *reclaimed = 0;
   std::vector<std::shared_ptr<SsdBucket>> candidates;
@@ -66,6 +68,7 @@ Status SsdTier::CompactBuckets(uint64_t* reclaimed) {
 }
 
 Status SsdTier::CompactOne(const std::shared_ptr<SsdBucket>& old, uint64_t* reclaimed) {
+  PerfPoint perf(PerfKey::ssd_compaction);
   *reclaimed = 0;
   // 1. The live entries, and a pin on the old file.
   std::vector<BucketEntry> live;

@@ -8,6 +8,7 @@
 #include "util/config_parse.h"
 #include "util/hash.h"
 #include "util/logging.h"
+#include "util/perf_point.h"
 
 namespace kvengine {
 
@@ -81,6 +82,7 @@ std::string SsdTier::BucketPath(uint64_t id) const { return dir_ + "/" + BucketF
 
 Status SsdTier::Stage(const Slice& key, std::span<const Slice> parts, uint64_t size,
                       Ticket* ticket) {
+  PerfPoint perf(PerfKey::ssd_offload);
   std::shared_ptr<SsdBucket> bucket;
   uint64_t offset = 0;
   {
@@ -193,6 +195,7 @@ void SsdTier::Abort(Ticket* ticket) {
 }
 
 void SsdTier::TombstoneLocked(const std::string& key, const SsdLocation& loc) {
+  PerfPoint perf(PerfKey::ssd_tombstone_append);
   std::vector<uint64_t> holders = {loc.bucket};
   if (auto d = duplicates_.find(key); d != duplicates_.end()) {
     for (uint64_t b : d->second) {
@@ -261,6 +264,7 @@ void SsdTier::ForEachKey(const std::function<void(const std::string&)>& fn) {
 // ------------------------------------------------------------------ reads
 
 void SsdTier::MultiGet(std::span<Read> reads, bool verify_checksums) {
+  PerfPoint perf(PerfKey::ssd_bucket_read);
   struct Pending {
     size_t read;  // index into reads
     std::shared_ptr<SsdBucket> bucket;
@@ -368,6 +372,7 @@ void SsdTier::SealOpenLocked() {
 }
 
 Status SsdTier::WriteBucket(const std::shared_ptr<SsdBucket>& bucket) {
+  PerfPoint perf(PerfKey::ssd_bucket_write);
   std::vector<BucketEntry> entries;
   {
     std::unique_lock<std::mutex> lock(mu_);

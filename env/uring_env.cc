@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kvengine/env.h"
+#include "util/perf_point.h"
 
 #ifdef KV_WITH_URING
 #include <liburing.h>
@@ -94,7 +95,10 @@ bool RunOps(std::vector<Op>& ops, bool write) {
     in_flight++;
   };
   while (next < ops.size() || in_flight > 0) {
+    PerfPoint submit(PerfKey::uring_submit);
     while (next < ops.size() && in_flight < kRingDepth) submit_one(next++);
+    submit.End();
+    PerfPoint complete(PerfKey::uring_complete);
     int ret = io_uring_submit_and_wait(r, 1);
     if (ret < 0 && ret != -EINTR) {
       // The ring failed as a whole: mark what is left and let the caller see the errors.
