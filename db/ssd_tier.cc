@@ -22,11 +22,48 @@ constexpr auto kStageWait = std::chrono::seconds(10);
 constexpr auto kWriteRetryDelay = std::chrono::milliseconds(200);
 }  // namespace
 
+// A few bucket-sized images, recycled.  Shared with the builders' deleters, so an image
+// returns here whenever its last reader lets go of it.
+class SsdTier::ImagePool {
+ public:
+  explicit ImagePool(uint64_t image_bytes) : image_bytes_(image_bytes) {}
+  // An image of exactly the standard size, recycled when one is free.
+  Status Get(AlignedBuffer* image) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!free_.empty()) {
+        *image = std::move(free_.back());
+        free_.pop_back();
+        return Status::OK();
+      }
+    }
+    if (!image->TryAllocate(image_bytes_)) {
+      return Status::NoSpace("cannot allocate a bucket image of " + FormatSize(image_bytes_));
+    }
+    return Status::OK();
+  }
+  void Put(AlignedBuffer image) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (image.capacity() == RoundUpTo(image_bytes_, AlignedBuffer::kAlignment) &&
+        free_.size() < kKeep) {
+      free_.push_back(std::move(image));
+    }
+  }
+  uint64_t image_bytes() const { return image_bytes_; }
+
+ private:
+  static constexpr size_t kKeep = 4;  // the open bucket, two sealed ones, one being read
+  const uint64_t image_bytes_;
+  std::mutex mu_;
+  std::vector<AlignedBuffer> free_;
+};
+
 SsdTier::SsdTier(const Options& options, std::string dir, Env* env, Logger* logger)
     : options_(options), dir_(std::move(dir)), base_env_(env), env_(env), logger_(logger) {
   file_options_.use_direct_io = options.use_direct_io;
   bucket_bytes_ = std::min<uint64_t>(options.bucket_size_limit,
                                      std::max<uint64_t>(64 << 10, options.ssd_capacity_bytes / 4));
+  image_pool_ = std::make_shared<ImagePool>(bucket_bytes_);
 }
 
 Status SsdTier::Open(const Options& options, const std::string& dir, Env* env, Logger* logger,
@@ -113,12 +150,21 @@ Status SsdTier::Stage(const Slice& key, std::span<const Slice> parts, uint64_t s
         return s;
       }
       if (open_ == nullptr) {  // MakeRoomLocked may have let another thread open one
-        std::unique_ptr<BucketBuilder> builder;
-        s = BucketBuilder::Create(next_bucket_id_, capacity, env_->NowMicros(), &builder);
+        AlignedBuffer image;
+        s = capacity == bucket_bytes_ ? image_pool_->Get(&image)
+            : image.TryAllocate(capacity)
+                ? Status::OK()
+                : Status::NoSpace("cannot allocate a bucket image of " + FormatSize(capacity));
         if (!s.ok()) return s;
         auto b = std::make_shared<SsdBucket>();
         b->id = next_bucket_id_++;
-        b->builder = std::move(builder);
+        BucketBuilder* builder =
+            BucketBuilder::CreateIn(b->id, std::move(image), env_->NowMicros()).release();
+        b->builder =
+            std::shared_ptr<BucketBuilder>(builder, [pool = image_pool_](BucketBuilder* p) {
+              pool->Put(p->TakeImage());
+              delete p;
+            });
         b->opened_micros = env_->NowMicros();
         b->last_access = ++access_clock_;
         buckets_[b->id] = b;

@@ -185,6 +185,10 @@ class SsdTier {
   uint64_t bucket_bytes_;
   std::unique_ptr<TombstoneLog> log_;
   uint64_t recovered_max_version_ = 0;
+  // Images of written buckets, kept for the next ones: fresh memory costs page faults
+  // on every first write, which made staging several times slower than the copy itself.
+  class ImagePool;
+  std::shared_ptr<ImagePool> image_pool_;
 
   mutable std::mutex mu_;
   std::condition_variable writer_cv_;   // sealed buckets to write, or stop

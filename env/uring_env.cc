@@ -19,7 +19,9 @@ namespace kvengine {
 namespace {
 
 constexpr unsigned kRingDepth = 64;
-constexpr size_t kWriteChunk = 1 << 20;
+// Large writes go out as a few big chunks: many small parallel writes measured slower
+// than one sequential stream on the virtual disks tried (and no faster on NVMe).
+constexpr size_t kWriteChunk = 16 << 20;
 
 // One ring per thread: submissions from different threads never contend, and a ring is
 // never shared without a lock.
