@@ -369,16 +369,9 @@ Status DBImpl::GetOneToDevice(const Slice& key, std::span<const MutableSlice> de
                               uint64_t* size) {
   *size = 0;
   Status s = CheckKey(key);
-  if (!s.ok()) return s;
   uint64_t capacity = 0;
-  for (size_t i = 0; i < dest.size(); i++) {
-    if (dest[i].data() == nullptr && dest[i].size() != 0) {
-      return Status::InvalidArgument("destination buffer " + std::to_string(i) + " of key " +
-                                     Printable(key) + " is null with length " +
-                                     std::to_string(dest[i].size()));
-    }
-    capacity += dest[i].size();
-  }
+  if (s.ok()) s = CheckDestination(key, dest, &capacity);
+  if (!s.ok()) return s;
   {
     MemoryTier::Handle handle;
     if (memory_->Lookup(key, &handle)) {  // host -> device straight from the arena

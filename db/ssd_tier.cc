@@ -431,21 +431,10 @@ Status SsdTier::WriteBucket(const std::shared_ptr<SsdBucket>& bucket) {
       }
     }
   }
-  const std::string path = BucketPath(bucket->id);
-  const std::string tmp = path + ".tmp";
-  std::unique_ptr<WritableFile> file;
-  Status s = env_->NewWritableFile(tmp, file_options_, &file);
   uint64_t file_size = 0;
-  if (s.ok()) s = bucket->builder->WriteTo(file.get(), entries, &file_size);
-  file.reset();
-  if (s.ok()) s = env_->RenameFile(tmp, path);
-  if (s.ok()) s = env_->SyncDir(dir_);
   std::unique_ptr<BucketReader> reader;
-  if (s.ok()) s = BucketReader::Open(env_, path, file_options_, &reader);
-  if (!s.ok()) {
-    env_->RemoveFile(tmp);
-    return s;
-  }
+  Status s = WriteBucketFile(*bucket->builder, entries, &file_size, &reader);
+  if (!s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
   used_bytes_ -= bucket->builder->capacity();
   used_bytes_ += file_size;
@@ -456,6 +445,26 @@ Status SsdTier::WriteBucket(const std::shared_ptr<SsdBucket>& bucket) {
   bucket->staged.clear();
   bucket->staged.shrink_to_fit();
   return Status::OK();
+}
+
+Status SsdTier::WriteBucketFile(const BucketBuilder& builder,
+                                const std::vector<BucketEntry>& entries, uint64_t* file_size,
+                                std::unique_ptr<BucketReader>* reader) {
+  const std::string path = BucketPath(builder.id());
+  const std::string tmp = path + ".tmp";
+  std::unique_ptr<WritableFile> file;
+  Status s = env_->NewWritableFile(tmp, file_options_, &file);
+  if (s.ok()) s = builder.WriteTo(file.get(), entries, file_size);
+  file.reset();
+  if (s.ok()) s = env_->RenameFile(tmp, path);
+  if (s.ok()) s = env_->SyncDir(dir_);
+  // Reading it back verifies what reached the disk before anyone relies on it.
+  if (s.ok()) s = BucketReader::Open(env_, path, file_options_, reader);
+  if (!s.ok()) {
+    env_->RemoveFile(tmp);
+    env_->RemoveFile(path);
+  }
+  return s;
 }
 
 void SsdTier::WriterLoop() {

@@ -165,6 +165,10 @@ class SsdTier {
   void TombstoneLocked(const std::string& key, const SsdLocation& loc);
   void RemoveLocked(std::unordered_map<std::string, SsdLocation>::iterator it, bool tombstone);
   Status WriteBucket(const std::shared_ptr<SsdBucket>& bucket);
+  // Writes builder's image with an index of `entries` as a bucket file (temporary name,
+  // sync, rename, directory sync) and opens it.  On failure no file is left behind.
+  Status WriteBucketFile(const BucketBuilder& builder, const std::vector<BucketEntry>& entries,
+                         uint64_t* file_size, std::unique_ptr<BucketReader>* reader);
   // Retires buckets already removed from the table: waits for their readers, deletes
   // their files, drops their tombstones.  REQUIRES: mu_ not held.
   void RetireBuckets(const std::vector<std::shared_ptr<SsdBucket>>& retired);
