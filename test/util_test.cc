@@ -115,24 +115,24 @@ TEST_F(EnvVarTest, UnsetLeavesDefaults) {
 
 TEST_F(EnvVarTest, ValidValuesApply) {
   setenv("KVENGINE_MEMORY_CAPACITY_BYTES", "32MiB", 1);
-  setenv("KVENGINE_USE_HUGE_PAGES", "true", 1);
+  setenv("KVENGINE_USE_HUGE_PAGES", "off", 1);
   setenv("KVENGINE_MEMORY_EVICTION", "NONE", 1);
   Options o;
   ASSERT_TRUE(o.ApplyEnvironment().ok());
   EXPECT_EQ(o.memory_capacity_bytes, 32ull << 20);
-  EXPECT_TRUE(o.use_huge_pages);
+  EXPECT_FALSE(o.use_huge_pages);
   EXPECT_EQ(o.memory_eviction, MemoryEviction::kNone);
 }
 
 TEST_F(EnvVarTest, MalformedValueNamesVariableAndChangesNothing) {
-  setenv("KVENGINE_USE_HUGE_PAGES", "true", 1);
+  setenv("KVENGINE_USE_HUGE_PAGES", "false", 1);
   setenv("KVENGINE_MEMORY_CAPACITY_BYTES", "lots", 1);
   Options o;
   Status s = o.ApplyEnvironment();
   ASSERT_TRUE(s.IsInvalidArgument());
   EXPECT_NE(s.message().find("KVENGINE_MEMORY_CAPACITY_BYTES"), std::string::npos);
   EXPECT_NE(s.message().find("lots"), std::string::npos);
-  EXPECT_FALSE(o.use_huge_pages);  // all or nothing
+  EXPECT_TRUE(o.use_huge_pages);  // all or nothing: the valid variable did not apply
 }
 
 TEST_F(EnvVarTest, EmptyValueIsMalformedNotDefault) {

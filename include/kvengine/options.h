@@ -77,10 +77,11 @@ struct Options {
   // Default: lru
   MemoryEviction memory_eviction = MemoryEviction::kLru;
 
-  // Back the arena with huge pages (explicit 2 MiB pages, falling back to transparent
-  // huge pages with a logged message when none are reserved).
-  // Default: false
-  bool use_huge_pages = false;
+  // Back the arena with huge pages: explicit 2 MiB pages when some are reserved
+  // (vm.nr_hugepages), else transparent huge pages (logged at info).  Fewer TLB misses
+  // made 1 MiB puts and gets measurably faster on the machines tried.
+  // Default: true
+  bool use_huge_pages = true;
 
   // Touch every page of the arena at Open so that the first writes do not pay for page
   // faults.  Costs about 0.1 s per GiB at Open.
