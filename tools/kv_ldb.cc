@@ -29,7 +29,13 @@ std::string Usage() {
       "it) and take the DB's LOCK unless --read_only; stats, compact and delete open the DB.\n"
       "Exit codes: 0 success, 1 failure (error, key not found, corruption), 2 usage error.\n"
       "Commands:\n";
-  for (const auto& c : AllCommands()) u += std::string("  ") + c->Help() + "\n";
+  for (const auto& c : AllCommands()) {
+    for (char ch : "  " + std::string(c->Help()) + "\n") {
+      u.push_back(ch);
+      if (ch == '\n') u += "    ";  // the help's lines under the command line
+    }
+    u.resize(u.size() - 4);
+  }
   return u;
 }
 

@@ -295,6 +295,10 @@ class DumpBucketCommand : public LdbCommand {
                   parts.header.bucket_id);
       damaged = true;
     }
+    if (!parts.footer_status.ok()) {
+      std::printf("index: not decoded (the footer that locates it is unusable)\n");
+      return kExitFailure;
+    }
     if (!parts.index_status.ok()) {
       std::printf("index: CORRUPT: %s\n", parts.index_status.ToString().c_str());
       return kExitFailure;
