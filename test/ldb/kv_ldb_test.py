@@ -400,6 +400,24 @@ def test_online(root):
     rc, out, err = run(["tombstones", f"--db={db}"])
     check(f"'{key}' version:" in out, "the delete's tombstone")
 
+    # A corrupt bucket: DB::Open (stats) quarantines it; the offline commands then list it
+    # as quarantined, and verify warns about it without failing (it left the DB).
+    victim = bucket_files(db)[-1]
+    victim_id = int(victim[7:13])
+    size = os.path.getsize(os.path.join(db, victim))
+    flip(os.path.join(db, victim), size - 20)
+    rc, out, err = run(["verify", f"--db={db}"])
+    check(rc == 1 and victim in err, f"verify before the quarantine: {err}")
+    rc, out, err = run(["stats", f"--db={db}", "--options=log_level=off"])
+    check(rc == 0 and "ssd.quarantined_buckets: 1" in out, f"stats quarantines: {out} {err}")
+    check(os.path.exists(os.path.join(db, "quarantine", victim)), "the bucket was quarantined")
+    rc, out, err = run(["list_buckets", f"--db={db}"])
+    check(rc == 0 and re.search(victim + r".* quarantined,corrupt: ", out), f"quarantined: {out}")
+    rc, out, err = run(["verify", f"--db={db}"])
+    check(rc == 0 and f"warning: quarantine/{victim}" in out, f"verify with a quarantined bucket: {out}")
+    rc, out, err = run(["dump_bucket", f"--db={db}", f"--bucket={victim_id}"])
+    check(rc == 1 and "quarantine/" in out and "footer: CORRUPT" in out, f"dump of it: {out}")
+
 
 def main():
     global KV_LDB, MAKE_DB
