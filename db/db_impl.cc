@@ -39,6 +39,12 @@ Status ForKey(const Slice& key, const Status& s) {
   return Status::FromErrorCode(s.ErrorCode(), "key " + Printable(key) + ": " + s.message());
 }
 
+uint64_t PartsSize(std::span<const Slice> parts) {
+  uint64_t size = 0;
+  for (const Slice& part : parts) size += part.size();
+  return size;
+}
+
 }  // namespace
 
 // Write-back offload: a value the memory tier evicts goes to SSD first.  The value is
@@ -79,8 +85,13 @@ Status DB::Open(const Options& options, const std::string& path, std::unique_ptr
   Status s = effective.Validate();
   if (!s.ok()) return s;
   if (path.empty()) return Status::InvalidArgument("DB path is empty");
+  SetPerfLevel(effective.perf_level);
+  PerfPoint perf(PerfKey::db_open);
+  const uint64_t start_nanos = perf_internal::NowNanos();
   auto impl = std::make_unique<DBImpl>(effective, path);
   s = impl->Init();
+  // Built after Init, which configures the logger.
+  s = CallLog(impl->info_log(), "open", nullptr, start_nanos).Finish(std::move(s));
   if (!s.ok()) return s;
   *db = std::move(impl);
   return Status::OK();
@@ -144,8 +155,13 @@ Status DBImpl::Init() {
 }
 
 Status DBImpl::Close() {
+  PerfPoint perf(PerfKey::db_close);
+  CallLog log(&logger_, "close", nullptr);
   std::unique_lock<std::shared_mutex> guard(lifecycle_mu_);
-  if (closed_) return Status::OK();
+  if (closed_) {
+    perf.Abandon();  // not a close: the DB was closed before
+    return Status::OK();
+  }
   closed_ = true;
   if (memory_ == nullptr && lock_ == nullptr) return Status::OK();  // Init failed early
   if (options_.memory_registrar) {
@@ -169,7 +185,7 @@ Status DBImpl::Close() {
     Status u = env_->UnlockFile(std::move(lock_));
     if (s.ok()) s = u;
   }
-  return s;
+  return log.Finish(s);
 }
 
 Status DBImpl::CheckOpen() const {
@@ -202,6 +218,7 @@ Status DBImpl::CheckBatchSize(size_t keys, size_t others, const char* what) cons
 }
 
 Status DBImpl::PutOne(const Slice& key, std::span<const Slice> parts) {
+  PerfPoint perf(PerfKey::db_put_one);
   Status s = CheckKey(key);
   if (!s.ok()) return s;
   uint64_t size = 0;
@@ -249,43 +266,24 @@ Status DBImpl::PutOne(const Slice& key, std::span<const Slice> parts) {
   return s;
 }
 
-Status DBImpl::GetOne(const Slice& key, std::span<const MutableSlice> dest, uint64_t* size) {
-  *size = 0;
-  Status s = CheckKey(key);
-  if (!s.ok()) return s;
-  uint64_t capacity = 0;
+Status DBImpl::CheckDestination(const Slice& key, std::span<const MutableSlice> dest,
+                                uint64_t* capacity) const {
+  *capacity = 0;
   for (size_t i = 0; i < dest.size(); i++) {
     if (dest[i].data() == nullptr && dest[i].size() != 0) {
       return Status::InvalidArgument("destination buffer " + std::to_string(i) + " of key " +
                                      Printable(key) + " is null with length " +
                                      std::to_string(dest[i].size()));
     }
-    capacity += dest[i].size();
+    *capacity += dest[i].size();
   }
-  counters_.gets.fetch_add(1, std::memory_order_relaxed);
+  return Status::OK();
+}
+
+Status DBImpl::GetFromMemory(const Slice& key, std::span<const MutableSlice> dest,
+                             uint64_t capacity, uint64_t* size) {
   MemoryTier::Handle handle;
-  if (!memory_->Lookup(key, &handle)) {
-    if (ssd_ == nullptr) {
-      counters_.misses.fetch_add(1, std::memory_order_relaxed);
-      return Status::NotFound("key " + Printable(key));
-    }
-    std::vector<int64_t> result(1);
-    const Destination where(dest.begin(), dest.end());
-    ReadFromSsd(std::span<const Slice>(&key, 1), std::span<const Destination>(&where, 1), {0},
-                &result, true);
-    if (result[0] >= 0) {
-      *size = static_cast<uint64_t>(result[0]);
-      return Status::OK();
-    }
-    if (result[0] == Status::BufferTooSmall("").ErrorCode()) {
-      SsdLocation loc;
-      if (ssd_->Locate(key, &loc)) *size = loc.size;
-      return Status::BufferTooSmall("value of key " + Printable(key) + " is " +
-                                    std::to_string(*size) + " bytes; buffers hold " +
-                                    std::to_string(capacity));
-    }
-    return Status::FromErrorCode(static_cast<int>(result[0]), "key " + Printable(key));
-  }
+  if (!memory_->Lookup(key, &handle)) return Status::NotFound("key " + Printable(key));
   counters_.memory_hits.fetch_add(1, std::memory_order_relaxed);
   const Slice value = handle.value();
   *size = value.size();
@@ -305,6 +303,38 @@ Status DBImpl::GetOne(const Slice& key, std::span<const MutableSlice> dest, uint
   }
   counters_.get_bytes.fetch_add(value.size(), std::memory_order_relaxed);
   return Status::OK();
+}
+
+Status DBImpl::GetOne(const Slice& key, std::span<const MutableSlice> dest, uint64_t* size) {
+  PerfPoint perf(PerfKey::db_get_one);
+  *size = 0;
+  Status s = CheckKey(key);
+  uint64_t capacity = 0;
+  if (s.ok()) s = CheckDestination(key, dest, &capacity);
+  if (!s.ok()) return s;
+  counters_.gets.fetch_add(1, std::memory_order_relaxed);
+  s = GetFromMemory(key, dest, capacity, size);
+  if (!s.IsNotFound()) return s;
+  if (ssd_ == nullptr) {
+    counters_.misses.fetch_add(1, std::memory_order_relaxed);
+    return s;
+  }
+  std::vector<int64_t> result(1);
+  const Destination where(dest.begin(), dest.end());
+  ReadFromSsd(std::span<const Slice>(&key, 1), std::span<const Destination>(&where, 1), {0},
+              &result, true);
+  if (result[0] >= 0) {
+    *size = static_cast<uint64_t>(result[0]);
+    return Status::OK();
+  }
+  if (result[0] == Status::BufferTooSmall("").ErrorCode()) {
+    SsdLocation loc;
+    if (ssd_->Locate(key, &loc)) *size = loc.size;
+    return Status::BufferTooSmall("value of key " + Printable(key) + " is " +
+                                  std::to_string(*size) + " bytes; buffers hold " +
+                                  std::to_string(capacity));
+  }
+  return Status::FromErrorCode(static_cast<int>(result[0]), "key " + Printable(key));
 }
 
 Status DBImpl::PutOneFromDevice(const Slice& key, std::span<const Slice> parts, int device) {
@@ -339,16 +369,9 @@ Status DBImpl::GetOneToDevice(const Slice& key, std::span<const MutableSlice> de
                               uint64_t* size) {
   *size = 0;
   Status s = CheckKey(key);
-  if (!s.ok()) return s;
   uint64_t capacity = 0;
-  for (size_t i = 0; i < dest.size(); i++) {
-    if (dest[i].data() == nullptr && dest[i].size() != 0) {
-      return Status::InvalidArgument("destination buffer " + std::to_string(i) + " of key " +
-                                     Printable(key) + " is null with length " +
-                                     std::to_string(dest[i].size()));
-    }
-    capacity += dest[i].size();
-  }
+  if (s.ok()) s = CheckDestination(key, dest, &capacity);
+  if (!s.ok()) return s;
   {
     MemoryTier::Handle handle;
     if (memory_->Lookup(key, &handle)) {  // host -> device straight from the arena
@@ -376,6 +399,7 @@ Status DBImpl::GetOneToDevice(const Slice& key, std::span<const MutableSlice> de
 }
 
 Status DBImpl::DeleteOne(const Slice& key) {
+  PerfPoint perf(PerfKey::db_delete_one);
   Status s = CheckKey(key);
   if (!s.ok()) return s;
   MemoryTier::CheckHook also_on_ssd;
@@ -386,32 +410,36 @@ Status DBImpl::DeleteOne(const Slice& key) {
 }
 
 Status DBImpl::Put(const WriteOptions&, const Slice& key, const Slice& value) {
+  PerfPoint perf(PerfKey::db_put);
+  CallLog log(&logger_, "put", &errors_);
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
-  if (!s.ok()) return s;
+  if (!s.ok()) return log.Finish(s);
   const std::span<const Slice> parts(&value, 1);
   gpu_->BeginBatch();
   int device = -1;
   s = gpu_->Scan(parts, &device);
-  if (!s.ok()) return ForKey(key, s);
-  if (device >= 0) return PutOneFromDevice(key, parts, device);
-  return PutOne(key, parts);
+  if (!s.ok()) return log.FinishKey(ForKey(key, s), key, -1, nullptr);
+  s = device >= 0 ? PutOneFromDevice(key, parts, device) : PutOne(key, parts);
+  return log.FinishKey(s, key, static_cast<int64_t>(value.size()), nullptr);
 }
 
 Status DBImpl::Get(const ReadOptions& options, const Slice& key, std::string* value) {
+  PerfPoint perf(PerfKey::db_get);
+  CallLog log(&logger_, "get", &errors_);
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
-  if (!s.ok()) return s;
-  if (value == nullptr) return Status::InvalidArgument("Get: value pointer is null");
+  if (!s.ok()) return log.Finish(s);
+  if (value == nullptr) return log.Finish(Status::InvalidArgument("Get: value pointer is null"));
   s = CheckKey(key);
-  if (!s.ok()) return s;
+  if (!s.ok()) return log.FinishKey(s, key, -1, nullptr);
   MemoryTier::Handle handle;
   if (memory_->Lookup(key, &handle)) {
     counters_.gets.fetch_add(1, std::memory_order_relaxed);
     counters_.memory_hits.fetch_add(1, std::memory_order_relaxed);
     value->assign(handle.value().data(), handle.value().size());
     counters_.get_bytes.fetch_add(value->size(), std::memory_order_relaxed);
-    return Status::OK();
+    return log.FinishKey(Status::OK(), key, static_cast<int64_t>(value->size()), "memory");
   }
   // Not in memory: size the string from the SSD location, then read into it.  A value
   // replaced meanwhile by a larger one is retried.
@@ -421,7 +449,7 @@ Status DBImpl::Get(const ReadOptions& options, const Slice& key, std::string* va
     if (ssd_ == nullptr || !ssd_->Locate(key, &loc)) {
       if (!memory_->Lookup(key, &handle)) break;
       value->assign(handle.value().data(), handle.value().size());
-      return Status::OK();
+      return log.FinishKey(Status::OK(), key, static_cast<int64_t>(value->size()), "memory");
     }
     value->resize(loc.size);
     MutableSlice buf(value->data(), value->size());
@@ -429,20 +457,22 @@ Status DBImpl::Get(const ReadOptions& options, const Slice& key, std::string* va
     s = GetOne(key, std::span<const MutableSlice>(&buf, 1), &size);
     if (s.ok()) {
       value->resize(size);
-      return s;
+      return log.FinishKey(s, key, static_cast<int64_t>(size), "ssd");
     }
-    if (!s.IsBufferTooSmall()) return s;
+    if (!s.IsBufferTooSmall()) return log.FinishKey(s, key, -1, nullptr);
   }
   counters_.gets.fetch_add(1, std::memory_order_relaxed);
   counters_.misses.fetch_add(1, std::memory_order_relaxed);
-  return Status::NotFound("key " + Printable(key));
+  return log.FinishKey(Status::NotFound("key " + Printable(key)), key, -1, nullptr);
 }
 
 Status DBImpl::GetInto(const ReadOptions&, const Slice& key, MutableSlice buffer,
                        size_t* value_size) {
+  PerfPoint perf(PerfKey::db_get_into);
+  CallLog log(&logger_, "get_into", &errors_);
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
-  if (!s.ok()) return s;
+  if (!s.ok()) return log.Finish(s);
   uint64_t size = 0;
   const std::span<const MutableSlice> dest(&buffer, 1);
   gpu_->BeginBatch();
@@ -451,17 +481,22 @@ Status DBImpl::GetInto(const ReadOptions&, const Slice& key, MutableSlice buffer
   if (!s.ok()) return ForKey(key, s);
   s = device >= 0 ? GetOneToDevice(key, dest, device, &size) : GetOne(key, dest, &size);
   if (value_size != nullptr) *value_size = size;
-  return s;
+  const bool size_known = s.ok() || s.IsBufferTooSmall();
+  return log.FinishKey(s, key, size_known ? static_cast<int64_t>(size) : -1,
+                       s.ok() ? "memory" : nullptr);
 }
 
 Status DBImpl::Delete(const WriteOptions&, const Slice& key) {
+  PerfPoint perf(PerfKey::db_delete);
+  CallLog log(&logger_, "delete", &errors_);
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
-  if (!s.ok()) return s;
-  return DeleteOne(key);
+  if (!s.ok()) return log.Finish(s);
+  return log.FinishKey(DeleteOne(key), key, -1, nullptr);
 }
 
 Status DBImpl::GetValueSize(const Slice& key, uint64_t* size) {
+  PerfPoint perf(PerfKey::db_get_value_size);
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return s;
@@ -482,50 +517,66 @@ Status DBImpl::GetValueSize(const Slice& key, uint64_t* size) {
 
 Status DBImpl::BatchPut(const WriteOptions&, std::span<const Slice> keys,
                         std::span<const ValueParts> values, std::vector<int64_t>* results) {
+  PerfPoint perf(PerfKey::db_batch_put);
+  CallLog log(&logger_, "batch_put", &errors_);
+  log.Add("num_keys", keys.size());
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
-  if (!s.ok()) return s;
-  if (results == nullptr) return Status::InvalidArgument("BatchPut: results pointer is null");
+  if (!s.ok()) return log.Finish(s);
+  if (results == nullptr) {
+    return log.Finish(Status::InvalidArgument("BatchPut: results pointer is null"));
+  }
   results->clear();
   s = CheckBatchSize(keys.size(), values.size(), "values");
-  if (!s.ok()) return s;
+  if (!s.ok()) return log.Finish(s);
   if (keys.size() > 1) {
     std::unordered_set<std::string_view> seen;
     seen.reserve(keys.size());
     for (const Slice& key : keys) {
       if (!seen.insert(key.view()).second) {
-        return Status::InvalidArgument("BatchPut names key " + Printable(key) +
-                                       " more than once; nothing was written");
+        return log.Finish(Status::InvalidArgument("BatchPut names key " + Printable(key) +
+                                                  " more than once; nothing was written"));
       }
     }
   }
   counters_.batch_calls.fetch_add(1, std::memory_order_relaxed);
   results->resize(keys.size());
   gpu_->BeginBatch();
+  uint64_t total_bytes = 0;
   for (size_t i = 0; i < keys.size(); i++) {
     int device = -1;
     Status gpu_status = gpu_->Scan(values[i], &device);
     (*results)[i] = !gpu_status.ok() ? ForKey(keys[i], gpu_status).ErrorCode()
                     : device >= 0    ? PutOneFromDevice(keys[i], values[i], device).ErrorCode()
                                      : PutOne(keys[i], values[i]).ErrorCode();
+    const int64_t code = (*results)[i];
+    if (code == 0 && log.active()) total_bytes += PartsSize(values[i]);
+    log.Key(i, code, log.WantsKey(code) ? static_cast<int64_t>(PartsSize(values[i])) : -1, nullptr);
   }
-  return Status::OK();
+  log.Add("total_bytes", total_bytes);
+  return log.Finish(Status::OK(), keys);
 }
 
 Status DBImpl::BatchGetInto(const ReadOptions& options, std::span<const Slice> keys,
                             std::span<const Destination> destinations,
                             std::vector<int64_t>* results) {
+  PerfPoint perf(PerfKey::db_batch_get_into);
+  CallLog log(&logger_, "batch_get_into", &errors_);
+  log.Add("num_keys", keys.size());
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
-  if (!s.ok()) return s;
-  if (results == nullptr) return Status::InvalidArgument("BatchGetInto: results pointer is null");
+  if (!s.ok()) return log.Finish(s);
+  if (results == nullptr) {
+    return log.Finish(Status::InvalidArgument("BatchGetInto: results pointer is null"));
+  }
   results->clear();
   s = CheckBatchSize(keys.size(), destinations.size(), "destinations");
-  if (!s.ok()) return s;
+  if (!s.ok()) return log.Finish(s);
   counters_.batch_calls.fetch_add(1, std::memory_order_relaxed);
   results->resize(keys.size());
   std::vector<size_t> misses;
   gpu_->BeginBatch();
+  uint64_t total_bytes = 0;
   for (size_t i = 0; i < keys.size(); i++) {
     uint64_t size = 0;
     int device = -1;
@@ -534,92 +585,143 @@ Status DBImpl::BatchGetInto(const ReadOptions& options, std::span<const Slice> k
       key_status = ForKey(keys[i], key_status);
     } else if (device >= 0) {
       key_status = GetOneToDevice(keys[i], destinations[i], device, &size);
-    } else if (ssd_ != nullptr && CheckKey(keys[i]).ok() && !memory_->Contains(keys[i])) {
-      misses.push_back(i);  // read with the other misses, in one submission
-      continue;
     } else {
-      key_status = GetOne(keys[i], destinations[i], &size);
-      if (key_status.IsNotFound() && ssd_ != nullptr) {
-        misses.push_back(i);  // evicted between the check and the read
-        continue;
+      uint64_t capacity = 0;
+      key_status = CheckKey(keys[i]);
+      if (key_status.ok()) key_status = CheckDestination(keys[i], destinations[i], &capacity);
+      if (key_status.ok()) {
+        counters_.gets.fetch_add(1, std::memory_order_relaxed);
+        key_status = GetFromMemory(keys[i], destinations[i], capacity, &size);
+        if (key_status.IsNotFound()) {
+          if (ssd_ != nullptr) {
+            misses.push_back(i);  // read with the other misses, in one submission
+            continue;
+          }
+          counters_.misses.fetch_add(1, std::memory_order_relaxed);
+        }
       }
     }
     (*results)[i] = key_status.ok() ? static_cast<int64_t>(size) : key_status.ErrorCode();
+    if (key_status.ok()) total_bytes += size;
+    const bool size_known = key_status.ok() || key_status.IsBufferTooSmall();
+    log.Key(i, key_status.ErrorCode(), size_known ? static_cast<int64_t>(size) : -1,
+            key_status.ok() ? "memory" : nullptr);
   }
-  if (!misses.empty()) ReadFromSsd(keys, destinations, misses, results, options.verify_checksums);
-  return Status::OK();
+  if (!misses.empty()) {
+    ReadFromSsd(keys, destinations, misses, results, options.verify_checksums);
+    for (size_t i : misses) {
+      const int64_t r = (*results)[i];
+      if (r >= 0) total_bytes += static_cast<uint64_t>(r);
+      log.Key(i, r, r >= 0 ? r : -1, r >= 0 ? "ssd" : nullptr);
+    }
+  }
+  log.Add("total_bytes", total_bytes);
+  return log.Finish(Status::OK(), keys);
 }
 
 Status DBImpl::BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) {
+  PerfPoint perf(PerfKey::db_batch_exists);
+  CallLog log(&logger_, "batch_exists", &errors_);
+  log.Add("num_keys", keys.size());
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
-  if (!s.ok()) return s;
-  if (results == nullptr) return Status::InvalidArgument("BatchExists: results pointer is null");
+  if (!s.ok()) return log.Finish(s);
+  if (results == nullptr) {
+    return log.Finish(Status::InvalidArgument("BatchExists: results pointer is null"));
+  }
   results->clear();
   s = CheckBatchSize(keys.size(), keys.size(), "keys");
-  if (!s.ok()) return s;
+  if (!s.ok()) return log.Finish(s);
   counters_.batch_calls.fetch_add(1, std::memory_order_relaxed);
   counters_.exists_queries.fetch_add(keys.size(), std::memory_order_relaxed);
   results->resize(keys.size());
   for (size_t i = 0; i < keys.size(); i++) {
     Status key_status = CheckKey(keys[i]);
+    const char* tier = nullptr;
     if (!key_status.ok()) {
       (*results)[i] = key_status.ErrorCode();
+    } else if (memory_->Contains(keys[i])) {
+      (*results)[i] = 1;
+      tier = "memory";
+    } else if (ssd_ != nullptr && ssd_->Contains(keys[i])) {
+      (*results)[i] = 1;
+      tier = "ssd";
     } else {
-      (*results)[i] = memory_->Contains(keys[i]) || (ssd_ != nullptr && ssd_->Contains(keys[i]));
+      (*results)[i] = 0;
     }
+    const int64_t r = (*results)[i];
+    log.Key(i, r, -1, tier, r >= 0 ? static_cast<int>(r) : -1);
   }
-  return Status::OK();
+  return log.Finish(Status::OK(), keys);
 }
 
 Status DBImpl::BatchDelete(const WriteOptions&, std::span<const Slice> keys,
                            std::vector<int64_t>* results) {
+  PerfPoint perf(PerfKey::db_batch_delete);
+  CallLog log(&logger_, "batch_delete", &errors_);
+  log.Add("num_keys", keys.size());
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
-  if (!s.ok()) return s;
-  if (results == nullptr) return Status::InvalidArgument("BatchDelete: results pointer is null");
+  if (!s.ok()) return log.Finish(s);
+  if (results == nullptr) {
+    return log.Finish(Status::InvalidArgument("BatchDelete: results pointer is null"));
+  }
   results->clear();
   s = CheckBatchSize(keys.size(), keys.size(), "keys");
-  if (!s.ok()) return s;
+  if (!s.ok()) return log.Finish(s);
   counters_.batch_calls.fetch_add(1, std::memory_order_relaxed);
   results->resize(keys.size());
-  for (size_t i = 0; i < keys.size(); i++) (*results)[i] = DeleteOne(keys[i]).ErrorCode();
-  return Status::OK();
+  for (size_t i = 0; i < keys.size(); i++) {
+    (*results)[i] = DeleteOne(keys[i]).ErrorCode();
+    log.Key(i, (*results)[i], -1, nullptr);
+  }
+  return log.Finish(Status::OK(), keys);
 }
 
 Status DBImpl::DeleteByRegex(const std::string& pattern, uint64_t* deleted) {
+  PerfPoint perf(PerfKey::db_delete_by_regex);
+  CallLog log(&logger_, "delete_by_regex", &errors_);
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
-  if (!s.ok()) return s;
+  if (!s.ok()) return log.Finish(s);
   std::regex re;
   try {
     re = std::regex(pattern, std::regex::ECMAScript | std::regex::optimize);
   } catch (const std::regex_error& e) {
-    return Status::InvalidArgument("malformed regex '" + pattern + "'", e.what());
+    return log.Finish(Status::InvalidArgument("malformed regex '" + pattern + "'", e.what()));
   }
   uint64_t n = DeleteMatching(
       [&re](std::string_view key) { return std::regex_match(key.begin(), key.end(), re); });
   if (deleted != nullptr) *deleted = n;
-  return Status::OK();
+  log.Add("deleted", n);
+  return log.Finish(Status::OK());
 }
 
 Status DBImpl::DeleteAll(uint64_t* deleted) {
+  PerfPoint perf(PerfKey::db_delete_all);
+  CallLog log(&logger_, "delete_all", &errors_);
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
-  if (!s.ok()) return s;
+  if (!s.ok()) return log.Finish(s);
   uint64_t n = DeleteMatching([](std::string_view) { return true; });
   if (deleted != nullptr) *deleted = n;
-  return Status::OK();
+  log.Add("deleted", n);
+  return log.Finish(Status::OK());
 }
 
 Status DBImpl::RegisterBuffer(void* addr, size_t length) {
+  PerfPoint perf(PerfKey::db_register_buffer);
+  CallLog log(&logger_, "register_buffer", &errors_);
+  log.Add("length", length);
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
-  if (!s.ok()) return s;
-  if (addr == nullptr) return Status::InvalidArgument("RegisterBuffer: address is null");
-  if (length == 0) return Status::InvalidArgument("RegisterBuffer: length is zero");
+  if (!s.ok()) return log.Finish(s);
+  if (addr == nullptr)
+    return log.Finish(Status::InvalidArgument("RegisterBuffer: address is null"));
+  if (length == 0) return log.Finish(Status::InvalidArgument("RegisterBuffer: length is zero"));
   const uintptr_t start = reinterpret_cast<uintptr_t>(addr);
-  if (start + length < start) return Status::InvalidArgument("RegisterBuffer: range wraps around");
+  if (start + length < start)
+    return log.Finish(Status::InvalidArgument("RegisterBuffer: range wraps around"));
   std::lock_guard<std::mutex> lock(buffers_mu_);
   auto next = registered_buffers_.lower_bound(start);
   bool overlaps = next != registered_buffers_.end() && next->first < start + length;
@@ -628,35 +730,41 @@ Status DBImpl::RegisterBuffer(void* addr, size_t length) {
     overlaps |= prev->first + prev->second > start;
   }
   if (overlaps) {
-    return Status::InvalidArgument("RegisterBuffer: region overlaps a registered buffer");
+    return log.Finish(
+        Status::InvalidArgument("RegisterBuffer: region overlaps a registered buffer"));
   }
   if (options_.memory_registrar) {
     s = options_.memory_registrar->Register(addr, length, "user buffer");
-    if (!s.ok()) return s;
+    if (!s.ok()) return log.Finish(s);
   }
   registered_buffers_.emplace(start, length);
-  return Status::OK();
+  return log.Finish(Status::OK());
 }
 
 Status DBImpl::UnregisterBuffer(void* addr) {
+  PerfPoint perf(PerfKey::db_unregister_buffer);
+  CallLog log(&logger_, "unregister_buffer", &errors_);
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
-  if (!s.ok()) return s;
+  if (!s.ok()) return log.Finish(s);
   std::lock_guard<std::mutex> lock(buffers_mu_);
   auto it = registered_buffers_.find(reinterpret_cast<uintptr_t>(addr));
   if (it == registered_buffers_.end()) {
-    return Status::NotFound("UnregisterBuffer: no registered buffer starts at this address");
+    return log.Finish(
+        Status::NotFound("UnregisterBuffer: no registered buffer starts at this address"));
   }
   if (options_.memory_registrar) options_.memory_registrar->Unregister(addr, it->second);
   registered_buffers_.erase(it);
-  return Status::OK();
+  return log.Finish(Status::OK());
 }
 
 Status DBImpl::Flush() {
+  PerfPoint perf(PerfKey::db_flush);
+  CallLog log(&logger_, "flush", &errors_);
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
-  if (!s.ok() || ssd_ == nullptr) return s;  // the memory tier has nothing durable
-  return ssd_->Flush();
+  if (!s.ok() || ssd_ == nullptr) return log.Finish(s);  // memory has nothing durable
+  return log.Finish(ssd_->Flush());
 }
 
 Status DBImpl::CompactBuckets(uint64_t* reclaimed_bytes) {
@@ -754,6 +862,9 @@ std::string DBImpl::StatsText() const {
       << "memory.rejected_puts: " << m.rejected_puts << "\n"
       << "ssd.hits: " << counters_.ssd_hits.load() << "\n"
       << "promotions: " << counters_.promotions.load() << "\n"
+      << "memory.eviction_refusals: " << m.eviction_refusals << "\n"
+      << "memory.lookup_hits: " << m.lookup_hits << "\n"
+      << "memory.lookup_misses: " << m.lookup_misses << "\n"
       << "misses: " << counters_.misses.load() << "\n"
       << "puts: " << counters_.puts.load() << "\n"
       << "put_bytes: " << counters_.put_bytes.load() << "\n"
@@ -763,6 +874,7 @@ std::string DBImpl::StatsText() const {
       << "exists_queries: " << counters_.exists_queries.load() << "\n"
       << "deletes: " << counters_.deletes.load() << "\n"
       << "batch_calls: " << counters_.batch_calls.load() << "\n";
+  out << errors_.ToText();
   if (ssd_ != nullptr) {
     const SsdTier::Stats d = ssd_->GetStats();
     const double ratio = d.live_bytes + d.deleted_bytes == 0
@@ -808,13 +920,14 @@ std::string DBImpl::StatsJson() const {
       << ",\"allocated_bytes\":" << m.allocated_bytes << ",\"capacity_bytes\":" << m.capacity_bytes
       << ",\"hits\":" << counters_.memory_hits.load() << ",\"evictions\":" << m.evictions
       << ",\"evicted_bytes\":" << m.evicted_bytes << ",\"rejected_puts\":" << m.rejected_puts
-      << "},\"misses\":" << counters_.misses.load() << ",\"puts\":" << counters_.puts.load()
-      << ",\"put_bytes\":" << counters_.put_bytes.load()
+      << ",\"eviction_refusals\":" << m.eviction_refusals << ",\"lookup_hits\":" << m.lookup_hits
+      << ",\"lookup_misses\":" << m.lookup_misses << "},\"misses\":" << counters_.misses.load()
+      << ",\"puts\":" << counters_.puts.load() << ",\"put_bytes\":" << counters_.put_bytes.load()
       << ",\"put_failures\":" << counters_.put_failures.load()
       << ",\"gets\":" << counters_.gets.load() << ",\"get_bytes\":" << counters_.get_bytes.load()
       << ",\"exists_queries\":" << counters_.exists_queries.load()
       << ",\"deletes\":" << counters_.deletes.load()
-      << ",\"batch_calls\":" << counters_.batch_calls.load()
+      << ",\"batch_calls\":" << counters_.batch_calls.load() << ",\"errors\":" << errors_.ToJson()
       << ",\"ssd_hits\":" << counters_.ssd_hits.load()
       << ",\"promotions\":" << counters_.promotions.load();
   if (ssd_ != nullptr) {
@@ -856,10 +969,16 @@ bool DBImpl::GetProperty(const std::string& name, std::string* value) {
     *value = StatsJson();
   } else if (name == "kvengine.options") {
     *value = options_.ToString();
+  } else if (name == "kvengine.perf" || name == "kvengine.perf.json") {
+    *value = PerfReport(name == "kvengine.perf.json");
+  } else if (name == "kvengine.stats.prometheus" || name == "kvengine.prometheus") {
+    *value = StatsPrometheus();
   } else {
     return false;
   }
   return true;
 }
+
+void DBImpl::ResetPerf() { ::kvengine::ResetPerf(); }
 
 }  // namespace kvengine

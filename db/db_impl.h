@@ -14,7 +14,9 @@
 #include "db/ssd_tier.h"
 #include "kvengine/db.h"
 #include "kvengine/env.h"
+#include "util/call_log.h"
 #include "util/logging.h"
+#include "util/perf_point.h"
 
 namespace kvengine {
 
@@ -50,6 +52,9 @@ class DBImpl final : public DB {
   Status Flush() override;
   Status CompactBuckets(uint64_t* reclaimed_bytes) override;
   bool GetProperty(const std::string& name, std::string* value) override;
+  void ResetPerf() override;
+
+  Logger* info_log() { return &logger_; }
 
  private:
   struct Counters {
@@ -66,6 +71,12 @@ class DBImpl final : public DB {
   Status PutOne(const Slice& key, std::span<const Slice> parts);
   // Copies key's value into dest's buffers; stores the value size in *size.
   Status GetOne(const Slice& key, std::span<const MutableSlice> dest, uint64_t* size);
+  // Checks dest's buffers and stores their total size in *capacity.
+  Status CheckDestination(const Slice& key, std::span<const MutableSlice> dest,
+                          uint64_t* capacity) const;
+  // Copies key's value from the memory tier only; NotFound when it is not there.
+  Status GetFromMemory(const Slice& key, std::span<const MutableSlice> dest, uint64_t capacity,
+                       uint64_t* size);
   Status DeleteOne(const Slice& key);
   // Reads the keys that missed the memory tier from SSD (one submission) and promotes
   // them by policy.  misses[i] indexes keys/dests/results.
@@ -79,6 +90,8 @@ class DBImpl final : public DB {
                         uint64_t* size);
   std::string StatsText() const;
   std::string StatsJson() const;
+  // Prometheus text exposition of the stats and perf histograms (db/db_stats.cc).
+  std::string StatsPrometheus() const;
 
   Options options_;
   const std::string path_;
@@ -100,6 +113,7 @@ class DBImpl final : public DB {
   std::map<uintptr_t, size_t> registered_buffers_;  // start -> length
 
   Counters counters_;
+  ErrorCounters errors_;  // failed keys and calls by kind
 };
 
 }  // namespace kvengine

@@ -6,6 +6,7 @@
 #include "util/config_parse.h"
 #include "util/hash.h"
 #include "util/logging.h"
+#include "util/perf_point.h"
 
 namespace kvengine {
 
@@ -66,6 +67,7 @@ void MemoryTier::UnindexLocked(Shard& shard, Item* item) {
 }
 
 Item* MemoryTier::AllocateWithEviction(uint64_t size, Status* status) {
+  PerfPoint perf(PerfKey::memory_allocate);
   std::vector<Item*> victims;
   for (int attempt = 0; attempt < kMaxAllocationAttempts; attempt++) {
     if (Item* item = allocator_.Allocate(size)) return item;
@@ -91,6 +93,7 @@ Item* MemoryTier::AllocateWithEviction(uint64_t size, Status* status) {
 }
 
 void MemoryTier::Evict(Item* victim) {
+  PerfPoint perf(PerfKey::memory_evict);
   Shard& shard = ShardFor(victim->key);
   if (eviction_handler_ != nullptr) {
     bool indexed;
@@ -124,6 +127,7 @@ void MemoryTier::Evict(Item* victim) {
 
 Status MemoryTier::Put(const Slice& key, std::span<const Slice> parts, uint64_t size,
                        uint64_t* version, const VersionHook& published) {
+  PerfPoint perf(PerfKey::memory_put);
   if (size > allocator_.capacity()) {
     return Status::InvalidArgument("value of " + FormatSize(size) +
                                    " is larger than the memory tier (" +
@@ -167,16 +171,21 @@ Status MemoryTier::Put(const Slice& key, std::span<const Slice> parts, uint64_t 
 }
 
 bool MemoryTier::Lookup(const Slice& key, Handle* handle) {
+  PerfPoint perf(PerfKey::memory_lookup);
   handle->Release();
   Shard& shard = ShardFor(key.view());
   Item* item;
   {
     std::lock_guard<std::mutex> lock(shard.mu);
     auto it = shard.map.find(key.view());
-    if (it == shard.map.end()) return false;
+    if (it == shard.map.end()) {
+      lookup_misses_.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
     item = it->second;
     item->refs.fetch_add(1, std::memory_order_relaxed);
   }
+  lookup_hits_.fetch_add(1, std::memory_order_relaxed);
   allocator_.Touch(item);
   handle->tier_ = this;
   handle->item_ = item;
@@ -184,12 +193,14 @@ bool MemoryTier::Lookup(const Slice& key, Handle* handle) {
 }
 
 bool MemoryTier::Contains(const Slice& key) {
+  PerfPoint perf(PerfKey::memory_contains);
   Shard& shard = ShardFor(key.view());
   std::lock_guard<std::mutex> lock(shard.mu);
   return shard.map.count(key.view()) != 0;
 }
 
 bool MemoryTier::Erase(const Slice& key, const CheckHook& also) {
+  PerfPoint perf(PerfKey::memory_erase);
   Shard& shard = ShardFor(key.view());
   Item* item = nullptr;
   bool found_elsewhere = false;
@@ -246,6 +257,7 @@ void MemoryTier::WithKeyLocked(const Slice& key, const std::function<void(uint64
 }
 
 uint64_t MemoryTier::EraseIf(const std::function<bool(std::string_view)>& pred) {
+  PerfPoint perf(PerfKey::memory_erase_if);
   uint64_t erased = 0;
   std::vector<Item*> doomed;
   for (Shard& shard : shards_) {
@@ -280,6 +292,8 @@ MemoryTier::Stats MemoryTier::GetStats() const {
   s.evicted_bytes = evicted_bytes_.load(std::memory_order_relaxed);
   s.eviction_refusals = eviction_refusals_.load(std::memory_order_relaxed);
   s.rejected_puts = rejected_puts_.load(std::memory_order_relaxed);
+  s.lookup_hits = lookup_hits_.load(std::memory_order_relaxed);
+  s.lookup_misses = lookup_misses_.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -53,6 +53,8 @@ class MemoryTier {
     uint64_t evicted_bytes = 0;
     uint64_t eviction_refusals = 0;  // values the handler refused to take
     uint64_t rejected_puts = 0;      // puts failed with NoSpace
+    uint64_t lookup_hits = 0;        // Lookup() calls that found the key
+    uint64_t lookup_misses = 0;      // Lookup() calls that did not
   };
 
   // A pinned value: its bytes stay valid and unchanged until the handle is released.
@@ -154,6 +156,8 @@ class MemoryTier {
   std::atomic<uint64_t> evicted_bytes_{0};
   std::atomic<uint64_t> eviction_refusals_{0};
   std::atomic<uint64_t> rejected_puts_{0};
+  std::atomic<uint64_t> lookup_hits_{0};
+  std::atomic<uint64_t> lookup_misses_{0};
 };
 
 }  // namespace kvengine

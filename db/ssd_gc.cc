@@ -21,10 +21,12 @@
 #include "db/ssd_bucket.h"
 #include "db/ssd_tier.h"
 #include "util/logging.h"
+#include "util/perf_point.h"
 
 namespace kvengine {
 
 Status SsdTier::CompactBuckets(uint64_t* reclaimed) {
+  PerfPoint perf(PerfKey::ssd_gc_round);
   std::lock_guard<std::mutex> round(gc_mu_);
   if (reclaimed != nullptr) *reclaimed = 0;
   std::vector<std::shared_ptr<SsdBucket>> candidates;
@@ -66,6 +68,7 @@ Status SsdTier::CompactBuckets(uint64_t* reclaimed) {
 }
 
 Status SsdTier::CompactOne(const std::shared_ptr<SsdBucket>& old, uint64_t* reclaimed) {
+  PerfPoint perf(PerfKey::ssd_compaction);
   *reclaimed = 0;
   // 1. The live entries, and a pin on the old file.
   std::vector<BucketEntry> live;
@@ -125,20 +128,10 @@ Status SsdTier::CompactOne(const std::shared_ptr<SsdBucket>& old, uint64_t* recl
       e.offset = offsets[i];
       written.push_back(std::move(e));
     }
-    const std::string path = BucketPath(new_id);
-    const std::string tmp = path + ".tmp";
-    std::unique_ptr<WritableFile> file;
     uint64_t file_size = 0;
-    s = env_->NewWritableFile(tmp, file_options_, &file);
-    if (s.ok()) s = builder->WriteTo(file.get(), written, &file_size);
-    file.reset();
-    if (s.ok()) s = env_->RenameFile(tmp, path);
-    if (s.ok()) s = env_->SyncDir(dir_);
     std::unique_ptr<BucketReader> reader;
-    if (s.ok()) s = BucketReader::Open(env_, path, file_options_, &reader);
+    s = WriteBucketFile(*builder, written, &file_size, &reader);
     if (!s.ok()) {
-      env_->RemoveFile(tmp);
-      env_->RemoveFile(path);
       unpin();
       std::lock_guard<std::mutex> lock(mu_);
       old->compacting = false;

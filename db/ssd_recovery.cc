@@ -17,6 +17,7 @@
 #include "db/ssd_tier.h"
 #include "util/coding.h"
 #include "util/logging.h"
+#include "util/perf_point.h"
 
 namespace kvengine {
 
@@ -29,6 +30,7 @@ std::string DeadKey(std::string_view key, uint64_t version) {
 }  // namespace
 
 Status SsdTier::Recover() {
+  PerfPoint perf(PerfKey::ssd_recovery);
   std::vector<std::string> names;
   Status s = base_env_->GetChildren(dir_, &names);
   if (!s.ok()) return s;

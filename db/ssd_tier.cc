@@ -8,6 +8,7 @@
 #include "util/config_parse.h"
 #include "util/hash.h"
 #include "util/logging.h"
+#include "util/perf_point.h"
 
 namespace kvengine {
 
@@ -21,11 +22,48 @@ constexpr auto kStageWait = std::chrono::seconds(10);
 constexpr auto kWriteRetryDelay = std::chrono::milliseconds(200);
 }  // namespace
 
+// A few bucket-sized images, recycled.  Shared with the builders' deleters, so an image
+// returns here whenever its last reader lets go of it.
+class SsdTier::ImagePool {
+ public:
+  explicit ImagePool(uint64_t image_bytes) : image_bytes_(image_bytes) {}
+  // An image of exactly the standard size, recycled when one is free.
+  Status Get(AlignedBuffer* image) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!free_.empty()) {
+        *image = std::move(free_.back());
+        free_.pop_back();
+        return Status::OK();
+      }
+    }
+    if (!image->TryAllocate(image_bytes_)) {
+      return Status::NoSpace("cannot allocate a bucket image of " + FormatSize(image_bytes_));
+    }
+    return Status::OK();
+  }
+  void Put(AlignedBuffer image) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (image.capacity() == RoundUpTo(image_bytes_, AlignedBuffer::kAlignment) &&
+        free_.size() < kKeep) {
+      free_.push_back(std::move(image));
+    }
+  }
+  uint64_t image_bytes() const { return image_bytes_; }
+
+ private:
+  static constexpr size_t kKeep = 4;  // the open bucket, two sealed ones, one being read
+  const uint64_t image_bytes_;
+  std::mutex mu_;
+  std::vector<AlignedBuffer> free_;
+};
+
 SsdTier::SsdTier(const Options& options, std::string dir, Env* env, Logger* logger)
     : options_(options), dir_(std::move(dir)), base_env_(env), env_(env), logger_(logger) {
   file_options_.use_direct_io = options.use_direct_io;
   bucket_bytes_ = std::min<uint64_t>(options.bucket_size_limit,
                                      std::max<uint64_t>(64 << 10, options.ssd_capacity_bytes / 4));
+  image_pool_ = std::make_shared<ImagePool>(bucket_bytes_);
 }
 
 Status SsdTier::Open(const Options& options, const std::string& dir, Env* env, Logger* logger,
@@ -81,6 +119,7 @@ std::string SsdTier::BucketPath(uint64_t id) const { return dir_ + "/" + BucketF
 
 Status SsdTier::Stage(const Slice& key, std::span<const Slice> parts, uint64_t size,
                       Ticket* ticket) {
+  PerfPoint perf(PerfKey::ssd_offload);
   std::shared_ptr<SsdBucket> bucket;
   uint64_t offset = 0;
   {
@@ -111,12 +150,21 @@ Status SsdTier::Stage(const Slice& key, std::span<const Slice> parts, uint64_t s
         return s;
       }
       if (open_ == nullptr) {  // MakeRoomLocked may have let another thread open one
-        std::unique_ptr<BucketBuilder> builder;
-        s = BucketBuilder::Create(next_bucket_id_, capacity, env_->NowMicros(), &builder);
+        AlignedBuffer image;
+        s = capacity == bucket_bytes_ ? image_pool_->Get(&image)
+            : image.TryAllocate(capacity)
+                ? Status::OK()
+                : Status::NoSpace("cannot allocate a bucket image of " + FormatSize(capacity));
         if (!s.ok()) return s;
         auto b = std::make_shared<SsdBucket>();
         b->id = next_bucket_id_++;
-        b->builder = std::move(builder);
+        BucketBuilder* builder =
+            BucketBuilder::CreateIn(b->id, std::move(image), env_->NowMicros()).release();
+        b->builder =
+            std::shared_ptr<BucketBuilder>(builder, [pool = image_pool_](BucketBuilder* p) {
+              pool->Put(p->TakeImage());
+              delete p;
+            });
         b->opened_micros = env_->NowMicros();
         b->last_access = ++access_clock_;
         buckets_[b->id] = b;
@@ -193,6 +241,7 @@ void SsdTier::Abort(Ticket* ticket) {
 }
 
 void SsdTier::TombstoneLocked(const std::string& key, const SsdLocation& loc) {
+  PerfPoint perf(PerfKey::ssd_tombstone_append);
   std::vector<uint64_t> holders = {loc.bucket};
   if (auto d = duplicates_.find(key); d != duplicates_.end()) {
     for (uint64_t b : d->second) {
@@ -261,6 +310,7 @@ void SsdTier::ForEachKey(const std::function<void(const std::string&)>& fn) {
 // ------------------------------------------------------------------ reads
 
 void SsdTier::MultiGet(std::span<Read> reads, bool verify_checksums) {
+  PerfPoint perf(PerfKey::ssd_bucket_read);
   struct Pending {
     size_t read;  // index into reads
     std::shared_ptr<SsdBucket> bucket;
@@ -368,6 +418,7 @@ void SsdTier::SealOpenLocked() {
 }
 
 Status SsdTier::WriteBucket(const std::shared_ptr<SsdBucket>& bucket) {
+  PerfPoint perf(PerfKey::ssd_bucket_write);
   std::vector<BucketEntry> entries;
   {
     std::unique_lock<std::mutex> lock(mu_);
@@ -380,21 +431,10 @@ Status SsdTier::WriteBucket(const std::shared_ptr<SsdBucket>& bucket) {
       }
     }
   }
-  const std::string path = BucketPath(bucket->id);
-  const std::string tmp = path + ".tmp";
-  std::unique_ptr<WritableFile> file;
-  Status s = env_->NewWritableFile(tmp, file_options_, &file);
   uint64_t file_size = 0;
-  if (s.ok()) s = bucket->builder->WriteTo(file.get(), entries, &file_size);
-  file.reset();
-  if (s.ok()) s = env_->RenameFile(tmp, path);
-  if (s.ok()) s = env_->SyncDir(dir_);
   std::unique_ptr<BucketReader> reader;
-  if (s.ok()) s = BucketReader::Open(env_, path, file_options_, &reader);
-  if (!s.ok()) {
-    env_->RemoveFile(tmp);
-    return s;
-  }
+  Status s = WriteBucketFile(*bucket->builder, entries, &file_size, &reader);
+  if (!s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
   used_bytes_ -= bucket->builder->capacity();
   used_bytes_ += file_size;
@@ -405,6 +445,26 @@ Status SsdTier::WriteBucket(const std::shared_ptr<SsdBucket>& bucket) {
   bucket->staged.clear();
   bucket->staged.shrink_to_fit();
   return Status::OK();
+}
+
+Status SsdTier::WriteBucketFile(const BucketBuilder& builder,
+                                const std::vector<BucketEntry>& entries, uint64_t* file_size,
+                                std::unique_ptr<BucketReader>* reader) {
+  const std::string path = BucketPath(builder.id());
+  const std::string tmp = path + ".tmp";
+  std::unique_ptr<WritableFile> file;
+  Status s = env_->NewWritableFile(tmp, file_options_, &file);
+  if (s.ok()) s = builder.WriteTo(file.get(), entries, file_size);
+  file.reset();
+  if (s.ok()) s = env_->RenameFile(tmp, path);
+  if (s.ok()) s = env_->SyncDir(dir_);
+  // Reading it back verifies what reached the disk before anyone relies on it.
+  if (s.ok()) s = BucketReader::Open(env_, path, file_options_, reader);
+  if (!s.ok()) {
+    env_->RemoveFile(tmp);
+    env_->RemoveFile(path);
+  }
+  return s;
 }
 
 void SsdTier::WriterLoop() {

@@ -165,6 +165,10 @@ class SsdTier {
   void TombstoneLocked(const std::string& key, const SsdLocation& loc);
   void RemoveLocked(std::unordered_map<std::string, SsdLocation>::iterator it, bool tombstone);
   Status WriteBucket(const std::shared_ptr<SsdBucket>& bucket);
+  // Writes builder's image with an index of `entries` as a bucket file (temporary name,
+  // sync, rename, directory sync) and opens it.  On failure no file is left behind.
+  Status WriteBucketFile(const BucketBuilder& builder, const std::vector<BucketEntry>& entries,
+                         uint64_t* file_size, std::unique_ptr<BucketReader>* reader);
   // Retires buckets already removed from the table: waits for their readers, deletes
   // their files, drops their tombstones.  REQUIRES: mu_ not held.
   void RetireBuckets(const std::vector<std::shared_ptr<SsdBucket>>& retired);
@@ -185,6 +189,10 @@ class SsdTier {
   uint64_t bucket_bytes_;
   std::unique_ptr<TombstoneLog> log_;
   uint64_t recovered_max_version_ = 0;
+  // Images of written buckets, kept for the next ones: fresh memory costs page faults
+  // on every first write, which made staging several times slower than the copy itself.
+  class ImagePool;
+  std::shared_ptr<ImagePool> image_pool_;
 
   mutable std::mutex mu_;
   std::condition_variable writer_cv_;   // sealed buckets to write, or stop

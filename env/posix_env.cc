@@ -11,6 +11,7 @@
 #include <set>
 
 #include "kvengine/env.h"
+#include "util/perf_point.h"
 
 namespace kvengine {
 
@@ -30,6 +31,7 @@ class PosixRandomAccessFile final : public RandomAccessFile {
   ~PosixRandomAccessFile() override { ::close(fd_); }
 
   Status Read(uint64_t offset, size_t n, char* scratch, size_t* bytes_read) const override {
+    PerfPoint perf(PerfKey::env_file_read);
     size_t done = 0;
     while (done < n) {
       ssize_t r = ::pread(fd_, scratch + done, n - done, static_cast<off_t>(offset + done));
@@ -63,6 +65,7 @@ class PosixWritableFile final : public WritableFile {
 
   Status Append(const Slice& data) override {
     if (fd_ < 0) return Status::IOError("append to closed file " + path_);
+    PerfPoint perf(PerfKey::env_file_write);
     size_t done = 0;
     while (done < data.size()) {
       ssize_t r =
@@ -78,6 +81,7 @@ class PosixWritableFile final : public WritableFile {
   }
   Status Sync() override {
     if (fd_ < 0) return Status::IOError("sync of closed file " + path_);
+    PerfPoint perf(PerfKey::env_file_sync);
     if (::fdatasync(fd_) != 0) return PosixError("sync " + path_, errno);
     return Status::OK();
   }
@@ -219,6 +223,7 @@ class PosixEnv final : public Env {
   Status SyncDir(const std::string& dir) override {
     int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return PosixError("open directory " + dir, errno);
+    PerfPoint perf(PerfKey::env_file_sync);
     int r = ::fsync(fd);
     int err = errno;
     ::close(fd);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kvengine/env.h"
+#include "util/perf_point.h"
 
 #ifdef KV_WITH_URING
 #include <liburing.h>
@@ -18,7 +19,9 @@ namespace kvengine {
 namespace {
 
 constexpr unsigned kRingDepth = 64;
-constexpr size_t kWriteChunk = 1 << 20;
+// Large writes go out as a few big chunks: many small parallel writes measured slower
+// than one sequential stream on the virtual disks tried (and no faster on NVMe).
+constexpr size_t kWriteChunk = 16 << 20;
 
 // One ring per thread: submissions from different threads never contend, and a ring is
 // never shared without a lock.
@@ -94,7 +97,10 @@ bool RunOps(std::vector<Op>& ops, bool write) {
     in_flight++;
   };
   while (next < ops.size() || in_flight > 0) {
+    PerfPoint submit(PerfKey::uring_submit);
     while (next < ops.size() && in_flight < kRingDepth) submit_one(next++);
+    submit.End();
+    PerfPoint complete(PerfKey::uring_complete);
     int ret = io_uring_submit_and_wait(r, 1);
     if (ret < 0 && ret != -EINTR) {
       // The ring failed as a whole: mark what is left and let the caller see the errors.

@@ -16,6 +16,11 @@ Status BucketBuilder::Create(uint64_t id, uint64_t capacity, uint64_t created_mi
   return Status::OK();
 }
 
+std::unique_ptr<BucketBuilder> BucketBuilder::CreateIn(uint64_t id, AlignedBuffer image,
+                                                       uint64_t created_micros) {
+  return std::unique_ptr<BucketBuilder>(new BucketBuilder(id, std::move(image), created_micros));
+}
+
 BucketBuilder::BucketBuilder(uint64_t id, AlignedBuffer image, uint64_t created_micros)
     : id_(id), image_(std::move(image)) {
   BucketHeader header;

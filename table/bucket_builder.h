@@ -27,6 +27,12 @@ class BucketBuilder {
   // cannot be had.
   static Status Create(uint64_t id, uint64_t capacity, uint64_t created_micros,
                        std::unique_ptr<BucketBuilder>* result);
+  // As above, in an image the caller already has (recycled from an earlier bucket, so
+  // its pages are already faulted in).  REQUIRES: image.capacity() > kBucketHeaderSize.
+  static std::unique_ptr<BucketBuilder> CreateIn(uint64_t id, AlignedBuffer image,
+                                                 uint64_t created_micros);
+  // Gives the image up, for reuse; the builder is empty afterwards.
+  AlignedBuffer TakeImage() { return std::move(image_); }
 
   // Places a value of `size` bytes; stores its file offset in *offset and zeroes its
   // padding.  Returns false when it does not fit in the remaining capacity.

@@ -12,6 +12,7 @@
 // The rounds share one directory, so each recovery starts from the last one's state.
 // KV_CRASH_ROUNDS sets the number of rounds (default 50).
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -117,14 +118,18 @@ TEST(CrashTest, SigkillAtRandomPointsKeepsFlushedStateIntact) {
       RunChild(dir.path(), round_seed, fds[1]);
     }
     close(fds[1]);
-    std::this_thread::sleep_for(std::chrono::milliseconds(30 + master() % 120));
+    // Kill at a random moment after the child's first acknowledged Flush (or after 3 s
+    // without one), so that a loaded machine still tests crashes past a flush.
+    int64_t acked = -1;
+    uint32_t idx;
+    pollfd pfd{fds[0], POLLIN, 0};
+    if (poll(&pfd, 1, 3000) > 0 && read(fds[0], &idx, sizeof(idx)) == sizeof(idx)) acked = idx;
+    std::this_thread::sleep_for(std::chrono::milliseconds(master() % 100));
     kill(pid, SIGKILL);
     int wstatus = 0;
     waitpid(pid, &wstatus, 0);
     ASSERT_TRUE(WIFSIGNALED(wstatus))
         << "child exited early with status " << (WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1);
-    int64_t acked = -1;
-    uint32_t idx;
     while (read(fds[0], &idx, sizeof(idx)) == sizeof(idx)) acked = idx;
     close(fds[0]);
     if (acked >= 0) kills_with_acks++;

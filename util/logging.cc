@@ -46,6 +46,18 @@ const char* Logger::LevelName(LogLevel level) {
 
 void Logger::Write(LogLevel level, const std::string& line) {
   if (!Enabled(level)) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  WriteLocked(level, line);
+}
+
+void Logger::WriteGroup(const std::vector<std::pair<LogLevel, std::string>>& lines) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [level, line] : lines) {
+    if (Enabled(level)) WriteLocked(level, line);
+  }
+}
+
+void Logger::WriteLocked(LogLevel level, const std::string& line) {
   if (callback_) {
     callback_(level, line);
     return;
@@ -58,7 +70,6 @@ void Logger::Write(LogLevel level, const std::string& line) {
   std::snprintf(stamp, sizeof(stamp), "%04d/%02d/%02d-%02d:%02d:%02d.%06ld", tm.tm_year + 1900,
                 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
                 static_cast<long>(tv.tv_usec));
-  std::lock_guard<std::mutex> lock(mu_);
   FILE* out = file_ != nullptr ? file_ : stderr;
   std::fprintf(out, "%s kvengine %s %s\n", stamp, LevelName(level), line.c_str());
   std::fflush(out);

@@ -9,6 +9,8 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "kvengine/options.h"
 
@@ -30,12 +32,19 @@ class Logger {
 
   bool Enabled(LogLevel level) const { return level >= level_ && level_ != LogLevel::kOff; }
   void Write(LogLevel level, const std::string& line);
+  // Writes the enabled lines of `lines` in order, with no line of another writer in
+  // between (the structured log of one call).  The sink (callback included) is called
+  // under the logger's lock, so a callback must not log through this Logger.
+  void WriteGroup(const std::vector<std::pair<LogLevel, std::string>>& lines);
   // printf-style; formats only when the level is enabled.
   void Logf(LogLevel level, const char* format, ...) __attribute__((format(printf, 3, 4)));
 
   static const char* LevelName(LogLevel level);
 
  private:
+  // REQUIRES: mu_ held.
+  void WriteLocked(LogLevel level, const std::string& line);
+
   LogLevel level_ = LogLevel::kWarn;
   Callback callback_;
   std::mutex mu_;

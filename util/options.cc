@@ -34,6 +34,10 @@ const std::vector<std::string>& SsdEvictionNames() {
   static const std::vector<std::string> names = {"none", "lru", "fifo"};
   return names;
 }
+const std::vector<std::string>& PerfLevelNames() {
+  static const std::vector<std::string> names = {"off", "entry", "all"};
+  return names;
+}
 const std::vector<std::string>& LogLevelNames() {
   static const std::vector<std::string> names = {"debug", "info", "warn", "error", "off"};
   return names;
@@ -132,6 +136,7 @@ const std::vector<OptionEntry>& Table() {
       SizeOption("gpu_streams", &Options::gpu_streams),
       EnumOption("log_level", &Options::log_level, LogLevelNames),
       StringOption("log_file", &Options::log_file),
+      EnumOption("perf_level", &Options::perf_level, PerfLevelNames),
   };
   return *table;
 }

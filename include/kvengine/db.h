@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "kvengine/options.h"
+#include "kvengine/perf.h"
 #include "kvengine/slice.h"
 #include "kvengine/status.h"
 
@@ -128,7 +129,17 @@ class DB {
   //   "kvengine.stats"       counters and bytes per tier, as text
   //   "kvengine.stats.json"  the same as one JSON object
   //   "kvengine.options"     the options in force, "name=value" per line
+  //   "kvengine.perf"        latency histograms of every perf key (count, mean, P50,
+  //                          P90, P99, P99.9, max in microseconds), as text
+  //   "kvengine.perf.json"   the same as one JSON object
+  //   "kvengine.stats.prometheus" (or "kvengine.prometheus")  the stats and the perf
+  //                          histograms in the Prometheus text exposition format 0.0.4
+  // See docs/observability.md.
   virtual bool GetProperty(const std::string& name, std::string* value) = 0;
+
+  // Clears the perf histograms ("kvengine.perf").  They are process-wide (see
+  // kvengine/perf.h), so this clears them for every DB of the process.
+  virtual void ResetPerf() { ::kvengine::ResetPerf(); }
 };
 
 }  // namespace kvengine
