@@ -1,0 +1,103 @@
+// A helper of the kv_ldb tests: writes a small DB with the SSD tier, or holds one open.
+//
+//   ldb_make_db create DIR   writes the DB (below), then prints what it should contain:
+//                              live KEY SIZE SEED     a key that must be live
+//                              deleted KEY            a key that was deleted
+//                              superseded KEY         a key whose first version was overwritten
+//   ldb_make_db hold DIR     opens the DB, prints "ready", and keeps it open (holding its
+//                            LOCK) until stdin reaches end of file
+//
+// Value bytes: byte j of a value with seed s is (s * 31 + j * 7) & 0xff.
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "kvengine/db.h"
+#include "kvengine/options.h"
+
+namespace {
+
+kvengine::Options TestOptions() {
+  kvengine::Options o;
+  o.apply_environment = false;
+  o.memory_capacity_bytes = 4ull << 20;
+  o.memory_slab_size = 64ull << 10;
+  o.prefault_memory = false;
+  o.offload_policy = kvengine::OffloadPolicy::kWriteThrough;
+  o.bucket_keys_limit = 8;
+  o.bucket_flush_timeout_ms = 60000;  // buckets are sealed by count (and the final Flush)
+  o.gc_interval_ms = 0;               // no background GC: the test sees every deleted byte
+  o.disable_ssd_eviction = true;
+  return o;
+}
+
+std::string Value(uint64_t seed, size_t size) {
+  std::string v(size, '\0');
+  for (size_t j = 0; j < size; j++) v[j] = static_cast<char>((seed * 31 + j * 7) & 0xff);
+  return v;
+}
+
+std::string Key(int i) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "model@tp0/layer.%d/chunk.%03d", i % 4, i);
+  return buf;
+}
+
+int Check(const kvengine::Status& s, const char* what) {
+  if (s.ok()) return 0;
+  std::fprintf(stderr, "ldb_make_db: %s: %s\n", what, s.ToString().c_str());
+  return 1;
+}
+
+int Create(const std::string& dir) {
+  std::unique_ptr<kvengine::DB> db;
+  if (Check(kvengine::DB::Open(TestOptions(), dir, &db), "open")) return 1;
+  const int n = 40;
+  kvengine::WriteOptions wo;
+  for (int i = 0; i < n; i++) {
+    if (Check(db->Put(wo, Key(i), Value(i, 1000 + 997 * i)), "put")) return 1;
+  }
+  // Overwrites: a newer version in a later bucket supersedes the first.
+  for (int i = 0; i < 3; i++) {
+    if (Check(db->Put(wo, Key(i), Value(100 + i, 3000)), "overwrite")) return 1;
+  }
+  for (int i = 4; i < n; i += 5) {
+    if (Check(db->Delete(wo, Key(i)), "delete")) return 1;
+  }
+  if (Check(db->Flush(), "flush") || Check(db->Close(), "close")) return 1;
+  for (int i = 0; i < n; i++) {
+    if (i % 5 == 4) {
+      std::printf("deleted %s\n", Key(i).c_str());
+    } else if (i < 3) {
+      std::printf("superseded %s\n", Key(i).c_str());
+      std::printf("live %s %d %d\n", Key(i).c_str(), 3000, 100 + i);
+    } else {
+      std::printf("live %s %d %d\n", Key(i).c_str(), 1000 + 997 * i, i);
+    }
+  }
+  return 0;
+}
+
+int Hold(const std::string& dir) {
+  std::unique_ptr<kvengine::DB> db;
+  if (Check(kvengine::DB::Open(TestOptions(), dir, &db), "open")) return 1;
+  std::printf("ready\n");
+  std::fflush(stdout);
+  while (std::fgetc(stdin) != EOF) {
+  }
+  return Check(db->Close(), "close");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: ldb_make_db create|hold DIR\n");
+    return 2;
+  }
+  const std::string mode = argv[1];
+  if (mode == "create") return Create(argv[2]);
+  if (mode == "hold") return Hold(argv[2]);
+  std::fprintf(stderr, "ldb_make_db: unknown mode '%s'\n", mode.c_str());
+  return 2;
+}
