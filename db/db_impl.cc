@@ -8,6 +8,8 @@
 #include <unordered_set>
 
 #include "env/gpu_io.h"
+#include "env/peer_env.h"
+#include "transport/server.h"
 #include "util/config_parse.h"
 
 namespace kvengine {
@@ -132,11 +134,29 @@ Status DBImpl::Init() {
     offloader_ = std::make_unique<Offloader>(memory_.get(), ssd_.get());
     memory_->SetEvictionHandler(offloader_.get());
   }
+  s = PeerEnv::Open(options_, &logger_, &peer_);  // peers: transports register the arena
+  if (!s.ok()) return s;
+  if (peer_ != nullptr) options_.memory_registrar = peer_->Registrar(options_.memory_registrar);
   if (options_.memory_registrar) {
     s = options_.memory_registrar->Register(memory_->arena_base(), memory_->arena_size(), "arena");
     if (!s.ok()) return s;
   }
   gpu_ = std::make_unique<GpuIo>(options_, &logger_, memory_->arena_base(), memory_->arena_size());
+  if (peer_ != nullptr) {
+    s = peer_->StartServing(
+        this,
+        [this](const Slice& key, PinnedValue* out) {
+          auto handle = std::make_shared<MemoryTier::Handle>();
+          if (!memory_->Lookup(key, handle.get())) return false;
+          out->data = handle->value().data();
+          out->size = handle->value().size();
+          out->version = handle->version();
+          out->pin = std::move(handle);
+          return true;
+        },
+        memory_->arena_base());
+    if (!s.ok()) return s;
+  }
   logger_.Logf(LogLevel::kInfo, "opened %s: memory tier %s (%s pages, numa node %d)", path_.c_str(),
                FormatSize(memory_->arena_size()).c_str(), memory_->arena().backing(),
                memory_->arena().numa_node());
@@ -144,6 +164,8 @@ Status DBImpl::Init() {
 }
 
 Status DBImpl::Close() {
+  // Drain the peers' requests first: they hold lifecycle_mu_ shared while they run.
+  if (peer_ != nullptr) peer_->Close();
   std::unique_lock<std::shared_mutex> guard(lifecycle_mu_);
   if (closed_) return Status::OK();
   closed_ = true;
@@ -386,6 +408,10 @@ Status DBImpl::DeleteOne(const Slice& key) {
 }
 
 Status DBImpl::Put(const WriteOptions&, const Slice& key, const Slice& value) {
+  Endpoint owner;
+  if (peer_ != nullptr && CheckKey(key).ok() && peer_->RemoteOwner(key, &owner)) {
+    return peer_->Put(owner, key, value);
+  }
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return s;
@@ -399,6 +425,11 @@ Status DBImpl::Put(const WriteOptions&, const Slice& key, const Slice& value) {
 }
 
 Status DBImpl::Get(const ReadOptions& options, const Slice& key, std::string* value) {
+  Endpoint owner;
+  if (peer_ != nullptr && value != nullptr && CheckKey(key).ok() &&
+      peer_->RemoteOwner(key, &owner)) {
+    return peer_->Get(owner, key, value);
+  }
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return s;
@@ -433,6 +464,11 @@ Status DBImpl::Get(const ReadOptions& options, const Slice& key, std::string* va
     }
     if (!s.IsBufferTooSmall()) return s;
   }
+  if (peer_ != nullptr && peer_->ReadThrough()) {
+    s = peer_->ReadThroughGetString(key, value, [this](const Slice& k, std::span<const Slice> p,
+                                                       uint64_t n) { PromoteFromPeer(k, p, n); });
+    if (s.ok()) return s;
+  }
   counters_.gets.fetch_add(1, std::memory_order_relaxed);
   counters_.misses.fetch_add(1, std::memory_order_relaxed);
   return Status::NotFound("key " + Printable(key));
@@ -440,6 +476,10 @@ Status DBImpl::Get(const ReadOptions& options, const Slice& key, std::string* va
 
 Status DBImpl::GetInto(const ReadOptions&, const Slice& key, MutableSlice buffer,
                        size_t* value_size) {
+  Endpoint owner;
+  if (peer_ != nullptr && CheckKey(key).ok() && peer_->RemoteOwner(key, &owner)) {
+    return peer_->GetInto(owner, key, buffer, value_size);
+  }
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return s;
@@ -450,11 +490,29 @@ Status DBImpl::GetInto(const ReadOptions&, const Slice& key, MutableSlice buffer
   s = gpu_->Scan(dest, &device);
   if (!s.ok()) return ForKey(key, s);
   s = device >= 0 ? GetOneToDevice(key, dest, device, &size) : GetOne(key, dest, &size);
+  if (s.IsNotFound() && device < 0 && peer_ != nullptr && peer_->ReadThrough()) {
+    std::vector<int64_t> result{s.ErrorCode()};
+    const Destination where{buffer};
+    peer_->ReadThroughGet(
+        std::span<const Slice>(&key, 1), std::span<const Destination>(&where, 1), &result,
+        [this](const Slice& k, std::span<const Slice> p, uint64_t n) { PromoteFromPeer(k, p, n); });
+    if (result[0] >= 0) {
+      size = static_cast<uint64_t>(result[0]);
+      s = Status::OK();
+    } else if (result[0] != s.ErrorCode()) {
+      s = Status::FromErrorCode(static_cast<int>(result[0]), "key " + Printable(key) +
+                                                                 " read from a peer");
+    }
+  }
   if (value_size != nullptr) *value_size = size;
   return s;
 }
 
 Status DBImpl::Delete(const WriteOptions&, const Slice& key) {
+  Endpoint owner;
+  if (peer_ != nullptr && CheckKey(key).ok() && peer_->RemoteOwner(key, &owner)) {
+    return peer_->Delete(owner, key);
+  }
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return s;
@@ -480,8 +538,11 @@ Status DBImpl::GetValueSize(const Slice& key, uint64_t* size) {
   return Status::NotFound("key " + Printable(key));
 }
 
-Status DBImpl::BatchPut(const WriteOptions&, std::span<const Slice> keys,
+Status DBImpl::BatchPut(const WriteOptions& options, std::span<const Slice> keys,
                         std::span<const ValueParts> values, std::vector<int64_t>* results) {
+  if (peer_ != nullptr && peer_->Routing()) {
+    return peer_->BatchPut(this, options, keys, values, results);
+  }
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return s;
@@ -515,6 +576,9 @@ Status DBImpl::BatchPut(const WriteOptions&, std::span<const Slice> keys,
 Status DBImpl::BatchGetInto(const ReadOptions& options, std::span<const Slice> keys,
                             std::span<const Destination> destinations,
                             std::vector<int64_t>* results) {
+  if (peer_ != nullptr && peer_->Routing()) {
+    return peer_->BatchGetInto(this, options, keys, destinations, results);
+  }
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return s;
@@ -547,10 +611,17 @@ Status DBImpl::BatchGetInto(const ReadOptions& options, std::span<const Slice> k
     (*results)[i] = key_status.ok() ? static_cast<int64_t>(size) : key_status.ErrorCode();
   }
   if (!misses.empty()) ReadFromSsd(keys, destinations, misses, results, options.verify_checksums);
+  if (peer_ != nullptr && peer_->ReadThrough()) {
+    peer_->ReadThroughGet(keys, destinations, results,
+                          [this](const Slice& k, std::span<const Slice> p, uint64_t n) {
+                            PromoteFromPeer(k, p, n);
+                          });
+  }
   return Status::OK();
 }
 
 Status DBImpl::BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) {
+  if (peer_ != nullptr && peer_->Routing()) return peer_->BatchExists(this, keys, results);
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return s;
@@ -569,11 +640,15 @@ Status DBImpl::BatchExists(std::span<const Slice> keys, std::vector<int64_t>* re
       (*results)[i] = memory_->Contains(keys[i]) || (ssd_ != nullptr && ssd_->Contains(keys[i]));
     }
   }
+  if (peer_ != nullptr && peer_->ReadThrough()) peer_->ReadThroughExists(keys, results);
   return Status::OK();
 }
 
-Status DBImpl::BatchDelete(const WriteOptions&, std::span<const Slice> keys,
+Status DBImpl::BatchDelete(const WriteOptions& options, std::span<const Slice> keys,
                            std::vector<int64_t>* results) {
+  if (peer_ != nullptr && peer_->Routing()) {
+    return peer_->BatchDelete(this, options, keys, results);
+  }
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return s;
@@ -740,6 +815,15 @@ void DBImpl::ReadFromSsd(std::span<const Slice> keys, std::span<const Destinatio
   }
 }
 
+void DBImpl::PromoteFromPeer(const Slice& key, std::span<const Slice> parts, uint64_t size) {
+  // A new local version; given up when the key appeared locally meanwhile.
+  const uint64_t version = version_source_.fetch_add(1) + 1;
+  if (memory_->Insert(key, parts, size, version,
+                      [&] { return ssd_ == nullptr || !ssd_->Contains(key); })) {
+    counters_.promotions.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
 std::string DBImpl::StatsText() const {
   MemoryTier::Stats m = memory_->GetStats();
   std::ostringstream out;
@@ -854,6 +938,8 @@ bool DBImpl::GetProperty(const std::string& name, std::string* value) {
     *value = StatsText();
   } else if (name == "kvengine.stats.json") {
     *value = StatsJson();
+  } else if (name == "kvengine.peers" && peer_ != nullptr) {
+    *value = peer_->StatsText();
   } else if (name == "kvengine.options") {
     *value = options_.ToString();
   } else {

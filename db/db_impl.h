@@ -19,6 +19,7 @@
 namespace kvengine {
 
 class GpuIo;
+class PeerEnv;
 
 class DBImpl final : public DB {
  public:
@@ -77,6 +78,8 @@ class DBImpl final : public DB {
   Status PutOneFromDevice(const Slice& key, std::span<const Slice> parts, int device);
   Status GetOneToDevice(const Slice& key, std::span<const MutableSlice> dest, int device,
                         uint64_t* size);
+  // Read-through: inserts a value a peer served into the memory tier.
+  void PromoteFromPeer(const Slice& key, std::span<const Slice> parts, uint64_t size);
   std::string StatsText() const;
   std::string StatsJson() const;
 
@@ -100,6 +103,10 @@ class DBImpl final : public DB {
   std::map<uintptr_t, size_t> registered_buffers_;  // start -> length
 
   Counters counters_;
+
+  // The remote peer Env (env/peer_env.h); null without peers or listen.  Declared last:
+  // destroyed first, after Close stopped its server.
+  std::unique_ptr<PeerEnv> peer_;
 };
 
 }  // namespace kvengine
