@@ -1,5 +1,6 @@
 #include "transport/tcp_transport.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -236,9 +237,18 @@ class TcpConnection {
     return Status::OK();
   }
 
-  bool broken() {
+  // False when the connection failed, or -- idle, with no call waiting for an answer
+  // -- has something to read: the peer closed it (a restart) or broke the protocol.
+  bool Healthy() {
     std::lock_guard<std::mutex> lock(mu_);
-    return broken_;
+    if (broken_) return false;
+    if (!calls_.empty()) return true;
+    pollfd p{fd_, POLLIN | POLLRDHUP, 0};
+    if (poll(&p, 1, 0) > 0) {
+      BreakLocked(Status::IOError("connection closed by peer"));
+      return false;
+    }
+    return true;
   }
 
   Status Call(uint8_t op, const std::string& meta, std::span<const Slice> body,
@@ -424,7 +434,7 @@ Status TcpTransport::Connection(const Endpoint& peer, std::shared_ptr<TcpConnect
   Peer* p = PeerFor(peer);
   std::lock_guard<std::mutex> lock(p->mu);
   const size_t slot = p->next++ % p->slots.size();
-  if (p->slots[slot] != nullptr && !p->slots[slot]->broken()) {
+  if (p->slots[slot] != nullptr && p->slots[slot]->Healthy()) {
     *conn = p->slots[slot];
     return Status::OK();
   }
