@@ -298,48 +298,48 @@ std::vector<T> Pick(std::span<const T> all, const std::vector<size_t>& idx) {
 
 // The shape every sharded batch call shares: local keys through `local_call` in a
 // LocalScope, each remote group through `remote_call`, merged into *results.
-#define KV_SHARDED_BATCH(LOCAL_CALL, REMOTE_CALL)                                          \
-  do {                                                                                     \
-    if (closed()) return Status::Aborted("DB is closed");                                   \
-    std::vector<Endpoint> members;                                                         \
-    std::vector<std::vector<size_t>> groups;                                               \
-    std::vector<size_t> local_idx;                                                         \
-    Partition(keys, &members, &groups, &local_idx);                                        \
-    results->assign(keys.size(), 0);                                                       \
-    Status local_status;                                                                   \
-    if (!local_idx.empty()) {                                                              \
-      LocalScope scope;                                                                    \
-      const std::vector<size_t>& idx = local_idx;                                          \
-      std::vector<int64_t> r;                                                              \
-      local_status = (LOCAL_CALL);                                                         \
-      if (local_status.ok()) {                                                             \
-        for (size_t j = 0; j < idx.size(); j++) (*results)[idx[j]] = r[j];                 \
-      }                                                                                    \
-    }                                                                                      \
-    if (!local_status.ok()) {                                                              \
-      results->clear();                                                                    \
-      return local_status;                                                                 \
-    }                                                                                      \
-    std::vector<size_t> busy;                                                              \
-    for (size_t g = 0; g < groups.size(); g++) {                                           \
-      if (!groups[g].empty()) busy.push_back(g);                                           \
-    }                                                                                      \
-    if (busy.empty()) return Status::OK();                                                 \
-    ForEachParallel(busy.size(), [&](size_t b) {                                           \
-      const Endpoint& peer = members[busy[b]];                                             \
-      const std::vector<size_t>& idx = groups[busy[b]];                                    \
-      std::vector<int64_t> r;                                                              \
-      Status s = (REMOTE_CALL);                                                            \
-      if (!s.ok()) {                                                                       \
-        remote_errors_.fetch_add(1);                                                       \
-        Log(LogLevel::kWarn, s.ToString());                                                \
-      }                                                                                    \
-      for (size_t j = 0; j < idx.size(); j++) {                                            \
-        (*results)[idx[j]] = j < r.size() ? r[j] : (s.ok() ? Status::IOError("").ErrorCode() \
-                                                           : s.ErrorCode());               \
-      }                                                                                    \
-    });                                                                                    \
-    return Status::OK();                                                                   \
+#define KV_SHARDED_BATCH(LOCAL_CALL, REMOTE_CALL)                                             \
+  do {                                                                                        \
+    if (closed()) return Status::Aborted("DB is closed");                                     \
+    std::vector<Endpoint> members;                                                            \
+    std::vector<std::vector<size_t>> groups;                                                  \
+    std::vector<size_t> local_idx;                                                            \
+    Partition(keys, &members, &groups, &local_idx);                                           \
+    results->assign(keys.size(), 0);                                                          \
+    Status local_status;                                                                      \
+    if (!local_idx.empty()) {                                                                 \
+      LocalScope scope;                                                                       \
+      const std::vector<size_t>& idx = local_idx;                                             \
+      std::vector<int64_t> r;                                                                 \
+      local_status = (LOCAL_CALL);                                                            \
+      if (local_status.ok()) {                                                                \
+        for (size_t j = 0; j < idx.size(); j++) (*results)[idx[j]] = r[j];                    \
+      }                                                                                       \
+    }                                                                                         \
+    if (!local_status.ok()) {                                                                 \
+      results->clear();                                                                       \
+      return local_status;                                                                    \
+    }                                                                                         \
+    std::vector<size_t> busy;                                                                 \
+    for (size_t g = 0; g < groups.size(); g++) {                                              \
+      if (!groups[g].empty()) busy.push_back(g);                                              \
+    }                                                                                         \
+    if (busy.empty()) return Status::OK();                                                    \
+    ForEachParallel(busy.size(), [&](size_t b) {                                              \
+      const Endpoint& peer = members[busy[b]];                                                \
+      const std::vector<size_t>& idx = groups[busy[b]];                                       \
+      std::vector<int64_t> r;                                                                 \
+      Status s = (REMOTE_CALL);                                                               \
+      if (!s.ok()) {                                                                          \
+        remote_errors_.fetch_add(1);                                                          \
+        Log(LogLevel::kWarn, s.ToString());                                                   \
+      }                                                                                       \
+      for (size_t j = 0; j < idx.size(); j++) {                                               \
+        (*results)[idx[j]] =                                                                  \
+            j < r.size() ? r[j] : (s.ok() ? Status::IOError("").ErrorCode() : s.ErrorCode()); \
+      }                                                                                       \
+    });                                                                                       \
+    return Status::OK();                                                                      \
   } while (0)
 
 Status PeerEnv::BatchPut(DB* local, const WriteOptions& options, std::span<const Slice> keys,
@@ -356,9 +356,8 @@ Status PeerEnv::BatchPut(DB* local, const WriteOptions& options, std::span<const
     }
   }
   remote_puts_.fetch_add(keys.size(), std::memory_order_relaxed);
-  KV_SHARDED_BATCH(
-      local->BatchPut(options, Pick(keys, idx), Pick(values, idx), &r),
-      transport_->BatchPut(peer, Pick(keys, idx), Pick(values, idx), &r));
+  KV_SHARDED_BATCH(local->BatchPut(options, Pick(keys, idx), Pick(values, idx), &r),
+                   transport_->BatchPut(peer, Pick(keys, idx), Pick(values, idx), &r));
 }
 
 Status PeerEnv::BatchGetInto(DB* local, const ReadOptions& options, std::span<const Slice> keys,
@@ -371,8 +370,7 @@ Status PeerEnv::BatchGetInto(DB* local, const ReadOptions& options, std::span<co
                    transport_->BatchGet(peer, Pick(keys, idx), Pick(dests, idx), &r));
 }
 
-Status PeerEnv::BatchExists(DB* local, std::span<const Slice> keys,
-                            std::vector<int64_t>* results) {
+Status PeerEnv::BatchExists(DB* local, std::span<const Slice> keys, std::vector<int64_t>* results) {
   if (results == nullptr) return Status::InvalidArgument("BatchExists: results pointer is null");
   KV_SHARDED_BATCH(local->BatchExists(Pick(keys, idx), &r),
                    transport_->BatchExists(peer, Pick(keys, idx), &r));
@@ -547,8 +545,7 @@ void PeerEnv::ReadThroughExists(std::span<const Slice> keys, std::vector<int64_t
 std::string PeerEnv::StatsText() const {
   std::ostringstream out;
   out << "listen: " << self_ << "\n"
-      << "mode: " << (options_.peer_mode == PeerMode::kSharded ? "sharded" : "read_through")
-      << "\n"
+      << "mode: " << (options_.peer_mode == PeerMode::kSharded ? "sharded" : "read_through") << "\n"
       << "transport: " << transport_->Name() << "\n"
       << "peers: " << Members().size() << "\n"
       << "remote_gets: " << remote_gets_.load() << "\n"

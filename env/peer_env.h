@@ -49,8 +49,8 @@ class PeerEnv {
   // transport/server.h).  False when the memory tier does not hold it.
   using PinFn = std::function<bool(const Slice& key, PinnedValue* out)>;
   // Offers a value read from a peer for promotion into the local memory tier.
-  using PromoteFn = std::function<void(const Slice& key, std::span<const Slice> parts,
-                                       uint64_t size)>;
+  using PromoteFn =
+      std::function<void(const Slice& key, std::span<const Slice> parts, uint64_t size)>;
 
   // Parses the peer options, reads the token file and creates the transport.  Stores
   // nullptr in *result when the options name no peers and no listen address.

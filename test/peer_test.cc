@@ -2,13 +2,12 @@
 // exec'd from the build tree; this process is the client (a Transport, or a DB with
 // `peers`).
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
@@ -42,8 +41,8 @@ uint16_t FreePort() {
 
 std::string TempDir(const std::string& name) {
   const char* base = std::getenv("KV_TEST_TMPDIR");
-  std::string dir = std::string(base ? base : "/tmp") + "/peer_test_" + name + "_" +
-                    std::to_string(getpid());
+  std::string dir =
+      std::string(base ? base : "/tmp") + "/peer_test_" + name + "_" + std::to_string(getpid());
   std::string cmd = "rm -rf '" + dir + "' && mkdir -p '" + dir + "'";
   EXPECT_EQ(std::system(cmd.c_str()), 0);
   return dir;
@@ -180,8 +179,8 @@ TEST(PeerTest, PipelinedBatchesBitExactFrom64Threads) {
           keys.push_back(names[k]);
           const std::string& v = values[k];
           const size_t a = v.size() / 3, b = v.size() / 2;
-          parts.push_back({Slice(v.data(), a), Slice(v.data() + a, b - a),
-                           Slice(v.data() + b, v.size() - b)});
+          parts.push_back(
+              {Slice(v.data(), a), Slice(v.data() + a, b - a), Slice(v.data() + b, v.size() - b)});
         }
         std::vector<int64_t> results;
         if (!client->BatchPut(ep, keys, parts, &results).ok()) failures++;
@@ -318,9 +317,9 @@ TEST(PeerTest, DeadOwnerFailsCleanlyThenRecoversAfterRestart) {
   auto server = std::make_unique<Server>(dir, port);
   ASSERT_TRUE(server->Start());
   std::unique_ptr<DB> db;
-  ASSERT_TRUE(DB::Open(ClientOptions(server->address(), PeerMode::kSharded), TempDir("dead_cli"),
-                       &db)
-                  .ok());
+  ASSERT_TRUE(
+      DB::Open(ClientOptions(server->address(), PeerMode::kSharded), TempDir("dead_cli"), &db)
+          .ok());
   const std::string value(64 << 10, 'v');
   ASSERT_TRUE(db->Put(WriteOptions(), "k", value).ok());
   server->Kill(SIGKILL);
@@ -444,7 +443,8 @@ TEST(PeerTest, SigtermDrainsFlushesAndExitsZero) {
   const uint16_t port = FreePort();
   const std::string dir = TempDir("sigterm");
   auto server = std::make_unique<Server>(dir, port);
-  server->set_options(",ssd_capacity_bytes=256MiB,offload_policy=write_through,use_direct_io=false");
+  server->set_options(
+      ",ssd_capacity_bytes=256MiB,offload_policy=write_through,use_direct_io=false");
   ASSERT_TRUE(server->Start());
   auto client = NewClient();
   std::atomic<bool> stop{false};
@@ -477,7 +477,8 @@ TEST(PeerTest, SigtermDrainsFlushesAndExitsZero) {
   ASSERT_FALSE(acked.empty());
   // Every put the server acknowledged survived the shutdown.
   server = std::make_unique<Server>(dir, port);
-  server->set_options(",ssd_capacity_bytes=256MiB,offload_policy=write_through,use_direct_io=false");
+  server->set_options(
+      ",ssd_capacity_bytes=256MiB,offload_policy=write_through,use_direct_io=false");
   ASSERT_TRUE(server->Start());
   auto reader = NewClient();
   std::vector<Slice> keys(acked.begin(), acked.end());

@@ -2,13 +2,14 @@
 // pieces that do not need a NIC (QP parameter exchange, region bookkeeping, work-request
 // batching), and the one-sided read validation protocol against an in-process "remote
 // memory" that changes between the lookup and the read.
+#include "kvengine/transport.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <map>
 #include <random>
 
-#include "kvengine/transport.h"
 #include "transport/rdma.h"
 #include "transport/read_validation.h"
 #include "transport/wire.h"
@@ -224,8 +225,10 @@ TEST(LeaseTable, GrantReleaseExpire) {
 class FakeOwner final : public RemoteMemory {
  public:
   static constexpr size_t kSlot = 4096, kSlots = 16;
-  FakeOwner() : arena_(kSlot * kSlots), pins_(kSlots, 0), leases_(std::chrono::milliseconds(50),
-                                                                   [this] { return now_; }) {}
+  FakeOwner()
+      : arena_(kSlot * kSlots),
+        pins_(kSlots, 0),
+        leases_(std::chrono::milliseconds(50), [this] { return now_; }) {}
 
   void Put(const std::string& key, const std::string& value) {
     auto it = map_.find(key);
@@ -314,7 +317,9 @@ class FakeOwner final : public RemoteMemory {
 
 struct Buffers {
   explicit Buffers(size_t n) : a(n / 3), b(n - n / 3) {}
-  Destination dest() { return {MutableSlice(a.data(), a.size()), MutableSlice(b.data(), b.size())}; }
+  Destination dest() {
+    return {MutableSlice(a.data(), a.size()), MutableSlice(b.data(), b.size())};
+  }
   std::string joined(size_t size) const {
     std::string s(a.begin(), a.end());
     s.append(b.begin(), b.end());

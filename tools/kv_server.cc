@@ -41,8 +41,8 @@ bool ReadToken(const std::string& path, std::string* token) {
   const size_t n = std::fread(buf, 1, sizeof(buf), f);
   std::fclose(f);
   token->assign(buf, n);
-  while (!token->empty() && (token->back() == '\n' || token->back() == '\r' ||
-                             token->back() == ' ')) {
+  while (!token->empty() &&
+         (token->back() == '\n' || token->back() == '\r' || token->back() == ' ')) {
     token->pop_back();
   }
   return !token->empty();
@@ -144,8 +144,7 @@ int main(int argc, char** argv) {
     if (eol == std::string::npos) break;
     pos = eol + 1;
   }
-  std::printf("kv_server: serving %s on %s over %s\n", db_path.c_str(), bound.c_str(),
-              via.c_str());
+  std::printf("kv_server: serving %s on %s over %s\n", db_path.c_str(), bound.c_str(), via.c_str());
   std::fflush(stdout);
 
   int sig = 0;

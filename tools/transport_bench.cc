@@ -132,7 +132,8 @@ int main(int argc, char** argv) {
   std::vector<char> buf(batch * value_size);
   std::vector<kvengine::Slice> batch_keys(batch);
   std::vector<kvengine::Destination> dests(batch);
-  for (uint64_t j = 0; j < batch; j++) dests[j] = {kvengine::MutableSlice(&buf[j * value_size], value_size)};
+  for (uint64_t j = 0; j < batch; j++)
+    dests[j] = {kvengine::MutableSlice(&buf[j * value_size], value_size)};
   std::vector<int64_t> results;
   uint64_t bytes = 0, next = 0;
   auto start = Clock::now();

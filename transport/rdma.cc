@@ -151,11 +151,13 @@ Status RdmaServer::Create(std::unique_ptr<RdmaServer>*) {
 
 namespace {
 
-constexpr int kQueueDepth = 256;     // send queue depth (work requests in flight)
-constexpr int kMaxPerPost = 32;      // work requests chained per ibv_post_send
+constexpr int kQueueDepth = 256;      // send queue depth (work requests in flight)
+constexpr int kMaxPerPost = 32;       // work requests chained per ibv_post_send
 constexpr int kReadAtomicDepth = 16;  // outstanding RDMA READs per QP (responder side)
 
-Status Errno(const std::string& what) { return Status::IOError(what + ": " + std::strerror(errno)); }
+Status Errno(const std::string& what) {
+  return Status::IOError(what + ": " + std::strerror(errno));
+}
 
 // An opened device with an active port and a protection domain.
 class Device {
@@ -207,8 +209,7 @@ class Device {
   }
 
   Status Register(void* addr, size_t length, MrTable::Region* region) {
-    ibv_mr* mr = ibv_reg_mr(pd_, addr, length,
-                            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+    ibv_mr* mr = ibv_reg_mr(pd_, addr, length, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
     if (mr == nullptr) return Errno("ibv_reg_mr of " + std::to_string(length) + " bytes");
     region->start = reinterpret_cast<uintptr_t>(addr);
     region->length = length;
@@ -311,8 +312,8 @@ class QueuePair {
       attr.ah_attr.grh.hop_limit = 1;
     }
     if (ibv_modify_qp(qp_, &attr,
-                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                          IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0) {
+                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0) {
       return Errno("ibv_modify_qp to RTR");
     }
     std::memset(&attr, 0, sizeof(attr));
@@ -439,12 +440,12 @@ class MrRegistrar final : public MemoryRegistrar {
 class RdmaServerImpl final : public RdmaServer {
  public:
   explicit RdmaServerImpl(std::unique_ptr<Device> dev) : dev_(std::move(dev)) {
-    registrar_ = std::make_shared<MrRegistrar>(
-        dev_.get(), &mrs_, [this](const MrTable::Region& r, bool arena) {
-          if (!arena) return;
-          std::lock_guard<std::mutex> lock(mu_);
-          arena_ = r;
-        });
+    registrar_ = std::make_shared<MrRegistrar>(dev_.get(), &mrs_,
+                                               [this](const MrTable::Region& r, bool arena) {
+                                                 if (!arena) return;
+                                                 std::lock_guard<std::mutex> lock(mu_);
+                                                 arena_ = r;
+                                               });
   }
   ~RdmaServerImpl() override {
     qps_.clear();
@@ -479,7 +480,7 @@ class RdmaServerImpl final : public RdmaServer {
   std::shared_ptr<MemoryRegistrar> registrar_;
   std::mutex mu_;
   MrTable::Region arena_;                         // guarded by mu_
-  std::vector<std::unique_ptr<QueuePair>> qps_;  // guarded by mu_
+  std::vector<std::unique_ptr<QueuePair> > qps_;  // guarded by mu_
 };
 
 // The client: control RPCs over TCP, value bytes by one-sided READ.
@@ -562,8 +563,8 @@ class RdmaTransport final : public TcpTransport {
       if (!batch.ok()) return batch;
       if (!DecodeLocations(&in, results, locations)) return Status::Corruption("malformed lookup");
       for (const RemoteLocation& l : *locations) {
-        if (l.size > 0 && (l.offset > pq_->remote.arena_len ||
-                           l.size > pq_->remote.arena_len - l.offset)) {
+        if (l.size > 0 &&
+            (l.offset > pq_->remote.arena_len || l.size > pq_->remote.arena_len - l.offset)) {
           return Status::Corruption("lookup names bytes outside the peer's arena");
         }
       }
@@ -645,7 +646,7 @@ class RdmaTransport final : public TcpTransport {
   MrTable mrs_;
   std::shared_ptr<MemoryRegistrar> registrar_;
   std::mutex qp_mu_;
-  std::map<std::string, std::shared_ptr<PeerQp>> qps_;  // guarded by qp_mu_
+  std::map<std::string, std::shared_ptr<PeerQp> > qps_;  // guarded by qp_mu_
 };
 
 }  // namespace

@@ -29,14 +29,14 @@ namespace kvengine {
 
 // What one side tells the other to connect an RC queue pair (and reach its arena).
 struct QpParams {
-  uint32_t qpn = 0;       // queue pair number
-  uint32_t psn = 0;       // initial packet sequence number (24 bits)
-  uint16_t lid = 0;       // InfiniBand local id (0 on RoCE)
-  uint8_t port = 1;       // HCA port
-  uint8_t mtu = 3;        // enum ibv_mtu (3 = 1024)
-  uint8_t gid[16] = {};   // RoCE / global address
+  uint32_t qpn = 0;      // queue pair number
+  uint32_t psn = 0;      // initial packet sequence number (24 bits)
+  uint16_t lid = 0;      // InfiniBand local id (0 on RoCE)
+  uint8_t port = 1;      // HCA port
+  uint8_t mtu = 3;       // enum ibv_mtu (3 = 1024)
+  uint8_t gid[16] = {};  // RoCE / global address
   uint8_t gid_index = 0;
-  uint32_t rkey = 0;      // the arena's remote key (server side; 0 from a client)
+  uint32_t rkey = 0;  // the arena's remote key (server side; 0 from a client)
   uint64_t arena_addr = 0;
   uint64_t arena_len = 0;
 

@@ -31,8 +31,8 @@ bool DecodeLocations(std::string_view* in, std::vector<int64_t>* results,
     (*results)[i] = static_cast<int64_t>(r);
     if ((*results)[i] == kLookupPinned) {
       RemoteLocation& l = (*locations)[i];
-      if (!GetFixed64(in, &l.offset) || !GetFixed64(in, &l.size) ||
-          !GetFixed64(in, &l.version) || !GetFixed64(in, &l.lease)) {
+      if (!GetFixed64(in, &l.offset) || !GetFixed64(in, &l.size) || !GetFixed64(in, &l.version) ||
+          !GetFixed64(in, &l.lease)) {
         return false;
       }
     }

@@ -42,7 +42,7 @@ struct RemoteLocation {
 };
 
 // LOOKUP result codes beside the negative Status codes.
-inline constexpr int64_t kLookupPinned = 0;    // found in memory, location valid
+inline constexpr int64_t kLookupPinned = 0;     // found in memory, location valid
 inline constexpr int64_t kLookupNotPinned = 1;  // present, but not in memory (ask by GET)
 
 void EncodeLocations(std::string* dst, std::span<const int64_t> results,
@@ -80,7 +80,7 @@ class LeaseTable {
   const std::chrono::milliseconds ttl_;
   const Clock clock_;
   mutable std::mutex mu_;
-  uint64_t next_ = 1;                             // guarded by mu_
+  uint64_t next_ = 1;                           // guarded by mu_
   std::unordered_map<uint64_t, Entry> leases_;  // guarded by mu_
 };
 

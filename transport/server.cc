@@ -183,8 +183,7 @@ class TcpServer final : public TransportServer {
       // The challenge: nonce and whether a token is required.
       std::string meta = c->nonce;
       meta.push_back(options_.auth_token.empty() ? 0 : 1);
-      if (!SendFrame(fd, wire::kChallenge, 0, meta, {}, DeadlineIn(options_.io_timeout_ms))
-               .ok()) {
+      if (!SendFrame(fd, wire::kChallenge, 0, meta, {}, DeadlineIn(options_.io_timeout_ms)).ok()) {
         close(fd);
         delete c;
         continue;
@@ -321,9 +320,9 @@ class TcpServer final : public TransportServer {
           refused_auth_.fetch_add(1);
           Log(LogLevel::kWarn, "refused peer " + c->peer + ": " +
                                    (has_proof ? "wrong auth token" : "no auth token"));
-          wire::PutBatchStatus(&out, Status::InvalidArgument("authentication refused",
-                                                             has_proof ? "wrong token"
-                                                                       : "a token is required"));
+          wire::PutBatchStatus(
+              &out, Status::InvalidArgument("authentication refused",
+                                            has_proof ? "wrong token" : "a token is required"));
           Answer(c, h.op, h.request_id, out);
           return false;
         }
@@ -403,16 +402,15 @@ class TcpServer final : public TransportServer {
         }
         std::string value, out;
         const bool known = service_->GetProperty(std::string(name), &value);
-        wire::PutBatchStatus(&out, known ? Status::OK()
-                                         : Status::NotFound("unknown property", name));
+        wire::PutBatchStatus(&out,
+                             known ? Status::OK() : Status::NotFound("unknown property", name));
         PutLengthPrefixed(&out, known ? value : "");
         return Answer(c, h.op, h.request_id, out);
       }
       case wire::kRdmaConnect: {
         std::string theirs, out;
-        Status s = options_.rdma_connect
-                       ? options_.rdma_connect(meta, &theirs)
-                       : Status::NotSupported("this server does not serve RDMA");
+        Status s = options_.rdma_connect ? options_.rdma_connect(meta, &theirs)
+                                         : Status::NotSupported("this server does not serve RDMA");
         wire::PutBatchStatus(&out, s);
         PutLengthPrefixed(&out, theirs);
         return Answer(c, h.op, h.request_id, out);
@@ -483,10 +481,10 @@ class TcpServer final : public TransportServer {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Conn*> ready_;             // guarded by mu_
-  std::unordered_set<Conn*> conns_;     // guarded by mu_
-  bool queue_closed_ = false;           // guarded by mu_
-  bool stopped_ = false;                // guarded by mu_
+  std::deque<Conn*> ready_;          // guarded by mu_
+  std::unordered_set<Conn*> conns_;  // guarded by mu_
+  bool queue_closed_ = false;        // guarded by mu_
+  bool stopped_ = false;             // guarded by mu_
 
   std::atomic<uint64_t> requests_{0}, rejected_{0}, refused_auth_{0};
 };

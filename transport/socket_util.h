@@ -20,7 +20,9 @@ class Hasher64;
 using SteadyClock = std::chrono::steady_clock;
 using Deadline = SteadyClock::time_point;
 
-inline Deadline DeadlineIn(uint64_t ms) { return SteadyClock::now() + std::chrono::milliseconds(ms); }
+inline Deadline DeadlineIn(uint64_t ms) {
+  return SteadyClock::now() + std::chrono::milliseconds(ms);
+}
 
 // Connects a non-blocking TCP socket (TCP_NODELAY, large buffers) to `peer` by `deadline`.
 Status ConnectTcp(const Endpoint& peer, Deadline deadline, int* fd);

@@ -220,8 +220,8 @@ class TcpConnection {
         }
         std::string proof;
         if (!token.empty()) {
-          PutFixed64(&proof, wire::AuthProof(std::string_view(meta).substr(0, wire::kNonceSize),
-                                             token));
+          PutFixed64(&proof,
+                     wire::AuthProof(std::string_view(meta).substr(0, wire::kNonceSize), token));
         }
         s = EncodeAndSend(fd_, wire::kAuth, 0, proof, {}, deadline);
         if (!s.ok()) return s;
@@ -279,8 +279,8 @@ class TcpConnection {
         reader_active_ = false;
         cv_.notify_all();
         if (rs.IsBusy()) {  // nothing arrived by our deadline
-          if (!p.done) BreakLocked(Status::IOError("timed out after " +
-                                                   std::to_string(timeout_ms_) + " ms"));
+          if (!p.done)
+            BreakLocked(Status::IOError("timed out after " + std::to_string(timeout_ms_) + " ms"));
         } else if (!rs.ok()) {
           BreakLocked(rs);
         }
@@ -353,8 +353,8 @@ class TcpConnection {
     Status call_status;
     if (s.ok()) {
       iov.clear();
-      call_status = p != nullptr ? p->sink->OnMeta(meta, h.body_len, &iov)
-                                 : Status::Aborted("no caller");
+      call_status =
+          p != nullptr ? p->sink->OnMeta(meta, h.body_len, &iov) : Status::Aborted("no caller");
       uint64_t total = 0;
       for (const iovec& v : iov) total += v.iov_len;
       if (call_status.ok() && total != h.body_len) {
@@ -381,11 +381,11 @@ class TcpConnection {
   std::mutex write_mu_;  // one frame written at a time
   std::mutex mu_;
   std::condition_variable cv_;
-  uint64_t next_id_ = 1;                           // guarded by mu_
+  uint64_t next_id_ = 1;                          // guarded by mu_
   std::unordered_map<uint64_t, Pending*> calls_;  // guarded by mu_
-  bool reader_active_ = false;                     // guarded by mu_
-  bool broken_ = false;                            // guarded by mu_
-  Status broken_status_;                           // guarded by mu_
+  bool reader_active_ = false;                    // guarded by mu_
+  bool broken_ = false;                           // guarded by mu_
+  Status broken_status_;                          // guarded by mu_
 };
 
 // ---------------------------------------------------------------- the pool
@@ -455,9 +455,9 @@ Status TcpTransport::Connection(const Endpoint& peer, std::shared_ptr<TcpConnect
     s = c->Handshake(options_.auth_token, deadline);
   }
   if (!s.ok()) {
-    p->backoff_ms = p->backoff_ms == 0 ? options_.reconnect_backoff_min_ms
-                                       : std::min(p->backoff_ms * 2,
-                                                  options_.reconnect_backoff_max_ms);
+    p->backoff_ms = p->backoff_ms == 0
+                        ? options_.reconnect_backoff_min_ms
+                        : std::min(p->backoff_ms * 2, options_.reconnect_backoff_max_ms);
     p->retry_after = SteadyClock::now() + std::chrono::milliseconds(p->backoff_ms);
     p->last_error = s;
     Log(LogLevel::kWarn, "peer " + peer.ToString() + ": " + s.ToString() + "; next try in " +
@@ -593,8 +593,7 @@ Status TcpTransport::BatchPut(const Endpoint& peer, std::span<const Slice> keys,
   for (size_t i = 0; i < keys.size(); i++) {
     for (const Slice& part : values[i]) {
       if (part.data() == nullptr && part.size() != 0) {
-        return Status::InvalidArgument("value buffer of key " + std::to_string(i) +
-                                       " is null");
+        return Status::InvalidArgument("value buffer of key " + std::to_string(i) + " is null");
       }
       sizes[i] += part.size();
       body.push_back(part);

@@ -34,8 +34,8 @@ Status FrameHeader::DecodeFrom(const char* src, FrameHeader* out) {
                               std::to_string(static_cast<uint8_t>(src[4])));
   }
   out->op = static_cast<uint8_t>(src[5]);
-  out->flags = static_cast<uint16_t>(static_cast<uint8_t>(src[6]) |
-                                     (static_cast<uint8_t>(src[7]) << 8));
+  out->flags =
+      static_cast<uint16_t>(static_cast<uint8_t>(src[6]) | (static_cast<uint8_t>(src[7]) << 8));
   out->request_id = DecodeFixed64(src + 8);
   out->meta_len = DecodeFixed32(src + 16);
   out->body_len = DecodeFixed64(src + 24);

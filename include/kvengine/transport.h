@@ -112,8 +112,7 @@ class Transport {
                           std::vector<int64_t>* results) = 0;
   // As BatchGet, with each value received into (*values)[i], sized by the transport.
   virtual Status BatchGetOwned(const Endpoint& peer, std::span<const Slice> keys,
-                               std::vector<std::string>* values,
-                               std::vector<int64_t>* results) = 0;
+                               std::vector<std::string>* values, std::vector<int64_t>* results) = 0;
   virtual Status BatchPut(const Endpoint& peer, std::span<const Slice> keys,
                           std::span<const ValueParts> values, std::vector<int64_t>* results) = 0;
   virtual Status BatchExists(const Endpoint& peer, std::span<const Slice> keys,
@@ -122,8 +121,7 @@ class Transport {
                              std::vector<int64_t>* results) = 0;
   // Reads a property of the peer's DB (DB::GetProperty), e.g. "kvengine.stats".
   // NotFound when the peer does not know the property.
-  virtual Status GetProperty(const Endpoint& peer, const std::string& name,
-                             std::string* value) = 0;
+  virtual Status GetProperty(const Endpoint& peer, const std::string& name, std::string* value) = 0;
 };
 
 }  // namespace kvengine
