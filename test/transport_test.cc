@@ -55,7 +55,8 @@ TEST(Wire, HeaderRoundTripAndChecks) {
 }
 
 TEST(Wire, KeysResultsAndLocations) {
-  std::vector<Slice> keys = {"a", Slice("\0b", 2), std::string(300, 'k')};
+  const std::string long_key(300, 'k');
+  std::vector<Slice> keys = {"a", Slice("\0b", 2), long_key};
   uint64_t extra[] = {1, 2, 3};
   std::string meta;
   wire::PutKeys(&meta, keys, extra);
