@@ -8,6 +8,8 @@
 #include <unordered_set>
 
 #include "env/gpu_io.h"
+#include "env/peer_env.h"
+#include "transport/server.h"
 #include "util/config_parse.h"
 
 namespace kvengine {
@@ -143,11 +145,29 @@ Status DBImpl::Init() {
     offloader_ = std::make_unique<Offloader>(memory_.get(), ssd_.get());
     memory_->SetEvictionHandler(offloader_.get());
   }
+  s = PeerEnv::Open(options_, &logger_, &peer_);  // peers: transports register the arena
+  if (!s.ok()) return s;
+  if (peer_ != nullptr) options_.memory_registrar = peer_->Registrar(options_.memory_registrar);
   if (options_.memory_registrar) {
     s = options_.memory_registrar->Register(memory_->arena_base(), memory_->arena_size(), "arena");
     if (!s.ok()) return s;
   }
   gpu_ = std::make_unique<GpuIo>(options_, &logger_, memory_->arena_base(), memory_->arena_size());
+  if (peer_ != nullptr) {
+    s = peer_->StartServing(
+        this,
+        [this](const Slice& key, PinnedValue* out) {
+          auto handle = std::make_shared<MemoryTier::Handle>();
+          if (!memory_->Lookup(key, handle.get())) return false;
+          out->data = handle->value().data();
+          out->size = handle->value().size();
+          out->version = handle->version();
+          out->pin = std::move(handle);
+          return true;
+        },
+        memory_->arena_base());
+    if (!s.ok()) return s;
+  }
   logger_.Logf(LogLevel::kInfo, "opened %s: memory tier %s (%s pages, numa node %d)", path_.c_str(),
                FormatSize(memory_->arena_size()).c_str(), memory_->arena().backing(),
                memory_->arena().numa_node());
@@ -157,6 +177,8 @@ Status DBImpl::Init() {
 Status DBImpl::Close() {
   PerfPoint perf(PerfKey::db_close);
   CallLog log(&logger_, "close", nullptr);
+  // Drain the peers' requests first: they hold lifecycle_mu_ shared while they run.
+  if (peer_ != nullptr) peer_->Close();
   std::unique_lock<std::shared_mutex> guard(lifecycle_mu_);
   if (closed_) {
     perf.Abandon();  // not a close: the DB was closed before
@@ -412,6 +434,11 @@ Status DBImpl::DeleteOne(const Slice& key) {
 Status DBImpl::Put(const WriteOptions&, const Slice& key, const Slice& value) {
   PerfPoint perf(PerfKey::db_put);
   CallLog log(&logger_, "put", &errors_);
+  Endpoint owner;
+  if (peer_ != nullptr && CheckKey(key).ok() && peer_->RemoteOwner(key, &owner)) {
+    return log.FinishKey(peer_->Put(owner, key, value), key, static_cast<int64_t>(value.size()),
+                         "peer");
+  }
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return log.Finish(s);
@@ -427,6 +454,11 @@ Status DBImpl::Put(const WriteOptions&, const Slice& key, const Slice& value) {
 Status DBImpl::Get(const ReadOptions& options, const Slice& key, std::string* value) {
   PerfPoint perf(PerfKey::db_get);
   CallLog log(&logger_, "get", &errors_);
+  Endpoint owner;
+  if (peer_ != nullptr && value != nullptr && CheckKey(key).ok() &&
+      peer_->RemoteOwner(key, &owner)) {
+    return log.FinishKey(peer_->Get(owner, key, value), key, -1, "peer");
+  }
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return log.Finish(s);
@@ -461,6 +493,12 @@ Status DBImpl::Get(const ReadOptions& options, const Slice& key, std::string* va
     }
     if (!s.IsBufferTooSmall()) return log.FinishKey(s, key, -1, nullptr);
   }
+  if (peer_ != nullptr && peer_->ReadThrough()) {
+    s = peer_->ReadThroughGetString(
+        key, value,
+        [this](const Slice& k, std::span<const Slice> p, uint64_t n) { PromoteFromPeer(k, p, n); });
+    if (s.ok()) return s;
+  }
   counters_.gets.fetch_add(1, std::memory_order_relaxed);
   counters_.misses.fetch_add(1, std::memory_order_relaxed);
   return log.FinishKey(Status::NotFound("key " + Printable(key)), key, -1, nullptr);
@@ -470,6 +508,10 @@ Status DBImpl::GetInto(const ReadOptions&, const Slice& key, MutableSlice buffer
                        size_t* value_size) {
   PerfPoint perf(PerfKey::db_get_into);
   CallLog log(&logger_, "get_into", &errors_);
+  Endpoint owner;
+  if (peer_ != nullptr && CheckKey(key).ok() && peer_->RemoteOwner(key, &owner)) {
+    return log.FinishKey(peer_->GetInto(owner, key, buffer, value_size), key, -1, "peer");
+  }
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return log.Finish(s);
@@ -480,6 +522,20 @@ Status DBImpl::GetInto(const ReadOptions&, const Slice& key, MutableSlice buffer
   s = gpu_->Scan(dest, &device);
   if (!s.ok()) return ForKey(key, s);
   s = device >= 0 ? GetOneToDevice(key, dest, device, &size) : GetOne(key, dest, &size);
+  if (s.IsNotFound() && device < 0 && peer_ != nullptr && peer_->ReadThrough()) {
+    std::vector<int64_t> result{s.ErrorCode()};
+    const Destination where{buffer};
+    peer_->ReadThroughGet(
+        std::span<const Slice>(&key, 1), std::span<const Destination>(&where, 1), &result,
+        [this](const Slice& k, std::span<const Slice> p, uint64_t n) { PromoteFromPeer(k, p, n); });
+    if (result[0] >= 0) {
+      size = static_cast<uint64_t>(result[0]);
+      s = Status::OK();
+    } else if (result[0] != s.ErrorCode()) {
+      s = Status::FromErrorCode(static_cast<int>(result[0]),
+                                "key " + Printable(key) + " read from a peer");
+    }
+  }
   if (value_size != nullptr) *value_size = size;
   const bool size_known = s.ok() || s.IsBufferTooSmall();
   return log.FinishKey(s, key, size_known ? static_cast<int64_t>(size) : -1,
@@ -489,6 +545,10 @@ Status DBImpl::GetInto(const ReadOptions&, const Slice& key, MutableSlice buffer
 Status DBImpl::Delete(const WriteOptions&, const Slice& key) {
   PerfPoint perf(PerfKey::db_delete);
   CallLog log(&logger_, "delete", &errors_);
+  Endpoint owner;
+  if (peer_ != nullptr && CheckKey(key).ok() && peer_->RemoteOwner(key, &owner)) {
+    return log.FinishKey(peer_->Delete(owner, key), key, -1, "peer");
+  }
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return log.Finish(s);
@@ -515,11 +575,14 @@ Status DBImpl::GetValueSize(const Slice& key, uint64_t* size) {
   return Status::NotFound("key " + Printable(key));
 }
 
-Status DBImpl::BatchPut(const WriteOptions&, std::span<const Slice> keys,
+Status DBImpl::BatchPut(const WriteOptions& options, std::span<const Slice> keys,
                         std::span<const ValueParts> values, std::vector<int64_t>* results) {
   PerfPoint perf(PerfKey::db_batch_put);
   CallLog log(&logger_, "batch_put", &errors_);
   log.Add("num_keys", keys.size());
+  if (peer_ != nullptr && peer_->Routing()) {
+    return log.Finish(peer_->BatchPut(this, options, keys, values, results));
+  }
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return log.Finish(s);
@@ -563,6 +626,9 @@ Status DBImpl::BatchGetInto(const ReadOptions& options, std::span<const Slice> k
   PerfPoint perf(PerfKey::db_batch_get_into);
   CallLog log(&logger_, "batch_get_into", &errors_);
   log.Add("num_keys", keys.size());
+  if (peer_ != nullptr && peer_->Routing()) {
+    return log.Finish(peer_->BatchGetInto(this, options, keys, destinations, results));
+  }
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return log.Finish(s);
@@ -575,6 +641,10 @@ Status DBImpl::BatchGetInto(const ReadOptions& options, std::span<const Slice> k
   counters_.batch_calls.fetch_add(1, std::memory_order_relaxed);
   results->resize(keys.size());
   std::vector<size_t> misses;
+  // Where each key was served from and the size of a value too big for its buffers: the
+  // log lines are written at the end, once SSD and peers have answered.
+  std::vector<const char*> tiers(keys.size(), nullptr);
+  std::vector<int64_t> sizes(keys.size(), -1);
   gpu_->BeginBatch();
   uint64_t total_bytes = 0;
   for (size_t i = 0; i < keys.size(); i++) {
@@ -602,18 +672,33 @@ Status DBImpl::BatchGetInto(const ReadOptions& options, std::span<const Slice> k
       }
     }
     (*results)[i] = key_status.ok() ? static_cast<int64_t>(size) : key_status.ErrorCode();
-    if (key_status.ok()) total_bytes += size;
-    const bool size_known = key_status.ok() || key_status.IsBufferTooSmall();
-    log.Key(i, key_status.ErrorCode(), size_known ? static_cast<int64_t>(size) : -1,
-            key_status.ok() ? "memory" : nullptr);
-  }
-  if (!misses.empty()) {
-    ReadFromSsd(keys, destinations, misses, results, options.verify_checksums);
-    for (size_t i : misses) {
-      const int64_t r = (*results)[i];
-      if (r >= 0) total_bytes += static_cast<uint64_t>(r);
-      log.Key(i, r, r >= 0 ? r : -1, r >= 0 ? "ssd" : nullptr);
+    if (key_status.ok()) {
+      total_bytes += size;
+      tiers[i] = "memory";
     }
+    if (key_status.IsBufferTooSmall()) sizes[i] = static_cast<int64_t>(size);
+  }
+  if (!misses.empty()) ReadFromSsd(keys, destinations, misses, results, options.verify_checksums);
+  for (size_t i : misses) {
+    const int64_t r = (*results)[i];
+    if (r >= 0) {
+      total_bytes += static_cast<uint64_t>(r);
+      tiers[i] = "ssd";
+    }
+  }
+  if (peer_ != nullptr && peer_->ReadThrough()) {
+    peer_->ReadThroughGet(
+        keys, destinations, results,
+        [this](const Slice& k, std::span<const Slice> p, uint64_t n) { PromoteFromPeer(k, p, n); });
+  }
+  for (size_t i = 0; i < keys.size(); i++) {
+    const int64_t r = (*results)[i];
+    if (r >= 0 && tiers[i] == nullptr) {
+      total_bytes += static_cast<uint64_t>(r);
+      tiers[i] = "peer";
+    }
+    const bool size_known = r >= 0 || r == Status::BufferTooSmall("").ErrorCode();
+    log.Key(i, r < 0 ? r : 0, size_known ? (r >= 0 ? r : sizes[i]) : -1, tiers[i]);
   }
   log.Add("total_bytes", total_bytes);
   return log.Finish(Status::OK(), keys);
@@ -623,6 +708,8 @@ Status DBImpl::BatchExists(std::span<const Slice> keys, std::vector<int64_t>* re
   PerfPoint perf(PerfKey::db_batch_exists);
   CallLog log(&logger_, "batch_exists", &errors_);
   log.Add("num_keys", keys.size());
+  if (peer_ != nullptr && peer_->Routing())
+    return log.Finish(peer_->BatchExists(this, keys, results));
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return log.Finish(s);
@@ -652,14 +739,18 @@ Status DBImpl::BatchExists(std::span<const Slice> keys, std::vector<int64_t>* re
     const int64_t r = (*results)[i];
     log.Key(i, r, -1, tier, r >= 0 ? static_cast<int>(r) : -1);
   }
+  if (peer_ != nullptr && peer_->ReadThrough()) peer_->ReadThroughExists(keys, results);
   return log.Finish(Status::OK(), keys);
 }
 
-Status DBImpl::BatchDelete(const WriteOptions&, std::span<const Slice> keys,
+Status DBImpl::BatchDelete(const WriteOptions& options, std::span<const Slice> keys,
                            std::vector<int64_t>* results) {
   PerfPoint perf(PerfKey::db_batch_delete);
   CallLog log(&logger_, "batch_delete", &errors_);
   log.Add("num_keys", keys.size());
+  if (peer_ != nullptr && peer_->Routing()) {
+    return log.Finish(peer_->BatchDelete(this, options, keys, results));
+  }
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return log.Finish(s);
@@ -848,6 +939,15 @@ void DBImpl::ReadFromSsd(std::span<const Slice> keys, std::span<const Destinatio
   }
 }
 
+void DBImpl::PromoteFromPeer(const Slice& key, std::span<const Slice> parts, uint64_t size) {
+  // A new local version; given up when the key appeared locally meanwhile.
+  const uint64_t version = version_source_.fetch_add(1) + 1;
+  if (memory_->Insert(key, parts, size, version,
+                      [&] { return ssd_ == nullptr || !ssd_->Contains(key); })) {
+    counters_.promotions.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
 std::string DBImpl::StatsText() const {
   MemoryTier::Stats m = memory_->GetStats();
   std::ostringstream out;
@@ -967,6 +1067,8 @@ bool DBImpl::GetProperty(const std::string& name, std::string* value) {
     *value = StatsText();
   } else if (name == "kvengine.stats.json") {
     *value = StatsJson();
+  } else if (name == "kvengine.peers" && peer_ != nullptr) {
+    *value = peer_->StatsText();
   } else if (name == "kvengine.options") {
     *value = options_.ToString();
   } else if (name == "kvengine.perf" || name == "kvengine.perf.json") {

@@ -21,6 +21,7 @@
 namespace kvengine {
 
 class GpuIo;
+class PeerEnv;
 
 class DBImpl final : public DB {
  public:
@@ -88,6 +89,8 @@ class DBImpl final : public DB {
   Status PutOneFromDevice(const Slice& key, std::span<const Slice> parts, int device);
   Status GetOneToDevice(const Slice& key, std::span<const MutableSlice> dest, int device,
                         uint64_t* size);
+  // Read-through: inserts a value a peer served into the memory tier.
+  void PromoteFromPeer(const Slice& key, std::span<const Slice> parts, uint64_t size);
   std::string StatsText() const;
   std::string StatsJson() const;
   // Prometheus text exposition of the stats and perf histograms (db/db_stats.cc).
@@ -114,6 +117,10 @@ class DBImpl final : public DB {
 
   Counters counters_;
   ErrorCounters errors_;  // failed keys and calls by kind
+
+  // The remote peer Env (env/peer_env.h); null without peers or listen.  Declared last:
+  // destroyed first, after Close stopped its server.
+  std::unique_ptr<PeerEnv> peer_;
 };
 
 }  // namespace kvengine

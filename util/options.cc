@@ -38,6 +38,14 @@ const std::vector<std::string>& PerfLevelNames() {
   static const std::vector<std::string> names = {"off", "entry", "all"};
   return names;
 }
+const std::vector<std::string>& PeerModeNames() {
+  static const std::vector<std::string> names = {"read_through", "sharded"};
+  return names;
+}
+const std::vector<std::string>& PeerTransportNames() {
+  static const std::vector<std::string> names = {"auto", "tcp", "rdma"};
+  return names;
+}
 const std::vector<std::string>& LogLevelNames() {
   static const std::vector<std::string> names = {"debug", "info", "warn", "error", "off"};
   return names;
@@ -134,6 +142,13 @@ const std::vector<OptionEntry>& Table() {
       SizeOption("gpu_staging_bytes", &Options::gpu_staging_bytes),
       SizeOption("gpu_chunk_bytes", &Options::gpu_chunk_bytes),
       SizeOption("gpu_streams", &Options::gpu_streams),
+      StringOption("peers", &Options::peers),
+      EnumOption("peer_mode", &Options::peer_mode, PeerModeNames),
+      StringOption("listen", &Options::listen),
+      StringOption("peer_auth_token_file", &Options::peer_auth_token_file),
+      SizeOption("peer_timeout_ms", &Options::peer_timeout_ms),
+      BoolOption("promote_from_peers", &Options::promote_from_peers),
+      EnumOption("peer_transport", &Options::peer_transport, PeerTransportNames),
       EnumOption("log_level", &Options::log_level, LogLevelNames),
       StringOption("log_file", &Options::log_file),
       EnumOption("perf_level", &Options::perf_level, PerfLevelNames),

@@ -51,6 +51,19 @@ enum class SsdEviction : int {
   kFifo = 2,  // "fifo": the oldest bucket
 };
 
+// How a DB uses its peers (see docs/transport.md).
+enum class PeerMode : int {
+  kReadThrough = 0,  // "read_through": local first; a miss asks every peer, first hit wins
+  kSharded = 1,      // "sharded": each key lives on one owner among peers + this host
+};
+
+// Which transport reaches peers.
+enum class PeerTransport : int {
+  kAuto = 0,  // "auto": RDMA when a device exists, else TCP (the choice is logged)
+  kTcp = 1,   // "tcp"
+  kRdma = 2,  // "rdma": fails Open with NotSupported when no device
+};
+
 enum class LogLevel : int { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3, kOff = 4 };
 
 struct Options {
@@ -198,6 +211,42 @@ struct Options {
   // CUDA streams per GPU; consecutive chunks go to consecutive streams.  1 to 64.
   // Default: 2
   uint64_t gpu_streams = 2;
+
+  // ---------------------------------------------------------------- peers
+  // Other hosts whose DBs this one reaches: "host:port,host:port" (kv_server processes or
+  // DBs opened with `listen`).  Empty: no peers.  Membership is this static list.
+  // Default: ""
+  std::string peers;
+
+  // "read_through" or "sharded" (see PeerMode).  In sharded mode each key's owner is
+  // chosen among peers + `listen` (this host, when set) by rendezvous hashing (XXH3 of
+  // key and endpoint text), so every host must name the members the same way.
+  // Default: read_through
+  PeerMode peer_mode = PeerMode::kReadThrough;
+
+  // Serve this DB to peers on "host:port" (port 0: any free port, see the
+  // "kvengine.peers" property).  Any address other than loopback requires
+  // peer_auth_token_file.  Empty: not serving.
+  // Default: ""
+  std::string listen;
+
+  // A file holding the shared secret peers prove at connect (both ways: required of
+  // clients when serving, offered to peers when calling them).  Empty: none.
+  // Default: ""
+  std::string peer_auth_token_file;
+
+  // Longest a call to a peer may take (connect, send, answer); past it the keys for
+  // that peer fail with IOError naming it.
+  // Default: 2000
+  uint64_t peer_timeout_ms = 2000;
+
+  // Copy a value read from a peer (read_through mode) into the local memory tier.
+  // Default: true
+  bool promote_from_peers = true;
+
+  // "auto", "tcp" or "rdma" (see PeerTransport).
+  // Default: auto
+  PeerTransport peer_transport = PeerTransport::kAuto;
 
   // ---------------------------------------------------------------- logging
   // Least severe message written to the log: "debug", "info", "warn", "error", "off".

@@ -1,0 +1,564 @@
+#include "env/peer_env.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "transport/rdma.h"
+#include "transport/server.h"
+#include "util/hash.h"
+#include "util/logging.h"
+
+namespace kvengine {
+
+namespace {
+
+thread_local int peer_request_depth = 0;
+
+// Marks the current thread as answering a peer: DB calls stay local.
+class LocalScope {
+ public:
+  LocalScope() { peer_request_depth++; }
+  ~LocalScope() { peer_request_depth--; }
+};
+
+Status ReadToken(const std::string& path, std::string* token) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::InvalidArgument("cannot read peer_auth_token_file " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string t = ss.str();
+  while (!t.empty() && (t.back() == '\n' || t.back() == '\r' || t.back() == ' ')) t.pop_back();
+  if (t.empty()) return Status::InvalidArgument("peer_auth_token_file " + path + " is empty");
+  *token = std::move(t);
+  return Status::OK();
+}
+
+// Runs fn(j) for every j in [0, n), in parallel threads when n > 1.
+void ForEachParallel(size_t n, const std::function<void(size_t)>& fn) {
+  if (n == 1) {
+    fn(0);
+    return;
+  }
+  std::vector<std::thread> threads;
+  threads.reserve(n);
+  for (size_t j = 0; j < n; j++) threads.emplace_back([&fn, j] { fn(j); });
+  for (auto& t : threads) t.join();
+}
+
+uint64_t RendezvousScore(const Slice& key, const std::string& member) {
+  Hasher64 h;
+  h.Update(key.data(), key.size());
+  const char zero = 0;
+  h.Update(&zero, 1);
+  h.Update(member.data(), member.size());
+  return h.Digest();
+}
+
+}  // namespace
+
+// The DB as the server sees it: every call runs in a LocalScope.
+class PeerEnv::Service final : public PeerService {
+ public:
+  Service(DB* db, PinFn pin, const char* arena) : db_(db), pin_(std::move(pin)), arena_(arena) {}
+  bool Pin(const Slice& key, PinnedValue* out) override { return pin_ && pin_(key, out); }
+  const char* ArenaBase() const override { return arena_; }
+  Status GetValueSize(const Slice& key, uint64_t* size) override {
+    LocalScope scope;
+    return db_->GetValueSize(key, size);
+  }
+  Status BatchGetInto(std::span<const Slice> keys, std::span<const Destination> dests,
+                      std::vector<int64_t>* results) override {
+    LocalScope scope;
+    return db_->BatchGetInto(ReadOptions(), keys, dests, results);
+  }
+  Status BatchPut(std::span<const Slice> keys, std::span<const ValueParts> values,
+                  std::vector<int64_t>* results) override {
+    LocalScope scope;
+    return db_->BatchPut(WriteOptions(), keys, values, results);
+  }
+  Status BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) override {
+    LocalScope scope;
+    return db_->BatchExists(keys, results);
+  }
+  Status BatchDelete(std::span<const Slice> keys, std::vector<int64_t>* results) override {
+    LocalScope scope;
+    return db_->BatchDelete(WriteOptions(), keys, results);
+  }
+  bool GetProperty(const std::string& name, std::string* value) override {
+    LocalScope scope;
+    return db_->GetProperty(name, value);
+  }
+
+ private:
+  DB* const db_;
+  const PinFn pin_;
+  const char* const arena_;
+};
+
+// Registers with the client transport, the RDMA server (when any), then `next`.
+class PeerEnv::Chain final : public MemoryRegistrar {
+ public:
+  Chain(std::vector<std::shared_ptr<MemoryRegistrar>> all) : all_(std::move(all)) {}
+  Status Register(void* addr, size_t length, const char* what) override {
+    for (size_t i = 0; i < all_.size(); i++) {
+      Status s = all_[i]->Register(addr, length, what);
+      if (!s.ok()) {
+        for (size_t j = 0; j < i; j++) all_[j]->Unregister(addr, length);
+        return s;
+      }
+    }
+    return Status::OK();
+  }
+  void Unregister(void* addr, size_t length) override {
+    for (auto& r : all_) r->Unregister(addr, length);
+  }
+
+ private:
+  std::vector<std::shared_ptr<MemoryRegistrar>> all_;
+};
+
+PeerEnv::PeerEnv(const Options& options, Logger* logger) : options_(options), logger_(logger) {}
+
+PeerEnv::~PeerEnv() { Close(); }
+
+void PeerEnv::Log(LogLevel level, const std::string& line) const {
+  if (logger_ != nullptr) logger_->Write(level, line);
+}
+
+bool PeerEnv::InPeerRequest() { return peer_request_depth > 0; }
+
+Status PeerEnv::Open(const Options& options, Logger* logger, std::unique_ptr<PeerEnv>* result) {
+  result->reset();
+  if (options.peers.empty() && options.listen.empty()) return Status::OK();
+  std::unique_ptr<PeerEnv> env(new PeerEnv(options, logger));
+  std::vector<Endpoint> peers;
+  Status s = Endpoint::ParseList(options.peers, &peers);
+  if (!s.ok()) return Status::InvalidArgument("option peers", s.message());
+  if (!options.listen.empty()) {
+    s = Endpoint::Parse(options.listen, &env->listen_);
+    if (!s.ok()) return Status::InvalidArgument("option listen", s.message());
+  }
+  if (!options.peer_auth_token_file.empty()) {
+    s = ReadToken(options.peer_auth_token_file, &env->token_);
+    if (!s.ok()) return s;
+  }
+  if (!options.listen.empty() && !env->listen_.IsLoopback() && env->token_.empty()) {
+    return Status::InvalidArgument("listening on " + env->listen_.ToString() +
+                                   " (not loopback) requires peer_auth_token_file");
+  }
+  TransportOptions t;
+  t.auth_token = env->token_;
+  t.timeout_ms = std::max<uint64_t>(1, options.peer_timeout_ms);
+  t.log = [logger](LogLevel level, const std::string& line) {
+    if (logger != nullptr) logger->Write(level, line);
+  };
+  const char* kinds[] = {"auto", "tcp", "rdma"};
+  const std::string kind = kinds[static_cast<int>(options.peer_transport)];
+  s = Transport::Create(kind, t, &env->transport_);
+  if (!s.ok()) return s;
+  if (!options.listen.empty() && std::string(env->transport_->Name()) == "rdma") {
+    s = RdmaServer::Create(&env->rdma_server_);
+    if (!s.ok()) return s;
+  }
+  // Drop this host from its own peer list (a shared config names every member).
+  std::string self = options.listen.empty() ? "" : env->listen_.ToString();
+  peers.erase(std::remove_if(peers.begin(), peers.end(),
+                             [&](const Endpoint& e) { return e.ToString() == self; }),
+              peers.end());
+  env->self_ = self;
+  env->SetMembers(std::move(peers));
+  *result = std::move(env);
+  return Status::OK();
+}
+
+std::shared_ptr<MemoryRegistrar> PeerEnv::Registrar(std::shared_ptr<MemoryRegistrar> next) {
+  std::vector<std::shared_ptr<MemoryRegistrar>> all{transport_->registrar()};
+  if (rdma_server_ != nullptr) all.push_back(rdma_server_->registrar());
+  if (next != nullptr) all.push_back(std::move(next));
+  return std::make_shared<Chain>(std::move(all));
+}
+
+Status PeerEnv::StartServing(DB* db, PinFn pin, const char* arena_base) {
+  if (self_.empty()) return Status::OK();
+  service_ = std::make_unique<Service>(db, std::move(pin), arena_base);
+  ServerOptions so;
+  so.auth_token = token_;
+  so.log = [this](LogLevel level, const std::string& line) { Log(level, line); };
+  if (rdma_server_ != nullptr) {
+    RdmaServer* rs = rdma_server_.get();
+    so.rdma_connect = [rs](std::string_view client, std::string* server) {
+      return rs->Connect(client, server);
+    };
+  }
+  Status s = TransportServer::Start(listen_, so, service_.get(), &server_);
+  if (!s.ok()) return s;
+  if (listen_.port == 0) {
+    // Name ourselves by the port actually bound.
+    listen_.port = server_->port();
+    self_ = listen_.ToString();
+  }
+  Log(LogLevel::kInfo, "serving peers on " + self_ + " over " + transport_->Name());
+  return Status::OK();
+}
+
+void PeerEnv::Close() {
+  closed_.store(true);
+  if (server_ != nullptr) server_->Stop();
+}
+
+std::vector<Endpoint> PeerEnv::Members() const {
+  std::lock_guard<std::mutex> lock(members_mu_);
+  return *peers_;
+}
+
+void PeerEnv::SetMembers(std::vector<Endpoint> peers) {
+  auto snapshot = std::make_shared<const std::vector<Endpoint>>(std::move(peers));
+  std::lock_guard<std::mutex> lock(members_mu_);
+  peers_ = std::move(snapshot);
+}
+
+bool PeerEnv::Routing() const {
+  return options_.peer_mode == PeerMode::kSharded && !InPeerRequest();
+}
+
+bool PeerEnv::ReadThrough() const {
+  if (options_.peer_mode != PeerMode::kReadThrough || InPeerRequest() || closed()) return false;
+  std::lock_guard<std::mutex> lock(members_mu_);
+  return !peers_->empty();
+}
+
+std::string PeerEnv::OwnerOf(const Slice& key) const {
+  std::shared_ptr<const std::vector<Endpoint>> peers;
+  {
+    std::lock_guard<std::mutex> lock(members_mu_);
+    peers = peers_;
+  }
+  std::string best = self_;
+  uint64_t best_score = self_.empty() ? 0 : RendezvousScore(key, self_);
+  bool have = !self_.empty();
+  for (const Endpoint& e : *peers) {
+    const std::string name = e.ToString();
+    const uint64_t score = RendezvousScore(key, name);
+    if (!have || score > best_score || (score == best_score && name > best)) {
+      best = name;
+      best_score = score;
+      have = true;
+    }
+  }
+  return best;
+}
+
+bool PeerEnv::RemoteOwner(const Slice& key, Endpoint* owner) const {
+  if (!Routing()) return false;
+  const std::string o = OwnerOf(key);
+  if (o.empty() || o == self_) return false;
+  return Endpoint::Parse(o, owner).ok();
+}
+
+void PeerEnv::Partition(std::span<const Slice> keys, std::vector<Endpoint>* members,
+                        std::vector<std::vector<size_t>>* groups,
+                        std::vector<size_t>* local_idx) const {
+  *members = Members();
+  groups->assign(members->size(), {});
+  std::vector<std::string> names;
+  for (const Endpoint& e : *members) names.push_back(e.ToString());
+  for (size_t i = 0; i < keys.size(); i++) {
+    const std::string o = OwnerOf(keys[i]);
+    const auto it = std::find(names.begin(), names.end(), o);
+    if (o.empty() || o == self_ || it == names.end()) {
+      local_idx->push_back(i);
+    } else {
+      (*groups)[it - names.begin()].push_back(i);
+    }
+  }
+}
+
+namespace {
+
+// Checks what a batch must satisfy before any key is sent anywhere.
+Status CheckBatch(size_t keys, size_t others, const char* what) {
+  if (keys != others) {
+    return Status::InvalidArgument("batch has " + std::to_string(keys) + " keys but " +
+                                   std::to_string(others) + " " + what);
+  }
+  return Status::OK();
+}
+
+template <typename T>
+std::vector<T> Pick(std::span<const T> all, const std::vector<size_t>& idx) {
+  std::vector<T> out;
+  out.reserve(idx.size());
+  for (size_t i : idx) out.push_back(all[i]);
+  return out;
+}
+
+}  // namespace
+
+// The shape every sharded batch call shares: local keys through `local_call` in a
+// LocalScope, each remote group through `remote_call`, merged into *results.
+#define KV_SHARDED_BATCH(LOCAL_CALL, REMOTE_CALL)                                             \
+  do {                                                                                        \
+    if (closed()) return Status::Aborted("DB is closed");                                     \
+    std::vector<Endpoint> members;                                                            \
+    std::vector<std::vector<size_t>> groups;                                                  \
+    std::vector<size_t> local_idx;                                                            \
+    Partition(keys, &members, &groups, &local_idx);                                           \
+    results->assign(keys.size(), 0);                                                          \
+    Status local_status;                                                                      \
+    if (!local_idx.empty()) {                                                                 \
+      LocalScope scope;                                                                       \
+      const std::vector<size_t>& idx = local_idx;                                             \
+      std::vector<int64_t> r;                                                                 \
+      local_status = (LOCAL_CALL);                                                            \
+      if (local_status.ok()) {                                                                \
+        for (size_t j = 0; j < idx.size(); j++) (*results)[idx[j]] = r[j];                    \
+      }                                                                                       \
+    }                                                                                         \
+    if (!local_status.ok()) {                                                                 \
+      results->clear();                                                                       \
+      return local_status;                                                                    \
+    }                                                                                         \
+    std::vector<size_t> busy;                                                                 \
+    for (size_t g = 0; g < groups.size(); g++) {                                              \
+      if (!groups[g].empty()) busy.push_back(g);                                              \
+    }                                                                                         \
+    if (busy.empty()) return Status::OK();                                                    \
+    ForEachParallel(busy.size(), [&](size_t b) {                                              \
+      const Endpoint& peer = members[busy[b]];                                                \
+      const std::vector<size_t>& idx = groups[busy[b]];                                       \
+      std::vector<int64_t> r;                                                                 \
+      Status s = (REMOTE_CALL);                                                               \
+      if (!s.ok()) {                                                                          \
+        remote_errors_.fetch_add(1);                                                          \
+        Log(LogLevel::kWarn, s.ToString());                                                   \
+      }                                                                                       \
+      for (size_t j = 0; j < idx.size(); j++) {                                               \
+        (*results)[idx[j]] =                                                                  \
+            j < r.size() ? r[j] : (s.ok() ? Status::IOError("").ErrorCode() : s.ErrorCode()); \
+      }                                                                                       \
+    });                                                                                       \
+    return Status::OK();                                                                      \
+  } while (0)
+
+Status PeerEnv::BatchPut(DB* local, const WriteOptions& options, std::span<const Slice> keys,
+                         std::span<const ValueParts> values, std::vector<int64_t>* results) {
+  if (results == nullptr) return Status::InvalidArgument("BatchPut: results pointer is null");
+  Status s = CheckBatch(keys.size(), values.size(), "values");
+  if (!s.ok()) return s;
+  if (keys.size() > 1) {
+    std::vector<std::string_view> sorted;
+    for (const Slice& k : keys) sorted.push_back(k.view());
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+      return Status::InvalidArgument("BatchPut names a key more than once; nothing was written");
+    }
+  }
+  remote_puts_.fetch_add(keys.size(), std::memory_order_relaxed);
+  KV_SHARDED_BATCH(local->BatchPut(options, Pick(keys, idx), Pick(values, idx), &r),
+                   transport_->BatchPut(peer, Pick(keys, idx), Pick(values, idx), &r));
+}
+
+Status PeerEnv::BatchGetInto(DB* local, const ReadOptions& options, std::span<const Slice> keys,
+                             std::span<const Destination> dests, std::vector<int64_t>* results) {
+  if (results == nullptr) return Status::InvalidArgument("BatchGetInto: results pointer is null");
+  Status s = CheckBatch(keys.size(), dests.size(), "destinations");
+  if (!s.ok()) return s;
+  remote_gets_.fetch_add(keys.size(), std::memory_order_relaxed);
+  KV_SHARDED_BATCH(local->BatchGetInto(options, Pick(keys, idx), Pick(dests, idx), &r),
+                   transport_->BatchGet(peer, Pick(keys, idx), Pick(dests, idx), &r));
+}
+
+Status PeerEnv::BatchExists(DB* local, std::span<const Slice> keys, std::vector<int64_t>* results) {
+  if (results == nullptr) return Status::InvalidArgument("BatchExists: results pointer is null");
+  KV_SHARDED_BATCH(local->BatchExists(Pick(keys, idx), &r),
+                   transport_->BatchExists(peer, Pick(keys, idx), &r));
+}
+
+Status PeerEnv::BatchDelete(DB* local, const WriteOptions& options, std::span<const Slice> keys,
+                            std::vector<int64_t>* results) {
+  if (results == nullptr) return Status::InvalidArgument("BatchDelete: results pointer is null");
+  KV_SHARDED_BATCH(local->BatchDelete(options, Pick(keys, idx), &r),
+                   transport_->BatchDelete(peer, Pick(keys, idx), &r));
+}
+
+#undef KV_SHARDED_BATCH
+
+namespace {
+
+Status KeyResult(const Status& batch, const std::vector<int64_t>& r, const Endpoint& peer) {
+  if (!batch.ok()) return batch;
+  if (r.size() != 1) return Status::Corruption("peer " + peer.ToString() + ": no result");
+  if (r[0] >= 0) return Status::OK();
+  return Status::FromErrorCode(static_cast<int>(r[0]), "on peer " + peer.ToString());
+}
+
+}  // namespace
+
+Status PeerEnv::Put(const Endpoint& owner, const Slice& key, const Slice& value) {
+  if (closed()) return Status::Aborted("DB is closed");
+  std::vector<int64_t> r;
+  const ValueParts parts{value};
+  Status s = transport_->BatchPut(owner, std::span<const Slice>(&key, 1),
+                                  std::span<const ValueParts>(&parts, 1), &r);
+  return KeyResult(s, r, owner);
+}
+
+Status PeerEnv::Get(const Endpoint& owner, const Slice& key, std::string* value) {
+  if (closed()) return Status::Aborted("DB is closed");
+  std::vector<int64_t> r;
+  std::vector<std::string> values;
+  Status s = transport_->BatchGetOwned(owner, std::span<const Slice>(&key, 1), &values, &r);
+  s = KeyResult(s, r, owner);
+  if (s.ok()) *value = std::move(values[0]);
+  return s;
+}
+
+Status PeerEnv::GetInto(const Endpoint& owner, const Slice& key, MutableSlice buffer,
+                        size_t* size) {
+  if (closed()) return Status::Aborted("DB is closed");
+  std::vector<int64_t> r;
+  const Destination dest{buffer};
+  Status s = transport_->BatchGet(owner, std::span<const Slice>(&key, 1),
+                                  std::span<const Destination>(&dest, 1), &r);
+  Status k = KeyResult(s, r, owner);
+  if (size != nullptr) *size = k.ok() ? static_cast<size_t>(r[0]) : 0;
+  return k;
+}
+
+Status PeerEnv::Delete(const Endpoint& owner, const Slice& key) {
+  if (closed()) return Status::Aborted("DB is closed");
+  std::vector<int64_t> r;
+  Status s = transport_->BatchDelete(owner, std::span<const Slice>(&key, 1), &r);
+  return KeyResult(s, r, owner);
+}
+
+void PeerEnv::ReadThroughGet(std::span<const Slice> keys, std::span<const Destination> dests,
+                             std::vector<int64_t>* results, const PromoteFn& promote) {
+  const int64_t kNotFound = Status::NotFound("").ErrorCode();
+  std::vector<size_t> missing;
+  for (size_t i = 0; i < keys.size(); i++) {
+    if ((*results)[i] == kNotFound) missing.push_back(i);
+  }
+  if (missing.empty()) return;
+  const std::vector<Endpoint> peers = Members();
+  if (peers.empty()) return;
+  const std::vector<Slice> ask = Pick(keys, missing);
+  // 1. Who has what: every peer at once; the first "present" answer claims the key.
+  std::mutex mu;
+  std::vector<int> claimed(missing.size(), -1);
+  ForEachParallel(peers.size(), [&](size_t p) {
+    std::vector<int64_t> r;
+    Status s = transport_->BatchExists(peers[p], ask, &r);
+    if (!s.ok()) {
+      remote_errors_.fetch_add(1);
+      Log(LogLevel::kInfo, "read-through: " + s.ToString());
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    for (size_t j = 0; j < r.size() && j < missing.size(); j++) {
+      if (r[j] == 1 && claimed[j] < 0) claimed[j] = static_cast<int>(p);
+    }
+  });
+  // 2. The bytes, from each key's claimer, straight into the caller's buffers.
+  std::vector<std::vector<size_t>> by_peer(peers.size());
+  for (size_t j = 0; j < missing.size(); j++) {
+    if (claimed[j] >= 0) by_peer[claimed[j]].push_back(missing[j]);
+  }
+  std::vector<size_t> busy;
+  for (size_t p = 0; p < peers.size(); p++) {
+    if (!by_peer[p].empty()) busy.push_back(p);
+  }
+  if (busy.empty()) return;
+  remote_gets_.fetch_add(missing.size(), std::memory_order_relaxed);
+  ForEachParallel(busy.size(), [&](size_t b) {
+    const std::vector<size_t>& idx = by_peer[busy[b]];
+    std::vector<int64_t> r;
+    Status s = transport_->BatchGet(peers[busy[b]], Pick(keys, idx), Pick(dests, idx), &r);
+    if (!s.ok()) remote_errors_.fetch_add(1);
+    for (size_t j = 0; j < idx.size(); j++) {
+      const size_t i = idx[j];
+      if (j >= r.size() || r[j] == kNotFound) continue;  // gone meanwhile: still a miss
+      (*results)[i] = r[j];
+      if (r[j] < 0) continue;
+      remote_hits_.fetch_add(1, std::memory_order_relaxed);
+      if (!promote || !options_.promote_from_peers) continue;
+      std::vector<Slice> parts;
+      uint64_t left = static_cast<uint64_t>(r[j]);
+      for (const MutableSlice& d : dests[i]) {
+        if (left == 0) break;
+        const uint64_t n = std::min<uint64_t>(left, d.size());
+        parts.emplace_back(d.data(), n);
+        left -= n;
+      }
+      promote(keys[i], parts, static_cast<uint64_t>(r[j]));
+      promotions_.fetch_add(1, std::memory_order_relaxed);
+    }
+  });
+}
+
+Status PeerEnv::ReadThroughGetString(const Slice& key, std::string* value,
+                                     const PromoteFn& promote) {
+  std::vector<int64_t> exists{0};
+  ReadThroughExists(std::span<const Slice>(&key, 1), &exists);
+  if (exists[0] != 1) return Status::NotFound("key not found locally or on any peer");
+  for (const Endpoint& peer : Members()) {
+    std::vector<int64_t> r;
+    std::vector<std::string> values;
+    Status s = transport_->BatchGetOwned(peer, std::span<const Slice>(&key, 1), &values, &r);
+    if (!s.ok() || r.size() != 1 || r[0] < 0) continue;
+    remote_hits_.fetch_add(1, std::memory_order_relaxed);
+    *value = std::move(values[0]);
+    if (promote && options_.promote_from_peers) {
+      const Slice part(*value);
+      promote(key, std::span<const Slice>(&part, 1), value->size());
+      promotions_.fetch_add(1, std::memory_order_relaxed);
+    }
+    return Status::OK();
+  }
+  return Status::NotFound("key not found locally or on any peer");
+}
+
+void PeerEnv::ReadThroughExists(std::span<const Slice> keys, std::vector<int64_t>* results) {
+  std::vector<size_t> absent;
+  for (size_t i = 0; i < keys.size(); i++) {
+    if ((*results)[i] == 0) absent.push_back(i);
+  }
+  if (absent.empty()) return;
+  const std::vector<Endpoint> peers = Members();
+  const std::vector<Slice> ask = Pick(keys, absent);
+  std::mutex mu;
+  ForEachParallel(peers.size(), [&](size_t p) {
+    std::vector<int64_t> r;
+    if (!transport_->BatchExists(peers[p], ask, &r).ok()) {
+      remote_errors_.fetch_add(1);
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    for (size_t j = 0; j < r.size() && j < absent.size(); j++) {
+      if (r[j] == 1) (*results)[absent[j]] = 1;
+    }
+  });
+}
+
+std::string PeerEnv::StatsText() const {
+  std::ostringstream out;
+  out << "listen: " << self_ << "\n"
+      << "mode: " << (options_.peer_mode == PeerMode::kSharded ? "sharded" : "read_through") << "\n"
+      << "transport: " << transport_->Name() << "\n"
+      << "peers: " << Members().size() << "\n"
+      << "remote_gets: " << remote_gets_.load() << "\n"
+      << "remote_hits: " << remote_hits_.load() << "\n"
+      << "remote_puts: " << remote_puts_.load() << "\n"
+      << "remote_errors: " << remote_errors_.load() << "\n"
+      << "promotions: " << promotions_.load() << "\n";
+  if (server_ != nullptr) {
+    out << "served_requests: " << server_->requests() << "\n"
+        << "rejected_frames: " << server_->rejected_frames() << "\n"
+        << "refused_auth: " << server_->refused_auth() << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace kvengine

@@ -1,0 +1,143 @@
+// PeerEnv: the remote peer Env -- the DB's only door to other hosts.
+//
+// The DB facade never touches sockets: it asks its PeerEnv, which owns a Transport (the
+// client side) and, when Options::listen is set, a TransportServer serving the DB.
+//
+//   read_through  a key missing locally is asked of every peer at once (BatchExists in
+//                 parallel); the first peer to answer "present" serves the bytes, straight
+//                 into the caller's buffers; the value may then be promoted into the
+//                 local memory tier.
+//   sharded       each key has one owner among the members (peers + this host's
+//                 `listen`), chosen by rendezvous hashing: the member with the highest
+//                 XXH3(key, 0, endpoint) wins.  Adding or removing a member moves only
+//                 the keys it wins or won.  Puts, gets, deletes and exists go to the
+//                 owner; a dead owner fails its keys with IOError naming it.
+//
+// Requests a server receives from peers are answered from the local tiers only (a
+// thread-local scope), so hosts never bounce a request between each other.
+//
+// Membership is a list set at Open; SetMembers() replaces it at run time (a snapshot
+// under a lock), which is where a membership service would feed it.
+//
+// Thread-safety: all methods are thread-safe.
+#ifndef KVENGINE_ENV_PEER_ENV_H_
+#define KVENGINE_ENV_PEER_ENV_H_
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvengine/db.h"
+#include "kvengine/env.h"
+#include "kvengine/options.h"
+#include "kvengine/transport.h"
+
+namespace kvengine {
+
+class Logger;
+class RdmaServer;
+class TransportServer;
+struct PinnedValue;
+
+class PeerEnv {
+ public:
+  // Pins a key's value in the local memory tier for a peer to read (see
+  // transport/server.h).  False when the memory tier does not hold it.
+  using PinFn = std::function<bool(const Slice& key, PinnedValue* out)>;
+  // Offers a value read from a peer for promotion into the local memory tier.
+  using PromoteFn =
+      std::function<void(const Slice& key, std::span<const Slice> parts, uint64_t size)>;
+
+  // Parses the peer options, reads the token file and creates the transport.  Stores
+  // nullptr in *result when the options name no peers and no listen address.
+  static Status Open(const Options& options, Logger* logger, std::unique_ptr<PeerEnv>* result);
+  ~PeerEnv();
+
+  // A registrar that registers with the transports (and then `next`, when set), to
+  // install as Options::memory_registrar.
+  std::shared_ptr<MemoryRegistrar> Registrar(std::shared_ptr<MemoryRegistrar> next);
+
+  // Starts serving `db` when Options::listen is set.
+  Status StartServing(DB* db, PinFn pin, const char* arena_base);
+  // Stops accepting and drains requests in flight.  Idempotent.  Calls to peers fail
+  // with Aborted afterwards.
+  void Close();
+
+  // ---------------------------------------------------------------- sharded
+  // True when batch calls must be routed (sharded mode, not serving a peer's request).
+  bool Routing() const;
+  // True (and the owner in *owner) when another member owns key.
+  bool RemoteOwner(const Slice& key, Endpoint* owner) const;
+  // The member owning key (its endpoint text; this host's is `listen`).
+  std::string OwnerOf(const Slice& key) const;
+  // Replaces the members (peers, not counting this host).
+  void SetMembers(std::vector<Endpoint> peers);
+
+  // Batch calls split by owner: this host's keys go to `local` (answered from its own
+  // tiers), the others to their owners, in parallel.
+  Status BatchPut(DB* local, const WriteOptions& options, std::span<const Slice> keys,
+                  std::span<const ValueParts> values, std::vector<int64_t>* results);
+  Status BatchGetInto(DB* local, const ReadOptions& options, std::span<const Slice> keys,
+                      std::span<const Destination> dests, std::vector<int64_t>* results);
+  Status BatchExists(DB* local, std::span<const Slice> keys, std::vector<int64_t>* results);
+  Status BatchDelete(DB* local, const WriteOptions& options, std::span<const Slice> keys,
+                     std::vector<int64_t>* results);
+  // Single keys on a remote owner; the status names the peer.
+  Status Put(const Endpoint& owner, const Slice& key, const Slice& value);
+  Status Get(const Endpoint& owner, const Slice& key, std::string* value);
+  Status GetInto(const Endpoint& owner, const Slice& key, MutableSlice buffer, size_t* size);
+  Status Delete(const Endpoint& owner, const Slice& key);
+
+  // ---------------------------------------------------------------- read-through
+  // True when local misses should be asked of the peers.
+  bool ReadThrough() const;
+  // Fills the keys whose result is NotFound from the peers.
+  void ReadThroughGet(std::span<const Slice> keys, std::span<const Destination> dests,
+                      std::vector<int64_t>* results, const PromoteFn& promote);
+  // As ReadThroughGet for one key into a string; NotFound when no peer has it.
+  Status ReadThroughGetString(const Slice& key, std::string* value, const PromoteFn& promote);
+  // Sets to 1 the keys whose result is 0 that a peer holds.
+  void ReadThroughExists(std::span<const Slice> keys, std::vector<int64_t>* results);
+
+  // Counters and configuration as text ("listen: host:port" first).
+  std::string StatsText() const;
+
+  // True on a thread answering a peer's request.
+  static bool InPeerRequest();
+
+ private:
+  class Service;
+  class Chain;
+  PeerEnv(const Options& options, Logger* logger);
+  std::vector<Endpoint> Members() const;
+  // Splits keys by owner: groups[j] for members[j]; local_idx for this host.
+  void Partition(std::span<const Slice> keys, std::vector<Endpoint>* members,
+                 std::vector<std::vector<size_t>>* groups, std::vector<size_t>* local_idx) const;
+  void Log(LogLevel level, const std::string& line) const;
+  bool closed() const { return closed_.load(); }
+
+  const Options options_;
+  Logger* const logger_;
+  std::string token_;
+  Endpoint listen_;
+  std::string self_;  // listen_ as text; "" when not serving
+  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<RdmaServer> rdma_server_;
+  std::unique_ptr<Service> service_;
+  std::unique_ptr<TransportServer> server_;
+  std::atomic<bool> closed_{false};
+
+  mutable std::mutex members_mu_;
+  std::shared_ptr<const std::vector<Endpoint>> peers_;  // guarded by members_mu_
+
+  mutable std::atomic<uint64_t> remote_gets_{0}, remote_hits_{0}, remote_errors_{0},
+      remote_puts_{0}, promotions_{0};
+};
+
+}  // namespace kvengine
+
+#endif  // KVENGINE_ENV_PEER_ENV_H_

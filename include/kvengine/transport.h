@@ -1,0 +1,129 @@
+// Transport: byte movement between kvengine hosts (TCP, or RDMA where a device exists).
+//
+// A Transport is the client side of the peer protocol: it reaches the kv_server (or any
+// DB opened with Options::listen) at an Endpoint and runs batched requests against it.
+// Values move straight between the peer and the caller's buffers: a get scatters the
+// bytes into the caller's Destination buffers as they come off the wire (readv over TCP,
+// a one-sided RDMA READ from the peer's arena over RDMA), a put gathers them from the
+// caller's ValueParts (writev).  The wire format is described in docs/transport.md.
+//
+// Results follow db.h: every batch call returns a Status for the batch as a whole and,
+// when it is OK, one result per key in *results (bytes for gets, 1/0 for exists, 0 for
+// puts and deletes, else a negative error code of status.h).  A batch that could not
+// reach the peer (refused, timed out, closed mid-transfer, failed checksum) returns
+// IOError or Aborted naming the peer, and then *results holds that error for every key:
+// a key never reports success unless its bytes arrived whole and verified.  Bytes of a
+// failed key may have been written into its buffers and are unspecified.
+//
+// Thread-safety: every method may be called from any number of threads at once.  Calls
+// to one peer share a small pool of connections; requests are pipelined on each
+// connection (told apart by request id), so concurrent callers do not wait for each
+// other's round trips.
+#ifndef KVENGINE_TRANSPORT_H_
+#define KVENGINE_TRANSPORT_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvengine/db.h"
+#include "kvengine/env.h"
+#include "kvengine/options.h"
+#include "kvengine/slice.h"
+#include "kvengine/status.h"
+
+namespace kvengine {
+
+// A peer's address: "host:port" with an IPv4 address or a name ("localhost"), or
+// "[v6addr]:port".
+struct Endpoint {
+  std::string host;
+  uint16_t port = 0;
+
+  // Parses "host:port".  InvalidArgument naming the text when it is malformed.
+  static Status Parse(std::string_view text, Endpoint* out);
+  // Parses a comma-separated list ("a:1,b:2"); empty items are ignored.
+  static Status ParseList(std::string_view text, std::vector<Endpoint>* out);
+  std::string ToString() const;
+  // True for 127.0.0.0/8, ::1 and "localhost".
+  bool IsLoopback() const;
+  bool operator==(const Endpoint& o) const { return host == o.host && port == o.port; }
+};
+
+struct TransportOptions {
+  // The shared secret that proves this client may talk to peers that require one (see
+  // docs/transport.md: a challenge-response over XXH3; it authenticates, it does not
+  // encrypt).  Empty: no token is offered, and peers that require one refuse us.
+  std::string auth_token;
+
+  // Longest a call waits for its peer (connect, send, answer) before it fails the
+  // batch with IOError naming the peer.
+  // Default: 5000
+  uint64_t timeout_ms = 5000;
+
+  // Connections kept open per peer; requests are pipelined on each of them.
+  // Default: 4
+  uint32_t connections_per_peer = 4;
+
+  // After a failed connect, the peer is not tried again for this long, doubling per
+  // failure up to reconnect_backoff_max_ms; calls meanwhile fail at once with IOError.
+  // Default: 50 and 1000
+  uint64_t reconnect_backoff_min_ms = 50;
+  uint64_t reconnect_backoff_max_ms = 1000;
+
+  // Where the transport writes its log lines (choices, reconnects).  Empty: stderr for
+  // warnings and errors.
+  std::function<void(LogLevel, const std::string&)> log;
+};
+
+class Transport {
+ public:
+  // Creates a transport.  `kind` is "tcp", "rdma" or "auto" (RDMA when the build has
+  // verbs and the machine an active device, else TCP, with the choice logged).
+  // "rdma" without a usable device fails with NotSupported saying why.
+  static Status Create(const std::string& kind, const TransportOptions& options,
+                       std::unique_ptr<Transport>* result);
+
+  Transport() = default;
+  Transport(const Transport&) = delete;
+  Transport& operator=(const Transport&) = delete;
+  // Closes every connection; calls in flight must have returned.
+  virtual ~Transport() = default;
+
+  // "tcp" or "rdma".
+  virtual const char* Name() const = 0;
+
+  // Registers [addr, addr+length) for direct transfers (an RDMA memory region); TCP only
+  // keeps the bookkeeping.  InvalidArgument when it overlaps a registered region.
+  // The transport's MemoryRegistrar (below) calls these for a DB.
+  virtual Status RegisterMemory(void* addr, size_t length, const char* what) = 0;
+  virtual void UnregisterMemory(void* addr, size_t length) = 0;
+  // A MemoryRegistrar that forwards to RegisterMemory/UnregisterMemory, to install as
+  // Options::memory_registrar.  Valid while the transport lives.
+  virtual std::shared_ptr<MemoryRegistrar> registrar() = 0;
+
+  // Copies the value of keys[i] on `peer` into destinations[i] (filled in order).
+  virtual Status BatchGet(const Endpoint& peer, std::span<const Slice> keys,
+                          std::span<const Destination> destinations,
+                          std::vector<int64_t>* results) = 0;
+  // As BatchGet, with each value received into (*values)[i], sized by the transport.
+  virtual Status BatchGetOwned(const Endpoint& peer, std::span<const Slice> keys,
+                               std::vector<std::string>* values, std::vector<int64_t>* results) = 0;
+  virtual Status BatchPut(const Endpoint& peer, std::span<const Slice> keys,
+                          std::span<const ValueParts> values, std::vector<int64_t>* results) = 0;
+  virtual Status BatchExists(const Endpoint& peer, std::span<const Slice> keys,
+                             std::vector<int64_t>* results) = 0;
+  virtual Status BatchDelete(const Endpoint& peer, std::span<const Slice> keys,
+                             std::vector<int64_t>* results) = 0;
+  // Reads a property of the peer's DB (DB::GetProperty), e.g. "kvengine.stats".
+  // NotFound when the peer does not know the property.
+  virtual Status GetProperty(const Endpoint& peer, const std::string& name, std::string* value) = 0;
+};
+
+}  // namespace kvengine
+
+#endif  // KVENGINE_TRANSPORT_H_

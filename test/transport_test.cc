@@ -1,0 +1,418 @@
+// Transport logic without a network or a device: the wire format, endpoints, the RDMA
+// pieces that do not need a NIC (QP parameter exchange, region bookkeeping, work-request
+// batching), and the one-sided read validation protocol against an in-process "remote
+// memory" that changes between the lookup and the read.
+#include "kvengine/transport.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <random>
+
+#include "transport/rdma.h"
+#include "transport/read_validation.h"
+#include "transport/wire.h"
+
+namespace kvengine {
+namespace {
+
+TEST(Wire, HeaderRoundTripAndChecks) {
+  wire::FrameHeader h;
+  h.op = wire::kGet;
+  h.flags = wire::kFlagResponse;
+  h.request_id = 0x1122334455667788ull;
+  h.meta_len = 77;
+  h.body_len = 1ull << 20;
+  h.checksum = 42;
+  char buf[wire::kHeaderSize];
+  h.EncodeTo(buf);
+  wire::FrameHeader d;
+  ASSERT_TRUE(wire::FrameHeader::DecodeFrom(buf, &d).ok());
+  EXPECT_EQ(d.op, h.op);
+  EXPECT_EQ(d.flags, h.flags);
+  EXPECT_EQ(d.request_id, h.request_id);
+  EXPECT_EQ(d.meta_len, h.meta_len);
+  EXPECT_EQ(d.body_len, h.body_len);
+  EXPECT_EQ(d.checksum, h.checksum);
+  char bad[wire::kHeaderSize];
+  std::memcpy(bad, buf, sizeof(bad));
+  bad[0] ^= 1;
+  EXPECT_TRUE(wire::FrameHeader::DecodeFrom(bad, &d).IsCorruption());
+  h.meta_len = wire::kMaxMetaLen + 1;
+  h.EncodeTo(bad);
+  EXPECT_TRUE(wire::FrameHeader::DecodeFrom(bad, &d).IsCorruption());
+  h.meta_len = 1;
+  h.op = 99;
+  h.EncodeTo(bad);
+  EXPECT_TRUE(wire::FrameHeader::DecodeFrom(bad, &d).IsCorruption());
+  // Random headers never crash the decoder.
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 10000; i++) {
+    for (char& c : bad) c = static_cast<char>(rng());
+    (void)wire::FrameHeader::DecodeFrom(bad, &d);
+  }
+}
+
+TEST(Wire, KeysResultsAndLocations) {
+  const std::string long_key(300, 'k');
+  std::vector<Slice> keys = {"a", Slice("\0b", 2), long_key};
+  uint64_t extra[] = {1, 2, 3};
+  std::string meta;
+  wire::PutKeys(&meta, keys, extra);
+  std::string_view in(meta);
+  std::vector<std::string_view> got;
+  std::vector<uint64_t> got_extra;
+  ASSERT_TRUE(wire::GetKeys(&in, &got, &got_extra));
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[1], std::string_view("\0b", 2));
+  EXPECT_EQ(got[2].size(), 300u);
+  EXPECT_EQ(got_extra[2], 3u);
+  // Truncations are refused, never read past the end.
+  for (size_t n = 0; n < meta.size(); n++) {
+    std::string_view cut(meta.data(), n);
+    EXPECT_FALSE(wire::GetKeys(&cut, &got, &got_extra)) << n;
+  }
+  std::vector<int64_t> results = {5, -1, kLookupPinned, kLookupNotPinned};
+  std::vector<RemoteLocation> locs(4);
+  locs[2] = {4096, 100, 9, 77};
+  std::string enc;
+  EncodeLocations(&enc, results, locs);
+  std::string_view ein(enc);
+  std::vector<int64_t> r2;
+  std::vector<RemoteLocation> l2;
+  ASSERT_TRUE(DecodeLocations(&ein, &r2, &l2));
+  EXPECT_EQ(r2, results);
+  EXPECT_EQ(l2[2].offset, 4096u);
+  EXPECT_EQ(l2[2].lease, 77u);
+}
+
+TEST(Wire, AuthProofDependsOnNonceAndToken) {
+  const std::string n1(16, 'a'), n2(16, 'b');
+  EXPECT_EQ(wire::AuthProof(n1, "tok"), wire::AuthProof(n1, "tok"));
+  EXPECT_NE(wire::AuthProof(n1, "tok"), wire::AuthProof(n2, "tok"));
+  EXPECT_NE(wire::AuthProof(n1, "tok"), wire::AuthProof(n1, "tok2"));
+}
+
+TEST(Endpoint, Parse) {
+  Endpoint e;
+  ASSERT_TRUE(Endpoint::Parse("127.0.0.1:7400", &e).ok());
+  EXPECT_EQ(e.host, "127.0.0.1");
+  EXPECT_EQ(e.port, 7400);
+  EXPECT_TRUE(e.IsLoopback());
+  ASSERT_TRUE(Endpoint::Parse("[::1]:80", &e).ok());
+  EXPECT_EQ(e.host, "::1");
+  EXPECT_EQ(e.ToString(), "[::1]:80");
+  ASSERT_TRUE(Endpoint::Parse("10.0.0.2:1", &e).ok());
+  EXPECT_FALSE(e.IsLoopback());
+  EXPECT_FALSE(Endpoint::Parse("nohost", &e).ok());
+  EXPECT_FALSE(Endpoint::Parse("h:99999", &e).ok());
+  EXPECT_FALSE(Endpoint::Parse("h:", &e).ok());
+  std::vector<Endpoint> list;
+  ASSERT_TRUE(Endpoint::ParseList("a:1, b:2,,", &list).ok());
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[1].ToString(), "b:2");
+}
+
+TEST(Rdma, QpParamsExchangeEncoding) {
+  QpParams p;
+  p.qpn = 0x123456;
+  p.psn = 0xabcdef;
+  p.lid = 0x1234;
+  p.port = 2;
+  p.mtu = 5;
+  for (int i = 0; i < 16; i++) p.gid[i] = static_cast<uint8_t>(i * 7);
+  p.gid_index = 3;
+  p.rkey = 0xdeadbeef;
+  p.arena_addr = 0x7f0000001000ull;
+  p.arena_len = 1ull << 30;
+  std::string enc;
+  p.EncodeTo(&enc);
+  ASSERT_EQ(enc.size(), QpParams::kEncodedSize);
+  QpParams d;
+  ASSERT_TRUE(QpParams::DecodeFrom(enc, &d).ok());
+  EXPECT_TRUE(d == p);
+  EXPECT_TRUE(QpParams::DecodeFrom(enc.substr(1), &d).IsCorruption());
+  std::string bad = enc;
+  bad[0] = 9;  // version
+  EXPECT_TRUE(QpParams::DecodeFrom(bad, &d).IsCorruption());
+  QpParams q = p;
+  q.qpn = 0x1000000;  // 25 bits
+  bad.clear();
+  q.EncodeTo(&bad);
+  EXPECT_TRUE(QpParams::DecodeFrom(bad, &d).IsCorruption());
+}
+
+TEST(Rdma, RegionBookkeeping) {
+  MrTable t;
+  std::vector<char> mem(1 << 16);
+  MrTable::Region a{reinterpret_cast<uintptr_t>(mem.data()), 4096, 1, 2, nullptr};
+  MrTable::Region b{reinterpret_cast<uintptr_t>(mem.data() + 8192), 4096, 3, 4, nullptr};
+  ASSERT_TRUE(t.Add(a).ok());
+  ASSERT_TRUE(t.Add(b).ok());
+  MrTable::Region overlap{reinterpret_cast<uintptr_t>(mem.data() + 4000), 200, 5, 6, nullptr};
+  EXPECT_TRUE(t.Add(overlap).IsInvalidArgument());
+  MrTable::Region found;
+  ASSERT_TRUE(t.Find(mem.data() + 100, 200, &found));
+  EXPECT_EQ(found.lkey, 1u);
+  ASSERT_TRUE(t.Find(mem.data() + 8192, 4096, &found));
+  EXPECT_EQ(found.rkey, 4u);
+  EXPECT_FALSE(t.Find(mem.data() + 4000, 200, &found));  // crosses the end of a
+  EXPECT_FALSE(t.Find(mem.data() + 5000, 10, &found));   // between regions
+  MrTable::Region removed;
+  ASSERT_TRUE(t.Remove(mem.data(), &removed));
+  EXPECT_EQ(removed.lkey, 1u);
+  EXPECT_FALSE(t.Find(mem.data() + 100, 1, &found));
+  EXPECT_EQ(t.size(), 1u);
+}
+
+TEST(Rdma, WorkRequestBatching) {
+  for (size_t reads : {0, 1, 31, 32, 33, 100, 1000}) {
+    const WrBatchPlan plan = PlanWorkRequests(reads, 32, 64);
+    size_t next = 0;
+    for (const auto& wave : plan.waves) {
+      size_t in_wave = 0;
+      for (const auto& posting : wave) {
+        EXPECT_EQ(posting.first, next);  // in order, no gaps
+        EXPECT_GE(posting.count, 1u);
+        EXPECT_LE(posting.count, 32u);
+        next += posting.count;
+        in_wave += posting.count;
+      }
+      EXPECT_LE(in_wave, 64u);  // never more in flight than the queue holds
+    }
+    EXPECT_EQ(next, reads);
+  }
+  EXPECT_EQ(PlanWorkRequests(100, 32, 64).waves.size(), 2u);
+}
+
+TEST(Rdma, LiveReadOverVerbs) {
+  std::string why;
+  if (!RdmaAvailable(&why)) GTEST_SKIP() << "no RDMA device: " << why;
+  // With a device the end-to-end path runs in peer_test (PeerTest.RdmaLive).
+  std::unique_ptr<Transport> t;
+  ASSERT_TRUE(Transport::Create("rdma", TransportOptions(), &t).ok());
+  EXPECT_STREQ(t->Name(), "rdma");
+}
+
+TEST(Rdma, ExplicitRdmaWithoutDeviceIsNotSupported) {
+  std::string why;
+  if (RdmaAvailable(&why)) GTEST_SKIP() << "this machine has an RDMA device";
+  std::unique_ptr<Transport> t;
+  EXPECT_TRUE(Transport::Create("rdma", TransportOptions(), &t).IsNotSupported());
+  ASSERT_TRUE(Transport::Create("auto", TransportOptions(), &t).ok());
+  EXPECT_STREQ(t->Name(), "tcp");
+}
+
+// ---------------------------------------------------------------- read validation
+TEST(LeaseTable, GrantReleaseExpire) {
+  auto now = std::chrono::steady_clock::now();
+  LeaseTable table(std::chrono::milliseconds(100), [&] { return now; });
+  auto pin = std::make_shared<int>(1);
+  const uint64_t a = table.Grant(pin);
+  const uint64_t b = table.Grant(pin);
+  EXPECT_EQ(pin.use_count(), 3);
+  EXPECT_TRUE(table.Release(a));
+  EXPECT_FALSE(table.Release(a));  // twice
+  now += std::chrono::milliseconds(150);
+  EXPECT_EQ(table.ReapExpired(), 1u);
+  EXPECT_FALSE(table.Release(b));  // reaped: the read it covered is not trusted
+  EXPECT_EQ(pin.use_count(), 1);
+  EXPECT_FALSE(table.Release(12345));
+}
+
+// An owner's arena in this process: fixed slots, values immutable in place, a slot
+// reused only when no key maps to it and no pin holds it -- the memory tier's rules.
+class FakeOwner final : public RemoteMemory {
+ public:
+  static constexpr size_t kSlot = 4096, kSlots = 16;
+  FakeOwner()
+      : arena_(kSlot * kSlots),
+        pins_(kSlots, 0),
+        leases_(std::chrono::milliseconds(50), [this] { return now_; }) {}
+
+  void Put(const std::string& key, const std::string& value) {
+    auto it = map_.find(key);
+    const int slot = FreeSlot();
+    ASSERT_GE(slot, 0) << "arena full";
+    std::memcpy(&arena_[slot * kSlot], value.data(), value.size());
+    const Entry e{static_cast<size_t>(slot), value.size(), ++version_};
+    if (it != map_.end()) {
+      it->second = e;
+    } else {
+      map_[key] = e;
+    }
+  }
+  void Erase(const std::string& key) { map_.erase(key); }
+  // Lets every lease lapse (the client stalled past the time to live).
+  void ExpireLeases() {
+    now_ += std::chrono::milliseconds(100);
+    leases_.ReapExpired();
+  }
+  // Overwrites every free slot with garbage, as new puts would.
+  void ScribbleFreeSlots() {
+    for (size_t s = 0; s < kSlots; s++) {
+      if (!Mapped(s) && pins_[s] == 0) std::memset(&arena_[s * kSlot], 0xEE, kSlot);
+    }
+  }
+
+  std::function<void()> between;  // runs after the lookup, before the reads
+  int lookups = 0;
+
+  Status Lookup(std::span<const Slice> keys, std::vector<int64_t>* results,
+                std::vector<RemoteLocation>* locations) override {
+    lookups++;
+    results->assign(keys.size(), 0);
+    locations->assign(keys.size(), RemoteLocation());
+    for (size_t i = 0; i < keys.size(); i++) {
+      auto it = map_.find(std::string(keys[i].view()));
+      if (it == map_.end()) {
+        (*results)[i] = Status::NotFound("").ErrorCode();
+        continue;
+      }
+      const Entry e = it->second;
+      pins_[e.slot]++;
+      std::shared_ptr<void> pin(nullptr, [this, s = e.slot](void*) { pins_[s]--; });
+      (*locations)[i] = {e.slot * kSlot, e.size, e.version, leases_.Grant(std::move(pin))};
+      (*results)[i] = kLookupPinned;
+    }
+    return Status::OK();
+  }
+  Status Read(std::span<RemoteRead> reads) override {
+    if (between) between();
+    for (RemoteRead& r : reads) std::memcpy(r.local, &arena_[r.remote_offset], r.length);
+    return Status::OK();
+  }
+  Status Release(std::span<const uint64_t> leases, std::vector<uint8_t>* held) override {
+    held->clear();
+    for (uint64_t l : leases) held->push_back(leases_.Release(l));
+    return Status::OK();
+  }
+
+ private:
+  struct Entry {
+    size_t slot;
+    size_t size;
+    uint64_t version;
+  };
+  bool Mapped(size_t s) const {
+    for (const auto& [k, e] : map_) {
+      if (e.slot == s) return true;
+    }
+    return false;
+  }
+  int FreeSlot() const {
+    for (size_t s = 0; s < kSlots; s++) {
+      if (!Mapped(s) && pins_[s] == 0) return static_cast<int>(s);
+    }
+    return -1;
+  }
+
+  std::vector<char> arena_;
+  std::vector<int> pins_;
+  std::chrono::steady_clock::time_point now_ = std::chrono::steady_clock::now();
+  LeaseTable leases_;
+  std::map<std::string, Entry> map_;
+  uint64_t version_ = 0;
+};
+
+struct Buffers {
+  explicit Buffers(size_t n) : a(n / 3), b(n - n / 3) {}
+  Destination dest() {
+    return {MutableSlice(a.data(), a.size()), MutableSlice(b.data(), b.size())};
+  }
+  std::string joined(size_t size) const {
+    std::string s(a.begin(), a.end());
+    s.append(b.begin(), b.end());
+    return s.substr(0, size);
+  }
+  std::vector<char> a, b;
+};
+
+TEST(ValidatedReader, ReadsIntoScatteredBuffers) {
+  FakeOwner owner;
+  owner.Put("k1", std::string(3000, 'x'));
+  owner.Put("k2", "hello");
+  ValidatedReader reader(&owner);
+  Buffers b1(4096), b2(4096), b3(4096);
+  std::vector<Slice> keys = {"k1", "k2", "nope"};
+  std::vector<Destination> dests = {b1.dest(), b2.dest(), b3.dest()};
+  std::vector<int64_t> results;
+  ASSERT_TRUE(reader.BatchGet(keys, dests, &results).ok());
+  EXPECT_EQ(results[0], 3000);
+  EXPECT_EQ(b1.joined(3000), std::string(3000, 'x'));
+  EXPECT_EQ(results[1], 5);
+  EXPECT_EQ(b2.joined(5), "hello");
+  EXPECT_EQ(results[2], Status::NotFound("").ErrorCode());
+  Buffers small(4);
+  std::vector<Destination> tiny = {small.dest()};
+  ASSERT_TRUE(reader.BatchGet(std::span<const Slice>(&keys[0], 1), tiny, &results).ok());
+  EXPECT_EQ(results[0], Status::BufferTooSmall("").ErrorCode());
+}
+
+TEST(ValidatedReader, OverwriteDuringReadReturnsTheWholeOldValue) {
+  FakeOwner owner;
+  owner.Put("k", std::string(4000, 'A'));
+  // Between lookup and read the owner overwrites and deletes: the pinned old bytes stay
+  // put, so the read returns the complete value that existed at lookup, never a mix.
+  owner.between = [&] {
+    owner.Put("k", std::string(4000, 'B'));
+    owner.Erase("k");
+    owner.Put("other", std::string(4000, 'C'));
+    owner.ScribbleFreeSlots();
+  };
+  ValidatedReader reader(&owner);
+  Buffers b(4096);
+  std::vector<Slice> keys = {"k"};
+  std::vector<Destination> dests = {b.dest()};
+  std::vector<int64_t> results;
+  ASSERT_TRUE(reader.BatchGet(keys, dests, &results).ok());
+  EXPECT_EQ(results[0], 4000);
+  EXPECT_EQ(b.joined(4000), std::string(4000, 'A'));
+  EXPECT_EQ(reader.retries(), 0u);
+}
+
+TEST(ValidatedReader, LapsedLeaseIsDetectedAndRetried) {
+  FakeOwner owner;
+  owner.Put("k", std::string(4000, 'A'));
+  int round = 0;
+  // First round: the client stalls past the lease, the owner overwrites the key and
+  // reuses the freed room -- the read sees garbage.  Validation must catch it.
+  owner.between = [&] {
+    if (round++ > 0) return;
+    owner.ExpireLeases();
+    owner.Put("k", std::string(4000, 'N'));
+    owner.ScribbleFreeSlots();
+  };
+  ValidatedReader reader(&owner);
+  Buffers b(4096);
+  std::vector<Slice> keys = {"k"};
+  std::vector<Destination> dests = {b.dest()};
+  std::vector<int64_t> results;
+  ASSERT_TRUE(reader.BatchGet(keys, dests, &results).ok());
+  EXPECT_EQ(results[0], 4000);
+  EXPECT_EQ(b.joined(4000), std::string(4000, 'N'));  // the new value, whole
+  EXPECT_EQ(reader.retries(), 1u);
+  EXPECT_EQ(owner.lookups, 2);
+}
+
+TEST(ValidatedReader, LeaseThatAlwaysLapsesFailsTheKey) {
+  FakeOwner owner;
+  owner.Put("k", std::string(100, 'A'));
+  owner.Put("ok", std::string(100, 'B'));
+  owner.between = [&] {
+    owner.ExpireLeases();
+    owner.ScribbleFreeSlots();
+  };
+  ValidatedReader reader(&owner, 3);
+  Buffers b(4096);
+  std::vector<Slice> keys = {"k"};
+  std::vector<Destination> dests = {b.dest()};
+  std::vector<int64_t> results;
+  ASSERT_TRUE(reader.BatchGet(keys, dests, &results).ok());
+  EXPECT_EQ(results[0], Status::Aborted("").ErrorCode());
+  EXPECT_EQ(owner.lookups, 3);
+}
+
+}  // namespace
+}  // namespace kvengine

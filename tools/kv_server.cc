@@ -1,0 +1,160 @@
+// kv_server: serves a kvengine DB to peers.
+//
+//   kv_server --db=PATH --listen=HOST:PORT [--transport=auto|tcp|rdma]
+//             [--auth_token_file=F] [--options=name=value,...]
+//   kv_server --stats=HOST:PORT [--auth_token_file=F]     print a server's stats
+//
+// It listens on loopback by default (127.0.0.1:7400); any other address requires an
+// auth token file.  It prints "kv_server: serving PATH on HOST:PORT over T" once ready.
+// SIGTERM (or SIGINT) stops accepting, drains requests in flight, flushes and exits 0.
+#include <signal.h>
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "kvengine/db.h"
+#include "kvengine/transport.h"
+
+namespace {
+
+void Usage() {
+  std::fprintf(stderr,
+               "usage: kv_server --db=PATH [--listen=HOST:PORT] [--transport=auto|tcp|rdma]\n"
+               "                 [--auth_token_file=F] [--options=name=value,...]\n"
+               "       kv_server --stats=HOST:PORT [--auth_token_file=F]\n");
+}
+
+bool Flag(const char* arg, const char* name, std::string* value) {
+  const size_t n = std::strlen(name);
+  if (std::strncmp(arg, name, n) != 0 || arg[n] != '=') return false;
+  *value = arg + n + 1;
+  return true;
+}
+
+// Reads the token the way the DB does (trailing newline dropped).
+bool ReadToken(const std::string& path, std::string* token) {
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return false;
+  char buf[4096];
+  const size_t n = std::fread(buf, 1, sizeof(buf), f);
+  std::fclose(f);
+  token->assign(buf, n);
+  while (!token->empty() &&
+         (token->back() == '\n' || token->back() == '\r' || token->back() == ' ')) {
+    token->pop_back();
+  }
+  return !token->empty();
+}
+
+int PrintStats(const std::string& where, const std::string& token_file) {
+  kvengine::Endpoint ep;
+  kvengine::Status s = kvengine::Endpoint::Parse(where, &ep);
+  kvengine::TransportOptions t;
+  if (s.ok() && !token_file.empty() && !ReadToken(token_file, &t.auth_token)) {
+    s = kvengine::Status::InvalidArgument("cannot read auth token file " + token_file);
+  }
+  std::unique_ptr<kvengine::Transport> transport;
+  if (s.ok()) s = kvengine::Transport::Create("tcp", t, &transport);
+  std::string text;
+  if (s.ok()) {
+    // The Prometheus text when the server's build has it, else the plain stats.
+    s = transport->GetProperty(ep, "kvengine.stats.prometheus", &text);
+    if (s.IsNotFound()) s = transport->GetProperty(ep, "kvengine.stats", &text);
+    std::string peers;
+    if (s.ok() && transport->GetProperty(ep, "kvengine.peers", &peers).ok()) text += peers;
+  }
+  if (!s.ok()) {
+    std::fprintf(stderr, "kv_server --stats: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string db_path, listen = "127.0.0.1:7400", transport = "auto", token_file, options_text,
+                       stats;
+  for (int i = 1; i < argc; i++) {
+    if (Flag(argv[i], "--db", &db_path) || Flag(argv[i], "--listen", &listen) ||
+        Flag(argv[i], "--transport", &transport) ||
+        Flag(argv[i], "--auth_token_file", &token_file) ||
+        Flag(argv[i], "--options", &options_text) || Flag(argv[i], "--stats", &stats)) {
+      continue;
+    }
+    if (std::strcmp(argv[i], "--help") == 0) {
+      Usage();
+      return 0;
+    }
+    std::fprintf(stderr, "kv_server: unknown argument %s\n", argv[i]);
+    Usage();
+    return 2;
+  }
+  if (!stats.empty()) return PrintStats(stats, token_file);
+  if (db_path.empty()) {
+    Usage();
+    return 2;
+  }
+
+  kvengine::Options options;
+  kvengine::Status s;
+  while (s.ok() && !options_text.empty()) {
+    const size_t comma = options_text.find(',');
+    const std::string item = options_text.substr(0, comma);
+    options_text = comma == std::string::npos ? "" : options_text.substr(comma + 1);
+    const size_t eq = item.find('=');
+    if (item.empty()) continue;
+    s = eq == std::string::npos
+            ? kvengine::Status::InvalidArgument("--options item '" + item + "' lacks '='")
+            : options.Set(item.substr(0, eq), item.substr(eq + 1));
+  }
+  if (s.ok()) s = options.Set("listen", listen);
+  if (s.ok()) s = options.Set("peer_transport", transport);
+  if (s.ok() && !token_file.empty()) s = options.Set("peer_auth_token_file", token_file);
+  if (!s.ok()) {
+    std::fprintf(stderr, "kv_server: %s\n", s.ToString().c_str());
+    return 2;
+  }
+
+  // Every thread the DB starts inherits this mask: only sigwait below sees SIGTERM.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  std::unique_ptr<kvengine::DB> db;
+  s = kvengine::DB::Open(options, db_path, &db);
+  if (!s.ok()) {
+    std::fprintf(stderr, "kv_server: cannot open %s: %s\n", db_path.c_str(), s.ToString().c_str());
+    return 1;
+  }
+  std::string peers;
+  db->GetProperty("kvengine.peers", &peers);
+  std::string bound = listen, via = transport;
+  for (size_t pos = 0; pos < peers.size();) {
+    const size_t eol = peers.find('\n', pos);
+    const std::string line = peers.substr(pos, eol - pos);
+    if (line.rfind("listen: ", 0) == 0) bound = line.substr(8);
+    if (line.rfind("transport: ", 0) == 0) via = line.substr(11);
+    if (eol == std::string::npos) break;
+    pos = eol + 1;
+  }
+  std::printf("kv_server: serving %s on %s over %s\n", db_path.c_str(), bound.c_str(), via.c_str());
+  std::fflush(stdout);
+
+  int sig = 0;
+  sigwait(&stop, &sig);
+  std::fprintf(stderr, "kv_server: signal %d: draining\n", sig);
+  s = db->Close();  // stops accepting, drains requests in flight, flushes the SSD tier
+  if (!s.ok()) {
+    std::fprintf(stderr, "kv_server: close: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "kv_server: stopped\n");
+  return 0;
+}

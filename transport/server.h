@@ -1,0 +1,89 @@
+// TransportServer: serves a PeerService (a DB) to peers over TCP.
+//
+// One epoll thread accepts connections and watches them (EPOLLONESHOT); a pool of
+// workers takes a readable connection, reads one whole frame, runs it against the
+// service and writes the answer, so requests pipelined on one connection are answered
+// in order while different connections are served in parallel.  A malformed frame (bad
+// magic, checksum, limits, undecodable message) closes that connection only, logged.
+// Stop() drains: it stops accepting, lets every request already received finish and be
+// answered, then closes the connections.
+#ifndef KVENGINE_TRANSPORT_SERVER_H_
+#define KVENGINE_TRANSPORT_SERVER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvengine/db.h"
+#include "kvengine/options.h"
+#include "kvengine/transport.h"
+#include "transport/read_validation.h"
+
+namespace kvengine {
+
+// A value pinned in the memory tier: its bytes stay unchanged while `pin` lives.
+struct PinnedValue {
+  const char* data = nullptr;
+  uint64_t size = 0;
+  uint64_t version = 0;
+  std::shared_ptr<void> pin;
+};
+
+// What a server serves.  Implemented over a DB by the peer Env.  Thread-safe.
+class PeerService {
+ public:
+  virtual ~PeerService() = default;
+  // Pins key's value when the memory tier holds it; false otherwise.
+  virtual bool Pin(const Slice& key, PinnedValue* out) = 0;
+  // The start of the memory tier's arena (locations are offsets from it); may be null.
+  virtual const char* ArenaBase() const = 0;
+  virtual Status GetValueSize(const Slice& key, uint64_t* size) = 0;
+  virtual Status BatchGetInto(std::span<const Slice> keys, std::span<const Destination> dests,
+                              std::vector<int64_t>* results) = 0;
+  virtual Status BatchPut(std::span<const Slice> keys, std::span<const ValueParts> values,
+                          std::vector<int64_t>* results) = 0;
+  virtual Status BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) = 0;
+  virtual Status BatchDelete(std::span<const Slice> keys, std::vector<int64_t>* results) = 0;
+  virtual bool GetProperty(const std::string& name, std::string* value) = 0;
+};
+
+struct ServerOptions {
+  // Required of every client when non-empty (see wire::AuthProof).
+  std::string auth_token;
+  // Longest the server waits for the rest of a frame it began to receive, or for a
+  // client to take an answer.
+  uint64_t io_timeout_ms = 10000;
+  // Worker threads.
+  int workers = 8;
+  // Time to live of a one-sided read lease (read_validation.h).
+  uint64_t lease_ttl_ms = 2000;
+  std::function<void(LogLevel, const std::string&)> log;
+  // Answers kRdmaConnect: given the client's encoded QP parameters, sets up the
+  // server's side and stores its encoded parameters.  Null: NotSupported.
+  std::function<Status(std::string_view client, std::string* server)> rdma_connect;
+};
+
+class TransportServer {
+ public:
+  // Listens on `at` (port 0: any free port) and serves `service`, which must outlive
+  // the server.
+  static Status Start(const Endpoint& at, const ServerOptions& options, PeerService* service,
+                      std::unique_ptr<TransportServer>* result);
+  virtual ~TransportServer() = default;
+  // Stops accepting, drains requests in flight, closes every connection.  Idempotent.
+  virtual void Stop() = 0;
+  virtual uint16_t port() const = 0;
+  // Counters for stats and tests.
+  virtual uint64_t requests() const = 0;
+  virtual uint64_t rejected_frames() const = 0;
+  virtual uint64_t refused_auth() const = 0;
+};
+
+}  // namespace kvengine
+
+#endif  // KVENGINE_TRANSPORT_SERVER_H_

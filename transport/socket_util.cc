@@ -1,0 +1,213 @@
+#include "transport/socket_util.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+
+#include "util/hash.h"
+
+namespace kvengine {
+
+namespace {
+
+int MillisLeft(Deadline deadline) {
+  const auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now()).count();
+  if (left <= 0) return 0;
+  return left > INT_MAX ? INT_MAX : static_cast<int>(left);
+}
+
+Status Errno(const std::string& what, int err) {
+  return Status::IOError(what + ": " + std::strerror(err));
+}
+
+// Advances iov past n bytes.
+void Consume(std::vector<iovec>* iov, size_t* first, size_t n) {
+  while (n > 0 && *first < iov->size()) {
+    iovec& v = (*iov)[*first];
+    if (n >= v.iov_len) {
+      n -= v.iov_len;
+      v.iov_len = 0;
+      (*first)++;
+    } else {
+      v.iov_base = static_cast<char*>(v.iov_base) + n;
+      v.iov_len -= n;
+      n = 0;
+    }
+  }
+  while (*first < iov->size() && (*iov)[*first].iov_len == 0) (*first)++;
+}
+
+Status Resolve(const Endpoint& ep, sockaddr_storage* addr, socklen_t* len) {
+  addrinfo hints;
+  std::memset(&hints, 0, sizeof(hints));
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  const std::string port = std::to_string(ep.port);
+  const std::string host = ep.host.empty() ? "127.0.0.1" : ep.host;
+  int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &res);
+  if (rc != 0 || res == nullptr) {
+    return Status::IOError("cannot resolve " + ep.ToString() + ": " + gai_strerror(rc));
+  }
+  std::memcpy(addr, res->ai_addr, res->ai_addrlen);
+  *len = res->ai_addrlen;
+  freeaddrinfo(res);
+  return Status::OK();
+}
+
+}  // namespace
+
+void TuneSocket(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  int bytes = 4 << 20;
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
+}
+
+Status ConnectTcp(const Endpoint& peer, Deadline deadline, int* fd) {
+  *fd = -1;
+  sockaddr_storage addr;
+  socklen_t len = 0;
+  Status s = Resolve(peer, &addr, &len);
+  if (!s.ok()) return s;
+  int sock = socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (sock < 0) return Errno("socket", errno);
+  TuneSocket(sock);
+  if (connect(sock, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+    if (errno != EINPROGRESS) {
+      const int err = errno;
+      close(sock);
+      return Errno("connect to " + peer.ToString(), err);
+    }
+    pollfd p{sock, POLLOUT, 0};
+    int rc;
+    do {
+      rc = poll(&p, 1, MillisLeft(deadline));
+    } while (rc < 0 && errno == EINTR);
+    if (rc == 0) {
+      close(sock);
+      return Status::IOError("connect to " + peer.ToString() + ": timed out");
+    }
+    int err = 0;
+    socklen_t elen = sizeof(err);
+    getsockopt(sock, SOL_SOCKET, SO_ERROR, &err, &elen);
+    if (rc < 0 || err != 0) {
+      close(sock);
+      return Errno("connect to " + peer.ToString(), rc < 0 ? errno : err);
+    }
+  }
+  *fd = sock;
+  return Status::OK();
+}
+
+Status ListenTcp(const Endpoint& at, int* fd, uint16_t* port) {
+  sockaddr_storage addr;
+  socklen_t len = 0;
+  Status s = Resolve(at, &addr, &len);
+  if (!s.ok()) return s;
+  int sock = socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (sock < 0) return Errno("socket", errno);
+  int one = 1;
+  setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (bind(sock, reinterpret_cast<sockaddr*>(&addr), len) != 0 || listen(sock, 512) != 0) {
+    const int err = errno;
+    close(sock);
+    return Errno("listen on " + at.ToString(), err);
+  }
+  sockaddr_storage bound;
+  socklen_t blen = sizeof(bound);
+  getsockname(sock, reinterpret_cast<sockaddr*>(&bound), &blen);
+  *port = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+                                      : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  *fd = sock;
+  return Status::OK();
+}
+
+Status WaitReadable(int fd, Deadline deadline) {
+  pollfd p{fd, POLLIN, 0};
+  int rc;
+  do {
+    rc = poll(&p, 1, MillisLeft(deadline));
+  } while (rc < 0 && errno == EINTR);
+  if (rc < 0) return Errno("poll", errno);
+  if (rc == 0) return Status::IOError("timed out");
+  return Status::OK();
+}
+
+Status WriteFully(int fd, std::vector<iovec>* iov, Deadline deadline) {
+  size_t first = 0;
+  Consume(iov, &first, 0);
+  while (first < iov->size()) {
+    const int count = static_cast<int>(std::min<size_t>(iov->size() - first, IOV_MAX));
+    msghdr msg;
+    std::memset(&msg, 0, sizeof(msg));
+    msg.msg_iov = iov->data() + first;
+    msg.msg_iovlen = count;
+    ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (n > 0) {
+      Consume(iov, &first, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd p{fd, POLLOUT, 0};
+      int rc = poll(&p, 1, MillisLeft(deadline));
+      if (rc == 0) return Status::IOError("send timed out");
+      if (rc < 0 && errno != EINTR) return Errno("poll", errno);
+      continue;
+    }
+    return Errno("send", n < 0 ? errno : EPIPE);
+  }
+  return Status::OK();
+}
+
+Status ReadFully(int fd, std::vector<iovec>* iov, Deadline deadline, Hasher64* hasher,
+                 const std::atomic<bool>* stop) {
+  size_t first = 0;
+  Consume(iov, &first, 0);
+  bool any = false;
+  while (first < iov->size()) {
+    const int count = static_cast<int>(std::min<size_t>(iov->size() - first, IOV_MAX));
+    ssize_t n = readv(fd, iov->data() + first, count);
+    if (n > 0) {
+      any = true;
+      if (hasher != nullptr) {
+        size_t left = static_cast<size_t>(n);
+        for (size_t i = first; left > 0; i++) {
+          const size_t k = std::min(left, (*iov)[i].iov_len);
+          hasher->Update((*iov)[i].iov_base, k);
+          left -= k;
+        }
+      }
+      Consume(iov, &first, static_cast<size_t>(n));
+      continue;
+    }
+    if (n == 0) return Status::IOError("connection closed by peer");
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return Errno("recv", errno);
+    // Nothing to read yet: wait in slices so a stopping server notices.
+    for (;;) {
+      if (!any && stop != nullptr && stop->load()) return Status::Aborted("stopping");
+      Deadline slice = SteadyClock::now() + std::chrono::milliseconds(100);
+      if (slice > deadline) slice = deadline;
+      Status s = WaitReadable(fd, slice);
+      if (s.ok()) break;
+      if (SteadyClock::now() >= deadline) return Status::IOError("receive timed out");
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace kvengine

@@ -1,0 +1,48 @@
+// Non-blocking socket I/O with deadlines, shared by the TCP client and server.
+#ifndef KVENGINE_TRANSPORT_SOCKET_UTIL_H_
+#define KVENGINE_TRANSPORT_SOCKET_UTIL_H_
+
+#include <sys/uio.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kvengine/status.h"
+#include "kvengine/transport.h"
+
+namespace kvengine {
+
+class Hasher64;
+
+using SteadyClock = std::chrono::steady_clock;
+using Deadline = SteadyClock::time_point;
+
+inline Deadline DeadlineIn(uint64_t ms) {
+  return SteadyClock::now() + std::chrono::milliseconds(ms);
+}
+
+// Connects a non-blocking TCP socket (TCP_NODELAY, large buffers) to `peer` by `deadline`.
+Status ConnectTcp(const Endpoint& peer, Deadline deadline, int* fd);
+// Binds and listens (non-blocking, SO_REUSEADDR); port 0 picks one, stored in *port.
+Status ListenTcp(const Endpoint& at, int* fd, uint16_t* port);
+
+// Writes every byte of iov by `deadline`.  `iov` is consumed.  IOError on a closed
+// socket or the deadline.
+Status WriteFully(int fd, std::vector<iovec>* iov, Deadline deadline);
+// Reads exactly the bytes of iov by `deadline`, feeding them to `hasher` (may be null).
+// `stop`, when set and true while no byte has been read yet, gives up with Aborted.
+// IOError naming "closed" when the peer closed the connection.
+Status ReadFully(int fd, std::vector<iovec>* iov, Deadline deadline, Hasher64* hasher,
+                 const std::atomic<bool>* stop = nullptr);
+// Waits until fd is readable (or hung up) by deadline: OK, or IOError on timeout.
+Status WaitReadable(int fd, Deadline deadline);
+
+// Makes a socket's buffers large enough for multi-MiB values.
+void TuneSocket(int fd);
+
+}  // namespace kvengine
+
+#endif  // KVENGINE_TRANSPORT_SOCKET_UTIL_H_

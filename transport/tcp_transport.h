@@ -1,0 +1,105 @@
+// TcpTransport: the Transport over TCP, and the control channel of the RDMA transport.
+#ifndef KVENGINE_TRANSPORT_TCP_TRANSPORT_H_
+#define KVENGINE_TRANSPORT_TCP_TRANSPORT_H_
+
+#include <sys/uio.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvengine/transport.h"
+#include "transport/socket_util.h"
+
+namespace kvengine {
+
+// Where a response's body goes.  Called by whichever thread reads the response, while
+// the caller waits; the memory it names must stay valid until the call returns.
+class ResponseSink {
+ public:
+  virtual ~ResponseSink() = default;
+  // Given the response's metadata and body length, stores in *iov where the body's
+  // bytes go (summing to body_len), or returns an error that fails the call (the body
+  // is then discarded).
+  virtual Status OnMeta(std::string_view meta, uint64_t body_len, std::vector<iovec>* iov) = 0;
+};
+
+// Keeps the response's metadata; the response must have no body.
+class MetaSink : public ResponseSink {
+ public:
+  Status OnMeta(std::string_view meta, uint64_t body_len, std::vector<iovec>*) override;
+  std::string meta;
+};
+
+class TcpConnection;
+
+// Region bookkeeping shared by the transports: non-overlapping [addr, addr+len).
+class RegionMap {
+ public:
+  Status Add(void* addr, size_t length, const char* what);
+  // Returns the length removed (0 when addr did not start a region).
+  size_t Remove(void* addr);
+  // True when [addr, addr+length) lies inside one region; *start set to its start.
+  bool Covering(const void* addr, size_t length, uintptr_t* start) const;
+  size_t size() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<uintptr_t, size_t> regions_;  // guarded by mu_
+};
+
+class TcpTransport : public Transport {
+ public:
+  explicit TcpTransport(const TransportOptions& options);
+  ~TcpTransport() override;
+
+  const char* Name() const override { return "tcp"; }
+  Status RegisterMemory(void* addr, size_t length, const char* what) override;
+  void UnregisterMemory(void* addr, size_t length) override;
+  std::shared_ptr<MemoryRegistrar> registrar() override;
+  Status BatchGet(const Endpoint& peer, std::span<const Slice> keys,
+                  std::span<const Destination> destinations,
+                  std::vector<int64_t>* results) override;
+  Status BatchGetOwned(const Endpoint& peer, std::span<const Slice> keys,
+                       std::vector<std::string>* values, std::vector<int64_t>* results) override;
+  Status BatchPut(const Endpoint& peer, std::span<const Slice> keys,
+                  std::span<const ValueParts> values, std::vector<int64_t>* results) override;
+  Status BatchExists(const Endpoint& peer, std::span<const Slice> keys,
+                     std::vector<int64_t>* results) override;
+  Status BatchDelete(const Endpoint& peer, std::span<const Slice> keys,
+                     std::vector<int64_t>* results) override;
+  Status GetProperty(const Endpoint& peer, const std::string& name, std::string* value) override;
+
+  // Sends one request to `peer` and waits for its answer, whose body goes where `sink`
+  // says.  Errors name the peer.
+  Status Call(const Endpoint& peer, uint8_t op, const std::string& meta,
+              std::span<const Slice> body, ResponseSink* sink);
+
+ protected:
+  void Log(LogLevel level, const std::string& line) const;
+  const TransportOptions options_;
+  RegionMap regions_;
+
+ private:
+  struct Peer;
+  Peer* PeerFor(const Endpoint& peer);
+  Status Connection(const Endpoint& peer, std::shared_ptr<TcpConnection>* conn);
+  // Runs a keys-only request whose answer is batch status + results.
+  Status ResultsCall(const Endpoint& peer, uint8_t op, std::span<const Slice> keys,
+                     const uint64_t* extra, std::span<const Slice> body,
+                     std::vector<int64_t>* results);
+
+  std::mutex peers_mu_;
+  std::map<std::string, std::unique_ptr<Peer>> peers_;  // guarded by peers_mu_
+  std::shared_ptr<MemoryRegistrar> registrar_;
+};
+
+// Fails every result with s and returns s.
+Status FailAll(const Status& s, size_t n, std::vector<int64_t>* results);
+
+}  // namespace kvengine
+
+#endif  // KVENGINE_TRANSPORT_TCP_TRANSPORT_H_

@@ -1,0 +1,37 @@
+// Transport::Create: the choice between TCP and RDMA.
+#include "kvengine/transport.h"
+
+#include "transport/rdma.h"
+#include "transport/tcp_transport.h"
+
+namespace kvengine {
+
+Status Transport::Create(const std::string& kind, const TransportOptions& options,
+                         std::unique_ptr<Transport>* result) {
+  result->reset();
+  auto log = [&](LogLevel level, const std::string& line) {
+    if (options.log) {
+      options.log(level, line);
+    } else if (level >= LogLevel::kWarn) {
+      std::fprintf(stderr, "[kvengine transport] %s\n", line.c_str());
+    }
+  };
+  if (kind == "tcp") {
+    *result = std::make_unique<TcpTransport>(options);
+    return Status::OK();
+  }
+  if (kind != "rdma" && kind != "auto") {
+    return Status::InvalidArgument("unknown transport '" + kind + "' (want tcp, rdma or auto)");
+  }
+  Status s = NewRdmaTransport(options, result);
+  if (s.ok()) {
+    log(LogLevel::kInfo, "transport: rdma");
+    return s;
+  }
+  if (kind == "rdma") return Status::NotSupported("RDMA transport unavailable", s.message());
+  log(LogLevel::kInfo, "transport: tcp (RDMA unavailable: " + s.ToString() + ")");
+  *result = std::make_unique<TcpTransport>(options);
+  return Status::OK();
+}
+
+}  // namespace kvengine

@@ -1,0 +1,90 @@
+// The peer protocol's frames and messages (docs/transport.md has the byte layout).
+//
+// A frame is a fixed 40-byte header, then `meta_len` bytes of metadata (the message:
+// keys, sizes, results), then `body_len` bytes of bulk value bytes.  The header's
+// checksum is XXH3-64 over header bytes [0, 32), the metadata and the body, so a torn or
+// corrupted frame is told apart from a good one before anything it carries is trusted.
+#ifndef KVENGINE_TRANSPORT_WIRE_H_
+#define KVENGINE_TRANSPORT_WIRE_H_
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvengine/slice.h"
+#include "kvengine/status.h"
+
+namespace kvengine {
+namespace wire {
+
+// DO NOT CHANGE THESE VALUES: they are on the wire between hosts of different builds.
+inline constexpr uint32_t kMagic = 0x3154564b;  // "KVT1" little-endian
+inline constexpr uint8_t kVersion = 1;
+inline constexpr size_t kHeaderSize = 40;
+// Limits a receiver enforces before reading anything a header announces.
+inline constexpr uint32_t kMaxMetaLen = 64u << 20;
+inline constexpr uint64_t kMaxBodyLen = 4ull << 30;
+inline constexpr uint32_t kMaxKeysPerRequest = 1u << 20;
+
+enum Op : uint8_t {
+  kChallenge = 1,    // server -> client at connect: nonce, whether a token is required
+  kAuth = 2,         // client -> server: proof; the answer says accepted or refused
+  kGet = 3,          // keys + capacities -> results; body: the found values
+  kPut = 4,          // keys + sizes, body: the values -> results
+  kExists = 5,       // keys -> results (1/0/error)
+  kDelete = 6,       // keys -> results
+  kLookup = 7,       // keys -> locations in the owner's arena, pinned under a lease
+  kRelease = 8,      // lease ids -> whether each lease was still held (read valid)
+  kProperty = 9,     // name -> value (stats)
+  kRdmaConnect = 10  // client QP parameters -> server QP parameters and arena rkey
+};
+inline constexpr uint16_t kFlagResponse = 1;
+
+struct FrameHeader {
+  uint8_t op = 0;
+  uint16_t flags = 0;
+  uint64_t request_id = 0;
+  uint32_t meta_len = 0;
+  uint64_t body_len = 0;
+  uint64_t checksum = 0;
+
+  // Writes the 40 header bytes (checksum as stored in the field).
+  void EncodeTo(char* dst) const;
+  // Parses and checks magic, version and limits; Corruption naming the problem.
+  static Status DecodeFrom(const char* src, FrameHeader* out);
+};
+
+// The checksum of a frame: header bytes [0, 32) (of a header encoded with any checksum),
+// then meta, then every body part in order.
+uint64_t FrameChecksum(const char* header, std::string_view meta, std::span<const Slice> body);
+
+// ---------------------------------------------------------------- messages
+// Every response's metadata starts with the batch status: int32 code (0 OK, else the
+// negative code of status.h) and a length-prefixed message.
+void PutBatchStatus(std::string* dst, const Status& s);
+bool GetBatchStatus(std::string_view* in, Status* s);
+
+// Keys: uint32 count, then per key varint length + bytes; `extra` (when non-null) adds
+// one fixed64 per key after its bytes (get: capacity; put: value size).
+void PutKeys(std::string* dst, std::span<const Slice> keys, const uint64_t* extra);
+// Parses what PutKeys wrote; views point into *in's storage.  False when malformed.
+bool GetKeys(std::string_view* in, std::vector<std::string_view>* keys,
+             std::vector<uint64_t>* extra);
+
+// Results: uint32 count, then one fixed64 (two's complement int64) per key.
+void PutResults(std::string* dst, std::span<const int64_t> results);
+bool GetResults(std::string_view* in, std::vector<int64_t>* results);
+
+// Authentication (integrity of membership, not secrecy): the server sends a random
+// 16-byte nonce at connect; the client answers AuthProof(nonce, token).  The token never
+// crosses the wire, but XXH3 is not a cryptographic MAC: this keeps out misconfigured or
+// stray clients, not an attacker who can observe traffic (use a private network).
+inline constexpr size_t kNonceSize = 16;
+uint64_t AuthProof(std::string_view nonce, std::string_view token);
+
+}  // namespace wire
+}  // namespace kvengine
+
+#endif  // KVENGINE_TRANSPORT_WIRE_H_
