@@ -254,8 +254,6 @@ void SsdTier::TombstoneLocked(const std::string& key, const SsdLocation& loc) {
     log_->Add(r);
     tombstones_[bucket].push_back(std::move(r));
   }
-  std::lock_guard<std::mutex> s(stats_mu_);
-  stats_.tombstones++;
 }
 
 void SsdTier::RemoveLocked(std::unordered_map<std::string, SsdLocation>::iterator it,
@@ -645,6 +643,8 @@ SsdTier::Stats SsdTier::GetStats() const {
   s.pending_buckets = sealed_.size() + (open_ != nullptr ? 1 : 0);
   s.live_bytes = 0;
   s.deleted_bytes = 0;
+  s.tombstones = 0;  // records in the log now (the ones recovered at Open included)
+  for (const auto& [bucket, records] : tombstones_) s.tombstones += records.size();
   for (const auto& [id, b] : buckets_) {
     s.live_bytes += b->total_bytes - b->deleted_bytes;
     s.deleted_bytes += b->deleted_bytes;

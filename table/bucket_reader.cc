@@ -55,7 +55,8 @@ Status BucketReader::Open(Env* env, const std::string& path, const FileOptions& 
     return Status::Corruption(path, "footer and header name different buckets");
   }
   if (f.index_offset < kBucketHeaderSize || f.index_offset % kBucketAlignment != 0 ||
-      f.index_size > size || f.index_offset > size - kBucketFooterSize - f.index_size) {
+      f.index_size > size - kBucketFooterSize ||
+      f.index_offset > size - kBucketFooterSize - f.index_size) {
     return Status::Corruption(path, "index block out of range");
   }
   const uint64_t span = RoundUpTo(f.index_size, kBucketAlignment);
