@@ -30,6 +30,7 @@ struct SsdBucket {
   uint64_t last_access = 0;  // SsdTier's access clock, for LRU choices
   bool compacting = false;
   bool write_failed = false;
+  bool writing = false;  // a writer thread has taken it
 
   // Reads in flight against the file; a retired bucket's file is deleted only once
   // this is zero.

@@ -15,7 +15,10 @@ namespace kvengine {
 namespace {
 // Sealed buckets waiting for the writer before Stage() waits: bounds the memory held by
 // images when the disk is slower than the offload rate.
-constexpr size_t kMaxSealedBuckets = 2;
+constexpr size_t kMaxSealedBuckets = 3;
+// Bucket writers: while one syncs, renames and verifies its file, the other keeps the
+// disk busy with data.
+constexpr int kWriterThreads = 2;
 // How long Stage() waits for the writer before it gives up with NoSpace.
 constexpr auto kStageWait = std::chrono::seconds(10);
 // How long the writer waits before retrying a bucket whose write failed.
@@ -52,7 +55,7 @@ class SsdTier::ImagePool {
   uint64_t image_bytes() const { return image_bytes_; }
 
  private:
-  static constexpr size_t kKeep = 4;  // the open bucket, two sealed ones, one being read
+  static constexpr size_t kKeep = 5;  // the open bucket, three sealed ones, one being read
   const uint64_t image_bytes_;
   std::mutex mu_;
   std::vector<AlignedBuffer> free_;
@@ -82,7 +85,9 @@ Status SsdTier::Open(const Options& options, const std::string& dir, Env* env, L
   }
   Status s = tier->Recover();
   if (!s.ok()) return s;
-  tier->writer_ = std::thread([t = tier.get()] { t->WriterLoop(); });
+  for (int i = 0; i < kWriterThreads; i++) {
+    tier->writers_.emplace_back([t = tier.get(), i] { t->WriterLoop(i); });
+  }
   if (options.gc_interval_ms > 0) tier->gc_ = std::thread([t = tier.get()] { t->GcLoop(); });
   *result = std::move(tier);
   return Status::OK();
@@ -109,7 +114,8 @@ Status SsdTier::Close() {
   }
   writer_cv_.notify_all();
   written_cv_.notify_all();
-  if (writer_.joinable()) writer_.join();
+  for (std::thread& w : writers_) w.join();
+  writers_.clear();
   return s;
 }
 
@@ -465,34 +471,47 @@ Status SsdTier::WriteBucketFile(const BucketBuilder& builder,
   return s;
 }
 
-void SsdTier::WriterLoop() {
+std::shared_ptr<SsdBucket> SsdTier::NextToWriteLocked() {
+  for (const auto& b : sealed_) {
+    if (!b->writing) return b;
+  }
+  return nullptr;
+}
+
+void SsdTier::WriterLoop(int index) {
   std::unique_lock<std::mutex> lock(mu_);
   uint64_t last_tombstone_sync = env_->NowMicros();
   while (true) {
     const auto tick = std::chrono::milliseconds(
         std::max<uint64_t>(10, std::min<uint64_t>(options_.bucket_flush_timeout_ms, 100)));
-    writer_cv_.wait_for(lock, tick, [this] { return stopping_ || !sealed_.empty(); });
+    writer_cv_.wait_for(lock, tick, [this] { return stopping_ || NextToWriteLocked() != nullptr; });
     const uint64_t now = env_->NowMicros();
-    if (open_ != nullptr && open_->keys > 0 &&
-        now - open_->opened_micros >= options_.bucket_flush_timeout_ms * 1000) {
-      SealOpenLocked();  // a few values are not held back forever
+    if (index == 0) {  // the housekeeping is the first writer's
+      if (open_ != nullptr && open_->keys > 0 &&
+          now - open_->opened_micros >= options_.bucket_flush_timeout_ms * 1000) {
+        SealOpenLocked();  // a few values are not held back forever
+      }
+      if (options_.tombstone_sync_interval_ms > 0 &&
+          now - last_tombstone_sync >= options_.tombstone_sync_interval_ms * 1000) {
+        last_tombstone_sync = now;
+        lock.unlock();
+        Status s = log_->Sync();
+        if (!s.ok()) {
+          logger_->Logf(LogLevel::kError, "tombstone log sync: %s", s.ToString().c_str());
+        }
+        lock.lock();
+      }
     }
-    if (options_.tombstone_sync_interval_ms > 0 &&
-        now - last_tombstone_sync >= options_.tombstone_sync_interval_ms * 1000) {
-      last_tombstone_sync = now;
-      lock.unlock();
-      Status s = log_->Sync();
-      if (!s.ok()) logger_->Logf(LogLevel::kError, "tombstone log sync: %s", s.ToString().c_str());
-      lock.lock();
-    }
-    if (sealed_.empty()) {
+    std::shared_ptr<SsdBucket> bucket = NextToWriteLocked();
+    if (bucket == nullptr) {
       if (stopping_) return;
       continue;
     }
-    std::shared_ptr<SsdBucket> bucket = sealed_.front();
+    bucket->writing = true;
     lock.unlock();
     Status s = WriteBucket(bucket);
     lock.lock();
+    bucket->writing = false;
     {
       std::lock_guard<std::mutex> st(stats_mu_);
       if (s.ok()) {
@@ -502,7 +521,7 @@ void SsdTier::WriterLoop() {
       }
     }
     if (s.ok()) {
-      sealed_.pop_front();
+      sealed_.erase(std::find(sealed_.begin(), sealed_.end(), bucket));
       writer_error_ = Status::OK();
     } else {
       // The image stays in memory and keeps serving reads; the write is retried.  Flush()

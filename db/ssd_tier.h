@@ -157,7 +157,9 @@ class SsdTier {
   SsdTier(const Options& options, std::string dir, Env* env, Logger* logger);
 
   Status Recover();  // ssd_recovery.cc
-  void WriterLoop();
+  void WriterLoop(int index);
+  // REQUIRES: mu_ held.  The oldest sealed bucket no writer has taken, or null.
+  std::shared_ptr<SsdBucket> NextToWriteLocked();
   void GcLoop();
   // REQUIRES: mu_ held.
   void SealOpenLocked();
@@ -218,7 +220,7 @@ class SsdTier {
   mutable std::mutex stats_mu_;
   Stats stats_;
 
-  std::thread writer_;
+  std::vector<std::thread> writers_;
   std::thread gc_;
 };
 
