@@ -31,6 +31,7 @@
 #include "kvengine/options.h"
 #include "kvengine/slice.h"
 #include "kvengine/status.h"
+#include "util/perf_point.h"
 
 namespace py = pybind11;
 
@@ -397,6 +398,7 @@ class Store {
 
   // ------------------------------------------------------------ single keys
   int Put(py::handle key_obj, py::handle value) {
+    kvengine::PerfPoint perf(kvengine::PerfKey::py_put);
     std::string key = KeyFrom(key_obj, "key");
     Pins pins;
     Region r = RegionOfObject(value, false, &pins, "value");
@@ -404,6 +406,7 @@ class Store {
   }
 
   int PutFrom(py::handle key_obj, py::handle ptr_or_obj, py::handle size) {
+    kvengine::PerfPoint perf(kvengine::PerfKey::py_put);
     std::string key = KeyFrom(key_obj, "key");
     Pins pins;
     Region r = size.is_none() ? RegionOfObject(ptr_or_obj, false, &pins, "buffer")
@@ -414,6 +417,7 @@ class Store {
   // The value as bytes; b"" when absent or on error (Mooncake's convention).  With
   // raise_missing, raises KeyError when absent and kvengine.Error on other failures.
   py::bytes Get(py::handle key_obj, bool raise_missing) {
+    kvengine::PerfPoint perf(kvengine::PerfKey::py_get);
     std::string key = KeyFrom(key_obj, "key");
     auto db = GetDb();
     if (!db) {
@@ -452,6 +456,7 @@ class Store {
   }
 
   int64_t GetInto(py::handle key_obj, py::handle ptr_or_obj, py::handle size) {
+    kvengine::PerfPoint perf(kvengine::PerfKey::py_get);
     std::string key = KeyFrom(key_obj, "key");
     Pins pins;
     Region r = size.is_none() ? RegionOfObject(ptr_or_obj, true, &pins, "buffer")
@@ -486,7 +491,10 @@ class Store {
     return Exists(keys)[0];
   }
 
-  std::vector<int64_t> BatchIsExist(py::handle keys_obj) { return Exists(KeysFrom(keys_obj)); }
+  std::vector<int64_t> BatchIsExist(py::handle keys_obj) {
+    kvengine::PerfPoint perf(kvengine::PerfKey::py_batch_exists);
+    return Exists(KeysFrom(keys_obj));
+  }
 
   int Remove(py::handle key_obj) {
     std::string key = KeyFrom(key_obj, "key");
@@ -501,6 +509,7 @@ class Store {
   }
 
   std::vector<int64_t> BatchRemove(py::handle keys_obj) {
+    kvengine::PerfPoint perf(kvengine::PerfKey::py_batch_delete);
     std::vector<std::string> keys = KeysFrom(keys_obj);
     auto db = GetDb();
     if (!db) return std::vector<int64_t>(keys.size(), kNotOpen);
@@ -566,6 +575,7 @@ class Store {
   // ------------------------------------------------------------ batches
   // values[i]: one buffer per key (sizes None) or one pointer per key with sizes[i].
   std::vector<int64_t> BatchPutFrom(py::handle keys_obj, py::handle items, py::handle sizes) {
+    kvengine::PerfPoint perf(kvengine::PerfKey::py_batch_put);
     std::vector<std::string> keys = KeysFrom(keys_obj);
     CheckSameLength(keys.size(), items, "buffers");
     if (!sizes.is_none()) CheckSameLength(keys.size(), sizes, "sizes");
@@ -579,6 +589,7 @@ class Store {
   }
 
   std::vector<int64_t> BatchGetInto(py::handle keys_obj, py::handle items, py::handle sizes) {
+    kvengine::PerfPoint perf(kvengine::PerfKey::py_batch_get_into);
     std::vector<std::string> keys = KeysFrom(keys_obj);
     CheckSameLength(keys.size(), items, "buffers");
     if (!sizes.is_none()) CheckSameLength(keys.size(), sizes, "sizes");
@@ -594,6 +605,7 @@ class Store {
   // items[i]: the list of buffers (or pointers, with sizes[i]) whose concatenation is
   // keys[i]'s value.
   std::vector<int64_t> BatchPutFromMulti(py::handle keys_obj, py::handle items, py::handle sizes) {
+    kvengine::PerfPoint perf(kvengine::PerfKey::py_batch_put);
     std::vector<std::string> keys = KeysFrom(keys_obj);
     Pins pins;
     std::vector<std::vector<Region>> regions =
@@ -609,6 +621,7 @@ class Store {
   }
 
   std::vector<int64_t> BatchGetIntoMulti(py::handle keys_obj, py::handle items, py::handle sizes) {
+    kvengine::PerfPoint perf(kvengine::PerfKey::py_batch_get_into);
     std::vector<std::string> keys = KeysFrom(keys_obj);
     Pins pins;
     std::vector<std::vector<Region>> regions = MultiRegions(keys.size(), items, sizes, true, &pins);

@@ -1,5 +1,6 @@
 """The store API of the kvengine module against a real DB."""
 import ctypes
+import json
 import gc
 import threading
 
@@ -366,3 +367,17 @@ def test_buffers_released_after_calls(db):
     ba.extend(b"more")  # would raise BufferError if a view leaked
     del db
     gc.collect()
+
+
+def test_binding_entry_points_are_timed(db_path):
+    """With perf_level=all, the binding's own perf keys (layer python) count its calls."""
+    import kvengine
+    from conftest import SMALL
+    with kvengine.DB(db_path, **dict(SMALL, perf_level="all")) as d:
+        assert d.put("p.0", b"x" * 4096) == 0
+        assert d.batch_is_exist(["p.0", "p.1"]) == [1, 0]
+        perf = d.perf()["keys"]
+        assert perf["py_put"]["layer"] == "python"
+        assert perf["py_put"]["count"] == 1
+        assert perf["py_batch_exists"]["count"] == 1
+        assert perf["py_batch_put"]["count"] == 0
