@@ -12,8 +12,8 @@
 //      if the key still maps to the old bucket with the same version.  A key that lost
 //      the race (deleted or overwritten meanwhile) is dead in the new bucket: it gets a
 //      tombstone naming the new bucket, so no restart revives it;
-//   4. sync the tombstone log, wait for in-flight reads of the old bucket without holding
-//      any lock, delete its file and drop its tombstones.
+//   4. sync the tombstone log; at the end of the round, wait for in-flight reads of the
+//      old buckets without holding any lock, delete their files and drop their tombstones.
 // A failure before step 3 leaves the old bucket authoritative and removes the new file.
 #include <algorithm>
 #include <chrono>
@@ -52,9 +52,10 @@ Status SsdTier::CompactBuckets(uint64_t* reclaimed) {
     for (const auto& b : candidates) b->compacting = true;
   }
   Status first;
+  std::vector<std::shared_ptr<SsdBucket>> retired;
   for (const auto& b : candidates) {
     uint64_t n = 0;
-    Status s = CompactOne(b, &n);
+    Status s = CompactOne(b, &n, &retired);
     if (!s.ok()) {
       logger_->Logf(LogLevel::kError, "compacting bucket %llu: %s",
                     static_cast<unsigned long long>(b->id), s.ToString().c_str());
@@ -62,12 +63,16 @@ Status SsdTier::CompactBuckets(uint64_t* reclaimed) {
     }
     if (reclaimed != nullptr) *reclaimed += n;
   }
+  // The old files go together: one directory sync and one tombstone-log rewrite per
+  // round rather than per bucket.
+  RetireBuckets(retired);
   std::lock_guard<std::mutex> st(stats_mu_);
   stats_.gc_rounds++;
   return first;
 }
 
-Status SsdTier::CompactOne(const std::shared_ptr<SsdBucket>& old, uint64_t* reclaimed) {
+Status SsdTier::CompactOne(const std::shared_ptr<SsdBucket>& old, uint64_t* reclaimed,
+                           std::vector<std::shared_ptr<SsdBucket>>* retired) {
   PerfPoint perf(PerfKey::ssd_compaction);
   *reclaimed = 0;
   // 1. The live entries, and a pin on the old file.
@@ -189,10 +194,10 @@ Status SsdTier::CompactOne(const std::shared_ptr<SsdBucket>& old, uint64_t* recl
     stats_.gc_keys_lost_race += lost;
   }
   // 4. Make the new tombstones durable before the old file (whose tombstones covered
-  // the same values) disappears, then retire it.
+  // the same values) disappears; the caller then retires it.
   Status s = log_->Sync();
   if (!s.ok()) return s;
-  RetireBuckets({old});
+  retired->push_back(old);
   return Status::OK();
 }
 

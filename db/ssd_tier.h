@@ -176,7 +176,9 @@ class SsdTier {
   void RetireBuckets(const std::vector<std::shared_ptr<SsdBucket>>& retired);
   Status RewriteTombstones();
   // ssd_gc.cc
-  Status CompactOne(const std::shared_ptr<SsdBucket>& bucket, uint64_t* reclaimed);
+  // Compacts one bucket; on success appends it to *retired for RetireBuckets.
+  Status CompactOne(const std::shared_ptr<SsdBucket>& bucket, uint64_t* reclaimed,
+                    std::vector<std::shared_ptr<SsdBucket>>* retired);
   std::string BucketPath(uint64_t id) const;
 
   const Options options_;
