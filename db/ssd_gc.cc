@@ -2,7 +2,7 @@
 //
 // A round picks buckets whose deleted ratio is at least gc_deleted_ratio (or any with
 // deleted bytes when the tier is over its high watermark), coldest first, and compacts
-// each one:
+// them, as many at a time as fit one bucket image, into one new bucket:
 //   1. under the lock, list the entries the map still reaches (key -> this bucket, same
 //      version) and pin the bucket against retirement;
 //   2. read them (checksums verified) straight into a new bucket's image and write it:
@@ -53,12 +53,27 @@ Status SsdTier::CompactBuckets(uint64_t* reclaimed) {
   }
   Status first;
   std::vector<std::shared_ptr<SsdBucket>> retired;
-  for (const auto& b : candidates) {
+  // Sparse buckets are merged, as many as fit one bucket image, so that the fixed cost
+  // of a compaction (three syncs and a verification read) is paid once for all of them.
+  for (size_t begin = 0; begin < candidates.size();) {
+    std::vector<std::shared_ptr<SsdBucket>> group;
+    uint64_t group_live = 0;
+    for (size_t i = begin; i < candidates.size(); i++) {
+      uint64_t live;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        live = candidates[i]->total_bytes - candidates[i]->deleted_bytes;
+      }
+      if (!group.empty() && group_live + live > bucket_bytes_) break;
+      group.push_back(candidates[i]);
+      group_live += live;
+    }
+    begin += group.size();
     uint64_t n = 0;
-    Status s = CompactOne(b, &n, &retired);
+    Status s = CompactGroup(group, &n, &retired);
     if (!s.ok()) {
-      logger_->Logf(LogLevel::kError, "compacting bucket %llu: %s",
-                    static_cast<unsigned long long>(b->id), s.ToString().c_str());
+      logger_->Logf(LogLevel::kError, "compacting %zu bucket(s) from %llu: %s", group.size(),
+                    static_cast<unsigned long long>(group.front()->id), s.ToString().c_str());
       if (first.ok()) first = s;
     }
     if (reclaimed != nullptr) *reclaimed += n;
@@ -71,41 +86,52 @@ Status SsdTier::CompactBuckets(uint64_t* reclaimed) {
   return first;
 }
 
-Status SsdTier::CompactOne(const std::shared_ptr<SsdBucket>& old, uint64_t* reclaimed,
-                           std::vector<std::shared_ptr<SsdBucket>>* retired) {
+Status SsdTier::CompactGroup(const std::vector<std::shared_ptr<SsdBucket>>& olds,
+                             uint64_t* reclaimed,
+                             std::vector<std::shared_ptr<SsdBucket>>* retired) {
   PerfPoint perf(PerfKey::ssd_compaction);
   *reclaimed = 0;
-  // 1. The live entries, and a pin on the old file.
+  // 1. The live entries of every old bucket (with the bucket each came from), and a pin
+  // on each old file.
   std::vector<BucketEntry> live;
+  std::vector<size_t> source;  // live[i] lies in olds[source[i]]
   uint64_t new_id = 0;
   uint64_t live_bytes = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const BucketEntry& e : old->reader->entries()) {
-      auto it = map_.find(e.key);
-      if (it != map_.end() && it->second.bucket == old->id && it->second.version == e.version) {
-        live.push_back(e);
-        live_bytes += PaddedValueSize(e.size);
+    for (size_t k = 0; k < olds.size(); k++) {
+      for (const BucketEntry& e : olds[k]->reader->entries()) {
+        auto it = map_.find(e.key);
+        if (it != map_.end() && it->second.bucket == olds[k]->id &&
+            it->second.version == e.version) {
+          live.push_back(e);
+          source.push_back(k);
+          live_bytes += PaddedValueSize(e.size);
+        }
       }
+      olds[k]->readers.fetch_add(1, std::memory_order_acq_rel);
     }
-    old->readers.fetch_add(1, std::memory_order_acq_rel);
     if (!live.empty()) new_id = next_bucket_id_++;
   }
-  auto unpin = [&] { old->readers.fetch_sub(1, std::memory_order_acq_rel); };
+  auto unpin = [&] {
+    for (const auto& old : olds) old->readers.fetch_sub(1, std::memory_order_acq_rel);
+  };
+  auto give_up = [&](Status s) {  // the old buckets stay authoritative
+    unpin();
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& old : olds) old->compacting = false;
+    return s;
+  };
 
   std::shared_ptr<SsdBucket> fresh;
   std::vector<BucketEntry> written;  // what the builder actually placed, key by key
+  std::vector<size_t> written_source;
   if (!live.empty()) {
     // 2. Read the live values straight into the new image, then write it.
     std::unique_ptr<BucketBuilder> builder;
     Status s =
         BucketBuilder::Create(new_id, kBucketHeaderSize + live_bytes, env_->NowMicros(), &builder);
-    if (!s.ok()) {
-      unpin();
-      std::lock_guard<std::mutex> lock(mu_);
-      old->compacting = false;
-      return s;
-    }
+    if (!s.ok()) return give_up(s);
     std::vector<ValueRead> reads(live.size());
     std::vector<MutableSlice> dests(live.size());
     std::vector<uint64_t> offsets(live.size());
@@ -118,13 +144,18 @@ Status SsdTier::CompactOne(const std::shared_ptr<SsdBucket>& old, uint64_t* recl
       reads[i].checksum = live[i].checksum;
       reads[i].dest = std::span<const MutableSlice>(&dests[i], 1);
     }
-    old->reader->ReadValues(env_, reads, /*verify=*/true);
-    uint64_t corrupt = 0;
+    // One batch per old bucket (entries of a bucket are contiguous in `live`).
+    for (size_t begin = 0; begin < live.size();) {
+      size_t end = begin;
+      while (end < live.size() && source[end] == source[begin]) end++;
+      olds[source[begin]]->reader->ReadValues(
+          env_, std::span<ValueRead>(reads.data() + begin, end - begin), /*verify=*/true);
+      begin = end;
+    }
     for (size_t i = 0; i < live.size(); i++) {
       if (!reads[i].status.ok()) {
         // A value that fails its checksum cannot be carried over; it was unreadable
-        // anyway.  It is dropped (tombstoned) below with the keys that lost the race.
-        corrupt++;
+        // anyway.  It is dropped (tombstoned) below.
         logger_->Logf(LogLevel::kError, "GC: dropping unreadable value: %s",
                       reads[i].status.ToString().c_str());
         continue;
@@ -132,16 +163,12 @@ Status SsdTier::CompactOne(const std::shared_ptr<SsdBucket>& old, uint64_t* recl
       BucketEntry e = live[i];
       e.offset = offsets[i];
       written.push_back(std::move(e));
+      written_source.push_back(source[i]);
     }
     uint64_t file_size = 0;
     std::unique_ptr<BucketReader> reader;
     s = WriteBucketFile(*builder, written, &file_size, &reader);
-    if (!s.ok()) {
-      unpin();
-      std::lock_guard<std::mutex> lock(mu_);
-      old->compacting = false;
-      return s;  // the old bucket stays authoritative
-    }
+    if (!s.ok()) return give_up(s);
     fresh = std::make_shared<SsdBucket>();
     fresh->id = new_id;
     fresh->state = SsdBucket::State::kOnDisk;
@@ -157,12 +184,15 @@ Status SsdTier::CompactOne(const std::shared_ptr<SsdBucket>& old, uint64_t* recl
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (fresh != nullptr) {
-      fresh->last_access = old->last_access;
-      for (const BucketEntry& e : written) {
+      for (const auto& old : olds)
+        fresh->last_access = std::max(fresh->last_access, old->last_access);
+      for (size_t i = 0; i < written.size(); i++) {
+        const BucketEntry& e = written[i];
         fresh->keys++;
         fresh->total_bytes += e.size;
         auto it = map_.find(e.key);
-        if (it != map_.end() && it->second.bucket == old->id && it->second.version == e.version) {
+        if (it != map_.end() && it->second.bucket == olds[written_source[i]]->id &&
+            it->second.version == e.version) {
           it->second.bucket = fresh->id;
           it->second.offset = e.offset;
           fresh->live_keys++;
@@ -176,28 +206,34 @@ Status SsdTier::CompactOne(const std::shared_ptr<SsdBucket>& old, uint64_t* recl
       used_bytes_ += fresh->file_size;
     }
     // Entries that could not be read: drop them from the map so no one reads garbage.
-    for (const BucketEntry& e : live) {
-      auto it = map_.find(e.key);
-      if (it != map_.end() && it->second.bucket == old->id && it->second.version == e.version) {
+    for (size_t i = 0; i < live.size(); i++) {
+      auto it = map_.find(live[i].key);
+      if (it != map_.end() && it->second.bucket == olds[source[i]]->id &&
+          it->second.version == live[i].version) {
         RemoveLocked(it, /*tombstone=*/true);
       }
     }
-    buckets_.erase(old->id);
-    used_bytes_ -= old->file_size;
-    *reclaimed = old->file_size - (fresh != nullptr ? fresh->file_size : 0);
+    uint64_t old_bytes = 0;
+    for (const auto& old : olds) {
+      buckets_.erase(old->id);
+      used_bytes_ -= old->file_size;
+      old_bytes += old->file_size;
+    }
+    const uint64_t new_bytes = fresh != nullptr ? fresh->file_size : 0;
+    *reclaimed = old_bytes > new_bytes ? old_bytes - new_bytes : 0;
   }
   unpin();
   {
     std::lock_guard<std::mutex> st(stats_mu_);
-    stats_.gc_buckets_compacted++;
+    stats_.gc_buckets_compacted += olds.size();
     stats_.gc_bytes_reclaimed += *reclaimed;
     stats_.gc_keys_lost_race += lost;
   }
-  // 4. Make the new tombstones durable before the old file (whose tombstones covered
-  // the same values) disappears; the caller then retires it.
+  // 4. Make the new tombstones durable before the old files (whose tombstones covered
+  // the same values) disappear; the caller then retires them.
   Status s = log_->Sync();
   if (!s.ok()) return s;
-  retired->push_back(old);
+  retired->insert(retired->end(), olds.begin(), olds.end());
   return Status::OK();
 }
 

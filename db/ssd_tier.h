@@ -176,9 +176,10 @@ class SsdTier {
   void RetireBuckets(const std::vector<std::shared_ptr<SsdBucket>>& retired);
   Status RewriteTombstones();
   // ssd_gc.cc
-  // Compacts one bucket; on success appends it to *retired for RetireBuckets.
-  Status CompactOne(const std::shared_ptr<SsdBucket>& bucket, uint64_t* reclaimed,
-                    std::vector<std::shared_ptr<SsdBucket>>* retired);
+  // Compacts the buckets of `olds` into one new bucket; on success appends them to
+  // *retired for RetireBuckets.  REQUIRES: each is marked compacting.
+  Status CompactGroup(const std::vector<std::shared_ptr<SsdBucket>>& olds, uint64_t* reclaimed,
+                      std::vector<std::shared_ptr<SsdBucket>>* retired);
   std::string BucketPath(uint64_t id) const;
 
   const Options options_;
