@@ -10,6 +10,7 @@
 #include "env/gpu_io.h"
 #include "env/peer_env.h"
 #include "transport/server.h"
+#include "util/buffers.h"
 #include "util/config_parse.h"
 
 namespace kvengine {
@@ -45,6 +46,12 @@ uint64_t PartsSize(std::span<const Slice> parts) {
   uint64_t size = 0;
   for (const Slice& part : parts) size += part.size();
   return size;
+}
+
+// BufferTooSmall for a value of `size` bytes and buffers of `capacity`.
+Status TooSmall(const Slice& key, uint64_t size, uint64_t capacity) {
+  return Status::BufferTooSmall("value of key " + Printable(key) + " is " + std::to_string(size) +
+                                " bytes; buffers hold " + std::to_string(capacity));
 }
 
 }  // namespace
@@ -310,19 +317,9 @@ Status DBImpl::GetFromMemory(const Slice& key, std::span<const MutableSlice> des
   const Slice value = handle.value();
   *size = value.size();
   if (value.size() > capacity) {
-    return Status::BufferTooSmall("value of key " + Printable(key) + " is " +
-                                  std::to_string(value.size()) + " bytes; buffers hold " +
-                                  std::to_string(capacity));
+    return TooSmall(key, value.size(), capacity);
   }
-  const char* src = value.data();
-  uint64_t left = value.size();
-  for (const MutableSlice& d : dest) {
-    if (left == 0) break;
-    const uint64_t n = std::min<uint64_t>(left, d.size());
-    std::memcpy(d.data(), src, n);
-    src += n;
-    left -= n;
-  }
+  ScatterCopy(value.data(), value.size(), dest);
   counters_.get_bytes.fetch_add(value.size(), std::memory_order_relaxed);
   return Status::OK();
 }
@@ -352,9 +349,7 @@ Status DBImpl::GetOne(const Slice& key, std::span<const MutableSlice> dest, uint
   if (result[0] == Status::BufferTooSmall("").ErrorCode()) {
     SsdLocation loc;
     if (ssd_->Locate(key, &loc)) *size = loc.size;
-    return Status::BufferTooSmall("value of key " + Printable(key) + " is " +
-                                  std::to_string(*size) + " bytes; buffers hold " +
-                                  std::to_string(capacity));
+    return TooSmall(key, *size, capacity);
   }
   return Status::FromErrorCode(static_cast<int>(result[0]), "key " + Printable(key));
 }
@@ -402,9 +397,7 @@ Status DBImpl::GetOneToDevice(const Slice& key, std::span<const MutableSlice> de
       const Slice value = handle.value();
       *size = value.size();
       if (value.size() > capacity) {
-        return Status::BufferTooSmall("value of key " + Printable(key) + " is " +
-                                      std::to_string(value.size()) + " bytes; buffers hold " +
-                                      std::to_string(capacity));
+        return TooSmall(key, value.size(), capacity);
       }
       s = gpu_->CopyToDevice("key " + Printable(key), device, value, /*in_arena=*/true, dest);
       if (s.ok()) counters_.get_bytes.fetch_add(value.size(), std::memory_order_relaxed);
@@ -922,14 +915,7 @@ void DBImpl::ReadFromSsd(std::span<const Slice> keys, std::span<const Destinatio
     if (options_.promote_on_read) {
       // The bytes are in the caller's buffers now; copy them into the memory tier, unless
       // the key changed meanwhile (checked under the key's lock).
-      std::vector<Slice> parts;
-      uint64_t left = r.size;
-      for (const MutableSlice& d : r.dest) {
-        if (left == 0) break;
-        const uint64_t n = std::min<uint64_t>(left, d.size());
-        parts.emplace_back(d.data(), n);
-        left -= n;
-      }
+      const std::vector<Slice> parts = FilledParts(r.dest, r.size);
       const uint64_t version = r.version;
       if (memory_->Insert(key, parts, r.size, version,
                           [&] { return ssd_->HasVersion(key, version); })) {

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "db/ssd_bucket.h"
+#include "util/buffers.h"
 #include "util/config_parse.h"
 #include "util/hash.h"
 #include "util/logging.h"
@@ -355,15 +356,7 @@ void SsdTier::MultiGet(std::span<Read> reads, bool verify_checksums) {
     Pending& p = pending[k];
     Read& r = reads[p.read];
     if (p.image != nullptr) {
-      const char* src = p.image->Data(p.loc.offset);
-      uint64_t left = p.loc.size;
-      for (const MutableSlice& d : r.dest) {
-        if (left == 0) break;
-        const uint64_t n = std::min<uint64_t>(left, d.size());
-        std::memcpy(d.data(), src, n);
-        src += n;
-        left -= n;
-      }
+      ScatterCopy(p.image->Data(p.loc.offset), p.loc.size, r.dest);
       r.status = Status::OK();
       continue;
     }

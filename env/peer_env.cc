@@ -7,6 +7,7 @@
 
 #include "transport/rdma.h"
 #include "transport/server.h"
+#include "util/buffers.h"
 #include "util/hash.h"
 #include "util/logging.h"
 
@@ -484,15 +485,8 @@ void PeerEnv::ReadThroughGet(std::span<const Slice> keys, std::span<const Destin
       if (r[j] < 0) continue;
       remote_hits_.fetch_add(1, std::memory_order_relaxed);
       if (!promote || !options_.promote_from_peers) continue;
-      std::vector<Slice> parts;
-      uint64_t left = static_cast<uint64_t>(r[j]);
-      for (const MutableSlice& d : dests[i]) {
-        if (left == 0) break;
-        const uint64_t n = std::min<uint64_t>(left, d.size());
-        parts.emplace_back(d.data(), n);
-        left -= n;
-      }
-      promote(keys[i], parts, static_cast<uint64_t>(r[j]));
+      promote(keys[i], FilledParts(dests[i], static_cast<uint64_t>(r[j])),
+              static_cast<uint64_t>(r[j]));
       promotions_.fetch_add(1, std::memory_order_relaxed);
     }
   });

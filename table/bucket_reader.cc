@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "util/buffers.h"
 #include "util/hash.h"
 
 namespace kvengine {
@@ -102,7 +103,6 @@ Status BucketReader::PlanRead(const ValueRead& read, Plan* plan) const {
     value_pos += n;
   }
   plan->first_bounced_part = part;
-  plan->first_part_skip = 0;
   if (value_pos < read.size) {
     // The rest goes through one aligned bounce buffer; value_pos is aligned here since
     // every direct part had an aligned length.
@@ -127,14 +127,8 @@ Status BucketReader::FinishRead(const ValueRead& read, Plan* plan, bool verify) 
     if (r.bytes_read < needed) return Status::Corruption(path_, "value extends past end of file");
   }
   if (plan->bounce.data() != nullptr) {
-    const char* src = plan->bounce.data();
-    uint64_t left = read.size - plan->bounce_value_offset;
-    for (size_t i = plan->first_bounced_part; i < read.dest.size() && left > 0; i++) {
-      const uint64_t n = std::min<uint64_t>(left, read.dest[i].size());
-      std::memcpy(read.dest[i].data(), src, n);
-      src += n;
-      left -= n;
-    }
+    ScatterCopy(plan->bounce.data(), read.size - plan->bounce_value_offset,
+                read.dest.subspan(plan->first_bounced_part));
   }
   if (verify && ChecksumParts(read.dest, read.size) != read.checksum) {
     return Status::Corruption(path_,

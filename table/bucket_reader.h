@@ -55,7 +55,6 @@ class BucketReader {
     AlignedBuffer bounce;
     uint64_t bounce_value_offset = 0;  // value byte at bounce.data()[0]
     size_t first_bounced_part = 0;     // dest parts from here on are filled from bounce
-    uint64_t first_part_skip = 0;      // bytes of that part already read directly
   };
   Status PlanRead(const ValueRead& read, Plan* plan) const;
   // After the plan's requests completed: copies out of the bounce buffer, checks sizes

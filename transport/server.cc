@@ -30,29 +30,6 @@ struct Conn {
   bool authed = false;
 };
 
-// A frame about to be written: header + meta + body parts.
-Status SendFrame(int fd, uint8_t op, uint64_t id, const std::string& meta,
-                 std::span<const Slice> body, Deadline deadline) {
-  wire::FrameHeader h;
-  h.op = op;
-  h.flags = wire::kFlagResponse;
-  h.request_id = id;
-  h.meta_len = static_cast<uint32_t>(meta.size());
-  for (const Slice& b : body) h.body_len += b.size();
-  char header[wire::kHeaderSize];
-  h.EncodeTo(header);
-  h.checksum = wire::FrameChecksum(header, meta, body);
-  h.EncodeTo(header);
-  std::vector<iovec> iov;
-  iov.reserve(2 + body.size());
-  iov.push_back({header, sizeof(header)});
-  if (!meta.empty()) iov.push_back({const_cast<char*>(meta.data()), meta.size()});
-  for (const Slice& b : body) {
-    if (b.size() > 0) iov.push_back({const_cast<char*>(b.data()), b.size()});
-  }
-  return WriteFully(fd, &iov, deadline);
-}
-
 std::string PeerName(int fd) {
   sockaddr_storage addr;
   socklen_t len = sizeof(addr);
@@ -183,7 +160,9 @@ class TcpServer final : public TransportServer {
       // The challenge: nonce and whether a token is required.
       std::string meta = c->nonce;
       meta.push_back(options_.auth_token.empty() ? 0 : 1);
-      if (!SendFrame(fd, wire::kChallenge, 0, meta, {}, DeadlineIn(options_.io_timeout_ms)).ok()) {
+      if (!SendFrame(fd, wire::kChallenge, wire::kFlagResponse, 0, meta, {},
+                     DeadlineIn(options_.io_timeout_ms))
+               .ok()) {
         close(fd);
         delete c;
         continue;
@@ -283,7 +262,8 @@ class TcpServer final : public TransportServer {
 
   bool Answer(Conn* c, uint8_t op, uint64_t id, const std::string& meta,
               std::span<const Slice> body = {}) {
-    Status s = SendFrame(c->fd, op, id, meta, body, DeadlineIn(options_.io_timeout_ms));
+    Status s = SendFrame(c->fd, op, wire::kFlagResponse, id, meta, body,
+                         DeadlineIn(options_.io_timeout_ms));
     if (!s.ok()) Log(LogLevel::kInfo, "answering " + c->peer + ": " + s.ToString());
     return s.ok();
   }

@@ -13,6 +13,7 @@
 #include <climits>
 #include <cstring>
 
+#include "transport/wire.h"
 #include "util/hash.h"
 
 namespace kvengine {
@@ -144,6 +145,28 @@ Status WaitReadable(int fd, Deadline deadline) {
   if (rc < 0) return Errno("poll", errno);
   if (rc == 0) return Status::IOError("timed out");
   return Status::OK();
+}
+
+Status SendFrame(int fd, uint8_t op, uint16_t flags, uint64_t request_id, const std::string& meta,
+                 std::span<const Slice> body, Deadline deadline) {
+  wire::FrameHeader h;
+  h.op = op;
+  h.flags = flags;
+  h.request_id = request_id;
+  h.meta_len = static_cast<uint32_t>(meta.size());
+  for (const Slice& b : body) h.body_len += b.size();
+  char header[wire::kHeaderSize];
+  h.EncodeTo(header);
+  h.checksum = wire::FrameChecksum(header, meta, body);
+  h.EncodeTo(header);
+  std::vector<iovec> iov;
+  iov.reserve(2 + body.size());
+  iov.push_back({header, sizeof(header)});
+  if (!meta.empty()) iov.push_back({const_cast<char*>(meta.data()), meta.size()});
+  for (const Slice& b : body) {
+    if (b.size() > 0) iov.push_back({const_cast<char*>(b.data()), b.size()});
+  }
+  return WriteFully(fd, &iov, deadline);
 }
 
 Status WriteFully(int fd, std::vector<iovec>* iov, Deadline deadline) {

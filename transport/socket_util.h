@@ -7,9 +7,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "kvengine/slice.h"
 #include "kvengine/status.h"
 #include "kvengine/transport.h"
 
@@ -32,6 +34,10 @@ Status ListenTcp(const Endpoint& at, int* fd, uint16_t* port);
 // Writes every byte of iov by `deadline`.  `iov` is consumed.  IOError on a closed
 // socket or the deadline.
 Status WriteFully(int fd, std::vector<iovec>* iov, Deadline deadline);
+// Writes one frame (wire.h): a header with `op`, `flags` and `request_id` and the frame's
+// checksum, then `meta`, then the body parts, in one gathered write.
+Status SendFrame(int fd, uint8_t op, uint16_t flags, uint64_t request_id, const std::string& meta,
+                 std::span<const Slice> body, Deadline deadline);
 // Reads exactly the bytes of iov by `deadline`, feeding them to `hasher` (may be null).
 // `stop`, when set and true while no byte has been read yet, gives up with Aborted.
 // IOError naming "closed" when the peer closed the connection.

@@ -144,27 +144,6 @@ class Registrar final : public MemoryRegistrar {
   Transport* const t_;
 };
 
-Status EncodeAndSend(int fd, uint8_t op, uint64_t id, const std::string& meta,
-                     std::span<const Slice> body, Deadline deadline) {
-  wire::FrameHeader h;
-  h.op = op;
-  h.request_id = id;
-  h.meta_len = static_cast<uint32_t>(meta.size());
-  for (const Slice& b : body) h.body_len += b.size();
-  char header[wire::kHeaderSize];
-  h.EncodeTo(header);
-  h.checksum = wire::FrameChecksum(header, meta, body);
-  h.EncodeTo(header);
-  std::vector<iovec> iov;
-  iov.reserve(2 + body.size());
-  iov.push_back({header, sizeof(header)});
-  if (!meta.empty()) iov.push_back({const_cast<char*>(meta.data()), meta.size()});
-  for (const Slice& b : body) {
-    if (b.size() > 0) iov.push_back({const_cast<char*>(b.data()), b.size()});
-  }
-  return WriteFully(fd, &iov, deadline);
-}
-
 // Reads and drops n bytes (keeping the stream in step), hashing them.
 Status Discard(int fd, uint64_t n, Deadline deadline, Hasher64* hasher) {
   char scratch[64 << 10];
@@ -223,7 +202,7 @@ class TcpConnection {
           PutFixed64(&proof,
                      wire::AuthProof(std::string_view(meta).substr(0, wire::kNonceSize), token));
         }
-        s = EncodeAndSend(fd_, wire::kAuth, 0, proof, {}, deadline);
+        s = SendFrame(fd_, wire::kAuth, 0, 0, proof, {}, deadline);
         if (!s.ok()) return s;
       } else {
         std::string_view in(meta);
@@ -266,7 +245,7 @@ class TcpConnection {
     Status s;
     {
       std::lock_guard<std::mutex> lock(write_mu_);
-      s = EncodeAndSend(fd_, op, id, meta, body, deadline);
+      s = SendFrame(fd_, op, 0, id, meta, body, deadline);
     }
     std::unique_lock<std::mutex> lock(mu_);
     if (!s.ok()) BreakLocked(s);
