@@ -17,6 +17,10 @@
 // A failure before step 3 leaves the old bucket authoritative and removes the new file.
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
 
 #include "db/ssd_bucket.h"
 #include "db/ssd_tier.h"
@@ -24,6 +28,63 @@
 #include "util/perf_point.h"
 
 namespace kvengine {
+
+namespace {
+
+// Bytes of values a compaction reads in one batch before handing them to the writer.
+constexpr uint64_t kCompactionChunkBytes = 4 << 20;
+
+// Entries [begin, end) of a compaction's live list, from one old bucket; the new image
+// is complete up to image_end once they are read.
+struct CompactionChunk {
+  size_t begin;
+  size_t end;
+  uint64_t image_end;
+};
+
+// Reads a compaction's chunks, in order, on a thread of its own, never waiting for the
+// writer (the whole image is already allocated).  The destructor stops after the chunk
+// in progress and joins, so no read outlives the image it fills.
+class ChunkReader {
+ public:
+  ChunkReader(size_t chunks, std::function<void(size_t)> read_chunk)
+      : thread_([this, chunks, read = std::move(read_chunk)] {
+          for (size_t c = 0; c < chunks; c++) {
+            {
+              std::lock_guard<std::mutex> lock(mu_);
+              if (stop_) return;
+            }
+            read(c);
+            std::lock_guard<std::mutex> lock(mu_);
+            done_ = c + 1;
+            cv_.notify_all();
+          }
+        }) {}
+  ~ChunkReader() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    thread_.join();
+  }
+  ChunkReader(const ChunkReader&) = delete;
+  ChunkReader& operator=(const ChunkReader&) = delete;
+
+  // Blocks until chunk c has been read.
+  void WaitFor(size_t c) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return done_ > c; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  size_t done_ = 0;     // chunks read so far; guarded by mu_
+  bool stop_ = false;   // guarded by mu_
+  std::thread thread_;  // last: it starts running in the constructor
+};
+
+}  // namespace
 
 Status SsdTier::CompactBuckets(uint64_t* reclaimed) {
   PerfPoint perf(PerfKey::ssd_gc_round);
@@ -80,7 +141,8 @@ Status SsdTier::CompactBuckets(uint64_t* reclaimed) {
   }
   // The old files go together: one directory sync and one tombstone-log rewrite per
   // round rather than per bucket.
-  RetireBuckets(retired);
+  candidates.clear();  // so that RetireBuckets holds the last references
+  RetireBuckets(std::move(retired));
   std::lock_guard<std::mutex> st(stats_mu_);
   stats_.gc_rounds++;
   return first;
@@ -127,10 +189,9 @@ Status SsdTier::CompactGroup(const std::vector<std::shared_ptr<SsdBucket>>& olds
   std::vector<BucketEntry> written;  // what the builder actually placed, key by key
   std::vector<size_t> written_source;
   if (!live.empty()) {
-    // 2. Read the live values straight into the new image, then write it.
-    std::unique_ptr<BucketBuilder> builder;
-    Status s =
-        BucketBuilder::Create(new_id, kBucketHeaderSize + live_bytes, env_->NowMicros(), &builder);
+    // 2. Read the live values straight into the new image and write it.
+    std::shared_ptr<BucketBuilder> builder;
+    Status s = NewBuilder(new_id, kBucketHeaderSize + live_bytes, &builder);
     if (!s.ok()) return give_up(s);
     std::vector<ValueRead> reads(live.size());
     std::vector<MutableSlice> dests(live.size());
@@ -144,30 +205,54 @@ Status SsdTier::CompactGroup(const std::vector<std::shared_ptr<SsdBucket>>& olds
       reads[i].checksum = live[i].checksum;
       reads[i].dest = std::span<const MutableSlice>(&dests[i], 1);
     }
-    // One batch per old bucket (entries of a bucket are contiguous in `live`).
+    // Chunks of consecutive entries of one old bucket, each one batch of reads.  A
+    // helper thread reads them in order while this one appends each finished chunk to
+    // the new file, so the disk reads and writes at once.
+    std::vector<CompactionChunk> chunks;
     for (size_t begin = 0; begin < live.size();) {
-      size_t end = begin;
-      while (end < live.size() && source[end] == source[begin]) end++;
-      olds[source[begin]]->reader->ReadValues(
-          env_, std::span<ValueRead>(reads.data() + begin, end - begin), /*verify=*/true);
+      size_t end = begin + 1;
+      uint64_t bytes = PaddedValueSize(live[begin].size);
+      while (end < live.size() && source[end] == source[begin] &&
+             bytes + PaddedValueSize(live[end].size) <= kCompactionChunkBytes) {
+        bytes += PaddedValueSize(live[end].size);
+        end++;
+      }
+      chunks.push_back({begin, end, offsets[end - 1] + PaddedValueSize(live[end - 1].size)});
       begin = end;
     }
-    for (size_t i = 0; i < live.size(); i++) {
-      if (!reads[i].status.ok()) {
-        // A value that fails its checksum cannot be carried over; it was unreadable
-        // anyway.  It is dropped (tombstoned) below.
-        logger_->Logf(LogLevel::kError, "GC: dropping unreadable value: %s",
-                      reads[i].status.ToString().c_str());
-        continue;
+    ChunkReader chunk_reader(chunks.size(), [&](size_t c) {
+      const CompactionChunk& chunk = chunks[c];
+      olds[source[chunk.begin]]->reader->ReadValues(
+          env_, std::span<ValueRead>(reads.data() + chunk.begin, chunk.end - chunk.begin),
+          /*verify=*/true);
+    });
+    auto append_image = [&](WritableFile* file) {
+      uint64_t appended = 0;  // the header goes with the first chunk
+      for (size_t c = 0; c < chunks.size(); c++) {
+        chunk_reader.WaitFor(c);
+        Status st = file->Append(Slice(builder->Data(appended), chunks[c].image_end - appended));
+        if (!st.ok()) return st;
+        appended = chunks[c].image_end;
       }
-      BucketEntry e = live[i];
-      e.offset = offsets[i];
-      written.push_back(std::move(e));
-      written_source.push_back(source[i]);
-    }
+      // Only now are the reads' results known: the index lists what was read intact.
+      for (size_t i = 0; i < live.size(); i++) {
+        if (!reads[i].status.ok()) {
+          // A value that fails its checksum cannot be carried over; it was unreadable
+          // anyway.  It is dropped (tombstoned) below.
+          logger_->Logf(LogLevel::kError, "GC: dropping unreadable value: %s",
+                        reads[i].status.ToString().c_str());
+          continue;
+        }
+        BucketEntry e = live[i];
+        e.offset = offsets[i];
+        written.push_back(std::move(e));
+        written_source.push_back(source[i]);
+      }
+      return Status::OK();
+    };
     uint64_t file_size = 0;
     std::unique_ptr<BucketReader> reader;
-    s = WriteBucketFile(*builder, written, &file_size, &reader);
+    s = WriteBucketFile(*builder, written, &file_size, &reader, append_image);
     if (!s.ok()) return give_up(s);
     fresh = std::make_shared<SsdBucket>();
     fresh->id = new_id;

@@ -117,6 +117,7 @@ Status SsdTier::Close() {
   written_cv_.notify_all();
   for (std::thread& w : writers_) w.join();
   writers_.clear();
+  releaser_.Drain();  // no retired file stays open past Close
   return s;
 }
 
@@ -157,21 +158,10 @@ Status SsdTier::Stage(const Slice& key, std::span<const Slice> parts, uint64_t s
         return s;
       }
       if (open_ == nullptr) {  // MakeRoomLocked may have let another thread open one
-        AlignedBuffer image;
-        s = capacity == bucket_bytes_ ? image_pool_->Get(&image)
-            : image.TryAllocate(capacity)
-                ? Status::OK()
-                : Status::NoSpace("cannot allocate a bucket image of " + FormatSize(capacity));
-        if (!s.ok()) return s;
         auto b = std::make_shared<SsdBucket>();
+        s = NewBuilder(next_bucket_id_, capacity, &b->builder);
+        if (!s.ok()) return s;
         b->id = next_bucket_id_++;
-        BucketBuilder* builder =
-            BucketBuilder::CreateIn(b->id, std::move(image), env_->NowMicros()).release();
-        b->builder =
-            std::shared_ptr<BucketBuilder>(builder, [pool = image_pool_](BucketBuilder* p) {
-              pool->Put(p->TakeImage());
-              delete p;
-            });
         b->opened_micros = env_->NowMicros();
         b->last_access = ++access_clock_;
         buckets_[b->id] = b;
@@ -444,14 +434,35 @@ Status SsdTier::WriteBucket(const std::shared_ptr<SsdBucket>& bucket) {
   return Status::OK();
 }
 
+Status SsdTier::NewBuilder(uint64_t id, uint64_t capacity, std::shared_ptr<BucketBuilder>* result) {
+  AlignedBuffer image;
+  Status s = capacity <= bucket_bytes_ ? image_pool_->Get(&image)
+             : image.TryAllocate(capacity)
+                 ? Status::OK()
+                 : Status::NoSpace("cannot allocate a bucket image of " + FormatSize(capacity));
+  if (!s.ok()) return s;
+  BucketBuilder* builder =
+      BucketBuilder::CreateIn(id, std::move(image), env_->NowMicros()).release();
+  *result = std::shared_ptr<BucketBuilder>(builder, [pool = image_pool_](BucketBuilder* p) {
+    pool->Put(p->TakeImage());
+    delete p;
+  });
+  return Status::OK();
+}
+
 Status SsdTier::WriteBucketFile(const BucketBuilder& builder,
                                 const std::vector<BucketEntry>& entries, uint64_t* file_size,
-                                std::unique_ptr<BucketReader>* reader) {
+                                std::unique_ptr<BucketReader>* reader,
+                                const ImageAppender& append_image) {
   const std::string path = BucketPath(builder.id());
   const std::string tmp = path + ".tmp";
   std::unique_ptr<WritableFile> file;
   Status s = env_->NewWritableFile(tmp, file_options_, &file);
-  if (s.ok()) s = builder.WriteTo(file.get(), entries, file_size);
+  if (s.ok()) {
+    s = append_image ? append_image(file.get())
+                     : file->Append(Slice(builder.Data(0), builder.used()));
+  }
+  if (s.ok()) s = builder.WriteIndex(file.get(), entries, file_size);
   file.reset();
   if (s.ok()) s = env_->RenameFile(tmp, path);
   if (s.ok()) s = env_->SyncDir(dir_);
@@ -606,24 +617,29 @@ Status SsdTier::MakeRoomLocked(uint64_t bytes, std::unique_lock<std::mutex>* loc
     stats_.evicted_keys += evicted_keys;
   }
   lock->unlock();
-  RetireBuckets(victims);
+  RetireBuckets(std::move(victims));
   lock->lock();
   return Status::OK();
 }
 
-void SsdTier::RetireBuckets(const std::vector<std::shared_ptr<SsdBucket>>& retired) {
+void SsdTier::RetireBuckets(std::vector<std::shared_ptr<SsdBucket>> retired) {
   if (retired.empty()) return;
-  for (const auto& b : retired) {
+  std::vector<uint64_t> ids;
+  for (auto& b : retired) {
     // In-flight reads finish against the open file; wait for them without holding any
     // lock (a reader never needs one to finish).
     while (b->readers.load(std::memory_order_acquire) != 0) std::this_thread::yield();
     Status s = base_env_->RemoveFile(BucketPath(b->id));
     if (!s.ok()) logger_->Logf(LogLevel::kWarn, "remove bucket: %s", s.ToString().c_str());
+    ids.push_back(b->id);
+    // Closing the deleted file frees its blocks, which takes a while: not on this
+    // thread.  The reference handed over must be the last one for that to hold.
+    releaser_.Release(std::move(b));
   }
   base_env_->SyncDir(dir_);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& b : retired) tombstones_.erase(b->id);
+    for (uint64_t id : ids) tombstones_.erase(id);
   }
   Status s = RewriteTombstones();
   if (!s.ok()) logger_->Logf(LogLevel::kError, "rewrite tombstone log: %s", s.ToString().c_str());

@@ -43,6 +43,7 @@
 #include "kvengine/options.h"
 #include "table/bucket_builder.h"
 #include "table/bucket_reader.h"
+#include "util/background_releaser.h"
 
 namespace kvengine {
 
@@ -167,13 +168,24 @@ class SsdTier {
   void TombstoneLocked(const std::string& key, const SsdLocation& loc);
   void RemoveLocked(std::unordered_map<std::string, SsdLocation>::iterator it, bool tombstone);
   Status WriteBucket(const std::shared_ptr<SsdBucket>& bucket);
+  // Appends a builder's image to a bucket file, possibly piece by piece while the image
+  // is still being filled.
+  using ImageAppender = std::function<Status(WritableFile* file)>;
   // Writes builder's image with an index of `entries` as a bucket file (temporary name,
-  // sync, rename, directory sync) and opens it.  On failure no file is left behind.
+  // sync, rename, directory sync) and opens it.  The image goes through `append_image`
+  // when one is given, else in one append; `entries` is read only after that, so the
+  // appender may still be filling it.  On failure no file is left behind.
   Status WriteBucketFile(const BucketBuilder& builder, const std::vector<BucketEntry>& entries,
-                         uint64_t* file_size, std::unique_ptr<BucketReader>* reader);
+                         uint64_t* file_size, std::unique_ptr<BucketReader>* reader,
+                         const ImageAppender& append_image = nullptr);
+  // A builder for bucket `id` whose image holds at least `capacity` bytes: a recycled
+  // standard image when that is large enough, else a fresh one.  Its image returns to
+  // the pool when the last holder lets go.
+  Status NewBuilder(uint64_t id, uint64_t capacity, std::shared_ptr<BucketBuilder>* result);
   // Retires buckets already removed from the table: waits for their readers, deletes
   // their files, drops their tombstones.  REQUIRES: mu_ not held.
-  void RetireBuckets(const std::vector<std::shared_ptr<SsdBucket>>& retired);
+  // Takes the caller's references, so that the last one is dropped off this thread.
+  void RetireBuckets(std::vector<std::shared_ptr<SsdBucket>> retired);
   Status RewriteTombstones();
   // ssd_gc.cc
   // Compacts the buckets of `olds` into one new bucket; on success appends them to
@@ -225,6 +237,7 @@ class SsdTier {
 
   std::vector<std::thread> writers_;
   std::thread gc_;
+  BackgroundReleaser releaser_;  // closes retired bucket files
 };
 
 }  // namespace kvengine

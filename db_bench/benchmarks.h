@@ -38,6 +38,9 @@ enum class VllmKind { kWrite, kExist, kGet, kAll };
 Result RunVllm(const BenchContext& b, VllmKind kind);
 
 Result RunGcChurn(const BenchContext& b);
+// Deletes --compact_delete_fraction of the keys (untimed), flushes, then times the
+// engine's garbage collection run to completion; MB/s are bytes reclaimed per second.
+Result RunCompact(const BenchContext& b);
 
 // memcpy then memcpy_read.
 std::vector<Result> RunMemcpy(const BenchContext& b);

@@ -72,6 +72,11 @@ class Engine {
 
   // Makes everything written so far durable (where the engine has a durable tier).
   virtual Status Flush() = 0;
+  // Runs the engine's garbage collection now, until it finds nothing more to reclaim
+  // (kvengine: CompactBuckets rounds; RocksDB: a full CompactRange with forced blob
+  // GC).  Stores the bytes of files it freed, net of what it rewrote, in *reclaimed and
+  // the bytes it rewrote in *rewritten.
+  virtual Status Compact(uint64_t* reclaimed, uint64_t* rewritten) = 0;
 
   // The engine's statistics text for --statistics (empty when it has none).
   virtual std::string StatisticsText() = 0;

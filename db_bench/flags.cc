@@ -28,6 +28,8 @@ DEFINE_string(benchmarks, "memcpy,rawwrite,rawread,vllm_write,vllm_exist,vllm_ge
               "  vllm_all     per request: BatchPut, BatchExists, BatchGetInto, verify\n"
               "  gc_churn     random deletes, writes and reads at once (see --gc_*_fraction); "
               "reports foreground latency and the bytes the engine's GC reclaimed\n"
+              "  compact      delete --compact_delete_fraction of the keys (untimed), then time "
+              "the engine's GC run to completion; MB/s of bytes reclaimed, against rawwrite\n"
               "  memcpy       baseline: memcpy of the same bytes (write pattern, then read "
               "pattern as memcpy_read)\n"
               "  rawwrite     baseline: O_DIRECT sequential write of the same bytes to a file "
@@ -91,6 +93,8 @@ DEFINE_bool(sync, false, "Sync every write (WriteOptions::sync on both engines)"
 DEFINE_bool(verify, true,
             "Check the bytes of every value read (outside the timed calls); mismatches are "
             "errors and make kv_bench exit non-zero");
+DEFINE_double(compact_delete_fraction, 0.5,
+              "compact: fraction of the keys deleted before the timed garbage collection");
 DEFINE_double(gc_delete_fraction, 0.2, "gc_churn: fraction of operations that delete");
 DEFINE_double(gc_write_fraction, 0.3,
               "gc_churn: fraction of operations that write (the rest read)");
@@ -103,7 +107,7 @@ const std::vector<std::string>& KnownBenchmarks() {
   static const std::vector<std::string> names = {
       "fillseq",      "fillrandom",  "overwrite",  "readrandom", "readseq",  "readmissing",
       "deleterandom", "existrandom", "vllm_write", "vllm_exist", "vllm_get", "vllm_all",
-      "gc_churn",     "memcpy",      "rawwrite",   "rawread"};
+      "gc_churn",     "compact",     "memcpy",     "rawwrite",   "rawread"};
   return names;
 }
 
@@ -213,7 +217,8 @@ bool ValidateFlags(BenchConfig* c, std::string* error) {
   }
   for (auto [name, v] :
        {std::pair<const char*, double>{"gc_delete_fraction", FLAGS_gc_delete_fraction},
-        {"gc_write_fraction", FLAGS_gc_write_fraction}}) {
+        {"gc_write_fraction", FLAGS_gc_write_fraction},
+        {"compact_delete_fraction", FLAGS_compact_delete_fraction}}) {
     if (!(v >= 0 && v <= 1)) return Fail(error, name, Str(v), "must be in [0, 1]");
   }
   if (FLAGS_gc_delete_fraction + FLAGS_gc_write_fraction > 1) {
@@ -306,6 +311,7 @@ bool ValidateFlags(BenchConfig* c, std::string* error) {
   c->rocksdb_blob_file_size = FLAGS_rocksdb_blob_file_size;
   c->rocksdb_wal = FLAGS_rocksdb_wal;
   c->gc_delete_fraction = FLAGS_gc_delete_fraction;
+  c->compact_delete_fraction = FLAGS_compact_delete_fraction;
   c->gc_write_fraction = FLAGS_gc_write_fraction;
   c->progress_interval = FLAGS_progress_interval;
   return true;

@@ -41,6 +41,7 @@ struct BenchConfig {
   uint64_t rocksdb_blob_file_size = 0;
   bool rocksdb_wal = false;
   double gc_delete_fraction = 0;
+  double compact_delete_fraction = 0;
   double gc_write_fraction = 0;
   double progress_interval = 0;
 };

@@ -18,8 +18,8 @@ namespace {
 
 // Benchmarks that read what a fill wrote; run on an engine nothing was written to, they
 // write the keys first (untimed) so that they measure what their name says.
-const std::set<std::string> kNeedsKeys = {"readrandom", "readseq", "existrandom", "deleterandom",
-                                          "gc_churn"};
+const std::set<std::string> kNeedsKeys = {"readrandom",   "readseq",  "existrandom",
+                                          "deleterandom", "gc_churn", "compact"};
 const std::set<std::string> kNeedsRequests = {"vllm_exist", "vllm_get"};
 const std::set<std::string> kWriteBenchmarks = {"fillseq", "fillrandom", "overwrite", "vllm_write"};
 const std::set<std::string> kReadBenchmarks = {"readrandom", "readseq", "vllm_get"};
@@ -219,6 +219,8 @@ Result Suite::RunOne(const std::string& name, Slot* slot, uint64_t salt) {
     r = RunVllm(b, VllmKind::kAll);
   } else if (name == "gc_churn") {
     r = RunGcChurn(b);
+  } else if (name == "compact") {
+    r = RunCompact(b);
   } else if (name == "rawwrite") {
     r = RunRawWrite(b);
   } else if (name == "rawread") {
@@ -234,28 +236,31 @@ Result Suite::RunOne(const std::string& name, Slot* slot, uint64_t salt) {
     if (name == "fillseq") slot->keys_filled |= r.ops >= c_.num;
     if (name == "fillrandom" || name == "overwrite") slot->keys_filled = true;
     if (name == "vllm_write" || name == "vllm_all") slot->vllm_written |= r.ops >= c_.requests;
+    if (name == "compact") slot->keys_filled = false;  // it deleted some
     if (c_.statistics) r.statistics = slot->engine->StatisticsText();
   }
   return r;
 }
 
 void Suite::Emit(Result* r) {
-  // Throughput against the memcpy of the same bytes in the same pattern, when measured.
+  // Throughput against the memcpy of the same bytes in the same pattern, or for the GC
+  // against the raw disk write, when measured.
   const char* base = kWriteBenchmarks.count(r->benchmark)  ? "memcpy"
                      : kReadBenchmarks.count(r->benchmark) ? "memcpy_read"
+                     : r->benchmark == "compact"           ? "rawwrite"
                                                            : nullptr;
   if (base && baseline_mbps_.count(base) && baseline_mbps_[base] > 0 && r->bytes > 0) {
     r->baseline_ratio = r->MBPerSec() / baseline_mbps_[base];
     r->baseline_name = base;
   }
-  if (r->benchmark == "memcpy" || r->benchmark == "memcpy_read") {
+  if (r->benchmark == "memcpy" || r->benchmark == "memcpy_read" || r->benchmark == "rawwrite") {
     baseline_mbps_[r->benchmark] = r->MBPerSec();
   }
   if (c_.json) {
     std::printf("%s\n", FormatJson(*r, c_.histogram).c_str());
   } else {
     std::printf("%s\n", FormatLine(*r).c_str());
-    if (r->reports_reclaimed) {
+    if (r->benchmark == "gc_churn") {
       static const char* kKinds[3] = {"read", "write", "delete"};
       for (int i = 0; i < 3; i++) {
         const Histogram& h = r->kind_hist[i];

@@ -41,6 +41,13 @@ bool BucketBuilder::Reserve(uint64_t size, uint64_t* offset) {
 
 Status BucketBuilder::WriteTo(WritableFile* file, const std::vector<BucketEntry>& entries,
                               uint64_t* file_size) const {
+  Status s = file->Append(Slice(image_.data(), used_));
+  if (!s.ok()) return s;
+  return WriteIndex(file, entries, file_size);
+}
+
+Status BucketBuilder::WriteIndex(WritableFile* file, const std::vector<BucketEntry>& entries,
+                                 uint64_t* file_size) const {
   const std::string index = EncodeBucketIndex(entries);
   const uint64_t tail_size = RoundUpTo(index.size() + kBucketFooterSize, kBucketAlignment);
   AlignedBuffer tail;
@@ -54,8 +61,7 @@ Status BucketBuilder::WriteTo(WritableFile* file, const std::vector<BucketEntry>
   footer.bucket_id = id_;
   footer.EncodeTo(tail.data() + tail_size - kBucketFooterSize);
 
-  Status s = file->Append(Slice(image_.data(), used_));
-  if (s.ok()) s = file->Append(Slice(tail.data(), tail_size));
+  Status s = file->Append(Slice(tail.data(), tail_size));
   if (s.ok()) s = file->Sync();
   if (s.ok()) s = file->Close();
   *file_size = used_ + tail_size;

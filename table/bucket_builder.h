@@ -4,9 +4,11 @@
 // zero-padded to the alignment.  Values are placed by Reserve() and copied in by the
 // caller, possibly from several threads at once into distinct reserved regions; the
 // image never moves, so readers may read committed values from it while it is pending.
-// WriteTo() appends the index block and the footer and writes the whole file.
+// WriteTo() appends the index block and the footer and writes the whole file; a caller
+// that fills the image piece by piece may instead append the pieces itself as they are
+// ready and finish with WriteIndex().
 //
-// Thread-safety: Reserve() and WriteTo() need external synchronization; writing into
+// Thread-safety: Reserve() and the writes need external synchronization; writing into
 // distinct reserved regions and reading committed ones may happen concurrently.
 #ifndef KVENGINE_TABLE_BUCKET_BUILDER_H_
 #define KVENGINE_TABLE_BUCKET_BUILDER_H_
@@ -48,6 +50,10 @@ class BucketBuilder {
   // syncs it.  Stores the file size in *file_size.
   Status WriteTo(WritableFile* file, const std::vector<BucketEntry>& entries,
                  uint64_t* file_size) const;
+  // The second half of WriteTo, for a caller that appended the image's used() bytes
+  // itself: appends the index of `entries` and the footer, syncs and closes the file.
+  Status WriteIndex(WritableFile* file, const std::vector<BucketEntry>& entries,
+                    uint64_t* file_size) const;
 
  private:
   BucketBuilder(uint64_t id, AlignedBuffer image, uint64_t created_micros);

@@ -2,6 +2,7 @@
 // tombstones, GC, recovery, space limits and injected faults.
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <thread>
 
@@ -66,6 +67,15 @@ class SsdTierTest : public ::testing::Test {
     for (int i = 0; i < 32; i++)
       Put("filler." + std::to_string(filler_++), std::string(kValue, 'f'));
     ASSERT_TRUE(db_->Flush().ok());
+  }
+
+  // Every file through fault_env_ (io_uring would bypass it), every put on SSD,
+  // tombstones synced only when the test says.
+  void UseFaultEnvWriteThrough() {
+    options_.env = &fault_env_;
+    options_.use_io_uring = false;
+    options_.offload_policy = OffloadPolicy::kWriteThrough;
+    options_.tombstone_sync_interval_ms = 0;
   }
 
   test::TempDir dir_;
@@ -352,12 +362,54 @@ TEST_F(SsdTierTest, InjectedWriteFailureIsReportedAndRetried) {
     EXPECT_TRUE(Get("k" + std::to_string(i)) == test::MakeValue(i, kValue));
 }
 
+TEST_F(SsdTierTest, WriteFailureMidCompactionLeavesOldBucketsAuthoritative) {
+  // The compaction appends its new image chunk by chunk while it is still reading; a
+  // write failing after the first chunk must leave the old buckets in charge, and no
+  // file behind.
+  UseFaultEnvWriteThrough();
+  options_.gc_deleted_ratio = 0.3;
+  Open();
+  std::map<std::string, std::string> expect;
+  for (int i = 0; i < 16; i++) {
+    const std::string key = "g." + std::to_string(i);
+    expect[key] = test::MakeValue(100 + i, kValue - 7 * i);
+    Put(key, expect[key]);
+  }
+  ASSERT_TRUE(db_->Flush().ok());
+  for (int i = 1; i < 16; i += 2) {  // half of every bucket
+    ASSERT_TRUE(db_->Delete(WriteOptions(), "g." + std::to_string(i)).ok());
+    expect.erase("g." + std::to_string(i));
+  }
+  ASSERT_TRUE(db_->Flush().ok());
+  Reopen();  // memory is empty: the compaction reads every survivor from its bucket
+  const uint64_t buckets = Stat(db_.get(), "ssd.buckets");
+  ASSERT_GE(buckets, 4u);
+
+  fault_env_.FailAfter(FaultInjectionEnv::Op::kWrite, 2);  // the second chunk
+  uint64_t reclaimed = 0;
+  Status s = db_->CompactBuckets(&reclaimed);
+  EXPECT_TRUE(s.IsIOError()) << s.ToString();
+  EXPECT_EQ(fault_env_.injected_failures(), 1);
+  EXPECT_EQ(reclaimed, 0u);
+  EXPECT_EQ(Stat(db_.get(), "ssd.buckets"), buckets);
+  for (auto& e : std::filesystem::directory_iterator(dir_.path())) {
+    EXPECT_FALSE(e.path().filename().string().ends_with(".tmp")) << e.path();
+  }
+  for (const auto& [key, value] : expect) EXPECT_TRUE(Get(key) == value) << key;
+
+  // The next round succeeds, and the result survives a restart.
+  ASSERT_TRUE(db_->CompactBuckets(&reclaimed).ok());
+  EXPECT_GT(reclaimed, 0u);
+  EXPECT_LT(Stat(db_.get(), "ssd.buckets"), buckets);
+  for (const auto& [key, value] : expect) EXPECT_TRUE(Get(key) == value) << key;
+  Reopen();
+  for (const auto& [key, value] : expect) EXPECT_TRUE(Get(key) == value) << key;
+  for (int i = 1; i < 16; i += 2) EXPECT_TRUE(Get("g." + std::to_string(i)) == "<absent>") << i;
+}
+
 TEST_F(SsdTierTest, SimulatedPowerCutKeepsWhatFlushAcknowledged) {
   FaultInjectionEnv& env = fault_env_;
-  options_.env = &env;
-  options_.use_io_uring = false;
-  options_.offload_policy = OffloadPolicy::kWriteThrough;
-  options_.tombstone_sync_interval_ms = 0;
+  UseFaultEnvWriteThrough();
   options_.bucket_flush_timeout_ms = 100000;
   Open();
   for (int i = 0; i < 6; i++) Put("durable." + std::to_string(i), test::MakeValue(i, 20000));

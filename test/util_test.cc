@@ -1,9 +1,13 @@
 // Status, option parsing and the environment-variable configuration.
+#include <atomic>
 #include <cstdlib>
+#include <memory>
+#include <thread>
 
 #include "gtest/gtest.h"
 #include "kvengine/options.h"
 #include "kvengine/status.h"
+#include "util/background_releaser.h"
 #include "util/config_parse.h"
 #include "util/hash.h"
 
@@ -162,6 +166,54 @@ TEST(HashTest, IncrementalEqualsOneShot) {
   h.Update(data.data() + 12345, data.size() - 12345);
   EXPECT_EQ(h.Digest(), Hash64(data));
   EXPECT_NE(Hash64("a"), Hash64("b"));
+}
+
+
+// An object that records, on destruction, which thread destroyed it.
+struct DestroyedOn {
+  explicit DestroyedOn(std::atomic<int>* count, std::thread::id* where)
+      : count(count), where(where) {}
+  ~DestroyedOn() {
+    *where = std::this_thread::get_id();
+    count->fetch_add(1);
+  }
+  std::atomic<int>* count;
+  std::thread::id* where;
+};
+
+TEST(BackgroundReleaserTest, LastReferenceIsDroppedOffTheCallersThread) {
+  std::atomic<int> destroyed{0};
+  std::thread::id where;
+  BackgroundReleaser releaser;
+  auto object = std::make_shared<DestroyedOn>(&destroyed, &where);
+  releaser.Release(std::move(object));
+  releaser.Drain();
+  EXPECT_EQ(destroyed.load(), 1);
+  EXPECT_NE(where, std::this_thread::get_id());
+}
+
+TEST(BackgroundReleaserTest, AnotherHolderKeepsTheObjectAlive) {
+  std::atomic<int> destroyed{0};
+  std::thread::id where;
+  BackgroundReleaser releaser;
+  auto object = std::make_shared<DestroyedOn>(&destroyed, &where);
+  releaser.Release(object);
+  releaser.Drain();
+  EXPECT_EQ(destroyed.load(), 0);
+  object.reset();
+  EXPECT_EQ(destroyed.load(), 1);
+  EXPECT_EQ(where, std::this_thread::get_id());
+}
+
+TEST(BackgroundReleaserTest, DestructorReleasesEverythingQueued) {
+  std::atomic<int> destroyed{0};
+  std::thread::id where;
+  {
+    BackgroundReleaser releaser;
+    for (int i = 0; i < 100; i++)
+      releaser.Release(std::make_shared<DestroyedOn>(&destroyed, &where));
+  }
+  EXPECT_EQ(destroyed.load(), 100);
 }
 
 }  // namespace
