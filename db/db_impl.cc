@@ -887,7 +887,24 @@ void DBImpl::ReadFromSsd(std::span<const Slice> keys, std::span<const Destinatio
     reads[j].key = keys[misses[j]];
     reads[j].dest = dests[misses[j]];
   }
-  ssd_->MultiGet(reads, verify);
+  uint64_t promotions = 0;
+  SsdTier::ReadDone promote;
+  if (options_.promote_on_read) {
+    // Each value as soon as it is read, while the rest of the batch is still on its way:
+    // the bytes are in the caller's buffers; copy them into the memory tier, unless the
+    // key changed meanwhile (checked under the key's lock).
+    promote = [&](size_t j) {
+      const SsdTier::Read& r = reads[j];
+      const std::vector<Slice> parts = FilledParts(r.dest, r.size);
+      const uint64_t version = r.version;
+      if (memory_->Insert(r.key, parts, r.size, version,
+                          [&] { return ssd_->HasVersion(r.key, version); })) {
+        promotions++;
+      }
+    };
+  }
+  ssd_->MultiGet(reads, verify, promote);
+  counters_.promotions.fetch_add(promotions, std::memory_order_relaxed);
   for (size_t j = 0; j < misses.size(); j++) {
     SsdTier::Read& r = reads[j];
     const Slice key = keys[misses[j]];
@@ -912,16 +929,6 @@ void DBImpl::ReadFromSsd(std::span<const Slice> keys, std::span<const Destinatio
     counters_.ssd_hits.fetch_add(1, std::memory_order_relaxed);
     counters_.get_bytes.fetch_add(r.size, std::memory_order_relaxed);
     (*results)[misses[j]] = static_cast<int64_t>(r.size);
-    if (options_.promote_on_read) {
-      // The bytes are in the caller's buffers now; copy them into the memory tier, unless
-      // the key changed meanwhile (checked under the key's lock).
-      const std::vector<Slice> parts = FilledParts(r.dest, r.size);
-      const uint64_t version = r.version;
-      if (memory_->Insert(key, parts, r.size, version,
-                          [&] { return ssd_->HasVersion(key, version); })) {
-        counters_.promotions.fetch_add(1, std::memory_order_relaxed);
-      }
-    }
   }
 }
 

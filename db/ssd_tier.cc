@@ -304,7 +304,7 @@ void SsdTier::ForEachKey(const std::function<void(const std::string&)>& fn) {
 
 // ------------------------------------------------------------------ reads
 
-void SsdTier::MultiGet(std::span<Read> reads, bool verify_checksums) {
+void SsdTier::MultiGet(std::span<Read> reads, bool verify_checksums, const ReadDone& on_read) {
   PerfPoint perf(PerfKey::ssd_bucket_read);
   struct Pending {
     size_t read;  // index into reads
@@ -348,6 +348,7 @@ void SsdTier::MultiGet(std::span<Read> reads, bool verify_checksums) {
     if (p.image != nullptr) {
       ScatterCopy(p.image->Data(p.loc.offset), p.loc.size, r.dest);
       r.status = Status::OK();
+      if (on_read) on_read(p.read);
       continue;
     }
     ValueRead v;
@@ -359,28 +360,41 @@ void SsdTier::MultiGet(std::span<Read> reads, bool verify_checksums) {
     file_owner.push_back(k);
   }
   if (!file_reads.empty()) {
-    // One submission for all of them, whatever bucket each is in.
+    // One submission for all of them, whatever bucket each is in.  Each value is
+    // finished (checksum, bounce copy, unpinned, handed to on_read) as soon as its last
+    // request completes, while the others are still in flight.
     std::vector<BucketReader::Plan> plans(file_reads.size());
     std::vector<ReadRequest> all;
-    for (size_t j = 0; j < file_reads.size(); j++) {
-      const BucketReader& reader = *pending[file_owner[j]].bucket->reader;
-      file_reads[j].status = reader.PlanRead(file_reads[j], &plans[j]);
-      if (file_reads[j].status.ok()) {
-        all.insert(all.end(), plans[j].requests.begin(), plans[j].requests.end());
-      }
-    }
-    env_->MultiRead(all.data(), all.size());
-    size_t next = 0;
-    for (size_t j = 0; j < file_reads.size(); j++) {
+    std::vector<size_t> request_owner;  // all[i] belongs to file_reads[request_owner[i]]
+    std::vector<size_t> first_request(file_reads.size()), outstanding(file_reads.size(), 0);
+    auto finish = [&](size_t j) {
       Pending& p = pending[file_owner[j]];
       if (file_reads[j].status.ok()) {
-        for (ReadRequest& req : plans[j].requests) req = std::move(all[next++]);
+        for (size_t i = 0; i < plans[j].requests.size(); i++) {
+          plans[j].requests[i] = std::move(all[first_request[j] + i]);
+        }
         file_reads[j].status =
             p.bucket->reader->FinishRead(file_reads[j], &plans[j], verify_checksums);
       }
       reads[p.read].status = file_reads[j].status;
       p.bucket->readers.fetch_sub(1, std::memory_order_acq_rel);
+      if (on_read && reads[p.read].status.ok()) on_read(p.read);
+    };
+    for (size_t j = 0; j < file_reads.size(); j++) {
+      const BucketReader& reader = *pending[file_owner[j]].bucket->reader;
+      file_reads[j].status = reader.PlanRead(file_reads[j], &plans[j]);
+      first_request[j] = all.size();
+      if (file_reads[j].status.ok()) {
+        all.insert(all.end(), plans[j].requests.begin(), plans[j].requests.end());
+        outstanding[j] = plans[j].requests.size();
+        request_owner.insert(request_owner.end(), plans[j].requests.size(), j);
+      }
+      if (outstanding[j] == 0) finish(j);  // nothing to read (it failed to plan)
     }
+    env_->MultiRead(all.data(), all.size(), [&](size_t i) {
+      const size_t j = request_owner[i];
+      if (--outstanding[j] == 0) finish(j);
+    });
   }
   std::lock_guard<std::mutex> s(stats_mu_);
   for (const Pending& p : pending) {
@@ -583,6 +597,10 @@ Status SsdTier::MakeRoomLocked(uint64_t bytes, std::unique_lock<std::mutex>* loc
     std::shared_ptr<SsdBucket> victim;
     for (const auto& [id, b] : buckets_) {
       if (b->state != SsdBucket::State::kOnDisk || b->compacting) continue;
+      // A bucket with reads in flight is not evicted: retiring it would wait for them,
+      // and the thread asking for room may be the reader (a promotion while the rest of
+      // its batch is still being read).
+      if (b->readers.load(std::memory_order_acquire) != 0) continue;
       if (std::find(victims.begin(), victims.end(), b) != victims.end()) continue;
       if (victim == nullptr ||
           (options_.ssd_eviction == SsdEviction::kLru ? b->last_access < victim->last_access

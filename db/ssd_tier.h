@@ -134,9 +134,13 @@ class SsdTier {
   // Calls fn(key) for every key (under the lock: fn must not call back).
   void ForEachKey(const std::function<void(const std::string&)>& fn);
 
+  // Called for a read of MultiGet as soon as its value is in place, on the calling thread.
+  using ReadDone = std::function<void(size_t index)>;
   // Reads each key's value into its destination; all file reads of the batch go out as
-  // one submission.
-  void MultiGet(std::span<Read> reads, bool verify_checksums);
+  // one submission.  `on_read(i)`, when set, is called once for each read i that
+  // succeeds, as soon as its bytes are in place (verified), while later reads may still
+  // be in flight: what the caller does with it overlaps them.  No lock is held then.
+  void MultiGet(std::span<Read> reads, bool verify_checksums, const ReadDone& on_read = nullptr);
 
   // Seals the open bucket, waits until every sealed bucket is on disk, syncs the log.
   Status Flush();

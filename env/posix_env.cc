@@ -10,6 +10,7 @@
 #include <mutex>
 #include <set>
 
+#include "env/multi_read.h"
 #include "kvengine/env.h"
 #include "util/perf_point.h"
 
@@ -284,18 +285,24 @@ Status RandomAccessFile::MultiRead(ReadRequest* requests, size_t count) const {
   return first;
 }
 
-Status Env::MultiRead(ReadRequest* requests, size_t count) {
-  Status first;
+void ReadOne(ReadRequest* r) {
+  r->status = r->file != nullptr ? r->file->Read(r->offset, r->length, r->scratch, &r->bytes_read)
+                                 : Status::InvalidArgument("MultiRead request without a file");
+}
+
+Status FirstError(const ReadRequest* requests, size_t count) {
   for (size_t i = 0; i < count; i++) {
-    ReadRequest& r = requests[i];
-    if (r.file == nullptr) {
-      r.status = Status::InvalidArgument("MultiRead request without a file");
-    } else {
-      r.status = r.file->Read(r.offset, r.length, r.scratch, &r.bytes_read);
-    }
-    if (!r.status.ok() && first.ok()) first = r.status;
+    if (!requests[i].status.ok()) return requests[i].status;
   }
-  return first;
+  return Status::OK();
+}
+
+Status Env::MultiRead(ReadRequest* requests, size_t count, const ReadDone& on_done) {
+  for (size_t i = 0; i < count; i++) {
+    ReadOne(&requests[i]);
+    if (on_done) on_done(i);
+  }
+  return FirstError(requests, count);
 }
 
 Env* Env::Default() {

@@ -4,8 +4,10 @@
 
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <vector>
 
+#include "env/multi_read.h"
 #include "kvengine/env.h"
 #include "util/perf_point.h"
 
@@ -62,8 +64,11 @@ Ring* ThreadRing() {
 }
 
 // Runs `ops` (each an fd/buffer/length/offset, read or write) through the ring, at most
-// kRingDepth in flight, resubmitting the rest of short transfers.  results[i] gets the
-// bytes transferred or a negative errno.
+// kRingDepth in flight, resubmitting the rest of short transfers.  Each op ends with
+// `done` bytes transferred, or an errno in `error`, or `eof`; `on_done(i)`, when given,
+// is called once for each op as it ends, after the ring has been refilled, so that the
+// caller's work on it overlaps the transfers still in flight.  Returns false, having
+// done nothing, when this thread has no ring.
 struct Op {
   int fd;
   char* buf;
@@ -74,11 +79,13 @@ struct Op {
   bool eof = false;
 };
 
-bool RunOps(std::vector<Op>& ops, bool write) {
+bool RunOps(std::vector<Op>& ops, bool write,
+            const std::function<void(size_t)>& on_done = nullptr) {
   Ring* ring = ThreadRing();
   if (ring == nullptr) return false;
   io_uring* r = ring->get();
   size_t next = 0, in_flight = 0;
+  std::vector<size_t> ended;  // ops that ended in the last batch of completions
   auto submit_one = [&](size_t i) {
     io_uring_sqe* sqe = io_uring_get_sqe(r);
     while (sqe == nullptr) {  // the submission queue is full: hand it to the kernel
@@ -104,8 +111,12 @@ bool RunOps(std::vector<Op>& ops, bool write) {
     int ret = io_uring_submit_and_wait(r, 1);
     if (ret < 0 && ret != -EINTR) {
       // The ring failed as a whole: mark what is left and let the caller see the errors.
-      for (Op& op : ops) {
-        if (op.done < op.length && op.error == 0 && !op.eof) op.error = -ret;
+      for (size_t i = 0; i < ops.size(); i++) {
+        Op& op = ops[i];
+        if (op.done < op.length && op.error == 0 && !op.eof) {
+          op.error = -ret;
+          if (on_done) on_done(i);
+        }
       }
       return true;
     }
@@ -121,11 +132,17 @@ bool RunOps(std::vector<Op>& ops, bool write) {
         again.push_back(i);
       } else if (cqe->res < 0) {
         op.error = -cqe->res;
+        ended.push_back(i);
       } else if (cqe->res == 0) {
         op.eof = true;  // end of file: a short read
+        ended.push_back(i);
       } else {
         op.done += static_cast<size_t>(cqe->res);
-        if (op.done < op.length) again.push_back(i);
+        if (op.done < op.length) {
+          again.push_back(i);
+        } else {
+          ended.push_back(i);
+        }
       }
     }
     io_uring_cq_advance(r, seen);
@@ -136,6 +153,13 @@ bool RunOps(std::vector<Op>& ops, bool write) {
         ops.push_back(ops[i]);  // cannot happen with the bound above; kept for safety
       }
     }
+    // Refill the ring before the caller's work on what ended, so the disk stays busy.
+    while (next < ops.size() && in_flight < kRingDepth) submit_one(next++);
+    if (in_flight > 0) io_uring_submit(r);
+    if (on_done) {
+      for (size_t i : ended) on_done(i);
+    }
+    ended.clear();
   }
   return true;
 }
@@ -237,34 +261,33 @@ class UringEnv final : public Env {
   }
   uint64_t NowMicros() override { return base_->NowMicros(); }
 
-  Status MultiRead(ReadRequest* requests, size_t count) override {
+  Status MultiRead(ReadRequest* requests, size_t count, const ReadDone& on_done) override {
     std::vector<Op> ops;
     std::vector<size_t> owner;
-    Status first;
     for (size_t i = 0; i < count; i++) {
       ReadRequest& r = requests[i];
       const int fd = r.file != nullptr ? r.file->FileDescriptor() : -1;
       if (fd < 0) {  // not a descriptor-backed file: read it the ordinary way
-        r.status = r.file != nullptr ? r.file->Read(r.offset, r.length, r.scratch, &r.bytes_read)
-                                     : Status::InvalidArgument("MultiRead request without a file");
-        if (!r.status.ok() && first.ok()) first = r.status;
+        ReadOne(&r);
+        if (on_done) on_done(i);
         continue;
       }
       ops.push_back(Op{fd, r.scratch, r.length, r.offset});
       owner.push_back(i);
     }
-    if (ops.empty()) return first;
-    if (!RunOps(ops, /*write=*/false)) {
-      Status s = Env::MultiRead(requests, count);  // no ring on this thread: fall back
-      return first.ok() ? s : first;
+    const bool ran = ops.empty() || RunOps(ops, /*write=*/false, [&](size_t k) {
+                       ReadRequest& r = requests[owner[k]];
+                       r.bytes_read = ops[k].done;
+                       r.status = ops[k].error != 0 ? OpError(ops[k], "read") : Status::OK();
+                       if (on_done) on_done(owner[k]);
+                     });
+    if (!ran) {  // no ring on this thread: the ordinary reads, one by one
+      for (size_t i : owner) {
+        ReadOne(&requests[i]);
+        if (on_done) on_done(i);
+      }
     }
-    for (size_t k = 0; k < ops.size(); k++) {
-      ReadRequest& r = requests[owner[k]];
-      r.bytes_read = ops[k].done;
-      r.status = ops[k].error != 0 ? OpError(ops[k], "read") : Status::OK();
-      if (!r.status.ok() && first.ok()) first = r.status;
-    }
-    return first;
+    return FirstError(requests, count);
   }
 
  private:

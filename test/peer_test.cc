@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <thread>
@@ -360,6 +361,26 @@ TEST(PeerTest, DeadOwnerFailsCleanlyThenRecoversAfterRestart) {
   EXPECT_EQ(got, value);
 }
 
+// True once /proc says every thread of pid is stopped (state T), within a few seconds.
+bool WaitUntilStopped(pid_t pid) {
+  const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+  for (int i = 0; i < 500; i++) {
+    bool all = true;
+    for (const auto& task : std::filesystem::directory_iterator(tasks)) {
+      std::ifstream stat(task.path() / "stat");
+      std::string line;
+      std::getline(stat, line);
+      const size_t paren = line.rfind(')');
+      if (paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] != 'T') {
+        all = false;
+      }
+    }
+    if (all) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
 TEST(PeerTest, StoppedPeerTimesOutInsteadOfHanging) {
   Server server(TempDir("stopped"), FreePort());
   ASSERT_TRUE(server.Start());
@@ -368,6 +389,9 @@ TEST(PeerTest, StoppedPeerTimesOutInsteadOfHanging) {
   std::vector<int64_t> results;
   ASSERT_TRUE(client->BatchExists(server.endpoint(), keys, &results).ok());
   kill(server.pid(), SIGSTOP);
+  // kill() returns before the process has stopped; on a loaded machine its threads may
+  // still answer a request or two.  Wait until the kernel reports it stopped.
+  ASSERT_TRUE(WaitUntilStopped(server.pid()));
   const auto start = Clock::now();
   Status s = client->BatchExists(server.endpoint(), keys, &results);
   EXPECT_TRUE(s.IsIOError()) << s.ToString();

@@ -9,6 +9,7 @@
 #define KVENGINE_ENV_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -110,10 +111,19 @@ class Env {
 
   virtual uint64_t NowMicros() = 0;
 
+  // Called by MultiRead, on the calling thread, as each request completes (its status
+  // and bytes_read final), in completion order.
+  using ReadDone = std::function<void(size_t index)>;
+
   // Reads every request, each from its own file (possibly different files), and sets
   // each request's status.  Returns the first error, if any.  The default reads them one
-  // by one; the io_uring Env submits the whole batch at once.
-  virtual Status MultiRead(ReadRequest* requests, size_t count);
+  // by one; the io_uring Env submits the whole batch at once.  `on_done`, when set, is
+  // called once per request as it completes, so that work on the values already read
+  // (checksums, copies) overlaps the reads still in flight.
+  Status MultiRead(ReadRequest* requests, size_t count) {
+    return MultiRead(requests, count, nullptr);
+  }
+  virtual Status MultiRead(ReadRequest* requests, size_t count, const ReadDone& on_done);
 
   // An Env that does what `base` does but reads batches with io_uring and writes large
   // appends as parallel chunks.  Where the kernel refuses io_uring (or the build lacks
