@@ -1,15 +1,19 @@
 // The physical baselines every run carries: memcpy of the same bytes in the engine's write
-// and read patterns, and O_DIRECT sequential I/O of the same bytes to a file in the DB
-// directory.
+// and read patterns, O_DIRECT sequential I/O of the same bytes to a file in the DB
+// directory, and a plain loopback TCP stream of the same bytes.
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstring>
 #include <memory>
+#include <thread>
 
 #include "db_bench/benchmarks.h"
 
@@ -79,6 +83,104 @@ std::string IoNote(bool all_direct) {
                     : "buffered: O_DIRECT refused by the file system; the page cache was "
                       "dropped before reading";
 }
+
+// One loopback TCP connection on which a sender thread streams the pool's values, one
+// value_size chunk after another, as fast as the socket takes them; the owner receives
+// them.  Both ends are set up as the TCP transport sets up its connections (no Nagle,
+// 4 MiB socket buffers), so the stream is what the transport could reach without its
+// protocol: no request, no header, no checksum, no round trip.
+class LoopbackStream {
+ public:
+  LoopbackStream(const ValuePool* pool, uint64_t chunk) : pool_(pool), chunk_(chunk) {
+    if (!Connect()) return;
+    sender_ = std::thread([this] { Send(); });
+  }
+  ~LoopbackStream() { Stop(); }
+  LoopbackStream(const LoopbackStream&) = delete;
+  LoopbackStream& operator=(const LoopbackStream&) = delete;
+
+  bool ok() const { return error_.empty(); }
+  const std::string& error() const { return error_; }
+
+  // Receives the next chunk into buf (chunk bytes).  False on a failed or closed socket.
+  bool Receive(char* buf) {
+    for (uint64_t got = 0; got < chunk_;) {
+      const ssize_t n = ::recv(recv_fd_, buf + got, chunk_ - got, 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      got += static_cast<uint64_t>(n);
+    }
+    return true;
+  }
+
+  // Ends the sender, which may be blocked in send on a full socket, and joins it: shutting
+  // down its socket wakes it with EPIPE.
+  void Stop() {
+    if (send_fd_ >= 0) ::shutdown(send_fd_, SHUT_RDWR);
+    if (sender_.joinable()) sender_.join();
+    for (int* fd : {&recv_fd_, &send_fd_}) {
+      if (*fd >= 0) ::close(*fd);
+      *fd = -1;
+    }
+  }
+
+ private:
+  static void Tune(int fd) {
+    int one = 1, bytes = 4 << 20;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
+  }
+
+  bool Fail(const char* what) {
+    error_ = std::string(what) + ": " + std::strerror(errno);
+    return false;
+  }
+
+  // Listens on 127.0.0.1 (any free port), connects to it and accepts.
+  bool Connect() {
+    const int listen_fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (listen_fd < 0) return Fail("socket");
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    bool ok = ::bind(listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 ||
+              Fail("bind 127.0.0.1:0");
+    ok = ok && (::listen(listen_fd, 1) == 0 || Fail("listen"));
+    ok = ok && (::getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0 ||
+                Fail("getsockname"));
+    recv_fd_ = ok ? ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0) : -1;
+    ok = ok && (recv_fd_ >= 0 || Fail("socket"));
+    if (ok) Tune(recv_fd_);
+    ok = ok && (::connect(recv_fd_, reinterpret_cast<sockaddr*>(&addr), len) == 0 ||
+                Fail("connect to 127.0.0.1"));
+    send_fd_ = ok ? ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC) : -1;
+    ok = ok && (send_fd_ >= 0 || Fail("accept"));
+    if (ok) Tune(send_fd_);
+    ::close(listen_fd);
+    return ok;
+  }
+
+  void Send() {
+    for (uint64_t k = 0;; k++) {
+      const Slice value = pool_->For(k);
+      for (uint64_t sent = 0; sent < chunk_;) {
+        const ssize_t n = ::send(send_fd_, value.data() + sent, chunk_ - sent, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return;  // the receiver closed: the benchmark is over
+        sent += static_cast<uint64_t>(n);
+      }
+    }
+  }
+
+  const ValuePool* pool_;
+  uint64_t chunk_;
+  int recv_fd_ = -1;
+  int send_fd_ = -1;
+  std::thread sender_;
+  std::string error_;
+};
 
 }  // namespace
 
@@ -194,6 +296,24 @@ Result RunRawRead(const BenchContext& b) {
   });
   r.note = IoNote(*all_direct);
   return r;
+}
+
+Result RunRawSocket(const BenchContext& b) {
+  const uint64_t vs = b.config->value_size;
+  return RunParallel(b.Spec(b.config->num), [&b, vs](ThreadContext& ctx) -> OpFn {
+    auto stream = std::make_shared<LoopbackStream>(b.pool, vs);
+    auto buf = std::make_shared<AlignedBuffer>(vs);
+    if (!stream->ok()) ctx.Error("rawsocket: " + stream->error());
+    // The sender streams until told to stop; stopping is no part of the timed span.
+    ctx.on_finish = [stream](ThreadContext&) { stream->Stop(); };
+    return [stream, buf, vs](ThreadContext& c) {
+      const auto start = Clock::now();
+      const bool ok = stream->ok() && stream->Receive(buf->data());
+      c.Record(start, 1, 1, ok ? vs : 0);
+      if (!ok)
+        c.Error(stream->ok() ? "rawsocket: the stream broke off" : "rawsocket: " + stream->error());
+    };
+  });
 }
 
 }  // namespace kvbench

@@ -1,6 +1,7 @@
 // The benchmarks themselves, each a function from what it needs to its Result: the
-// key-level ones (db_bench's), the vLLM scenarios, gc_churn (benchmarks.cc) and the
-// physical baselines (baselines.cc).
+// key-level ones (db_bench's, which also serve as peer_put and peer_get against the peer
+// engine), the vLLM scenarios, gc_churn (benchmarks.cc) and the physical baselines
+// (baselines.cc).
 #ifndef KVENGINE_DB_BENCH_BENCHMARKS_H_
 #define KVENGINE_DB_BENCH_BENCHMARKS_H_
 
@@ -46,6 +47,8 @@ Result RunCompact(const BenchContext& b);
 std::vector<Result> RunMemcpy(const BenchContext& b);
 Result RunRawWrite(const BenchContext& b);
 Result RunRawRead(const BenchContext& b);
+// A plain loopback TCP stream of the same bytes, the yardstick of the peer benchmarks.
+Result RunRawSocket(const BenchContext& b);
 // The files rawwrite leaves in dir, for cleanup.
 std::vector<std::string> RawFiles(const std::string& dir, uint64_t threads);
 

@@ -41,13 +41,21 @@ struct EngineConfig {
   uint64_t rocksdb_min_blob_size = 4096;
   uint64_t rocksdb_blob_file_size = 256ull << 20;
   bool rocksdb_wal = false;  // keep the WAL on even without --sync
+  // The peer engine: the server at `peer` (HOST:PORT), or, when empty, a fresh kvengine
+  // DB served in this process on 127.0.0.1 from `path` and sized to hold
+  // `data_set_bytes`; reached over `peer_transport` ("tcp", "rdma" or "auto") with the
+  // token in `auth_token_file` (none when empty).
+  std::string peer;
+  std::string peer_transport = "tcp";
+  std::string auth_token_file;
+  uint64_t data_set_bytes = 0;
 };
 
 class Engine {
  public:
   virtual ~Engine() = default;
 
-  // "kvengine" or "rocksdb".
+  // "kvengine", "rocksdb" or "peer".
   virtual const char* Name() const = 0;
 
   virtual Status Open(const EngineConfig& config) = 0;
@@ -87,6 +95,9 @@ class Engine {
 };
 
 std::unique_ptr<Engine> NewKvengineEngine();
+// A kvengine peer reached through kvengine::Transport (peer_engine.cc).  Open fails with
+// a Status naming the peer when it cannot be reached.
+std::unique_ptr<Engine> NewPeerEngine();
 // nullptr when kv_bench was built without RocksDB.
 std::unique_ptr<Engine> NewRocksDBEngine();
 bool HaveRocksDB();

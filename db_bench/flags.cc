@@ -8,6 +8,7 @@
 
 #include "db_bench/engine.h"
 #include "kvengine/options.h"
+#include "kvengine/transport.h"
 
 DEFINE_string(benchmarks, "memcpy,rawwrite,rawread,vllm_write,vllm_exist,vllm_get,vllm_all",
               "Comma-separated benchmarks, run in order on one DB per engine.\n"
@@ -35,8 +36,16 @@ DEFINE_string(benchmarks, "memcpy,rawwrite,rawread,vllm_write,vllm_exist,vllm_ge
               "  rawwrite     baseline: O_DIRECT sequential write of the same bytes to a file "
               "in the DB directory\n"
               "  rawread      baseline: O_DIRECT sequential read of that file\n"
+              "  peer_put     write the key space to the peer (--peer) in key order with "
+              "Transport::BatchPut, --batch_size keys per call\n"
+              "  peer_get     read random keys from the peer with Transport::BatchGet into "
+              "per-thread buffers (verifies the bytes; writes the key space first, untimed, "
+              "when this run has not)\n"
+              "  rawsocket    baseline: a plain loopback TCP stream (send/recv of --value_size "
+              "chunks, one connection per thread), the yardstick of peer_put and peer_get\n"
               "Key-level benchmarks count one operation per key (a batch call of --batch_size "
-              "keys when --batch_size > 1); vllm_* count one operation per request.");
+              "keys when --batch_size > 1); vllm_* count one operation per request. The "
+              "peer_* benchmarks print their per-call latency P50/P99 in the result line.");
 DEFINE_string(engine, "kvengine",
               "kvengine, rocksdb, or both (each benchmark runs on kvengine then RocksDB, "
               "followed by the ratio kvengine/rocksdb)");
@@ -98,6 +107,18 @@ DEFINE_double(compact_delete_fraction, 0.5,
 DEFINE_double(gc_delete_fraction, 0.2, "gc_churn: fraction of operations that delete");
 DEFINE_double(gc_write_fraction, 0.3,
               "gc_churn: fraction of operations that write (the rest read)");
+DEFINE_string(peer, "",
+              "The peer that peer_put and peer_get run against, as HOST:PORT: a kv_server "
+              "(kv_server --db=DIR --listen=HOST:PORT) or any DB opened with the listen "
+              "option. Empty: kv_bench serves a fresh memory-only kvengine DB on 127.0.0.1 "
+              "(any free port) in this process, in DB/peer, sized to hold the data set "
+              "(--options apply to it)");
+DEFINE_string(peer_transport, "tcp",
+              "How peer_put and peer_get reach the peer: tcp, rdma, or auto (RDMA when this "
+              "build and machine have it, else TCP). rawsocket is always loopback TCP");
+DEFINE_string(auth_token_file, "",
+              "File holding the shared secret the peer requires (kv_server requires one when "
+              "it listens on an address other than loopback; see docs/transport.md)");
 DEFINE_double(progress_interval, 5,
               "Seconds between progress lines on stderr during a benchmark (0: none)");
 
@@ -105,15 +126,18 @@ namespace kvbench {
 
 const std::vector<std::string>& KnownBenchmarks() {
   static const std::vector<std::string> names = {
-      "fillseq",      "fillrandom",  "overwrite",  "readrandom", "readseq",  "readmissing",
-      "deleterandom", "existrandom", "vllm_write", "vllm_exist", "vllm_get", "vllm_all",
-      "gc_churn",     "compact",     "memcpy",     "rawwrite",   "rawread"};
+      "fillseq",     "fillrandom",   "overwrite",   "readrandom", "readseq",
+      "readmissing", "deleterandom", "existrandom", "vllm_write", "vllm_exist",
+      "vllm_get",    "vllm_all",     "gc_churn",    "compact",    "peer_put",
+      "peer_get",    "memcpy",       "rawwrite",    "rawread",    "rawsocket"};
   return names;
 }
 
 bool IsBaseline(const std::string& name) {
-  return name == "memcpy" || name == "rawwrite" || name == "rawread";
+  return name == "memcpy" || name == "rawwrite" || name == "rawread" || name == "rawsocket";
 }
+
+bool IsPeerBenchmark(const std::string& name) { return name == "peer_put" || name == "peer_get"; }
 
 bool ParseOptionList(const std::string& text, std::vector<std::pair<std::string, std::string>>* out,
                      std::string* error) {
@@ -287,6 +311,23 @@ bool ValidateFlags(BenchConfig* c, std::string* error) {
                 "more threads than keys (--num=" + Str(c->num) + ")");
   }
 
+  // The peer.
+  if (!FLAGS_peer.empty()) {
+    kvengine::Endpoint ep;
+    s = kvengine::Endpoint::Parse(FLAGS_peer, &ep);
+    if (!s.ok()) return Fail(error, "peer", FLAGS_peer, s.ToString());
+    if (ep.port == 0) return Fail(error, "peer", FLAGS_peer, "port 0 names no server");
+  }
+  if (FLAGS_peer_transport != "tcp" && FLAGS_peer_transport != "rdma" &&
+      FLAGS_peer_transport != "auto") {
+    return Fail(error, "peer_transport", FLAGS_peer_transport, "must be tcp, rdma or auto");
+  }
+  if (!FLAGS_auth_token_file.empty()) {
+    std::string token;
+    s = kvengine::ReadAuthTokenFile(FLAGS_auth_token_file, &token);
+    if (!s.ok()) return Fail(error, "auth_token_file", FLAGS_auth_token_file, s.ToString());
+  }
+
   // The DB directory.
   if (FLAGS_use_existing_db && FLAGS_db.empty()) {
     return Fail(error, "use_existing_db", "true", "needs --db (the default DB is a fresh one)");
@@ -314,6 +355,9 @@ bool ValidateFlags(BenchConfig* c, std::string* error) {
   c->compact_delete_fraction = FLAGS_compact_delete_fraction;
   c->gc_write_fraction = FLAGS_gc_write_fraction;
   c->progress_interval = FLAGS_progress_interval;
+  c->peer = FLAGS_peer;
+  c->peer_transport = FLAGS_peer_transport;
+  c->auth_token_file = FLAGS_auth_token_file;
   return true;
 }
 

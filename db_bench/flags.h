@@ -13,6 +13,8 @@ namespace kvbench {
 const std::vector<std::string>& KnownBenchmarks();
 // True for the baselines, which run once per run whatever --engine says.
 bool IsBaseline(const std::string& name);
+// True for the benchmarks that run once, against the peer (--peer), whatever --engine says.
+bool IsPeerBenchmark(const std::string& name);
 
 // The flags, checked and resolved (sizes parsed, --num defaulted).
 struct BenchConfig {
@@ -44,6 +46,9 @@ struct BenchConfig {
   double compact_delete_fraction = 0;
   double gc_write_fraction = 0;
   double progress_interval = 0;
+  std::string peer;  // HOST:PORT, checked; "" : serve one in this process
+  std::string peer_transport;
+  std::string auth_token_file;  // readable and not empty when set
 };
 
 // Checks every flag and fills *config.  On a bad flag returns false and stores a message

@@ -6,8 +6,13 @@
 //
 //   kv_bench --benchmarks=memcpy,vllm_write,vllm_get --engine=both --value_size=1048576
 //
+// and the same for a remote peer against a plain loopback socket stream:
+//
+//   kv_bench --benchmarks=rawsocket,peer_put,peer_get [--peer=HOST:PORT]
+//
 // The pieces: flags.cc (flags and their validation), engine.h with kvengine_engine.cc and
-// rocksdb_engine.cc (the engines behind one interface), runner.cc (threads, timing,
+// rocksdb_engine.cc (the engines behind one interface) and peer_engine.cc (a peer reached
+// through kvengine::Transport, behind the same interface), runner.cc (threads, timing,
 // progress), benchmarks.cc and baselines.cc (the workloads), report.cc and histogram.cc
 // (db_bench's output), suite.cc (one run from directories to cleanup).
 #include <gflags/gflags.h>
@@ -21,6 +26,7 @@ int main(int argc, char** argv) {
   gflags::SetUsageMessage(
       "the db_bench-style benchmark of kvengine (and RocksDB).\n"
       "  kv_bench [--benchmarks=a,b,c] [--engine=kvengine|rocksdb|both] [flags]\n"
+      "  kv_bench --benchmarks=rawsocket,peer_put,peer_get [--peer=HOST:PORT] [flags]\n"
       "Output: one db_bench line per benchmark,\n"
       "  fillrandom   :    4392.180 micros/op 227 ops/sec 8.784 seconds 2000 operations;  "
       "227.7 MB/s\n"

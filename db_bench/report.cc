@@ -68,6 +68,10 @@ std::string FormatLine(const Result& r) {
     msg +=
         (msg.empty() ? "" : " ") + Printf("(%.2fx %s)", r.baseline_ratio, r.baseline_name.c_str());
   }
+  if (r.reports_latency) {
+    msg += (msg.empty() ? "" : " ") +
+           Printf("(P50 %.1f P99 %.1f micros/call)", r.hist.Percentile(50), r.hist.Percentile(99));
+  }
   if (r.reports_reclaimed) {
     msg += msg.empty() ? "" : " ";
     msg += r.reclaimed_bytes ? Printf("(%" PRIu64 " bytes reclaimed)", *r.reclaimed_bytes)
@@ -105,7 +109,7 @@ std::string FormatJson(const Result& r, bool with_histogram) {
          (r.reclaimed_bytes ? std::to_string(*r.reclaimed_bytes) : std::string("null"));
   }
   if (!r.note.empty()) j += ",\"note\":\"" + JsonEscape(r.note) + "\"";
-  if (with_histogram || r.reports_reclaimed) {
+  if (with_histogram || r.reports_reclaimed || r.reports_latency) {
     j += ",\"latency_us\":{\"count\":" + std::to_string(r.hist.count()) +
          ",\"average\":" + Num(r.hist.Average()) + ",\"min\":" + Num(r.hist.min()) +
          ",\"p50\":" + Num(r.hist.Percentile(50)) + ",\"p75\":" + Num(r.hist.Percentile(75)) +

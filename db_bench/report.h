@@ -30,8 +30,9 @@ struct Result {
   std::string first_error;
   std::optional<uint64_t> reclaimed_bytes;  // gc_churn
   bool reports_reclaimed = false;           // gc_churn: print the reclaimed field
+  bool reports_latency = false;             // peer_*: P50/P99 per call, also in JSON
   std::string note;                         // appended in parentheses, e.g. "O_DIRECT"
-  double baseline_ratio = 0;                // MB/s over the memcpy baseline, 0: none
+  double baseline_ratio = 0;                // MB/s over baseline_name's, 0: none
   std::string baseline_name;
   std::string statistics;  // --statistics text
   Histogram hist;

@@ -7,8 +7,11 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <thread>
+
+#include "kvengine/transport.h"
 
 namespace kvbench {
 
@@ -18,11 +21,17 @@ namespace {
 
 // Benchmarks that read what a fill wrote; run on an engine nothing was written to, they
 // write the keys first (untimed) so that they measure what their name says.
-const std::set<std::string> kNeedsKeys = {"readrandom",   "readseq",  "existrandom",
-                                          "deleterandom", "gc_churn", "compact"};
+const std::set<std::string> kNeedsKeys = {"readrandom", "readseq", "existrandom", "deleterandom",
+                                          "gc_churn",   "compact", "peer_get"};
 const std::set<std::string> kNeedsRequests = {"vllm_exist", "vllm_get"};
-const std::set<std::string> kWriteBenchmarks = {"fillseq", "fillrandom", "overwrite", "vllm_write"};
-const std::set<std::string> kReadBenchmarks = {"readrandom", "readseq", "vllm_get"};
+// The baseline whose MB/s each benchmark's is compared with, when the run measured it
+// before: memcpy of the same bytes in the same pattern, the raw disk write for the GC, or
+// a plain socket stream for the peer.
+const std::map<std::string, std::string> kBaselineOf = {
+    {"fillseq", "memcpy"},       {"fillrandom", "memcpy"},      {"overwrite", "memcpy"},
+    {"vllm_write", "memcpy"},    {"readrandom", "memcpy_read"}, {"readseq", "memcpy_read"},
+    {"vllm_get", "memcpy_read"}, {"compact", "rawwrite"},       {"peer_put", "rawsocket"},
+    {"peer_get", "rawsocket"}};
 
 std::string CpuModel() {
   std::ifstream in("/proc/cpuinfo");
@@ -47,6 +56,13 @@ Suite::Suite(BenchConfig config) : c_(std::move(config)), info_(c_.json ? stderr
 
 Suite::~Suite() { Cleanup(); }
 
+std::vector<Suite::Slot*> Suite::AllSlots() {
+  std::vector<Slot*> all;
+  for (auto& slot : slots_) all.push_back(&slot);
+  all.push_back(&peer_);
+  return all;
+}
+
 bool Suite::PrepareDirectories(std::string* error) {
   std::error_code ec;
   if (c_.db.empty()) {
@@ -70,7 +86,7 @@ bool Suite::PrepareDirectories(std::string* error) {
     // A DB left by an earlier run (of either engine, or of both) is wiped, as db_bench
     // destroys its DB; anything else is the user's and is left alone.
     const bool old_db = fs::exists(root_ + "/LOCK") || fs::exists(root_ + "/kvengine/LOCK") ||
-                        fs::exists(root_ + "/rocksdb/LOCK");
+                        fs::exists(root_ + "/rocksdb/LOCK") || fs::exists(root_ + "/peer/LOCK");
     if (!old_db) {
       *error = "--db: " + root_ +
                " is not empty and holds no DB; give an empty or new directory, or "
@@ -91,32 +107,59 @@ bool Suite::PrepareDirectories(std::string* error) {
     slot.keys_filled = slot.vllm_written = c_.use_existing_db;
     slots_.push_back(std::move(slot));
   }
+  peer_.name = "peer";
+  peer_.path = c_.peer.empty() ? root_ + "/peer" : "";  // where the in-process peer lives
+  // A peer named by --peer holds what an earlier run wrote when the user says so; the
+  // in-process one is always fresh.
+  peer_.keys_filled = c_.use_existing_db && !c_.peer.empty();
   return true;
 }
 
 bool Suite::OpenEngines(std::string* error) {
-  const bool any_engine = std::any_of(c_.benchmarks.begin(), c_.benchmarks.end(),
-                                      [](const std::string& b) { return !IsBaseline(b); });
+  const bool any_engine =
+      std::any_of(c_.benchmarks.begin(), c_.benchmarks.end(),
+                  [](const std::string& b) { return !IsBaseline(b) && !IsPeerBenchmark(b); });
   if (!any_engine) return true;
   for (auto& slot : slots_) {
     slot.engine = slot.name == "kvengine" ? NewKvengineEngine() : NewRocksDBEngine();
-    EngineConfig ec;
-    ec.path = slot.path;
-    ec.use_existing = c_.use_existing_db;
-    ec.memory_budget = c_.memory_budget;
-    ec.sync = c_.sync;
-    ec.statistics = c_.statistics;
-    ec.kvengine_options = c_.kvengine_options;
-    ec.rocksdb_options = c_.rocksdb_options;
-    ec.rocksdb_min_blob_size = c_.rocksdb_min_blob_size;
-    ec.rocksdb_blob_file_size = c_.rocksdb_blob_file_size;
-    ec.rocksdb_wal = c_.rocksdb_wal;
-    Status s = slot.engine->Open(ec);
-    if (!s.ok()) {
-      *error = "cannot open " + slot.name + " in " + slot.path + ": " + s.ToString();
-      slot.engine.reset();
-      return false;
-    }
+    if (!OpenSlot(&slot, error)) return false;
+  }
+  return true;
+}
+
+bool Suite::OpenPeer(std::string* error) {
+  if (std::none_of(c_.benchmarks.begin(), c_.benchmarks.end(), IsPeerBenchmark)) return true;
+  if (c_.peer.empty()) {
+    // Memory only, so nothing of an earlier run's in-process peer is worth keeping.
+    std::error_code ec;
+    fs::remove_all(peer_.path, ec);
+  }
+  peer_.engine = NewPeerEngine();
+  return OpenSlot(&peer_, error);
+}
+
+bool Suite::OpenSlot(Slot* slot, std::string* error) {
+  EngineConfig ec;
+  ec.path = slot->path;
+  ec.use_existing = c_.use_existing_db;
+  ec.memory_budget = c_.memory_budget;
+  ec.sync = c_.sync;
+  ec.statistics = c_.statistics;
+  ec.kvengine_options = c_.kvengine_options;
+  ec.rocksdb_options = c_.rocksdb_options;
+  ec.rocksdb_min_blob_size = c_.rocksdb_min_blob_size;
+  ec.rocksdb_blob_file_size = c_.rocksdb_blob_file_size;
+  ec.rocksdb_wal = c_.rocksdb_wal;
+  ec.peer = c_.peer;
+  ec.peer_transport = c_.peer_transport;
+  ec.auth_token_file = c_.auth_token_file;
+  ec.data_set_bytes = c_.num * c_.value_size;
+  Status s = slot->engine->Open(ec);
+  if (!s.ok()) {
+    *error = "cannot open " + slot->name + (slot->path.empty() ? "" : " in " + slot->path) + ": " +
+             s.ToString();
+    slot->engine.reset();
+    return false;
   }
   return true;
 }
@@ -148,12 +191,24 @@ void Suite::PrintHeader() {
   std::fprintf(info_, "Memory:     %s per engine\n", Mib(c_.memory_budget).c_str());
   std::fprintf(info_, "DB:         %s%s\n", root_.c_str(),
                remove_root_ ? " (temporary, removed after)" : "");
-  for (const auto& slot : slots_) {
-    if (!slot.engine) continue;
-    for (const auto& note : slot.engine->Notes())
+  bool local_engine = false;
+  for (const Slot* slot : AllSlots()) {
+    if (!slot->engine) continue;
+    local_engine |= slot != &peer_;
+    for (const auto& note : slot->engine->Notes())
       std::fprintf(info_, "Note:       %s\n", note.c_str());
   }
-  if (c_.num * c_.value_size > c_.memory_budget) {
+  const bool rawsocket =
+      std::find(c_.benchmarks.begin(), c_.benchmarks.end(), "rawsocket") != c_.benchmarks.end();
+  kvengine::Endpoint peer;
+  if (rawsocket && peer_.engine && kvengine::Endpoint::Parse(c_.peer, &peer).ok() &&
+      !peer.IsLoopback()) {
+    std::fprintf(info_,
+                 "Note:       rawsocket streams over loopback, not to %s: its ratios include "
+                 "the network between the hosts\n",
+                 c_.peer.c_str());
+  }
+  if (local_engine && c_.num * c_.value_size > c_.memory_budget) {
     std::fprintf(info_,
                  "WARNING:    the data set (%s) exceeds the memory budget; kvengine without an "
                  "SSD tier evicts, and reads miss\n",
@@ -190,7 +245,7 @@ Result Suite::RunOne(const std::string& name, Slot* slot, uint64_t salt) {
   b.config = &c_;
   b.engine = slot ? slot->engine.get() : nullptr;
   b.pool = pool_.get();
-  b.label = slot && slots_.size() > 1 ? name + "[" + slot->name + "]" : name;
+  b.label = slot && slot != &peer_ && slots_.size() > 1 ? name + "[" + slot->name + "]" : name;
   b.raw_dir = root_;
   b.seed_salt = salt;
   if (slot) Prefill(name, slot);
@@ -225,6 +280,14 @@ Result Suite::RunOne(const std::string& name, Slot* slot, uint64_t salt) {
     r = RunRawWrite(b);
   } else if (name == "rawread") {
     r = RunRawRead(b);
+  } else if (name == "rawsocket") {
+    r = RunRawSocket(b);
+  } else if (name == "peer_put") {
+    r = RunFill(b, true);
+    r.reports_latency = true;
+  } else if (name == "peer_get") {
+    r = RunRead(b, ReadKind::kRandom);
+    r.reports_latency = true;
   }
   r.benchmark = name;
   r.engine = slot ? slot->name : "";
@@ -233,7 +296,7 @@ Result Suite::RunOne(const std::string& name, Slot* slot, uint64_t salt) {
     // A write benchmark cut short by --duration leaves part of the key space unwritten;
     // the next read benchmark then completes it (untimed) first.  fillrandom and
     // overwrite never cover every key, as in db_bench.
-    if (name == "fillseq") slot->keys_filled |= r.ops >= c_.num;
+    if (name == "fillseq" || name == "peer_put") slot->keys_filled |= r.ops >= c_.num;
     if (name == "fillrandom" || name == "overwrite") slot->keys_filled = true;
     if (name == "vllm_write" || name == "vllm_all") slot->vllm_written |= r.ops >= c_.requests;
     if (name == "compact") slot->keys_filled = false;  // it deleted some
@@ -243,19 +306,12 @@ Result Suite::RunOne(const std::string& name, Slot* slot, uint64_t salt) {
 }
 
 void Suite::Emit(Result* r) {
-  // Throughput against the memcpy of the same bytes in the same pattern, or for the GC
-  // against the raw disk write, when measured.
-  const char* base = kWriteBenchmarks.count(r->benchmark)  ? "memcpy"
-                     : kReadBenchmarks.count(r->benchmark) ? "memcpy_read"
-                     : r->benchmark == "compact"           ? "rawwrite"
-                                                           : nullptr;
-  if (base && baseline_mbps_.count(base) && baseline_mbps_[base] > 0 && r->bytes > 0) {
-    r->baseline_ratio = r->MBPerSec() / baseline_mbps_[base];
-    r->baseline_name = base;
+  const auto base = kBaselineOf.find(r->benchmark);
+  if (base != kBaselineOf.end() && baseline_mbps_[base->second] > 0 && r->bytes > 0) {
+    r->baseline_ratio = r->MBPerSec() / baseline_mbps_[base->second];
+    r->baseline_name = base->second;
   }
-  if (r->benchmark == "memcpy" || r->benchmark == "memcpy_read" || r->benchmark == "rawwrite") {
-    baseline_mbps_[r->benchmark] = r->MBPerSec();
-  }
+  if (r->engine.empty()) baseline_mbps_[r->benchmark] = r->MBPerSec();
   if (c_.json) {
     std::printf("%s\n", FormatJson(*r, c_.histogram).c_str());
   } else {
@@ -288,7 +344,7 @@ void Suite::Emit(Result* r) {
 
 int Suite::Run() {
   std::string error;
-  if (!PrepareDirectories(&error) || !OpenEngines(&error)) {
+  if (!PrepareDirectories(&error) || !OpenEngines(&error) || !OpenPeer(&error)) {
     std::fprintf(stderr, "kv_bench: %s\n", error.c_str());
     return 1;
   }
@@ -312,6 +368,11 @@ int Suite::Run() {
         Result r = RunOne(name, nullptr, salt);
         Emit(&r);
       }
+      continue;
+    }
+    if (IsPeerBenchmark(name)) {
+      Result r = RunOne(name, &peer_, salt);
+      Emit(&r);
       continue;
     }
     std::vector<Result> per_engine;
@@ -339,14 +400,14 @@ int Suite::Run() {
 void Suite::Cleanup() {
   if (cleaned_) return;
   cleaned_ = true;
-  for (auto& slot : slots_) {
-    if (!slot.engine) continue;
-    Status s = slot.engine->Close();
+  for (Slot* slot : AllSlots()) {
+    if (!slot->engine) continue;
+    Status s = slot->engine->Close();
     if (!s.ok()) {
-      std::fprintf(stderr, "kv_bench: closing %s: %s\n", slot.name.c_str(), s.ToString().c_str());
+      std::fprintf(stderr, "kv_bench: closing %s: %s\n", slot->name.c_str(), s.ToString().c_str());
       errors_++;
     }
-    slot.engine.reset();
+    slot->engine.reset();
   }
   std::error_code ec;
   if (!root_.empty()) {

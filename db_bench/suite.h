@@ -1,6 +1,7 @@
-// Suite: one kv_bench run.  Prepares the DB directories, opens the engines, runs the
-// benchmarks in order (each on every engine with --engine=both, the baselines once),
-// prints the results and cleans up.
+// Suite: one kv_bench run.  Prepares the DB directories, opens the engines (and the peer
+// when a peer benchmark runs), runs the benchmarks in order (each on every engine with
+// --engine=both; the baselines and the peer benchmarks once), prints the results and
+// cleans up.
 #ifndef KVENGINE_DB_BENCH_SUITE_H_
 #define KVENGINE_DB_BENCH_SUITE_H_
 
@@ -39,17 +40,23 @@ class Suite {
 
   bool PrepareDirectories(std::string* error);
   bool OpenEngines(std::string* error);
+  bool OpenPeer(std::string* error);
+  // Opens slot->engine (made, not opened) with the run's settings; on failure resets it.
+  bool OpenSlot(Slot* slot, std::string* error);
   void PrintHeader();
   Result RunOne(const std::string& name, Slot* slot, uint64_t salt);
   void Prefill(const std::string& name, Slot* slot);
   void Emit(Result* r);
   void Cleanup();
+  // The engines' slots, then the peer's.
+  std::vector<Slot*> AllSlots();
 
   BenchConfig c_;
   FILE* info_;  // the header, notes: stdout, or stderr with --json
   std::string root_;
   bool remove_root_ = false;
   std::vector<Slot> slots_;
+  Slot peer_;  // the peer of peer_put/peer_get; its engine is open only when they run
   std::unique_ptr<ValuePool> pool_;
   std::map<std::string, double> baseline_mbps_;
   uint64_t errors_ = 0;

@@ -1,7 +1,6 @@
 #include "env/peer_env.h"
 
 #include <algorithm>
-#include <fstream>
 #include <sstream>
 #include <thread>
 
@@ -23,18 +22,6 @@ class LocalScope {
   LocalScope() { peer_request_depth++; }
   ~LocalScope() { peer_request_depth--; }
 };
-
-Status ReadToken(const std::string& path, std::string* token) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::InvalidArgument("cannot read peer_auth_token_file " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string t = ss.str();
-  while (!t.empty() && (t.back() == '\n' || t.back() == '\r' || t.back() == ' ')) t.pop_back();
-  if (t.empty()) return Status::InvalidArgument("peer_auth_token_file " + path + " is empty");
-  *token = std::move(t);
-  return Status::OK();
-}
 
 // Runs fn(j) for every j in [0, n), in parallel threads when n > 1.
 void ForEachParallel(size_t n, const std::function<void(size_t)>& fn) {
@@ -142,7 +129,7 @@ Status PeerEnv::Open(const Options& options, Logger* logger, std::unique_ptr<Pee
     if (!s.ok()) return Status::InvalidArgument("option listen", s.message());
   }
   if (!options.peer_auth_token_file.empty()) {
-    s = ReadToken(options.peer_auth_token_file, &env->token_);
+    s = ReadAuthTokenFile(options.peer_auth_token_file, &env->token_);
     if (!s.ok()) return s;
   }
   if (!options.listen.empty() && !env->listen_.IsLoopback() && env->token_.empty()) {

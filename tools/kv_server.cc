@@ -33,28 +33,11 @@ bool Flag(const char* arg, const char* name, std::string* value) {
   return true;
 }
 
-// Reads the token the way the DB does (trailing newline dropped).
-bool ReadToken(const std::string& path, std::string* token) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) return false;
-  char buf[4096];
-  const size_t n = std::fread(buf, 1, sizeof(buf), f);
-  std::fclose(f);
-  token->assign(buf, n);
-  while (!token->empty() &&
-         (token->back() == '\n' || token->back() == '\r' || token->back() == ' ')) {
-    token->pop_back();
-  }
-  return !token->empty();
-}
-
 int PrintStats(const std::string& where, const std::string& token_file) {
   kvengine::Endpoint ep;
   kvengine::Status s = kvengine::Endpoint::Parse(where, &ep);
   kvengine::TransportOptions t;
-  if (s.ok() && !token_file.empty() && !ReadToken(token_file, &t.auth_token)) {
-    s = kvengine::Status::InvalidArgument("cannot read auth token file " + token_file);
-  }
+  if (s.ok() && !token_file.empty()) s = kvengine::ReadAuthTokenFile(token_file, &t.auth_token);
   std::unique_ptr<kvengine::Transport> transport;
   if (s.ok()) s = kvengine::Transport::Create("tcp", t, &transport);
   std::string text;

@@ -54,6 +54,12 @@ struct Endpoint {
   bool operator==(const Endpoint& o) const { return host == o.host && port == o.port; }
 };
 
+// Reads the shared secret held in the file at `path` (Options::peer_auth_token_file,
+// kv_server --auth_token_file, kv_bench --auth_token_file): the whole file, trailing
+// newlines and spaces dropped.  On failure (the file cannot be read, or holds no token)
+// returns InvalidArgument naming the file and leaves *token unchanged.
+Status ReadAuthTokenFile(const std::string& path, std::string* token);
+
 struct TransportOptions {
   // The shared secret that proves this client may talk to peers that require one (see
   // docs/transport.md: a challenge-response over XXH3; it authenticates, it does not

@@ -1,17 +1,23 @@
 #!/usr/bin/env python3
 """Smoke tests of kv_bench, run by CTest.
 
-  kv_bench_test.py KV_BENCH {json|text|threads|bad_flags} [--rocksdb]
+  kv_bench_test.py KV_BENCH {json|text|threads|bad_flags|peer|peer_server}
+                   [--rocksdb] [--kv_server=KV_SERVER]
 
 json:      every benchmark on every engine with tiny sizes and --json; every record must
            parse, carry no errors, and the read benchmarks must have verified their bytes.
 text:      db_bench's line format, --histogram and --statistics in text mode.
 threads:   several threads over the key-level and vLLM benchmarks, with --duration.
 bad_flags: every bad flag exits non-zero with a message naming the flag.
+peer:      rawsocket, peer_put and peer_get against the in-process peer (text and JSON,
+           one and two threads): every key found and verified, ratios and P99 printed.
+peer_server: the same against a separate kv_server process (with an auth token), then
+           against it once it has stopped: a clear error and a non-zero exit.
 """
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -177,6 +183,12 @@ def test_bad_flags(binary, engines):
         (["--no_such_flag=1"], "no_such_flag"),
         (["--num=notanumber"], "num"),
         (["positional"], "positional"),
+        (["--benchmarks=peer_get", "--peer=no-port"], "--peer"),
+        (["--benchmarks=peer_get", "--peer=127.0.0.1:99999"], "--peer"),
+        (["--benchmarks=peer_get", "--peer=127.0.0.1:0"], "--peer"),
+        (["--benchmarks=peer_get", "--peer=:7400"], "--peer"),
+        (["--benchmarks=peer_get", "--peer_transport=udp"], "--peer_transport"),
+        (["--benchmarks=peer_get", "--auth_token_file=/nonexistent/token"], "--auth_token_file"),
     ]
     if len(engines) == 2:
         bad.append((["--engine=rocksdb", "--rocksdb_options=bogus_opt=1",
@@ -194,11 +206,130 @@ def test_bad_flags(binary, engines):
     check("--num_layers" in out + err or "num_layers" in out + err, "--help lacks num_layers")
 
 
+PEER = ["--benchmarks=rawsocket,peer_put,peer_get", "--num=32", "--value_size=65536",
+        "--batch_size=4", "--progress_interval=0"]
+PEER_LINE = re.compile(r"\(P50 [0-9.]+ P99 [0-9.]+ micros/call\)")
+
+
+def check_peer_records(recs, what, benchmarks=("rawsocket", "peer_put", "peer_get")):
+    by_name = {r["benchmark"]: r for r in recs}
+    for b in benchmarks:
+        check(b in by_name, f"{what}: no record for {b}")
+    for name, r in by_name.items():
+        check(r["errors"] == 0, f"{what}: {name}: {r['errors']} errors: {r.get('first_error')}")
+        check(r["operations"] > 0 and r["mb_per_sec"] > 0, f"{what}: {name}: nothing moved")
+    if "rawsocket" in by_name:
+        check(by_name["rawsocket"]["engine"] is None, f"{what}: rawsocket is not a baseline")
+    for name in ("peer_put", "peer_get"):
+        r = by_name.get(name)
+        if r is None:
+            continue
+        check(r["engine"] == "peer", f"{what}: {name} engine {r['engine']!r}")
+        if "rawsocket" in benchmarks:
+            check(r.get("vs_rawsocket", 0) > 0, f"{what}: {name} has no ratio vs rawsocket")
+        lat = r.get("latency_us", {})
+        check(lat.get("count", 0) > 0 and lat.get("p99", 0) >= lat.get("p50", 0) > 0,
+              f"{what}: {name} latency {lat}")
+    g = by_name.get("peer_get")
+    if g is not None:
+        check(g["lookups"] > 0 and g["found"] == g["lookups"],
+              f"{what}: peer_get found {g.get('found')} of {g.get('lookups')}")
+        check(g["verified"] == g["found"], f"{what}: peer_get verified {g['verified']} "
+              f"of {g['found']}")
+
+
+def test_peer(binary, engines, kv_server):
+    # Text: db_bench lines with the ratio and the latency; the header says where the peer is.
+    rc, out, err = run(binary, PEER)
+    check(rc == 0, f"peer text run exited {rc}: {err[-2000:]}")
+    check("Note:       peer: in-process kvengine server on 127.0.0.1:" in out,
+          "no note naming the in-process peer")
+    lines = {l.split()[0]: l for l in out.splitlines() if "micros/op" in l}
+    for b in ("rawsocket", "peer_put", "peer_get"):
+        check(b in lines and LINE.match(lines[b]), f"no db_bench line for {b}: {lines.get(b)!r}")
+    for b in ("peer_put", "peer_get"):
+        check(re.search(r"\([0-9.]+x rawsocket\)", lines.get(b, "")), f"{b}: no ratio printed")
+        check(PEER_LINE.search(lines.get(b, "")), f"{b}: no P50/P99 printed")
+    check(re.search(r"\((\d+) of \1 found\)", lines.get("peer_get", "")),
+          f"peer_get did not find every key: {lines.get('peer_get')!r}")
+    # JSON; peer_get alone writes the key space first; two threads with --duration (the
+    # raw stream's sender must stop when the benchmark does).
+    for extra, names in (([], ("rawsocket", "peer_put", "peer_get")),
+                         (["--benchmarks=rawsocket,peer_get"], ("rawsocket", "peer_get")),
+                         (["--threads=2", "--duration=0.3"], ("rawsocket", "peer_put", "peer_get"))):
+        rc, out, err = run(binary, PEER + ["--json"] + extra)
+        check(rc == 0, f"peer json run {extra} exited {rc}: {err[-2000:]}")
+        check_peer_records(records(out), f"peer json {extra}", names)
+        if "--benchmarks=rawsocket,peer_get" in extra:
+            check("nothing written yet" in err, "peer_get alone did not write the keys first")
+
+
+def start_kv_server(kv_server, tmp, token_file):
+    """Starts kv_server on a free loopback port; returns (process, "127.0.0.1:PORT")."""
+    p = subprocess.Popen([kv_server, f"--db={tmp}/server", "--listen=127.0.0.1:0",
+                          f"--auth_token_file={token_file}",
+                          "--options=ssd_capacity_bytes=0,memory_capacity_bytes=64MiB"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = p.stdout.readline()
+    m = re.search(r" on (127\.0\.0\.1:\d+) over ", line)
+    if not m:
+        p.kill()
+        raise RuntimeError(f"kv_server did not start: {line!r} {p.stderr.read()[-2000:]}")
+    return p, m.group(1)
+
+
+def test_peer_server(binary, engines, kv_server):
+    with tempfile.TemporaryDirectory() as tmp:
+        token = os.path.join(tmp, "token")
+        with open(token, "w") as f:
+            f.write("kv-bench-test-secret\n")
+        server, where = start_kv_server(kv_server, tmp, token)
+        try:
+            # The server requires the token: without it, a clear refusal.
+            rc, out, err = run(binary, PEER + [f"--peer={where}"])
+            check(rc != 0 and "cannot reach the peer" in err and "auth token" in err,
+                  f"a refused token gave rc={rc}: {err.strip()[-300:]!r}")
+            rc, out, err = run(binary, PEER + [f"--peer={where}", f"--auth_token_file={token}",
+                                               "--json"])
+            check(rc == 0, f"run against kv_server exited {rc}: {err[-2000:]}")
+            check(f"Note:       peer: {where}, reached over tcp" in err,
+                  f"no note naming the peer {where}")
+            check_peer_records(records(out), "kv_server")
+            # The values live in the server's process: a second kv_bench reads them
+            # without writing (--use_existing_db), and they verify.
+            rc, out, err = run(binary, PEER + [f"--peer={where}", f"--auth_token_file={token}",
+                                               "--json", "--benchmarks=peer_get",
+                                               "--use_existing_db", f"--db={tmp}/bench"])
+            check(rc == 0, f"peer_get --use_existing_db exited {rc}: {err[-2000:]}")
+            check("nothing written yet" not in err, "--use_existing_db wrote the keys again")
+            check_peer_records(records(out), "kv_server existing", ("peer_get",))
+        finally:
+            server.send_signal(signal.SIGTERM)
+            try:
+                code = server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                code = "killed"
+        check(code == 0, f"kv_server exited {code}")
+        # The peer is gone: a clear message, a non-zero exit, no crash.
+        rc, out, err = run(binary, PEER + [f"--peer={where}", f"--auth_token_file={token}"])
+        check(rc == 1, f"a run against a stopped peer exited {rc}")
+        check("cannot reach the peer" in err and where in err,
+              f"no clear message for a stopped peer: {err.strip()[-300:]!r}")
+
+
 def main():
     binary, mode = sys.argv[1], sys.argv[2]
     engines = ["kvengine", "rocksdb"] if "--rocksdb" in sys.argv[3:] else ["kvengine"]
-    {"json": test_json, "text": test_text, "threads": test_threads,
-     "bad_flags": test_bad_flags}[mode](binary, engines)
+    kv_server = next((a.split("=", 1)[1] for a in sys.argv[3:] if a.startswith("--kv_server=")),
+                     None)
+    tests = {"json": test_json, "text": test_text, "threads": test_threads,
+             "bad_flags": test_bad_flags}
+    peer_tests = {"peer": test_peer, "peer_server": test_peer_server}
+    if mode in peer_tests:
+        peer_tests[mode](binary, engines, kv_server)
+    else:
+        tests[mode](binary, engines)
     if failures:
         print(f"{len(failures)} check(s) failed")
         return 1
