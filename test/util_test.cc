@@ -1,4 +1,6 @@
 // Status, option parsing and the environment-variable configuration.
+#include <xxhash.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <memory>
@@ -158,6 +160,21 @@ TEST(OptionsTest, Validate) {
   EXPECT_TRUE(o.Validate().IsInvalidArgument());
 }
 
+TEST(HashTest, SameValuesAsPlainXxh3) {
+  // Bucket files and frames store these checksums: the run-time dispatched XXH3 must
+  // give the reference implementation's values for every length class.
+  std::string data(3 << 20, '\0');
+  for (size_t i = 0; i < data.size(); i++) data[i] = static_cast<char>(i * 131 + (i >> 9));
+  for (size_t n : {0, 1, 3, 16, 17, 128, 129, 240, 241, 1024, 4096, 65537, 1 << 20, 3 << 20}) {
+    EXPECT_EQ(Hash64(data.data(), n), XXH3_64bits(data.data(), n)) << n;
+    Hasher64 h;
+    h.Update(data.data(), n / 3);
+    h.Update(data.data() + n / 3, n - n / 3);
+    EXPECT_EQ(h.Digest(), XXH3_64bits(data.data(), n)) << n;
+  }
+  EXPECT_EQ(Hash64("", 0), 0x2D06800538D394C2ull);  // XXH3-64 of nothing, seed 0
+}
+
 TEST(HashTest, IncrementalEqualsOneShot) {
   std::string data(100000, 'x');
   for (size_t i = 0; i < data.size(); i++) data[i] = static_cast<char>(i * 31);
@@ -167,7 +184,6 @@ TEST(HashTest, IncrementalEqualsOneShot) {
   EXPECT_EQ(h.Digest(), Hash64(data));
   EXPECT_NE(Hash64("a"), Hash64("b"));
 }
-
 
 // An object that records, on destruction, which thread destroyed it.
 struct DestroyedOn {
