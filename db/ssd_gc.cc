@@ -20,7 +20,6 @@
 #include <condition_variable>
 #include <functional>
 #include <mutex>
-#include <thread>
 
 #include "db/ssd_bucket.h"
 #include "db/ssd_tier.h"
@@ -42,30 +41,32 @@ struct CompactionChunk {
   uint64_t image_end;
 };
 
-// Reads a compaction's chunks, in order, on a thread of its own, never waiting for the
-// writer (the whole image is already allocated).  The destructor stops after the chunk
-// in progress and joins, so no read outlives the image it fills.
+// Reads a compaction's chunks, in order, on the SSD tier's chunk-reader thread, never
+// waiting for the writer (the whole image is already allocated).  The destructor stops
+// it after the chunk in progress and waits, so no read outlives the image it fills.
 class ChunkReader {
  public:
-  ChunkReader(size_t chunks, std::function<void(size_t)> read_chunk)
-      : thread_([this, chunks, read = std::move(read_chunk)] {
-          for (size_t c = 0; c < chunks; c++) {
-            {
-              std::lock_guard<std::mutex> lock(mu_);
-              if (stop_) return;
-            }
-            read(c);
-            std::lock_guard<std::mutex> lock(mu_);
-            done_ = c + 1;
-            cv_.notify_all();
-          }
-        }) {}
-  ~ChunkReader() {
-    {
+  ChunkReader(WorkerThread* worker, size_t chunks, std::function<void(size_t)> read_chunk) {
+    worker->Submit([this, chunks, read = std::move(read_chunk)] {
+      for (size_t c = 0; c < chunks; c++) {
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          if (stop_) break;
+        }
+        read(c);
+        std::lock_guard<std::mutex> lock(mu_);
+        done_ = c + 1;
+        cv_.notify_all();
+      }
       std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    thread_.join();
+      finished_ = true;
+      cv_.notify_all();
+    });
+  }
+  ~ChunkReader() {
+    std::unique_lock<std::mutex> lock(mu_);
+    stop_ = true;
+    cv_.wait(lock, [this] { return finished_; });
   }
   ChunkReader(const ChunkReader&) = delete;
   ChunkReader& operator=(const ChunkReader&) = delete;
@@ -79,9 +80,9 @@ class ChunkReader {
  private:
   std::mutex mu_;
   std::condition_variable cv_;
-  size_t done_ = 0;     // chunks read so far; guarded by mu_
-  bool stop_ = false;   // guarded by mu_
-  std::thread thread_;  // last: it starts running in the constructor
+  size_t done_ = 0;        // chunks read so far; guarded by mu_
+  bool stop_ = false;      // guarded by mu_
+  bool finished_ = false;  // the task has returned; guarded by mu_
 };
 
 }  // namespace
@@ -220,7 +221,7 @@ Status SsdTier::CompactGroup(const std::vector<std::shared_ptr<SsdBucket>>& olds
       chunks.push_back({begin, end, offsets[end - 1] + PaddedValueSize(live[end - 1].size)});
       begin = end;
     }
-    ChunkReader chunk_reader(chunks.size(), [&](size_t c) {
+    ChunkReader chunk_reader(&chunk_reader_, chunks.size(), [&](size_t c) {
       const CompactionChunk& chunk = chunks[c];
       olds[source[chunk.begin]]->reader->ReadValues(
           env_, std::span<ValueRead>(reads.data() + chunk.begin, chunk.end - chunk.begin),

@@ -117,7 +117,7 @@ Status SsdTier::Close() {
   written_cv_.notify_all();
   for (std::thread& w : writers_) w.join();
   writers_.clear();
-  releaser_.Drain();  // no retired file stays open past Close
+  closer_.Drain();  // no retired file stays open past Close
   return s;
 }
 
@@ -652,7 +652,7 @@ void SsdTier::RetireBuckets(std::vector<std::shared_ptr<SsdBucket>> retired) {
     ids.push_back(b->id);
     // Closing the deleted file frees its blocks, which takes a while: not on this
     // thread.  The reference handed over must be the last one for that to hold.
-    releaser_.Release(std::move(b));
+    closer_.Submit([bucket = std::move(b)]() mutable { bucket.reset(); });
   }
   base_env_->SyncDir(dir_);
   {

@@ -43,7 +43,7 @@
 #include "kvengine/options.h"
 #include "table/bucket_builder.h"
 #include "table/bucket_reader.h"
-#include "util/background_releaser.h"
+#include "util/worker_thread.h"
 
 namespace kvengine {
 
@@ -241,7 +241,8 @@ class SsdTier {
 
   std::vector<std::thread> writers_;
   std::thread gc_;
-  BackgroundReleaser releaser_;  // closes retired bucket files
+  WorkerThread chunk_reader_;  // reads compaction chunks while the GC thread writes
+  WorkerThread closer_;        // drops the last references to retired buckets
 };
 
 }  // namespace kvengine

@@ -2,16 +2,18 @@
 #include <xxhash.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "kvengine/options.h"
 #include "kvengine/status.h"
-#include "util/background_releaser.h"
 #include "util/config_parse.h"
 #include "util/hash.h"
+#include "util/worker_thread.h"
 
 namespace kvengine {
 namespace {
@@ -185,51 +187,48 @@ TEST(HashTest, IncrementalEqualsOneShot) {
   EXPECT_NE(Hash64("a"), Hash64("b"));
 }
 
-// An object that records, on destruction, which thread destroyed it.
-struct DestroyedOn {
-  explicit DestroyedOn(std::atomic<int>* count, std::thread::id* where)
-      : count(count), where(where) {}
-  ~DestroyedOn() {
-    *where = std::this_thread::get_id();
-    count->fetch_add(1);
-  }
-  std::atomic<int>* count;
-  std::thread::id* where;
-};
-
-TEST(BackgroundReleaserTest, LastReferenceIsDroppedOffTheCallersThread) {
-  std::atomic<int> destroyed{0};
+TEST(WorkerThreadTest, TasksRunInOrderOffTheCallersThread) {
+  WorkerThread worker;
+  std::vector<int> order;  // touched by the worker only, until Drain returns
   std::thread::id where;
-  BackgroundReleaser releaser;
-  auto object = std::make_shared<DestroyedOn>(&destroyed, &where);
-  releaser.Release(std::move(object));
-  releaser.Drain();
-  EXPECT_EQ(destroyed.load(), 1);
+  for (int i = 0; i < 100; i++) {
+    worker.Submit([&order, &where, i] {
+      order.push_back(i);
+      where = std::this_thread::get_id();
+    });
+  }
+  worker.Drain();
+  ASSERT_EQ(order.size(), 100u);
+  for (int i = 0; i < 100; i++) EXPECT_EQ(order[i], i);
   EXPECT_NE(where, std::this_thread::get_id());
 }
 
-TEST(BackgroundReleaserTest, AnotherHolderKeepsTheObjectAlive) {
-  std::atomic<int> destroyed{0};
+TEST(WorkerThreadTest, WhatATaskCapturedIsDestroyedOnTheWorker) {
+  struct Tracker {
+    std::thread::id* where;
+    ~Tracker() { *where = std::this_thread::get_id(); }
+  };
   std::thread::id where;
-  BackgroundReleaser releaser;
-  auto object = std::make_shared<DestroyedOn>(&destroyed, &where);
-  releaser.Release(object);
-  releaser.Drain();
-  EXPECT_EQ(destroyed.load(), 0);
-  object.reset();
-  EXPECT_EQ(destroyed.load(), 1);
-  EXPECT_EQ(where, std::this_thread::get_id());
+  WorkerThread worker;
+  auto tracked = std::make_shared<Tracker>(Tracker{&where});
+  worker.Submit([t = std::move(tracked)]() mutable { t.reset(); });
+  worker.Drain();
+  EXPECT_NE(where, std::thread::id());
+  EXPECT_NE(where, std::this_thread::get_id());
 }
 
-TEST(BackgroundReleaserTest, DestructorReleasesEverythingQueued) {
-  std::atomic<int> destroyed{0};
-  std::thread::id where;
+TEST(WorkerThreadTest, DestructorRunsEverythingQueued) {
+  std::atomic<int> ran{0};
   {
-    BackgroundReleaser releaser;
-    for (int i = 0; i < 100; i++)
-      releaser.Release(std::make_shared<DestroyedOn>(&destroyed, &where));
+    WorkerThread worker;
+    for (int i = 0; i < 100; i++) {
+      worker.Submit([&ran] {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+        ran.fetch_add(1);
+      });
+    }
   }
-  EXPECT_EQ(destroyed.load(), 100);
+  EXPECT_EQ(ran.load(), 100);
 }
 
 }  // namespace
