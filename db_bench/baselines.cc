@@ -17,6 +17,10 @@
 
 #include "db_bench/benchmarks.h"
 
+#ifdef KV_WITH_URING
+#include <liburing.h>
+#endif
+
 namespace kvbench {
 
 namespace {
@@ -264,25 +268,46 @@ Result RunRawWrite(const BenchContext& b) {
   return r;
 }
 
+namespace {
+
+// The file rawwrite leaves (slots values of io bytes): written here first, outside the
+// timed span, when a read baseline runs without it.
+void EnsureRawFile(const BenchContext& b, ThreadContext& ctx, uint64_t slots, uint64_t io,
+                   AlignedBuffer* buf) {
+  const std::string path = RawPath(b.raw_dir, ctx.tid());
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && static_cast<uint64_t>(st.st_size) >= slots * io) return;
+  RawFile w(path, true);
+  std::memcpy(buf->data(), b.pool->For(ctx.tid()).data(), b.config->value_size);
+  for (uint64_t s = 0; w.ok() && s < slots; s++) {
+    if (!w.Io(buf->data(), io, s * io)) break;
+  }
+  if (w.ok()) ::fsync(w.fd());
+}
+
+#ifdef KV_WITH_URING
+// A ring of its own per thread, for rawrandread.
+struct RawRing {
+  io_uring ring;
+  bool ok = false;
+  explicit RawRing(unsigned depth) { ok = io_uring_queue_init(depth, &ring, 0) == 0; }
+  ~RawRing() {
+    if (ok) io_uring_queue_exit(&ring);
+  }
+};
+#endif
+
+}  // namespace
+
 Result RunRawRead(const BenchContext& b) {
   const uint64_t io = IoSize(b.config->value_size);
   auto all_direct = std::make_shared<std::atomic<bool>>(true);
   Result r = RunParallel(b.Spec(b.config->num), [&, io, all_direct](ThreadContext& ctx) -> OpFn {
     const uint64_t slots = ctx.SliceEnd(b.config->num) - ctx.SliceBegin(b.config->num);
-    const std::string path = RawPath(b.raw_dir, ctx.tid());
     auto buf = std::make_shared<AlignedBuffer>(io);
-    struct stat st;
-    if (::stat(path.c_str(), &st) != 0 || static_cast<uint64_t>(st.st_size) < slots * io) {
-      // Nothing to read yet: write the file first, outside the timed span.
-      RawFile w(path, true);
-      std::memcpy(buf->data(), b.pool->For(ctx.tid()).data(), b.config->value_size);
-      for (uint64_t s = 0; w.ok() && s < slots; s++) {
-        if (!w.Io(buf->data(), io, s * io)) break;
-      }
-      if (w.ok()) ::fsync(w.fd());
-    }
-    auto file = std::make_shared<RawFile>(path, false);
-    if (!file->ok()) ctx.Error("rawread: cannot open " + path);
+    EnsureRawFile(b, ctx, slots, io, buf.get());
+    auto file = std::make_shared<RawFile>(RawPath(b.raw_dir, ctx.tid()), false);
+    if (!file->ok()) ctx.Error("rawread: cannot open " + RawPath(b.raw_dir, ctx.tid()));
     ctx.on_finish = [file, all_direct](ThreadContext&) {
       if (!file->direct()) *all_direct = false;
     };
@@ -295,6 +320,70 @@ Result RunRawRead(const BenchContext& b) {
     };
   });
   r.note = IoNote(*all_direct);
+  return r;
+}
+
+Result RunRawRandRead(const BenchContext& b) {
+  const uint64_t io = IoSize(b.config->value_size);
+  const uint64_t depth = b.config->batch_size;
+  auto all_direct = std::make_shared<std::atomic<bool>>(true);
+  Result r =
+      RunParallel(b.Spec(b.config->num), [&, io, depth, all_direct](ThreadContext& ctx) -> OpFn {
+        const uint64_t slots = ctx.SliceEnd(b.config->num) - ctx.SliceBegin(b.config->num);
+        auto bufs = std::make_shared<std::vector<AlignedBuffer>>();
+        for (uint64_t i = 0; i < depth; i++) bufs->emplace_back(io);
+        EnsureRawFile(b, ctx, slots, io, &(*bufs)[0]);
+        auto file = std::make_shared<RawFile>(RawPath(b.raw_dir, ctx.tid()), false);
+        if (!file->ok()) ctx.Error("rawrandread: cannot open " + RawPath(b.raw_dir, ctx.tid()));
+        ctx.on_finish = [file, all_direct](ThreadContext&) {
+          if (!file->direct()) *all_direct = false;
+        };
+        auto ids = std::make_shared<std::vector<uint64_t>>();
+#ifdef KV_WITH_URING
+        auto ring = std::make_shared<RawRing>(static_cast<unsigned>(depth));
+        if (!ring->ok) ctx.Error("rawrandread: io_uring_queue_init failed");
+        return [file, bufs, ids, ring, io, slots, depth](ThreadContext& c) {
+          const uint64_t n = std::min(depth, std::min(slots, c.Remaining()));
+          DistinctRandom(&c.rng(), slots, n, ids.get());
+          const auto start = Clock::now();
+          bool ok = file->ok() && ring->ok;
+          for (uint64_t i = 0; ok && i < n; i++) {
+            io_uring_sqe* sqe = io_uring_get_sqe(&ring->ring);
+            io_uring_prep_read(sqe, file->fd(), (*bufs)[i].data(), static_cast<unsigned>(io),
+                               (*ids)[i] * io);
+          }
+          ok = ok && io_uring_submit_and_wait(&ring->ring, static_cast<unsigned>(n)) >= 0;
+          uint64_t reaped = 0;
+          while (ok && reaped < n) {
+            io_uring_cqe* cqe;
+            if (io_uring_wait_cqe(&ring->ring, &cqe) != 0) {
+              ok = false;
+              break;
+            }
+            ok = cqe->res == static_cast<int>(io);
+            io_uring_cqe_seen(&ring->ring, cqe);
+            reaped++;
+          }
+          c.Record(start, n, n, n * io);
+          if (!ok) c.Error("rawrandread: a read failed or came back short");
+        };
+#else
+    return [file, bufs, ids, io, slots, depth](ThreadContext& c) {
+      const uint64_t n = std::min(depth, std::min(slots, c.Remaining()));
+      DistinctRandom(&c.rng(), slots, n, ids.get());
+      const auto start = Clock::now();
+      bool ok = file->ok();
+      for (uint64_t i = 0; ok && i < n; i++) ok = file->Io((*bufs)[i].data(), io, (*ids)[i] * io);
+      c.Record(start, n, n, n * io);
+      if (!ok) c.Error(std::string("rawrandread: read failed: ") + std::strerror(errno));
+    };
+#endif
+      });
+#ifdef KV_WITH_URING
+  r.note = IoNote(*all_direct) + ", " + std::to_string(depth) + " in flight";
+#else
+  r.note = IoNote(*all_direct) + ", one at a time (built without liburing)";
+#endif
   return r;
 }
 

@@ -47,6 +47,9 @@ Result RunCompact(const BenchContext& b);
 std::vector<Result> RunMemcpy(const BenchContext& b);
 Result RunRawWrite(const BenchContext& b);
 Result RunRawRead(const BenchContext& b);
+// The read pattern of a batched readrandom without an engine: --batch_size distinct
+// random values of rawwrite's file per call, all in flight at once (io_uring, O_DIRECT).
+Result RunRawRandRead(const BenchContext& b);
 // A plain loopback TCP stream of the same bytes, the yardstick of the peer benchmarks.
 Result RunRawSocket(const BenchContext& b);
 // The files rawwrite leaves in dir, for cleanup.

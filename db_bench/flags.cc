@@ -36,6 +36,8 @@ DEFINE_string(benchmarks, "memcpy,rawwrite,rawread,vllm_write,vllm_exist,vllm_ge
               "  rawwrite     baseline: O_DIRECT sequential write of the same bytes to a file "
               "in the DB directory\n"
               "  rawread      baseline: O_DIRECT sequential read of that file\n"
+              "  rawrandread  baseline: O_DIRECT random reads of that file, --batch_size in "
+              "flight at once (readrandom's pattern without an engine)\n"
               "  peer_put     write the key space to the peer (--peer) in key order with "
               "Transport::BatchPut, --batch_size keys per call\n"
               "  peer_get     read random keys from the peer with Transport::BatchGet into "
@@ -126,15 +128,16 @@ namespace kvbench {
 
 const std::vector<std::string>& KnownBenchmarks() {
   static const std::vector<std::string> names = {
-      "fillseq",     "fillrandom",   "overwrite",   "readrandom", "readseq",
-      "readmissing", "deleterandom", "existrandom", "vllm_write", "vllm_exist",
-      "vllm_get",    "vllm_all",     "gc_churn",    "compact",    "peer_put",
-      "peer_get",    "memcpy",       "rawwrite",    "rawread",    "rawsocket"};
+      "fillseq",      "fillrandom",  "overwrite",  "readrandom", "readseq",  "readmissing",
+      "deleterandom", "existrandom", "vllm_write", "vllm_exist", "vllm_get", "vllm_all",
+      "gc_churn",     "compact",     "peer_put",   "peer_get",   "memcpy",   "rawwrite",
+      "rawread",      "rawrandread", "rawsocket"};
   return names;
 }
 
 bool IsBaseline(const std::string& name) {
-  return name == "memcpy" || name == "rawwrite" || name == "rawread" || name == "rawsocket";
+  return name == "memcpy" || name == "rawwrite" || name == "rawread" || name == "rawrandread" ||
+         name == "rawsocket";
 }
 
 bool IsPeerBenchmark(const std::string& name) { return name == "peer_put" || name == "peer_get"; }

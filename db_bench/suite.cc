@@ -278,6 +278,8 @@ Result Suite::RunOne(const std::string& name, Slot* slot, uint64_t salt) {
     r = RunCompact(b);
   } else if (name == "rawwrite") {
     r = RunRawWrite(b);
+  } else if (name == "rawrandread") {
+    r = RunRawRandRead(b);
   } else if (name == "rawread") {
     r = RunRawRead(b);
   } else if (name == "rawsocket") {

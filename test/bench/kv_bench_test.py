@@ -24,8 +24,8 @@ import tempfile
 
 ALL = ("fillseq,fillrandom,overwrite,readrandom,readseq,readmissing,existrandom,"
        "deleterandom,vllm_write,vllm_exist,vllm_get,vllm_all,gc_churn,compact,memcpy,rawwrite,"
-       "rawread")
-BASELINES = {"memcpy", "memcpy_read", "rawwrite", "rawread"}
+       "rawread,rawrandread")
+BASELINES = {"memcpy", "memcpy_read", "rawwrite", "rawread", "rawrandread"}
 TINY = ["--num=48", "--value_size=8192", "--num_layers=4", "--memory=64MiB",
         "--progress_interval=0"]
 LINE = re.compile(r"^(\S+)\s+:\s+([0-9.]+) micros/op (\d+) ops/sec ([0-9.]+) seconds "
@@ -152,7 +152,7 @@ def test_threads(binary, engines):
     engine = "both" if len(engines) == 2 else engines[0]
     rc, out, err = run(binary, TINY + [
         "--benchmarks=fillseq,readrandom,readseq,existrandom,vllm_write,vllm_get,vllm_all,"
-        "gc_churn,memcpy,rawread", "--threads=3", "--duration=0.2", "--num=96",
+        "gc_churn,memcpy,rawread,rawrandread", "--threads=3", "--duration=0.2", "--num=96",
         f"--engine={engine}", "--json"])
     check(rc == 0, f"threads run exited {rc}: {err[-2000:]}")
     recs = [r for r in records(out) if r.get("engine") != "both"]
