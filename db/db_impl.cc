@@ -996,6 +996,7 @@ std::string DBImpl::StatsText() const {
         << "ssd.gc_rounds: " << d.gc_rounds << "\n"
         << "ssd.gc_buckets_compacted: " << d.gc_buckets_compacted << "\n"
         << "ssd.gc_bytes_reclaimed: " << d.gc_bytes_reclaimed << "\n"
+        << "ssd.gc_bytes_punched: " << d.gc_bytes_punched << "\n"
         << "ssd.gc_bytes_rewritten: " << d.gc_bytes_rewritten << "\n"
         << "ssd.gc_keys_lost_race: " << d.gc_keys_lost_race << "\n"
         << "ssd.quarantined_buckets: " << d.quarantined_buckets << "\n"
@@ -1038,6 +1039,7 @@ std::string DBImpl::StatsJson() const {
         << ",\"evicted_keys\":" << d.evicted_keys << ",\"gc_rounds\":" << d.gc_rounds
         << ",\"gc_buckets_compacted\":" << d.gc_buckets_compacted
         << ",\"gc_bytes_reclaimed\":" << d.gc_bytes_reclaimed
+        << ",\"gc_bytes_punched\":" << d.gc_bytes_punched
         << ",\"gc_bytes_rewritten\":" << d.gc_bytes_rewritten
         << ",\"gc_keys_lost_race\":" << d.gc_keys_lost_race
         << ",\"quarantined_buckets\":" << d.quarantined_buckets

@@ -25,12 +25,27 @@ struct SsdBucket {
   uint64_t file_size = 0;      // on disk; the image's used bytes before
   uint64_t total_bytes = 0;    // value bytes of every entry
   uint64_t deleted_bytes = 0;  // value bytes no longer reachable through the map
+  // Dead values whose blocks the next GC round gives back to the filesystem (punches a
+  // hole over), and what has been given back so far.
+  struct Extent {
+    uint64_t offset = 0;
+    uint64_t length = 0;      // padded, block-aligned
+    uint64_t value_size = 0;  // counted in deleted_bytes
+  };
+  std::vector<Extent> dead_extents;
+  uint64_t punched_bytes = 0;        // file bytes given back (padded)
+  uint64_t punched_value_bytes = 0;  // of deleted_bytes
   uint64_t keys = 0;
   uint64_t live_keys = 0;
   uint64_t last_access = 0;  // SsdTier's access clock, for LRU choices
   bool compacting = false;
   bool write_failed = false;
   bool writing = false;  // a writer thread has taken it
+
+  // Bytes of the file that still take disk space.
+  uint64_t allocated_bytes() const { return file_size - punched_bytes; }
+  // Deleted value bytes still taking disk space: what only a compaction can reclaim.
+  uint64_t unreclaimed_bytes() const { return deleted_bytes - punched_value_bytes; }
 
   // Reads in flight against the file; a retired bucket's file is deleted only once
   // this is zero.

@@ -1,8 +1,19 @@
-// The SSD tier's garbage collector: copy-on-write compaction of buckets.
+// The SSD tier's garbage collector: holes punched over dead values, and copy-on-write
+// compaction of buckets.
 //
-// A round picks buckets whose deleted ratio is at least gc_deleted_ratio (or any with
-// deleted bytes when the tier is over its high watermark), coldest first, and compacts
-// them, as many at a time as fit one bucket image, into one new bucket:
+// A round first gives back the blocks of the values deleted since the last one
+// (gc_punch_holes): it syncs the tombstone log, so that no restart can bring those values
+// back, waits until every read that might still be reading them has finished (a
+// GracePeriod entered by MultiGet before its lookups), and punches a hole over each.
+// Every value starts on a block boundary and is padded to one, so a hole frees exactly
+// the value's blocks and touches no neighbour.  The bucket file keeps its size and index;
+// only the map and the tombstones know those entries are dead, as before.
+//
+// Then it picks buckets whose deleted bytes still taking space are at least
+// gc_deleted_ratio of their bytes (or any with such bytes when the tier is over its high
+// watermark), or whose deleted bytes, punched or not, are at least gc_merge_deleted_ratio,
+// coldest first, and compacts them, as many at a time as fit one bucket image, into one
+// new bucket:
 //   1. under the lock, list the entries the map still reaches (key -> this bucket, same
 //      version) and pin the bucket against retirement;
 //   2. read them (checksums verified) straight into a new bucket's image and write it:
@@ -91,6 +102,9 @@ Status SsdTier::CompactBuckets(uint64_t* reclaimed) {
   PerfPoint perf(PerfKey::ssd_gc_round);
   std::lock_guard<std::mutex> round(gc_mu_);
   if (reclaimed != nullptr) *reclaimed = 0;
+  uint64_t punched = 0;
+  Status first = PunchDeadExtents(&punched);
+  if (reclaimed != nullptr) *reclaimed += punched;
   std::vector<std::shared_ptr<SsdBucket>> candidates;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -99,12 +113,17 @@ Status SsdTier::CompactBuckets(uint64_t* reclaimed) {
         options_.ssd_capacity_bytes > 0 &&
         static_cast<double>(used_bytes_) >=
             options_.gc_high_watermark_ratio * static_cast<double>(options_.ssd_capacity_bytes);
+    auto ratio = [](const SsdBucket& b, uint64_t bytes) {
+      return b.total_bytes == 0 ? 1.0
+                                : static_cast<double>(bytes) / static_cast<double>(b.total_bytes);
+    };
     for (const auto& [id, b] : buckets_) {
       if (b->state != SsdBucket::State::kOnDisk || b->deleted_bytes == 0) continue;
-      const double ratio = b->total_bytes == 0 ? 1.0
-                                               : static_cast<double>(b->deleted_bytes) /
-                                                     static_cast<double>(b->total_bytes);
-      if (ratio >= options_.gc_deleted_ratio || pressure) candidates.push_back(b);
+      const uint64_t unreclaimed = b->unreclaimed_bytes();
+      if ((unreclaimed > 0 && (pressure || ratio(*b, unreclaimed) >= options_.gc_deleted_ratio)) ||
+          ratio(*b, b->deleted_bytes) >= options_.gc_merge_deleted_ratio) {
+        candidates.push_back(b);
+      }
     }
     std::sort(candidates.begin(), candidates.end(),
               [](const auto& a, const auto& b) { return a->last_access < b->last_access; });
@@ -113,7 +132,6 @@ Status SsdTier::CompactBuckets(uint64_t* reclaimed) {
     }
     for (const auto& b : candidates) b->compacting = true;
   }
-  Status first;
   std::vector<std::shared_ptr<SsdBucket>> retired;
   // Sparse buckets are merged, as many as fit one bucket image, so that the fixed cost
   // of a compaction (three syncs and a verification read) is paid once for all of them.
@@ -147,6 +165,87 @@ Status SsdTier::CompactBuckets(uint64_t* reclaimed) {
   std::lock_guard<std::mutex> st(stats_mu_);
   stats_.gc_rounds++;
   return first;
+}
+
+Status SsdTier::PunchDeadExtents(uint64_t* reclaimed) {
+  *reclaimed = 0;
+  struct Work {
+    std::shared_ptr<SsdBucket> bucket;
+    std::vector<SsdBucket::Extent> extents;
+  };
+  std::vector<Work> work;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return Status::Aborted("SSD tier is closed");
+    for (const auto& [id, b] : buckets_) {
+      if (b->dead_extents.empty()) continue;
+      if (!punch_supported_ || b->state != SsdBucket::State::kOnDisk) {
+        b->dead_extents.clear();  // left to compaction
+        continue;
+      }
+      b->readers.fetch_add(1, std::memory_order_acq_rel);  // keeps the file in place
+      work.push_back({b, std::move(b->dead_extents)});
+      b->dead_extents.clear();
+    }
+  }
+  if (work.empty()) return Status::OK();
+  auto unpin = [&] {
+    for (Work& w : work) w.bucket->readers.fetch_sub(1, std::memory_order_acq_rel);
+  };
+  // The tombstones first: a restart must never find a dead value's key pointing at a hole.
+  Status s = log_->Sync();
+  if (!s.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (Work& w : work) {  // tried again next round
+      w.bucket->dead_extents.insert(w.bucket->dead_extents.end(), w.extents.begin(),
+                                    w.extents.end());
+    }
+    unpin();
+    return s;
+  }
+  readers_.Wait();
+  for (Work& w : work) {
+    std::sort(w.extents.begin(), w.extents.end(),
+              [](const auto& a, const auto& b) { return a.offset < b.offset; });
+    uint64_t bytes = 0, value_bytes = 0;
+    // Neighbouring extents go as one hole: fewer calls, same blocks.
+    for (size_t i = 0; s.ok() && i < w.extents.size();) {
+      size_t end = i + 1;
+      uint64_t length = w.extents[i].length, values = w.extents[i].value_size;
+      while (end < w.extents.size() && w.extents[end].offset == w.extents[i].offset + length) {
+        length += w.extents[end].length;
+        values += w.extents[end].value_size;
+        end++;
+      }
+      s = env_->PunchHole(BucketPath(w.bucket->id), w.extents[i].offset, length);
+      if (s.ok()) {
+        bytes += length;
+        value_bytes += values;
+      }
+      i = end;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    w.bucket->punched_bytes += bytes;
+    w.bucket->punched_value_bytes += value_bytes;
+    auto it = buckets_.find(w.bucket->id);
+    if (it != buckets_.end() && it->second == w.bucket) used_bytes_ -= bytes;
+    *reclaimed += bytes;
+    if (!s.ok()) break;
+  }
+  unpin();
+  {
+    std::lock_guard<std::mutex> st(stats_mu_);
+    stats_.gc_bytes_punched += *reclaimed;
+    stats_.gc_bytes_reclaimed += *reclaimed;
+  }
+  if (s.IsNotSupported()) {
+    // Not an error: this filesystem cannot, so compaction alone reclaims space.
+    punch_supported_ = false;
+    logger_->Logf(LogLevel::kWarn, "GC: %s; deleted values are reclaimed by compaction only",
+                  s.ToString().c_str());
+    return Status::OK();
+  }
+  return s;
 }
 
 Status SsdTier::CompactGroup(const std::vector<std::shared_ptr<SsdBucket>>& olds,
@@ -302,8 +401,8 @@ Status SsdTier::CompactGroup(const std::vector<std::shared_ptr<SsdBucket>>& olds
     uint64_t old_bytes = 0;
     for (const auto& old : olds) {
       buckets_.erase(old->id);
-      used_bytes_ -= old->file_size;
-      old_bytes += old->file_size;
+      used_bytes_ -= old->allocated_bytes();
+      old_bytes += old->allocated_bytes();
     }
     const uint64_t new_bytes = fresh != nullptr ? fresh->file_size : 0;
     *reclaimed = old_bytes > new_bytes ? old_bytes - new_bytes : 0;

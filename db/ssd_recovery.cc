@@ -99,7 +99,12 @@ Status SsdTier::Recover() {
     recovered_max_version_ = std::max(recovered_max_version_, r.version);
   }
 
-  std::unordered_map<std::string, std::vector<uint64_t>> copies;  // key -> buckets, for dups
+  // A dead value's blocks may still be allocated (a crash before its hole was punched):
+  // the first GC round punches again; a hole punched twice costs nothing.
+  auto dead_value = [this](SsdBucket* b, uint64_t offset, uint64_t size) {
+    b->deleted_bytes += size;
+    if (options_.gc_punch_holes) b->dead_extents.push_back({offset, PaddedValueSize(size), size});
+  };
   for (const auto& b : opened) {
     buckets_[b->id] = b;
     used_bytes_ += b->file_size;
@@ -108,7 +113,7 @@ Status SsdTier::Recover() {
       b->keys++;
       b->total_bytes += e.size;
       if (dead.count(DeadKey(e.key, e.version)) != 0) {
-        b->deleted_bytes += e.size;
+        dead_value(b.get(), e.offset, e.size);
         tombstones_[b->id].push_back({e.key, e.version, b->id});
         continue;
       }
@@ -121,16 +126,17 @@ Status SsdTier::Recover() {
       }
       SsdLocation& cur = it->second;
       if (e.version < cur.version) {  // superseded: dead here for good
-        b->deleted_bytes += e.size;
+        dead_value(b.get(), e.offset, e.size);
         tombstones_[b->id].push_back({e.key, e.version, b->id});
         continue;
       }
       SsdBucket* loser = buckets_.at(cur.bucket).get();
-      loser->deleted_bytes += cur.size;
       loser->live_keys--;
       if (e.version > cur.version) {
+        dead_value(loser, cur.offset, cur.size);
         tombstones_[cur.bucket].push_back({e.key, cur.version, cur.bucket});
       } else {
+        loser->deleted_bytes += cur.size;          // not punched: its tombstone is not logged yet
         duplicates_[e.key].push_back(cur.bucket);  // the same value twice
       }
       cur = here;

@@ -7,6 +7,7 @@
 #include "db/ssd_bucket.h"
 #include "util/buffers.h"
 #include "util/config_parse.h"
+#include "util/grace_period.h"
 #include "util/hash.h"
 #include "util/logging.h"
 #include "util/perf_point.h"
@@ -251,6 +252,13 @@ void SsdTier::TombstoneLocked(const std::string& key, const SsdLocation& loc) {
     log_->Add(r);
     tombstones_[bucket].push_back(std::move(r));
   }
+  // The value's own blocks can go once the tombstone is durable (copies left by a crash
+  // are compacted away instead).  A bucket not yet on disk keeps its dead bytes until a
+  // compaction.
+  if (auto b = buckets_.find(loc.bucket); options_.gc_punch_holes && b != buckets_.end() &&
+                                          b->second->state == SsdBucket::State::kOnDisk) {
+    b->second->dead_extents.push_back({loc.offset, PaddedValueSize(loc.size), loc.size});
+  }
 }
 
 void SsdTier::RemoveLocked(std::unordered_map<std::string, SsdLocation>::iterator it,
@@ -313,6 +321,9 @@ void SsdTier::MultiGet(std::span<Read> reads, bool verify_checksums, const ReadD
     SsdLocation loc;
   };
   std::vector<Pending> pending;
+  // Entered before the locations are looked up: a hole is punched over a dead value
+  // only once every read that might have found it has finished.
+  GracePeriodReader in_flight(&readers_);
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = 0; i < reads.size(); i++) {
@@ -610,7 +621,7 @@ Status SsdTier::MakeRoomLocked(uint64_t bytes, std::unique_lock<std::mutex>* loc
     }
     if (victim == nullptr) break;
     victims.push_back(victim);
-    freed += victim->file_size;
+    freed += victim->allocated_bytes();
   }
   if (used_bytes_ + bytes > options_.ssd_capacity_bytes + freed) {
     return Status::NoSpace("SSD tier is full (" + FormatSize(used_bytes_) + " of " +
@@ -627,7 +638,7 @@ Status SsdTier::MakeRoomLocked(uint64_t bytes, std::unique_lock<std::mutex>* loc
       }
     }
     buckets_.erase(v->id);
-    used_bytes_ -= v->file_size;
+    used_bytes_ -= v->allocated_bytes();
   }
   {
     std::lock_guard<std::mutex> st(stats_mu_);
@@ -693,7 +704,7 @@ SsdTier::Stats SsdTier::GetStats() const {
   for (const auto& [bucket, records] : tombstones_) s.tombstones += records.size();
   for (const auto& [id, b] : buckets_) {
     s.live_bytes += b->total_bytes - b->deleted_bytes;
-    s.deleted_bytes += b->deleted_bytes;
+    s.deleted_bytes += b->unreclaimed_bytes();
   }
   s.io_uring = uring_env_ != nullptr;
   s.direct_io = file_options_.use_direct_io;
@@ -708,6 +719,7 @@ std::vector<SsdTier::BucketInfo> SsdTier::ListBuckets() const {
     i.id = id;
     i.state = b->StateName();
     i.file_size = b->state == SsdBucket::State::kOnDisk ? b->file_size : b->builder->used();
+    i.punched_bytes = b->punched_bytes;
     i.keys = b->keys;
     i.live_keys = b->live_keys;
     i.total_bytes = b->total_bytes;

@@ -13,7 +13,9 @@
 // Whenever a value leaves the map while its bucket stays (delete, overwrite), a tombstone
 // (key, version, bucket) is logged, so a restart never brings it back.
 //
-// The GC (db/ssd_gc.cc) compacts buckets whose deleted ratio is high: it copies their live
+// The GC (db/ssd_gc.cc) first gives the blocks of deleted values back to the filesystem in
+// place (punches holes over them) once their tombstones are durable; then it compacts
+// buckets whose remaining garbage is high, or that are nearly empty: it copies their live
 // values into a new bucket, then re-validates each key against the map under the lock and
 // swaps only those that still point at the old bucket with the same version.
 //
@@ -43,6 +45,7 @@
 #include "kvengine/options.h"
 #include "table/bucket_builder.h"
 #include "table/bucket_reader.h"
+#include "util/grace_period.h"
 #include "util/worker_thread.h"
 
 namespace kvengine {
@@ -66,7 +69,7 @@ class SsdTier {
     uint64_t capacity_bytes = 0;
     uint64_t buckets = 0;
     uint64_t pending_buckets = 0;  // open or sealed, not yet on disk
-    uint64_t deleted_bytes = 0;    // dead value bytes still in buckets
+    uint64_t deleted_bytes = 0;    // dead value bytes still taking space in buckets
     uint64_t offloads = 0, offload_bytes = 0;
     uint64_t offload_failures = 0;  // Stage refused (no space, writer failing)
     uint64_t reads = 0, read_bytes = 0, read_errors = 0;
@@ -75,6 +78,7 @@ class SsdTier {
     uint64_t evicted_buckets = 0, evicted_keys = 0;
     uint64_t gc_rounds = 0, gc_buckets_compacted = 0, gc_bytes_reclaimed = 0,
              gc_bytes_rewritten = 0, gc_keys_lost_race = 0;
+    uint64_t gc_bytes_punched = 0;  // of gc_bytes_reclaimed: given back in place
     uint64_t quarantined_buckets = 0, recovered_keys = 0, torn_tombstone_bytes = 0;
     bool io_uring = false;
     bool direct_io = false;
@@ -155,6 +159,7 @@ class SsdTier {
     uint64_t id = 0;
     std::string state;  // "open", "sealed", "on_disk"
     uint64_t file_size = 0, keys = 0, live_keys = 0, total_bytes = 0, deleted_bytes = 0;
+    uint64_t punched_bytes = 0;  // of file_size, given back to the filesystem
   };
   std::vector<BucketInfo> ListBuckets() const;
 
@@ -192,6 +197,9 @@ class SsdTier {
   void RetireBuckets(std::vector<std::shared_ptr<SsdBucket>> retired);
   Status RewriteTombstones();
   // ssd_gc.cc
+  // Syncs the tombstone log, waits for the reads that may still see the dead values,
+  // and punches holes over them.  Adds the bytes given back to *reclaimed.
+  Status PunchDeadExtents(uint64_t* reclaimed);
   // Compacts the buckets of `olds` into one new bucket; on success appends them to
   // *retired for RetireBuckets.  REQUIRES: each is marked compacting.
   Status CompactGroup(const std::vector<std::shared_ptr<SsdBucket>>& olds, uint64_t* reclaimed,
@@ -235,6 +243,9 @@ class SsdTier {
   std::mutex gc_mu_;  // one GC round at a time
   std::condition_variable gc_cv_;
   bool gc_stop_ = false;
+
+  GracePeriod readers_;          // MultiGet calls, for PunchDeadExtents
+  bool punch_supported_ = true;  // cleared when the filesystem refuses; guarded by gc_mu_
 
   mutable std::mutex stats_mu_;
   Stats stats_;

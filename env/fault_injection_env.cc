@@ -159,6 +159,13 @@ Status FaultInjectionEnv::SyncDir(const std::string& dir) {
   return base_->SyncDir(dir);
 }
 
+Status FaultInjectionEnv::PunchHole(const std::string& path, uint64_t offset, uint64_t length) {
+  if (!active_) return Status::IOError("filesystem inactive", "punch " + path);
+  Status s = MaybeFail(Op::kWrite, "punch " + path);
+  if (!s.ok()) return s;
+  return base_->PunchHole(path, offset, length);
+}
+
 Status FaultInjectionEnv::DropUnsyncedData() {
   std::lock_guard<std::mutex> lock(mu_);
   Status first;

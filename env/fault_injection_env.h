@@ -6,8 +6,8 @@
 //   * SetSpaceLimit(bytes): appends that would take the bytes written through this Env
 //     past the limit fail with NoSpace.
 //   * SetFilesystemActive(false): from now on nothing reaches the disk: writes, syncs,
-//     renames and removals fail with IOError (the moment of a power cut; the DB can then
-//     be closed without its shutdown writes landing).
+//     renames, removals and punched holes fail with IOError (the moment of a power cut; the DB can
+//     then be closed without its shutdown writes landing).
 //   * DropUnsyncedData(): what a power cut does: every file written through this Env
 //     loses what was appended after its last Sync, and files never synced disappear.
 //
@@ -61,6 +61,8 @@ class FaultInjectionEnv : public Env {
     return base_->GetFileSize(path, size);
   }
   Status SyncDir(const std::string& dir) override;
+  // Counts as a write.
+  Status PunchHole(const std::string& path, uint64_t offset, uint64_t length) override;
   Status LockFile(const std::string& path, std::unique_ptr<FileLock>* lock) override {
     return base_->LockFile(path, lock);
   }

@@ -232,6 +232,20 @@ class PosixEnv final : public Env {
     return Status::OK();
   }
 
+  Status PunchHole(const std::string& path, uint64_t offset, uint64_t length) override {
+    int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return PosixError("open " + path, errno);
+    int r = ::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset),
+                        static_cast<off_t>(length));
+    int err = errno;
+    ::close(fd);
+    if (r == 0) return Status::OK();
+    if (err == EOPNOTSUPP || err == ENOSYS) {
+      return Status::NotSupported("punching holes", path + ": " + std::strerror(err));
+    }
+    return PosixError("punch a hole in " + path, err);
+  }
+
   Status LockFile(const std::string& path, std::unique_ptr<FileLock>* lock) override {
     lock->reset();
     std::lock_guard<std::mutex> guard(locked_paths_mu);

@@ -257,6 +257,9 @@ class UringEnv final : public Env {
     return base_->GetFileSize(path, size);
   }
   Status SyncDir(const std::string& dir) override { return base_->SyncDir(dir); }
+  Status PunchHole(const std::string& path, uint64_t offset, uint64_t length) override {
+    return base_->PunchHole(path, offset, length);
+  }
   Status LockFile(const std::string& path, std::unique_ptr<FileLock>* lock) override {
     return base_->LockFile(path, lock);
   }

@@ -1,5 +1,7 @@
 // The SSD tier end to end through the DB: offload, reads from SSD, deletes and
 // tombstones, GC, recovery, space limits and injected faults.
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -135,6 +137,7 @@ TEST_F(SsdTierTest, PromotionBringsValuesBackToMemory) {
 }
 
 TEST_F(SsdTierTest, DeleteGcKeepsSurvivorsBitExactAndReclaimsSpace) {
+  options_.gc_punch_holes = false;  // copy-on-write compaction alone
   Open();
   const std::string a = test::MakeValue(1, kValue), b = test::MakeValue(2, kValue + 5),
                     c = test::MakeValue(3, kValue - 5);
@@ -368,6 +371,7 @@ TEST_F(SsdTierTest, WriteFailureMidCompactionLeavesOldBucketsAuthoritative) {
   // file behind.
   UseFaultEnvWriteThrough();
   options_.gc_deleted_ratio = 0.3;
+  options_.gc_punch_holes = false;  // copy-on-write compaction alone
   Open();
   std::map<std::string, std::string> expect;
   for (int i = 0; i < 16; i++) {
@@ -405,6 +409,107 @@ TEST_F(SsdTierTest, WriteFailureMidCompactionLeavesOldBucketsAuthoritative) {
   Reopen();
   for (const auto& [key, value] : expect) EXPECT_TRUE(Get(key) == value) << key;
   for (int i = 1; i < 16; i += 2) EXPECT_TRUE(Get("g." + std::to_string(i)) == "<absent>") << i;
+}
+
+// Disk blocks held by the DB's bucket files.
+uint64_t AllocatedBucketBytes(const std::string& dir) {
+  uint64_t bytes = 0;
+  for (auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (!name.starts_with("bucket-") || e.path().parent_path().filename() == "quarantine") continue;
+    struct stat st;
+    if (::stat(e.path().c_str(), &st) == 0) bytes += static_cast<uint64_t>(st.st_blocks) * 512;
+  }
+  return bytes;
+}
+
+TEST_F(SsdTierTest, GcPunchesHolesOverDeletedValuesInPlace) {
+  options_.offload_policy = OffloadPolicy::kWriteThrough;
+  options_.gc_merge_deleted_ratio = 0.7;
+  Open();
+  const std::string a = test::MakeValue(1, kValue), b = test::MakeValue(2, kValue + 5),
+                    c = test::MakeValue(3, kValue - 5);
+  Put("a", a);
+  Put("b", b);
+  Put("c", c);
+  for (int i = 0; i < 5; i++) Put("x." + std::to_string(i), test::MakeValue(10 + i, kValue));
+  Reopen();  // memory is empty: every read below comes from SSD
+  const uint64_t buckets = Stat(db_.get(), "ssd.buckets");
+  ASSERT_EQ(buckets, 2u);  // {a, b, c, x.0}, {x.1 .. x.4}
+  const uint64_t used_before = Stat(db_.get(), "ssd.used_bytes");
+  const uint64_t allocated_before = AllocatedBucketBytes(dir_.path());
+  ASSERT_TRUE(db_->Delete(WriteOptions(), "b").ok());
+  EXPECT_EQ(Stat(db_.get(), "ssd.deleted_bytes"), kValue + 5);
+
+  uint64_t reclaimed = 0;
+  ASSERT_TRUE(db_->CompactBuckets(&reclaimed).ok());
+  const uint64_t padded = (kValue + 5 + 4095) / 4096 * 4096;
+  EXPECT_EQ(reclaimed, padded);
+  EXPECT_EQ(Stat(db_.get(), "ssd.gc_bytes_punched"), padded);
+  EXPECT_EQ(Stat(db_.get(), "ssd.gc_buckets_compacted"), 0u);  // nothing copied
+  EXPECT_EQ(Stat(db_.get(), "ssd.buckets"), buckets);
+  EXPECT_EQ(Stat(db_.get(), "ssd.used_bytes"), used_before - padded);
+  EXPECT_EQ(Stat(db_.get(), "ssd.deleted_bytes"), 0u);
+  EXPECT_LE(AllocatedBucketBytes(dir_.path()), allocated_before - padded);
+  EXPECT_TRUE(Get("a") == a);
+  EXPECT_TRUE(Get("c") == c);
+  EXPECT_TRUE(Get("b") == "<absent>");
+  ASSERT_TRUE(db_->CompactBuckets(&reclaimed).ok());
+  EXPECT_EQ(reclaimed, 0u);  // nothing new to punch
+
+  Reopen();  // the hole stays a dead value's: never read, punched again harmlessly
+  EXPECT_TRUE(Get("b") == "<absent>");
+  ASSERT_TRUE(db_->CompactBuckets(&reclaimed).ok());
+  EXPECT_TRUE(Get("a") == a);
+  EXPECT_TRUE(Get("c") == c);
+  EXPECT_TRUE(Get("b") == "<absent>");
+  EXPECT_EQ(Stat(db_.get(), "ssd.used_bytes"), used_before - padded);
+
+  // Once most of a bucket is dead it is merged after all; an empty one just goes.
+  for (int i = 0; i < 5; i++)
+    ASSERT_TRUE(db_->Delete(WriteOptions(), "x." + std::to_string(i)).ok());
+  ASSERT_TRUE(db_->Delete(WriteOptions(), "a").ok());
+  ASSERT_TRUE(db_->CompactBuckets(&reclaimed).ok());
+  EXPECT_EQ(Stat(db_.get(), "ssd.gc_buckets_compacted"), 2u);
+  EXPECT_EQ(Stat(db_.get(), "ssd.buckets"), 1u);
+  EXPECT_TRUE(Get("c") == c);
+  Reopen();
+  EXPECT_TRUE(Get("c") == c);
+  EXPECT_TRUE(Get("a") == "<absent>");
+  EXPECT_TRUE(Get("b") == "<absent>");
+  EXPECT_TRUE(Get("x.0") == "<absent>");
+}
+
+TEST_F(SsdTierTest, FailedPunchChangesNothingAndIsRetried) {
+  UseFaultEnvWriteThrough();
+  Open();
+  std::map<std::string, std::string> expect;
+  for (int i = 0; i < 8; i++) {
+    const std::string key = "p." + std::to_string(i);
+    expect[key] = test::MakeValue(200 + i, kValue - 11 * i);
+    Put(key, expect[key]);
+  }
+  ASSERT_TRUE(db_->Flush().ok());
+  ASSERT_TRUE(db_->Delete(WriteOptions(), "p.3").ok());
+  expect.erase("p.3");
+  const uint64_t used = Stat(db_.get(), "ssd.used_bytes");
+
+  fault_env_.FailAfter(FaultInjectionEnv::Op::kWrite, 1);
+  uint64_t reclaimed = 0;
+  Status s = db_->CompactBuckets(&reclaimed);
+  EXPECT_TRUE(s.IsIOError()) << s.ToString();
+  EXPECT_EQ(fault_env_.injected_failures(), 1);
+  EXPECT_EQ(reclaimed, 0u);
+  EXPECT_EQ(Stat(db_.get(), "ssd.used_bytes"), used);
+  for (const auto& [key, value] : expect) EXPECT_TRUE(Get(key) == value) << key;
+  EXPECT_TRUE(Get("p.3") == "<absent>");
+
+  // The extent was not lost: a later round (or the next Open) gives it back.
+  Reopen();
+  ASSERT_TRUE(db_->CompactBuckets(&reclaimed).ok());
+  EXPECT_EQ(reclaimed, (kValue - 33 + 4095) / 4096 * 4096);
+  for (const auto& [key, value] : expect) EXPECT_TRUE(Get(key) == value) << key;
+  EXPECT_TRUE(Get("p.3") == "<absent>");
 }
 
 TEST_F(SsdTierTest, SimulatedPowerCutKeepsWhatFlushAcknowledged) {

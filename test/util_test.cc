@@ -12,6 +12,7 @@
 #include "kvengine/options.h"
 #include "kvengine/status.h"
 #include "util/config_parse.h"
+#include "util/grace_period.h"
 #include "util/hash.h"
 #include "util/worker_thread.h"
 
@@ -229,6 +230,57 @@ TEST(WorkerThreadTest, DestructorRunsEverythingQueued) {
     }
   }
   EXPECT_EQ(ran.load(), 100);
+}
+
+TEST(GracePeriodTest, WaitsForReadersThatEnteredBeforeIt) {
+  GracePeriod period;
+  const int early = period.Enter();
+  std::atomic<bool> waited{false};
+  std::thread waiter([&] {
+    period.Wait();
+    waited = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(waited.load());  // the early reader is still in
+  period.Exit(early);
+  waiter.join();
+  EXPECT_TRUE(waited.load());
+}
+
+TEST(GracePeriodTest, DoesNotWaitForReadersThatEnteredAfterIt) {
+  GracePeriod period;
+  const int early = period.Enter();
+  std::atomic<bool> waited{false};
+  std::thread waiter([&] {
+    period.Wait();
+    waited = true;
+  });
+  // A reader arriving once the wait has begun lands in the new epoch.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const int late = period.Enter();
+  EXPECT_NE(late, early);
+  period.Exit(early);
+  waiter.join();  // returns while `late` is still in
+  EXPECT_TRUE(waited.load());
+  // And the next wait does wait for it.
+  std::atomic<bool> second{false};
+  std::thread again([&] {
+    period.Wait();
+    second = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(second.load());
+  period.Exit(late);
+  again.join();
+  EXPECT_TRUE(second.load());
+}
+
+TEST(GracePeriodTest, WaitWithNoReadersReturnsAtOnce) {
+  GracePeriod period;
+  period.Wait();
+  { GracePeriodReader r(&period); }
+  period.Wait();
+  period.Wait();
 }
 
 }  // namespace

@@ -317,9 +317,8 @@ class DumpBucketCommand : public LdbCommand {
       std::string line = PrintableKey(e.key) + " version:" + U(e.version) +
                          " offset:" + U(e.offset) + " size:" + U(e.size) +
                          " checksum:" + Hex64(e.checksum);
-      if (bucket != nullptr && i < bucket->entry_states.size()) {
-        line += std::string(" ") + EntryStateName(bucket->entry_states[i]);
-      }
+      const bool known = bucket != nullptr && i < bucket->entry_states.size();
+      if (known) line += std::string(" ") + EntryStateName(bucket->entry_states[i]);
       if (FLAGS_values) {
         if (reader == nullptr) {
           line += " value:unreadable (" + rs.ToString() + ")";
@@ -332,9 +331,12 @@ class DumpBucketCommand : public LdbCommand {
             line += " value:unreadable (" + s.ToString() + ")";
             mismatches++;
           } else {
+            const bool reclaimed = known && IsReclaimed(bucket->entry_states[i], value, ok);
             line += " => " + HexPreview(value, FLAGS_preview_bytes) +
-                    (ok ? " checksum:OK" : " checksum:MISMATCH");
-            if (!ok) mismatches++;
+                    (ok          ? " checksum:OK"
+                     : reclaimed ? " reclaimed (hole punched)"
+                                 : " checksum:MISMATCH");
+            if (!ok && !reclaimed) mismatches++;
           }
         }
       }
@@ -586,12 +588,17 @@ class VerifyCommand : public LdbCommand {
         continue;
       }
       uint64_t bad = 0;
-      for (const BucketEntry& e : b->reader->entries()) {
+      const auto& entries = b->reader->entries();
+      for (size_t i = 0; i < entries.size(); i++) {
+        const BucketEntry& e = entries[i];
         std::string value;
         bool ok = false;
         Status s = ReadValue(db.env(), *b->reader, e, &value, &ok);
         values++;
         if (s.ok() && ok) continue;
+        if (s.ok() && i < b->entry_states.size() && IsReclaimed(b->entry_states[i], value, ok)) {
+          continue;
+        }
         bad++;
         const std::string what = b->name + ": " + PrintableKey(e.key) + " version:" + U(e.version) +
                                  " offset:" + U(e.offset) + ": " +

@@ -229,6 +229,11 @@ Status ReadValue(Env* env, const BucketReader& reader, const BucketEntry& entry,
   return Status::OK();
 }
 
+bool IsReclaimed(EntryState state, const std::string& value, bool checksum_ok) {
+  if (checksum_ok || state == EntryState::kLive || state == EntryState::kDuplicate) return false;
+  return std::all_of(value.begin(), value.end(), [](char c) { return c == 0; });
+}
+
 std::string PrintableKey(std::string_view key) {
   std::string out = "'";
   for (unsigned char c : key) {

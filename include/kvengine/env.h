@@ -103,6 +103,14 @@ class Env {
   virtual Status GetFileSize(const std::string& path, uint64_t* size) = 0;
   // fsyncs a directory so that renames and creations in it are durable.
   virtual Status SyncDir(const std::string& dir) = 0;
+  // Gives the blocks of [offset, offset + length) of a file back to the filesystem; the
+  // range then reads as zeros and the file keeps its size.  NotSupported where the
+  // filesystem cannot (the default).
+  virtual Status PunchHole(const std::string& path, uint64_t offset, uint64_t length) {
+    (void)offset;
+    (void)length;
+    return Status::NotSupported("punching holes", path);
+  }
 
   // Takes an exclusive advisory lock on path (creating it).  Busy if another process or
   // another DB in this process holds it.

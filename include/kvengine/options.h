@@ -161,9 +161,23 @@ struct Options {
   uint64_t tombstone_sync_interval_ms = 1000;
 
   // ---------------------------------------------------------------- SSD garbage collection
-  // A bucket whose deleted bytes exceed this fraction of its bytes is compacted.
+  // Give the disk blocks of deleted values back to the filesystem in place (fallocate
+  // PUNCH_HOLE), in the GC round after their tombstones are durable: space comes back
+  // without copying anything.  Where the filesystem cannot, the GC falls back to
+  // compaction alone (logged once).
+  // Default: true
+  bool gc_punch_holes = true;
+
+  // A bucket whose deleted bytes still taking space (not given back by a punched hole)
+  // exceed this fraction of its bytes is compacted.
   // Default: 0.5
   double gc_deleted_ratio = 0.5;
+
+  // A bucket whose deleted bytes, holes punched or not, exceed this fraction of its bytes
+  // is compacted too (merged with others): it holds little but its index and tombstones,
+  // and its few live values are cheap to copy.
+  // Default: 0.9
+  double gc_merge_deleted_ratio = 0.9;
 
   // Above this fraction of ssd_capacity_bytes, any bucket with deleted bytes is compacted.
   // Default: 0.9
