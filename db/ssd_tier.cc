@@ -454,6 +454,16 @@ Status SsdTier::WriteBucket(const std::shared_ptr<SsdBucket>& bucket) {
   bucket->reader = std::move(reader);
   bucket->builder.reset();  // readers holding the image keep it until they finish
   bucket->state = SsdBucket::State::kOnDisk;
+  // Values that died while the bucket was pending are in the file all the same (left
+  // out of its index, or removed since): their blocks can go too.
+  if (options_.gc_punch_holes) {
+    for (const BucketEntry& e : bucket->staged) {
+      auto it = map_.find(e.key);
+      if (it == map_.end() || it->second.bucket != bucket->id || it->second.version != e.version) {
+        bucket->dead_extents.push_back({e.offset, PaddedValueSize(e.size), e.size});
+      }
+    }
+  }
   bucket->staged.clear();
   bucket->staged.shrink_to_fit();
   return Status::OK();

@@ -480,6 +480,26 @@ TEST_F(SsdTierTest, GcPunchesHolesOverDeletedValuesInPlace) {
   EXPECT_TRUE(Get("x.0") == "<absent>");
 }
 
+TEST_F(SsdTierTest, ValuesDeadBeforeTheirBucketIsWrittenArePunchedToo) {
+  options_.offload_policy = OffloadPolicy::kWriteThrough;
+  options_.bucket_flush_timeout_ms = 60000;  // the bucket stays open until Flush
+  Open();
+  const std::string v0 = test::MakeValue(30, kValue), v2 = test::MakeValue(32, kValue - 1);
+  Put("d.0", v0);
+  Put("d.1", test::MakeValue(31, kValue));
+  Put("d.2", v2);
+  ASSERT_TRUE(db_->Delete(WriteOptions(), "d.1").ok());  // still in the open bucket
+  ASSERT_TRUE(db_->Flush().ok());
+  uint64_t reclaimed = 0;
+  ASSERT_TRUE(db_->CompactBuckets(&reclaimed).ok());
+  EXPECT_EQ(reclaimed, kValue);
+  EXPECT_EQ(Stat(db_.get(), "ssd.gc_buckets_compacted"), 0u);
+  Reopen();
+  EXPECT_TRUE(Get("d.0") == v0);
+  EXPECT_TRUE(Get("d.2") == v2);
+  EXPECT_TRUE(Get("d.1") == "<absent>");
+}
+
 TEST_F(SsdTierTest, FailedPunchChangesNothingAndIsRetried) {
   UseFaultEnvWriteThrough();
   Open();
