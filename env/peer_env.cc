@@ -74,6 +74,14 @@ class PeerEnv::Service final : public PeerService {
     LocalScope scope;
     return db_->BatchDelete(WriteOptions(), keys, results);
   }
+  Status DeleteByRegex(const std::string& pattern, uint64_t* deleted) override {
+    LocalScope scope;
+    return db_->DeleteByRegex(pattern, deleted);
+  }
+  Status DeleteAll(uint64_t* deleted) override {
+    LocalScope scope;
+    return db_->DeleteAll(deleted);
+  }
   bool GetProperty(const std::string& name, std::string* value) override {
     LocalScope scope;
     return db_->GetProperty(name, value);
