@@ -550,6 +550,11 @@ Status DBImpl::Delete(const WriteOptions&, const Slice& key) {
 
 Status DBImpl::GetValueSize(const Slice& key, uint64_t* size) {
   PerfPoint perf(PerfKey::db_get_value_size);
+  if (size == nullptr) return Status::InvalidArgument("GetValueSize: size pointer is null");
+  Endpoint owner;
+  if (peer_ != nullptr && CheckKey(key).ok() && peer_->RemoteOwner(key, &owner)) {
+    return peer_->GetValueSize(owner, key, size);
+  }
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return s;
@@ -765,15 +770,23 @@ Status DBImpl::BatchDelete(const WriteOptions& options, std::span<const Slice> k
 Status DBImpl::DeleteByRegex(const std::string& pattern, uint64_t* deleted) {
   PerfPoint perf(PerfKey::db_delete_by_regex);
   CallLog log(&logger_, "delete_by_regex", &errors_);
-  std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
-  Status s = CheckOpen();
-  if (!s.ok()) return log.Finish(s);
+  // Checked before anything is sent to a peer: a bad pattern removes nothing anywhere.
   std::regex re;
   try {
     re = std::regex(pattern, std::regex::ECMAScript | std::regex::optimize);
   } catch (const std::regex_error& e) {
     return log.Finish(Status::InvalidArgument("malformed regex '" + pattern + "'", e.what()));
   }
+  if (peer_ != nullptr && peer_->Routing()) {
+    uint64_t n = 0;
+    Status routed = peer_->DeleteByRegex(this, pattern, &n);
+    if (deleted != nullptr) *deleted = n;
+    log.Add("deleted", n);
+    return log.Finish(routed);
+  }
+  std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+  Status s = CheckOpen();
+  if (!s.ok()) return log.Finish(s);
   uint64_t n = DeleteMatching(
       [&re](std::string_view key) { return std::regex_match(key.begin(), key.end(), re); });
   if (deleted != nullptr) *deleted = n;
@@ -784,6 +797,13 @@ Status DBImpl::DeleteByRegex(const std::string& pattern, uint64_t* deleted) {
 Status DBImpl::DeleteAll(uint64_t* deleted) {
   PerfPoint perf(PerfKey::db_delete_all);
   CallLog log(&logger_, "delete_all", &errors_);
+  if (peer_ != nullptr && peer_->Routing()) {
+    uint64_t n = 0;
+    Status routed = peer_->DeleteAll(this, &n);
+    if (deleted != nullptr) *deleted = n;
+    log.Add("deleted", n);
+    return log.Finish(routed);
+  }
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return log.Finish(s);
