@@ -777,40 +777,35 @@ Status DBImpl::DeleteByRegex(const std::string& pattern, uint64_t* deleted) {
   } catch (const std::regex_error& e) {
     return log.Finish(Status::InvalidArgument("malformed regex '" + pattern + "'", e.what()));
   }
-  if (peer_ != nullptr && peer_->Routing()) {
-    uint64_t n = 0;
-    Status routed = peer_->DeleteByRegex(this, pattern, &n);
-    if (deleted != nullptr) *deleted = n;
-    log.Add("deleted", n);
-    return log.Finish(routed);
-  }
-  std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
-  Status s = CheckOpen();
-  if (!s.ok()) return log.Finish(s);
-  uint64_t n = DeleteMatching(
-      [&re](std::string_view key) { return std::regex_match(key.begin(), key.end(), re); });
-  if (deleted != nullptr) *deleted = n;
-  log.Add("deleted", n);
-  return log.Finish(Status::OK());
+  return DeleteWhere(
+      &log, [&](uint64_t* n) { return peer_->DeleteByRegex(this, pattern, n); },
+      [&re](std::string_view key) { return std::regex_match(key.begin(), key.end(), re); },
+      deleted);
 }
 
 Status DBImpl::DeleteAll(uint64_t* deleted) {
   PerfPoint perf(PerfKey::db_delete_all);
   CallLog log(&logger_, "delete_all", &errors_);
+  return DeleteWhere(
+      &log, [&](uint64_t* n) { return peer_->DeleteAll(this, n); },
+      [](std::string_view) { return true; }, deleted);
+}
+
+Status DBImpl::DeleteWhere(CallLog* log, const std::function<Status(uint64_t*)>& cluster,
+                           const std::function<bool(std::string_view)>& pred, uint64_t* deleted) {
+  uint64_t n = 0;
+  Status s;
   if (peer_ != nullptr && peer_->Routing()) {
-    uint64_t n = 0;
-    Status routed = peer_->DeleteAll(this, &n);
-    if (deleted != nullptr) *deleted = n;
-    log.Add("deleted", n);
-    return log.Finish(routed);
+    s = cluster(&n);  // on failure n counts what the members that succeeded removed
+  } else {
+    std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+    s = CheckOpen();
+    if (!s.ok()) return log->Finish(s);
+    n = DeleteMatching(pred);
   }
-  std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
-  Status s = CheckOpen();
-  if (!s.ok()) return log.Finish(s);
-  uint64_t n = DeleteMatching([](std::string_view) { return true; });
   if (deleted != nullptr) *deleted = n;
-  log.Add("deleted", n);
-  return log.Finish(Status::OK());
+  log->Add("deleted", n);
+  return log->Finish(s);
 }
 
 Status DBImpl::RegisterBuffer(void* addr, size_t length) {

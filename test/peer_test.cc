@@ -429,14 +429,23 @@ TEST(PeerTest, AuthTokenAcceptedAndRefused) {
   EXPECT_FALSE(wide.Start());
 }
 
-TEST(PeerTest, MalformedFramesCloseOnlyThatConnection) {
-  Server server(TempDir("fuzz"), FreePort());
-  ASSERT_TRUE(server.Start());
-  auto good = NewClient();
+// Puts "k" = "value" on `server` through a new client, returned for the test's checks.
+std::unique_ptr<Transport> ClientAfterOnePut(const Server& server) {
+  auto client = NewClient();
   std::vector<Slice> keys = {"k"};
   std::vector<ValueParts> parts = {{Slice("value")}};
   std::vector<int64_t> results;
-  ASSERT_TRUE(good->BatchPut(server.endpoint(), keys, parts, &results).ok());
+  EXPECT_TRUE(client->BatchPut(server.endpoint(), keys, parts, &results).ok());
+  EXPECT_EQ(results, std::vector<int64_t>{0});
+  return client;
+}
+
+TEST(PeerTest, MalformedFramesCloseOnlyThatConnection) {
+  Server server(TempDir("fuzz"), FreePort());
+  ASSERT_TRUE(server.Start());
+  auto good = ClientAfterOnePut(server);
+  std::vector<Slice> keys = {"k"};
+  std::vector<int64_t> results;
   std::mt19937_64 rng(11);
   for (int round = 0; round < 60; round++) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -814,11 +823,9 @@ class RawConn {
 TEST(PeerTest, MalformedValueSizeAndDeleteFramesCloseOnlyThatConnection) {
   Server server(TempDir("fuzz_newops"), FreePort());
   ASSERT_TRUE(server.Start());
-  auto good = NewClient();
+  auto good = ClientAfterOnePut(server);
   std::vector<Slice> keys = {"k"};
-  std::vector<ValueParts> parts = {{Slice("value")}};
   std::vector<int64_t> results;
-  ASSERT_TRUE(good->BatchPut(server.endpoint(), keys, parts, &results).ok());
 
   // Well-formed requests with bad arguments are answered, and the connection kept.
   RawConn conn(server.endpoint());
