@@ -550,6 +550,11 @@ Status DBImpl::Delete(const WriteOptions&, const Slice& key) {
 
 Status DBImpl::GetValueSize(const Slice& key, uint64_t* size) {
   PerfPoint perf(PerfKey::db_get_value_size);
+  if (size == nullptr) return Status::InvalidArgument("GetValueSize: size pointer is null");
+  Endpoint owner;
+  if (peer_ != nullptr && CheckKey(key).ok() && peer_->RemoteOwner(key, &owner)) {
+    return peer_->GetValueSize(owner, key, size);
+  }
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return s;
@@ -765,32 +770,42 @@ Status DBImpl::BatchDelete(const WriteOptions& options, std::span<const Slice> k
 Status DBImpl::DeleteByRegex(const std::string& pattern, uint64_t* deleted) {
   PerfPoint perf(PerfKey::db_delete_by_regex);
   CallLog log(&logger_, "delete_by_regex", &errors_);
-  std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
-  Status s = CheckOpen();
-  if (!s.ok()) return log.Finish(s);
+  // Checked before anything is sent to a peer: a bad pattern removes nothing anywhere.
   std::regex re;
   try {
     re = std::regex(pattern, std::regex::ECMAScript | std::regex::optimize);
   } catch (const std::regex_error& e) {
     return log.Finish(Status::InvalidArgument("malformed regex '" + pattern + "'", e.what()));
   }
-  uint64_t n = DeleteMatching(
-      [&re](std::string_view key) { return std::regex_match(key.begin(), key.end(), re); });
-  if (deleted != nullptr) *deleted = n;
-  log.Add("deleted", n);
-  return log.Finish(Status::OK());
+  return DeleteWhere(
+      &log, [&](uint64_t* n) { return peer_->DeleteByRegex(this, pattern, n); },
+      [&re](std::string_view key) { return std::regex_match(key.begin(), key.end(), re); },
+      deleted);
 }
 
 Status DBImpl::DeleteAll(uint64_t* deleted) {
   PerfPoint perf(PerfKey::db_delete_all);
   CallLog log(&logger_, "delete_all", &errors_);
-  std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
-  Status s = CheckOpen();
-  if (!s.ok()) return log.Finish(s);
-  uint64_t n = DeleteMatching([](std::string_view) { return true; });
+  return DeleteWhere(
+      &log, [&](uint64_t* n) { return peer_->DeleteAll(this, n); },
+      [](std::string_view) { return true; }, deleted);
+}
+
+Status DBImpl::DeleteWhere(CallLog* log, const std::function<Status(uint64_t*)>& cluster,
+                           const std::function<bool(std::string_view)>& pred, uint64_t* deleted) {
+  uint64_t n = 0;
+  Status s;
+  if (peer_ != nullptr && peer_->Routing()) {
+    s = cluster(&n);  // on failure n counts what the members that succeeded removed
+  } else {
+    std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+    s = CheckOpen();
+    if (!s.ok()) return log->Finish(s);
+    n = DeleteMatching(pred);
+  }
   if (deleted != nullptr) *deleted = n;
-  log.Add("deleted", n);
-  return log.Finish(Status::OK());
+  log->Add("deleted", n);
+  return log->Finish(s);
 }
 
 Status DBImpl::RegisterBuffer(void* addr, size_t length) {

@@ -85,6 +85,11 @@ class DBImpl final : public DB {
                    const std::vector<size_t>& misses, std::vector<int64_t>* results, bool verify);
   // Removes every key matching pred from every tier; returns the count.
   uint64_t DeleteMatching(const std::function<bool(std::string_view)>& pred);
+  // DeleteByRegex and DeleteAll after their checks: in sharded mode runs `cluster` (the
+  // whole-cluster call), else DeleteMatching(pred); stores the count in *deleted (may be
+  // nullptr) and finishes *log.
+  Status DeleteWhere(CallLog* log, const std::function<Status(uint64_t*)>& cluster,
+                     const std::function<bool(std::string_view)>& pred, uint64_t* deleted);
   // GPU staging (env/gpu_io.h): a key with a buffer on CUDA device `device`.
   Status PutOneFromDevice(const Slice& key, std::span<const Slice> parts, int device);
   Status GetOneToDevice(const Slice& key, std::span<const MutableSlice> dest, int device,

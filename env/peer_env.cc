@@ -6,6 +6,7 @@
 
 #include "transport/rdma.h"
 #include "transport/server.h"
+#include "transport/wire.h"
 #include "util/buffers.h"
 #include "util/hash.h"
 #include "util/logging.h"
@@ -73,6 +74,14 @@ class PeerEnv::Service final : public PeerService {
   Status BatchDelete(std::span<const Slice> keys, std::vector<int64_t>* results) override {
     LocalScope scope;
     return db_->BatchDelete(WriteOptions(), keys, results);
+  }
+  Status DeleteByRegex(const std::string& pattern, uint64_t* deleted) override {
+    LocalScope scope;
+    return db_->DeleteByRegex(pattern, deleted);
+  }
+  Status DeleteAll(uint64_t* deleted) override {
+    LocalScope scope;
+    return db_->DeleteAll(deleted);
   }
   bool GetProperty(const std::string& name, std::string* value) override {
     LocalScope scope;
@@ -420,6 +429,78 @@ Status PeerEnv::Delete(const Endpoint& owner, const Slice& key) {
   std::vector<int64_t> r;
   Status s = transport_->BatchDelete(owner, std::span<const Slice>(&key, 1), &r);
   return KeyResult(s, r, owner);
+}
+
+Status PeerEnv::GetValueSize(const Endpoint& owner, const Slice& key, uint64_t* size) {
+  if (closed()) return Status::Aborted("DB is closed");
+  std::vector<int64_t> r;
+  Status s = transport_->BatchValueSize(owner, std::span<const Slice>(&key, 1), &r);
+  s = KeyResult(s, r, owner);
+  if (s.ok()) *size = static_cast<uint64_t>(r[0]);
+  return s;
+}
+
+Status PeerEnv::DeleteByRegex(DB* local, const std::string& pattern, uint64_t* deleted) {
+  if (pattern.size() > wire::kMaxPatternLen) {
+    return Status::InvalidArgument("DeleteByRegex: pattern of " + std::to_string(pattern.size()) +
+                                   " bytes exceeds the peer protocol's limit of " +
+                                   std::to_string(wire::kMaxPatternLen));
+  }
+  return DeleteEverywhere(
+      "delete_by_regex", [&](uint64_t* n) { return local->DeleteByRegex(pattern, n); },
+      [&](const Endpoint& peer, uint64_t* n) {
+        return transport_->DeleteByRegex(peer, pattern, n);
+      },
+      deleted);
+}
+
+Status PeerEnv::DeleteAll(DB* local, uint64_t* deleted) {
+  return DeleteEverywhere(
+      "delete_all", [&](uint64_t* n) { return local->DeleteAll(n); },
+      [&](const Endpoint& peer, uint64_t* n) { return transport_->DeleteAll(peer, n); }, deleted);
+}
+
+Status PeerEnv::DeleteEverywhere(const char* what, const std::function<Status(uint64_t*)>& local,
+                                 const std::function<Status(const Endpoint&, uint64_t*)>& remote,
+                                 uint64_t* deleted) {
+  if (closed()) return Status::Aborted("DB is closed");
+  const std::vector<Endpoint> peers = Members();
+  // Slot 0 is this host; slot j > 0 is peers[j - 1].
+  std::vector<Status> status(peers.size() + 1);
+  std::vector<uint64_t> counts(peers.size() + 1, 0);
+  ForEachParallel(peers.size() + 1, [&](size_t j) {
+    if (j == 0) {
+      LocalScope scope;  // on this thread: the local call must not fan out again
+      status[0] = local(&counts[0]);
+    } else {
+      status[j] = remote(peers[j - 1], &counts[j]);
+    }
+  });
+  uint64_t total = 0;
+  size_t failures = 0;
+  std::string why;
+  for (size_t j = 0; j < status.size(); j++) {
+    if (status[j].ok()) {
+      total += counts[j];
+      continue;
+    }
+    failures++;
+    if (!why.empty()) why += "; ";
+    if (j == 0) {
+      why += "this host" + (self_.empty() ? std::string() : " " + self_) + ": ";
+    } else {
+      remote_errors_.fetch_add(1);
+    }
+    why += status[j].ToString();  // a peer's names the peer
+  }
+  if (deleted != nullptr) *deleted = total;
+  if (failures == 0) return Status::OK();
+  Status s = Status::IOError(std::string(what) + " failed on " + std::to_string(failures) + " of " +
+                                 std::to_string(status.size()) + " hosts (" +
+                                 std::to_string(total) + " keys removed by the others)",
+                             why);
+  Log(LogLevel::kWarn, s.ToString());
+  return s;
 }
 
 void PeerEnv::ReadThroughGet(std::span<const Slice> keys, std::span<const Destination> dests,

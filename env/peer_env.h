@@ -10,8 +10,9 @@
 //   sharded       each key has one owner among the members (peers + this host's
 //                 `listen`), chosen by rendezvous hashing: the member with the highest
 //                 XXH3(key, 0, endpoint) wins.  Adding or removing a member moves only
-//                 the keys it wins or won.  Puts, gets, deletes and exists go to the
-//                 owner; a dead owner fails its keys with IOError naming it.
+//                 the keys it wins or won.  Puts, gets, deletes, exists and
+//                 GetValueSize go to the owner; a dead owner fails its keys with IOError
+//                 naming it.  DeleteByRegex and DeleteAll act on every member at once.
 //
 // Requests a server receives from peers are answered from the local tiers only (a
 // thread-local scope), so hosts never bounce a request between each other.
@@ -91,6 +92,16 @@ class PeerEnv {
   Status Get(const Endpoint& owner, const Slice& key, std::string* value);
   Status GetInto(const Endpoint& owner, const Slice& key, MutableSlice buffer, size_t* size);
   Status Delete(const Endpoint& owner, const Slice& key);
+  Status GetValueSize(const Endpoint& owner, const Slice& key, uint64_t* size);
+
+  // Whole-cluster deletes: `local`'s own tiers (in a LocalScope) and every member, all in
+  // parallel; each member acts on its own tiers only.  *deleted (may be nullptr) gets the
+  // sum of the counts of the hosts that succeeded, also on failure (their keys stay
+  // removed).  When any host fails: IOError naming each failed host and its error.
+  // DeleteByRegex: the caller has checked that `pattern` compiles; a pattern over
+  // wire::kMaxPatternLen bytes is InvalidArgument before anything is removed.
+  Status DeleteByRegex(DB* local, const std::string& pattern, uint64_t* deleted);
+  Status DeleteAll(DB* local, uint64_t* deleted);
 
   // ---------------------------------------------------------------- read-through
   // True when local misses should be asked of the peers.
@@ -117,6 +128,11 @@ class PeerEnv {
   // Splits keys by owner: groups[j] for members[j]; local_idx for this host.
   void Partition(std::span<const Slice> keys, std::vector<Endpoint>* members,
                  std::vector<std::vector<size_t>>* groups, std::vector<size_t>* local_idx) const;
+  // Runs `local` in a LocalScope and `remote` for every member, in parallel; sums the
+  // counts.  `what` names the call in the error.
+  Status DeleteEverywhere(const char* what, const std::function<Status(uint64_t*)>& local,
+                          const std::function<Status(const Endpoint&, uint64_t*)>& remote,
+                          uint64_t* deleted);
   void Log(LogLevel level, const std::string& line) const;
   bool closed() const { return closed_.load(); }
 

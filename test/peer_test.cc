@@ -21,7 +21,10 @@
 #include "kvengine/transport.h"
 #include "test/test_util.h"
 #include "transport/rdma.h"
+#include "transport/socket_util.h"
 #include "transport/wire.h"
+#include "util/coding.h"
+#include "util/hash.h"
 
 namespace kvengine {
 namespace {
@@ -426,14 +429,23 @@ TEST(PeerTest, AuthTokenAcceptedAndRefused) {
   EXPECT_FALSE(wide.Start());
 }
 
-TEST(PeerTest, MalformedFramesCloseOnlyThatConnection) {
-  Server server(TempDir("fuzz"), FreePort());
-  ASSERT_TRUE(server.Start());
-  auto good = NewClient();
+// Puts "k" = "value" on `server` through a new client, returned for the test's checks.
+std::unique_ptr<Transport> ClientAfterOnePut(const Server& server) {
+  auto client = NewClient();
   std::vector<Slice> keys = {"k"};
   std::vector<ValueParts> parts = {{Slice("value")}};
   std::vector<int64_t> results;
-  ASSERT_TRUE(good->BatchPut(server.endpoint(), keys, parts, &results).ok());
+  EXPECT_TRUE(client->BatchPut(server.endpoint(), keys, parts, &results).ok());
+  EXPECT_EQ(results, std::vector<int64_t>{0});
+  return client;
+}
+
+TEST(PeerTest, MalformedFramesCloseOnlyThatConnection) {
+  Server server(TempDir("fuzz"), FreePort());
+  ASSERT_TRUE(server.Start());
+  auto good = ClientAfterOnePut(server);
+  std::vector<Slice> keys = {"k"};
+  std::vector<int64_t> results;
   std::mt19937_64 rng(11);
   for (int round = 0; round < 60; round++) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -535,6 +547,412 @@ TEST(PeerTest, StatsOnRequest) {
   const std::string cmd =
       std::string(KV_SERVER_PATH) + " --stats=" + server.address() + " > /dev/null";
   EXPECT_EQ(std::system(cmd.c_str()), 0);
+}
+
+// ---------------------------------------------------------------- whole-cluster calls
+// A sharded cluster of three members: two DBs in this process, each serving on its own
+// loopback port with all three named as members, and one kv_server child (which a test
+// can SIGKILL).  The in-process members route; the kv_server only answers.
+class ShardedCluster {
+ public:
+  explicit ShardedCluster(const std::string& name)
+      : server_(TempDir(name + "_srv"), FreePort()), ports_{FreePort(), FreePort()} {
+    started_ = server_.Start();
+    if (!started_) return;
+    const std::string all = Address(0) + "," + Address(1) + "," + server_.address();
+    for (int m = 0; m < 2; m++) {
+      Options o = ClientOptions(all, PeerMode::kSharded);
+      o.listen = Address(m);
+      Status s = DB::Open(o, TempDir(name + "_m" + std::to_string(m)), &dbs_[m]);
+      started_ = started_ && s.ok();
+    }
+  }
+  bool started() const { return started_; }
+  DB* db(int m) { return dbs_[m].get(); }
+  Server& server() { return server_; }
+  // Member m's endpoint: 0 and 1 are the in-process DBs, 2 the kv_server.
+  Endpoint endpoint(int m) const {
+    return m < 2 ? Endpoint{"127.0.0.1", ports_[m]} : server_.endpoint();
+  }
+  std::string Address(int m) const { return endpoint(m).ToString(); }
+
+  // Which member holds each key in its own tiers (-1: none), asked of each member's
+  // server directly: a peer's request is answered locally.
+  std::vector<int> Holders(const std::vector<std::string>& names) {
+    std::vector<Slice> keys(names.begin(), names.end());
+    std::vector<int> holder(names.size(), -1);
+    auto client = NewClient();
+    for (int m = 0; m < 3; m++) {
+      std::vector<int64_t> r;
+      EXPECT_TRUE(client->BatchExists(endpoint(m), keys, &r).ok());
+      for (size_t i = 0; i < r.size(); i++) {
+        if (r[i] == 1) holder[i] = holder[i] < 0 ? m : 99;  // 99: on two members
+      }
+    }
+    return holder;
+  }
+
+  // Puts names[i] with a value of sizes[i] bytes through member `via`.
+  void PutAll(int via, const std::vector<std::string>& names, const std::vector<size_t>& sizes) {
+    for (size_t i = 0; i < names.size(); i++) {
+      ASSERT_TRUE(db(via)->Put(WriteOptions(), names[i], std::string(sizes[i], 'a' + i % 26)).ok())
+          << names[i];
+    }
+  }
+
+ private:
+  Server server_;
+  const uint16_t ports_[2];
+  std::unique_ptr<DB> dbs_[2];
+  bool started_ = false;
+};
+
+std::vector<std::string> Names(const std::string& prefix, int n) {
+  std::vector<std::string> names;
+  for (int i = 0; i < n; i++) names.push_back(prefix + std::to_string(i));
+  return names;
+}
+
+// Counts of keys per holding member (index 0..2); fails the test on a key held twice.
+std::vector<int> PerMember(const std::vector<int>& holders) {
+  std::vector<int> count(3, 0);
+  for (int h : holders) {
+    EXPECT_TRUE(h >= -1 && h < 3) << "a key is held by two members";
+    if (h >= 0 && h < 3) count[h]++;
+  }
+  return count;
+}
+
+TEST(PeerTest, ShardedGetValueSizeAsksTheOwner) {
+  ShardedCluster cluster("valuesize");
+  ASSERT_TRUE(cluster.started());
+  const std::vector<std::string> names = Names("size/", 60);
+  std::vector<size_t> sizes;
+  for (size_t i = 0; i < names.size(); i++) sizes.push_back(1000 + 37 * i);
+  cluster.PutAll(0, names, sizes);
+  const std::vector<int> holders = cluster.Holders(names);
+  const std::vector<int> count = PerMember(holders);
+  for (int m = 0; m < 3; m++) ASSERT_GT(count[m], 0) << "member " << m << " owns no key";
+  // From either in-process member, every key's size, whoever owns it.
+  int asked_remote = 0;
+  for (int via = 0; via < 2; via++) {
+    for (size_t i = 0; i < names.size(); i++) {
+      uint64_t size = 0;
+      Status s = cluster.db(via)->GetValueSize(names[i], &size);
+      ASSERT_TRUE(s.ok()) << "via " << via << " " << names[i] << ": " << s.ToString();
+      EXPECT_EQ(size, sizes[i]) << names[i];
+      asked_remote += holders[i] != via;
+    }
+  }
+  EXPECT_GT(asked_remote, 0);
+  // Missing keys are NotFound wherever their owner is.
+  for (int i = 0; i < 20; i++) {
+    uint64_t size = 7;
+    Status s = cluster.db(1)->GetValueSize("absent/" + std::to_string(i), &size);
+    EXPECT_TRUE(s.IsNotFound()) << s.ToString();
+  }
+  // The wire call itself: sizes of what the kv_server holds, NotFound for the rest.
+  std::vector<Slice> keys(names.begin(), names.end());
+  std::vector<int64_t> r;
+  ASSERT_TRUE(NewClient()->BatchValueSize(cluster.endpoint(2), keys, &r).ok());
+  ASSERT_EQ(r.size(), names.size());
+  for (size_t i = 0; i < names.size(); i++) {
+    EXPECT_EQ(r[i],
+              holders[i] == 2 ? static_cast<int64_t>(sizes[i]) : Status::NotFound("").ErrorCode())
+        << names[i];
+  }
+}
+
+TEST(PeerTest, ShardedDeleteByRegexRemovesOnEveryMember) {
+  ShardedCluster cluster("regex");
+  ASSERT_TRUE(cluster.started());
+  const std::vector<std::string> doomed = Names("req1/layer.", 45), kept = Names("req2/layer.", 45);
+  const std::vector<size_t> sizes(45, 512);
+  cluster.PutAll(0, doomed, sizes);
+  cluster.PutAll(1, kept, sizes);
+  const std::vector<int> count = PerMember(cluster.Holders(doomed));
+  for (int m = 0; m < 3; m++) ASSERT_GT(count[m], 0) << "member " << m << " owns no req1 key";
+
+  // A malformed pattern is refused before anything is sent; nothing is removed.
+  uint64_t deleted = 12345;
+  Status s = cluster.db(1)->DeleteByRegex("req1/(", &deleted);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  std::vector<int> held = cluster.Holders(doomed);
+  EXPECT_EQ(std::count(held.begin(), held.end(), -1), 0);
+
+  ASSERT_TRUE(cluster.db(1)->DeleteByRegex("req1/.*", &deleted).ok());
+  EXPECT_EQ(deleted, doomed.size());
+  held = cluster.Holders(doomed);
+  EXPECT_EQ(std::count(held.begin(), held.end(), -1), static_cast<long>(doomed.size()));
+  // Seen from the other member: the matching keys are gone, the others intact.
+  std::string got;
+  for (const std::string& name : doomed) {
+    EXPECT_TRUE(cluster.db(0)->Get(ReadOptions(), name, &got).IsNotFound()) << name;
+  }
+  for (size_t i = 0; i < kept.size(); i++) {
+    ASSERT_TRUE(cluster.db(0)->Get(ReadOptions(), kept[i], &got).ok()) << kept[i];
+    EXPECT_EQ(got.size(), sizes[i]);
+    EXPECT_EQ(got, std::string(sizes[i], 'a' + i % 26)) << kept[i];
+  }
+  // Nothing matches any more: a second run removes nothing.
+  ASSERT_TRUE(cluster.db(0)->DeleteByRegex("req1/.*", &deleted).ok());
+  EXPECT_EQ(deleted, 0u);
+}
+
+TEST(PeerTest, ShardedDeleteAllEmptiesEveryMemberAndPeersDoNotFanOut) {
+  ShardedCluster cluster("deleteall");
+  ASSERT_TRUE(cluster.started());
+  const std::vector<std::string> names = Names("all/", 60);
+  cluster.PutAll(0, names, std::vector<size_t>(names.size(), 300));
+  const std::vector<int> count = PerMember(cluster.Holders(names));
+  for (int m = 0; m < 3; m++) ASSERT_GT(count[m], 0) << "member " << m << " owns no key";
+
+  // Asked as a peer, member 1 (sharded, with members) removes only what it holds itself:
+  // a request from a peer is answered locally and never passed on.
+  auto client = NewClient();
+  uint64_t deleted = 0;
+  ASSERT_TRUE(client->DeleteByRegex(cluster.endpoint(1), "all/.*", &deleted).ok());
+  EXPECT_EQ(deleted, static_cast<uint64_t>(count[1]));
+  std::vector<int> after = PerMember(cluster.Holders(names));
+  EXPECT_EQ(after, (std::vector<int>{count[0], 0, count[2]}));
+  ASSERT_TRUE(client->DeleteAll(cluster.endpoint(0), &deleted).ok());
+  EXPECT_EQ(deleted, static_cast<uint64_t>(count[0]));
+  after = PerMember(cluster.Holders(names));
+  EXPECT_EQ(after, (std::vector<int>{0, 0, count[2]}));
+
+  // From a member, DeleteAll empties the whole cluster.
+  cluster.PutAll(1, names, std::vector<size_t>(names.size(), 300));
+  ASSERT_TRUE(cluster.db(1)->DeleteAll(&deleted).ok());
+  EXPECT_EQ(deleted, names.size());
+  const std::vector<int> held = cluster.Holders(names);
+  EXPECT_EQ(std::count(held.begin(), held.end(), -1), static_cast<long>(names.size()));
+}
+
+TEST(PeerTest, ShardedDeadMemberFailsWholeClusterCallsNamingIt) {
+  ShardedCluster cluster("deadmember");
+  ASSERT_TRUE(cluster.started());
+  const std::vector<std::string> names = Names("dead/", 60);
+  std::vector<size_t> sizes(names.size(), 200);
+  cluster.PutAll(0, names, sizes);
+  const std::vector<int> holders = cluster.Holders(names);
+  const std::vector<int> count = PerMember(holders);
+  for (int m = 0; m < 3; m++) ASSERT_GT(count[m], 0) << "member " << m << " owns no key";
+  const std::string dead = cluster.server().address();
+  cluster.server().Kill(SIGKILL);
+
+  // A key the dead member owns: IOError naming it.
+  const size_t on_dead = std::find(holders.begin(), holders.end(), 2) - holders.begin();
+  uint64_t size = 0;
+  Status s = cluster.db(0)->GetValueSize(names[on_dead], &size);
+  EXPECT_TRUE(s.IsIOError()) << s.ToString();
+  EXPECT_NE(s.message().find(dead), std::string::npos) << s.ToString();
+
+  // DeleteByRegex and DeleteAll: the live members act, the call fails naming the dead
+  // one, and *deleted counts what the live members removed.
+  uint64_t deleted = 0;
+  s = cluster.db(0)->DeleteByRegex("dead/1.*", &deleted);
+  EXPECT_TRUE(s.IsIOError()) << s.ToString();
+  EXPECT_NE(s.message().find(dead), std::string::npos) << s.ToString();
+  uint64_t live_ones = 0;
+  for (size_t i = 0; i < names.size(); i++) {
+    live_ones += holders[i] < 2 && names[i].rfind("dead/1", 0) == 0;
+  }
+  EXPECT_EQ(deleted, live_ones);
+  s = cluster.db(1)->DeleteAll(&deleted);
+  EXPECT_TRUE(s.IsIOError()) << s.ToString();
+  EXPECT_NE(s.message().find(dead), std::string::npos) << s.ToString();
+  EXPECT_EQ(s.message().find(cluster.Address(0)), std::string::npos) << s.ToString();
+  EXPECT_EQ(deleted, static_cast<uint64_t>(count[0] + count[1]) - live_ones);
+  printf("dead member: %s\n", s.ToString().c_str());
+  std::string got;
+  for (size_t i = 0; i < names.size(); i++) {
+    if (holders[i] < 2) {
+      EXPECT_TRUE(cluster.db(1)->Get(ReadOptions(), names[i], &got).IsNotFound()) << names[i];
+    }
+  }
+}
+
+// A hand-driven connection to a server: authenticates (no token), then sends frames the
+// test builds, valid checksums included, so they reach the request decoders.
+class RawConn {
+ public:
+  explicit RawConn(const Endpoint& ep) {
+    ok_ = ConnectTcp(ep, DeadlineIn(3000), &fd_).ok();
+    wire::FrameHeader h;
+    std::string meta;
+    ok_ = ok_ && Read(&h, &meta) && h.op == wire::kChallenge;
+    ok_ = ok_ && Send(wire::kAuth, "") && Read(&h, &meta) && h.op == wire::kAuth;
+  }
+  ~RawConn() {
+    if (fd_ >= 0) close(fd_);
+  }
+  bool ok() const { return ok_; }
+  bool Send(uint8_t op, const std::string& meta) {
+    return SendFrame(fd_, op, 0, ++id_, meta, {}, DeadlineIn(3000)).ok();
+  }
+  // Reads one frame.  False when the server closed the connection (or sent garbage).
+  bool Read(wire::FrameHeader* h, std::string* meta) {
+    char header[wire::kHeaderSize];
+    std::vector<iovec> iov{{header, sizeof(header)}};
+    if (!ReadFully(fd_, &iov, DeadlineIn(3000), nullptr).ok()) return false;
+    if (!wire::FrameHeader::DecodeFrom(header, h).ok() || h->body_len != 0) return false;
+    meta->assign(h->meta_len, '\0');
+    iov = {{meta->data(), meta->size()}};
+    return h->meta_len == 0 || ReadFully(fd_, &iov, DeadlineIn(3000), nullptr).ok();
+  }
+  // Sends a request and reads its answer's batch status.  False when the connection
+  // was closed instead.
+  bool Ask(uint8_t op, const std::string& meta, Status* status) {
+    wire::FrameHeader h;
+    std::string answer;
+    if (!Send(op, meta) || !Read(&h, &answer)) return false;
+    std::string_view in(answer);
+    return h.request_id == id_ && wire::GetBatchStatus(&in, status);
+  }
+
+ private:
+  int fd_ = -1;
+  uint64_t id_ = 0;
+  bool ok_ = false;
+};
+
+TEST(PeerTest, MalformedValueSizeAndDeleteFramesCloseOnlyThatConnection) {
+  Server server(TempDir("fuzz_newops"), FreePort());
+  ASSERT_TRUE(server.Start());
+  auto good = ClientAfterOnePut(server);
+  std::vector<Slice> keys = {"k"};
+  std::vector<int64_t> results;
+
+  // Well-formed requests with bad arguments are answered, and the connection kept.
+  RawConn conn(server.endpoint());
+  ASSERT_TRUE(conn.ok());
+  std::string meta;
+  Status s;
+  wire::PutDeleteMatching(&meta, wire::kMatchRegex, "k(");
+  ASSERT_TRUE(conn.Ask(wire::kDeleteMatching, meta, &s));
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  meta.clear();
+  wire::PutDeleteMatching(&meta, wire::kMatchRegex, std::string(wire::kMaxPatternLen + 1, 'k'));
+  ASSERT_TRUE(conn.Ask(wire::kDeleteMatching, meta, &s));
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  ASSERT_TRUE(conn.Ask(200, "whatever", &s));  // an op from a newer client
+  EXPECT_TRUE(s.IsNotSupported()) << s.ToString();
+  meta.clear();
+  wire::PutKeys(&meta, keys, nullptr);
+  ASSERT_TRUE(conn.Ask(wire::kValueSize, meta, &s));
+  EXPECT_TRUE(s.ok()) << s.ToString();
+
+  // Malformed messages close their connection.
+  std::vector<std::pair<uint8_t, std::string>> bad;
+  std::string lying_count;
+  PutFixed32(&lying_count, 1000);  // 1000 keys announced, none follow
+  bad.emplace_back(wire::kValueSize, lying_count);
+  std::string long_key;
+  PutFixed32(&long_key, 1);
+  PutVarint64(&long_key, 1u << 20);  // a key longer than the message
+  long_key += "abc";
+  bad.emplace_back(wire::kValueSize, long_key);
+  std::string with_extra;
+  wire::PutKeys(&with_extra, keys, nullptr);
+  bad.emplace_back(wire::kValueSize, with_extra + "x");  // trailing bytes
+  bad.emplace_back(wire::kDeleteMatching, "");           // no mode
+  std::string all_with_pattern;
+  wire::PutDeleteMatching(&all_with_pattern, wire::kMatchAll, "k");
+  bad.emplace_back(wire::kDeleteMatching, all_with_pattern);
+  std::string bad_mode;
+  wire::PutDeleteMatching(&bad_mode, static_cast<wire::MatchMode>(9), "");
+  bad.emplace_back(wire::kDeleteMatching, bad_mode);
+  std::string cut;
+  wire::PutDeleteMatching(&cut, wire::kMatchRegex, "k.*");
+  bad.emplace_back(wire::kDeleteMatching, cut.substr(0, cut.size() - 1));
+  for (size_t i = 0; i < bad.size(); i++) {
+    RawConn raw(server.endpoint());
+    ASSERT_TRUE(raw.ok()) << i;
+    EXPECT_FALSE(raw.Ask(bad[i].first, bad[i].second, &s)) << "frame " << i << " was answered";
+  }
+  // The server still serves, on the good connection and the raw one, and nothing was
+  // deleted by the rejected requests.
+  EXPECT_TRUE(server.Alive());
+  ASSERT_TRUE(good->BatchExists(server.endpoint(), keys, &results).ok());
+  EXPECT_EQ(results[0], 1);
+  ASSERT_TRUE(conn.Ask(wire::kValueSize, meta, &s));
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  uint64_t deleted = 0;
+  ASSERT_TRUE(good->DeleteByRegex(server.endpoint(), "k", &deleted).ok());
+  EXPECT_EQ(deleted, 1u);
+}
+
+// A server from before ops 11 and 12: it handshakes, then closes the connection on any
+// request (it took them for malformed frames).
+class OldServer {
+ public:
+  OldServer() {
+    ok_ = ListenTcp(Endpoint{"127.0.0.1", 0}, &listen_fd_, &port_).ok();
+    if (ok_) thread_ = std::thread([this] { Loop(); });
+  }
+  ~OldServer() {
+    stop_.store(true);
+    if (thread_.joinable()) thread_.join();
+    if (listen_fd_ >= 0) close(listen_fd_);
+  }
+  bool ok() const { return ok_; }
+  Endpoint endpoint() const { return Endpoint{"127.0.0.1", port_}; }
+  int requests() const { return requests_.load(); }
+
+ private:
+  void Loop() {
+    while (!stop_.load()) {
+      if (!WaitReadable(listen_fd_, DeadlineIn(50)).ok()) continue;
+      int fd = accept(listen_fd_, nullptr, nullptr);
+      if (fd < 0) continue;
+      std::string challenge(wire::kNonceSize + 1, '\0');
+      std::string verdict;
+      wire::PutBatchStatus(&verdict, Status::OK());
+      char header[wire::kHeaderSize];
+      std::vector<iovec> iov{{header, sizeof(header)}};
+      wire::FrameHeader h;
+      if (SendFrame(fd, wire::kChallenge, wire::kFlagResponse, 0, challenge, {}, DeadlineIn(1000))
+              .ok() &&
+          ReadFully(fd, &iov, DeadlineIn(1000), nullptr).ok() &&
+          wire::FrameHeader::DecodeFrom(header, &h).ok() && h.meta_len == 0 &&
+          SendFrame(fd, wire::kAuth, wire::kFlagResponse, h.request_id, verdict, {},
+                    DeadlineIn(1000))
+              .ok()) {
+        iov = {{header, sizeof(header)}};
+        if (ReadFully(fd, &iov, DeadlineIn(1000), nullptr).ok()) requests_++;
+      }
+      close(fd);
+    }
+  }
+
+  int listen_fd_ = -1;
+  uint16_t port_ = 0;
+  bool ok_ = false;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> requests_{0};
+  std::thread thread_;
+};
+
+TEST(PeerTest, OldServerClosingOnNewOpsGivesAClearError) {
+  OldServer old;
+  ASSERT_TRUE(old.ok());
+  auto client = NewClient("", 2000);
+  std::vector<Slice> keys = {"a", "b"};
+  std::vector<int64_t> results;
+  const auto start = Clock::now();
+  Status s = client->BatchValueSize(old.endpoint(), keys, &results);
+  EXPECT_TRUE(s.IsIOError()) << s.ToString();
+  EXPECT_NE(s.message().find(old.endpoint().ToString()), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("op 11"), std::string::npos) << s.ToString();
+  EXPECT_EQ(results, (std::vector<int64_t>(2, Status::IOError("").ErrorCode())));
+  uint64_t deleted = 77;
+  s = client->DeleteAll(old.endpoint(), &deleted);
+  EXPECT_TRUE(s.IsIOError()) << s.ToString();
+  EXPECT_NE(s.message().find("op 12"), std::string::npos) << s.ToString();
+  EXPECT_EQ(deleted, 77u);
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));  // closed, not timed out
+  EXPECT_EQ(old.requests(), 2);
+  printf("old server: %s\n", s.ToString().c_str());
 }
 
 TEST(PeerTest, RdmaLive) {

@@ -43,9 +43,14 @@ TEST(Wire, HeaderRoundTripAndChecks) {
   h.EncodeTo(bad);
   EXPECT_TRUE(wire::FrameHeader::DecodeFrom(bad, &d).IsCorruption());
   h.meta_len = 1;
-  h.op = 99;
+  h.op = 0;
   h.EncodeTo(bad);
   EXPECT_TRUE(wire::FrameHeader::DecodeFrom(bad, &d).IsCorruption());
+  // An op this build does not know decodes: the server answers it NotSupported.
+  h.op = 99;
+  h.EncodeTo(bad);
+  ASSERT_TRUE(wire::FrameHeader::DecodeFrom(bad, &d).ok());
+  EXPECT_EQ(d.op, 99);
   // Random headers never crash the decoder.
   std::mt19937_64 rng(7);
   for (int i = 0; i < 10000; i++) {
@@ -85,6 +90,38 @@ TEST(Wire, KeysResultsAndLocations) {
   EXPECT_EQ(r2, results);
   EXPECT_EQ(l2[2].offset, 4096u);
   EXPECT_EQ(l2[2].lease, 77u);
+}
+
+TEST(Wire, DeleteMatchingRoundTripAndRefusals) {
+  std::string meta;
+  wire::PutDeleteMatching(&meta, wire::kMatchRegex, "req1/.*");
+  std::string_view in(meta);
+  wire::MatchMode mode;
+  std::string_view pattern;
+  ASSERT_TRUE(wire::GetDeleteMatching(&in, &mode, &pattern));
+  EXPECT_EQ(mode, wire::kMatchRegex);
+  EXPECT_EQ(pattern, "req1/.*");
+  meta.clear();
+  wire::PutDeleteMatching(&meta, wire::kMatchAll, "");
+  in = meta;
+  ASSERT_TRUE(wire::GetDeleteMatching(&in, &mode, &pattern));
+  EXPECT_EQ(mode, wire::kMatchAll);
+  EXPECT_TRUE(pattern.empty());
+  // "All" with a pattern, an unknown mode, trailing bytes and truncations are refused.
+  const auto refused = [&](const std::string& bytes) {
+    std::string_view v(bytes);
+    return !wire::GetDeleteMatching(&v, &mode, &pattern);
+  };
+  std::string all_with_pattern;
+  wire::PutDeleteMatching(&all_with_pattern, wire::kMatchAll, "x");
+  EXPECT_TRUE(refused(all_with_pattern));
+  std::string bad_mode;
+  wire::PutDeleteMatching(&bad_mode, static_cast<wire::MatchMode>(7), "x");
+  EXPECT_TRUE(refused(bad_mode));
+  std::string regex;
+  wire::PutDeleteMatching(&regex, wire::kMatchRegex, "abc");
+  EXPECT_TRUE(refused(regex + "!"));
+  for (size_t n = 0; n < regex.size(); n++) EXPECT_TRUE(refused(regex.substr(0, n))) << n;
 }
 
 TEST(Wire, AuthProofDependsOnNonceAndToken) {

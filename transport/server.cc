@@ -415,9 +415,55 @@ class TcpServer final : public TransportServer {
         PutLengthPrefixed(&out, theirs);
         return Answer(c, h.op, h.request_id, out);
       }
-      default:
-        return Reject(c, "unexpected op " + std::to_string(h.op));
+      case wire::kValueSize: {
+        if (!get_keys(false)) return Reject(c, "undecodable value-size request");
+        results.resize(keys.size());
+        for (size_t i = 0; i < keys.size(); i++) {
+          uint64_t size = 0;
+          Status s = service_->GetValueSize(keys[i], &size);
+          results[i] = s.ok() ? static_cast<int64_t>(size) : s.ErrorCode();
+        }
+        return AnswerResults(c, h, Status::OK(), results);
+      }
+      case wire::kDeleteMatching:
+        return ServeDeleteMatching(c, h, meta);
+      case wire::kChallenge:
+        return Reject(c, "a challenge sent to the server");
+      default: {
+        // A newer client's op.  The frame was whole and its checksum held, so the stream
+        // is in step: refuse this request only.
+        std::string out;
+        wire::PutBatchStatus(
+            &out, Status::NotSupported("this server does not know op " + std::to_string(h.op)));
+        return Answer(c, h.op, h.request_id, out);
+      }
     }
+  }
+
+  // Runs DeleteByRegex or DeleteAll on the service (its local tiers).  A malformed
+  // message closes the connection; a well-formed one with a bad pattern (too long, not a
+  // regex) is answered InvalidArgument.
+  bool ServeDeleteMatching(Conn* c, const wire::FrameHeader& h, std::string_view meta) {
+    wire::MatchMode mode;
+    std::string_view pattern;
+    if (!wire::GetDeleteMatching(&meta, &mode, &pattern)) {
+      return Reject(c, "undecodable delete-matching request");
+    }
+    uint64_t deleted = 0;
+    Status s;
+    if (pattern.size() > wire::kMaxPatternLen) {
+      s = Status::InvalidArgument("pattern of " + std::to_string(pattern.size()) +
+                                  " bytes exceeds the limit of " +
+                                  std::to_string(wire::kMaxPatternLen));
+    } else if (mode == wire::kMatchAll) {
+      s = service_->DeleteAll(&deleted);
+    } else {
+      s = service_->DeleteByRegex(std::string(pattern), &deleted);
+    }
+    std::string out;
+    wire::PutBatchStatus(&out, s);
+    PutFixed64(&out, s.ok() ? deleted : 0);
+    return Answer(c, h.op, h.request_id, out);
   }
 
   // Values held in memory go out straight from the arena (pinned while they are sent);

@@ -4,7 +4,9 @@
 // workers takes a readable connection, reads one whole frame, runs it against the
 // service and writes the answer, so requests pipelined on one connection are answered
 // in order while different connections are served in parallel.  A malformed frame (bad
-// magic, checksum, limits, undecodable message) closes that connection only, logged.
+// magic, checksum, limits, undecodable message) closes that connection only, logged.  A
+// well-formed frame with an op this build does not know (a newer client) is answered
+// with NotSupported and the connection kept.
 // Stop() drains: it stops accepting, lets every request already received finish and be
 // answered, then closes the connections.
 #ifndef KVENGINE_TRANSPORT_SERVER_H_
@@ -49,6 +51,9 @@ class PeerService {
                           std::vector<int64_t>* results) = 0;
   virtual Status BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) = 0;
   virtual Status BatchDelete(std::span<const Slice> keys, std::vector<int64_t>* results) = 0;
+  // DB::DeleteByRegex and DB::DeleteAll over the local tiers only.
+  virtual Status DeleteByRegex(const std::string& pattern, uint64_t* deleted) = 0;
+  virtual Status DeleteAll(uint64_t* deleted) = 0;
   virtual bool GetProperty(const std::string& name, std::string* value) = 0;
 };
 

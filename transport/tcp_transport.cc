@@ -526,7 +526,12 @@ Status TcpTransport::ResultsCall(const Endpoint& peer, uint8_t op, std::span<con
   wire::PutKeys(&meta, keys, extra);
   MetaSink sink;
   Status s = Call(peer, op, meta, body, &sink);
-  if (s.ok()) s = DecodeResults(sink.meta, keys.size(), results);
+  if (s.ok()) {
+    s = DecodeResults(sink.meta, keys.size(), results);
+    if (!s.ok()) {
+      s = Status::FromErrorCode(s.ErrorCode(), "peer " + peer.ToString() + ": " + s.message());
+    }
+  }
   if (!s.ok()) return FailAll(s, keys.size(), results);
   return s;
 }
@@ -589,6 +594,63 @@ Status TcpTransport::BatchExists(const Endpoint& peer, std::span<const Slice> ke
 Status TcpTransport::BatchDelete(const Endpoint& peer, std::span<const Slice> keys,
                                  std::vector<int64_t>* results) {
   return ResultsCall(peer, wire::kDelete, keys, nullptr, {}, results);
+}
+
+namespace {
+
+// A server built before ops 11 and 12 existed takes them for a malformed frame and
+// closes the connection (the client sees an end of stream, or a reset when the request
+// was left unread); say so, rather than leave a bare "connection closed".
+Status ExplainNewOp(const Status& s, uint8_t op) {
+  const std::string& m = s.message();
+  const bool dropped = m.find("closed by peer") != std::string::npos ||
+                       m.find("reset by peer") != std::string::npos ||
+                       m.find("Broken pipe") != std::string::npos;
+  if (!s.IsIOError() || !dropped) return s;
+  return Status::IOError(m, "dropped on request op " + std::to_string(op) +
+                                " (a server older than that op closes the connection on "
+                                "it: upgrade the peer)");
+}
+
+}  // namespace
+
+Status TcpTransport::BatchValueSize(const Endpoint& peer, std::span<const Slice> keys,
+                                    std::vector<int64_t>* results) {
+  Status s = ResultsCall(peer, wire::kValueSize, keys, nullptr, {}, results);
+  if (!s.ok()) return FailAll(ExplainNewOp(s, wire::kValueSize), keys.size(), results);
+  return s;
+}
+
+Status TcpTransport::DeleteByRegex(const Endpoint& peer, const std::string& pattern,
+                                   uint64_t* deleted) {
+  return DeleteMatching(peer, wire::kMatchRegex, pattern, deleted);
+}
+
+Status TcpTransport::DeleteAll(const Endpoint& peer, uint64_t* deleted) {
+  return DeleteMatching(peer, wire::kMatchAll, "", deleted);
+}
+
+Status TcpTransport::DeleteMatching(const Endpoint& peer, uint8_t mode, std::string_view pattern,
+                                    uint64_t* deleted) {
+  const std::string who = "peer " + peer.ToString();
+  if (pattern.size() > wire::kMaxPatternLen) {
+    return Status::InvalidArgument(who, "pattern of " + std::to_string(pattern.size()) +
+                                            " bytes exceeds the limit of " +
+                                            std::to_string(wire::kMaxPatternLen));
+  }
+  std::string meta;
+  wire::PutDeleteMatching(&meta, static_cast<wire::MatchMode>(mode), pattern);
+  MetaSink sink;
+  Status s = Call(peer, wire::kDeleteMatching, meta, {}, &sink);
+  if (!s.ok()) return ExplainNewOp(s, wire::kDeleteMatching);
+  std::string_view in(sink.meta);
+  Status batch;
+  uint64_t n = 0;
+  if (!wire::GetBatchStatus(&in, &batch)) return Status::Corruption(who, "malformed answer");
+  if (!batch.ok()) return Status::FromErrorCode(batch.ErrorCode(), who + ": " + batch.message());
+  if (!GetFixed64(&in, &n) || !in.empty()) return Status::Corruption(who, "malformed count");
+  if (deleted != nullptr) *deleted = n;
+  return Status::OK();
 }
 
 Status TcpTransport::GetProperty(const Endpoint& peer, const std::string& name,

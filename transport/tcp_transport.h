@@ -71,6 +71,11 @@ class TcpTransport : public Transport {
                      std::vector<int64_t>* results) override;
   Status BatchDelete(const Endpoint& peer, std::span<const Slice> keys,
                      std::vector<int64_t>* results) override;
+  Status BatchValueSize(const Endpoint& peer, std::span<const Slice> keys,
+                        std::vector<int64_t>* results) override;
+  Status DeleteByRegex(const Endpoint& peer, const std::string& pattern,
+                       uint64_t* deleted) override;
+  Status DeleteAll(const Endpoint& peer, uint64_t* deleted) override;
   Status GetProperty(const Endpoint& peer, const std::string& name, std::string* value) override;
 
   // Sends one request to `peer` and waits for its answer, whose body goes where `sink`
@@ -91,6 +96,10 @@ class TcpTransport : public Transport {
   Status ResultsCall(const Endpoint& peer, uint8_t op, std::span<const Slice> keys,
                      const uint64_t* extra, std::span<const Slice> body,
                      std::vector<int64_t>* results);
+  // Runs a DELETE_MATCHING request (mode: wire::MatchMode); its answer is batch status +
+  // count.
+  Status DeleteMatching(const Endpoint& peer, uint8_t mode, std::string_view pattern,
+                        uint64_t* deleted);
 
   std::mutex peers_mu_;
   std::map<std::string, std::unique_ptr<Peer>> peers_;  // guarded by peers_mu_

@@ -40,9 +40,9 @@ Status FrameHeader::DecodeFrom(const char* src, FrameHeader* out) {
   out->meta_len = DecodeFixed32(src + 16);
   out->body_len = DecodeFixed64(src + 24);
   out->checksum = DecodeFixed64(src + 32);
-  if (out->op < kChallenge || out->op > kRdmaConnect) {
-    return Status::Corruption("frame has unknown op " + std::to_string(out->op));
-  }
+  // Unknown ops pass: the server reads the whole frame and answers NotSupported, so a
+  // newer client meets a clear error instead of a dropped connection.
+  if (out->op == 0) return Status::Corruption("frame has op 0");
   if (DecodeFixed32(src + 20) != 0) return Status::Corruption("frame's reserved field is set");
   if (out->meta_len > kMaxMetaLen) {
     return Status::Corruption("frame metadata of " + std::to_string(out->meta_len) +
@@ -125,6 +125,22 @@ bool GetResults(std::string_view* in, std::vector<int64_t>* results) {
     GetFixed64(in, &v);
     (*results)[i] = static_cast<int64_t>(v);
   }
+  return true;
+}
+
+void PutDeleteMatching(std::string* dst, MatchMode mode, std::string_view pattern) {
+  dst->push_back(static_cast<char>(mode));
+  PutLengthPrefixed(dst, pattern);
+}
+
+bool GetDeleteMatching(std::string_view* in, MatchMode* mode, std::string_view* pattern) {
+  if (in->empty()) return false;
+  const uint8_t m = static_cast<uint8_t>(in->front());
+  in->remove_prefix(1);
+  if (m != kMatchAll && m != kMatchRegex) return false;
+  if (!GetLengthPrefixed(in, pattern) || !in->empty()) return false;
+  if (m == kMatchAll && !pattern->empty()) return false;
+  *mode = static_cast<MatchMode>(m);
   return true;
 }
 

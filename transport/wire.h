@@ -27,18 +27,33 @@ inline constexpr size_t kHeaderSize = 40;
 inline constexpr uint32_t kMaxMetaLen = 64u << 20;
 inline constexpr uint64_t kMaxBodyLen = 4ull << 30;
 inline constexpr uint32_t kMaxKeysPerRequest = 1u << 20;
+// A DELETE_MATCHING pattern longer than this is refused (InvalidArgument) by both ends:
+// std::regex compiles and matches by recursion, so a huge pattern could exhaust a
+// server worker's stack.
+inline constexpr uint32_t kMaxPatternLen = 4096;
 
 enum Op : uint8_t {
-  kChallenge = 1,    // server -> client at connect: nonce, whether a token is required
-  kAuth = 2,         // client -> server: proof; the answer says accepted or refused
-  kGet = 3,          // keys + capacities -> results; body: the found values
-  kPut = 4,          // keys + sizes, body: the values -> results
-  kExists = 5,       // keys -> results (1/0/error)
-  kDelete = 6,       // keys -> results
-  kLookup = 7,       // keys -> locations in the owner's arena, pinned under a lease
-  kRelease = 8,      // lease ids -> whether each lease was still held (read valid)
-  kProperty = 9,     // name -> value (stats)
-  kRdmaConnect = 10  // client QP parameters -> server QP parameters and arena rkey
+  kChallenge = 1,        // server -> client at connect: nonce, whether a token is required
+  kAuth = 2,             // client -> server: proof; the answer says accepted or refused
+  kGet = 3,              // keys + capacities -> results; body: the found values
+  kPut = 4,              // keys + sizes, body: the values -> results
+  kExists = 5,           // keys -> results (1/0/error)
+  kDelete = 6,           // keys -> results
+  kLookup = 7,           // keys -> locations in the owner's arena, pinned under a lease
+  kRelease = 8,          // lease ids -> whether each lease was still held (read valid)
+  kProperty = 9,         // name -> value (stats)
+  kRdmaConnect = 10,     // client QP parameters -> server QP parameters and arena rkey
+  kValueSize = 11,       // keys -> results (value size, or negative error)
+  kDeleteMatching = 12,  // match mode + pattern -> count of keys removed (local tiers)
+};
+// A server answers a well-formed frame carrying an op it does not know with
+// NotSupported and keeps the connection; servers built before ops 11 and 12 existed
+// close the connection instead (the client reports that as IOError).
+
+// DELETE_MATCHING's match mode (the first byte of its metadata).
+enum MatchMode : uint8_t {
+  kMatchAll = 0,    // every key; the pattern must be empty
+  kMatchRegex = 1,  // keys the ECMAScript pattern matches whole
 };
 inline constexpr uint16_t kFlagResponse = 1;
 
@@ -76,6 +91,12 @@ bool GetKeys(std::string_view* in, std::vector<std::string_view>* keys,
 // Results: uint32 count, then one fixed64 (two's complement int64) per key.
 void PutResults(std::string* dst, std::span<const int64_t> results);
 bool GetResults(std::string_view* in, std::vector<int64_t>* results);
+
+// DELETE_MATCHING request: u8 mode, then the length-prefixed pattern.
+void PutDeleteMatching(std::string* dst, MatchMode mode, std::string_view pattern);
+// False when malformed (unknown mode, a pattern with kMatchAll, trailing bytes); the
+// pattern's length is checked by the server, which answers InvalidArgument.
+bool GetDeleteMatching(std::string_view* in, MatchMode* mode, std::string_view* pattern);
 
 // Authentication (integrity of membership, not secrecy): the server sends a random
 // 16-byte nonce at connect; the client answers AuthProof(nonce, token).  The token never

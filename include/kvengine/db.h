@@ -81,7 +81,9 @@ class DB {
                          size_t* value_size) = 0;
   // Removes key.  NotFound when absent.
   virtual Status Delete(const WriteOptions& options, const Slice& key) = 0;
-  // Stores the size of key's value in *size.  NotFound when absent.
+  // Stores the size of key's value in *size.  NotFound when absent.  In sharded mode a
+  // key owned by another member is asked of its owner (IOError naming it when it cannot
+  // be reached), as Get does.
   virtual Status GetValueSize(const Slice& key, uint64_t* size) = 0;
 
   // ---------------------------------------------------------------- batches
@@ -97,10 +99,21 @@ class DB {
   virtual Status BatchDelete(const WriteOptions& options, std::span<const Slice> keys,
                              std::vector<int64_t>* results) = 0;
 
-  // Removes every key that matches `pattern` (ECMAScript regex, whole key) and stores
-  // the count in *deleted.  InvalidArgument for a malformed pattern (nothing removed).
+  // Removes every key that matches `pattern` (ECMAScript std::regex, whole key) and
+  // stores the count in *deleted (may be nullptr).  InvalidArgument for a malformed
+  // pattern (nothing removed anywhere).  std::regex backtracks: a pathological pattern can
+  // take very long, so patterns should come from trusted code.
   virtual Status DeleteByRegex(const std::string& pattern, uint64_t* deleted) = 0;
   // Removes every key; stores the count in *deleted (may be nullptr).
+  //
+  // In sharded mode both act on the whole cluster: this host's tiers and every member,
+  // in parallel (each member acts on its own tiers only and never passes the request
+  // on), and *deleted is the sum.  When a member fails (unreachable, timed out, or its
+  // own error) the call returns IOError naming each failed member and its error, and
+  // *deleted still holds the sum of the counts of the hosts that succeeded: those keys
+  // are gone, and a retry removes the rest.  A pattern longer than 4096 bytes is refused
+  // with InvalidArgument before anything is removed (the peer protocol's limit).  A
+  // member may take up to peer_timeout_ms to answer, deletes included.
   virtual Status DeleteAll(uint64_t* deleted) = 0;
 
   // ---------------------------------------------------------------- buffers

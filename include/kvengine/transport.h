@@ -125,6 +125,19 @@ class Transport {
                              std::vector<int64_t>* results) = 0;
   virtual Status BatchDelete(const Endpoint& peer, std::span<const Slice> keys,
                              std::vector<int64_t>* results) = 0;
+  // Stores in (*results)[i] the size of keys[i]'s value on `peer` (DB::GetValueSize),
+  // else a negative error (NotFound when the peer does not hold the key).
+  virtual Status BatchValueSize(const Endpoint& peer, std::span<const Slice> keys,
+                                std::vector<int64_t>* results) = 0;
+  // Removes on `peer` every key that matches `pattern` (DB::DeleteByRegex), or every key
+  // (DeleteAll), and stores the count in *deleted.  The peer acts on its own tiers only,
+  // whatever its mode: it never passes the request on to its members.  On failure
+  // *deleted is unchanged and the status names the peer: InvalidArgument for a malformed
+  // pattern or one over 4096 bytes (nothing removed), IOError when the peer cannot be
+  // reached or closed the connection (as a server built before these calls does).
+  virtual Status DeleteByRegex(const Endpoint& peer, const std::string& pattern,
+                               uint64_t* deleted) = 0;
+  virtual Status DeleteAll(const Endpoint& peer, uint64_t* deleted) = 0;
   // Reads a property of the peer's DB (DB::GetProperty), e.g. "kvengine.stats".
   // NotFound when the peer does not know the property.
   virtual Status GetProperty(const Endpoint& peer, const std::string& name, std::string* value) = 0;
