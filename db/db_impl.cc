@@ -773,7 +773,11 @@ Status DBImpl::DeleteByRegex(const std::string& pattern, uint64_t* deleted) {
   // Checked before anything is sent to a peer: a bad pattern removes nothing anywhere.
   std::regex re;
   try {
-    re = std::regex(pattern, std::regex::ECMAScript | std::regex::optimize);
+    // Polynomial mode (libstdc++): no backtracking, so no exponential patterns and no
+    // recursion per byte of the key (a 1 MiB key overflowed the stack).  The price is
+    // back-references, which it refuses: a peer may send any pattern.
+    re = std::regex(pattern, std::regex::ECMAScript | std::regex::optimize |
+                                 std::regex_constants::__polynomial);
   } catch (const std::regex_error& e) {
     return log.Finish(Status::InvalidArgument("malformed regex '" + pattern + "'", e.what()));
   }

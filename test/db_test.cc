@@ -208,6 +208,26 @@ TEST_F(DBTest, DeleteByRegexAndDeleteAll) {
   EXPECT_EQ(Get("layer.2.req_1"), "<absent>");
 }
 
+TEST_F(DBTest, DeleteByRegexSurvivesLongKeysAndPathologicalPatterns) {
+  // A backtracking matcher recurses once per byte of the key (a stack overflow on a
+  // 1 MiB key) and takes exponential time on nested repetitions; a peer can send either.
+  options_.max_key_size = 1 << 20;
+  Reopen();
+  const std::string long_key(1 << 20, 'a');
+  ASSERT_TRUE(db_->Put(wo_, long_key, "v").ok());
+  ASSERT_TRUE(db_->Put(wo_, std::string(40, 'a'), "v").ok());
+  uint64_t deleted = 0;
+  ASSERT_TRUE(db_->DeleteByRegex("(a*)*b", &deleted).ok());
+  EXPECT_EQ(deleted, 0u);
+  ASSERT_TRUE(db_->DeleteByRegex("(a|b)*", &deleted).ok());
+  EXPECT_EQ(deleted, 2u);
+  EXPECT_EQ(Get(long_key), "<absent>");
+  // Back-references need backtracking: refused, nothing deleted.
+  ASSERT_TRUE(db_->Put(wo_, "aa", "v").ok());
+  EXPECT_TRUE(db_->DeleteByRegex("(a)\\1", &deleted).IsInvalidArgument());
+  EXPECT_EQ(Get("aa"), "v");
+}
+
 TEST_F(DBTest, RegisterBuffers) {
   std::vector<char> a(4096), b(4096);
   ASSERT_TRUE(db_->RegisterBuffer(a.data(), a.size()).ok());

@@ -377,7 +377,8 @@ class ScanCommand : public LdbCommand {
     std::regex re;
     if (!FLAGS_regex.empty()) {
       try {
-        re = std::regex(FLAGS_regex, std::regex::ECMAScript);
+        re = std::regex(FLAGS_regex,  // no backtracking, as DB::DeleteByRegex
+                        std::regex::ECMAScript | std::regex_constants::__polynomial);
       } catch (const std::regex_error& e) {
         return Fail(Name(), "bad --regex '" + FLAGS_regex + "': " + e.what(), kExitUsage);
       }

@@ -101,8 +101,9 @@ class DB {
 
   // Removes every key that matches `pattern` (ECMAScript std::regex, whole key) and
   // stores the count in *deleted (may be nullptr).  InvalidArgument for a malformed
-  // pattern (nothing removed anywhere).  std::regex backtracks: a pathological pattern can
-  // take very long, so patterns should come from trusted code.
+  // pattern (nothing removed anywhere).  The matcher does not backtrack (libstdc++'s
+  // polynomial mode): no pattern takes exponential time and no key is too long for it,
+  // but back-references are refused with InvalidArgument.
   virtual Status DeleteByRegex(const std::string& pattern, uint64_t* deleted) = 0;
   // Removes every key; stores the count in *deleted (may be nullptr).
   //
