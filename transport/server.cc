@@ -30,11 +30,6 @@ struct Conn {
   // put costs a page fault per page on its first write.
   std::unique_ptr<char[]> body;
   uint64_t body_capacity = 0;
-  // Held by the worker serving the connection.  EPOLLONESHOT already hands it to one
-  // worker at a time; the lock makes each worker see what the previous one wrote in a
-  // way the compiler and ThreadSanitizer can see too (the kernel's ordering is invisible
-  // to them).  Never contended.
-  std::mutex serving;
 };
 
 // Bodies up to this size keep their buffer for the connection's next request.
@@ -139,21 +134,18 @@ class TcpServer final : public TransportServer {
       }
       Conn* c = static_cast<Conn*>(tag);
       bool keep = true;
-      {
-        // Re-armed under the lock: the next worker to get it waits for this one to let go.
-        std::lock_guard<std::mutex> serving(c->serving);
-        // Serve every frame already waiting (pipelined requests), then re-arm.
-        do {
-          keep = ServeOneFrame(c);
-        } while (keep && !stopping_.load() && HasInput(c->fd));
-        if (keep && !stopping_.load()) {
-          epoll_event ev{};
-          ev.events = EPOLLIN | EPOLLONESHOT | EPOLLRDHUP;
-          ev.data.ptr = c;
-          epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c->fd, &ev);
-        }
+      // Serve every frame already waiting (pipelined requests), then re-arm.
+      do {
+        keep = ServeOneFrame(c);
+      } while (keep && !stopping_.load() && HasInput(c->fd));
+      if (keep && !stopping_.load()) {
+        epoll_event ev{};
+        ev.events = EPOLLIN | EPOLLONESHOT | EPOLLRDHUP;
+        ev.data.ptr = c;
+        epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c->fd, &ev);
+      } else if (!keep) {
+        CloseConn(c);
       }
-      if (!keep) CloseConn(c);
     }
     AnswerWhatArrived();
   }
@@ -164,7 +156,6 @@ class TcpServer final : public TransportServer {
       if (fd < 0) return;
       TuneSocket(fd);
       auto* c = new Conn;
-      std::unique_lock<std::mutex> setup(c->serving);  // released before a worker sees it
       c->fd = fd;
       c->peer = PeerName(fd);
       c->nonce.resize(wire::kNonceSize);
@@ -182,7 +173,6 @@ class TcpServer final : public TransportServer {
                      DeadlineIn(options_.io_timeout_ms))
                .ok()) {
         close(fd);
-        setup.unlock();
         delete c;
         continue;
       }
@@ -194,7 +184,6 @@ class TcpServer final : public TransportServer {
       ev.events = EPOLLIN | EPOLLONESHOT | EPOLLRDHUP;
       ev.data.ptr = c;
       epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
-      setup.unlock();
     }
   }
 
@@ -209,12 +198,7 @@ class TcpServer final : public TransportServer {
         void* tag = events[i].data.ptr;
         if (tag == &wake_fd_ || tag == &listen_fd_) continue;
         Conn* c = static_cast<Conn*>(tag);
-        bool keep;
-        {
-          std::lock_guard<std::mutex> serving(c->serving);
-          keep = ServeOneFrame(c);
-        }
-        if (!keep) CloseConn(c);
+        if (!ServeOneFrame(c)) CloseConn(c);
         served++;
       }
       if (served == 0) return;
