@@ -6,7 +6,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -73,8 +75,9 @@ class TcpServer final : public TransportServer {
     epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
     ev.data.ptr = &wake_fd_;
     epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
+    poller_ = std::thread([this] { PollLoop(); });
     for (int i = 0; i < std::max(1, options_.workers); i++) {
-      workers_.emplace_back([this] { ServeLoop(); });
+      workers_.emplace_back([this] { WorkLoop(); });
     }
     return Status::OK();
   }
@@ -86,10 +89,16 @@ class TcpServer final : public TransportServer {
       stopped_ = true;
     }
     stopping_.store(true);
-    if (wake_fd_ >= 0) {  // never read: it stays readable and wakes every worker
+    if (wake_fd_ >= 0) {
       uint64_t one = 1;
       [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof(one));
     }
+    if (poller_.joinable()) poller_.join();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_closed_ = true;
+    }
+    cv_.notify_all();
     for (auto& w : workers_) w.join();  // each finishes the request it is serving
     workers_.clear();
     for (Conn* c : conns_) {
@@ -118,36 +127,25 @@ class TcpServer final : public TransportServer {
     }
   }
 
-  // Every worker waits in epoll_wait itself and serves the connection it is handed:
-  // a request costs one wake-up, not two (a poller thread handing connections to a pool
-  // made 64 KiB gets twice as slow on a VM, where each wake-up is expensive).
-  // EPOLLONESHOT hands a readable connection to one worker until it re-arms it.
-  void ServeLoop() {
-    epoll_event event;
+  void PollLoop() {
+    epoll_event events[64];
     while (!stopping_.load()) {
-      if (epoll_wait(epoll_fd_, &event, 1, 500) != 1) continue;
-      void* tag = event.data.ptr;
-      if (tag == &wake_fd_) continue;
-      if (tag == &listen_fd_) {
-        Accept();
-        continue;
-      }
-      Conn* c = static_cast<Conn*>(tag);
-      bool keep = true;
-      // Serve every frame already waiting (pipelined requests), then re-arm.
-      do {
-        keep = ServeOneFrame(c);
-      } while (keep && !stopping_.load() && HasInput(c->fd));
-      if (keep && !stopping_.load()) {
-        epoll_event ev{};
-        ev.events = EPOLLIN | EPOLLONESHOT | EPOLLRDHUP;
-        ev.data.ptr = c;
-        epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c->fd, &ev);
-      } else if (!keep) {
-        CloseConn(c);
+      int n = epoll_wait(epoll_fd_, events, 64, 500);
+      for (int i = 0; i < n; i++) {
+        void* tag = events[i].data.ptr;
+        if (tag == &wake_fd_) continue;
+        if (tag == &listen_fd_) {
+          Accept();
+          continue;
+        }
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          ready_.push_back(static_cast<Conn*>(tag));
+        }
+        cv_.notify_one();
       }
     }
-    AnswerWhatArrived();
+    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, listen_fd_, nullptr);
   }
 
   void Accept() {
@@ -187,21 +185,29 @@ class TcpServer final : public TransportServer {
     }
   }
 
-  // At Stop: one frame of each connection already readable is still answered (a request
-  // received before the stop is not dropped); EPOLLONESHOT gives each to one worker.
-  void AnswerWhatArrived() {
-    epoll_event events[64];
+  void WorkLoop() {
     for (;;) {
-      const int n = epoll_wait(epoll_fd_, events, 64, 0);
-      int served = 0;
-      for (int i = 0; i < n; i++) {
-        void* tag = events[i].data.ptr;
-        if (tag == &wake_fd_ || tag == &listen_fd_) continue;
-        Conn* c = static_cast<Conn*>(tag);
-        if (!ServeOneFrame(c)) CloseConn(c);
-        served++;
+      Conn* c;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return queue_closed_ || !ready_.empty(); });
+        if (ready_.empty()) return;
+        c = ready_.front();
+        ready_.pop_front();
       }
-      if (served == 0) return;
+      bool keep = true;
+      // Serve every frame already waiting (pipelined requests), then re-arm.
+      do {
+        keep = ServeOneFrame(c);
+      } while (keep && !stopping_.load() && HasInput(c->fd));
+      if (keep && !stopping_.load()) {
+        epoll_event ev{};
+        ev.events = EPOLLIN | EPOLLONESHOT | EPOLLRDHUP;
+        ev.data.ptr = c;
+        epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c->fd, &ev);
+      } else if (!keep) {
+        CloseConn(c);
+      }
     }
   }
 
@@ -516,10 +522,14 @@ class TcpServer final : public TransportServer {
   int listen_fd_ = -1, epoll_fd_ = -1, wake_fd_ = -1;
   uint16_t port_ = 0;
   std::atomic<bool> stopping_{false};
+  std::thread poller_;
   std::vector<std::thread> workers_;
 
   std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Conn*> ready_;          // guarded by mu_
   std::unordered_set<Conn*> conns_;  // guarded by mu_
+  bool queue_closed_ = false;        // guarded by mu_
   bool stopped_ = false;             // guarded by mu_
 
   std::atomic<uint64_t> requests_{0}, rejected_{0}, refused_auth_{0};

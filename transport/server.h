@@ -1,10 +1,10 @@
 // TransportServer: serves a PeerService (a DB) to peers over TCP.
 //
-// A pool of workers shares one epoll set: each waits in epoll_wait, accepts connections
-// or takes a readable one (EPOLLONESHOT: one worker at a time), reads whole frames, runs
-// them against the service and writes the answers, so requests pipelined on one
-// connection are answered in order while different connections are served in parallel.  A malformed
-// frame (bad magic, checksum, limits, undecodable message) closes that connection only, logged.  A
+// One epoll thread accepts connections and watches them (EPOLLONESHOT); a pool of
+// workers takes a readable connection, reads one whole frame, runs it against the
+// service and writes the answer, so requests pipelined on one connection are answered
+// in order while different connections are served in parallel.  A malformed frame (bad
+// magic, checksum, limits, undecodable message) closes that connection only, logged.  A
 // well-formed frame with an op this build does not know (a newer client) is answered
 // with NotSupported and the connection kept.
 // Stop() drains: it stops accepting, lets every request already received finish and be
