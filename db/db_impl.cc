@@ -570,6 +570,11 @@ Status DBImpl::GetValueSize(const Slice& key, uint64_t* size) {
     *size = loc.size;
     return Status::OK();
   }
+  // Read-through: a GetInto of this key would find it on a peer, so its size must too
+  // (the Python get sizes its bytes object this way).
+  if (peer_ != nullptr && peer_->ReadThrough() && peer_->ReadThroughValueSize(key, size).ok()) {
+    return Status::OK();
+  }
   return Status::NotFound("key " + Printable(key));
 }
 

@@ -604,6 +604,25 @@ void PeerEnv::ReadThroughExists(std::span<const Slice> keys, std::vector<int64_t
   });
 }
 
+Status PeerEnv::ReadThroughValueSize(const Slice& key, uint64_t* size) {
+  const std::vector<Endpoint> peers = Members();
+  std::mutex mu;
+  bool found = false;
+  ForEachParallel(peers.size(), [&](size_t p) {
+    std::vector<int64_t> r;
+    if (!transport_->BatchValueSize(peers[p], std::span<const Slice>(&key, 1), &r).ok()) {
+      remote_errors_.fetch_add(1);
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    if (!found && r.size() == 1 && r[0] >= 0) {
+      found = true;
+      *size = static_cast<uint64_t>(r[0]);
+    }
+  });
+  return found ? Status::OK() : Status::NotFound("no peer holds the key");
+}
+
 std::string PeerEnv::StatsText() const {
   std::ostringstream out;
   out << "listen: " << self_ << "\n"

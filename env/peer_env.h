@@ -113,6 +113,8 @@ class PeerEnv {
   Status ReadThroughGetString(const Slice& key, std::string* value, const PromoteFn& promote);
   // Sets to 1 the keys whose result is 0 that a peer holds.
   void ReadThroughExists(std::span<const Slice> keys, std::vector<int64_t>* results);
+  // The size of key's value on the first peer found to hold it; NotFound when none does.
+  Status ReadThroughValueSize(const Slice& key, uint64_t* size);
 
   // Counters and configuration as text ("listen: host:port" first).
   std::string StatsText() const;

@@ -249,6 +249,10 @@ TEST(PeerTest, ReadThroughHitFromPeerWithPromotion) {
                   .ok());
   ASSERT_TRUE(db->BatchExists(std::vector<Slice>{"shared/prefix", "nowhere"}, &results).ok());
   EXPECT_EQ(results, (std::vector<int64_t>{1, 0}));
+  uint64_t size = 0;  // read through too (Python's get sizes its buffer with it)
+  ASSERT_TRUE(db->GetValueSize("shared/prefix", &size).ok());
+  EXPECT_EQ(size, value.size());
+  EXPECT_TRUE(db->GetValueSize("nowhere", &size).IsNotFound());
   std::vector<char> buf(256 << 10);
   std::vector<Slice> want = {"shared/prefix", "nowhere"};
   std::vector<Destination> dests = {{MutableSlice(buf.data(), buf.size())},

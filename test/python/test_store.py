@@ -381,3 +381,26 @@ def test_binding_entry_points_are_timed(db_path):
         assert perf["py_put"]["count"] == 1
         assert perf["py_batch_exists"]["count"] == 1
         assert perf["py_batch_put"]["count"] == 0
+
+
+def test_read_through_get_of_a_peer_only_key(tmp_path):
+    # get() sizes its bytes object with the value's size, which must read through to the
+    # peers like the read itself (it returned b"" for a key only a peer held).
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    owner = kvengine.DB(str(tmp_path / "owner"), listen=f"127.0.0.1:{port}", **SMALL)
+    try:
+        value = bytes(range(256)) * 1000
+        assert owner.put("prefix/0", value) == 0
+        reader = kvengine.DB(str(tmp_path / "reader"), peers=f"127.0.0.1:{port}",
+                             peer_mode="read_through", **SMALL)
+        try:
+            assert reader.get_size("prefix/0") == len(value)
+            assert reader.get("prefix/0") == value
+            assert reader.get("absent") == b""
+        finally:
+            reader.close()
+    finally:
+        owner.close()
