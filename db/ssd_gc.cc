@@ -12,8 +12,11 @@
 // Then it picks buckets whose deleted bytes still taking space are at least
 // gc_deleted_ratio of their bytes (or any with such bytes when the tier is over its high
 // watermark), or whose deleted bytes, punched or not, are at least gc_merge_deleted_ratio,
-// coldest first, and compacts them, as many at a time as fit one bucket image, into one
-// new bucket:
+// and -- when there are more tombstones than live keys -- those holding the most
+// tombstones per live byte (a punched value's tombstone stays in memory and in the log
+// until its bucket goes; without this, small values deleted at random could leave ~9
+// tombstones per live key), coldest first, and compacts them, as many at a time as fit one bucket
+// image, into one new bucket:
 //   1. under the lock, list the entries the map still reaches (key -> this bucket, same
 //      version) and pin the bucket against retirement;
 //   2. read them (checksums verified) straight into a new bucket's image and write it:
@@ -40,6 +43,9 @@
 namespace kvengine {
 
 namespace {
+
+// Below this many tombstones their memory does not matter (see AddTombstoneHeavyLocked).
+constexpr uint64_t kTombstonesWorthMerging = 4096;
 
 // Bytes of values a compaction reads in one batch before handing them to the writer.
 constexpr uint64_t kCompactionChunkBytes = 4 << 20;
@@ -125,6 +131,7 @@ Status SsdTier::CompactBuckets(uint64_t* reclaimed) {
         candidates.push_back(b);
       }
     }
+    AddTombstoneHeavyLocked(&candidates);
     std::sort(candidates.begin(), candidates.end(),
               [](const auto& a, const auto& b) { return a->last_access < b->last_access; });
     if (candidates.size() > options_.gc_max_buckets_per_round) {
@@ -165,6 +172,38 @@ Status SsdTier::CompactBuckets(uint64_t* reclaimed) {
   std::lock_guard<std::mutex> st(stats_mu_);
   stats_.gc_rounds++;
   return first;
+}
+
+void SsdTier::AddTombstoneHeavyLocked(std::vector<std::shared_ptr<SsdBucket>>* candidates) {
+  uint64_t tombstones = 0;
+  for (const auto& [bucket, records] : tombstones_) tombstones += records.size();
+  if (tombstones <= std::max<uint64_t>(map_.size(), kTombstonesWorthMerging)) return;
+  // The buckets holding the most tombstones per live byte cost the least to rewrite for
+  // the memory they give back.
+  struct Ranked {
+    double weight;
+    uint64_t tombstones;
+    std::shared_ptr<SsdBucket> bucket;
+  };
+  std::vector<Ranked> ranked;
+  for (const auto& [id, b] : buckets_) {
+    auto t = tombstones_.find(id);
+    if (b->state != SsdBucket::State::kOnDisk || t == tombstones_.end() || t->second.empty() ||
+        std::find(candidates->begin(), candidates->end(), b) != candidates->end()) {
+      continue;
+    }
+    const uint64_t live = b->total_bytes - b->deleted_bytes;
+    ranked.push_back({static_cast<double>(t->second.size()) / static_cast<double>(live + 1),
+                      t->second.size(), b});
+  }
+  std::sort(ranked.begin(), ranked.end(),
+            [](const Ranked& a, const Ranked& b) { return a.weight > b.weight; });
+  uint64_t excess = tombstones - map_.size();
+  for (const Ranked& r : ranked) {
+    if (excess == 0) break;
+    candidates->push_back(r.bucket);
+    excess -= std::min(excess, r.tombstones);
+  }
 }
 
 Status SsdTier::PunchDeadExtents(uint64_t* reclaimed) {

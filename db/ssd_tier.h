@@ -200,6 +200,10 @@ class SsdTier {
   // Syncs the tombstone log, waits for the reads that may still see the dead values,
   // and punches holes over them.  Adds the bytes given back to *reclaimed.
   Status PunchDeadExtents(uint64_t* reclaimed);
+  // REQUIRES: mu_ held.  When tombstones outnumber live keys, adds to *candidates the
+  // buckets that hold the most tombstones per live byte, until compacting them would
+  // bring the count down to the live keys'.
+  void AddTombstoneHeavyLocked(std::vector<std::shared_ptr<SsdBucket>>* candidates);
   // Compacts the buckets of `olds` into one new bucket; on success appends them to
   // *retired for RetireBuckets.  REQUIRES: each is marked compacting.
   Status CompactGroup(const std::vector<std::shared_ptr<SsdBucket>>& olds, uint64_t* reclaimed,

@@ -508,6 +508,36 @@ TEST_F(SsdTierTest, ValuesDeadBeforeTheirBucketIsWrittenArePunchedToo) {
   EXPECT_TRUE(Get("d.1") == "<absent>");
 }
 
+TEST_F(SsdTierTest, TombstonesOfPunchedValuesDoNotOutgrowTheLiveKeys) {
+  // A punched value's tombstone stays until its bucket is compacted.  Small values
+  // deleted at random leave every bucket below gc_merge_deleted_ratio, so without a
+  // bound the tombstones (memory and log) would outnumber the live keys for good.
+  options_.offload_policy = OffloadPolicy::kWriteThrough;
+  options_.bucket_keys_limit = 512;
+  options_.bucket_size_limit = 4 << 20;
+  Open();
+  constexpr int kKeys = 10000;
+  auto value = [](int i) { return "v" + std::to_string(i); };
+  for (int i = 0; i < kKeys; i++) Put("t." + std::to_string(i), value(i));
+  ASSERT_TRUE(db_->Flush().ok());
+  for (int i = 0; i < kKeys; i++) {
+    if (i % 5 < 3) {
+      ASSERT_TRUE(db_->Delete(WriteOptions(), "t." + std::to_string(i)).ok());
+    }
+  }
+  ASSERT_TRUE(db_->Flush().ok());
+  EXPECT_GT(Stat(db_.get(), "ssd.tombstones"), Stat(db_.get(), "ssd.keys"));
+  for (int round = 0; round < 10; round++) ASSERT_TRUE(db_->CompactBuckets(nullptr).ok());
+  EXPECT_GT(Stat(db_.get(), "ssd.gc_bytes_punched"), 0u);
+  EXPECT_GT(Stat(db_.get(), "ssd.gc_buckets_compacted"), 0u);
+  EXPECT_LE(Stat(db_.get(), "ssd.tombstones"), Stat(db_.get(), "ssd.keys"));
+  Reopen();
+  EXPECT_LE(Stat(db_.get(), "ssd.tombstones"), Stat(db_.get(), "ssd.keys"));
+  for (int i = 0; i < kKeys; i += 7) {
+    EXPECT_TRUE(Get("t." + std::to_string(i)) == (i % 5 < 3 ? "<absent>" : value(i))) << i;
+  }
+}
+
 TEST_F(SsdTierTest, FailedPunchChangesNothingAndIsRetried) {
   UseFaultEnvWriteThrough();
   Open();
