@@ -247,21 +247,22 @@ Status SsdTier::PunchDeadExtents(uint64_t* reclaimed) {
     std::sort(w.extents.begin(), w.extents.end(),
               [](const auto& a, const auto& b) { return a.offset < b.offset; });
     uint64_t bytes = 0, value_bytes = 0;
+    size_t punched = 0;  // w.extents[0, punched) are holes now
     // Neighbouring extents go as one hole: fewer calls, same blocks.
-    for (size_t i = 0; s.ok() && i < w.extents.size();) {
-      size_t end = i + 1;
-      uint64_t length = w.extents[i].length, values = w.extents[i].value_size;
-      while (end < w.extents.size() && w.extents[end].offset == w.extents[i].offset + length) {
+    while (s.ok() && punched < w.extents.size()) {
+      size_t end = punched + 1;
+      uint64_t length = w.extents[punched].length, values = w.extents[punched].value_size;
+      while (end < w.extents.size() &&
+             w.extents[end].offset == w.extents[punched].offset + length) {
         length += w.extents[end].length;
         values += w.extents[end].value_size;
         end++;
       }
-      s = env_->PunchHole(BucketPath(w.bucket->id), w.extents[i].offset, length);
-      if (s.ok()) {
-        bytes += length;
-        value_bytes += values;
-      }
-      i = end;
+      s = env_->PunchHole(BucketPath(w.bucket->id), w.extents[punched].offset, length);
+      if (!s.ok()) break;
+      bytes += length;
+      value_bytes += values;
+      punched = end;
     }
     std::lock_guard<std::mutex> lock(mu_);
     w.bucket->punched_bytes += bytes;
@@ -269,7 +270,10 @@ Status SsdTier::PunchDeadExtents(uint64_t* reclaimed) {
     auto it = buckets_.find(w.bucket->id);
     if (it != buckets_.end() && it->second == w.bucket) used_bytes_ -= bytes;
     *reclaimed += bytes;
-    if (!s.ok()) break;
+    if (!s.IsNotSupported()) {  // what failed, or was not tried, goes again next round
+      w.bucket->dead_extents.insert(w.bucket->dead_extents.end(), w.extents.begin() + punched,
+                                    w.extents.end());
+    }
   }
   unpin();
   {
