@@ -231,14 +231,16 @@ Status SsdTier::PunchDeadExtents(uint64_t* reclaimed) {
   auto unpin = [&] {
     for (Work& w : work) w.bucket->readers.fetch_sub(1, std::memory_order_acq_rel);
   };
+  // REQUIRES: mu_ held.  Extents not punched (a failure) are tried again next round.
+  auto requeue = [](Work& w, size_t from) {
+    w.bucket->dead_extents.insert(w.bucket->dead_extents.end(), w.extents.begin() + from,
+                                  w.extents.end());
+  };
   // The tombstones first: a restart must never find a dead value's key pointing at a hole.
   Status s = log_->Sync();
   if (!s.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
-    for (Work& w : work) {  // tried again next round
-      w.bucket->dead_extents.insert(w.bucket->dead_extents.end(), w.extents.begin(),
-                                    w.extents.end());
-    }
+    for (Work& w : work) requeue(w, 0);
     unpin();
     return s;
   }
@@ -270,10 +272,7 @@ Status SsdTier::PunchDeadExtents(uint64_t* reclaimed) {
     auto it = buckets_.find(w.bucket->id);
     if (it != buckets_.end() && it->second == w.bucket) used_bytes_ -= bytes;
     *reclaimed += bytes;
-    if (!s.IsNotSupported()) {  // what failed, or was not tried, goes again next round
-      w.bucket->dead_extents.insert(w.bucket->dead_extents.end(), w.extents.begin() + punched,
-                                    w.extents.end());
-    }
+    if (!s.IsNotSupported()) requeue(w, punched);
   }
   unpin();
   {

@@ -103,7 +103,7 @@ Status SsdTier::Recover() {
   // the first GC round punches again; a hole punched twice costs nothing.
   auto dead_value = [this](SsdBucket* b, uint64_t offset, uint64_t size) {
     b->deleted_bytes += size;
-    if (options_.gc_punch_holes) b->dead_extents.push_back({offset, PaddedValueSize(size), size});
+    QueueHoleLocked(b, offset, size);
   };
   for (const auto& b : opened) {
     buckets_[b->id] = b;

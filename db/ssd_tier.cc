@@ -255,10 +255,15 @@ void SsdTier::TombstoneLocked(const std::string& key, const SsdLocation& loc) {
   // The value's own blocks can go once the tombstone is durable (copies left by a crash
   // are compacted away instead).  A bucket not yet on disk keeps its dead bytes until a
   // compaction.
-  if (auto b = buckets_.find(loc.bucket); options_.gc_punch_holes && b != buckets_.end() &&
-                                          b->second->state == SsdBucket::State::kOnDisk) {
-    b->second->dead_extents.push_back({loc.offset, PaddedValueSize(loc.size), loc.size});
+  if (auto b = buckets_.find(loc.bucket);
+      b != buckets_.end() && b->second->state == SsdBucket::State::kOnDisk) {
+    QueueHoleLocked(b->second.get(), loc.offset, loc.size);
   }
+}
+
+void SsdTier::QueueHoleLocked(SsdBucket* bucket, uint64_t offset, uint64_t size) {
+  if (options_.gc_punch_holes)
+    bucket->dead_extents.push_back({offset, PaddedValueSize(size), size});
 }
 
 void SsdTier::RemoveLocked(std::unordered_map<std::string, SsdLocation>::iterator it,
@@ -456,12 +461,10 @@ Status SsdTier::WriteBucket(const std::shared_ptr<SsdBucket>& bucket) {
   bucket->state = SsdBucket::State::kOnDisk;
   // Values that died while the bucket was pending are in the file all the same (left
   // out of its index, or removed since): their blocks can go too.
-  if (options_.gc_punch_holes) {
-    for (const BucketEntry& e : bucket->staged) {
-      auto it = map_.find(e.key);
-      if (it == map_.end() || it->second.bucket != bucket->id || it->second.version != e.version) {
-        bucket->dead_extents.push_back({e.offset, PaddedValueSize(e.size), e.size});
-      }
+  for (const BucketEntry& e : bucket->staged) {
+    auto it = map_.find(e.key);
+    if (it == map_.end() || it->second.bucket != bucket->id || it->second.version != e.version) {
+      QueueHoleLocked(bucket.get(), e.offset, e.size);
     }
   }
   bucket->staged.clear();

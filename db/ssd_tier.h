@@ -175,6 +175,9 @@ class SsdTier {
   void SealOpenLocked();
   Status MakeRoomLocked(uint64_t bytes, std::unique_lock<std::mutex>* lock);
   void TombstoneLocked(const std::string& key, const SsdLocation& loc);
+  // Queues the blocks of a dead value in `bucket` (on disk) for the next GC round to
+  // punch a hole over, when gc_punch_holes is on.  REQUIRES: mu_ held (or Recover()).
+  void QueueHoleLocked(SsdBucket* bucket, uint64_t offset, uint64_t size);
   void RemoveLocked(std::unordered_map<std::string, SsdLocation>::iterator it, bool tombstone);
   Status WriteBucket(const std::shared_ptr<SsdBucket>& bucket);
   // Appends a builder's image to a bucket file, possibly piece by piece while the image

@@ -306,8 +306,9 @@ Result RunRawRead(const BenchContext& b) {
     const uint64_t slots = ctx.SliceEnd(b.config->num) - ctx.SliceBegin(b.config->num);
     auto buf = std::make_shared<AlignedBuffer>(io);
     EnsureRawFile(b, ctx, slots, io, buf.get());
-    auto file = std::make_shared<RawFile>(RawPath(b.raw_dir, ctx.tid()), false);
-    if (!file->ok()) ctx.Error("rawread: cannot open " + RawPath(b.raw_dir, ctx.tid()));
+    const std::string path = RawPath(b.raw_dir, ctx.tid());
+    auto file = std::make_shared<RawFile>(path, false);
+    if (!file->ok()) ctx.Error("rawread: cannot open " + path);
     ctx.on_finish = [file, all_direct](ThreadContext&) {
       if (!file->direct()) *all_direct = false;
     };
@@ -333,8 +334,9 @@ Result RunRawRandRead(const BenchContext& b) {
         auto bufs = std::make_shared<std::vector<AlignedBuffer>>();
         for (uint64_t i = 0; i < depth; i++) bufs->emplace_back(io);
         EnsureRawFile(b, ctx, slots, io, &(*bufs)[0]);
-        auto file = std::make_shared<RawFile>(RawPath(b.raw_dir, ctx.tid()), false);
-        if (!file->ok()) ctx.Error("rawrandread: cannot open " + RawPath(b.raw_dir, ctx.tid()));
+        const std::string path = RawPath(b.raw_dir, ctx.tid());
+        auto file = std::make_shared<RawFile>(path, false);
+        if (!file->ok()) ctx.Error("rawrandread: cannot open " + path);
         ctx.on_finish = [file, all_direct](ThreadContext&) {
           if (!file->direct()) *all_direct = false;
         };

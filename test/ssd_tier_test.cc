@@ -71,6 +71,19 @@ class SsdTierTest : public ::testing::Test {
     ASSERT_TRUE(db_->Flush().ok());
   }
 
+  // Puts prefix.0 .. prefix.<count-1>, value i of seed + i and kValue - shrink * i bytes;
+  // returns what was put.
+  std::map<std::string, std::string> PutNumbered(const std::string& prefix, int count,
+                                                 uint64_t seed, size_t shrink) {
+    std::map<std::string, std::string> put;
+    for (int i = 0; i < count; i++) {
+      const std::string key = prefix + "." + std::to_string(i);
+      put[key] = test::MakeValue(seed + i, kValue - shrink * i);
+      Put(key, put[key]);
+    }
+    return put;
+  }
+
   // Every file through fault_env_ (io_uring would bypass it), every put on SSD,
   // tombstones synced only when the test says.
   void UseFaultEnvWriteThrough() {
@@ -381,12 +394,7 @@ TEST_F(SsdTierTest, WriteFailureMidCompactionLeavesOldBucketsAuthoritative) {
   options_.gc_deleted_ratio = 0.3;
   options_.gc_punch_holes = false;  // copy-on-write compaction alone
   Open();
-  std::map<std::string, std::string> expect;
-  for (int i = 0; i < 16; i++) {
-    const std::string key = "g." + std::to_string(i);
-    expect[key] = test::MakeValue(100 + i, kValue - 7 * i);
-    Put(key, expect[key]);
-  }
+  std::map<std::string, std::string> expect = PutNumbered("g", 16, 100, 7);
   ASSERT_TRUE(db_->Flush().ok());
   for (int i = 1; i < 16; i += 2) {  // half of every bucket
     ASSERT_TRUE(db_->Delete(WriteOptions(), "g." + std::to_string(i)).ok());
@@ -541,12 +549,7 @@ TEST_F(SsdTierTest, TombstonesOfPunchedValuesDoNotOutgrowTheLiveKeys) {
 TEST_F(SsdTierTest, FailedPunchChangesNothingAndIsRetried) {
   UseFaultEnvWriteThrough();
   Open();
-  std::map<std::string, std::string> expect;
-  for (int i = 0; i < 8; i++) {
-    const std::string key = "p." + std::to_string(i);
-    expect[key] = test::MakeValue(200 + i, kValue - 11 * i);
-    Put(key, expect[key]);
-  }
+  std::map<std::string, std::string> expect = PutNumbered("p", 8, 200, 11);
   ASSERT_TRUE(db_->Flush().ok());
   ASSERT_TRUE(db_->Delete(WriteOptions(), "p.3").ok());
   expect.erase("p.3");

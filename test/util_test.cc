@@ -232,47 +232,54 @@ TEST(WorkerThreadTest, DestructorRunsEverythingQueued) {
   EXPECT_EQ(ran.load(), 100);
 }
 
+// GracePeriod::Wait() on a thread of its own; done() once it has returned.
+class BackgroundWait {
+ public:
+  explicit BackgroundWait(GracePeriod* period)
+      : thread_([this, period] {
+          period->Wait();
+          done_ = true;
+        }) {}
+  ~BackgroundWait() { Join(); }
+  void Join() {
+    if (thread_.joinable()) thread_.join();
+  }
+  bool done() const { return done_.load(); }
+
+ private:
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
 TEST(GracePeriodTest, WaitsForReadersThatEnteredBeforeIt) {
   GracePeriod period;
   const int early = period.Enter();
-  std::atomic<bool> waited{false};
-  std::thread waiter([&] {
-    period.Wait();
-    waited = true;
-  });
+  BackgroundWait waiter(&period);
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  EXPECT_FALSE(waited.load());  // the early reader is still in
+  EXPECT_FALSE(waiter.done());  // the early reader is still in
   period.Exit(early);
-  waiter.join();
-  EXPECT_TRUE(waited.load());
+  waiter.Join();
+  EXPECT_TRUE(waiter.done());
 }
 
 TEST(GracePeriodTest, DoesNotWaitForReadersThatEnteredAfterIt) {
   GracePeriod period;
   const int early = period.Enter();
-  std::atomic<bool> waited{false};
-  std::thread waiter([&] {
-    period.Wait();
-    waited = true;
-  });
+  BackgroundWait waiter(&period);
   // A reader arriving once the wait has begun lands in the new epoch.
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   const int late = period.Enter();
   EXPECT_NE(late, early);
   period.Exit(early);
-  waiter.join();  // returns while `late` is still in
-  EXPECT_TRUE(waited.load());
+  waiter.Join();  // returns while `late` is still in
+  EXPECT_TRUE(waiter.done());
   // And the next wait does wait for it.
-  std::atomic<bool> second{false};
-  std::thread again([&] {
-    period.Wait();
-    second = true;
-  });
+  BackgroundWait again(&period);
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  EXPECT_FALSE(second.load());
+  EXPECT_FALSE(again.done());
   period.Exit(late);
-  again.join();
-  EXPECT_TRUE(second.load());
+  again.Join();
+  EXPECT_TRUE(again.done());
 }
 
 TEST(GracePeriodTest, WaitWithNoReadersReturnsAtOnce) {
