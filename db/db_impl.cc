@@ -56,27 +56,33 @@ Status TooSmall(const Slice& key, uint64_t size, uint64_t capacity) {
 
 }  // namespace
 
-// Write-back offload: a value the memory tier evicts goes to SSD first.  The value is
-// staged (copied into a bucket image) outside any lock, then published on SSD under the
-// key's lock, and only if memory still holds that very version: a delete or overwrite
-// that came in between wins, and the staged copy is given up.
+// Write-back offload: a value the memory tier evicts, or one that Flush() makes durable,
+// goes to SSD.  The value is staged (copied into a bucket image) outside any lock, then
+// published on SSD under the key's lock, and only if memory still holds that very version:
+// a delete or overwrite that came in between wins, and the staged copy is given up.
 class DBImpl::Offloader final : public EvictionHandler {
  public:
   Offloader(MemoryTier* memory, SsdTier* ssd) : memory_(memory), ssd_(ssd) {}
 
   bool OnEvict(const Slice& key, const Slice& value, uint64_t version) override {
-    if (ssd_->HasVersion(key, version)) return true;  // already there (write-through)
+    // SSD full or failing: the value stays in memory.
+    return Persist(key, value, version).ok();
+  }
+
+  // OK when the value is safe on SSD (staged; durable once its bucket is written), or
+  // memory no longer holds that version; the error of Stage otherwise.
+  Status Persist(const Slice& key, const Slice& value, uint64_t version) {
+    if (ssd_->HasVersion(key, version)) return Status::OK();  // write-through, or done
     SsdTier::Ticket ticket;
-    if (!ssd_->Stage(key, std::span<const Slice>(&value, 1), value.size(), &ticket).ok()) {
-      return false;  // SSD full or failing: the value stays in memory
-    }
+    Status s = ssd_->Stage(key, std::span<const Slice>(&value, 1), value.size(), &ticket);
+    if (!s.ok()) return s;
     bool current = false;
     memory_->WithKeyLocked(key, [&](uint64_t in_memory) {
       current = in_memory == version;
       if (current) ssd_->Commit(&ticket, version);
     });
     if (!current) ssd_->Abort(&ticket);
-    return true;  // either safe on SSD, or already deleted/overwritten in memory
+    return Status::OK();
   }
 
  private:
@@ -204,8 +210,14 @@ Status DBImpl::Close() {
   }
   registered_buffers_.clear();
   Status s;
+  // By default what is only in memory is made durable first, as Flush() would (Close
+  // holds lifecycle_mu_ exclusively: no call races with it).
+  if (ssd_ != nullptr && options_.flush_on_close) s = FlushLocked();
   if (memory_ != nullptr) memory_->SetEvictionHandler(nullptr);
-  if (ssd_ != nullptr) s = ssd_->Close();
+  if (ssd_ != nullptr) {
+    Status c = ssd_->Close();
+    if (s.ok()) s = c;
+  }
   ssd_.reset();
   offloader_.reset();
   gpu_.reset();  // unregisters the arena from CUDA before it is unmapped
@@ -872,7 +884,45 @@ Status DBImpl::Flush() {
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok() || ssd_ == nullptr) return log.Finish(s);  // memory has nothing durable
-  return log.Finish(ssd_->Flush());
+  return log.Finish(FlushLocked());
+}
+
+Status DBImpl::FlushLocked() {
+  // Serialized: the watermark is only raised by the Flush that wrote everything below it.
+  std::lock_guard<std::mutex> flush_lock(flush_mu_);
+  const uint64_t target = version_source_.load();
+  Status s;
+  if (options_.offload_policy == OffloadPolicy::kWriteBack)
+    s = PersistMemoryAbove(flushed_through_);
+  Status synced = ssd_->Flush();
+  if (s.ok()) s = synced;
+  if (s.ok()) flushed_through_ = target;
+  return s;
+}
+
+Status DBImpl::PersistMemoryAbove(uint64_t watermark) {
+  // Every value in memory with a version above the watermark was written (or read through
+  // from a peer) since the last complete Flush; the ones below it were staged then, or
+  // came back from SSD with their SSD version.
+  std::vector<std::string> keys;
+  memory_->ForEach([&](std::string_view key, uint64_t, uint64_t version) {
+    if (version > watermark) keys.emplace_back(key);
+  });
+  uint64_t failed = 0;
+  Status first_error;
+  for (const std::string& key : keys) {
+    MemoryTier::Handle handle;
+    if (!memory_->Lookup(key, &handle)) continue;  // deleted or evicted (to SSD) meanwhile
+    Status s = offloader_->Persist(key, handle.value(), handle.version());
+    if (!s.ok()) {
+      if (failed++ == 0) first_error = s;
+    }
+  }
+  if (failed == 0) return Status::OK();
+  return Status::FromErrorCode(
+      first_error.ErrorCode(),
+      "Flush: " + std::to_string(failed) + " of " + std::to_string(keys.size()) +
+          " values could not be written to SSD; first: " + first_error.message());
 }
 
 Status DBImpl::CompactBuckets(uint64_t* reclaimed_bytes) {

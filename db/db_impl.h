@@ -96,6 +96,12 @@ class DBImpl final : public DB {
                         uint64_t* size);
   // Read-through: inserts a value a peer served into the memory tier.
   void PromoteFromPeer(const Slice& key, std::span<const Slice> parts, uint64_t size);
+  // Makes every value written before the call durable (Flush's work).
+  // REQUIRES: lifecycle_mu_ held (shared or exclusive); the SSD tier configured.
+  Status FlushLocked();
+  // write_back: stages every memory value whose version is above `watermark` and that is
+  // not on SSD yet.
+  Status PersistMemoryAbove(uint64_t watermark);
   std::string StatsText() const;
   std::string StatsJson() const;
   // Prometheus text exposition of the stats and perf histograms (db/db_stats.cc).
@@ -112,6 +118,9 @@ class DBImpl final : public DB {
   class Offloader;
   std::unique_ptr<Offloader> offloader_;
   std::unique_ptr<GpuIo> gpu_;  // after memory_: it page-locks memory_'s arena
+
+  std::mutex flush_mu_;           // one Flush at a time
+  uint64_t flushed_through_ = 0;  // guarded by flush_mu_: versions made durable by Flush
 
   // Calls hold it shared; Close holds it exclusively, so Close waits for calls in flight.
   mutable std::shared_mutex lifecycle_mu_;

@@ -282,14 +282,16 @@ TEST_F(SsdTierTest, FullTierWithoutEvictionFailsCleanly) {
 }
 
 TEST_F(SsdTierTest, FullTierWithLruEvictionDropsWholeBuckets) {
-  options_.ssd_capacity_bytes = 1 << 20;
+  // Twice the memory tier: Flush() also writes the 16 values only in memory, so the tier
+  // holds them and 16 more that only SSD has.
+  options_.ssd_capacity_bytes = 2 << 20;
   options_.bucket_size_limit = 256 << 10;
   options_.ssd_eviction = SsdEviction::kLru;
   Open();
   for (int i = 0; i < 64; i++) Put("k" + std::to_string(i), test::MakeValue(i, kValue));
   ASSERT_TRUE(db_->Flush().ok());
   EXPECT_GT(Stat(db_.get(), "ssd.evicted_buckets"), 0u);
-  EXPECT_LE(Stat(db_.get(), "ssd.used_bytes"), 1u << 20);
+  EXPECT_LE(Stat(db_.get(), "ssd.used_bytes"), 2u << 20);
   int present = 0;
   for (int i = 0; i < 64; i++) {
     std::string v = Get("k" + std::to_string(i));

@@ -65,8 +65,10 @@ class DB {
   // Closes the DB if still open.
   virtual ~DB() = default;
 
-  // Waits for calls in flight, flushes what the configuration makes durable, releases
-  // the memory and the LOCK.  Idempotent: a second Close returns OK.
+  // Waits for calls in flight, makes the DB durable as Flush() does (unless
+  // Options::flush_on_close is false), releases the memory and the LOCK.  Returns the
+  // flush's error, if any, after releasing everything.  Idempotent: a second Close
+  // returns OK.
   virtual Status Close() = 0;
 
   // ---------------------------------------------------------------- single keys
@@ -127,11 +129,14 @@ class DB {
   virtual Status UnregisterBuffer(void* addr) = 0;
 
   // ---------------------------------------------------------------- the rest
-  // Makes every value written so far durable, where the DB has a durable tier: seals
-  // and writes the SSD tier's pending bucket and syncs the tombstone log, so that after
-  // a crash every value written (with write_through) and every delete made before the
-  // Flush is as it was.  With offload_policy=write_back only values already offloaded to
-  // SSD are made durable.
+  // Makes every value written and every delete made before the call durable, where the
+  // DB has an SSD tier, in both offload policies: values that are only in memory are
+  // written to SSD buckets (they stay in memory too), the pending buckets are written and
+  // synced, and the tombstone log is synced.  After a crash, the DB reopens with each of
+  // those keys exactly as it was at the Flush (or as a later write left it).  Without an
+  // SSD tier there is nothing durable and Flush returns OK.  When some values cannot be
+  // written (the SSD tier is full and may not evict, or the disk fails), returns that
+  // error naming how many; the others are durable.
   virtual Status Flush() = 0;
 
   // Runs one round of SSD garbage collection now (compacting buckets whose deleted ratio

@@ -1,0 +1,178 @@
+// Flush() and Close() make the DB durable in both offload policies: values that are only in
+// the memory tier (write_back) reach SSD buckets, and a process killed right after a
+// completed Flush() reopens with them bit-exact.  (crash_test.cc kills at random points;
+// these tests pin down each promise on its own.)
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <sstream>
+
+#include "gtest/gtest.h"
+#include "kvengine/db.h"
+#include "test/test_util.h"
+
+namespace kvengine {
+namespace {
+
+constexpr int kValues = 48;
+
+std::string Key(int i) { return "durable." + std::to_string(i); }
+size_t ValueSize(int i) { return 1000 + 3777 * static_cast<size_t>(i); }
+
+// Room for every value in memory: with write_back nothing would reach SSD by eviction.
+Options RoomyWriteBack() {
+  Options o;
+  o.apply_environment = false;
+  o.memory_capacity_bytes = 32 << 20;
+  o.memory_slab_size = 1 << 20;
+  o.offload_policy = OffloadPolicy::kWriteBack;
+  o.bucket_keys_limit = 16;
+  o.bucket_flush_timeout_ms = 60000;  // only Flush() seals
+  o.tombstone_sync_interval_ms = 0;   // only Flush() makes deletes durable
+  o.log_level = LogLevel::kError;
+  return o;
+}
+
+uint64_t StatOf(DB* db, const std::string& name) {
+  std::string text;
+  EXPECT_TRUE(db->GetProperty("kvengine.stats", &text));
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(name + ": ", 0) == 0) return std::stoull(line.substr(name.size() + 2));
+  }
+  ADD_FAILURE() << "no stat " << name;
+  return 0;
+}
+
+// Puts kValues values, deletes every fifth, then checks what a reopened DB holds.
+void PutAndDelete(DB* db) {
+  for (int i = 0; i < kValues; i++) {
+    ASSERT_TRUE(db->Put(WriteOptions(), Key(i), test::MakeValue(i, ValueSize(i))).ok());
+  }
+  for (int i = 0; i < kValues; i += 5) ASSERT_TRUE(db->Delete(WriteOptions(), Key(i)).ok());
+}
+
+void ExpectAllThere(DB* db) {
+  for (int i = 0; i < kValues; i++) {
+    std::string got;
+    Status s = db->Get(ReadOptions(), Key(i), &got);
+    if (i % 5 == 0) {
+      EXPECT_TRUE(s.IsNotFound()) << Key(i) << ": " << s.ToString();
+    } else {
+      ASSERT_TRUE(s.ok()) << Key(i) << ": " << s.ToString();
+      EXPECT_TRUE(got == test::MakeValue(i, ValueSize(i))) << Key(i) << " differs";
+    }
+  }
+}
+
+TEST(DurabilityTest, WriteBackFlushSurvivesSigkill) {
+  test::TempDir dir;
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    close(fds[0]);
+    std::unique_ptr<DB> db;
+    if (!DB::Open(RoomyWriteBack(), dir.path(), &db).ok()) _exit(3);
+    for (int i = 0; i < kValues; i++) {
+      if (!db->Put(WriteOptions(), Key(i), test::MakeValue(i, ValueSize(i))).ok()) _exit(4);
+    }
+    for (int i = 0; i < kValues; i += 5) {
+      if (!db->Delete(WriteOptions(), Key(i)).ok()) _exit(5);
+    }
+    if (!db->Flush().ok()) _exit(6);
+    char ack = 1;
+    if (write(fds[1], &ack, 1) != 1) _exit(7);
+    pause();  // killed here, never closed
+    _exit(8);
+  }
+  close(fds[1]);
+  char ack = 0;
+  ASSERT_EQ(read(fds[0], &ack, 1), 1) << "the child failed before its Flush completed";
+  close(fds[0]);
+  kill(pid, SIGKILL);
+  int wstatus = 0;
+  waitpid(pid, &wstatus, 0);
+  ASSERT_TRUE(WIFSIGNALED(wstatus));
+
+  std::unique_ptr<DB> db;
+  ASSERT_TRUE(DB::Open(RoomyWriteBack(), dir.path(), &db).ok());
+  ExpectAllThere(db.get());
+}
+
+TEST(DurabilityTest, FlushKeepsValuesInMemoryAndWritesEachOnce) {
+  test::TempDir dir;
+  std::unique_ptr<DB> db;
+  ASSERT_TRUE(DB::Open(RoomyWriteBack(), dir.path(), &db).ok());
+  PutAndDelete(db.get());
+  ASSERT_TRUE(db->Flush().ok());
+  const uint64_t live = kValues - (kValues + 4) / 5;
+  EXPECT_EQ(StatOf(db.get(), "ssd.offloads"), live);
+  EXPECT_EQ(StatOf(db.get(), "memory.items"), live);  // still served from memory
+  ASSERT_TRUE(db->Flush().ok());
+  EXPECT_EQ(StatOf(db.get(), "ssd.offloads"), live) << "a second Flush wrote values again";
+  // A value written after the Flush is the only one the next Flush writes.
+  ASSERT_TRUE(db->Put(WriteOptions(), Key(1), test::MakeValue(1, ValueSize(1))).ok());
+  ASSERT_TRUE(db->Flush().ok());
+  EXPECT_EQ(StatOf(db.get(), "ssd.offloads"), live + 1);
+  ExpectAllThere(db.get());
+}
+
+TEST(DurabilityTest, CloseWritesMemoryOnlyValuesUnlessTurnedOff) {
+  test::TempDir dir;
+  {
+    std::unique_ptr<DB> db;
+    ASSERT_TRUE(DB::Open(RoomyWriteBack(), dir.path(), &db).ok());
+    PutAndDelete(db.get());
+    ASSERT_TRUE(db->Close().ok());
+  }
+  {
+    std::unique_ptr<DB> db;
+    ASSERT_TRUE(DB::Open(RoomyWriteBack(), dir.path(), &db).ok());
+    ExpectAllThere(db.get());
+  }
+  // A pure memory cache: nothing new reaches the disk at Close.
+  Options no_flush = RoomyWriteBack();
+  no_flush.flush_on_close = false;
+  {
+    std::unique_ptr<DB> db;
+    ASSERT_TRUE(DB::Open(no_flush, dir.path(), &db).ok());
+    ASSERT_TRUE(db->Put(WriteOptions(), "memory.only", "gone after close").ok());
+    ASSERT_TRUE(db->Close().ok());
+  }
+  std::unique_ptr<DB> db;
+  ASSERT_TRUE(DB::Open(no_flush, dir.path(), &db).ok());
+  std::string got;
+  EXPECT_TRUE(db->Get(ReadOptions(), "memory.only", &got).IsNotFound());
+  ExpectAllThere(db.get());  // what the first Close wrote is still there
+}
+
+TEST(DurabilityTest, FlushIntoAFullSsdTierSaysHowManyFailed) {
+  test::TempDir dir;
+  Options o = RoomyWriteBack();
+  o.ssd_capacity_bytes = 256 << 10;
+  o.disable_ssd_eviction = true;
+  std::unique_ptr<DB> db;
+  ASSERT_TRUE(DB::Open(o, dir.path(), &db).ok());
+  for (int i = 0; i < 8; i++) {
+    ASSERT_TRUE(db->Put(WriteOptions(), Key(i), test::MakeValue(i, 100 << 10)).ok());
+  }
+  Status s = db->Flush();
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(s.IsNoSpace()) << s.ToString();
+  EXPECT_NE(s.ToString().find("values could not be written to SSD"), std::string::npos)
+      << s.ToString();
+  for (int i = 0; i < 8; i++) {  // every value is still served
+    std::string got;
+    ASSERT_TRUE(db->Get(ReadOptions(), Key(i), &got).ok());
+    EXPECT_TRUE(got == test::MakeValue(i, 100 << 10));
+  }
+  EXPECT_FALSE(db->Close().ok());  // Close reports the same shortfall, and still closes
+  EXPECT_TRUE(db->Close().ok());
+}
+
+}  // namespace
+}  // namespace kvengine
