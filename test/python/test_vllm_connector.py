@@ -1,5 +1,7 @@
 """KVEngineConnector end to end with torch CPU KV caches and stand-ins of vLLM's objects."""
+import logging
 import pickle
+import threading
 
 import pytest
 
@@ -9,25 +11,37 @@ torch = pytest.importorskip(
 import kvengine  # noqa: E402
 from kvengine.vllm import connector as conn_mod  # noqa: E402
 from kvengine.vllm.connector import KVEngineConnector, KVEngineConnectorMetadata  # noqa: E402
-from kvengine.vllm._vllm_compat import KVConnectorBase_V1, KVConnectorRole  # noqa: E402
+from kvengine.vllm._vllm_compat import (KVConnectorBase_V1, KVConnectorRole,  # noqa: E402
+                                        SupportsHMA, supports_hma)
 import vllm_fakes as fk  # noqa: E402
 
 BS = 16
-LAYOUTS = ["flash", "blocks_first", "mla"]
+WAIT = 30  # seconds: a bound on waits for the connector's threads, not a timing check
+
+
+@pytest.fixture(autouse=True)
+def hash_seed(monkeypatch):
+    """Sharing across instances needs a fixed seed (the documented setup)."""
+    monkeypatch.setenv("PYTHONHASHSEED", "0")
 
 
 class Instance:
-    """One vLLM instance: a scheduler-side and a worker-side connector and its caches."""
+    """One vLLM instance (its own engine process): a scheduler-side and a worker-side
+    connector, its caches, and its process's NONE_HASH."""
 
-    def __init__(self, path, layout, model="meta-llama/Llama-3-8B", **extra):
-        if layout == "blocks_first":
-            extra.setdefault("kv_cache_shape", "blocks_first")
-        cfg = fk.make_config(path, model=model, block_size=BS, **extra)
+    def __init__(self, path, layout, model="meta-llama/Llama-3-8B", dtype=torch.float16,
+                 kv_cache_config=None, policy="fail", num_layers=3, **extra):
+        cfg = fk.make_config(path, model=model, block_size=BS, dtype=dtype, policy=policy,
+                             **extra)
         self.layout = layout
-        self.sched = KVEngineConnector(cfg, KVConnectorRole.SCHEDULER)
-        self.worker = KVEngineConnector(cfg, KVConnectorRole.WORKER, kv_cache_config=None)
-        self.caches = fk.make_caches(layout, block_size=BS)
+        self.none_hash = fk.init_none_hash()
+        self.sched = KVEngineConnector(cfg, KVConnectorRole.SCHEDULER, kv_cache_config)
+        self.worker = KVEngineConnector(cfg, KVConnectorRole.WORKER, kv_cache_config)
+        self.caches = fk.make_caches(layout, block_size=BS, dtype=dtype, num_layers=num_layers)
         self.worker.register_kv_caches(self.caches)
+
+    def request(self, req_id, tokens):
+        return fk.Request(req_id, tokens, BS, self.none_hash)
 
     def block(self, block_id):
         return [fk.block_view(c, self.layout, block_id).clone() for c in self.caches.values()]
@@ -58,6 +72,10 @@ def prefill_on(inst, req, block_ids):
     return matched, meta
 
 
+def same_bytes(x, y):
+    return torch.equal(x.contiguous().view(torch.uint8), y.contiguous().view(torch.uint8))
+
+
 @pytest.fixture
 def store_path(db_path):
     return db_path
@@ -65,144 +83,239 @@ def store_path(db_path):
 
 def test_is_a_connector_and_loadable_by_name(store_path):
     assert issubclass(KVEngineConnector, KVConnectorBase_V1)
+    assert issubclass(KVEngineConnector, SupportsHMA) and supports_hma(KVEngineConnector)
     import importlib
     cls = getattr(importlib.import_module("kvengine.vllm.connector"), "KVEngineConnector")
     cfg = fk.make_config(store_path)
     c = cls(cfg, KVConnectorRole.SCHEDULER, None)  # the new factory's call
     c2 = cls(cfg, KVConnectorRole.WORKER)  # the old factory's call
-    assert c.role == KVConnectorRole.SCHEDULER and c2.role == KVConnectorRole.WORKER
-    assert c.request_finished(fk.Request("r", prompt(4), BS), []) == (False, None)
-    assert c2.get_finished({"r"}) == (None, None)
-    c.shutdown()
-    c2.shutdown()
+    try:
+        assert c.role == KVConnectorRole.SCHEDULER and c2.role == KVConnectorRole.WORKER
+        req = fk.Request("r", prompt(4), BS, fk.init_none_hash())
+        assert c.request_finished(req, []) == (False, None)
+        assert c.request_finished_all_groups(req, ([], [])) == (False, None)
+        assert c2.get_finished({"r"}) == (None, None)
+        # vLLM's defaults, where the connector keeps them, and its own answers.
+        assert c.requires_kv_delivery is False  # the base says True for a kv_both producer
+        assert c.get_finished_count() is None
+        assert c.prefer_cross_layer_blocks is False
+        assert cls.requires_piecewise_for_cudagraph({}) is False
+        assert cls.get_required_kvcache_layout(cfg) is None
+        assert c.take_events() == () and c.build_connector_worker_meta() is None
+        assert c.on_new_request(req) is None and c.bind_gpu_block_pool(None) is None
+        assert c.has_pending_push_work() is False
+    finally:
+        c.shutdown()
+        c2.shutdown()
     with pytest.raises(ValueError, match="path"):
         KVEngineConnector(fk.make_config(""), KVConnectorRole.SCHEDULER)
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_save_then_load_into_another_instance(store_path, layout):
-    a = Instance(store_path, layout)
-    b = Instance(store_path, layout)  # shares the process's store, as two vLLMs would
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("layout", fk.LAYOUTS)
+def test_save_then_load_into_another_instance(store_path, layout, dtype):
+    a = Instance(store_path, layout, dtype=dtype)
+    b = Instance(store_path, layout, dtype=dtype)  # shares the store, as two vLLMs would
     try:
-        req = fk.Request("req-a", prompt(5 * BS + 8), BS)  # 5 full blocks and a tail
+        req = a.request("req-a", prompt(5 * BS + 8))  # 5 full blocks and a tail
         ids_a = [3, 7, 1, 9, 4, 8]
         matched, meta = prefill_on(a, req, ids_a)
         assert matched == 0 and not meta.loads
-        assert [len(s.block_ids) for s in meta.saves] == [5]
+        assert [len(s.block_hashes) for s in meta.saves] == [5]
         assert a.worker.num_saved_blocks == 5
 
         # Instance B: zeroed cache, different block ids, a request with the same prompt.
-        req_b = fk.Request("req-b", prompt(5 * BS + 8), BS)
+        req_b = b.request("req-b", prompt(5 * BS + 8))
         ids_b = [10, 2, 5, 11, 0, 6]
         matched, meta = b.schedule_new(req_b, ids_b)
         assert matched == 5 * BS
         assert isinstance(meta, KVEngineConnectorMetadata)
-        assert meta.loads[0].block_ids == ids_b[:5]
+        assert meta.loads[0].block_ids == [ids_b[:5]]
         fk.run_worker_step(b.worker, meta, b.caches, layout)
         assert b.worker.get_block_ids_with_load_errors() == set()
         for i in range(5):
             for la, lb in zip(a.block(ids_a[i]), b.block(ids_b[i])):
-                assert torch.equal(la.view(torch.uint8), lb.view(torch.uint8))
+                assert same_bytes(la, lb)
         assert all(not t.any() for t in b.block(ids_b[5]))  # the tail was not loaded
-        # B's save of the same blocks is deduplicated by batch_is_exist.
-        assert b.worker.num_saved_blocks == 0
+        assert b.worker.num_saved_blocks == 0  # B's saves were deduplicated
     finally:
         a.close()
         b.close()
 
 
-def test_full_hit_leaves_one_token_to_compute(store_path):
-    a = Instance(store_path, "flash")
+def test_todays_flash_attention_shape_is_accepted(store_path):
+    """The report of issue 17: (48, 4, 16, 128) raised 'unsupported shape'."""
+    w = KVEngineConnector(fk.make_config(store_path), KVConnectorRole.WORKER)
     try:
-        req = fk.Request("r1", prompt(4 * BS, seed=1), BS)
+        nhd = torch.zeros(48, 16, 4, 128, dtype=torch.bfloat16).permute(0, 2, 1, 3)
+        w.register_kv_caches({"l0": nhd, "l1": torch.zeros(48, 4, 16, 128)})
+        tags = [la.geometry.tag for la in w._layers]
+        assert tags == ["N16H4C128", "H4N16C128"]
+        # The key names the byte order, so NHD and HND caches never share a key.
+        assert w._layout_tag == "N16H4C128+H4N16C128"
+    finally:
+        w.shutdown()
+
+
+def test_layouts_with_different_bytes_never_share_keys(store_path):
+    nhd = Instance(store_path, "flash_nhd")
+    hnd = Instance(store_path, "flash_hnd")
+    legacy = Instance(store_path, "flash_legacy")
+    first = Instance(store_path, "blocks_first")
+    try:
+        req = nhd.request("r1", prompt(3 * BS, seed=9))
+        prefill_on(nhd, req, [0, 1, 2])
+        probe = hnd.request("r2", prompt(3 * BS, seed=9))
+        assert hnd.sched.get_num_new_matched_tokens(probe, 0) == (0, False)
+        # The two split layouts hold the same bytes (K then V, each NHD): they share.
+        prefill_on(legacy, legacy.request("r3", prompt(3 * BS, seed=10)), [0, 1, 2])
+        probe = first.request("r4", prompt(3 * BS, seed=10))
+        assert first.sched.get_num_new_matched_tokens(probe, 0) == (3 * BS - 1, False)
+    finally:
+        for inst in (nhd, hnd, legacy, first):
+            inst.close()
+
+
+def test_unknown_layout_is_refused_naming_shape_and_strides(store_path):
+    w = KVEngineConnector(fk.make_config(store_path), KVConnectorRole.WORKER)
+    try:
+        with pytest.raises(ValueError, match=r"shape \(4, 4\), strides \(4, 1\)"):
+            w.register_kv_caches({"l0": torch.zeros(4, 4)})
+        # Blocks interleaved with another dim: (heads, blocks, ...) in memory.
+        bad = torch.zeros(4, 8, 16, 16).permute(1, 0, 2, 3)
+        with pytest.raises(ValueError, match=r"strides \(256, 2048, 16, 1\)"):
+            w.register_kv_caches({"l0": bad})
+        # A block that is not dense in its innermost dim.
+        sparse = torch.zeros(8, 4, 16, 32)[..., ::2]
+        with pytest.raises(ValueError, match="unsupported layout"):
+            w.register_kv_caches({"l0": sparse})
+    finally:
+        w.shutdown()
+
+
+def test_full_hit_leaves_one_token_to_compute(store_path):
+    a = Instance(store_path, "flash_nhd")
+    try:
+        req = a.request("r1", prompt(4 * BS, seed=1))
         prefill_on(a, req, [0, 1, 2, 3])
-        again = fk.Request("r2", prompt(4 * BS, seed=1), BS)
+        again = a.request("r2", prompt(4 * BS, seed=1))
         matched, meta = a.schedule_new(again, [4, 5, 6, 7])
         assert matched == 4 * BS - 1
-        assert meta.loads[0].block_ids == [4, 5, 6, 7]  # the last block loads whole
-        # With 2 blocks already computed locally, only the rest is new.
-        local = fk.Request("r3", prompt(4 * BS, seed=1), BS)
+        assert meta.loads[0].block_ids == [[4, 5, 6, 7]]  # the last block loads whole
+        local = a.request("r3", prompt(4 * BS, seed=1))
         assert a.sched.get_num_new_matched_tokens(local, 2 * BS) == (2 * BS - 1, False)
         assert a.sched.get_num_new_matched_tokens(local, 4 * BS) == (0, False)
     finally:
         a.close()
 
 
-def test_partial_hit_and_other_models(store_path):
-    a = Instance(store_path, "flash")
-    other = Instance(store_path, "flash", model="mistralai/Mistral-7B")
+def test_partial_hit_misses_and_other_models(store_path):
+    a = Instance(store_path, "flash_nhd")
+    other = Instance(store_path, "flash_nhd", model="mistralai/Mistral-7B")
     try:
-        req = fk.Request("r1", prompt(6 * BS, seed=2), BS)
+        req = a.request("r1", prompt(6 * BS, seed=2))
         prefill_on(a, req, list(range(6)))
         db = a.sched._db
-        assert db.remove(a.sched.block_key(req.block_hashes[3].hex())) == 0
-        probe = fk.Request("r2", prompt(6 * BS, seed=2), BS)
+        # One layer of block 3 gone is enough to end the prefix there.
+        assert db.remove(a.worker._layer_key(a.worker._layers[1],
+                                             req.block_hashes[3].hex())) == 0
+        probe = a.request("r2", prompt(6 * BS, seed=2))
         assert a.sched.get_num_new_matched_tokens(probe, 0) == (3 * BS, False)
-        # A longer prompt with the same prefix hits its prefix.
-        longer = fk.Request("r3", prompt(6 * BS, seed=2) + [1] * (3 * BS), BS)
+        longer = a.request("r3", prompt(6 * BS, seed=2) + [1] * (3 * BS))
         assert a.sched.get_num_new_matched_tokens(longer, 0) == (3 * BS, False)
-        # Another model never sees these blocks.
         assert other.sched.get_num_new_matched_tokens(probe, 0) == (0, False)
-        # A different prompt shares nothing.
-        assert a.sched.get_num_new_matched_tokens(
-            fk.Request("r4", prompt(6 * BS, seed=3), BS), 0) == (0, False)
+        miss = a.request("r4", prompt(6 * BS, seed=3))
+        assert a.sched.get_num_new_matched_tokens(miss, 0) == (0, False)
     finally:
         a.close()
         other.close()
 
 
-def test_failed_load_is_reported(store_path):
-    a = Instance(store_path, "blocks_first")
-    b = Instance(store_path, "blocks_first")
+def test_publishable_hashes_limit_saves(store_path):
+    a = Instance(store_path, "flash_nhd")
     try:
-        req = fk.Request("r1", prompt(4 * BS + 1, seed=4), BS)
+        req = a.request("r1", prompt(4 * BS, seed=11))
+        req.num_publishable_block_hashes = 2  # vLLM: the rest may still change
+        _, meta = prefill_on(a, req, [0, 1, 2, 3])
+        assert [len(s.block_hashes) for s in meta.saves] == [2]
+        assert a.worker.num_saved_blocks == 2
+    finally:
+        a.close()
+
+
+@pytest.mark.parametrize("policy", ["fail", "recompute"])
+def test_block_vanishing_between_lookup_and_load(store_path, policy):
+    a = Instance(store_path, "blocks_first")
+    b = Instance(store_path, "blocks_first", policy=policy)
+    try:
+        req = a.request("r1", prompt(4 * BS + 1, seed=4))
         prefill_on(a, req, [0, 1, 2, 3, 4])
-        req_b = fk.Request("r2", prompt(4 * BS + 1, seed=4), BS)
-        matched, meta = b.schedule_new(req_b, [9, 8, 7, 6, 5])
+        req_b = b.request("r2", prompt(4 * BS + 1, seed=4))
+        ids_b = [9, 8, 7, 6, 5]
+        matched, meta = b.schedule_new(req_b, ids_b)
         assert matched == 4 * BS
-        # Between the scheduler's check and the load, a block disappears (evicted).
+        req_b.num_computed_tokens = matched
+        # Between the scheduler's lookup and the load, block 2 is evicted.
         db = b.sched._db
-        assert db.remove(b.worker.block_key(req.block_hashes[2].hex())) == 0
-        # ... and another one is replaced by a value of the wrong size.
-        assert db.put(b.worker.block_key(req.block_hashes[0].hex()), b"short") == 0
+        for layer in b.worker._layers:
+            assert db.remove(b.worker._layer_key(layer, req.block_hashes[2].hex())) == 0
         fk.run_worker_step(b.worker, meta, b.caches, "blocks_first")
-        assert b.worker.get_block_ids_with_load_errors() == {7, 9}
+        failed = b.worker.get_block_ids_with_load_errors()
+        assert failed == {7}
         assert b.worker.get_block_ids_with_load_errors() == set()  # reported once
         for i, bid in ((1, 8), (3, 6)):
-            assert torch.equal(a.block(i)[0], b.block(bid)[0])
+            assert same_bytes(a.block(i)[0], b.block(bid)[0])
+        status = fk.handle_load_errors(policy, req_b, ids_b, failed, BS)
+        if policy == "fail":
+            assert status == "FINISHED_ERROR"
+        else:
+            assert status == "RUNNING" and req_b.num_computed_tokens == 2 * BS
     finally:
         a.close()
         b.close()
 
 
-def test_preemption_and_resume(store_path):
-    a = Instance(store_path, "flash")
-    b = Instance(store_path, "flash")
+def test_wrong_size_value_is_a_load_error(store_path):
+    a = Instance(store_path, "flash_legacy")
     try:
-        req = fk.Request("r1", prompt(3 * BS + 4, seed=5), BS)
+        req = a.request("r1", prompt(2 * BS + 1, seed=12))
+        prefill_on(a, req, [0, 1, 2])
+        again = a.request("r2", prompt(2 * BS + 1, seed=12))
+        _, meta = a.schedule_new(again, [5, 6, 7])
+        db = a.sched._db
+        assert db.put(a.worker._layer_key(a.worker._layers[2],
+                                          req.block_hashes[0].hex()), b"short") == 0
+        fk.run_worker_step(a.worker, meta, a.caches, "flash_legacy")
+        assert a.worker.get_block_ids_with_load_errors() == {5}
+    finally:
+        a.close()
+
+
+def test_preemption_and_resume(store_path):
+    a = Instance(store_path, "flash_hnd")
+    b = Instance(store_path, "flash_hnd")
+    try:
+        req = a.request("r1", prompt(3 * BS + 4, seed=5))
         prefill_on(a, req, [0, 1, 2, 3])
-        req_b = fk.Request("rb", prompt(3 * BS + 4, seed=5), BS)
+        req_b = b.request("rb", prompt(3 * BS + 4, seed=5))
         matched, meta = b.schedule_new(req_b, [4, 5, 6, 7])
         assert matched == 3 * BS
-        fk.run_worker_step(b.worker, meta, b.caches, "flash")
-        # Preempted: its blocks are freed (and overwritten by someone else).
+        fk.run_worker_step(b.worker, meta, b.caches, "flash_hnd")
         out = fk.new_step(preempted={"rb"})
         meta = b.sched.build_connector_meta(out)
         assert meta.preempted_req_ids == ["rb"] and not meta.loads
         for c in b.caches.values():
             c.zero_()
-        # Resumed with new block ids: the scheduler asks again and the load targets them.
         matched, _ = b.sched.get_num_new_matched_tokens(req_b, 0)
         assert matched == 3 * BS
         b.sched.update_state_after_alloc(req_b, fk.KVCacheBlocks([12, 13, 14, 15]), matched)
         out = fk.cached_step(["rb"], [([12, 13, 14, 15],)], [matched], [4], resumed={"rb"})
         meta = b.sched.build_connector_meta(out)
-        assert meta.loads[0].block_ids == [12, 13, 14]
-        fk.run_worker_step(b.worker, meta, b.caches, "flash")
+        assert meta.loads[0].block_ids == [[12, 13, 14]]
+        fk.run_worker_step(b.worker, meta, b.caches, "flash_hnd")
         assert b.worker.get_block_ids_with_load_errors() == set()
         for i, bid in enumerate([12, 13, 14]):
-            assert torch.equal(a.block(i)[0], b.block(bid)[0])
-        # Finished: its state is dropped on both sides.
+            assert same_bytes(a.block(i)[0], b.block(bid)[0])
         meta = b.sched.build_connector_meta(fk.new_step(finished={"rb"}))
         assert meta.finished_req_ids == ["rb"] and "rb" not in b.sched._requests
     finally:
@@ -211,32 +324,29 @@ def test_preemption_and_resume(store_path):
 
 
 def test_decode_steps_save_newly_full_blocks(store_path):
-    a = Instance(store_path, "flash")
+    a = Instance(store_path, "flash_nhd")
     try:
-        req = fk.Request("r1", prompt(2 * BS - 1, seed=6), BS)
+        req = a.request("r1", prompt(2 * BS - 1, seed=6))
         matched, meta = a.schedule_new(req, [0, 1])
-        assert [len(s.block_ids) for s in meta.saves] == [1]
-        fk.run_worker_step(a.worker, meta, a.caches, "flash",
+        assert [len(s.block_hashes) for s in meta.saves] == [1]
+        fk.run_worker_step(a.worker, meta, a.caches, "flash_nhd",
                            compute=[(0, req.block_hashes[0])])
-        # A decode step fills block 1: vLLM extends the token list and the hashes.
         req.all_token_ids.append(99)
-        req.block_hashes = fk.block_hashes(req.all_token_ids, BS)
+        req.update_block_hashes()
         out = fk.cached_step(["r1"], [None], [2 * BS - 1], [1])
         meta = a.sched.build_connector_meta(out)
-        assert meta.saves[0].block_ids == [1]
-        fk.run_worker_step(a.worker, meta, a.caches, "flash",
+        assert meta.saves[0].block_ids == [[1]]
+        fk.run_worker_step(a.worker, meta, a.caches, "flash_nhd",
                            compute=[(1, req.block_hashes[1])])
         assert a.worker.num_saved_blocks == 2
-        keys = [a.sched.block_key(h.hex()) for h in req.block_hashes]
-        assert a.sched._db.batch_is_exist(keys) == [1, 1]
     finally:
         a.close()
 
 
 def test_metadata_pickles(store_path):
-    a = Instance(store_path, "flash")
+    a = Instance(store_path, "flash_nhd")
     try:
-        req = fk.Request("r1", prompt(2 * BS, seed=7), BS)
+        req = a.request("r1", prompt(2 * BS, seed=7))
         _, meta = a.schedule_new(req, [0, 1])
         meta.preempted_req_ids.append("x")
         again = pickle.loads(pickle.dumps(meta))
@@ -247,46 +357,216 @@ def test_metadata_pickles(store_path):
 
 def test_staged_path_round_trip(store_path):
     """The path GPU caches take (copies through a host staging buffer), forced on CPU."""
-    a = Instance(store_path, "flash", force_staging=True)
-    b = Instance(store_path, "flash")
+    a = Instance(store_path, "flash_nhd", force_staging=True)
+    b = Instance(store_path, "flash_nhd")
+    c = Instance(store_path, "flash_nhd", force_staging=True)
     try:
-        req = fk.Request("r1", prompt(3 * BS, seed=8), BS)
+        req = a.request("r1", prompt(3 * BS, seed=8))
         prefill_on(a, req, [5, 6, 7])
-        req_b = fk.Request("r2", prompt(3 * BS, seed=8), BS)
-        _, meta = b.schedule_new(req_b, [0, 1, 2])
-        fk.run_worker_step(b.worker, meta, b.caches, "flash")
+        _, meta = b.schedule_new(b.request("r2", prompt(3 * BS, seed=8)), [0, 1, 2])
+        fk.run_worker_step(b.worker, meta, b.caches, "flash_nhd")
         for ia, ib in zip([5, 6, 7], [0, 1, 2]):
             for la, lb in zip(a.block(ia), b.block(ib)):
-                assert torch.equal(la, lb)
-        c = Instance(store_path, "flash", force_staging=True)
-        req_c = fk.Request("r3", prompt(3 * BS, seed=8), BS)
-        _, meta = c.schedule_new(req_c, [9, 10, 11])
-        fk.run_worker_step(c.worker, meta, c.caches, "flash")
-        assert torch.equal(c.block(9)[1], a.block(5)[1])
+                assert same_bytes(la, lb)
+        _, meta = c.schedule_new(c.request("r3", prompt(3 * BS, seed=8)), [9, 10, 11])
+        fk.run_worker_step(c.worker, meta, c.caches, "flash_nhd")
+        assert same_bytes(c.block(9)[1], a.block(5)[1])
+    finally:
+        a.close()
+        b.close()
         c.close()
+
+
+class GatedStore:
+    """Wraps the store; the load of keys naming layer `gated` waits for `release`."""
+
+    def __init__(self, db, gated):
+        self._db, self._gated = db, "/L%d/" % gated
+        self.release, self.reached = threading.Event(), threading.Event()
+
+    def batch_get_into_multi_buffers(self, keys, ptrs, sizes):
+        if any(self._gated in k for k in keys):
+            self.reached.set()
+            assert self.release.wait(WAIT)
+        return self._db.batch_get_into_multi_buffers(keys, ptrs, sizes)
+
+    def __getattr__(self, name):
+        return getattr(self._db, name)
+
+
+def test_first_layer_is_ready_while_the_last_is_loading(store_path):
+    a = Instance(store_path, "flash_nhd", num_layers=4)
+    b = Instance(store_path, "flash_nhd", num_layers=4)
+    try:
+        req = a.request("r1", prompt(3 * BS, seed=13))
+        prefill_on(a, req, [0, 1, 2])
+        _, meta = b.schedule_new(b.request("r2", prompt(3 * BS, seed=13)), [3, 4, 5])
+        gate = GatedStore(b.worker._db, gated=3)
+        b.worker._db = gate
+        b.worker.bind_connector_metadata(meta)
+        b.worker.start_load_kv(fk.Forward())
+        names = list(b.caches)
+        b.worker.wait_for_layer_load(names[0])  # returns although layer 3 is held back
+        assert same_bytes(a.block(0)[0], b.block(3)[0])
+        assert gate.reached.wait(WAIT)
+        job = b.worker._load_job
+        assert not job.events[3].is_set() and not b.block(3)[3].any()
+        gate.release.set()
+        b.worker.wait_for_layer_load(names[3])
+        assert same_bytes(a.block(0)[3], b.block(3)[3])
+        b.worker.wait_for_save()
+        b.worker.clear_connector_metadata()
+        assert b.worker.get_block_ids_with_load_errors() == set()
     finally:
         a.close()
         b.close()
 
 
-def test_layout_mismatch_and_bad_caches(store_path):
-    cfg = fk.make_config(store_path, kv_layout="HND")
-    w = KVEngineConnector(cfg, KVConnectorRole.WORKER)
+def test_saves_start_per_layer(store_path):
+    """save_kv_layer hands the layer to the save thread before the next layer runs."""
+    a = Instance(store_path, "flash_nhd", num_layers=3)
     try:
-        with pytest.raises(ValueError, match="NHD"):
-            w.register_kv_caches(fk.make_caches("flash"))
-        # An HND cache (heads before tokens in memory) is accepted under kv_layout=HND.
-        raw = torch.zeros(2, 8, 4, 16, 8)  # (2, blocks, heads, block_size, head_size)
-        w.register_kv_caches({"l0": raw.permute(0, 1, 3, 2, 4)})
-        with pytest.raises(ValueError, match="unsupported shape"):
-            w.register_kv_caches({"l0": torch.zeros(4, 4)})
+        req = a.request("r1", prompt(2 * BS, seed=14))
+        _, meta = a.schedule_new(req, [0, 1])
+        fk.fill_block(a.caches, "flash_nhd", 0, req.block_hashes[0])
+        fk.fill_block(a.caches, "flash_nhd", 1, req.block_hashes[1])
+        a.worker.bind_connector_metadata(meta)
+        a.worker.start_load_kv(fk.Forward())
+        first = list(a.caches)[0]
+        a.worker.save_kv_layer(first, a.caches[first], None)
+        a.worker._save_futures[0].result(WAIT)  # layer 0 stored before layer 1 "runs"
+        key = a.worker._layer_key(a.worker._layers[0], req.block_hashes[0].hex())
+        assert a.sched._db.is_exist(key) == 1
+        key1 = a.worker._layer_key(a.worker._layers[1], req.block_hashes[0].hex())
+        assert a.sched._db.is_exist(key1) == 0
+        a.worker.wait_for_save()  # saves the layers vLLM did not hand over
+        assert a.sched._db.is_exist(key1) == 1
+        a.worker.clear_connector_metadata()
     finally:
-        w.shutdown()
+        a.close()
+
+
+def test_hash_seed_warning(store_path, monkeypatch, caplog):
+    monkeypatch.delenv("PYTHONHASHSEED")
+    monkeypatch.setattr(conn_mod, "_hash_seed_warned", False)
+    with caplog.at_level(logging.WARNING, logger="kvengine.vllm"):
+        a = Instance(store_path, "flash_nhd")
+        b = Instance(store_path, "flash_nhd")
+    try:
+        warnings = [r for r in caplog.records if "PYTHONHASHSEED" in r.getMessage()]
+        assert len(warnings) == 1 and "PYTHONHASHSEED=0" in warnings[0].getMessage()
+        # What the warning is about: each engine process seeds its own chain.
+        req = a.request("r1", prompt(2 * BS, seed=15))
+        prefill_on(a, req, [0, 1])
+        probe = b.request("r2", prompt(2 * BS, seed=15))
+        assert b.sched.get_num_new_matched_tokens(probe, 0) == (0, False)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_fail_policy_warning(store_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="kvengine.vllm"):
+        a = Instance(store_path, "flash_nhd", policy="fail")
+        b = Instance(store_path, "flash_nhd", policy="recompute")
+    a.close()
+    b.close()
+    fails = [r for r in caplog.records if "kv_load_failure_policy" in r.getMessage()]
+    assert len(fails) == 1
+
+
+def test_stats_and_prometheus_metrics(store_path):
+    a = Instance(store_path, "flash_nhd")
+    b = Instance(store_path, "flash_nhd")
+    try:
+        req = a.request("r1", prompt(3 * BS, seed=16))
+        prefill_on(a, req, [0, 1, 2])
+        saved = a.worker.get_kv_connector_stats()
+        per_block = sum(la.geometry.block_bytes for la in a.worker._layers)
+        assert saved.data["saved_blocks"] == 3 and saved.data["saved_bytes"] == 3 * per_block
+        assert len(saved.data["save_seconds"]) == 1
+        assert a.worker.get_kv_connector_stats() is None  # reset by the call
+        _, meta = b.schedule_new(b.request("r2", prompt(3 * BS, seed=16)), [3, 4, 5])
+        fk.run_worker_step(b.worker, meta, b.caches, "flash_nhd")
+        sched = b.sched.get_kv_connector_stats()
+        assert sched.data["hit_tokens"] == 3 * BS - 1
+        loaded = b.worker.get_kv_connector_stats()
+        assert loaded.data["loaded_bytes"] == 3 * per_block
+        # vLLM ships .data across processes and rebuilds it with the class method.
+        total = KVEngineConnector.build_kv_connector_stats(pickle.loads(pickle.dumps(sched.data)))
+        total = total.aggregate(loaded).aggregate(saved)
+        reduced = total.reduce()
+        assert reduced["hit_tokens"] == 3 * BS - 1 and reduced["saved_blocks"] == 3
+        assert reduced["loaded_bytes"] == 3 * per_block
+        prom = KVEngineConnector.build_prom_metrics(b.sched._vllm_config, fk.METRIC_TYPES,
+                                                    ["model_name", "engine"],
+                                                    {0: ["m", "0"]})
+        prom.observe(total.data, engine_idx=0)
+        assert prom.counters["hit_tokens"][0].total == 3 * BS - 1
+        assert prom.counters["loaded_bytes"][0].total == 3 * per_block
+        assert len(prom.histograms["load_seconds"][0].observations) == 1
+    finally:
+        a.close()
+        b.close()
+
+
+def test_reset_cache_forgets_this_models_blocks(store_path):
+    a = Instance(store_path, "flash_nhd")
+    other = Instance(store_path, "flash_nhd", model="mistralai/Mistral-7B")
+    try:
+        prefill_on(a, a.request("r1", prompt(2 * BS, seed=17)), [0, 1])
+        prefill_on(other, other.request("r1", prompt(2 * BS, seed=17)), [0, 1])
+        assert a.sched.reset_cache() is True
+        assert a.sched.get_num_new_matched_tokens(
+            a.request("r2", prompt(2 * BS, seed=17)), 0) == (0, False)
+        assert other.sched.get_num_new_matched_tokens(
+            other.request("r2", prompt(2 * BS, seed=17)), 0) == (2 * BS - 1, False)
+        # The instance keeps working: new blocks are saved and found again.
+        prefill_on(a, a.request("r3", prompt(2 * BS, seed=18)), [0, 1])
+        assert a.sched.get_num_new_matched_tokens(
+            a.request("r4", prompt(2 * BS, seed=18)), 0) == (2 * BS - 1, False)
+    finally:
+        a.close()
+        other.close()
+
+
+def test_hybrid_groups_address_their_own_blocks(store_path):
+    """SupportsHMA: each layer reads the block ids of its KV-cache group."""
+    names = ["model.layers.%d.self_attn.attn" % i for i in range(3)]
+    kcc = fk.KVCacheConfig(16, [], [fk.KVCacheGroupSpec(names[:2]),
+                                    fk.KVCacheGroupSpec(names[2:])])
+    a = Instance(store_path, "flash_nhd", kv_cache_config=kcc)
+    b = Instance(store_path, "flash_nhd", kv_cache_config=kcc)
+    try:
+        req = a.request("r1", prompt(2 * BS, seed=19))
+        fk.fill_block(a.caches, "flash_nhd", 0, req.block_hashes[0])
+        fk.fill_block(a.caches, "flash_nhd", 1, req.block_hashes[1])
+        a.sched.get_num_new_matched_tokens(req, 0)
+        a.sched.update_state_after_alloc(req, None, 0)
+        out = fk.new_step(new=[(req, [0, 1], 0, 2 * BS)])
+        out.scheduled_new_reqs[0].block_ids = ([0, 1], [0, 1])
+        fk.run_worker_step(a.worker, a.sched.build_connector_meta(out), a.caches, "flash_nhd")
+        req_b = b.request("r2", prompt(2 * BS + 1, seed=19))
+        matched, _ = b.sched.get_num_new_matched_tokens(req_b, 0)
+        assert matched == 2 * BS
+        b.sched.update_state_after_alloc(req_b, None, matched)
+        out = fk.new_step(new=[(req_b, [4, 5, 6], matched, 1)])
+        out.scheduled_new_reqs[0].block_ids = ([4, 5, 6], [10, 11, 12])
+        meta = b.sched.build_connector_meta(out)
+        assert meta.loads[0].block_ids == [[4, 5], [10, 11]]
+        fk.run_worker_step(b.worker, meta, b.caches, "flash_nhd")
+        for pos, (g0, g1) in enumerate([(4, 10), (5, 11)]):
+            got = b.block(g0)[:2] + [b.block(g1)[2]]
+            for la, lb in zip(a.block(pos), got):
+                assert same_bytes(la, lb)
+    finally:
+        a.close()
+        b.close()
 
 
 def test_one_store_per_process(store_path):
-    a = Instance(store_path, "flash")
-    b = Instance(store_path, "flash")
+    a = Instance(store_path, "flash_nhd")
+    b = Instance(store_path, "flash_nhd")
     assert a.sched._db is b.worker._db
     a.close()
     assert b.sched._db.is_open

@@ -1,37 +1,37 @@
 """KVEngineConnector: vLLM's v1 KV connector over a kvengine store.
 
-Load it in vLLM with
+Load it in vLLM with (docs/vllm.md)
 
     kv_transfer_config={
         "kv_connector": "KVEngineConnector",
         "kv_connector_module_path": "kvengine.vllm.connector",
         "kv_role": "kv_both",
+        "kv_load_failure_policy": "recompute",
         "kv_connector_extra_config": {"path": "/var/lib/kvcache",
                                       "options": {"memory_capacity_bytes": "64GiB"}},
     }
 
-What it stores: one key per vLLM block (per tensor/pipeline rank), whose value is the
-block's bytes in every attention layer of that rank, in layer registration order, K then V:
+What it stores: one key per vLLM block, per attention layer, per tensor/pipeline rank.  The
+value is that layer's bytes of that block, as they lie in the cache (layout.py):
 
-    value = K[layer0] V[layer0] K[layer1] V[layer1] ...      (MLA: one segment per layer)
+    <model>@<dtype>@<layout tag>@bs<block_size>@tp<r>of<n>@pp<r>of<n>/L<layer>/<block hash>
 
-each segment being the block's (block_size x heads x head_size) elements as they lie in
-the cache.  The key (docs/python.md, "Key scheme"):
+One value per (block, layer) is what lets the work follow vLLM's forward pass layer by
+layer: start_load_kv issues one batch per layer, in layer order, on a load thread, and
+wait_for_layer_load(layer i) returns once layer i's batch has landed, while later layers
+are still arriving; save_kv_layer(layer i) hands layer i's batch to a save thread while
+the next layer is computed, and wait_for_save waits for them.  (A value spanning all
+layers would make the first layer wait for the last.)
 
-    <model>@<dtype>@<layout>@bs<block_size>@tp<rank>of<size>@pp<rank>of<size>/<block hash>
-
-where <block hash> is vLLM's chained hash of the block's tokens (hex).  Two instances of the
-same model, dtype, layout, block size and parallel shape therefore share blocks; any
-difference gives different keys, so different models never collide.
+The layout tag is known only to the workers (it comes from the registered tensors); each
+worker publishes it under its engine's id (engine-layout key, below) and the scheduler
+side reads it back before its first lookup, so both sides build the same keys.
 
 Scheduler side: get_num_new_matched_tokens asks the store (one batch_is_exist over the
-request's remaining block keys, for every rank) for the longest present prefix;
-build_connector_meta turns the step's scheduler output into picklable metadata.
-Worker side: start_load_kv issues the step's loads (one batch_get_into_multi_buffers)
-on a background thread; wait_for_layer_load waits for them; wait_for_save saves the
-step's newly full blocks (one batch_is_exist to skip those already stored, then one
-batch_put_from_multi_buffers).  A block whose load fails is reported by
-get_block_ids_with_load_errors so vLLM recomputes it.
+request's remaining blocks, every layer of every rank) for the longest present prefix;
+build_connector_meta turns the step's scheduler output into picklable metadata.  A block
+whose load fails is reported by get_block_ids_with_load_errors; vLLM then fails the
+request or recomputes the block, as kv_load_failure_policy says.
 
 One store per process: the scheduler-side and the worker-side connectors of a process
 (and every connector naming the same path) share one open DB.
@@ -40,16 +40,36 @@ One store per process: the scheduler-side and the worker-side connectors of a pr
 import concurrent.futures
 import dataclasses
 import logging
+import os
 import threading
+import time
 from typing import Any, Optional
 
 import kvengine
 
-from ._vllm_compat import HAVE_VLLM, KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole
+from ._vllm_compat import (HAVE_VLLM, KVConnectorBase_V1, KVConnectorMetadata,
+                           KVConnectorPromMetrics, KVConnectorRole, KVConnectorStats,
+                           SupportsHMA)
+from .layout import analyse_layer
 
 logger = logging.getLogger("kvengine.vllm")
 
-__all__ = ["KVEngineConnector", "KVEngineConnectorMetadata", "BlockTransfer", "HAVE_VLLM"]
+__all__ = ["KVEngineConnector", "KVEngineConnectorMetadata", "KVEngineConnectorStats",
+           "BlockTransfer", "HAVE_VLLM"]
+
+HASH_SEED_WARNING = (
+    "kvengine: PYTHONHASHSEED is not set, so vLLM seeds its block hashes with a random "
+    "value in each engine process (init_none_hash): blocks this instance saves are never "
+    "found by another vLLM instance or after a restart. Set PYTHONHASHSEED to the same "
+    "value (for example PYTHONHASHSEED=0) in the environment of every vLLM instance that "
+    "shares this store.")
+
+FAIL_POLICY_WARNING = (
+    "kvengine: kv_load_failure_policy is 'fail' (vLLM's default): a block evicted between "
+    "the scheduler's lookup and the load fails its request. Set "
+    "kv_load_failure_policy='recompute' in kv_transfer_config to recompute it instead.")
+
+_hash_seed_warned = False
 
 
 # ------------------------------------------------------------------ metadata
@@ -57,11 +77,11 @@ __all__ = ["KVEngineConnector", "KVEngineConnectorMetadata", "BlockTransfer", "H
 
 @dataclasses.dataclass
 class BlockTransfer:
-    """Blocks of one request to load or save: block_ids[i] holds the block hashed
-    block_hashes[i] (hex)."""
+    """Blocks of one request to load or save: position i of the request's run holds
+    block block_ids[g][i] in KV-cache group g and is hashed block_hashes[i] (hex)."""
 
     req_id: str
-    block_ids: list
+    block_ids: list  # one list per KV-cache group
     block_hashes: list
 
 
@@ -80,10 +100,94 @@ class _RequestState:
     """Scheduler-side bookkeeping of one request."""
 
     request: Any
-    block_ids: list = dataclasses.field(default_factory=list)
+    block_ids: list = dataclasses.field(default_factory=list)  # per group
     saved_blocks: int = 0  # blocks [0, saved_blocks) were handed to the workers to save
     local_computed_tokens: int = 0  # from get_num_new_matched_tokens
     pending_load: Optional[BlockTransfer] = None
+
+
+# ------------------------------------------------------------------ stats and metrics
+
+_SUMMED = ("lookup_tokens", "hit_tokens", "loaded_blocks", "loaded_bytes", "load_errors",
+           "saved_blocks", "saved_bytes", "skipped_saves", "failed_saves")
+_LISTED = ("load_seconds", "save_seconds")
+
+
+class KVEngineConnectorStats(KVConnectorStats):
+    """Counters of one interval (data is a plain dict, so it pickles across processes):
+    sums in _SUMMED, and one duration per step in _LISTED (seconds)."""
+
+    def __init__(self, data: Optional[dict] = None):
+        super().__init__(data=dict(data) if data else {})
+        for k in _SUMMED:
+            self.data.setdefault(k, 0)
+        for k in _LISTED:
+            self.data[k] = list(self.data.get(k, []))
+
+    def reset(self):
+        self.data = {}
+        self.__init__()
+
+    def add(self, **values):
+        for k, v in values.items():
+            if k in _LISTED:
+                self.data[k].append(v)
+            else:
+                self.data[k] += v
+
+    def aggregate(self, other: "KVEngineConnectorStats") -> "KVEngineConnectorStats":
+        for k in _SUMMED:
+            self.data[k] += other.data.get(k, 0)
+        for k in _LISTED:
+            self.data[k].extend(other.data.get(k, []))
+        return self
+
+    def reduce(self) -> dict:
+        out = {k: self.data[k] for k in _SUMMED}
+        for k in _LISTED:
+            v = self.data[k]
+            out["avg_" + k] = round(sum(v) / len(v), 6) if v else 0.0
+        return out
+
+    def is_empty(self) -> bool:
+        return not any(self.data[k] for k in _SUMMED) and not any(self.data[k]
+                                                                  for k in _LISTED)
+
+
+class KVEnginePromMetrics(KVConnectorPromMetrics):
+    """Prometheus counters of hit tokens and moved bytes, histograms of step load and save
+    times, one child per engine (vLLM's 'engine' label values)."""
+
+    _COUNTERS = (("hit_tokens", "Prompt tokens found in kvengine by the scheduler"),
+                 ("loaded_bytes", "Bytes loaded from kvengine into the KV cache"),
+                 ("saved_bytes", "Bytes saved from the KV cache into kvengine"),
+                 ("load_errors", "Blocks whose load from kvengine failed"))
+    _HISTOGRAMS = (("load_seconds", "Time from start_load_kv to every layer loaded"),
+                   ("save_seconds", "Time from the first save_kv_layer to wait_for_save"))
+    _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+                2.5, 5.0)
+
+    def __init__(self, vllm_config, metric_types, labelnames, per_engine_labelvalues):
+        super().__init__(vllm_config, metric_types, labelnames, per_engine_labelvalues)
+        self.counters = {}
+        for name, doc in self._COUNTERS:
+            metric = self._counter_cls(name="vllm:kvengine_" + name, documentation=doc,
+                                       labelnames=labelnames)
+            self.counters[name] = self.make_per_engine(metric)
+        self.histograms = {}
+        for name, doc in self._HISTOGRAMS:
+            metric = self._histogram_cls(name="vllm:kvengine_" + name, documentation=doc,
+                                         buckets=list(self._BUCKETS), labelnames=labelnames)
+            self.histograms[name] = self.make_per_engine(metric)
+
+    def observe(self, transfer_stats_data: dict, engine_idx: int = 0):
+        for name, per_engine in self.counters.items():
+            value = transfer_stats_data.get(name, 0)
+            if value:
+                per_engine[engine_idx].inc(value)
+        for name, per_engine in self.histograms.items():
+            for value in transfer_stats_data.get(name, []):
+                per_engine[engine_idx].observe(value)
 
 
 # ------------------------------------------------------------------ one store per process
@@ -134,26 +238,14 @@ def _get(obj, name, default=None):
     return getattr(obj, name, default) if obj is not None else default
 
 
-def _first_group(block_ids):
-    """vLLM passes block ids per KV-cache group: tuple[list[int], ...]; the first group is
-    the attention group this connector serves."""
+def _groups(block_ids):
+    """vLLM passes block ids per KV-cache group, tuple[list[int], ...] (older vLLM: one
+    flat list); returned as a list of lists."""
     if block_ids is None:
         return []
     if len(block_ids) > 0 and isinstance(block_ids[0], (list, tuple)):
-        return list(block_ids[0])
-    return list(block_ids)
-
-
-def _dense_order(tensor, dims):
-    """The dims of a tensor sorted from outermost to innermost in memory, when together
-    they cover a dense region; None otherwise."""
-    pairs = sorted(((tensor.stride(d), tensor.shape[d], d) for d in dims), reverse=True)
-    expected = 1
-    for stride, size, _ in reversed(pairs):
-        if size != 1 and stride != expected:
-            return None
-        expected *= size
-    return [d for _, _, d in pairs]
+        return [list(g) for g in block_ids]
+    return [list(block_ids)]
 
 
 def _storage_bytes(tensor):
@@ -165,25 +257,52 @@ def _storage_bytes(tensor):
 @dataclasses.dataclass
 class _Layer:
     name: str
+    index: int  # registration order: the L<index> of the key
+    group: int  # KV-cache group whose block ids address this layer
     tensor: Any
     flat: Any  # 1-D uint8 view over the tensor's memory (for the staged path)
     base: int  # data_ptr of flat
-    segments: list  # per segment: (offset of block 0 in bytes, block stride in bytes)
-    seg_bytes: int
-    num_blocks: int
+    offset: int  # bytes from base to block 0
+    geometry: Any  # layout.LayerGeometry
+
+    def parts(self, block_id):
+        """Addresses and sizes of the block's bytes in this layer."""
+        g = self.geometry
+        if not 0 <= block_id < g.num_blocks:
+            raise ValueError("block id %d out of range (%d blocks)" % (block_id, g.num_blocks))
+        start = self.base + self.offset + block_id * g.block_stride
+        return [start + s for s in g.segments], [g.segment_bytes] * len(g.segments)
+
+    def views(self, block_id):
+        g = self.geometry
+        start = self.offset + block_id * g.block_stride
+        return [self.flat[start + s:start + s + g.segment_bytes] for s in g.segments]
+
+
+class _LoadJob:
+    """One step's loads: one batch per layer, in layer order, on the load thread; an
+    event per layer tells wait_for_layer_load when that layer has landed."""
+
+    def __init__(self, num_layers, positions):
+        self.events = [threading.Event() for _ in range(num_layers)]
+        self.positions = positions  # [(block ids per group, hash hex)]
+        self.errors = set()  # failed positions (indexes into positions)
+        self.started = time.perf_counter()
+        self.future = None
 
 
 # ------------------------------------------------------------------ the connector
 
 
-class KVEngineConnector(KVConnectorBase_V1):
+class KVEngineConnector(KVConnectorBase_V1, SupportsHMA):
     """vLLM v1 KV connector backed by kvengine (see the module docstring)."""
 
     def __init__(self, vllm_config: Any, role: KVConnectorRole, kv_cache_config: Any = None):
         try:
-            super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
+            super().__init__(vllm_config, role, kv_cache_config)
         except TypeError:  # vLLM before kv_cache_config joined the constructor
-            super().__init__(vllm_config=vllm_config, role=role)
+            super().__init__(vllm_config, role)
+            self._kv_cache_config = kv_cache_config
         kv_config = self._kv_transfer_config
         extra = dict(_get(kv_config, "kv_connector_extra_config", None) or {})
         self._extra = extra
@@ -197,33 +316,55 @@ class KVEngineConnector(KVConnectorBase_V1):
         dtype = _get(cache_config, "cache_dtype", "auto")
         if dtype in (None, "auto"):
             dtype = str(_get(model_config, "dtype", "auto")).replace("torch.", "")
-        self._layout = str(extra.get("kv_layout", "NHD")).upper()
         self._tp_size = int(_get(parallel_config, "tensor_parallel_size", 1))
         self._pp_size = int(_get(parallel_config, "pipeline_parallel_size", 1))
-        self._key_model = "%s@%s@%s@bs%d" % (str(model).replace("/", "--"), dtype,
-                                            self._layout, self._block_size)
+        self._key_model = "%s@%s" % (str(model).replace("/", "--"), dtype)
+        # The instance's id, shared by its scheduler and its workers (vLLM: a uuid per
+        # instance unless set); it names the layout record the workers publish.
+        self._engine_id = str(extra.get("engine_id") or _get(kv_config, "engine_id", None)
+                              or "default")
 
         self._path = extra.get("path")
         if not self._path:
             raise ValueError("KVEngineConnector needs kv_connector_extra_config['path']")
         self._db = _acquire_store(self._path, dict(extra.get("options", {})))
         self._closed = False
+        self._stats = KVEngineConnectorStats()
+        self._stats_lock = threading.Lock()
 
         # Scheduler side.
         self._requests = {}  # req_id -> _RequestState
+        self._rank_layouts = {}  # (tp, pp) -> (layout tag, number of layers)
+        if role == KVConnectorRole.SCHEDULER:
+            self._warn_at_start(kv_config)
 
         # Worker side.
         self._tp_rank, self._pp_rank = self._ranks(extra)
         self._layers = []  # list[_Layer], registration order
-        self._layer_names = set()
+        self._by_name = {}
+        self._layout_tag = None
         self._staged = bool(extra.get("force_staging", False))
-        self._value_bytes = 0
-        self._executor = None
-        self._load_future = None
+        self._load_executor = None
+        self._save_executor = None
+        self._load_job = None
+        self._save_plan = None  # this step's [(block ids per group, hash hex)] to save
+        self._save_futures = {}  # layer index -> Future
+        self._save_started = None
         self._load_errors = set()
         self.num_loaded_blocks = 0
         self.num_saved_blocks = 0
         self.num_skipped_saves = 0
+
+    def _warn_at_start(self, kv_config):
+        global _hash_seed_warned
+        # Every configuration shares: the store outlives the process and may be shared by
+        # other instances or peers; a random hash seed makes all of that miss.
+        if os.environ.get("PYTHONHASHSEED") is None and not _hash_seed_warned:
+            _hash_seed_warned = True
+            logger.warning(HASH_SEED_WARNING)
+        policy = _get(kv_config, "kv_load_failure_policy", None)
+        if policy == "fail" and self._is_consumer():
+            logger.warning(FAIL_POLICY_WARNING)
 
     # -------------------------------------------------------------- keys
     def _ranks(self, extra):
@@ -239,12 +380,38 @@ class KVEngineConnector(KVConnectorBase_V1):
                 pass
         return int(tp or 0), int(pp or 0)
 
-    def block_key(self, block_hash, tp_rank=None, pp_rank=None):
-        """The store key of one block of this model on one rank (default: this worker's)."""
+    def _rank_prefix(self, tag, tp, pp):
+        return "%s@%s@bs%d@tp%dof%d@pp%dof%d" % (self._key_model, tag, self._block_size, tp,
+                                                self._tp_size, pp, self._pp_size)
+
+    def _layout_record_key(self, tp, pp):
+        return "%s@bs%d@tp%dof%d@pp%dof%d/engine-layout/%s" % (
+            self._key_model, self._block_size, tp, self._tp_size, pp, self._pp_size,
+            self._engine_id)
+
+    def _rank_layout(self, tp, pp):
+        """(layout tag, number of layers) of one rank of this instance, as its worker
+        published it; None until that worker has registered its caches."""
+        if (tp, pp) == (self._tp_rank, self._pp_rank) and self._layout_tag is not None:
+            return self._layout_tag, len(self._layers)
+        found = self._rank_layouts.get((tp, pp))
+        if found is None:
+            raw = self._db.get(self._layout_record_key(tp, pp))
+            if not raw:
+                return None
+            tag, count = bytes(raw).decode().split("\n")
+            found = self._rank_layouts[(tp, pp)] = (tag, int(count))
+        return found
+
+    def block_key(self, block_hash, layer=0, tp_rank=None, pp_rank=None):
+        """The store key of one block of one layer on one rank (default: this worker's);
+        None while that rank's layout is unknown."""
         tp = self._tp_rank if tp_rank is None else tp_rank
         pp = self._pp_rank if pp_rank is None else pp_rank
-        return "%s@tp%dof%d@pp%dof%d/%s" % (self._key_model, tp, self._tp_size, pp,
-                                           self._pp_size, block_hash)
+        layout = self._rank_layout(tp, pp)
+        if layout is None:
+            return None
+        return "%s/L%d/%s" % (self._rank_prefix(layout[0], tp, pp), layer, block_hash)
 
     def _request_hashes(self, request):
         hashes = _get(request, "block_hashes", None)
@@ -252,11 +419,21 @@ class KVEngineConnector(KVConnectorBase_V1):
             return []
         return [_hash_hex(h) for h in hashes]
 
+    def _publishable(self, request, count):
+        """vLLM main: only the first num_publishable_block_hashes hashes of a request may
+        be stored by content (the rest may still change, e.g. EAGLE's draft KV)."""
+        limit = _get(request, "num_publishable_block_hashes", None)
+        return count if limit is None else min(count, int(limit))
+
     def _is_consumer(self):
         return self._kv_role in ("kv_consumer", "kv_both")
 
     def _is_producer(self):
         return self._kv_role in ("kv_producer", "kv_both")
+
+    def _record(self, **values):
+        with self._stats_lock:
+            self._stats.add(**values)
 
     # ============================================================== scheduler side
     def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> tuple:
@@ -273,11 +450,18 @@ class KVEngineConnector(KVConnectorBase_V1):
         if start >= len(hashes):
             return 0, False
         ranks = [(t, p) for p in range(self._pp_size) for t in range(self._tp_size)]
-        keys = [self.block_key(h, t, p) for h in hashes[start:] for t, p in ranks]
+        layouts = [self._rank_layout(t, p) for t, p in ranks]
+        if any(la is None for la in layouts):
+            logger.debug("kvengine: no layout published yet for engine %s", self._engine_id)
+            return 0, False
+        prefixes = [(self._rank_prefix(tag, t, p), n) for (t, p), (tag, n) in zip(ranks, layouts)]
+        per_block = sum(n for _, n in prefixes)
+        keys = ["%s/L%d/%s" % (prefix, layer, h) for h in hashes[start:]
+                for prefix, n in prefixes for layer in range(n)]
         present = self._db.batch_is_exist(keys)
         hit = 0
         for b in range(len(hashes) - start):
-            if all(r == 1 for r in present[b * len(ranks):(b + 1) * len(ranks)]):
+            if all(r == 1 for r in present[b * per_block:(b + 1) * per_block]):
                 hit += 1
             else:
                 break
@@ -286,6 +470,8 @@ class KVEngineConnector(KVConnectorBase_V1):
         if matched >= num_tokens:
             matched = num_tokens - 1  # recompute the last token so vLLM gets its logits
         new_tokens = max(0, matched - num_computed_tokens)
+        self._record(lookup_tokens=max(0, num_tokens - num_computed_tokens),
+                     hit_tokens=new_tokens)
         return new_tokens, False
 
     def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int):
@@ -293,8 +479,8 @@ class KVEngineConnector(KVConnectorBase_V1):
         if state is None:
             state = self._requests[request.request_id] = _RequestState(request=request)
         state.request = request
-        block_ids = _first_group(blocks.get_block_ids()) if blocks is not None else []
-        if block_ids:
+        block_ids = _groups(blocks.get_block_ids()) if blocks is not None else []
+        if block_ids and any(block_ids):
             state.block_ids = block_ids
         if num_external_tokens <= 0 or not self._is_consumer():
             return
@@ -302,8 +488,9 @@ class KVEngineConnector(KVConnectorBase_V1):
         first = state.local_computed_tokens // bs
         last = -(-(state.local_computed_tokens + num_external_tokens) // bs)  # ceil
         hashes = self._request_hashes(request)
-        last = min(last, len(hashes), len(state.block_ids))
-        state.pending_load = BlockTransfer(request.request_id, state.block_ids[first:last],
+        last = min([last, len(hashes)] + [len(g) for g in state.block_ids])
+        state.pending_load = BlockTransfer(request.request_id,
+                                           [g[first:last] for g in state.block_ids],
                                            hashes[first:last])
         # Blocks loaded from the store need no save.
         state.saved_blocks = max(state.saved_blocks, last)
@@ -312,9 +499,12 @@ class KVEngineConnector(KVConnectorBase_V1):
         if not self._is_producer():
             return
         hashes = self._request_hashes(state.request)
-        full = min(num_tokens // self._block_size, len(hashes), len(state.block_ids))
+        full = min([num_tokens // self._block_size, len(hashes)]
+                   + [len(g) for g in state.block_ids])
+        full = self._publishable(state.request, full)
         if full > state.saved_blocks:
-            meta.saves.append(BlockTransfer(req_id, state.block_ids[state.saved_blocks:full],
+            meta.saves.append(BlockTransfer(req_id,
+                                            [g[state.saved_blocks:full] for g in state.block_ids],
                                             hashes[state.saved_blocks:full]))
             state.saved_blocks = full
 
@@ -322,10 +512,10 @@ class KVEngineConnector(KVConnectorBase_V1):
         if state.pending_load is not None:
             load = state.pending_load
             # The block ids may have been (re)allocated after update_state_after_alloc.
-            n = len(load.block_ids)
+            n = len(load.block_hashes)
             first = state.local_computed_tokens // self._block_size
-            if len(state.block_ids) >= first + n:
-                load.block_ids = state.block_ids[first:first + n]
+            if state.block_ids and all(len(g) >= first + n for g in state.block_ids):
+                load.block_ids = [g[first:first + n] for g in state.block_ids]
             meta.loads.append(load)
             state.pending_load = None
 
@@ -337,7 +527,7 @@ class KVEngineConnector(KVConnectorBase_V1):
             state = self._requests.get(new_req.req_id)
             if state is None:
                 continue  # never shown to this connector (no block hashes to work with)
-            state.block_ids = _first_group(new_req.block_ids)
+            state.block_ids = _groups(new_req.block_ids)
             self._take_load(meta, state)
             tokens = new_req.num_computed_tokens + num_scheduled.get(new_req.req_id, 0)
             self._add_save(meta, state, new_req.req_id, tokens)
@@ -353,9 +543,13 @@ class KVEngineConnector(KVConnectorBase_V1):
                 resumed = req_id in resumed_ids or bool(resumed_flags and resumed_flags[i])
                 new_ids = cached.new_block_ids[i]
                 if resumed:
-                    state.block_ids = _first_group(new_ids)
+                    state.block_ids = _groups(new_ids)
                 elif new_ids is not None:
-                    state.block_ids.extend(_first_group(new_ids))
+                    new_groups = _groups(new_ids)
+                    if not state.block_ids:
+                        state.block_ids = [[] for _ in new_groups]
+                    for g, ids in enumerate(new_groups):
+                        state.block_ids[g].extend(ids)
                 self._take_load(meta, state)
                 tokens = cached.num_computed_tokens[i] + num_scheduled.get(req_id, 0)
                 self._add_save(meta, state, req_id, tokens)
@@ -374,181 +568,273 @@ class KVEngineConnector(KVConnectorBase_V1):
         return meta
 
     def request_finished(self, request: Any, block_ids: list) -> tuple:
-        # Saves are synchronous within the step (wait_for_save), so vLLM may free the
-        # blocks at once.
+        # Saves finish within the step (wait_for_save), so vLLM may free the blocks now.
         self._requests.pop(request.request_id, None)
         return False, None
+
+    def request_finished_all_groups(self, request: Any, block_ids: tuple) -> tuple:
+        # SupportsHMA: the same for every KV-cache group.
+        return self.request_finished(request, [])
+
+    @property
+    def requires_kv_delivery(self) -> bool:
+        # A best-effort cache: a dropped save is a later miss, never a lost hand-off.
+        return False
+
+    def get_finished_count(self) -> Optional[int]:
+        # Loads and saves complete within the step; nothing finishes asynchronously, so
+        # vLLM's default count (the world size) is never consulted.
+        return None
+
+    def reset_cache(self) -> Optional[bool]:
+        """vLLM's reset_prefix_cache: forget this model's blocks in the store (every rank
+        and layout of this model and dtype; other models, and the layout records the
+        workers published, are untouched)."""
+        pattern = _regex_escape(self._key_model) + "@[^/]*/L[0-9]+/.*"  # a full match
+        removed = self._db.remove_by_regex(pattern)
+        if removed < 0:
+            logger.warning("kvengine: reset_cache failed (%s)", kvengine.error_name(removed))
+            return False
+        return True
+
+    def get_kv_connector_stats(self) -> Optional[KVConnectorStats]:
+        with self._stats_lock:
+            if self._stats.is_empty():
+                return None
+            stats, self._stats = self._stats, KVEngineConnectorStats()
+        return stats
+
+    @classmethod
+    def build_kv_connector_stats(cls, data: Optional[dict] = None) -> Optional[KVConnectorStats]:
+        return KVEngineConnectorStats(data=data)
+
+    @classmethod
+    def build_prom_metrics(cls, vllm_config: Any, metric_types: dict, labelnames: list,
+                           per_engine_labelvalues: dict):
+        return KVEnginePromMetrics(vllm_config, metric_types, labelnames,
+                                   per_engine_labelvalues)
 
     # ============================================================== worker side
     def register_kv_caches(self, kv_caches: dict) -> None:
         import torch
 
+        group_of = {}
+        for g, group in enumerate(_get(self._kv_cache_config, "kv_cache_groups", None) or []):
+            for name in _get(group, "layer_names", None) or []:
+                group_of[name] = g
+        num_blocks = _get(self._kv_cache_config, "num_blocks", None)
         layers = []
-        for name, t in kv_caches.items():
+        for index, (name, t) in enumerate(kv_caches.items()):
             if not isinstance(t, torch.Tensor):
                 raise TypeError("kv cache of layer %s is not a tensor" % name)
-            shape = tuple(t.shape)
-            hint = self._extra.get("kv_cache_shape")  # "kv_first" or "blocks_first"
-            if t.dim() == 5 and shape[0] == 2 and (shape[1] != 2 or hint != "blocks_first"):
-                # FlashAttention: (2, num_blocks, block_size, heads, head_size)
-                num_blocks, block_dim = shape[1], 1
-                views = [t[0, 0], t[1, 0]]
-            elif t.dim() == 5 and shape[1] == 2:
-                # blocks first: (num_blocks, 2, block_size, heads, head_size)
-                num_blocks, block_dim = shape[0], 0
-                views = [t[0, 0], t[0, 1]]
-            elif t.dim() == 3:
-                # MLA: (num_blocks, block_size, head_size)
-                num_blocks, block_dim = shape[0], 0
-                views = [t[0]]
-            else:
-                raise ValueError("kv cache of layer %s has an unsupported shape %s" %
-                                 (name, shape))
-            order = _dense_order(views[0], range(views[0].dim()))
-            if order is None:
-                raise ValueError("kv cache of layer %s: a block is not dense in memory" % name)
-            if views[0].dim() == 3:
-                layout = "NHD" if order == [0, 1, 2] else "HND" if order == [1, 0, 2] else None
-                if layout != self._layout:
-                    raise ValueError(
-                        "kv cache of layer %s is laid out %s inside a block, but the key "
-                        "scheme says %s (kv_connector_extra_config['kv_layout'])"
-                        % (name, layout or "otherwise", self._layout))
+            geometry = analyse_layer(name, t, self._block_size, num_blocks,
+                                     self._extra.get("kv_cache_shape"))
             elt = t.element_size()
-            seg_bytes = views[0].numel() * elt
             flat = torch.as_strided(t, (_storage_bytes(t) // elt,), (1,), 0).view(torch.uint8)
             base = flat.data_ptr()
-            stride = t.stride(block_dim) * elt
-            segments = [(v.data_ptr() - base, stride) for v in views]
-            layers.append(_Layer(name, t, flat, base, segments, seg_bytes, num_blocks))
+            layers.append(_Layer(name, index, group_of.get(name, 0), t, flat, base,
+                                 t.data_ptr() - base, geometry))
             if t.device.type != "cpu":
                 self._staged = True
         self._layers = layers
-        self._layer_names = {layer.name for layer in layers}
-        self._value_bytes = sum(len(la.segments) * la.seg_bytes for la in layers)
-        self._executor = concurrent.futures.ThreadPoolExecutor(1, "kvengine-load")
+        self._by_name = {layer.name: layer for layer in layers}
+        tags = []
+        for layer in layers:
+            if layer.geometry.tag not in tags:
+                tags.append(layer.geometry.tag)
+        self._layout_tag = "+".join(tags)
+        self._publish_layout()
+        if self._load_executor is None:
+            self._load_executor = concurrent.futures.ThreadPoolExecutor(1, "kvengine-load")
+            self._save_executor = concurrent.futures.ThreadPoolExecutor(1, "kvengine-save")
+        logger.info("kvengine: %d layers, layout %s, %d bytes per block and layer",
+                    len(layers), self._layout_tag,
+                    layers[0].geometry.block_bytes if layers else 0)
 
-    def _parts(self, block_id):
-        ptrs, sizes = [], []
-        for la in self._layers:
-            if not 0 <= block_id < la.num_blocks:
-                raise ValueError("block id %d out of range (%d blocks)" % (block_id,
-                                                                          la.num_blocks))
-            for off, stride in la.segments:
-                ptrs.append(la.base + off + block_id * stride)
-                sizes.append(la.seg_bytes)
-        return ptrs, sizes
+    def _publish_layout(self):
+        """Tells this instance's scheduler-side connector (possibly another process) how
+        this rank's keys are formed."""
+        record = ("%s\n%d" % (self._layout_tag, len(self._layers))).encode()
+        rc = self._db.put(self._layout_record_key(self._tp_rank, self._pp_rank), record)
+        if rc != 0:
+            raise RuntimeError("kvengine: cannot publish the cache layout (%s)"
+                               % kvengine.error_name(rc))
 
-    def _segment_views(self, block_id):
-        for la in self._layers:
-            for off, stride in la.segments:
-                start = off + block_id * stride
-                yield la.flat[start:start + la.seg_bytes]
-
-    def _transfers(self, transfers):
-        block_ids, keys = [], []
+    def _positions(self, transfers):
+        """[(block ids per group, hash hex)] of the transfers, one per block position."""
+        out = []
         for tr in transfers:
-            for bid, h in zip(tr.block_ids, tr.block_hashes):
-                block_ids.append(bid)
-                keys.append(self.block_key(h))
-        return block_ids, keys
+            groups = _groups(tr.block_ids)
+            for i, h in enumerate(tr.block_hashes):
+                out.append(([g[i] for g in groups], h))
+        return out
 
+    def _in_range(self, layer, ids):
+        return layer.group < len(ids) and 0 <= ids[layer.group] < layer.geometry.num_blocks
+
+    def _layer_key(self, layer, block_hash):
+        return "%s/L%d/%s" % (self._rank_prefix(self._layout_tag, self._tp_rank,
+                                                self._pp_rank), layer.index, block_hash)
+
+    # ---------------------------------------------------------------- loads
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
         self._finish_load()
         if not self.has_connector_metadata():
             return
         meta = self._get_connector_metadata()
-        if not meta.loads or not self._layers:
+        if not getattr(meta, "loads", None) or not self._layers:
             return
-        block_ids, keys = self._transfers(meta.loads)
-        self._load_future = self._executor.submit(self._load, block_ids, keys)
+        job = _LoadJob(len(self._layers), self._positions(meta.loads))
+        job.future = self._load_executor.submit(self._run_load, job)
+        self._load_job = job
 
-    def _load(self, block_ids, keys):
-        """Runs on the load thread (the store releases the GIL while it copies)."""
-        errors = {b for b in block_ids if not self._block_in_range(b)}
-        good = [(b, k) for b, k in zip(block_ids, keys) if b not in errors]
-        block_ids, keys = [b for b, _ in good], [k for _, k in good]
+    def _run_load(self, job):
+        """The load thread: one batch per layer, in layer order (the store releases the
+        GIL while it copies, so the forward pass runs meanwhile)."""
+        loaded_bytes = 0
+        try:
+            for layer, event in zip(self._layers, job.events):
+                todo = [i for i, (ids, _) in enumerate(job.positions)
+                        if i not in job.errors and self._in_range(layer, ids)]
+                job.errors.update(i for i, (ids, _) in enumerate(job.positions)
+                                  if not self._in_range(layer, ids))
+                loaded_bytes += self._load_layer(layer, job, todo)
+                event.set()
+        finally:
+            for event in job.events:  # never leave a waiter behind, even on an error
+                event.set()
+            self._record(load_seconds=time.perf_counter() - job.started,
+                         loaded_bytes=loaded_bytes,
+                         loaded_blocks=len(job.positions) - len(job.errors),
+                         load_errors=len(job.errors))
+        return job
+
+    def _load_layer(self, layer, job, todo):
+        if not todo:
+            return 0
+        keys = [self._layer_key(layer, job.positions[i][1]) for i in todo]
+        want = layer.geometry.block_bytes
         if self._staged:
             import torch
 
-            staging = torch.empty((len(keys), self._value_bytes), dtype=torch.uint8)
+            staging = torch.empty((len(todo), want), dtype=torch.uint8)
             results = self._db.batch_get_into(keys, list(staging))
         else:
-            parts = [self._parts(b) for b in block_ids]
+            parts = [layer.parts(job.positions[i][0][layer.group]) for i in todo]
             results = self._db.batch_get_into_multi_buffers(
                 keys, [p for p, _ in parts], [s for _, s in parts])
-        for i, (bid, r) in enumerate(zip(block_ids, results)):
-            if r != self._value_bytes:
-                # The block may hold partial bytes: reported, so vLLM recomputes it.
-                errors.add(bid)
-                logger.warning("kvengine: load of block %d failed (%s)", bid,
+        done = 0
+        for row, (i, r) in enumerate(zip(todo, results)):
+            if r != want:
+                # The block may hold partial bytes: reported, so vLLM fails or recomputes it.
+                job.errors.add(i)
+                logger.warning("kvengine: load of block %s of layer %s failed (%s)",
+                               job.positions[i][0], layer.name,
                                kvengine.error_name(r) if r < 0 else "%d bytes" % r)
-            elif self._staged:
+                continue
+            if self._staged:
                 off = 0
-                for view in self._segment_views(bid):
-                    view.copy_(staging[i, off:off + view.numel()])
+                for view in layer.views(job.positions[i][0][layer.group]):
+                    view.copy_(staging[row, off:off + view.numel()])
                     off += view.numel()
-        self.num_loaded_blocks += sum(1 for b in block_ids if b not in errors)
-        return errors
-
-    def _block_in_range(self, block_id):
-        return all(0 <= block_id < la.num_blocks for la in self._layers)
+            done += want
+        return done
 
     def _finish_load(self):
-        if self._load_future is not None:
-            future, self._load_future = self._load_future, None
-            try:
-                self._load_errors |= future.result()
-            except Exception:  # noqa: BLE001 -- every block of the step is then suspect
-                logger.exception("kvengine: load failed")
-                meta = self._connector_metadata
-                if isinstance(meta, KVEngineConnectorMetadata):
-                    self._load_errors |= set(self._transfers(meta.loads)[0])
+        job, self._load_job = self._load_job, None
+        if job is None:
+            return
+        try:
+            job.future.result()
+        except Exception:  # noqa: BLE001 -- every block of the step is then suspect
+            logger.exception("kvengine: load failed")
+            job.errors.update(range(len(job.positions)))
+        failed = {b for i in job.errors for b in job.positions[i][0]}
+        self.num_loaded_blocks += len(job.positions) - len(job.errors)
+        self._load_errors |= failed
 
     def wait_for_layer_load(self, layer_name: str) -> None:
-        # One batch carries every layer of a block, issued by start_load_kv; the first
-        # layer to run waits for it, the others find it done.
-        self._finish_load()
+        job = self._load_job
+        layer = self._by_name.get(layer_name)
+        if job is None or layer is None:
+            return
+        job.events[layer.index].wait()
 
+    # ---------------------------------------------------------------- saves
     def save_kv_layer(self, layer_name: str, kv_layer: Any, attn_metadata: Any,
                       **kwargs: Any) -> None:
-        # A block's value spans every layer, so the put happens once the forward pass is
-        # done (wait_for_save); nothing to do per layer.
-        return
+        layer = self._by_name.get(layer_name)
+        if layer is None or layer.index in self._save_futures:
+            return
+        plan = self._step_saves()
+        if plan:
+            self._save_futures[layer.index] = self._save_executor.submit(
+                self._save_layer, layer, plan)
 
-    def wait_for_save(self) -> None:
-        self._finish_load()
-        if not self.has_connector_metadata() or not self._layers:
-            return
-        meta = self._get_connector_metadata()
-        if not meta.saves:
-            return
-        block_ids, keys = self._transfers(meta.saves)
+    def _step_saves(self):
+        if self._save_plan is None:
+            self._save_plan = []
+            if self.has_connector_metadata() and self._layers:
+                meta = self._get_connector_metadata()
+                self._save_plan = self._positions(getattr(meta, "saves", None) or [])
+                self._save_started = time.perf_counter()
+        return self._save_plan
+
+    def _save_layer(self, layer, plan):
+        """The save thread: one layer's newly full blocks, skipping those stored already."""
+        todo = [(ids[layer.group], h) for ids, h in plan if self._in_range(layer, ids)]
+        keys = [self._layer_key(layer, h) for _, h in todo]
         present = self._db.batch_is_exist(keys)
-        todo = [(b, k) for b, k, p in zip(block_ids, keys, present)
-                if p != 1 and self._block_in_range(b)]
-        self.num_skipped_saves += len(keys) - len(todo)
+        todo = [(b, k) for (b, _), k, p in zip(todo, keys, present) if p != 1]
+        skipped = len(keys) - len(todo)
         if not todo:
-            return
+            return 0, 0, skipped
         if self._staged:
             import torch
 
-            staging = torch.empty((len(todo), self._value_bytes), dtype=torch.uint8)
-            for i, (bid, _) in enumerate(todo):
+            staging = torch.empty((len(todo), layer.geometry.block_bytes), dtype=torch.uint8)
+            for row, (bid, _) in enumerate(todo):
                 off = 0
-                for view in self._segment_views(bid):
-                    staging[i, off:off + view.numel()].copy_(view)
+                for view in layer.views(bid):
+                    staging[row, off:off + view.numel()].copy_(view)
                     off += view.numel()
             results = self._db.batch_put_from([k for _, k in todo], list(staging))
         else:
-            parts = [self._parts(b) for b, _ in todo]
+            parts = [layer.parts(b) for b, _ in todo]
             results = self._db.batch_put_from_multi_buffers(
                 [k for _, k in todo], [p for p, _ in parts], [s for _, s in parts])
         failed = [r for r in results if r != 0]
-        self.num_saved_blocks += len(results) - len(failed)
         if failed:  # a lost save is a future cache miss, never wrong data
-            logger.warning("kvengine: %d of %d block saves failed (%s)", len(failed),
-                           len(results), kvengine.error_name(failed[0]))
+            logger.warning("kvengine: %d of %d saves of layer %s failed (%s)", len(failed),
+                           len(results), layer.name, kvengine.error_name(failed[0]))
+        return len(results) - len(failed), len(failed), skipped
+
+    def wait_for_save(self):
+        self._finish_load()
+        plan = self._step_saves()
+        try:
+            if not plan:
+                return
+            for layer in self._layers:  # layers vLLM did not hand to save_kv_layer
+                if layer.index not in self._save_futures:
+                    self._save_futures[layer.index] = self._save_executor.submit(
+                        self._save_layer, layer, plan)
+            saved = failed = skipped = 0
+            for index in sorted(self._save_futures):
+                s, f, k = self._save_futures[index].result()
+                saved, failed, skipped = saved + s, failed + f, skipped + k
+            # Block counts are per position; bytes add up over the layers.
+            per_block = sum(la.geometry.block_bytes for la in self._layers)
+            blocks = saved // max(1, len(self._layers))
+            self.num_saved_blocks += blocks
+            self.num_skipped_saves += skipped // max(1, len(self._layers))
+            self._record(saved_blocks=blocks, saved_bytes=blocks * per_block,
+                         skipped_saves=skipped // max(1, len(self._layers)),
+                         failed_saves=failed,
+                         save_seconds=time.perf_counter() - self._save_started)
+        finally:
+            self._save_plan = None
+            self._save_futures = {}
 
     def get_finished(self, finished_req_ids: set) -> tuple:
         return None, None
@@ -558,17 +844,22 @@ class KVEngineConnector(KVConnectorBase_V1):
         errors, self._load_errors = self._load_errors, set()
         return errors
 
-    def shutdown(self) -> None:
+    def shutdown(self):
         if self._closed:
             return
         self._closed = True
         self._finish_load()
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
+        for executor in (self._load_executor, self._save_executor):
+            if executor is not None:
+                executor.shutdown(wait=True)
         _release_store(self._path)
 
     @classmethod
     def get_required_kvcache_layout(cls, vllm_config: Any) -> Optional[str]:
-        extra = dict(_get(_get(vllm_config, "kv_transfer_config"),
-                          "kv_connector_extra_config", None) or {})
-        return extra.get("kv_layout", "NHD").upper()
+        # Any layout works (the key names it), so the connector asks for none.
+        return None
+
+
+def _regex_escape(text):
+    """Escapes the ECMAScript regex metacharacters (the engine's DeleteByRegex syntax)."""
+    return "".join("\\" + c if c in "\\^$.|?*+()[]{}" else c for c in text)
