@@ -143,6 +143,33 @@ def test_save_then_load_into_another_instance(store_path, layout, dtype):
         b.close()
 
 
+def test_saved_blocks_survive_a_restart(store_path):
+    """With the default store options (write_back), what one instance saved is there for an
+    instance started after the first one shut down: close() makes the store durable."""
+    layout = fk.LAYOUTS[0]
+    a = Instance(store_path, layout)
+    req = a.request("req-a", prompt(4 * BS))
+    ids_a = [2, 5, 1, 7]
+    prefill_on(a, req, ids_a)
+    saved = [a.block(i) for i in ids_a]
+    a.close()  # the last user of the store: it is closed
+    assert store_path not in conn_mod._stores
+
+    b = Instance(store_path, layout)  # a restarted instance: the store is opened anew
+    try:
+        req_b = b.request("req-b", prompt(4 * BS))
+        ids_b = [9, 3, 0, 6]
+        matched, meta = b.schedule_new(req_b, ids_b)
+        assert matched == 4 * BS - 1  # every block: vLLM computes the last token itself
+        fk.run_worker_step(b.worker, meta, b.caches, layout)
+        assert b.worker.get_block_ids_with_load_errors() == set()
+        for i in range(4):
+            for la, lb in zip(saved[i], b.block(ids_b[i])):
+                assert same_bytes(la, lb)
+    finally:
+        b.close()
+
+
 def test_todays_flash_attention_shape_is_accepted(store_path):
     """The report of issue 17: (48, 4, 16, 128) raised 'unsupported shape'."""
     w = KVEngineConnector(fk.make_config(store_path), KVConnectorRole.WORKER)
