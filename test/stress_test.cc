@@ -1,5 +1,5 @@
 // Concurrency stress: threads of mixed put/get/delete/overwrite on a small DB for a
-// bounded time.  Every value carries its own checksum, so a torn, mixed or freed read
+// bounded time, and a thread of Flush() calls.  Every value carries its own checksum, so a torn, mixed or freed read
 // fails the check.  Also run under TSan (see docs/testing.md).
 #include <atomic>
 #include <chrono>
@@ -85,12 +85,23 @@ TEST(StressTest, MixedOperationsNeverReturnTornValues) {
       }
     });
   }
+  // Flush() races the writers: with write_back it writes the values only in memory while
+  // they are overwritten, deleted and evicted.
+  std::atomic<uint64_t> flushes{0};
+  threads.emplace_back([&] {
+    while (!stop.load(std::memory_order_relaxed)) {
+      if (!db->Flush().ok()) unexpected++;
+      flushes++;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
   std::this_thread::sleep_for(std::chrono::duration<double>(StressSeconds()));
   stop = true;
   for (auto& t : threads) t.join();
   EXPECT_EQ(corrupt.load(), 0u);
   EXPECT_EQ(unexpected.load(), 0u);
   EXPECT_GT(hits.load(), 0u);
+  EXPECT_GT(flushes.load(), 0u);
   std::string stats;
   ASSERT_TRUE(db->GetProperty("kvengine.stats", &stats));
   std::printf("stress: %llu ops, %llu hits\n%s", static_cast<unsigned long long>(ops.load()),
