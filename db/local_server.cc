@@ -60,8 +60,13 @@ class LocalServer::Session {
         return;
       }
       if (!Serve(h, meta)) {
-        server_->logger_->Logf(LogLevel::kWarn, "local: closing %s: malformed request (op %u)",
-                               who.c_str(), static_cast<unsigned>(h.op));
+        if (answer_error_.ok()) {
+          server_->logger_->Logf(LogLevel::kWarn, "local: closing %s: malformed request (op %u)",
+                                 who.c_str(), static_cast<unsigned>(h.op));
+        } else {  // usually a client that exited (or was killed) before its answer
+          server_->logger_->Logf(LogLevel::kInfo, "local: %s did not take its answer: %s",
+                                 who.c_str(), answer_error_.ToString().c_str());
+        }
         return;
       }
     }
@@ -83,9 +88,9 @@ class LocalServer::Session {
   }
 
   bool Answer(const wire::FrameHeader& h, const std::string& meta) {
-    Status s = SendFrame(conn_->fd, h.op, wire::kFlagResponse, h.request_id, meta, {},
-                         DeadlineIn(server_->options_.peer_timeout_ms));
-    return s.ok();
+    answer_error_ = SendFrame(conn_->fd, h.op, wire::kFlagResponse, h.request_id, meta, {},
+                              DeadlineIn(server_->options_.peer_timeout_ms));
+    return answer_error_.ok();
   }
 
   bool AnswerResults(const wire::FrameHeader& h, const Status& s,
@@ -139,6 +144,7 @@ class LocalServer::Session {
             continue;
           }
           const uint64_t id = ++next_id_;
+          results[i] = kLookupPinned;
           locs[i] = {OffsetOf(r.data()), extra[i], 0, id};
           reservations_.emplace(id, std::move(r));
         }
@@ -173,11 +179,10 @@ class LocalServer::Session {
           Status s = db_->PinForClient(keys[i], extra[i], &lease.handle, &lease.staging, &value);
           if (!s.ok()) {
             results[i] = s.ErrorCode();
-            if (s.IsBufferTooSmall()) locs[i].size = value.size();
             leases_.erase(id);
             continue;
           }
-          results[i] = static_cast<int64_t>(value.size());
+          results[i] = kLookupPinned;  // the size travels in the location
           locs[i] = {OffsetOf(value.data()), value.size(), 0, id};
         }
         return AnswerLocations(h, results, locs);
@@ -261,6 +266,7 @@ class LocalServer::Session {
   Connection* const conn_;
   const char* const base_;
   uint64_t next_id_ = 0;
+  Status answer_error_;  // why the last answer could not be sent
   std::unordered_map<uint64_t, MemoryTier::Reservation> reservations_;
   std::unordered_map<uint64_t, Lease> leases_;
 };
