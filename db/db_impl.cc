@@ -3,6 +3,7 @@
 #include <cinttypes>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -107,6 +108,17 @@ Status DB::Open(const Options& options, const std::string& path, std::unique_ptr
   const uint64_t start_nanos = perf_internal::NowNanos();
   auto impl = std::make_unique<DBImpl>(effective, path);
   s = impl->Init();
+  if (s.IsBusy()) {
+    // Held by another process: when that owner serves local clients, attach to it.
+    std::string socket_path;
+    std::ifstream record(path + "/" + kLocalSocketFile);
+    if (std::getline(record, socket_path) && !socket_path.empty()) {
+      impl.reset();
+      Status attached = DB::Attach(options, socket_path, db);
+      return attached.ok() ? attached
+                           : Status::Busy(s.ToString(), "attaching failed: " + attached.ToString());
+    }
+  }
   // Built after Init, which configures the logger.
   s = CallLog(impl->info_log(), "open", nullptr, start_nanos).Finish(std::move(s));
   if (!s.ok()) return s;
@@ -135,6 +147,8 @@ Status DBImpl::Init() {
   if (!s.ok()) return s;
   s = env_->LockFile(path_ + "/LOCK", &lock_);
   if (!s.ok()) return s;
+  // A record left by an owner that died names a socket nobody serves.
+  if (options_.local_listen.empty()) env_->RemoveFile(path_ + "/" + kLocalSocketFile);
   if (env_->FileExists(identity)) {
     if (options_.error_if_exists) {
       return Status::InvalidArgument("DB " + path_ + " already exists and error_if_exists is true");

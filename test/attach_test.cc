@@ -368,6 +368,34 @@ TEST_F(AttachTest, AnotherUidIsRefused) {
   EXPECT_EQ(WaitExit(Spawn({"--nobody", socket_})), 0);
 }
 
+TEST_F(AttachTest, OpenOfAServedDirectoryAttaches) {
+  OpenOwner();
+  Options options = OwnerOptions("");
+  std::unique_ptr<DB> db;
+  Status s = DB::Open(options, dir_.Sub("db"), &db);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_TRUE(db->Put(WriteOptions(), "via-open", "v").ok());
+  std::string v;
+  ASSERT_TRUE(owner_->Get(ReadOptions(), "via-open", &v).ok());
+  EXPECT_EQ(v, "v");
+  // Closed, the owner no longer records a socket: Open takes the directory itself.
+  db.reset();
+  ASSERT_TRUE(owner_->Close().ok());
+  s = DB::Open(options, dir_.Sub("db"), &db);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+}
+
+TEST_F(AttachTest, OpenOfALockedDirectoryNotServedIsBusy) {
+  Options options;
+  options.apply_environment = false;
+  options.ssd_capacity_bytes = 0;
+  options.memory_capacity_bytes = 16ull << 20;
+  options.prefault_memory = false;
+  std::unique_ptr<DB> first, second;
+  ASSERT_TRUE(DB::Open(options, dir_.Sub("db"), &first).ok());
+  EXPECT_TRUE(DB::Open(options, dir_.Sub("db"), &second).IsBusy());
+}
+
 TEST_F(AttachTest, SocketFileIsPrivate) {
   OpenOwner();
   struct stat st;
