@@ -2,11 +2,14 @@
 
 #include <cinttypes>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <regex>
 #include <set>
 #include <sstream>
 #include <unordered_set>
 
+#include "db/local_server.h"
 #include "env/gpu_io.h"
 #include "env/peer_env.h"
 #include "transport/server.h"
@@ -105,6 +108,17 @@ Status DB::Open(const Options& options, const std::string& path, std::unique_ptr
   const uint64_t start_nanos = perf_internal::NowNanos();
   auto impl = std::make_unique<DBImpl>(effective, path);
   s = impl->Init();
+  if (s.IsBusy()) {
+    // Held by another process: when that owner serves local clients, attach to it.
+    std::string socket_path;
+    std::ifstream record(path + "/" + kLocalSocketFile);
+    if (std::getline(record, socket_path) && !socket_path.empty()) {
+      impl.reset();
+      Status attached = DB::Attach(options, socket_path, db);
+      return attached.ok() ? attached
+                           : Status::Busy(s.ToString(), "attaching failed: " + attached.ToString());
+    }
+  }
   // Built after Init, which configures the logger.
   s = CallLog(impl->info_log(), "open", nullptr, start_nanos).Finish(std::move(s));
   if (!s.ok()) return s;
@@ -133,6 +147,8 @@ Status DBImpl::Init() {
   if (!s.ok()) return s;
   s = env_->LockFile(path_ + "/LOCK", &lock_);
   if (!s.ok()) return s;
+  // A record left by an owner that died names a socket nobody serves.
+  if (options_.local_listen.empty()) env_->RemoveFile(path_ + "/" + kLocalSocketFile);
   if (env_->FileExists(identity)) {
     if (options_.error_if_exists) {
       return Status::InvalidArgument("DB " + path_ + " already exists and error_if_exists is true");
@@ -181,15 +197,39 @@ Status DBImpl::Init() {
         memory_->arena_base());
     if (!s.ok()) return s;
   }
+  if (!options_.local_listen.empty()) {
+    s = StartLocalServer();
+    if (!s.ok()) return s;
+  }
   logger_.Logf(LogLevel::kInfo, "opened %s: memory tier %s (%s pages, numa node %d)", path_.c_str(),
                FormatSize(memory_->arena_size()).c_str(), memory_->arena().backing(),
                memory_->arena().numa_node());
   return Status::OK();
 }
 
+Status DBImpl::StartLocalServer() {
+  std::error_code ec;
+  options_.local_listen = std::filesystem::absolute(options_.local_listen, ec).string();
+  Status s = LocalServer::Start(options_, this, &logger_, &local_server_);
+  if (!s.ok()) return s;
+  // Recorded so that DB::Open of this directory by another process attaches.
+  const std::string record = path_ + "/" + kLocalSocketFile;
+  std::unique_ptr<WritableFile> file;
+  s = env_->NewWritableFile(record, FileOptions(), &file);
+  if (s.ok()) s = file->Append(Slice(options_.local_listen));
+  if (s.ok()) s = file->Close();
+  return s;
+}
+
 Status DBImpl::Close() {
   PerfPoint perf(PerfKey::db_close);
   CallLog log(&logger_, "close", nullptr);
+  // Attached clients go first: their sessions hold reservations and pins in the arena.
+  if (local_server_ != nullptr) {
+    local_server_->Stop();
+    local_server_.reset();
+    env_->RemoveFile(path_ + "/" + kLocalSocketFile);
+  }
   // Drain the peers' requests first: they hold lifecycle_mu_ shared while they run.
   if (peer_ != nullptr) peer_->Close();
   std::unique_lock<std::shared_mutex> guard(lifecycle_mu_);
@@ -270,12 +310,23 @@ Status DBImpl::PutOne(const Slice& key, std::span<const Slice> parts) {
                                      std::to_string(parts[i].size()));
     }
     size += parts[i].size();
-    if (size > options_.max_value_size) {
-      return Status::InvalidArgument("value of key " + Printable(key) +
-                                     " exceeds max_value_size (" +
-                                     FormatSize(options_.max_value_size) + ")");
-    }
   }
+  s = CheckValueSize(key, size);
+  if (!s.ok()) return s;
+  return Publish(key, parts, size, nullptr);
+}
+
+Status DBImpl::CheckValueSize(const Slice& key, uint64_t size) const {
+  if (size > options_.max_value_size) {
+    return Status::InvalidArgument("value of key " + Printable(key) + " exceeds max_value_size (" +
+                                   FormatSize(options_.max_value_size) + ")");
+  }
+  return Status::OK();
+}
+
+Status DBImpl::Publish(const Slice& key, std::span<const Slice> parts, uint64_t size,
+                       MemoryTier::Reservation* reserved) {
+  Status s;
   SsdTier::Ticket ticket;
   if (ssd_ != nullptr && options_.offload_policy == OffloadPolicy::kWriteThrough) {
     s = ssd_->Stage(key, parts, size, &ticket);
@@ -296,7 +347,8 @@ Status DBImpl::PutOne(const Slice& key, std::span<const Slice> parts) {
       }
     };
   }
-  s = memory_->Put(key, parts, size, nullptr, published);
+  s = reserved != nullptr ? memory_->Commit(key, reserved, nullptr, published)
+                          : memory_->Put(key, parts, size, nullptr, published);
   if (!s.ok() && ssd_ != nullptr) ssd_->Abort(&ticket);
   if (s.ok()) {
     counters_.puts.fetch_add(1, std::memory_order_relaxed);
@@ -305,6 +357,80 @@ Status DBImpl::PutOne(const Slice& key, std::span<const Slice> parts) {
     counters_.put_failures.fetch_add(1, std::memory_order_relaxed);
   }
   return s;
+}
+
+Status DBImpl::ReserveForClient(const Slice& key, uint64_t size,
+                                MemoryTier::Reservation* reservation) {
+  std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+  Status s = CheckOpen();
+  if (s.ok()) s = CheckKey(key);
+  if (s.ok()) s = CheckValueSize(key, size);
+  if (s.ok()) s = memory_->Reserve(size, reservation);
+  if (!s.ok()) counters_.put_failures.fetch_add(1, std::memory_order_relaxed);
+  return s;
+}
+
+Status DBImpl::CommitForClient(const Slice& key, MemoryTier::Reservation* reservation) {
+  PerfPoint perf(PerfKey::db_put_one);
+  std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+  Status s = CheckOpen();
+  if (!s.ok()) return s;
+  const uint64_t size = reservation->size();
+  const Slice value(reservation->data(), size);
+  return Publish(key, std::span<const Slice>(&value, 1), size, reservation);
+}
+
+Status DBImpl::PinForClient(const Slice& key, uint64_t capacity, MemoryTier::Handle* handle,
+                            MemoryTier::Reservation* staging, Slice* value) {
+  {
+    std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+    Status s = CheckOpen();
+    if (s.ok()) s = CheckKey(key);
+    if (!s.ok()) return s;
+    if (memory_->Lookup(key, handle)) {
+      counters_.gets.fetch_add(1, std::memory_order_relaxed);
+      counters_.memory_hits.fetch_add(1, std::memory_order_relaxed);
+      *value = handle->value();
+      if (value->size() > capacity) {
+        handle->Release();
+        return TooSmall(key, value->size(), capacity);
+      }
+      counters_.get_bytes.fetch_add(value->size(), std::memory_order_relaxed);
+      return Status::OK();
+    }
+  }
+  // Not in memory: read it (SSD, peers; promoted by policy) into a staging reservation of
+  // the arena that only this client sees.  The value may change size between the two
+  // calls: then read again.
+  for (int attempt = 0; attempt < 4; attempt++) {
+    uint64_t size = 0;
+    Status s = GetValueSize(key, &size);
+    if (!s.ok()) return s;
+    if (size > capacity) {
+      *value = Slice(static_cast<const char*>(nullptr), size);  // the size needed
+      return TooSmall(key, size, capacity);
+    }
+    {
+      std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+      s = CheckOpen();
+      if (s.ok()) s = memory_->Reserve(size, staging);
+      if (!s.ok()) return s;
+    }
+    std::vector<Destination> dest(1);
+    dest[0].emplace_back(staging->data(), size);
+    std::vector<int64_t> result;
+    s = BatchGetInto(ReadOptions(), std::span<const Slice>(&key, 1), dest, &result);
+    if (!s.ok()) return s;
+    if (result[0] >= 0) {
+      *value = Slice(staging->data(), static_cast<size_t>(result[0]));
+      return Status::OK();
+    }
+    staging->Abandon();
+    if (result[0] != Status::BufferTooSmall("").ErrorCode()) {
+      return Status::FromErrorCode(static_cast<int>(result[0]), "key " + Printable(key));
+    }
+  }
+  return Status::Busy("key " + Printable(key) + " kept changing size while it was read");
 }
 
 Status DBImpl::CheckDestination(const Slice& key, std::span<const MutableSlice> dest,

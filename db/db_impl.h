@@ -21,7 +21,12 @@
 namespace kvengine {
 
 class GpuIo;
+class LocalServer;
 class PeerEnv;
+
+// The file in a DB directory that names the Unix socket its owner serves local clients
+// on (Options::local_listen): DB::Open of a locked directory attaches through it.
+inline constexpr const char* kLocalSocketFile = "LOCAL_SOCKET";
 
 class DBImpl final : public DB {
  public:
@@ -57,6 +62,24 @@ class DBImpl final : public DB {
 
   Logger* info_log() { return &logger_; }
 
+  // ---------------------------------------------------------------- attached clients
+  // The owner's side of DB::Attach (db/local_server.h): a client's put in two steps and
+  // its reads by pin, so value bytes move only between the client and the arena.
+
+  // Reserves arena room for key's value of `size` bytes, checked as a put's key and size.
+  Status ReserveForClient(const Slice& key, uint64_t size, MemoryTier::Reservation* reservation);
+  // Publishes a reservation the client filled, exactly as a local put of those bytes
+  // (version, SSD write-through or retirement of older SSD copies, counters).
+  Status CommitForClient(const Slice& key, MemoryTier::Reservation* reservation);
+  // Makes key's value readable by a client at *value, inside the arena: pinned in the
+  // memory tier (*handle), or -- when only the SSD tier or a peer has it -- read into a
+  // reservation of its own (*staging).  BufferTooSmall when larger than `capacity`,
+  // with value->size() the size needed.
+  Status PinForClient(const Slice& key, uint64_t capacity, MemoryTier::Handle* handle,
+                      MemoryTier::Reservation* staging, Slice* value);
+  // Where the arena is, for the local server to turn pointers into offsets.
+  const NumaArena& arena() const { return memory_->arena(); }
+
  private:
   struct Counters {
     std::atomic<uint64_t> puts{0}, put_bytes{0}, put_failures{0};
@@ -66,10 +89,17 @@ class DBImpl final : public DB {
     std::atomic<uint64_t> batch_calls{0};
   };
 
+  // Serves Options::local_listen and records its path in the directory.
+  Status StartLocalServer();
   Status CheckOpen() const;
   Status CheckKey(const Slice& key) const;
   Status CheckBatchSize(size_t keys, size_t others, const char* what) const;
   Status PutOne(const Slice& key, std::span<const Slice> parts);
+  Status CheckValueSize(const Slice& key, uint64_t size) const;
+  // Stores a checked value in the tiers: `parts` (total `size` bytes), already copied
+  // into `reserved` when it is not null.
+  Status Publish(const Slice& key, std::span<const Slice> parts, uint64_t size,
+                 MemoryTier::Reservation* reserved);
   // Copies key's value into dest's buffers; stores the value size in *size.
   Status GetOne(const Slice& key, std::span<const MutableSlice> dest, uint64_t* size);
   // Checks dest's buffers and stores their total size in *capacity.
@@ -135,6 +165,9 @@ class DBImpl final : public DB {
   // The remote peer Env (env/peer_env.h); null without peers or listen.  Declared last:
   // destroyed first, after Close stopped its server.
   std::unique_ptr<PeerEnv> peer_;
+  // Serves attached processes (Options::local_listen); null when not.  Stopped first by
+  // Close: its connections hold reservations and pins in the memory tier.
+  std::unique_ptr<LocalServer> local_server_;
 };
 
 }  // namespace kvengine

@@ -30,6 +30,8 @@ Status MemoryTier::Create(const Options& options, Logger* logger,
   params.size = options.memory_capacity_bytes / options.memory_slab_size * options.memory_slab_size;
   params.huge_pages = options.use_huge_pages;
   params.prefault = options.prefault_memory;
+  // Attached clients map the arena: it must be a memfd they can receive.
+  params.shared = !options.local_listen.empty();
   std::unique_ptr<NumaArena> arena;
   Status s = NumaArena::Create(params, logger, &arena);
   if (!s.ok()) return s;
@@ -125,9 +127,15 @@ void MemoryTier::Evict(Item* victim) {
   Unref(victim);  // the pin PickVictims took
 }
 
-Status MemoryTier::Put(const Slice& key, std::span<const Slice> parts, uint64_t size,
-                       uint64_t* version, const VersionHook& published) {
-  PerfPoint perf(PerfKey::memory_put);
+void MemoryTier::Reservation::Abandon() {
+  if (item_ != nullptr) {
+    tier_->Unref(item_);  // the reservation's reference: never published, so freed
+    item_ = nullptr;
+  }
+}
+
+Status MemoryTier::Reserve(uint64_t size, Reservation* reservation) {
+  reservation->Abandon();
   if (size > allocator_.capacity()) {
     return Status::InvalidArgument("value of " + FormatSize(size) +
                                    " is larger than the memory tier (" +
@@ -136,15 +144,36 @@ Status MemoryTier::Put(const Slice& key, std::span<const Slice> parts, uint64_t 
   Status s;
   Item* item = AllocateWithEviction(size, &s);
   if (item == nullptr) return s;
+  item->size = size;
+  // The reservation's reference; it becomes the index's at Commit.  Not in the LRU, so
+  // eviction never picks it.
+  item->refs.store(1, std::memory_order_relaxed);
+  reservation->tier_ = this;
+  reservation->item_ = item;
+  return Status::OK();
+}
 
-  char* dst = item->data;
+Status MemoryTier::Put(const Slice& key, std::span<const Slice> parts, uint64_t size,
+                       uint64_t* version, const VersionHook& published) {
+  PerfPoint perf(PerfKey::memory_put);
+  Reservation reservation;
+  Status s = Reserve(size, &reservation);
+  if (!s.ok()) return s;
+  char* dst = reservation.data();
   for (const Slice& part : parts) {
     if (part.size() != 0) std::memcpy(dst, part.data(), part.size());
     dst += part.size();
   }
+  return Commit(key, &reservation, version, published);
+}
+
+Status MemoryTier::Commit(const Slice& key, Reservation* reservation, uint64_t* version,
+                          const VersionHook& published) {
+  if (!reservation->valid()) return Status::InvalidArgument("commit of an empty reservation");
+  Item* item = reservation->item_;
+  reservation->item_ = nullptr;  // its reference is the index's from here on
   item->key.assign(key.data(), key.size());
-  item->size = size;
-  item->refs.store(1, std::memory_order_relaxed);  // the index's reference
+  const uint64_t size = item->size;
 
   Item* replaced = nullptr;
   {

@@ -78,6 +78,40 @@ class MemoryTier {
     Item* item_ = nullptr;
   };
 
+  // Room for one value that nobody can see yet: the first half of a put made in two
+  // steps, for attached clients that copy the bytes in themselves (db/local_server.h).
+  // The caller fills data() and then Commit()s the reservation; a reservation destroyed
+  // uncommitted gives its room back.
+  class Reservation {
+   public:
+    Reservation() = default;
+    ~Reservation() { Abandon(); }
+    Reservation(const Reservation&) = delete;
+    Reservation& operator=(const Reservation&) = delete;
+    Reservation(Reservation&& other) noexcept : tier_(other.tier_), item_(other.item_) {
+      other.item_ = nullptr;
+    }
+    Reservation& operator=(Reservation&& other) noexcept {
+      if (this != &other) {
+        Abandon();
+        tier_ = other.tier_;
+        item_ = other.item_;
+        other.item_ = nullptr;
+      }
+      return *this;
+    }
+    bool valid() const { return item_ != nullptr; }
+    char* data() const { return item_->data; }
+    uint64_t size() const { return item_->size; }
+    // Gives the room back (no-op when already committed or abandoned).
+    void Abandon();
+
+   private:
+    friend class MemoryTier;
+    MemoryTier* tier_ = nullptr;
+    Item* item_ = nullptr;
+  };
+
   // Maps the arena and builds the index.  `version_source` hands out versions; it is
   // shared with the other tiers so versions are monotonic across the DB.
   static Status Create(const Options& options, Logger* logger,
@@ -98,6 +132,13 @@ class MemoryTier {
   // can never fit.
   Status Put(const Slice& key, std::span<const Slice> parts, uint64_t size, uint64_t* version,
              const VersionHook& published = nullptr);
+
+  // Put in two steps: Reserve room for `size` bytes (evicting as Put does; same errors),
+  // then Commit the filled reservation under key, which publishes it exactly as Put
+  // would (version, `published` hook, replaced value unpublished).
+  Status Reserve(uint64_t size, Reservation* reservation);
+  Status Commit(const Slice& key, Reservation* reservation, uint64_t* version,
+                const VersionHook& published = nullptr);
 
   // Inserts a value read from another tier with its existing `version` (promotion).
   // Under the key's lock it gives up, returning false, when the key is already in memory

@@ -1,11 +1,14 @@
 // kv_server: serves a kvengine DB to peers.
 //
 //   kv_server --db=PATH --listen=HOST:PORT [--transport=auto|tcp|rdma]
-//             [--auth_token_file=F] [--options=name=value,...]
+//             [--local_listen=SOCKET] [--auth_token_file=F] [--options=name=value,...]
 //   kv_server --stats=HOST:PORT [--auth_token_file=F]     print a server's stats
 //
 // It listens on loopback by default (127.0.0.1:7400); any other address requires an
 // auth token file.  It prints "kv_server: serving PATH on HOST:PORT over T" once ready.
+// --local_listen=SOCKET also serves processes of this host that attach (DB::Attach,
+// docs/attach.md) on that Unix socket; given without --listen, only them, and it prints
+// "kv_server: serving PATH to local clients on SOCKET".
 // SIGTERM (or SIGINT) stops accepting, drains requests in flight, flushes and exits 0.
 #include <signal.h>
 
@@ -22,7 +25,8 @@ namespace {
 void Usage() {
   std::fprintf(stderr,
                "usage: kv_server --db=PATH [--listen=HOST:PORT] [--transport=auto|tcp|rdma]\n"
-               "                 [--auth_token_file=F] [--options=name=value,...]\n"
+               "                 [--local_listen=SOCKET] [--auth_token_file=F]\n"
+               "                 [--options=name=value,...]\n"
                "       kv_server --stats=HOST:PORT [--auth_token_file=F]\n");
 }
 
@@ -60,9 +64,14 @@ int PrintStats(const std::string& where, const std::string& token_file) {
 
 int main(int argc, char** argv) {
   std::string db_path, listen = "127.0.0.1:7400", transport = "auto", token_file, options_text,
-                       stats;
+                       stats, local_listen;
+  bool listen_given = false;
   for (int i = 1; i < argc; i++) {
-    if (Flag(argv[i], "--db", &db_path) || Flag(argv[i], "--listen", &listen) ||
+    if (Flag(argv[i], "--listen", &listen)) {
+      listen_given = true;
+      continue;
+    }
+    if (Flag(argv[i], "--db", &db_path) || Flag(argv[i], "--local_listen", &local_listen) ||
         Flag(argv[i], "--transport", &transport) ||
         Flag(argv[i], "--auth_token_file", &token_file) ||
         Flag(argv[i], "--options", &options_text) || Flag(argv[i], "--stats", &stats)) {
@@ -94,7 +103,10 @@ int main(int argc, char** argv) {
             ? kvengine::Status::InvalidArgument("--options item '" + item + "' lacks '='")
             : options.Set(item.substr(0, eq), item.substr(eq + 1));
   }
+  // --local_listen alone serves local clients only.
+  if (!local_listen.empty() && !listen_given) listen.clear();
   if (s.ok()) s = options.Set("listen", listen);
+  if (s.ok() && !local_listen.empty()) s = options.Set("local_listen", local_listen);
   if (s.ok()) s = options.Set("peer_transport", transport);
   if (s.ok() && !token_file.empty()) s = options.Set("peer_auth_token_file", token_file);
   if (!s.ok()) {
@@ -127,7 +139,14 @@ int main(int argc, char** argv) {
     if (eol == std::string::npos) break;
     pos = eol + 1;
   }
-  std::printf("kv_server: serving %s on %s over %s\n", db_path.c_str(), bound.c_str(), via.c_str());
+  if (!listen.empty()) {
+    std::printf("kv_server: serving %s on %s over %s\n", db_path.c_str(), bound.c_str(),
+                via.c_str());
+  }
+  if (!local_listen.empty()) {
+    std::printf("kv_server: serving %s to local clients on %s\n", db_path.c_str(),
+                local_listen.c_str());
+  }
   std::fflush(stdout);
 
   int sig = 0;

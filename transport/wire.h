@@ -45,6 +45,16 @@ enum Op : uint8_t {
   kRdmaConnect = 10,     // client QP parameters -> server QP parameters and arena rkey
   kValueSize = 11,       // keys -> results (value size, or negative error)
   kDeleteMatching = 12,  // match mode + pattern -> count of keys removed (local tiers)
+
+  // Attached clients only, on the owner's Unix socket (db/local_server.h,
+  // docs/attach.md).  Locations are offsets in the shared arena.
+  kAttach = 32,          // owner -> client at connect: status, arena size (fd alongside)
+  kReserve = 33,         // keys + sizes -> results + locations (offset, reservation id)
+  kCommit = 34,          // keys + reservation ids -> results (published as local puts)
+  kPin = 35,             // keys + capacities -> results + locations (offset, size, lease)
+  kUnpin = 36,           // lease ids; one-way: never answered
+  kFlush = 37,           // -> status
+  kCompactBuckets = 38,  // -> status, fixed64 bytes reclaimed
 };
 // A server answers a well-formed frame carrying an op it does not know with
 // NotSupported and keeps the connection; servers built before ops 11 and 12 existed

@@ -1,5 +1,6 @@
 #include "util/numa_arena.h"
 
+#include <fcntl.h>
 #include <numa.h>
 #include <sched.h>
 #include <sys/mman.h>
@@ -11,6 +12,9 @@
 #include "util/config_parse.h"
 #include "util/logging.h"
 
+#ifndef MFD_HUGE_2MB
+#define MFD_HUGE_2MB (21u << 26)  // log2(2 MiB) << MFD_HUGE_SHIFT (linux/memfd.h)
+#endif
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
@@ -19,7 +23,25 @@ namespace kvengine {
 
 namespace {
 constexpr size_t kHugePageSize = 2u << 20;
+
+// Maps `size` bytes of a new memfd shared; stores the fd in *fd.  MAP_FAILED (and *fd
+// -1) when the kernel refuses, errno set.
+void* MapSharedMemfd(size_t size, bool huge, int* fd) {
+  *fd = ::memfd_create("kvengine-arena", MFD_CLOEXEC | (huge ? MFD_HUGETLB | MFD_HUGE_2MB : 0));
+  if (*fd < 0) return MAP_FAILED;
+  void* p = MAP_FAILED;
+  if (::ftruncate(*fd, static_cast<off_t>(size)) == 0) {
+    p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
+  }
+  if (p == MAP_FAILED) {
+    const int saved = errno;
+    ::close(*fd);
+    *fd = -1;
+    errno = saved;
+  }
+  return p;
 }
+}  // namespace
 
 Status NumaArena::Create(const Params& params, Logger* logger, std::unique_ptr<NumaArena>* result) {
   result->reset();
@@ -27,9 +49,11 @@ Status NumaArena::Create(const Params& params, Logger* logger, std::unique_ptr<N
   const size_t size = (params.size + kHugePageSize - 1) / kHugePageSize * kHugePageSize;
   const char* backing = "4k";
   void* p = MAP_FAILED;
+  int fd = -1;
   if (params.huge_pages) {
-    p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1,
-               0);
+    p = params.shared ? MapSharedMemfd(size, /*huge=*/true, &fd)
+                      : ::mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                               MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
     if (p != MAP_FAILED) {
       backing = "hugetlb";
     } else if (logger != nullptr) {
@@ -40,8 +64,9 @@ Status NumaArena::Create(const Params& params, Logger* logger, std::unique_ptr<N
     }
   }
   if (p == MAP_FAILED) {
-    p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-               -1, 0);
+    p = params.shared ? MapSharedMemfd(size, /*huge=*/false, &fd)
+                      : ::mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
       return Status::NoSpace("cannot map a memory arena of " + FormatSize(size),
                              std::strerror(errno));
@@ -63,6 +88,7 @@ Status NumaArena::Create(const Params& params, Logger* logger, std::unique_ptr<N
     if (::madvise(base, size, MADV_POPULATE_WRITE) != 0) {
       if (errno == ENOMEM || errno == EFAULT) {
         ::munmap(base, size);
+        if (fd >= 0) ::close(fd);
         return Status::NoSpace("cannot populate a memory arena of " + FormatSize(size),
                                "not enough free memory (set prefault_memory=false to defer)");
       }
@@ -71,10 +97,13 @@ Status NumaArena::Create(const Params& params, Logger* logger, std::unique_ptr<N
       for (size_t off = 0; off < size; off += page) base[off] = 0;
     }
   }
-  result->reset(new NumaArena(base, size, backing, node));
+  result->reset(new NumaArena(base, size, backing, node, fd));
   return Status::OK();
 }
 
-NumaArena::~NumaArena() { ::munmap(base_, size_); }
+NumaArena::~NumaArena() {
+  ::munmap(base_, size_);
+  if (fd_ >= 0) ::close(fd_);
+}
 
 }  // namespace kvengine

@@ -1,6 +1,10 @@
 // NumaArena: one large page-aligned region of memory on the calling thread's NUMA node,
 // optionally backed by huge pages and pre-faulted.  The memory tier carves its slabs out
 // of it and transports register it once (RDMA memory region).
+//
+// A shared arena (Params::shared) is a memfd mapped MAP_SHARED instead of anonymous
+// memory, so that attached client processes can map the same pages (docs/attach.md):
+// the owner passes fd() over a Unix socket and each client maps it once.
 #ifndef KVENGINE_UTIL_NUMA_ARENA_H_
 #define KVENGINE_UTIL_NUMA_ARENA_H_
 
@@ -20,10 +24,14 @@ class NumaArena {
     size_t size = 0;
     bool huge_pages = false;
     bool prefault = true;
+    // Back the arena with a memfd that other processes can map (see fd()).
+    bool shared = false;
   };
 
   // Maps params.size bytes (rounded up to 2 MiB).  With huge_pages, tries explicit huge
-  // pages first and falls back, with a logged message, to transparent huge pages.
+  // pages first and falls back, with a logged message, to transparent huge pages (for a
+  // shared arena: a hugetlb memfd first, then an ordinary memfd advised MADV_HUGEPAGE,
+  // which the kernel honours when shmem_enabled allows it).
   // NoSpace when the system cannot provide the memory.
   static Status Create(const Params& params, Logger* logger, std::unique_ptr<NumaArena>* result);
 
@@ -37,15 +45,18 @@ class NumaArena {
   const char* backing() const { return backing_; }
   // The NUMA node the arena was bound to, or -1 without NUMA support.
   int numa_node() const { return numa_node_; }
+  // The memfd behind a shared arena (owned by the arena), or -1.
+  int fd() const { return fd_; }
 
  private:
-  NumaArena(char* base, size_t size, const char* backing, int node)
-      : base_(base), size_(size), backing_(backing), numa_node_(node) {}
+  NumaArena(char* base, size_t size, const char* backing, int node, int fd)
+      : base_(base), size_(size), backing_(backing), numa_node_(node), fd_(fd) {}
 
   char* const base_;
   const size_t size_;
   const char* const backing_;
   const int numa_node_;
+  const int fd_;
 };
 
 }  // namespace kvengine

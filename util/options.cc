@@ -151,6 +151,10 @@ const std::vector<OptionEntry>& Table() {
       StringOption("peer_auth_token_file", &Options::peer_auth_token_file),
       SizeOption("peer_timeout_ms", &Options::peer_timeout_ms),
       BoolOption("promote_from_peers", &Options::promote_from_peers),
+      StringOption("local_listen", &Options::local_listen),
+      StringOption("local_listen_mode", &Options::local_listen_mode),
+      StringOption("local_listen_group", &Options::local_listen_group),
+      StringOption("local_allowed_uids", &Options::local_allowed_uids),
       EnumOption("peer_transport", &Options::peer_transport, PeerTransportNames),
       EnumOption("log_level", &Options::log_level, LogLevelNames),
       StringOption("log_file", &Options::log_file),
@@ -228,6 +232,12 @@ Status Options::Validate() const {
                                    std::to_string(max_key_size));
   }
   if (max_batch_size == 0) return Status::InvalidArgument("max_batch_size must be positive");
+  if (local_listen_mode.empty() || local_listen_mode.size() > 4 ||
+      local_listen_mode.find_first_not_of("01234567") != std::string::npos) {
+    return Status::InvalidArgument(
+        "local_listen_mode must be octal permission bits like 0600, got '" + local_listen_mode +
+        "'");
+  }
   if (bucket_keys_limit == 0) return Status::InvalidArgument("bucket_keys_limit must be positive");
   if (bucket_size_limit < (64u << 10) || bucket_size_limit > (4ull << 30)) {
     return Status::InvalidArgument("bucket_size_limit must be in [64KiB, 4GiB], got " +

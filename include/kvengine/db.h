@@ -59,6 +59,23 @@ class DB {
   // On success stores the DB in *db and returns OK; on failure stores nullptr.
   static Status Open(const Options& options, const std::string& path, std::unique_ptr<DB>* db);
 
+  // Attaches to the DB that another process of this host serves on the Unix socket
+  // `socket_path` (opened with Options::local_listen; see docs/attach.md).  The DB
+  // returned has this whole API, served by that owner: results, error codes and
+  // properties are the owner's, and value bytes are copied once, between the caller's
+  // buffers and the owner's memory tier, which this process maps.  Of `options` only
+  // peer_timeout_ms (the longest any call may take) and perf_level are used; the DB's
+  // own options are the owner's.  The owner must run as the same uid (or allow this
+  // one; root is always allowed): the arena is shared memory, and the trust boundary.
+  //
+  // When the owner dies or stops answering, every call fails with IOError naming the
+  // socket; the next call reconnects, so the DB recovers by itself once an owner serves
+  // the path again.  Close() detaches (the owner's DB stays open).
+  // On success stores the DB in *db and returns OK; on failure (no owner serving, or a
+  // refused uid) stores nullptr.
+  static Status Attach(const Options& options, const std::string& socket_path,
+                       std::unique_ptr<DB>* db);
+
   DB() = default;
   DB(const DB&) = delete;
   DB& operator=(const DB&) = delete;

@@ -269,6 +269,32 @@ struct Options {
   // Default: auto
   PeerTransport peer_transport = PeerTransport::kAuto;
 
+  // ---------------------------------------------------------------- local clients
+  // Serve this DB to other processes of this host on the Unix domain socket at this
+  // path (see docs/attach.md): they call DB::Attach (or DB::Open of this directory) and
+  // move value bytes directly in and out of the memory tier's arena, which then lives in
+  // shared memory.  The path is recorded in the DB directory (file LOCAL_SOCKET) so that
+  // DB::Open of the directory by another process attaches instead of failing Busy.
+  // Empty: not serving local clients.
+  // Default: ""
+  std::string local_listen;
+
+  // Permission bits of the socket file, in octal ("0600", "0660").  The socket is the
+  // door to the whole DB, arena included; widen it only together with
+  // local_allowed_uids.
+  // Default: 0600
+  std::string local_listen_mode = "0600";
+
+  // Group given to the socket file (a name or a number).  Empty: the owner's group.
+  // Default: ""
+  std::string local_listen_group;
+
+  // Uids, besides the owner's own and root's (always allowed), that may attach:
+  // "1001,1002".  Every connection's peer credentials (SO_PEERCRED) are checked; others
+  // are refused and logged.
+  // Default: ""
+  std::string local_allowed_uids;
+
   // ---------------------------------------------------------------- logging
   // Least severe message written to the log: "debug", "info", "warn", "error", "off".
   // Default: warn

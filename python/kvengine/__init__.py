@@ -99,7 +99,9 @@ class DB(_kvengine.Store):
 
     DB(path, **options) opens it (raising ValueError for an unknown option name or a bad
     value, kvengine.Error for an engine failure such as Busy when another process holds
-    the directory).  DB() makes an unopened store to open later with setup().
+    the directory).  When that process serves local clients (local_listen), DB(path)
+    attaches to it instead, so every process of the host opening the path shares one
+    store (docs/attach.md).  DB() makes an unopened store to open later with setup().
     Options are the names of kvengine::Options (OPTION_NAMES), with values as Python
     ints, floats, bools or strings in the syntax of options.h ("64MiB", "lru", ...).
     """
@@ -185,3 +187,14 @@ class DB(_kvengine.Store):
 def open(path, **options):  # noqa: A001 -- the module's constructor, as in dbm.open
     """Opens the DB at path; same as DB(path, **options)."""
     return DB(path, **options)
+
+
+def attach(socket_path, **options):
+    """Attaches to the DB another process of this host serves on the Unix socket
+    socket_path (opened with local_listen=...): a DB whose calls that owner serves, with
+    values copied once through its shared memory.  Of the options, peer_timeout_ms (the
+    longest a call may take) matters.  Raises kvengine.Error (IOError) when no owner
+    serves the path or it refuses this uid."""
+    db = DB()
+    db._attach(os.fspath(socket_path), _option_strings(options))
+    return db

@@ -311,29 +311,13 @@ class Store {
 
   // Opens the DB; raises ValueError for a bad option, kvengine.Error for an engine failure.
   void Open(const std::string& path, const std::map<std::string, std::string>& opts) {
-    Options options;
-    for (const auto& [name, value] : opts) {
-      if (name == "apply_environment") {  // a field Options::Set leaves alone on purpose
-        options.apply_environment = ParseBool(name, value);
-        continue;
-      }
-      Status s = options.Set(name, value);
-      if (!s.ok()) throw py::value_error(s.message());
-    }
-    if (GetDb() != nullptr) throw py::value_error("the store is already open; close() it first");
-    std::unique_ptr<DB> db;
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      s = DB::Open(options, path, &db);
-    }
-    if (!s.ok()) {
-      if (s.IsInvalidArgument()) throw py::value_error(s.message());
-      throw ToError(s);
-    }
-    std::lock_guard<std::mutex> l(mu_);
-    db_ = std::shared_ptr<DB>(std::move(db));
-    path_ = path;
+    Connect(path, opts, DB::Open);
+  }
+
+  // Attaches to the DB an owner process serves on the Unix socket `socket_path`
+  // (DB::Attach); errors as Open's.
+  void Attach(const std::string& socket_path, const std::map<std::string, std::string>& opts) {
+    Connect(socket_path, opts, DB::Attach);
   }
 
   int Close() {
@@ -677,6 +661,34 @@ class Store {
   }
 
  private:
+  using Opener = Status (*)(const Options&, const std::string&, std::unique_ptr<DB>*);
+  void Connect(const std::string& where, const std::map<std::string, std::string>& opts,
+               Opener opener) {
+    Options options;
+    for (const auto& [name, value] : opts) {
+      if (name == "apply_environment") {  // a field Options::Set leaves alone on purpose
+        options.apply_environment = ParseBool(name, value);
+        continue;
+      }
+      Status s = options.Set(name, value);
+      if (!s.ok()) throw py::value_error(s.message());
+    }
+    if (GetDb() != nullptr) throw py::value_error("the store is already open; close() it first");
+    std::unique_ptr<DB> db;
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = opener(options, where, &db);
+    }
+    if (!s.ok()) {
+      if (s.IsInvalidArgument()) throw py::value_error(s.message());
+      throw ToError(s);
+    }
+    std::lock_guard<std::mutex> l(mu_);
+    db_ = std::shared_ptr<DB>(std::move(db));
+    path_ = where;
+  }
+
   std::shared_ptr<DB> GetDb() {
     std::lock_guard<std::mutex> l(mu_);
     return db_;
@@ -796,6 +808,7 @@ PYBIND11_MODULE(_kvengine, m) {
   py::class_<Store>(m, "Store")
       .def(py::init<>())
       .def("_open", &Store::Open, py::arg("path"), py::arg("options"))
+      .def("_attach", &Store::Attach, py::arg("socket_path"), py::arg("options"))
       .def("close", &Store::Close, "Closes the store. Returns 0 or a negative error code.")
       .def_property_readonly("is_open", &Store::IsOpen)
       .def_property_readonly("path", &Store::Path)

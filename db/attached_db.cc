@@ -1,0 +1,482 @@
+#include "db/attached_db.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <limits>
+#include <unordered_set>
+
+#include "transport/read_validation.h"
+#include "transport/unix_socket.h"
+#include "transport/wire.h"
+#include "util/buffers.h"
+#include "util/coding.h"
+
+namespace kvengine {
+
+namespace {
+
+uint64_t PartsTotal(const ValueParts& parts) {
+  uint64_t n = 0;
+  for (const Slice& p : parts) n += p.size();
+  return n;
+}
+
+}  // namespace
+
+Status DB::Attach(const Options& options, const std::string& socket_path, std::unique_ptr<DB>* db) {
+  db->reset();
+  Options effective = options;
+  if (effective.apply_environment) {
+    Status s = effective.ApplyEnvironment();
+    if (!s.ok()) return s;
+  }
+  SetPerfLevel(effective.perf_level);
+  auto client = std::make_unique<AttachedDB>(effective, socket_path);
+  Status s = client->Connect();
+  if (!s.ok()) return s;
+  *db = std::move(client);
+  return Status::OK();
+}
+
+AttachedDB::AttachedDB(const Options& options, std::string socket_path)
+    : options_(options), socket_path_(std::move(socket_path)) {}
+
+AttachedDB::~AttachedDB() { Close(); }
+
+Status AttachedDB::Connect() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ConnectLocked();
+}
+
+Status AttachedDB::Close() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) return Status::OK();
+  closed_ = true;
+  DisconnectLocked();
+  return Status::OK();
+}
+
+Status AttachedDB::Lost(const std::string& what) {
+  DisconnectLocked();
+  return Status::IOError("attached DB at " + socket_path_, what);
+}
+
+Status AttachedDB::ConnectLocked() {
+  if (closed_) return Status::Aborted("DB is closed");
+  if (fd_ >= 0) return Status::OK();
+  const Deadline deadline = DeadlineIn(options_.peer_timeout_ms);
+  Status s = ConnectUnix(socket_path_, deadline, &fd_);
+  if (!s.ok()) return Status::IOError("attached DB at " + socket_path_, s.ToString());
+  int arena_fd = -1;
+  s = ReceiveDescriptor(fd_, deadline, &arena_fd);
+  wire::FrameHeader h;
+  std::string meta;
+  if (s.ok()) s = ReadFrame(fd_, deadline, &h, &meta);
+  if (!s.ok()) {
+    if (arena_fd >= 0) close(arena_fd);
+    return Lost(s.ToString());
+  }
+  std::string_view in(meta);
+  Status owner;
+  uint64_t size = 0;
+  if (h.op != wire::kAttach || !wire::GetBatchStatus(&in, &owner) || !GetFixed64(&in, &size)) {
+    if (arena_fd >= 0) close(arena_fd);
+    return Lost("malformed greeting from the owner");
+  }
+  if (!owner.ok() || arena_fd < 0) {
+    if (arena_fd >= 0) close(arena_fd);
+    DisconnectLocked();
+    return owner.ok() ? Status::IOError("attached DB at " + socket_path_, "no arena was passed")
+                      : owner;
+  }
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, arena_fd, 0);
+  const int map_errno = errno;
+  close(arena_fd);  // the mapping keeps the memory
+  if (p == MAP_FAILED)
+    return Lost(std::string("cannot map the arena: ") + std::strerror(map_errno));
+  arena_ = static_cast<char*>(p);
+  arena_size_ = size;
+  return Status::OK();
+}
+
+void AttachedDB::DisconnectLocked() {
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+  // The owner gave back everything this connection held; a new one brings a new arena.
+  if (arena_ != nullptr) munmap(arena_, arena_size_);
+  arena_ = nullptr;
+  arena_size_ = 0;
+}
+
+Status AttachedDB::CallLocked(uint8_t op, const std::string& meta, std::string* answer) {
+  Status s = ConnectLocked();
+  if (!s.ok()) return s;
+  const uint64_t id = ++next_request_;
+  const Deadline deadline = DeadlineIn(options_.peer_timeout_ms);
+  s = SendFrame(fd_, op, 0, id, meta, {}, deadline);
+  if (!s.ok()) return Lost(s.ToString());
+  wire::FrameHeader h;
+  s = ReadFrame(fd_, deadline, &h, answer);
+  if (!s.ok()) return Lost(s.ToString());
+  if (h.op != op || h.request_id != id || !(h.flags & wire::kFlagResponse)) {
+    return Lost("answer out of step with the request");
+  }
+  return Status::OK();
+}
+
+void AttachedDB::SendLocked(uint8_t op, const std::string& meta) {
+  if (fd_ < 0) return;
+  Status s = SendFrame(fd_, op, 0, ++next_request_, meta, {}, DeadlineIn(options_.peer_timeout_ms));
+  if (!s.ok()) Lost(s.ToString());
+}
+
+char* AttachedDB::ArenaAt(uint64_t offset, uint64_t size) const {
+  if (arena_ == nullptr || offset > arena_size_ || size > arena_size_ - offset) return nullptr;
+  return arena_ + offset;
+}
+
+Status AttachedDB::CheckBatch(size_t keys, size_t others, const void* results,
+                              const char* what) const {
+  if (results == nullptr) return Status::InvalidArgument("results pointer is null");
+  if (keys != others) {
+    return Status::InvalidArgument(std::to_string(keys) + " keys but " + std::to_string(others) +
+                                   " " + what);
+  }
+  return Status::OK();
+}
+
+Status AttachedDB::CallForResults(uint8_t op, const std::string& meta, size_t expected,
+                                  std::vector<int64_t>* results) {
+  results->clear();
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string answer;
+  Status s = CallLocked(op, meta, &answer);
+  if (!s.ok()) return s;
+  std::string_view in(answer);
+  Status batch;
+  if (!wire::GetBatchStatus(&in, &batch)) return Lost("malformed answer");
+  if (!batch.ok()) return batch;
+  if (!wire::GetResults(&in, results) || results->size() != expected) {
+    results->clear();
+    return Lost("malformed answer");
+  }
+  return Status::OK();
+}
+
+Status AttachedDB::CallForCount(uint8_t op, const std::string& meta, uint64_t* count) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string answer;
+  Status s = CallLocked(op, meta, &answer);
+  if (!s.ok()) return s;
+  std::string_view in(answer);
+  Status batch;
+  uint64_t n = 0;
+  if (!wire::GetBatchStatus(&in, &batch) || !GetFixed64(&in, &n)) return Lost("malformed answer");
+  if (count != nullptr) *count = n;
+  return batch;
+}
+
+// ------------------------------------------------------------------ puts
+
+Status AttachedDB::BatchPut(const WriteOptions&, std::span<const Slice> keys,
+                            std::span<const ValueParts> values, std::vector<int64_t>* results) {
+  Status s = CheckBatch(keys.size(), values.size(), results, "values");
+  if (!s.ok()) return s;
+  results->clear();
+  if (keys.size() > 1) {
+    std::unordered_set<std::string_view> seen;
+    for (const Slice& key : keys) {
+      if (!seen.insert(key.view()).second) {
+        return Status::InvalidArgument("BatchPut names a key more than once; nothing was written");
+      }
+    }
+  }
+  results->assign(keys.size(), 0);
+  // Keys whose buffers are fine go to the owner; sent[j] is their index in keys.
+  std::vector<size_t> sent;
+  std::vector<Slice> sent_keys;
+  std::vector<uint64_t> sizes;
+  for (size_t i = 0; i < keys.size(); i++) {
+    bool ok = true;
+    for (const Slice& part : values[i]) ok = ok && (part.data() != nullptr || part.size() == 0);
+    if (!ok) {
+      (*results)[i] = Status::InvalidArgument("").ErrorCode();
+      continue;
+    }
+    sent.push_back(i);
+    sent_keys.push_back(keys[i]);
+    sizes.push_back(PartsTotal(values[i]));
+  }
+  if (sent.empty()) return Status::OK();
+
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string meta, answer;
+  wire::PutKeys(&meta, sent_keys, sizes.data());
+  s = CallLocked(wire::kReserve, meta, &answer);
+  if (!s.ok()) {
+    results->clear();
+    return s;
+  }
+  std::string_view in(answer);
+  Status batch;
+  std::vector<int64_t> reserved;
+  std::vector<RemoteLocation> locs;
+  if (!wire::GetBatchStatus(&in, &batch) ||
+      (batch.ok() && (!DecodeLocations(&in, &reserved, &locs) || reserved.size() != sent.size()))) {
+    results->clear();
+    return Lost("malformed answer to RESERVE");
+  }
+  if (!batch.ok()) {
+    results->clear();
+    return batch;
+  }
+  // Copy each value into its slot: the one copy of its bytes.
+  std::vector<Slice> commit_keys;
+  std::vector<uint64_t> ids;
+  std::vector<size_t> committed;
+  for (size_t j = 0; j < sent.size(); j++) {
+    if (reserved[j] < 0) {
+      (*results)[sent[j]] = reserved[j];
+      continue;
+    }
+    char* dst = ArenaAt(locs[j].offset, sizes[j]);
+    if (dst == nullptr) return Lost("slot outside the arena");
+    for (const Slice& part : values[sent[j]]) {
+      if (part.size() != 0) std::memcpy(dst, part.data(), part.size());
+      dst += part.size();
+    }
+    commit_keys.push_back(sent_keys[j]);
+    ids.push_back(locs[j].lease);
+    committed.push_back(sent[j]);
+  }
+  if (committed.empty()) return Status::OK();
+  meta.clear();
+  wire::PutKeys(&meta, commit_keys, ids.data());
+  s = CallLocked(wire::kCommit, meta, &answer);
+  std::vector<int64_t> published;
+  if (s.ok()) {
+    in = answer;
+    if (!wire::GetBatchStatus(&in, &batch) || !wire::GetResults(&in, &published) ||
+        published.size() != committed.size()) {
+      s = Lost("malformed answer to COMMIT");
+    } else {
+      s = batch;
+    }
+  }
+  if (!s.ok()) {
+    // Whether the owner published them is unknown: every key of the batch fails.
+    results->clear();
+    return s;
+  }
+  for (size_t j = 0; j < committed.size(); j++) (*results)[committed[j]] = published[j];
+  return Status::OK();
+}
+
+Status AttachedDB::Put(const WriteOptions& options, const Slice& key, const Slice& value) {
+  const ValueParts parts{value};
+  std::vector<int64_t> results;
+  Status s = BatchPut(options, std::span<const Slice>(&key, 1),
+                      std::span<const ValueParts>(&parts, 1), &results);
+  if (!s.ok()) return s;
+  return results[0] == 0 ? Status::OK()
+                         : Status::FromErrorCode(static_cast<int>(results[0]), "put");
+}
+
+// ------------------------------------------------------------------ gets
+
+Status AttachedDB::BatchGetInto(const ReadOptions&, std::span<const Slice> keys,
+                                std::span<const Destination> destinations,
+                                std::vector<int64_t>* results) {
+  Status s = CheckBatch(keys.size(), destinations.size(), results, "destinations");
+  if (!s.ok()) return s;
+  results->clear();
+  std::vector<uint64_t> capacity(keys.size(), 0);
+  std::vector<bool> bad(keys.size(), false);
+  for (size_t i = 0; i < keys.size(); i++) {
+    for (const MutableSlice& d : destinations[i]) {
+      if (d.data() == nullptr && d.size() != 0) bad[i] = true;
+      capacity[i] += d.size();
+    }
+    if (bad[i]) capacity[i] = 0;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string meta, answer;
+  wire::PutKeys(&meta, keys, capacity.data());
+  s = CallLocked(wire::kPin, meta, &answer);
+  if (!s.ok()) return s;
+  std::string_view in(answer);
+  Status batch;
+  std::vector<int64_t> pinned;
+  std::vector<RemoteLocation> locs;
+  if (!wire::GetBatchStatus(&in, &batch) ||
+      (batch.ok() && (!DecodeLocations(&in, &pinned, &locs) || pinned.size() != keys.size()))) {
+    return Lost("malformed answer to PIN");
+  }
+  if (!batch.ok()) return batch;
+  results->assign(keys.size(), 0);
+  std::string unpin;
+  uint32_t leases = 0;
+  PutFixed32(&unpin, 0);
+  for (size_t i = 0; i < keys.size(); i++) {
+    if (pinned[i] < 0) {
+      (*results)[i] = bad[i] ? Status::InvalidArgument("").ErrorCode() : pinned[i];
+      continue;
+    }
+    const char* src = ArenaAt(locs[i].offset, locs[i].size);
+    if (src == nullptr) return Lost("value outside the arena");
+    if (bad[i]) {
+      (*results)[i] = Status::InvalidArgument("").ErrorCode();
+    } else {
+      ScatterCopy(src, locs[i].size, destinations[i]);
+      (*results)[i] = static_cast<int64_t>(locs[i].size);
+    }
+    PutFixed64(&unpin, locs[i].lease);
+    leases++;
+  }
+  if (leases > 0) {
+    std::memcpy(unpin.data(), &leases, 4);  // fixed32 is little-endian, as the host
+    SendLocked(wire::kUnpin, unpin);
+  }
+  return Status::OK();
+}
+
+Status AttachedDB::GetInto(const ReadOptions& options, const Slice& key, MutableSlice buffer,
+                           size_t* value_size) {
+  const Destination dest{buffer};
+  std::vector<int64_t> results;
+  Status s = BatchGetInto(options, std::span<const Slice>(&key, 1),
+                          std::span<const Destination>(&dest, 1), &results);
+  if (!s.ok()) return s;
+  if (results[0] >= 0) {
+    *value_size = static_cast<size_t>(results[0]);
+    return Status::OK();
+  }
+  if (results[0] == Status::BufferTooSmall("").ErrorCode()) {
+    uint64_t size = 0;
+    if (GetValueSize(key, &size).ok()) *value_size = size;
+  }
+  return Status::FromErrorCode(static_cast<int>(results[0]), "get");
+}
+
+Status AttachedDB::Get(const ReadOptions& options, const Slice& key, std::string* value) {
+  // Sized first, then read; a value that grew in between is read again.
+  for (int attempt = 0; attempt < 4; attempt++) {
+    uint64_t size = 0;
+    Status s = GetValueSize(key, &size);
+    if (!s.ok()) return s;
+    value->resize(size);
+    size_t got = 0;
+    s = GetInto(options, key, MutableSlice(value->data(), size), &got);
+    if (s.ok()) {
+      value->resize(got);
+      return s;
+    }
+    if (!s.IsBufferTooSmall()) return s;
+  }
+  return Status::Busy("value kept changing size while it was read");
+}
+
+Status AttachedDB::GetValueSize(const Slice& key, uint64_t* size) {
+  std::string meta;
+  wire::PutKeys(&meta, std::span<const Slice>(&key, 1), nullptr);
+  std::vector<int64_t> results;
+  Status s = CallForResults(wire::kValueSize, meta, 1, &results);
+  if (!s.ok()) return s;
+  if (results[0] < 0) return Status::FromErrorCode(static_cast<int>(results[0]), "value size");
+  *size = static_cast<uint64_t>(results[0]);
+  return Status::OK();
+}
+
+// ------------------------------------------------------------------ plain requests
+
+Status AttachedDB::BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) {
+  if (results == nullptr) return Status::InvalidArgument("results pointer is null");
+  std::string meta;
+  wire::PutKeys(&meta, keys, nullptr);
+  return CallForResults(wire::kExists, meta, keys.size(), results);
+}
+
+Status AttachedDB::BatchDelete(const WriteOptions&, std::span<const Slice> keys,
+                               std::vector<int64_t>* results) {
+  if (results == nullptr) return Status::InvalidArgument("results pointer is null");
+  std::string meta;
+  wire::PutKeys(&meta, keys, nullptr);
+  return CallForResults(wire::kDelete, meta, keys.size(), results);
+}
+
+Status AttachedDB::Delete(const WriteOptions& options, const Slice& key) {
+  std::vector<int64_t> results;
+  Status s = BatchDelete(options, std::span<const Slice>(&key, 1), &results);
+  if (!s.ok()) return s;
+  return results[0] == 0 ? Status::OK()
+                         : Status::FromErrorCode(static_cast<int>(results[0]), "delete");
+}
+
+Status AttachedDB::DeleteByRegex(const std::string& pattern, uint64_t* deleted) {
+  std::string meta;
+  wire::PutDeleteMatching(&meta, wire::kMatchRegex, pattern);
+  return CallForCount(wire::kDeleteMatching, meta, deleted);
+}
+
+Status AttachedDB::DeleteAll(uint64_t* deleted) {
+  std::string meta;
+  wire::PutDeleteMatching(&meta, wire::kMatchAll, "");
+  return CallForCount(wire::kDeleteMatching, meta, deleted);
+}
+
+Status AttachedDB::Flush() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string answer;
+  Status s = CallLocked(wire::kFlush, "", &answer);
+  if (!s.ok()) return s;
+  std::string_view in(answer);
+  Status owner;
+  if (!wire::GetBatchStatus(&in, &owner)) return Lost("malformed answer to FLUSH");
+  return owner;
+}
+
+Status AttachedDB::CompactBuckets(uint64_t* reclaimed_bytes) {
+  return CallForCount(wire::kCompactBuckets, "", reclaimed_bytes);
+}
+
+bool AttachedDB::GetProperty(const std::string& name, std::string* value) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string meta, answer;
+  PutLengthPrefixed(&meta, name);
+  if (!CallLocked(wire::kProperty, meta, &answer).ok()) return false;
+  std::string_view in(answer), text;
+  Status known;
+  if (!wire::GetBatchStatus(&in, &known) || !GetLengthPrefixed(&in, &text) || !known.ok()) {
+    return false;
+  }
+  value->assign(text);
+  return true;
+}
+
+// Buffers are the caller's own: nothing to register with the owner, but the rules on
+// overlap are the same as a local DB's.
+Status AttachedDB::RegisterBuffer(void* addr, size_t length) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto start = reinterpret_cast<uintptr_t>(addr);
+  if (addr == nullptr || length == 0) return Status::InvalidArgument("empty buffer");
+  auto next = registered_buffers_.lower_bound(start);
+  if ((next != registered_buffers_.end() && next->first < start + length) ||
+      (next != registered_buffers_.begin() &&
+       std::prev(next)->first + std::prev(next)->second > start)) {
+    return Status::InvalidArgument("buffer overlaps a registered one");
+  }
+  registered_buffers_[start] = length;
+  return Status::OK();
+}
+
+Status AttachedDB::UnregisterBuffer(void* addr) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (registered_buffers_.erase(reinterpret_cast<uintptr_t>(addr)) == 0) {
+    return Status::NotFound("no registered buffer starts there");
+  }
+  return Status::OK();
+}
+
+}  // namespace kvengine

@@ -1,0 +1,95 @@
+// AttachedDB: a DB served by another process of this host (DB::Attach; docs/attach.md).
+//
+// The owner process opened the DB with Options::local_listen.  This client talks to it
+// over that Unix socket and maps the owner's memory-tier arena (received once per
+// connection), so value bytes move once, between the caller's buffers and the arena:
+//   BatchPut      RESERVE slots -> copy the parts in -> COMMIT (published as a local put)
+//   BatchGetInto  PIN the values -> copy them out -> UNPIN
+// Everything else is a plain request.  Results, error codes and properties are the
+// owner's.
+//
+// Failures: when the owner dies or stops answering within Options::peer_timeout_ms,
+// every call fails with IOError naming the socket; the next call reconnects, so the
+// client recovers by itself once an owner serves the path again.  Nothing a client held
+// (reservations, pins) outlives its connection on the owner's side.
+//
+// Thread-safety: all methods are thread-safe; calls are served one at a time over one
+// connection.
+#ifndef KVENGINE_DB_ATTACHED_DB_H_
+#define KVENGINE_DB_ATTACHED_DB_H_
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "kvengine/db.h"
+
+namespace kvengine {
+
+class AttachedDB final : public DB {
+ public:
+  AttachedDB(const Options& options, std::string socket_path);
+  ~AttachedDB() override;
+
+  // Connects to the owner; IOError naming the socket when it cannot, or the owner's
+  // refusal.
+  Status Connect();
+
+  Status Close() override;
+  Status Put(const WriteOptions& options, const Slice& key, const Slice& value) override;
+  Status Get(const ReadOptions& options, const Slice& key, std::string* value) override;
+  Status GetInto(const ReadOptions& options, const Slice& key, MutableSlice buffer,
+                 size_t* value_size) override;
+  Status Delete(const WriteOptions& options, const Slice& key) override;
+  Status GetValueSize(const Slice& key, uint64_t* size) override;
+  Status BatchPut(const WriteOptions& options, std::span<const Slice> keys,
+                  std::span<const ValueParts> values, std::vector<int64_t>* results) override;
+  Status BatchGetInto(const ReadOptions& options, std::span<const Slice> keys,
+                      std::span<const Destination> destinations,
+                      std::vector<int64_t>* results) override;
+  Status BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) override;
+  Status BatchDelete(const WriteOptions& options, std::span<const Slice> keys,
+                     std::vector<int64_t>* results) override;
+  Status DeleteByRegex(const std::string& pattern, uint64_t* deleted) override;
+  Status DeleteAll(uint64_t* deleted) override;
+  Status RegisterBuffer(void* addr, size_t length) override;
+  Status UnregisterBuffer(void* addr) override;
+  Status Flush() override;
+  Status CompactBuckets(uint64_t* reclaimed_bytes) override;
+  bool GetProperty(const std::string& name, std::string* value) override;
+
+ private:
+  // REQUIRES: mu_ held.
+  Status ConnectLocked();
+  void DisconnectLocked();
+  // Sends one request and reads its answer's metadata, connecting first when needed.
+  // Any transport failure drops the connection and returns IOError naming the socket.
+  Status CallLocked(uint8_t op, const std::string& meta, std::string* answer);
+  // A one-way request (UNPIN); a failure drops the connection.
+  void SendLocked(uint8_t op, const std::string& meta);
+  // A request whose answer is a batch status and per-key results.
+  Status CallForResults(uint8_t op, const std::string& meta, size_t expected,
+                        std::vector<int64_t>* results);
+  // A request whose answer is a batch status and one fixed64.
+  Status CallForCount(uint8_t op, const std::string& meta, uint64_t* count);
+  Status CheckBatch(size_t keys, size_t others, const void* results, const char* what) const;
+  Status Lost(const std::string& what);
+  // The arena address of [offset, offset + size), or nullptr when outside the mapping.
+  char* ArenaAt(uint64_t offset, uint64_t size) const;
+
+  const Options options_;
+  const std::string socket_path_;
+
+  std::mutex mu_;  // one request at a time; guards everything below
+  bool closed_ = false;
+  int fd_ = -1;
+  char* arena_ = nullptr;
+  uint64_t arena_size_ = 0;
+  uint64_t next_request_ = 0;
+  std::map<uintptr_t, size_t> registered_buffers_;  // start -> length
+};
+
+}  // namespace kvengine
+
+#endif  // KVENGINE_DB_ATTACHED_DB_H_

@@ -1,0 +1,392 @@
+#include "db/local_server.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <unordered_map>
+#include <vector>
+
+#include "db/db_impl.h"
+#include "transport/read_validation.h"
+#include "transport/unix_socket.h"
+#include "transport/wire.h"
+#include "util/coding.h"
+#include "util/logging.h"
+
+namespace kvengine {
+
+namespace {
+
+// Most reservations plus pins one connection may hold at once: a client that never
+// commits or releases runs out, instead of the arena.
+constexpr size_t kMaxHeldPerConnection = 1u << 20;
+
+}  // namespace
+
+struct LocalServer::Connection {
+  int fd = -1;
+  uid_t uid = 0;
+  pid_t pid = 0;
+  std::thread thread;
+  std::atomic<bool> done{false};
+};
+
+// One connection's requests and what it holds in the arena.  Destroying the session
+// gives every reservation and pin back.
+class LocalServer::Session {
+ public:
+  Session(LocalServer* server, Connection* conn)
+      : server_(server), db_(server->db_), conn_(conn), base_(server->db_->arena().base()) {}
+
+  void Run() {
+    const std::string who =
+        "attached client pid " + std::to_string(conn_->pid) + " uid " + std::to_string(conn_->uid);
+    for (;;) {
+      // Idle clients may wait forever; a frame once begun must arrive within the timeout.
+      wire::FrameHeader h;
+      std::string meta;
+      Status s = WaitForRequest();
+      if (s.ok()) {
+        s = ReadFrame(conn_->fd, DeadlineIn(server_->options_.peer_timeout_ms), &h, &meta,
+                      &server_->stopping_);
+      }
+      if (!s.ok()) {
+        if (!s.IsAborted() && s.message() != "connection closed by peer") {
+          server_->logger_->Logf(LogLevel::kInfo, "local: %s: %s", who.c_str(),
+                                 s.ToString().c_str());
+        }
+        return;
+      }
+      if (!Serve(h, meta)) {
+        if (answer_error_.ok()) {
+          server_->logger_->Logf(LogLevel::kWarn, "local: closing %s: malformed request (op %u)",
+                                 who.c_str(), static_cast<unsigned>(h.op));
+        } else {  // usually a client that exited (or was killed) before its answer
+          server_->logger_->Logf(LogLevel::kInfo, "local: %s did not take its answer: %s",
+                                 who.c_str(), answer_error_.ToString().c_str());
+        }
+        return;
+      }
+    }
+  }
+
+ private:
+  struct Lease {
+    MemoryTier::Handle handle;
+    MemoryTier::Reservation staging;
+  };
+
+  Status WaitForRequest() {
+    for (;;) {
+      if (server_->stopping_.load()) return Status::Aborted("stopping");
+      pollfd p{conn_->fd, POLLIN, 0};
+      const int n = poll(&p, 1, 100);
+      if (n > 0) return Status::OK();
+    }
+  }
+
+  bool Answer(const wire::FrameHeader& h, const std::string& meta) {
+    answer_error_ = SendFrame(conn_->fd, h.op, wire::kFlagResponse, h.request_id, meta, {},
+                              DeadlineIn(server_->options_.peer_timeout_ms));
+    return answer_error_.ok();
+  }
+
+  bool AnswerResults(const wire::FrameHeader& h, const Status& s,
+                     const std::vector<int64_t>& results) {
+    std::string out;
+    wire::PutBatchStatus(&out, s);
+    wire::PutResults(&out, s.ok() ? results : std::vector<int64_t>());
+    return Answer(h, out);
+  }
+
+  bool AnswerLocations(const wire::FrameHeader& h, const std::vector<int64_t>& results,
+                       const std::vector<RemoteLocation>& locations) {
+    std::string out;
+    wire::PutBatchStatus(&out, Status::OK());
+    EncodeLocations(&out, results, locations);
+    return Answer(h, out);
+  }
+
+  uint64_t OffsetOf(const char* p) const { return static_cast<uint64_t>(p - base_); }
+
+  bool Full() const { return reservations_.size() + leases_.size() >= kMaxHeldPerConnection; }
+
+  // False: the request was malformed; close the connection.
+  bool Serve(const wire::FrameHeader& h, const std::string& meta_bytes) {
+    std::string_view meta(meta_bytes);
+    std::vector<std::string_view> views;
+    std::vector<uint64_t> extra;
+    std::vector<Slice> keys;
+    auto get_keys = [&](bool with_extra) {
+      if (!wire::GetKeys(&meta, &views, with_extra ? &extra : nullptr) || !meta.empty()) {
+        return false;
+      }
+      keys.assign(views.begin(), views.end());
+      return true;
+    };
+    std::vector<int64_t> results;
+    switch (h.op) {
+      case wire::kReserve: {
+        if (!get_keys(true)) return false;
+        std::vector<RemoteLocation> locs(keys.size());
+        results.assign(keys.size(), 0);
+        for (size_t i = 0; i < keys.size(); i++) {
+          if (Full()) {
+            results[i] = Status::Busy("").ErrorCode();
+            continue;
+          }
+          MemoryTier::Reservation r;
+          Status s = db_->ReserveForClient(keys[i], extra[i], &r);
+          if (!s.ok()) {
+            results[i] = s.ErrorCode();
+            continue;
+          }
+          const uint64_t id = ++next_id_;
+          results[i] = kLookupPinned;
+          locs[i] = {OffsetOf(r.data()), extra[i], 0, id};
+          reservations_.emplace(id, std::move(r));
+        }
+        return AnswerLocations(h, results, locs);
+      }
+      case wire::kCommit: {
+        if (!get_keys(true)) return false;
+        results.assign(keys.size(), 0);
+        for (size_t i = 0; i < keys.size(); i++) {
+          auto it = reservations_.find(extra[i]);
+          if (it == reservations_.end()) {
+            results[i] = Status::InvalidArgument("").ErrorCode();
+            continue;
+          }
+          results[i] = db_->CommitForClient(keys[i], &it->second).ErrorCode();
+          reservations_.erase(it);  // abandons it when the commit failed
+        }
+        return AnswerResults(h, Status::OK(), results);
+      }
+      case wire::kPin: {
+        if (!get_keys(true)) return false;
+        std::vector<RemoteLocation> locs(keys.size());
+        results.assign(keys.size(), 0);
+        for (size_t i = 0; i < keys.size(); i++) {
+          if (Full()) {
+            results[i] = Status::Busy("").ErrorCode();
+            continue;
+          }
+          const uint64_t id = ++next_id_;
+          Lease& lease = leases_[id];
+          Slice value;
+          Status s = db_->PinForClient(keys[i], extra[i], &lease.handle, &lease.staging, &value);
+          if (!s.ok()) {
+            results[i] = s.ErrorCode();
+            leases_.erase(id);
+            continue;
+          }
+          results[i] = kLookupPinned;  // the size travels in the location
+          locs[i] = {OffsetOf(value.data()), value.size(), 0, id};
+        }
+        return AnswerLocations(h, results, locs);
+      }
+      case wire::kUnpin: {
+        uint32_t n = 0;
+        if (!GetFixed32(&meta, &n) || meta.size() != 8ull * n) return false;
+        for (uint32_t i = 0; i < n; i++) {
+          uint64_t id = 0;
+          GetFixed64(&meta, &id);
+          leases_.erase(id);
+        }
+        return true;  // one-way
+      }
+      case wire::kExists: {
+        if (!get_keys(false)) return false;
+        Status s = db_->BatchExists(keys, &results);
+        return AnswerResults(h, s, results);
+      }
+      case wire::kDelete: {
+        if (!get_keys(false)) return false;
+        Status s = db_->BatchDelete(WriteOptions(), keys, &results);
+        return AnswerResults(h, s, results);
+      }
+      case wire::kValueSize: {
+        if (!get_keys(false)) return false;
+        results.resize(keys.size());
+        for (size_t i = 0; i < keys.size(); i++) {
+          uint64_t size = 0;
+          Status s = db_->GetValueSize(keys[i], &size);
+          results[i] = s.ok() ? static_cast<int64_t>(size) : s.ErrorCode();
+        }
+        return AnswerResults(h, Status::OK(), results);
+      }
+      case wire::kDeleteMatching: {
+        wire::MatchMode mode;
+        std::string_view pattern;
+        if (!wire::GetDeleteMatching(&meta, &mode, &pattern)) return false;
+        uint64_t deleted = 0;
+        Status s = mode == wire::kMatchAll ? db_->DeleteAll(&deleted)
+                                           : db_->DeleteByRegex(std::string(pattern), &deleted);
+        std::string out;
+        wire::PutBatchStatus(&out, s);
+        PutFixed64(&out, deleted);
+        return Answer(h, out);
+      }
+      case wire::kProperty: {
+        std::string_view name;
+        if (!GetLengthPrefixed(&meta, &name) || !meta.empty()) return false;
+        std::string value, out;
+        const bool known = db_->GetProperty(std::string(name), &value);
+        wire::PutBatchStatus(&out,
+                             known ? Status::OK() : Status::NotFound("unknown property", name));
+        PutLengthPrefixed(&out, known ? value : "");
+        return Answer(h, out);
+      }
+      case wire::kFlush: {
+        std::string out;
+        wire::PutBatchStatus(&out, db_->Flush());
+        return Answer(h, out);
+      }
+      case wire::kCompactBuckets: {
+        uint64_t reclaimed = 0;
+        Status s = db_->CompactBuckets(&reclaimed);
+        std::string out;
+        wire::PutBatchStatus(&out, s);
+        PutFixed64(&out, reclaimed);
+        return Answer(h, out);
+      }
+      default: {
+        std::string out;
+        wire::PutBatchStatus(
+            &out, Status::NotSupported("the owner does not know op " + std::to_string(h.op)));
+        return Answer(h, out);
+      }
+    }
+  }
+
+  LocalServer* const server_;
+  DBImpl* const db_;
+  Connection* const conn_;
+  const char* const base_;
+  uint64_t next_id_ = 0;
+  Status answer_error_;  // why the last answer could not be sent
+  std::unordered_map<uint64_t, MemoryTier::Reservation> reservations_;
+  std::unordered_map<uint64_t, Lease> leases_;
+};
+
+LocalServer::LocalServer(const Options& options, DBImpl* db, Logger* logger)
+    : options_(options), db_(db), logger_(logger), path_(options.local_listen) {}
+
+LocalServer::~LocalServer() { Stop(); }
+
+Status LocalServer::Start(const Options& options, DBImpl* db, Logger* logger,
+                          std::unique_ptr<LocalServer>* result) {
+  std::unique_ptr<LocalServer> server(new LocalServer(options, db, logger));
+  server->allowed_uids_ = {geteuid(), 0};
+  std::string_view uids(options.local_allowed_uids);
+  while (!uids.empty()) {
+    const size_t comma = uids.find(',');
+    const std::string one(uids.substr(0, comma));
+    uids.remove_prefix(comma == std::string_view::npos ? uids.size() : comma + 1);
+    if (one.empty()) continue;
+    char* end = nullptr;
+    const unsigned long uid = std::strtoul(one.c_str(), &end, 10);
+    if (*end != '\0') {
+      return Status::InvalidArgument("local_allowed_uids: '" + one + "' is not a uid");
+    }
+    server->allowed_uids_.insert(static_cast<uid_t>(uid));
+  }
+  const mode_t mode =
+      static_cast<mode_t>(std::strtoul(options.local_listen_mode.c_str(), nullptr, 8));
+  Status s = ListenUnix(server->path_, mode, options.local_listen_group, &server->listen_fd_);
+  if (!s.ok()) return s;
+  server->acceptor_ = std::thread([raw = server.get()] { raw->AcceptLoop(); });
+  logger->Logf(LogLevel::kInfo, "serving local clients on %s", server->path_.c_str());
+  *result = std::move(server);
+  return Status::OK();
+}
+
+void LocalServer::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_) return;
+    stopped_ = true;
+  }
+  stopping_.store(true);
+  if (acceptor_.joinable()) acceptor_.join();
+  std::list<std::unique_ptr<Connection>> conns;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    conns.swap(connections_);
+  }
+  for (auto& c : conns) shutdown(c->fd, SHUT_RDWR);  // wakes a thread blocked on it
+  for (auto& c : conns) {
+    c->thread.join();
+    close(c->fd);
+  }
+  if (listen_fd_ >= 0) {
+    close(listen_fd_);
+    unlink(path_.c_str());
+    listen_fd_ = -1;
+  }
+}
+
+void LocalServer::AcceptLoop() {
+  while (!stopping_.load()) {
+    pollfd p{listen_fd_, POLLIN, 0};
+    if (poll(&p, 1, 100) > 0) {
+      const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd >= 0) Admit(fd);
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    ReapLocked();
+  }
+}
+
+void LocalServer::ReapLocked() {
+  for (auto it = connections_.begin(); it != connections_.end();) {
+    if ((*it)->done.load()) {
+      (*it)->thread.join();
+      close((*it)->fd);
+      it = connections_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void LocalServer::Admit(int fd) {
+  auto conn = std::make_unique<Connection>();
+  conn->fd = fd;
+  const Deadline deadline = DeadlineIn(options_.peer_timeout_ms);
+  Status s = PeerCredentials(fd, &conn->uid, &conn->pid);
+  if (s.ok() && allowed_uids_.count(conn->uid) == 0) {
+    s = Status::InvalidArgument("refused: uid " + std::to_string(conn->uid) +
+                                " may not attach to " + path_);
+    refused_.fetch_add(1);
+    logger_->Logf(LogLevel::kWarn, "local: refused pid %d uid %u on %s: not an allowed uid",
+                  static_cast<int>(conn->pid), static_cast<unsigned>(conn->uid), path_.c_str());
+  }
+  // The arena's memfd goes with the answer only to an accepted client.
+  std::string meta;
+  wire::PutBatchStatus(&meta, s);
+  PutFixed64(&meta, s.ok() ? db_->arena().size() : 0);
+  Status sent = SendDescriptor(fd, s.ok() ? db_->arena().fd() : -1, deadline);
+  if (sent.ok()) sent = SendFrame(fd, wire::kAttach, wire::kFlagResponse, 0, meta, {}, deadline);
+  if (!s.ok() || !sent.ok()) {
+    close(fd);
+    return;
+  }
+  accepted_.fetch_add(1);
+  Connection* raw = conn.get();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    connections_.push_back(std::move(conn));
+  }
+  raw->thread = std::thread([this, raw] {
+    {
+      Session session(this, raw);
+      session.Run();
+    }  // gives back what the client held before the connection counts as done
+    raw->done.store(true);
+  });
+}
+
+}  // namespace kvengine

@@ -1,0 +1,87 @@
+// LocalServer: serves a DB to the other processes of this host (DB::Attach), on a Unix
+// domain socket, with value bytes moving through the shared arena (docs/attach.md).
+//
+// At connect the peer's credentials (SO_PEERCRED) are checked against the allowed uids
+// (the owner's, root's and Options::local_allowed_uids); a refused client is told why
+// and logged.  An accepted one receives the arena's memfd once (SCM_RIGHTS) and then
+// sends requests, one at a time per connection (frames of the peer protocol, wire.h):
+//   RESERVE keys+sizes  -> arena offsets of fresh, invisible slots; the client copies in
+//   COMMIT  slot ids    -> each slot published exactly as a local put
+//   PIN     keys        -> arena offsets of the values, pinned; the client copies out
+//   UNPIN   lease ids   (one-way)
+// and plain requests for the rest (exists, deletes, value sizes, properties, Flush,
+// CompactBuckets).  Every connection owns its reservations and pins: when it closes
+// (the client exits or is killed) they are given back, so a dead client never leaks
+// arena space and never leaves a partial value visible.
+//
+// One thread per connection: a client that stops reading stalls only its own thread
+// (and gives up after peer_timeout_ms).
+//
+// Thread-safety: Start and Stop from the DB's Open and Close only.
+#ifndef KVENGINE_DB_LOCAL_SERVER_H_
+#define KVENGINE_DB_LOCAL_SERVER_H_
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "kvengine/options.h"
+#include "kvengine/status.h"
+
+namespace kvengine {
+
+class DBImpl;
+class Logger;
+
+class LocalServer {
+ public:
+  // Listens on options.local_listen and serves `db` (which must outlive the server).
+  static Status Start(const Options& options, DBImpl* db, Logger* logger,
+                      std::unique_ptr<LocalServer>* result);
+  ~LocalServer();
+  LocalServer(const LocalServer&) = delete;
+  LocalServer& operator=(const LocalServer&) = delete;
+
+  // Stops accepting, closes every connection (giving back their reservations and pins)
+  // and removes the socket file.  Idempotent.
+  void Stop();
+
+  const std::string& path() const { return path_; }
+  uint64_t accepted() const { return accepted_.load(); }
+  uint64_t refused() const { return refused_.load(); }
+
+ private:
+  struct Connection;
+  class Session;
+
+  LocalServer(const Options& options, DBImpl* db, Logger* logger);
+  void AcceptLoop();
+  void Admit(int fd);
+  // Joins the threads of connections that ended.  REQUIRES: mu_ held.
+  void ReapLocked();
+
+  const Options options_;
+  DBImpl* const db_;
+  Logger* const logger_;
+  const std::string path_;
+  std::set<uid_t> allowed_uids_;
+  int listen_fd_ = -1;
+  std::atomic<bool> stopping_{false};
+  std::thread acceptor_;
+
+  std::mutex mu_;
+  std::list<std::unique_ptr<Connection>> connections_;  // guarded by mu_
+  bool stopped_ = false;                                // guarded by mu_
+
+  std::atomic<uint64_t> accepted_{0}, refused_{0};
+};
+
+}  // namespace kvengine
+
+#endif  // KVENGINE_DB_LOCAL_SERVER_H_

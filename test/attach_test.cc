@@ -1,0 +1,427 @@
+// DB::Attach with real processes: this binary re-executes itself as the attached
+// clients (and, for the owner-restart test, as the owner), over a real Unix socket and a
+// real memfd arena.  Every test is bounded in time.
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kvengine/db.h"
+#include "test/test_util.h"
+
+namespace kvengine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string self_exe;  // this binary, for the children
+
+Options OwnerOptions(const std::string& socket) {
+  Options o;
+  o.apply_environment = false;
+  o.memory_capacity_bytes = 64ull << 20;
+  o.memory_slab_size = 1ull << 20;
+  o.prefault_memory = false;
+  o.ssd_capacity_bytes = 0;
+  o.local_listen = socket;
+  return o;
+}
+
+Options ClientOptions() {
+  Options o;
+  o.apply_environment = false;
+  o.peer_timeout_ms = 2000;
+  return o;
+}
+
+// A value that names its key and carries its own checksum: bytes [0, 8) FNV-1a of the
+// rest, [8, 16) the key's hash.  A torn, mixed or misdirected read fails ValueIsFor.
+uint64_t Fnv(const char* p, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ static_cast<unsigned char>(p[i])) * 1099511628211ull;
+  return h;
+}
+std::string ValueFor(const std::string& key, std::mt19937_64& rng, size_t size) {
+  std::string v = test::MakeValue(rng(), size);
+  const uint64_t kh = Fnv(key.data(), key.size());
+  std::memcpy(v.data() + 8, &kh, 8);
+  const uint64_t sum = Fnv(v.data() + 8, size - 8);
+  std::memcpy(v.data(), &sum, 8);
+  return v;
+}
+bool ValueIsFor(const std::string& key, const char* v, size_t size) {
+  if (size < 16) return false;
+  uint64_t sum, kh;
+  std::memcpy(&sum, v, 8);
+  std::memcpy(&kh, v + 8, 8);
+  return sum == Fnv(v + 8, size - 8) && kh == Fnv(key.data(), key.size());
+}
+
+uint64_t Stat(DB* db, const std::string& name) {
+  std::string text;
+  if (!db->GetProperty("kvengine.stats", &text)) return ~0ull;
+  const size_t at = text.find("\n" + name + ": ");
+  if (at == std::string::npos) return ~0ull;
+  return std::stoull(text.substr(at + name.size() + 3));
+}
+
+pid_t Spawn(const std::vector<std::string>& args) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    std::vector<char*> argv{const_cast<char*>(self_exe.c_str())};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(self_exe.c_str(), argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+int WaitExit(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// ------------------------------------------------------------------ children
+
+// Mixed puts, gets, exists and deletes on a shared key space for `seconds`.  Exit 1 on
+// any wrong byte, 2 on an unexpected error.
+int WorkerMain(const std::string& socket, uint64_t seed, double seconds) {
+  std::unique_ptr<DB> db;
+  Status s = DB::Attach(ClientOptions(), socket, &db);
+  if (!s.ok()) {
+    std::fprintf(stderr, "worker: attach: %s\n", s.ToString().c_str());
+    return 2;
+  }
+  std::mt19937_64 rng(seed);
+  std::vector<char> buf(256 << 10);
+  const auto end = Clock::now() + std::chrono::duration<double>(seconds);
+  uint64_t ops = 0;
+  while (Clock::now() < end) {
+    const std::string key = "k" + std::to_string(rng() % 64);
+    const int op = static_cast<int>(rng() % 10);
+    if (op < 4) {
+      const std::string v = ValueFor(key, rng, 16 + rng() % (128 << 10));
+      s = db->Put(WriteOptions(), key, v);
+      if (!s.ok() && !s.IsNoSpace()) {
+        std::fprintf(stderr, "worker: put: %s\n", s.ToString().c_str());
+        return 2;
+      }
+    } else if (op < 8) {
+      size_t n = 0;
+      s = db->GetInto(ReadOptions(), key, MutableSlice(buf.data(), buf.size()), &n);
+      if (s.ok() && !ValueIsFor(key, buf.data(), n)) {
+        std::fprintf(stderr, "worker: wrong bytes for %s (%zu bytes)\n", key.c_str(), n);
+        return 1;
+      }
+      if (!s.ok() && !s.IsNotFound()) {
+        std::fprintf(stderr, "worker: get: %s\n", s.ToString().c_str());
+        return 2;
+      }
+    } else if (op == 8) {
+      std::vector<Slice> keys{key, "absent-key"};
+      std::vector<int64_t> r;
+      s = db->BatchExists(keys, &r);
+      if (!s.ok() || r.size() != 2 || r[1] != 0) {
+        std::fprintf(stderr, "worker: exists: %s\n", s.ToString().c_str());
+        return 2;
+      }
+    } else {
+      s = db->Delete(WriteOptions(), key);
+      if (!s.ok() && !s.IsNotFound()) {
+        std::fprintf(stderr, "worker: delete: %s\n", s.ToString().c_str());
+        return 2;
+      }
+    }
+    ops++;
+  }
+  return ops > 0 ? 0 : 2;
+}
+
+// Puts and gets until killed.
+int PutterMain(const std::string& socket, uint64_t seed) {
+  std::unique_ptr<DB> db;
+  if (!DB::Attach(ClientOptions(), socket, &db).ok()) return 2;
+  std::mt19937_64 rng(seed);
+  std::vector<std::string> keys;
+  std::vector<ValueParts> values;
+  std::vector<std::string> bytes(8);
+  std::vector<char> buf(64 << 10);
+  for (;;) {
+    keys.clear();
+    values.assign(bytes.size(), {});
+    for (size_t i = 0; i < bytes.size(); i++) {
+      keys.push_back("p" + std::to_string(rng() % 32));
+      if (std::find(keys.begin(), keys.end() - 1, keys.back()) != keys.end() - 1) {
+        keys.back() += "-" + std::to_string(i);
+      }
+      bytes[i] = ValueFor(keys.back(), rng, 64 << 10);
+      values[i] = {Slice(bytes[i].data(), 100),
+                   Slice(bytes[i].data() + 100, bytes[i].size() - 100)};
+    }
+    std::vector<Slice> key_slices(keys.begin(), keys.end());
+    std::vector<int64_t> r;
+    db->BatchPut(WriteOptions(), key_slices, values, &r);
+    size_t n;
+    db->GetInto(ReadOptions(), key_slices[0], MutableSlice(buf.data(), buf.size()), &n);
+  }
+}
+
+// Serves the DB at dir on socket until killed.
+int OwnerMain(const std::string& socket, const std::string& dir) {
+  std::unique_ptr<DB> db;
+  Status s = DB::Open(OwnerOptions(socket), dir, &db);
+  if (!s.ok()) {
+    std::fprintf(stderr, "owner: %s\n", s.ToString().c_str());
+    return 2;
+  }
+  for (;;) pause();
+}
+
+// Drops to nobody and tries to attach: exit 0 when refused as expected.
+int NobodyMain(const std::string& socket) {
+  if (setgid(65534) != 0 || setuid(65534) != 0) return 3;
+  std::unique_ptr<DB> db;
+  Status s = DB::Attach(ClientOptions(), socket, &db);
+  if (s.ok()) return 1;
+  std::fprintf(stderr, "nobody: %s\n", s.ToString().c_str());
+  return s.ToString().find("refused") != std::string::npos ? 0 : 4;
+}
+
+// ------------------------------------------------------------------ tests
+
+class AttachTest : public ::testing::Test {
+ protected:
+  AttachTest() { std::filesystem::create_directories(dir_.path()); }
+  void OpenOwner() {
+    Status s = DB::Open(OwnerOptions(socket_), dir_.Sub("db"), &owner_);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  test::TempDir dir_;
+  const std::string socket_ = dir_.Sub("db") + "/kv.sock";
+  std::unique_ptr<DB> owner_;
+};
+
+TEST_F(AttachTest, WholeApiThroughAttach) {
+  OpenOwner();
+  std::unique_ptr<DB> db;
+  ASSERT_TRUE(DB::Attach(ClientOptions(), socket_, &db).ok());
+  ASSERT_TRUE(db->Put(WriteOptions(), "a", "hello").ok());
+  std::string v;
+  ASSERT_TRUE(db->Get(ReadOptions(), "a", &v).ok());
+  EXPECT_EQ(v, "hello");
+  ASSERT_TRUE(owner_->Get(ReadOptions(), "a", &v).ok());  // the owner sees it
+  EXPECT_EQ(v, "hello");
+  ASSERT_TRUE(owner_->Put(WriteOptions(), "b", "from owner").ok());
+  char small[4];
+  size_t n = 0;
+  EXPECT_TRUE(db->GetInto(ReadOptions(), "b", MutableSlice(small, 4), &n).IsBufferTooSmall());
+  EXPECT_EQ(n, 10u);
+  EXPECT_TRUE(db->Get(ReadOptions(), "zz", &v).IsNotFound());
+  uint64_t size = 0;
+  ASSERT_TRUE(db->GetValueSize("b", &size).ok());
+  EXPECT_EQ(size, 10u);
+
+  std::vector<Slice> keys{"x", "y", ""};
+  std::vector<ValueParts> values{{"x1", "x2"}, {"yy"}, {"e"}};
+  std::vector<int64_t> r;
+  ASSERT_TRUE(db->BatchPut(WriteOptions(), keys, values, &r).ok());
+  EXPECT_EQ(r, (std::vector<int64_t>{0, 0, Status::InvalidArgument("").ErrorCode()}));
+  std::vector<Slice> dup{"x", "x"};
+  EXPECT_TRUE(db->BatchPut(WriteOptions(), dup, std::vector<ValueParts>{{"1"}, {"2"}}, &r)
+                  .IsInvalidArgument());
+  char b1[2], b2[8];
+  std::vector<Destination> dests{{MutableSlice(b1, 2), MutableSlice(b2, 8)}};
+  ASSERT_TRUE(db->BatchGetInto(ReadOptions(), std::vector<Slice>{"x"}, dests, &r).ok());
+  EXPECT_EQ(r[0], 4);
+  EXPECT_EQ(std::string(b1, 2) + std::string(b2, 2), "x1x2");
+  ASSERT_TRUE(db->BatchExists(std::vector<Slice>{"x", "nope"}, &r).ok());
+  EXPECT_EQ(r, (std::vector<int64_t>{1, 0}));
+  ASSERT_TRUE(db->BatchDelete(WriteOptions(), std::vector<Slice>{"x", "nope"}, &r).ok());
+  EXPECT_EQ(r, (std::vector<int64_t>{0, Status::NotFound("").ErrorCode()}));
+  uint64_t deleted = 0;
+  ASSERT_TRUE(db->DeleteByRegex("[ab]", &deleted).ok());
+  EXPECT_EQ(deleted, 2u);
+  EXPECT_TRUE(db->DeleteByRegex("(", &deleted).IsInvalidArgument());
+  ASSERT_TRUE(db->Flush().ok());
+  ASSERT_TRUE(db->CompactBuckets(nullptr).ok());
+  std::string stats;
+  ASSERT_TRUE(db->GetProperty("kvengine.stats", &stats));
+  EXPECT_NE(stats.find("memory.items: 1"), std::string::npos) << stats;
+  EXPECT_FALSE(db->GetProperty("no.such", &stats));
+  ASSERT_TRUE(db->DeleteAll(&deleted).ok());
+  EXPECT_EQ(deleted, 1u);
+  ASSERT_TRUE(db->Close().ok());
+  EXPECT_TRUE(db->Put(WriteOptions(), "a", "b").IsAborted());
+}
+
+TEST_F(AttachTest, EightProcessesNeverSeeWrongBytes) {
+  OpenOwner();
+  std::vector<pid_t> workers;
+  for (int i = 0; i < 7; i++) {
+    workers.push_back(Spawn({"--worker", socket_, std::to_string(i + 1), "3"}));
+  }
+  // The owner works on the same keys meanwhile.
+  std::mt19937_64 rng(99);
+  std::vector<char> buf(256 << 10);
+  const auto end = Clock::now() + std::chrono::seconds(3);
+  while (Clock::now() < end) {
+    const std::string key = "k" + std::to_string(rng() % 64);
+    if (rng() % 2) {
+      owner_->Put(WriteOptions(), key, ValueFor(key, rng, 16 + rng() % 4096));
+    } else {
+      size_t n = 0;
+      if (owner_->GetInto(ReadOptions(), key, MutableSlice(buf.data(), buf.size()), &n).ok()) {
+        ASSERT_TRUE(ValueIsFor(key, buf.data(), n)) << key;
+      }
+    }
+  }
+  for (pid_t pid : workers) EXPECT_EQ(WaitExit(pid), 0);
+}
+
+TEST_F(AttachTest, KilledClientsLeakNothing) {
+  OpenOwner();
+  std::mt19937_64 rng(7);
+  for (int round = 0; round < 60; round++) {
+    const pid_t pid = Spawn({"--putter", socket_, std::to_string(round)});
+    std::this_thread::sleep_for(std::chrono::milliseconds(5 + rng() % 40));
+    kill(pid, SIGKILL);
+    WaitExit(pid);
+  }
+  // Every value visible is whole and its key's.
+  std::vector<char> buf(64 << 10);
+  uint64_t items = 0;
+  for (int k = 0; k < 32; k++) {
+    for (int i = -1; i < 8; i++) {
+      const std::string key = "p" + std::to_string(k) + (i < 0 ? "" : "-" + std::to_string(i));
+      size_t n = 0;
+      if (owner_->GetInto(ReadOptions(), key, MutableSlice(buf.data(), buf.size()), &n).ok()) {
+        EXPECT_TRUE(ValueIsFor(key, buf.data(), n)) << key;
+        items++;
+      }
+    }
+  }
+  EXPECT_GT(items, 0u);
+  EXPECT_EQ(Stat(owner_.get(), "memory.items"), items);
+  // Once the owner has seen every connection close, the arena holds only live values:
+  // deleting them all leaves nothing allocated.
+  uint64_t deleted = 0;
+  ASSERT_TRUE(owner_->DeleteAll(&deleted).ok());
+  EXPECT_EQ(deleted, items);
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (Stat(owner_.get(), "memory.allocated_bytes") != 0 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(Stat(owner_.get(), "memory.allocated_bytes"), 0u);
+}
+
+TEST_F(AttachTest, OwnerKilledThenRestartedClientsRecover) {
+  const std::string dir = dir_.Sub("db");
+  pid_t owner = Spawn({"--owner", socket_, dir});
+  std::unique_ptr<DB> db;
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (!DB::Attach(ClientOptions(), socket_, &db).ok() && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_NE(db, nullptr);
+  ASSERT_TRUE(db->Put(WriteOptions(), "a", "1").ok());
+  kill(owner, SIGKILL);
+  WaitExit(owner);
+  const auto t0 = Clock::now();
+  std::string v;
+  Status s = db->Get(ReadOptions(), "a", &v);
+  EXPECT_TRUE(s.IsIOError()) << s.ToString();
+  EXPECT_NE(s.ToString().find(socket_), std::string::npos) << s.ToString();
+  s = db->Put(WriteOptions(), "a", "2");
+  EXPECT_TRUE(s.IsIOError()) << s.ToString();
+  EXPECT_LT(Clock::now() - t0, std::chrono::milliseconds(ClientOptions().peer_timeout_ms));
+
+  owner = Spawn({"--owner", socket_, dir});
+  deadline = Clock::now() + std::chrono::seconds(10);
+  while (!(s = db->Put(WriteOptions(), "a", "3")).ok() && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_TRUE(db->Get(ReadOptions(), "a", &v).ok());
+  EXPECT_EQ(v, "3");
+  kill(owner, SIGKILL);
+  WaitExit(owner);
+}
+
+TEST_F(AttachTest, AnotherUidIsRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to run a client as nobody";
+  OpenOwner();
+  // The directory must be reachable by nobody for the refusal to come from the owner.
+  chmod(dir_.path().c_str(), 0755);
+  chmod(dir_.Sub("db").c_str(), 0755);
+  chmod(socket_.c_str(), 0666);
+  EXPECT_EQ(WaitExit(Spawn({"--nobody", socket_})), 0);
+}
+
+TEST_F(AttachTest, OpenOfAServedDirectoryAttaches) {
+  OpenOwner();
+  Options options = OwnerOptions("");
+  std::unique_ptr<DB> db;
+  Status s = DB::Open(options, dir_.Sub("db"), &db);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_TRUE(db->Put(WriteOptions(), "via-open", "v").ok());
+  std::string v;
+  ASSERT_TRUE(owner_->Get(ReadOptions(), "via-open", &v).ok());
+  EXPECT_EQ(v, "v");
+  // Closed, the owner no longer records a socket: Open takes the directory itself.
+  db.reset();
+  ASSERT_TRUE(owner_->Close().ok());
+  s = DB::Open(options, dir_.Sub("db"), &db);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+}
+
+TEST_F(AttachTest, OpenOfALockedDirectoryNotServedIsBusy) {
+  Options options;
+  options.apply_environment = false;
+  options.ssd_capacity_bytes = 0;
+  options.memory_capacity_bytes = 16ull << 20;
+  options.prefault_memory = false;
+  std::unique_ptr<DB> first, second;
+  ASSERT_TRUE(DB::Open(options, dir_.Sub("db"), &first).ok());
+  EXPECT_TRUE(DB::Open(options, dir_.Sub("db"), &second).IsBusy());
+}
+
+TEST_F(AttachTest, SocketFileIsPrivate) {
+  OpenOwner();
+  struct stat st;
+  ASSERT_EQ(stat(socket_.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  std::unique_ptr<DB> db;
+  EXPECT_TRUE(DB::Attach(ClientOptions(), dir_.Sub("nothing.sock"), &db).IsIOError());
+}
+
+}  // namespace
+}  // namespace kvengine
+
+int main(int argc, char** argv) {
+  kvengine::self_exe = "/proc/self/exe";
+  char path[4096];
+  const ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+  if (n > 0) kvengine::self_exe.assign(path, static_cast<size_t>(n));
+  if (argc >= 2) {
+    const std::string mode = argv[1];
+    if (mode == "--worker" && argc == 5) {
+      return kvengine::WorkerMain(argv[2], std::stoull(argv[3]), std::stod(argv[4]));
+    }
+    if (mode == "--putter" && argc == 4) return kvengine::PutterMain(argv[2], std::stoull(argv[3]));
+    if (mode == "--owner" && argc == 4) return kvengine::OwnerMain(argv[2], argv[3]);
+    if (mode == "--nobody" && argc == 3) return kvengine::NobodyMain(argv[2]);
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

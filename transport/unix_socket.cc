@@ -1,0 +1,218 @@
+#include "transport/unix_socket.h"
+
+#include <grp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "util/hash.h"
+
+namespace kvengine {
+
+namespace {
+
+Status SysError(const std::string& what, int err) {
+  return Status::IOError(what, std::strerror(err));
+}
+
+Status MakeAddress(const std::string& path, sockaddr_un* addr) {
+  std::memset(addr, 0, sizeof(*addr));
+  addr->sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof(addr->sun_path)) {
+    return Status::InvalidArgument("unix socket path '" + path + "' is empty or longer than " +
+                                   std::to_string(sizeof(addr->sun_path) - 1) + " bytes");
+  }
+  std::memcpy(addr->sun_path, path.data(), path.size());
+  return Status::OK();
+}
+
+Status ResolveGroup(const std::string& group, gid_t* gid) {
+  char* end = nullptr;
+  const unsigned long n = std::strtoul(group.c_str(), &end, 10);
+  if (end != group.c_str() && *end == '\0') {
+    *gid = static_cast<gid_t>(n);
+    return Status::OK();
+  }
+  std::vector<char> buf(16384);
+  struct group entry;
+  struct group* found = nullptr;
+  if (getgrnam_r(group.c_str(), &entry, buf.data(), buf.size(), &found) != 0 || found == nullptr) {
+    return Status::InvalidArgument("unknown group '" + group + "'");
+  }
+  *gid = found->gr_gid;
+  return Status::OK();
+}
+
+Status WaitFor(int fd, short events, Deadline deadline) {
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
+    if (left.count() <= 0) return Status::IOError("timed out");
+    pollfd p{fd, events, 0};
+    const int n = poll(&p, 1, static_cast<int>(left.count()) + 1);
+    if (n > 0) return Status::OK();
+    if (n < 0 && errno != EINTR) return SysError("poll", errno);
+  }
+}
+
+}  // namespace
+
+Status ListenUnix(const std::string& path, mode_t mode, const std::string& group, int* fd) {
+  *fd = -1;
+  sockaddr_un addr;
+  Status s = MakeAddress(path, &addr);
+  if (!s.ok()) return s;
+  gid_t gid = 0;
+  if (!group.empty()) {
+    s = ResolveGroup(group, &gid);
+    if (!s.ok()) return s;
+  }
+  // A socket file nobody accepts on is the leftover of a dead owner: replace it.
+  int probe = -1;
+  if (ConnectUnix(path, DeadlineIn(200), &probe).ok()) {
+    close(probe);
+    return Status::Busy("unix socket " + path, "another process is serving it");
+  }
+  unlink(path.c_str());
+  const int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (sock < 0) return SysError("socket", errno);
+  // Bound with no permission for anyone, then opened up to `mode`: no window in which
+  // another user could connect.
+  const mode_t old_umask = umask(0777);
+  const int bound = bind(sock, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  const int bind_errno = errno;
+  umask(old_umask);
+  if (bound != 0) {
+    close(sock);
+    return SysError("bind " + path, bind_errno);
+  }
+  if ((!group.empty() && chown(path.c_str(), static_cast<uid_t>(-1), gid) != 0) ||
+      chmod(path.c_str(), mode) != 0 || listen(sock, 128) != 0) {
+    const int err = errno;
+    close(sock);
+    unlink(path.c_str());
+    return SysError("setting up unix socket " + path, err);
+  }
+  *fd = sock;
+  return Status::OK();
+}
+
+Status ConnectUnix(const std::string& path, Deadline deadline, int* fd) {
+  *fd = -1;
+  sockaddr_un addr;
+  Status s = MakeAddress(path, &addr);
+  if (!s.ok()) return s;
+  const int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (sock < 0) return SysError("socket", errno);
+  if (connect(sock, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    if (errno != EAGAIN && errno != EINPROGRESS) {
+      const int err = errno;
+      close(sock);
+      return SysError("connect", err);
+    }
+    s = WaitFor(sock, POLLOUT, deadline);
+    int err = 0;
+    socklen_t len = sizeof(err);
+    if (s.ok() && getsockopt(sock, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err != 0) {
+      s = SysError("connect", err);
+    }
+    if (!s.ok()) {
+      close(sock);
+      return s;
+    }
+  }
+  *fd = sock;
+  return Status::OK();
+}
+
+Status PeerCredentials(int fd, uid_t* uid, pid_t* pid) {
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+    return SysError("SO_PEERCRED", errno);
+  }
+  *uid = cred.uid;
+  *pid = cred.pid;
+  return Status::OK();
+}
+
+Status SendDescriptor(int fd, int fd_to_send, Deadline deadline) {
+  char byte = 'F';
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  if (fd_to_send >= 0) {
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &fd_to_send, sizeof(int));
+  }
+  for (;;) {
+    const ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (n == 1) return Status::OK();
+    if (n < 0 && errno != EAGAIN && errno != EINTR) return SysError("sendmsg", errno);
+    Status s = WaitFor(fd, POLLOUT, deadline);
+    if (!s.ok()) return s;
+  }
+}
+
+Status ReceiveDescriptor(int fd, Deadline deadline, int* received) {
+  *received = -1;
+  char byte = 0;
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  for (;;) {
+    const ssize_t n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+    if (n == 1) break;
+    if (n == 0) return Status::IOError("connection closed by peer");
+    if (errno != EAGAIN && errno != EINTR) return SysError("recvmsg", errno);
+    Status s = WaitFor(fd, POLLIN, deadline);
+    if (!s.ok()) return s;
+  }
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+      std::memcpy(received, CMSG_DATA(c), sizeof(int));
+    }
+  }
+  return Status::OK();
+}
+
+Status ReadFrame(int fd, Deadline deadline, wire::FrameHeader* header, std::string* meta,
+                 const std::atomic<bool>* stop) {
+  char raw[wire::kHeaderSize];
+  std::vector<iovec> iov{{raw, sizeof(raw)}};
+  Status s = ReadFully(fd, &iov, deadline, nullptr, stop);
+  if (!s.ok()) return s;
+  s = wire::FrameHeader::DecodeFrom(raw, header);
+  if (!s.ok()) return s;
+  if (header->body_len != 0) return Status::Corruption("unexpected frame body");
+  meta->assign(header->meta_len, '\0');
+  Hasher64 hasher;
+  hasher.Update(raw, 32);
+  if (header->meta_len > 0) {
+    iov.assign(1, iovec{meta->data(), meta->size()});
+    s = ReadFully(fd, &iov, deadline, &hasher);
+    if (!s.ok()) return s;
+  }
+  if (hasher.Digest() != header->checksum) return Status::Corruption("frame checksum mismatch");
+  return Status::OK();
+}
+
+}  // namespace kvengine
