@@ -62,7 +62,8 @@ std::string MakeStructuredBucket(FuzzedDataProvider& in) {
   BucketFooter footer;
   footer.index_offset = in.ConsumeBool() ? file.size() : PickOffset(in, blocks + 1);
   footer.index_size = in.ConsumeBool() ? index.size() : in.ConsumeIntegral<uint64_t>();
-  footer.entry_count = in.ConsumeBool() ? entries.size() : in.ConsumeIntegralInRange<uint64_t>(0, 8);
+  footer.entry_count =
+      in.ConsumeBool() ? entries.size() : in.ConsumeIntegralInRange<uint64_t>(0, 8);
   footer.bucket_id = in.ConsumeBool() ? header.bucket_id : in.ConsumeIntegral<uint64_t>();
   file += index;
   file.resize(RoundUpTo(file.size() + kBucketFooterSize, kBucketAlignment) - kBucketFooterSize);

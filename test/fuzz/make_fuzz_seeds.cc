@@ -196,9 +196,12 @@ void OptionSeeds(const fs::path& root) {
     start = end + 1;
   }
   const std::vector<std::string> more = {
-      "memory_capacity_bytes=1.5GiB", "bucket_size_limit=64MB",
-      "gc_deleted_ratio=0.25",        "offload_policy=WRITE_THROUGH",
-      "peers=127.0.0.1:7400, [::1]:80,localhost:1", "use_direct_io= yes ",
+      "memory_capacity_bytes=1.5GiB",
+      "bucket_size_limit=64MB",
+      "gc_deleted_ratio=0.25",
+      "offload_policy=WRITE_THROUGH",
+      "peers=127.0.0.1:7400, [::1]:80,localhost:1",
+      "use_direct_io= yes ",
   };
   for (size_t i = 0; i < more.size(); i++) {
     out.Write("example" + std::to_string(i), more[i][0], more[i].substr(1));

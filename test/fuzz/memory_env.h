@@ -106,7 +106,8 @@ class MemoryEnv final : public Env {
     Status Read(uint64_t offset, size_t n, char* scratch, size_t* bytes_read) const override {
       if (file_.direct && (offset % kDirectIoAlignment != 0 || n % kDirectIoAlignment != 0 ||
                            reinterpret_cast<uintptr_t>(scratch) % kDirectIoAlignment != 0)) {
-        std::fprintf(stderr, "MemoryEnv: unaligned read of a direct file (offset %llu, %zu bytes)\n",
+        std::fprintf(stderr,
+                     "MemoryEnv: unaligned read of a direct file (offset %llu, %zu bytes)\n",
                      static_cast<unsigned long long>(offset), n);
         std::abort();
       }

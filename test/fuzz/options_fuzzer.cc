@@ -50,7 +50,8 @@ void FuzzOption(const std::string& name, const std::string& value) {
   // ToString is one line per option: a string option holding a newline is printed as
   // it is, and does not read back.
   if (value.find('\n') == std::string::npos) {
-    FUZZ_CHECK(FromLines(printed).ToString() == printed, "ToString does not round-trip:\n" + printed);
+    FUZZ_CHECK(FromLines(printed).ToString() == printed,
+               "ToString does not round-trip:\n" + printed);
   }
 
   // setenv cannot hold a NUL, and ApplyEnvironment only knows the table's names.

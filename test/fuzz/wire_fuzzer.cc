@@ -88,9 +88,9 @@ void FuzzDeleteMatching(std::string_view in) {
   std::string_view view(encoded);
   wire::MatchMode mode2;
   std::string_view pattern2;
-  FUZZ_CHECK(wire::GetDeleteMatching(&view, &mode2, &pattern2) && mode2 == mode &&
-                 pattern2 == pattern,
-             "a delete-matching request changed through an encoding");
+  FUZZ_CHECK(
+      wire::GetDeleteMatching(&view, &mode2, &pattern2) && mode2 == mode && pattern2 == pattern,
+      "a delete-matching request changed through an encoding");
 }
 
 void FuzzLocations(std::string_view in) {
@@ -108,9 +108,9 @@ void FuzzLocations(std::string_view in) {
   for (size_t i = 0; i < results.size(); i++) {
     const RemoteLocation& a = locations[i];
     const RemoteLocation& b = locations2[i];
-    FUZZ_CHECK(a.offset == b.offset && a.size == b.size && a.version == b.version &&
-                   a.lease == b.lease,
-               "a location changed through an encoding");
+    FUZZ_CHECK(
+        a.offset == b.offset && a.size == b.size && a.version == b.version && a.lease == b.lease,
+        "a location changed through an encoding");
   }
 }
 
