@@ -183,6 +183,12 @@ void WireSeeds(const fs::path& root) {
   out.Write("qp_params", 7, qp_bytes);
 }
 
+// The server target reads its input through FuzzedDataProvider: any bytes are requests.
+void ServerSeeds(const fs::path& root) {
+  SeedWriter out(root, "server");
+  for (uint64_t i = 0; i < 4; i++) out.Write("requests" + std::to_string(i), 0, Filler(96, 40 + i));
+}
+
 void OptionSeeds(const fs::path& root) {
   SeedWriter out(root, "options");
   // Every option at its default, as ToString prints it ("name=value"); the mode byte of
@@ -220,6 +226,7 @@ int main(int argc, char** argv) {
   kvengine::BucketSeeds(root);
   kvengine::TombstoneSeeds(root);
   kvengine::WireSeeds(root);
+  kvengine::ServerSeeds(root);
   kvengine::OptionSeeds(root);
   return 0;
 }
