@@ -9,6 +9,7 @@ packages=(
   libxxhash-dev libgflags-dev libgtest-dev libgmock-dev libbenchmark-dev
   libnuma-dev liburing-dev libibverbs-dev librocksdb-dev
   python3-dev pybind11-dev python3-numpy python3-pytest
+  clang libclang-rt-14-dev  # the fuzz targets (test/fuzz): clang and its libFuzzer (Debian 12)
 )
 # torch (CPU) for the tensor and vLLM-connector tests: measured on Debian 12, 171 packages,
 # 142 MB to download, about 1.5 minutes to install.  KV_BOOTSTRAP_NO_TORCH=1 skips it

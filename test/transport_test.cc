@@ -145,6 +145,10 @@ TEST(Endpoint, Parse) {
   EXPECT_FALSE(Endpoint::Parse("nohost", &e).ok());
   EXPECT_FALSE(Endpoint::Parse("h:99999", &e).ok());
   EXPECT_FALSE(Endpoint::Parse("h:", &e).ok());
+  // Hosts whose ToString would not parse back to them (found by the options fuzzer).
+  EXPECT_FALSE(Endpoint::Parse("210.1:7980:1]:80", &e).ok());
+  EXPECT_FALSE(Endpoint::Parse("[ a]:80", &e).ok());
+  EXPECT_FALSE(Endpoint::Parse("a,b:80", &e).ok());
   std::vector<Endpoint> list;
   ASSERT_TRUE(Endpoint::ParseList("a:1, b:2,,", &list).ok());
   ASSERT_EQ(list.size(), 2u);

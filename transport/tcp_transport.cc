@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <condition_variable>
 #include <cstring>
 #include <limits>
@@ -33,6 +34,13 @@ Status Endpoint::Parse(std::string_view text, Endpoint* out) {
     port = text.substr(colon + 1);
   }
   if (host.empty() || port.empty() || port.size() > 5) return Status::InvalidArgument(bad);
+  // Peers are named by ToString (sharded routing parses the names back): a host that
+  // could not survive that (a bracket, a list's comma, a blank) is refused here.
+  for (char ch : host) {
+    if (ch == '[' || ch == ']' || ch == ',' || std::isspace(static_cast<unsigned char>(ch))) {
+      return Status::InvalidArgument(bad);
+    }
+  }
   uint32_t p = 0;
   for (char ch : port) {
     if (ch < '0' || ch > '9') return Status::InvalidArgument(bad);
