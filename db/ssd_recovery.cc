@@ -29,6 +29,29 @@ std::string DeadKey(std::string_view key, uint64_t version) {
 }
 }  // namespace
 
+Status SsdTier::Quarantine(const std::string& name, const Status& why) {
+  const std::string dir = dir_ + "/" + kQuarantineDir;
+  Status s = base_env_->CreateDirIfMissing(dir);
+  // Never over an earlier casualty: a second one of the same name gets a suffix.
+  std::string to = dir + "/" + name;
+  for (int n = 1; s.ok() && base_env_->FileExists(to); n++) {
+    to = dir + "/" + name + "." + std::to_string(n);
+  }
+  if (s.ok()) s = base_env_->RenameFile(dir_ + "/" + name, to);
+  logger_->Logf(LogLevel::kError, "quarantined %s/%s: %s%s", dir_.c_str(), name.c_str(),
+                why.ToString().c_str(),
+                s.ok() ? "" : (" (move failed: " + s.ToString() + ")").c_str());
+  {
+    std::lock_guard<std::mutex> st(stats_mu_);
+    stats_.quarantined_buckets++;
+  }
+  if (!s.ok()) {
+    return Status::IOError(dir_ + "/" + name + ": " + why.ToString(),
+                           "cannot move it to quarantine: " + s.ToString());
+  }
+  return Status::OK();
+}
+
 Status SsdTier::Recover() {
   PerfPoint perf(PerfKey::ssd_recovery);
   std::vector<std::string> names;
@@ -37,7 +60,13 @@ Status SsdTier::Recover() {
   std::vector<uint64_t> ids;
   for (const std::string& name : names) {
     if (name.size() > 4 && name.ends_with(".tmp")) {
-      base_env_->RemoveFile(dir_ + "/" + name);
+      // A write cut short.  One that cannot be removed (a directory) would block the
+      // next write of that name: it is moved aside.
+      s = base_env_->RemoveFile(dir_ + "/" + name);
+      if (!s.ok() && base_env_->FileExists(dir_ + "/" + name)) {
+        s = Quarantine(name, Status::IOError("leftover temporary file", s.ToString()));
+        if (!s.ok()) return s;
+      }
       continue;
     }
     uint64_t id;
@@ -48,7 +77,7 @@ Status SsdTier::Recover() {
 
   // Quarantined files keep their ids out of reuse too.
   std::vector<std::string> quarantined;
-  if (base_env_->GetChildren(dir_ + "/quarantine", &quarantined).ok()) {
+  if (base_env_->GetChildren(dir_ + "/" + kQuarantineDir, &quarantined).ok()) {
     for (const std::string& name : quarantined) {
       uint64_t id;
       if (ParseBucketFileName(name, &id)) next_bucket_id_ = std::max(next_bucket_id_, id + 1);
@@ -64,14 +93,10 @@ Status SsdTier::Recover() {
       s = Status::Corruption(path,
                              "header names bucket " + std::to_string(reader->header().bucket_id));
     }
-    if (s.IsCorruption() || s.IsNotSupported()) {
-      Status q = base_env_->CreateDirIfMissing(dir_ + "/quarantine");
-      if (q.ok()) q = base_env_->RenameFile(path, dir_ + "/quarantine/" + BucketFileName(id));
-      logger_->Logf(LogLevel::kError, "quarantined bucket %s: %s%s", path.c_str(),
-                    s.ToString().c_str(),
-                    q.ok() ? "" : (" (move failed: " + q.ToString() + ")").c_str());
-      std::lock_guard<std::mutex> st(stats_mu_);
-      stats_.quarantined_buckets++;
+    // Damaged, of an unknown format, or not a file at all: moved aside.
+    if (s.IsCorruption() || s.IsNotSupported() || s.IsInvalidArgument()) {
+      // Left in place when it cannot be moved: it takes no part, its id stays taken.
+      Quarantine(BucketFileName(id), s);
       continue;
     }
     if (!s.ok()) return s;

@@ -86,7 +86,13 @@ Status SsdTier::Open(const Options& options, const std::string& dir, Env* env, L
     }
   }
   Status s = tier->Recover();
-  if (!s.ok()) return s;
+  if (!s.ok()) {
+    // Nothing was started and the tombstone log may not be open: the destructor must
+    // not flush what recovery left half-built.
+    std::lock_guard<std::mutex> lock(tier->mu_);
+    tier->stopping_ = true;
+    return s;
+  }
   for (int i = 0; i < kWriterThreads; i++) {
     tier->writers_.emplace_back([t = tier.get(), i] { t->WriterLoop(i); });
   }

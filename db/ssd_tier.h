@@ -167,6 +167,11 @@ class SsdTier {
   SsdTier(const Options& options, std::string dir, Env* env, Logger* logger);
 
   Status Recover();  // ssd_recovery.cc
+  // Moves dir_/name (a file or directory that must not take part in the DB) into
+  // quarantine/, under a name no earlier casualty holds; logs and counts it.  Fails
+  // (still counted) when it cannot be moved.  Only during Recover().
+  Status Quarantine(const std::string& name, const Status& why);
+  static constexpr const char* kQuarantineDir = "quarantine";
   void WriterLoop(int index);
   // REQUIRES: mu_ held.  The oldest sealed bucket no writer has taken, or null.
   std::shared_ptr<SsdBucket> NextToWriteLocked();

@@ -2,8 +2,10 @@
 // tombstones, GC, recovery, space limits and injected faults.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <random>
 #include <thread>
@@ -248,6 +250,123 @@ TEST_F(SsdTierTest, DeletesAndOverwritesSurviveReopen) {
   Reopen();
   EXPECT_TRUE(Get("kept") == "<absent>");
   EXPECT_EQ(Stat(db_.get(), "ssd.keys"), 0u);
+}
+
+// ------------------------------------------------------------------ damaged DB at open
+
+// Damaged files at Open used to crash the process (the failed tier's destructor synced a
+// tombstone log it never opened).  Open must now fail with a Status naming the file, or
+// open with the damage moved aside; the DB opens again once the damage is undone.
+class DamagedOpenTest : public SsdTierTest {
+ protected:
+  // A DB whose values are on SSD, with some of them deleted; closed.
+  void MakeDbWithDeletes() {
+    UseFaultEnvWriteThrough();
+    Open();
+    expect_ = PutNumbered("k", 12, 7, 0);
+    for (int i = 0; i < 12; i += 3) {
+      ASSERT_TRUE(db_->Delete(WriteOptions(), "k." + std::to_string(i)).ok());
+      expect_.erase("k." + std::to_string(i));
+    }
+    ASSERT_TRUE(db_->Close().ok());
+    db_.reset();
+  }
+  Status TryOpen() {
+    db_.reset();
+    return DB::Open(options_, dir_.path(), &db_);
+  }
+  void ExpectIntact() {
+    for (int i = 0; i < 12; i++) {
+      const std::string key = "k." + std::to_string(i);
+      auto it = expect_.find(key);
+      EXPECT_TRUE(Get(key) == (it == expect_.end() ? "<absent>" : it->second)) << key;
+    }
+  }
+  static std::string ReadFile(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  }
+  static void WriteFile(const std::string& path, const std::string& data) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << data;
+  }
+  std::vector<std::string> BucketFiles() {
+    std::vector<std::string> names;
+    for (auto& e : std::filesystem::directory_iterator(dir_.path())) {
+      const std::string name = e.path().filename();
+      if (name.starts_with("bucket-")) names.push_back(name);
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+
+  std::map<std::string, std::string> expect_;
+};
+
+TEST_F(DamagedOpenTest, DamagedTombstoneLogFailsOpenWithAStatusNamingIt) {
+  MakeDbWithDeletes();
+  const std::string log = dir_.Sub("TOMBSTONES");
+  const std::string good = ReadFile(log);
+  ASSERT_GT(good.size(), 16u);
+  struct Damage {
+    const char* what;
+    std::function<void()> apply;
+  };
+  const Damage damages[] = {
+      {"a flipped magic byte",
+       [&] {
+         std::string d = good;
+         d[3] ^= 0x20;
+         WriteFile(log, d);
+       }},
+      {"a flipped version byte",
+       [&] {
+         std::string d = good;
+         d[9] ^= 0x01;
+         WriteFile(log, d);
+       }},
+      {"garbage", [&] { WriteFile(log, std::string(good.size(), 'x')); }},
+      {"a directory",
+       [&] {
+         std::filesystem::remove(log);
+         std::filesystem::create_directory(log);
+       }},
+  };
+  for (const Damage& damage : damages) {
+    SCOPED_TRACE(damage.what);
+    damage.apply();
+    Status s = TryOpen();
+    EXPECT_FALSE(s.ok());
+    EXPECT_NE(s.ToString().find("TOMBSTONES"), std::string::npos) << s.ToString();
+    EXPECT_EQ(db_, nullptr);
+    // Nothing was rewritten away: undo the damage and the DB opens whole.
+    std::filesystem::remove_all(log);
+    WriteFile(log, good);
+    ASSERT_TRUE(TryOpen().ok());
+    ExpectIntact();
+    ASSERT_TRUE(db_->Close().ok());
+  }
+}
+
+TEST_F(DamagedOpenTest, FullDiskAtOpenFailsCleanly) {
+  MakeDbWithDeletes();
+  fault_env_.SetSpaceLimit(fault_env_.bytes_written());  // not one byte more
+  Status s = TryOpen();
+  EXPECT_TRUE(s.IsNoSpace()) << s.ToString();
+  EXPECT_EQ(db_, nullptr);
+  fault_env_.SetSpaceLimit(UINT64_MAX);
+  ASSERT_TRUE(TryOpen().ok());
+  ExpectIntact();
+}
+
+TEST_F(DamagedOpenTest, LeftoverTemporaryThatIsADirectoryIsMovedAside) {
+  MakeDbWithDeletes();
+  std::filesystem::create_directory(dir_.Sub("TOMBSTONES.tmp"));
+  ASSERT_TRUE(TryOpen().ok());
+  EXPECT_TRUE(std::filesystem::is_directory(dir_.Sub("quarantine/TOMBSTONES.tmp")));
+  EXPECT_EQ(Stat(db_.get(), "ssd.quarantined_buckets"), 1u);
+  ExpectIntact();
+  Reopen();
+  ExpectIntact();
 }
 
 TEST_F(SsdTierTest, WriteThroughPersistsEveryFlushedPut) {
