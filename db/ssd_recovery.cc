@@ -2,8 +2,9 @@
 //
 //   1. Leftover temporary files (a bucket or log write cut short) are removed.
 //   2. Every bucket file is opened and verified (header, footer, index checksums).  One
-//      that fails is moved to quarantine/, reported in the log and in stats, and the rest
-//      of the DB opens without it.
+//      that fails, and any file named like a bucket but not exactly as this DB names one
+//      ("bucket-12.kvb"), is moved to quarantine/, reported in the log and in stats, and
+//      the rest of the DB opens without it.
 //   3. The tombstone log is read up to its last valid record (a torn tail is ignored).
 //   4. Buckets are replayed in id order: an entry whose (key, version) has a tombstone is
 //      dead; otherwise the highest version of a key wins, and an older one it supersedes
@@ -70,7 +71,11 @@ Status SsdTier::Recover() {
       continue;
     }
     uint64_t id;
-    if (ParseBucketFileName(name, &id)) ids.push_back(id);
+    if (ParseBucketFileName(name, &id)) {
+      ids.push_back(id);
+    } else if (LooksLikeBucketFileName(name)) {  // not a file this DB wrote
+      Quarantine(name, Status::Corruption("not the name of a bucket file of this DB"));
+    }
   }
   std::sort(ids.begin(), ids.end());
   if (!ids.empty()) next_bucket_id_ = ids.back() + 1;

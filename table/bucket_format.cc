@@ -125,19 +125,23 @@ std::string BucketFileName(uint64_t id) {
   return buf;
 }
 
+bool LooksLikeBucketFileName(std::string_view name) {
+  return name.starts_with(kBucketFilePrefix) && name.ends_with(kBucketFileSuffix);
+}
+
 bool ParseBucketFileName(std::string_view name, uint64_t* id) {
-  constexpr std::string_view kPrefix = "bucket-", kSuffix = ".kvb";
-  if (name.size() <= kPrefix.size() + kSuffix.size() || !name.starts_with(kPrefix) ||
-      !name.ends_with(kSuffix)) {
-    return false;
-  }
-  std::string_view digits =
-      name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
+  if (!LooksLikeBucketFileName(name)) return false;
+  std::string_view digits = name.substr(
+      kBucketFilePrefix.size(), name.size() - kBucketFilePrefix.size() - kBucketFileSuffix.size());
+  if (digits.empty() || digits.size() > 20) return false;
   uint64_t v = 0;
   for (char c : digits) {
     if (c < '0' || c > '9' || v > (UINT64_MAX - 9) / 10) return false;
     v = v * 10 + static_cast<uint64_t>(c - '0');
   }
+  // Only the name this DB writes for that id: "bucket-12.kvb" or "bucket-0000012.kvb" would
+  // name bucket 12 too, and recovery and kv_ldb would disagree about which file it is.
+  if (BucketFileName(v) != name) return false;
   *id = v;
   return true;
 }

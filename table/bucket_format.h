@@ -68,9 +68,15 @@ inline uint64_t PaddedValueSize(uint64_t size) {
   return (size + kBucketAlignment - 1) / kBucketAlignment * kBucketAlignment;
 }
 
-// The file name of bucket `id` ("bucket-000042.kvb") and the parse of one.
+// The file name of bucket `id` ("bucket-000042.kvb") and the parse of one.  Only that
+// exact spelling parses: another ("bucket-42.kvb") is not a bucket of the DB.
 std::string BucketFileName(uint64_t id);
 bool ParseBucketFileName(std::string_view name, uint64_t* id);
+// Whether `name` is shaped like a bucket file name ("bucket-*.kvb"), canonical or not:
+// recovery moves a file so named that does not parse to quarantine/.
+bool LooksLikeBucketFileName(std::string_view name);
+inline constexpr std::string_view kBucketFilePrefix = "bucket-";
+inline constexpr std::string_view kBucketFileSuffix = ".kvb";
 
 }  // namespace kvengine
 

@@ -168,6 +168,19 @@ TEST(BucketFileNameTest, Parse) {
   EXPECT_FALSE(ParseBucketFileName("bucket-.kvb", &id));
   EXPECT_FALSE(ParseBucketFileName("bucket-12x.kvb", &id));
   EXPECT_FALSE(ParseBucketFileName("bucket-000042.kvb.tmp", &id));
+  // Other spellings of an id name no bucket of the DB (recovery quarantines them).
+  id = 7;
+  EXPECT_FALSE(ParseBucketFileName("bucket-42.kvb", &id));
+  EXPECT_FALSE(ParseBucketFileName("bucket-0000042.kvb", &id));
+  EXPECT_FALSE(ParseBucketFileName("bucket-+00042.kvb", &id));
+  EXPECT_FALSE(ParseBucketFileName("bucket-99999999999999999999999.kvb", &id));
+  EXPECT_EQ(id, 7u);
+  EXPECT_TRUE(LooksLikeBucketFileName("bucket-42.kvb"));
+  EXPECT_FALSE(LooksLikeBucketFileName("bucket-000042.kvb.tmp"));
+  // Ids past six digits are written with as many as they need.
+  EXPECT_TRUE(ParseBucketFileName(BucketFileName(12345678), &id));
+  EXPECT_EQ(id, 12345678u);
+  EXPECT_EQ(BucketFileName(12345678), "bucket-12345678.kvb");
 }
 
 TEST(TombstoneLogTest, RoundTripAndTornTail) {

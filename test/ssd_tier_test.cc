@@ -369,6 +369,45 @@ TEST_F(DamagedOpenTest, LeftoverTemporaryThatIsADirectoryIsMovedAside) {
   ExpectIntact();
 }
 
+TEST_F(DamagedOpenTest, FilesNamedLikeBucketsButNotWrittenByTheDbAreQuarantined) {
+  MakeDbWithDeletes();
+  const std::vector<std::string> buckets = BucketFiles();
+  ASSERT_GE(buckets.size(), 2u);
+  // Copies of real buckets under other spellings of their ids (they once made recovery
+  // open the canonical name, or a bucket twice), a directory and a stranger's file.
+  const uint64_t first = std::stoull(buckets[0].substr(7));
+  const uint64_t last = std::stoull(buckets.back().substr(7));
+  const std::string strays[] = {"bucket-" + std::to_string(first) + ".kvb",
+                                "bucket-0" + buckets.back().substr(7),
+                                "bucket-" + std::to_string(last + 5) + ".kvb", "bucket-x.kvb"};
+  std::filesystem::copy_file(dir_.Sub(buckets[0]), dir_.Sub(strays[0]));
+  std::filesystem::copy_file(dir_.Sub(buckets.back()), dir_.Sub(strays[1]));
+  std::filesystem::create_directory(dir_.Sub(strays[2]));
+  WriteFile(dir_.Sub(strays[3]), "not a bucket");
+  // And a directory with a canonical name.
+  const std::string dir_bucket = "bucket-" + std::string(6 - std::to_string(last + 9).size(), '0') +
+                                 std::to_string(last + 9) + ".kvb";
+  std::filesystem::create_directory(dir_.Sub(dir_bucket));
+
+  Status s = TryOpen();
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(Stat(db_.get(), "ssd.quarantined_buckets"), 5u);
+  for (const std::string& name : strays) {
+    EXPECT_FALSE(std::filesystem::exists(dir_.Sub(name))) << name;
+    EXPECT_TRUE(std::filesystem::exists(dir_.Sub("quarantine/" + name))) << name;
+  }
+  EXPECT_TRUE(std::filesystem::is_directory(dir_.Sub("quarantine/" + dir_bucket)));
+  EXPECT_EQ(BucketFiles(), buckets);
+  ExpectIntact();
+  // New buckets are written, and the DB reopens without quarantining anything more.
+  Put("new", test::MakeValue(99, kValue));
+  SpillMemory();
+  Reopen();
+  EXPECT_EQ(Stat(db_.get(), "ssd.quarantined_buckets"), 0u);
+  EXPECT_TRUE(Get("new") == test::MakeValue(99, kValue));
+  ExpectIntact();
+}
+
 TEST_F(SsdTierTest, WriteThroughPersistsEveryFlushedPut) {
   options_.offload_policy = OffloadPolicy::kWriteThrough;
   options_.memory_capacity_bytes = 16 << 20;

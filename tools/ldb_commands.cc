@@ -565,8 +565,9 @@ class VerifyCommand : public LdbCommand {
     return "verify --db=DIR [--json]\n"
            "  Checks every bucket (header, footer, index checksums, the header's id, every\n"
            "  value's checksum) and the tombstone log. Lists each problem; exit code 1 when\n"
-           "  there is any. A torn tail of the tombstone log, leftover *.tmp files and\n"
-           "  quarantined buckets are reported as warnings (recovery handles them).";
+           "  there is any. A torn tail of the tombstone log, leftover *.tmp files,\n"
+           "  quarantined buckets and files named like buckets but not as the DB names\n"
+           "  them are reported as warnings (recovery handles them).";
   }
   std::vector<std::string> Flags() const override { return {"json"}; }
 
@@ -625,6 +626,11 @@ class VerifyCommand : public LdbCommand {
     }
     for (const std::string& t : m.temp_files()) {
       warnings.push_back(t + ": leftover temporary file (removed by recovery)");
+    }
+    for (const std::string& t : m.stray_files()) {
+      warnings.push_back(t +
+                         ": not the name of a bucket of this DB, not part of it (recovery "
+                         "moves it to quarantine/)");
     }
     if (FLAGS_json) {
       std::string out = "{\"ok\":" + std::string(problems.empty() ? "true" : "false") +

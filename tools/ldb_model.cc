@@ -110,7 +110,11 @@ Status DbModel::Load(Env* env, const std::string& dir, std::unique_ptr<DbModel>*
     uint64_t id;
     if (name == kIdentityFile) identity = true;
     if (name.size() > 4 && name.ends_with(".tmp")) model->temp_files_.push_back(name);
-    if (ParseBucketFileName(name, &id)) files.emplace_back(id, name);
+    if (ParseBucketFileName(name, &id)) {
+      files.emplace_back(id, name);
+    } else if (LooksLikeBucketFileName(name)) {
+      model->stray_files_.push_back(name);
+    }
   }
   std::sort(files.begin(), files.end());
   if (!identity && files.empty()) {

@@ -9,7 +9,8 @@
 //   - an entry whose (key, version) has a tombstone is dead ("tombstoned");
 //   - otherwise the highest version of a key wins; an older one is dead ("superseded");
 //     two copies of one version (a crash in a compaction) keep the higher bucket's.
-// Files in quarantine/ are listed but are not part of the DB.
+// Files in quarantine/ are listed but are not part of the DB; nor are files named like
+// buckets but not exactly as the DB names them (stray_files()).
 //
 // Thread-safety: none; kv_ldb is single-threaded.
 #ifndef KVENGINE_TOOLS_LDB_MODEL_H_
@@ -102,6 +103,9 @@ class DbModel {
 
   // Names of files left by an interrupted write ("*.tmp").
   const std::vector<std::string>& temp_files() const { return temp_files_; }
+  // Names shaped like bucket files but not spelled as the DB names one ("bucket-12.kvb"):
+  // not part of the DB; recovery moves them to quarantine/.
+  const std::vector<std::string>& stray_files() const { return stray_files_; }
 
  private:
   DbModel() = default;
@@ -117,6 +121,7 @@ class DbModel {
   // (key, version) -> buckets holding it, for TombstoneCovers.
   std::unordered_map<std::string, std::vector<uint64_t>> versions_;
   std::vector<std::string> temp_files_;
+  std::vector<std::string> stray_files_;
 };
 
 // Reads one value whole into *value (without checksum verification) and stores in

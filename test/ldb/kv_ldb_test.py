@@ -447,6 +447,26 @@ def test_online(root):
     rc, out, err = run(["dump_bucket", f"--db={db}", f"--bucket={victim_id}"])
     check(rc == 1 and "quarantine/" in out and "footer: CORRUPT" in out, f"dump of it: {out}")
 
+    # A copy of a bucket under another spelling of its id is no bucket of the DB: kv_ldb
+    # does not count it (it read it as a second bucket 1), recovery moves it aside (it
+    # failed the whole open).
+    first = bucket_files(db)[0]
+    stray = "bucket-%d.kvb" % int(first[7:13])
+    shutil.copy(os.path.join(db, first), os.path.join(db, stray))
+    rc, out, err = run(["list_buckets", f"--db={db}", "--json"])
+    check(rc == 0 and stray not in out and len(json.loads(out)["buckets"]) == len(after["buckets"]),
+          f"list_buckets ignores {stray}: {out}")
+    rc, out, err = run(["verify", f"--db={db}"])
+    check(rc == 0 and f"warning: {stray}: not the name of a bucket" in out, f"verify warns: {out}")
+    rc, out, err = run(["stats", f"--db={db}", "--options=log_level=off"])
+    check(rc == 0 and "ssd.quarantined_buckets: 1" in out, f"stats quarantines {stray}: {out} {err}")
+    check(os.path.exists(os.path.join(db, "quarantine", stray)), f"{stray} was quarantined")
+
+    # A damaged tombstone log fails the open with a message naming it (stats crashed).
+    flip(os.path.join(db, "TOMBSTONES"), 2)
+    rc, out, err = run(["stats", f"--db={db}", "--options=log_level=off"])
+    check(rc == 1 and "TOMBSTONES" in err, f"stats with a damaged log header: rc {rc} {err}")
+
 
 def main():
     global KV_LDB, MAKE_DB
