@@ -1025,6 +1025,8 @@ std::string DBImpl::StatsText() const {
         << "ssd.gc_keys_lost_race: " << d.gc_keys_lost_race << "\n"
         << "ssd.quarantined_buckets: " << d.quarantined_buckets << "\n"
         << "ssd.recovered_keys: " << d.recovered_keys << "\n"
+        << "ssd.torn_tombstone_bytes: " << d.torn_tombstone_bytes << "\n"
+        << "ssd.damaged_tombstone_bytes: " << d.damaged_tombstone_bytes << "\n"
         << "ssd.io_uring: " << (d.io_uring ? "true" : "false") << "\n"
         << "ssd.direct_io: " << (d.direct_io ? "true" : "false") << "\n";
   }
@@ -1068,6 +1070,8 @@ std::string DBImpl::StatsJson() const {
         << ",\"gc_keys_lost_race\":" << d.gc_keys_lost_race
         << ",\"quarantined_buckets\":" << d.quarantined_buckets
         << ",\"recovered_keys\":" << d.recovered_keys
+        << ",\"torn_tombstone_bytes\":" << d.torn_tombstone_bytes
+        << ",\"damaged_tombstone_bytes\":" << d.damaged_tombstone_bytes
         << ",\"io_uring\":" << (d.io_uring ? "true" : "false")
         << ",\"direct_io\":" << (d.direct_io ? "true" : "false") << "}";
   }

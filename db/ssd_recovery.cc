@@ -5,7 +5,9 @@
 //      that fails, and any file named like a bucket but not exactly as this DB names one
 //      ("bucket-12.kvb"), is moved to quarantine/, reported in the log and in stats, and
 //      the rest of the DB opens without it.
-//   3. The tombstone log is read up to its last valid record (a torn tail is ignored).
+//   3. The tombstone log is read: a torn tail is ignored; a damaged stretch followed by
+//      valid records is skipped, counted, logged, and the damaged log is copied to
+//      quarantine/TOMBSTONES.damaged before step 5 rewrites it.
 //   4. Buckets are replayed in id order: an entry whose (key, version) has a tombstone is
 //      dead; otherwise the highest version of a key wins, and an older one it supersedes
 //      gets a tombstone so that it can never come back.  Two copies of one version (a
@@ -30,14 +32,20 @@ std::string DeadKey(std::string_view key, uint64_t version) {
 }
 }  // namespace
 
-Status SsdTier::Quarantine(const std::string& name, const Status& why) {
+Status SsdTier::QuarantinePath(const std::string& name, std::string* path) {
   const std::string dir = dir_ + "/" + kQuarantineDir;
   Status s = base_env_->CreateDirIfMissing(dir);
+  if (!s.ok()) return s;
   // Never over an earlier casualty: a second one of the same name gets a suffix.
-  std::string to = dir + "/" + name;
-  for (int n = 1; s.ok() && base_env_->FileExists(to); n++) {
-    to = dir + "/" + name + "." + std::to_string(n);
-  }
+  *path = dir + "/" + name;
+  for (int n = 1; base_env_->FileExists(*path); n++)
+    *path = dir + "/" + name + "." + std::to_string(n);
+  return Status::OK();
+}
+
+Status SsdTier::Quarantine(const std::string& name, const Status& why) {
+  std::string to;
+  Status s = QuarantinePath(name, &to);
   if (s.ok()) s = base_env_->RenameFile(dir_ + "/" + name, to);
   logger_->Logf(LogLevel::kError, "quarantined %s/%s: %s%s", dir_.c_str(), name.c_str(),
                 why.ToString().c_str(),
@@ -49,6 +57,31 @@ Status SsdTier::Quarantine(const std::string& name, const Status& why) {
   if (!s.ok()) {
     return Status::IOError(dir_ + "/" + name + ": " + why.ToString(),
                            "cannot move it to quarantine: " + s.ToString());
+  }
+  return Status::OK();
+}
+
+Status SsdTier::KeepDamagedLog(std::string* copy) {
+  // Copied, not renamed: until the rewritten log is in place, the damaged one is the only
+  // record of the deletes that survived.
+  const std::string from = dir_ + "/" + TombstoneLog::kFileName;
+  std::unique_ptr<RandomAccessFile> in;
+  std::unique_ptr<WritableFile> out;
+  Status s = QuarantinePath(std::string(TombstoneLog::kFileName) + ".damaged", copy);
+  if (s.ok()) s = base_env_->NewRandomAccessFile(from, FileOptions(), &in);
+  std::string data;
+  if (s.ok()) {
+    data.resize(in->Size());
+    size_t n = 0;
+    s = in->Read(0, data.size(), data.data(), &n);
+    data.resize(n);
+  }
+  if (s.ok()) s = base_env_->NewWritableFile(*copy, FileOptions(), &out);
+  if (s.ok()) s = out->Append(Slice(data));
+  if (s.ok()) s = out->Sync();
+  if (s.ok()) s = out->Close();
+  if (!s.ok()) {
+    return Status::IOError(from + " is damaged and cannot be kept aside", s.ToString());
   }
   return Status::OK();
 }
@@ -116,12 +149,25 @@ Status SsdTier::Recover() {
   base_env_->SyncDir(dir_);
 
   std::vector<TombstoneLog::Record> records;
-  uint64_t torn = 0;
-  s = TombstoneLog::Read(base_env_, dir_, &records, &torn);
+  TombstoneLog::ReadReport report;
+  s = TombstoneLog::Read(base_env_, dir_, &records, &report);
   if (!s.ok()) return s;
-  if (torn > 0) {
+  if (report.torn_bytes > 0) {
     logger_->Logf(LogLevel::kWarn, "tombstone log: ignored a torn tail of %llu bytes",
-                  static_cast<unsigned long long>(torn));
+                  static_cast<unsigned long long>(report.torn_bytes));
+  }
+  if (report.damaged_bytes > 0) {
+    // The log is rewritten below: the damaged one is kept, for whoever can tell which
+    // deletes it held.
+    std::string copy;
+    s = KeepDamagedLog(&copy);
+    if (!s.ok()) return s;
+    logger_->Logf(LogLevel::kError,
+                  "tombstone log: %llu damaged bytes in %llu places before valid records were "
+                  "skipped; the deletes recorded there are lost and their keys may be back "
+                  "(a copy of the damaged log: %s; see docs/tombstone_log.md)",
+                  static_cast<unsigned long long>(report.damaged_bytes),
+                  static_cast<unsigned long long>(report.damaged_stretches), copy.c_str());
   }
   std::unordered_set<std::string> dead;
   for (const auto& r : records) {
@@ -184,7 +230,8 @@ Status SsdTier::Recover() {
   if (!s.ok()) return s;
   std::lock_guard<std::mutex> st(stats_mu_);
   stats_.recovered_keys = map_.size();
-  stats_.torn_tombstone_bytes = torn;
+  stats_.torn_tombstone_bytes = report.torn_bytes;
+  stats_.damaged_tombstone_bytes = report.damaged_bytes;
   return Status::OK();
 }
 

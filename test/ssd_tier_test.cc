@@ -10,6 +10,7 @@
 #include <random>
 #include <thread>
 
+#include "db/tombstone_log.h"
 #include "env/fault_injection_env.h"
 #include "gtest/gtest.h"
 #include "kvengine/db.h"
@@ -406,6 +407,83 @@ TEST_F(DamagedOpenTest, FilesNamedLikeBucketsButNotWrittenByTheDbAreQuarantined)
   EXPECT_EQ(Stat(db_.get(), "ssd.quarantined_buckets"), 0u);
   EXPECT_TRUE(Get("new") == test::MakeValue(99, kValue));
   ExpectIntact();
+}
+
+// A flipped bit in one tombstone record brought back every deleted key after it.
+TEST_F(DamagedOpenTest, DamagedTombstoneRecordLosesOnlyItsOwnDelete) {
+  MakeDbWithDeletes();  // deletes k.0, k.3, k.6, k.9, one record each, in that order
+  const std::string log = dir_.Sub("TOMBSTONES");
+  std::string damaged = ReadFile(log);
+  damaged[16 + 4 + 1] ^= 0x04;  // the first record's key
+  WriteFile(log, damaged);
+  ASSERT_TRUE(TryOpen().ok());
+  EXPECT_GT(Stat(db_.get(), "ssd.damaged_tombstone_bytes"), 0u);
+  EXPECT_EQ(Stat(db_.get(), "ssd.torn_tombstone_bytes"), 0u);
+  // k.0's delete is lost with its record (its old value is back); no other is.
+  expect_["k.0"] = test::MakeValue(7, kValue);
+  ExpectIntact();
+  // The damaged log was kept aside, byte for byte, before the log was rewritten.
+  EXPECT_EQ(ReadFile(dir_.Sub("quarantine/TOMBSTONES.damaged")), damaged);
+  EXPECT_NE(ReadFile(log), damaged);
+  Reopen();
+  EXPECT_EQ(Stat(db_.get(), "ssd.damaged_tombstone_bytes"), 0u);
+  ExpectIntact();
+}
+
+TEST(TombstoneLogTest, TornTailIsNormalDamageBeforeValidRecordsIsReported) {
+  test::TempDir dir;
+  Env* env = Env::Default();
+  ASSERT_TRUE(env->CreateDirIfMissing(dir.path()).ok());
+  std::unique_ptr<TombstoneLog> log;
+  ASSERT_TRUE(TombstoneLog::Create(env, dir.path(), {}, &log).ok());
+  for (uint64_t i = 1; i <= 6; i++) log->Add({"key." + std::to_string(i), 10 * i, i});
+  ASSERT_TRUE(log->Sync().ok());
+  log.reset();
+  const std::string path = dir.Sub(TombstoneLog::kFileName);
+  std::ifstream f(path, std::ios::binary);
+  const std::string good(std::istreambuf_iterator<char>(f), {});
+  const size_t record = (good.size() - 16) / 6;  // keys of one length: records of one size
+
+  std::vector<TombstoneLog::Record> records;
+  TombstoneLog::ReadReport report;
+  auto parse = [&](const std::string& image) {
+    Status s = TombstoneLog::Parse(image, path, &records, &report);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  };
+  parse(good);
+  EXPECT_EQ(records.size(), 6u);
+  EXPECT_EQ(report.torn_bytes + report.damaged_bytes, 0u);
+
+  parse(good.substr(0, good.size() - 5));  // torn: the last record cut short
+  EXPECT_EQ(records.size(), 5u);
+  EXPECT_EQ(report.torn_bytes, record - 5);
+  EXPECT_EQ(report.damaged_bytes, 0u);
+
+  for (size_t victim : {size_t{0}, size_t{2}, size_t{5}}) {  // one bad record
+    for (size_t byte = 0; byte < record; byte += 3) {
+      std::string image = good;
+      image[16 + victim * record + byte] ^= 0x10;
+      parse(image);
+      SCOPED_TRACE("record " + std::to_string(victim) + " byte " + std::to_string(byte));
+      ASSERT_EQ(records.size(), 5u);
+      for (const auto& r : records) EXPECT_NE(r.key, "key." + std::to_string(victim + 1));
+      if (victim == 5) {
+        EXPECT_EQ(report.torn_bytes, record);  // nothing valid after it: a torn tail
+      } else {
+        EXPECT_EQ(report.damaged_bytes, record);
+        EXPECT_EQ(report.damaged_stretches, 1u);
+      }
+    }
+  }
+  std::string zeroed = good;  // a stretch of zeros (a lost block) in the middle
+  std::fill(zeroed.begin() + 16 + record, zeroed.begin() + 16 + 3 * record, '\0');
+  parse(zeroed);
+  EXPECT_EQ(records.size(), 4u);
+  EXPECT_EQ(report.damaged_bytes, 2 * record);
+
+  // Not a log at all: refused, naming the file.
+  Status s = TombstoneLog::Parse(std::string(good.size(), 'x'), path, &records, &report);
+  EXPECT_TRUE(s.IsCorruption() && s.ToString().find(path) != std::string::npos) << s.ToString();
 }
 
 TEST_F(SsdTierTest, WriteThroughPersistsEveryFlushedPut) {

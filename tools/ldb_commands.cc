@@ -175,7 +175,8 @@ class ListBucketsCommand : public LdbCommand {
              ",\"live_keys\":" + U(live) + ",\"live_bytes\":" + U(live_bytes) +
              ",\"deleted_bytes\":" + U(deleted_bytes) +
              ",\"tombstones\":" + U(m.tombstones().size()) +
-             ",\"torn_tombstone_bytes\":" + U(m.torn_tombstone_bytes()) + "}";
+             ",\"torn_tombstone_bytes\":" + U(m.torn_tombstone_bytes()) +
+             ",\"damaged_tombstone_bytes\":" + U(m.damaged_tombstone_bytes()) + "}";
       std::printf("%s\n", out.c_str());
       return kExitOk;
     }
@@ -197,6 +198,9 @@ class ListBucketsCommand : public LdbCommand {
                 FormatSize(deleted_bytes).c_str(), m.tombstones().size());
     if (m.torn_tombstone_bytes() > 0) {
       std::printf(" (torn tail: %" PRIu64 " bytes)", m.torn_tombstone_bytes());
+    }
+    if (m.damaged_tombstone_bytes() > 0) {
+      std::printf(" (tombstone log DAMAGED: %" PRIu64 " bytes)", m.damaged_tombstone_bytes());
     }
     if (!m.tombstone_status().ok()) {
       std::printf(" (tombstone log unreadable: %s)", m.tombstone_status().ToString().c_str());
@@ -511,7 +515,8 @@ class TombstonesCommand : public LdbCommand {
            "  Every record of the tombstone log, as\n"
            "    'key' version:V bucket:B bucket_exists:yes|no covers:yes|no\n"
            "  (covers: a bucket of the DB still holds that key's version, so the tombstone\n"
-           "  is what keeps it dead), then the bytes of a torn tail that recovery ignores.";
+           "  is what keeps it dead), then the bytes of a torn tail that recovery ignores\n"
+           "  and of damaged stretches before valid records (their deletes are lost).";
   }
   std::vector<std::string> Flags() const override { return {"json"}; }
 
@@ -543,14 +548,14 @@ class TombstonesCommand : public LdbCommand {
     }
     if (FLAGS_json) {
       std::printf("%s],\"count\":%zu,\"covering\":%" PRIu64 ",\"torn_bytes\":%" PRIu64
-                  ",\"log_exists\":%s}\n",
+                  ",\"damaged_bytes\":%" PRIu64 ",\"log_exists\":%s}\n",
                   json.c_str(), m.tombstones().size(), covering, m.torn_tombstone_bytes(),
-                  m.has_tombstone_log() ? "true" : "false");
+                  m.damaged_tombstone_bytes(), m.has_tombstone_log() ? "true" : "false");
     } else {
       std::printf("%zu tombstones, %" PRIu64 " still covering a value; torn tail: %" PRIu64
-                  " bytes%s\n",
+                  " bytes; damaged: %" PRIu64 " bytes%s\n",
                   m.tombstones().size(), covering, m.torn_tombstone_bytes(),
-                  m.has_tombstone_log() ? "" : " (no tombstone log)");
+                  m.damaged_tombstone_bytes(), m.has_tombstone_log() ? "" : " (no tombstone log)");
     }
     return kExitOk;
   }
@@ -619,6 +624,15 @@ class VerifyCommand : public LdbCommand {
     } else {
       Report(std::string(TombstoneLog::kFileName) + ": OK (" + U(m.tombstones().size()) +
              " records" + (m.has_tombstone_log() ? "" : ", no log") + ")");
+    }
+    if (m.damaged_tombstone_bytes() > 0) {
+      const std::string what =
+          std::string(TombstoneLog::kFileName) + ": DAMAGED: " + U(m.damaged_tombstone_bytes()) +
+          " bad bytes in " + U(m.damaged_tombstone_stretches()) +
+          " places before valid records; the deletes recorded there are lost and their keys "
+          "may come back (see docs/tombstone_log.md)";
+      problems.push_back(what);
+      Report(what);
     }
     if (m.torn_tombstone_bytes() > 0) {
       warnings.push_back(std::string(TombstoneLog::kFileName) + ": torn tail of " +

@@ -147,7 +147,7 @@ Status DbModel::Load(Env* env, const std::string& dir, std::unique_ptr<DbModel>*
   }
 
   model->has_tombstone_log_ = env->FileExists(dir + "/" + TombstoneLog::kFileName);
-  model->tombstone_status_ = TombstoneLog::Read(env, dir, &model->tombstones_, &model->torn_bytes_);
+  model->tombstone_status_ = TombstoneLog::Read(env, dir, &model->tombstones_, &model->log_report_);
   if (!model->tombstone_status_.ok()) model->tombstones_.clear();
   model->Replay();
   *result = std::move(model);

@@ -93,7 +93,10 @@ class DbModel {
 
   const std::vector<TombstoneLog::Record>& tombstones() const { return tombstones_; }
   const Status& tombstone_status() const { return tombstone_status_; }
-  uint64_t torn_tombstone_bytes() const { return torn_bytes_; }
+  uint64_t torn_tombstone_bytes() const { return log_report_.torn_bytes; }
+  // Bad stretches before valid records: damage (the deletes there are lost).
+  uint64_t damaged_tombstone_bytes() const { return log_report_.damaged_bytes; }
+  uint64_t damaged_tombstone_stretches() const { return log_report_.damaged_stretches; }
   bool has_tombstone_log() const { return has_tombstone_log_; }
   // Whether a usable bucket of the DB still holds (key, version).
   bool TombstoneCovers(const TombstoneLog::Record& record) const;
@@ -115,7 +118,7 @@ class DbModel {
   std::vector<std::unique_ptr<BucketModel>> buckets_;
   std::vector<TombstoneLog::Record> tombstones_;
   Status tombstone_status_;
-  uint64_t torn_bytes_ = 0;
+  TombstoneLog::ReadReport log_report_;
   bool has_tombstone_log_ = false;
   std::map<std::string, KeyLocation> live_;
   // (key, version) -> buckets holding it, for TombstoneCovers.
