@@ -193,7 +193,8 @@ Status SsdTier::Stage(const Slice& key, std::span<const Slice> parts, uint64_t s
   ticket->key_.assign(key.data(), key.size());
   ticket->offset_ = offset;
   ticket->size_ = size;
-  ticket->checksum_ = Hash64(ticket->bucket_->builder->Data(offset), size);
+  ticket->checksum_ = BucketEntryChecksum(kBucketFormatVersion, ticket->key_,
+                                          ticket->bucket_->builder->Data(offset), size);
   return Status::OK();
 }
 
@@ -377,6 +378,7 @@ void SsdTier::MultiGet(std::span<Read> reads, bool verify_checksums, const ReadD
     v.offset = p.loc.offset;
     v.size = p.loc.size;
     v.checksum = p.loc.checksum;
+    v.key = std::string_view(r.key.data(), r.key.size());
     v.dest = r.dest;
     file_reads.push_back(v);
     file_owner.push_back(k);

@@ -10,10 +10,11 @@
 #include <random>
 #include <thread>
 
-#include "db/tombstone_log.h"
 #include "env/fault_injection_env.h"
 #include "gtest/gtest.h"
 #include "kvengine/db.h"
+#include "table/bucket_reader.h"
+#include "test/bucket_test_util.h"
 #include "test/test_util.h"
 
 namespace kvengine {
@@ -265,6 +266,7 @@ class DamagedOpenTest : public SsdTierTest {
     UseFaultEnvWriteThrough();
     Open();
     expect_ = PutNumbered("k", 12, 7, 0);
+    ASSERT_TRUE(db_->Flush().ok());  // every value in a bucket file before it is deleted
     for (int i = 0; i < 12; i += 3) {
       ASSERT_TRUE(db_->Delete(WriteOptions(), "k." + std::to_string(i)).ok());
       expect_.erase("k." + std::to_string(i));
@@ -430,60 +432,31 @@ TEST_F(DamagedOpenTest, DamagedTombstoneRecordLosesOnlyItsOwnDelete) {
   ExpectIntact();
 }
 
-TEST(TombstoneLogTest, TornTailIsNormalDamageBeforeValidRecordsIsReported) {
-  test::TempDir dir;
-  Env* env = Env::Default();
-  ASSERT_TRUE(env->CreateDirIfMissing(dir.path()).ok());
-  std::unique_ptr<TombstoneLog> log;
-  ASSERT_TRUE(TombstoneLog::Create(env, dir.path(), {}, &log).ok());
-  for (uint64_t i = 1; i <= 6; i++) log->Add({"key." + std::to_string(i), 10 * i, i});
-  ASSERT_TRUE(log->Sync().ok());
-  log.reset();
-  const std::string path = dir.Sub(TombstoneLog::kFileName);
-  std::ifstream f(path, std::ios::binary);
-  const std::string good(std::istreambuf_iterator<char>(f), {});
-  const size_t record = (good.size() - 16) / 6;  // keys of one length: records of one size
-
-  std::vector<TombstoneLog::Record> records;
-  TombstoneLog::ReadReport report;
-  auto parse = [&](const std::string& image) {
-    Status s = TombstoneLog::Parse(image, path, &records, &report);
-    ASSERT_TRUE(s.ok()) << s.ToString();
-  };
-  parse(good);
-  EXPECT_EQ(records.size(), 6u);
-  EXPECT_EQ(report.torn_bytes + report.damaged_bytes, 0u);
-
-  parse(good.substr(0, good.size() - 5));  // torn: the last record cut short
-  EXPECT_EQ(records.size(), 5u);
-  EXPECT_EQ(report.torn_bytes, record - 5);
-  EXPECT_EQ(report.damaged_bytes, 0u);
-
-  for (size_t victim : {size_t{0}, size_t{2}, size_t{5}}) {  // one bad record
-    for (size_t byte = 0; byte < record; byte += 3) {
-      std::string image = good;
-      image[16 + victim * record + byte] ^= 0x10;
-      parse(image);
-      SCOPED_TRACE("record " + std::to_string(victim) + " byte " + std::to_string(byte));
-      ASSERT_EQ(records.size(), 5u);
-      for (const auto& r : records) EXPECT_NE(r.key, "key." + std::to_string(victim + 1));
-      if (victim == 5) {
-        EXPECT_EQ(report.torn_bytes, record);  // nothing valid after it: a torn tail
-      } else {
-        EXPECT_EQ(report.damaged_bytes, record);
-        EXPECT_EQ(report.damaged_stretches, 1u);
-      }
-    }
+// Buckets of format version 1 (entry checksums of the value alone) are read after an
+// upgrade, and the GC carries their values into buckets of the current version.
+TEST_F(DamagedOpenTest, Version1BucketsAreReadAndCompactedIntoTheCurrentFormat) {
+  options_.gc_punch_holes = false;
+  MakeDbWithDeletes();
+  for (const std::string& name : BucketFiles()) {
+    ASSERT_TRUE(test::ConvertBucketToVersion1(dir_.Sub(name))) << name;
   }
-  std::string zeroed = good;  // a stretch of zeros (a lost block) in the middle
-  std::fill(zeroed.begin() + 16 + record, zeroed.begin() + 16 + 3 * record, '\0');
-  parse(zeroed);
-  EXPECT_EQ(records.size(), 4u);
-  EXPECT_EQ(report.damaged_bytes, 2 * record);
-
-  // Not a log at all: refused, naming the file.
-  Status s = TombstoneLog::Parse(std::string(good.size(), 'x'), path, &records, &report);
-  EXPECT_TRUE(s.IsCorruption() && s.ToString().find(path) != std::string::npos) << s.ToString();
+  ASSERT_TRUE(TryOpen().ok());
+  ExpectIntact();
+  uint64_t reclaimed = 0;
+  options_.gc_deleted_ratio = 0.01;
+  Reopen();
+  ASSERT_TRUE(db_->CompactBuckets(&reclaimed).ok());
+  EXPECT_GT(reclaimed, 0u);
+  ExpectIntact();
+  Reopen();
+  ExpectIntact();
+  int current = 0;
+  for (const std::string& name : BucketFiles()) {
+    std::unique_ptr<BucketReader> r;
+    ASSERT_TRUE(BucketReader::Open(Env::Default(), dir_.Sub(name), FileOptions(), &r).ok());
+    current += r->header().format_version == kBucketFormatVersion;
+  }
+  EXPECT_GT(current, 0);
 }
 
 TEST_F(SsdTierTest, WriteThroughPersistsEveryFlushedPut) {

@@ -273,7 +273,7 @@ class DumpBucketCommand : public LdbCommand {
       std::printf("header: bucket_id:%" PRIu64 " created_micros:%" PRIu64
                   " (%s) format_version:%u\n",
                   parts.header.bucket_id, parts.header.created_micros,
-                  Time(parts.header.created_micros).c_str(), kBucketFormatVersion);
+                  Time(parts.header.created_micros).c_str(), parts.header.format_version);
     } else {
       std::printf("header: CORRUPT: %s\n", parts.header_status.ToString().c_str());
       damaged = true;

@@ -226,10 +226,12 @@ Status ReadValue(Env* env, const BucketReader& reader, const BucketEntry& entry,
   read.offset = entry.offset;
   read.size = entry.size;
   read.checksum = entry.checksum;
+  read.key = entry.key;
   read.dest = std::span<const MutableSlice>(&dest, 1);
   reader.ReadValues(env, std::span<ValueRead>(&read, 1), /*verify=*/false);
   if (!read.status.ok()) return read.status;
-  *checksum_ok = Hash64(value->data(), value->size()) == entry.checksum;
+  *checksum_ok = BucketEntryChecksum(reader.header().format_version, entry.key, value->data(),
+                                     value->size()) == entry.checksum;
   return Status::OK();
 }
 
