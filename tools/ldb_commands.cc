@@ -5,12 +5,12 @@
 #include <cinttypes>
 #include <cstdio>
 #include <ctime>
-#include <regex>
 
 #include "kvengine/db.h"
 #include "kvengine/env.h"
 #include "kvengine/options.h"
 #include "tools/ldb_model.h"
+#include "util/byte_regex.h"
 #include "util/config_parse.h"
 
 DEFINE_string(db, "", "The DB directory (required by every command but dump_bucket --file)");
@@ -378,14 +378,10 @@ class ScanCommand : public LdbCommand {
   std::vector<std::string> Flags() const override { return {"prefix", "regex", "limit", "json"}; }
 
   int DoCommand(const std::vector<std::string>&) override {
-    std::regex re;
+    ByteRegex re;  // matches as DB::DeleteByRegex does
     if (!FLAGS_regex.empty()) {
-      try {
-        re = std::regex(FLAGS_regex,  // no backtracking, as DB::DeleteByRegex
-                        std::regex::ECMAScript | std::regex_constants::__polynomial);
-      } catch (const std::regex_error& e) {
-        return Fail(Name(), "bad --regex '" + FLAGS_regex + "': " + e.what(), kExitUsage);
-      }
+      Status s = re.Compile(FLAGS_regex);
+      if (!s.ok()) return Fail(Name(), "bad --regex: " + s.ToString(), kExitUsage);
     }
     OfflineDb db;
     if (int rc = db.Open(Name()); rc != kExitOk) return rc;
@@ -396,7 +392,7 @@ class ScanCommand : public LdbCommand {
     for (; it != live.end(); ++it) {
       const std::string& key = it->first;
       if (!key.starts_with(FLAGS_prefix)) break;
-      if (!FLAGS_regex.empty() && !std::regex_match(key, re)) continue;
+      if (!FLAGS_regex.empty() && !re.Matches(key)) continue;
       if (FLAGS_limit > 0 && shown >= FLAGS_limit) break;
       const BucketEntry& e = *it->second.entry;
       if (FLAGS_json) {
