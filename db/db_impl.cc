@@ -4,7 +4,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <unordered_set>
@@ -14,6 +13,7 @@
 #include "env/peer_env.h"
 #include "transport/server.h"
 #include "util/buffers.h"
+#include "util/byte_regex.h"
 #include "util/config_parse.h"
 
 namespace kvengine {
@@ -914,20 +914,12 @@ Status DBImpl::DeleteByRegex(const std::string& pattern, uint64_t* deleted) {
   PerfPoint perf(PerfKey::db_delete_by_regex);
   CallLog log(&logger_, "delete_by_regex", &errors_);
   // Checked before anything is sent to a peer: a bad pattern removes nothing anywhere.
-  std::regex re;
-  try {
-    // Polynomial mode (libstdc++): no backtracking, so no exponential patterns and no
-    // recursion per byte of the key (a 1 MiB key overflowed the stack).  The price is
-    // back-references, which it refuses: a peer may send any pattern.
-    re = std::regex(pattern, std::regex::ECMAScript | std::regex::optimize |
-                                 std::regex_constants::__polynomial);
-  } catch (const std::regex_error& e) {
-    return log.Finish(Status::InvalidArgument("malformed regex '" + pattern + "'", e.what()));
-  }
+  ByteRegex re;
+  Status s = re.Compile(pattern);
+  if (!s.ok()) return log.Finish(std::move(s));
   return DeleteWhere(
       &log, [&](uint64_t* n) { return peer_->DeleteByRegex(this, pattern, n); },
-      [&re](std::string_view key) { return std::regex_match(key.begin(), key.end(), re); },
-      deleted);
+      [&re](std::string_view key) { return re.Matches(key); }, deleted);
 }
 
 Status DBImpl::DeleteAll(uint64_t* deleted) {
@@ -1201,6 +1193,8 @@ std::string DBImpl::StatsText() const {
         << "ssd.gc_keys_lost_race: " << d.gc_keys_lost_race << "\n"
         << "ssd.quarantined_buckets: " << d.quarantined_buckets << "\n"
         << "ssd.recovered_keys: " << d.recovered_keys << "\n"
+        << "ssd.torn_tombstone_bytes: " << d.torn_tombstone_bytes << "\n"
+        << "ssd.damaged_tombstone_bytes: " << d.damaged_tombstone_bytes << "\n"
         << "ssd.io_uring: " << (d.io_uring ? "true" : "false") << "\n"
         << "ssd.direct_io: " << (d.direct_io ? "true" : "false") << "\n";
   }
@@ -1244,6 +1238,8 @@ std::string DBImpl::StatsJson() const {
         << ",\"gc_keys_lost_race\":" << d.gc_keys_lost_race
         << ",\"quarantined_buckets\":" << d.quarantined_buckets
         << ",\"recovered_keys\":" << d.recovered_keys
+        << ",\"torn_tombstone_bytes\":" << d.torn_tombstone_bytes
+        << ",\"damaged_tombstone_bytes\":" << d.damaged_tombstone_bytes
         << ",\"io_uring\":" << (d.io_uring ? "true" : "false")
         << ",\"direct_io\":" << (d.direct_io ? "true" : "false") << "}";
   }

@@ -345,6 +345,7 @@ Status SsdTier::CompactGroup(const std::vector<std::shared_ptr<SsdBucket>>& olds
       reads[i].offset = live[i].offset;
       reads[i].size = live[i].size;
       reads[i].checksum = live[i].checksum;
+      reads[i].key = live[i].key;
       reads[i].dest = std::span<const MutableSlice>(&dests[i], 1);
     }
     // Chunks of consecutive entries of one old bucket, each one batch of reads.  A
@@ -387,6 +388,11 @@ Status SsdTier::CompactGroup(const std::vector<std::shared_ptr<SsdBucket>>& olds
         }
         BucketEntry e = live[i];
         e.offset = offsets[i];
+        if (olds[source[i]]->reader->header().format_version != kBucketFormatVersion) {
+          // From a bucket of an older format: checksummed as the new bucket's format says.
+          e.checksum =
+              BucketEntryChecksum(kBucketFormatVersion, e.key, builder->Data(offsets[i]), e.size);
+        }
         written.push_back(std::move(e));
         written_source.push_back(source[i]);
       }
@@ -422,6 +428,7 @@ Status SsdTier::CompactGroup(const std::vector<std::shared_ptr<SsdBucket>>& olds
             it->second.version == e.version) {
           it->second.bucket = fresh->id;
           it->second.offset = e.offset;
+          it->second.checksum = e.checksum;
           fresh->live_keys++;
         } else {
           fresh->deleted_bytes += e.size;

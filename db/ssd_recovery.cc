@@ -2,9 +2,12 @@
 //
 //   1. Leftover temporary files (a bucket or log write cut short) are removed.
 //   2. Every bucket file is opened and verified (header, footer, index checksums).  One
-//      that fails is moved to quarantine/, reported in the log and in stats, and the rest
-//      of the DB opens without it.
-//   3. The tombstone log is read up to its last valid record (a torn tail is ignored).
+//      that fails, and any file named like a bucket but not exactly as this DB names one
+//      ("bucket-12.kvb"), is moved to quarantine/, reported in the log and in stats, and
+//      the rest of the DB opens without it.
+//   3. The tombstone log is read: a torn tail is ignored; a damaged stretch followed by
+//      valid records is skipped, counted, logged, and the damaged log is copied to
+//      quarantine/TOMBSTONES.damaged before step 5 rewrites it.
 //   4. Buckets are replayed in id order: an entry whose (key, version) has a tombstone is
 //      dead; otherwise the highest version of a key wins, and an older one it supersedes
 //      gets a tombstone so that it can never come back.  Two copies of one version (a
@@ -29,6 +32,60 @@ std::string DeadKey(std::string_view key, uint64_t version) {
 }
 }  // namespace
 
+Status SsdTier::QuarantinePath(const std::string& name, std::string* path) {
+  const std::string dir = dir_ + "/" + kQuarantineDir;
+  Status s = base_env_->CreateDirIfMissing(dir);
+  if (!s.ok()) return s;
+  // Never over an earlier casualty: a second one of the same name gets a suffix.
+  *path = dir + "/" + name;
+  for (int n = 1; base_env_->FileExists(*path); n++)
+    *path = dir + "/" + name + "." + std::to_string(n);
+  return Status::OK();
+}
+
+Status SsdTier::Quarantine(const std::string& name, const Status& why) {
+  std::string to;
+  Status s = QuarantinePath(name, &to);
+  if (s.ok()) s = base_env_->RenameFile(dir_ + "/" + name, to);
+  logger_->Logf(LogLevel::kError, "quarantined %s/%s: %s%s", dir_.c_str(), name.c_str(),
+                why.ToString().c_str(),
+                s.ok() ? "" : (" (move failed: " + s.ToString() + ")").c_str());
+  {
+    std::lock_guard<std::mutex> st(stats_mu_);
+    stats_.quarantined_buckets++;
+  }
+  if (!s.ok()) {
+    return Status::IOError(dir_ + "/" + name + ": " + why.ToString(),
+                           "cannot move it to quarantine: " + s.ToString());
+  }
+  return Status::OK();
+}
+
+Status SsdTier::KeepDamagedLog(std::string* copy) {
+  // Copied, not renamed: until the rewritten log is in place, the damaged one is the only
+  // record of the deletes that survived.
+  const std::string from = dir_ + "/" + TombstoneLog::kFileName;
+  std::unique_ptr<RandomAccessFile> in;
+  std::unique_ptr<WritableFile> out;
+  Status s = QuarantinePath(std::string(TombstoneLog::kFileName) + ".damaged", copy);
+  if (s.ok()) s = base_env_->NewRandomAccessFile(from, FileOptions(), &in);
+  std::string data;
+  if (s.ok()) {
+    data.resize(in->Size());
+    size_t n = 0;
+    s = in->Read(0, data.size(), data.data(), &n);
+    data.resize(n);
+  }
+  if (s.ok()) s = base_env_->NewWritableFile(*copy, FileOptions(), &out);
+  if (s.ok()) s = out->Append(Slice(data));
+  if (s.ok()) s = out->Sync();
+  if (s.ok()) s = out->Close();
+  if (!s.ok()) {
+    return Status::IOError(from + " is damaged and cannot be kept aside", s.ToString());
+  }
+  return Status::OK();
+}
+
 Status SsdTier::Recover() {
   PerfPoint perf(PerfKey::ssd_recovery);
   std::vector<std::string> names;
@@ -37,18 +94,28 @@ Status SsdTier::Recover() {
   std::vector<uint64_t> ids;
   for (const std::string& name : names) {
     if (name.size() > 4 && name.ends_with(".tmp")) {
-      base_env_->RemoveFile(dir_ + "/" + name);
+      // A write cut short.  One that cannot be removed (a directory) would block the
+      // next write of that name: it is moved aside.
+      s = base_env_->RemoveFile(dir_ + "/" + name);
+      if (!s.ok() && base_env_->FileExists(dir_ + "/" + name)) {
+        s = Quarantine(name, Status::IOError("leftover temporary file", s.ToString()));
+        if (!s.ok()) return s;
+      }
       continue;
     }
     uint64_t id;
-    if (ParseBucketFileName(name, &id)) ids.push_back(id);
+    if (ParseBucketFileName(name, &id)) {
+      ids.push_back(id);
+    } else if (LooksLikeBucketFileName(name)) {  // not a file this DB wrote
+      Quarantine(name, Status::Corruption("not the name of a bucket file of this DB"));
+    }
   }
   std::sort(ids.begin(), ids.end());
   if (!ids.empty()) next_bucket_id_ = ids.back() + 1;
 
   // Quarantined files keep their ids out of reuse too.
   std::vector<std::string> quarantined;
-  if (base_env_->GetChildren(dir_ + "/quarantine", &quarantined).ok()) {
+  if (base_env_->GetChildren(dir_ + "/" + kQuarantineDir, &quarantined).ok()) {
     for (const std::string& name : quarantined) {
       uint64_t id;
       if (ParseBucketFileName(name, &id)) next_bucket_id_ = std::max(next_bucket_id_, id + 1);
@@ -64,14 +131,10 @@ Status SsdTier::Recover() {
       s = Status::Corruption(path,
                              "header names bucket " + std::to_string(reader->header().bucket_id));
     }
-    if (s.IsCorruption() || s.IsNotSupported()) {
-      Status q = base_env_->CreateDirIfMissing(dir_ + "/quarantine");
-      if (q.ok()) q = base_env_->RenameFile(path, dir_ + "/quarantine/" + BucketFileName(id));
-      logger_->Logf(LogLevel::kError, "quarantined bucket %s: %s%s", path.c_str(),
-                    s.ToString().c_str(),
-                    q.ok() ? "" : (" (move failed: " + q.ToString() + ")").c_str());
-      std::lock_guard<std::mutex> st(stats_mu_);
-      stats_.quarantined_buckets++;
+    // Damaged, of an unknown format, or not a file at all: moved aside.
+    if (s.IsCorruption() || s.IsNotSupported() || s.IsInvalidArgument()) {
+      // Left in place when it cannot be moved: it takes no part, its id stays taken.
+      Quarantine(BucketFileName(id), s);
       continue;
     }
     if (!s.ok()) return s;
@@ -86,12 +149,25 @@ Status SsdTier::Recover() {
   base_env_->SyncDir(dir_);
 
   std::vector<TombstoneLog::Record> records;
-  uint64_t torn = 0;
-  s = TombstoneLog::Read(base_env_, dir_, &records, &torn);
+  TombstoneLog::ReadReport report;
+  s = TombstoneLog::Read(base_env_, dir_, &records, &report);
   if (!s.ok()) return s;
-  if (torn > 0) {
+  if (report.torn_bytes > 0) {
     logger_->Logf(LogLevel::kWarn, "tombstone log: ignored a torn tail of %llu bytes",
-                  static_cast<unsigned long long>(torn));
+                  static_cast<unsigned long long>(report.torn_bytes));
+  }
+  if (report.damaged_bytes > 0) {
+    // The log is rewritten below: the damaged one is kept, for whoever can tell which
+    // deletes it held.
+    std::string copy;
+    s = KeepDamagedLog(&copy);
+    if (!s.ok()) return s;
+    logger_->Logf(LogLevel::kError,
+                  "tombstone log: %llu damaged bytes in %llu places before valid records were "
+                  "skipped; the deletes recorded there are lost and their keys may be back "
+                  "(a copy of the damaged log: %s; see docs/tombstone_log.md)",
+                  static_cast<unsigned long long>(report.damaged_bytes),
+                  static_cast<unsigned long long>(report.damaged_stretches), copy.c_str());
   }
   std::unordered_set<std::string> dead;
   for (const auto& r : records) {
@@ -154,7 +230,8 @@ Status SsdTier::Recover() {
   if (!s.ok()) return s;
   std::lock_guard<std::mutex> st(stats_mu_);
   stats_.recovered_keys = map_.size();
-  stats_.torn_tombstone_bytes = torn;
+  stats_.torn_tombstone_bytes = report.torn_bytes;
+  stats_.damaged_tombstone_bytes = report.damaged_bytes;
   return Status::OK();
 }
 

@@ -86,7 +86,13 @@ Status SsdTier::Open(const Options& options, const std::string& dir, Env* env, L
     }
   }
   Status s = tier->Recover();
-  if (!s.ok()) return s;
+  if (!s.ok()) {
+    // Nothing was started and the tombstone log may not be open: the destructor must
+    // not flush what recovery left half-built.
+    std::lock_guard<std::mutex> lock(tier->mu_);
+    tier->stopping_ = true;
+    return s;
+  }
   for (int i = 0; i < kWriterThreads; i++) {
     tier->writers_.emplace_back([t = tier.get(), i] { t->WriterLoop(i); });
   }
@@ -187,7 +193,8 @@ Status SsdTier::Stage(const Slice& key, std::span<const Slice> parts, uint64_t s
   ticket->key_.assign(key.data(), key.size());
   ticket->offset_ = offset;
   ticket->size_ = size;
-  ticket->checksum_ = Hash64(ticket->bucket_->builder->Data(offset), size);
+  ticket->checksum_ = BucketEntryChecksum(kBucketFormatVersion, ticket->key_,
+                                          ticket->bucket_->builder->Data(offset), size);
   return Status::OK();
 }
 
@@ -371,6 +378,7 @@ void SsdTier::MultiGet(std::span<Read> reads, bool verify_checksums, const ReadD
     v.offset = p.loc.offset;
     v.size = p.loc.size;
     v.checksum = p.loc.checksum;
+    v.key = std::string_view(r.key.data(), r.key.size());
     v.dest = r.dest;
     file_reads.push_back(v);
     file_owner.push_back(k);

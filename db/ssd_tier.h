@@ -80,6 +80,9 @@ class SsdTier {
              gc_bytes_rewritten = 0, gc_keys_lost_race = 0;
     uint64_t gc_bytes_punched = 0;  // of gc_bytes_reclaimed: given back in place
     uint64_t quarantined_buckets = 0, recovered_keys = 0, torn_tombstone_bytes = 0;
+    // Tombstone log bytes found damaged at Open (a bad stretch before valid records):
+    // the deletes they held are lost.  Non-zero calls for attention.
+    uint64_t damaged_tombstone_bytes = 0;
     bool io_uring = false;
     bool direct_io = false;
   };
@@ -167,6 +170,15 @@ class SsdTier {
   SsdTier(const Options& options, std::string dir, Env* env, Logger* logger);
 
   Status Recover();  // ssd_recovery.cc
+  // Moves dir_/name (a file or directory that must not take part in the DB) into
+  // quarantine/, under a name no earlier casualty holds; logs and counts it.  Fails
+  // (still counted) when it cannot be moved.  Only during Recover().
+  Status Quarantine(const std::string& name, const Status& why);
+  static constexpr const char* kQuarantineDir = "quarantine";
+  // Stores in *path a path in quarantine/ for `name` that nothing holds yet.
+  Status QuarantinePath(const std::string& name, std::string* path);
+  // Copies the tombstone log to quarantine/ (TOMBSTONES.damaged), synced; *copy: where.
+  Status KeepDamagedLog(std::string* copy);
   void WriterLoop(int index);
   // REQUIRES: mu_ held.  The oldest sealed bucket no writer has taken, or null.
   std::shared_ptr<SsdBucket> NextToWriteLocked();

@@ -31,10 +31,69 @@ void TombstoneLog::Encode(const Record& record, std::string* out) {
   PutFixed64(out, Hash64(payload.data(), payload.size()));
 }
 
-Status TombstoneLog::Read(Env* env, const std::string& dir, std::vector<Record>* records,
-                          uint64_t* torn_bytes) {
+bool TombstoneLog::DecodeAt(std::string_view in, size_t pos, Record* record, size_t* length) {
+  std::string_view rec = in.substr(pos);
+  uint32_t len;
+  if (!GetFixed32(&rec, &len) || len > kMaxPayload || rec.size() < len + 8ull) return false;
+  std::string_view payload = rec.substr(0, len);
+  // The layout is checked before the checksum, so that scanning damaged bytes for the
+  // next record hashes almost nothing.
+  std::string_view key;
+  uint64_t version, bucket;
+  if (!GetLengthPrefixed(&payload, &key) || key.empty() || !GetFixed64(&payload, &version) ||
+      !GetFixed64(&payload, &bucket) || !payload.empty()) {
+    return false;
+  }
+  if (DecodeFixed64(rec.data() + len) != Hash64(rec.data(), len)) return false;
+  record->key.assign(key);
+  record->version = version;
+  record->bucket = bucket;
+  *length = 4 + len + 8;
+  return true;
+}
+
+Status TombstoneLog::Parse(std::string_view in, const std::string& path,
+                           std::vector<Record>* records, ReadReport* report) {
   records->clear();
-  *torn_bytes = 0;
+  *report = ReadReport();
+  if (in.size() < kLogHeaderSize) {  // a crash while creating it: nothing was in it
+    report->torn_bytes = in.size();
+    return Status::OK();
+  }
+  if (DecodeFixed64(in.data()) != kLogMagic) {
+    return Status::Corruption(path, "not a tombstone log (bad magic; see docs/tombstone_log.md)");
+  }
+  const uint32_t version = DecodeFixed32(in.data() + 8);
+  if (version != kLogFormatVersion) {
+    return Status::NotSupported(
+        path, "tombstone log format " + std::to_string(version) + " (see docs/tombstone_log.md)");
+  }
+  size_t pos = kLogHeaderSize;
+  Record r;
+  size_t length;
+  while (pos < in.size()) {
+    if (DecodeAt(in, pos, &r, &length)) {
+      records->push_back(std::move(r));
+      pos += length;
+      continue;
+    }
+    size_t next = pos + 1;
+    while (next < in.size() && !DecodeAt(in, next, &r, &length)) next++;
+    if (next == in.size()) {
+      report->torn_bytes = in.size() - pos;
+      break;
+    }
+    report->damaged_bytes += next - pos;
+    report->damaged_stretches++;
+    pos = next;
+  }
+  return Status::OK();
+}
+
+Status TombstoneLog::Read(Env* env, const std::string& dir, std::vector<Record>* records,
+                          ReadReport* report) {
+  records->clear();
+  *report = ReadReport();
   const std::string path = dir + "/" + kFileName;
   if (!env->FileExists(path)) return Status::OK();
   std::unique_ptr<RandomAccessFile> file;
@@ -45,38 +104,15 @@ Status TombstoneLog::Read(Env* env, const std::string& dir, std::vector<Record>*
   s = file->Read(0, data.size(), data.data(), &n);
   if (!s.ok()) return s;
   data.resize(n);
-  std::string_view in(data);
-  if (in.size() < kLogHeaderSize) {  // a crash while creating it: nothing was in it
-    *torn_bytes = in.size();
-    return Status::OK();
-  }
-  uint64_t magic;
-  uint32_t version;
-  GetFixed64(&in, &magic);
-  GetFixed32(&in, &version);
-  in.remove_prefix(4);
-  if (magic != kLogMagic) return Status::Corruption(path, "not a tombstone log (bad magic)");
-  if (version != kLogFormatVersion) {
-    return Status::NotSupported(path, "tombstone log format " + std::to_string(version));
-  }
-  while (!in.empty()) {
-    std::string_view rec = in;
-    uint32_t len;
-    if (!GetFixed32(&rec, &len) || len > kMaxPayload || rec.size() < len + 8ull) break;
-    std::string_view payload = rec.substr(0, len);
-    if (DecodeFixed64(rec.data() + len) != Hash64(payload.data(), payload.size())) break;
-    Record r;
-    std::string_view key;
-    if (!GetLengthPrefixed(&payload, &key) || !GetFixed64(&payload, &r.version) ||
-        !GetFixed64(&payload, &r.bucket) || !payload.empty() || key.empty()) {
-      break;
-    }
-    r.key.assign(key);
-    records->push_back(std::move(r));
-    in.remove_prefix(4 + len + 8);
-  }
-  *torn_bytes = in.size();
-  return Status::OK();
+  return Parse(data, path, records, report);
+}
+
+Status TombstoneLog::Read(Env* env, const std::string& dir, std::vector<Record>* records,
+                          uint64_t* torn_bytes) {
+  ReadReport report;
+  Status s = Read(env, dir, records, &report);
+  *torn_bytes = report.torn_bytes + report.damaged_bytes;
+  return s;
 }
 
 Status TombstoneLog::Create(Env* env, const std::string& dir, const std::vector<Record>& records,

@@ -8,9 +8,12 @@
 //
 // File format (docs/tombstone_log.md): a 16-byte header (magic, format version), then
 // records of [payload length: fixed32][payload][XXH3-64 of payload: fixed64], payload =
-// [key length: varint][key][version: fixed64][bucket: fixed64].  Reading stops at the
-// first record that is incomplete or fails its checksum: a torn tail loses at most the
-// records not yet synced.
+// [key length: varint][key][version: fixed64][bucket: fixed64].
+//
+// Reading: an incomplete or bad record with no valid record after it is a torn tail (a
+// crash while appending: it loses at most the records not yet synced).  A bad record
+// followed by valid ones is damage: reading resynchronises at the next valid record, so
+// that the damage loses at most the records it covers, and reports the bytes skipped.
 //
 // Thread-safety: Add and Sync are thread-safe.
 #ifndef KVENGINE_DB_TOMBSTONE_LOG_H_
@@ -20,6 +23,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvengine/env.h"
@@ -34,12 +38,25 @@ class TombstoneLog {
     uint64_t bucket = 0;
   };
 
+  // What reading a log skipped.
+  struct ReadReport {
+    uint64_t torn_bytes = 0;     // past the last valid record: a torn tail (normal)
+    uint64_t damaged_bytes = 0;  // in bad stretches followed by valid records (damage)
+    uint64_t damaged_stretches = 0;
+  };
+
   static constexpr const char* kFileName = "TOMBSTONES";
 
-  // Reads every valid record of the log in `dir` (none when there is no log).  Stores in
-  // *torn_bytes how many bytes past the last valid record were ignored.
+  // Reads every valid record of the log in `dir` (none when there is no log).  Fails
+  // (naming the file) when the file is not a tombstone log of a known format version.
+  static Status Read(Env* env, const std::string& dir, std::vector<Record>* records,
+                     ReadReport* report);
+  // As above; *torn_bytes counts every byte skipped, damaged or torn.
   static Status Read(Env* env, const std::string& dir, std::vector<Record>* records,
                      uint64_t* torn_bytes);
+  // Parses a whole log image (header included); `path` names it in errors.
+  static Status Parse(std::string_view image, const std::string& path, std::vector<Record>* records,
+                      ReadReport* report);
 
   // Replaces the log in `dir` by one holding exactly `records` (written to a temporary
   // name, synced, renamed, directory synced), and opens it for appending.
@@ -60,6 +77,9 @@ class TombstoneLog {
  private:
   TombstoneLog(Env* env, std::string dir) : env_(env), dir_(std::move(dir)) {}
   static void Encode(const Record& record, std::string* out);
+  // Decodes the record starting at in[pos] into *record and stores its encoded size in
+  // *length; false when no valid record starts there.
+  static bool DecodeAt(std::string_view in, size_t pos, Record* record, size_t* length);
   Status OpenLocked(const std::vector<Record>& records);
 
   Env* const env_;

@@ -133,6 +133,10 @@ class PosixEnv final : public Env {
       ::close(fd);
       return PosixError("stat " + path, err);
     }
+    if (!S_ISREG(st.st_mode)) {  // a directory opens, then fails every read
+      ::close(fd);
+      return Status::InvalidArgument(path, "not a regular file");
+    }
     *result = std::make_unique<PosixRandomAccessFile>(path, fd, direct,
                                                       static_cast<uint64_t>(st.st_size));
     return Status::OK();

@@ -1,5 +1,6 @@
 #include "table/bucket_format.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -13,12 +14,32 @@ namespace {
 constexpr size_t kHeaderChecksummed = 32;
 // Footer byte offsets.
 constexpr size_t kFooterChecksummed = 48;
+
+bool KnownFormatVersion(uint32_t version) {
+  return version >= kOldestBucketFormatVersion && version <= kBucketFormatVersion;
+}
 }  // namespace
+
+uint64_t BucketEntryChecksum(uint32_t format_version, std::string_view key,
+                             std::span<const MutableSlice> value, uint64_t size) {
+  const bool with_key = format_version != kBucketFormatVersionValueChecksum;
+  if (!with_key && value.size() == 1) return Hash64(value[0].data(), size);
+  // Streaming over key then value costs what hashing the value alone does.
+  Hasher64 h;
+  if (with_key) h.Update(key.data(), key.size());
+  for (const MutableSlice& p : value) {
+    if (size == 0) break;
+    const uint64_t n = std::min<uint64_t>(size, p.size());
+    h.Update(p.data(), n);
+    size -= n;
+  }
+  return h.Digest();
+}
 
 void BucketHeader::EncodeTo(char* dst) const {
   std::memset(dst, 0, kBucketHeaderSize);
   EncodeFixed64(dst + 0, kBucketMagic);
-  EncodeFixed32(dst + 8, kBucketFormatVersion);
+  EncodeFixed32(dst + 8, format_version);
   EncodeFixed32(dst + 12, static_cast<uint32_t>(kBucketHeaderSize));
   EncodeFixed64(dst + 16, bucket_id);
   EncodeFixed64(dst + 24, created_micros);
@@ -33,9 +54,10 @@ Status BucketHeader::DecodeFrom(std::string_view src) {
     return Status::Corruption("bucket header checksum mismatch");
   }
   const uint32_t version = DecodeFixed32(src.data() + 8);
-  if (version != kBucketFormatVersion) {
+  if (!KnownFormatVersion(version)) {
     return Status::NotSupported("bucket format version " + std::to_string(version));
   }
+  format_version = version;
   if (DecodeFixed32(src.data() + 12) != kBucketHeaderSize) {
     return Status::Corruption("bucket header size field");
   }
@@ -50,7 +72,7 @@ void BucketFooter::EncodeTo(char* dst) const {
   EncodeFixed64(dst + 8, index_size);
   EncodeFixed64(dst + 16, entry_count);
   EncodeFixed64(dst + 24, bucket_id);
-  EncodeFixed32(dst + 32, kBucketFormatVersion);
+  EncodeFixed32(dst + 32, format_version);
   EncodeFixed64(dst + kFooterChecksummed, Hash64(dst, kFooterChecksummed));
   EncodeFixed64(dst + 56, kBucketMagic);
 }
@@ -64,9 +86,10 @@ Status BucketFooter::DecodeFrom(std::string_view src) {
     return Status::Corruption("bucket footer checksum mismatch");
   }
   const uint32_t version = DecodeFixed32(src.data() + 32);
-  if (version != kBucketFormatVersion) {
+  if (!KnownFormatVersion(version)) {
     return Status::NotSupported("bucket format version " + std::to_string(version));
   }
+  format_version = version;
   index_offset = DecodeFixed64(src.data() + 0);
   index_size = DecodeFixed64(src.data() + 8);
   entry_count = DecodeFixed64(src.data() + 16);
@@ -125,19 +148,23 @@ std::string BucketFileName(uint64_t id) {
   return buf;
 }
 
+bool LooksLikeBucketFileName(std::string_view name) {
+  return name.starts_with(kBucketFilePrefix) && name.ends_with(kBucketFileSuffix);
+}
+
 bool ParseBucketFileName(std::string_view name, uint64_t* id) {
-  constexpr std::string_view kPrefix = "bucket-", kSuffix = ".kvb";
-  if (name.size() <= kPrefix.size() + kSuffix.size() || !name.starts_with(kPrefix) ||
-      !name.ends_with(kSuffix)) {
-    return false;
-  }
-  std::string_view digits =
-      name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
+  if (!LooksLikeBucketFileName(name)) return false;
+  std::string_view digits = name.substr(
+      kBucketFilePrefix.size(), name.size() - kBucketFilePrefix.size() - kBucketFileSuffix.size());
+  if (digits.empty() || digits.size() > 20) return false;
   uint64_t v = 0;
   for (char c : digits) {
     if (c < '0' || c > '9' || v > (UINT64_MAX - 9) / 10) return false;
     v = v * 10 + static_cast<uint64_t>(c - '0');
   }
+  // Only the name this DB writes for that id: "bucket-12.kvb" or "bucket-0000012.kvb" would
+  // name bucket 12 too, and recovery and kv_ldb would disagree about which file it is.
+  if (BucketFileName(v) != name) return false;
   *id = v;
   return true;
 }

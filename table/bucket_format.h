@@ -7,23 +7,31 @@
 //
 // Every value starts 4096-aligned so that it can be read with O_DIRECT straight into an
 // aligned caller buffer.  The header, the index block and the footer each carry their own
-// XXH3 checksum, and every index entry carries the XXH3 of its value, so a torn footer, a
-// corrupt index and a corrupt value are told apart.
+// XXH3 checksum, and every index entry carries the XXH3 of its key and value, so a torn
+// footer, a corrupt index and a corrupt value are told apart, and an entry whose key was
+// changed does not vouch for its value.
 #ifndef KVENGINE_TABLE_BUCKET_FORMAT_H_
 #define KVENGINE_TABLE_BUCKET_FORMAT_H_
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "kvengine/slice.h"
 #include "kvengine/status.h"
 
 namespace kvengine {
 
 // DO NOT CHANGE THESE VALUES: they are embedded in bucket files on disk.
 inline constexpr uint64_t kBucketMagic = 0x31424b56474e454bull;  // "KENGVKB1"
-inline constexpr uint32_t kBucketFormatVersion = 1;
+// Version 2: an entry's checksum covers its key and its value (version 1: the value
+// only, so an index entry whose key was changed still vouched for the value).  New
+// buckets are written in kBucketFormatVersion; both versions are read.
+inline constexpr uint32_t kBucketFormatVersion = 2;
+inline constexpr uint32_t kBucketFormatVersionValueChecksum = 1;
+inline constexpr uint32_t kOldestBucketFormatVersion = kBucketFormatVersionValueChecksum;
 inline constexpr size_t kBucketHeaderSize = 4096;
 inline constexpr size_t kBucketFooterSize = 64;
 inline constexpr size_t kBucketAlignment = 4096;
@@ -31,6 +39,7 @@ inline constexpr size_t kBucketAlignment = 4096;
 struct BucketHeader {
   uint64_t bucket_id = 0;
   uint64_t created_micros = 0;
+  uint32_t format_version = kBucketFormatVersion;  // decoded; written as is
 
   // Writes exactly kBucketHeaderSize bytes to dst.
   void EncodeTo(char* dst) const;
@@ -43,14 +52,26 @@ struct BucketEntry {
   uint64_t offset = 0;  // from the start of the file; a multiple of kBucketAlignment
   uint64_t size = 0;    // value bytes (the padding is not counted)
   uint64_t version = 0;
-  uint64_t checksum = 0;  // XXH3-64 of the value bytes
+  uint64_t checksum = 0;  // BucketEntryChecksum of key and value
 };
+
+// The checksum an index entry stores for (key, value) in a bucket of `format_version`:
+// XXH3-64 of the key bytes followed by the value bytes (version 1: of the value bytes).
+// The value may lie in several parts; its first `size` bytes count.
+uint64_t BucketEntryChecksum(uint32_t format_version, std::string_view key,
+                             std::span<const MutableSlice> value, uint64_t size);
+inline uint64_t BucketEntryChecksum(uint32_t format_version, std::string_view key,
+                                    const char* value, uint64_t size) {
+  const MutableSlice part(const_cast<char*>(value), size);
+  return BucketEntryChecksum(format_version, key, std::span<const MutableSlice>(&part, 1), size);
+}
 
 struct BucketFooter {
   uint64_t index_offset = 0;
   uint64_t index_size = 0;  // including the index checksum
   uint64_t entry_count = 0;
   uint64_t bucket_id = 0;
+  uint32_t format_version = kBucketFormatVersion;  // decoded; written as is
 
   // Writes exactly kBucketFooterSize bytes to dst.
   void EncodeTo(char* dst) const;
@@ -68,9 +89,15 @@ inline uint64_t PaddedValueSize(uint64_t size) {
   return (size + kBucketAlignment - 1) / kBucketAlignment * kBucketAlignment;
 }
 
-// The file name of bucket `id` ("bucket-000042.kvb") and the parse of one.
+// The file name of bucket `id` ("bucket-000042.kvb") and the parse of one.  Only that
+// exact spelling parses: another ("bucket-42.kvb") is not a bucket of the DB.
 std::string BucketFileName(uint64_t id);
 bool ParseBucketFileName(std::string_view name, uint64_t* id);
+// Whether `name` is shaped like a bucket file name ("bucket-*.kvb"), canonical or not:
+// recovery moves a file so named that does not parse to quarantine/.
+bool LooksLikeBucketFileName(std::string_view name);
+inline constexpr std::string_view kBucketFilePrefix = "bucket-";
+inline constexpr std::string_view kBucketFileSuffix = ".kvb";
 
 }  // namespace kvengine
 

@@ -13,18 +13,6 @@ bool Aligned(const void* p, uint64_t n) {
 }
 }  // namespace
 
-uint64_t ChecksumParts(std::span<const MutableSlice> parts, uint64_t size) {
-  if (parts.size() == 1) return Hash64(parts[0].data(), size);
-  Hasher64 h;
-  for (const MutableSlice& p : parts) {
-    if (size == 0) break;
-    const uint64_t n = std::min<uint64_t>(size, p.size());
-    h.Update(p.data(), n);
-    size -= n;
-  }
-  return h.Digest();
-}
-
 Status BucketReader::Open(Env* env, const std::string& path, const FileOptions& options,
                           std::unique_ptr<BucketReader>* result) {
   result->reset();
@@ -54,6 +42,9 @@ Status BucketReader::Open(Env* env, const std::string& path, const FileOptions& 
   const BucketFooter& f = reader->footer_;
   if (f.bucket_id != reader->header_.bucket_id) {
     return Status::Corruption(path, "footer and header name different buckets");
+  }
+  if (f.format_version != reader->header_.format_version) {
+    return Status::Corruption(path, "footer and header name different format versions");
   }
   if (f.index_offset < kBucketHeaderSize || f.index_offset % kBucketAlignment != 0 ||
       f.index_size > size - kBucketFooterSize ||
@@ -130,7 +121,8 @@ Status BucketReader::FinishRead(const ValueRead& read, Plan* plan, bool verify) 
     ScatterCopy(plan->bounce.data(), read.size - plan->bounce_value_offset,
                 read.dest.subspan(plan->first_bounced_part));
   }
-  if (verify && ChecksumParts(read.dest, read.size) != read.checksum) {
+  if (verify && BucketEntryChecksum(header_.format_version, read.key, read.dest, read.size) !=
+                    read.checksum) {
     return Status::Corruption(path_,
                               "value checksum mismatch at offset " + std::to_string(read.offset));
   }

@@ -29,6 +29,7 @@ struct ValueRead {
   uint64_t checksum = 0;
   std::span<const MutableSlice> dest;  // total capacity >= size
   Status status;                       // out
+  std::string_view key;                // the entry's key: the checksum covers it too
 };
 
 class BucketReader {
@@ -44,7 +45,8 @@ class BucketReader {
 
   // Reads the values of `reads`, each into its destination, as one batch through
   // env->MultiRead, and sets each read's status (Corruption on a checksum mismatch when
-  // verify is true).
+  // verify is true: the checksum of the read's key and value, as this bucket's format
+  // version computes it, must equal read.checksum).
   void ReadValues(Env* env, std::span<ValueRead> reads, bool verify) const;
 
   // A plan for reading one value into its destination: the file reads to issue and
@@ -71,9 +73,6 @@ class BucketReader {
   BucketFooter footer_;
   std::vector<BucketEntry> entries_;
 };
-
-// XXH3 of the first `size` bytes spread over `parts`.
-uint64_t ChecksumParts(std::span<const MutableSlice> parts, uint64_t size);
 
 }  // namespace kvengine
 

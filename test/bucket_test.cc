@@ -8,6 +8,7 @@
 #include "kvengine/env.h"
 #include "table/bucket_builder.h"
 #include "table/bucket_reader.h"
+#include "test/bucket_test_util.h"
 #include "test/test_util.h"
 #include "util/hash.h"
 
@@ -36,7 +37,7 @@ class BucketTest : public ::testing::TestWithParam<bool> {  // param: O_DIRECT
       std::memcpy(b->MutableData(e.offset), v.data(), v.size());
       e.size = v.size();
       e.version = 100 + i;
-      e.checksum = Hash64(v.data(), v.size());
+      e.checksum = BucketEntryChecksum(kBucketFormatVersion, e.key, v.data(), v.size());
       entries.push_back(e);
       values_.push_back(v);
     }
@@ -87,7 +88,7 @@ TEST_P(BucketTest, RoundTripIntoAlignedUnalignedAndSplitBuffers) {
         {MutableSlice(part1.data(), std::min<size_t>(4096, e.size)),
          MutableSlice(part2.data(), e.size)}};
     for (auto& d : dests) {
-      ValueRead read{e.offset, e.size, e.checksum, d, Status()};
+      ValueRead read{e.offset, e.size, e.checksum, d, Status(), e.key};
       r->ReadValues(env_, std::span<ValueRead>(&read, 1), true);
       ASSERT_TRUE(read.status.ok()) << read.status.ToString();
       std::string got;
@@ -149,14 +150,141 @@ TEST_P(BucketTest, CorruptValueFailsThatKeyOnly) {
     dests[i] = {MutableSlice(bufs[i].data(), 16384)};
   }
   for (size_t i = 0; i < 3; i++) {
-    reads.push_back(
-        ValueRead{written[i].offset, written[i].size, written[i].checksum, dests[i], Status()});
+    reads.push_back(ValueRead{written[i].offset, written[i].size, written[i].checksum, dests[i],
+                              Status(), written[i].key});
   }
   r->ReadValues(env_, reads, true);
   EXPECT_TRUE(reads[0].status.ok());
   EXPECT_TRUE(reads[1].status.IsCorruption()) << reads[1].status.ToString();
   EXPECT_TRUE(reads[2].status.ok());
   EXPECT_EQ(std::string(bufs[2].data(), 4096), values_[2]);
+}
+
+// Reads entry `e` of the bucket at path_ whole, verified.
+Status ReadEntry(Env* env, const BucketReader& r, const BucketEntry& e, std::string* value) {
+  value->assign(e.size, '\0');
+  MutableSlice d(value->data(), value->size());
+  ValueRead read{e.offset, e.size, e.checksum, std::span<const MutableSlice>(&d, 1),
+                 Status(), e.key};
+  r.ReadValues(env, std::span<ValueRead>(&read, 1), /*verify=*/true);
+  return read.status;
+}
+
+// An index rewritten with one key byte changed (index checksum recomputed) made one key
+// return another's bytes: the entry checksum now covers the key.
+TEST_P(BucketTest, EntryChecksumBindsTheKeyToItsValue) {
+  WriteBucket({5000, 5000, 5000, 5000});
+  ASSERT_TRUE(test::RewriteBucket(path_, [](const std::string&, std::vector<BucketEntry>* e) {
+    std::swap((*e)[2].key, (*e)[3].key);  // "key.2" <-> "key.3": one byte each
+  }));
+  std::unique_ptr<BucketReader> r;
+  Status s = BucketReader::Open(env_, path_, options_, &r);
+  ASSERT_TRUE(s.ok()) << s.ToString();  // the index itself is consistent
+  EXPECT_EQ(r->header().format_version, kBucketFormatVersion);
+  std::string value;
+  for (size_t i = 0; i < 4; i++) {
+    const BucketEntry& e = r->entries()[i];
+    s = ReadEntry(env_, *r, e, &value);
+    if (i < 2) {
+      EXPECT_TRUE(s.ok() && value == values_[i]) << i << ": " << s.ToString();
+    } else {
+      EXPECT_TRUE(s.IsCorruption()) << e.key << " read as another key's value: " << s.ToString();
+    }
+  }
+}
+
+// Buckets written before the key was checksummed (format version 1) stay readable, and
+// their values are still verified.
+TEST_P(BucketTest, Version1BucketsStayReadable) {
+  auto written = WriteBucket({1, 4096, 70000});
+  ASSERT_TRUE(test::ConvertBucketToVersion1(path_));
+  std::unique_ptr<BucketReader> r;
+  Status s = BucketReader::Open(env_, path_, options_, &r);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(r->header().format_version, 1u);
+  EXPECT_EQ(r->footer().format_version, 1u);
+  std::string value;
+  for (size_t i = 0; i < written.size(); i++) {
+    const BucketEntry& e = r->entries()[i];
+    EXPECT_EQ(e.checksum, Hash64(values_[i]));
+    s = ReadEntry(env_, *r, e, &value);
+    EXPECT_TRUE(s.ok() && value == values_[i]) << i << ": " << s.ToString();
+  }
+  r.reset();
+  Corrupt(written[2].offset + 7);
+  ASSERT_TRUE(BucketReader::Open(env_, path_, options_, &r).ok());
+  EXPECT_TRUE(ReadEntry(env_, *r, r->entries()[2], &value).IsCorruption());
+  EXPECT_TRUE(ReadEntry(env_, *r, r->entries()[1], &value).ok());
+}
+
+TEST(BucketFormatTest, UnknownFormatVersionsAreNotSupported) {
+  for (uint32_t version : {0u, kBucketFormatVersion + 1}) {
+    std::string block(kBucketHeaderSize, '\0');
+    BucketHeader h;
+    h.format_version = version;
+    h.EncodeTo(block.data());
+    EXPECT_TRUE(BucketHeader().DecodeFrom(block).IsNotSupported()) << version;
+    BucketFooter f;
+    f.format_version = version;
+    f.EncodeTo(block.data());
+    EXPECT_TRUE(BucketFooter().DecodeFrom(block.substr(0, kBucketFooterSize)).IsNotSupported());
+  }
+}
+
+TEST(TombstoneLogTest, TornTailIsNormalDamageBeforeValidRecordsIsReported) {
+  test::TempDir dir;
+  Env* env = Env::Default();
+  ASSERT_TRUE(env->CreateDirIfMissing(dir.path()).ok());
+  std::unique_ptr<TombstoneLog> log;
+  ASSERT_TRUE(TombstoneLog::Create(env, dir.path(), {}, &log).ok());
+  for (uint64_t i = 1; i <= 6; i++) log->Add({"key." + std::to_string(i), 10 * i, i});
+  ASSERT_TRUE(log->Sync().ok());
+  log.reset();
+  const std::string path = dir.Sub(TombstoneLog::kFileName);
+  std::ifstream f(path, std::ios::binary);
+  const std::string good(std::istreambuf_iterator<char>(f), {});
+  const size_t record = (good.size() - 16) / 6;  // keys of one length: records of one size
+
+  std::vector<TombstoneLog::Record> records;
+  TombstoneLog::ReadReport report;
+  auto parse = [&](const std::string& image) {
+    Status s = TombstoneLog::Parse(image, path, &records, &report);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  };
+  parse(good);
+  EXPECT_EQ(records.size(), 6u);
+  EXPECT_EQ(report.torn_bytes + report.damaged_bytes, 0u);
+
+  parse(good.substr(0, good.size() - 5));  // torn: the last record cut short
+  EXPECT_EQ(records.size(), 5u);
+  EXPECT_EQ(report.torn_bytes, record - 5);
+  EXPECT_EQ(report.damaged_bytes, 0u);
+
+  for (size_t victim : {size_t{0}, size_t{2}, size_t{5}}) {  // one bad record
+    for (size_t byte = 0; byte < record; byte += 3) {
+      std::string image = good;
+      image[16 + victim * record + byte] ^= 0x10;
+      parse(image);
+      SCOPED_TRACE("record " + std::to_string(victim) + " byte " + std::to_string(byte));
+      ASSERT_EQ(records.size(), 5u);
+      for (const auto& r : records) EXPECT_NE(r.key, "key." + std::to_string(victim + 1));
+      if (victim == 5) {
+        EXPECT_EQ(report.torn_bytes, record);  // nothing valid after it: a torn tail
+      } else {
+        EXPECT_EQ(report.damaged_bytes, record);
+        EXPECT_EQ(report.damaged_stretches, 1u);
+      }
+    }
+  }
+  std::string zeroed = good;  // a stretch of zeros (a lost block) in the middle
+  std::fill(zeroed.begin() + 16 + record, zeroed.begin() + 16 + 3 * record, '\0');
+  parse(zeroed);
+  EXPECT_EQ(records.size(), 4u);
+  EXPECT_EQ(report.damaged_bytes, 2 * record);
+
+  // Not a log at all: refused, naming the file.
+  Status s = TombstoneLog::Parse(std::string(good.size(), 'x'), path, &records, &report);
+  EXPECT_TRUE(s.IsCorruption() && s.ToString().find(path) != std::string::npos) << s.ToString();
 }
 
 INSTANTIATE_TEST_SUITE_P(DirectAndBuffered, BucketTest, ::testing::Bool());
@@ -168,6 +296,19 @@ TEST(BucketFileNameTest, Parse) {
   EXPECT_FALSE(ParseBucketFileName("bucket-.kvb", &id));
   EXPECT_FALSE(ParseBucketFileName("bucket-12x.kvb", &id));
   EXPECT_FALSE(ParseBucketFileName("bucket-000042.kvb.tmp", &id));
+  // Other spellings of an id name no bucket of the DB (recovery quarantines them).
+  id = 7;
+  EXPECT_FALSE(ParseBucketFileName("bucket-42.kvb", &id));
+  EXPECT_FALSE(ParseBucketFileName("bucket-0000042.kvb", &id));
+  EXPECT_FALSE(ParseBucketFileName("bucket-+00042.kvb", &id));
+  EXPECT_FALSE(ParseBucketFileName("bucket-99999999999999999999999.kvb", &id));
+  EXPECT_EQ(id, 7u);
+  EXPECT_TRUE(LooksLikeBucketFileName("bucket-42.kvb"));
+  EXPECT_FALSE(LooksLikeBucketFileName("bucket-000042.kvb.tmp"));
+  // Ids past six digits are written with as many as they need.
+  EXPECT_TRUE(ParseBucketFileName(BucketFileName(12345678), &id));
+  EXPECT_EQ(id, 12345678u);
+  EXPECT_EQ(BucketFileName(12345678), "bucket-12345678.kvb");
 }
 
 TEST(TombstoneLogTest, RoundTripAndTornTail) {

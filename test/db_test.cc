@@ -208,6 +208,34 @@ TEST_F(DBTest, DeleteByRegexAndDeleteAll) {
   EXPECT_EQ(Get("layer.2.req_1"), "<absent>");
 }
 
+// Keys are bytes: a byte range in a pattern means those byte values.  With char (signed)
+// "[\x00-\xff]" was a range from 0 down to -1, refused as invalid.
+TEST_F(DBTest, DeleteByRegexByteRangesMeanByteValues) {
+  const std::string high = std::string("k\xc3\xa9") + '\xff';
+  const std::string nul = std::string("k\0z", 3);
+  for (const std::string& key : {std::string("plain"), high, nul}) {
+    ASSERT_TRUE(db_->Put(wo_, key, "v").ok());
+  }
+  uint64_t deleted = 0;
+  ASSERT_TRUE(db_->DeleteByRegex("k[\\x80-\\xff]+", &deleted).ok());
+  EXPECT_EQ(deleted, 1u);
+  EXPECT_EQ(Get(high), "<absent>");
+  ASSERT_TRUE(db_->Put(wo_, high, "v").ok());
+  ASSERT_TRUE(db_->DeleteByRegex("k[^\\x80-\\xff]z", &deleted).ok());  // the NUL byte
+  EXPECT_EQ(deleted, 1u);
+  EXPECT_EQ(Get(nul), "<absent>");
+  EXPECT_EQ(Get("plain"), "v");
+  Status s = db_->DeleteByRegex("[\\x00-\\xff]*", &deleted);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(deleted, 2u);
+  EXPECT_EQ(Get("plain"), "<absent>");
+  EXPECT_EQ(Get(high), "<absent>");
+  // A reversed range is still refused, and changes nothing.
+  ASSERT_TRUE(db_->Put(wo_, "plain", "v").ok());
+  EXPECT_TRUE(db_->DeleteByRegex("[\\xff-\\x00]*", &deleted).IsInvalidArgument());
+  EXPECT_EQ(Get("plain"), "v");
+}
+
 TEST_F(DBTest, DeleteByRegexSurvivesLongKeysAndPathologicalPatterns) {
   // A backtracking matcher recurses once per byte of the key (a stack overflow on a
   // 1 MiB key) and takes exponential time on nested repetitions; a peer can send either.

@@ -5,12 +5,12 @@
 #include <cinttypes>
 #include <cstdio>
 #include <ctime>
-#include <regex>
 
 #include "kvengine/db.h"
 #include "kvengine/env.h"
 #include "kvengine/options.h"
 #include "tools/ldb_model.h"
+#include "util/byte_regex.h"
 #include "util/config_parse.h"
 
 DEFINE_string(db, "", "The DB directory (required by every command but dump_bucket --file)");
@@ -175,7 +175,8 @@ class ListBucketsCommand : public LdbCommand {
              ",\"live_keys\":" + U(live) + ",\"live_bytes\":" + U(live_bytes) +
              ",\"deleted_bytes\":" + U(deleted_bytes) +
              ",\"tombstones\":" + U(m.tombstones().size()) +
-             ",\"torn_tombstone_bytes\":" + U(m.torn_tombstone_bytes()) + "}";
+             ",\"torn_tombstone_bytes\":" + U(m.torn_tombstone_bytes()) +
+             ",\"damaged_tombstone_bytes\":" + U(m.damaged_tombstone_bytes()) + "}";
       std::printf("%s\n", out.c_str());
       return kExitOk;
     }
@@ -197,6 +198,9 @@ class ListBucketsCommand : public LdbCommand {
                 FormatSize(deleted_bytes).c_str(), m.tombstones().size());
     if (m.torn_tombstone_bytes() > 0) {
       std::printf(" (torn tail: %" PRIu64 " bytes)", m.torn_tombstone_bytes());
+    }
+    if (m.damaged_tombstone_bytes() > 0) {
+      std::printf(" (tombstone log DAMAGED: %" PRIu64 " bytes)", m.damaged_tombstone_bytes());
     }
     if (!m.tombstone_status().ok()) {
       std::printf(" (tombstone log unreadable: %s)", m.tombstone_status().ToString().c_str());
@@ -269,7 +273,7 @@ class DumpBucketCommand : public LdbCommand {
       std::printf("header: bucket_id:%" PRIu64 " created_micros:%" PRIu64
                   " (%s) format_version:%u\n",
                   parts.header.bucket_id, parts.header.created_micros,
-                  Time(parts.header.created_micros).c_str(), kBucketFormatVersion);
+                  Time(parts.header.created_micros).c_str(), parts.header.format_version);
     } else {
       std::printf("header: CORRUPT: %s\n", parts.header_status.ToString().c_str());
       damaged = true;
@@ -374,14 +378,10 @@ class ScanCommand : public LdbCommand {
   std::vector<std::string> Flags() const override { return {"prefix", "regex", "limit", "json"}; }
 
   int DoCommand(const std::vector<std::string>&) override {
-    std::regex re;
+    ByteRegex re;  // matches as DB::DeleteByRegex does
     if (!FLAGS_regex.empty()) {
-      try {
-        re = std::regex(FLAGS_regex,  // no backtracking, as DB::DeleteByRegex
-                        std::regex::ECMAScript | std::regex_constants::__polynomial);
-      } catch (const std::regex_error& e) {
-        return Fail(Name(), "bad --regex '" + FLAGS_regex + "': " + e.what(), kExitUsage);
-      }
+      Status s = re.Compile(FLAGS_regex);
+      if (!s.ok()) return Fail(Name(), "bad --regex: " + s.ToString(), kExitUsage);
     }
     OfflineDb db;
     if (int rc = db.Open(Name()); rc != kExitOk) return rc;
@@ -392,7 +392,7 @@ class ScanCommand : public LdbCommand {
     for (; it != live.end(); ++it) {
       const std::string& key = it->first;
       if (!key.starts_with(FLAGS_prefix)) break;
-      if (!FLAGS_regex.empty() && !std::regex_match(key, re)) continue;
+      if (!FLAGS_regex.empty() && !re.Matches(key)) continue;
       if (FLAGS_limit > 0 && shown >= FLAGS_limit) break;
       const BucketEntry& e = *it->second.entry;
       if (FLAGS_json) {
@@ -511,7 +511,8 @@ class TombstonesCommand : public LdbCommand {
            "  Every record of the tombstone log, as\n"
            "    'key' version:V bucket:B bucket_exists:yes|no covers:yes|no\n"
            "  (covers: a bucket of the DB still holds that key's version, so the tombstone\n"
-           "  is what keeps it dead), then the bytes of a torn tail that recovery ignores.";
+           "  is what keeps it dead), then the bytes of a torn tail that recovery ignores\n"
+           "  and of damaged stretches before valid records (their deletes are lost).";
   }
   std::vector<std::string> Flags() const override { return {"json"}; }
 
@@ -543,14 +544,14 @@ class TombstonesCommand : public LdbCommand {
     }
     if (FLAGS_json) {
       std::printf("%s],\"count\":%zu,\"covering\":%" PRIu64 ",\"torn_bytes\":%" PRIu64
-                  ",\"log_exists\":%s}\n",
+                  ",\"damaged_bytes\":%" PRIu64 ",\"log_exists\":%s}\n",
                   json.c_str(), m.tombstones().size(), covering, m.torn_tombstone_bytes(),
-                  m.has_tombstone_log() ? "true" : "false");
+                  m.damaged_tombstone_bytes(), m.has_tombstone_log() ? "true" : "false");
     } else {
       std::printf("%zu tombstones, %" PRIu64 " still covering a value; torn tail: %" PRIu64
-                  " bytes%s\n",
+                  " bytes; damaged: %" PRIu64 " bytes%s\n",
                   m.tombstones().size(), covering, m.torn_tombstone_bytes(),
-                  m.has_tombstone_log() ? "" : " (no tombstone log)");
+                  m.damaged_tombstone_bytes(), m.has_tombstone_log() ? "" : " (no tombstone log)");
     }
     return kExitOk;
   }
@@ -565,8 +566,9 @@ class VerifyCommand : public LdbCommand {
     return "verify --db=DIR [--json]\n"
            "  Checks every bucket (header, footer, index checksums, the header's id, every\n"
            "  value's checksum) and the tombstone log. Lists each problem; exit code 1 when\n"
-           "  there is any. A torn tail of the tombstone log, leftover *.tmp files and\n"
-           "  quarantined buckets are reported as warnings (recovery handles them).";
+           "  there is any. A torn tail of the tombstone log, leftover *.tmp files,\n"
+           "  quarantined buckets and files named like buckets but not as the DB names\n"
+           "  them are reported as warnings (recovery handles them).";
   }
   std::vector<std::string> Flags() const override { return {"json"}; }
 
@@ -619,12 +621,26 @@ class VerifyCommand : public LdbCommand {
       Report(std::string(TombstoneLog::kFileName) + ": OK (" + U(m.tombstones().size()) +
              " records" + (m.has_tombstone_log() ? "" : ", no log") + ")");
     }
+    if (m.damaged_tombstone_bytes() > 0) {
+      const std::string what =
+          std::string(TombstoneLog::kFileName) + ": DAMAGED: " + U(m.damaged_tombstone_bytes()) +
+          " bad bytes in " + U(m.damaged_tombstone_stretches()) +
+          " places before valid records; the deletes recorded there are lost and their keys "
+          "may come back (see docs/tombstone_log.md)";
+      problems.push_back(what);
+      Report(what);
+    }
     if (m.torn_tombstone_bytes() > 0) {
       warnings.push_back(std::string(TombstoneLog::kFileName) + ": torn tail of " +
                          U(m.torn_tombstone_bytes()) + " bytes (ignored by recovery)");
     }
     for (const std::string& t : m.temp_files()) {
       warnings.push_back(t + ": leftover temporary file (removed by recovery)");
+    }
+    for (const std::string& t : m.stray_files()) {
+      warnings.push_back(t +
+                         ": not the name of a bucket of this DB, not part of it (recovery "
+                         "moves it to quarantine/)");
     }
     if (FLAGS_json) {
       std::string out = "{\"ok\":" + std::string(problems.empty() ? "true" : "false") +

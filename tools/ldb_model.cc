@@ -110,7 +110,11 @@ Status DbModel::Load(Env* env, const std::string& dir, std::unique_ptr<DbModel>*
     uint64_t id;
     if (name == kIdentityFile) identity = true;
     if (name.size() > 4 && name.ends_with(".tmp")) model->temp_files_.push_back(name);
-    if (ParseBucketFileName(name, &id)) files.emplace_back(id, name);
+    if (ParseBucketFileName(name, &id)) {
+      files.emplace_back(id, name);
+    } else if (LooksLikeBucketFileName(name)) {
+      model->stray_files_.push_back(name);
+    }
   }
   std::sort(files.begin(), files.end());
   if (!identity && files.empty()) {
@@ -143,7 +147,7 @@ Status DbModel::Load(Env* env, const std::string& dir, std::unique_ptr<DbModel>*
   }
 
   model->has_tombstone_log_ = env->FileExists(dir + "/" + TombstoneLog::kFileName);
-  model->tombstone_status_ = TombstoneLog::Read(env, dir, &model->tombstones_, &model->torn_bytes_);
+  model->tombstone_status_ = TombstoneLog::Read(env, dir, &model->tombstones_, &model->log_report_);
   if (!model->tombstone_status_.ok()) model->tombstones_.clear();
   model->Replay();
   *result = std::move(model);
@@ -222,10 +226,12 @@ Status ReadValue(Env* env, const BucketReader& reader, const BucketEntry& entry,
   read.offset = entry.offset;
   read.size = entry.size;
   read.checksum = entry.checksum;
+  read.key = entry.key;
   read.dest = std::span<const MutableSlice>(&dest, 1);
   reader.ReadValues(env, std::span<ValueRead>(&read, 1), /*verify=*/false);
   if (!read.status.ok()) return read.status;
-  *checksum_ok = Hash64(value->data(), value->size()) == entry.checksum;
+  *checksum_ok = BucketEntryChecksum(reader.header().format_version, entry.key, value->data(),
+                                     value->size()) == entry.checksum;
   return Status::OK();
 }
 

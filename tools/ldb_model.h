@@ -9,7 +9,8 @@
 //   - an entry whose (key, version) has a tombstone is dead ("tombstoned");
 //   - otherwise the highest version of a key wins; an older one is dead ("superseded");
 //     two copies of one version (a crash in a compaction) keep the higher bucket's.
-// Files in quarantine/ are listed but are not part of the DB.
+// Files in quarantine/ are listed but are not part of the DB; nor are files named like
+// buckets but not exactly as the DB names them (stray_files()).
 //
 // Thread-safety: none; kv_ldb is single-threaded.
 #ifndef KVENGINE_TOOLS_LDB_MODEL_H_
@@ -92,7 +93,10 @@ class DbModel {
 
   const std::vector<TombstoneLog::Record>& tombstones() const { return tombstones_; }
   const Status& tombstone_status() const { return tombstone_status_; }
-  uint64_t torn_tombstone_bytes() const { return torn_bytes_; }
+  uint64_t torn_tombstone_bytes() const { return log_report_.torn_bytes; }
+  // Bad stretches before valid records: damage (the deletes there are lost).
+  uint64_t damaged_tombstone_bytes() const { return log_report_.damaged_bytes; }
+  uint64_t damaged_tombstone_stretches() const { return log_report_.damaged_stretches; }
   bool has_tombstone_log() const { return has_tombstone_log_; }
   // Whether a usable bucket of the DB still holds (key, version).
   bool TombstoneCovers(const TombstoneLog::Record& record) const;
@@ -102,6 +106,9 @@ class DbModel {
 
   // Names of files left by an interrupted write ("*.tmp").
   const std::vector<std::string>& temp_files() const { return temp_files_; }
+  // Names shaped like bucket files but not spelled as the DB names one ("bucket-12.kvb"):
+  // not part of the DB; recovery moves them to quarantine/.
+  const std::vector<std::string>& stray_files() const { return stray_files_; }
 
  private:
   DbModel() = default;
@@ -111,12 +118,13 @@ class DbModel {
   std::vector<std::unique_ptr<BucketModel>> buckets_;
   std::vector<TombstoneLog::Record> tombstones_;
   Status tombstone_status_;
-  uint64_t torn_bytes_ = 0;
+  TombstoneLog::ReadReport log_report_;
   bool has_tombstone_log_ = false;
   std::map<std::string, KeyLocation> live_;
   // (key, version) -> buckets holding it, for TombstoneCovers.
   std::unordered_map<std::string, std::vector<uint64_t>> versions_;
   std::vector<std::string> temp_files_;
+  std::vector<std::string> stray_files_;
 };
 
 // Reads one value whole into *value (without checksum verification) and stores in

@@ -122,7 +122,8 @@ class DB {
   // stores the count in *deleted (may be nullptr).  InvalidArgument for a malformed
   // pattern (nothing removed anywhere).  The matcher does not backtrack (libstdc++'s
   // polynomial mode): no pattern takes exponential time and no key is too long for it,
-  // but back-references are refused with InvalidArgument.
+  // but back-references are refused with InvalidArgument.  Keys and pattern are matched
+  // as bytes 0..255: "[\x80-\xff]" is the high half, "[\x00-\xff]*" every key.
   virtual Status DeleteByRegex(const std::string& pattern, uint64_t* deleted) = 0;
   // Removes every key; stores the count in *deleted (may be nullptr).
   //

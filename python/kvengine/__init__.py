@@ -113,7 +113,8 @@ class DB(_kvengine.Store):
 
     # -------------------------------------------------------------- lifecycle
     def setup(self, path, **options):
-        """Opens the store at path. Returns 0, or a negative error code (Busy ...).
+        """Opens the store at path. Returns 0, or a negative error code of the engine
+        (BUSY, INVALID_ARGUMENT for a path that is a file, CORRUPTION ...).
 
         An unknown option name or a malformed value raises ValueError."""
         try:

@@ -309,7 +309,8 @@ class Store {
     }
   }
 
-  // Opens the DB; raises ValueError for a bad option, kvengine.Error for an engine failure.
+  // Opens the DB; raises ValueError for a bad option or an empty path, kvengine.Error for
+  // an engine failure.
   void Open(const std::string& path, const std::map<std::string, std::string>& opts) {
     Connect(path, opts, DB::Open);
   }
@@ -674,16 +675,20 @@ class Store {
       if (!s.ok()) throw py::value_error(s.message());
     }
     if (GetDb() != nullptr) throw py::value_error("the store is already open; close() it first");
+    if (where.empty()) throw py::value_error("path is empty");
+    // Options are checked here, as DB::Open will check them, so that a bad one is the
+    // caller's ValueError; whatever the opener reports after that is an engine outcome
+    // (kvengine.Error, or setup()'s code), such as a path that is a file.
+    Options effective = options;
+    Status s = effective.apply_environment ? effective.ApplyEnvironment() : Status::OK();
+    if (s.ok()) s = effective.Validate();
+    if (!s.ok()) throw py::value_error(s.message());
     std::unique_ptr<DB> db;
-    Status s;
     {
       py::gil_scoped_release nogil;
       s = opener(options, where, &db);
     }
-    if (!s.ok()) {
-      if (s.IsInvalidArgument()) throw py::value_error(s.message());
-      throw ToError(s);
-    }
+    if (!s.ok()) throw ToError(s);
     std::lock_guard<std::mutex> l(mu_);
     db_ = std::shared_ptr<DB>(std::move(db));
     path_ = where;

@@ -2,9 +2,11 @@
 import ctypes
 import json
 import gc
+import os
 import threading
 
 import numpy as np
+
 import pytest
 
 import kvengine
@@ -44,6 +46,33 @@ def test_setup_returns_codes(db_path):
     with pytest.raises(ValueError):
         db.setup(db_path, **SMALL)  # already open
     assert db.close() == 0
+
+
+def test_setup_on_a_file_returns_a_code(tmp_path):
+    # A path that is a file is an engine failure like any other: setup() returns its code
+    # (it raised ValueError), DB() raises kvengine.Error.
+    path = tmp_path / "a_file"
+    path.write_bytes(b"not a DB")
+    db = kvengine.DB()
+    assert db.setup(str(path), **SMALL) == kvengine.INVALID_ARGUMENT
+    assert not db.is_open
+    with pytest.raises(kvengine.Error) as e:
+        kvengine.DB(str(path), **SMALL)
+    assert e.value.code == kvengine.INVALID_ARGUMENT and "not a directory" in str(e.value)
+    assert path.read_bytes() == b"not a DB"
+
+
+def test_setup_on_a_damaged_ssd_tier_returns_a_code(db_path):
+    # A tombstone log that is not one failed recovery, and the failed tier's cleanup
+    # crashed the interpreter.
+    opts = dict(SMALL, ssd_capacity_bytes="64MiB")
+    with kvengine.open(db_path, **opts) as db:
+        assert db.put("k", b"v") == 0
+    with open(os.path.join(db_path, "TOMBSTONES"), "wb") as f:
+        f.write(b"garbage" * 10)
+    db = kvengine.DB()
+    assert db.setup(db_path, **opts) == kvengine.CORRUPTION
+    assert not db.is_open
 
 
 @pytest.mark.parametrize("opts, needle", [
