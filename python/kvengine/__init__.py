@@ -13,7 +13,8 @@ Two styles, one object (docs/python.md has the full reference):
   is_exist, remove, ...): engine failures come back as negative integers, one per key in
   batch calls (see ERROR_CODES).
 * Pythonic forms: buffers instead of raw pointers (bytes, bytearray, memoryview, numpy
-  arrays, CPU torch tensors), ``db[key]`` / ``key in db`` / ``del db[key]`` that raise,
+  arrays, torch tensors on the CPU, or on a CUDA device when CUDA_BUILD is true: the
+  engine then moves the bytes between the device and its memory tier), ``db[key]`` / ``key in db`` / ``del db[key]`` that raise,
   a context manager, ``stats()`` / ``perf()`` / ``options()`` as dicts.
 
 Arguments that are wrong in themselves (type, a null pointer, lists of different lengths,
@@ -25,9 +26,10 @@ import json
 import os
 
 from . import _kvengine
-from ._kvengine import ERROR_CODES, OPTION_NAMES, Error
+from ._kvengine import CUDA_BUILD, ERROR_CODES, OPTION_NAMES, Error
 
-__all__ = ["DB", "open", "Error", "ERROR_CODES", "OPTION_NAMES", "check", "error_name"]
+__all__ = ["DB", "open", "attach", "Error", "ERROR_CODES", "OPTION_NAMES", "CUDA_BUILD", "check",
+           "error_name"]
 __version__ = "0.1.0"
 
 # The negative codes of status.h, frozen: they are part of the API.

@@ -148,9 +148,18 @@ struct Region {
   uint64_t size = 0;
 };
 
+// Whether this build reaches CUDA device memory: the engine's GPU staging path
+// (docs/gpu.md) takes device pointers itself.
+#ifdef KV_WITH_CUDA
+constexpr bool kCudaBuild = true;
+#else
+constexpr bool kCudaBuild = false;
+#endif
+
 // A torch.Tensor (or anything with the same duck type: data_ptr, is_contiguous, device,
-// numel, element_size).  CPU memory only: a device pointer must go through the GPU
-// staging path, which this module does not reach yet.
+// numel, element_size).  CPU memory, or CUDA memory in a CUDA build: its data_ptr() then
+// goes to the engine as it is, and the engine moves the bytes between the device and its
+// arena (no copy through pageable host memory here).
 bool LooksLikeTensor(py::handle h) {
   return py::hasattr(h, "data_ptr") && py::hasattr(h, "element_size") && py::hasattr(h, "numel") &&
          py::hasattr(h, "is_contiguous");
@@ -162,10 +171,15 @@ Region RegionOfTensor(py::handle t, const std::string& what) {
   }
   if (py::hasattr(t, "device")) {
     std::string type = py::str(t.attr("device").attr("type"));
-    if (type != "cpu") {
+    if (type == "cuda" && !kCudaBuild) {
+      throw py::value_error(what +
+                            " is a tensor on device 'cuda', but this kvengine was built "
+                            "without CUDA (rebuild with the CUDA Toolkit, or copy it to the CPU)");
+    }
+    if (type != "cpu" && type != "cuda") {
       throw py::value_error(what + " is a tensor on device '" + type +
-                            "': kvengine reads and writes CPU memory only in this build; copy "
-                            "it to the CPU (the connector stages GPU tensors itself)");
+                            "': kvengine reads and writes CPU memory, and CUDA memory in a CUDA "
+                            "build; copy it to the CPU");
     }
   }
   Region r;
@@ -809,6 +823,7 @@ PYBIND11_MODULE(_kvengine, m) {
   py::list names;
   for (const auto& n : Options::SettableNames()) names.append(n);
   m.attr("OPTION_NAMES") = names;
+  m.attr("CUDA_BUILD") = kvengine::python::kCudaBuild;
 
   py::class_<Store>(m, "Store")
       .def(py::init<>())

@@ -54,3 +54,41 @@ def test_bad_tensors_raise(db):
         db.put("k", meta)
     assert db.is_exist("k") == 0
     assert db.stats()["puts"] == 0
+
+
+class _CudaLabelled:
+    """A CPU tensor that reports device 'cuda': how the module treats a CUDA tensor's
+    data_ptr() without a GPU.  The engine classifies every pointer itself (docs/gpu.md), so
+    host memory behind the label takes the ordinary path."""
+
+    class _Device:
+        type = "cuda"
+
+    def __init__(self, t):
+        self.t = t
+        self.device = self._Device()
+
+    def data_ptr(self):
+        return self.t.data_ptr()
+
+    def element_size(self):
+        return self.t.element_size()
+
+    def numel(self):
+        return self.t.numel()
+
+    def is_contiguous(self):
+        return self.t.is_contiguous()
+
+
+def test_cuda_tensors_go_to_the_engine_in_a_cuda_build(db):
+    src = torch.arange(1024, dtype=torch.int32)
+    out = torch.zeros_like(src)
+    if kvengine.CUDA_BUILD:
+        assert db.put("cuda", _CudaLabelled(src)) == 0
+        assert db.batch_get_into(["cuda"], [_CudaLabelled(out)]) == [4096]
+        assert torch.equal(out, src)
+    else:
+        with pytest.raises(ValueError, match="built without CUDA"):
+            db.put("cuda", _CudaLabelled(src))
+        assert db.is_exist("cuda") == 0

@@ -343,7 +343,11 @@ class KVEngineConnector(KVConnectorBase_V1, SupportsHMA):
         self._layers = []  # list[_Layer], registration order
         self._by_name = {}
         self._layout_tag = None
+        # Staged: blocks go through a host tensor (pinned where CUDA is) instead of their
+        # own addresses.  Only for caches the engine cannot reach: CUDA caches go to the
+        # engine as they are in a CUDA build (its GPU staging path, docs/gpu.md).
         self._staged = bool(extra.get("force_staging", False))
+        self._on_cuda = False  # the caches are CUDA memory: saves wait for the compute
         self._load_executor = None
         self._save_executor = None
         self._load_job = None
@@ -634,7 +638,9 @@ class KVEngineConnector(KVConnectorBase_V1, SupportsHMA):
             base = flat.data_ptr()
             layers.append(_Layer(name, index, group_of.get(name, 0), t, flat, base,
                                  t.data_ptr() - base, geometry))
-            if t.device.type != "cpu":
+            if t.device.type == "cuda":
+                self._on_cuda = True
+            if t.device.type != "cpu" and not (t.device.type == "cuda" and kvengine.CUDA_BUILD):
                 self._staged = True
         self._layers = layers
         self._by_name = {layer.name: layer for layer in layers}
@@ -717,7 +723,8 @@ class KVEngineConnector(KVConnectorBase_V1, SupportsHMA):
         if self._staged:
             import torch
 
-            staging = torch.empty((len(todo), want), dtype=torch.uint8)
+            staging = torch.empty((len(todo), want), dtype=torch.uint8,
+                                  pin_memory=self._on_cuda)
             results = self._db.batch_get_into(keys, list(staging))
         else:
             parts = [layer.parts(job.positions[i][0][layer.group]) for i in todo]
@@ -768,8 +775,11 @@ class KVEngineConnector(KVConnectorBase_V1, SupportsHMA):
             return
         plan = self._step_saves()
         if plan:
+            # The layer's attention wrote its blocks on the current CUDA stream: the save
+            # thread reads them once that work is done, while the next layer computes.
+            written = self._cuda_work_done() if self._on_cuda else None
             self._save_futures[layer.index] = self._save_executor.submit(
-                self._save_layer, layer, plan)
+                self._save_layer, layer, plan, written)
 
     def _step_saves(self):
         if self._save_plan is None:
@@ -780,8 +790,21 @@ class KVEngineConnector(KVConnectorBase_V1, SupportsHMA):
                 self._save_started = time.perf_counter()
         return self._save_plan
 
-    def _save_layer(self, layer, plan):
-        """The save thread: one layer's newly full blocks, skipping those stored already."""
+    @staticmethod
+    def _cuda_work_done():
+        """An event recorded on the current CUDA stream: done once the work queued so far
+        (the attention that wrote the blocks) is."""
+        import torch
+
+        event = torch.cuda.Event()
+        event.record()
+        return event
+
+    def _save_layer(self, layer, plan, written=None):
+        """The save thread: one layer's newly full blocks, skipping those stored already.
+        `written`, a CUDA event, marks the end of the work that wrote them."""
+        if written is not None:
+            written.synchronize()
         todo = [(ids[layer.group], h) for ids, h in plan if self._in_range(layer, ids)]
         keys = [self._layer_key(layer, h) for _, h in todo]
         present = self._db.batch_is_exist(keys)
@@ -792,7 +815,8 @@ class KVEngineConnector(KVConnectorBase_V1, SupportsHMA):
         if self._staged:
             import torch
 
-            staging = torch.empty((len(todo), layer.geometry.block_bytes), dtype=torch.uint8)
+            staging = torch.empty((len(todo), layer.geometry.block_bytes), dtype=torch.uint8,
+                                  pin_memory=self._on_cuda)
             for row, (bid, _) in enumerate(todo):
                 off = 0
                 for view in layer.views(bid):
@@ -815,10 +839,11 @@ class KVEngineConnector(KVConnectorBase_V1, SupportsHMA):
         try:
             if not plan:
                 return
+            written = self._cuda_work_done() if self._on_cuda else None
             for layer in self._layers:  # layers vLLM did not hand to save_kv_layer
                 if layer.index not in self._save_futures:
                     self._save_futures[layer.index] = self._save_executor.submit(
-                        self._save_layer, layer, plan)
+                        self._save_layer, layer, plan, written)
             saved = failed = skipped = 0
             for index in sorted(self._save_futures):
                 s, f, k = self._save_futures[index].result()
