@@ -10,6 +10,8 @@
 #include <map>
 #include <random>
 
+#include "kvengine/db.h"
+#include "test/test_util.h"
 #include "transport/rdma.h"
 #include "transport/read_validation.h"
 #include "transport/wire.h"
@@ -149,6 +151,32 @@ TEST(Endpoint, Parse) {
   ASSERT_TRUE(Endpoint::ParseList("a:1, b:2,,", &list).ok());
   ASSERT_EQ(list.size(), 2u);
   EXPECT_EQ(list[1].ToString(), "b:2");
+}
+
+// Loopback is decided on the addresses a host resolves to, every one of them: a name
+// that merely starts with "127." may resolve anywhere (or nowhere).
+TEST(Endpoint, LoopbackDecidedByResolvedAddresses) {
+  for (const char* host : {"127.0.0.1", "127.1.2.3", "::1", "::ffff:127.0.0.1", "localhost"}) {
+    EXPECT_TRUE((Endpoint{host, 7400}.IsLoopback())) << host;
+  }
+  for (const char* host : {"127.example.invalid", "127.0.0.1.example.invalid", "0.0.0.0",
+                           "::", "10.0.0.2", "::ffff:10.0.0.2"}) {
+    EXPECT_FALSE((Endpoint{host, 7400}.IsLoopback())) << host;
+  }
+  // Serving on such a name without a token is refused before anything listens.
+  Options o;
+  o.apply_environment = false;
+  o.memory_capacity_bytes = 16 << 20;
+  o.prefault_memory = false;
+  o.ssd_capacity_bytes = 0;
+  o.log_level = LogLevel::kOff;
+  o.peer_transport = PeerTransport::kTcp;
+  o.listen = "127.example.invalid:0";
+  test::TempDir dir;
+  std::unique_ptr<DB> db;
+  Status s = DB::Open(o, dir.path(), &db);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(s.ToString().find("requires peer_auth_token_file"), std::string::npos) << s.ToString();
 }
 
 TEST(Rdma, QpParamsExchangeEncoding) {
