@@ -268,7 +268,6 @@ class TcpServer final : public TransportServer {
   }
 
   void RefuseOverCap(const std::string& peer) {
-    rejected_.fetch_add(1);
     const Deadline now = SteadyClock::now();
     if (now < next_cap_log_) return;  // at most one line a second
     next_cap_log_ = now + std::chrono::seconds(1);
