@@ -254,12 +254,14 @@ struct Options {
   // Default: 2000
   uint64_t peer_timeout_ms = 2000;
 
-  // Serving (`listen`): a client that connects must authenticate within this long, and
-  // a request frame that began to arrive must arrive whole within
-  // peer_frame_timeout_ms; past either the server closes the connection.  An idle
-  // authenticated connection has no deadline.
+  // Serving (`listen`): a client that connects must authenticate within this long, or
+  // the server closes the connection.
   // Default: 5000
   uint64_t peer_handshake_timeout_ms = 5000;
+
+  // Serving: a request frame that began to arrive must arrive whole within this long
+  // (and a client must take an answer within it), or the server closes the connection.
+  // An idle authenticated connection has no deadline.
   // Default: 10000
   uint64_t peer_frame_timeout_ms = 10000;
 
