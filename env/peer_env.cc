@@ -182,6 +182,9 @@ Status PeerEnv::StartServing(DB* db, PinFn pin, const char* arena_base) {
   service_ = std::make_unique<Service>(db, std::move(pin), arena_base);
   ServerOptions so;
   so.auth_token = token_;
+  so.handshake_timeout_ms = std::max<uint64_t>(1, options_.peer_handshake_timeout_ms);
+  so.io_timeout_ms = std::max<uint64_t>(1, options_.peer_frame_timeout_ms);
+  so.max_connections_per_address = std::max<uint64_t>(1, options_.peer_max_connections_per_address);
   so.log = [this](LogLevel level, const std::string& line) { Log(level, line); };
   if (rdma_server_ != nullptr) {
     RdmaServer* rs = rdma_server_.get();

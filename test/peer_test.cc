@@ -19,6 +19,7 @@
 
 #include "kvengine/db.h"
 #include "kvengine/transport.h"
+#include "test/peer_harness.h"
 #include "test/test_util.h"
 #include "transport/rdma.h"
 #include "transport/socket_util.h"
@@ -30,126 +31,6 @@ namespace kvengine {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// ThreadSanitizer slows sockets and threads ~10x: smaller loads keep its run short.
-#if defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-
-uint16_t FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
-std::string TempDir(const std::string& name) {
-  const char* base = std::getenv("KV_TEST_TMPDIR");
-  std::string dir =
-      std::string(base ? base : "/tmp") + "/peer_test_" + name + "_" + std::to_string(getpid());
-  std::string cmd = "rm -rf '" + dir + "' && mkdir -p '" + dir + "'";
-  EXPECT_EQ(std::system(cmd.c_str()), 0);
-  return dir;
-}
-
-// A kv_server child process.
-class Server {
- public:
-  Server(std::string db, uint16_t port, std::vector<std::string> extra = {})
-      : db_(std::move(db)), port_(port), extra_(std::move(extra)) {}
-  ~Server() { Kill(SIGKILL); }
-
-  // Starts it and waits for its "serving" line.  False when it exited instead.
-  bool Start() {
-    int out[2];
-    if (pipe(out) != 0) return false;
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(out[1], 1);
-      close(out[0]);
-      std::vector<std::string> args = {KV_SERVER_PATH, "--db=" + db_,
-                                       "--listen=127.0.0.1:" + std::to_string(port_),
-                                       "--transport=tcp",
-                                       "--options=memory_capacity_bytes=64MiB,"
-                                       "prefault_memory=false,log_level=error" +
-                                           options_};
-      for (const auto& e : extra_) args.push_back(e);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    close(out[1]);
-    std::string line;
-    char c;
-    while (read(out[0], &c, 1) == 1 && c != '\n') line += c;
-    close(out[0]);
-    if (line.find("serving") == std::string::npos) {
-      Wait(nullptr);
-      return false;
-    }
-    return true;
-  }
-  void Kill(int sig) {
-    if (pid_ > 0) {
-      kill(pid_, sig);
-      if (sig == SIGKILL || sig == SIGTERM) Wait(nullptr);
-    }
-  }
-  // Waits for exit; stores the exit status.  Returns false if it is still running after 15 s.
-  bool Wait(int* status) {
-    if (pid_ <= 0) return true;
-    for (int i = 0; i < 1500; i++) {
-      int st;
-      if (waitpid(pid_, &st, WNOHANG) == pid_) {
-        pid_ = -1;
-        if (status != nullptr) *status = st;
-        return true;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return false;
-  }
-  bool Alive() { return pid_ > 0 && waitpid(pid_, nullptr, WNOHANG) == 0; }
-  pid_t pid() const { return pid_; }
-  Endpoint endpoint() const { return Endpoint{"127.0.0.1", port_}; }
-  std::string address() const { return endpoint().ToString(); }
-  void set_options(const std::string& o) { options_ = o; }
-
- private:
-  const std::string db_;
-  const uint16_t port_;
-  const std::vector<std::string> extra_;
-  std::string options_ = ",ssd_capacity_bytes=0";
-  pid_t pid_ = -1;
-};
-
-std::unique_ptr<Transport> NewClient(const std::string& token = "", uint64_t timeout_ms = 3000) {
-  TransportOptions o;
-  o.auth_token = token;
-  o.timeout_ms = timeout_ms;
-  o.log = [](LogLevel, const std::string&) {};
-  std::unique_ptr<Transport> t;
-  EXPECT_TRUE(Transport::Create("tcp", o, &t).ok());
-  return t;
-}
-
-std::string RandomValue(std::mt19937_64* rng, size_t size) {
-  std::string v(size, '\0');
-  for (size_t i = 0; i < size; i += 8) {
-    const uint64_t r = (*rng)();
-    std::memcpy(&v[i], &r, std::min<size_t>(8, size - i));
-  }
-  return v;
-}
 
 Options ClientOptions(const std::string& peers, PeerMode mode) {
   Options o;
@@ -775,50 +656,6 @@ TEST(PeerTest, ShardedDeadMemberFailsWholeClusterCallsNamingIt) {
     }
   }
 }
-
-// A hand-driven connection to a server: authenticates (no token), then sends frames the
-// test builds, valid checksums included, so they reach the request decoders.
-class RawConn {
- public:
-  explicit RawConn(const Endpoint& ep) {
-    ok_ = ConnectTcp(ep, DeadlineIn(3000), &fd_).ok();
-    wire::FrameHeader h;
-    std::string meta;
-    ok_ = ok_ && Read(&h, &meta) && h.op == wire::kChallenge;
-    ok_ = ok_ && Send(wire::kAuth, "") && Read(&h, &meta) && h.op == wire::kAuth;
-  }
-  ~RawConn() {
-    if (fd_ >= 0) close(fd_);
-  }
-  bool ok() const { return ok_; }
-  bool Send(uint8_t op, const std::string& meta) {
-    return SendFrame(fd_, op, 0, ++id_, meta, {}, DeadlineIn(3000)).ok();
-  }
-  // Reads one frame.  False when the server closed the connection (or sent garbage).
-  bool Read(wire::FrameHeader* h, std::string* meta) {
-    char header[wire::kHeaderSize];
-    std::vector<iovec> iov{{header, sizeof(header)}};
-    if (!ReadFully(fd_, &iov, DeadlineIn(3000), nullptr).ok()) return false;
-    if (!wire::FrameHeader::DecodeFrom(header, h).ok() || h->body_len != 0) return false;
-    meta->assign(h->meta_len, '\0');
-    iov = {{meta->data(), meta->size()}};
-    return h->meta_len == 0 || ReadFully(fd_, &iov, DeadlineIn(3000), nullptr).ok();
-  }
-  // Sends a request and reads its answer's batch status.  False when the connection
-  // was closed instead.
-  bool Ask(uint8_t op, const std::string& meta, Status* status) {
-    wire::FrameHeader h;
-    std::string answer;
-    if (!Send(op, meta) || !Read(&h, &answer)) return false;
-    std::string_view in(answer);
-    return h.request_id == id_ && wire::GetBatchStatus(&in, status);
-  }
-
- private:
-  int fd_ = -1;
-  uint64_t id_ = 0;
-  bool ok_ = false;
-};
 
 TEST(PeerTest, MalformedValueSizeAndDeleteFramesCloseOnlyThatConnection) {
   Server server(TempDir("fuzz_newops"), FreePort());

@@ -10,6 +10,8 @@
 #include <map>
 #include <random>
 
+#include "kvengine/db.h"
+#include "test/test_util.h"
 #include "transport/rdma.h"
 #include "transport/read_validation.h"
 #include "transport/wire.h"
@@ -155,6 +157,32 @@ TEST(Endpoint, Parse) {
   EXPECT_EQ(list[1].ToString(), "b:2");
 }
 
+// Loopback is decided on the addresses a host resolves to, every one of them: a name
+// that merely starts with "127." may resolve anywhere (or nowhere).
+TEST(Endpoint, LoopbackDecidedByResolvedAddresses) {
+  for (const char* host : {"127.0.0.1", "127.1.2.3", "::1", "::ffff:127.0.0.1", "localhost"}) {
+    EXPECT_TRUE((Endpoint{host, 7400}.IsLoopback())) << host;
+  }
+  for (const char* host : {"127.example.invalid", "127.0.0.1.example.invalid", "0.0.0.0",
+                           "::", "10.0.0.2", "::ffff:10.0.0.2"}) {
+    EXPECT_FALSE((Endpoint{host, 7400}.IsLoopback())) << host;
+  }
+  // Serving on such a name without a token is refused before anything listens.
+  Options o;
+  o.apply_environment = false;
+  o.memory_capacity_bytes = 16 << 20;
+  o.prefault_memory = false;
+  o.ssd_capacity_bytes = 0;
+  o.log_level = LogLevel::kOff;
+  o.peer_transport = PeerTransport::kTcp;
+  o.listen = "127.example.invalid:0";
+  test::TempDir dir;
+  std::unique_ptr<DB> db;
+  Status s = DB::Open(o, dir.path(), &db);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(s.ToString().find("requires peer_auth_token_file"), std::string::npos) << s.ToString();
+}
+
 TEST(Rdma, QpParamsExchangeEncoding) {
   QpParams p;
   p.qpn = 0x123456;
@@ -260,6 +288,24 @@ TEST(LeaseTable, GrantReleaseExpire) {
   EXPECT_FALSE(table.Release(b));  // reaped: the read it covered is not trusted
   EXPECT_EQ(pin.use_count(), 1);
   EXPECT_FALSE(table.Release(12345));
+}
+
+// Granting reaps only what expired, not the whole table: a LOOKUP naming one key 200k
+// times grants 200k leases in milliseconds (it rescanned every lease per grant).
+TEST(LeaseTable, ManyGrantsTakeLinearTime) {
+  auto now = std::chrono::steady_clock::now();
+  LeaseTable table(std::chrono::milliseconds(100), [&] { return now; });
+  auto pin = std::make_shared<int>(1);
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 200000; i++) table.Grant(pin);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_EQ(table.size(), 200000u);
+  now += std::chrono::milliseconds(50);
+  const uint64_t late = table.Grant(pin);  // expires 50 ms after the others
+  now += std::chrono::milliseconds(60);
+  EXPECT_EQ(table.ReapExpired(), 200000u);
+  EXPECT_TRUE(table.Release(late));
+  EXPECT_EQ(pin.use_count(), 1);
 }
 
 // An owner's arena in this process: fixed slots, values immutable in place, a slot

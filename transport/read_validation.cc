@@ -50,10 +50,11 @@ std::chrono::steady_clock::time_point LeaseTable::Now() const {
 }
 
 uint64_t LeaseTable::Grant(std::shared_ptr<void> pin) {
-  ReapExpired();
+  std::vector<std::shared_ptr<void>> reaped;  // unpinned outside the lock
   std::lock_guard<std::mutex> lock(mu_);
+  ReapExpiredLocked(&reaped);
   const uint64_t id = next_++;
-  leases_.emplace(id, Entry{std::move(pin), Now() + ttl_});
+  leases_.emplace_hint(leases_.end(), id, Entry{std::move(pin), Now() + ttl_});
   return id;
 }
 
@@ -67,25 +68,23 @@ bool LeaseTable::Release(uint64_t lease) {
   return true;
 }
 
+void LeaseTable::ReapExpiredLocked(std::vector<std::shared_ptr<void>>* reaped) {
+  const auto now = Now();
+  while (!leases_.empty() && leases_.begin()->second.expires <= now) {
+    reaped->push_back(std::move(leases_.begin()->second.pin));
+    leases_.erase(leases_.begin());
+  }
+}
+
 size_t LeaseTable::ReapExpired() {
   std::vector<std::shared_ptr<void>> reaped;  // unpinned outside the lock
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    const auto now = Now();
-    for (auto it = leases_.begin(); it != leases_.end();) {
-      if (it->second.expires <= now) {
-        reaped.push_back(std::move(it->second.pin));
-        it = leases_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
+  std::lock_guard<std::mutex> lock(mu_);
+  ReapExpiredLocked(&reaped);
   return reaped.size();
 }
 
 void LeaseTable::Clear() {
-  std::unordered_map<uint64_t, Entry> all;
+  std::map<uint64_t, Entry> all;
   {
     std::lock_guard<std::mutex> lock(mu_);
     all.swap(leases_);

@@ -20,11 +20,11 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "kvengine/db.h"
@@ -59,7 +59,8 @@ class LeaseTable {
   ~LeaseTable();
 
   // Keeps `pin` (whose destruction unpins the value) until Release or expiry; returns
-  // the lease id (never 0).  Reaps expired leases first.
+  // the lease id (never 0).  Reaps expired leases first, in time proportional to their
+  // number: granting N leases costs O(N log N) however many are held.
   uint64_t Grant(std::shared_ptr<void> pin);
   // Drops the lease.  True when it was still held (the pin covered every read made
   // before this call); false when it expired and was reaped, or was never granted.
@@ -77,11 +78,17 @@ class LeaseTable {
   };
   std::chrono::steady_clock::time_point Now() const;
 
+  // REQUIRES: mu_ held.  Moves the expired leases' pins to *reaped (unpinned by the
+  // caller, outside the lock).
+  void ReapExpiredLocked(std::vector<std::shared_ptr<void>>* reaped);
+
   const std::chrono::milliseconds ttl_;
   const Clock clock_;
   mutable std::mutex mu_;
-  uint64_t next_ = 1;                           // guarded by mu_
-  std::unordered_map<uint64_t, Entry> leases_;  // guarded by mu_
+  uint64_t next_ = 1;  // guarded by mu_
+  // By id.  Ids grow with the grant time and every lease lives ttl_, so the earliest
+  // expiry is always first: reaping stops at the first lease still alive.
+  std::map<uint64_t, Entry> leases_;  // guarded by mu_
 };
 
 // One one-sided read: `length` bytes at `remote_offset` of the owner's arena into local.

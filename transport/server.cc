@@ -12,8 +12,10 @@
 #include <mutex>
 #include <random>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 
+#include "transport/frame_reader.h"
 #include "transport/socket_util.h"
 #include "transport/wire.h"
 #include "util/coding.h"
@@ -23,36 +25,45 @@ namespace kvengine {
 
 namespace {
 
+constexpr auto kNever = Deadline::max();
+// How long accepting pauses when the process is out of descriptors (or memory).
+constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);
+// How often the poller looks for connections past their deadline.
+constexpr auto kSweepInterval = std::chrono::milliseconds(50);
+
 struct Conn {
   int fd = -1;
-  std::string peer;  // "ip:port" for messages
+  std::string address;  // the client's IP: the per-address cap's key
+  std::string peer;     // "ip:port" for messages
   std::string nonce;
   bool authed = false;
-  // The last request body's memory, kept for the next one: a fresh multi-MiB buffer per
-  // put costs a page fault per page on its first write.
-  std::unique_ptr<char[]> body;
-  uint64_t body_capacity = 0;
+  Deadline handshake_deadline = kNever;
+  FrameReader frame;  // the request arriving; driven by whoever holds the connection
+  // Guarded by the server's mu_.  Busy: queued for or held by a worker (disarmed in
+  // epoll); otherwise only the poller touches it, and may close it past `deadline`.
+  bool busy = false;
+  Deadline deadline = kNever;
 };
 
-// Bodies up to this size keep their buffer for the connection's next request.
-constexpr uint64_t kKeptBodyBytes = 64ull << 20;
-
-std::string PeerName(int fd) {
+// The client's address alone and with its port, from an accepted socket.
+void PeerAddress(int fd, std::string* address, std::string* peer) {
   sockaddr_storage addr;
   socklen_t len = sizeof(addr);
-  if (getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "?";
   char host[INET6_ADDRSTRLEN] = "?";
   uint16_t port = 0;
-  if (addr.ss_family == AF_INET) {
-    auto* a = reinterpret_cast<sockaddr_in*>(&addr);
-    inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
-    port = ntohs(a->sin_port);
-  } else if (addr.ss_family == AF_INET6) {
-    auto* a = reinterpret_cast<sockaddr_in6*>(&addr);
-    inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
-    port = ntohs(a->sin6_port);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    if (addr.ss_family == AF_INET) {
+      auto* a = reinterpret_cast<sockaddr_in*>(&addr);
+      inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+      port = ntohs(a->sin_port);
+    } else if (addr.ss_family == AF_INET6) {
+      auto* a = reinterpret_cast<sockaddr_in6*>(&addr);
+      inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+      port = ntohs(a->sin6_port);
+    }
   }
-  return std::string(host) + ":" + std::to_string(port);
+  *address = host;
+  *peer = *address + ":" + std::to_string(port);
 }
 
 class TcpServer final : public TransportServer {
@@ -60,7 +71,8 @@ class TcpServer final : public TransportServer {
   TcpServer(const ServerOptions& options, PeerService* service)
       : options_(options),
         service_(service),
-        leases_(std::chrono::milliseconds(options.lease_ttl_ms)) {}
+        leases_(std::chrono::milliseconds(options.lease_ttl_ms)),
+        bodies_(options.kept_body_bytes) {}
   ~TcpServer() override { Stop(); }
 
   Status Listen(const Endpoint& at) {
@@ -103,9 +115,11 @@ class TcpServer final : public TransportServer {
     workers_.clear();
     for (Conn* c : conns_) {
       close(c->fd);
+      c->frame.Reset(&bodies_);
       delete c;
     }
     conns_.clear();
+    per_address_.clear();
     leases_.Clear();
     if (listen_fd_ >= 0) close(listen_fd_);
     if (epoll_fd_ >= 0) close(epoll_fd_);
@@ -127,10 +141,13 @@ class TcpServer final : public TransportServer {
     }
   }
 
+  // The poller accepts, hands readable connections to the workers, and closes the
+  // connections past their deadline.  It never reads a request itself.
   void PollLoop() {
     epoll_event events[64];
+    Deadline next_sweep = SteadyClock::now() + kSweepInterval;
     while (!stopping_.load()) {
-      int n = epoll_wait(epoll_fd_, events, 64, 500);
+      const int n = epoll_wait(epoll_fd_, events, 64, 50);
       for (int i = 0; i < n; i++) {
         void* tag = events[i].data.ptr;
         if (tag == &wake_fd_) continue;
@@ -140,22 +157,44 @@ class TcpServer final : public TransportServer {
         }
         {
           std::lock_guard<std::mutex> lock(mu_);
-          ready_.push_back(static_cast<Conn*>(tag));
+          auto* c = static_cast<Conn*>(tag);
+          c->busy = true;
+          ready_.push_back(c);
         }
         cv_.notify_one();
       }
+      const Deadline now = SteadyClock::now();
+      if (accept_paused_ && now >= accept_resume_) ResumeAccepting();
+      if (now >= next_sweep) {
+        CloseOverdue(now);
+        next_sweep = now + kSweepInterval;
+      }
     }
-    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, listen_fd_, nullptr);
+    if (!accept_paused_) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, listen_fd_, nullptr);
   }
 
   void Accept() {
     for (;;) {
-      int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) return;
-      TuneSocket(fd);
+      const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) PauseAccepting(errno);
+        return;
+      }
+      if (accept_trouble_logged_) {
+        accept_trouble_logged_ = false;
+        Log(LogLevel::kWarn, "accepting connections again");
+      }
       auto* c = new Conn;
       c->fd = fd;
-      c->peer = PeerName(fd);
+      PeerAddress(fd, &c->address, &c->peer);
+      if (!AdmitAddress(c->address)) {
+        RefuseOverCap(c->peer);
+        close(fd);
+        delete c;
+        continue;
+      }
+      TuneSocket(fd);
       c->nonce.resize(wire::kNonceSize);
       {
         std::random_device rd;
@@ -164,24 +203,105 @@ class TcpServer final : public TransportServer {
           std::memcpy(&c->nonce[i], &r, 4);
         }
       }
-      // The challenge: nonce and whether a token is required.
+      // The challenge: nonce and whether a token is required.  A fresh socket's send
+      // buffer takes these few bytes at once.
       std::string meta = c->nonce;
       meta.push_back(options_.auth_token.empty() ? 0 : 1);
       if (!SendFrame(fd, wire::kChallenge, wire::kFlagResponse, 0, meta, {},
                      DeadlineIn(options_.io_timeout_ms))
                .ok()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        ForgetAddressLocked(c->address);
         close(fd);
         delete c;
         continue;
       }
+      c->handshake_deadline = DeadlineIn(options_.handshake_timeout_ms);
       {
         std::lock_guard<std::mutex> lock(mu_);
+        c->deadline = c->handshake_deadline;
         conns_.insert(c);
       }
       epoll_event ev{};
       ev.events = EPOLLIN | EPOLLONESHOT | EPOLLRDHUP;
       ev.data.ptr = c;
       epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+    }
+  }
+
+  // Out of descriptors (EMFILE), or another accept failure: the pending connection
+  // stays queued and the listening socket readable, so stop watching it for a while
+  // instead of spinning on it.  Logged once per episode.
+  void PauseAccepting(int err) {
+    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, listen_fd_, nullptr);
+    accept_paused_ = true;
+    accept_resume_ = SteadyClock::now() + kAcceptBackoff;
+    if (!accept_trouble_logged_) {
+      accept_trouble_logged_ = true;
+      Log(LogLevel::kWarn, std::string("accept: ") + std::strerror(err) + "; retrying every " +
+                               std::to_string(kAcceptBackoff.count()) + " ms");
+    }
+  }
+
+  void ResumeAccepting() {
+    accept_paused_ = false;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.ptr = &listen_fd_;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
+    Accept();
+  }
+
+  // Counts a connection from `address`; false when it already holds its cap.
+  bool AdmitAddress(const std::string& address) {
+    std::lock_guard<std::mutex> lock(mu_);
+    uint64_t& n = per_address_[address];
+    if (n >= options_.max_connections_per_address) return false;
+    n++;
+    return true;
+  }
+
+  // REQUIRES: mu_ held.
+  void ForgetAddressLocked(const std::string& address) {
+    auto it = per_address_.find(address);
+    if (it != per_address_.end() && --it->second == 0) per_address_.erase(it);
+  }
+
+  void RefuseOverCap(const std::string& peer) {
+    const Deadline now = SteadyClock::now();
+    if (now < next_cap_log_) return;  // at most one line a second
+    next_cap_log_ = now + std::chrono::seconds(1);
+    Log(LogLevel::kWarn, "refused connection from " + peer + ": its address holds " +
+                             std::to_string(options_.max_connections_per_address) +
+                             " connections (max_connections_per_address)");
+  }
+
+  // Closes the idle connections past their deadline: a handshake or a frame that took
+  // too long.  Only the poller makes a connection busy, so one found idle here is in
+  // nobody else's hands.
+  void CloseOverdue(Deadline now) {
+    std::vector<Conn*> overdue;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (Conn* c : conns_) {
+        if (!c->busy && c->deadline <= now) overdue.push_back(c);
+      }
+      for (Conn* c : overdue) {
+        epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd, nullptr);
+        conns_.erase(c);
+        ForgetAddressLocked(c->address);
+      }
+    }
+    for (Conn* c : overdue) {
+      Log(LogLevel::kInfo,
+          "closing connection from " + c->peer + ": " +
+              (c->authed
+                   ? "a frame took longer than " + std::to_string(options_.io_timeout_ms) + " ms"
+                   : "no authentication within " + std::to_string(options_.handshake_timeout_ms) +
+                         " ms"));
+      close(c->fd);
+      c->frame.Reset(&bodies_);
+      delete c;
     }
   }
 
@@ -195,34 +315,41 @@ class TcpServer final : public TransportServer {
         c = ready_.front();
         ready_.pop_front();
       }
-      bool keep = true;
-      // Serve every frame already waiting (pipelined requests), then re-arm.
-      do {
-        keep = ServeOneFrame(c);
-      } while (keep && !stopping_.load() && HasInput(c->fd));
-      if (keep && !stopping_.load()) {
-        epoll_event ev{};
-        ev.events = EPOLLIN | EPOLLONESHOT | EPOLLRDHUP;
-        ev.data.ptr = c;
-        epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c->fd, &ev);
-      } else if (!keep) {
+      if (ServeAvailable(c)) {
+        Rearm(c);
+      } else {
         CloseConn(c);
       }
     }
   }
 
-  static bool HasInput(int fd) {
-    char b;
-    return recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+  // Hands c back to the poller, with the deadline of whatever it is waiting for.
+  void Rearm(Conn* c) {
+    Deadline deadline = kNever;
+    if (c->frame.in_progress()) {
+      deadline = c->frame.started() + std::chrono::milliseconds(options_.io_timeout_ms);
+    }
+    if (!c->authed) deadline = std::min(deadline, c->handshake_deadline);
+    std::lock_guard<std::mutex> lock(mu_);
+    c->busy = false;
+    c->deadline = deadline;
+    if (stopping_.load()) return;  // Stop() closes it
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLONESHOT | EPOLLRDHUP;
+    ev.data.ptr = c;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c->fd, &ev);
   }
 
+  // REQUIRES: c held by this thread (busy).
   void CloseConn(Conn* c) {
-    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd, nullptr);
     {
       std::lock_guard<std::mutex> lock(mu_);
+      epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd, nullptr);
       conns_.erase(c);
+      ForgetAddressLocked(c->address);
     }
     close(c->fd);
+    c->frame.Reset(&bodies_);
     delete c;
   }
 
@@ -232,52 +359,26 @@ class TcpServer final : public TransportServer {
     return false;
   }
 
-  // Reads one frame and answers it.  False: close the connection.
-  bool ServeOneFrame(Conn* c) {
-    const Deadline deadline = DeadlineIn(options_.io_timeout_ms);
-    char header[wire::kHeaderSize];
-    std::vector<iovec> iov{{header, sizeof(header)}};
-    Status s = ReadFully(c->fd, &iov, deadline, nullptr, &stopping_);
-    if (!s.ok()) {
-      if (!s.IsAborted() && s.message() != "connection closed by peer") {
-        Log(LogLevel::kInfo, "connection from " + c->peer + ": " + s.ToString());
+  // Reads what c has and answers every whole frame in it, in order, without waiting
+  // for more.  False: close the connection.
+  bool ServeAvailable(Conn* c) {
+    for (;;) {
+      FrameReader::Progress progress;
+      Status s = c->frame.ReadAvailable(c->fd, c->authed, &bodies_, &progress);
+      if (!s.ok()) {
+        if (s.IsCorruption()) return Reject(c, s.ToString());
+        if (s.message() != "connection closed by peer") {
+          Log(LogLevel::kInfo, "connection from " + c->peer + ": " + s.ToString());
+        }
+        return false;
       }
-      return false;
+      if (progress != FrameReader::Progress::kComplete) return true;
+      requests_.fetch_add(1);
+      const bool keep = Dispatch(c, c->frame.header(), c->frame.meta(), c->frame.body());
+      c->frame.Reset(&bodies_);
+      if (!keep) return false;
+      if (stopping_.load()) return true;  // drain what was received, start nothing new
     }
-    wire::FrameHeader h;
-    s = wire::FrameHeader::DecodeFrom(header, &h);
-    if (!s.ok()) return Reject(c, s.ToString());
-    if (h.flags & wire::kFlagResponse) return Reject(c, "a response frame sent to the server");
-    if (!c->authed && h.op != wire::kAuth) return Reject(c, "request before authentication");
-    if (h.op == wire::kPut ? h.body_len > wire::kMaxBodyLen : h.body_len != 0) {
-      return Reject(c, "unexpected body of " + std::to_string(h.body_len) + " bytes");
-    }
-    std::string meta(h.meta_len, '\0');
-    if (h.body_len > c->body_capacity) {
-      c->body.reset();
-      c->body_capacity = 0;
-      if (h.body_len > 0) {
-        c->body.reset(new (std::nothrow) char[h.body_len]);
-        if (c->body == nullptr) return Reject(c, "no memory for the body");
-        c->body_capacity = h.body_len;
-      }
-    }
-    char* body = c->body.get();
-    Hasher64 hasher;
-    hasher.Update(header, 32);
-    iov.clear();
-    if (h.meta_len > 0) iov.push_back({meta.data(), meta.size()});
-    if (h.body_len > 0) iov.push_back({body, h.body_len});
-    s = ReadFully(c->fd, &iov, deadline, &hasher);
-    if (!s.ok()) return Reject(c, "truncated frame: " + s.ToString());
-    if (hasher.Digest() != h.checksum) return Reject(c, "frame checksum mismatch");
-    requests_.fetch_add(1);
-    const bool keep_serving = Dispatch(c, h, meta, body, deadline);
-    if (c->body_capacity > kKeptBodyBytes) {  // a rare huge put does not pin its memory
-      c->body.reset();
-      c->body_capacity = 0;
-    }
-    return keep_serving;
   }
 
   bool Answer(Conn* c, uint8_t op, uint64_t id, const std::string& meta,
@@ -296,9 +397,7 @@ class TcpServer final : public TransportServer {
     return Answer(c, h.op, h.request_id, out);
   }
 
-  bool Dispatch(Conn* c, const wire::FrameHeader& h, const std::string& meta_bytes,
-                const char* body, Deadline) {
-    std::string_view meta(meta_bytes);
+  bool Dispatch(Conn* c, const wire::FrameHeader& h, std::string_view meta, const char* body) {
     std::vector<std::string_view> key_views;
     std::vector<uint64_t> extra;
     std::vector<Slice> keys;
@@ -467,48 +566,54 @@ class TcpServer final : public TransportServer {
   }
 
   // Values held in memory go out straight from the arena (pinned while they are sent);
-  // the others are read through the DB into a buffer first.
+  // the others are read through the DB into a buffer first.  A key named several times
+  // is looked up and read once, its bytes sent once per mention.  The answer's size is
+  // known before any value is read: one past the frame limit is refused with
+  // InvalidArgument (the client splits the batch) and nothing is read.
   bool ServeGet(Conn* c, const wire::FrameHeader& h, const std::vector<Slice>& keys,
                 const std::vector<uint64_t>& capacity) {
-    std::vector<int64_t> results(keys.size());
+    // first[i]: the index of key i's first mention.
+    std::vector<size_t> first(keys.size());
+    {
+      std::unordered_map<std::string_view, size_t> seen;
+      seen.reserve(keys.size());
+      for (size_t i = 0; i < keys.size(); i++) {
+        first[i] = seen.emplace(keys[i].view(), i).first->second;
+      }
+    }
+    // Per distinct key: pinned, or its size (or error) on the slower tiers.
     std::vector<PinnedValue> pinned(keys.size());
-    std::vector<std::unique_ptr<char[]>> owned;
+    std::vector<int64_t> size(keys.size());
+    for (size_t i = 0; i < keys.size(); i++) {
+      if (first[i] != i) continue;
+      if (service_->Pin(keys[i], &pinned[i])) {
+        size[i] = static_cast<int64_t>(pinned[i].size);
+      } else {
+        uint64_t n = 0;
+        Status s = service_->GetValueSize(keys[i], &n);
+        size[i] = s.ok() ? static_cast<int64_t>(n) : s.ErrorCode();
+      }
+    }
+    uint64_t answer = 0;
+    if (!FitsOneFrame(keys, capacity, first, size, &answer)) return RefuseGet(c, h, answer);
+    // Read each distinct value the pins did not cover, once, into room for the largest
+    // capacity any of its mentions offers.
+    std::vector<uint64_t> room(keys.size(), 0);
+    for (size_t i = 0; i < keys.size(); i++) room[first[i]] = std::max(room[first[i]], capacity[i]);
+    std::vector<std::unique_ptr<char[]>> owned(keys.size());
+    for (size_t i = 0; i < keys.size(); i++) {
+      if (first[i] != i || pinned[i].pin != nullptr || size[i] < 0) continue;
+      size[i] = ReadValue(keys[i], room[i], &owned[i]);
+    }
+    if (!FitsOneFrame(keys, capacity, first, size, &answer)) return RefuseGet(c, h, answer);
+    std::vector<int64_t> results(keys.size());
     std::vector<Slice> body;
     for (size_t i = 0; i < keys.size(); i++) {
-      if (service_->Pin(keys[i], &pinned[i])) {
-        if (pinned[i].size > capacity[i]) {
-          results[i] = Status::BufferTooSmall("").ErrorCode();
-        } else {
-          results[i] = static_cast<int64_t>(pinned[i].size);
-          body.emplace_back(pinned[i].data, pinned[i].size);
-        }
-        continue;
-      }
-      int64_t r = Status::NotFound("").ErrorCode();
-      for (int attempt = 0; attempt < 4; attempt++) {
-        uint64_t size = 0;
-        Status s = service_->GetValueSize(keys[i], &size);
-        if (!s.ok()) {
-          r = s.ErrorCode();
-          break;
-        }
-        if (size > capacity[i]) {
-          r = Status::BufferTooSmall("").ErrorCode();
-          break;
-        }
-        std::unique_ptr<char[]> buf(new char[size > 0 ? size : 1]);
-        std::vector<Destination> dest(1);
-        dest[0].emplace_back(buf.get(), size);
-        std::vector<int64_t> one;
-        s = service_->BatchGetInto(std::span<const Slice>(&keys[i], 1), dest, &one);
-        r = s.ok() ? one[0] : s.ErrorCode();
-        if (r >= 0) {
-          body.emplace_back(buf.get(), static_cast<size_t>(r));
-          owned.push_back(std::move(buf));
-        }
-        if (r != Status::BufferTooSmall("").ErrorCode()) break;  // else it grew: again
-      }
-      results[i] = r;
+      const size_t f = first[i];
+      results[i] = Fitted(size[f], capacity[i]);
+      if (results[i] < 0) continue;
+      const char* data = pinned[f].pin != nullptr ? pinned[f].data : owned[f].get();
+      body.emplace_back(data, static_cast<size_t>(results[i]));
     }
     std::string out;
     wire::PutBatchStatus(&out, Status::OK());
@@ -516,9 +621,61 @@ class TcpServer final : public TransportServer {
     return Answer(c, h.op, h.request_id, out, body);
   }
 
+  // A mention's result: its value's size when it fits the mention's capacity.
+  static int64_t Fitted(int64_t size, uint64_t capacity) {
+    if (size >= 0 && static_cast<uint64_t>(size) > capacity) {
+      return Status::BufferTooSmall("").ErrorCode();
+    }
+    return size;
+  }
+
+  // Sums the answer's body (*answer); false when it exceeds what one frame carries.
+  static bool FitsOneFrame(const std::vector<Slice>& keys, const std::vector<uint64_t>& capacity,
+                           const std::vector<size_t>& first, const std::vector<int64_t>& size,
+                           uint64_t* answer) {
+    *answer = 0;
+    for (size_t i = 0; i < keys.size(); i++) {
+      const int64_t r = Fitted(size[first[i]], capacity[i]);
+      if (r > 0) *answer += static_cast<uint64_t>(r);
+    }
+    return *answer <= wire::kMaxBodyLen;
+  }
+
+  bool RefuseGet(Conn* c, const wire::FrameHeader& h, uint64_t answer) {
+    std::string out;
+    wire::PutBatchStatus(&out, Status::InvalidArgument("get answer of " + std::to_string(answer) +
+                                                       " bytes exceeds the frame limit of " +
+                                                       std::to_string(wire::kMaxBodyLen) +
+                                                       " bytes: split the batch"));
+    wire::PutResults(&out, std::vector<int64_t>());
+    return Answer(c, h.op, h.request_id, out);
+  }
+
+  // Reads key's value (from a tier other than memory) into *buf when it fits `room`;
+  // returns its size or a negative code.  Retried when it grows under us.
+  int64_t ReadValue(const Slice& key, uint64_t room, std::unique_ptr<char[]>* buf) {
+    int64_t r = Status::NotFound("").ErrorCode();
+    for (int attempt = 0; attempt < 4; attempt++) {
+      uint64_t size = 0;
+      Status s = service_->GetValueSize(key, &size);
+      if (!s.ok()) return s.ErrorCode();
+      if (size > room) return Status::BufferTooSmall("").ErrorCode();
+      buf->reset(new char[size > 0 ? size : 1]);
+      std::vector<Destination> dest(1);
+      dest[0].emplace_back(buf->get(), size);
+      std::vector<int64_t> one;
+      s = service_->BatchGetInto(std::span<const Slice>(&key, 1), dest, &one);
+      r = s.ok() ? one[0] : s.ErrorCode();
+      if (r != Status::BufferTooSmall("").ErrorCode()) break;  // else it grew: again
+    }
+    if (r < 0) buf->reset();
+    return r;
+  }
+
   const ServerOptions options_;
   PeerService* const service_;
   LeaseTable leases_;
+  BodyPool bodies_;
   int listen_fd_ = -1, epoll_fd_ = -1, wake_fd_ = -1;
   uint16_t port_ = 0;
   std::atomic<bool> stopping_{false};
@@ -527,10 +684,17 @@ class TcpServer final : public TransportServer {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Conn*> ready_;          // guarded by mu_
-  std::unordered_set<Conn*> conns_;  // guarded by mu_
-  bool queue_closed_ = false;        // guarded by mu_
-  bool stopped_ = false;             // guarded by mu_
+  std::deque<Conn*> ready_;                                // guarded by mu_
+  std::unordered_set<Conn*> conns_;                        // guarded by mu_
+  std::unordered_map<std::string, uint64_t> per_address_;  // open connections; guarded by mu_
+  bool queue_closed_ = false;                              // guarded by mu_
+  bool stopped_ = false;                                   // guarded by mu_
+
+  // The poller's own.
+  bool accept_paused_ = false;
+  bool accept_trouble_logged_ = false;
+  Deadline accept_resume_{};
+  Deadline next_cap_log_{};
 
   std::atomic<uint64_t> requests_{0}, rejected_{0}, refused_auth_{0};
 };

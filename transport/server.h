@@ -1,9 +1,13 @@
 // TransportServer: serves a PeerService (a DB) to peers over TCP.
 //
 // One epoll thread accepts connections and watches them (EPOLLONESHOT); a pool of
-// workers takes a readable connection, reads one whole frame, runs it against the
-// service and writes the answer, so requests pipelined on one connection are answered
-// in order while different connections are served in parallel.  A malformed frame (bad
+// workers takes a readable connection, reads what it has without waiting for more
+// (transport/frame_reader.h), answers every whole frame in it in order, and hands it
+// back to the poller -- so a slow or stalled client never holds a worker, requests
+// pipelined on one connection are answered in order, and different connections are
+// served in parallel.  The poller closes a connection that has not authenticated within
+// handshake_timeout_ms, or whose frame began and is not whole within io_timeout_ms.
+// Before authentication only a small AUTH frame is accepted.  A malformed frame (bad
 // magic, checksum, limits, undecodable message) closes that connection only, logged.  A
 // well-formed frame with an op this build does not know (a newer client) is answered
 // with NotSupported and the connection kept.
@@ -63,6 +67,12 @@ struct ServerOptions {
   // Longest the server waits for the rest of a frame it began to receive, or for a
   // client to take an answer.
   uint64_t io_timeout_ms = 10000;
+  // Longest a client may take from connecting to authenticating.
+  uint64_t handshake_timeout_ms = 5000;
+  // Connections one client IP may hold; further ones are closed at accept.
+  uint64_t max_connections_per_address = 128;
+  // Idle put-body memory kept for reuse, across all connections.
+  uint64_t kept_body_bytes = 64ull << 20;
   // Worker threads.
   int workers = 8;
   // Time to live of a one-sided read lease (read_validation.h).

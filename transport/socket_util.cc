@@ -49,6 +49,17 @@ void Consume(std::vector<iovec>* iov, size_t* first, size_t n) {
 }
 
 Status Resolve(const Endpoint& ep, sockaddr_storage* addr, socklen_t* len) {
+  std::vector<sockaddr_storage> all;
+  Status s = ResolveAll(ep, &all);
+  if (!s.ok()) return s;
+  *addr = all[0];
+  *len = all[0].ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+  return Status::OK();
+}
+
+}  // namespace
+
+Status ResolveAll(const Endpoint& ep, std::vector<sockaddr_storage>* out) {
   addrinfo hints;
   std::memset(&hints, 0, sizeof(hints));
   hints.ai_family = AF_UNSPEC;
@@ -61,13 +72,31 @@ Status Resolve(const Endpoint& ep, sockaddr_storage* addr, socklen_t* len) {
   if (rc != 0 || res == nullptr) {
     return Status::IOError("cannot resolve " + ep.ToString() + ": " + gai_strerror(rc));
   }
-  std::memcpy(addr, res->ai_addr, res->ai_addrlen);
-  *len = res->ai_addrlen;
+  out->clear();
+  for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
+    if (a->ai_family != AF_INET && a->ai_family != AF_INET6) continue;
+    sockaddr_storage addr;
+    std::memset(&addr, 0, sizeof(addr));
+    std::memcpy(&addr, a->ai_addr, a->ai_addrlen);
+    out->push_back(addr);
+  }
   freeaddrinfo(res);
+  if (out->empty()) return Status::IOError("cannot resolve " + ep.ToString() + ": no address");
   return Status::OK();
 }
 
-}  // namespace
+bool IsLoopbackAddress(const sockaddr_storage& addr) {
+  if (addr.ss_family == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&addr);
+    return (ntohl(a->sin_addr.s_addr) >> 24) == 127;
+  }
+  if (addr.ss_family == AF_INET6) {
+    const in6_addr& a = reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_addr;
+    if (IN6_IS_ADDR_LOOPBACK(&a)) return true;
+    return IN6_IS_ADDR_V4MAPPED(&a) && a.s6_addr[12] == 127;
+  }
+  return false;
+}
 
 void TuneSocket(int fd) {
   int one = 1;

@@ -2,6 +2,7 @@
 #ifndef KVENGINE_TRANSPORT_SOCKET_UTIL_H_
 #define KVENGINE_TRANSPORT_SOCKET_UTIL_H_
 
+#include <sys/socket.h>
 #include <sys/uio.h>
 
 #include <atomic>
@@ -25,6 +26,12 @@ using Deadline = SteadyClock::time_point;
 inline Deadline DeadlineIn(uint64_t ms) {
   return SteadyClock::now() + std::chrono::milliseconds(ms);
 }
+
+// Every IPv4/IPv6 address `ep`'s host resolves to (an empty host: 127.0.0.1), in
+// getaddrinfo's order.  IOError naming the endpoint when there is none.
+Status ResolveAll(const Endpoint& ep, std::vector<sockaddr_storage>* out);
+// True for 127.0.0.0/8, ::1 and ::ffff:127.0.0.0/104.
+bool IsLoopbackAddress(const sockaddr_storage& addr);
 
 // Connects a non-blocking TCP socket (TCP_NODELAY, large buffers) to `peer` by `deadline`.
 Status ConnectTcp(const Endpoint& peer, Deadline deadline, int* fd);

@@ -78,7 +78,13 @@ std::string Endpoint::ToString() const {
 }
 
 bool Endpoint::IsLoopback() const {
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+  // Decided on the addresses, not the text: "127.example.com" may resolve anywhere.
+  std::vector<sockaddr_storage> addrs;
+  if (!ResolveAll(*this, &addrs).ok()) return false;
+  for (const sockaddr_storage& a : addrs) {
+    if (!IsLoopbackAddress(a)) return false;
+  }
+  return true;
 }
 
 // ---------------------------------------------------------------- sinks and helpers

@@ -261,6 +261,22 @@ struct Options {
   // Default: 2000
   uint64_t peer_timeout_ms = 2000;
 
+  // Serving (`listen`): a client that connects must authenticate within this long, or
+  // the server closes the connection.
+  // Default: 5000
+  uint64_t peer_handshake_timeout_ms = 5000;
+
+  // Serving: a request frame that began to arrive must arrive whole within this long
+  // (and a client must take an answer within it), or the server closes the connection.
+  // An idle authenticated connection has no deadline.
+  // Default: 10000
+  uint64_t peer_frame_timeout_ms = 10000;
+
+  // Serving: connections one client address (IP) may hold at once; further ones are
+  // closed at accept, logged.  A client process opens 4 per server.
+  // Default: 128
+  uint64_t peer_max_connections_per_address = 128;
+
   // Copy a value read from a peer (read_through mode) into the local memory tier.
   // Default: true
   bool promote_from_peers = true;

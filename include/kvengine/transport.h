@@ -49,7 +49,10 @@ struct Endpoint {
   // Parses a comma-separated list ("a:1,b:2"); empty items are ignored.
   static Status ParseList(std::string_view text, std::vector<Endpoint>* out);
   std::string ToString() const;
-  // True for 127.0.0.0/8, ::1 and "localhost".
+  // True when the host resolves, and every address it resolves to is loopback
+  // (127.0.0.0/8, ::1, ::ffff:127.0.0.0/104): "127.0.0.1", "::1" and, as /etc/hosts
+  // usually has it, "localhost".  A name is looked up (getaddrinfo), never judged by
+  // its text.
   bool IsLoopback() const;
   bool operator==(const Endpoint& o) const { return host == o.host && port == o.port; }
 };

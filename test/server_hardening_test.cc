@@ -1,0 +1,417 @@
+// kv_server under hostile or careless clients (issue 14): slow senders, huge declared
+// lengths before authentication, requests that name one key many times, idle
+// connections, descriptor exhaustion.  Real kv_server processes on 127.0.0.1; the
+// clients are hand-driven sockets (test/peer_harness.h) or the TCP transport.
+#include <fcntl.h>
+#include <poll.h>
+
+#include <atomic>
+#include <fstream>
+#include <sstream>
+
+#include "test/peer_harness.h"
+#include "transport/read_validation.h"
+
+namespace kvengine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The sanitizers' allocators keep freed memory (ASan's quarantine, 256 MiB by default;
+// TSan's shadow of it): it counts in the server's RSS.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr uint64_t kAllocatorSlackMiB = 256;
+#else
+constexpr uint64_t kAllocatorSlackMiB = 0;
+#endif
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// A field of /proc/PID/status in KiB ("VmRSS", "VmHWM"); 0 when unreadable.
+uint64_t StatusKiB(pid_t pid, const std::string& field) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field + ":", 0) == 0) return std::stoull(line.substr(field.size() + 1));
+  }
+  return 0;
+}
+
+// Resets pid's peak RSS (VmHWM) to its current RSS.
+void ResetPeakRss(pid_t pid) {
+  std::ofstream out("/proc/" + std::to_string(pid) + "/clear_refs");
+  out << "5";
+}
+
+// User + system CPU seconds pid has used.
+double CpuSeconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::istringstream fields(text.substr(text.rfind(')') + 2));  // after "pid (comm) "
+  std::string f;
+  uint64_t utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && fields >> f; i++) {
+    if (i == 14) utime = std::stoull(f);
+    if (i == 15) stime = std::stoull(f);
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+int ConnectRaw(const Endpoint& ep) {
+  int fd = -1;
+  return ConnectTcp(ep, DeadlineIn(3000), &fd).ok() ? fd : -1;
+}
+
+// True when the server closes fd (end of stream or reset) within `ms`; bytes it sends
+// first (a challenge) are skipped.
+bool ClosedWithin(int fd, int ms) {
+  const Deadline deadline = DeadlineIn(ms);
+  char buf[256];
+  while (Clock::now() < deadline) {
+    if (!WaitReadable(fd, deadline).ok()) return false;
+    const ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// A well-formed frame's bytes (header with its checksum, then meta).
+std::string FrameBytes(uint8_t op, const std::string& meta, uint32_t declared_meta_len) {
+  wire::FrameHeader h;
+  h.op = op;
+  h.request_id = 1;
+  h.meta_len = declared_meta_len;
+  char header[wire::kHeaderSize];
+  h.EncodeTo(header);
+  h.checksum = wire::FrameChecksum(header, meta, {});
+  h.EncodeTo(header);
+  return std::string(header, sizeof(header)) + meta;
+}
+
+std::string KeysMeta(const std::string& key, size_t times, const uint64_t* capacity) {
+  std::vector<Slice> keys(times, Slice(key));
+  std::vector<uint64_t> extra;
+  if (capacity != nullptr) extra.assign(times, *capacity);
+  std::string meta;
+  wire::PutKeys(&meta, keys, capacity != nullptr ? extra.data() : nullptr);
+  return meta;
+}
+
+void PutOne(Transport* client, const Endpoint& ep, const std::string& key,
+            const std::string& value) {
+  std::vector<Slice> keys = {key};
+  std::vector<ValueParts> parts = {{Slice(value)}};
+  std::vector<int64_t> results;
+  ASSERT_TRUE(client->BatchPut(ep, keys, parts, &results).ok());
+}
+
+// ---------------------------------------------------------------- slow senders
+TEST(ServerHardening, SlowLorisDoesNotStarveWellBehavedClients) {
+  Server server(TempDir("slowloris"), FreePort());
+  ASSERT_TRUE(server.Start());
+  auto good = NewClient("", 1000);
+  PutOne(good.get(), server.endpoint(), "k", "value");
+  // 16 connections that each trickle a frame one byte at a time: half before
+  // authentication (an AUTH frame), half after (a GET).
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> trickles;
+  for (int t = 0; t < 16; t++) {
+    trickles.emplace_back([&, t] {
+      std::unique_ptr<RawConn> authed;
+      int fd;
+      std::string frame;
+      if (t % 2 == 0) {
+        fd = ConnectRaw(server.endpoint());
+        frame = FrameBytes(wire::kAuth, "", 0);
+      } else {
+        authed = std::make_unique<RawConn>(server.endpoint());
+        fd = authed->fd();
+        const uint64_t cap = 16;
+        const std::string meta = KeysMeta("k", 1, &cap);
+        frame = FrameBytes(wire::kGet, meta, static_cast<uint32_t>(meta.size()));
+      }
+      for (size_t i = 0; i < frame.size() - 1 && !stop.load(); i++) {
+        [[maybe_unused]] ssize_t n = send(fd, &frame[i], 1, MSG_NOSIGNAL);
+        std::this_thread::sleep_for(std::chrono::milliseconds(40));
+      }
+      while (!stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      if (authed == nullptr) close(fd);
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // every trickle started
+  std::vector<Slice> keys = {"k"};
+  std::vector<int64_t> results;
+  int answered = 0;
+  double slowest = 0;
+  for (int i = 0; i < 20; i++) {
+    const auto start = Clock::now();
+    if (good->BatchExists(server.endpoint(), keys, &results).ok() && results[0] == 1) answered++;
+    slowest = std::max(slowest, SecondsSince(start));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  stop.store(true);
+  for (auto& t : trickles) t.join();
+  EXPECT_EQ(answered, 20);
+  EXPECT_LT(slowest, kSanitized ? 2.0 : 0.5);
+  EXPECT_TRUE(server.Alive());
+}
+
+TEST(ServerHardening, HandshakeAndFrameDeadlinesCloseSlowConnections) {
+  Server server(TempDir("deadlines"), FreePort());
+  server.set_options(
+      ",ssd_capacity_bytes=0,peer_handshake_timeout_ms=300,"
+      "peer_frame_timeout_ms=300");
+  ASSERT_TRUE(server.Start());
+  // Connected, never authenticates.
+  int silent = ConnectRaw(server.endpoint());
+  ASSERT_GE(silent, 0);
+  // Authenticated, then half a header.
+  RawConn stalled(server.endpoint());
+  ASSERT_TRUE(stalled.ok());
+  const std::string frame = FrameBytes(wire::kExists, KeysMeta("k", 1, nullptr), 7);
+  ASSERT_EQ(send(stalled.fd(), frame.data(), 20, MSG_NOSIGNAL), 20);
+  // Authenticated and idle: kept (pooled client connections sit idle between calls).
+  RawConn idle(server.endpoint());
+  ASSERT_TRUE(idle.ok());
+  const auto start = Clock::now();
+  EXPECT_TRUE(ClosedWithin(silent, 3000));
+  EXPECT_TRUE(ClosedWithin(stalled.fd(), 3000));
+  EXPECT_LT(SecondsSince(start), 2.0);
+  close(silent);
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  Status s;
+  ASSERT_TRUE(idle.Ask(wire::kExists, KeysMeta("k", 1, nullptr), &s));
+  EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+TEST(ServerHardening, ConnectionsPerAddressAreCapped) {
+  Server server(TempDir("per_address"), FreePort());
+  server.set_options(",ssd_capacity_bytes=0,peer_max_connections_per_address=4");
+  ASSERT_TRUE(server.Start());
+  std::vector<std::unique_ptr<RawConn>> conns;
+  for (int i = 0; i < 4; i++) {
+    conns.push_back(std::make_unique<RawConn>(server.endpoint()));
+    ASSERT_TRUE(conns.back()->ok()) << i;
+  }
+  int over = ConnectRaw(server.endpoint());
+  ASSERT_GE(over, 0);
+  EXPECT_TRUE(ClosedWithin(over, 2000));  // closed without a challenge
+  close(over);
+  // One closes: a new one is served again.
+  conns.pop_back();
+  bool served = false;
+  for (int attempt = 0; attempt < 50 && !served; attempt++) {
+    served = RawConn(server.endpoint(), 500).ok();
+    if (!served) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(served);
+  Status s;
+  ASSERT_TRUE(conns[0]->Ask(wire::kExists, KeysMeta("k", 1, nullptr), &s));
+  EXPECT_TRUE(s.ok());
+}
+
+// ---------------------------------------------------------------- before authentication
+TEST(ServerHardening, NothingLargeIsAllocatedBeforeAuthentication) {
+  Server server(TempDir("preauth"), FreePort());
+  ASSERT_TRUE(server.Start());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ResetPeakRss(server.pid());
+  const uint64_t before = StatusKiB(server.pid(), "VmHWM");
+  // Headers declaring 64 MiB of metadata, before authenticating: refused at the header.
+  std::vector<int> fds;
+  for (int i = 0; i < 16; i++) {
+    int fd = ConnectRaw(server.endpoint());
+    ASSERT_GE(fd, 0);
+    const std::string header = FrameBytes(wire::kAuth, "", wire::kMaxMetaLen).substr(0, 40);
+    ASSERT_EQ(send(fd, header.data(), header.size(), MSG_NOSIGNAL), 40);
+    fds.push_back(fd);
+  }
+  for (int fd : fds) {
+    EXPECT_TRUE(ClosedWithin(fd, 1000));
+    close(fd);
+  }
+  const uint64_t grown_kib = StatusKiB(server.pid(), "VmHWM") - before;
+  EXPECT_LT(grown_kib, 32u << 10) << "server grew by " << grown_kib << " KiB";
+  EXPECT_TRUE(RawConn(server.endpoint()).ok());
+}
+
+// ---------------------------------------------------------------- amplification
+TEST(ServerHardening, LookupOfOneKeyRepeatedIsLinear) {
+  Server server(TempDir("lookup"), FreePort());
+  ASSERT_TRUE(server.Start());
+  auto client = NewClient();
+  PutOne(client.get(), server.endpoint(), "k", "value");
+  RawConn conn(server.endpoint(), 10000);
+  ASSERT_TRUE(conn.ok());
+  const size_t kTimes = 200000;
+  const std::string meta = KeysMeta("k", kTimes, nullptr);
+  const auto start = Clock::now();
+  Status s;
+  std::string rest;
+  ASSERT_TRUE(conn.Ask(wire::kLookup, meta, &s, &rest)) << "no answer in 10 s";
+  const double seconds = SecondsSince(start);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  std::string_view in(rest);
+  std::vector<int64_t> results;
+  std::vector<RemoteLocation> locations;
+  ASSERT_TRUE(DecodeLocations(&in, &results, &locations));
+  ASSERT_EQ(results.size(), kTimes);
+  EXPECT_EQ(results[kTimes - 1], kLookupPinned);
+  // Linear work takes tens of milliseconds; the quadratic lease table took about a minute.
+  EXPECT_LT(seconds, kSanitized ? 5.0 : 1.0);
+}
+
+// A kv_server whose key "big" (1 MiB) lies on SSD only: 64 MiB of memory tier, then 100
+// MiB of other values pushed it out; reads do not promote.
+class SsdValueServer {
+ public:
+  explicit SsdValueServer(const std::string& name) : server_(TempDir(name), FreePort()) {
+    server_.set_options(
+        ",ssd_capacity_bytes=512MiB,use_direct_io=false,promote_on_read=false,"
+        "disable_ssd_eviction=true");
+  }
+  void Start() {
+    ASSERT_TRUE(server_.Start());
+    auto client = NewClient("", 10000);
+    std::mt19937_64 rng(5);
+    PutOne(client.get(), server_.endpoint(), "big", RandomValue(&rng, 1 << 20));
+    const std::string filler = RandomValue(&rng, 1 << 20);
+    for (int i = 0; i < 100; i++) {
+      PutOne(client.get(), server_.endpoint(), "filler" + std::to_string(i), filler);
+    }
+    RawConn conn(server_.endpoint());
+    Status s;
+    std::string rest;
+    ASSERT_TRUE(conn.Ask(wire::kLookup, KeysMeta("big", 1, nullptr), &s, &rest));
+    std::string_view in(rest);
+    std::vector<int64_t> results;
+    std::vector<RemoteLocation> locations;
+    ASSERT_TRUE(DecodeLocations(&in, &results, &locations));
+    ASSERT_EQ(results, std::vector<int64_t>{kLookupNotPinned});  // on SSD only
+  }
+  Server& server() { return server_; }
+
+  // A GET naming "big" `times` times (capacity 1 MiB each) on a fresh connection; the
+  // answer's body is read and dropped.  *grown_kib: how far the server's peak RSS rose.
+  struct Answer {
+    bool answered = false;
+    Status status;
+    std::vector<int64_t> results;
+    uint64_t body_len = 0;
+    uint64_t grown_kib = 0;
+  };
+  Answer GetBig(size_t times) {
+    Answer a;
+    RawConn conn(server_.endpoint(), 20000);
+    const uint64_t cap = 1 << 20;
+    ResetPeakRss(server_.pid());
+    const uint64_t before = StatusKiB(server_.pid(), "VmHWM");
+    std::string rest;
+    a.answered = conn.ok() &&
+                 conn.Ask(wire::kGet, KeysMeta("big", times, &cap), &a.status, &rest, &a.body_len);
+    a.grown_kib = StatusKiB(server_.pid(), "VmHWM") - before;
+    std::string_view in(rest);
+    if (a.answered && a.status.ok()) a.answered = wire::GetResults(&in, &a.results);
+    return a;
+  }
+
+ private:
+  Server server_;
+};
+
+TEST(ServerHardening, GetNamingOneSsdValueManyTimesReadsItOnce) {
+  SsdValueServer ssd("get_once");
+  ASSERT_NO_FATAL_FAILURE(ssd.Start());
+  const size_t kTimes = 600;  // a 600 MiB answer
+  const auto a = ssd.GetBig(kTimes);
+  ASSERT_TRUE(a.answered);
+  ASSERT_TRUE(a.status.ok()) << a.status.ToString();
+  ASSERT_EQ(a.results.size(), kTimes);
+  for (int64_t r : a.results) ASSERT_EQ(r, 1 << 20);
+  EXPECT_EQ(a.body_len, kTimes << 20);
+  // One copy of the value, not 600.
+  EXPECT_LT(a.grown_kib, 128u << 10) << "server grew by " << a.grown_kib << " KiB";
+}
+
+TEST(ServerHardening, GetAnswerOverTheFrameLimitIsRefused) {
+  SsdValueServer ssd("get_limit");
+  ASSERT_NO_FATAL_FAILURE(ssd.Start());
+  // 5000 x 1 MiB = 5000 MiB, past the 4 GiB a frame may carry: refused before reading.
+  auto a = ssd.GetBig(5000);
+  ASSERT_TRUE(a.answered);
+  EXPECT_TRUE(a.status.IsInvalidArgument()) << a.status.ToString();
+  EXPECT_NE(a.status.ToString().find("split the batch"), std::string::npos);
+  EXPECT_EQ(a.body_len, 0u);
+  EXPECT_LT(a.grown_kib, 128u << 10) << "server grew by " << a.grown_kib << " KiB";
+  // A batch that fits is served.
+  a = ssd.GetBig(2);
+  ASSERT_TRUE(a.answered);
+  EXPECT_TRUE(a.status.ok()) << a.status.ToString();
+  EXPECT_EQ(a.body_len, 2u << 20);
+}
+
+// ---------------------------------------------------------------- kept memory
+TEST(ServerHardening, IdleConnectionsDoNotKeepPutBuffers) {
+  Server server(TempDir("kept"), FreePort());
+  ASSERT_TRUE(server.Start());
+  // 20 connections, each having sent one 40 MiB put, then idle.
+  std::vector<std::unique_ptr<Transport>> clients;
+  const std::string value(40 << 20, 'v');
+  for (int i = 0; i < 20; i++) {
+    TransportOptions o;
+    o.connections_per_peer = 1;
+    o.timeout_ms = 10000;
+    o.log = [](LogLevel, const std::string&) {};
+    std::unique_ptr<Transport> t;
+    ASSERT_TRUE(Transport::Create("tcp", o, &t).ok());
+    std::vector<Slice> keys = {"big"};
+    std::vector<ValueParts> parts = {{Slice(value)}};
+    std::vector<int64_t> results;
+    ASSERT_TRUE(t->BatchPut(server.endpoint(), keys, parts, &results).ok());
+    clients.push_back(std::move(t));
+  }
+  const uint64_t rss_mib = StatusKiB(server.pid(), "VmRSS") >> 10;
+  // The memory tier (64 MiB) and a bounded pool of put buffers; not 20 x 40 MiB.
+  EXPECT_LT(rss_mib, 320u + kAllocatorSlackMiB);
+  std::vector<Slice> keys = {"big"};
+  std::vector<int64_t> results;
+  ASSERT_TRUE(clients[0]->BatchExists(server.endpoint(), keys, &results).ok());
+}
+
+// ---------------------------------------------------------------- descriptors
+TEST(ServerHardening, OutOfDescriptorsBacksOffAndRecovers) {
+  Server server(TempDir("emfile"), FreePort());
+  server.set_fd_limit(64);
+  ASSERT_TRUE(server.Start());
+  // More connections than the server has descriptors: the kernel completes them into
+  // the listen backlog, the server runs out while accepting them.
+  std::vector<int> fds;
+  for (int i = 0; i < 100; i++) {
+    int fd = ConnectRaw(server.endpoint());
+    if (fd >= 0) fds.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const double cpu_before = CpuSeconds(server.pid());
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const double cpu = CpuSeconds(server.pid()) - cpu_before;
+  EXPECT_LT(cpu, 0.2) << "the server spun for " << cpu << " s of CPU in 1 s";
+  for (int fd : fds) close(fd);
+  // It accepts again once descriptors are free.
+  auto client = NewClient("", 1000);
+  std::vector<Slice> keys = {"k"};
+  std::vector<int64_t> results;
+  bool served = false;
+  for (int attempt = 0; attempt < 40 && !served; attempt++) {
+    served = client->BatchExists(server.endpoint(), keys, &results).ok();
+    if (!served) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(served);
+  EXPECT_TRUE(server.Alive());
+}
+
+}  // namespace
+}  // namespace kvengine

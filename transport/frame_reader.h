@@ -1,0 +1,106 @@
+// How the server receives request frames without a thread waiting on any one client.
+//
+// BodyPool lends put bodies' memory and keeps a bounded amount of it between requests,
+// shared by every connection.  FrameReader assembles one connection's request frame
+// from a non-blocking socket in as many pieces as the bytes arrive in, checking the
+// header before anything it announces is allocated.
+#ifndef KVENGINE_TRANSPORT_FRAME_READER_H_
+#define KVENGINE_TRANSPORT_FRAME_READER_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "kvengine/status.h"
+#include "transport/socket_util.h"
+#include "transport/wire.h"
+#include "util/hash.h"
+
+namespace kvengine {
+
+// Memory for put bodies.  A fresh multi-MiB buffer per put costs a page fault per page
+// on its first write, so returned buffers are kept for the next put on any connection
+// -- at most `limit` bytes of them in all, however many connections sit idle.
+// Thread-safe.
+class BodyPool {
+ public:
+  struct Buffer {
+    std::unique_ptr<char[]> data;
+    uint64_t capacity = 0;
+  };
+
+  explicit BodyPool(uint64_t limit) : limit_(limit) {}
+
+  // A buffer of at least n > 0 bytes; its data is null when memory is short.
+  Buffer Take(uint64_t n);
+  // Keeps b for a later Take when it fits the limit (the smallest kept buffers make
+  // room), else frees it.
+  void Give(Buffer b);
+  uint64_t kept_bytes() const;
+
+ private:
+  const uint64_t limit_;
+  mutable std::mutex mu_;
+  std::multimap<uint64_t, std::unique_ptr<char[]>> kept_;  // by capacity; guarded by mu_
+  uint64_t kept_bytes_ = 0;                                // guarded by mu_
+};
+
+// One connection's request frame in the making.  Not thread-safe: the connection's
+// owner (one worker at a time) drives it.
+class FrameReader {
+ public:
+  // Largest metadata of the only frame accepted before authentication (AUTH: a proof).
+  static constexpr uint32_t kMaxAuthMetaLen = 64;
+
+  enum class Progress {
+    kNone,      // nothing of a frame has arrived
+    kPartial,   // a frame began and is not whole yet
+    kComplete,  // header(), meta() and body() hold a whole, checksummed frame
+  };
+
+  FrameReader() = default;
+  FrameReader(const FrameReader&) = delete;
+  FrameReader& operator=(const FrameReader&) = delete;
+
+  // Reads what `fd` (non-blocking) has, never past the end of the current frame, and
+  // says how far the frame got.  A header is checked before its metadata or body is
+  // allocated: magic, version, limits; a request (not a response); a body only on a
+  // put; and, unless `authenticated`, only an AUTH with a small metadata and no body.
+  // Errors: IOError "connection closed by peer" when the peer closed between frames,
+  // IOError for a socket error or a frame cut short, Corruption for a frame refused
+  // (the connection is then unusable: the stream is out of step).
+  Status ReadAvailable(int fd, bool authenticated, BodyPool* pool, Progress* progress);
+
+  // When the current frame's first byte arrived; meaningful once Progress is not kNone.
+  Deadline started() const { return started_; }
+  bool in_progress() const { return header_got_ > 0; }
+
+  const wire::FrameHeader& header() const { return header_; }
+  std::string_view meta() const { return meta_; }
+  const char* body() const { return body_.data.get(); }
+
+  // Gives the body's memory back to `pool` and readies for the next frame.
+  void Reset(BodyPool* pool);
+
+ private:
+  Status CheckHeader(bool authenticated) const;
+  Status ReadPayload(int fd, bool* complete);
+
+  char raw_header_[wire::kHeaderSize];
+  size_t header_got_ = 0;
+  bool header_done_ = false;
+  Deadline started_{};
+  wire::FrameHeader header_;
+  std::string meta_;
+  BodyPool::Buffer body_;
+  uint64_t payload_got_ = 0;  // bytes of meta, then body, received
+  std::optional<Hasher64> hasher_;
+};
+
+}  // namespace kvengine
+
+#endif  // KVENGINE_TRANSPORT_FRAME_READER_H_
