@@ -20,7 +20,7 @@ fi
 # KV_BUILD_TOOLS=OFF: only the library, the tests and the GPU benchmark are needed.
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKV_WITH_CUDA=ON \
   -DKV_BUILD_TOOLS=OFF >/dev/null
-cmake --build "$build_dir" -j "$jobs" --target gpu_staging_test gpu_test gpu_bench
+cmake --build "$build_dir" -j "$jobs" --target gpu_staging_test gpu_test gpu_bench _kvengine
 
 tmp_dir="$build_dir/test/tmp"
 mkdir -p "$tmp_dir"
@@ -34,3 +34,11 @@ mkdir -p "$(dirname "$figures")"
 # shellcheck disable=SC2086  # GPU_BENCH_ARGS is a list of arguments
 KV_TEST_TMPDIR="$tmp_dir" "$build_dir/test/gpu/gpu_bench" --out "$figures" ${GPU_BENCH_ARGS:-}
 echo "run.sh: figures written to $figures"
+
+# The vLLM connector's round trip on CUDA caches.  It needs a torch built with CUDA
+# (Debian's python3-torch is CPU-only): exit 77 says it was skipped, and why.
+rc=0
+PYTHONPATH="$build_dir/python:test/python" PYTHONHASHSEED=0 /usr/bin/python3 \
+  test/gpu/connector_gpu.py >>"$figures" || rc=$?
+tail -n 8 "$figures"
+[[ $rc -eq 0 || $rc -eq 77 ]] || exit "$rc"
