@@ -142,6 +142,9 @@ Status SsdTier::Recover() {
     b->id = id;
     b->state = SsdBucket::State::kOnDisk;
     b->file_size = reader->file_size();
+    // The cache keeps the newest max_open_files open; holding every file until the end
+    // would run out of descriptors with many buckets.
+    file_cache_->Insert(id, reader->TakeFile());
     b->reader = std::move(reader);
     b->last_access = id;  // older buckets count as colder
     opened.push_back(b);

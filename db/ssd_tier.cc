@@ -85,6 +85,8 @@ Status SsdTier::Open(const Options& options, const std::string& dir, Env* env, L
                    why.c_str());
     }
   }
+  tier->file_cache_ =
+      std::make_unique<BucketFileCache>(tier->env_, tier->file_options_, options.max_open_files);
   Status s = tier->Recover();
   if (!s.ok()) {
     // Nothing was started and the tombstone log may not be open: the destructor must
@@ -147,11 +149,24 @@ Status SsdTier::Stage(const Slice& key, std::span<const Slice> parts, uint64_t s
                              open_->keys + open_->staging >= options_.bucket_keys_limit)) {
       SealOpenLocked();
     }
-    // Backpressure: wait while the writer is behind.
+    // Backpressure: wait while the writer is behind.  A writer out of file descriptors
+    // will not catch up by waiting: that fails at once, naming the cause.
+    auto out_of_descriptors = [this] {
+      return sealed_.size() >= kMaxSealedBuckets && IsTooManyOpenFiles(writer_error_);
+    };
     if (!written_cv_.wait_for(lock, kStageWait,
-                              [this] { return sealed_.size() < kMaxSealedBuckets || stopping_; })) {
+                              [&] {
+                                return sealed_.size() < kMaxSealedBuckets || stopping_ ||
+                                       out_of_descriptors();
+                              }) ||
+        out_of_descriptors()) {
       std::lock_guard<std::mutex> s(stats_mu_);
       stats_.offload_failures++;
+      if (out_of_descriptors()) {
+        return Status::IOError(
+            "SSD writer cannot open a bucket file",
+            writer_error_.ToString() + "; raise ulimit -n or lower max_open_files");
+      }
       return Status::NoSpace("SSD writer is behind or failing",
                              writer_error_.ok() ? "timed out" : writer_error_.ToString());
     }
@@ -331,6 +346,7 @@ void SsdTier::MultiGet(std::span<Read> reads, bool verify_checksums, const ReadD
     std::shared_ptr<SsdBucket> bucket;
     std::shared_ptr<BucketBuilder> image;  // set when served from memory
     SsdLocation loc;
+    BucketFileCache::Handle file;  // else: the bucket's file, pinned until the read is done
   };
   std::vector<Pending> pending;
   // Entered before the locations are looked up: a hole is punched over a dead value
@@ -357,7 +373,7 @@ void SsdTier::MultiGet(std::span<Read> reads, bool verify_checksums, const ReadD
       }
       std::shared_ptr<SsdBucket> b = buckets_.at(loc.bucket);
       b->last_access = ++access_clock_;
-      Pending p{i, b, b->builder, loc};
+      Pending p{i, b, b->builder, loc, nullptr};
       if (p.image == nullptr) b->readers.fetch_add(1, std::memory_order_acq_rel);
       pending.push_back(std::move(p));
     }
@@ -373,6 +389,16 @@ void SsdTier::MultiGet(std::span<Read> reads, bool verify_checksums, const ReadD
       r.status = Status::OK();
       if (on_read) on_read(p.read);
       continue;
+    }
+    // Reads of one batch often share buckets: the previous read's handle saves a lookup.
+    if (k > 0 && pending[k - 1].bucket == p.bucket && pending[k - 1].file != nullptr) {
+      p.file = pending[k - 1].file;
+    } else {
+      r.status = BucketFile(p.bucket->id, &p.file);
+      if (!r.status.ok()) {
+        p.bucket->readers.fetch_sub(1, std::memory_order_acq_rel);
+        continue;
+      }
     }
     ValueRead v;
     v.offset = p.loc.offset;
@@ -401,12 +427,13 @@ void SsdTier::MultiGet(std::span<Read> reads, bool verify_checksums, const ReadD
             p.bucket->reader->FinishRead(file_reads[j], &plans[j], verify_checksums);
       }
       reads[p.read].status = file_reads[j].status;
+      p.file.reset();
       p.bucket->readers.fetch_sub(1, std::memory_order_acq_rel);
       if (on_read && reads[p.read].status.ok()) on_read(p.read);
     };
     for (size_t j = 0; j < file_reads.size(); j++) {
-      const BucketReader& reader = *pending[file_owner[j]].bucket->reader;
-      file_reads[j].status = reader.PlanRead(file_reads[j], &plans[j]);
+      const Pending& p = pending[file_owner[j]];
+      file_reads[j].status = p.bucket->reader->PlanRead(*p.file, file_reads[j], &plans[j]);
       first_request[j] = all.size();
       if (file_reads[j].status.ok()) {
         all.insert(all.end(), plans[j].requests.begin(), plans[j].requests.end());
@@ -504,6 +531,10 @@ Status SsdTier::WriteBucketFile(const BucketBuilder& builder,
   const std::string tmp = path + ".tmp";
   std::unique_ptr<WritableFile> file;
   Status s = env_->NewWritableFile(tmp, file_options_, &file);
+  if (IsTooManyOpenFiles(s)) {
+    file_cache_->CloseUnused();  // the bucket files nobody reads give their descriptors
+    s = env_->NewWritableFile(tmp, file_options_, &file);
+  }
   if (s.ok()) {
     s = append_image ? append_image(file.get())
                      : file->Append(Slice(builder.Data(0), builder.used()));
@@ -517,7 +548,10 @@ Status SsdTier::WriteBucketFile(const BucketBuilder& builder,
   if (!s.ok()) {
     env_->RemoveFile(tmp);
     env_->RemoveFile(path);
+    return s;
   }
+  // Its first reads are likely soon (a compaction's output is read back): keep it open.
+  file_cache_->Insert(builder.id(), (*reader)->TakeFile());
   return s;
 }
 
@@ -684,7 +718,11 @@ void SsdTier::RetireBuckets(std::vector<std::shared_ptr<SsdBucket>> retired) {
     ids.push_back(b->id);
     // Closing the deleted file frees its blocks, which takes a while: not on this
     // thread.  The reference handed over must be the last one for that to hold.
-    closer_.Submit([bucket = std::move(b)]() mutable { bucket.reset(); });
+    BucketFileCache::Handle file = file_cache_->Erase(b->id);
+    closer_.Submit([bucket = std::move(b), file = std::move(file)]() mutable {
+      file.reset();
+      bucket.reset();
+    });
   }
   base_env_->SyncDir(dir_);
   {
@@ -728,6 +766,8 @@ SsdTier::Stats SsdTier::GetStats() const {
     s.deleted_bytes += b->unreclaimed_bytes();
   }
   s.io_uring = uring_env_ != nullptr;
+  s.open_files = file_cache_->open_files();
+  s.file_opens = file_cache_->opens();
   s.direct_io = file_options_.use_direct_io;
   return s;
 }

@@ -40,6 +40,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "db/bucket_file_cache.h"
 #include "db/tombstone_log.h"
 #include "kvengine/env.h"
 #include "kvengine/options.h"
@@ -85,6 +86,9 @@ class SsdTier {
     uint64_t damaged_tombstone_bytes = 0;
     bool io_uring = false;
     bool direct_io = false;
+    // Bucket files held open now (at most max_open_files, plus any pinned by reads past
+    // it) and the opens made since Open (a high rate means max_open_files is too low).
+    uint64_t open_files = 0, file_opens = 0;
   };
 
   // A staged value: copied into a bucket image, not yet visible.  Commit or Abort it.
@@ -224,6 +228,10 @@ class SsdTier {
   Status CompactGroup(const std::vector<std::shared_ptr<SsdBucket>>& olds, uint64_t* reclaimed,
                       std::vector<std::shared_ptr<SsdBucket>>* retired);
   std::string BucketPath(uint64_t id) const;
+  // Bucket `id`'s open file, from the cache (opened if it is not there).
+  Status BucketFile(uint64_t id, BucketFileCache::Handle* file) {
+    return file_cache_->Get(id, BucketPath(id), file);
+  }
 
   const Options options_;
   const std::string dir_;
@@ -236,6 +244,7 @@ class SsdTier {
   // small SSD tier, so that a few buckets always fit.
   uint64_t bucket_bytes_;
   std::unique_ptr<TombstoneLog> log_;
+  std::unique_ptr<BucketFileCache> file_cache_;  // the open bucket files, max_open_files
   uint64_t recovered_max_version_ = 0;
   // Images of written buckets, kept for the next ones: fresh memory costs page faults
   // on every first write, which made staging several times slower than the copy itself.
