@@ -312,10 +312,21 @@ Status SsdTier::CompactGroup(const std::vector<std::shared_ptr<SsdBucket>>& olds
   std::vector<size_t> source;  // live[i] lies in olds[source[i]]
   uint64_t new_id = 0;
   uint64_t live_bytes = 0;
+  // Their indexes, from their files (no copy stays in RAM), read with no lock held:
+  // a bucket marked compacting is neither evicted nor compacted elsewhere meanwhile.
+  std::vector<std::vector<BucketEntry>> indexes(olds.size());
+  for (size_t k = 0; k < olds.size(); k++) {
+    Status s = ReadBucketIndex(*olds[k], &indexes[k]);
+    if (!s.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& old : olds) old->compacting = false;
+      return s;
+    }
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t k = 0; k < olds.size(); k++) {
-      for (const BucketEntry& e : olds[k]->reader->entries()) {
+      for (const BucketEntry& e : indexes[k]) {
         auto it = map_.find(e.key);
         if (it != map_.end() && it->second.bucket == olds[k]->id &&
             it->second.version == e.version) {

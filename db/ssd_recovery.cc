@@ -199,7 +199,7 @@ Status SsdTier::Recover() {
       auto it = map_.find(e.key);
       const SsdLocation here{b->id, e.offset, e.size, e.version, e.checksum};
       if (it == map_.end()) {
-        map_.emplace(e.key, here);
+        InsertIntoMapLocked(e.key, here);
         b->live_keys++;
         continue;
       }
@@ -221,6 +221,7 @@ Status SsdTier::Recover() {
       cur = here;
       b->live_keys++;
     }
+    b->reader->DropEntries();  // the map holds what reads need; the index stays on disk
   }
   // Duplicates whose key ended up elsewhere (a newer version) are not needed.
   for (auto it = duplicates_.begin(); it != duplicates_.end();) {

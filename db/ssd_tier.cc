@@ -241,7 +241,7 @@ void SsdTier::Commit(Ticket* ticket, uint64_t version) {
   b->live_keys++;
   b->total_bytes += e.size;
   b->staging--;
-  map_[ticket->key_] = SsdLocation{b->id, e.offset, e.size, version, e.checksum};
+  InsertIntoMapLocked(ticket->key_, SsdLocation{b->id, e.offset, e.size, version, e.checksum});
   {
     std::lock_guard<std::mutex> s(stats_mu_);
     stats_.offloads++;
@@ -296,7 +296,7 @@ void SsdTier::RemoveLocked(std::unordered_map<std::string, SsdLocation>::iterato
     b->second->live_keys--;
   }
   if (tombstone) TombstoneLocked(it->first, it->second);
-  map_.erase(it);
+  EraseFromMapLocked(it);
 }
 
 bool SsdTier::HasVersion(const Slice& key, uint64_t version) {
@@ -551,7 +551,9 @@ Status SsdTier::WriteBucketFile(const BucketBuilder& builder,
     return s;
   }
   // Its first reads are likely soon (a compaction's output is read back): keep it open.
+  // Its index stays on disk: the map holds what reads need.
   file_cache_->Insert(builder.id(), (*reader)->TakeFile());
+  (*reader)->DropEntries();
   return s;
 }
 
@@ -685,13 +687,7 @@ Status SsdTier::MakeRoomLocked(uint64_t bytes, std::unique_lock<std::mutex>* loc
   }
   uint64_t evicted_keys = 0;
   for (const auto& v : victims) {
-    for (const BucketEntry& e : v->reader->entries()) {
-      auto it = map_.find(e.key);
-      if (it != map_.end() && it->second.bucket == v->id) {
-        map_.erase(it);  // the value is gone with its bucket: no tombstone needed
-        evicted_keys++;
-      }
-    }
+    evicted_keys += EraseKeysOfLocked(*v);  // gone with their bucket: no tombstones needed
     buckets_.erase(v->id);
     used_bytes_ -= v->allocated_bytes();
   }
@@ -704,6 +700,34 @@ Status SsdTier::MakeRoomLocked(uint64_t bytes, std::unique_lock<std::mutex>* loc
   RetireBuckets(std::move(victims));
   lock->lock();
   return Status::OK();
+}
+
+uint64_t SsdTier::EraseKeysOfLocked(const SsdBucket& bucket) {
+  uint64_t erased = 0;
+  auto erase_if_here = [&](std::unordered_map<std::string, SsdLocation>::iterator it) {
+    if (it == map_.end() || it->second.bucket != bucket.id) return;
+    EraseFromMapLocked(it);
+    erased++;
+  };
+  // The index is on disk only (a small read: bucket_keys_limit entries at most).
+  std::vector<BucketEntry> entries;
+  Status s = ReadBucketIndex(bucket, &entries);
+  if (s.ok()) {
+    for (const BucketEntry& e : entries) erase_if_here(map_.find(e.key));
+    return erased;
+  }
+  // Unreadable now: the whole map is searched, so that no key keeps pointing at it.
+  logger_->Logf(LogLevel::kWarn, "evicting bucket %llu: %s; searching the whole map",
+                static_cast<unsigned long long>(bucket.id), s.ToString().c_str());
+  for (auto it = map_.begin(); it != map_.end();) erase_if_here(it++);
+  return erased;
+}
+
+Status SsdTier::ReadBucketIndex(const SsdBucket& bucket, std::vector<BucketEntry>* entries) {
+  BucketFileCache::Handle file;
+  Status s = BucketFile(bucket.id, &file);
+  if (s.ok()) s = bucket.reader->ReadEntries(*file, entries);
+  return s;
 }
 
 void SsdTier::RetireBuckets(std::vector<std::shared_ptr<SsdBucket>> retired) {
@@ -765,11 +789,48 @@ SsdTier::Stats SsdTier::GetStats() const {
     s.live_bytes += b->total_bytes - b->deleted_bytes;
     s.deleted_bytes += b->unreclaimed_bytes();
   }
+  s.index_bytes = IndexBytesLocked();
   s.io_uring = uring_env_ != nullptr;
   s.open_files = file_cache_->open_files();
   s.file_opens = file_cache_->opens();
   s.direct_io = file_options_.use_direct_io;
   return s;
+}
+
+void SsdTier::InsertIntoMapLocked(const std::string& key, const SsdLocation& location) {
+  auto [it, inserted] = map_.try_emplace(key, location);
+  if (inserted) {
+    map_key_heap_bytes_ += KeyHeapBytes(it->first);
+  } else {
+    it->second = location;
+  }
+}
+
+void SsdTier::EraseFromMapLocked(std::unordered_map<std::string, SsdLocation>::iterator it) {
+  map_key_heap_bytes_ -= KeyHeapBytes(it->first);
+  map_.erase(it);
+}
+
+uint64_t SsdTier::KeyHeapBytes(const std::string& key) {
+  // A key too long for the string's inline buffer is a heap block of its own (malloc
+  // rounds to 16 bytes and keeps an 8-byte header).
+  const std::string empty;
+  if (key.capacity() <= empty.capacity()) return 0;
+  return RoundUpTo(key.capacity() + 1 + 8, 16);
+}
+
+uint64_t SsdTier::IndexBytesLocked() const {
+  using Node = std::pair<const std::string, SsdLocation>;
+  // A node of std::unordered_map: the next pointer, the pair and the cached hash, as one
+  // malloc block; plus one bucket pointer per hash bucket.
+  const uint64_t node = RoundUpTo(sizeof(void*) + sizeof(Node) + sizeof(size_t) + 8, 16);
+  uint64_t bytes = map_.size() * node + map_.bucket_count() * sizeof(void*) + map_key_heap_bytes_;
+  // Tombstones kept for the log's rewrite: their keys are copies too.
+  for (const auto& [bucket, records] : tombstones_) {
+    bytes += records.capacity() * sizeof(TombstoneLog::Record);
+    for (const auto& r : records) bytes += KeyHeapBytes(r.key);
+  }
+  return bytes;
 }
 
 std::vector<SsdTier::BucketInfo> SsdTier::ListBuckets() const {

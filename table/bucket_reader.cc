@@ -51,20 +51,29 @@ Status BucketReader::Open(Env* env, const std::string& path, const FileOptions& 
       f.index_offset > size - kBucketFooterSize - f.index_size) {
     return Status::Corruption(path, "index block out of range");
   }
+  s = ReadIndex(*reader->file_, path, f, &reader->entries_);
+  if (!s.ok()) return s;
+  *result = std::move(reader);
+  return Status::OK();
+}
+
+Status BucketReader::ReadIndex(const RandomAccessFile& file, const std::string& path,
+                               const BucketFooter& f, std::vector<BucketEntry>* entries) {
+  entries->clear();
+  const uint64_t size = file.Size();
   const uint64_t span = RoundUpTo(f.index_size, kBucketAlignment);
   AlignedBuffer index(span);
-  s = reader->file_->Read(f.index_offset, std::min<uint64_t>(span, size - f.index_offset),
-                          index.data(), &n);
+  size_t n = 0;
+  Status s =
+      file.Read(f.index_offset, std::min<uint64_t>(span, size - f.index_offset), index.data(), &n);
   if (s.ok() && n < f.index_size) s = Status::Corruption("short index read");
   if (s.ok()) {
-    s = DecodeBucketIndex(std::string_view(index.data(), f.index_size), f.index_offset,
-                          &reader->entries_);
+    s = DecodeBucketIndex(std::string_view(index.data(), f.index_size), f.index_offset, entries);
   }
-  if (s.ok() && reader->entries_.size() != f.entry_count) {
+  if (s.ok() && entries->size() != f.entry_count) {
     s = Status::Corruption("index entry count differs from the footer's");
   }
   if (!s.ok()) return Status::Corruption(path, s.ToString());
-  *result = std::move(reader);
   return Status::OK();
 }
 

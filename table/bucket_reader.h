@@ -39,7 +39,16 @@ class BucketReader {
 
   const BucketHeader& header() const { return header_; }
   const BucketFooter& footer() const { return footer_; }
+  // The index as Open read it; empty after DropEntries().
   const std::vector<BucketEntry>& entries() const { return entries_; }
+  // Frees the index held since Open: a long-lived owner (the SSD tier, for every bucket
+  // for its life) reads it again when it needs it (ReadEntries), rather than keep a copy
+  // of every key in RAM.
+  void DropEntries() { std::vector<BucketEntry>().swap(entries_); }
+  // Reads and verifies the index again from `file` (this bucket's file) into *entries.
+  Status ReadEntries(const RandomAccessFile& file, std::vector<BucketEntry>* entries) const {
+    return ReadIndex(file, path_, footer_, entries);
+  }
   uint64_t file_size() const { return file_size_; }
   const std::string& path() const { return path_; }
 
@@ -75,6 +84,10 @@ class BucketReader {
   Status FinishRead(const ValueRead& read, Plan* plan, bool verify) const;
 
  private:
+  // Reads the index block that `footer` locates, checks it and its entry count.
+  static Status ReadIndex(const RandomAccessFile& file, const std::string& path,
+                          const BucketFooter& footer, std::vector<BucketEntry>* entries);
+
   BucketReader(std::string path, std::unique_ptr<RandomAccessFile> file)
       : path_(std::move(path)), file_(std::move(file)), file_size_(file_->Size()) {}
 

@@ -996,5 +996,35 @@ TEST_F(SsdTierTest, RunningOutOfDescriptorsFailsFastNamingEmfile) {
   EXPECT_EXIT(OutOfDescriptorsIsAClearError(dir_.path()), ::testing::ExitedWithCode(0), "");
 }
 
+// The SSD tier's RAM per key is reported (ssd.index_bytes), stays bounded with long keys
+// (the keys are held once, in the map: bucket indexes stay on disk), survives a reopen,
+// and is given back when the keys go.
+TEST_F(SsdTierTest, IndexBytesPerKeyAreReportedAndGivenBack) {
+  options_.offload_policy = OffloadPolicy::kWriteThrough;
+  options_.bucket_keys_limit = 64;
+  options_.memory_capacity_bytes = 4 << 20;
+  Open();
+  constexpr int kKeys = 400;
+  auto key = [](int i) { return std::string(36, 'k') + std::to_string(1000 + i); };  // 40 B
+  for (int i = 0; i < kKeys; i++) Put(key(i), std::string(100, 'v'));
+  ASSERT_TRUE(db_->Flush().ok());
+  for (int round = 0; round < 2; round++) {
+    EXPECT_EQ(Stat(db_.get(), "ssd.keys"), uint64_t{kKeys});
+    const uint64_t per_key = Stat(db_.get(), "ssd.index_bytes_per_key");
+    // The map's node and the key's heap block; a second copy per bucket would double it.
+    EXPECT_GE(per_key, 40u);
+    EXPECT_LE(per_key, 200u);
+    Reopen();
+  }
+  uint64_t deleted = 0;
+  ASSERT_TRUE(db_->DeleteAll(&deleted).ok());
+  // Tombstones go with their buckets' compaction, gc_max_buckets_per_round at a time.
+  for (int round = 0; round < 4; round++) ASSERT_TRUE(db_->CompactBuckets(nullptr).ok());
+  EXPECT_EQ(Stat(db_.get(), "ssd.keys"), 0u);
+  EXPECT_EQ(Stat(db_.get(), "ssd.tombstones"), 0u);
+  EXPECT_LE(Stat(db_.get(), "ssd.index_bytes"), uint64_t{kKeys} * 40);
+  EXPECT_EQ(Get(key(7)), "<absent>");
+}
+
 }  // namespace
 }  // namespace kvengine
