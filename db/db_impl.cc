@@ -1196,7 +1196,11 @@ std::string DBImpl::StatsText() const {
         << "ssd.torn_tombstone_bytes: " << d.torn_tombstone_bytes << "\n"
         << "ssd.damaged_tombstone_bytes: " << d.damaged_tombstone_bytes << "\n"
         << "ssd.io_uring: " << (d.io_uring ? "true" : "false") << "\n"
-        << "ssd.direct_io: " << (d.direct_io ? "true" : "false") << "\n";
+        << "ssd.direct_io: " << (d.direct_io ? "true" : "false") << "\n"
+        << "ssd.index_bytes: " << d.index_bytes << "\n"
+        << "ssd.index_bytes_per_key: " << (d.keys == 0 ? 0 : d.index_bytes / d.keys) << "\n"
+        << "ssd.open_files: " << d.open_files << "\n"
+        << "ssd.file_opens: " << d.file_opens << "\n";
   }
   return out.str();
 }
@@ -1241,7 +1245,9 @@ std::string DBImpl::StatsJson() const {
         << ",\"torn_tombstone_bytes\":" << d.torn_tombstone_bytes
         << ",\"damaged_tombstone_bytes\":" << d.damaged_tombstone_bytes
         << ",\"io_uring\":" << (d.io_uring ? "true" : "false")
-        << ",\"direct_io\":" << (d.direct_io ? "true" : "false") << "}";
+        << ",\"direct_io\":" << (d.direct_io ? "true" : "false")
+        << ",\"index_bytes\":" << d.index_bytes << ",\"open_files\":" << d.open_files
+        << ",\"file_opens\":" << d.file_opens << "}";
   }
   out << "}";
   return out.str();

@@ -248,24 +248,35 @@ Status SsdTier::PunchDeadExtents(uint64_t* reclaimed) {
   for (Work& w : work) {
     std::sort(w.extents.begin(), w.extents.end(),
               [](const auto& a, const auto& b) { return a.offset < b.offset; });
-    uint64_t bytes = 0, value_bytes = 0;
-    size_t punched = 0;  // w.extents[0, punched) are holes now
-    // Neighbouring extents go as one hole: fewer calls, same blocks.
-    while (s.ok() && punched < w.extents.size()) {
-      size_t end = punched + 1;
-      uint64_t length = w.extents[punched].length, values = w.extents[punched].value_size;
-      while (end < w.extents.size() &&
-             w.extents[end].offset == w.extents[punched].offset + length) {
-        length += w.extents[end].length;
+    // Neighbouring extents go as one hole: fewer calls, same blocks.  The holes of one
+    // bucket are punched with one open of its file.
+    std::vector<FileRange> holes;
+    std::vector<size_t> hole_end;  // holes[h] covers w.extents[hole_end[h - 1], hole_end[h])
+    std::vector<uint64_t> hole_values;
+    for (size_t begin = 0; begin < w.extents.size();) {
+      size_t end = begin + 1;
+      FileRange hole{w.extents[begin].offset, w.extents[begin].length};
+      uint64_t values = w.extents[begin].value_size;
+      while (end < w.extents.size() && w.extents[end].offset == hole.offset + hole.length) {
+        hole.length += w.extents[end].length;
         values += w.extents[end].value_size;
         end++;
       }
-      s = env_->PunchHole(BucketPath(w.bucket->id), w.extents[punched].offset, length);
-      if (!s.ok()) break;
-      bytes += length;
-      value_bytes += values;
-      punched = end;
+      holes.push_back(hole);
+      hole_end.push_back(end);
+      hole_values.push_back(values);
+      begin = end;
     }
+    size_t holes_punched = 0;
+    if (s.ok()) {
+      s = env_->PunchHoles(BucketPath(w.bucket->id), holes.data(), holes.size(), &holes_punched);
+    }
+    uint64_t bytes = 0, value_bytes = 0;
+    for (size_t h = 0; h < holes_punched; h++) {
+      bytes += holes[h].length;
+      value_bytes += hole_values[h];
+    }
+    const size_t punched = holes_punched == 0 ? 0 : hole_end[holes_punched - 1];
     std::lock_guard<std::mutex> lock(mu_);
     w.bucket->punched_bytes += bytes;
     w.bucket->punched_value_bytes += value_bytes;
@@ -301,10 +312,21 @@ Status SsdTier::CompactGroup(const std::vector<std::shared_ptr<SsdBucket>>& olds
   std::vector<size_t> source;  // live[i] lies in olds[source[i]]
   uint64_t new_id = 0;
   uint64_t live_bytes = 0;
+  // Their indexes, from their files (no copy stays in RAM), read with no lock held:
+  // a bucket marked compacting is neither evicted nor compacted elsewhere meanwhile.
+  std::vector<std::vector<BucketEntry>> indexes(olds.size());
+  for (size_t k = 0; k < olds.size(); k++) {
+    Status s = ReadBucketIndex(*olds[k], &indexes[k]);
+    if (!s.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& old : olds) old->compacting = false;
+      return s;
+    }
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t k = 0; k < olds.size(); k++) {
-      for (const BucketEntry& e : olds[k]->reader->entries()) {
+      for (const BucketEntry& e : indexes[k]) {
         auto it = map_.find(e.key);
         if (it != map_.end() && it->second.bucket == olds[k]->id &&
             it->second.version == e.version) {
@@ -365,9 +387,15 @@ Status SsdTier::CompactGroup(const std::vector<std::shared_ptr<SsdBucket>>& olds
     }
     ChunkReader chunk_reader(&chunk_reader_, chunks.size(), [&](size_t c) {
       const CompactionChunk& chunk = chunks[c];
-      olds[source[chunk.begin]]->reader->ReadValues(
-          env_, std::span<ValueRead>(reads.data() + chunk.begin, chunk.end - chunk.begin),
-          /*verify=*/true);
+      const SsdBucket& old = *olds[source[chunk.begin]];
+      const std::span<ValueRead> batch(reads.data() + chunk.begin, chunk.end - chunk.begin);
+      BucketFileCache::Handle file;           // pinned for this chunk only: a merge of many small
+      Status st = BucketFile(old.id, &file);  // buckets never holds all their files
+      if (!st.ok()) {
+        for (ValueRead& r : batch) r.status = st;
+        return;
+      }
+      old.reader->ReadValues(env_, *file, batch, /*verify=*/true);
     });
     auto append_image = [&](WritableFile* file) {
       uint64_t appended = 0;  // the header goes with the first chunk

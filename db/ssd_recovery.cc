@@ -142,6 +142,9 @@ Status SsdTier::Recover() {
     b->id = id;
     b->state = SsdBucket::State::kOnDisk;
     b->file_size = reader->file_size();
+    // The cache keeps the newest max_open_files open; holding every file until the end
+    // would run out of descriptors with many buckets.
+    file_cache_->Insert(id, reader->TakeFile());
     b->reader = std::move(reader);
     b->last_access = id;  // older buckets count as colder
     opened.push_back(b);
@@ -196,7 +199,7 @@ Status SsdTier::Recover() {
       auto it = map_.find(e.key);
       const SsdLocation here{b->id, e.offset, e.size, e.version, e.checksum};
       if (it == map_.end()) {
-        map_.emplace(e.key, here);
+        InsertIntoMapLocked(e.key, here);
         b->live_keys++;
         continue;
       }
@@ -218,6 +221,7 @@ Status SsdTier::Recover() {
       cur = here;
       b->live_keys++;
     }
+    b->reader->DropEntries();  // the map holds what reads need; the index stays on disk
   }
   // Duplicates whose key ended up elsewhere (a newer version) are not needed.
   for (auto it = duplicates_.begin(); it != duplicates_.end();) {

@@ -85,6 +85,8 @@ Status SsdTier::Open(const Options& options, const std::string& dir, Env* env, L
                    why.c_str());
     }
   }
+  tier->file_cache_ =
+      std::make_unique<BucketFileCache>(tier->env_, tier->file_options_, options.max_open_files);
   Status s = tier->Recover();
   if (!s.ok()) {
     // Nothing was started and the tombstone log may not be open: the destructor must
@@ -147,11 +149,24 @@ Status SsdTier::Stage(const Slice& key, std::span<const Slice> parts, uint64_t s
                              open_->keys + open_->staging >= options_.bucket_keys_limit)) {
       SealOpenLocked();
     }
-    // Backpressure: wait while the writer is behind.
+    // Backpressure: wait while the writer is behind.  A writer out of file descriptors
+    // will not catch up by waiting: that fails at once, naming the cause.
+    auto out_of_descriptors = [this] {
+      return sealed_.size() >= kMaxSealedBuckets && IsTooManyOpenFiles(writer_error_);
+    };
     if (!written_cv_.wait_for(lock, kStageWait,
-                              [this] { return sealed_.size() < kMaxSealedBuckets || stopping_; })) {
+                              [&] {
+                                return sealed_.size() < kMaxSealedBuckets || stopping_ ||
+                                       out_of_descriptors();
+                              }) ||
+        out_of_descriptors()) {
       std::lock_guard<std::mutex> s(stats_mu_);
       stats_.offload_failures++;
+      if (out_of_descriptors()) {
+        return Status::IOError(
+            "SSD writer cannot open a bucket file",
+            writer_error_.ToString() + "; raise ulimit -n or lower max_open_files");
+      }
       return Status::NoSpace("SSD writer is behind or failing",
                              writer_error_.ok() ? "timed out" : writer_error_.ToString());
     }
@@ -226,7 +241,7 @@ void SsdTier::Commit(Ticket* ticket, uint64_t version) {
   b->live_keys++;
   b->total_bytes += e.size;
   b->staging--;
-  map_[ticket->key_] = SsdLocation{b->id, e.offset, e.size, version, e.checksum};
+  InsertIntoMapLocked(ticket->key_, SsdLocation{b->id, e.offset, e.size, version, e.checksum});
   {
     std::lock_guard<std::mutex> s(stats_mu_);
     stats_.offloads++;
@@ -281,7 +296,7 @@ void SsdTier::RemoveLocked(std::unordered_map<std::string, SsdLocation>::iterato
     b->second->live_keys--;
   }
   if (tombstone) TombstoneLocked(it->first, it->second);
-  map_.erase(it);
+  EraseFromMapLocked(it);
 }
 
 bool SsdTier::HasVersion(const Slice& key, uint64_t version) {
@@ -331,6 +346,7 @@ void SsdTier::MultiGet(std::span<Read> reads, bool verify_checksums, const ReadD
     std::shared_ptr<SsdBucket> bucket;
     std::shared_ptr<BucketBuilder> image;  // set when served from memory
     SsdLocation loc;
+    BucketFileCache::Handle file;  // else: the bucket's file, pinned until the read is done
   };
   std::vector<Pending> pending;
   // Entered before the locations are looked up: a hole is punched over a dead value
@@ -357,7 +373,7 @@ void SsdTier::MultiGet(std::span<Read> reads, bool verify_checksums, const ReadD
       }
       std::shared_ptr<SsdBucket> b = buckets_.at(loc.bucket);
       b->last_access = ++access_clock_;
-      Pending p{i, b, b->builder, loc};
+      Pending p{i, b, b->builder, loc, nullptr};
       if (p.image == nullptr) b->readers.fetch_add(1, std::memory_order_acq_rel);
       pending.push_back(std::move(p));
     }
@@ -373,6 +389,16 @@ void SsdTier::MultiGet(std::span<Read> reads, bool verify_checksums, const ReadD
       r.status = Status::OK();
       if (on_read) on_read(p.read);
       continue;
+    }
+    // Reads of one batch often share buckets: the previous read's handle saves a lookup.
+    if (k > 0 && pending[k - 1].bucket == p.bucket && pending[k - 1].file != nullptr) {
+      p.file = pending[k - 1].file;
+    } else {
+      r.status = BucketFile(p.bucket->id, &p.file);
+      if (!r.status.ok()) {
+        p.bucket->readers.fetch_sub(1, std::memory_order_acq_rel);
+        continue;
+      }
     }
     ValueRead v;
     v.offset = p.loc.offset;
@@ -401,12 +427,13 @@ void SsdTier::MultiGet(std::span<Read> reads, bool verify_checksums, const ReadD
             p.bucket->reader->FinishRead(file_reads[j], &plans[j], verify_checksums);
       }
       reads[p.read].status = file_reads[j].status;
+      p.file.reset();
       p.bucket->readers.fetch_sub(1, std::memory_order_acq_rel);
       if (on_read && reads[p.read].status.ok()) on_read(p.read);
     };
     for (size_t j = 0; j < file_reads.size(); j++) {
-      const BucketReader& reader = *pending[file_owner[j]].bucket->reader;
-      file_reads[j].status = reader.PlanRead(file_reads[j], &plans[j]);
+      const Pending& p = pending[file_owner[j]];
+      file_reads[j].status = p.bucket->reader->PlanRead(*p.file, file_reads[j], &plans[j]);
       first_request[j] = all.size();
       if (file_reads[j].status.ok()) {
         all.insert(all.end(), plans[j].requests.begin(), plans[j].requests.end());
@@ -504,6 +531,10 @@ Status SsdTier::WriteBucketFile(const BucketBuilder& builder,
   const std::string tmp = path + ".tmp";
   std::unique_ptr<WritableFile> file;
   Status s = env_->NewWritableFile(tmp, file_options_, &file);
+  if (IsTooManyOpenFiles(s)) {
+    file_cache_->CloseUnused();  // the bucket files nobody reads give their descriptors
+    s = env_->NewWritableFile(tmp, file_options_, &file);
+  }
   if (s.ok()) {
     s = append_image ? append_image(file.get())
                      : file->Append(Slice(builder.Data(0), builder.used()));
@@ -517,7 +548,12 @@ Status SsdTier::WriteBucketFile(const BucketBuilder& builder,
   if (!s.ok()) {
     env_->RemoveFile(tmp);
     env_->RemoveFile(path);
+    return s;
   }
+  // Its first reads are likely soon (a compaction's output is read back): keep it open.
+  // Its index stays on disk: the map holds what reads need.
+  file_cache_->Insert(builder.id(), (*reader)->TakeFile());
+  (*reader)->DropEntries();
   return s;
 }
 
@@ -651,13 +687,7 @@ Status SsdTier::MakeRoomLocked(uint64_t bytes, std::unique_lock<std::mutex>* loc
   }
   uint64_t evicted_keys = 0;
   for (const auto& v : victims) {
-    for (const BucketEntry& e : v->reader->entries()) {
-      auto it = map_.find(e.key);
-      if (it != map_.end() && it->second.bucket == v->id) {
-        map_.erase(it);  // the value is gone with its bucket: no tombstone needed
-        evicted_keys++;
-      }
-    }
+    evicted_keys += EraseKeysOfLocked(*v);  // gone with their bucket: no tombstones needed
     buckets_.erase(v->id);
     used_bytes_ -= v->allocated_bytes();
   }
@@ -672,6 +702,34 @@ Status SsdTier::MakeRoomLocked(uint64_t bytes, std::unique_lock<std::mutex>* loc
   return Status::OK();
 }
 
+uint64_t SsdTier::EraseKeysOfLocked(const SsdBucket& bucket) {
+  uint64_t erased = 0;
+  auto erase_if_here = [&](std::unordered_map<std::string, SsdLocation>::iterator it) {
+    if (it == map_.end() || it->second.bucket != bucket.id) return;
+    EraseFromMapLocked(it);
+    erased++;
+  };
+  // The index is on disk only (a small read: bucket_keys_limit entries at most).
+  std::vector<BucketEntry> entries;
+  Status s = ReadBucketIndex(bucket, &entries);
+  if (s.ok()) {
+    for (const BucketEntry& e : entries) erase_if_here(map_.find(e.key));
+    return erased;
+  }
+  // Unreadable now: the whole map is searched, so that no key keeps pointing at it.
+  logger_->Logf(LogLevel::kWarn, "evicting bucket %llu: %s; searching the whole map",
+                static_cast<unsigned long long>(bucket.id), s.ToString().c_str());
+  for (auto it = map_.begin(); it != map_.end();) erase_if_here(it++);
+  return erased;
+}
+
+Status SsdTier::ReadBucketIndex(const SsdBucket& bucket, std::vector<BucketEntry>* entries) {
+  BucketFileCache::Handle file;
+  Status s = BucketFile(bucket.id, &file);
+  if (s.ok()) s = bucket.reader->ReadEntries(*file, entries);
+  return s;
+}
+
 void SsdTier::RetireBuckets(std::vector<std::shared_ptr<SsdBucket>> retired) {
   if (retired.empty()) return;
   std::vector<uint64_t> ids;
@@ -684,7 +742,11 @@ void SsdTier::RetireBuckets(std::vector<std::shared_ptr<SsdBucket>> retired) {
     ids.push_back(b->id);
     // Closing the deleted file frees its blocks, which takes a while: not on this
     // thread.  The reference handed over must be the last one for that to hold.
-    closer_.Submit([bucket = std::move(b)]() mutable { bucket.reset(); });
+    BucketFileCache::Handle file = file_cache_->Erase(b->id);
+    closer_.Submit([bucket = std::move(b), file = std::move(file)]() mutable {
+      file.reset();
+      bucket.reset();
+    });
   }
   base_env_->SyncDir(dir_);
   {
@@ -727,9 +789,48 @@ SsdTier::Stats SsdTier::GetStats() const {
     s.live_bytes += b->total_bytes - b->deleted_bytes;
     s.deleted_bytes += b->unreclaimed_bytes();
   }
+  s.index_bytes = IndexBytesLocked();
   s.io_uring = uring_env_ != nullptr;
+  s.open_files = file_cache_->open_files();
+  s.file_opens = file_cache_->opens();
   s.direct_io = file_options_.use_direct_io;
   return s;
+}
+
+void SsdTier::InsertIntoMapLocked(const std::string& key, const SsdLocation& location) {
+  auto [it, inserted] = map_.try_emplace(key, location);
+  if (inserted) {
+    map_key_heap_bytes_ += KeyHeapBytes(it->first);
+  } else {
+    it->second = location;
+  }
+}
+
+void SsdTier::EraseFromMapLocked(std::unordered_map<std::string, SsdLocation>::iterator it) {
+  map_key_heap_bytes_ -= KeyHeapBytes(it->first);
+  map_.erase(it);
+}
+
+uint64_t SsdTier::KeyHeapBytes(const std::string& key) {
+  // A key too long for the string's inline buffer is a heap block of its own (malloc
+  // rounds to 16 bytes and keeps an 8-byte header).
+  const std::string empty;
+  if (key.capacity() <= empty.capacity()) return 0;
+  return RoundUpTo(key.capacity() + 1 + 8, 16);
+}
+
+uint64_t SsdTier::IndexBytesLocked() const {
+  using Node = std::pair<const std::string, SsdLocation>;
+  // A node of std::unordered_map: the next pointer, the pair and the cached hash, as one
+  // malloc block; plus one bucket pointer per hash bucket.
+  const uint64_t node = RoundUpTo(sizeof(void*) + sizeof(Node) + sizeof(size_t) + 8, 16);
+  uint64_t bytes = map_.size() * node + map_.bucket_count() * sizeof(void*) + map_key_heap_bytes_;
+  // Tombstones kept for the log's rewrite: their keys are copies too.
+  for (const auto& [bucket, records] : tombstones_) {
+    bytes += records.capacity() * sizeof(TombstoneLog::Record);
+    for (const auto& r : records) bytes += KeyHeapBytes(r.key);
+  }
+  return bytes;
 }
 
 std::vector<SsdTier::BucketInfo> SsdTier::ListBuckets() const {

@@ -40,6 +40,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "db/bucket_file_cache.h"
 #include "db/tombstone_log.h"
 #include "kvengine/env.h"
 #include "kvengine/options.h"
@@ -85,6 +86,12 @@ class SsdTier {
     uint64_t damaged_tombstone_bytes = 0;
     bool io_uring = false;
     bool direct_io = false;
+    // Bucket files held open now (at most max_open_files, plus any pinned by reads past
+    // it) and the opens made since Open (a high rate means max_open_files is too low).
+    uint64_t open_files = 0, file_opens = 0;
+    // RAM the SSD tier's index takes (estimated from the allocator's sizes): the object
+    // map and the tombstones kept for the log.  Bucket indexes stay on disk.
+    uint64_t index_bytes = 0;
   };
 
   // A staged value: copied into a bucket image, not yet visible.  Commit or Abort it.
@@ -191,6 +198,17 @@ class SsdTier {
   // punch a hole over, when gc_punch_holes is on.  REQUIRES: mu_ held (or Recover()).
   void QueueHoleLocked(SsdBucket* bucket, uint64_t offset, uint64_t size);
   void RemoveLocked(std::unordered_map<std::string, SsdLocation>::iterator it, bool tombstone);
+  // The only ways into and out of map_: they keep map_key_heap_bytes_.  REQUIRES: mu_.
+  void InsertIntoMapLocked(const std::string& key, const SsdLocation& location);
+  void EraseFromMapLocked(std::unordered_map<std::string, SsdLocation>::iterator it);
+  // Heap bytes a key stored in map_ takes besides its node (none for a short key).
+  static uint64_t KeyHeapBytes(const std::string& key);
+  uint64_t IndexBytesLocked() const;
+  // Removes from map_ every key whose value lies in `bucket` (evicted); returns how many.
+  // Reads the bucket's index from its file.  REQUIRES: mu_ held.
+  uint64_t EraseKeysOfLocked(const SsdBucket& bucket);
+  // Reads bucket's index (kept on disk only) through the file cache.
+  Status ReadBucketIndex(const SsdBucket& bucket, std::vector<BucketEntry>* entries);
   Status WriteBucket(const std::shared_ptr<SsdBucket>& bucket);
   // Appends a builder's image to a bucket file, possibly piece by piece while the image
   // is still being filled.
@@ -224,6 +242,10 @@ class SsdTier {
   Status CompactGroup(const std::vector<std::shared_ptr<SsdBucket>>& olds, uint64_t* reclaimed,
                       std::vector<std::shared_ptr<SsdBucket>>* retired);
   std::string BucketPath(uint64_t id) const;
+  // Bucket `id`'s open file, from the cache (opened if it is not there).
+  Status BucketFile(uint64_t id, BucketFileCache::Handle* file) {
+    return file_cache_->Get(id, BucketPath(id), file);
+  }
 
   const Options options_;
   const std::string dir_;
@@ -236,6 +258,7 @@ class SsdTier {
   // small SSD tier, so that a few buckets always fit.
   uint64_t bucket_bytes_;
   std::unique_ptr<TombstoneLog> log_;
+  std::unique_ptr<BucketFileCache> file_cache_;  // the open bucket files, max_open_files
   uint64_t recovered_max_version_ = 0;
   // Images of written buckets, kept for the next ones: fresh memory costs page faults
   // on every first write, which made staging several times slower than the copy itself.
@@ -246,6 +269,7 @@ class SsdTier {
   std::condition_variable writer_cv_;   // sealed buckets to write, or stop
   std::condition_variable written_cv_;  // a bucket was written (or failed), staging done
   std::unordered_map<std::string, SsdLocation> map_;
+  uint64_t map_key_heap_bytes_ = 0;                         // see KeyHeapBytes
   std::map<uint64_t, std::shared_ptr<SsdBucket>> buckets_;  // every bucket not retired
   std::shared_ptr<SsdBucket> open_;                         // accepting Stage(), or null
   std::deque<std::shared_ptr<SsdBucket>> sealed_;           // waiting for the writer

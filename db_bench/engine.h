@@ -92,6 +92,9 @@ class Engine {
   virtual std::optional<uint64_t> ReclaimedBytes() = 0;
   // Notes printed once, under the header, on how the engine was set up for the run.
   virtual std::vector<std::string> Notes() const = 0;
+  // One line on the RAM its index takes (printed after fill benchmarks); empty when the
+  // engine does not report it.
+  virtual std::string IndexMemoryReport() { return ""; }
 };
 
 std::unique_ptr<Engine> NewKvengineEngine();

@@ -1,4 +1,6 @@
 // The kvengine adapter: a thin pass-through to kvengine::DB.
+#include <cinttypes>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 
@@ -77,6 +79,16 @@ class KvengineEngine : public Engine {
     }
     *rewritten = StatValue("ssd.gc_bytes_rewritten") - rewritten_before;
     return Status::OK();
+  }
+
+  std::string IndexMemoryReport() override {
+    const uint64_t keys = StatValue("ssd.keys"), bytes = StatValue("ssd.index_bytes");
+    char line[160];
+    std::snprintf(line, sizeof(line),
+                  "ssd index: %" PRIu64 " bytes of RAM for %" PRIu64 " keys on SSD (%.1f B/key)",
+                  bytes, keys,
+                  keys == 0 ? 0.0 : static_cast<double>(bytes) / static_cast<double>(keys));
+    return line;
   }
 
   std::string StatisticsText() override {

@@ -118,6 +118,9 @@ std::string FormatJson(const Result& r, bool with_histogram) {
          ",\"p99.99\":" + Num(r.hist.Percentile(99.99)) + ",\"max\":" + Num(r.hist.max()) + "}";
   }
   if (!r.statistics.empty()) j += ",\"statistics\":\"" + JsonEscape(r.statistics) + "\"";
+  if (!r.index_report.empty()) {
+    j += ",\"index_report\":\"" + JsonEscape(r.index_report) + "\"";
+  }
   return j + "}";
 }
 

@@ -34,7 +34,8 @@ struct Result {
   std::string note;                         // appended in parentheses, e.g. "O_DIRECT"
   double baseline_ratio = 0;                // MB/s over baseline_name's, 0: none
   std::string baseline_name;
-  std::string statistics;  // --statistics text
+  std::string statistics;    // --statistics text
+  std::string index_report;  // the engine's index RAM after a fill, when it reports it
   Histogram hist;
   Histogram kind_hist[3];  // gc_churn: reads, writes, deletes
 

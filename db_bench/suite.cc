@@ -303,6 +303,9 @@ Result Suite::RunOne(const std::string& name, Slot* slot, uint64_t salt) {
     if (name == "vllm_write" || name == "vllm_all") slot->vllm_written |= r.ops >= c_.requests;
     if (name == "compact") slot->keys_filled = false;  // it deleted some
     if (c_.statistics) r.statistics = slot->engine->StatisticsText();
+    if (name == "fillseq" || name == "fillrandom" || name == "overwrite") {
+      r.index_report = slot->engine->IndexMemoryReport();
+    }
   }
   return r;
 }
@@ -334,6 +337,7 @@ void Suite::Emit(Result* r) {
                   r->benchmark.rfind("vllm_", 0) == 0 ? "request" : "call",
                   r->hist.ToString().c_str());
     }
+    if (!r->index_report.empty()) std::printf("  %s\n", r->index_report.c_str());
     if (!r->statistics.empty()) std::printf("%s\n", r->statistics.c_str());
   }
   std::fflush(stdout);

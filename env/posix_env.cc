@@ -22,7 +22,16 @@ Status PosixError(const std::string& context, int err) {
   std::string msg = context + ": " + std::strerror(err);
   if (err == ENOENT) return Status::NotFound(msg);
   if (err == ENOSPC || err == EDQUOT) return Status::NoSpace(msg);
+  if (err == EMFILE) return Status::IOError(msg + " (EMFILE: the process's descriptor limit)");
+  if (err == ENFILE) return Status::IOError(msg + " (ENFILE: the system's descriptor limit)");
   return Status::IOError(msg);
+}
+
+Status PunchError(const std::string& path, int err) {
+  if (err == EOPNOTSUPP || err == ENOSYS) {
+    return Status::NotSupported("punching holes", path + ": " + std::strerror(err));
+  }
+  return PosixError("punch a hole in " + path, err);
 }
 
 class PosixRandomAccessFile final : public RandomAccessFile {
@@ -244,10 +253,26 @@ class PosixEnv final : public Env {
     int err = errno;
     ::close(fd);
     if (r == 0) return Status::OK();
-    if (err == EOPNOTSUPP || err == ENOSYS) {
-      return Status::NotSupported("punching holes", path + ": " + std::strerror(err));
+    return PunchError(path, err);
+  }
+
+  Status PunchHoles(const std::string& path, const FileRange* ranges, size_t count,
+                    size_t* punched) override {
+    *punched = 0;
+    if (count == 0) return Status::OK();
+    int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return PosixError("open " + path, errno);
+    Status s;
+    for (; *punched < count; ++*punched) {
+      const FileRange& r = ranges[*punched];
+      if (::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(r.offset),
+                      static_cast<off_t>(r.length)) != 0) {
+        s = PunchError(path, errno);
+        break;
+      }
     }
-    return PosixError("punch a hole in " + path, err);
+    ::close(fd);
+    return s;
   }
 
   Status LockFile(const std::string& path, std::unique_ptr<FileLock>* lock) override {
@@ -321,6 +346,21 @@ Status Env::MultiRead(ReadRequest* requests, size_t count, const ReadDone& on_do
     if (on_done) on_done(i);
   }
   return FirstError(requests, count);
+}
+
+Status Env::PunchHoles(const std::string& path, const FileRange* ranges, size_t count,
+                       size_t* punched) {
+  for (*punched = 0; *punched < count; ++*punched) {
+    Status s = PunchHole(path, ranges[*punched].offset, ranges[*punched].length);
+    if (!s.ok()) return s;
+  }
+  return Status::OK();
+}
+
+bool IsTooManyOpenFiles(const Status& s) {
+  if (!s.IsIOError()) return false;
+  const std::string text = s.ToString();
+  return text.find("(EMFILE") != std::string::npos || text.find("(ENFILE") != std::string::npos;
 }
 
 Env* Env::Default() {

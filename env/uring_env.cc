@@ -260,6 +260,10 @@ class UringEnv final : public Env {
   Status PunchHole(const std::string& path, uint64_t offset, uint64_t length) override {
     return base_->PunchHole(path, offset, length);
   }
+  Status PunchHoles(const std::string& path, const FileRange* ranges, size_t count,
+                    size_t* punched) override {
+    return base_->PunchHoles(path, ranges, count, punched);
+  }
   Status LockFile(const std::string& path, std::unique_ptr<FileLock>* lock) override {
     return base_->LockFile(path, lock);
   }

@@ -51,24 +51,34 @@ Status BucketReader::Open(Env* env, const std::string& path, const FileOptions& 
       f.index_offset > size - kBucketFooterSize - f.index_size) {
     return Status::Corruption(path, "index block out of range");
   }
-  const uint64_t span = RoundUpTo(f.index_size, kBucketAlignment);
-  AlignedBuffer index(span);
-  s = reader->file_->Read(f.index_offset, std::min<uint64_t>(span, size - f.index_offset),
-                          index.data(), &n);
-  if (s.ok() && n < f.index_size) s = Status::Corruption("short index read");
-  if (s.ok()) {
-    s = DecodeBucketIndex(std::string_view(index.data(), f.index_size), f.index_offset,
-                          &reader->entries_);
-  }
-  if (s.ok() && reader->entries_.size() != f.entry_count) {
-    s = Status::Corruption("index entry count differs from the footer's");
-  }
-  if (!s.ok()) return Status::Corruption(path, s.ToString());
+  s = ReadIndex(*reader->file_, path, f, &reader->entries_);
+  if (!s.ok()) return s;
   *result = std::move(reader);
   return Status::OK();
 }
 
-Status BucketReader::PlanRead(const ValueRead& read, Plan* plan) const {
+Status BucketReader::ReadIndex(const RandomAccessFile& file, const std::string& path,
+                               const BucketFooter& f, std::vector<BucketEntry>* entries) {
+  entries->clear();
+  const uint64_t size = file.Size();
+  const uint64_t span = RoundUpTo(f.index_size, kBucketAlignment);
+  AlignedBuffer index(span);
+  size_t n = 0;
+  Status s =
+      file.Read(f.index_offset, std::min<uint64_t>(span, size - f.index_offset), index.data(), &n);
+  if (s.ok() && n < f.index_size) s = Status::Corruption("short index read");
+  if (s.ok()) {
+    s = DecodeBucketIndex(std::string_view(index.data(), f.index_size), f.index_offset, entries);
+  }
+  if (s.ok() && entries->size() != f.entry_count) {
+    s = Status::Corruption("index entry count differs from the footer's");
+  }
+  if (!s.ok()) return Status::Corruption(path, s.ToString());
+  return Status::OK();
+}
+
+Status BucketReader::PlanRead(const RandomAccessFile& file, const ValueRead& read,
+                              Plan* plan) const {
   plan->requests.clear();
   uint64_t capacity = 0;
   for (const MutableSlice& p : read.dest) capacity += p.size();
@@ -76,7 +86,7 @@ Status BucketReader::PlanRead(const ValueRead& read, Plan* plan) const {
   if (read.offset + read.size > footer_.index_offset) {
     return Status::Corruption(path_, "value location beyond the values region");
   }
-  const bool direct = file_->IsDirect();
+  const bool direct = file.IsDirect();
   uint64_t value_pos = 0;
   size_t part = 0;
   // Parts read in place: all of them without O_DIRECT, the aligned prefix with it.
@@ -86,7 +96,7 @@ Status BucketReader::PlanRead(const ValueRead& read, Plan* plan) const {
     if (n == 0) continue;
     if (direct && !Aligned(p.data(), n)) break;
     ReadRequest r;
-    r.file = file_.get();
+    r.file = &file;
     r.offset = read.offset + value_pos;
     r.length = n;
     r.scratch = p.data();
@@ -101,7 +111,7 @@ Status BucketReader::PlanRead(const ValueRead& read, Plan* plan) const {
     if (!plan->bounce.TryAllocate(rest)) return Status::NoSpace("cannot allocate a read buffer");
     plan->bounce_value_offset = value_pos;
     ReadRequest r;
-    r.file = file_.get();
+    r.file = &file;
     r.offset = read.offset + value_pos;
     r.length = rest;
     r.scratch = plan->bounce.data();
@@ -129,11 +139,12 @@ Status BucketReader::FinishRead(const ValueRead& read, Plan* plan, bool verify) 
   return Status::OK();
 }
 
-void BucketReader::ReadValues(Env* env, std::span<ValueRead> reads, bool verify) const {
+void BucketReader::ReadValues(Env* env, const RandomAccessFile& file, std::span<ValueRead> reads,
+                              bool verify) const {
   std::vector<Plan> plans(reads.size());
   std::vector<ReadRequest> all;
   for (size_t i = 0; i < reads.size(); i++) {
-    reads[i].status = PlanRead(reads[i], &plans[i]);
+    reads[i].status = PlanRead(file, reads[i], &plans[i]);
     if (reads[i].status.ok()) {
       all.insert(all.end(), plans[i].requests.begin(), plans[i].requests.end());
     }

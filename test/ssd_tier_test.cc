@@ -1,6 +1,9 @@
 // The SSD tier end to end through the DB: offload, reads from SSD, deletes and
 // tombstones, GC, recovery, space limits and injected faults.
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -862,6 +865,165 @@ TEST_F(SsdTierTest, GcRacingDeletesOverwritesAndReads) {
       EXPECT_TRUE(test::SelfCheck(v.data(), v.size())) << i;
     }
   }
+}
+
+// ---------------------------------------------------------------- file descriptors
+
+// Runs in a child process (EXPECT_EXIT) whose descriptor limit is `limit`: a failure
+// prints what went wrong and exits 1.
+[[noreturn]] void FailChild(const std::string& what, const Status& s) {
+  std::fprintf(stderr, "%s: %s\n", what.c_str(), s.ToString().c_str());
+  std::fflush(stderr);
+  std::_Exit(1);
+}
+
+void LowerDescriptorLimit(rlim_t limit) {
+  struct rlimit rl;
+  getrlimit(RLIMIT_NOFILE, &rl);
+  rl.rlim_cur = std::min<rlim_t>(limit, rl.rlim_max);
+  if (setrlimit(RLIMIT_NOFILE, &rl) != 0) FailChild("setrlimit", Status::IOError("failed"));
+}
+
+uint64_t ChildStat(DB* db, const std::string& name) {
+  std::string text;
+  db->GetProperty("kvengine.stats", &text);
+  const size_t pos = text.find(name + ": ");
+  return pos == std::string::npos ? ~0ull : std::stoull(text.substr(pos + name.size() + 2));
+}
+
+// Every put on SSD, in a bucket of its own; reads from SSD stay there.
+Options OneBucketPerValue(uint64_t max_open_files) {
+  Options o;
+  o.apply_environment = false;
+  o.memory_capacity_bytes = 1 << 20;
+  o.memory_slab_size = 64 << 10;
+  o.offload_policy = OffloadPolicy::kWriteThrough;
+  o.bucket_keys_limit = 1;
+  o.gc_interval_ms = 0;
+  o.promote_on_read = false;
+  o.max_open_files = max_open_files;
+  return o;
+}
+
+// More buckets than the process may open descriptors: writes, reads, GC and reopen all
+// work, with at most max_open_files bucket files open.
+void ManyBucketsUnderALowDescriptorLimit(const std::string& dir) {
+  LowerDescriptorLimit(64);
+  const Options o = OneBucketPerValue(/*max_open_files=*/16);  // 300 buckets
+  constexpr int kKeys = 300;
+  auto value = [](int i) { return test::MakeValue(i, 5000 + i); };
+  std::unique_ptr<DB> db;
+  Status s = DB::Open(o, dir, &db);
+  if (!s.ok()) FailChild("open", s);
+  for (int i = 0; i < kKeys; i++) {
+    s = db->Put(WriteOptions(), "k" + std::to_string(i), value(i));
+    if (!s.ok()) FailChild("put " + std::to_string(i), s);
+  }
+  s = db->Flush();
+  if (!s.ok()) FailChild("flush", s);
+  for (int i = 0; i < kKeys; i += 2) {
+    s = db->Delete(WriteOptions(), "k" + std::to_string(i));
+    if (!s.ok()) FailChild("delete", s);
+  }
+  s = db->CompactBuckets(nullptr);
+  if (!s.ok()) FailChild("compact", s);
+  for (int round = 0; round < 2; round++) {
+    s = db->Close();
+    if (!s.ok()) FailChild("close", s);
+    s = DB::Open(o, dir, &db);  // memory starts empty: every read goes to a bucket
+    if (!s.ok()) FailChild("reopen", s);
+    for (int i = 0; i < kKeys; i++) {
+      std::string got;
+      s = db->Get(ReadOptions(), "k" + std::to_string(i), &got);
+      if (i % 2 == 0 ? !s.IsNotFound() : (!s.ok() || got != value(i))) {
+        FailChild("get k" + std::to_string(i) + " after reopen", s);
+      }
+    }
+    if (ChildStat(db.get(), "ssd.open_files") > o.max_open_files) {
+      FailChild("ssd.open_files " + std::to_string(ChildStat(db.get(), "ssd.open_files")),
+                Status::InvalidArgument("more than max_open_files"));
+    }
+  }
+  s = db->Close();
+  if (!s.ok()) FailChild("final close", s);
+  std::_Exit(0);
+}
+
+TEST_F(SsdTierTest, MoreBucketsThanFileDescriptors) {
+  EXPECT_EXIT(ManyBucketsUnderALowDescriptorLimit(dir_.path()), ::testing::ExitedWithCode(0), "");
+}
+
+// The process runs out of descriptors anyway (something else took them): puts fail at
+// once with a Status naming EMFILE, never stall; once descriptors are back, all works.
+void OutOfDescriptorsIsAClearError(const std::string& dir) {
+  LowerDescriptorLimit(128);
+  const Options o = OneBucketPerValue(/*max_open_files=*/8);
+  std::unique_ptr<DB> db;
+  Status s = DB::Open(o, dir, &db);
+  if (!s.ok()) FailChild("open", s);
+  std::vector<int> hogged;
+  for (int fd; (fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) hogged.push_back(fd);
+  const auto start = std::chrono::steady_clock::now();
+  int i = 0;
+  for (; i < 20; i++) {
+    s = db->Put(WriteOptions(), "k" + std::to_string(i), std::string(5000, 'v'));
+    if (!s.ok()) break;
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (s.ok()) FailChild("puts without descriptors", Status::InvalidArgument("all succeeded"));
+  if (s.ToString().find("EMFILE") == std::string::npos) FailChild("error without EMFILE", s);
+  if (seconds > 5) FailChild("stalled " + std::to_string(seconds) + " s", s);
+  for (int fd : hogged) ::close(fd);
+  // Flush reports the writer's failure until its next retry goes through.
+  for (int attempt = 0; attempt < 100; attempt++) {
+    s = db->Flush();
+    if (s.ok()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (!s.ok()) FailChild("flush after descriptors came back", s);
+  for (int k = 0; k < i; k++) {
+    std::string got;
+    s = db->Get(ReadOptions(), "k" + std::to_string(k), &got);
+    if (!s.ok() || got != std::string(5000, 'v')) FailChild("get after recovery", s);
+  }
+  s = db->Close();
+  if (!s.ok()) FailChild("close", s);
+  std::_Exit(0);
+}
+
+TEST_F(SsdTierTest, RunningOutOfDescriptorsFailsFastNamingEmfile) {
+  EXPECT_EXIT(OutOfDescriptorsIsAClearError(dir_.path()), ::testing::ExitedWithCode(0), "");
+}
+
+// The SSD tier's RAM per key is reported (ssd.index_bytes), stays bounded with long keys
+// (the keys are held once, in the map: bucket indexes stay on disk), survives a reopen,
+// and is given back when the keys go.
+TEST_F(SsdTierTest, IndexBytesPerKeyAreReportedAndGivenBack) {
+  options_.offload_policy = OffloadPolicy::kWriteThrough;
+  options_.bucket_keys_limit = 64;
+  options_.memory_capacity_bytes = 4 << 20;
+  Open();
+  constexpr int kKeys = 400;
+  auto key = [](int i) { return std::string(36, 'k') + std::to_string(1000 + i); };  // 40 B
+  for (int i = 0; i < kKeys; i++) Put(key(i), std::string(100, 'v'));
+  ASSERT_TRUE(db_->Flush().ok());
+  for (int round = 0; round < 2; round++) {
+    EXPECT_EQ(Stat(db_.get(), "ssd.keys"), uint64_t{kKeys});
+    const uint64_t per_key = Stat(db_.get(), "ssd.index_bytes_per_key");
+    // The map's node and the key's heap block; a second copy per bucket would double it.
+    EXPECT_GE(per_key, 40u);
+    EXPECT_LE(per_key, 200u);
+    Reopen();
+  }
+  uint64_t deleted = 0;
+  ASSERT_TRUE(db_->DeleteAll(&deleted).ok());
+  // Tombstones go with their buckets' compaction, gc_max_buckets_per_round at a time.
+  for (int round = 0; round < 4; round++) ASSERT_TRUE(db_->CompactBuckets(nullptr).ok());
+  EXPECT_EQ(Stat(db_.get(), "ssd.keys"), 0u);
+  EXPECT_EQ(Stat(db_.get(), "ssd.tombstones"), 0u);
+  EXPECT_LE(Stat(db_.get(), "ssd.index_bytes"), uint64_t{kKeys} * 40);
+  EXPECT_EQ(Get(key(7)), "<absent>");
 }
 
 }  // namespace

@@ -126,6 +126,7 @@ const std::vector<OptionEntry>& Table() {
       SizeOption("bucket_keys_limit", &Options::bucket_keys_limit),
       SizeOption("bucket_size_limit", &Options::bucket_size_limit),
       SizeOption("bucket_flush_timeout_ms", &Options::bucket_flush_timeout_ms),
+      SizeOption("max_open_files", &Options::max_open_files),
       BoolOption("use_direct_io", &Options::use_direct_io),
       BoolOption("use_io_uring", &Options::use_io_uring),
       EnumOption("ssd_eviction", &Options::ssd_eviction, SsdEvictionNames),
@@ -242,6 +243,7 @@ Status Options::Validate() const {
         "'");
   }
   if (bucket_keys_limit == 0) return Status::InvalidArgument("bucket_keys_limit must be positive");
+  if (max_open_files == 0) return Status::InvalidArgument("max_open_files must be positive");
   if (bucket_size_limit < (64u << 10) || bucket_size_limit > (4ull << 30)) {
     return Status::InvalidArgument("bucket_size_limit must be in [64KiB, 4GiB], got " +
                                    std::to_string(bucket_size_limit));

@@ -42,6 +42,16 @@ struct ReadRequest {
   size_t bytes_read = 0;  // out; less than length only at end of file
 };
 
+// A byte range of a file.
+struct FileRange {
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+
+// True when `s` is a failure to open a file because the process (EMFILE) or the system
+// (ENFILE) has no descriptor left.  Such a Status names the errno in its message.
+bool IsTooManyOpenFiles(const Status& s);
+
 class RandomAccessFile {
  public:
   virtual ~RandomAccessFile() = default;
@@ -111,6 +121,12 @@ class Env {
     (void)length;
     return Status::NotSupported("punching holes", path);
   }
+  // Punches `count` ranges of one file as PunchHole does, opening it once for all of
+  // them (the GC punches many small extents per bucket).  Stops at the first failure;
+  // *punched: how many ranges, from the first, are holes now.  The default punches them
+  // one by one.
+  virtual Status PunchHoles(const std::string& path, const FileRange* ranges, size_t count,
+                            size_t* punched);
 
   // Takes an exclusive advisory lock on path (creating it).  Busy if another process or
   // another DB in this process holds it.

@@ -133,6 +133,14 @@ struct Options {
   // Default: 500
   uint64_t bucket_flush_timeout_ms = 500;
 
+  // Most bucket files the SSD tier keeps open for reads.  Files past it are closed, least
+  // recently used first (never one a read is using), and reopened when next read, so the
+  // tier can hold more buckets than the process may open descriptors.  Keep it well under
+  // the process limit (ulimit -n): the writer, the tombstone log, peers and the rest of
+  // the process need descriptors too.
+  // Default: 1000
+  uint64_t max_open_files = 1000;
+
   // Read and write bucket files with O_DIRECT (falls back to buffered I/O, with a logged
   // message, where the file system refuses it).
   // Default: true
