@@ -358,6 +358,24 @@ TEST_F(AttachTest, OwnerKilledThenRestartedClientsRecover) {
   WaitExit(owner);
 }
 
+// Close may be called from several threads at once (and again by the destructor): the
+// local server is stopped once, while attached clients are busy.  TSan checks the race.
+TEST_F(AttachTest, ConcurrentClosesOfTheOwner) {
+  for (int round = 0; round < 5; round++) {
+    OpenOwner();
+    const pid_t worker = Spawn({"--worker", socket_, std::to_string(round + 1), "2"});
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::vector<std::thread> closers;
+    for (int i = 0; i < 4; i++) {
+      closers.emplace_back([this] { EXPECT_TRUE(owner_->Close().ok()); });
+    }
+    for (auto& t : closers) t.join();
+    owner_.reset();
+    kill(worker, SIGKILL);  // its calls fail once the owner is gone; it need not finish
+    WaitExit(worker);
+  }
+}
+
 TEST_F(AttachTest, AnotherUidIsRefused) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to run a client as nobody";
   OpenOwner();
