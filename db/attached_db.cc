@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <limits>
 #include <unordered_set>
@@ -98,6 +99,8 @@ Status AttachedDB::ConnectLocked() {
     return Lost(std::string("cannot map the arena: ") + std::strerror(map_errno));
   arena_ = static_cast<char*>(p);
   arena_size_ = size;
+  uint64_t timeout_ms = 0;  // sent by owners that reclaim idle reservations
+  reservation_timeout_ms_ = GetFixed64(&in, &timeout_ms) ? timeout_ms : 0;
   return Status::OK();
 }
 
@@ -214,7 +217,15 @@ Status AttachedDB::BatchPut(const WriteOptions&, std::span<const Slice> keys,
   std::lock_guard<std::mutex> lock(mu_);
   std::string meta, answer;
   wire::PutKeys(&meta, sent_keys, sizes.data());
+  // The owner reclaims the slots local_reservation_timeout_ms after it received this
+  // request; they are written only within half of that from before it was sent.
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point reserve_sent = Clock::now();
   s = CallLocked(wire::kReserve, meta, &answer);
+  const Clock::time_point copy_deadline =
+      reservation_timeout_ms_ == 0
+          ? Clock::time_point::max()
+          : reserve_sent + std::chrono::milliseconds(reservation_timeout_ms_) / 2;
   if (!s.ok()) {
     results->clear();
     return s;
@@ -243,6 +254,10 @@ Status AttachedDB::BatchPut(const WriteOptions&, std::span<const Slice> keys,
     }
     char* dst = ArenaAt(locs[j].offset, sizes[j]);
     if (dst == nullptr) return Lost("slot outside the arena");
+    if (Clock::now() >= copy_deadline) {  // the owner may soon give the slot to another value
+      (*results)[sent[j]] = Status::Aborted("").ErrorCode();
+      continue;
+    }
     for (const Slice& part : values[sent[j]]) {
       if (part.size() != 0) std::memcpy(dst, part.data(), part.size());
       dst += part.size();
@@ -280,6 +295,10 @@ Status AttachedDB::Put(const WriteOptions& options, const Slice& key, const Slic
   Status s = BatchPut(options, std::span<const Slice>(&key, 1),
                       std::span<const ValueParts>(&parts, 1), &results);
   if (!s.ok()) return s;
+  if (results[0] == Status::Aborted("").ErrorCode()) {
+    return Status::Aborted("put: the owner reclaimed the reserved slot before the commit",
+                           "the put took longer than local_reservation_timeout_ms");
+  }
   return results[0] == 0 ? Status::OK()
                          : Status::FromErrorCode(static_cast<int>(results[0]), "put");
 }

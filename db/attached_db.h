@@ -8,6 +8,9 @@
 // Everything else is a plain request.  Results, error codes and properties are the
 // owner's.
 //
+// A put's slots are reclaimed by the owner after its local_reservation_timeout_ms; the
+// client copies into a slot only within half of that, else the key fails with Aborted.
+//
 // Failures: when the owner dies or stops answering within Options::peer_timeout_ms,
 // every call fails with IOError naming the socket; the next call reconnects, so the
 // client recovers by itself once an owner serves the path again.  Nothing a client held
@@ -86,6 +89,7 @@ class AttachedDB final : public DB {
   int fd_ = -1;
   char* arena_ = nullptr;
   uint64_t arena_size_ = 0;
+  uint64_t reservation_timeout_ms_ = 0;  // the owner's local_reservation_timeout_ms
   uint64_t next_request_ = 0;
   std::map<uintptr_t, size_t> registered_buffers_;  // start -> length
 };

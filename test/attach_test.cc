@@ -2,6 +2,7 @@
 // clients (and, for the owner-restart test, as the owner), over a real Unix socket and a
 // real memfd arena.  Every test is bounded in time.
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,6 +18,11 @@
 #include "gtest/gtest.h"
 #include "kvengine/db.h"
 #include "test/test_util.h"
+#include "transport/read_validation.h"
+#include "transport/socket_util.h"
+#include "transport/unix_socket.h"
+#include "transport/wire.h"
+#include "util/coding.h"
 
 namespace kvengine {
 namespace {
@@ -91,6 +97,86 @@ int WaitExit(pid_t pid) {
   waitpid(pid, &status, 0);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
+
+// A client speaking the attach protocol frame by frame (docs/attach.md), to behave as
+// DB::Attach never does: reserve and go idle, send and never read.
+class RawClient {
+ public:
+  ~RawClient() {
+    if (arena_ != nullptr) munmap(arena_, arena_size_);
+    if (fd_ >= 0) close(fd_);
+  }
+  Status Connect(const std::string& socket) {
+    const Deadline deadline = DeadlineIn(2000);
+    Status s = ConnectUnix(socket, deadline, &fd_);
+    int arena_fd = -1;
+    if (s.ok()) s = ReceiveDescriptor(fd_, deadline, &arena_fd);
+    wire::FrameHeader h;
+    std::string meta;
+    if (s.ok()) s = ReadFrame(fd_, deadline, &h, &meta);
+    if (!s.ok()) return s;
+    std::string_view in(meta);
+    Status owner;
+    if (!wire::GetBatchStatus(&in, &owner) || !GetFixed64(&in, &arena_size_)) {
+      return Status::Corruption("greeting");
+    }
+    void* p = mmap(nullptr, arena_size_, PROT_READ | PROT_WRITE, MAP_SHARED, arena_fd, 0);
+    close(arena_fd);
+    if (p == MAP_FAILED) return Status::IOError("mmap");
+    arena_ = static_cast<char*>(p);
+    return owner;
+  }
+  Status Send(uint8_t op, const std::string& meta) {
+    return SendFrame(fd_, op, 0, ++next_request_, meta, {}, DeadlineIn(2000));
+  }
+  Status Call(uint8_t op, const std::string& meta, std::string* answer) {
+    Status s = Send(op, meta);
+    wire::FrameHeader h;
+    if (s.ok()) s = ReadFrame(fd_, DeadlineIn(2000), &h, answer);
+    return s;
+  }
+  // One key's RESERVE: its slot's address in the arena and its reservation id.
+  Status Reserve(const std::string& key, uint64_t size, char** slot, uint64_t* id) {
+    std::string meta, answer;
+    const Slice k(key);
+    wire::PutKeys(&meta, std::span<const Slice>(&k, 1), &size);
+    Status s = Call(wire::kReserve, meta, &answer);
+    std::string_view in(answer);
+    Status batch;
+    std::vector<int64_t> results;
+    std::vector<RemoteLocation> locs;
+    if (s.ok() && (!wire::GetBatchStatus(&in, &batch) || !DecodeLocations(&in, &results, &locs) ||
+                   results.size() != 1)) {
+      s = Status::Corruption("RESERVE answer");
+    }
+    if (s.ok() && results[0] < 0) s = Status::FromErrorCode(static_cast<int>(results[0]));
+    if (!s.ok()) return s;
+    *slot = arena_ + locs[0].offset;
+    *id = locs[0].lease;
+    return Status::OK();
+  }
+  // One key's COMMIT: the key's result code.
+  int64_t Commit(const std::string& key, uint64_t id) {
+    std::string meta, answer;
+    const Slice k(key);
+    wire::PutKeys(&meta, std::span<const Slice>(&k, 1), &id);
+    if (!Call(wire::kCommit, meta, &answer).ok()) return 1;
+    std::string_view in(answer);
+    Status batch;
+    std::vector<int64_t> results;
+    if (!wire::GetBatchStatus(&in, &batch) || !wire::GetResults(&in, &results) ||
+        results.size() != 1) {
+      return 2;
+    }
+    return results[0];
+  }
+
+ private:
+  int fd_ = -1;
+  char* arena_ = nullptr;
+  uint64_t arena_size_ = 0;
+  uint64_t next_request_ = 0;
+};
 
 // ------------------------------------------------------------------ children
 
@@ -374,6 +460,68 @@ TEST_F(AttachTest, ConcurrentClosesOfTheOwner) {
     kill(worker, SIGKILL);  // its calls fail once the owner is gone; it need not finish
     WaitExit(worker);
   }
+}
+
+// A client alive but idle in the middle of a put: the owner gives its slot back after
+// local_reservation_timeout_ms, another value may take the room, and the late COMMIT
+// fails with Aborted without publishing anything.
+TEST_F(AttachTest, IdleReservationsAreReclaimed) {
+  Options options = OwnerOptions(socket_);
+  options.local_reservation_timeout_ms = 300;
+  ASSERT_TRUE(DB::Open(options, dir_.Sub("db"), &owner_).ok());
+  RawClient client;
+  ASSERT_TRUE(client.Connect(socket_).ok());
+  const size_t size = 64 << 10;
+  char* slot = nullptr;
+  uint64_t id = 0;
+  const auto t0 = Clock::now();
+  ASSERT_TRUE(client.Reserve("late", size, &slot, &id).ok());
+  std::memset(slot, 'L', size);
+  EXPECT_GT(Stat(owner_.get(), "memory.allocated_bytes"), 0u);
+  while (Stat(owner_.get(), "memory.allocated_bytes") != 0 &&
+         Clock::now() - t0 < std::chrono::seconds(5)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(Stat(owner_.get(), "memory.allocated_bytes"), 0u);
+  EXPECT_GE(Clock::now() - t0, std::chrono::milliseconds(300));
+  // The room is free again: another value takes it.
+  const std::string other(size, 'O');
+  ASSERT_TRUE(owner_->Put(WriteOptions(), "other", other).ok());
+  EXPECT_EQ(client.Commit("late", id), Status::Aborted("").ErrorCode());
+  std::string v;
+  EXPECT_TRUE(owner_->Get(ReadOptions(), "late", &v).IsNotFound());
+  ASSERT_TRUE(owner_->Get(ReadOptions(), "other", &v).ok());
+  EXPECT_TRUE(v == other);
+  // An id never granted is still a plain mistake.
+  EXPECT_EQ(client.Commit("late", id + 1000), Status::InvalidArgument("").ErrorCode());
+}
+
+// Through DB::Attach: a put that cannot copy within half the owner's timeout fails
+// with a status that says why, and leaves nothing behind.
+TEST_F(AttachTest, PutThatOutlivesItsReservationFailsCleanly) {
+  Options options = OwnerOptions(socket_);
+  options.local_reservation_timeout_ms = 1;  // every copy comes too late
+  ASSERT_TRUE(DB::Open(options, dir_.Sub("db"), &owner_).ok());
+  std::unique_ptr<DB> db;
+  ASSERT_TRUE(DB::Attach(ClientOptions(), socket_, &db).ok());
+  Status s = db->Put(WriteOptions(), "k", std::string(4096, 'x'));
+  EXPECT_TRUE(s.IsAborted()) << s.ToString();
+  EXPECT_NE(s.ToString().find("local_reservation_timeout_ms"), std::string::npos) << s.ToString();
+  std::string v;
+  EXPECT_TRUE(owner_->Get(ReadOptions(), "k", &v).IsNotFound());
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (Stat(owner_.get(), "memory.allocated_bytes") != 0 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(Stat(owner_.get(), "memory.allocated_bytes"), 0u);
+  // Without a timeout the same put succeeds.
+  ASSERT_TRUE(owner_->Close().ok());
+  owner_.reset();
+  db.reset();
+  options.local_reservation_timeout_ms = 0;
+  ASSERT_TRUE(DB::Open(options, dir_.Sub("db"), &owner_).ok());
+  ASSERT_TRUE(DB::Attach(ClientOptions(), socket_, &db).ok());
+  EXPECT_TRUE(db->Put(WriteOptions(), "k", std::string(4096, 'x')).ok());
 }
 
 TEST_F(AttachTest, AnotherUidIsRefused) {
