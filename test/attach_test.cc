@@ -263,6 +263,20 @@ int PutterMain(const std::string& socket, uint64_t seed) {
   }
 }
 
+// Sends requests with large answers and never reads one, until killed.  Exit 2 when it
+// cannot even attach.
+int DeafMain(const std::string& socket) {
+  RawClient client;
+  if (!client.Connect(socket).ok()) return 2;
+  std::vector<std::string> names(1024);
+  std::vector<Slice> keys;
+  for (size_t i = 0; i < names.size(); i++) names[i] = "deaf-" + std::to_string(i);
+  keys.assign(names.begin(), names.end());
+  std::string meta;
+  wire::PutKeys(&meta, keys, nullptr);
+  for (;;) client.Send(wire::kExists, meta);  // blocks once both socket buffers are full
+}
+
 // Serves the DB at dir on socket until killed.
 int OwnerMain(const std::string& socket, const std::string& dir) {
   std::unique_ptr<DB> db;
@@ -524,6 +538,42 @@ TEST_F(AttachTest, PutThatOutlivesItsReservationFailsCleanly) {
   EXPECT_TRUE(db->Put(WriteOptions(), "k", std::string(4096, 'x')).ok());
 }
 
+// A client that sends requests and never reads the answers stalls only its own
+// connection: another client's calls keep being answered promptly meanwhile.
+TEST_F(AttachTest, ClientThatStopsReadingStallsOnlyItself) {
+  Options options = OwnerOptions(socket_);
+  options.peer_timeout_ms = 3000;  // how long the owner waits on the deaf client's answers
+  ASSERT_TRUE(DB::Open(options, dir_.Sub("db"), &owner_).ok());
+  const pid_t deaf = Spawn({"--deaf", socket_});
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // its socket fills up
+  std::unique_ptr<DB> db;
+  ASSERT_TRUE(DB::Attach(ClientOptions(), socket_, &db).ok());
+  std::mt19937_64 rng(5);
+  std::vector<char> buf(64 << 10);
+  Clock::duration worst{};
+  int ops = 0;
+  const auto end = Clock::now() + std::chrono::milliseconds(1500);
+  while (Clock::now() < end) {
+    const std::string key = "live" + std::to_string(ops % 16);
+    const auto t0 = Clock::now();
+    ASSERT_TRUE(db->Put(WriteOptions(), key, ValueFor(key, rng, 32 << 10)).ok());
+    size_t n = 0;
+    ASSERT_TRUE(db->GetInto(ReadOptions(), key, MutableSlice(buf.data(), buf.size()), &n).ok());
+    ASSERT_TRUE(ValueIsFor(key, buf.data(), n));
+    std::vector<int64_t> r;
+    ASSERT_TRUE(db->BatchExists(std::vector<Slice>{key}, &r).ok());
+    worst = std::max(worst, Clock::now() - t0);
+    ops++;
+  }
+  // Still stuck, not gone: the owner has not given up on it yet.
+  EXPECT_EQ(waitpid(deaf, nullptr, WNOHANG), 0);
+  kill(deaf, SIGKILL);
+  WaitExit(deaf);
+  EXPECT_GT(ops, 10);
+  EXPECT_LT(worst, std::chrono::milliseconds(1000))
+      << std::chrono::duration_cast<std::chrono::milliseconds>(worst).count() << " ms";
+}
+
 TEST_F(AttachTest, AnotherUidIsRefused) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to run a client as nobody";
   OpenOwner();
@@ -587,6 +637,7 @@ int main(int argc, char** argv) {
     if (mode == "--putter" && argc == 4) return kvengine::PutterMain(argv[2], std::stoull(argv[3]));
     if (mode == "--owner" && argc == 4) return kvengine::OwnerMain(argv[2], argv[3]);
     if (mode == "--nobody" && argc == 3) return kvengine::NobodyMain(argv[2]);
+    if (mode == "--deaf" && argc == 3) return kvengine::DeafMain(argv[2]);
   }
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
