@@ -461,6 +461,10 @@ Status AttachedDB::CompactBuckets(uint64_t* reclaimed_bytes) {
 }
 
 bool AttachedDB::GetProperty(const std::string& name, std::string* value) {
+  if (name == "kvengine.attached") {  // answered here: the owner does not know it
+    *value = socket_path_;
+    return true;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   std::string meta, answer;
   PutLengthPrefixed(&meta, name);

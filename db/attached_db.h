@@ -6,7 +6,8 @@
 //   BatchPut      RESERVE slots -> copy the parts in -> COMMIT (published as a local put)
 //   BatchGetInto  PIN the values -> copy them out -> UNPIN
 // Everything else is a plain request.  Results, error codes and properties are the
-// owner's.
+// owner's, except "kvengine.attached": the socket path, answered by the client (an
+// owner does not know the property), so a caller can tell an attached DB from its own.
 //
 // A put's slots are reclaimed by the owner after its local_reservation_timeout_ms; the
 // client copies into a slot only within half of that, else the key fails with Aborted.

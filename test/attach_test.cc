@@ -359,6 +359,9 @@ TEST_F(AttachTest, WholeApiThroughAttach) {
   ASSERT_TRUE(db->GetProperty("kvengine.stats", &stats));
   EXPECT_NE(stats.find("memory.items: 1"), std::string::npos) << stats;
   EXPECT_FALSE(db->GetProperty("no.such", &stats));
+  ASSERT_TRUE(db->GetProperty("kvengine.attached", &stats));  // the client's own answer
+  EXPECT_EQ(stats, socket_);
+  EXPECT_FALSE(owner_->GetProperty("kvengine.attached", &stats));
   ASSERT_TRUE(db->DeleteAll(&deleted).ok());
   EXPECT_EQ(deleted, 1u);
   ASSERT_TRUE(db->Close().ok());
@@ -394,7 +397,8 @@ TEST_F(AttachTest, KilledClientsLeakNothing) {
   std::mt19937_64 rng(7);
   for (int round = 0; round < 60; round++) {
     const pid_t pid = Spawn({"--putter", socket_, std::to_string(round)});
-    std::this_thread::sleep_for(std::chrono::milliseconds(5 + rng() % 40));
+    // Mostly mid-put; every fourth round long enough for a slow start (TSan) to put.
+    std::this_thread::sleep_for(std::chrono::milliseconds(5 + rng() % 40 + (round % 4 ? 0 : 300)));
     kill(pid, SIGKILL);
     WaitExit(pid);
   }
