@@ -33,8 +33,10 @@ build_connector_meta turns the step's scheduler output into picklable metadata. 
 whose load fails is reported by get_block_ids_with_load_errors; vLLM then fails the
 request or recomputes the block, as kv_load_failure_policy says.
 
-One store per process: the scheduler-side and the worker-side connectors of a process
-(and every connector naming the same path) share one open DB.
+One store per host: the scheduler-side and the worker-side connectors of a process (and
+every connector naming the same path) share one handle (SharedStore), and the processes
+of the host share the store: the first to open the path serves the others through
+kvengine's attach, or all attach to a kv_server ("attach": socket); see docs/vllm.md.
 """
 
 import concurrent.futures
