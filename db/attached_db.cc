@@ -18,6 +18,8 @@ namespace kvengine {
 
 namespace {
 
+constexpr int kMadvPopulateWrite = 23;  // MADV_POPULATE_WRITE, Linux 5.14; older: ignored
+
 uint64_t PartsTotal(const ValueParts& parts) {
   uint64_t n = 0;
   for (const Slice& p : parts) n += p.size();
@@ -97,6 +99,11 @@ Status AttachedDB::ConnectLocked() {
   close(arena_fd);  // the mapping keeps the memory
   if (p == MAP_FAILED)
     return Lost(std::string("cannot map the arena: ") + std::strerror(map_errno));
+  // Page tables of this mapping are the client's own: without them every first touch of
+  // a page by a copy would fault (measured: vllm_write at 64 KiB 7x slower).  Huge pages
+  // when the owner's memfd has them; prefaulted like the owner's arena.
+  ::madvise(p, size, MADV_HUGEPAGE);
+  if (options_.prefault_memory) ::madvise(p, size, kMadvPopulateWrite);  // best effort
   arena_ = static_cast<char*>(p);
   arena_size_ = size;
   uint64_t timeout_ms = 0;  // sent by owners that reclaim idle reservations
