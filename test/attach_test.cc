@@ -182,13 +182,8 @@ class RawClient {
 
 // Mixed puts, gets, exists and deletes on a shared key space for `seconds`.  Exit 1 on
 // any wrong byte, 2 on an unexpected error.
-int WorkerMain(const std::string& socket, uint64_t seed, double seconds) {
-  std::unique_ptr<DB> db;
-  Status s = DB::Attach(ClientOptions(), socket, &db);
-  if (!s.ok()) {
-    std::fprintf(stderr, "worker: attach: %s\n", s.ToString().c_str());
-    return 2;
-  }
+int WorkLoop(DB* db, uint64_t seed, double seconds) {
+  Status s;
   std::mt19937_64 rng(seed);
   std::vector<char> buf(256 << 10);
   const auto end = Clock::now() + std::chrono::duration<double>(seconds);
@@ -232,6 +227,29 @@ int WorkerMain(const std::string& socket, uint64_t seed, double seconds) {
     ops++;
   }
   return ops > 0 ? 0 : 2;
+}
+
+int WorkerMain(const std::string& socket, uint64_t seed, double seconds) {
+  std::unique_ptr<DB> db;
+  Status s = DB::Attach(ClientOptions(), socket, &db);
+  if (!s.ok()) {
+    std::fprintf(stderr, "worker: attach: %s\n", s.ToString().c_str());
+    return 2;
+  }
+  return WorkLoop(db.get(), seed, seconds);
+}
+
+// WorkLoop on `threads` threads sharing one attached DB (its pool of connections).
+int ThreadedMain(const std::string& socket, int threads, double seconds) {
+  std::unique_ptr<DB> db;
+  if (!DB::Attach(ClientOptions(), socket, &db).ok()) return 2;
+  std::vector<int> codes(threads, 0);
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; t++) {
+    workers.emplace_back([&, t] { codes[t] = WorkLoop(db.get(), 1000 + t, seconds); });
+  }
+  for (auto& w : workers) w.join();
+  return *std::max_element(codes.begin(), codes.end());
 }
 
 // Puts and gets until killed.
@@ -392,13 +410,23 @@ TEST_F(AttachTest, EightProcessesNeverSeeWrongBytes) {
   for (pid_t pid : workers) EXPECT_EQ(WaitExit(pid), 0);
 }
 
+// One client's threads share its pool of connections: every byte right, for calls of
+// many threads at once (beyond the pool's size) while other processes work too.
+TEST_F(AttachTest, ThreadsOfOneClientShareItsConnections) {
+  OpenOwner();
+  const pid_t threaded = Spawn({"--threaded", socket_, "24", "2"});
+  const pid_t other = Spawn({"--worker", socket_, "77", "2"});
+  EXPECT_EQ(WaitExit(threaded), 0);
+  EXPECT_EQ(WaitExit(other), 0);
+}
+
 TEST_F(AttachTest, KilledClientsLeakNothing) {
   OpenOwner();
   std::mt19937_64 rng(7);
   for (int round = 0; round < 60; round++) {
     const pid_t pid = Spawn({"--putter", socket_, std::to_string(round)});
-    // Mostly mid-put; every fourth round long enough for a slow start (TSan) to put.
-    std::this_thread::sleep_for(std::chrono::milliseconds(5 + rng() % 40 + (round % 4 ? 0 : 300)));
+    // Mostly mid-put; every tenth round long enough for a slow start (TSan) to put.
+    std::this_thread::sleep_for(std::chrono::milliseconds(5 + rng() % 40 + (round % 10 ? 0 : 300)));
     kill(pid, SIGKILL);
     WaitExit(pid);
   }
@@ -642,6 +670,9 @@ int main(int argc, char** argv) {
     if (mode == "--owner" && argc == 4) return kvengine::OwnerMain(argv[2], argv[3]);
     if (mode == "--nobody" && argc == 3) return kvengine::NobodyMain(argv[2]);
     if (mode == "--deaf" && argc == 3) return kvengine::DeafMain(argv[2]);
+    if (mode == "--threaded" && argc == 5) {
+      return kvengine::ThreadedMain(argv[2], std::stoi(argv[3]), std::stod(argv[4]));
+    }
   }
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
