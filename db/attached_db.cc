@@ -9,6 +9,7 @@
 #include <limits>
 #include <unordered_set>
 
+#include "env/gpu_io.h"
 #include "transport/read_validation.h"
 #include "transport/unix_socket.h"
 #include "transport/wire.h"
@@ -45,7 +46,11 @@ Status DB::Attach(const Options& options, const std::string& socket_path, std::u
 }
 
 AttachedDB::AttachedDB(const Options& options, std::string socket_path)
-    : options_(options), socket_path_(std::move(socket_path)) {}
+    : options_(options), socket_path_(std::move(socket_path)) {
+  // A log file that cannot be opened leaves stderr, the default.
+  Status ignored = logger_.Configure(options_);
+  (void)ignored;
+}
 
 AttachedDB::~AttachedDB() { Close(); }
 
@@ -56,7 +61,11 @@ struct AttachedDB::ArenaMapping {
   uint64_t size = 0;
   dev_t dev = 0;
   ino_t ino = 0;
+  // Copies between device buffers and this mapping (it page-locks the mapping the first
+  // time a device buffer is seen).
+  std::unique_ptr<GpuIo> gpu;
   ~ArenaMapping() {
+    gpu.reset();  // unregisters the mapping from CUDA before it goes
     if (base != nullptr) munmap(base, size);
   }
   // The address of [offset, offset + n), or nullptr when outside the mapping.
@@ -228,6 +237,7 @@ Status AttachedDB::Open(Connection* conn) {
   mapping->size = size;
   mapping->dev = st.st_dev;
   mapping->ino = st.st_ino;
+  mapping->gpu = std::make_unique<GpuIo>(options_, &logger_, mapping->base, size);
   conn->arena = mapping;
   std::lock_guard<std::mutex> lock(mu_);
   arena_ = mapping;
@@ -314,29 +324,33 @@ Status AttachedDB::BatchPut(const WriteOptions&, std::span<const Slice> keys,
       }
     }
   }
+  Checkout c(this);
+  if (!c.status().ok()) return c.status();
+  GpuIo* gpu = c.get()->arena->gpu.get();
+  gpu->BeginBatch();
   results->assign(keys.size(), 0);
-  // Keys whose buffers are fine go to the owner; sent[j] is their index in keys.
+  // Keys whose buffers are fine go to the owner; sent[j] is their index in keys, and
+  // devices[j] the CUDA device of its buffers (-1: host memory).
   std::vector<size_t> sent;
   std::vector<Slice> sent_keys;
   std::vector<uint64_t> sizes;
+  std::vector<int> devices;
   for (size_t i = 0; i < keys.size(); i++) {
     bool ok = true;
     for (const Slice& part : values[i]) ok = ok && (part.data() != nullptr || part.size() == 0);
-    if (!ok) {
-      (*results)[i] = Status::InvalidArgument("").ErrorCode();
+    int device = -1;
+    Status scanned = ok ? gpu->Scan(values[i], &device) : Status::InvalidArgument("");
+    if (!scanned.ok()) {
+      (*results)[i] = scanned.ErrorCode();
       continue;
     }
     sent.push_back(i);
     sent_keys.push_back(keys[i]);
     sizes.push_back(PartsTotal(values[i]));
+    devices.push_back(device);
   }
   if (sent.empty()) return Status::OK();
 
-  Checkout c(this);
-  if (!c.status().ok()) {
-    results->clear();
-    return c.status();
-  }
   std::string meta, answer;
   wire::PutKeys(&meta, sent_keys, sizes.data());
   // The owner reclaims the slots local_reservation_timeout_ms after it received this
@@ -380,9 +394,18 @@ Status AttachedDB::BatchPut(const WriteOptions&, std::span<const Slice> keys,
       (*results)[sent[j]] = Status::Aborted("").ErrorCode();
       continue;
     }
-    for (const Slice& part : values[sent[j]]) {
-      if (part.size() != 0) std::memcpy(dst, part.data(), part.size());
-      dst += part.size();
+    if (devices[j] >= 0) {  // device -> the slot, as the in-process path would stage it
+      Status copied =
+          gpu->CopyFromDevice(sent_keys[j].ToString(), devices[j], values[sent[j]], dst, sizes[j]);
+      if (!copied.ok()) {  // not committed: the owner takes the slot back
+        (*results)[sent[j]] = copied.ErrorCode();
+        continue;
+      }
+    } else {
+      for (const Slice& part : values[sent[j]]) {
+        if (part.size() != 0) std::memcpy(dst, part.data(), part.size());
+        dst += part.size();
+      }
     }
     commit_keys.push_back(sent_keys[j]);
     ids.push_back(locs[j].lease);
@@ -433,17 +456,24 @@ Status AttachedDB::BatchGetInto(const ReadOptions&, std::span<const Slice> keys,
   Status s = CheckBatch(keys.size(), destinations.size(), results, "destinations");
   if (!s.ok()) return s;
   results->clear();
-  std::vector<uint64_t> capacity(keys.size(), 0);
-  std::vector<bool> bad(keys.size(), false);
-  for (size_t i = 0; i < keys.size(); i++) {
-    for (const MutableSlice& d : destinations[i]) {
-      if (d.data() == nullptr && d.size() != 0) bad[i] = true;
-      capacity[i] += d.size();
-    }
-    if (bad[i]) capacity[i] = 0;
-  }
   Checkout c(this);
   if (!c.status().ok()) return c.status();
+  GpuIo* gpu = c.get()->arena->gpu.get();
+  gpu->BeginBatch();
+  std::vector<uint64_t> capacity(keys.size(), 0);
+  std::vector<int64_t> bad(keys.size(), 0);  // the key's error code before any request
+  std::vector<int> devices(keys.size(), -1);
+  for (size_t i = 0; i < keys.size(); i++) {
+    for (const MutableSlice& d : destinations[i]) {
+      if (d.data() == nullptr && d.size() != 0) bad[i] = Status::InvalidArgument("").ErrorCode();
+      capacity[i] += d.size();
+    }
+    if (bad[i] == 0) {
+      Status scanned = gpu->Scan(destinations[i], &devices[i]);
+      if (!scanned.ok()) bad[i] = scanned.ErrorCode();
+    }
+    if (bad[i] != 0) capacity[i] = 0;
+  }
   std::string meta, answer;
   wire::PutKeys(&meta, keys, capacity.data());
   s = Call(c.get(), wire::kPin, meta, &answer);
@@ -463,13 +493,17 @@ Status AttachedDB::BatchGetInto(const ReadOptions&, std::span<const Slice> keys,
   PutFixed32(&unpin, 0);
   for (size_t i = 0; i < keys.size(); i++) {
     if (pinned[i] < 0) {
-      (*results)[i] = bad[i] ? Status::InvalidArgument("").ErrorCode() : pinned[i];
+      (*results)[i] = bad[i] != 0 ? bad[i] : pinned[i];
       continue;
     }
     const char* src = c.get()->arena->At(locs[i].offset, locs[i].size);
     if (src == nullptr) return Lost(c.get(), "value outside the arena");
-    if (bad[i]) {
-      (*results)[i] = Status::InvalidArgument("").ErrorCode();
+    if (bad[i] != 0) {
+      (*results)[i] = bad[i];
+    } else if (devices[i] >= 0) {  // host -> device straight from the arena
+      Status copied = gpu->CopyToDevice(keys[i].ToString(), devices[i], Slice(src, locs[i].size),
+                                        true, destinations[i]);
+      (*results)[i] = copied.ok() ? static_cast<int64_t>(locs[i].size) : copied.ErrorCode();
     } else {
       ScatterCopy(src, locs[i].size, destinations[i]);
       (*results)[i] = static_cast<int64_t>(locs[i].size);

@@ -24,6 +24,11 @@
 // it is unmapped with the last of them.  After a failure the pool's idle connections
 // are dropped with the failed one: the next call connects afresh.
 //
+// GPU buffers: parts and destinations in device memory are detected as by a DB opened in
+// this process (env/gpu_io.h, docs/gpu.md); a put copies device -> its reserved slot, a
+// get copies its pinned value -> device, both straight by DMA once the mapping is
+// page-locked (cudaHostRegister, on first use), else through the staging ring.
+//
 // Thread-safety: all methods are thread-safe; calls of different threads run at once,
 // each on its own connection.
 #ifndef KVENGINE_DB_ATTACHED_DB_H_
@@ -38,6 +43,7 @@
 #include <vector>
 
 #include "kvengine/db.h"
+#include "util/logging.h"
 
 namespace kvengine {
 
@@ -104,6 +110,7 @@ class AttachedDB final : public DB {
 
   const Options options_;
   const std::string socket_path_;
+  Logger logger_;  // GPU staging's messages
 
   std::mutex mu_;  // guards everything below
   std::condition_variable released_;
