@@ -1,12 +1,15 @@
 #include "db/attached_db.h"
 
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <limits>
 #include <unordered_set>
 
+#include "env/gpu_io.h"
 #include "transport/read_validation.h"
 #include "transport/unix_socket.h"
 #include "transport/wire.h"
@@ -16,6 +19,8 @@
 namespace kvengine {
 
 namespace {
+
+constexpr int kMadvPopulateWrite = 23;  // MADV_POPULATE_WRITE, Linux 5.14; older: ignored
 
 uint64_t PartsTotal(const ValueParts& parts) {
   uint64_t n = 0;
@@ -41,100 +46,223 @@ Status DB::Attach(const Options& options, const std::string& socket_path, std::u
 }
 
 AttachedDB::AttachedDB(const Options& options, std::string socket_path)
-    : options_(options), socket_path_(std::move(socket_path)) {}
+    : options_(options), socket_path_(std::move(socket_path)) {
+  // A log file that cannot be opened leaves stderr, the default.
+  Status ignored = logger_.Configure(options_);
+  (void)ignored;
+}
 
 AttachedDB::~AttachedDB() { Close(); }
 
+// One mapping of the owner's arena (a memfd), identified by the memfd's inode: a new
+// connection to the same owner shares it, one to a restarted owner maps the new arena.
+struct AttachedDB::ArenaMapping {
+  char* base = nullptr;
+  uint64_t size = 0;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  // Copies between device buffers and this mapping (it page-locks the mapping the first
+  // time a device buffer is seen).
+  std::unique_ptr<GpuIo> gpu;
+  ~ArenaMapping() {
+    gpu.reset();  // unregisters the mapping from CUDA before it goes
+    if (base != nullptr) munmap(base, size);
+  }
+  // The address of [offset, offset + n), or nullptr when outside the mapping.
+  char* At(uint64_t offset, uint64_t n) const {
+    if (offset > size || n > size - offset) return nullptr;
+    return base + offset;
+  }
+};
+
+struct AttachedDB::Connection {
+  int fd = -1;
+  uint64_t generation = 0;
+  uint64_t next_request = 0;
+  uint64_t reservation_timeout_ms = 0;  // the owner's local_reservation_timeout_ms
+  std::shared_ptr<ArenaMapping> arena;  // everything this connection pins is in it
+  ~Connection() {
+    if (fd >= 0) close(fd);
+  }
+};
+
+// A connection of the pool for the length of one call.
+class AttachedDB::Checkout {
+ public:
+  explicit Checkout(AttachedDB* db) : db_(db) { status_ = db->Acquire(&conn_); }
+  ~Checkout() {
+    if (conn_ != nullptr) db_->Release(std::move(conn_));
+  }
+  Checkout(const Checkout&) = delete;
+  Checkout& operator=(const Checkout&) = delete;
+
+  const Status& status() const { return status_; }
+  Connection* get() const { return conn_.get(); }
+
+ private:
+  AttachedDB* const db_;
+  Status status_;
+  std::unique_ptr<Connection> conn_;
+};
+
 Status AttachedDB::Connect() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return ConnectLocked();
+  Checkout c(this);
+  return c.status();
 }
 
 Status AttachedDB::Close() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (closed_) return Status::OK();
-  closed_ = true;
-  DisconnectLocked();
+  std::vector<std::unique_ptr<Connection>> idle;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return Status::OK();
+    closed_ = true;
+    idle.swap(idle_);
+    open_ -= idle.size();
+  }
+  released_.notify_all();
+  return Status::OK();  // connections in use close as their calls end
+}
+
+Status AttachedDB::Acquire(std::unique_ptr<Connection>* conn) {
+  std::vector<std::unique_ptr<Connection>> retired;  // closed outside mu_
+  uint64_t generation;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      if (closed_) return Status::Aborted("DB is closed");
+      while (!idle_.empty()) {
+        std::unique_ptr<Connection> c = std::move(idle_.back());
+        idle_.pop_back();
+        if (c->generation == generation_) {
+          *conn = std::move(c);
+          return Status::OK();
+        }
+        retired.push_back(std::move(c));
+        open_--;
+      }
+      if (open_ < kMaxConnections) break;
+      released_.wait(lock);
+    }
+    open_++;
+    generation = generation_;
+  }
+  auto c = std::make_unique<Connection>();
+  c->generation = generation;
+  Status s = Open(c.get());
+  if (!s.ok()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      open_--;
+    }
+    released_.notify_one();
+    return s;
+  }
+  *conn = std::move(c);
   return Status::OK();
 }
 
-Status AttachedDB::Lost(const std::string& what) {
-  DisconnectLocked();
+void AttachedDB::Release(std::unique_ptr<Connection> conn) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!closed_ && conn->fd >= 0 && conn->generation == generation_) {
+      idle_.push_back(std::move(conn));
+    } else {
+      open_--;
+    }
+  }
+  released_.notify_one();
+  // A connection not kept is closed here, outside mu_ (its mapping may be the last).
+}
+
+Status AttachedDB::Lost(Connection* conn, const std::string& what) {
+  if (conn->fd >= 0) close(conn->fd);
+  conn->fd = -1;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    generation_++;  // the idle ones most likely lost their owner too
+  }
   return Status::IOError("attached DB at " + socket_path_, what);
 }
 
-Status AttachedDB::ConnectLocked() {
-  if (closed_) return Status::Aborted("DB is closed");
-  if (fd_ >= 0) return Status::OK();
+Status AttachedDB::Open(Connection* conn) {
   const Deadline deadline = DeadlineIn(options_.peer_timeout_ms);
-  Status s = ConnectUnix(socket_path_, deadline, &fd_);
+  Status s = ConnectUnix(socket_path_, deadline, &conn->fd);
   if (!s.ok()) return Status::IOError("attached DB at " + socket_path_, s.ToString());
   int arena_fd = -1;
-  s = ReceiveDescriptor(fd_, deadline, &arena_fd);
+  s = ReceiveDescriptor(conn->fd, deadline, &arena_fd);
   wire::FrameHeader h;
   std::string meta;
-  if (s.ok()) s = ReadFrame(fd_, deadline, &h, &meta);
-  if (!s.ok()) {
-    if (arena_fd >= 0) close(arena_fd);
-    return Lost(s.ToString());
-  }
+  if (s.ok()) s = ReadFrame(conn->fd, deadline, &h, &meta);
   std::string_view in(meta);
   Status owner;
   uint64_t size = 0;
-  if (h.op != wire::kAttach || !wire::GetBatchStatus(&in, &owner) || !GetFixed64(&in, &size)) {
-    if (arena_fd >= 0) close(arena_fd);
-    return Lost("malformed greeting from the owner");
+  if (s.ok() &&
+      (h.op != wire::kAttach || !wire::GetBatchStatus(&in, &owner) || !GetFixed64(&in, &size))) {
+    s = Status::Corruption("malformed greeting from the owner");
   }
-  if (!owner.ok() || arena_fd < 0) {
+  if (s.ok() && owner.ok() && arena_fd < 0) s = Status::Corruption("no arena was passed");
+  struct stat st;
+  if (s.ok() && owner.ok() && fstat(arena_fd, &st) != 0) s = Status::IOError("fstat of the arena");
+  if (!s.ok() || !owner.ok()) {
     if (arena_fd >= 0) close(arena_fd);
-    DisconnectLocked();
-    return owner.ok() ? Status::IOError("attached DB at " + socket_path_, "no arena was passed")
-                      : owner;
+    return s.ok() ? owner : Lost(conn, s.ToString());
+  }
+  uint64_t timeout_ms = 0;  // sent by owners that reclaim idle reservations
+  conn->reservation_timeout_ms = GetFixed64(&in, &timeout_ms) ? timeout_ms : 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::shared_ptr<ArenaMapping> shared = arena_.lock();
+    if (shared != nullptr && shared->dev == st.st_dev && shared->ino == st.st_ino &&
+        shared->size == size) {
+      conn->arena = std::move(shared);
+    }
+  }
+  if (conn->arena != nullptr) {
+    close(arena_fd);
+    return Status::OK();
   }
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, arena_fd, 0);
   const int map_errno = errno;
   close(arena_fd);  // the mapping keeps the memory
-  if (p == MAP_FAILED)
-    return Lost(std::string("cannot map the arena: ") + std::strerror(map_errno));
-  arena_ = static_cast<char*>(p);
-  arena_size_ = size;
+  if (p == MAP_FAILED) {
+    return Lost(conn, std::string("cannot map the arena: ") + std::strerror(map_errno));
+  }
+  // Page tables of this mapping are the client's own: without them every first touch of
+  // a page by a copy would fault (measured: vllm_write at 64 KiB 7x slower).  Huge pages
+  // when the owner's memfd has them; prefaulted like the owner's arena.
+  ::madvise(p, size, MADV_HUGEPAGE);
+  if (options_.prefault_memory) ::madvise(p, size, kMadvPopulateWrite);  // best effort
+  auto mapping = std::make_shared<ArenaMapping>();
+  mapping->base = static_cast<char*>(p);
+  mapping->size = size;
+  mapping->dev = st.st_dev;
+  mapping->ino = st.st_ino;
+  mapping->gpu = std::make_unique<GpuIo>(options_, &logger_, mapping->base, size);
+  conn->arena = mapping;
+  std::lock_guard<std::mutex> lock(mu_);
+  arena_ = mapping;
   return Status::OK();
 }
 
-void AttachedDB::DisconnectLocked() {
-  if (fd_ >= 0) close(fd_);
-  fd_ = -1;
-  // The owner gave back everything this connection held; a new one brings a new arena.
-  if (arena_ != nullptr) munmap(arena_, arena_size_);
-  arena_ = nullptr;
-  arena_size_ = 0;
-}
-
-Status AttachedDB::CallLocked(uint8_t op, const std::string& meta, std::string* answer) {
-  Status s = ConnectLocked();
-  if (!s.ok()) return s;
-  const uint64_t id = ++next_request_;
+Status AttachedDB::Call(Connection* conn, uint8_t op, const std::string& meta,
+                        std::string* answer) {
+  const uint64_t id = ++conn->next_request;
   const Deadline deadline = DeadlineIn(options_.peer_timeout_ms);
-  s = SendFrame(fd_, op, 0, id, meta, {}, deadline);
-  if (!s.ok()) return Lost(s.ToString());
+  Status s = SendFrame(conn->fd, op, 0, id, meta, {}, deadline);
+  if (!s.ok()) return Lost(conn, s.ToString());
   wire::FrameHeader h;
-  s = ReadFrame(fd_, deadline, &h, answer);
-  if (!s.ok()) return Lost(s.ToString());
+  s = ReadFrame(conn->fd, deadline, &h, answer);
+  if (!s.ok()) return Lost(conn, s.ToString());
   if (h.op != op || h.request_id != id || !(h.flags & wire::kFlagResponse)) {
-    return Lost("answer out of step with the request");
+    return Lost(conn, "answer out of step with the request");
   }
   return Status::OK();
 }
 
-void AttachedDB::SendLocked(uint8_t op, const std::string& meta) {
-  if (fd_ < 0) return;
-  Status s = SendFrame(fd_, op, 0, ++next_request_, meta, {}, DeadlineIn(options_.peer_timeout_ms));
-  if (!s.ok()) Lost(s.ToString());
-}
-
-char* AttachedDB::ArenaAt(uint64_t offset, uint64_t size) const {
-  if (arena_ == nullptr || offset > arena_size_ || size > arena_size_ - offset) return nullptr;
-  return arena_ + offset;
+void AttachedDB::Send(Connection* conn, uint8_t op, const std::string& meta) {
+  Status s = SendFrame(conn->fd, op, 0, ++conn->next_request, meta, {},
+                       DeadlineIn(options_.peer_timeout_ms));
+  if (!s.ok()) Lost(conn, s.ToString());
 }
 
 Status AttachedDB::CheckBatch(size_t keys, size_t others, const void* results,
@@ -150,30 +278,33 @@ Status AttachedDB::CheckBatch(size_t keys, size_t others, const void* results,
 Status AttachedDB::CallForResults(uint8_t op, const std::string& meta, size_t expected,
                                   std::vector<int64_t>* results) {
   results->clear();
-  std::lock_guard<std::mutex> lock(mu_);
+  Checkout c(this);
+  if (!c.status().ok()) return c.status();
   std::string answer;
-  Status s = CallLocked(op, meta, &answer);
+  Status s = Call(c.get(), op, meta, &answer);
   if (!s.ok()) return s;
   std::string_view in(answer);
   Status batch;
-  if (!wire::GetBatchStatus(&in, &batch)) return Lost("malformed answer");
+  if (!wire::GetBatchStatus(&in, &batch)) return Lost(c.get(), "malformed answer");
   if (!batch.ok()) return batch;
   if (!wire::GetResults(&in, results) || results->size() != expected) {
     results->clear();
-    return Lost("malformed answer");
+    return Lost(c.get(), "malformed answer");
   }
   return Status::OK();
 }
 
 Status AttachedDB::CallForCount(uint8_t op, const std::string& meta, uint64_t* count) {
-  std::lock_guard<std::mutex> lock(mu_);
+  Checkout c(this);
+  if (!c.status().ok()) return c.status();
   std::string answer;
-  Status s = CallLocked(op, meta, &answer);
+  Status s = Call(c.get(), op, meta, &answer);
   if (!s.ok()) return s;
   std::string_view in(answer);
   Status batch;
   uint64_t n = 0;
-  if (!wire::GetBatchStatus(&in, &batch) || !GetFixed64(&in, &n)) return Lost("malformed answer");
+  if (!wire::GetBatchStatus(&in, &batch) || !GetFixed64(&in, &n))
+    return Lost(c.get(), "malformed answer");
   if (count != nullptr) *count = n;
   return batch;
 }
@@ -193,28 +324,44 @@ Status AttachedDB::BatchPut(const WriteOptions&, std::span<const Slice> keys,
       }
     }
   }
+  Checkout c(this);
+  if (!c.status().ok()) return c.status();
+  GpuIo* gpu = c.get()->arena->gpu.get();
+  gpu->BeginBatch();
   results->assign(keys.size(), 0);
-  // Keys whose buffers are fine go to the owner; sent[j] is their index in keys.
+  // Keys whose buffers are fine go to the owner; sent[j] is their index in keys, and
+  // devices[j] the CUDA device of its buffers (-1: host memory).
   std::vector<size_t> sent;
   std::vector<Slice> sent_keys;
   std::vector<uint64_t> sizes;
+  std::vector<int> devices;
   for (size_t i = 0; i < keys.size(); i++) {
     bool ok = true;
     for (const Slice& part : values[i]) ok = ok && (part.data() != nullptr || part.size() == 0);
-    if (!ok) {
-      (*results)[i] = Status::InvalidArgument("").ErrorCode();
+    int device = -1;
+    Status scanned = ok ? gpu->Scan(values[i], &device) : Status::InvalidArgument("");
+    if (!scanned.ok()) {
+      (*results)[i] = scanned.ErrorCode();
       continue;
     }
     sent.push_back(i);
     sent_keys.push_back(keys[i]);
     sizes.push_back(PartsTotal(values[i]));
+    devices.push_back(device);
   }
   if (sent.empty()) return Status::OK();
 
-  std::lock_guard<std::mutex> lock(mu_);
   std::string meta, answer;
   wire::PutKeys(&meta, sent_keys, sizes.data());
-  s = CallLocked(wire::kReserve, meta, &answer);
+  // The owner reclaims the slots local_reservation_timeout_ms after it received this
+  // request; they are written only within half of that from before it was sent.
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point reserve_sent = Clock::now();
+  s = Call(c.get(), wire::kReserve, meta, &answer);
+  const Clock::time_point copy_deadline =
+      c.get()->reservation_timeout_ms == 0
+          ? Clock::time_point::max()
+          : reserve_sent + std::chrono::milliseconds(c.get()->reservation_timeout_ms) / 2;
   if (!s.ok()) {
     results->clear();
     return s;
@@ -226,7 +373,7 @@ Status AttachedDB::BatchPut(const WriteOptions&, std::span<const Slice> keys,
   if (!wire::GetBatchStatus(&in, &batch) ||
       (batch.ok() && (!DecodeLocations(&in, &reserved, &locs) || reserved.size() != sent.size()))) {
     results->clear();
-    return Lost("malformed answer to RESERVE");
+    return Lost(c.get(), "malformed answer to RESERVE");
   }
   if (!batch.ok()) {
     results->clear();
@@ -241,11 +388,24 @@ Status AttachedDB::BatchPut(const WriteOptions&, std::span<const Slice> keys,
       (*results)[sent[j]] = reserved[j];
       continue;
     }
-    char* dst = ArenaAt(locs[j].offset, sizes[j]);
-    if (dst == nullptr) return Lost("slot outside the arena");
-    for (const Slice& part : values[sent[j]]) {
-      if (part.size() != 0) std::memcpy(dst, part.data(), part.size());
-      dst += part.size();
+    char* dst = c.get()->arena->At(locs[j].offset, sizes[j]);
+    if (dst == nullptr) return Lost(c.get(), "slot outside the arena");
+    if (Clock::now() >= copy_deadline) {  // the owner may soon give the slot to another value
+      (*results)[sent[j]] = Status::Aborted("").ErrorCode();
+      continue;
+    }
+    if (devices[j] >= 0) {  // device -> the slot, as the in-process path would stage it
+      Status copied =
+          gpu->CopyFromDevice(sent_keys[j].ToString(), devices[j], values[sent[j]], dst, sizes[j]);
+      if (!copied.ok()) {  // not committed: the owner takes the slot back
+        (*results)[sent[j]] = copied.ErrorCode();
+        continue;
+      }
+    } else {
+      for (const Slice& part : values[sent[j]]) {
+        if (part.size() != 0) std::memcpy(dst, part.data(), part.size());
+        dst += part.size();
+      }
     }
     commit_keys.push_back(sent_keys[j]);
     ids.push_back(locs[j].lease);
@@ -254,13 +414,13 @@ Status AttachedDB::BatchPut(const WriteOptions&, std::span<const Slice> keys,
   if (committed.empty()) return Status::OK();
   meta.clear();
   wire::PutKeys(&meta, commit_keys, ids.data());
-  s = CallLocked(wire::kCommit, meta, &answer);
+  s = Call(c.get(), wire::kCommit, meta, &answer);
   std::vector<int64_t> published;
   if (s.ok()) {
     in = answer;
     if (!wire::GetBatchStatus(&in, &batch) || !wire::GetResults(&in, &published) ||
         published.size() != committed.size()) {
-      s = Lost("malformed answer to COMMIT");
+      s = Lost(c.get(), "malformed answer to COMMIT");
     } else {
       s = batch;
     }
@@ -280,6 +440,10 @@ Status AttachedDB::Put(const WriteOptions& options, const Slice& key, const Slic
   Status s = BatchPut(options, std::span<const Slice>(&key, 1),
                       std::span<const ValueParts>(&parts, 1), &results);
   if (!s.ok()) return s;
+  if (results[0] == Status::Aborted("").ErrorCode()) {
+    return Status::Aborted("put: the owner reclaimed the reserved slot before the commit",
+                           "the put took longer than local_reservation_timeout_ms");
+  }
   return results[0] == 0 ? Status::OK()
                          : Status::FromErrorCode(static_cast<int>(results[0]), "put");
 }
@@ -292,19 +456,27 @@ Status AttachedDB::BatchGetInto(const ReadOptions&, std::span<const Slice> keys,
   Status s = CheckBatch(keys.size(), destinations.size(), results, "destinations");
   if (!s.ok()) return s;
   results->clear();
+  Checkout c(this);
+  if (!c.status().ok()) return c.status();
+  GpuIo* gpu = c.get()->arena->gpu.get();
+  gpu->BeginBatch();
   std::vector<uint64_t> capacity(keys.size(), 0);
-  std::vector<bool> bad(keys.size(), false);
+  std::vector<int64_t> bad(keys.size(), 0);  // the key's error code before any request
+  std::vector<int> devices(keys.size(), -1);
   for (size_t i = 0; i < keys.size(); i++) {
     for (const MutableSlice& d : destinations[i]) {
-      if (d.data() == nullptr && d.size() != 0) bad[i] = true;
+      if (d.data() == nullptr && d.size() != 0) bad[i] = Status::InvalidArgument("").ErrorCode();
       capacity[i] += d.size();
     }
-    if (bad[i]) capacity[i] = 0;
+    if (bad[i] == 0) {
+      Status scanned = gpu->Scan(destinations[i], &devices[i]);
+      if (!scanned.ok()) bad[i] = scanned.ErrorCode();
+    }
+    if (bad[i] != 0) capacity[i] = 0;
   }
-  std::lock_guard<std::mutex> lock(mu_);
   std::string meta, answer;
   wire::PutKeys(&meta, keys, capacity.data());
-  s = CallLocked(wire::kPin, meta, &answer);
+  s = Call(c.get(), wire::kPin, meta, &answer);
   if (!s.ok()) return s;
   std::string_view in(answer);
   Status batch;
@@ -312,7 +484,7 @@ Status AttachedDB::BatchGetInto(const ReadOptions&, std::span<const Slice> keys,
   std::vector<RemoteLocation> locs;
   if (!wire::GetBatchStatus(&in, &batch) ||
       (batch.ok() && (!DecodeLocations(&in, &pinned, &locs) || pinned.size() != keys.size()))) {
-    return Lost("malformed answer to PIN");
+    return Lost(c.get(), "malformed answer to PIN");
   }
   if (!batch.ok()) return batch;
   results->assign(keys.size(), 0);
@@ -321,13 +493,17 @@ Status AttachedDB::BatchGetInto(const ReadOptions&, std::span<const Slice> keys,
   PutFixed32(&unpin, 0);
   for (size_t i = 0; i < keys.size(); i++) {
     if (pinned[i] < 0) {
-      (*results)[i] = bad[i] ? Status::InvalidArgument("").ErrorCode() : pinned[i];
+      (*results)[i] = bad[i] != 0 ? bad[i] : pinned[i];
       continue;
     }
-    const char* src = ArenaAt(locs[i].offset, locs[i].size);
-    if (src == nullptr) return Lost("value outside the arena");
-    if (bad[i]) {
-      (*results)[i] = Status::InvalidArgument("").ErrorCode();
+    const char* src = c.get()->arena->At(locs[i].offset, locs[i].size);
+    if (src == nullptr) return Lost(c.get(), "value outside the arena");
+    if (bad[i] != 0) {
+      (*results)[i] = bad[i];
+    } else if (devices[i] >= 0) {  // host -> device straight from the arena
+      Status copied = gpu->CopyToDevice(keys[i].ToString(), devices[i], Slice(src, locs[i].size),
+                                        true, destinations[i]);
+      (*results)[i] = copied.ok() ? static_cast<int64_t>(locs[i].size) : copied.ErrorCode();
     } else {
       ScatterCopy(src, locs[i].size, destinations[i]);
       (*results)[i] = static_cast<int64_t>(locs[i].size);
@@ -337,7 +513,7 @@ Status AttachedDB::BatchGetInto(const ReadOptions&, std::span<const Slice> keys,
   }
   if (leases > 0) {
     std::memcpy(unpin.data(), &leases, 4);  // fixed32 is little-endian, as the host
-    SendLocked(wire::kUnpin, unpin);
+    Send(c.get(), wire::kUnpin, unpin);
   }
   return Status::OK();
 }
@@ -427,13 +603,14 @@ Status AttachedDB::DeleteAll(uint64_t* deleted) {
 }
 
 Status AttachedDB::Flush() {
-  std::lock_guard<std::mutex> lock(mu_);
+  Checkout c(this);
+  if (!c.status().ok()) return c.status();
   std::string answer;
-  Status s = CallLocked(wire::kFlush, "", &answer);
+  Status s = Call(c.get(), wire::kFlush, "", &answer);
   if (!s.ok()) return s;
   std::string_view in(answer);
   Status owner;
-  if (!wire::GetBatchStatus(&in, &owner)) return Lost("malformed answer to FLUSH");
+  if (!wire::GetBatchStatus(&in, &owner)) return Lost(c.get(), "malformed answer to FLUSH");
   return owner;
 }
 
@@ -442,10 +619,15 @@ Status AttachedDB::CompactBuckets(uint64_t* reclaimed_bytes) {
 }
 
 bool AttachedDB::GetProperty(const std::string& name, std::string* value) {
-  std::lock_guard<std::mutex> lock(mu_);
+  if (name == "kvengine.attached") {  // answered here: the owner does not know it
+    *value = socket_path_;
+    return true;
+  }
+  Checkout c(this);
+  if (!c.status().ok()) return false;
   std::string meta, answer;
   PutLengthPrefixed(&meta, name);
-  if (!CallLocked(wire::kProperty, meta, &answer).ok()) return false;
+  if (!Call(c.get(), wire::kProperty, meta, &answer).ok()) return false;
   std::string_view in(answer), text;
   Status known;
   if (!wire::GetBatchStatus(&in, &known) || !GetLengthPrefixed(&in, &text) || !known.ok()) {

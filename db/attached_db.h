@@ -6,34 +6,57 @@
 //   BatchPut      RESERVE slots -> copy the parts in -> COMMIT (published as a local put)
 //   BatchGetInto  PIN the values -> copy them out -> UNPIN
 // Everything else is a plain request.  Results, error codes and properties are the
-// owner's.
+// owner's, except "kvengine.attached": the socket path, answered by the client (an
+// owner does not know the property), so a caller can tell an attached DB from its own.
+//
+// A put's slots are reclaimed by the owner after its local_reservation_timeout_ms; the
+// client copies into a slot only within half of that, else the key fails with Aborted.
 //
 // Failures: when the owner dies or stops answering within Options::peer_timeout_ms,
 // every call fails with IOError naming the socket; the next call reconnects, so the
 // client recovers by itself once an owner serves the path again.  Nothing a client held
 // (reservations, pins) outlives its connection on the owner's side.
 //
-// Thread-safety: all methods are thread-safe; calls are served one at a time over one
-// connection.
+// Connections: a pool of up to kMaxConnections, one per call in flight (a call holds one
+// from start to end: a put's RESERVE and COMMIT, a get's PIN and UNPIN go over the same
+// connection, which owns the reservations and pins); more concurrent calls wait for one.
+// The arena is mapped once and shared by the connections that received the same memfd;
+// it is unmapped with the last of them.  After a failure the pool's idle connections
+// are dropped with the failed one: the next call connects afresh.
+//
+// GPU buffers: parts and destinations in device memory are detected as by a DB opened in
+// this process (env/gpu_io.h, docs/gpu.md); a put copies device -> its reserved slot, a
+// get copies its pinned value -> device, both straight by DMA once the mapping is
+// page-locked (cudaHostRegister, on first use), else through the staging ring.
+//
+// Thread-safety: all methods are thread-safe; calls of different threads run at once,
+// each on its own connection.
 #ifndef KVENGINE_DB_ATTACHED_DB_H_
 #define KVENGINE_DB_ATTACHED_DB_H_
 
+#include <condition_variable>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "kvengine/db.h"
+#include "util/logging.h"
 
 namespace kvengine {
 
 class AttachedDB final : public DB {
  public:
+  // Connections one client opens to its owner at most.
+  static constexpr size_t kMaxConnections = 16;
+
   AttachedDB(const Options& options, std::string socket_path);
   ~AttachedDB() override;
 
-  // Connects to the owner; IOError naming the socket when it cannot, or the owner's
-  // refusal.
+  // Connects to the owner (the pool's first connection); IOError naming the socket when
+  // it cannot, or the owner's refusal.
   Status Connect();
 
   Status Close() override;
@@ -60,33 +83,42 @@ class AttachedDB final : public DB {
   bool GetProperty(const std::string& name, std::string* value) override;
 
  private:
-  // REQUIRES: mu_ held.
-  Status ConnectLocked();
-  void DisconnectLocked();
-  // Sends one request and reads its answer's metadata, connecting first when needed.
-  // Any transport failure drops the connection and returns IOError naming the socket.
-  Status CallLocked(uint8_t op, const std::string& meta, std::string* answer);
+  struct ArenaMapping;
+  struct Connection;
+  class Checkout;
+
+  // An idle connection of the pool, or a new one.
+  Status Acquire(std::unique_ptr<Connection>* conn);
+  // Back to the pool, or closed when it failed, the DB closed or connections failed
+  // since it was opened.
+  void Release(std::unique_ptr<Connection> conn);
+  // Opens conn: connect, receive the arena (mapped, or the mapping already shared).
+  Status Open(Connection* conn);
+  // Sends one request on conn and reads its answer's metadata.  Any transport failure
+  // drops the connection and returns IOError naming the socket.
+  Status Call(Connection* conn, uint8_t op, const std::string& meta, std::string* answer);
   // A one-way request (UNPIN); a failure drops the connection.
-  void SendLocked(uint8_t op, const std::string& meta);
+  void Send(Connection* conn, uint8_t op, const std::string& meta);
   // A request whose answer is a batch status and per-key results.
   Status CallForResults(uint8_t op, const std::string& meta, size_t expected,
                         std::vector<int64_t>* results);
   // A request whose answer is a batch status and one fixed64.
   Status CallForCount(uint8_t op, const std::string& meta, uint64_t* count);
   Status CheckBatch(size_t keys, size_t others, const void* results, const char* what) const;
-  Status Lost(const std::string& what);
-  // The arena address of [offset, offset + size), or nullptr when outside the mapping.
-  char* ArenaAt(uint64_t offset, uint64_t size) const;
+  // Closes conn and retires the pool's idle connections; IOError naming the socket.
+  Status Lost(Connection* conn, const std::string& what);
 
   const Options options_;
   const std::string socket_path_;
+  Logger logger_;  // GPU staging's messages
 
-  std::mutex mu_;  // one request at a time; guards everything below
+  std::mutex mu_;  // guards everything below
+  std::condition_variable released_;
   bool closed_ = false;
-  int fd_ = -1;
-  char* arena_ = nullptr;
-  uint64_t arena_size_ = 0;
-  uint64_t next_request_ = 0;
+  std::vector<std::unique_ptr<Connection>> idle_;
+  size_t open_ = 0;                    // connections idle or in use
+  uint64_t generation_ = 0;            // bumped by every loss: older idle connections are retired
+  std::weak_ptr<ArenaMapping> arena_;  // the connections' mapping, while one holds it
   std::map<uintptr_t, size_t> registered_buffers_;  // start -> length
 };
 

@@ -224,6 +224,7 @@ Status DBImpl::StartLocalServer() {
 Status DBImpl::Close() {
   PerfPoint perf(PerfKey::db_close);
   CallLog log(&logger_, "close", nullptr);
+  std::lock_guard<std::mutex> closing(close_mu_);
   // Attached clients go first: their sessions hold reservations and pins in the arena.
   if (local_server_ != nullptr) {
     local_server_->Stop();

@@ -152,6 +152,10 @@ class DBImpl final : public DB {
   std::mutex flush_mu_;           // one Flush at a time
   uint64_t flushed_through_ = 0;  // guarded by flush_mu_: versions made durable by Flush
 
+  // One Close at a time, held for all of it: Close stops and destroys the local server
+  // and the peers before it takes lifecycle_mu_ (their requests hold lifecycle_mu_
+  // shared), so without it two Close calls would both reach local_server_.
+  std::mutex close_mu_;
   // Calls hold it shared; Close holds it exclusively, so Close waits for calls in flight.
   mutable std::shared_mutex lifecycle_mu_;
   bool closed_ = false;  // guarded by lifecycle_mu_

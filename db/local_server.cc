@@ -4,7 +4,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <map>
 #include <unordered_map>
 #include <vector>
 
@@ -45,9 +47,11 @@ class LocalServer::Session {
         "attached client pid " + std::to_string(conn_->pid) + " uid " + std::to_string(conn_->uid);
     for (;;) {
       // Idle clients may wait forever; a frame once begun must arrive within the timeout.
+      // Their reservations may not: they are reclaimed while waiting.
       wire::FrameHeader h;
       std::string meta;
       Status s = WaitForRequest();
+      ExpireReservations();
       if (s.ok()) {
         s = ReadFrame(conn_->fd, DeadlineIn(server_->options_.peer_timeout_ms), &h, &meta,
                       &server_->stopping_);
@@ -73,9 +77,16 @@ class LocalServer::Session {
   }
 
  private:
+  using Clock = std::chrono::steady_clock;
+
   struct Lease {
     MemoryTier::Handle handle;
     MemoryTier::Reservation staging;
+  };
+
+  struct Held {  // a reserved slot not yet committed
+    MemoryTier::Reservation slot;
+    Clock::time_point expires;  // Clock::time_point::max(): never
   };
 
   Status WaitForRequest() {
@@ -84,7 +95,34 @@ class LocalServer::Session {
       pollfd p{conn_->fd, POLLIN, 0};
       const int n = poll(&p, 1, 100);
       if (n > 0) return Status::OK();
+      ExpireReservations();
     }
+  }
+
+  Clock::time_point ReservationDeadline() const {
+    const uint64_t ms = server_->options_.local_reservation_timeout_ms;
+    return ms == 0 ? Clock::time_point::max() : Clock::now() + std::chrono::milliseconds(ms);
+  }
+
+  // Gives back the slots reserved longer than local_reservation_timeout_ms ago.  Ids
+  // grow with time, so the oldest come first.
+  void ExpireReservations() {
+    const Clock::time_point now = Clock::now();
+    size_t expired = 0;
+    while (!reservations_.empty() && reservations_.begin()->second.expires <= now) {
+      expired_ids_.insert(reservations_.begin()->first);
+      reservations_.erase(reservations_.begin());
+      expired++;
+    }
+    while (expired_ids_.size() > kMaxHeldPerConnection) expired_ids_.erase(expired_ids_.begin());
+    if (expired == 0) return;
+    server_->reservations_expired_.fetch_add(expired);
+    server_->logger_->Logf(
+        LogLevel::kWarn,
+        "local: attached client pid %d held %zu reserved slots longer than "
+        "local_reservation_timeout_ms (%llu): given back",
+        static_cast<int>(conn_->pid), expired,
+        static_cast<unsigned long long>(server_->options_.local_reservation_timeout_ms));
   }
 
   bool Answer(const wire::FrameHeader& h, const std::string& meta) {
@@ -146,20 +184,22 @@ class LocalServer::Session {
           const uint64_t id = ++next_id_;
           results[i] = kLookupPinned;
           locs[i] = {OffsetOf(r.data()), extra[i], 0, id};
-          reservations_.emplace(id, std::move(r));
+          reservations_.emplace(id, Held{std::move(r), ReservationDeadline()});
         }
         return AnswerLocations(h, results, locs);
       }
       case wire::kCommit: {
         if (!get_keys(true)) return false;
+        ExpireReservations();  // exactly at the timeout, not at the next poll
         results.assign(keys.size(), 0);
         for (size_t i = 0; i < keys.size(); i++) {
           auto it = reservations_.find(extra[i]);
           if (it == reservations_.end()) {
-            results[i] = Status::InvalidArgument("").ErrorCode();
+            const bool expired = expired_ids_.erase(extra[i]) != 0;
+            results[i] = (expired ? Status::Aborted("") : Status::InvalidArgument("")).ErrorCode();
             continue;
           }
-          results[i] = db_->CommitForClient(keys[i], &it->second).ErrorCode();
+          results[i] = db_->CommitForClient(keys[i], &it->second.slot).ErrorCode();
           reservations_.erase(it);  // abandons it when the commit failed
         }
         return AnswerResults(h, Status::OK(), results);
@@ -266,8 +306,9 @@ class LocalServer::Session {
   Connection* const conn_;
   const char* const base_;
   uint64_t next_id_ = 0;
-  Status answer_error_;  // why the last answer could not be sent
-  std::unordered_map<uint64_t, MemoryTier::Reservation> reservations_;
+  Status answer_error_;                    // why the last answer could not be sent
+  std::map<uint64_t, Held> reservations_;  // by id: oldest first
+  std::set<uint64_t> expired_ids_;         // reclaimed, not yet named by a COMMIT
   std::unordered_map<uint64_t, Lease> leases_;
 };
 
@@ -368,6 +409,7 @@ void LocalServer::Admit(int fd) {
   std::string meta;
   wire::PutBatchStatus(&meta, s);
   PutFixed64(&meta, s.ok() ? db_->arena().size() : 0);
+  PutFixed64(&meta, options_.local_reservation_timeout_ms);  // the client's copy deadline
   Status sent = SendDescriptor(fd, s.ok() ? db_->arena().fd() : -1, deadline);
   if (sent.ok()) sent = SendFrame(fd, wire::kAttach, wire::kFlagResponse, 0, meta, {}, deadline);
   if (!s.ok() || !sent.ok()) {

@@ -14,6 +14,9 @@
 // (the client exits or is killed) they are given back, so a dead client never leaks
 // arena space and never leaves a partial value visible.
 //
+// A slot reserved and not committed within Options::local_reservation_timeout_ms is
+// given back; the client's later COMMIT of it fails with Aborted.
+//
 // One thread per connection: a client that stops reading stalls only its own thread
 // (and gives up after peer_timeout_ms).
 //
@@ -55,6 +58,9 @@ class LocalServer {
   const std::string& path() const { return path_; }
   uint64_t accepted() const { return accepted_.load(); }
   uint64_t refused() const { return refused_.load(); }
+  // Reserved slots given back because their client held them past
+  // Options::local_reservation_timeout_ms.
+  uint64_t reservations_expired() const { return reservations_expired_.load(); }
 
  private:
   struct Connection;
@@ -79,7 +85,7 @@ class LocalServer {
   std::list<std::unique_ptr<Connection>> connections_;  // guarded by mu_
   bool stopped_ = false;                                // guarded by mu_
 
-  std::atomic<uint64_t> accepted_{0}, refused_{0};
+  std::atomic<uint64_t> accepted_{0}, refused_{0}, reservations_expired_{0};
 };
 
 }  // namespace kvengine

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <memory>
@@ -234,9 +235,37 @@ std::vector<Result> RunMemcpy(const BenchContext& b) {
       c.Record(start, 1, 1, vs);
     };
   }));
+  // The vLLM shapes: a request's layers come from (vllm_write) or go to (vllm_get)
+  // --num_layers distinct buffers of the thread, one per layer, each value_size bytes,
+  // which together rarely stay in cache as the single buffers above do.  Value k comes
+  // from (goes to) layer buffer k % num_layers.
+  const uint64_t layers = std::max<uint64_t>(1, b.config->num_layers);
+  for (const bool write : {true, false}) {
+    results.push_back(RunParallel(b.Spec(num), [&, write](ThreadContext& ctx) -> OpFn {
+      const uint64_t begin = ctx.SliceBegin(num), span = ctx.SliceEnd(num) - begin;
+      auto buffers = std::make_shared<std::vector<AlignedBuffer>>();
+      for (uint64_t l = 0; l < layers; l++) {
+        buffers->emplace_back(vs);
+        std::memcpy(buffers->back().data(), b.pool->For(l).data(), vs);
+      }
+      return [&, begin, span, buffers, write](ThreadContext& c) {
+        const uint64_t k = begin + c.ops_done() % span;
+        char* layer = (*buffers)[c.ops_done() % layers].data();
+        const auto start = Clock::now();
+        if (write) {
+          std::memcpy(region + k * vs, layer, vs);
+        } else {
+          std::memcpy(layer, region + k * vs, vs);
+        }
+        c.Record(start, 1, 1, vs);
+      };
+    }));
+  }
   ::munmap(mapped, region_size);
   results[0].benchmark = "memcpy";
   results[1].benchmark = "memcpy_read";
+  results[2].benchmark = "memcpy_layers";
+  results[3].benchmark = "memcpy_layers_read";
   return results;
 }
 

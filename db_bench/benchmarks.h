@@ -43,7 +43,8 @@ Result RunGcChurn(const BenchContext& b);
 // engine's garbage collection run to completion; MB/s are bytes reclaimed per second.
 Result RunCompact(const BenchContext& b);
 
-// memcpy then memcpy_read.
+// memcpy, memcpy_read, then memcpy_layers and memcpy_layers_read (the vLLM requests'
+// shape: --num_layers distinct buffers per thread).
 std::vector<Result> RunMemcpy(const BenchContext& b);
 Result RunRawWrite(const BenchContext& b);
 Result RunRawRead(const BenchContext& b);

@@ -49,6 +49,9 @@ struct EngineConfig {
   std::string peer_transport = "tcp";
   std::string auth_token_file;
   uint64_t data_set_bytes = 0;
+  // kvengine: attach to the owner serving this socket instead of opening `path`; "child":
+  // start a child process that owns a fresh DB at `path` and serves it.
+  std::string attach;
 };
 
 class Engine {
@@ -98,6 +101,10 @@ class Engine {
 };
 
 std::unique_ptr<Engine> NewKvengineEngine();
+// The owner child of --attach (argv: "--serve_attached", SOCKET, PATH, name=value...):
+// opens the DB at PATH with those options and local_listen=SOCKET, prints "ready" on
+// stdout, and serves until its stdin closes (kv_bench exited).  The exit status.
+int ServeAttached(int argc, char** argv);
 // A kvengine peer reached through kvengine::Transport (peer_engine.cc).  Open fails with
 // a Status naming the peer when it cannot be reached.
 std::unique_ptr<Engine> NewPeerEngine();

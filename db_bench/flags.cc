@@ -34,7 +34,9 @@ DEFINE_string(benchmarks, "memcpy,rawwrite,rawread,vllm_write,vllm_exist,vllm_ge
               "(kvengine's GC thread may reclaim during the deletes: "
               "--options=gc_interval_ms=0 times all of it)\n"
               "  memcpy       baseline: memcpy of the same bytes (write pattern, then read "
-              "pattern as memcpy_read)\n"
+              "pattern as memcpy_read; then memcpy_layers and memcpy_layers_read, the same "
+              "from and into --num_layers distinct buffers, the shape of vllm_write and "
+              "vllm_get)\n"
               "  rawwrite     baseline: O_DIRECT sequential write of the same bytes to a file "
               "in the DB directory\n"
               "  rawread      baseline: O_DIRECT sequential read of that file\n"
@@ -123,6 +125,12 @@ DEFINE_string(peer_transport, "tcp",
 DEFINE_string(auth_token_file, "",
               "File holding the shared secret the peer requires (kv_server requires one when "
               "it listens on an address other than loopback; see docs/transport.md)");
+DEFINE_string(attach, "",
+              "Run the kvengine benchmarks from this process attached (DB::Attach, "
+              "docs/attach.md) to a DB another process owns: --attach=SOCKET attaches to an "
+              "owner serving SOCKET (kv_server --local_listen=SOCKET; its options are the "
+              "DB's), --attach alone starts a child process that owns a fresh DB in the "
+              "kvengine directory (with --memory and --options) and serves this one");
 DEFINE_double(progress_interval, 5,
               "Seconds between progress lines on stderr during a benchmark (0: none)");
 
@@ -362,6 +370,10 @@ bool ValidateFlags(BenchConfig* c, std::string* error) {
   c->progress_interval = FLAGS_progress_interval;
   c->peer = FLAGS_peer;
   c->peer_transport = FLAGS_peer_transport;
+  c->attach = FLAGS_attach;
+  if (!c->attach.empty() && FLAGS_engine != "kvengine") {
+    return Fail(error, "attach", FLAGS_attach, "only with --engine=kvengine");
+  }
   c->auth_token_file = FLAGS_auth_token_file;
   return true;
 }

@@ -49,7 +49,12 @@ struct BenchConfig {
   std::string peer;  // HOST:PORT, checked; "" : serve one in this process
   std::string peer_transport;
   std::string auth_token_file;  // readable and not empty when set
+  // kvengine attached to an owner: its socket, or kAttachOwnChild to start one.
+  std::string attach;
 };
+
+// --attach given alone: kv_bench starts the owner itself.
+inline constexpr char kAttachOwnChild[] = "child";
 
 // Checks every flag and fills *config.  On a bad flag returns false and stores a message
 // that names the flag, the value and what is accepted in *error.

@@ -18,7 +18,11 @@
 #include <gflags/gflags.h>
 
 #include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
 
+#include "db_bench/engine.h"
 #include "db_bench/flags.h"
 #include "db_bench/suite.h"
 
@@ -31,6 +35,18 @@ int main(int argc, char** argv) {
       "  fillrandom   :    4392.180 micros/op 227 ops/sec 8.784 seconds 2000 operations;  "
       "227.7 MB/s\n"
       "where seconds is the time spent in the timed calls (by the slowest thread).");
+  if (argc >= 2 && std::strcmp(argv[1], "--serve_attached") == 0) {
+    return kvbench::ServeAttached(argc, argv);
+  }
+  // --attach alone (a string flag wants a value): kv_bench starts the owner itself.
+  std::vector<std::string> args(argv, argv + argc);
+  std::vector<char*> rewritten;
+  for (auto& a : args) {
+    if (a == "--attach" || a == "-attach") a = std::string("--attach=") + kvbench::kAttachOwnChild;
+    rewritten.push_back(a.data());
+  }
+  rewritten.push_back(nullptr);
+  argv = rewritten.data();
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   if (argc > 1) {
     std::fprintf(stderr, "kv_bench: unexpected argument '%s' (flags look like --name=value)\n",

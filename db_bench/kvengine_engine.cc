@@ -1,14 +1,107 @@
-// The kvengine adapter: a thin pass-through to kvengine::DB.
+// The kvengine adapter: a thin pass-through to kvengine::DB, opened in this process or
+// attached to an owner process (--attach).
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
 
 #include "db_bench/engine.h"
+#include "db_bench/flags.h"
 #include "kvengine/db.h"
 
 namespace kvbench {
 namespace {
+
+// The DB's options from the engine config: memory budget, then --options in order.
+Status EngineOptions(const EngineConfig& config, kvengine::Options* options) {
+  Status s = options->Set("memory_capacity_bytes", std::to_string(config.memory_budget));
+  for (const auto& [name, value] : config.kvengine_options) {
+    if (s.ok()) s = options->Set(name, value);
+  }
+  options->create_if_missing = !config.use_existing;
+  return s;
+}
+
+// The owner process --attach starts: a re-executed kv_bench (ServeAttached) that holds
+// the DB until its stdin, the write end of which only this object holds, closes.
+class OwnerChild {
+ public:
+  ~OwnerChild() { Stop(); }
+
+  Status Start(const EngineConfig& config, const std::string& socket) {
+    std::vector<std::string> args{
+        "kv_bench",
+        "--serve_attached",
+        socket,
+        config.path,
+        "memory_capacity_bytes=" + std::to_string(config.memory_budget),
+        std::string("create_if_missing=") + (config.use_existing ? "false" : "true")};
+    for (const auto& [name, value] : config.kvengine_options) args.push_back(name + "=" + value);
+    int to_child[2], from_child[2];
+    if (pipe2(to_child, O_CLOEXEC) != 0) return Status::IOError("pipe");
+    if (pipe2(from_child, O_CLOEXEC) != 0) {
+      close(to_child[0]);
+      close(to_child[1]);
+      return Status::IOError("pipe");
+    }
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(to_child[0], 0);
+      dup2(from_child[1], 1);
+      execv("/proc/self/exe", argv.data());
+      _exit(127);
+    }
+    close(to_child[0]);
+    close(from_child[1]);
+    stdin_ = to_child[1];
+    if (pid_ < 0) {
+      close(from_child[0]);
+      return Status::IOError("fork");
+    }
+    // Wait for "ready" (the DB is open and serving), at most 60 s (a large arena is
+    // pre-faulted at open).
+    std::string said;
+    char buf[256];
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (said.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+      pollfd p{from_child[0], POLLIN, 0};
+      if (poll(&p, 1, 100) <= 0) continue;
+      const ssize_t n = read(from_child[0], buf, sizeof(buf));
+      if (n <= 0) break;
+      said.append(buf, static_cast<size_t>(n));
+    }
+    close(from_child[0]);
+    if (said.rfind("ready", 0) != 0) {
+      Stop();
+      return Status::IOError("the owner process did not start", said);
+    }
+    return Status::OK();
+  }
+
+  // Closes its stdin (it closes the DB and exits) and reaps it.
+  void Stop() {
+    if (stdin_ >= 0) close(stdin_);
+    stdin_ = -1;
+    if (pid_ > 0) waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+  int stdin_ = -1;
+};
 
 class KvengineEngine : public Engine {
  public:
@@ -17,14 +110,11 @@ class KvengineEngine : public Engine {
   const char* Name() const override { return "kvengine"; }
 
   Status Open(const EngineConfig& config) override {
-    kvengine::Options options;
-    Status s = options.Set("memory_capacity_bytes", std::to_string(config.memory_budget));
-    for (const auto& [name, value] : config.kvengine_options) {
-      if (s.ok()) s = options.Set(name, value);
-    }
-    if (!s.ok()) return s;
-    options.create_if_missing = !config.use_existing;
     write_options_.sync = config.sync;
+    if (!config.attach.empty()) return Attach(config);
+    kvengine::Options options;
+    Status s = EngineOptions(config, &options);
+    if (!s.ok()) return s;
     s = kvengine::DB::Open(options, config.path, &db_);
     if (!s.ok()) return s;
     notes_.push_back("kvengine: memory_capacity_bytes=" + std::to_string(config.memory_budget) +
@@ -37,6 +127,8 @@ class KvengineEngine : public Engine {
     if (!db_) return Status::OK();
     Status s = db_->Close();
     db_.reset();
+    if (owner_) owner_->Stop();  // after the client's close: the owner closes its DB
+    owner_.reset();
     return s;
   }
 
@@ -132,6 +224,28 @@ class KvengineEngine : public Engine {
   std::vector<std::string> Notes() const override { return notes_; }
 
  private:
+  Status Attach(const EngineConfig& config) {
+    std::string socket = config.attach;
+    if (socket == kAttachOwnChild) {
+      socket = config.path + ".sock";  // next to the DB: its directory is the owner's
+      owner_ = std::make_unique<OwnerChild>();
+      Status s = owner_->Start(config, socket);
+      if (!s.ok()) return s;
+    }
+    kvengine::Options options;
+    options.apply_environment = false;
+    Status s = kvengine::DB::Attach(options, socket, &db_);
+    if (!s.ok()) return s;
+    notes_.push_back("kvengine: attached to " + socket +
+                     (owner_
+                          ? " (owner: child process " + std::to_string(owner_->pid()) +
+                                ", memory_capacity_bytes=" + std::to_string(config.memory_budget) +
+                                (config.kvengine_options.empty() ? "" : " plus --options") + ")"
+                          : " (the owner's options)"));
+    return s;
+  }
+
+  std::unique_ptr<OwnerChild> owner_;
   std::unique_ptr<kvengine::DB> db_;
   kvengine::WriteOptions write_options_;
   kvengine::ReadOptions read_options_;
@@ -141,5 +255,35 @@ class KvengineEngine : public Engine {
 }  // namespace
 
 std::unique_ptr<Engine> NewKvengineEngine() { return std::make_unique<KvengineEngine>(); }
+
+int ServeAttached(int argc, char** argv) {
+  if (argc < 4) {
+    std::fprintf(stderr, "kv_bench --serve_attached SOCKET PATH [name=value ...]\n");
+    return 2;
+  }
+  kvengine::Options options;
+  Status s;
+  for (int i = 4; i < argc && s.ok(); i++) {
+    const std::string pair = argv[i];
+    const size_t eq = pair.find('=');
+    s = eq == std::string::npos ? Status::InvalidArgument("not name=value", pair)
+                                : options.Set(pair.substr(0, eq), pair.substr(eq + 1));
+  }
+  if (s.ok()) s = options.Set("local_listen", argv[2]);
+  std::unique_ptr<kvengine::DB> db;
+  if (s.ok()) s = kvengine::DB::Open(options, argv[3], &db);
+  if (!s.ok()) {
+    std::printf("error: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  std::printf("ready\n");
+  std::fflush(stdout);
+  signal(SIGPIPE, SIG_IGN);
+  char c;
+  while (read(0, &c, 1) > 0) {
+  }
+  s = db->Close();
+  return s.ok() ? 0 : 1;
+}
 
 }  // namespace kvbench

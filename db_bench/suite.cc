@@ -27,11 +27,16 @@ const std::set<std::string> kNeedsRequests = {"vllm_exist", "vllm_get"};
 // The baseline whose MB/s each benchmark's is compared with, when the run measured it
 // before: memcpy of the same bytes in the same pattern, the raw disk write for the GC, or
 // a plain socket stream for the peer.
-const std::map<std::string, std::string> kBaselineOf = {
-    {"fillseq", "memcpy"},       {"fillrandom", "memcpy"},      {"overwrite", "memcpy"},
-    {"vllm_write", "memcpy"},    {"readrandom", "memcpy_read"}, {"readseq", "memcpy_read"},
-    {"vllm_get", "memcpy_read"}, {"compact", "rawwrite"},       {"peer_put", "rawsocket"},
-    {"peer_get", "rawsocket"}};
+const std::map<std::string, std::string> kBaselineOf = {{"fillseq", "memcpy"},
+                                                        {"fillrandom", "memcpy"},
+                                                        {"overwrite", "memcpy"},
+                                                        {"vllm_write", "memcpy_layers"},
+                                                        {"readrandom", "memcpy_read"},
+                                                        {"readseq", "memcpy_read"},
+                                                        {"vllm_get", "memcpy_layers_read"},
+                                                        {"compact", "rawwrite"},
+                                                        {"peer_put", "rawsocket"},
+                                                        {"peer_get", "rawsocket"}};
 
 std::string CpuModel() {
   std::ifstream in("/proc/cpuinfo");
@@ -154,6 +159,7 @@ bool Suite::OpenSlot(Slot* slot, std::string* error) {
   ec.peer_transport = c_.peer_transport;
   ec.auth_token_file = c_.auth_token_file;
   ec.data_set_bytes = c_.num * c_.value_size;
+  if (slot->name == "kvengine") ec.attach = c_.attach;
   Status s = slot->engine->Open(ec);
   if (!s.ok()) {
     *error = "cannot open " + slot->name + (slot->path.empty() ? "" : " in " + slot->path) + ": " +

@@ -144,21 +144,27 @@ Status GpuIo::GetLane(int device, Lane** lane) {
   return Status::OK();
 }
 
+Status GpuIo::AddSources(std::span<const Slice> parts, Transfer* t) const {
+  t->src.reserve(parts.size());
+  for (const Slice& part : parts) {
+    PointerInfo info;
+    if (part.size() != 0) {
+      Status s = Classify(part.data(), &info);
+      if (!s.ok()) return s;
+    }
+    t->src.push_back({part.data(), part.size(), info.kind});
+  }
+  return Status::OK();
+}
+
 Status GpuIo::PutFromDevice(const std::string& label, int device, std::span<const Slice> parts,
                             uint64_t size, const std::function<Status(const Slice& value)>& store) {
   Lane* lane;
   Status s = GetLane(device, &lane);
   if (!s.ok()) return Labeled(label, s);
   Transfer t;
-  t.src.reserve(parts.size());
-  for (const Slice& part : parts) {
-    PointerInfo info;
-    if (part.size() != 0) {
-      s = Classify(part.data(), &info);
-      if (!s.ok()) return Labeled(label, s);
-    }
-    t.src.push_back({part.data(), part.size(), info.kind});
-  }
+  s = AddSources(parts, &t);
+  if (!s.ok()) return Labeled(label, s);
   std::lock_guard<std::mutex> lock(lane->mu);
   StagingPipeline* pipeline = lane->pipeline.get();
   std::unique_ptr<char[]> heap;
@@ -173,6 +179,21 @@ Status GpuIo::PutFromDevice(const std::string& label, int device, std::span<cons
   s = pipeline->Run(&t);
   if (!s.ok()) return Labeled(label, s);
   return store(Slice(host, size));  // its errors name the key already
+}
+
+Status GpuIo::CopyFromDevice(const std::string& label, int device, std::span<const Slice> parts,
+                             char* dst, uint64_t size) {
+  Lane* lane;
+  Status s = GetLane(device, &lane);  // page-locks the arena on first use
+  if (!s.ok()) return Labeled(label, s);
+  Transfer t;
+  s = AddSources(parts, &t);
+  if (!s.ok()) return Labeled(label, s);
+  const MemoryKind kind = arena_registered_.load() ? MemoryKind::kPinnedHost : MemoryKind::kHost;
+  t.dst.push_back({dst, static_cast<size_t>(size), kind});
+  std::lock_guard<std::mutex> lock(lane->mu);
+  s = lane->pipeline->Run(&t);
+  return s.ok() ? s : Labeled(label, s);
 }
 
 Status GpuIo::CopyToDevice(const std::string& label, int device, const Slice& value, bool in_arena,

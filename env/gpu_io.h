@@ -75,6 +75,14 @@ class GpuIo {
   Status PutFromDevice(const std::string& label, int device, std::span<const Slice> parts,
                        uint64_t size, const std::function<Status(const Slice& value)>& store);
 
+  // Copies the value (the concatenation of parts, `size` bytes, some on `device`) into
+  // `dst`, host memory inside the arena: straight by DMA once the arena is page-locked,
+  // else through the staging ring.  For attached clients (db/attached_db.h), whose puts
+  // land in slots they reserved in the owner's arena: one crossing of the bus, no host
+  // copy.
+  Status CopyFromDevice(const std::string& label, int device, std::span<const Slice> parts,
+                        char* dst, uint64_t size);
+
   // Copies `value` (host memory; in the arena when in_arena) into dest's buffers, filled
   // in order.  REQUIRES: value fits in dest.
   Status CopyToDevice(const std::string& label, int device, const Slice& value, bool in_arena,
@@ -97,6 +105,8 @@ class GpuIo {
   // Returns device's lane, creating it (and page-locking the arena) on first use.
   Status GetLane(int device, Lane** lane);
   Status Classify(const void* ptr, PointerInfo* info) const;
+  // Appends parts to t's sources, each with the kind of memory it is in.
+  Status AddSources(std::span<const Slice> parts, Transfer* t) const;
   Status ScanOne(const void* ptr, size_t size, size_t index, const char* what, int* device);
 
   const StagingOptions staging_options_;

@@ -2,6 +2,7 @@
 // clients (and, for the owner-restart test, as the owner), over a real Unix socket and a
 // real memfd arena.  Every test is bounded in time.
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,9 +15,16 @@
 #include <thread>
 #include <vector>
 
+#include "env/gpu_io.h"
+#include "env/gpu_staging.h"
 #include "gtest/gtest.h"
 #include "kvengine/db.h"
 #include "test/test_util.h"
+#include "transport/read_validation.h"
+#include "transport/socket_util.h"
+#include "transport/unix_socket.h"
+#include "transport/wire.h"
+#include "util/coding.h"
 
 namespace kvengine {
 namespace {
@@ -92,17 +100,92 @@ int WaitExit(pid_t pid) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+// A client speaking the attach protocol frame by frame (docs/attach.md), to behave as
+// DB::Attach never does: reserve and go idle, send and never read.
+class RawClient {
+ public:
+  ~RawClient() {
+    if (arena_ != nullptr) munmap(arena_, arena_size_);
+    if (fd_ >= 0) close(fd_);
+  }
+  Status Connect(const std::string& socket) {
+    const Deadline deadline = DeadlineIn(2000);
+    Status s = ConnectUnix(socket, deadline, &fd_);
+    int arena_fd = -1;
+    if (s.ok()) s = ReceiveDescriptor(fd_, deadline, &arena_fd);
+    wire::FrameHeader h;
+    std::string meta;
+    if (s.ok()) s = ReadFrame(fd_, deadline, &h, &meta);
+    if (!s.ok()) return s;
+    std::string_view in(meta);
+    Status owner;
+    if (!wire::GetBatchStatus(&in, &owner) || !GetFixed64(&in, &arena_size_)) {
+      return Status::Corruption("greeting");
+    }
+    void* p = mmap(nullptr, arena_size_, PROT_READ | PROT_WRITE, MAP_SHARED, arena_fd, 0);
+    close(arena_fd);
+    if (p == MAP_FAILED) return Status::IOError("mmap");
+    arena_ = static_cast<char*>(p);
+    return owner;
+  }
+  Status Send(uint8_t op, const std::string& meta) {
+    return SendFrame(fd_, op, 0, ++next_request_, meta, {}, DeadlineIn(2000));
+  }
+  Status Call(uint8_t op, const std::string& meta, std::string* answer) {
+    Status s = Send(op, meta);
+    wire::FrameHeader h;
+    if (s.ok()) s = ReadFrame(fd_, DeadlineIn(2000), &h, answer);
+    return s;
+  }
+  // One key's RESERVE: its slot's address in the arena and its reservation id.
+  Status Reserve(const std::string& key, uint64_t size, char** slot, uint64_t* id) {
+    std::string meta, answer;
+    const Slice k(key);
+    wire::PutKeys(&meta, std::span<const Slice>(&k, 1), &size);
+    Status s = Call(wire::kReserve, meta, &answer);
+    std::string_view in(answer);
+    Status batch;
+    std::vector<int64_t> results;
+    std::vector<RemoteLocation> locs;
+    if (s.ok() && (!wire::GetBatchStatus(&in, &batch) || !DecodeLocations(&in, &results, &locs) ||
+                   results.size() != 1)) {
+      s = Status::Corruption("RESERVE answer");
+    }
+    if (s.ok() && results[0] < 0) s = Status::FromErrorCode(static_cast<int>(results[0]));
+    if (!s.ok()) return s;
+    *slot = arena_ + locs[0].offset;
+    *id = locs[0].lease;
+    return Status::OK();
+  }
+  // One key's COMMIT: the key's result code.
+  int64_t Commit(const std::string& key, uint64_t id) {
+    std::string meta, answer;
+    const Slice k(key);
+    wire::PutKeys(&meta, std::span<const Slice>(&k, 1), &id);
+    if (!Call(wire::kCommit, meta, &answer).ok()) return 1;
+    std::string_view in(answer);
+    Status batch;
+    std::vector<int64_t> results;
+    if (!wire::GetBatchStatus(&in, &batch) || !wire::GetResults(&in, &results) ||
+        results.size() != 1) {
+      return 2;
+    }
+    return results[0];
+  }
+
+ private:
+  int fd_ = -1;
+  char* arena_ = nullptr;
+  uint64_t arena_size_ = 0;
+  uint64_t next_request_ = 0;
+};
+
 // ------------------------------------------------------------------ children
 
 // Mixed puts, gets, exists and deletes on a shared key space for `seconds`.  Exit 1 on
 // any wrong byte, 2 on an unexpected error.
-int WorkerMain(const std::string& socket, uint64_t seed, double seconds) {
-  std::unique_ptr<DB> db;
-  Status s = DB::Attach(ClientOptions(), socket, &db);
-  if (!s.ok()) {
-    std::fprintf(stderr, "worker: attach: %s\n", s.ToString().c_str());
-    return 2;
-  }
+int WorkLoop(DB* db, uint64_t seed, double seconds) {
+  Status s;
   std::mt19937_64 rng(seed);
   std::vector<char> buf(256 << 10);
   const auto end = Clock::now() + std::chrono::duration<double>(seconds);
@@ -148,6 +231,29 @@ int WorkerMain(const std::string& socket, uint64_t seed, double seconds) {
   return ops > 0 ? 0 : 2;
 }
 
+int WorkerMain(const std::string& socket, uint64_t seed, double seconds) {
+  std::unique_ptr<DB> db;
+  Status s = DB::Attach(ClientOptions(), socket, &db);
+  if (!s.ok()) {
+    std::fprintf(stderr, "worker: attach: %s\n", s.ToString().c_str());
+    return 2;
+  }
+  return WorkLoop(db.get(), seed, seconds);
+}
+
+// WorkLoop on `threads` threads sharing one attached DB (its pool of connections).
+int ThreadedMain(const std::string& socket, int threads, double seconds) {
+  std::unique_ptr<DB> db;
+  if (!DB::Attach(ClientOptions(), socket, &db).ok()) return 2;
+  std::vector<int> codes(threads, 0);
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; t++) {
+    workers.emplace_back([&, t] { codes[t] = WorkLoop(db.get(), 1000 + t, seconds); });
+  }
+  for (auto& w : workers) w.join();
+  return *std::max_element(codes.begin(), codes.end());
+}
+
 // Puts and gets until killed.
 int PutterMain(const std::string& socket, uint64_t seed) {
   std::unique_ptr<DB> db;
@@ -175,6 +281,20 @@ int PutterMain(const std::string& socket, uint64_t seed) {
     size_t n;
     db->GetInto(ReadOptions(), key_slices[0], MutableSlice(buf.data(), buf.size()), &n);
   }
+}
+
+// Sends requests with large answers and never reads one, until killed.  Exit 2 when it
+// cannot even attach.
+int DeafMain(const std::string& socket) {
+  RawClient client;
+  if (!client.Connect(socket).ok()) return 2;
+  std::vector<std::string> names(1024);
+  std::vector<Slice> keys;
+  for (size_t i = 0; i < names.size(); i++) names[i] = "deaf-" + std::to_string(i);
+  keys.assign(names.begin(), names.end());
+  std::string meta;
+  wire::PutKeys(&meta, keys, nullptr);
+  for (;;) client.Send(wire::kExists, meta);  // blocks once both socket buffers are full
 }
 
 // Serves the DB at dir on socket until killed.
@@ -259,6 +379,9 @@ TEST_F(AttachTest, WholeApiThroughAttach) {
   ASSERT_TRUE(db->GetProperty("kvengine.stats", &stats));
   EXPECT_NE(stats.find("memory.items: 1"), std::string::npos) << stats;
   EXPECT_FALSE(db->GetProperty("no.such", &stats));
+  ASSERT_TRUE(db->GetProperty("kvengine.attached", &stats));  // the client's own answer
+  EXPECT_EQ(stats, socket_);
+  EXPECT_FALSE(owner_->GetProperty("kvengine.attached", &stats));
   ASSERT_TRUE(db->DeleteAll(&deleted).ok());
   EXPECT_EQ(deleted, 1u);
   ASSERT_TRUE(db->Close().ok());
@@ -289,12 +412,23 @@ TEST_F(AttachTest, EightProcessesNeverSeeWrongBytes) {
   for (pid_t pid : workers) EXPECT_EQ(WaitExit(pid), 0);
 }
 
+// One client's threads share its pool of connections: every byte right, for calls of
+// many threads at once (beyond the pool's size) while other processes work too.
+TEST_F(AttachTest, ThreadsOfOneClientShareItsConnections) {
+  OpenOwner();
+  const pid_t threaded = Spawn({"--threaded", socket_, "24", "2"});
+  const pid_t other = Spawn({"--worker", socket_, "77", "2"});
+  EXPECT_EQ(WaitExit(threaded), 0);
+  EXPECT_EQ(WaitExit(other), 0);
+}
+
 TEST_F(AttachTest, KilledClientsLeakNothing) {
   OpenOwner();
   std::mt19937_64 rng(7);
   for (int round = 0; round < 60; round++) {
     const pid_t pid = Spawn({"--putter", socket_, std::to_string(round)});
-    std::this_thread::sleep_for(std::chrono::milliseconds(5 + rng() % 40));
+    // Mostly mid-put; every tenth round long enough for a slow start (TSan) to put.
+    std::this_thread::sleep_for(std::chrono::milliseconds(5 + rng() % 40 + (round % 10 ? 0 : 300)));
     kill(pid, SIGKILL);
     WaitExit(pid);
   }
@@ -356,6 +490,182 @@ TEST_F(AttachTest, OwnerKilledThenRestartedClientsRecover) {
   EXPECT_EQ(v, "3");
   kill(owner, SIGKILL);
   WaitExit(owner);
+}
+
+// Close may be called from several threads at once (and again by the destructor): the
+// local server is stopped once, while attached clients are busy.  TSan checks the race.
+TEST_F(AttachTest, ConcurrentClosesOfTheOwner) {
+  for (int round = 0; round < 5; round++) {
+    OpenOwner();
+    const pid_t worker = Spawn({"--worker", socket_, std::to_string(round + 1), "2"});
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::vector<std::thread> closers;
+    for (int i = 0; i < 4; i++) {
+      closers.emplace_back([this] { EXPECT_TRUE(owner_->Close().ok()); });
+    }
+    for (auto& t : closers) t.join();
+    owner_.reset();
+    kill(worker, SIGKILL);  // its calls fail once the owner is gone; it need not finish
+    WaitExit(worker);
+  }
+}
+
+// A client alive but idle in the middle of a put: the owner gives its slot back after
+// local_reservation_timeout_ms, another value may take the room, and the late COMMIT
+// fails with Aborted without publishing anything.
+TEST_F(AttachTest, IdleReservationsAreReclaimed) {
+  Options options = OwnerOptions(socket_);
+  options.local_reservation_timeout_ms = 300;
+  ASSERT_TRUE(DB::Open(options, dir_.Sub("db"), &owner_).ok());
+  RawClient client;
+  ASSERT_TRUE(client.Connect(socket_).ok());
+  const size_t size = 64 << 10;
+  char* slot = nullptr;
+  uint64_t id = 0;
+  const auto t0 = Clock::now();
+  ASSERT_TRUE(client.Reserve("late", size, &slot, &id).ok());
+  std::memset(slot, 'L', size);
+  EXPECT_GT(Stat(owner_.get(), "memory.allocated_bytes"), 0u);
+  while (Stat(owner_.get(), "memory.allocated_bytes") != 0 &&
+         Clock::now() - t0 < std::chrono::seconds(5)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(Stat(owner_.get(), "memory.allocated_bytes"), 0u);
+  EXPECT_GE(Clock::now() - t0, std::chrono::milliseconds(300));
+  // The room is free again: another value takes it.
+  const std::string other(size, 'O');
+  ASSERT_TRUE(owner_->Put(WriteOptions(), "other", other).ok());
+  EXPECT_EQ(client.Commit("late", id), Status::Aborted("").ErrorCode());
+  std::string v;
+  EXPECT_TRUE(owner_->Get(ReadOptions(), "late", &v).IsNotFound());
+  ASSERT_TRUE(owner_->Get(ReadOptions(), "other", &v).ok());
+  EXPECT_TRUE(v == other);
+  // An id never granted is still a plain mistake.
+  EXPECT_EQ(client.Commit("late", id + 1000), Status::InvalidArgument("").ErrorCode());
+}
+
+// Through DB::Attach: a put that cannot copy within half the owner's timeout fails
+// with a status that says why, and leaves nothing behind.
+TEST_F(AttachTest, PutThatOutlivesItsReservationFailsCleanly) {
+  Options options = OwnerOptions(socket_);
+  options.local_reservation_timeout_ms = 1;  // every copy comes too late
+  ASSERT_TRUE(DB::Open(options, dir_.Sub("db"), &owner_).ok());
+  std::unique_ptr<DB> db;
+  ASSERT_TRUE(DB::Attach(ClientOptions(), socket_, &db).ok());
+  Status s = db->Put(WriteOptions(), "k", std::string(4096, 'x'));
+  EXPECT_TRUE(s.IsAborted()) << s.ToString();
+  EXPECT_NE(s.ToString().find("local_reservation_timeout_ms"), std::string::npos) << s.ToString();
+  std::string v;
+  EXPECT_TRUE(owner_->Get(ReadOptions(), "k", &v).IsNotFound());
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (Stat(owner_.get(), "memory.allocated_bytes") != 0 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(Stat(owner_.get(), "memory.allocated_bytes"), 0u);
+  // Without a timeout the same put succeeds.
+  ASSERT_TRUE(owner_->Close().ok());
+  owner_.reset();
+  db.reset();
+  options.local_reservation_timeout_ms = 0;
+  ASSERT_TRUE(DB::Open(options, dir_.Sub("db"), &owner_).ok());
+  ASSERT_TRUE(DB::Attach(ClientOptions(), socket_, &db).ok());
+  EXPECT_TRUE(db->Put(WriteOptions(), "k", std::string(4096, 'x')).ok());
+}
+
+// A client that sends requests and never reads the answers stalls only its own
+// connection: another client's calls keep being answered promptly meanwhile.
+TEST_F(AttachTest, ClientThatStopsReadingStallsOnlyItself) {
+  Options options = OwnerOptions(socket_);
+  options.peer_timeout_ms = 3000;  // how long the owner waits on the deaf client's answers
+  ASSERT_TRUE(DB::Open(options, dir_.Sub("db"), &owner_).ok());
+  const pid_t deaf = Spawn({"--deaf", socket_});
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // its socket fills up
+  std::unique_ptr<DB> db;
+  ASSERT_TRUE(DB::Attach(ClientOptions(), socket_, &db).ok());
+  std::mt19937_64 rng(5);
+  std::vector<char> buf(64 << 10);
+  Clock::duration worst{};
+  int ops = 0;
+  const auto end = Clock::now() + std::chrono::milliseconds(1500);
+  while (Clock::now() < end) {
+    const std::string key = "live" + std::to_string(ops % 16);
+    const auto t0 = Clock::now();
+    ASSERT_TRUE(db->Put(WriteOptions(), key, ValueFor(key, rng, 32 << 10)).ok());
+    size_t n = 0;
+    ASSERT_TRUE(db->GetInto(ReadOptions(), key, MutableSlice(buf.data(), buf.size()), &n).ok());
+    ASSERT_TRUE(ValueIsFor(key, buf.data(), n));
+    std::vector<int64_t> r;
+    ASSERT_TRUE(db->BatchExists(std::vector<Slice>{key}, &r).ok());
+    worst = std::max(worst, Clock::now() - t0);
+    ops++;
+  }
+  // Still stuck, not gone: the owner has not given up on it yet.
+  EXPECT_EQ(waitpid(deaf, nullptr, WNOHANG), 0);
+  kill(deaf, SIGKILL);
+  WaitExit(deaf);
+  EXPECT_GT(ops, 10);
+  EXPECT_LT(worst, std::chrono::milliseconds(1000))
+      << std::chrono::duration_cast<std::chrono::milliseconds>(worst).count() << " ms";
+}
+
+// Device buffers of an attached client, on the CPU: host buffers the hooks call memory
+// of device 0, copied by HostCopiers.  A put goes device -> its reserved slot, a get
+// pinned value -> device; both arrive bit-exact, and through the copier, not memcpy.
+TEST_F(AttachTest, DeviceBuffersOfAnAttachedClient) {
+  std::string device_src(300 << 10, 0), device_dst(300 << 10, 0);
+  std::mt19937_64 rng(3);
+  for (char& c : device_src) c = static_cast<char>(rng());
+  std::atomic<uint64_t> copied{0};
+  GpuIo::Hooks hooks;
+  hooks.classify = [&](const void* p, PointerInfo* info) {
+    for (const std::string* s : {&device_src, &device_dst}) {
+      if (p >= s->data() && p < s->data() + s->size()) {
+        info->kind = MemoryKind::kDevice;
+        info->device = 0;
+        return true;
+      }
+    }
+    return false;
+  };
+  hooks.new_copier = [&](int, std::unique_ptr<DeviceCopier>* result) {
+    HostCopier::Faults faults;
+    faults.fail_complete = [&](const void*, const void*, size_t n) {
+      copied += n;  // counts the bytes; fails nothing
+      return false;
+    };
+    *result = std::make_unique<HostCopier>(std::move(faults));
+    return Status::OK();
+  };
+  GpuIo::SetHooksForTesting(&hooks);
+  OpenOwner();
+  std::unique_ptr<DB> db;
+  ASSERT_TRUE(DB::Attach(ClientOptions(), socket_, &db).ok());
+  // A value from two device parts and a host part.
+  const std::string host_part(1000, 'h');
+  std::vector<Slice> keys{"gpu-key"};
+  std::vector<ValueParts> values{{Slice(device_src.data(), 200 << 10), Slice(host_part),
+                                  Slice(device_src.data() + (200 << 10), 100 << 10)}};
+  std::vector<int64_t> r;
+  ASSERT_TRUE(db->BatchPut(WriteOptions(), keys, values, &r).ok());
+  ASSERT_EQ(r[0], 0);
+  const std::string expected =
+      device_src.substr(0, 200 << 10) + host_part + device_src.substr(200 << 10);
+  std::string v;
+  ASSERT_TRUE(owner_->Get(ReadOptions(), "gpu-key", &v).ok());
+  EXPECT_TRUE(v == expected);
+  EXPECT_GE(copied.load(), 300u << 10);  // the device parts went through the copier
+  const uint64_t before = copied.load();
+  // Back into a device buffer (two destinations: device, then host).
+  std::string host_tail(2000, 0);
+  std::vector<Destination> dests{
+      {MutableSlice(device_dst.data(), 300 << 10), MutableSlice(host_tail.data(), 2000)}};
+  ASSERT_TRUE(db->BatchGetInto(ReadOptions(), keys, dests, &r).ok());
+  ASSERT_EQ(r[0], static_cast<int64_t>(expected.size()));
+  EXPECT_TRUE(device_dst + host_tail.substr(0, 1000) == expected);
+  EXPECT_GE(copied.load() - before, 300u << 10);
+  db.reset();
+  owner_.reset();
+  GpuIo::SetHooksForTesting(nullptr);
 }
 
 TEST_F(AttachTest, AnotherUidIsRefused) {
@@ -421,6 +731,10 @@ int main(int argc, char** argv) {
     if (mode == "--putter" && argc == 4) return kvengine::PutterMain(argv[2], std::stoull(argv[3]));
     if (mode == "--owner" && argc == 4) return kvengine::OwnerMain(argv[2], argv[3]);
     if (mode == "--nobody" && argc == 3) return kvengine::NobodyMain(argv[2]);
+    if (mode == "--deaf" && argc == 3) return kvengine::DeafMain(argv[2]);
+    if (mode == "--threaded" && argc == 5) {
+      return kvengine::ThreadedMain(argv[2], std::stoi(argv[3]), std::stod(argv[4]));
+    }
   }
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();

@@ -159,6 +159,7 @@ const std::vector<OptionEntry>& Table() {
       StringOption("local_listen_mode", &Options::local_listen_mode),
       StringOption("local_listen_group", &Options::local_listen_group),
       StringOption("local_allowed_uids", &Options::local_allowed_uids),
+      SizeOption("local_reservation_timeout_ms", &Options::local_reservation_timeout_ms),
       EnumOption("peer_transport", &Options::peer_transport, PeerTransportNames),
       EnumOption("log_level", &Options::log_level, LogLevelNames),
       StringOption("log_file", &Options::log_file),

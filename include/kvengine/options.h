@@ -319,6 +319,16 @@ struct Options {
   // Default: ""
   std::string local_allowed_uids;
 
+  // Longest an attached client may hold a slot it reserved for a put without committing
+  // it (a client that is alive but stopped in the middle of a put).  Past it the owner
+  // gives the slot back to the arena, where another value may take it, and the client's
+  // commit of that slot fails with Aborted and publishes nothing.  The client itself
+  // copies into a slot only while it is younger than half of this, so that its bytes
+  // never land in a slot reclaimed meanwhile.  0: reservations are held until the
+  // connection closes.
+  // Default: 30000
+  uint64_t local_reservation_timeout_ms = 30000;
+
   // ---------------------------------------------------------------- logging
   // Least severe message written to the log: "debug", "info", "warn", "error", "off".
   // Default: warn

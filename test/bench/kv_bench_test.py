@@ -13,6 +13,10 @@ peer:      rawsocket, peer_put and peer_get against the in-process peer (text an
            one and two threads): every key found and verified, ratios and P99 printed.
 peer_server: the same against a separate kv_server process (with an auth token), then
            against it once it has stopped: a clear error and a non-zero exit.
+attach:    the kvengine benchmarks from a client attached to an owner: --attach alone (a
+           child kv_bench owns the DB; gone after the run) and --attach=SOCKET (a
+           kv_server --local_listen); every value verified; a socket nobody serves fails
+           with a clear message.
 """
 import json
 import os
@@ -25,7 +29,8 @@ import tempfile
 ALL = ("fillseq,fillrandom,overwrite,readrandom,readseq,readmissing,existrandom,"
        "deleterandom,vllm_write,vllm_exist,vllm_get,vllm_all,gc_churn,compact,memcpy,rawwrite,"
        "rawread,rawrandread")
-BASELINES = {"memcpy", "memcpy_read", "rawwrite", "rawread", "rawrandread"}
+BASELINES = {"memcpy", "memcpy_read", "memcpy_layers", "memcpy_layers_read", "rawwrite", "rawread",
+             "rawrandread"}
 TINY = ["--num=48", "--value_size=8192", "--num_layers=4", "--memory=64MiB",
         "--progress_interval=0"]
 LINE = re.compile(r"^(\S+)\s+:\s+([0-9.]+) micros/op (\d+) ops/sec ([0-9.]+) seconds "
@@ -318,6 +323,42 @@ def test_peer_server(binary, engines, kv_server):
               f"no clear message for a stopped peer: {err.strip()[-300:]!r}")
 
 
+ATTACH = TINY + ["--json", "--benchmarks=memcpy,fillseq,readrandom,existrandom,vllm_write,"
+                            "vllm_exist,vllm_get,vllm_all"]
+
+
+def test_attach(binary, engines, kv_server):
+    benchmarks = ATTACH[-1].split("=", 1)[1].split(",") + ["memcpy_layers", "memcpy_layers_read"]
+    rc, out, err = run(binary, ATTACH + ["--attach"])
+    check(rc == 0, f"--attach exited {rc}: {err[-2000:]}")
+    check_records(records(out), ["kvengine"], benchmarks)
+    m = re.search(r"attached to (\S+) \(owner: child process (\d+)", err)
+    check(m is not None, f"no note naming the owner child: {err[-1000:]!r}")
+    if m:
+        check(not os.path.exists(f"/proc/{m.group(2)}"), "the owner child outlived kv_bench")
+        check(not os.path.exists(m.group(1)), "the owner's socket was left behind")
+    with tempfile.TemporaryDirectory() as tmp:
+        sock = os.path.join(tmp, "kv.sock")
+        server = subprocess.Popen([kv_server, f"--db={tmp}/server", f"--local_listen={sock}",
+                                   "--options=ssd_capacity_bytes=0,memory_capacity_bytes=64MiB"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            line = server.stdout.readline()  # printed once it serves
+            check(os.path.exists(sock), f"kv_server does not serve {sock}: {line!r}")
+            rc, out, err = run(binary, ATTACH + [f"--attach={sock}"])
+            check(rc == 0, f"--attach={sock} exited {rc}: {err[-2000:]}")
+            check_records(records(out), ["kvengine"], benchmarks)
+            check(f"attached to {sock} (the owner's options)" in err, f"no note: {err[-500:]!r}")
+        finally:
+            server.send_signal(signal.SIGTERM)
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+        rc, out, err = run(binary, ATTACH + [f"--attach={sock}"])
+        check(rc != 0 and sock in err, f"a socket nobody serves gave rc={rc}: {err[-300:]!r}")
+
+
 def main():
     binary, mode = sys.argv[1], sys.argv[2]
     engines = ["kvengine", "rocksdb"] if "--rocksdb" in sys.argv[3:] else ["kvengine"]
@@ -325,7 +366,7 @@ def main():
                      None)
     tests = {"json": test_json, "text": test_text, "threads": test_threads,
              "bad_flags": test_bad_flags}
-    peer_tests = {"peer": test_peer, "peer_server": test_peer_server}
+    peer_tests = {"peer": test_peer, "peer_server": test_peer_server, "attach": test_attach}
     if mode in peer_tests:
         peer_tests[mode](binary, engines, kv_server)
     else:

@@ -33,14 +33,18 @@ build_connector_meta turns the step's scheduler output into picklable metadata. 
 whose load fails is reported by get_block_ids_with_load_errors; vLLM then fails the
 request or recomputes the block, as kv_load_failure_policy says.
 
-One store per process: the scheduler-side and the worker-side connectors of a process
-(and every connector naming the same path) share one open DB.
+One store per host: the scheduler-side and the worker-side connectors of a process (and
+every connector naming the same path) share one handle (SharedStore), and the processes
+of the host share the store: the first to open the path serves the others through
+kvengine's attach, or all attach to a kv_server ("attach": socket); see docs/vllm.md.
 """
 
 import concurrent.futures
 import dataclasses
+import hashlib
 import logging
 import os
+import tempfile
 import threading
 import time
 from typing import Any, Optional
@@ -190,30 +194,139 @@ class KVEnginePromMetrics(KVConnectorPromMetrics):
                 per_engine[engine_idx].observe(value)
 
 
-# ------------------------------------------------------------------ one store per process
+# ------------------------------------------------------------------ one store per host
+
+IO_ERROR = -4  # kvengine's IOError code: what an attached store's calls return when its
+#                owner is gone
+
+
+def default_socket(path):
+    """The Unix socket the first process opening path serves the others on: inside the
+    DB directory, or (a socket path is limited to 107 bytes) in the temporary directory,
+    named after the directory's absolute path."""
+    path = os.path.abspath(path)
+    inside = os.path.join(path, "local.sock")
+    if len(inside.encode()) <= 100:
+        return inside
+    digest = hashlib.sha1(path.encode()).hexdigest()[:16]
+    return os.path.join(tempfile.gettempdir(), "kvengine-%s.sock" % digest)
+
+
+def _lost_owner(result):
+    if isinstance(result, int):
+        return result == IO_ERROR
+    return isinstance(result, list) and len(result) > 0 and all(r == IO_ERROR for r in result)
+
+
+class SharedStore:
+    """One process's handle on a store that every process of the host shares
+    (docs/vllm.md, "One store per host"), with the DB's methods.
+
+    attach=SOCKET: a kv_server (or any process) serves the store on SOCKET; calls made
+    while it is gone fail with IOError, and the engine reconnects by itself once it
+    serves again.  Otherwise the first process that opens path owns the store and serves
+    the others on options["local_listen"] (default_socket(path) unless given; "" turns
+    sharing off).  When that owner goes away, the first call of an attached process that
+    fails with IOError tries to take the store over: it opens path itself, becoming the
+    owner (what the old owner flushed to SSD is there) or attaching to whichever process
+    did first, and the call is made once more."""
+
+    def __init__(self, path=None, attach=None, options=None, takeover_timeout_s=10.0):
+        self._path = path
+        self._attach = attach
+        self._options = dict(options or {})
+        self._takeover_timeout_s = takeover_timeout_s
+        self._lock = threading.Lock()
+        self._generation = 0
+        if attach:
+            self._db = kvengine.attach(attach, **self._options)
+        else:
+            if "local_listen" not in self._options:
+                self._options["local_listen"] = default_socket(path)
+            self._db = self._open()
+
+    def _open(self):
+        deadline = time.monotonic() + self._takeover_timeout_s
+        while True:
+            try:
+                return kvengine.DB(self._path, **self._options)
+            except kvengine.Error as e:
+                # Busy: the directory is held by an owner that does not serve (yet): one
+                # starting, or one closing and flushing.
+                if e.code != -6 or not self._options.get("local_listen") or \
+                        time.monotonic() >= deadline:
+                    raise
+            time.sleep(0.05)
+
+    @property
+    def attached(self):
+        """The socket this process is attached through; None when it owns the store."""
+        return self._db.get_property("kvengine.attached")
+
+    def _take_over(self, generation):
+        """After a call saw the owner gone: makes sure a store is reachable again (a new
+        owner, maybe this process).  False when none is."""
+        with self._lock:
+            if generation != self._generation:
+                return True  # another thread did it
+            db = self._db
+            if db.is_exist("kvengine/owner-probe") >= 0:
+                return True  # an owner serves again: the engine reconnected
+            if self._attach or db.get_property("kvengine.attached") is None:
+                return False  # a kv_server is restarted from outside; an owner's own error
+            try:
+                self._db = self._open()
+            except kvengine.Error as e:
+                logger.warning("kvengine: the store's owner is gone and %s could not be "
+                               "opened: %s", self._path, e)
+                return False
+            self._generation += 1
+            logger.warning("kvengine: the store's owner went away; this process %s %s",
+                           "attached to the new owner of" if self.attached else "now owns",
+                           self._path)
+            # The old handle is dropped, not closed: other threads may be in a call on it.
+            return True
+
+    def __getattr__(self, name):
+        method_name = name
+
+        def call(*args):
+            generation = self._generation
+            result = getattr(self._db, method_name)(*args)
+            if _lost_owner(result) and self._take_over(generation):
+                result = getattr(self._db, method_name)(*args)
+            return result
+
+        return call
+
+    def close(self):
+        with self._lock:
+            return self._db.close()
+
 
 _stores_lock = threading.Lock()
-_stores = {}  # path -> [DB, users]
+_stores = {}  # path or socket -> [SharedStore, users]
 
 
-def _acquire_store(path, options):
+def _acquire_store(path, attach, options):
+    name = attach or path
     with _stores_lock:
-        entry = _stores.get(path)
+        entry = _stores.get(name)
         if entry is None:
-            entry = [kvengine.DB(path, **options), 0]
-            _stores[path] = entry
+            entry = [SharedStore(path, attach, options), 0]
+            _stores[name] = entry
         entry[1] += 1
         return entry[0]
 
 
-def _release_store(path):
+def _release_store(name):
     with _stores_lock:
-        entry = _stores.get(path)
+        entry = _stores.get(name)
         if entry is None:
             return
         entry[1] -= 1
         if entry[1] == 0:
-            del _stores[path]
+            del _stores[name]
             entry[0].close()
 
 
@@ -325,9 +438,12 @@ class KVEngineConnector(KVConnectorBase_V1, SupportsHMA):
                               or "default")
 
         self._path = extra.get("path")
-        if not self._path:
-            raise ValueError("KVEngineConnector needs kv_connector_extra_config['path']")
-        self._db = _acquire_store(self._path, dict(extra.get("options", {})))
+        self._attach = extra.get("attach")
+        if not self._path and not self._attach:
+            raise ValueError("KVEngineConnector needs kv_connector_extra_config['path'] "
+                             "(or ['attach'], the socket of a kv_server)")
+        self._store_name = self._attach or self._path
+        self._db = _acquire_store(self._path, self._attach, dict(extra.get("options", {})))
         self._closed = False
         self._stats = KVEngineConnectorStats()
         self._stats_lock = threading.Lock()
@@ -877,7 +993,7 @@ class KVEngineConnector(KVConnectorBase_V1, SupportsHMA):
         for executor in (self._load_executor, self._save_executor):
             if executor is not None:
                 executor.shutdown(wait=True)
-        _release_store(self._path)
+        _release_store(self._store_name)
 
     @classmethod
     def get_required_kvcache_layout(cls, vllm_config: Any) -> Optional[str]:
