@@ -4,6 +4,8 @@
 #include <sstream>
 #include <thread>
 
+#include "env/etcd_membership.h"
+#include "env/membership.h"
 #include "transport/rdma.h"
 #include "transport/server.h"
 #include "transport/wire.h"
@@ -128,11 +130,24 @@ bool PeerEnv::InPeerRequest() { return peer_request_depth > 0; }
 
 Status PeerEnv::Open(const Options& options, Logger* logger, std::unique_ptr<PeerEnv>* result) {
   result->reset();
-  if (options.peers.empty() && options.listen.empty()) return Status::OK();
+  if (options.peers.empty() && options.listen.empty() && options.cluster.empty()) {
+    return Status::OK();
+  }
   std::unique_ptr<PeerEnv> env(new PeerEnv(options, logger));
-  std::vector<Endpoint> peers;
-  Status s = Endpoint::ParseList(options.peers, &peers);
-  if (!s.ok()) return Status::InvalidArgument("option peers", s.message());
+  Status s;
+  if (options.cluster.empty()) {
+    s = NewStaticMembership(options.peers, &env->membership_);
+  } else if (!options.peers.empty()) {
+    s = Status::InvalidArgument("options peers and cluster", "name one membership, not both");
+  } else {
+    s = NewEtcdMembership(
+        options.cluster, options.cluster_lease_ttl_ms,
+        [logger](LogLevel level, const std::string& line) {
+          if (logger != nullptr) logger->Write(level, line);
+        },
+        &env->membership_);
+  }
+  if (!s.ok()) return s;
   if (!options.listen.empty()) {
     s = Endpoint::Parse(options.listen, &env->listen_);
     if (!s.ok()) return Status::InvalidArgument("option listen", s.message());
@@ -159,13 +174,7 @@ Status PeerEnv::Open(const Options& options, Logger* logger, std::unique_ptr<Pee
     s = RdmaServer::Create(&env->rdma_server_);
     if (!s.ok()) return s;
   }
-  // Drop this host from its own peer list (a shared config names every member).
-  std::string self = options.listen.empty() ? "" : env->listen_.ToString();
-  peers.erase(std::remove_if(peers.begin(), peers.end(),
-                             [&](const Endpoint& e) { return e.ToString() == self; }),
-              peers.end());
-  env->self_ = self;
-  env->SetMembers(std::move(peers));
+  env->self_ = options.listen.empty() ? "" : env->listen_.ToString();
   *result = std::move(env);
   return Status::OK();
 }
@@ -178,7 +187,17 @@ std::shared_ptr<MemoryRegistrar> PeerEnv::Registrar(std::shared_ptr<MemoryRegist
 }
 
 Status PeerEnv::StartServing(DB* db, PinFn pin, const char* arena_base) {
-  if (self_.empty()) return Status::OK();
+  if (!self_.empty()) {
+    Status s = ServePeers(db, std::move(pin), arena_base);
+    if (!s.ok()) return s;
+  }
+  // Members are known from here on: a source that registers this host does so once it
+  // serves, under the port actually bound.
+  return membership_->Start(
+      self_, [this](std::vector<Endpoint> members) { SetMembers(std::move(members)); });
+}
+
+Status PeerEnv::ServePeers(DB* db, PinFn pin, const char* arena_base) {
   service_ = std::make_unique<Service>(db, std::move(pin), arena_base);
   ServerOptions so;
   so.auth_token = token_;
@@ -204,6 +223,8 @@ Status PeerEnv::StartServing(DB* db, PinFn pin, const char* arena_base) {
 }
 
 void PeerEnv::Close() {
+  // Leave first, so that the others stop routing here while requests drain.
+  membership_->Stop();
   closed_.store(true);
   if (server_ != nullptr) server_->Stop();
 }
@@ -214,6 +235,10 @@ std::vector<Endpoint> PeerEnv::Members() const {
 }
 
 void PeerEnv::SetMembers(std::vector<Endpoint> peers) {
+  // Drop this host (a shared list, or the cluster's registry, names every member).
+  peers.erase(std::remove_if(peers.begin(), peers.end(),
+                             [&](const Endpoint& e) { return e.ToString() == self_; }),
+              peers.end());
   auto snapshot = std::make_shared<const std::vector<Endpoint>>(std::move(peers));
   std::lock_guard<std::mutex> lock(members_mu_);
   peers_ = std::move(snapshot);
@@ -632,7 +657,7 @@ std::string PeerEnv::StatsText() const {
       << "mode: " << (options_.peer_mode == PeerMode::kSharded ? "sharded" : "read_through") << "\n"
       << "transport: " << transport_->Name() << "\n"
       << "peers: " << Members().size() << "\n"
-      << "remote_gets: " << remote_gets_.load() << "\n"
+      << membership_->StatsText() << "remote_gets: " << remote_gets_.load() << "\n"
       << "remote_hits: " << remote_hits_.load() << "\n"
       << "remote_puts: " << remote_puts_.load() << "\n"
       << "remote_errors: " << remote_errors_.load() << "\n"

@@ -17,8 +17,9 @@
 // Requests a server receives from peers are answered from the local tiers only (a
 // thread-local scope), so hosts never bounce a request between each other.
 //
-// Membership is a list set at Open; SetMembers() replaces it at run time (a snapshot
-// under a lock), which is where a membership service would feed it.
+// Membership comes from a MembershipSource (env/membership.h): the static `peers` list
+// or a cluster registry.  The source calls SetMembers() with each new member set, which
+// swaps a snapshot under a lock; calls in flight keep the snapshot they started with.
 //
 // Thread-safety: all methods are thread-safe.
 #ifndef KVENGINE_ENV_PEER_ENV_H_
@@ -40,6 +41,7 @@
 namespace kvengine {
 
 class Logger;
+class MembershipSource;
 class RdmaServer;
 class TransportServer;
 struct PinnedValue;
@@ -62,7 +64,7 @@ class PeerEnv {
   // install as Options::memory_registrar.
   std::shared_ptr<MemoryRegistrar> Registrar(std::shared_ptr<MemoryRegistrar> next);
 
-  // Starts serving `db` when Options::listen is set.
+  // Starts serving `db` when Options::listen is set, then starts the membership source.
   Status StartServing(DB* db, PinFn pin, const char* arena_base);
   // Stops accepting and drains requests in flight.  Idempotent.  Calls to peers fail
   // with Aborted afterwards.
@@ -75,7 +77,7 @@ class PeerEnv {
   bool RemoteOwner(const Slice& key, Endpoint* owner) const;
   // The member owning key (its endpoint text; this host's is `listen`).
   std::string OwnerOf(const Slice& key) const;
-  // Replaces the members (peers, not counting this host).
+  // Replaces the members (this host, when named, is dropped).
   void SetMembers(std::vector<Endpoint> peers);
 
   // Batch calls split by owner: this host's keys go to `local` (answered from its own
@@ -126,6 +128,7 @@ class PeerEnv {
   class Service;
   class Chain;
   PeerEnv(const Options& options, Logger* logger);
+  Status ServePeers(DB* db, PinFn pin, const char* arena_base);
   std::vector<Endpoint> Members() const;
   // Splits keys by owner: groups[j] for members[j]; local_idx for this host.
   void Partition(std::span<const Slice> keys, std::vector<Endpoint>* members,
@@ -144,13 +147,15 @@ class PeerEnv {
   Endpoint listen_;
   std::string self_;  // listen_ as text; "" when not serving
   std::unique_ptr<Transport> transport_;
+  std::unique_ptr<MembershipSource> membership_;
   std::unique_ptr<RdmaServer> rdma_server_;
   std::unique_ptr<Service> service_;
   std::unique_ptr<TransportServer> server_;
   std::atomic<bool> closed_{false};
 
   mutable std::mutex members_mu_;
-  std::shared_ptr<const std::vector<Endpoint>> peers_;  // guarded by members_mu_
+  std::shared_ptr<const std::vector<Endpoint>> peers_ =  // guarded by members_mu_
+      std::make_shared<const std::vector<Endpoint>>();
 
   mutable std::atomic<uint64_t> remote_gets_{0}, remote_hits_{0}, remote_errors_{0},
       remote_puts_{0}, promotions_{0};
