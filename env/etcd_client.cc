@@ -411,6 +411,7 @@ Status EtcdClient::Watch(const std::string& prefix, int64_t start_revision, cons
         cancelled = true;
         return false;
       }
+      if (result->value("created", false) && !fn({})) return false;
       const auto events = result->find("events");
       if (events == result->end() || !events->is_array() || events->empty()) continue;
       std::vector<EtcdEvent> batch;

@@ -67,8 +67,8 @@ class EtcdClient {
   // Ends the lease and removes every key bound to it.  NotFound when it was gone.
   Status LeaseRevoke(int64_t id);
 
-  // Receives each batch of events and the highest revision among them; returns false to
-  // stop watching.
+  // Receives each batch of events (an empty one first, once the watch is established);
+  // returns false to stop watching.
   using EventsFn = std::function<bool(const std::vector<EtcdEvent>& events)>;
   // Watches the keys under `prefix` from `start_revision` on.  Returns OK when `fn`
   // asked to stop, Aborted after Interrupt(), IOError when the stream broke or no

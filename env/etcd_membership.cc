@@ -295,7 +295,9 @@ class EtcdMembership final : public MembershipSource {
             if (!connected) {
               connected = true;
               Succeeded();
+              backoff = kFirstBackoffMs;
             }
+            if (events.empty()) return !stopping();
             int64_t last = 0;
             for (const EtcdEvent& e : events) {
               Apply(e.deleted, e.kv, &members);
@@ -316,14 +318,11 @@ class EtcdMembership final : public MembershipSource {
         need_list = true;
         continue;
       }
-      if (!s.ok()) {
-        Failed("watch", s);
-        // Whether etcd is back is learnt by listing: cheap, and it refreshes the set.
-        need_list = true;
-      }
+      // Broken or ended: watch again from the revision after the last one seen, so the
+      // events of the gap arrive then (none is missed).
+      if (!s.ok()) Failed("watch", s);
       if (!Sleep(backoff)) return;
       backoff = std::min(backoff * 2, kMaxBackoffMs);
-      if (s.ok()) backoff = kFirstBackoffMs;
     }
   }
 

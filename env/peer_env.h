@@ -80,6 +80,21 @@ class PeerEnv {
   // Replaces the members (this host, when named, is dropped).
   void SetMembers(std::vector<Endpoint> peers);
 
+  // True when routing keeps replicas (a cluster, or cluster_replicas > 1): keys then go
+  // through the batch calls below or the *Replicated single-key calls, never RemoteOwner.
+  bool Replicated() const;
+  // The owners of key in rendezvous order, at most cluster_replicas of them (endpoint
+  // texts; this host's is `listen`).
+  std::vector<std::string> OwnersOf(const Slice& key) const;
+  // Single keys over the replicas: a put to all owners (OK when one took it); a get
+  // from the first owner that has it (NotFound when none answers with it); a delete
+  // from all.  `local` answers for this host.
+  Status PutReplicated(DB* local, const Slice& key, const Slice& value);
+  Status GetReplicated(DB* local, const Slice& key, std::string* value);
+  Status GetIntoReplicated(DB* local, const Slice& key, MutableSlice buffer, size_t* size);
+  Status DeleteReplicated(DB* local, const Slice& key);
+  Status GetValueSizeReplicated(DB* local, const Slice& key, uint64_t* size);
+
   // Batch calls split by owner: this host's keys go to `local` (answered from its own
   // tiers), the others to their owners, in parallel.
   Status BatchPut(DB* local, const WriteOptions& options, std::span<const Slice> keys,
@@ -133,6 +148,37 @@ class PeerEnv {
   // Splits keys by owner: groups[j] for members[j]; local_idx for this host.
   void Partition(std::span<const Slice> keys, std::vector<Endpoint>* members,
                  std::vector<std::vector<size_t>>* groups, std::vector<size_t>* local_idx) const;
+  // One owner's share of a replicated batch: the keys (indexes into the batch) and
+  // their results.
+  struct OwnerGroup {
+    std::string owner;
+    std::vector<size_t> idx;
+    std::vector<int64_t> r;
+  };
+  using LocalGroupFn = std::function<Status(const std::vector<size_t>& idx, std::vector<int64_t>*)>;
+  using RemoteGroupFn = std::function<Status(const Endpoint& owner, const std::vector<size_t>& idx,
+                                             std::vector<int64_t>*)>;
+  // Runs every group at once: this host's through `local` in a LocalScope, the others'
+  // through `remote`.  A failed call fills its keys' results with its error code.
+  void RunGroups(std::vector<OwnerGroup>* groups, const LocalGroupFn& local,
+                 const RemoteGroupFn& remote);
+  // Each key's owners for one batch (one member snapshot for all).
+  std::vector<std::vector<std::string>> OwnersOfAll(std::span<const Slice> keys) const;
+  // Asks each key its owners in order, one rank at a time, until `done(result)`; keys
+  // no owner settled get NotFound (a failed owner costs a miss, never an error).
+  void AskInOrder(std::span<const Slice> keys, std::vector<int64_t>* results,
+                  const std::function<bool(int64_t)>& done, const LocalGroupFn& local,
+                  const RemoteGroupFn& remote);
+  // Sends each key to all its owners; a key's result is the first owner's success, else
+  // NotFound when one answered NotFound, else the first owner's error.
+  void SendToAll(std::span<const Slice> keys, std::vector<int64_t>* results,
+                 const LocalGroupFn& local, const RemoteGroupFn& remote);
+  // Asks key's owners in order (this host through `local`, in a LocalScope) until one
+  // answers OK; NotFound when none does.
+  Status FromFirstOwner(const Slice& key, const std::function<Status()>& local,
+                        const std::function<Status(const Endpoint&)>& remote);
+  bool IsSelf(const std::string& owner) const { return owner.empty() || owner == self_; }
+
   // Runs `local` in a LocalScope and `remote` for every member, in parallel; sums the
   // counts.  `what` names the call in the error.
   Status DeleteEverywhere(const char* what, const std::function<Status(uint64_t*)>& local,
