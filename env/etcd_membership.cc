@@ -92,12 +92,8 @@ class EtcdMembership final : public MembershipSource {
       out << "lease: " << lease_ << " ttl_ms " << lease_ttl_ms_ << "\n";
     }
     out << "revision: " << revision_ << "\n"
-        << "members: " << members_.size() << "\n";
-    for (const auto& [key, endpoint] : members_) {
-      out << "member: " << endpoint.ToString() << (endpoint.ToString() == self_ ? " self" : "")
-          << " live\n";
-    }
-    out << "ignored_values: " << ignored_values_ << "\n";
+        << "registered: " << members_.size() << "\n"
+        << "ignored_values: " << ignored_values_ << "\n";
     return out.str();
   }
 

@@ -239,6 +239,14 @@ void PeerEnv::SetMembers(std::vector<Endpoint> peers) {
   peers.erase(std::remove_if(peers.begin(), peers.end(),
                              [&](const Endpoint& e) { return e.ToString() == self_; }),
               peers.end());
+  {
+    // Forget the health of members that left.
+    std::lock_guard<std::mutex> lock(health_mu_);
+    std::erase_if(failing_, [&](const auto& f) {
+      return std::none_of(peers.begin(), peers.end(),
+                          [&](const Endpoint& e) { return e.ToString() == f.first; });
+    });
+  }
   auto snapshot = std::make_shared<const std::vector<Endpoint>>(std::move(peers));
   std::lock_guard<std::mutex> lock(members_mu_);
   peers_ = std::move(snapshot);
@@ -300,6 +308,16 @@ void PeerEnv::Partition(std::span<const Slice> keys, std::vector<Endpoint>* memb
   }
 }
 
+void PeerEnv::NoteCall(const std::string& member, const Status& s) {
+  const bool failed = !s.ok() && !s.IsNotFound();
+  std::lock_guard<std::mutex> lock(health_mu_);
+  if (failed) {
+    failing_[member] = s.ToString();
+  } else if (!failing_.empty()) {
+    failing_.erase(member);
+  }
+}
+
 bool PeerEnv::Replicated() const {
   return Routing() && (!options_.cluster.empty() || options_.cluster_replicas > 1);
 }
@@ -354,6 +372,7 @@ void PeerEnv::RunGroups(std::vector<OwnerGroup>* groups, const LocalGroupFn& loc
       Endpoint peer;
       s = Endpoint::Parse(group.owner, &peer);
       if (s.ok()) s = remote(peer, group.idx, &group.r);
+      NoteCall(group.owner, s);
       if (!s.ok()) {
         remote_errors_.fetch_add(1);
         Log(LogLevel::kInfo, "cluster: " + s.ToString());
@@ -484,6 +503,7 @@ Status PeerEnv::FromFirstOwner(const Slice& key, const std::function<Status()>& 
       Endpoint peer;
       s = Endpoint::Parse(owner, &peer);
       if (s.ok()) s = remote(peer);
+      NoteCall(owner, s);
       if (!s.ok() && !s.IsNotFound()) remote_errors_.fetch_add(1);
     }
     if (s.ok()) return s;
@@ -558,6 +578,7 @@ std::vector<T> Pick(std::span<const T> all, const std::vector<size_t>& idx) {
       const std::vector<size_t>& idx = groups[busy[b]];                                       \
       std::vector<int64_t> r;                                                                 \
       Status s = (REMOTE_CALL);                                                               \
+      NoteCall(peer.ToString(), s);                                                           \
       if (!s.ok()) {                                                                          \
         remote_errors_.fetch_add(1);                                                          \
         Log(LogLevel::kWarn, s.ToString());                                                   \
@@ -912,7 +933,18 @@ std::string PeerEnv::StatsText() const {
       << "mode: " << (options_.peer_mode == PeerMode::kSharded ? "sharded" : "read_through") << "\n"
       << "transport: " << transport_->Name() << "\n"
       << "peers: " << Members().size() << "\n"
-      << membership_->StatsText() << "remote_gets: " << remote_gets_.load() << "\n"
+      << "replicas: " << options_.cluster_replicas << "\n"
+      << membership_->StatsText();
+  if (!self_.empty()) out << "member: " << self_ << " self\n";
+  {
+    std::lock_guard<std::mutex> lock(health_mu_);
+    for (const Endpoint& e : Members()) {
+      const auto it = failing_.find(e.ToString());
+      out << "member: " << e.ToString()
+          << (it == failing_.end() ? " live" : " failing (" + it->second + ")") << "\n";
+    }
+  }
+  out << "remote_gets: " << remote_gets_.load() << "\n"
       << "remote_hits: " << remote_hits_.load() << "\n"
       << "remote_puts: " << remote_puts_.load() << "\n"
       << "remote_errors: " << remote_errors_.load() << "\n"

@@ -27,6 +27,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -198,6 +199,13 @@ class PeerEnv {
   std::unique_ptr<Service> service_;
   std::unique_ptr<TransportServer> server_;
   std::atomic<bool> closed_{false};
+
+  // Records how a call to a member went (its state in StatsText): a failure other than
+  // NotFound marks it failing until a call succeeds.
+  void NoteCall(const std::string& member, const Status& s);
+
+  mutable std::mutex health_mu_;
+  std::map<std::string, std::string> failing_;  // guarded by health_mu_: member -> last error
 
   mutable std::mutex members_mu_;
   std::shared_ptr<const std::vector<Endpoint>> peers_ =  // guarded by members_mu_

@@ -90,6 +90,16 @@ class Etcd {
   pid_t pid_ = -1;
 };
 
+std::string ReadFileText(const std::string& path) {
+  std::string text;
+  FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) return text;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) text.append(buf, n);
+  std::fclose(f);
+  return text;
+}
+
 // Polls `cond` every 20 ms until it holds or `ms` pass.
 bool WaitFor(const std::function<bool()>& cond, int ms) {
   const auto end = Clock::now() + std::chrono::milliseconds(ms);
@@ -395,6 +405,26 @@ TEST_F(ClusterTest, EtcdOutageKeepsServingAndTheWatchResumes) {
   ASSERT_TRUE(WaitMembers(3)) << PeersText();
 }
 
+TEST_F(ClusterTest, StatsShowTheCluster) {
+  Server* a = AddMember(1);
+  Server* b = AddMember(1);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return std::system((std::string(KV_SERVER_PATH) + " --stats=" + a->address() + " > " +
+                            dir_ + "/stats.txt")
+                               .c_str()) == 0 &&
+               ReadFileText(dir_ + "/stats.txt").find("member: " + b->address() + " live") !=
+                   std::string::npos;
+      },
+      10000));
+  const std::string text = ReadFileText(dir_ + "/stats.txt");
+  for (const std::string& line : std::vector<std::string>{
+           "membership: etcd\n", "cluster: " + ClusterUrl() + "\n", "etcd: connected\n",
+           "lease: ", "revision: ", "registered: 2\n", "member: " + a->address() + " self\n"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << " in\n" << text;
+  }
+}
+
 TEST_F(ClusterTest, GarbageUnderThePrefixIsIgnored) {
   for (int m = 0; m < 2; m++) AddMember(1);
   auto c = etcd_->Client();
@@ -429,6 +459,7 @@ TEST_F(ClusterTest, AMemberThatRefusesConnectionsCostsOnlyMisses) {
   ReadAll(300, &hits, &misses);
   EXPECT_EQ(hits, 300);
   EXPECT_LT(Clock::now() - t0, std::chrono::seconds(30));
+  EXPECT_NE(PeersText().find("member: " + dead + " failing"), std::string::npos) << PeersText();
   // With one replica, the keys it owns are misses (never errors).
   client_->Close();
   client_.reset();
