@@ -123,6 +123,11 @@ DEFINE_string(peer_transport, "tcp",
 DEFINE_string(auth_token_file, "",
               "File holding the shared secret the peer requires (kv_server requires one when "
               "it listens on an address other than loopback; see docs/transport.md)");
+DEFINE_string(cluster, "",
+              "Run the kvengine engine as a client of a cluster: "
+              "etcd://HOST:PORT[,HOST:PORT...]/PREFIX (docs/cluster.md). Its DB serves no one "
+              "and routes every key to the cluster's live members (peer_mode=sharded unless "
+              "--options names another; cluster_replicas from --options)");
 DEFINE_double(progress_interval, 5,
               "Seconds between progress lines on stderr during a benchmark (0: none)");
 
@@ -264,10 +269,15 @@ bool ValidateFlags(BenchConfig* c, std::string* error) {
     if (!ParseOptionList(FLAGS_options, &c->kvengine_options, &why)) {
       return Fail(error, "options", FLAGS_options, why);
     }
-    for (const auto& [name, value] : c->kvengine_options) {
-      s = scratch.Set(name, value);
-      if (!s.ok()) return Fail(error, "options", FLAGS_options, s.ToString());
-    }
+  }
+  if (!FLAGS_cluster.empty()) {
+    // First, so that --options can still choose another peer mode.
+    c->kvengine_options.insert(c->kvengine_options.begin(),
+                               {{"cluster", FLAGS_cluster}, {"peer_mode", "sharded"}});
+  }
+  for (const auto& [name, value] : c->kvengine_options) {
+    s = scratch.Set(name, value);
+    if (!s.ok()) return Fail(error, "options", FLAGS_options, s.ToString());
   }
   s = scratch.Validate();
   if (!s.ok()) return Fail(error, "options", FLAGS_options, s.ToString());
