@@ -47,6 +47,9 @@ DEFINE_string(benchmarks, "memcpy,rawwrite,rawread,vllm_write,vllm_exist,vllm_ge
               "when this run has not)\n"
               "  rawsocket    baseline: a plain loopback TCP stream (send/recv of --value_size "
               "chunks, one connection per thread), the yardstick of peer_put and peer_get\n"
+              "  cluster_failover  with --cluster and 2+ replicas: SIGKILL --failover_pid (the "
+              "member --failover_member), then read every key it held; reports the time from "
+              "the kill to the first successful read and each read's latency\n"
               "Key-level benchmarks count one operation per key (a batch call of --batch_size "
               "keys when --batch_size > 1); vllm_* count one operation per request. The "
               "peer_* benchmarks print their per-call latency P50/P99 in the result line.");
@@ -128,6 +131,9 @@ DEFINE_string(cluster, "",
               "etcd://HOST:PORT[,HOST:PORT...]/PREFIX (docs/cluster.md). Its DB serves no one "
               "and routes every key to the cluster's live members (peer_mode=sharded unless "
               "--options names another; cluster_replicas from --options)");
+DEFINE_string(failover_member, "",
+              "cluster_failover: the member (HOST:PORT) whose keys are read after its SIGKILL");
+DEFINE_int64(failover_pid, 0, "cluster_failover: the process id of --failover_member");
 DEFINE_double(progress_interval, 5,
               "Seconds between progress lines on stderr during a benchmark (0: none)");
 
@@ -135,10 +141,10 @@ namespace kvbench {
 
 const std::vector<std::string>& KnownBenchmarks() {
   static const std::vector<std::string> names = {
-      "fillseq",      "fillrandom",  "overwrite",  "readrandom", "readseq",  "readmissing",
-      "deleterandom", "existrandom", "vllm_write", "vllm_exist", "vllm_get", "vllm_all",
-      "gc_churn",     "compact",     "peer_put",   "peer_get",   "memcpy",   "rawwrite",
-      "rawread",      "rawrandread", "rawsocket"};
+      "fillseq",      "fillrandom",  "overwrite",  "readrandom",      "readseq",  "readmissing",
+      "deleterandom", "existrandom", "vllm_write", "vllm_exist",      "vllm_get", "vllm_all",
+      "gc_churn",     "compact",     "peer_put",   "peer_get",        "memcpy",   "rawwrite",
+      "rawread",      "rawrandread", "rawsocket",  "cluster_failover"};
   return names;
 }
 
@@ -371,6 +377,8 @@ bool ValidateFlags(BenchConfig* c, std::string* error) {
   c->gc_write_fraction = FLAGS_gc_write_fraction;
   c->progress_interval = FLAGS_progress_interval;
   c->peer = FLAGS_peer;
+  c->failover_member = FLAGS_failover_member;
+  c->failover_pid = FLAGS_failover_pid;
   c->peer_transport = FLAGS_peer_transport;
   c->auth_token_file = FLAGS_auth_token_file;
   return true;

@@ -49,6 +49,8 @@ struct BenchConfig {
   std::string peer;  // HOST:PORT, checked; "" : serve one in this process
   std::string peer_transport;
   std::string auth_token_file;  // readable and not empty when set
+  std::string failover_member;  // cluster_failover: HOST:PORT of the member to kill
+  int64_t failover_pid = 0;     // cluster_failover: its process id
 };
 
 // Checks every flag and fills *config.  On a bad flag returns false and stores a message

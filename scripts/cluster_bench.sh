@@ -3,11 +3,16 @@
 # members on 127.0.0.1, a kv_bench client with --cluster.
 #   scripts/cluster_bench.sh BUILD_DIR MEMBERS REPLICAS [kv_bench flags...]
 # e.g. scripts/cluster_bench.sh build 3 1 --benchmarks=vllm_write,vllm_get --num=1024
+# KV_FAILOVER_MEMBER=N passes member N as --failover_member/--failover_pid (for the
+# cluster_failover benchmark):
+#   KV_FAILOVER_MEMBER=1 scripts/cluster_bench.sh build 3 2 \
+#       --benchmarks=fillseq,cluster_failover --num=1024 --value_size=1048576
 set -euo pipefail
 build=$1 members=$2 replicas=$3
 shift 3
 work=$(mktemp -d /tmp/kv_cluster_bench.XXXXXX)
 pids=()
+failover=()
 cleanup() {
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
@@ -38,6 +43,10 @@ for m in $(seq "$members"); do
   pids+=($!)
   for _ in $(seq 100); do grep -q serving "$work/m$m.out" && break; sleep 0.1; done
   echo "member $m: pid ${pids[-1]} 127.0.0.1:$port" >&2
+  if [[ "${KV_FAILOVER_MEMBER:-}" == "$m" ]]; then
+    failover=(--failover_member="127.0.0.1:$port" --failover_pid="${pids[-1]}")
+  fi
 done
 sleep 0.5  # the members see each other
-"$build/kv_bench" --cluster="$cluster" --options="cluster_replicas=$replicas,peer_transport=tcp" "$@"
+"$build/kv_bench" --cluster="$cluster" --options="cluster_replicas=$replicas,peer_transport=tcp" \
+  "${failover[@]}" "$@"
