@@ -224,7 +224,8 @@ Status PeerEnv::ServePeers(DB* db, PinFn pin, const char* arena_base) {
 
 void PeerEnv::Close() {
   // Leave first, so that the others stop routing here while requests drain.
-  membership_->Stop();
+  // (No source when Open failed before making one.)
+  if (membership_ != nullptr) membership_->Stop();
   closed_.store(true);
   if (server_ != nullptr) server_->Stop();
 }

@@ -241,6 +241,44 @@ TEST(EtcdClientTest, Base64AndUrls) {
   EXPECT_FALSE(ParseClusterUrl("etcd://a:1,/p", &eps, &prefix).ok());
 }
 
+TEST(ClusterOptionsTest, BadClusterOptionsAreRefusedAtOpen) {
+  const std::string dir = TempDir("cluster_options");
+  auto open = [&](const std::function<void(Options*)>& set) {
+    Options o;
+    o.memory_capacity_bytes = 16 << 20;
+    o.prefault_memory = false;
+    o.log_level = LogLevel::kOff;
+    set(&o);
+    std::unique_ptr<DB> db;
+    return DB::Open(o, dir + "/db", &db);
+  };
+  Status s = open([](Options* o) {
+    o->cluster = "etcd://127.0.0.1:1/p";
+    o->peers = "127.0.0.1:2";
+  });
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  s = open([](Options* o) { o->cluster = "http://127.0.0.1:1/p"; });
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  s = open([](Options* o) {
+    o->cluster = "etcd://127.0.0.1:1/p";
+    o->cluster_replicas = 0;
+  });
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  s = open([](Options* o) {
+    o->cluster = "etcd://127.0.0.1:1/p";
+    o->cluster_lease_ttl_ms = 10;
+  });
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  // etcd unreachable at Open: the DB opens and serves locally (no members yet).
+  const auto t0 = Clock::now();
+  s = open([](Options* o) {
+    o->cluster = "etcd://127.0.0.1:1/p";
+    o->peer_mode = PeerMode::kSharded;
+  });
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(5));
+}
+
 TEST_F(ClusterTest, EtcdClientCalls) {
   auto c = etcd_->Client();
   int64_t lease = 0, ttl = 0;
