@@ -363,6 +363,33 @@ TEST_F(ClusterTest, TwoReplicasSurviveASigkill) {
   EXPECT_EQ(hits, 1000);
 }
 
+TEST_F(ClusterTest, AStoppedMemberCostsOneTimeoutNotAnError) {
+  for (int m = 0; m < 3; m++) AddMember(2);
+  OpenClient(2);  // peer_timeout_ms=1000
+  ASSERT_TRUE(WaitMembers(3)) << PeersText();
+  PutAll(200);
+  // Frozen, not dead: connections are accepted by the kernel but never answered.
+  kill(servers_[0]->pid(), SIGSTOP);
+  std::vector<std::string> names;
+  std::vector<Slice> keys;
+  for (int i = 0; i < 200; i++) names.push_back(Key(i));
+  for (const std::string& n : names) keys.emplace_back(n);
+  std::vector<std::string> buffers(200, std::string(8192, '\0'));
+  std::vector<Destination> dests;
+  for (std::string& b : buffers) dests.push_back({MutableSlice(b.data(), b.size())});
+  std::vector<int64_t> results;
+  const auto t0 = Clock::now();
+  ASSERT_TRUE(client_->BatchGetInto(ReadOptions(), keys, dests, &results).ok());
+  const auto took = Clock::now() - t0;
+  kill(servers_[0]->pid(), SIGCONT);
+  // One round of timeouts (the frozen member's keys), then their second replicas.
+  EXPECT_LT(took, std::chrono::milliseconds(kSanitized ? 8000 : 4000));
+  for (int i = 0; i < 200; i++) {
+    ASSERT_EQ(results[i], static_cast<int64_t>(SizeOf(i))) << Key(i);
+    EXPECT_EQ(buffers[i].substr(0, SizeOf(i)), ValueOf(Key(i), SizeOf(i))) << Key(i);
+  }
+}
+
 TEST_F(ClusterTest, OneReplicaLosesOnlyTheDeadMembersKeys) {
   for (int m = 0; m < 3; m++) AddMember(1);
   OpenClient(1);
