@@ -13,6 +13,9 @@
 //                 the keys it wins or won.  Puts, gets, deletes, exists and
 //                 GetValueSize go to the owner; a dead owner fails its keys with IOError
 //                 naming it.  DeleteByRegex and DeleteAll act on every member at once.
+//   replicated    sharded with a cluster or cluster_replicas > 1: each key has R owners
+//                 (the top R of the rendezvous order).  Puts and deletes go to all R, gets
+//                 and exists ask them in order until a hit; a failed owner costs a miss.
 //
 // Requests a server receives from peers are answered from the local tiers only (a
 // thread-local scope), so hosts never bounce a request between each other.
