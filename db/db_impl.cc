@@ -567,6 +567,10 @@ Status DBImpl::Put(const WriteOptions&, const Slice& key, const Slice& value) {
   PerfPoint perf(PerfKey::db_put);
   CallLog log(&logger_, "put", &errors_);
   Endpoint owner;
+  if (peer_ != nullptr && CheckKey(key).ok() && peer_->Replicated()) {
+    return log.FinishKey(peer_->PutReplicated(this, key, value), key,
+                         static_cast<int64_t>(value.size()), "replicas");
+  }
   if (peer_ != nullptr && CheckKey(key).ok() && peer_->RemoteOwner(key, &owner)) {
     return log.FinishKey(peer_->Put(owner, key, value), key, static_cast<int64_t>(value.size()),
                          "peer");
@@ -587,6 +591,9 @@ Status DBImpl::Get(const ReadOptions& options, const Slice& key, std::string* va
   PerfPoint perf(PerfKey::db_get);
   CallLog log(&logger_, "get", &errors_);
   Endpoint owner;
+  if (peer_ != nullptr && value != nullptr && CheckKey(key).ok() && peer_->Replicated()) {
+    return log.FinishKey(peer_->GetReplicated(this, key, value), key, -1, "replicas");
+  }
   if (peer_ != nullptr && value != nullptr && CheckKey(key).ok() &&
       peer_->RemoteOwner(key, &owner)) {
     return log.FinishKey(peer_->Get(owner, key, value), key, -1, "peer");
@@ -641,6 +648,10 @@ Status DBImpl::GetInto(const ReadOptions&, const Slice& key, MutableSlice buffer
   PerfPoint perf(PerfKey::db_get_into);
   CallLog log(&logger_, "get_into", &errors_);
   Endpoint owner;
+  if (peer_ != nullptr && CheckKey(key).ok() && peer_->Replicated()) {
+    return log.FinishKey(peer_->GetIntoReplicated(this, key, buffer, value_size), key, -1,
+                         "replicas");
+  }
   if (peer_ != nullptr && CheckKey(key).ok() && peer_->RemoteOwner(key, &owner)) {
     return log.FinishKey(peer_->GetInto(owner, key, buffer, value_size), key, -1, "peer");
   }
@@ -678,6 +689,9 @@ Status DBImpl::Delete(const WriteOptions&, const Slice& key) {
   PerfPoint perf(PerfKey::db_delete);
   CallLog log(&logger_, "delete", &errors_);
   Endpoint owner;
+  if (peer_ != nullptr && CheckKey(key).ok() && peer_->Replicated()) {
+    return log.FinishKey(peer_->DeleteReplicated(this, key), key, -1, "replicas");
+  }
   if (peer_ != nullptr && CheckKey(key).ok() && peer_->RemoteOwner(key, &owner)) {
     return log.FinishKey(peer_->Delete(owner, key), key, -1, "peer");
   }
@@ -691,6 +705,9 @@ Status DBImpl::GetValueSize(const Slice& key, uint64_t* size) {
   PerfPoint perf(PerfKey::db_get_value_size);
   if (size == nullptr) return Status::InvalidArgument("GetValueSize: size pointer is null");
   Endpoint owner;
+  if (peer_ != nullptr && CheckKey(key).ok() && peer_->Replicated()) {
+    return peer_->GetValueSizeReplicated(this, key, size);
+  }
   if (peer_ != nullptr && CheckKey(key).ok() && peer_->RemoteOwner(key, &owner)) {
     return peer_->GetValueSize(owner, key, size);
   }

@@ -37,6 +37,8 @@ Result RunExistRandom(const BenchContext& b);
 
 enum class VllmKind { kWrite, kExist, kGet, kAll };
 Result RunVllm(const BenchContext& b, VllmKind kind);
+// cluster_failover (db_bench/cluster_failover.cc).
+Result RunClusterFailover(const BenchContext& b);
 
 Result RunGcChurn(const BenchContext& b);
 // Deletes --compact_delete_fraction of the keys (untimed), flushes, then times the

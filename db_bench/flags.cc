@@ -49,6 +49,9 @@ DEFINE_string(benchmarks, "memcpy,rawwrite,rawread,vllm_write,vllm_exist,vllm_ge
               "when this run has not)\n"
               "  rawsocket    baseline: a plain loopback TCP stream (send/recv of --value_size "
               "chunks, one connection per thread), the yardstick of peer_put and peer_get\n"
+              "  cluster_failover  with --cluster and 2+ replicas: SIGKILL --failover_pid (the "
+              "member --failover_member), then read every key it held; reports the time from "
+              "the kill to the first successful read and each read's latency\n"
               "Key-level benchmarks count one operation per key (a batch call of --batch_size "
               "keys when --batch_size > 1); vllm_* count one operation per request. The "
               "peer_* benchmarks print their per-call latency P50/P99 in the result line.");
@@ -131,6 +134,14 @@ DEFINE_string(attach, "",
               "owner serving SOCKET (kv_server --local_listen=SOCKET; its options are the "
               "DB's), --attach alone starts a child process that owns a fresh DB in the "
               "kvengine directory (with --memory and --options) and serves this one");
+DEFINE_string(cluster, "",
+              "Run the kvengine engine as a client of a cluster: "
+              "etcd://HOST:PORT[,HOST:PORT...]/PREFIX (docs/cluster.md). Its DB serves no one "
+              "and routes every key to the cluster's live members (peer_mode=sharded unless "
+              "--options names another; cluster_replicas from --options)");
+DEFINE_string(failover_member, "",
+              "cluster_failover: the member (HOST:PORT) whose keys are read after its SIGKILL");
+DEFINE_int64(failover_pid, 0, "cluster_failover: the process id of --failover_member");
 DEFINE_double(progress_interval, 5,
               "Seconds between progress lines on stderr during a benchmark (0: none)");
 
@@ -138,10 +149,10 @@ namespace kvbench {
 
 const std::vector<std::string>& KnownBenchmarks() {
   static const std::vector<std::string> names = {
-      "fillseq",      "fillrandom",  "overwrite",  "readrandom", "readseq",  "readmissing",
-      "deleterandom", "existrandom", "vllm_write", "vllm_exist", "vllm_get", "vllm_all",
-      "gc_churn",     "compact",     "peer_put",   "peer_get",   "memcpy",   "rawwrite",
-      "rawread",      "rawrandread", "rawsocket"};
+      "fillseq",      "fillrandom",  "overwrite",  "readrandom",      "readseq",  "readmissing",
+      "deleterandom", "existrandom", "vllm_write", "vllm_exist",      "vllm_get", "vllm_all",
+      "gc_churn",     "compact",     "peer_put",   "peer_get",        "memcpy",   "rawwrite",
+      "rawread",      "rawrandread", "rawsocket",  "cluster_failover"};
   return names;
 }
 
@@ -272,10 +283,15 @@ bool ValidateFlags(BenchConfig* c, std::string* error) {
     if (!ParseOptionList(FLAGS_options, &c->kvengine_options, &why)) {
       return Fail(error, "options", FLAGS_options, why);
     }
-    for (const auto& [name, value] : c->kvengine_options) {
-      s = scratch.Set(name, value);
-      if (!s.ok()) return Fail(error, "options", FLAGS_options, s.ToString());
-    }
+  }
+  if (!FLAGS_cluster.empty()) {
+    // First, so that --options can still choose another peer mode.
+    c->kvengine_options.insert(c->kvengine_options.begin(),
+                               {{"cluster", FLAGS_cluster}, {"peer_mode", "sharded"}});
+  }
+  for (const auto& [name, value] : c->kvengine_options) {
+    s = scratch.Set(name, value);
+    if (!s.ok()) return Fail(error, "options", FLAGS_options, s.ToString());
   }
   s = scratch.Validate();
   if (!s.ok()) return Fail(error, "options", FLAGS_options, s.ToString());
@@ -369,6 +385,8 @@ bool ValidateFlags(BenchConfig* c, std::string* error) {
   c->gc_write_fraction = FLAGS_gc_write_fraction;
   c->progress_interval = FLAGS_progress_interval;
   c->peer = FLAGS_peer;
+  c->failover_member = FLAGS_failover_member;
+  c->failover_pid = FLAGS_failover_pid;
   c->peer_transport = FLAGS_peer_transport;
   c->attach = FLAGS_attach;
   if (!c->attach.empty() && FLAGS_engine != "kvengine") {

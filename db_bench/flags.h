@@ -51,6 +51,8 @@ struct BenchConfig {
   std::string auth_token_file;  // readable and not empty when set
   // kvengine attached to an owner: its socket, or kAttachOwnChild to start one.
   std::string attach;
+  std::string failover_member;  // cluster_failover: HOST:PORT of the member to kill
+  int64_t failover_pid = 0;     // cluster_failover: its process id
 };
 
 // --attach given alone: kv_bench starts the owner itself.

@@ -293,6 +293,8 @@ Result Suite::RunOne(const std::string& name, Slot* slot, uint64_t salt) {
   } else if (name == "peer_put") {
     r = RunFill(b, true);
     r.reports_latency = true;
+  } else if (name == "cluster_failover") {
+    r = RunClusterFailover(b);
   } else if (name == "peer_get") {
     r = RunRead(b, ReadKind::kRandom);
     r.reports_latency = true;

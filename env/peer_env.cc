@@ -4,6 +4,8 @@
 #include <sstream>
 #include <thread>
 
+#include "env/etcd_membership.h"
+#include "env/membership.h"
 #include "transport/rdma.h"
 #include "transport/server.h"
 #include "transport/wire.h"
@@ -128,11 +130,24 @@ bool PeerEnv::InPeerRequest() { return peer_request_depth > 0; }
 
 Status PeerEnv::Open(const Options& options, Logger* logger, std::unique_ptr<PeerEnv>* result) {
   result->reset();
-  if (options.peers.empty() && options.listen.empty()) return Status::OK();
+  if (options.peers.empty() && options.listen.empty() && options.cluster.empty()) {
+    return Status::OK();
+  }
   std::unique_ptr<PeerEnv> env(new PeerEnv(options, logger));
-  std::vector<Endpoint> peers;
-  Status s = Endpoint::ParseList(options.peers, &peers);
-  if (!s.ok()) return Status::InvalidArgument("option peers", s.message());
+  Status s;
+  if (options.cluster.empty()) {
+    s = NewStaticMembership(options.peers, &env->membership_);
+  } else if (!options.peers.empty()) {
+    s = Status::InvalidArgument("options peers and cluster", "name one membership, not both");
+  } else {
+    s = NewEtcdMembership(
+        options.cluster, options.cluster_lease_ttl_ms,
+        [logger](LogLevel level, const std::string& line) {
+          if (logger != nullptr) logger->Write(level, line);
+        },
+        &env->membership_);
+  }
+  if (!s.ok()) return s;
   if (!options.listen.empty()) {
     s = Endpoint::Parse(options.listen, &env->listen_);
     if (!s.ok()) return Status::InvalidArgument("option listen", s.message());
@@ -159,13 +174,7 @@ Status PeerEnv::Open(const Options& options, Logger* logger, std::unique_ptr<Pee
     s = RdmaServer::Create(&env->rdma_server_);
     if (!s.ok()) return s;
   }
-  // Drop this host from its own peer list (a shared config names every member).
-  std::string self = options.listen.empty() ? "" : env->listen_.ToString();
-  peers.erase(std::remove_if(peers.begin(), peers.end(),
-                             [&](const Endpoint& e) { return e.ToString() == self; }),
-              peers.end());
-  env->self_ = self;
-  env->SetMembers(std::move(peers));
+  env->self_ = options.listen.empty() ? "" : env->listen_.ToString();
   *result = std::move(env);
   return Status::OK();
 }
@@ -178,7 +187,17 @@ std::shared_ptr<MemoryRegistrar> PeerEnv::Registrar(std::shared_ptr<MemoryRegist
 }
 
 Status PeerEnv::StartServing(DB* db, PinFn pin, const char* arena_base) {
-  if (self_.empty()) return Status::OK();
+  if (!self_.empty()) {
+    Status s = ServePeers(db, std::move(pin), arena_base);
+    if (!s.ok()) return s;
+  }
+  // Members are known from here on: a source that registers this host does so once it
+  // serves, under the port actually bound.
+  return membership_->Start(
+      self_, [this](std::vector<Endpoint> members) { SetMembers(std::move(members)); });
+}
+
+Status PeerEnv::ServePeers(DB* db, PinFn pin, const char* arena_base) {
   service_ = std::make_unique<Service>(db, std::move(pin), arena_base);
   ServerOptions so;
   so.auth_token = token_;
@@ -204,6 +223,9 @@ Status PeerEnv::StartServing(DB* db, PinFn pin, const char* arena_base) {
 }
 
 void PeerEnv::Close() {
+  // Leave first, so that the others stop routing here while requests drain.
+  // (No source when Open failed before making one.)
+  if (membership_ != nullptr) membership_->Stop();
   closed_.store(true);
   if (server_ != nullptr) server_->Stop();
 }
@@ -214,6 +236,18 @@ std::vector<Endpoint> PeerEnv::Members() const {
 }
 
 void PeerEnv::SetMembers(std::vector<Endpoint> peers) {
+  // Drop this host (a shared list, or the cluster's registry, names every member).
+  peers.erase(std::remove_if(peers.begin(), peers.end(),
+                             [&](const Endpoint& e) { return e.ToString() == self_; }),
+              peers.end());
+  {
+    // Forget the health of members that left.
+    std::lock_guard<std::mutex> lock(health_mu_);
+    std::erase_if(failing_, [&](const auto& f) {
+      return std::none_of(peers.begin(), peers.end(),
+                          [&](const Endpoint& e) { return e.ToString() == f.first; });
+    });
+  }
   auto snapshot = std::make_shared<const std::vector<Endpoint>>(std::move(peers));
   std::lock_guard<std::mutex> lock(members_mu_);
   peers_ = std::move(snapshot);
@@ -275,6 +309,221 @@ void PeerEnv::Partition(std::span<const Slice> keys, std::vector<Endpoint>* memb
   }
 }
 
+void PeerEnv::NoteCall(const std::string& member, const Status& s) {
+  const bool failed = !s.ok() && !s.IsNotFound();
+  std::lock_guard<std::mutex> lock(health_mu_);
+  if (failed) {
+    failing_[member] = s.ToString();
+  } else if (!failing_.empty()) {
+    failing_.erase(member);
+  }
+}
+
+bool PeerEnv::Replicated() const {
+  return Routing() && (!options_.cluster.empty() || options_.cluster_replicas > 1);
+}
+
+namespace {
+
+// The candidates of one key, best first: the top `r` of `names` by rendezvous score.
+std::vector<std::string> TopOwners(const Slice& key, const std::vector<std::string>& names,
+                                   size_t r) {
+  std::vector<std::pair<uint64_t, const std::string*>> scored;
+  scored.reserve(names.size());
+  for (const std::string& n : names) scored.emplace_back(RendezvousScore(key, n), &n);
+  r = std::min(r, scored.size());
+  std::partial_sort(scored.begin(), scored.begin() + r, scored.end(),
+                    [](const auto& a, const auto& b) {
+                      return a.first != b.first ? a.first > b.first : *a.second > *b.second;
+                    });
+  std::vector<std::string> out;
+  out.reserve(r);
+  for (size_t i = 0; i < r; i++) out.push_back(*scored[i].second);
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::vector<std::string>> PeerEnv::OwnersOfAll(std::span<const Slice> keys) const {
+  std::vector<std::string> names;
+  for (const Endpoint& e : Members()) names.push_back(e.ToString());
+  if (!self_.empty()) names.push_back(self_);
+  std::vector<std::vector<std::string>> owners(keys.size());
+  for (size_t i = 0; i < keys.size(); i++) {
+    owners[i] = TopOwners(keys[i], names, options_.cluster_replicas);
+    // No member at all (a client whose cluster is empty): keys stay in this DB.
+    if (owners[i].empty()) owners[i].push_back(self_);
+  }
+  return owners;
+}
+
+std::vector<std::string> PeerEnv::OwnersOf(const Slice& key) const {
+  return std::move(OwnersOfAll(std::span<const Slice>(&key, 1))[0]);
+}
+
+void PeerEnv::RunGroups(std::vector<OwnerGroup>* groups, const LocalGroupFn& local,
+                        const RemoteGroupFn& remote) {
+  ForEachParallel(groups->size(), [&](size_t g) {
+    OwnerGroup& group = (*groups)[g];
+    Status s;
+    if (IsSelf(group.owner)) {
+      LocalScope scope;
+      s = local(group.idx, &group.r);
+    } else {
+      Endpoint peer;
+      s = Endpoint::Parse(group.owner, &peer);
+      if (s.ok()) s = remote(peer, group.idx, &group.r);
+      NoteCall(group.owner, s);
+      if (!s.ok()) {
+        remote_errors_.fetch_add(1);
+        Log(LogLevel::kInfo, "cluster: " + s.ToString());
+      }
+    }
+    if (group.r.size() != group.idx.size() || !s.ok()) {
+      const int64_t code = s.ok() ? Status::IOError("").ErrorCode() : s.ErrorCode();
+      group.r.resize(group.idx.size(), code);
+      if (!s.ok()) std::fill(group.r.begin(), group.r.end(), code);
+    }
+  });
+}
+
+namespace {
+
+// Groups (key index, owner) pairs by owner, in first-seen order.
+template <typename Group>
+Group* GroupFor(std::vector<Group>* groups, const std::string& owner) {
+  for (Group& g : *groups) {
+    if (g.owner == owner) return &g;
+  }
+  groups->push_back(Group{owner, {}, {}});
+  return &groups->back();
+}
+
+}  // namespace
+
+void PeerEnv::AskInOrder(std::span<const Slice> keys, std::vector<int64_t>* results,
+                         const std::function<bool(int64_t)>& done, const LocalGroupFn& local,
+                         const RemoteGroupFn& remote) {
+  const int64_t kNotFound = Status::NotFound("").ErrorCode();
+  const std::vector<std::vector<std::string>> owners = OwnersOfAll(keys);
+  results->assign(keys.size(), kNotFound);
+  std::vector<bool> settled(keys.size(), false);
+  for (size_t rank = 0; rank < options_.cluster_replicas; rank++) {
+    std::vector<OwnerGroup> groups;
+    for (size_t i = 0; i < keys.size(); i++) {
+      if (!settled[i] && rank < owners[i].size()) {
+        GroupFor(&groups, owners[i][rank])->idx.push_back(i);
+      }
+    }
+    if (groups.empty()) break;
+    RunGroups(&groups, local, remote);
+    for (const OwnerGroup& g : groups) {
+      for (size_t j = 0; j < g.idx.size(); j++) {
+        if (done(g.r[j])) {
+          (*results)[g.idx[j]] = g.r[j];
+          settled[g.idx[j]] = true;
+        }
+      }
+    }
+  }
+}
+
+void PeerEnv::SendToAll(std::span<const Slice> keys, std::vector<int64_t>* results,
+                        const LocalGroupFn& local, const RemoteGroupFn& remote) {
+  const int64_t kNotFound = Status::NotFound("").ErrorCode();
+  const std::vector<std::vector<std::string>> owners = OwnersOfAll(keys);
+  std::vector<OwnerGroup> groups;
+  for (size_t i = 0; i < keys.size(); i++) {
+    for (const std::string& o : owners[i]) GroupFor(&groups, o)->idx.push_back(i);
+  }
+  RunGroups(&groups, local, remote);
+  // Each key's answers in its owners' order.
+  std::vector<std::vector<int64_t>> answers(keys.size());
+  for (size_t i = 0; i < keys.size(); i++) answers[i].resize(owners[i].size(), kNotFound);
+  for (const OwnerGroup& g : groups) {
+    for (size_t j = 0; j < g.idx.size(); j++) {
+      const size_t i = g.idx[j];
+      const size_t rank =
+          std::find(owners[i].begin(), owners[i].end(), g.owner) - owners[i].begin();
+      answers[i][rank] = g.r[j];
+    }
+  }
+  results->assign(keys.size(), 0);
+  for (size_t i = 0; i < keys.size(); i++) {
+    const auto& a = answers[i];
+    auto it = std::find_if(a.begin(), a.end(), [](int64_t r) { return r >= 0; });
+    if (it == a.end()) it = std::find(a.begin(), a.end(), kNotFound);
+    (*results)[i] = it != a.end() ? *it : a.front();
+  }
+}
+
+namespace {
+
+Status OneResult(const Status& s, const std::vector<int64_t>& r) {
+  if (!s.ok()) return s;
+  if (r.size() != 1) return Status::Corruption("no result for the key");
+  if (r[0] >= 0) return Status::OK();
+  return Status::FromErrorCode(static_cast<int>(r[0]), "on every replica");
+}
+
+}  // namespace
+
+Status PeerEnv::PutReplicated(DB* local, const Slice& key, const Slice& value) {
+  std::vector<int64_t> r;
+  const ValueParts parts{value};
+  Status s = BatchPut(local, WriteOptions(), std::span<const Slice>(&key, 1),
+                      std::span<const ValueParts>(&parts, 1), &r);
+  return OneResult(s, r);
+}
+
+Status PeerEnv::GetIntoReplicated(DB* local, const Slice& key, MutableSlice buffer, size_t* size) {
+  std::vector<int64_t> r;
+  const Destination dest{buffer};
+  Status s = BatchGetInto(local, ReadOptions(), std::span<const Slice>(&key, 1),
+                          std::span<const Destination>(&dest, 1), &r);
+  s = OneResult(s, r);
+  if (size != nullptr) *size = s.ok() ? static_cast<size_t>(r[0]) : 0;
+  return s;
+}
+
+Status PeerEnv::DeleteReplicated(DB* local, const Slice& key) {
+  std::vector<int64_t> r;
+  Status s = BatchDelete(local, WriteOptions(), std::span<const Slice>(&key, 1), &r);
+  return OneResult(s, r);
+}
+
+Status PeerEnv::FromFirstOwner(const Slice& key, const std::function<Status()>& local,
+                               const std::function<Status(const Endpoint&)>& remote) {
+  if (closed()) return Status::Aborted("DB is closed");
+  for (const std::string& owner : OwnersOf(key)) {
+    Status s;
+    if (IsSelf(owner)) {
+      LocalScope scope;
+      s = local();
+    } else {
+      Endpoint peer;
+      s = Endpoint::Parse(owner, &peer);
+      if (s.ok()) s = remote(peer);
+      NoteCall(owner, s);
+      if (!s.ok() && !s.IsNotFound()) remote_errors_.fetch_add(1);
+    }
+    if (s.ok()) return s;
+  }
+  return Status::NotFound("key not found on its replicas");
+}
+
+Status PeerEnv::GetReplicated(DB* local, const Slice& key, std::string* value) {
+  return FromFirstOwner(
+      key, [&] { return local->Get(ReadOptions(), key, value); },
+      [&](const Endpoint& peer) { return Get(peer, key, value); });
+}
+
+Status PeerEnv::GetValueSizeReplicated(DB* local, const Slice& key, uint64_t* size) {
+  return FromFirstOwner(
+      key, [&] { return local->GetValueSize(key, size); },
+      [&](const Endpoint& peer) { return GetValueSize(peer, key, size); });
+}
+
 namespace {
 
 // Checks what a batch must satisfy before any key is sent anywhere.
@@ -330,6 +579,7 @@ std::vector<T> Pick(std::span<const T> all, const std::vector<size_t>& idx) {
       const std::vector<size_t>& idx = groups[busy[b]];                                       \
       std::vector<int64_t> r;                                                                 \
       Status s = (REMOTE_CALL);                                                               \
+      NoteCall(peer.ToString(), s);                                                           \
       if (!s.ok()) {                                                                          \
         remote_errors_.fetch_add(1);                                                          \
         Log(LogLevel::kWarn, s.ToString());                                                   \
@@ -356,6 +606,18 @@ Status PeerEnv::BatchPut(DB* local, const WriteOptions& options, std::span<const
     }
   }
   remote_puts_.fetch_add(keys.size(), std::memory_order_relaxed);
+  if (Replicated()) {
+    if (closed()) return Status::Aborted("DB is closed");
+    SendToAll(
+        keys, results,
+        [&](const std::vector<size_t>& idx, std::vector<int64_t>* r) {
+          return local->BatchPut(options, Pick(keys, idx), Pick(values, idx), r);
+        },
+        [&](const Endpoint& peer, const std::vector<size_t>& idx, std::vector<int64_t>* r) {
+          return transport_->BatchPut(peer, Pick(keys, idx), Pick(values, idx), r);
+        });
+    return Status::OK();
+  }
   KV_SHARDED_BATCH(local->BatchPut(options, Pick(keys, idx), Pick(values, idx), &r),
                    transport_->BatchPut(peer, Pick(keys, idx), Pick(values, idx), &r));
 }
@@ -366,12 +628,40 @@ Status PeerEnv::BatchGetInto(DB* local, const ReadOptions& options, std::span<co
   Status s = CheckBatch(keys.size(), dests.size(), "destinations");
   if (!s.ok()) return s;
   remote_gets_.fetch_add(keys.size(), std::memory_order_relaxed);
+  if (Replicated()) {
+    if (closed()) return Status::Aborted("DB is closed");
+    // A hit, or a buffer too small for the value, settles a key.
+    const int64_t too_small = Status::BufferTooSmall("").ErrorCode();
+    AskInOrder(
+        keys, results, [too_small](int64_t r) { return r >= 0 || r == too_small; },
+        [&](const std::vector<size_t>& idx, std::vector<int64_t>* r) {
+          return local->BatchGetInto(options, Pick(keys, idx), Pick(dests, idx), r);
+        },
+        [&](const Endpoint& peer, const std::vector<size_t>& idx, std::vector<int64_t>* r) {
+          return transport_->BatchGet(peer, Pick(keys, idx), Pick(dests, idx), r);
+        });
+    return Status::OK();
+  }
   KV_SHARDED_BATCH(local->BatchGetInto(options, Pick(keys, idx), Pick(dests, idx), &r),
                    transport_->BatchGet(peer, Pick(keys, idx), Pick(dests, idx), &r));
 }
 
 Status PeerEnv::BatchExists(DB* local, std::span<const Slice> keys, std::vector<int64_t>* results) {
   if (results == nullptr) return Status::InvalidArgument("BatchExists: results pointer is null");
+  if (Replicated()) {
+    if (closed()) return Status::Aborted("DB is closed");
+    AskInOrder(
+        keys, results, [](int64_t r) { return r == 1; },
+        [&](const std::vector<size_t>& idx, std::vector<int64_t>* r) {
+          return local->BatchExists(Pick(keys, idx), r);
+        },
+        [&](const Endpoint& peer, const std::vector<size_t>& idx, std::vector<int64_t>* r) {
+          return transport_->BatchExists(peer, Pick(keys, idx), r);
+        });
+    // Exists answers 0 for absent, never NotFound.
+    for (int64_t& r : *results) r = r == 1 ? 1 : 0;
+    return Status::OK();
+  }
   KV_SHARDED_BATCH(local->BatchExists(Pick(keys, idx), &r),
                    transport_->BatchExists(peer, Pick(keys, idx), &r));
 }
@@ -379,6 +669,18 @@ Status PeerEnv::BatchExists(DB* local, std::span<const Slice> keys, std::vector<
 Status PeerEnv::BatchDelete(DB* local, const WriteOptions& options, std::span<const Slice> keys,
                             std::vector<int64_t>* results) {
   if (results == nullptr) return Status::InvalidArgument("BatchDelete: results pointer is null");
+  if (Replicated()) {
+    if (closed()) return Status::Aborted("DB is closed");
+    SendToAll(
+        keys, results,
+        [&](const std::vector<size_t>& idx, std::vector<int64_t>* r) {
+          return local->BatchDelete(options, Pick(keys, idx), r);
+        },
+        [&](const Endpoint& peer, const std::vector<size_t>& idx, std::vector<int64_t>* r) {
+          return transport_->BatchDelete(peer, Pick(keys, idx), r);
+        });
+    return Status::OK();
+  }
   KV_SHARDED_BATCH(local->BatchDelete(options, Pick(keys, idx), &r),
                    transport_->BatchDelete(peer, Pick(keys, idx), &r));
 }
@@ -632,7 +934,18 @@ std::string PeerEnv::StatsText() const {
       << "mode: " << (options_.peer_mode == PeerMode::kSharded ? "sharded" : "read_through") << "\n"
       << "transport: " << transport_->Name() << "\n"
       << "peers: " << Members().size() << "\n"
-      << "remote_gets: " << remote_gets_.load() << "\n"
+      << "replicas: " << options_.cluster_replicas << "\n"
+      << membership_->StatsText();
+  if (!self_.empty()) out << "member: " << self_ << " self\n";
+  {
+    std::lock_guard<std::mutex> lock(health_mu_);
+    for (const Endpoint& e : Members()) {
+      const auto it = failing_.find(e.ToString());
+      out << "member: " << e.ToString()
+          << (it == failing_.end() ? " live" : " failing (" + it->second + ")") << "\n";
+    }
+  }
+  out << "remote_gets: " << remote_gets_.load() << "\n"
       << "remote_hits: " << remote_hits_.load() << "\n"
       << "remote_puts: " << remote_puts_.load() << "\n"
       << "remote_errors: " << remote_errors_.load() << "\n"

@@ -13,12 +13,16 @@
 //                 the keys it wins or won.  Puts, gets, deletes, exists and
 //                 GetValueSize go to the owner; a dead owner fails its keys with IOError
 //                 naming it.  DeleteByRegex and DeleteAll act on every member at once.
+//   replicated    sharded with a cluster or cluster_replicas > 1: each key has R owners
+//                 (the top R of the rendezvous order).  Puts and deletes go to all R, gets
+//                 and exists ask them in order until a hit; a failed owner costs a miss.
 //
 // Requests a server receives from peers are answered from the local tiers only (a
 // thread-local scope), so hosts never bounce a request between each other.
 //
-// Membership is a list set at Open; SetMembers() replaces it at run time (a snapshot
-// under a lock), which is where a membership service would feed it.
+// Membership comes from a MembershipSource (env/membership.h): the static `peers` list
+// or a cluster registry.  The source calls SetMembers() with each new member set, which
+// swaps a snapshot under a lock; calls in flight keep the snapshot they started with.
 //
 // Thread-safety: all methods are thread-safe.
 #ifndef KVENGINE_ENV_PEER_ENV_H_
@@ -26,6 +30,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -40,6 +45,7 @@
 namespace kvengine {
 
 class Logger;
+class MembershipSource;
 class RdmaServer;
 class TransportServer;
 struct PinnedValue;
@@ -62,7 +68,7 @@ class PeerEnv {
   // install as Options::memory_registrar.
   std::shared_ptr<MemoryRegistrar> Registrar(std::shared_ptr<MemoryRegistrar> next);
 
-  // Starts serving `db` when Options::listen is set.
+  // Starts serving `db` when Options::listen is set, then starts the membership source.
   Status StartServing(DB* db, PinFn pin, const char* arena_base);
   // Stops accepting and drains requests in flight.  Idempotent.  Calls to peers fail
   // with Aborted afterwards.
@@ -75,8 +81,23 @@ class PeerEnv {
   bool RemoteOwner(const Slice& key, Endpoint* owner) const;
   // The member owning key (its endpoint text; this host's is `listen`).
   std::string OwnerOf(const Slice& key) const;
-  // Replaces the members (peers, not counting this host).
+  // Replaces the members (this host, when named, is dropped).
   void SetMembers(std::vector<Endpoint> peers);
+
+  // True when routing keeps replicas (a cluster, or cluster_replicas > 1): keys then go
+  // through the batch calls below or the *Replicated single-key calls, never RemoteOwner.
+  bool Replicated() const;
+  // The owners of key in rendezvous order, at most cluster_replicas of them (endpoint
+  // texts; this host's is `listen`).
+  std::vector<std::string> OwnersOf(const Slice& key) const;
+  // Single keys over the replicas: a put to all owners (OK when one took it); a get
+  // from the first owner that has it (NotFound when none answers with it); a delete
+  // from all.  `local` answers for this host.
+  Status PutReplicated(DB* local, const Slice& key, const Slice& value);
+  Status GetReplicated(DB* local, const Slice& key, std::string* value);
+  Status GetIntoReplicated(DB* local, const Slice& key, MutableSlice buffer, size_t* size);
+  Status DeleteReplicated(DB* local, const Slice& key);
+  Status GetValueSizeReplicated(DB* local, const Slice& key, uint64_t* size);
 
   // Batch calls split by owner: this host's keys go to `local` (answered from its own
   // tiers), the others to their owners, in parallel.
@@ -126,10 +147,42 @@ class PeerEnv {
   class Service;
   class Chain;
   PeerEnv(const Options& options, Logger* logger);
+  Status ServePeers(DB* db, PinFn pin, const char* arena_base);
   std::vector<Endpoint> Members() const;
   // Splits keys by owner: groups[j] for members[j]; local_idx for this host.
   void Partition(std::span<const Slice> keys, std::vector<Endpoint>* members,
                  std::vector<std::vector<size_t>>* groups, std::vector<size_t>* local_idx) const;
+  // One owner's share of a replicated batch: the keys (indexes into the batch) and
+  // their results.
+  struct OwnerGroup {
+    std::string owner;
+    std::vector<size_t> idx;
+    std::vector<int64_t> r;
+  };
+  using LocalGroupFn = std::function<Status(const std::vector<size_t>& idx, std::vector<int64_t>*)>;
+  using RemoteGroupFn = std::function<Status(const Endpoint& owner, const std::vector<size_t>& idx,
+                                             std::vector<int64_t>*)>;
+  // Runs every group at once: this host's through `local` in a LocalScope, the others'
+  // through `remote`.  A failed call fills its keys' results with its error code.
+  void RunGroups(std::vector<OwnerGroup>* groups, const LocalGroupFn& local,
+                 const RemoteGroupFn& remote);
+  // Each key's owners for one batch (one member snapshot for all).
+  std::vector<std::vector<std::string>> OwnersOfAll(std::span<const Slice> keys) const;
+  // Asks each key its owners in order, one rank at a time, until `done(result)`; keys
+  // no owner settled get NotFound (a failed owner costs a miss, never an error).
+  void AskInOrder(std::span<const Slice> keys, std::vector<int64_t>* results,
+                  const std::function<bool(int64_t)>& done, const LocalGroupFn& local,
+                  const RemoteGroupFn& remote);
+  // Sends each key to all its owners; a key's result is the first owner's success, else
+  // NotFound when one answered NotFound, else the first owner's error.
+  void SendToAll(std::span<const Slice> keys, std::vector<int64_t>* results,
+                 const LocalGroupFn& local, const RemoteGroupFn& remote);
+  // Asks key's owners in order (this host through `local`, in a LocalScope) until one
+  // answers OK; NotFound when none does.
+  Status FromFirstOwner(const Slice& key, const std::function<Status()>& local,
+                        const std::function<Status(const Endpoint&)>& remote);
+  bool IsSelf(const std::string& owner) const { return owner.empty() || owner == self_; }
+
   // Runs `local` in a LocalScope and `remote` for every member, in parallel; sums the
   // counts.  `what` names the call in the error.
   Status DeleteEverywhere(const char* what, const std::function<Status(uint64_t*)>& local,
@@ -144,13 +197,22 @@ class PeerEnv {
   Endpoint listen_;
   std::string self_;  // listen_ as text; "" when not serving
   std::unique_ptr<Transport> transport_;
+  std::unique_ptr<MembershipSource> membership_;
   std::unique_ptr<RdmaServer> rdma_server_;
   std::unique_ptr<Service> service_;
   std::unique_ptr<TransportServer> server_;
   std::atomic<bool> closed_{false};
 
+  // Records how a call to a member went (its state in StatsText): a failure other than
+  // NotFound marks it failing until a call succeeds.
+  void NoteCall(const std::string& member, const Status& s);
+
+  mutable std::mutex health_mu_;
+  std::map<std::string, std::string> failing_;  // guarded by health_mu_: member -> last error
+
   mutable std::mutex members_mu_;
-  std::shared_ptr<const std::vector<Endpoint>> peers_;  // guarded by members_mu_
+  std::shared_ptr<const std::vector<Endpoint>> peers_ =  // guarded by members_mu_
+      std::make_shared<const std::vector<Endpoint>>();
 
   mutable std::atomic<uint64_t> remote_gets_{0}, remote_hits_{0}, remote_errors_{0},
       remote_puts_{0}, promotions_{0};

@@ -2,6 +2,7 @@
 //
 //   kv_server --db=PATH --listen=HOST:PORT [--transport=auto|tcp|rdma]
 //             [--local_listen=SOCKET] [--auth_token_file=F] [--options=name=value,...]
+//             [--cluster=etcd://HOST:PORT[,HOST:PORT...]/PREFIX]
 //   kv_server --stats=HOST:PORT [--auth_token_file=F]     print a server's stats
 //
 // It listens on loopback by default (127.0.0.1:7400); any other address requires an
@@ -9,7 +10,10 @@
 // --local_listen=SOCKET also serves processes of this host that attach (DB::Attach,
 // docs/attach.md) on that Unix socket; given without --listen, only them, and it prints
 // "kv_server: serving PATH to local clients on SOCKET".
-// SIGTERM (or SIGINT) stops accepting, drains requests in flight, flushes and exits 0.
+// --cluster registers the server with etcd under a lease (docs/cluster.md) and routes
+// over the cluster's live members.
+// SIGTERM (or SIGINT) leaves the cluster (revokes the lease), stops accepting, drains
+// requests in flight, flushes and exits 0.
 #include <signal.h>
 
 #include <cstdio>
@@ -26,7 +30,7 @@ void Usage() {
   std::fprintf(stderr,
                "usage: kv_server --db=PATH [--listen=HOST:PORT] [--transport=auto|tcp|rdma]\n"
                "                 [--local_listen=SOCKET] [--auth_token_file=F]\n"
-               "                 [--options=name=value,...]\n"
+               "                 [--options=name=value,...] [--cluster=etcd://H:P/PREFIX]\n"
                "       kv_server --stats=HOST:PORT [--auth_token_file=F]\n");
 }
 
@@ -64,7 +68,7 @@ int PrintStats(const std::string& where, const std::string& token_file) {
 
 int main(int argc, char** argv) {
   std::string db_path, listen = "127.0.0.1:7400", transport = "auto", token_file, options_text,
-                       stats, local_listen;
+                       stats, local_listen, cluster;
   bool listen_given = false;
   for (int i = 1; i < argc; i++) {
     if (Flag(argv[i], "--listen", &listen)) {
@@ -74,7 +78,8 @@ int main(int argc, char** argv) {
     if (Flag(argv[i], "--db", &db_path) || Flag(argv[i], "--local_listen", &local_listen) ||
         Flag(argv[i], "--transport", &transport) ||
         Flag(argv[i], "--auth_token_file", &token_file) ||
-        Flag(argv[i], "--options", &options_text) || Flag(argv[i], "--stats", &stats)) {
+        Flag(argv[i], "--options", &options_text) || Flag(argv[i], "--stats", &stats) ||
+        Flag(argv[i], "--cluster", &cluster)) {
       continue;
     }
     if (std::strcmp(argv[i], "--help") == 0) {
@@ -109,6 +114,7 @@ int main(int argc, char** argv) {
   if (s.ok() && !local_listen.empty()) s = options.Set("local_listen", local_listen);
   if (s.ok()) s = options.Set("peer_transport", transport);
   if (s.ok() && !token_file.empty()) s = options.Set("peer_auth_token_file", token_file);
+  if (s.ok() && !cluster.empty()) s = options.Set("cluster", cluster);
   if (!s.ok()) {
     std::fprintf(stderr, "kv_server: %s\n", s.ToString().c_str());
     return 2;

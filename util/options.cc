@@ -147,6 +147,9 @@ const std::vector<OptionEntry>& Table() {
       SizeOption("gpu_chunk_bytes", &Options::gpu_chunk_bytes),
       SizeOption("gpu_streams", &Options::gpu_streams),
       StringOption("peers", &Options::peers),
+      StringOption("cluster", &Options::cluster),
+      SizeOption("cluster_lease_ttl_ms", &Options::cluster_lease_ttl_ms),
+      SizeOption("cluster_replicas", &Options::cluster_replicas),
       EnumOption("peer_mode", &Options::peer_mode, PeerModeNames),
       StringOption("listen", &Options::listen),
       StringOption("peer_auth_token_file", &Options::peer_auth_token_file),
@@ -262,6 +265,14 @@ Status Options::Validate() const {
   }
   if (gpu_staging_bytes / gpu_chunk_bytes > 4096) {
     return Status::InvalidArgument("gpu_staging_bytes / gpu_chunk_bytes exceeds 4096 slots");
+  }
+  if (cluster_replicas == 0 || cluster_replicas > 16) {
+    return Status::InvalidArgument("cluster_replicas must be in [1, 16], got " +
+                                   std::to_string(cluster_replicas));
+  }
+  if (cluster_lease_ttl_ms < 1000) {
+    return Status::InvalidArgument("cluster_lease_ttl_ms must be at least 1000, got " +
+                                   std::to_string(cluster_lease_ttl_ms));
   }
   if (gpu_streams == 0 || gpu_streams > 64) {
     return Status::InvalidArgument("gpu_streams must be in [1, 64], got " +

@@ -247,6 +247,26 @@ struct Options {
   // Default: ""
   std::string peers;
 
+  // Membership from etcd instead of (or besides) `peers`:
+  // "etcd://HOST:PORT[,HOST:PORT...]/PREFIX" (see docs/cluster.md).  A DB with `listen`
+  // registers itself under PREFIX/members/ with a lease; every DB of the cluster watches
+  // the prefix and routes over the live members.  Empty: membership is `peers`.
+  // Default: ""
+  std::string cluster;
+
+  // The lease a cluster member registers under: a member that dies leaves the member
+  // set this long after its last renewal (renewed every third of it).  At least 1000
+  // (etcd counts whole seconds; it may raise a short TTL to its own minimum).
+  // Default: 5000
+  uint64_t cluster_lease_ttl_ms = 5000;
+
+  // Sharded mode: each key lives on the first R members of its rendezvous order.  A put
+  // goes to all R, a get tries them in order and stops at the first hit, a delete goes
+  // to all R.  With a cluster, a member that fails or went away costs a miss (not an
+  // error) once peer_timeout_ms passes.  1 to 16.
+  // Default: 1
+  uint64_t cluster_replicas = 1;
+
   // "read_through" or "sharded" (see PeerMode).  In sharded mode each key's owner is
   // chosen among peers + `listen` (this host, when set) by rendezvous hashing (XXH3 of
   // key and endpoint text), so every host must name the members the same way.

@@ -1,0 +1,539 @@
+// The cluster on etcd (docs/cluster.md): a private etcd, kv_server members registered
+// with leases, and an in-process client DB that routes over the live members.  Every
+// test starts its own etcd on free loopback ports and kills it itself; without the
+// `etcd` binary (Debian's etcd-server) the tests skip, saying so.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "env/etcd_client.h"
+#include "kvengine/db.h"
+#include "test/peer_harness.h"
+
+namespace kvengine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string EtcdBinary() {
+  for (const char* p : {"/usr/bin/etcd", "/usr/local/bin/etcd"}) {
+    if (access(p, X_OK) == 0) return p;
+  }
+  return "";
+}
+
+// A private single-node etcd on 127.0.0.1.
+class Etcd {
+ public:
+  explicit Etcd(std::string dir)
+      : dir_(std::move(dir)), client_port_(FreePort()), peer_port_(FreePort()) {}
+  ~Etcd() { Kill(); }
+
+  bool Start() {
+    pid_ = fork();
+    if (pid_ == 0) {
+      const int log = open((dir_ + "/etcd.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      dup2(log, 1);
+      dup2(log, 2);
+      const std::string client = "http://127.0.0.1:" + std::to_string(client_port_);
+      const std::string peer = "http://127.0.0.1:" + std::to_string(peer_port_);
+      std::vector<std::string> args = {EtcdBinary(),
+                                       "--name=test",
+                                       "--data-dir=" + dir_ + "/data",
+                                       "--listen-client-urls=" + client,
+                                       "--advertise-client-urls=" + client,
+                                       "--listen-peer-urls=" + peer,
+                                       "--initial-advertise-peer-urls=" + peer,
+                                       "--initial-cluster=test=" + peer};
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    // Ready when it answers a range.
+    std::unique_ptr<EtcdClient> client = Client();
+    for (int i = 0; i < 200; i++) {
+      std::vector<EtcdKeyValue> kvs;
+      int64_t rev;
+      if (client->Range("/", &kvs, &rev).ok()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
+  void Kill() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(client_port_); }
+  std::unique_ptr<EtcdClient> Client() const {
+    EtcdClientOptions o;
+    o.endpoints = {address()};
+    o.timeout_ms = 1000;
+    std::unique_ptr<EtcdClient> c;
+    EXPECT_TRUE(EtcdClient::Open(o, &c).ok());
+    return c;
+  }
+
+ private:
+  const std::string dir_;
+  const uint16_t client_port_, peer_port_;
+  pid_t pid_ = -1;
+};
+
+std::string ReadFileText(const std::string& path) {
+  std::string text;
+  FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) return text;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) text.append(buf, n);
+  std::fclose(f);
+  return text;
+}
+
+// Polls `cond` every 20 ms until it holds or `ms` pass.
+bool WaitFor(const std::function<bool()>& cond, int ms) {
+  const auto end = Clock::now() + std::chrono::milliseconds(ms);
+  while (Clock::now() < end) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return cond();
+}
+
+// A value that names its key: checked bit-exact on every read.
+std::string ValueOf(const std::string& key, size_t size) {
+  std::mt19937_64 rng(std::hash<std::string>()(key));
+  return RandomValue(&rng, size);
+}
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (EtcdBinary().empty()) {
+      GTEST_SKIP() << "etcd is not installed (Debian: apt-get install etcd-server; "
+                      "scripts/bootstrap.sh installs it)";
+    }
+    dir_ = TempDir(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    etcd_ = std::make_unique<Etcd>(dir_);
+    ASSERT_TRUE(etcd_->Start()) << "etcd did not start; see " << dir_ << "/etcd.log";
+  }
+  void TearDown() override {
+    if (client_ != nullptr) client_->Close();
+    client_.reset();
+    servers_.clear();
+    etcd_.reset();
+  }
+
+  std::string ClusterUrl() const { return "etcd://" + etcd_->address() + "/kvtest"; }
+
+  // Starts a member that registers with the cluster.
+  Server* AddMember(int replicas, uint64_t ttl_ms = 2000) {
+    const std::string name = "m" + std::to_string(servers_.size());
+    auto server = std::make_unique<Server>(dir_ + "/" + name, FreePort(),
+                                           std::vector<std::string>{"--cluster=" + ClusterUrl()});
+    server->set_options(
+        ",ssd_capacity_bytes=0,peer_mode=sharded,cluster_replicas=" + std::to_string(replicas) +
+        ",cluster_lease_ttl_ms=" + std::to_string(ttl_ms));
+    EXPECT_TRUE(server->Start());
+    servers_.push_back(std::move(server));
+    return servers_.back().get();
+  }
+
+  // Opens the in-process client (serves no one) over the cluster.
+  void OpenClient(int replicas) {
+    Options o;
+    o.memory_capacity_bytes = 16 << 20;
+    o.prefault_memory = false;
+    o.log_level = LogLevel::kError;
+    o.peer_mode = PeerMode::kSharded;
+    o.peer_transport = PeerTransport::kTcp;
+    o.peer_timeout_ms = 1000;
+    o.cluster = ClusterUrl();
+    o.cluster_replicas = replicas;
+    ASSERT_TRUE(DB::Open(o, dir_ + "/client", &client_).ok());
+  }
+
+  std::string PeersText() {
+    std::string text;
+    client_->GetProperty("kvengine.peers", &text);
+    return text;
+  }
+  size_t ClientMembers() {
+    const std::string text = PeersText();
+    const size_t at = text.find("\npeers: ");
+    return at == std::string::npos ? 0 : std::stoul(text.substr(at + 8));
+  }
+  bool WaitMembers(size_t n, int ms = 10000) {
+    return WaitFor([&] { return ClientMembers() == n; }, ms);
+  }
+
+  static std::string Key(int i) { return "model@tp0/layer." + std::to_string(i); }
+  static size_t SizeOf(int i) { return 1024 + (i % 7) * 512; }
+
+  void PutAll(int n, int from = 0) {
+    for (int i = from; i < from + n; i++) {
+      ASSERT_TRUE(client_->Put(WriteOptions(), Key(i), ValueOf(Key(i), SizeOf(i))).ok()) << i;
+    }
+  }
+  // Reads keys [0, n): counts hits and misses; any other outcome or wrong bytes fail.
+  void ReadAll(int n, int* hits, int* misses) {
+    *hits = *misses = 0;
+    for (int i = 0; i < n; i++) {
+      std::string v;
+      Status s = client_->Get(ReadOptions(), Key(i), &v);
+      if (s.IsNotFound()) {
+        (*misses)++;
+        continue;
+      }
+      ASSERT_TRUE(s.ok()) << Key(i) << ": " << s.ToString();
+      ASSERT_EQ(v, ValueOf(Key(i), SizeOf(i))) << Key(i);
+      (*hits)++;
+    }
+  }
+  // Which live servers hold key i.
+  int Holders(const std::vector<Server*>& live, int i) {
+    auto t = NewClient("", 1000);
+    int n = 0;
+    const std::string key = Key(i);
+    const Slice k(key);
+    for (Server* s : live) {
+      std::vector<int64_t> r;
+      if (t->BatchExists(s->endpoint(), std::span<const Slice>(&k, 1), &r).ok() && r[0] == 1) n++;
+    }
+    return n;
+  }
+
+  std::string dir_;
+  std::unique_ptr<Etcd> etcd_;
+  std::vector<std::unique_ptr<Server>> servers_;
+  std::unique_ptr<DB> client_;
+};
+
+TEST(EtcdClientTest, Base64AndUrls) {
+  for (const std::string& s :
+       std::vector<std::string>{"", "f", "fo", "foo", "foob", std::string("\0\xff\x10", 3)}) {
+    std::string back;
+    ASSERT_TRUE(EtcdClient::Base64Decode(EtcdClient::Base64Encode(s), &back));
+    EXPECT_EQ(back, s);
+  }
+  EXPECT_EQ(EtcdClient::Base64Encode("foo"), "Zm9v");
+  std::string out;
+  EXPECT_FALSE(EtcdClient::Base64Decode("Zm9", &out));
+  EXPECT_FALSE(EtcdClient::Base64Decode("Z=9v", &out));
+  std::vector<std::string> eps;
+  std::string prefix;
+  ASSERT_TRUE(ParseClusterUrl("etcd://a:1,b:2/kv/c1/", &eps, &prefix).ok());
+  EXPECT_EQ(eps, (std::vector<std::string>{"a:1", "b:2"}));
+  EXPECT_EQ(prefix, "/kv/c1");
+  EXPECT_FALSE(ParseClusterUrl("http://a:1/p", &eps, &prefix).ok());
+  EXPECT_FALSE(ParseClusterUrl("etcd://a:1", &eps, &prefix).ok());
+  EXPECT_FALSE(ParseClusterUrl("etcd://a/p", &eps, &prefix).ok());
+  EXPECT_FALSE(ParseClusterUrl("etcd://a:1,/p", &eps, &prefix).ok());
+}
+
+TEST(ClusterOptionsTest, BadClusterOptionsAreRefusedAtOpen) {
+  const std::string dir = TempDir("cluster_options");
+  auto open = [&](const std::function<void(Options*)>& set) {
+    Options o;
+    o.memory_capacity_bytes = 16 << 20;
+    o.prefault_memory = false;
+    o.log_level = LogLevel::kOff;
+    set(&o);
+    std::unique_ptr<DB> db;
+    return DB::Open(o, dir + "/db", &db);
+  };
+  Status s = open([](Options* o) {
+    o->cluster = "etcd://127.0.0.1:1/p";
+    o->peers = "127.0.0.1:2";
+  });
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  s = open([](Options* o) { o->cluster = "http://127.0.0.1:1/p"; });
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  s = open([](Options* o) {
+    o->cluster = "etcd://127.0.0.1:1/p";
+    o->cluster_replicas = 0;
+  });
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  s = open([](Options* o) {
+    o->cluster = "etcd://127.0.0.1:1/p";
+    o->cluster_lease_ttl_ms = 10;
+  });
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  // etcd unreachable at Open: the DB opens and serves locally (no members yet).
+  const auto t0 = Clock::now();
+  s = open([](Options* o) {
+    o->cluster = "etcd://127.0.0.1:1/p";
+    o->peer_mode = PeerMode::kSharded;
+  });
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(5));
+}
+
+TEST_F(ClusterTest, EtcdClientCalls) {
+  auto c = etcd_->Client();
+  int64_t lease = 0, ttl = 0;
+  ASSERT_TRUE(c->LeaseGrant(5, &lease).ok());
+  ASSERT_TRUE(c->Put("/p/a", "1", lease).ok());
+  ASSERT_TRUE(c->Put("/p/b", std::string("\0\xff", 2), 0).ok());
+  ASSERT_TRUE(c->Put("/q", "outside", 0).ok());
+  std::vector<EtcdKeyValue> kvs;
+  int64_t rev = 0;
+  ASSERT_TRUE(c->Range("/p/", &kvs, &rev).ok());
+  ASSERT_EQ(kvs.size(), 2u);
+  EXPECT_EQ(kvs[0].key, "/p/a");
+  EXPECT_EQ(kvs[0].lease, lease);
+  EXPECT_EQ(kvs[1].value, std::string("\0\xff", 2));
+  ASSERT_TRUE(c->LeaseKeepAlive(lease, &ttl).ok());
+  EXPECT_GT(ttl, 0);
+
+  // Watch from the revision after the range: the revoke's delete arrives.
+  std::vector<EtcdEvent> seen;
+  std::thread watcher([&] {
+    int64_t compacted = 0;
+    c->Watch(
+        "/p/", rev + 1,
+        [&](const std::vector<EtcdEvent>& events) {
+          seen.insert(seen.end(), events.begin(), events.end());
+          return seen.empty();
+        },
+        &compacted);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ASSERT_TRUE(c->LeaseRevoke(lease).ok());
+  watcher.join();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_TRUE(seen[0].deleted);
+  EXPECT_EQ(seen[0].kv.key, "/p/a");
+  EXPECT_TRUE(c->LeaseKeepAlive(lease, &ttl).IsNotFound());
+  EXPECT_TRUE(c->LeaseRevoke(lease).IsNotFound());
+
+  // A watch from a compacted revision is cancelled with the oldest revision kept.
+  ASSERT_TRUE(c->Put("/p/b", "2", 0).ok());
+  ASSERT_TRUE(c->Range("/p/", &kvs, &rev).ok());
+  auto raw = etcd_->Client();
+  // Compaction through etcdctl's gateway call.
+  ASSERT_EQ(std::system(("curl -s -o /dev/null -X POST http://" + etcd_->address() +
+                         "/v3/kv/compaction -d '{\"revision\":\"" + std::to_string(rev) + "\"}'")
+                            .c_str()),
+            0);
+  int64_t compacted = 0;
+  Status s = c->Watch(
+      "/p/", 1, [](const std::vector<EtcdEvent>& e) { return e.empty(); }, &compacted);
+  EXPECT_TRUE(s.IsNotFound()) << s.ToString();
+  EXPECT_EQ(compacted, rev);
+
+  // Interrupt ends a blocked watch at once.
+  std::thread blocked([&] {
+    Status w = raw->Watch(
+        "/none/", rev + 1, [](const std::vector<EtcdEvent>&) { return true; }, &compacted);
+    EXPECT_TRUE(w.IsAborted()) << w.ToString();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto t0 = Clock::now();
+  raw->Interrupt();
+  blocked.join();
+  EXPECT_LT(Clock::now() - t0, std::chrono::milliseconds(500));
+}
+
+TEST_F(ClusterTest, TwoReplicasSurviveASigkill) {
+  for (int m = 0; m < 3; m++) AddMember(2);
+  OpenClient(2);
+  ASSERT_TRUE(WaitMembers(3)) << PeersText();
+  PutAll(1000);
+  std::vector<Server*> all = {servers_[0].get(), servers_[1].get(), servers_[2].get()};
+  for (int i = 0; i < 1000; i += 97) EXPECT_EQ(Holders(all, i), 2) << i;
+  servers_[1]->Kill(SIGKILL);
+  // At once (the dead member is still listed): every key from its other replica.
+  int hits, misses;
+  ReadAll(1000, &hits, &misses);
+  EXPECT_EQ(hits, 1000);
+  // And after its lease expired and it left the member set.
+  ASSERT_TRUE(WaitMembers(2)) << PeersText();
+  ReadAll(1000, &hits, &misses);
+  EXPECT_EQ(hits, 1000);
+}
+
+TEST_F(ClusterTest, AStoppedMemberCostsOneTimeoutNotAnError) {
+  for (int m = 0; m < 3; m++) AddMember(2);
+  OpenClient(2);  // peer_timeout_ms=1000
+  ASSERT_TRUE(WaitMembers(3)) << PeersText();
+  PutAll(200);
+  // Frozen, not dead: connections are accepted by the kernel but never answered.
+  kill(servers_[0]->pid(), SIGSTOP);
+  std::vector<std::string> names;
+  std::vector<Slice> keys;
+  for (int i = 0; i < 200; i++) names.push_back(Key(i));
+  for (const std::string& n : names) keys.emplace_back(n);
+  std::vector<std::string> buffers(200, std::string(8192, '\0'));
+  std::vector<Destination> dests;
+  for (std::string& b : buffers) dests.push_back({MutableSlice(b.data(), b.size())});
+  std::vector<int64_t> results;
+  const auto t0 = Clock::now();
+  ASSERT_TRUE(client_->BatchGetInto(ReadOptions(), keys, dests, &results).ok());
+  const auto took = Clock::now() - t0;
+  kill(servers_[0]->pid(), SIGCONT);
+  // One round of timeouts (the frozen member's keys), then their second replicas.
+  EXPECT_LT(took, std::chrono::milliseconds(kSanitized ? 8000 : 4000));
+  for (int i = 0; i < 200; i++) {
+    ASSERT_EQ(results[i], static_cast<int64_t>(SizeOf(i))) << Key(i);
+    EXPECT_EQ(buffers[i].substr(0, SizeOf(i)), ValueOf(Key(i), SizeOf(i))) << Key(i);
+  }
+}
+
+TEST_F(ClusterTest, OneReplicaLosesOnlyTheDeadMembersKeys) {
+  for (int m = 0; m < 3; m++) AddMember(1);
+  OpenClient(1);
+  ASSERT_TRUE(WaitMembers(3)) << PeersText();
+  PutAll(1000);
+  servers_[2]->Kill(SIGKILL);
+  std::vector<Server*> live = {servers_[0].get(), servers_[1].get()};
+  int hits, misses;
+  ReadAll(1000, &hits, &misses);
+  EXPECT_GT(misses, 100);  // about a third
+  EXPECT_LT(misses, 600);
+  EXPECT_EQ(hits + misses, 1000);
+  // A miss is exactly a key that no live member holds.
+  int lost = 0;
+  for (int i = 0; i < 1000; i++) lost += Holders(live, i) == 0;
+  EXPECT_EQ(lost, misses);
+}
+
+TEST_F(ClusterTest, AJoiningMemberTakesNewPuts) {
+  for (int m = 0; m < 3; m++) AddMember(1);
+  OpenClient(1);
+  ASSERT_TRUE(WaitMembers(3)) << PeersText();
+  PutAll(300);
+  Server* joiner = AddMember(1);
+  ASSERT_TRUE(WaitMembers(4)) << PeersText();
+  PutAll(300, 1000);
+  int on_joiner = 0;
+  for (int i = 1000; i < 1300; i++) on_joiner += Holders({joiner}, i);
+  EXPECT_GT(on_joiner, 30);  // about a quarter
+  // Keys put before the join: the ones that moved to the joiner are misses, the rest
+  // read bit-exact.
+  int hits, misses;
+  ReadAll(300, &hits, &misses);
+  EXPECT_EQ(hits + misses, 300);
+  EXPECT_GT(hits, 150);
+}
+
+TEST_F(ClusterTest, SigtermLeavesAtOnce) {
+  for (int m = 0; m < 3; m++) AddMember(1, /*ttl_ms=*/60000);
+  OpenClient(1);
+  ASSERT_TRUE(WaitMembers(3)) << PeersText();
+  const auto t0 = Clock::now();
+  servers_[0]->Kill(SIGTERM);
+  // Far sooner than the 60 s lease: the member revoked it on the way out.
+  ASSERT_TRUE(WaitMembers(2, 5000)) << PeersText();
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(5));
+  PutAll(100);
+  int hits, misses;
+  ReadAll(100, &hits, &misses);
+  EXPECT_EQ(hits, 100);
+}
+
+TEST_F(ClusterTest, EtcdOutageKeepsServingAndTheWatchResumes) {
+  for (int m = 0; m < 3; m++) AddMember(2, /*ttl_ms=*/3000);
+  OpenClient(2);
+  ASSERT_TRUE(WaitMembers(3)) << PeersText();
+  PutAll(200);
+  etcd_->Kill();
+  ASSERT_TRUE(
+      WaitFor([&] { return PeersText().find("etcd: unreachable") != std::string::npos; }, 10000))
+      << PeersText();
+  // The last membership stays: everything reads, new puts land.
+  EXPECT_EQ(ClientMembers(), 3u);
+  int hits, misses;
+  ReadAll(200, &hits, &misses);
+  EXPECT_EQ(hits, 200);
+  PutAll(50, 200);
+  ASSERT_TRUE(etcd_->Start());
+  // A change made at once, before the client's watch is back: it arrives when the watch
+  // resumes from the last revision the client saw.
+  servers_[2]->Kill(SIGTERM);
+  ASSERT_TRUE(
+      WaitFor([&] { return PeersText().find("etcd: connected") != std::string::npos; }, 15000))
+      << PeersText();
+  ASSERT_TRUE(WaitMembers(2)) << PeersText();
+  // And one made later: the watch is live.
+  AddMember(2, 3000);
+  ASSERT_TRUE(WaitMembers(3)) << PeersText();
+}
+
+TEST_F(ClusterTest, StatsShowTheCluster) {
+  Server* a = AddMember(1);
+  Server* b = AddMember(1);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return std::system((std::string(KV_SERVER_PATH) + " --stats=" + a->address() + " > " +
+                            dir_ + "/stats.txt")
+                               .c_str()) == 0 &&
+               ReadFileText(dir_ + "/stats.txt").find("member: " + b->address() + " live") !=
+                   std::string::npos;
+      },
+      10000));
+  const std::string text = ReadFileText(dir_ + "/stats.txt");
+  for (const std::string& line : std::vector<std::string>{
+           "membership: etcd\n", "cluster: " + ClusterUrl() + "\n", "etcd: connected\n",
+           "lease: ", "revision: ", "registered: 2\n", "member: " + a->address() + " self\n"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << " in\n" << text;
+  }
+}
+
+TEST_F(ClusterTest, GarbageUnderThePrefixIsIgnored) {
+  for (int m = 0; m < 2; m++) AddMember(1);
+  auto c = etcd_->Client();
+  ASSERT_TRUE(c->Put("/kvtest/members/bad", "not an endpoint", 0).ok());
+  ASSERT_TRUE(c->Put("/kvtest/members/bin", std::string("\0\xff:", 3), 0).ok());
+  ASSERT_TRUE(c->Put("/kvtest/members/port0", "127.0.0.1:0", 0).ok());
+  ASSERT_TRUE(c->Put("/kvtest/other", "whatever", 0).ok());
+  OpenClient(1);
+  ASSERT_TRUE(WaitMembers(2)) << PeersText();
+  // And garbage that arrives through the watch.
+  ASSERT_TRUE(c->Put("/kvtest/members/late", ":::", 0).ok());
+  ASSERT_TRUE(
+      WaitFor([&] { return PeersText().find("ignored_values: 4") != std::string::npos; }, 5000))
+      << PeersText();
+  EXPECT_EQ(ClientMembers(), 2u);
+  PutAll(100);
+  int hits, misses;
+  ReadAll(100, &hits, &misses);
+  EXPECT_EQ(hits, 100);
+}
+
+TEST_F(ClusterTest, AMemberThatRefusesConnectionsCostsOnlyMisses) {
+  for (int m = 0; m < 2; m++) AddMember(2);
+  auto c = etcd_->Client();
+  const std::string dead = "127.0.0.1:" + std::to_string(FreePort());  // nobody listens
+  ASSERT_TRUE(c->Put("/kvtest/members/" + dead, dead, 0).ok());
+  OpenClient(2);
+  ASSERT_TRUE(WaitMembers(3)) << PeersText();
+  const auto t0 = Clock::now();
+  PutAll(300);
+  int hits, misses;
+  ReadAll(300, &hits, &misses);
+  EXPECT_EQ(hits, 300);
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(30));
+  EXPECT_NE(PeersText().find("member: " + dead + " failing"), std::string::npos) << PeersText();
+  // With one replica, the keys it owns are misses (never errors).
+  client_->Close();
+  client_.reset();
+  OpenClient(1);
+  ASSERT_TRUE(WaitMembers(3)) << PeersText();
+  ReadAll(300, &hits, &misses);
+  EXPECT_GT(misses, 30);
+  EXPECT_EQ(hits + misses, 300);
+}
+
+}  // namespace
+}  // namespace kvengine
