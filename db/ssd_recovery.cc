@@ -196,14 +196,14 @@ Status SsdTier::Recover() {
         tombstones_[b->id].push_back({e.key, e.version, b->id});
         continue;
       }
-      auto it = map_.find(e.key);
+      const KeyFingerprint fp = KeyFingerprint::Of(e.key);
       const SsdLocation here{b->id, e.offset, e.size, e.version, e.checksum};
-      if (it == map_.end()) {
-        InsertIntoMapLocked(e.key, here);
+      SsdLocation cur;
+      if (!map_.Find(fp, &cur)) {
+        map_.Put(fp, here);
         b->live_keys++;
         continue;
       }
-      SsdLocation& cur = it->second;
       if (e.version < cur.version) {  // superseded: dead here for good
         dead_value(b.get(), e.offset, e.size);
         tombstones_[b->id].push_back({e.key, e.version, b->id});
@@ -218,15 +218,15 @@ Status SsdTier::Recover() {
         loser->deleted_bytes += cur.size;          // not punched: its tombstone is not logged yet
         duplicates_[e.key].push_back(cur.bucket);  // the same value twice
       }
-      cur = here;
+      map_.Put(fp, here);
       b->live_keys++;
     }
     b->reader->DropEntries();  // the map holds what reads need; the index stays on disk
   }
   // Duplicates whose key ended up elsewhere (a newer version) are not needed.
   for (auto it = duplicates_.begin(); it != duplicates_.end();) {
-    auto m = map_.find(it->first);
-    it = (m == map_.end()) ? duplicates_.erase(it) : std::next(it);
+    SsdLocation loc;
+    it = map_.Find(KeyFingerprint::Of(it->first), &loc) ? std::next(it) : duplicates_.erase(it);
   }
   std::vector<TombstoneLog::Record> keep;
   for (const auto& [bucket, recs] : tombstones_) keep.insert(keep.end(), recs.begin(), recs.end());

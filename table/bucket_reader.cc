@@ -131,8 +131,9 @@ Status BucketReader::FinishRead(const ValueRead& read, Plan* plan, bool verify) 
     ScatterCopy(plan->bounce.data(), read.size - plan->bounce_value_offset,
                 read.dest.subspan(plan->first_bounced_part));
   }
-  if (verify && BucketEntryChecksum(header_.format_version, read.key, read.dest, read.size) !=
-                    read.checksum) {
+  if (verify && ((BucketEntryChecksum(header_.format_version, read.key, read.dest, read.size) ^
+                  read.checksum) &
+                 read.checksum_mask) != 0) {
     return Status::Corruption(path_,
                               "value checksum mismatch at offset " + std::to_string(read.offset));
   }

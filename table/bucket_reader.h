@@ -30,6 +30,9 @@ struct ValueRead {
   std::span<const MutableSlice> dest;  // total capacity >= size
   Status status;                       // out
   std::string_view key;                // the entry's key: the checksum covers it too
+  // The bits of `checksum` that are known (a caller that keeps part of it, the SSD
+  // tier's map, compares those only).
+  uint64_t checksum_mask = ~uint64_t{0};
 };
 
 class BucketReader {
