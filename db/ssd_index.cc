@@ -103,7 +103,8 @@ struct SsdIndex::Shard {
     const uint64_t old_capacity = capacity;
     capacity = new_capacity;
     count = 0;
-    slots = capacity == 0 ? nullptr : std::make_unique<Slot[]>(capacity);  // zeroed: empty
+    if (capacity == 0) return;                   // everything dropped
+    slots = std::make_unique<Slot[]>(capacity);  // zeroed: empty
     for (uint64_t i = 0; i < old_capacity; i++) {
       if (!old[i].empty()) InsertNew(old[i]);
     }
@@ -216,6 +217,49 @@ void SsdIndex::ForEach(
 void SsdIndex::Reserve(uint64_t n) {
   const uint64_t per_shard = n / kShards + 1;
   for (size_t i = 0; i < kShards; i++) shards_[i].ReserveFor(per_shard);
+}
+
+void SsdIndex::Clear() {
+  for (size_t i = 0; i < kShards; i++) shards_[i].Resize(0);
+  size_ = 0;
+}
+
+SsdIndex::ShardImage SsdIndex::GetShardImage(size_t shard) const {
+  const Shard& s = shards_[shard];
+  return ShardImage{s.capacity, s.count, reinterpret_cast<const char*>(s.slots.get())};
+}
+
+char* SsdIndex::ResetShard(size_t shard, uint64_t capacity) {
+  Shard& s = shards_[shard];
+  s.Resize(0);
+  s.capacity = capacity;
+  s.slots = capacity == 0 ? nullptr : std::make_unique<Slot[]>(capacity);
+  return reinterpret_cast<char*>(s.slots.get());
+}
+
+bool SsdIndex::AdoptShard(size_t shard, uint64_t count) {
+  Shard& s = shards_[shard];
+  uint64_t found = 0;
+  bool foreign = false;
+  for (uint64_t pos = 0; pos < s.capacity; pos++) {
+    const Slot& slot = s.slots[pos];
+    if (slot.empty()) continue;
+    found++;
+    foreign |= (slot.key.low >> (64 - kShardBits)) != shard;
+  }
+  if (found != count || foreign) {
+    s.capacity = 0;
+    s.slots.reset();
+    s.count = 0;
+    return false;
+  }
+  s.count = count;
+  return true;
+}
+
+void SsdIndex::RecountSize() {
+  size_ = 0;
+  for (size_t i = 0; i < kShards; i++) size_ += shards_[i].count;
 }
 
 uint64_t SsdIndex::MemoryBytes() const {

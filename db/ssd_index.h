@@ -79,6 +79,27 @@ class SsdIndex {
   void Reserve(uint64_t n);
 
   uint64_t size() const { return size_; }
+  // Empties the index.
+  void Clear();
+
+  // For MapCheckpoint: the shards as they lie in memory (kSlotBytes a slot, the layout
+  // is docs/ssd_tier.md's), and their replacement by arrays read back from a file, so
+  // that a checkpoint loads without re-inserting a key.  Little-endian hosts only.
+  static constexpr size_t kShardCount = 64;
+  struct ShardImage {
+    uint64_t capacity = 0;
+    uint64_t count = 0;
+    const char* slots = nullptr;  // capacity * kSlotBytes bytes
+  };
+  ShardImage GetShardImage(size_t shard) const;
+  // Replaces shard `shard` by `capacity` empty slots; returns them for the caller to fill.
+  // Distinct shards may be reset and adopted on different threads at once; size() is
+  // stale until RecountSize().
+  char* ResetShard(size_t shard, uint64_t capacity);
+  // After the caller filled ResetShard's slots: true when they hold `count` keys, each
+  // of this shard; otherwise false and the shard is emptied.
+  bool AdoptShard(size_t shard, uint64_t count);
+  void RecountSize();
   // RAM taken by the slots and the shard table.
   uint64_t MemoryBytes() const;
 
@@ -87,6 +108,7 @@ class SsdIndex {
   struct Shard;
   static constexpr int kShardBits = 6;
   static constexpr size_t kShards = size_t{1} << kShardBits;
+  static_assert(kShards == kShardCount);
 
   Shard& ShardOf(const KeyFingerprint& key);
   const Shard& ShardOf(const KeyFingerprint& key) const;

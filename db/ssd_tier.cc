@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "db/map_checkpoint.h"
 #include "db/ssd_bucket.h"
 #include "util/buffers.h"
 #include "util/config_parse.h"
@@ -87,7 +88,9 @@ Status SsdTier::Open(const Options& options, const std::string& dir, Env* env, L
   }
   tier->file_cache_ =
       std::make_unique<BucketFileCache>(tier->env_, tier->file_options_, options.max_open_files);
+  const uint64_t start = env->NowMicros();
   Status s = tier->Recover();
+  tier->stats_.open_micros = env->NowMicros() - start;
   if (!s.ok()) {
     // Nothing was started and the tombstone log may not be open: the destructor must
     // not flush what recovery left half-built.
@@ -127,6 +130,12 @@ Status SsdTier::Close() {
   for (std::thread& w : writers_) w.join();
   writers_.clear();
   closer_.Drain();  // no retired file stays open past Close
+  if (s.ok()) {
+    Status c = WriteCheckpoint();
+    if (!c.ok()) {  // the next Open reads every bucket instead
+      logger_->Logf(LogLevel::kWarn, "map checkpoint not written: %s", c.ToString().c_str());
+    }
+  }
   return s;
 }
 
@@ -246,6 +255,7 @@ void SsdTier::Commit(Ticket* ticket, uint64_t version) {
   b->live_keys++;
   b->total_bytes += e.size;
   b->staging--;
+  max_version_ = std::max(max_version_, version);
   map_.Put(fp, SsdLocation{b->id, e.offset, e.size, version, e.checksum});
   {
     std::lock_guard<std::mutex> s(stats_mu_);
@@ -814,6 +824,38 @@ Status SsdTier::RewriteTombstones() {
   for (const auto& [bucket, records] : tombstones_)
     all.insert(all.end(), records.begin(), records.end());
   return log_->Rewrite(all);
+}
+
+Status SsdTier::WriteCheckpoint() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const bool pending = !sealed_.empty() || (open_ != nullptr && open_->keys > 0);
+  if (pending || !duplicates_.empty()) {
+    // What the buckets on disk hold is not all there is: a checkpoint would be wrong.
+    MapCheckpoint::Remove(base_env_, dir_);
+    return Status::Aborted(pending ? "buckets not written" : "copies left by a crash");
+  }
+  MapCheckpoint::Contents cp;
+  cp.next_bucket_id = next_bucket_id_;
+  cp.max_version = std::max(max_version_, recovered_max_version_);
+  for (const auto& [id, b] : buckets_) {
+    if (b->state != SsdBucket::State::kOnDisk) continue;
+    MapCheckpoint::Bucket r;
+    r.id = id;
+    r.file_size = b->file_size;
+    r.created_micros = b->reader->header().created_micros;
+    r.format_version = b->reader->header().format_version;
+    r.keys = b->keys;
+    r.live_keys = b->live_keys;
+    r.total_bytes = b->total_bytes;
+    r.deleted_bytes = b->deleted_bytes;
+    r.punched_bytes = b->punched_bytes;
+    r.punched_value_bytes = b->punched_value_bytes;
+    for (const SsdBucket::Extent& e : b->dead_extents) {
+      r.dead_extents.push_back({e.offset, e.length, e.value_size});
+    }
+    cp.buckets.push_back(std::move(r));
+  }
+  return MapCheckpoint::Write(base_env_, dir_, cp, map_);
 }
 
 // ------------------------------------------------------------------ introspection

@@ -86,6 +86,10 @@ class SsdTier {
     // RAM the SSD tier's index takes (estimated from the allocator's sizes): the object
     // map and the tombstones kept for the log.  Bucket indexes stay on disk.
     uint64_t index_bytes = 0;
+    // Open: how long it took; the keys loaded from the map checkpoint (SSDMAP) rather
+    // than from the buckets' indexes; 1 when a checkpoint was there but stale or
+    // damaged, so that every bucket was read instead (the log says why).
+    uint64_t open_micros = 0, checkpoint_keys = 0, checkpoint_rejected = 0;
   };
 
   // A staged value: copied into a bucket image, not yet visible.  Commit or Abort it.
@@ -117,7 +121,8 @@ class SsdTier {
                      std::unique_ptr<SsdTier>* result);
   ~SsdTier();
 
-  // Seals and writes what is pending, syncs the tombstone log, stops the threads.
+  // Seals and writes what is pending, syncs the tombstone log, stops the threads, and
+  // saves the map checkpoint (SSDMAP) for the next Open.
   Status Close();
 
   // The highest version found at Open; the DB hands out versions above it.
@@ -174,6 +179,18 @@ class SsdTier {
   SsdTier(const Options& options, std::string dir, Env* env, Logger* logger);
 
   Status Recover();  // ssd_recovery.cc
+  // Loads the map checkpoint when it matches the buckets listed in `ids` (adding them to
+  // buckets_, the map and the counts); *covered: the buckets it restored.  Anything
+  // else (none, stale, damaged) leaves the tier empty; stale or damaged is logged and
+  // counted.  ssd_recovery.cc
+  void LoadCheckpoint(const std::vector<uint64_t>& ids, std::vector<uint64_t>* covered);
+  // Applies the tombstones logged after the checkpoint to the buckets it restored (the
+  // deletes it does not know) and keeps every record of a restored bucket.
+  void ApplyTombstonesToCheckpoint(const std::vector<uint64_t>& covered,
+                                   const std::vector<TombstoneLog::Record>& records);
+  // Writes the map checkpoint, or removes a stale one when the state cannot be saved
+  // (buckets not written, duplicate copies left by a crash).  At Close, threads stopped.
+  Status WriteCheckpoint();
   // Moves dir_/name (a file or directory that must not take part in the DB) into
   // quarantine/, under a name no earlier casualty holds; logs and counts it.  Fails
   // (still counted) when it cannot be moved.  Only during Recover().
@@ -259,6 +276,8 @@ class SsdTier {
   std::unique_ptr<TombstoneLog> log_;
   std::unique_ptr<BucketFileCache> file_cache_;  // the open bucket files, max_open_files
   uint64_t recovered_max_version_ = 0;
+  // The highest version committed or recovered, for the checkpoint.  Guarded by mu_.
+  uint64_t max_version_ = 0;
   // Images of written buckets, kept for the next ones: fresh memory costs page faults
   // on every first write, which made staging several times slower than the copy itself.
   class ImagePool;

@@ -37,8 +37,10 @@ struct ValueRead {
 
 class BucketReader {
  public:
+  // With read_index false, the index is neither read nor verified (entries() stays
+  // empty): for a bucket the caller verified before (the SSD tier's map checkpoint).
   static Status Open(Env* env, const std::string& path, const FileOptions& options,
-                     std::unique_ptr<BucketReader>* result);
+                     std::unique_ptr<BucketReader>* result, bool read_index = true);
 
   const BucketHeader& header() const { return header_; }
   const BucketFooter& footer() const { return footer_; }
