@@ -33,6 +33,8 @@ DEFINE_string(benchmarks, "memcpy,rawwrite,rawread,vllm_write,vllm_exist,vllm_ge
               "the engine's GC run to completion; MB/s of bytes reclaimed, against rawwrite "
               "(kvengine's GC thread may reclaim during the deletes: "
               "--options=gc_interval_ms=0 times all of it)\n"
+              "  reopen       close the DB and open it again on the same data; reports the close "
+              "and open times (kvengine: its map checkpoint; RocksDB: its MANIFEST and WAL)\n"
               "  memcpy       baseline: memcpy of the same bytes (write pattern, then read "
               "pattern as memcpy_read)\n"
               "  rawwrite     baseline: O_DIRECT sequential write of the same bytes to a file "
@@ -133,7 +135,7 @@ const std::vector<std::string>& KnownBenchmarks() {
       "fillseq",      "fillrandom",  "overwrite",  "readrandom", "readseq",  "readmissing",
       "deleterandom", "existrandom", "vllm_write", "vllm_exist", "vllm_get", "vllm_all",
       "gc_churn",     "compact",     "peer_put",   "peer_get",   "memcpy",   "rawwrite",
-      "rawread",      "rawrandread", "rawsocket"};
+      "rawread",      "rawrandread", "rawsocket",  "reopen"};
   return names;
 }
 
