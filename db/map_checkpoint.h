@@ -52,8 +52,8 @@ class MapCheckpoint {
     std::vector<Bucket> buckets;
   };
 
-  // Writes `contents` and `map` to dir/SSDMAP (temporary name, sync, rename, directory
-  // sync).
+  // Writes `contents` and `map` to dir/SSDMAP (temporary name, then rename; not synced:
+  // whatever a crash leaves of it fails its checksums and is not used).
   static Status Write(Env* env, const std::string& dir, const Contents& contents,
                       const SsdIndex& map);
   // Reads dir/SSDMAP into *contents and *map (which it clears first).  NotFound when

@@ -62,6 +62,7 @@ void ParallelFor(size_t n, int threads, const std::function<void(size_t)>& fn) {
 
 void SsdTier::LoadCheckpoint(const std::vector<uint64_t>& ids, std::vector<uint64_t>* covered) {
   covered->clear();
+  if (!options_.ssd_map_checkpoint) return;
   MapCheckpoint::Contents cp;
   Status s = MapCheckpoint::Read(base_env_, dir_, 2, &cp, &map_);
   if (s.IsNotFound()) return;

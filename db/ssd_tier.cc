@@ -828,6 +828,7 @@ Status SsdTier::RewriteTombstones() {
 
 Status SsdTier::WriteCheckpoint() {
   std::lock_guard<std::mutex> lock(mu_);
+  if (!options_.ssd_map_checkpoint) return MapCheckpoint::Remove(base_env_, dir_);
   const bool pending = !sealed_.empty() || (open_ != nullptr && open_->keys > 0);
   if (pending || !duplicates_.empty()) {
     // What the buckets on disk hold is not all there is: a checkpoint would be wrong.
