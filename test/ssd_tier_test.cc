@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -1027,6 +1028,47 @@ TEST_F(SsdTierTest, IndexBytesPerKeyAreReportedAndGivenBack) {
   EXPECT_EQ(Stat(db_.get(), "ssd.tombstones"), 0u);
   EXPECT_LE(Stat(db_.get(), "ssd.index_bytes"), uint64_t{kKeys} * 40);
   EXPECT_EQ(Get(key(7)), "<absent>");
+}
+
+// The keys are not in RAM: DeleteByRegex lists them from the buckets' indexes on disk
+// (and the pending buckets' entries), while the GC compacts and puts go on.
+TEST_F(SsdTierTest, DeleteByRegexFindsKeysThatLiveOnlyOnSsd) {
+  options_.offload_policy = OffloadPolicy::kWriteThrough;
+  Open();
+  std::map<std::string, std::string> expect;
+  for (int i = 0; i < 24; i++) {
+    for (const char* prefix : {"a.", "b."}) {
+      const std::string key = prefix + std::to_string(i);
+      Put(key, expect[key] = test::MakeValue(i + (prefix[0] == 'a' ? 0 : 100), 5000));
+    }
+  }
+  Reopen();  // memory is empty: every key is on SSD only
+  for (int i = 0; i < 24; i += 3)
+    ASSERT_TRUE(db_->Delete(WriteOptions(), "b." + std::to_string(i)).ok());
+  for (int i = 0; i < 24; i += 3) expect.erase("b." + std::to_string(i));
+  Put("a.pending", "in the open bucket");  // also in memory: counted once
+  std::atomic<bool> stop{false};
+  std::thread gc([&] {
+    while (!stop) db_->CompactBuckets(nullptr);
+  });
+  std::thread writer([&] {
+    for (int i = 0; !stop; i++) db_->Put(WriteOptions(), "c." + std::to_string(i % 50), "x");
+  });
+  uint64_t deleted = 0;
+  Status s = db_->DeleteByRegex("a\\..*", &deleted);
+  stop = true;
+  gc.join();
+  writer.join();
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(deleted, 25u);
+  for (const auto& [key, value] : expect) {
+    EXPECT_EQ(Get(key), key[0] == 'a' ? "<absent>" : value) << key;
+  }
+  EXPECT_EQ(Get("a.pending"), "<absent>");
+  Reopen();
+  for (const auto& [key, value] : expect) {
+    EXPECT_EQ(Get(key), key[0] == 'a' ? "<absent>" : value) << key;
+  }
 }
 
 // The map checkpoint (SSDMAP) written at Close.
