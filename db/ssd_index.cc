@@ -214,11 +214,6 @@ void SsdIndex::ForEach(
   }
 }
 
-void SsdIndex::Reserve(uint64_t n) {
-  const uint64_t per_shard = n / kShards + 1;
-  for (size_t i = 0; i < kShards; i++) shards_[i].ReserveFor(per_shard);
-}
-
 void SsdIndex::Clear() {
   for (size_t i = 0; i < kShards; i++) shards_[i].Resize(0);
   size_ = 0;

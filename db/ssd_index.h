@@ -75,9 +75,6 @@ class SsdIndex {
   // Calls fn for every key (no changes to the index from fn).
   void ForEach(const std::function<void(const KeyFingerprint&, const SsdLocation&)>& fn) const;
 
-  // Sizes the table for n keys (at open, when the count is known).
-  void Reserve(uint64_t n);
-
   uint64_t size() const { return size_; }
   // Empties the index.
   void Clear();
