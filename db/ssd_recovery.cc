@@ -20,8 +20,12 @@
 // indexes were verified when they were written), the map and their counts come from it,
 // step 4 applies the tombstones logged since to those buckets and replays only the
 // buckets written after it.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <functional>
 #include <set>
 #include <thread>
@@ -137,6 +141,26 @@ void SsdTier::LoadCheckpoint(const std::vector<uint64_t>& ids, std::vector<uint6
   stats_.checkpoint_keys = map_.size();
 }
 
+void SsdTier::DeadAtOpen(SsdBucket* b, uint64_t offset, uint64_t size) {
+  const uint64_t padded = PaddedValueSize(size);
+  BucketFileCache::Handle file;
+  int fd = -1;
+  if (options_.gc_punch_holes && BucketFile(b->id, &file).ok()) fd = file->FileDescriptor();
+  if (fd >= 0) {
+    // The first byte of data at or after offset; ENXIO: none up to the end of the file.
+    // A filesystem without hole support reports offset itself: the extent is queued.
+    const off_t data = ::lseek(fd, static_cast<off_t>(offset), SEEK_DATA);
+    if ((data < 0 && errno == ENXIO) ||
+        (data >= 0 && static_cast<uint64_t>(data) >= offset + padded)) {
+      b->punched_bytes += padded;  // punched before the restart: not again, not counted
+      b->punched_value_bytes += size;
+      used_bytes_ -= padded;
+      return;
+    }
+  }
+  QueueHoleLocked(b, offset, size);
+}
+
 void SsdTier::ApplyTombstonesToCheckpoint(const std::vector<uint64_t>& covered,
                                           const std::vector<TombstoneLog::Record>& records) {
   const std::set<uint64_t> restored(covered.begin(), covered.end());
@@ -150,7 +174,7 @@ void SsdTier::ApplyTombstonesToCheckpoint(const std::vector<uint64_t>& covered,
     if (map_.Find(fp, &loc) && loc.bucket == r.bucket && loc.version == r.version) {
       b->deleted_bytes += loc.size;
       b->live_keys--;
-      QueueHoleLocked(b, loc.offset, loc.size);
+      DeadAtOpen(b, loc.offset, loc.size);
       map_.Erase(fp);
     }
     tombstones_[r.bucket].push_back(r);
@@ -320,7 +344,7 @@ Status SsdTier::Recover() {
   // the first GC round punches again; a hole punched twice costs nothing.
   auto dead_value = [this](SsdBucket* b, uint64_t offset, uint64_t size) {
     b->deleted_bytes += size;
-    QueueHoleLocked(b, offset, size);
+    DeadAtOpen(b, offset, size);
   };
   for (const auto& b : opened) {
     buckets_[b->id] = b;

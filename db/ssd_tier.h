@@ -188,6 +188,10 @@ class SsdTier {
   // deletes it does not know) and keeps every record of a restored bucket.
   void ApplyTombstonesToCheckpoint(const std::vector<uint64_t>& covered,
                                    const std::vector<TombstoneLog::Record>& records);
+  // A value of bucket b found dead at Open: its extent is counted as punched when the
+  // file already has a hole there (punched before the restart), else queued for the GC.
+  // REQUIRES: b's file size is in used_bytes_.
+  void DeadAtOpen(SsdBucket* b, uint64_t offset, uint64_t size);
   // Writes the map checkpoint, or removes a stale one when the state cannot be saved
   // (buckets not written, duplicate copies left by a crash).  At Close, threads stopped.
   Status WriteCheckpoint();

@@ -1096,6 +1096,7 @@ class MapCheckpointTest : public SsdTierTest {
       EXPECT_EQ(Get("gone." + std::to_string(i)), "<absent>");
     }
   }
+  void PunchedExtentsStayPunched();
   std::map<std::string, std::string> expect_;
 };
 
@@ -1197,7 +1198,15 @@ TEST_F(MapCheckpointTest, DamagedCheckpointFallsBackToTheFullScan) {
 
 // A hole punched before Close is remembered: the first GC round after the restart
 // neither punches it again nor counts it again.
-TEST_F(MapCheckpointTest, PunchedExtentsStayPunchedAcrossRestart) {
+TEST_F(MapCheckpointTest, PunchedExtentsStayPunchedAcrossRestart) { PunchedExtentsStayPunched(); }
+
+// Without a checkpoint the full scan asks the file where its holes are.
+TEST_F(MapCheckpointTest, PunchedExtentsStayPunchedAcrossAFullScan) {
+  options_.ssd_map_checkpoint = false;
+  PunchedExtentsStayPunched();
+}
+
+void MapCheckpointTest::PunchedExtentsStayPunched() {
   options_.gc_deleted_ratio = 2.0;  // holes only, no compaction
   options_.gc_merge_deleted_ratio = 2.0;
   Open();
