@@ -1218,7 +1218,10 @@ std::string DBImpl::StatsText() const {
         << "ssd.index_bytes: " << d.index_bytes << "\n"
         << "ssd.index_bytes_per_key: " << (d.keys == 0 ? 0 : d.index_bytes / d.keys) << "\n"
         << "ssd.open_files: " << d.open_files << "\n"
-        << "ssd.file_opens: " << d.file_opens << "\n";
+        << "ssd.file_opens: " << d.file_opens << "\n"
+        << "ssd.open_micros: " << d.open_micros << "\n"
+        << "ssd.checkpoint_keys: " << d.checkpoint_keys << "\n"
+        << "ssd.checkpoint_rejected: " << d.checkpoint_rejected << "\n";
   }
   return out.str();
 }
@@ -1265,7 +1268,9 @@ std::string DBImpl::StatsJson() const {
         << ",\"io_uring\":" << (d.io_uring ? "true" : "false")
         << ",\"direct_io\":" << (d.direct_io ? "true" : "false")
         << ",\"index_bytes\":" << d.index_bytes << ",\"open_files\":" << d.open_files
-        << ",\"file_opens\":" << d.file_opens << "}";
+        << ",\"file_opens\":" << d.file_opens << ",\"open_micros\":" << d.open_micros
+        << ",\"checkpoint_keys\":" << d.checkpoint_keys
+        << ",\"checkpoint_rejected\":" << d.checkpoint_rejected << "}";
   }
   out << "}";
   return out.str();

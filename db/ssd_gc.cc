@@ -327,9 +327,7 @@ Status SsdTier::CompactGroup(const std::vector<std::shared_ptr<SsdBucket>>& olds
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t k = 0; k < olds.size(); k++) {
       for (const BucketEntry& e : indexes[k]) {
-        auto it = map_.find(e.key);
-        if (it != map_.end() && it->second.bucket == olds[k]->id &&
-            it->second.version == e.version) {
+        if (MapsToLocked(KeyFingerprint::Of(e.key), olds[k]->id, e.version)) {
           live.push_back(e);
           source.push_back(k);
           live_bytes += PaddedValueSize(e.size);
@@ -451,12 +449,9 @@ Status SsdTier::CompactGroup(const std::vector<std::shared_ptr<SsdBucket>>& olds
         const BucketEntry& e = written[i];
         fresh->keys++;
         fresh->total_bytes += e.size;
-        auto it = map_.find(e.key);
-        if (it != map_.end() && it->second.bucket == olds[written_source[i]]->id &&
-            it->second.version == e.version) {
-          it->second.bucket = fresh->id;
-          it->second.offset = e.offset;
-          it->second.checksum = e.checksum;
+        const KeyFingerprint fp = KeyFingerprint::Of(e.key);
+        if (MapsToLocked(fp, olds[written_source[i]]->id, e.version)) {
+          map_.Put(fp, SsdLocation{fresh->id, e.offset, e.size, e.version, e.checksum});
           fresh->live_keys++;
         } else {
           fresh->deleted_bytes += e.size;
@@ -469,10 +464,11 @@ Status SsdTier::CompactGroup(const std::vector<std::shared_ptr<SsdBucket>>& olds
     }
     // Entries that could not be read: drop them from the map so no one reads garbage.
     for (size_t i = 0; i < live.size(); i++) {
-      auto it = map_.find(live[i].key);
-      if (it != map_.end() && it->second.bucket == olds[source[i]]->id &&
-          it->second.version == live[i].version) {
-        RemoveLocked(it, /*tombstone=*/true);
+      const KeyFingerprint fp = KeyFingerprint::Of(live[i].key);
+      SsdLocation loc;
+      if (map_.Find(fp, &loc) && loc.bucket == olds[source[i]]->id &&
+          loc.version == live[i].version) {
+        RemoveLocked(live[i].key, fp, loc, /*tombstone=*/true);
       }
     }
     uint64_t old_bytes = 0;

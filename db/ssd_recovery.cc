@@ -14,8 +14,24 @@
 //      crash in the middle of a compaction) keep the newer bucket's; the other copy is
 //      remembered so that a later delete tombstones both.
 //   5. The log is rewritten with the tombstones that still cover a value in some bucket.
+//
+// With a map checkpoint (db/map_checkpoint.h, written at Close) that matches the
+// directory, step 2 reads only the header and footer of the buckets it lists (their
+// indexes were verified when they were written), the map and their counts come from it,
+// step 4 applies the tombstones logged since to those buckets and replays only the
+// buckets written after it.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <functional>
+#include <set>
+#include <thread>
 #include <unordered_set>
 
+#include "db/map_checkpoint.h"
 #include "db/ssd_bucket.h"
 #include "db/ssd_tier.h"
 #include "util/coding.h"
@@ -30,7 +46,140 @@ std::string DeadKey(std::string_view key, uint64_t version) {
   PutFixed64(&k, version);
   return k;
 }
+
+// Bucket files are opened and verified by this many threads: the reads of one are
+// small and dependent, so several in flight keep the disk busy.
+constexpr int kOpenThreads = 4;
+
+// Calls fn(i) for i in [0, n) on `threads` threads.
+void ParallelFor(size_t n, int threads, const std::function<void(size_t)>& fn) {
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < n;) fn(i);
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads && static_cast<size_t>(t) < n; t++) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+}
 }  // namespace
+
+void SsdTier::LoadCheckpoint(const std::vector<uint64_t>& ids, std::vector<uint64_t>* covered) {
+  covered->clear();
+  if (!options_.ssd_map_checkpoint) return;
+  MapCheckpoint::Contents cp;
+  Status s = MapCheckpoint::Read(base_env_, dir_, 2, &cp, &map_);
+  if (s.IsNotFound()) return;
+  std::string why = s.ok() ? "" : s.ToString();
+  std::vector<std::unique_ptr<BucketReader>> readers(cp.buckets.size());
+  if (why.empty()) {
+    const std::set<uint64_t> listed(ids.begin(), ids.end());
+    std::set<uint64_t> known;
+    for (const MapCheckpoint::Bucket& b : cp.buckets) {
+      known.insert(b.id);
+      if (listed.count(b.id) == 0) why = "bucket " + std::to_string(b.id) + " is gone";
+    }
+    for (uint64_t id : ids) {
+      if (id < cp.next_bucket_id && known.count(id) == 0) {
+        why = "bucket " + std::to_string(id) + " is not in it";
+      }
+    }
+  }
+  if (why.empty()) {
+    std::vector<Status> status(cp.buckets.size());
+    ParallelFor(cp.buckets.size(), kOpenThreads, [&](size_t i) {
+      const MapCheckpoint::Bucket& b = cp.buckets[i];
+      status[i] = BucketReader::Open(env_, BucketPath(b.id), file_options_, &readers[i],
+                                     /*read_index=*/false);
+      if (!status[i].ok()) return;
+      const BucketReader& r = *readers[i];
+      if (r.header().bucket_id != b.id || r.file_size() != b.file_size ||
+          r.header().created_micros != b.created_micros ||
+          r.header().format_version != b.format_version) {
+        status[i] = Status::Corruption(BucketPath(b.id), "differs from the checkpoint's");
+      }
+      // Into the cache at once: the cache bounds the descriptors held.
+      file_cache_->Insert(b.id, readers[i]->TakeFile());
+    });
+    for (const Status& st : status) {
+      if (!st.ok()) why = st.ToString();
+    }
+  }
+  if (!why.empty()) {
+    for (const MapCheckpoint::Bucket& b : cp.buckets) file_cache_->Erase(b.id);
+    map_.Clear();
+    logger_->Logf(LogLevel::kWarn, "map checkpoint %s/%s not used (%s): reading every bucket",
+                  dir_.c_str(), MapCheckpoint::kFileName, why.c_str());
+    std::lock_guard<std::mutex> st(stats_mu_);
+    stats_.checkpoint_rejected = 1;
+    return;
+  }
+  for (size_t i = 0; i < cp.buckets.size(); i++) {
+    const MapCheckpoint::Bucket& r = cp.buckets[i];
+    auto b = std::make_shared<SsdBucket>();
+    b->id = r.id;
+    b->state = SsdBucket::State::kOnDisk;
+    b->file_size = r.file_size;
+    b->keys = r.keys;
+    b->live_keys = r.live_keys;
+    b->total_bytes = r.total_bytes;
+    b->deleted_bytes = r.deleted_bytes;
+    b->punched_bytes = r.punched_bytes;
+    b->punched_value_bytes = r.punched_value_bytes;
+    for (const MapCheckpoint::Extent& e : r.dead_extents) {
+      b->dead_extents.push_back({e.offset, e.length, e.value_size});
+    }
+    b->last_access = r.id;
+    b->reader = std::move(readers[i]);
+    buckets_[r.id] = b;
+    used_bytes_ += r.file_size - r.punched_bytes;
+    covered->push_back(r.id);
+  }
+  next_bucket_id_ = std::max(next_bucket_id_, cp.next_bucket_id);
+  recovered_max_version_ = std::max(recovered_max_version_, cp.max_version);
+  std::lock_guard<std::mutex> st(stats_mu_);
+  stats_.checkpoint_keys = map_.size();
+}
+
+void SsdTier::DeadAtOpen(SsdBucket* b, uint64_t offset, uint64_t size) {
+  const uint64_t padded = PaddedValueSize(size);
+  BucketFileCache::Handle file;
+  int fd = -1;
+  if (options_.gc_punch_holes && BucketFile(b->id, &file).ok()) fd = file->FileDescriptor();
+  if (fd >= 0) {
+    // The first byte of data at or after offset; ENXIO: none up to the end of the file.
+    // A filesystem without hole support reports offset itself: the extent is queued.
+    const off_t data = ::lseek(fd, static_cast<off_t>(offset), SEEK_DATA);
+    if ((data < 0 && errno == ENXIO) ||
+        (data >= 0 && static_cast<uint64_t>(data) >= offset + padded)) {
+      b->punched_bytes += padded;  // punched before the restart: not again, not counted
+      b->punched_value_bytes += size;
+      used_bytes_ -= padded;
+      return;
+    }
+  }
+  QueueHoleLocked(b, offset, size);
+}
+
+void SsdTier::ApplyTombstonesToCheckpoint(const std::vector<uint64_t>& covered,
+                                          const std::vector<TombstoneLog::Record>& records) {
+  const std::set<uint64_t> restored(covered.begin(), covered.end());
+  for (const TombstoneLog::Record& r : records) {
+    if (restored.count(r.bucket) == 0) continue;  // a newer bucket's: replayed below
+    SsdBucket* b = buckets_.at(r.bucket).get();
+    const KeyFingerprint fp = KeyFingerprint::Of(r.key);
+    SsdLocation loc;
+    // A delete made after the checkpoint: the value it kills is still live in it.  The
+    // others were dead already when it was written, and counted so.
+    if (map_.Find(fp, &loc) && loc.bucket == r.bucket && loc.version == r.version) {
+      b->deleted_bytes += loc.size;
+      b->live_keys--;
+      DeadAtOpen(b, loc.offset, loc.size);
+      map_.Erase(fp);
+    }
+    tombstones_[r.bucket].push_back(r);
+  }
+}
 
 Status SsdTier::QuarantinePath(const std::string& name, std::string* path) {
   const std::string dir = dir_ + "/" + kQuarantineDir;
@@ -122,17 +271,32 @@ Status SsdTier::Recover() {
     }
   }
 
+  std::vector<uint64_t> covered;
+  LoadCheckpoint(ids, &covered);
+  std::vector<uint64_t> rest;  // the buckets the checkpoint does not cover, read in full
+  std::set_difference(ids.begin(), ids.end(), covered.begin(), covered.end(),
+                      std::back_inserter(rest));
+  std::vector<std::unique_ptr<BucketReader>> readers(rest.size());
+  std::vector<Status> opens(rest.size());
+  ParallelFor(rest.size(), kOpenThreads, [&](size_t i) {
+    opens[i] = BucketReader::Open(env_, BucketPath(rest[i]), file_options_, &readers[i]);
+    // The cache keeps the newest max_open_files open; holding every file until the end
+    // would run out of descriptors with many buckets.
+    if (opens[i].ok()) file_cache_->Insert(rest[i], readers[i]->TakeFile());
+  });
   std::vector<std::shared_ptr<SsdBucket>> opened;
-  for (uint64_t id : ids) {
+  for (size_t i = 0; i < rest.size(); i++) {
+    const uint64_t id = rest[i];
     const std::string path = BucketPath(id);
-    std::unique_ptr<BucketReader> reader;
-    s = BucketReader::Open(env_, path, file_options_, &reader);
+    std::unique_ptr<BucketReader> reader = std::move(readers[i]);
+    s = opens[i];
     if (s.ok() && reader->header().bucket_id != id) {
       s = Status::Corruption(path,
                              "header names bucket " + std::to_string(reader->header().bucket_id));
     }
     // Damaged, of an unknown format, or not a file at all: moved aside.
     if (s.IsCorruption() || s.IsNotSupported() || s.IsInvalidArgument()) {
+      file_cache_->Erase(id);
       // Left in place when it cannot be moved: it takes no part, its id stays taken.
       Quarantine(BucketFileName(id), s);
       continue;
@@ -142,9 +306,6 @@ Status SsdTier::Recover() {
     b->id = id;
     b->state = SsdBucket::State::kOnDisk;
     b->file_size = reader->file_size();
-    // The cache keeps the newest max_open_files open; holding every file until the end
-    // would run out of descriptors with many buckets.
-    file_cache_->Insert(id, reader->TakeFile());
     b->reader = std::move(reader);
     b->last_access = id;  // older buckets count as colder
     opened.push_back(b);
@@ -172,6 +333,7 @@ Status SsdTier::Recover() {
                   static_cast<unsigned long long>(report.damaged_bytes),
                   static_cast<unsigned long long>(report.damaged_stretches), copy.c_str());
   }
+  ApplyTombstonesToCheckpoint(covered, records);
   std::unordered_set<std::string> dead;
   for (const auto& r : records) {
     dead.insert(DeadKey(r.key, r.version));
@@ -182,7 +344,7 @@ Status SsdTier::Recover() {
   // the first GC round punches again; a hole punched twice costs nothing.
   auto dead_value = [this](SsdBucket* b, uint64_t offset, uint64_t size) {
     b->deleted_bytes += size;
-    QueueHoleLocked(b, offset, size);
+    DeadAtOpen(b, offset, size);
   };
   for (const auto& b : opened) {
     buckets_[b->id] = b;
@@ -196,14 +358,14 @@ Status SsdTier::Recover() {
         tombstones_[b->id].push_back({e.key, e.version, b->id});
         continue;
       }
-      auto it = map_.find(e.key);
+      const KeyFingerprint fp = KeyFingerprint::Of(e.key);
       const SsdLocation here{b->id, e.offset, e.size, e.version, e.checksum};
-      if (it == map_.end()) {
-        InsertIntoMapLocked(e.key, here);
+      SsdLocation cur;
+      if (!map_.Find(fp, &cur)) {
+        map_.Put(fp, here);
         b->live_keys++;
         continue;
       }
-      SsdLocation& cur = it->second;
       if (e.version < cur.version) {  // superseded: dead here for good
         dead_value(b.get(), e.offset, e.size);
         tombstones_[b->id].push_back({e.key, e.version, b->id});
@@ -218,15 +380,15 @@ Status SsdTier::Recover() {
         loser->deleted_bytes += cur.size;          // not punched: its tombstone is not logged yet
         duplicates_[e.key].push_back(cur.bucket);  // the same value twice
       }
-      cur = here;
+      map_.Put(fp, here);
       b->live_keys++;
     }
     b->reader->DropEntries();  // the map holds what reads need; the index stays on disk
   }
   // Duplicates whose key ended up elsewhere (a newer version) are not needed.
   for (auto it = duplicates_.begin(); it != duplicates_.end();) {
-    auto m = map_.find(it->first);
-    it = (m == map_.end()) ? duplicates_.erase(it) : std::next(it);
+    SsdLocation loc;
+    it = map_.Find(KeyFingerprint::Of(it->first), &loc) ? std::next(it) : duplicates_.erase(it);
   }
   std::vector<TombstoneLog::Record> keep;
   for (const auto& [bucket, recs] : tombstones_) keep.insert(keep.end(), recs.begin(), recs.end());

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "db/map_checkpoint.h"
 #include "db/ssd_bucket.h"
 #include "util/buffers.h"
 #include "util/config_parse.h"
@@ -87,7 +88,9 @@ Status SsdTier::Open(const Options& options, const std::string& dir, Env* env, L
   }
   tier->file_cache_ =
       std::make_unique<BucketFileCache>(tier->env_, tier->file_options_, options.max_open_files);
+  const uint64_t start = env->NowMicros();
   Status s = tier->Recover();
+  tier->stats_.open_micros = env->NowMicros() - start;
   if (!s.ok()) {
     // Nothing was started and the tombstone log may not be open: the destructor must
     // not flush what recovery left half-built.
@@ -127,6 +130,12 @@ Status SsdTier::Close() {
   for (std::thread& w : writers_) w.join();
   writers_.clear();
   closer_.Drain();  // no retired file stays open past Close
+  if (s.ok()) {
+    Status c = WriteCheckpoint();
+    if (!c.ok()) {  // the next Open reads every bucket instead
+      logger_->Logf(LogLevel::kWarn, "map checkpoint not written: %s", c.ToString().c_str());
+    }
+  }
   return s;
 }
 
@@ -142,6 +151,10 @@ Status SsdTier::Stage(const Slice& key, std::span<const Slice> parts, uint64_t s
   {
     std::unique_lock<std::mutex> lock(mu_);
     if (stopping_) return Status::Aborted("SSD tier is closed");
+    if (!SsdIndex::Fits(SsdLocation{next_bucket_id_, 0, size, 0, 0})) {
+      return Status::NoSpace("a value of " + std::to_string(size) +
+                             " bytes does not fit the SSD tier's map (4 GiB - 1 at most)");
+    }
     const uint64_t padded = PaddedValueSize(size);
     // A value that does not fit the open bucket seals it; one larger than
     // bucket_size_limit gets a bucket of its own.
@@ -216,9 +229,10 @@ Status SsdTier::Stage(const Slice& key, std::span<const Slice> parts, uint64_t s
 void SsdTier::Commit(Ticket* ticket, uint64_t version) {
   std::lock_guard<std::mutex> lock(mu_);
   SsdBucket* b = ticket->bucket_.get();
-  auto it = map_.find(ticket->key_);
-  if (it != map_.end()) {
-    if (it->second.version > version) {
+  const KeyFingerprint fp = KeyFingerprint::Of(ticket->key_);
+  SsdLocation cur;
+  if (map_.Find(fp, &cur)) {
+    if (cur.version > version) {
       // A newer value already won (cannot happen under the caller's key lock, but a
       // stale commit must never replace it).
       b->staging--;
@@ -228,7 +242,7 @@ void SsdTier::Commit(Ticket* ticket, uint64_t version) {
       ticket->bucket_.reset();
       return;
     }
-    RemoveLocked(it, /*tombstone=*/true);
+    RemoveLocked(ticket->key_, fp, cur, /*tombstone=*/true);
   }
   BucketEntry e;
   e.key = ticket->key_;
@@ -241,7 +255,8 @@ void SsdTier::Commit(Ticket* ticket, uint64_t version) {
   b->live_keys++;
   b->total_bytes += e.size;
   b->staging--;
-  InsertIntoMapLocked(ticket->key_, SsdLocation{b->id, e.offset, e.size, version, e.checksum});
+  max_version_ = std::max(max_version_, version);
+  map_.Put(fp, SsdLocation{b->id, e.offset, e.size, version, e.checksum});
   {
     std::lock_guard<std::mutex> s(stats_mu_);
     stats_.offloads++;
@@ -288,53 +303,98 @@ void SsdTier::QueueHoleLocked(SsdBucket* bucket, uint64_t offset, uint64_t size)
     bucket->dead_extents.push_back({offset, PaddedValueSize(size), size});
 }
 
-void SsdTier::RemoveLocked(std::unordered_map<std::string, SsdLocation>::iterator it,
+void SsdTier::RemoveLocked(const std::string& key, const KeyFingerprint& fp, const SsdLocation& loc,
                            bool tombstone) {
-  auto b = buckets_.find(it->second.bucket);
+  auto b = buckets_.find(loc.bucket);
   if (b != buckets_.end()) {
-    b->second->deleted_bytes += it->second.size;
+    b->second->deleted_bytes += loc.size;
     b->second->live_keys--;
   }
-  if (tombstone) TombstoneLocked(it->first, it->second);
-  EraseFromMapLocked(it);
+  if (tombstone) TombstoneLocked(key, loc);
+  map_.Erase(fp);
+}
+
+bool SsdTier::MapsToLocked(const KeyFingerprint& fp, uint64_t bucket, uint64_t version) const {
+  SsdLocation loc;
+  return map_.Find(fp, &loc) && loc.bucket == bucket && loc.version == version;
 }
 
 bool SsdTier::HasVersion(const Slice& key, uint64_t version) {
+  const KeyFingerprint fp = KeyFingerprint::Of(std::string_view(key.data(), key.size()));
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = map_.find(key.ToString());
-  return it != map_.end() && it->second.version == version;
+  SsdLocation loc;
+  return map_.Find(fp, &loc) && loc.version == version;
 }
 
 bool SsdTier::Contains(const Slice& key) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return map_.count(key.ToString()) != 0;
+  SsdLocation loc;
+  return Locate(key, &loc);
 }
 
 bool SsdTier::Locate(const Slice& key, SsdLocation* location) {
+  const KeyFingerprint fp = KeyFingerprint::Of(std::string_view(key.data(), key.size()));
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = map_.find(key.ToString());
-  if (it == map_.end()) return false;
-  *location = it->second;
-  return true;
+  return map_.Find(fp, location);
 }
 
 void SsdTier::EraseOlderThan(const Slice& key, uint64_t version) {
+  const KeyFingerprint fp = KeyFingerprint::Of(std::string_view(key.data(), key.size()));
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = map_.find(key.ToString());
-  if (it != map_.end() && it->second.version < version) RemoveLocked(it, /*tombstone=*/true);
+  SsdLocation loc;
+  if (map_.Find(fp, &loc) && loc.version < version) {
+    RemoveLocked(key.ToString(), fp, loc, /*tombstone=*/true);
+  }
 }
 
 bool SsdTier::Erase(const Slice& key) {
+  const KeyFingerprint fp = KeyFingerprint::Of(std::string_view(key.data(), key.size()));
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = map_.find(key.ToString());
-  if (it == map_.end()) return false;
-  RemoveLocked(it, /*tombstone=*/true);
+  SsdLocation loc;
+  if (!map_.Find(fp, &loc)) return false;
+  RemoveLocked(key.ToString(), fp, loc, /*tombstone=*/true);
   return true;
 }
 
 void SsdTier::ForEachKey(const std::function<void(const std::string&)>& fn) {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& [key, loc] : map_) fn(key);
+  // No compaction moves a key between buckets meanwhile, so a key alive in a bucket read
+  // below is found there (an eviction may still drop it: then it is gone anyway).
+  std::lock_guard<std::mutex> round(gc_mu_);
+  std::vector<std::shared_ptr<SsdBucket>> on_disk;
+  std::vector<std::string> keys;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, b] : buckets_) {
+      if (b->state == SsdBucket::State::kOnDisk) {
+        on_disk.push_back(b);
+        continue;
+      }
+      for (const BucketEntry& e : b->staged) {  // a pending bucket's keys are in RAM
+        if (MapsToLocked(KeyFingerprint::Of(e.key), b->id, e.version)) keys.push_back(e.key);
+      }
+    }
+  }
+  for (const std::string& key : keys) fn(key);
+  for (const auto& b : on_disk) {
+    std::vector<BucketEntry> entries;
+    Status s = ReadBucketIndex(*b, &entries);
+    if (!s.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (buckets_.count(b->id) == 0) continue;  // evicted meanwhile: its keys are gone
+      logger_->Logf(LogLevel::kError, "listing keys: bucket %llu: %s",
+                    static_cast<unsigned long long>(b->id), s.ToString().c_str());
+      continue;
+    }
+    keys.clear();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (BucketEntry& e : entries) {
+        if (MapsToLocked(KeyFingerprint::Of(e.key), b->id, e.version)) {
+          keys.push_back(std::move(e.key));
+        }
+      }
+    }
+    for (const std::string& key : keys) fn(key);
+  }
 }
 
 // ------------------------------------------------------------------ reads
@@ -356,12 +416,11 @@ void SsdTier::MultiGet(std::span<Read> reads, bool verify_checksums, const ReadD
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = 0; i < reads.size(); i++) {
       Read& r = reads[i];
-      auto it = map_.find(r.key.ToString());
-      if (it == map_.end()) {
+      SsdLocation loc;
+      if (!map_.Find(KeyFingerprint::Of(std::string_view(r.key.data(), r.key.size())), &loc)) {
         r.status = Status::NotFound("key not on SSD");
         continue;
       }
-      const SsdLocation& loc = it->second;
       r.size = loc.size;
       r.version = loc.version;
       uint64_t capacity = 0;
@@ -404,6 +463,9 @@ void SsdTier::MultiGet(std::span<Read> reads, bool verify_checksums, const ReadD
     v.offset = p.loc.offset;
     v.size = p.loc.size;
     v.checksum = p.loc.checksum;
+    v.checksum_mask = SsdIndex::kChecksumMask;  // the map keeps the low 32 bits
+    // The entry checksum covers the key (format v2): a read that reached another key's
+    // value through a fingerprint collision fails verification instead of returning it.
     v.key = std::string_view(r.key.data(), r.key.size());
     v.dest = r.dest;
     file_reads.push_back(v);
@@ -477,10 +539,7 @@ Status SsdTier::WriteBucket(const std::shared_ptr<SsdBucket>& bucket) {
     written_cv_.wait(lock, [&] { return bucket->staging == 0; });
     // Only values the map still reaches go into the index; the rest are dead already.
     for (const BucketEntry& e : bucket->staged) {
-      auto it = map_.find(e.key);
-      if (it != map_.end() && it->second.bucket == bucket->id && it->second.version == e.version) {
-        entries.push_back(e);
-      }
+      if (MapsToLocked(KeyFingerprint::Of(e.key), bucket->id, e.version)) entries.push_back(e);
     }
   }
   uint64_t file_size = 0;
@@ -497,8 +556,7 @@ Status SsdTier::WriteBucket(const std::shared_ptr<SsdBucket>& bucket) {
   // Values that died while the bucket was pending are in the file all the same (left
   // out of its index, or removed since): their blocks can go too.
   for (const BucketEntry& e : bucket->staged) {
-    auto it = map_.find(e.key);
-    if (it == map_.end() || it->second.bucket != bucket->id || it->second.version != e.version) {
+    if (!MapsToLocked(KeyFingerprint::Of(e.key), bucket->id, e.version)) {
       QueueHoleLocked(bucket.get(), e.offset, e.size);
     }
   }
@@ -704,23 +762,24 @@ Status SsdTier::MakeRoomLocked(uint64_t bytes, std::unique_lock<std::mutex>* loc
 
 uint64_t SsdTier::EraseKeysOfLocked(const SsdBucket& bucket) {
   uint64_t erased = 0;
-  auto erase_if_here = [&](std::unordered_map<std::string, SsdLocation>::iterator it) {
-    if (it == map_.end() || it->second.bucket != bucket.id) return;
-    EraseFromMapLocked(it);
-    erased++;
-  };
   // The index is on disk only (a small read: bucket_keys_limit entries at most).
   std::vector<BucketEntry> entries;
   Status s = ReadBucketIndex(bucket, &entries);
   if (s.ok()) {
-    for (const BucketEntry& e : entries) erase_if_here(map_.find(e.key));
+    for (const BucketEntry& e : entries) {
+      const KeyFingerprint fp = KeyFingerprint::Of(e.key);
+      SsdLocation loc;
+      if (map_.Find(fp, &loc) && loc.bucket == bucket.id) {
+        map_.Erase(fp);
+        erased++;
+      }
+    }
     return erased;
   }
   // Unreadable now: the whole map is searched, so that no key keeps pointing at it.
   logger_->Logf(LogLevel::kWarn, "evicting bucket %llu: %s; searching the whole map",
                 static_cast<unsigned long long>(bucket.id), s.ToString().c_str());
-  for (auto it = map_.begin(); it != map_.end();) erase_if_here(it++);
-  return erased;
+  return map_.EraseIf([&](const SsdLocation& loc) { return loc.bucket == bucket.id; });
 }
 
 Status SsdTier::ReadBucketIndex(const SsdBucket& bucket, std::vector<BucketEntry>* entries) {
@@ -767,6 +826,39 @@ Status SsdTier::RewriteTombstones() {
   return log_->Rewrite(all);
 }
 
+Status SsdTier::WriteCheckpoint() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!options_.ssd_map_checkpoint) return MapCheckpoint::Remove(base_env_, dir_);
+  const bool pending = !sealed_.empty() || (open_ != nullptr && open_->keys > 0);
+  if (pending || !duplicates_.empty()) {
+    // What the buckets on disk hold is not all there is: a checkpoint would be wrong.
+    MapCheckpoint::Remove(base_env_, dir_);
+    return Status::Aborted(pending ? "buckets not written" : "copies left by a crash");
+  }
+  MapCheckpoint::Contents cp;
+  cp.next_bucket_id = next_bucket_id_;
+  cp.max_version = std::max(max_version_, recovered_max_version_);
+  for (const auto& [id, b] : buckets_) {
+    if (b->state != SsdBucket::State::kOnDisk) continue;
+    MapCheckpoint::Bucket r;
+    r.id = id;
+    r.file_size = b->file_size;
+    r.created_micros = b->reader->header().created_micros;
+    r.format_version = b->reader->header().format_version;
+    r.keys = b->keys;
+    r.live_keys = b->live_keys;
+    r.total_bytes = b->total_bytes;
+    r.deleted_bytes = b->deleted_bytes;
+    r.punched_bytes = b->punched_bytes;
+    r.punched_value_bytes = b->punched_value_bytes;
+    for (const SsdBucket::Extent& e : b->dead_extents) {
+      r.dead_extents.push_back({e.offset, e.length, e.value_size});
+    }
+    cp.buckets.push_back(std::move(r));
+  }
+  return MapCheckpoint::Write(base_env_, dir_, cp, map_);
+}
+
 // ------------------------------------------------------------------ introspection
 
 SsdTier::Stats SsdTier::GetStats() const {
@@ -797,20 +889,6 @@ SsdTier::Stats SsdTier::GetStats() const {
   return s;
 }
 
-void SsdTier::InsertIntoMapLocked(const std::string& key, const SsdLocation& location) {
-  auto [it, inserted] = map_.try_emplace(key, location);
-  if (inserted) {
-    map_key_heap_bytes_ += KeyHeapBytes(it->first);
-  } else {
-    it->second = location;
-  }
-}
-
-void SsdTier::EraseFromMapLocked(std::unordered_map<std::string, SsdLocation>::iterator it) {
-  map_key_heap_bytes_ -= KeyHeapBytes(it->first);
-  map_.erase(it);
-}
-
 uint64_t SsdTier::KeyHeapBytes(const std::string& key) {
   // A key too long for the string's inline buffer is a heap block of its own (malloc
   // rounds to 16 bytes and keeps an 8-byte header).
@@ -820,11 +898,7 @@ uint64_t SsdTier::KeyHeapBytes(const std::string& key) {
 }
 
 uint64_t SsdTier::IndexBytesLocked() const {
-  using Node = std::pair<const std::string, SsdLocation>;
-  // A node of std::unordered_map: the next pointer, the pair and the cached hash, as one
-  // malloc block; plus one bucket pointer per hash bucket.
-  const uint64_t node = RoundUpTo(sizeof(void*) + sizeof(Node) + sizeof(size_t) + 8, 16);
-  uint64_t bytes = map_.size() * node + map_.bucket_count() * sizeof(void*) + map_key_heap_bytes_;
+  uint64_t bytes = map_.MemoryBytes();
   // Tombstones kept for the log's rewrite: their keys are copies too.
   for (const auto& [bucket, records] : tombstones_) {
     bytes += records.capacity() * sizeof(TombstoneLog::Record);

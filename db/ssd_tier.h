@@ -8,10 +8,11 @@
 // writes each sealed bucket to a temporary file, syncs it, renames it into place and
 // syncs the directory.  Until then reads are served from the image.
 //
-// The object map (key -> bucket, offset, size, version, checksum) lives in memory and is
-// rebuilt at Open from the buckets and the tombstone log (see db/ssd_recovery.cc).
-// Whenever a value leaves the map while its bucket stays (delete, overwrite), a tombstone
-// (key, version, bucket) is logged, so a restart never brings it back.
+// The object map (key fingerprint -> bucket, offset, size, version, checksum: SsdIndex,
+// 40 bytes a slot whatever the key length) lives in memory and is rebuilt at Open from the buckets
+// and the tombstone log (see db/ssd_recovery.cc). Whenever a value leaves the map while its bucket
+// stays (delete, overwrite), a tombstone (key, version, bucket) is logged, so a restart never
+// brings it back.
 //
 // The GC (db/ssd_gc.cc) first gives the blocks of deleted values back to the filesystem in
 // place (punches holes over them) once their tombstones are durable; then it compacts
@@ -41,6 +42,7 @@
 #include <vector>
 
 #include "db/bucket_file_cache.h"
+#include "db/ssd_index.h"
 #include "db/tombstone_log.h"
 #include "kvengine/env.h"
 #include "kvengine/options.h"
@@ -52,14 +54,6 @@
 namespace kvengine {
 
 class Logger;
-
-struct SsdLocation {
-  uint64_t bucket = 0;
-  uint64_t offset = 0;
-  uint64_t size = 0;
-  uint64_t version = 0;
-  uint64_t checksum = 0;
-};
 
 class SsdTier {
  public:
@@ -92,6 +86,10 @@ class SsdTier {
     // RAM the SSD tier's index takes (estimated from the allocator's sizes): the object
     // map and the tombstones kept for the log.  Bucket indexes stay on disk.
     uint64_t index_bytes = 0;
+    // Open: how long it took; the keys loaded from the map checkpoint (SSDMAP) rather
+    // than from the buckets' indexes; 1 when a checkpoint was there but stale or
+    // damaged, so that every bucket was read instead (the log says why).
+    uint64_t open_micros = 0, checkpoint_keys = 0, checkpoint_rejected = 0;
   };
 
   // A staged value: copied into a bucket image, not yet visible.  Commit or Abort it.
@@ -123,7 +121,8 @@ class SsdTier {
                      std::unique_ptr<SsdTier>* result);
   ~SsdTier();
 
-  // Seals and writes what is pending, syncs the tombstone log, stops the threads.
+  // Seals and writes what is pending, syncs the tombstone log, stops the threads, and
+  // saves the map checkpoint (SSDMAP) for the next Open.
   Status Close();
 
   // The highest version found at Open; the DB hands out versions above it.
@@ -145,7 +144,10 @@ class SsdTier {
   void EraseOlderThan(const Slice& key, uint64_t version);
   // Removes key; false when absent.  REQUIRES: key's lock held.
   bool Erase(const Slice& key);
-  // Calls fn(key) for every key (under the lock: fn must not call back).
+  // Calls fn(key) for every key on SSD when the call began (keys written meanwhile may
+  // be left out; a key left twice by a crash may come twice).  The keys are not in RAM:
+  // they are read from the buckets' indexes on disk, with no lock held while fn runs
+  // (compaction waits meanwhile).
   void ForEachKey(const std::function<void(const std::string&)>& fn);
 
   // Called for a read of MultiGet as soon as its value is in place, on the calling thread.
@@ -177,6 +179,22 @@ class SsdTier {
   SsdTier(const Options& options, std::string dir, Env* env, Logger* logger);
 
   Status Recover();  // ssd_recovery.cc
+  // Loads the map checkpoint when it matches the buckets listed in `ids` (adding them to
+  // buckets_, the map and the counts); *covered: the buckets it restored.  Anything
+  // else (none, stale, damaged) leaves the tier empty; stale or damaged is logged and
+  // counted.  ssd_recovery.cc
+  void LoadCheckpoint(const std::vector<uint64_t>& ids, std::vector<uint64_t>* covered);
+  // Applies the tombstones logged after the checkpoint to the buckets it restored (the
+  // deletes it does not know) and keeps every record of a restored bucket.
+  void ApplyTombstonesToCheckpoint(const std::vector<uint64_t>& covered,
+                                   const std::vector<TombstoneLog::Record>& records);
+  // A value of bucket b found dead at Open: its extent is counted as punched when the
+  // file already has a hole there (punched before the restart), else queued for the GC.
+  // REQUIRES: b's file size is in used_bytes_.
+  void DeadAtOpen(SsdBucket* b, uint64_t offset, uint64_t size);
+  // Writes the map checkpoint, or removes a stale one when the state cannot be saved
+  // (buckets not written, duplicate copies left by a crash).  At Close, threads stopped.
+  Status WriteCheckpoint();
   // Moves dir_/name (a file or directory that must not take part in the DB) into
   // quarantine/, under a name no earlier casualty holds; logs and counts it.  Fails
   // (still counted) when it cannot be moved.  Only during Recover().
@@ -197,11 +215,13 @@ class SsdTier {
   // Queues the blocks of a dead value in `bucket` (on disk) for the next GC round to
   // punch a hole over, when gc_punch_holes is on.  REQUIRES: mu_ held (or Recover()).
   void QueueHoleLocked(SsdBucket* bucket, uint64_t offset, uint64_t size);
-  void RemoveLocked(std::unordered_map<std::string, SsdLocation>::iterator it, bool tombstone);
-  // The only ways into and out of map_: they keep map_key_heap_bytes_.  REQUIRES: mu_.
-  void InsertIntoMapLocked(const std::string& key, const SsdLocation& location);
-  void EraseFromMapLocked(std::unordered_map<std::string, SsdLocation>::iterator it);
-  // Heap bytes a key stored in map_ takes besides its node (none for a short key).
+  // Removes key (whose fingerprint is fp, found at loc) from the map: its bucket counts
+  // it deleted, and with `tombstone` the log records it.  REQUIRES: mu_ held.
+  void RemoveLocked(const std::string& key, const KeyFingerprint& fp, const SsdLocation& loc,
+                    bool tombstone);
+  // Whether key (fingerprint fp) maps to `bucket` with `version`.  REQUIRES: mu_ held.
+  bool MapsToLocked(const KeyFingerprint& fp, uint64_t bucket, uint64_t version) const;
+  // Heap bytes a key copy takes besides its std::string (none for a short key).
   static uint64_t KeyHeapBytes(const std::string& key);
   uint64_t IndexBytesLocked() const;
   // Removes from map_ every key whose value lies in `bucket` (evicted); returns how many.
@@ -260,6 +280,8 @@ class SsdTier {
   std::unique_ptr<TombstoneLog> log_;
   std::unique_ptr<BucketFileCache> file_cache_;  // the open bucket files, max_open_files
   uint64_t recovered_max_version_ = 0;
+  // The highest version committed or recovered, for the checkpoint.  Guarded by mu_.
+  uint64_t max_version_ = 0;
   // Images of written buckets, kept for the next ones: fresh memory costs page faults
   // on every first write, which made staging several times slower than the copy itself.
   class ImagePool;
@@ -268,8 +290,7 @@ class SsdTier {
   mutable std::mutex mu_;
   std::condition_variable writer_cv_;   // sealed buckets to write, or stop
   std::condition_variable written_cv_;  // a bucket was written (or failed), staging done
-  std::unordered_map<std::string, SsdLocation> map_;
-  uint64_t map_key_heap_bytes_ = 0;                         // see KeyHeapBytes
+  SsdIndex map_;                        // the object map
   std::map<uint64_t, std::shared_ptr<SsdBucket>> buckets_;  // every bucket not retired
   std::shared_ptr<SsdBucket> open_;                         // accepting Stage(), or null
   std::deque<std::shared_ptr<SsdBucket>> sealed_;           // waiting for the writer

@@ -33,6 +33,8 @@ DEFINE_string(benchmarks, "memcpy,rawwrite,rawread,vllm_write,vllm_exist,vllm_ge
               "the engine's GC run to completion; MB/s of bytes reclaimed, against rawwrite "
               "(kvengine's GC thread may reclaim during the deletes: "
               "--options=gc_interval_ms=0 times all of it)\n"
+              "  reopen       close the DB and open it again on the same data; reports the close "
+              "and open times (kvengine: its map checkpoint; RocksDB: its MANIFEST and WAL)\n"
               "  memcpy       baseline: memcpy of the same bytes (write pattern, then read "
               "pattern as memcpy_read; then memcpy_layers and memcpy_layers_read, the same "
               "from and into --num_layers distinct buffers, the shape of vllm_write and "
@@ -149,10 +151,10 @@ namespace kvbench {
 
 const std::vector<std::string>& KnownBenchmarks() {
   static const std::vector<std::string> names = {
-      "fillseq",      "fillrandom",  "overwrite",  "readrandom",      "readseq",  "readmissing",
-      "deleterandom", "existrandom", "vllm_write", "vllm_exist",      "vllm_get", "vllm_all",
-      "gc_churn",     "compact",     "peer_put",   "peer_get",        "memcpy",   "rawwrite",
-      "rawread",      "rawrandread", "rawsocket",  "cluster_failover"};
+      "fillseq",      "fillrandom",  "overwrite",  "readrandom", "readseq",         "readmissing",
+      "deleterandom", "existrandom", "vllm_write", "vllm_exist", "vllm_get",        "vllm_all",
+      "gc_churn",     "compact",     "peer_put",   "peer_get",   "memcpy",          "rawwrite",
+      "rawread",      "rawrandread", "rawsocket",  "reopen",     "cluster_failover"};
   return names;
 }
 

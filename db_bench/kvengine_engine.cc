@@ -175,11 +175,14 @@ class KvengineEngine : public Engine {
 
   std::string IndexMemoryReport() override {
     const uint64_t keys = StatValue("ssd.keys"), bytes = StatValue("ssd.index_bytes");
-    char line[160];
-    std::snprintf(line, sizeof(line),
-                  "ssd index: %" PRIu64 " bytes of RAM for %" PRIu64 " keys on SSD (%.1f B/key)",
-                  bytes, keys,
-                  keys == 0 ? 0.0 : static_cast<double>(bytes) / static_cast<double>(keys));
+    char line[240];
+    std::snprintf(
+        line, sizeof(line),
+        "ssd index: %" PRIu64 " bytes of RAM for %" PRIu64
+        " keys on SSD (%.1f B/key); its last open took %.3f s, %" PRIu64
+        " keys from the map checkpoint",
+        bytes, keys, keys == 0 ? 0.0 : static_cast<double>(bytes) / static_cast<double>(keys),
+        static_cast<double>(StatValue("ssd.open_micros")) / 1e6, StatValue("ssd.checkpoint_keys"));
     return line;
   }
 

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cinttypes>
 #include <ctime>
 #include <filesystem>
@@ -143,10 +144,10 @@ bool Suite::OpenPeer(std::string* error) {
   return OpenSlot(&peer_, error);
 }
 
-bool Suite::OpenSlot(Slot* slot, std::string* error) {
+bool Suite::OpenSlot(Slot* slot, std::string* error, bool reopen) {
   EngineConfig ec;
   ec.path = slot->path;
-  ec.use_existing = c_.use_existing_db;
+  ec.use_existing = c_.use_existing_db || reopen;
   ec.memory_budget = c_.memory_budget;
   ec.sync = c_.sync;
   ec.statistics = c_.statistics;
@@ -282,6 +283,8 @@ Result Suite::RunOne(const std::string& name, Slot* slot, uint64_t salt) {
     r = RunGcChurn(b);
   } else if (name == "compact") {
     r = RunCompact(b);
+  } else if (name == "reopen") {
+    r = RunReopen(slot);
   } else if (name == "rawwrite") {
     r = RunRawWrite(b);
   } else if (name == "rawrandread") {
@@ -315,6 +318,33 @@ Result Suite::RunOne(const std::string& name, Slot* slot, uint64_t salt) {
       r.index_report = slot->engine->IndexMemoryReport();
     }
   }
+  return r;
+}
+
+Result Suite::RunReopen(Slot* slot) {
+  Result r;
+  if (slot == nullptr || slot->engine == nullptr) return r;
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  Status s = slot->engine->Close();
+  const auto closed = Clock::now();
+  std::string error;
+  const bool opened = s.ok() && OpenSlot(slot, &error, /*reopen=*/true);
+  const auto end = Clock::now();
+  const double close_s = std::chrono::duration<double>(closed - start).count();
+  const double open_s = std::chrono::duration<double>(end - closed).count();
+  r.ops = 1;
+  r.seconds = open_s;
+  r.wall_seconds = close_s + open_s;
+  if (!s.ok() || !opened) {
+    r.errors = 1;
+    r.first_error = s.ok() ? error : s.ToString();
+    return r;
+  }
+  char line[160];
+  std::snprintf(line, sizeof(line), "close %.3f s, open %.3f s", close_s, open_s);
+  r.note = line;
+  r.index_report = slot->engine->IndexMemoryReport();
   return r;
 }
 

@@ -42,7 +42,10 @@ class Suite {
   bool OpenEngines(std::string* error);
   bool OpenPeer(std::string* error);
   // Opens slot->engine (made, not opened) with the run's settings; on failure resets it.
-  bool OpenSlot(Slot* slot, std::string* error);
+  // With reopen, the data the slot already holds is kept (the reopen benchmark).
+  bool OpenSlot(Slot* slot, std::string* error, bool reopen = false);
+  // The reopen benchmark: closes slot's engine and opens it again on the same data.
+  Result RunReopen(Slot* slot);
   void PrintHeader();
   Result RunOne(const std::string& name, Slot* slot, uint64_t salt);
   void Prefill(const std::string& name, Slot* slot);

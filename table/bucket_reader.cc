@@ -14,7 +14,7 @@ bool Aligned(const void* p, uint64_t n) {
 }  // namespace
 
 Status BucketReader::Open(Env* env, const std::string& path, const FileOptions& options,
-                          std::unique_ptr<BucketReader>* result) {
+                          std::unique_ptr<BucketReader>* result, bool read_index) {
   result->reset();
   std::unique_ptr<RandomAccessFile> file;
   Status s = env->NewRandomAccessFile(path, options, &file);
@@ -51,8 +51,10 @@ Status BucketReader::Open(Env* env, const std::string& path, const FileOptions& 
       f.index_offset > size - kBucketFooterSize - f.index_size) {
     return Status::Corruption(path, "index block out of range");
   }
-  s = ReadIndex(*reader->file_, path, f, &reader->entries_);
-  if (!s.ok()) return s;
+  if (read_index) {
+    s = ReadIndex(*reader->file_, path, f, &reader->entries_);
+    if (!s.ok()) return s;
+  }
   *result = std::move(reader);
   return Status::OK();
 }
@@ -131,8 +133,9 @@ Status BucketReader::FinishRead(const ValueRead& read, Plan* plan, bool verify) 
     ScatterCopy(plan->bounce.data(), read.size - plan->bounce_value_offset,
                 read.dest.subspan(plan->first_bounced_part));
   }
-  if (verify && BucketEntryChecksum(header_.format_version, read.key, read.dest, read.size) !=
-                    read.checksum) {
+  if (verify && ((BucketEntryChecksum(header_.format_version, read.key, read.dest, read.size) ^
+                  read.checksum) &
+                 read.checksum_mask) != 0) {
     return Status::Corruption(path_,
                               "value checksum mismatch at offset " + std::to_string(read.offset));
   }

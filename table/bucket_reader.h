@@ -30,12 +30,17 @@ struct ValueRead {
   std::span<const MutableSlice> dest;  // total capacity >= size
   Status status;                       // out
   std::string_view key;                // the entry's key: the checksum covers it too
+  // The bits of `checksum` that are known (a caller that keeps part of it, the SSD
+  // tier's map, compares those only).
+  uint64_t checksum_mask = ~uint64_t{0};
 };
 
 class BucketReader {
  public:
+  // With read_index false, the index is neither read nor verified (entries() stays
+  // empty): for a bucket the caller verified before (the SSD tier's map checkpoint).
   static Status Open(Env* env, const std::string& path, const FileOptions& options,
-                     std::unique_ptr<BucketReader>* result);
+                     std::unique_ptr<BucketReader>* result, bool read_index = true);
 
   const BucketHeader& header() const { return header_; }
   const BucketFooter& footer() const { return footer_; }

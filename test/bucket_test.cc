@@ -193,6 +193,29 @@ TEST_P(BucketTest, EntryChecksumBindsTheKeyToItsValue) {
   }
 }
 
+// The SSD tier's map keeps a key's fingerprint and the low 32 bits of its entry checksum:
+// a read that reaches another key's value (two keys with one fingerprint) is refused on
+// those bits, since the checksum covers the key asked for.
+TEST_P(BucketTest, ReadWithAnotherKeyFailsOnTheLow32ChecksumBits) {
+  WriteBucket({5000, 5000});
+  std::unique_ptr<BucketReader> r;
+  ASSERT_TRUE(BucketReader::Open(env_, path_, options_, &r).ok());
+  const BucketEntry& e = r->entries()[0];
+  for (const std::string& key : {e.key, r->entries()[1].key}) {
+    std::string value(e.size, '\0');
+    MutableSlice d(value.data(), value.size());
+    ValueRead read{e.offset,
+                   e.size,
+                   e.checksum & 0xffffffffull,
+                   std::span<const MutableSlice>(&d, 1),
+                   Status(),
+                   key,
+                   0xffffffffull};
+    r->ReadValues(env_, std::span<ValueRead>(&read, 1), /*verify=*/true);
+    EXPECT_EQ(read.status.ok(), key == e.key) << key << ": " << read.status.ToString();
+  }
+}
+
 // Buckets written before the key was checksummed (format version 1) stay readable, and
 // their values are still verified.
 TEST_P(BucketTest, Version1BucketsStayReadable) {

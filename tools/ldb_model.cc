@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <list>
 
 #include "util/coding.h"
 #include "util/hash.h"
@@ -13,6 +14,42 @@ namespace {
 
 constexpr const char kIdentityFile[] = "IDENTITY";
 constexpr const char kQuarantineDir[] = "quarantine";
+
+// Bucket files kv_ldb keeps open at once: a DB may hold more buckets than the process
+// may open descriptors, so files are opened when a value is read and the least recently
+// read closed first.
+constexpr size_t kMaxOpenFiles = 64;
+
+// The open bucket files, by path, most recently read first.  kv_ldb is single-threaded.
+class OpenFiles {
+ public:
+  static OpenFiles& Instance() {
+    static OpenFiles files;
+    return files;
+  }
+  Status Get(Env* env, const std::string& path, const RandomAccessFile** file) {
+    for (auto it = files_.begin(); it != files_.end(); ++it) {
+      if (it->first != path) continue;
+      files_.splice(files_.begin(), files_, it);
+      *file = files_.front().second.get();
+      return Status::OK();
+    }
+    std::unique_ptr<RandomAccessFile> f;
+    Status s = env->NewRandomAccessFile(path, FileOptions(), &f);
+    if (IsTooManyOpenFiles(s)) {  // a lower descriptor limit than kMaxOpenFiles allows
+      files_.clear();
+      s = env->NewRandomAccessFile(path, FileOptions(), &f);
+    }
+    if (!s.ok()) return s;
+    if (files_.size() >= kMaxOpenFiles) files_.pop_back();
+    files_.emplace_front(path, std::move(f));
+    *file = files_.front().second.get();
+    return Status::OK();
+  }
+
+ private:
+  std::list<std::pair<std::string, std::unique_ptr<RandomAccessFile>>> files_;
+};
 
 std::string VersionKey(std::string_view key, uint64_t version) {
   std::string k(key);
@@ -134,6 +171,8 @@ Status DbModel::Load(Env* env, const std::string& dir, std::unique_ptr<DbModel>*
                                      std::to_string(b->reader->header().bucket_id));
       b->reader.reset();
     }
+    // Its index is in memory; values are read through OpenFiles when asked for.
+    if (b->reader != nullptr) b->reader->TakeFile();
     model->buckets_.push_back(std::move(b));
   };
   for (const auto& [id, name] : files) add_bucket(id, name, false);
@@ -228,7 +267,10 @@ Status ReadValue(Env* env, const BucketReader& reader, const BucketEntry& entry,
   read.checksum = entry.checksum;
   read.key = entry.key;
   read.dest = std::span<const MutableSlice>(&dest, 1);
-  reader.ReadValues(env, std::span<ValueRead>(&read, 1), /*verify=*/false);
+  const RandomAccessFile* file = nullptr;
+  Status s = OpenFiles::Instance().Get(env, reader.path(), &file);
+  if (!s.ok()) return s;
+  reader.ReadValues(env, *file, std::span<ValueRead>(&read, 1), /*verify=*/false);
   if (!read.status.ok()) return read.status;
   *checksum_ok = BucketEntryChecksum(reader.header().format_version, entry.key, value->data(),
                                      value->size()) == entry.checksum;

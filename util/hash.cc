@@ -18,6 +18,11 @@ namespace kvengine {
 
 uint64_t Hash64(const void* data, size_t size) { return KV_XXH3_64(data, size); }
 
+Hash128Value Hash128(const void* data, size_t size) {
+  const XXH128_hash_t h = XXH3_128bits(data, size);
+  return Hash128Value{h.low64, h.high64};
+}
+
 Hasher64::Hasher64() : state_(XXH3_createState()) {
   XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_));
 }

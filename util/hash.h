@@ -11,6 +11,13 @@ namespace kvengine {
 uint64_t Hash64(const void* data, size_t size);
 inline uint64_t Hash64(std::string_view s) { return Hash64(s.data(), s.size()); }
 
+// XXH3-128 of data: a key's fingerprint (see db/ssd_index.h).
+struct Hash128Value {
+  uint64_t low = 0;
+  uint64_t high = 0;
+};
+Hash128Value Hash128(const void* data, size_t size);
+
 // Incremental XXH3-64 over several pieces; equals Hash64 of their concatenation.
 class Hasher64 {
  public:

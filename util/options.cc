@@ -135,6 +135,7 @@ const std::vector<OptionEntry>& Table() {
       BoolOption("flush_on_close", &Options::flush_on_close),
       SizeOption("tombstone_sync_interval_ms", &Options::tombstone_sync_interval_ms),
       BoolOption("gc_punch_holes", &Options::gc_punch_holes),
+      BoolOption("ssd_map_checkpoint", &Options::ssd_map_checkpoint),
       RatioOption("gc_deleted_ratio", &Options::gc_deleted_ratio),
       RatioOption("gc_merge_deleted_ratio", &Options::gc_merge_deleted_ratio),
       RatioOption("gc_high_watermark_ratio", &Options::gc_high_watermark_ratio),

@@ -182,6 +182,11 @@ struct Options {
   // compaction alone (logged once).
   // Default: true
   bool gc_punch_holes = true;
+  // Save the SSD tier's object map at Close (the SSDMAP file) and load it at Open
+  // instead of reading every bucket's index; a stale or damaged one is not used (see
+  // docs/ssd_tier.md).  False: every Open reads every bucket, and no SSDMAP is written
+  // (an old one is removed).  Default: true.
+  bool ssd_map_checkpoint = true;
 
   // A bucket whose deleted bytes still taking space (not given back by a punched hole)
   // exceed this fraction of its bytes is compacted.

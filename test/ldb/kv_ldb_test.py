@@ -481,13 +481,42 @@ def test_online(root):
     check(rc == 1 and "TOMBSTONES" in err, f"stats with a damaged log header: rc {rc} {err}")
 
 
+# ---------------------------------------------------------------- descriptors
+
+def test_descriptors(root):
+    """300 bucket files, kv_ldb allowed 48 descriptors: it opens files on demand."""
+    import resource
+    db = os.path.join(root, "db")
+    p = subprocess.run([MAKE_DB, "many", db], capture_output=True, text=True, timeout=120)
+    if p.returncode != 0:
+        sys.exit(f"ldb_make_db many failed: {p.stderr}")
+    check(len(bucket_files(db)) == 300, f"{len(bucket_files(db))} bucket files, not 300")
+
+    def low_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (48, 48))
+
+    for args in (["verify", f"--db={db}"], ["scan", f"--db={db}"]):
+        p = subprocess.run([KV_LDB] + args, capture_output=True, text=True, timeout=120,
+                           preexec_fn=low_limit)
+        check(p.returncode == 0, f"kv_ldb {args[0]} under 48 descriptors: rc {p.returncode}: "
+                                 f"{p.stderr[-300:]}")
+        if args[0] == "scan":
+            check(p.stdout.splitlines()[-1:] == ["300 keys"], f"scan: {p.stdout[-200:]}")
+    key = "model@tp0/layer.1/chunk.297"
+    p = subprocess.run([KV_LDB, "get", f"--db={db}", key, "--raw"], capture_output=True, timeout=60,
+                       preexec_fn=low_limit)
+    check(p.returncode == 0 and p.stdout == value(297, 397),
+          f"get under 48 descriptors: rc {p.returncode} {p.stderr[-200:]}")
+
+
 def main():
     global KV_LDB, MAKE_DB
     if len(sys.argv) != 4:
         sys.exit("usage: kv_ldb_test.py KV_LDB LDB_MAKE_DB MODE")
     KV_LDB, MAKE_DB, mode = sys.argv[1:]
     tests = {"offline": test_offline, "corrupt": test_corrupt, "errors": test_errors,
-             "lock": test_lock, "online": test_online}
+             "lock": test_lock, "online": test_online,
+             "descriptors": test_descriptors}
     if mode not in tests:
         sys.exit(f"unknown mode {mode}")
     root = tempfile.mkdtemp(prefix=f"kv_ldb_{mode}_")

@@ -82,6 +82,23 @@ int Create(const std::string& dir) {
   return 0;
 }
 
+// A bucket per value, `n` of them: more bucket files than the test lets kv_ldb open
+// descriptors.  Prints "live KEY SIZE SEED" per key.
+int CreateMany(const std::string& dir, int n) {
+  kvengine::Options o = TestOptions();
+  o.bucket_keys_limit = 1;
+  o.max_open_files = 16;
+  std::unique_ptr<kvengine::DB> db;
+  if (Check(kvengine::DB::Open(o, dir, &db), "open")) return 1;
+  kvengine::WriteOptions wo;
+  for (int i = 0; i < n; i++) {
+    if (Check(db->Put(wo, Key(i), Value(i, 100 + i)), "put")) return 1;
+  }
+  if (Check(db->Flush(), "flush") || Check(db->Close(), "close")) return 1;
+  for (int i = 0; i < n; i++) std::printf("live %s %d %d\n", Key(i).c_str(), 100 + i, i);
+  return 0;
+}
+
 int Hold(const std::string& dir) {
   std::unique_ptr<kvengine::DB> db;
   if (Check(kvengine::DB::Open(TestOptions(), dir, &db), "open")) return 1;
@@ -96,12 +113,13 @@ int Hold(const std::string& dir) {
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::fprintf(stderr, "usage: ldb_make_db create|hold DIR\n");
+    std::fprintf(stderr, "usage: ldb_make_db create|many|hold DIR\n");
     return 2;
   }
   const std::string mode = argv[1];
   if (mode == "create") return Create(argv[2]);
   if (mode == "hold") return Hold(argv[2]);
+  if (mode == "many") return CreateMany(argv[2], 300);
   std::fprintf(stderr, "ldb_make_db: unknown mode '%s'\n", mode.c_str());
   return 2;
 }

@@ -1,0 +1,211 @@
+#include "db/map_checkpoint.h"
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <thread>
+
+#include "util/coding.h"
+#include "util/hash.h"
+
+namespace kvengine {
+
+namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              "the map checkpoint stores SsdIndex slots as they lie in memory");
+
+constexpr uint64_t kMagic = 0x50414d445353564bull;  // "KVSSDMAP" read little-endian
+constexpr uint32_t kFormatVersion = 1;
+constexpr size_t kHeaderSize = 72;
+constexpr size_t kBucketRecordWords = 11;
+constexpr size_t kShardHeaderSize = 24;
+
+Status ReadExactly(const RandomAccessFile& file, uint64_t offset, size_t n, char* dst) {
+  size_t got = 0;
+  Status s = file.Read(offset, n, dst, &got);
+  if (s.ok() && got != n) return Status::Corruption("truncated");
+  return s;
+}
+
+}  // namespace
+
+Status MapCheckpoint::Write(Env* env, const std::string& dir, const Contents& contents,
+                            const SsdIndex& map) {
+  std::string table;
+  for (const Bucket& b : contents.buckets) {
+    for (uint64_t v : {b.id, b.file_size, b.created_micros, b.format_version, b.keys, b.live_keys,
+                       b.total_bytes, b.deleted_bytes, b.punched_bytes, b.punched_value_bytes,
+                       static_cast<uint64_t>(b.dead_extents.size())}) {
+      PutFixed64(&table, v);
+    }
+    for (const Extent& e : b.dead_extents) {
+      PutFixed64(&table, e.offset);
+      PutFixed64(&table, e.length);
+      PutFixed64(&table, e.value_size);
+    }
+  }
+  PutFixed64(&table, Hash64(table));
+  std::string header;
+  PutFixed64(&header, kMagic);
+  PutFixed32(&header, kFormatVersion);
+  PutFixed32(&header, SsdIndex::kSlotBytes);
+  PutFixed32(&header, SsdIndex::kShardCount);
+  PutFixed32(&header, 0);
+  PutFixed64(&header, contents.next_bucket_id);
+  PutFixed64(&header, contents.max_version);
+  PutFixed64(&header, contents.buckets.size());
+  PutFixed64(&header, table.size());
+  PutFixed64(&header, map.size());
+  PutFixed64(&header, Hash64(header));
+
+  const std::string path = dir + "/" + kFileName;
+  const std::string tmp = path + ".tmp";
+  std::unique_ptr<WritableFile> file;
+  Status s = env->NewWritableFile(tmp, FileOptions(), &file);
+  if (s.ok()) s = file->Append(Slice(header));
+  if (s.ok()) s = file->Append(Slice(table));
+  for (size_t i = 0; s.ok() && i < SsdIndex::kShardCount; i++) {
+    const SsdIndex::ShardImage image = map.GetShardImage(i);
+    const size_t bytes = image.capacity * SsdIndex::kSlotBytes;
+    std::string shard_header;
+    PutFixed64(&shard_header, image.capacity);
+    PutFixed64(&shard_header, image.count);
+    PutFixed64(&shard_header, Hash64(image.slots, bytes));
+    s = file->Append(Slice(shard_header));
+    if (s.ok() && bytes > 0) s = file->Append(Slice(image.slots, bytes));
+  }
+  if (s.ok()) {
+    std::string trailer;
+    PutFixed64(&trailer, kMagic);
+    s = file->Append(Slice(trailer));
+  }
+  // Not synced: a checkpoint a crash tore fails its checksums and the full scan runs, so
+  // Close need not wait for hundreds of MB to reach the disk.
+  if (s.ok()) s = file->Close();
+  file.reset();
+  if (s.ok()) s = env->RenameFile(tmp, path);
+  if (!s.ok()) env->RemoveFile(tmp);
+  return s;
+}
+
+Status MapCheckpoint::Read(Env* env, const std::string& dir, int threads, Contents* contents,
+                           SsdIndex* map) {
+  map->Clear();
+  *contents = Contents();
+  const std::string path = dir + "/" + kFileName;
+  if (!env->FileExists(path)) return Status::NotFound(path);
+  std::unique_ptr<RandomAccessFile> file;
+  Status s = env->NewRandomAccessFile(path, FileOptions(), &file);
+  if (!s.ok()) return s;
+  const uint64_t file_size = file->Size();
+  auto corrupt = [&](const std::string& why) {
+    map->Clear();
+    return Status::Corruption(path, why);
+  };
+
+  char header[kHeaderSize];
+  if (file_size < kHeaderSize || !ReadExactly(*file, 0, kHeaderSize, header).ok()) {
+    return corrupt("shorter than its header");
+  }
+  if (DecodeFixed64(header) != kMagic) return corrupt("bad magic");
+  if (Hash64(header, kHeaderSize - 8) != DecodeFixed64(header + kHeaderSize - 8)) {
+    return corrupt("header checksum mismatch");
+  }
+  if (DecodeFixed32(header + 8) != kFormatVersion) {
+    return Status::NotSupported(
+        path, "map checkpoint format version " + std::to_string(DecodeFixed32(header + 8)));
+  }
+  if (DecodeFixed32(header + 12) != SsdIndex::kSlotBytes ||
+      DecodeFixed32(header + 16) != SsdIndex::kShardCount) {
+    return Status::NotSupported(path, "another slot layout");
+  }
+  contents->next_bucket_id = DecodeFixed64(header + 24);
+  contents->max_version = DecodeFixed64(header + 32);
+  const uint64_t buckets = DecodeFixed64(header + 40);
+  const uint64_t table_bytes = DecodeFixed64(header + 48);
+  const uint64_t keys = DecodeFixed64(header + 56);
+  if (table_bytes < 8 || table_bytes > file_size - kHeaderSize) return corrupt("bad table size");
+
+  std::string table(table_bytes, '\0');
+  s = ReadExactly(*file, kHeaderSize, table_bytes, table.data());
+  if (!s.ok()) return corrupt("bucket table: " + s.ToString());
+  if (Hash64(table.data(), table_bytes - 8) != DecodeFixed64(table.data() + table_bytes - 8)) {
+    return corrupt("bucket table checksum mismatch");
+  }
+  std::string_view in(table.data(), table_bytes - 8);
+  for (uint64_t i = 0; i < buckets; i++) {
+    uint64_t w[kBucketRecordWords];
+    for (uint64_t& v : w) {
+      if (!GetFixed64(&in, &v)) return corrupt("bucket table truncated");
+    }
+    Bucket b{w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8], w[9], {}};
+    if (w[10] > in.size() / 24) return corrupt("bucket table truncated");
+    b.dead_extents.resize(w[10]);
+    for (Extent& e : b.dead_extents) {
+      GetFixed64(&in, &e.offset);
+      GetFixed64(&in, &e.length);
+      GetFixed64(&in, &e.value_size);
+    }
+    contents->buckets.push_back(std::move(b));
+  }
+  if (!in.empty()) return corrupt("bucket table has trailing bytes");
+
+  // The shards' places, then their slots read and verified in parallel.
+  struct ShardPlace {
+    uint64_t offset, capacity, count, checksum;
+  };
+  std::vector<ShardPlace> places(SsdIndex::kShardCount);
+  uint64_t offset = kHeaderSize + table_bytes;
+  uint64_t total = 0;
+  for (ShardPlace& p : places) {
+    char h[kShardHeaderSize];
+    if (offset > file_size || file_size - offset < kShardHeaderSize ||
+        !ReadExactly(*file, offset, kShardHeaderSize, h).ok()) {
+      return corrupt("shard header truncated");
+    }
+    p.capacity = DecodeFixed64(h);
+    p.count = DecodeFixed64(h + 8);
+    p.checksum = DecodeFixed64(h + 16);
+    p.offset = offset + kShardHeaderSize;
+    if (p.capacity > (file_size - p.offset) / SsdIndex::kSlotBytes || p.count > p.capacity) {
+      return corrupt("shard larger than the file");
+    }
+    offset = p.offset + p.capacity * SsdIndex::kSlotBytes;
+    total += p.count;
+  }
+  char trailer[8];
+  if (offset + 8 != file_size || !ReadExactly(*file, offset, 8, trailer).ok() ||
+      DecodeFixed64(trailer) != kMagic) {
+    return corrupt("bad trailer");
+  }
+  if (total != keys) return corrupt("shard counts disagree with the header");
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < places.size() && !failed.load();) {
+      const ShardPlace& p = places[i];
+      char* slots = map->ResetShard(i, p.capacity);
+      const size_t bytes = p.capacity * SsdIndex::kSlotBytes;
+      if ((bytes > 0 && !ReadExactly(*file, p.offset, bytes, slots).ok()) ||
+          Hash64(slots, bytes) != p.checksum || !map->AdoptShard(i, p.count)) {
+        failed = true;
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; t++) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  map->RecountSize();
+  if (failed) return corrupt("shard checksum mismatch");
+  return Status::OK();
+}
+
+Status MapCheckpoint::Remove(Env* env, const std::string& dir) {
+  const std::string path = dir + "/" + kFileName;
+  if (!env->FileExists(path)) return Status::OK();
+  return env->RemoveFile(path);
+}
+
+}  // namespace kvengine
