@@ -1,6 +1,6 @@
 // Concurrency stress: threads of mixed put/get/delete/overwrite on a small DB for a
-// bounded time, and a thread of Flush() calls.  Every value carries its own checksum, so a torn, mixed or freed read
-// fails the check.  Also run under TSan (see docs/testing.md).
+// bounded time, and a thread of Flush() calls.  Every value carries its own checksum, so a torn,
+// mixed or freed read fails the check.  Also run under TSan (see docs/testing.md).
 #include <atomic>
 #include <chrono>
 #include <random>
