@@ -14,7 +14,7 @@ import vllm_fakes as fk
 import vllm_process as vp
 from kvengine.vllm.connector import default_socket
 
-TIMEOUT_S = 30
+TIMEOUT_S = 120  # a bound on hangs, not a timing check: spawning imports torch
 
 
 class Process:
