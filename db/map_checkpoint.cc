@@ -16,7 +16,9 @@ static_assert(std::endian::native == std::endian::little,
               "the map checkpoint stores SsdIndex slots as they lie in memory");
 
 constexpr uint64_t kMagic = 0x50414d445353564bull;  // "KVSSDMAP" read little-endian
-constexpr uint32_t kFormatVersion = 1;
+// Version 2: slot offsets count 512-byte units (version 1: 4096-byte units), so a
+// version 1 checkpoint is stale and the next Open scans the buckets.
+constexpr uint32_t kFormatVersion = 2;
 constexpr size_t kHeaderSize = 72;
 constexpr size_t kBucketRecordWords = 11;
 constexpr size_t kShardHeaderSize = 24;

@@ -29,10 +29,13 @@ struct SsdBucket {
   // hole over), and what has been given back so far.
   struct Extent {
     uint64_t offset = 0;
-    uint64_t length = 0;      // padded, block-aligned
-    uint64_t value_size = 0;  // counted in deleted_bytes
+    uint64_t length = 0;      // the value's padded bytes (PaddedValueSize)
+    uint64_t value_size = 0;  // of deleted_bytes: credited when the extent is punched
   };
   std::vector<Extent> dead_extents;
+  // How many of dead_extents share their blocks with live values, as the last GC round
+  // found: until another value dies in this bucket, a round has nothing to punch here.
+  size_t dead_extents_parked = 0;
   uint64_t punched_bytes = 0;        // file bytes given back (padded)
   uint64_t punched_value_bytes = 0;  // of deleted_bytes
   uint64_t keys = 0;
@@ -41,6 +44,11 @@ struct SsdBucket {
   bool compacting = false;
   bool write_failed = false;
   bool writing = false;  // a writer thread has taken it
+
+  // The format its values are placed in: the file's, or the builder's (the current).
+  uint32_t format_version() const {
+    return reader != nullptr ? reader->header().format_version : kBucketFormatVersion;
+  }
 
   // Bytes of the file that still take disk space.
   uint64_t allocated_bytes() const { return file_size - punched_bytes; }

@@ -5,8 +5,9 @@
 // (gc_punch_holes): it syncs the tombstone log, so that no restart can bring those values
 // back, waits until every read that might still be reading them has finished (a
 // GracePeriod entered by MultiGet before its lookups), and punches a hole over each.
-// Every value starts on a block boundary and is padded to one, so a hole frees exactly
-// the value's blocks and touches no neighbour.  The bucket file keeps its size and index;
+// A hole frees whole blocks only: a run of neighbouring dead values gives back the blocks
+// inside it, and its ends that share a block with a live value stay queued (see
+// db/hole_plan.h), so a hole never touches a live value.  The bucket file keeps its size and index;
 // only the map and the tombstones know those entries are dead, as before.
 //
 // Then it picks buckets whose deleted bytes still taking space are at least
@@ -35,6 +36,7 @@
 #include <functional>
 #include <mutex>
 
+#include "db/hole_plan.h"
 #include "db/ssd_bucket.h"
 #include "db/ssd_tier.h"
 #include "util/logging.h"
@@ -217,7 +219,8 @@ Status SsdTier::PunchDeadExtents(uint64_t* reclaimed) {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return Status::Aborted("SSD tier is closed");
     for (const auto& [id, b] : buckets_) {
-      if (b->dead_extents.empty()) continue;
+      if (b->dead_extents.size() <= b->dead_extents_parked) continue;
+      b->dead_extents_parked = 0;
       if (!punch_supported_ || b->state != SsdBucket::State::kOnDisk) {
         b->dead_extents.clear();  // left to compaction
         continue;
@@ -231,59 +234,53 @@ Status SsdTier::PunchDeadExtents(uint64_t* reclaimed) {
   auto unpin = [&] {
     for (Work& w : work) w.bucket->readers.fetch_sub(1, std::memory_order_acq_rel);
   };
-  // REQUIRES: mu_ held.  Extents not punched (a failure) are tried again next round.
-  auto requeue = [](Work& w, size_t from) {
-    w.bucket->dead_extents.insert(w.bucket->dead_extents.end(), w.extents.begin() + from,
-                                  w.extents.end());
+  // REQUIRES: mu_ held.
+  auto requeue = [](SsdBucket* b, const std::vector<SsdBucket::Extent>& extents) {
+    b->dead_extents.insert(b->dead_extents.end(), extents.begin(), extents.end());
   };
   // The tombstones first: a restart must never find a dead value's key pointing at a hole.
   Status s = log_->Sync();
   if (!s.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
-    for (Work& w : work) requeue(w, 0);
+    for (Work& w : work) requeue(w.bucket.get(), w.extents);
     unpin();
     return s;
   }
   readers_.Wait();
   for (Work& w : work) {
-    std::sort(w.extents.begin(), w.extents.end(),
-              [](const auto& a, const auto& b) { return a.offset < b.offset; });
-    // Neighbouring extents go as one hole: fewer calls, same blocks.  The holes of one
-    // bucket are punched with one open of its file.
+    // Neighbouring extents go as one hole: fewer calls, and the blocks that packed small
+    // values share.  The holes of one bucket are punched with one open of its file.
+    const HolePlan plan = PlanHoles(std::move(w.extents), kBucketAlignment);
     std::vector<FileRange> holes;
-    std::vector<size_t> hole_end;  // holes[h] covers w.extents[hole_end[h - 1], hole_end[h])
-    std::vector<uint64_t> hole_values;
-    for (size_t begin = 0; begin < w.extents.size();) {
-      size_t end = begin + 1;
-      FileRange hole{w.extents[begin].offset, w.extents[begin].length};
-      uint64_t values = w.extents[begin].value_size;
-      while (end < w.extents.size() && w.extents[end].offset == hole.offset + hole.length) {
-        hole.length += w.extents[end].length;
-        values += w.extents[end].value_size;
-        end++;
-      }
-      holes.push_back(hole);
-      hole_end.push_back(end);
-      hole_values.push_back(values);
-      begin = end;
-    }
+    for (const HolePlan::Hole& h : plan.holes) holes.push_back(h.range);
     size_t holes_punched = 0;
-    if (s.ok()) {
+    if (s.ok() && !holes.empty()) {
       s = env_->PunchHoles(BucketPath(w.bucket->id), holes.data(), holes.size(), &holes_punched);
     }
     uint64_t bytes = 0, value_bytes = 0;
     for (size_t h = 0; h < holes_punched; h++) {
       bytes += holes[h].length;
-      value_bytes += hole_values[h];
+      value_bytes += plan.holes[h].value_bytes;
     }
-    const size_t punched = holes_punched == 0 ? 0 : hole_end[holes_punched - 1];
     std::lock_guard<std::mutex> lock(mu_);
     w.bucket->punched_bytes += bytes;
     w.bucket->punched_value_bytes += value_bytes;
     auto it = buckets_.find(w.bucket->id);
     if (it != buckets_.end() && it->second == w.bucket) used_bytes_ -= bytes;
     *reclaimed += bytes;
-    if (!s.IsNotSupported()) requeue(w, punched);
+    if (s.IsNotSupported()) continue;  // left to compaction
+    // What was not punched is tried again next round: the parts of punched runs that
+    // share a block with a live value, and whole runs after a failure.
+    requeue(w.bucket.get(), plan.unpunchable);
+    w.bucket->dead_extents_parked += plan.unpunchable.size();
+    for (size_t h = 0; h < plan.holes.size(); h++) {
+      if (h < holes_punched) {
+        requeue(w.bucket.get(), plan.holes[h].leftovers);
+        w.bucket->dead_extents_parked += plan.holes[h].leftovers.size();
+      } else {
+        requeue(w.bucket.get(), plan.holes[h].extents);
+      }
+    }
   }
   unpin();
   {
@@ -330,7 +327,7 @@ Status SsdTier::CompactGroup(const std::vector<std::shared_ptr<SsdBucket>>& olds
         if (MapsToLocked(KeyFingerprint::Of(e.key), olds[k]->id, e.version)) {
           live.push_back(e);
           source.push_back(k);
-          live_bytes += PaddedValueSize(e.size);
+          live_bytes += BucketBuilder::MaxSpace(e.size);
         }
       }
       olds[k]->readers.fetch_add(1, std::memory_order_acq_rel);
@@ -353,15 +350,17 @@ Status SsdTier::CompactGroup(const std::vector<std::shared_ptr<SsdBucket>>& olds
   if (!live.empty()) {
     // 2. Read the live values straight into the new image and write it.
     std::shared_ptr<BucketBuilder> builder;
-    Status s = NewBuilder(new_id, kBucketHeaderSize + live_bytes, &builder);
+    Status s = NewBuilder(new_id, kBucketHeaderSize + live_bytes + kBucketAlignment, &builder);
     if (!s.ok()) return give_up(s);
     std::vector<ValueRead> reads(live.size());
     std::vector<MutableSlice> dests(live.size());
     std::vector<uint64_t> offsets(live.size());
     for (size_t i = 0; i < live.size(); i++) {
       builder->Reserve(live[i].size, &offsets[i]);
-      // The padded length keeps the read aligned: the source's padding is zeros too.
-      dests[i] = MutableSlice(builder->MutableData(offsets[i]), PaddedValueSize(live[i].size));
+      // The padded length keeps the read aligned: the source's padding is zeros too, and
+      // at least as long (a unit of its format is never smaller than the current one).
+      dests[i] = MutableSlice(builder->MutableData(offsets[i]),
+                              PaddedValueSize(kBucketFormatVersion, live[i].size));
       reads[i].offset = live[i].offset;
       reads[i].size = live[i].size;
       reads[i].checksum = live[i].checksum;
@@ -374,13 +373,19 @@ Status SsdTier::CompactGroup(const std::vector<std::shared_ptr<SsdBucket>>& olds
     std::vector<CompactionChunk> chunks;
     for (size_t begin = 0; begin < live.size();) {
       size_t end = begin + 1;
-      uint64_t bytes = PaddedValueSize(live[begin].size);
+      uint64_t bytes = BucketBuilder::MaxSpace(live[begin].size);
       while (end < live.size() && source[end] == source[begin] &&
-             bytes + PaddedValueSize(live[end].size) <= kCompactionChunkBytes) {
-        bytes += PaddedValueSize(live[end].size);
+             bytes + BucketBuilder::MaxSpace(live[end].size) <= kCompactionChunkBytes) {
+        bytes += BucketBuilder::MaxSpace(live[end].size);
         end++;
       }
-      chunks.push_back({begin, end, offsets[end - 1] + PaddedValueSize(live[end - 1].size)});
+      // The image is complete up to the start of the next chunk's first value (its gap is
+      // zeros already), and written out in whole pages: the last chunk up to the end of
+      // the values region, the others up to their last whole page.
+      const uint64_t image_end = end == live.size()
+                                     ? builder->values_end()
+                                     : offsets[end] / kBucketAlignment * kBucketAlignment;
+      chunks.push_back({begin, end, image_end});
       begin = end;
     }
     ChunkReader chunk_reader(&chunk_reader_, chunks.size(), [&](size_t c) {
@@ -399,6 +404,7 @@ Status SsdTier::CompactGroup(const std::vector<std::shared_ptr<SsdBucket>>& olds
       uint64_t appended = 0;  // the header goes with the first chunk
       for (size_t c = 0; c < chunks.size(); c++) {
         chunk_reader.WaitFor(c);
+        if (chunks[c].image_end <= appended) continue;  // all in a page still being filled
         Status st = file->Append(Slice(builder->Data(appended), chunks[c].image_end - appended));
         if (!st.ok()) return st;
         appended = chunks[c].image_end;

@@ -4,12 +4,13 @@
 #include <cstring>
 #include <utility>
 
+#include "table/bucket_format.h"
 #include "util/hash.h"
 
 namespace kvengine {
 
 namespace {
-constexpr uint64_t kUnit = 4096;  // value offsets are multiples of this
+constexpr uint64_t kUnit = kValueUnit;  // value offsets are multiples of this
 // A shard grows past this load and is resized to about kTargetLoad.
 constexpr double kMaxLoad = 0.92;
 constexpr double kGrowth = 1.1;

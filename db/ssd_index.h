@@ -3,8 +3,8 @@
 // copy: the keys themselves stay in the buckets' indexes on disk.
 //
 // A slot packs the fingerprint (16 bytes), the version (8), the bucket id (4), the
-// value's offset in 4 KiB units (4), its size (4) and the low 32 bits of its entry
-// checksum (4).  Values of 4 GiB or more, bucket ids past 2^32 and offsets past 16 TiB do
+// value's offset in 512-byte units (4), its size (4) and the low 32 bits of its entry
+// checksum (4).  Values of 4 GiB or more, bucket ids past 2^32 and offsets past 2 TiB do
 // not fit (Fits() says so; the tier refuses to stage such a value).
 //
 // The table is split into 64 open-addressing tables (Robin Hood probing, deletion

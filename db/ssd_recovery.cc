@@ -32,6 +32,7 @@
 #include <unordered_set>
 
 #include "db/map_checkpoint.h"
+#include "db/hole_plan.h"
 #include "db/ssd_bucket.h"
 #include "db/ssd_tier.h"
 #include "util/coding.h"
@@ -142,23 +143,27 @@ void SsdTier::LoadCheckpoint(const std::vector<uint64_t>& ids, std::vector<uint6
 }
 
 void SsdTier::DeadAtOpen(SsdBucket* b, uint64_t offset, uint64_t size) {
-  const uint64_t padded = PaddedValueSize(size);
+  const uint64_t padded = PaddedValueSize(b->format_version(), size);
   BucketFileCache::Handle file;
   int fd = -1;
   if (options_.gc_punch_holes && BucketFile(b->id, &file).ok()) fd = file->FileDescriptor();
-  if (fd >= 0) {
-    // The first byte of data at or after offset; ENXIO: none up to the end of the file.
-    // A filesystem without hole support reports offset itself: the extent is queued.
-    const off_t data = ::lseek(fd, static_cast<off_t>(offset), SEEK_DATA);
-    if ((data < 0 && errno == ENXIO) ||
-        (data >= 0 && static_cast<uint64_t>(data) >= offset + padded)) {
-      b->punched_bytes += padded;  // punched before the restart: not again, not counted
-      b->punched_value_bytes += size;
-      used_bytes_ -= padded;
-      return;
+  // Part by part, since a packed value's first and last blocks may hold live neighbours
+  // (never punched) or dead ones (punched with them before the restart).
+  for (const SsdBucket::Extent& part : SplitAtBlocks({offset, padded, size}, kBucketAlignment)) {
+    if (fd >= 0) {
+      // The first byte of data at or after the part; ENXIO: none up to the end of the
+      // file.  A filesystem without hole support reports the offset itself: queued.
+      const off_t data = ::lseek(fd, static_cast<off_t>(part.offset), SEEK_DATA);
+      if ((data < 0 && errno == ENXIO) ||
+          (data >= 0 && static_cast<uint64_t>(data) >= part.offset + part.length)) {
+        b->punched_bytes += part.length;  // punched before the restart: not again, not counted
+        b->punched_value_bytes += part.value_size;
+        used_bytes_ -= part.length;
+        continue;
+      }
     }
+    if (options_.gc_punch_holes) b->dead_extents.push_back(part);
   }
-  QueueHoleLocked(b, offset, size);
 }
 
 void SsdTier::ApplyTombstonesToCheckpoint(const std::vector<uint64_t>& covered,

@@ -155,10 +155,9 @@ Status SsdTier::Stage(const Slice& key, std::span<const Slice> parts, uint64_t s
       return Status::NoSpace("a value of " + std::to_string(size) +
                              " bytes does not fit the SSD tier's map (4 GiB - 1 at most)");
     }
-    const uint64_t padded = PaddedValueSize(size);
     // A value that does not fit the open bucket seals it; one larger than
     // bucket_size_limit gets a bucket of its own.
-    if (open_ != nullptr && (open_->builder->capacity() - open_->builder->used() < padded ||
+    if (open_ != nullptr && (!open_->builder->Fits(size) ||
                              open_->keys + open_->staging >= options_.bucket_keys_limit)) {
       SealOpenLocked();
     }
@@ -185,7 +184,8 @@ Status SsdTier::Stage(const Slice& key, std::span<const Slice> parts, uint64_t s
     }
     if (stopping_) return Status::Aborted("SSD tier is closed");
     if (open_ == nullptr) {
-      const uint64_t capacity = std::max<uint64_t>(bucket_bytes_, kBucketHeaderSize + padded);
+      const uint64_t capacity =
+          std::max<uint64_t>(bucket_bytes_, kBucketHeaderSize + RoundUpTo(size, kBucketAlignment));
       Status s = MakeRoomLocked(capacity, &lock);
       if (!s.ok()) {
         std::lock_guard<std::mutex> st(stats_mu_);
@@ -299,8 +299,10 @@ void SsdTier::TombstoneLocked(const std::string& key, const SsdLocation& loc) {
 }
 
 void SsdTier::QueueHoleLocked(SsdBucket* bucket, uint64_t offset, uint64_t size) {
-  if (options_.gc_punch_holes)
-    bucket->dead_extents.push_back({offset, PaddedValueSize(size), size});
+  if (options_.gc_punch_holes) {
+    bucket->dead_extents.push_back(
+        {offset, PaddedValueSize(bucket->format_version(), size), size});
+  }
 }
 
 void SsdTier::RemoveLocked(const std::string& key, const KeyFingerprint& fp, const SsdLocation& loc,
@@ -595,7 +597,7 @@ Status SsdTier::WriteBucketFile(const BucketBuilder& builder,
   }
   if (s.ok()) {
     s = append_image ? append_image(file.get())
-                     : file->Append(Slice(builder.Data(0), builder.used()));
+                     : file->Append(Slice(builder.Data(0), builder.values_end()));
   }
   if (s.ok()) s = builder.WriteIndex(file.get(), entries, file_size);
   file.reset();

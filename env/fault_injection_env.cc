@@ -50,6 +50,7 @@ class FaultRandomAccessFile final : public RandomAccessFile {
     return base_->Read(offset, n, scratch, bytes_read);
   }
   bool IsDirect() const override { return base_->IsDirect(); }
+  uint64_t DirectIOAlignment() const override { return base_->DirectIOAlignment(); }
   uint64_t Size() const override { return base_->Size(); }
 
  private:

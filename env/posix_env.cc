@@ -5,6 +5,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -34,10 +35,31 @@ Status PunchError(const std::string& path, int err) {
   return PosixError("punch a hole in " + path, err);
 }
 
+// The alignment O_DIRECT reads of fd need: statx's STATX_DIOALIGN (Linux 6.1+, on file
+// systems that report it), else the page size, which every O_DIRECT file accepts.
+uint64_t DirectIOAlignmentOf(int fd) {
+  constexpr uint64_t kSafe = kDirectIoAlignment;
+  struct statx stx;
+  if (::statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx) != 0 ||
+      (stx.stx_mask & STATX_DIOALIGN) == 0 || stx.stx_dio_offset_align == 0 ||
+      stx.stx_dio_mem_align == 0) {
+    return kSafe;
+  }
+  const uint64_t align = std::max<uint64_t>(stx.stx_dio_offset_align, stx.stx_dio_mem_align);
+  // A power of two of at least 512 is what the readers plan with; anything else is odd
+  // enough to distrust.
+  if (align < 512 || (align & (align - 1)) != 0) return kSafe;
+  return align;
+}
+
 class PosixRandomAccessFile final : public RandomAccessFile {
  public:
   PosixRandomAccessFile(std::string path, int fd, bool direct, uint64_t size)
-      : path_(std::move(path)), fd_(fd), direct_(direct), size_(size) {}
+      : path_(std::move(path)),
+        fd_(fd),
+        direct_(direct),
+        size_(size),
+        direct_alignment_(direct ? DirectIOAlignmentOf(fd) : kDirectIoAlignment) {}
   ~PosixRandomAccessFile() override { ::close(fd_); }
 
   Status Read(uint64_t offset, size_t n, char* scratch, size_t* bytes_read) const override {
@@ -57,6 +79,7 @@ class PosixRandomAccessFile final : public RandomAccessFile {
     return Status::OK();
   }
   bool IsDirect() const override { return direct_; }
+  uint64_t DirectIOAlignment() const override { return direct_alignment_; }
   uint64_t Size() const override { return size_; }
   int FileDescriptor() const override { return fd_; }
 
@@ -65,6 +88,7 @@ class PosixRandomAccessFile final : public RandomAccessFile {
   const int fd_;
   const bool direct_;
   const uint64_t size_;
+  const uint64_t direct_alignment_;
 };
 
 class PosixWritableFile final : public WritableFile {

@@ -8,9 +8,10 @@
 namespace kvengine {
 
 namespace {
-bool Aligned(const void* p, uint64_t n) {
-  return reinterpret_cast<uintptr_t>(p) % kBucketAlignment == 0 && n % kBucketAlignment == 0;
+bool Aligned(const void* p, uint64_t n, uint64_t alignment) {
+  return reinterpret_cast<uintptr_t>(p) % alignment == 0 && n % alignment == 0;
 }
+uint64_t RoundDownTo(uint64_t v, uint64_t to) { return v / to * to; }
 }  // namespace
 
 Status BucketReader::Open(Env* env, const std::string& path, const FileOptions& options,
@@ -70,7 +71,8 @@ Status BucketReader::ReadIndex(const RandomAccessFile& file, const std::string& 
       file.Read(f.index_offset, std::min<uint64_t>(span, size - f.index_offset), index.data(), &n);
   if (s.ok() && n < f.index_size) s = Status::Corruption("short index read");
   if (s.ok()) {
-    s = DecodeBucketIndex(std::string_view(index.data(), f.index_size), f.index_offset, entries);
+    s = DecodeBucketIndex(f.format_version, std::string_view(index.data(), f.index_size),
+                          f.index_offset, entries);
   }
   if (s.ok() && entries->size() != f.entry_count) {
     s = Status::Corruption("index entry count differs from the footer's");
@@ -89,14 +91,17 @@ Status BucketReader::PlanRead(const RandomAccessFile& file, const ValueRead& rea
     return Status::Corruption(path_, "value location beyond the values region");
   }
   const bool direct = file.IsDirect();
+  const uint64_t alignment = direct ? file.DirectIOAlignment() : 1;
   uint64_t value_pos = 0;
   size_t part = 0;
-  // Parts read in place: all of them without O_DIRECT, the aligned prefix with it.
+  // Parts read in place: all of them without O_DIRECT; with it, the aligned prefix of a
+  // value that starts on the file's alignment (a packed value on a device that needs
+  // more than 512 bytes does not).
   for (; part < read.dest.size() && value_pos < read.size; part++) {
     const MutableSlice& p = read.dest[part];
     const uint64_t n = std::min<uint64_t>(p.size(), read.size - value_pos);
     if (n == 0) continue;
-    if (direct && !Aligned(p.data(), n)) break;
+    if (direct && (read.offset % alignment != 0 || !Aligned(p.data(), n, alignment))) break;
     ReadRequest r;
     r.file = &file;
     r.offset = read.offset + value_pos;
@@ -107,15 +112,18 @@ Status BucketReader::PlanRead(const RandomAccessFile& file, const ValueRead& rea
   }
   plan->first_bounced_part = part;
   if (value_pos < read.size) {
-    // The rest goes through one aligned bounce buffer; value_pos is aligned here since
-    // every direct part had an aligned length.
-    const uint64_t rest = PaddedValueSize(read.size - value_pos);
-    if (!plan->bounce.TryAllocate(rest)) return Status::NoSpace("cannot allocate a read buffer");
+    // The rest goes through one aligned bounce buffer covering the aligned blocks around
+    // it: a packed value shares its first and last blocks with its neighbours.
+    const uint64_t from = read.offset + value_pos;
+    const uint64_t start = RoundDownTo(from, alignment);
+    const uint64_t length = RoundUpTo(read.offset + read.size, alignment) - start;
+    if (!plan->bounce.TryAllocate(length)) return Status::NoSpace("cannot allocate a read buffer");
     plan->bounce_value_offset = value_pos;
+    plan->bounce_skip = from - start;
     ReadRequest r;
     r.file = &file;
-    r.offset = read.offset + value_pos;
-    r.length = rest;
+    r.offset = start;
+    r.length = length;
     r.scratch = plan->bounce.data();
     plan->requests.push_back(r);
   }
@@ -126,11 +134,12 @@ Status BucketReader::FinishRead(const ValueRead& read, Plan* plan, bool verify) 
   for (const ReadRequest& r : plan->requests) {
     if (!r.status.ok()) return r.status;
     const bool bounce = r.scratch == plan->bounce.data() && plan->bounce.data() != nullptr;
-    const uint64_t needed = bounce ? read.size - plan->bounce_value_offset : r.length;
+    const uint64_t needed =
+        bounce ? plan->bounce_skip + read.size - plan->bounce_value_offset : r.length;
     if (r.bytes_read < needed) return Status::Corruption(path_, "value extends past end of file");
   }
   if (plan->bounce.data() != nullptr) {
-    ScatterCopy(plan->bounce.data(), read.size - plan->bounce_value_offset,
+    ScatterCopy(plan->bounce.data() + plan->bounce_skip, read.size - plan->bounce_value_offset,
                 read.dest.subspan(plan->first_bounced_part));
   }
   if (verify && ((BucketEntryChecksum(header_.format_version, read.key, read.dest, read.size) ^

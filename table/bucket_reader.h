@@ -5,8 +5,9 @@
 // value's own checksum, so a corrupt value fails that key only.
 //
 // Reads go straight into the caller's buffers.  With O_DIRECT a buffer part that is
-// aligned (address and length) is read into directly; the rest of the value goes through
-// an aligned bounce buffer.
+// aligned (address and length, to the file's DirectIOAlignment) of a value that starts
+// aligned is read into directly; the rest of the value goes through an aligned bounce
+// buffer that covers the blocks around it.
 //
 // Thread-safety: all methods are thread-safe after Open.
 #ifndef KVENGINE_TABLE_BUCKET_READER_H_
@@ -79,7 +80,8 @@ class BucketReader {
   struct Plan {
     std::vector<ReadRequest> requests;
     AlignedBuffer bounce;
-    uint64_t bounce_value_offset = 0;  // value byte at bounce.data()[0]
+    uint64_t bounce_value_offset = 0;  // value byte at bounce.data()[bounce_skip]
+    uint64_t bounce_skip = 0;          // bytes of the neighbours read before it
     size_t first_bounced_part = 0;     // dest parts from here on are filled from bounce
   };
   Status PlanRead(const ValueRead& read, Plan* plan) const { return PlanRead(*file_, read, plan); }

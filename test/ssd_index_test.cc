@@ -77,10 +77,14 @@ TEST(SsdIndexTest, AtMost48BytesPerKeyAndDeletesGiveMemoryBack) {
 }
 
 TEST(SsdIndexTest, LocationsThatDoNotFitAreRefused) {
-  EXPECT_TRUE(SsdIndex::Fits(SsdLocation{UINT32_MAX, 4096ull * UINT32_MAX, UINT32_MAX, 1, 1}));
+  // Offsets count 512-byte units (bucket format v3 packs small values on them).
+  EXPECT_TRUE(SsdIndex::Fits(SsdLocation{UINT32_MAX, 512ull * UINT32_MAX, UINT32_MAX, 1, 1}));
+  EXPECT_TRUE(SsdIndex::Fits(SsdLocation{1, 4096 + 512, 1, 1, 1}));
+  EXPECT_FALSE(SsdIndex::Fits(SsdLocation{1, 512ull * UINT32_MAX + 512, 1, 1, 1}));
   EXPECT_FALSE(SsdIndex::Fits(SsdLocation{1, 4096, uint64_t{1} << 32, 1, 1}));
   EXPECT_FALSE(SsdIndex::Fits(SsdLocation{uint64_t{1} << 32, 4096, 1, 1, 1}));
   EXPECT_FALSE(SsdIndex::Fits(SsdLocation{1, 4097, 1, 1, 1}));
+  EXPECT_FALSE(SsdIndex::Fits(SsdLocation{1, 4096 + 256, 1, 1, 1}));
 }
 
 }  // namespace

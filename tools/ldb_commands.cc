@@ -335,7 +335,7 @@ class DumpBucketCommand : public LdbCommand {
             line += " value:unreadable (" + s.ToString() + ")";
             mismatches++;
           } else {
-            const bool reclaimed = known && IsReclaimed(bucket->entry_states[i], value, ok);
+            const bool reclaimed = known && IsReclaimed(bucket->entry_states[i], e.offset, value, ok);
             line += " => " + HexPreview(value, FLAGS_preview_bytes) +
                     (ok          ? " checksum:OK"
                      : reclaimed ? " reclaimed (hole punched)"
@@ -599,7 +599,7 @@ class VerifyCommand : public LdbCommand {
         Status s = ReadValue(db.env(), *b->reader, e, &value, &ok);
         values++;
         if (s.ok() && ok) continue;
-        if (s.ok() && i < b->entry_states.size() && IsReclaimed(b->entry_states[i], value, ok)) {
+        if (s.ok() && i < b->entry_states.size() && IsReclaimed(b->entry_states[i], e.offset, value, ok)) {
           continue;
         }
         bad++;

@@ -123,7 +123,7 @@ BucketFileParts InspectBucketFile(Env* env, const std::string& path) {
   }
   parts.index_status = ReadExactly(*file, f.index_offset, f.index_size, &block);
   if (parts.index_status.ok()) {
-    parts.index_status = DecodeBucketIndex(block, f.index_offset, &parts.entries);
+    parts.index_status = DecodeBucketIndex(f.format_version, block, f.index_offset, &parts.entries);
   }
   if (parts.index_status.ok() && parts.entries.size() != f.entry_count) {
     parts.index_status =
@@ -277,9 +277,21 @@ Status ReadValue(Env* env, const BucketReader& reader, const BucketEntry& entry,
   return Status::OK();
 }
 
-bool IsReclaimed(EntryState state, const std::string& value, bool checksum_ok) {
+bool IsReclaimed(EntryState state, uint64_t offset, const std::string& value, bool checksum_ok) {
   if (checksum_ok || state == EntryState::kLive || state == EntryState::kDuplicate) return false;
-  return std::all_of(value.begin(), value.end(), [](char c) { return c == 0; });
+  // A hole frees whole 4 KiB blocks; a packed value may share its first and last blocks
+  // with values still live (or dead, not yet punched).  Some block of it reading as zeros
+  // is the mark of a hole.
+  for (uint64_t pos = 0; pos < value.size();) {
+    const uint64_t block_end = (offset + pos) / kBucketAlignment * kBucketAlignment +
+                               kBucketAlignment - offset;
+    const uint64_t end = std::min<uint64_t>(block_end, value.size());
+    if (std::all_of(value.begin() + pos, value.begin() + end, [](char c) { return c == 0; })) {
+      return true;
+    }
+    pos = end;
+  }
+  return false;
 }
 
 std::string PrintableKey(std::string_view key) {

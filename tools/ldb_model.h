@@ -131,9 +131,11 @@ class DbModel {
 // *checksum_ok whether it matches the index's checksum.  Non-OK when it cannot be read.
 Status ReadValue(Env* env, const BucketReader& reader, const BucketEntry& entry, std::string* value,
                  bool* checksum_ok);
-// True for what a dead value reads as once the GC has punched a hole over it: zeros,
-// which its checksum does not match.  Such a value is reclaimed, not damaged.
-bool IsReclaimed(EntryState state, const std::string& value, bool checksum_ok);
+// True for what a dead value at `offset` reads as once the GC has punched a hole over
+// it: zeros over the 4 KiB blocks punched (all of them, or those it did not share with a
+// live value), which its checksum does not match.  Such a value is reclaimed, not
+// damaged.
+bool IsReclaimed(EntryState state, uint64_t offset, const std::string& value, bool checksum_ok);
 
 // 'key' with bytes outside printable ASCII (and ' and \) written as \xNN.
 std::string PrintableKey(std::string_view key);

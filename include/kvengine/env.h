@@ -61,6 +61,10 @@ class RandomAccessFile {
   // The default issues the reads one by one; the io_uring Env submits them at once.
   virtual Status MultiRead(ReadRequest* requests, size_t count) const;
   virtual bool IsDirect() const { return false; }
+  // With IsDirect(): the alignment a read's file offset, length and buffer address all
+  // need (the larger of the file system's offset and memory alignments for O_DIRECT,
+  // 512 on most devices).  4096 unless the file knows better: always safe.
+  virtual uint64_t DirectIOAlignment() const { return kDirectIoAlignment; }
   virtual uint64_t Size() const = 0;
   // The operating system's descriptor of the file, or -1 when it has none (test Envs).
   virtual int FileDescriptor() const { return -1; }

@@ -30,16 +30,20 @@ namespace {
 
 constexpr const char* kPath = "/fuzz/bucket-000001.kvb";
 
-// A value's offset: usually one of the file's value blocks, sometimes anything.
+// A value's offset: usually one of the file's value units, sometimes anything.
 uint64_t PickOffset(FuzzedDataProvider& in, size_t blocks) {
   if (in.ConsumeBool()) return in.ConsumeIntegral<uint64_t>();
-  return kBucketHeaderSize + in.ConsumeIntegralInRange<uint64_t>(0, blocks) * kBucketAlignment;
+  const uint64_t units_per_block = kBucketAlignment / kValueUnit;
+  return kBucketHeaderSize +
+         in.ConsumeIntegralInRange<uint64_t>(0, blocks * units_per_block) * kValueUnit;
 }
 
 std::string MakeStructuredBucket(FuzzedDataProvider& in) {
   BucketHeader header;
   header.bucket_id = in.ConsumeIntegralInRange<uint64_t>(0, 2);
   header.created_micros = in.ConsumeIntegral<uint64_t>();
+  header.format_version =
+      in.ConsumeIntegralInRange<uint32_t>(kOldestBucketFormatVersion, kBucketFormatVersion);
   const size_t blocks = in.ConsumeIntegralInRange<size_t>(0, 4);
   std::string file(kBucketHeaderSize + blocks * kBucketAlignment, '\0');
   header.EncodeTo(file.data());
@@ -57,7 +61,7 @@ std::string MakeStructuredBucket(FuzzedDataProvider& in) {
     e.checksum = inside && in.ConsumeBool() ? Hash64(file.data() + e.offset, e.size)
                                             : in.ConsumeIntegral<uint64_t>();
   }
-  const std::string index = EncodeBucketIndex(entries);
+  const std::string index = EncodeBucketIndex(header.format_version, entries);
 
   BucketFooter footer;
   footer.index_offset = in.ConsumeBool() ? file.size() : PickOffset(in, blocks + 1);
@@ -65,6 +69,7 @@ std::string MakeStructuredBucket(FuzzedDataProvider& in) {
   footer.entry_count =
       in.ConsumeBool() ? entries.size() : in.ConsumeIntegralInRange<uint64_t>(0, 8);
   footer.bucket_id = in.ConsumeBool() ? header.bucket_id : in.ConsumeIntegral<uint64_t>();
+  footer.format_version = header.format_version;
   file += index;
   file.resize(RoundUpTo(file.size() + kBucketFooterSize, kBucketAlignment) - kBucketFooterSize);
   std::string block(kBucketFooterSize, '\0');
@@ -157,8 +162,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(reader->entries().size() == reader->footer().entry_count, "entry count");
   for (const BucketEntry& e : reader->entries()) {
     FUZZ_CHECK(!e.key.empty(), "an entry with an empty key");
-    FUZZ_CHECK(e.offset % kBucketAlignment == 0 && e.offset >= kBucketHeaderSize,
-               "an entry's offset is not a value block");
+    FUZZ_CHECK(e.offset % ValueOffsetAlignment(reader->header().format_version) == 0 &&
+                   e.offset >= kBucketHeaderSize,
+               "an entry's offset is not a value unit");
   }
   ReadEveryValue(in, &env, *reader, file);
   return 0;
