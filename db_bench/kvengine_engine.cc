@@ -175,14 +175,23 @@ class KvengineEngine : public Engine {
 
   std::string IndexMemoryReport() override {
     const uint64_t keys = StatValue("ssd.keys"), bytes = StatValue("ssd.index_bytes");
-    char line[240];
-    std::snprintf(
+    char line[320];
+    int n = std::snprintf(
         line, sizeof(line),
         "ssd index: %" PRIu64 " bytes of RAM for %" PRIu64
         " keys on SSD (%.1f B/key); its last open took %.3f s, %" PRIu64
         " keys from the map checkpoint",
         bytes, keys, keys == 0 ? 0.0 : static_cast<double>(bytes) / static_cast<double>(keys),
         static_cast<double>(StatValue("ssd.open_micros")) / 1e6, StatValue("ssd.checkpoint_keys"));
+    // Disk use beside the values' bytes, once every bucket is a file (an open bucket
+    // counts its whole reserved image).
+    const uint64_t live = StatValue("ssd.live_bytes"), used = StatValue("ssd.used_bytes");
+    if (StatValue("ssd.pending_buckets") == 0 && live > 0 && n > 0 &&
+        static_cast<size_t>(n) < sizeof(line)) {
+      std::snprintf(line + n, sizeof(line) - static_cast<size_t>(n),
+                    "; bucket files take %.3fx the live value bytes",
+                    static_cast<double>(used) / static_cast<double>(live));
+    }
     return line;
   }
 
