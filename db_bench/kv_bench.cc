@@ -35,6 +35,14 @@ int main(int argc, char** argv) {
       "  fillrandom   :    4392.180 micros/op 227 ops/sec 8.784 seconds 2000 operations;  "
       "227.7 MB/s\n"
       "where seconds is the time spent in the timed calls (by the slowest thread).");
+  // gflags' own --help lists every flag linked in, RocksDB's tools' hundreds included:
+  // kv_bench's are the ones a user needs.
+  for (int i = 1; i < argc; i++) {
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-help") == 0) {
+      gflags::ShowUsageWithFlagsRestrict(argv[0], "db_bench/");
+      return 0;
+    }
+  }
   if (argc >= 2 && std::strcmp(argv[1], "--serve_attached") == 0) {
     return kvbench::ServeAttached(argc, argv);
   }
