@@ -259,10 +259,13 @@ Status DBImpl::Close() {
     Status c = ssd_->Close();
     if (s.ok()) s = c;
   }
+  const uint64_t teardown = env_->NowMicros();
   ssd_.reset();
   offloader_.reset();
   gpu_.reset();  // unregisters the arena from CUDA before it is unmapped
   memory_.reset();
+  logger_.Logf(LogLevel::kInfo, "close: tiers freed in %.3f s",
+               static_cast<double>(env_->NowMicros() - teardown) / 1e6);
   if (lock_ != nullptr) {
     Status u = env_->UnlockFile(std::move(lock_));
     if (s.ok()) s = u;

@@ -16,10 +16,12 @@ static_assert(std::endian::native == std::endian::little,
               "the map checkpoint stores SsdIndex slots as they lie in memory");
 
 constexpr uint64_t kMagic = 0x50414d445353564bull;  // "KVSSDMAP" read little-endian
-// Version 2: slot offsets count 512-byte units (version 1: 4096-byte units), so a
-// version 1 checkpoint is stale and the next Open scans the buckets.
+// Version 2: slot offsets count 512-byte units (version 1: 4096-byte units), the table
+// follows the shards and a footer ends the file (a writer streams it), flags.  A
+// version 1 checkpoint is not used: the next Open scans the buckets.
 constexpr uint32_t kFormatVersion = 2;
-constexpr size_t kHeaderSize = 72;
+constexpr size_t kHeaderSize = 48;
+constexpr size_t kFooterSize = 40;
 constexpr size_t kBucketRecordWords = 11;
 constexpr size_t kShardHeaderSize = 24;
 
@@ -30,12 +32,56 @@ Status ReadExactly(const RandomAccessFile& file, uint64_t offset, size_t n, char
   return s;
 }
 
+std::string TmpPath(const std::string& dir) {
+  return dir + "/" + MapCheckpoint::kFileName + ".tmp";
+}
+
 }  // namespace
 
-Status MapCheckpoint::Write(Env* env, const std::string& dir, const Contents& contents,
-                            const SsdIndex& map) {
+MapCheckpoint::Writer::~Writer() {
+  if (file_ != nullptr || (shards_ > 0 && !finished_)) {
+    file_.reset();
+    env_->RemoveFile(TmpPath(dir_));
+  }
+}
+
+Status MapCheckpoint::Writer::Begin(const Contents& contents) {
+  Status s = env_->NewWritableFile(TmpPath(dir_), FileOptions(), &file_);
+  if (!s.ok()) return s;
+  std::string header;
+  PutFixed64(&header, kMagic);
+  PutFixed32(&header, kFormatVersion);
+  PutFixed32(&header, SsdIndex::kSlotBytes);
+  PutFixed32(&header, SsdIndex::kShardCount);
+  PutFixed32(&header, contents.flags);
+  PutFixed64(&header, contents.next_bucket_id);
+  PutFixed64(&header, contents.max_version);
+  PutFixed64(&header, Hash64(header));
+  return file_->Append(Slice(header));
+}
+
+Status MapCheckpoint::Writer::AddShard(const SsdIndex::ShardImage& image) {
+  if (file_ == nullptr || shards_ >= SsdIndex::kShardCount) {
+    return Status::InvalidArgument("map checkpoint: shard out of order");
+  }
+  const size_t bytes = image.capacity * SsdIndex::kSlotBytes;
+  std::string shard_header;
+  PutFixed64(&shard_header, image.capacity);
+  PutFixed64(&shard_header, image.count);
+  PutFixed64(&shard_header, Hash64(image.slots, bytes));
+  Status s = file_->Append(Slice(shard_header));
+  if (s.ok() && bytes > 0) s = file_->Append(Slice(image.slots, bytes));
+  shards_++;
+  keys_ += image.count;
+  return s;
+}
+
+Status MapCheckpoint::Writer::Finish(const std::vector<Bucket>& buckets) {
+  if (file_ == nullptr || shards_ != SsdIndex::kShardCount) {
+    return Status::InvalidArgument("map checkpoint: shards missing");
+  }
   std::string table;
-  for (const Bucket& b : contents.buckets) {
+  for (const Bucket& b : buckets) {
     for (uint64_t v : {b.id, b.file_size, b.created_micros, b.format_version, b.keys, b.live_keys,
                        b.total_bytes, b.deleted_bytes, b.punched_bytes, b.punched_value_bytes,
                        static_cast<uint64_t>(b.dead_extents.size())}) {
@@ -48,46 +94,29 @@ Status MapCheckpoint::Write(Env* env, const std::string& dir, const Contents& co
     }
   }
   PutFixed64(&table, Hash64(table));
-  std::string header;
-  PutFixed64(&header, kMagic);
-  PutFixed32(&header, kFormatVersion);
-  PutFixed32(&header, SsdIndex::kSlotBytes);
-  PutFixed32(&header, SsdIndex::kShardCount);
-  PutFixed32(&header, 0);
-  PutFixed64(&header, contents.next_bucket_id);
-  PutFixed64(&header, contents.max_version);
-  PutFixed64(&header, contents.buckets.size());
-  PutFixed64(&header, table.size());
-  PutFixed64(&header, map.size());
-  PutFixed64(&header, Hash64(header));
+  std::string footer;
+  PutFixed64(&footer, buckets.size());
+  PutFixed64(&footer, table.size());
+  PutFixed64(&footer, keys_);
+  PutFixed64(&footer, Hash64(footer));
+  PutFixed64(&footer, kMagic);
+  Status s = file_->Append(Slice(table));
+  if (s.ok()) s = file_->Append(Slice(footer));
+  if (s.ok()) s = file_->Close();
+  file_.reset();
+  if (s.ok()) s = env_->RenameFile(TmpPath(dir_), dir_ + "/" + kFileName);
+  finished_ = s.ok();
+  return s;
+}
 
-  const std::string path = dir + "/" + kFileName;
-  const std::string tmp = path + ".tmp";
-  std::unique_ptr<WritableFile> file;
-  Status s = env->NewWritableFile(tmp, FileOptions(), &file);
-  if (s.ok()) s = file->Append(Slice(header));
-  if (s.ok()) s = file->Append(Slice(table));
+Status MapCheckpoint::Write(Env* env, const std::string& dir, const Contents& contents,
+                            const SsdIndex& map) {
+  Writer writer(env, dir);
+  Status s = writer.Begin(contents);
   for (size_t i = 0; s.ok() && i < SsdIndex::kShardCount; i++) {
-    const SsdIndex::ShardImage image = map.GetShardImage(i);
-    const size_t bytes = image.capacity * SsdIndex::kSlotBytes;
-    std::string shard_header;
-    PutFixed64(&shard_header, image.capacity);
-    PutFixed64(&shard_header, image.count);
-    PutFixed64(&shard_header, Hash64(image.slots, bytes));
-    s = file->Append(Slice(shard_header));
-    if (s.ok() && bytes > 0) s = file->Append(Slice(image.slots, bytes));
+    s = writer.AddShard(map.GetShardImage(i));
   }
-  if (s.ok()) {
-    std::string trailer;
-    PutFixed64(&trailer, kMagic);
-    s = file->Append(Slice(trailer));
-  }
-  // Not synced: a checkpoint a crash tore fails its checksums and the full scan runs, so
-  // Close need not wait for hundreds of MB to reach the disk.
-  if (s.ok()) s = file->Close();
-  file.reset();
-  if (s.ok()) s = env->RenameFile(tmp, path);
-  if (!s.ok()) env->RemoveFile(tmp);
+  if (s.ok()) s = writer.Finish(contents.buckets);
   return s;
 }
 
@@ -107,30 +136,42 @@ Status MapCheckpoint::Read(Env* env, const std::string& dir, int threads, Conten
   };
 
   char header[kHeaderSize];
-  if (file_size < kHeaderSize || !ReadExactly(*file, 0, kHeaderSize, header).ok()) {
-    return corrupt("shorter than its header");
+  if (file_size < kHeaderSize + kFooterSize ||
+      !ReadExactly(*file, 0, kHeaderSize, header).ok()) {
+    return corrupt("shorter than its header and footer");
   }
   if (DecodeFixed64(header) != kMagic) return corrupt("bad magic");
-  if (Hash64(header, kHeaderSize - 8) != DecodeFixed64(header + kHeaderSize - 8)) {
-    return corrupt("header checksum mismatch");
-  }
   if (DecodeFixed32(header + 8) != kFormatVersion) {
     return Status::NotSupported(
         path, "map checkpoint format version " + std::to_string(DecodeFixed32(header + 8)));
+  }
+  if (Hash64(header, kHeaderSize - 8) != DecodeFixed64(header + kHeaderSize - 8)) {
+    return corrupt("header checksum mismatch");
   }
   if (DecodeFixed32(header + 12) != SsdIndex::kSlotBytes ||
       DecodeFixed32(header + 16) != SsdIndex::kShardCount) {
     return Status::NotSupported(path, "another slot layout");
   }
+  contents->flags = DecodeFixed32(header + 20);
   contents->next_bucket_id = DecodeFixed64(header + 24);
   contents->max_version = DecodeFixed64(header + 32);
-  const uint64_t buckets = DecodeFixed64(header + 40);
-  const uint64_t table_bytes = DecodeFixed64(header + 48);
-  const uint64_t keys = DecodeFixed64(header + 56);
-  if (table_bytes < 8 || table_bytes > file_size - kHeaderSize) return corrupt("bad table size");
+
+  char footer[kFooterSize];
+  if (!ReadExactly(*file, file_size - kFooterSize, kFooterSize, footer).ok() ||
+      DecodeFixed64(footer + 32) != kMagic) {
+    return corrupt("bad footer (torn?)");
+  }
+  if (Hash64(footer, 24) != DecodeFixed64(footer + 24)) return corrupt("footer checksum mismatch");
+  const uint64_t buckets = DecodeFixed64(footer);
+  const uint64_t table_bytes = DecodeFixed64(footer + 8);
+  const uint64_t keys = DecodeFixed64(footer + 16);
+  if (table_bytes < 8 || table_bytes > file_size - kHeaderSize - kFooterSize) {
+    return corrupt("bad table size");
+  }
+  const uint64_t table_offset = file_size - kFooterSize - table_bytes;
 
   std::string table(table_bytes, '\0');
-  s = ReadExactly(*file, kHeaderSize, table_bytes, table.data());
+  s = ReadExactly(*file, table_offset, table_bytes, table.data());
   if (!s.ok()) return corrupt("bucket table: " + s.ToString());
   if (Hash64(table.data(), table_bytes - 8) != DecodeFixed64(table.data() + table_bytes - 8)) {
     return corrupt("bucket table checksum mismatch");
@@ -158,11 +199,11 @@ Status MapCheckpoint::Read(Env* env, const std::string& dir, int threads, Conten
     uint64_t offset, capacity, count, checksum;
   };
   std::vector<ShardPlace> places(SsdIndex::kShardCount);
-  uint64_t offset = kHeaderSize + table_bytes;
+  uint64_t offset = kHeaderSize;
   uint64_t total = 0;
   for (ShardPlace& p : places) {
     char h[kShardHeaderSize];
-    if (offset > file_size || file_size - offset < kShardHeaderSize ||
+    if (offset > table_offset || table_offset - offset < kShardHeaderSize ||
         !ReadExactly(*file, offset, kShardHeaderSize, h).ok()) {
       return corrupt("shard header truncated");
     }
@@ -170,18 +211,14 @@ Status MapCheckpoint::Read(Env* env, const std::string& dir, int threads, Conten
     p.count = DecodeFixed64(h + 8);
     p.checksum = DecodeFixed64(h + 16);
     p.offset = offset + kShardHeaderSize;
-    if (p.capacity > (file_size - p.offset) / SsdIndex::kSlotBytes || p.count > p.capacity) {
+    if (p.capacity > (table_offset - p.offset) / SsdIndex::kSlotBytes || p.count > p.capacity) {
       return corrupt("shard larger than the file");
     }
     offset = p.offset + p.capacity * SsdIndex::kSlotBytes;
     total += p.count;
   }
-  char trailer[8];
-  if (offset + 8 != file_size || !ReadExactly(*file, offset, 8, trailer).ok() ||
-      DecodeFixed64(trailer) != kMagic) {
-    return corrupt("bad trailer");
-  }
-  if (total != keys) return corrupt("shard counts disagree with the header");
+  if (offset != table_offset) return corrupt("shards and table do not meet");
+  if (total != keys) return corrupt("shard counts disagree with the footer");
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
   auto work = [&] {

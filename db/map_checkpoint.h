@@ -1,26 +1,34 @@
-// MapCheckpoint: the SSD tier's object map and bucket table, saved at Close so that the
-// next Open loads them instead of reading every bucket's index.
+// MapCheckpoint: the SSD tier's object map and bucket table, saved at Close (and by the
+// GC thread while the DB runs) so that the next Open loads them instead of reading every
+// bucket's index.
 //
-// The file (SSDMAP in the DB directory; byte layout in docs/ssd_tier.md) holds:
-//   - a header: magic, format version, the slot layout's sizes, the next bucket id and
-//     the highest version when it was written, and its own checksum;
+// The file (SSDMAP in the DB directory; byte layout in docs/ssd_tier.md) holds, in the
+// order a writer streams them:
+//   - a header: magic, format version, the slot layout's sizes, flags, the next bucket id
+//     and the highest version when it was begun, and its own checksum;
+//   - the map: SsdIndex's 64 shards as they lie in memory, each with its own checksum,
+//     so a load is a read and a hash per shard, in parallel, no key re-inserted;
 //   - the bucket table: for each bucket on disk, its id, file size, creation time (from
 //     its header: a file of that id written again would not match), counts, and the dead
 //     extents not yet punched; one checksum over the table;
-//   - the map: SsdIndex's 64 shards as they lie in memory, each with its own checksum,
-//     so a load is a read and a hash per shard, in parallel, no key re-inserted.
+//   - a footer: the table's size and bucket count, the key count, a checksum, the magic.
 //
-// The checkpoint says what the buckets it lists held; the SSD tier checks it against
-// the directory at Open (every bucket listed is there with the same size and creation
-// time, and no other bucket below its next id) and replays only what came after it:
-// buckets with higher ids and the tombstone log.  A checkpoint that fails any check is
-// not used (the full scan runs) and the reason is logged.
+// The checkpoint says what the buckets it lists held.  The SSD tier checks it against
+// the directory at Open (every bucket listed and still there has the same size and
+// creation time), forgets the keys of listed buckets that are gone (compacted or evicted
+// since), and replays what the checkpoint does not cover: the buckets it does not list
+// and the tombstone log.  A checkpoint written while the DB ran (kPartial) may name
+// buckets in its map that its table does not list (they were not written yet) and
+// carries approximate counts: those keys are dropped and the counts taken from the map.
+// A checkpoint that fails any check is not used (the full scan runs) and the reason is
+// logged.
 //
-// Thread-safety: none needed (Open and Close only).
+// Thread-safety: a Writer is used by one thread; Read and Remove by Open and Close.
 #ifndef KVENGINE_DB_MAP_CHECKPOINT_H_
 #define KVENGINE_DB_MAP_CHECKPOINT_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -46,14 +54,44 @@ class MapCheckpoint {
     uint64_t punched_bytes = 0, punched_value_bytes = 0;
     std::vector<Extent> dead_extents;  // not punched yet
   };
+  // Flags.
+  // Written while the DB ran: its shards were copied one at a time, so the map may name
+  // buckets the table does not list, and the table's key and byte counts are approximate.
+  static constexpr uint32_t kPartial = 1;
   struct Contents {
     uint64_t next_bucket_id = 0;
     uint64_t max_version = 0;
+    uint32_t flags = 0;
     std::vector<Bucket> buckets;
   };
 
-  // Writes `contents` and `map` to dir/SSDMAP (temporary name, then rename; not synced:
-  // whatever a crash leaves of it fails its checksums and is not used).
+  // Streams a checkpoint to dir/SSDMAP.tmp and renames it into place when finished (not
+  // synced: whatever a crash leaves of it fails its checksums and is not used).  A writer
+  // destroyed before Finish removes the temporary file.
+  class Writer {
+   public:
+    Writer(Env* env, std::string dir) : env_(env), dir_(std::move(dir)) {}
+    ~Writer();
+    Writer(const Writer&) = delete;
+    Writer& operator=(const Writer&) = delete;
+
+    // `contents` gives the header fields (its buckets are ignored here).
+    Status Begin(const Contents& contents);
+    // The shards, in order, kShardCount of them.
+    Status AddShard(const SsdIndex::ShardImage& image);
+    // The bucket table and the footer; then the file takes the name SSDMAP.
+    Status Finish(const std::vector<Bucket>& buckets);
+
+   private:
+    Env* const env_;
+    const std::string dir_;
+    std::unique_ptr<WritableFile> file_;
+    size_t shards_ = 0;
+    uint64_t keys_ = 0;
+    bool finished_ = false;
+  };
+
+  // Writes `contents` and `map` at once (the DB is not running: Close).
   static Status Write(Env* env, const std::string& dir, const Contents& contents,
                       const SsdIndex& map);
   // Reads dir/SSDMAP into *contents and *map (which it clears first).  NotFound when

@@ -29,6 +29,7 @@
 #include <functional>
 #include <set>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "db/map_checkpoint.h"
@@ -72,20 +73,18 @@ void SsdTier::LoadCheckpoint(const std::vector<uint64_t>& ids, std::vector<uint6
   Status s = MapCheckpoint::Read(base_env_, dir_, 2, &cp, &map_);
   if (s.IsNotFound()) return;
   std::string why = s.ok() ? "" : s.ToString();
-  std::vector<std::unique_ptr<BucketReader>> readers(cp.buckets.size());
+  // Listed buckets that are gone (compacted or evicted after the checkpoint) lose their
+  // keys; buckets it does not list, of any id, are replayed (a running DB's checkpoint
+  // does not list the buckets still pending when it was begun).
+  bool prune = (cp.flags & MapCheckpoint::kPartial) != 0;
   if (why.empty()) {
-    const std::set<uint64_t> listed(ids.begin(), ids.end());
-    std::set<uint64_t> known;
-    for (const MapCheckpoint::Bucket& b : cp.buckets) {
-      known.insert(b.id);
-      if (listed.count(b.id) == 0) why = "bucket " + std::to_string(b.id) + " is gone";
-    }
-    for (uint64_t id : ids) {
-      if (id < cp.next_bucket_id && known.count(id) == 0) {
-        why = "bucket " + std::to_string(id) + " is not in it";
-      }
-    }
+    const std::set<uint64_t> present(ids.begin(), ids.end());
+    const size_t listed = cp.buckets.size();
+    std::erase_if(cp.buckets,
+                  [&](const MapCheckpoint::Bucket& b) { return present.count(b.id) == 0; });
+    prune |= cp.buckets.size() != listed;
   }
+  std::vector<std::unique_ptr<BucketReader>> readers(cp.buckets.size());
   if (why.empty()) {
     std::vector<Status> status(cp.buckets.size());
     ParallelFor(cp.buckets.size(), kOpenThreads, [&](size_t i) {
@@ -135,6 +134,27 @@ void SsdTier::LoadCheckpoint(const std::vector<uint64_t>& ids, std::vector<uint6
     buckets_[r.id] = b;
     used_bytes_ += r.file_size - r.punched_bytes;
     covered->push_back(r.id);
+  }
+  if (prune) {
+    // Keys only in the buckets the table lists and the directory holds; the counts from
+    // the map itself (a running DB's table counted them before its shards were copied).
+    map_.EraseIf([&](const SsdLocation& l) {
+      auto it = buckets_.find(l.bucket);
+      return it == buckets_.end() || it->second->state != SsdBucket::State::kOnDisk;
+    });
+    std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> live;  // keys, bytes
+    map_.ForEach([&](const KeyFingerprint&, const SsdLocation& l) {
+      auto& [keys, bytes] = live[l.bucket];
+      keys++;
+      bytes += l.size;
+    });
+    for (uint64_t id : *covered) {
+      SsdBucket* b = buckets_.at(id).get();
+      const auto& [keys, bytes] = live[id];
+      b->live_keys = keys;
+      b->deleted_bytes = b->total_bytes >= bytes ? b->total_bytes - bytes : 0;
+      b->punched_value_bytes = std::min(b->punched_value_bytes, b->deleted_bytes);
+    }
   }
   next_bucket_id_ = std::max(next_bucket_id_, cp.next_bucket_id);
   recovered_max_version_ = std::max(recovered_max_version_, cp.max_version);

@@ -1258,7 +1258,10 @@ TEST_F(MapCheckpointTest, NewerBucketsAndDeletesAreRecoveredOnTopOfIt) {
 }
 
 // A bucket the checkpoint lists is gone (compacted after it): the full scan runs.
-TEST_F(MapCheckpointTest, StaleCheckpointFallsBackToTheFullScan) {
+// A checkpoint older than a compaction is still used: the keys of the buckets compacted
+// away since are dropped, the compaction's output is replayed, and the result is what a
+// full scan finds (it used to be thrown away, and the full scan to run).
+TEST_F(MapCheckpointTest, CheckpointOlderThanACompactionIsUsedAndItsOutputReplayed) {
   Open();
   expect_ = PutNumbered("k", 12, 1, 3);
   for (int i = 0; i < 8; i++) Put("gone." + std::to_string(i), "x");
@@ -1268,7 +1271,46 @@ TEST_F(MapCheckpointTest, StaleCheckpointFallsBackToTheFullScan) {
     ASSERT_TRUE(db_->Delete(WriteOptions(), "gone." + std::to_string(i)).ok());
   ASSERT_TRUE(db_->CompactBuckets(nullptr).ok());
   ASSERT_GT(Stat(db_.get(), "ssd.gc_buckets_compacted"), 0u);
+  const uint64_t deleted = Stat(db_.get(), "ssd.deleted_bytes");
   CrashBackTo(saved);
+  Open();
+  EXPECT_EQ(Stat(db_.get(), "ssd.checkpoint_rejected"), 0u);
+  EXPECT_GT(Stat(db_.get(), "ssd.checkpoint_keys"), 0u);
+  EXPECT_EQ(Stat(db_.get(), "ssd.keys"), 12u);
+  EXPECT_EQ(Stat(db_.get(), "ssd.deleted_bytes"), deleted);
+  ExpectExactly(expect_, 0);
+  Reopen();
+  ExpectExactly(expect_, 0);
+}
+
+// A bucket the checkpoint lists that is not the file it described (written again: another
+// creation time) makes the checkpoint stale: the full scan runs.
+TEST_F(MapCheckpointTest, StaleCheckpointFallsBackToTheFullScan) {
+  Open();
+  expect_ = PutNumbered("k", 12, 1, 3);
+  Reopen();
+  const std::string saved = Save();
+  ASSERT_TRUE(db_->Close().ok());
+  db_.reset();
+  std::string first;
+  for (const auto& e : std::filesystem::directory_iterator(dir_.path())) {
+    const std::string name = e.path().filename().string();
+    if (name.starts_with("bucket-") && (first.empty() || name < first)) first = name;
+  }
+  ASSERT_FALSE(first.empty());
+  {
+    // Same entries, another creation time: a file of that name written again.
+    std::fstream f(dir_.Sub(first), std::ios::in | std::ios::out | std::ios::binary);
+    std::string header(kBucketHeaderSize, '\0');
+    f.read(header.data(), static_cast<std::streamsize>(header.size()));
+    BucketHeader h;
+    ASSERT_TRUE(h.DecodeFrom(header).ok());
+    h.created_micros++;
+    h.EncodeTo(header.data());
+    f.seekp(0);
+    f.write(header.data(), static_cast<std::streamsize>(header.size()));
+  }
+  std::filesystem::copy_file(saved, Checkpoint(), std::filesystem::copy_options::overwrite_existing);
   Open();
   EXPECT_EQ(Stat(db_.get(), "ssd.checkpoint_rejected"), 1u);
   EXPECT_EQ(Stat(db_.get(), "ssd.checkpoint_keys"), 0u);
