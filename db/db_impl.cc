@@ -264,7 +264,7 @@ Status DBImpl::Close() {
   offloader_.reset();
   gpu_.reset();  // unregisters the arena from CUDA before it is unmapped
   memory_.reset();
-  logger_.Logf(LogLevel::kInfo, "close: tiers freed in %.3f s",
+  logger_.Logf(LogLevel::kDebug, "close: tiers freed in %.3f s",
                static_cast<double>(env_->NowMicros() - teardown) / 1e6);
   if (lock_ != nullptr) {
     Status u = env_->UnlockFile(std::move(lock_));
@@ -1224,7 +1224,9 @@ std::string DBImpl::StatsText() const {
         << "ssd.file_opens: " << d.file_opens << "\n"
         << "ssd.open_micros: " << d.open_micros << "\n"
         << "ssd.checkpoint_keys: " << d.checkpoint_keys << "\n"
-        << "ssd.checkpoint_rejected: " << d.checkpoint_rejected << "\n";
+        << "ssd.checkpoint_rejected: " << d.checkpoint_rejected << "\n"
+        << "ssd.checkpoint_writes: " << d.checkpoint_writes << "\n"
+        << "ssd.checkpoint_backlog: " << d.checkpoint_backlog << "\n";
   }
   return out.str();
 }
@@ -1273,7 +1275,9 @@ std::string DBImpl::StatsJson() const {
         << ",\"index_bytes\":" << d.index_bytes << ",\"open_files\":" << d.open_files
         << ",\"file_opens\":" << d.file_opens << ",\"open_micros\":" << d.open_micros
         << ",\"checkpoint_keys\":" << d.checkpoint_keys
-        << ",\"checkpoint_rejected\":" << d.checkpoint_rejected << "}";
+        << ",\"checkpoint_rejected\":" << d.checkpoint_rejected
+        << ",\"checkpoint_writes\":" << d.checkpoint_writes
+        << ",\"checkpoint_backlog\":" << d.checkpoint_backlog << "}";
   }
   out << "}";
   return out.str();

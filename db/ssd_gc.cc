@@ -449,6 +449,7 @@ Status SsdTier::CompactGroup(const std::vector<std::shared_ptr<SsdBucket>>& olds
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (fresh != nullptr) {
+      checkpoint_backlog_ += written.size();
       for (const auto& old : olds)
         fresh->last_access = std::max(fresh->last_access, old->last_access);
       for (size_t i = 0; i < written.size(); i++) {
@@ -513,6 +514,12 @@ void SsdTier::GcLoop() {
     if (reclaimed > 0) {
       logger_->Logf(LogLevel::kInfo, "GC round reclaimed %llu bytes",
                     static_cast<unsigned long long>(reclaimed));
+    }
+    // After the compactions: the checkpoint then lists their outputs, not the buckets
+    // they retired.
+    Status c = MaybeWriteCheckpointWhileRunning();
+    if (!c.ok() && !c.IsAborted()) {
+      logger_->Logf(LogLevel::kWarn, "map checkpoint not written: %s", c.ToString().c_str());
     }
     lock.lock();
   }

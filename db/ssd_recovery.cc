@@ -126,13 +126,15 @@ void SsdTier::LoadCheckpoint(const std::vector<uint64_t>& ids, std::vector<uint6
     b->deleted_bytes = r.deleted_bytes;
     b->punched_bytes = r.punched_bytes;
     b->punched_value_bytes = r.punched_value_bytes;
-    for (const MapCheckpoint::Extent& e : r.dead_extents) {
-      b->dead_extents.push_back({e.offset, e.length, e.value_size});
-    }
     b->last_access = r.id;
     b->reader = std::move(readers[i]);
     buckets_[r.id] = b;
     used_bytes_ += r.file_size - r.punched_bytes;
+    // The extents it found not punched yet may have been punched since (a checkpoint
+    // kept at Close, or one written while the DB ran): the file says.
+    for (const MapCheckpoint::Extent& e : r.dead_extents) {
+      DeadExtentAtOpen(b.get(), e.offset, e.length, e.value_size);
+    }
     covered->push_back(r.id);
   }
   if (prune) {
@@ -158,18 +160,24 @@ void SsdTier::LoadCheckpoint(const std::vector<uint64_t>& ids, std::vector<uint6
   }
   next_bucket_id_ = std::max(next_bucket_id_, cp.next_bucket_id);
   recovered_max_version_ = std::max(recovered_max_version_, cp.max_version);
+  checkpoint_on_disk_ = true;
   std::lock_guard<std::mutex> st(stats_mu_);
   stats_.checkpoint_keys = map_.size();
 }
 
 void SsdTier::DeadAtOpen(SsdBucket* b, uint64_t offset, uint64_t size) {
-  const uint64_t padded = PaddedValueSize(b->format_version(), size);
+  DeadExtentAtOpen(b, offset, PaddedValueSize(b->format_version(), size), size);
+}
+
+void SsdTier::DeadExtentAtOpen(SsdBucket* b, uint64_t offset, uint64_t length,
+                               uint64_t value_size) {
   BucketFileCache::Handle file;
   int fd = -1;
   if (options_.gc_punch_holes && BucketFile(b->id, &file).ok()) fd = file->FileDescriptor();
   // Part by part, since a packed value's first and last blocks may hold live neighbours
   // (never punched) or dead ones (punched with them before the restart).
-  for (const SsdBucket::Extent& part : SplitAtBlocks({offset, padded, size}, kBucketAlignment)) {
+  for (const SsdBucket::Extent& part :
+       SplitAtBlocks({offset, length, value_size}, kBucketAlignment)) {
     if (fd >= 0) {
       // The first byte of data at or after the part; ENXIO: none up to the end of the
       // file.  A filesystem without hole support reports the offset itself: queued.
@@ -374,6 +382,7 @@ Status SsdTier::Recover() {
   for (const auto& b : opened) {
     buckets_[b->id] = b;
     used_bytes_ += b->file_size;
+    checkpoint_backlog_ += b->reader->entries().size();  // not covered by a checkpoint
     for (const BucketEntry& e : b->reader->entries()) {
       recovered_max_version_ = std::max(recovered_max_version_, e.version);
       b->keys++;

@@ -90,6 +90,9 @@ class SsdTier {
     // than from the buckets' indexes; 1 when a checkpoint was there but stale or
     // damaged, so that every bucket was read instead (the log says why).
     uint64_t open_micros = 0, checkpoint_keys = 0, checkpoint_rejected = 0;
+    // Map checkpoints written (at Close and while running), and the keys in bucket files
+    // the one on disk does not cover: what the next Open replays.
+    uint64_t checkpoint_writes = 0, checkpoint_backlog = 0;
   };
 
   // A staged value: copied into a bucket image, not yet visible.  Commit or Abort it.
@@ -194,7 +197,21 @@ class SsdTier {
   void DeadAtOpen(SsdBucket* b, uint64_t offset, uint64_t size);
   // Writes the map checkpoint, or removes a stale one when the state cannot be saved
   // (buckets not written, duplicate copies left by a crash).  At Close, threads stopped.
+  // A large map whose checkpoint on disk leaves little to replay keeps that one: Close
+  // does not spend a second writing hundreds of MB that the next Open would save
+  // milliseconds with.
   Status WriteCheckpoint();
+  // The GC thread's checkpoint, written while puts, deletes and compactions go on, when
+  // the buckets the one on disk does not cover hold CheckpointBacklogLimitLocked() keys
+  // or more.  Shards are copied one at a time under mu_ (a few ms each), so the file is
+  // kPartial (db/map_checkpoint.h).
+  Status MaybeWriteCheckpointWhileRunning();
+  // REQUIRES: mu_ held.
+  uint64_t CheckpointBacklogLimitLocked() const;
+  // A dead extent of bucket b found at Open (from the tombstones, or queued in the
+  // checkpoint): the parts of it that are already holes count as punched, the rest are
+  // queued for the GC.  REQUIRES: b's file size is in used_bytes_.
+  void DeadExtentAtOpen(SsdBucket* b, uint64_t offset, uint64_t length, uint64_t value_size);
   // Moves dir_/name (a file or directory that must not take part in the DB) into
   // quarantine/, under a name no earlier casualty holds; logs and counts it.  Fails
   // (still counted) when it cannot be moved.  Only during Recover().
@@ -282,6 +299,10 @@ class SsdTier {
   uint64_t recovered_max_version_ = 0;
   // The highest version committed or recovered, for the checkpoint.  Guarded by mu_.
   uint64_t max_version_ = 0;
+  // Keys in bucket files that the map checkpoint on disk does not cover (the next Open
+  // replays them), and whether a usable one is there.  Guarded by mu_.
+  uint64_t checkpoint_backlog_ = 0;
+  bool checkpoint_on_disk_ = false;
   // Images of written buckets, kept for the next ones: fresh memory costs page faults
   // on every first write, which made staging several times slower than the copy itself.
   class ImagePool;

@@ -51,7 +51,8 @@ TEST(ScaleTest, MillionsOfSmallValuesReopenThroughTheCheckpoint) {
   options.memory_capacity_bytes = 64ull << 20;
   options.offload_policy = OffloadPolicy::kWriteThrough;
   options.bucket_keys_limit = 4096;
-  options.gc_interval_ms = 0;
+  // The GC thread (default interval) writes map checkpoints as the fill goes, so that
+  // Close need not write one of hundreds of MB.
   options.ssd_capacity_bytes = n * 4096 * 2 + (1ull << 30);
   std::unique_ptr<DB> db;
   ASSERT_TRUE(DB::Open(options, dir, &db).ok());
@@ -69,6 +70,8 @@ TEST(ScaleTest, MillionsOfSmallValuesReopenThroughTheCheckpoint) {
   const double disk = static_cast<double>(Stat(db.get(), "ssd.used_bytes")) /
                       static_cast<double>(Stat(db.get(), "ssd.live_bytes"));
   EXPECT_LE(disk, 1.15);
+  const uint64_t checkpoints = Stat(db.get(), "ssd.checkpoint_writes");
+  const uint64_t backlog = Stat(db.get(), "ssd.checkpoint_backlog");
   start = std::chrono::steady_clock::now();
   ASSERT_TRUE(db->Close().ok());
   const double close = Seconds(start);
@@ -76,7 +79,7 @@ TEST(ScaleTest, MillionsOfSmallValuesReopenThroughTheCheckpoint) {
   start = std::chrono::steady_clock::now();
   ASSERT_TRUE(DB::Open(options, dir, &db).ok());
   const double open = Seconds(start);
-  EXPECT_EQ(Stat(db.get(), "ssd.checkpoint_keys"), n);
+  EXPECT_GT(Stat(db.get(), "ssd.checkpoint_keys"), 0u);
   EXPECT_EQ(Stat(db.get(), "ssd.keys"), n);
   std::mt19937_64 rng(n);
   for (int k = 0; k < 10000; k++) {
@@ -87,9 +90,11 @@ TEST(ScaleTest, MillionsOfSmallValuesReopenThroughTheCheckpoint) {
   }
   std::printf(
       "scale: %llu keys of %zu B: fill %.1f s; ssd index %llu B/key; bucket files %.3fx the "
-      "value bytes; close %.3f s; open %.3f s (ssd tier %.3f s)\n",
+      "value bytes; %llu map checkpoints while filling, %llu keys left to replay; close %.3f s; "
+      "open %.3f s (ssd tier %.3f s)\n",
       static_cast<unsigned long long>(n), kValueSize, fill,
-      static_cast<unsigned long long>(Stat(db.get(), "ssd.index_bytes_per_key")), disk, close,
+      static_cast<unsigned long long>(Stat(db.get(), "ssd.index_bytes_per_key")), disk,
+      static_cast<unsigned long long>(checkpoints), static_cast<unsigned long long>(backlog), close,
       open,
       static_cast<double>(Stat(db.get(), "ssd.open_micros")) / 1e6);
   if (std::getenv("KV_SCALE_FULL_SCAN") != nullptr) {

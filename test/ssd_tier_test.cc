@@ -1283,6 +1283,72 @@ TEST_F(MapCheckpointTest, CheckpointOlderThanACompactionIsUsedAndItsOutputReplay
   ExpectExactly(expect_, 0);
 }
 
+// The GC thread writes checkpoints while puts, overwrites, deletes and compactions go
+// on, copying the map a shard at a time.  Opening through one of them after a crash (it
+// is put back over the one Close wrote) finds exactly what a full scan finds.
+TEST_F(MapCheckpointTest, CheckpointWrittenWhileRunningOpensToWhatAFullScanFinds) {
+  options_.gc_interval_ms = 2;
+  options_.ssd_map_checkpoint_interval_keys = 50;
+  options_.bucket_keys_limit = 32;
+  options_.gc_deleted_ratio = 0.3;
+  Open();
+  std::atomic<bool> stop{false};
+  std::atomic<int> writes{0};
+  std::thread writer([&] {
+    std::mt19937 rng(7);
+    for (int n = 0; !stop.load(); n++) {
+      const std::string key = "w." + std::to_string(rng() % 400);
+      Status s = rng() % 4 == 0 ? db_->Delete(WriteOptions(), key)
+                                : db_->Put(WriteOptions(), key, test::MakeValue(n, 1000 + n % 900));
+      ASSERT_TRUE(s.ok() || s.IsNotFound()) << s.ToString();
+      writes++;
+    }
+  });
+  std::string saved;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (Stat(db_.get(), "ssd.checkpoint_writes") < 3 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  saved = Save();  // taken while the writer runs
+  const int at_save = writes.load();
+  while (writes.load() < at_save + 200) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  stop = true;
+  writer.join();
+  ASSERT_GE(Stat(db_.get(), "ssd.checkpoint_writes"), 3u);
+  ASSERT_TRUE(db_->Flush().ok());
+  ASSERT_TRUE(db_->CompactBuckets(nullptr).ok());
+  std::map<std::string, std::string> state;
+  for (int i = 0; i < 400; i++) state["w." + std::to_string(i)] = Get("w." + std::to_string(i));
+  CrashBackTo(saved);
+  Open();
+  EXPECT_EQ(Stat(db_.get(), "ssd.checkpoint_rejected"), 0u);
+  EXPECT_GT(Stat(db_.get(), "ssd.checkpoint_keys"), 0u);
+  for (const auto& [key, value] : state) EXPECT_TRUE(Get(key) == value) << key;
+  const uint64_t keys = Stat(db_.get(), "ssd.keys"), live = Stat(db_.get(), "ssd.live_bytes");
+  ASSERT_TRUE(db_->Close().ok());
+  std::filesystem::remove(Checkpoint());
+  Open();
+  EXPECT_EQ(Stat(db_.get(), "ssd.checkpoint_keys"), 0u);
+  EXPECT_EQ(Stat(db_.get(), "ssd.keys"), keys);
+  EXPECT_EQ(Stat(db_.get(), "ssd.live_bytes"), live);
+  for (const auto& [key, value] : state) EXPECT_TRUE(Get(key) == value) << key;
+}
+
+// Close keeps a checkpoint on disk that leaves little to replay (for a large map it
+// would spend a second writing a new one); with nothing new, it writes nothing.
+TEST_F(MapCheckpointTest, CloseWritesNoCheckpointWhenNothingChanged) {
+  Open();
+  expect_ = PutNumbered("k", 12, 1, 3);
+  Reopen();
+  const auto written = std::filesystem::last_write_time(Checkpoint());
+  EXPECT_EQ(Stat(db_.get(), "ssd.checkpoint_backlog"), 0u);
+  ExpectExactly(expect_, 0);
+  Reopen();
+  EXPECT_EQ(std::filesystem::last_write_time(Checkpoint()), written);
+  EXPECT_EQ(Stat(db_.get(), "ssd.checkpoint_keys"), 12u);
+  ExpectExactly(expect_, 0);
+}
+
 // A bucket the checkpoint lists that is not the file it described (written again: another
 // creation time) makes the checkpoint stale: the full scan runs.
 TEST_F(MapCheckpointTest, StaleCheckpointFallsBackToTheFullScan) {

@@ -136,6 +136,7 @@ const std::vector<OptionEntry>& Table() {
       SizeOption("tombstone_sync_interval_ms", &Options::tombstone_sync_interval_ms),
       BoolOption("gc_punch_holes", &Options::gc_punch_holes),
       BoolOption("ssd_map_checkpoint", &Options::ssd_map_checkpoint),
+      SizeOption("ssd_map_checkpoint_interval_keys", &Options::ssd_map_checkpoint_interval_keys),
       RatioOption("gc_deleted_ratio", &Options::gc_deleted_ratio),
       RatioOption("gc_merge_deleted_ratio", &Options::gc_merge_deleted_ratio),
       RatioOption("gc_high_watermark_ratio", &Options::gc_high_watermark_ratio),

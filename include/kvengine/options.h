@@ -187,6 +187,13 @@ struct Options {
   // docs/ssd_tier.md).  False: every Open reads every bucket, and no SSDMAP is written
   // (an old one is removed).  Default: true.
   bool ssd_map_checkpoint = true;
+  // With ssd_map_checkpoint, the GC thread writes a new checkpoint (while the DB runs)
+  // once this many keys were written to bucket files since the one on disk: they are
+  // what the next Open must replay from the buckets' indexes, about 2 us a key, after a
+  // crash or when Close keeps the checkpoint on disk (it does for maps over 1M keys when
+  // less than this is left to replay, rather than spend a second writing a new one).
+  // 0: the larger of 131072 and a thirty-second of the keys on SSD.  Default: 0.
+  uint64_t ssd_map_checkpoint_interval_keys = 0;
 
   // A bucket whose deleted bytes still taking space (not given back by a punched hole)
   // exceed this fraction of its bytes is compacted.
