@@ -884,12 +884,16 @@ Status DBImpl::BatchExists(std::span<const Slice> keys, std::vector<int64_t>* re
   counters_.batch_calls.fetch_add(1, std::memory_order_relaxed);
   counters_.exists_queries.fetch_add(keys.size(), std::memory_order_relaxed);
   results->resize(keys.size());
+  // The memory tier answers for the whole batch at once (its probes overlap); the SSD
+  // tier is asked only about the keys memory does not hold, as one by one.
+  std::vector<uint8_t> in_memory;
+  memory_->BatchContains(keys, &in_memory);
   for (size_t i = 0; i < keys.size(); i++) {
     Status key_status = CheckKey(keys[i]);
     const char* tier = nullptr;
     if (!key_status.ok()) {
       (*results)[i] = key_status.ErrorCode();
-    } else if (memory_->Contains(keys[i])) {
+    } else if (in_memory[i]) {
       (*results)[i] = 1;
       tier = "memory";
     } else if (ssd_ != nullptr && ssd_->Contains(keys[i])) {

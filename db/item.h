@@ -17,6 +17,7 @@ struct Item {
   // Written by the putting thread before the item is published; read-only afterwards
   // until the item is freed.
   std::string key;
+  uint64_t key_hash = 0;  // Hash64(key): the index's, kept so unindexing needs no rehash
   uint64_t version = 0;
   uint64_t size = 0;     // value bytes
   char* data = nullptr;  // inside the arena

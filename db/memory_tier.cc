@@ -53,16 +53,12 @@ MemoryTier::MemoryTier(const Options& options, Logger* logger, std::unique_ptr<N
 
 MemoryTier::~MemoryTier() = default;
 
-MemoryTier::Shard& MemoryTier::ShardFor(std::string_view key) {
-  return shards_[Hash64(key) % shards_.size()];
-}
-
 void MemoryTier::Unref(Item* item) {
   if (item->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) allocator_.Free(item);
 }
 
 void MemoryTier::UnindexLocked(Shard& shard, Item* item) {
-  shard.map.erase(std::string_view(item->key));
+  shard.index.Erase(item->key_hash, item);
   item->indexed = false;
   items_.fetch_sub(1, std::memory_order_relaxed);
   value_bytes_.fetch_sub(item->size, std::memory_order_relaxed);
@@ -96,7 +92,7 @@ Item* MemoryTier::AllocateWithEviction(uint64_t size, Status* status) {
 
 void MemoryTier::Evict(Item* victim) {
   PerfPoint perf(PerfKey::memory_evict);
-  Shard& shard = ShardFor(victim->key);
+  Shard& shard = ShardFor(victim->key_hash);
   if (eviction_handler_ != nullptr) {
     bool indexed;
     {
@@ -173,19 +169,17 @@ Status MemoryTier::Commit(const Slice& key, Reservation* reservation, uint64_t* 
   Item* item = reservation->item_;
   reservation->item_ = nullptr;  // its reference is the index's from here on
   item->key.assign(key.data(), key.size());
+  item->key_hash = Hash64(key.view());
   const uint64_t size = item->size;
 
   Item* replaced = nullptr;
   {
-    Shard& shard = ShardFor(item->key);
+    Shard& shard = ShardFor(item->key_hash);
     std::lock_guard<std::mutex> lock(shard.mu);
     item->version = version_source_->fetch_add(1, std::memory_order_relaxed) + 1;
-    auto it = shard.map.find(std::string_view(item->key));
-    if (it != shard.map.end()) {
-      replaced = it->second;
-      UnindexLocked(shard, replaced);
-    }
-    shard.map.emplace(std::string_view(item->key), item);
+    replaced = shard.index.Find(key.view(), item->key_hash);
+    if (replaced != nullptr) UnindexLocked(shard, replaced);
+    shard.index.Insert(item->key_hash, item);
     item->indexed = true;
     items_.fetch_add(1, std::memory_order_relaxed);
     value_bytes_.fetch_add(size, std::memory_order_relaxed);
@@ -202,16 +196,16 @@ Status MemoryTier::Commit(const Slice& key, Reservation* reservation, uint64_t* 
 bool MemoryTier::Lookup(const Slice& key, Handle* handle) {
   PerfPoint perf(PerfKey::memory_lookup);
   handle->Release();
-  Shard& shard = ShardFor(key.view());
+  const uint64_t hash = Hash64(key.view());
+  Shard& shard = ShardFor(hash);
   Item* item;
   {
     std::lock_guard<std::mutex> lock(shard.mu);
-    auto it = shard.map.find(key.view());
-    if (it == shard.map.end()) {
+    item = shard.index.Find(key.view(), hash);
+    if (item == nullptr) {
       lookup_misses_.fetch_add(1, std::memory_order_relaxed);
       return false;
     }
-    item = it->second;
     item->refs.fetch_add(1, std::memory_order_relaxed);
   }
   lookup_hits_.fetch_add(1, std::memory_order_relaxed);
@@ -223,23 +217,76 @@ bool MemoryTier::Lookup(const Slice& key, Handle* handle) {
 
 bool MemoryTier::Contains(const Slice& key) {
   PerfPoint perf(PerfKey::memory_contains);
-  Shard& shard = ShardFor(key.view());
+  const uint64_t hash = Hash64(key.view());
+  Shard& shard = ShardFor(hash);
   std::lock_guard<std::mutex> lock(shard.mu);
-  return shard.map.count(key.view()) != 0;
+  return shard.index.Find(key.view(), hash) != nullptr;
+}
+
+void MemoryTier::BatchContains(std::span<const Slice> keys, std::vector<uint8_t>* found) {
+  PerfPoint perf(PerfKey::memory_batch_contains);
+  const size_t n = keys.size();
+  found->assign(n, 0);
+  // A key with a null pointer (which the DB rejects) is looked up as the empty key,
+  // which is never indexed.
+  auto view = [&keys](size_t i) {
+    return keys[i].data() == nullptr ? std::string_view() : keys[i].view();
+  };
+  // The keys' hashes, and their indices grouped by shard (a counting sort), so that
+  // each shard is locked once.
+  std::vector<uint64_t> hashes(n);
+  std::vector<uint32_t> start(shards_.size() + 1, 0);
+  for (size_t i = 0; i < n; i++) {
+    hashes[i] = Hash64(view(i));
+    start[hashes[i] % shards_.size() + 1]++;
+  }
+  for (size_t s = 0; s < shards_.size(); s++) start[s + 1] += start[s];
+  std::vector<uint32_t> order(n);
+  {
+    std::vector<uint32_t> next(start.begin(), start.end() - 1);
+    for (size_t i = 0; i < n; i++)
+      order[next[hashes[i] % shards_.size()]++] = static_cast<uint32_t>(i);
+  }
+  // Each group of keys goes through the dependent reads of a lookup in stages -- home
+  // slot, item, key bytes -- prefetching the next read of every key of the group before
+  // doing any: the misses of the group overlap instead of adding up.
+  constexpr size_t kGroup = 16;
+  Item* candidates[kGroup];
+  for (size_t s = 0; s < shards_.size(); s++) {
+    if (start[s] == start[s + 1]) continue;
+    Shard& shard = shards_[s];
+    std::lock_guard<std::mutex> lock(shard.mu);
+    for (size_t g = start[s]; g < start[s + 1]; g += kGroup) {
+      const size_t m = std::min<size_t>(kGroup, start[s + 1] - g);
+      for (size_t j = 0; j < m; j++) shard.index.PrefetchHome(hashes[order[g + j]]);
+      for (size_t j = 0; j < m; j++) {
+        candidates[j] = shard.index.FirstWithHash(hashes[order[g + j]]);
+        if (candidates[j] != nullptr) __builtin_prefetch(candidates[j]);
+      }
+      for (size_t j = 0; j < m; j++) {
+        if (candidates[j] != nullptr) __builtin_prefetch(candidates[j]->key.data());
+      }
+      for (size_t j = 0; j < m; j++) {
+        const uint32_t i = order[g + j];
+        if (candidates[j] == nullptr) continue;
+        // Another key of the same hash (2^-64) is found by the full lookup.
+        (*found)[i] = std::string_view(candidates[j]->key) == view(i) ||
+                      shard.index.Find(view(i), hashes[i]) != nullptr;
+      }
+    }
+  }
 }
 
 bool MemoryTier::Erase(const Slice& key, const CheckHook& also) {
   PerfPoint perf(PerfKey::memory_erase);
-  Shard& shard = ShardFor(key.view());
+  const uint64_t hash = Hash64(key.view());
+  Shard& shard = ShardFor(hash);
   Item* item = nullptr;
   bool found_elsewhere = false;
   {
     std::lock_guard<std::mutex> lock(shard.mu);
-    auto it = shard.map.find(key.view());
-    if (it != shard.map.end()) {
-      item = it->second;
-      UnindexLocked(shard, item);
-    }
+    item = shard.index.Find(key.view(), hash);
+    if (item != nullptr) UnindexLocked(shard, item);
     if (also) found_elsewhere = also();
   }
   if (item == nullptr) return found_elsewhere;
@@ -259,14 +306,15 @@ bool MemoryTier::Insert(const Slice& key, std::span<const Slice> parts, uint64_t
     dst += part.size();
   }
   item->key.assign(key.data(), key.size());
+  item->key_hash = Hash64(key.view());
   item->size = size;
   item->refs.store(1, std::memory_order_relaxed);
   {
-    Shard& shard = ShardFor(item->key);
+    Shard& shard = ShardFor(item->key_hash);
     std::lock_guard<std::mutex> lock(shard.mu);
-    if (shard.map.count(std::string_view(item->key)) == 0 && still_valid()) {
+    if (shard.index.Find(key.view(), item->key_hash) == nullptr && still_valid()) {
       item->version = version;
-      shard.map.emplace(std::string_view(item->key), item);
+      shard.index.Insert(item->key_hash, item);
       item->indexed = true;
       items_.fetch_add(1, std::memory_order_relaxed);
       value_bytes_.fetch_add(size, std::memory_order_relaxed);
@@ -279,10 +327,11 @@ bool MemoryTier::Insert(const Slice& key, std::span<const Slice> parts, uint64_t
 }
 
 void MemoryTier::WithKeyLocked(const Slice& key, const std::function<void(uint64_t)>& fn) {
-  Shard& shard = ShardFor(key.view());
+  const uint64_t hash = Hash64(key.view());
+  Shard& shard = ShardFor(hash);
   std::lock_guard<std::mutex> lock(shard.mu);
-  auto it = shard.map.find(key.view());
-  fn(it == shard.map.end() ? 0 : it->second->version);
+  const Item* item = shard.index.Find(key.view(), hash);
+  fn(item == nullptr ? 0 : item->version);
 }
 
 uint64_t MemoryTier::EraseIf(const std::function<bool(std::string_view)>& pred) {
@@ -293,9 +342,9 @@ uint64_t MemoryTier::EraseIf(const std::function<bool(std::string_view)>& pred) 
     doomed.clear();
     {
       std::lock_guard<std::mutex> lock(shard.mu);
-      for (const auto& [key, item] : shard.map) {
-        if (pred(key)) doomed.push_back(item);
-      }
+      shard.index.ForEach([&](Item* item) {
+        if (pred(item->key)) doomed.push_back(item);
+      });
       for (Item* item : doomed) UnindexLocked(shard, item);
     }
     for (Item* item : doomed) Unref(item);
@@ -307,7 +356,7 @@ uint64_t MemoryTier::EraseIf(const std::function<bool(std::string_view)>& pred) 
 void MemoryTier::ForEach(const std::function<void(std::string_view, uint64_t, uint64_t)>& fn) {
   for (Shard& shard : shards_) {
     std::lock_guard<std::mutex> lock(shard.mu);
-    for (const auto& [key, item] : shard.map) fn(key, item->size, item->version);
+    shard.index.ForEach([&](const Item* item) { fn(item->key, item->size, item->version); });
   }
 }
 

@@ -195,7 +195,8 @@ std::vector<std::string> RawFiles(const std::string& dir, uint64_t threads) {
   return files;
 }
 
-std::vector<Result> RunMemcpy(const BenchContext& b) {
+std::vector<Result> RunMemcpy(const BenchContext& b, const std::string& which) {
+  auto wanted = [&which](const char* name) { return which == "memcpy" || which == name; };
   const uint64_t vs = b.config->value_size;
   const uint64_t num = b.config->num;
   const size_t region_size = num * vs;
@@ -214,33 +215,40 @@ std::vector<Result> RunMemcpy(const BenchContext& b) {
   std::vector<Result> results;
   // The write pattern: each value from the (shared, read-only) value pool into its slot
   // of a region as large as the data set, as a put copies it into the memory tier.
-  results.push_back(RunParallel(b.Spec(num), [&](ThreadContext& ctx) -> OpFn {
-    const uint64_t begin = ctx.SliceBegin(num), span = ctx.SliceEnd(num) - begin;
-    return [&, begin, span](ThreadContext& c) {
-      const uint64_t k = begin + c.ops_done() % span;
-      const Slice src = b.pool->For(k);
-      const auto start = Clock::now();
-      std::memcpy(region + k * vs, src.data(), vs);
-      c.Record(start, 1, 1, vs);
-    };
-  }));
+  if (wanted("memcpy")) {
+    results.push_back(RunParallel(b.Spec(num), [&](ThreadContext& ctx) -> OpFn {
+      const uint64_t begin = ctx.SliceBegin(num), span = ctx.SliceEnd(num) - begin;
+      return [&, begin, span](ThreadContext& c) {
+        const uint64_t k = begin + c.ops_done() % span;
+        const Slice src = b.pool->For(k);
+        const auto start = Clock::now();
+        std::memcpy(region + k * vs, src.data(), vs);
+        c.Record(start, 1, 1, vs);
+      };
+    }));
+    results.back().benchmark = "memcpy";
+  }
   // The read pattern: each slot into the thread's own destination buffer.
-  results.push_back(RunParallel(b.Spec(num), [&](ThreadContext& ctx) -> OpFn {
-    const uint64_t begin = ctx.SliceBegin(num), span = ctx.SliceEnd(num) - begin;
-    auto dst = std::make_shared<AlignedBuffer>(vs);
-    return [&, begin, span, dst](ThreadContext& c) {
-      const uint64_t k = begin + c.ops_done() % span;
-      const auto start = Clock::now();
-      std::memcpy(dst->data(), region + k * vs, vs);
-      c.Record(start, 1, 1, vs);
-    };
-  }));
+  if (wanted("memcpy_read")) {
+    results.push_back(RunParallel(b.Spec(num), [&](ThreadContext& ctx) -> OpFn {
+      const uint64_t begin = ctx.SliceBegin(num), span = ctx.SliceEnd(num) - begin;
+      auto dst = std::make_shared<AlignedBuffer>(vs);
+      return [&, begin, span, dst](ThreadContext& c) {
+        const uint64_t k = begin + c.ops_done() % span;
+        const auto start = Clock::now();
+        std::memcpy(dst->data(), region + k * vs, vs);
+        c.Record(start, 1, 1, vs);
+      };
+    }));
+    results.back().benchmark = "memcpy_read";
+  }
   // The vLLM shapes: a request's layers come from (vllm_write) or go to (vllm_get)
   // --num_layers distinct buffers of the thread, one per layer, each value_size bytes,
   // which together rarely stay in cache as the single buffers above do.  Value k comes
   // from (goes to) layer buffer k % num_layers.
   const uint64_t layers = std::max<uint64_t>(1, b.config->num_layers);
   for (const bool write : {true, false}) {
+    if (!wanted(write ? "memcpy_layers" : "memcpy_layers_read")) continue;
     results.push_back(RunParallel(b.Spec(num), [&, write](ThreadContext& ctx) -> OpFn {
       const uint64_t begin = ctx.SliceBegin(num), span = ctx.SliceEnd(num) - begin;
       auto buffers = std::make_shared<std::vector<AlignedBuffer>>();
@@ -260,12 +268,9 @@ std::vector<Result> RunMemcpy(const BenchContext& b) {
         c.Record(start, 1, 1, vs);
       };
     }));
+    results.back().benchmark = write ? "memcpy_layers" : "memcpy_layers_read";
   }
   ::munmap(mapped, region_size);
-  results[0].benchmark = "memcpy";
-  results[1].benchmark = "memcpy_read";
-  results[2].benchmark = "memcpy_layers";
-  results[3].benchmark = "memcpy_layers_read";
   return results;
 }
 

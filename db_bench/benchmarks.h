@@ -46,8 +46,9 @@ Result RunGcChurn(const BenchContext& b);
 Result RunCompact(const BenchContext& b);
 
 // memcpy, memcpy_read, then memcpy_layers and memcpy_layers_read (the vLLM requests'
-// shape: --num_layers distinct buffers per thread).
-std::vector<Result> RunMemcpy(const BenchContext& b);
+// shape: --num_layers distinct buffers per thread): all four when `which` is "memcpy",
+// else only the one it names.
+std::vector<Result> RunMemcpy(const BenchContext& b, const std::string& which);
 Result RunRawWrite(const BenchContext& b);
 Result RunRawRead(const BenchContext& b);
 // The read pattern of a batched readrandom without an engine: --batch_size distinct

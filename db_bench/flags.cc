@@ -38,7 +38,7 @@ DEFINE_string(benchmarks, "memcpy,rawwrite,rawread,vllm_write,vllm_exist,vllm_ge
               "  memcpy       baseline: memcpy of the same bytes (write pattern, then read "
               "pattern as memcpy_read; then memcpy_layers and memcpy_layers_read, the same "
               "from and into --num_layers distinct buffers, the shape of vllm_write and "
-              "vllm_get)\n"
+              "vllm_get; each of the four also runs alone by its name)\n"
               "  rawwrite     baseline: O_DIRECT sequential write of the same bytes to a file "
               "in the DB directory\n"
               "  rawread      baseline: O_DIRECT sequential read of that file\n"
@@ -151,16 +151,19 @@ namespace kvbench {
 
 const std::vector<std::string>& KnownBenchmarks() {
   static const std::vector<std::string> names = {
-      "fillseq",      "fillrandom",  "overwrite",  "readrandom", "readseq",         "readmissing",
-      "deleterandom", "existrandom", "vllm_write", "vllm_exist", "vllm_get",        "vllm_all",
-      "gc_churn",     "compact",     "peer_put",   "peer_get",   "memcpy",          "rawwrite",
-      "rawread",      "rawrandread", "rawsocket",  "reopen",     "cluster_failover"};
+      "fillseq",         "fillrandom",   "overwrite",   "readrandom",    "readseq",
+      "readmissing",     "deleterandom", "existrandom", "vllm_write",    "vllm_exist",
+      "vllm_get",        "vllm_all",     "gc_churn",    "compact",       "peer_put",
+      "peer_get",        "memcpy",       "memcpy_read", "memcpy_layers", "memcpy_layers_read",
+      "rawwrite",        "rawread",      "rawrandread", "rawsocket",     "reopen",
+      "cluster_failover"};
   return names;
 }
 
 bool IsBaseline(const std::string& name) {
-  return name == "memcpy" || name == "rawwrite" || name == "rawread" || name == "rawrandread" ||
-         name == "rawsocket";
+  return name == "memcpy" || name == "memcpy_read" || name == "memcpy_layers" ||
+         name == "memcpy_layers_read" || name == "rawwrite" || name == "rawread" ||
+         name == "rawrandread" || name == "rawsocket";
 }
 
 bool IsPeerBenchmark(const std::string& name) { return name == "peer_put" || name == "peer_get"; }

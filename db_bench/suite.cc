@@ -398,13 +398,13 @@ int Suite::Run() {
   for (const auto& name : c_.benchmarks) {
     salt++;
     if (IsBaseline(name)) {
-      if (name == "memcpy") {
+      if (name.starts_with("memcpy")) {
         BenchContext b;
         b.config = &c_;
         b.pool = pool_.get();
-        b.label = "memcpy";
+        b.label = name;
         b.seed_salt = salt;
-        for (Result& r : RunMemcpy(b)) {
+        for (Result& r : RunMemcpy(b, name)) {
           r.label = r.benchmark;
           Emit(&r);
         }

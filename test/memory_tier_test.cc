@@ -1,12 +1,16 @@
 // The slab allocator and the memory tier: placement, LRU eviction, pinning, accounting.
 #include "db/memory_tier.h"
 
+#include <map>
+#include <random>
 #include <set>
 #include <thread>
 
+#include "db/key_index.h"
 #include "db/slab_allocator.h"
 #include "gtest/gtest.h"
 #include "test/test_util.h"
+#include "util/hash.h"
 #include "util/logging.h"
 
 namespace kvengine {
@@ -75,6 +79,74 @@ TEST(SlabAllocatorTest, RunsOfSlabsForLargeValues) {
   EXPECT_EQ(too_big, nullptr);
   a.Free(big);
   EXPECT_EQ(a.free_slab_count(), 8u);
+}
+
+// The open-addressing index against a std::map, with hashes forced into few home slots
+// so that runs wrap around the table's end and deletions shift members back.
+TEST(KeyIndexTest, MatchesAMapUnderRandomInsertsAndErases) {
+  std::vector<Item> items(2000);
+  for (size_t i = 0; i < items.size(); i++) items[i].key = "key-" + std::to_string(i);
+  for (uint64_t hash_bits : {uint64_t{64}, uint64_t{3}}) {
+    // hash_bits 3: eight distinct hashes in all, each the top bits of a home slot.
+    auto hash_of = [hash_bits](const Item& item) {
+      const uint64_t h = Hash64(item.key);
+      return hash_bits == 64 ? h : (h >> 61) << 61 | (h & 7);
+    };
+    KeyIndex index;
+    std::map<size_t, bool> model;  // item number -> indexed
+    std::mt19937_64 rng(7);
+    for (int step = 0; step < 20000; step++) {
+      const size_t i = rng() % (hash_bits == 64 ? items.size() : 200);
+      Item& item = items[i];
+      const uint64_t h = hash_of(item);
+      if (model[i]) {
+        ASSERT_EQ(index.Find(item.key, h), &item);
+        index.Erase(h, &item);
+        model[i] = false;
+      } else {
+        ASSERT_EQ(index.Find(item.key, h), nullptr);
+        index.Insert(h, &item);
+        model[i] = true;
+      }
+      if (step % 997 == 0) {
+        size_t n = 0;
+        for (const auto& [j, in] : model) {
+          n += in;
+          ASSERT_EQ(index.Find(items[j].key, hash_of(items[j])), in ? &items[j] : nullptr) << j;
+        }
+        ASSERT_EQ(index.size(), n);
+        size_t seen = 0;
+        index.ForEach([&](Item*) { seen++; });
+        ASSERT_EQ(seen, n);
+      }
+    }
+  }
+}
+
+TEST_F(MemoryTierTest, BatchContainsAgreesWithContains) {
+  Open(64 * kSlab);
+  std::vector<std::string> names;
+  for (int i = 0; i < 300; i++) {
+    names.push_back("k" + std::to_string(i));
+    if (i % 3 != 0) {
+      ASSERT_TRUE(Put(names.back(), "v").ok());
+    }
+  }
+  names.push_back("");  // never indexed
+  std::vector<Slice> keys(names.begin(), names.end());
+  keys.push_back(Slice(static_cast<const char*>(nullptr), 5));  // looked up as the empty key: absent
+  std::vector<uint8_t> found;
+  tier_->BatchContains(keys, &found);
+  ASSERT_EQ(found.size(), keys.size());
+  for (size_t i = 0; i + 1 < keys.size(); i++) {
+    EXPECT_EQ(found[i] != 0, tier_->Contains(keys[i])) << names[i];
+    if (i < 300) {
+      EXPECT_EQ(found[i] != 0, i % 3 != 0) << names[i];
+    }
+  }
+  EXPECT_EQ(found.back(), 0);
+  tier_->BatchContains({}, &found);
+  EXPECT_TRUE(found.empty());
 }
 
 TEST_F(MemoryTierTest, PutGetOverwriteErase) {

@@ -298,7 +298,7 @@ TEST_F(ObservabilityTest, PerfLevelFromEnvironment) {
   const std::vector<std::string> keys = {"a"};
   ASSERT_TRUE(db_->BatchExists(Slices(keys), &results).ok());
   EXPECT_EQ(PerfSnapshot(PerfKey::db_batch_exists).count, 1u);
-  EXPECT_EQ(PerfSnapshot(PerfKey::memory_contains).count, 0u);
+  EXPECT_EQ(PerfSnapshot(PerfKey::memory_batch_contains).count, 0u);
   ASSERT_TRUE(db_->Close().ok());
   db_.reset();
   ::setenv("KVENGINE_PERF_LEVEL", "sometimes", 1);

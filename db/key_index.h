@@ -1,0 +1,86 @@
+// KeyIndex: one memory-tier index shard's map key -> Item*.
+//
+// An open-addressing table (linear probing, backward-shift deletion) of {hash, item}
+// slots, 16 bytes each, four to a cache line.  It replaces std::unordered_map, whose
+// lookup walked bucket -> previous node -> node -> key bytes: four dependent cache
+// misses per key, ~350 ns of a 1024-key BatchExists each (docs/benchmarks.md).  Here a
+// lookup reads the home slot's line, compares 64-bit hashes there, and reads the
+// key bytes of a matching item only to confirm it; and the table can prefetch, so a
+// batch of lookups (MemoryTier::BatchContains) overlaps its misses.
+//
+// The caller hashes the key (Hash64) once; the low bits choose the shard (MemoryTier),
+// the high bits the home slot here, so the two do not correlate.  Keys are those of the
+// items (Item::key), which stay put while indexed, as before.
+//
+// Thread-safety: none; the shard's mutex guards it.
+#ifndef KVENGINE_DB_KEY_INDEX_H_
+#define KVENGINE_DB_KEY_INDEX_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "db/item.h"
+
+namespace kvengine {
+
+class KeyIndex {
+ public:
+  KeyIndex();
+  KeyIndex(const KeyIndex&) = delete;
+  KeyIndex& operator=(const KeyIndex&) = delete;
+
+  size_t size() const { return size_; }
+
+  // The item indexed under key (whose Hash64 is `hash`), or nullptr.
+  Item* Find(std::string_view key, uint64_t hash) const {
+    for (size_t i = Home(hash);; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (s.item == nullptr) return nullptr;
+      if (s.hash == hash && std::string_view(s.item->key) == key) return s.item;
+    }
+  }
+  // Asks the CPU to bring the home slot of `hash` into cache (a batch's first stage).
+  void PrefetchHome(uint64_t hash) const { __builtin_prefetch(&slots_[Home(hash)]); }
+  // The first item whose hash equals `hash`, without comparing keys, or nullptr: a
+  // batch's second stage, which then prefetches the item and its key bytes.
+  Item* FirstWithHash(uint64_t hash) const {
+    for (size_t i = Home(hash);; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (s.item == nullptr) return nullptr;
+      if (s.hash == hash) return s.item;
+    }
+  }
+
+  // Indexes item (its key must not be indexed yet) under `hash`.
+  void Insert(uint64_t hash, Item* item);
+  // Removes item, which must be indexed under `hash`.
+  void Erase(uint64_t hash, const Item* item);
+
+  // Calls fn(item) for every item.  fn must not change the index.
+  template <typename Fn>
+  void ForEach(Fn&& fn) const {
+    for (size_t i = 0; i <= mask_; i++) {
+      if (slots_[i].item != nullptr) fn(slots_[i].item);
+    }
+  }
+
+ private:
+  struct Slot {
+    uint64_t hash;
+    Item* item;  // nullptr: empty
+  };
+
+  size_t Home(uint64_t hash) const { return static_cast<size_t>(hash >> shift_); }
+  void Grow();
+
+  std::unique_ptr<Slot[]> slots_;
+  size_t mask_ = 0;  // capacity - 1; the capacity is a power of two
+  int shift_ = 0;    // 64 - log2(capacity)
+  size_t size_ = 0;
+};
+
+}  // namespace kvengine
+
+#endif  // KVENGINE_DB_KEY_INDEX_H_
