@@ -29,7 +29,6 @@
 #include <functional>
 #include <set>
 #include <thread>
-#include <unordered_map>
 #include <unordered_set>
 
 #include "db/map_checkpoint.h"
@@ -70,7 +69,9 @@ void SsdTier::LoadCheckpoint(const std::vector<uint64_t>& ids, std::vector<uint6
   covered->clear();
   if (!options_.ssd_map_checkpoint) return;
   MapCheckpoint::Contents cp;
+  uint64_t T0 = env_->NowMicros();
   Status s = MapCheckpoint::Read(base_env_, dir_, 2, &cp, &map_);
+  fprintf(stderr, "TIMING read %.3f\n", (env_->NowMicros() - T0) / 1e6); T0 = env_->NowMicros();
   if (s.IsNotFound()) return;
   std::string why = s.ok() ? "" : s.ToString();
   // Listed buckets that are gone (compacted or evicted after the checkpoint) lose their
@@ -137,27 +138,37 @@ void SsdTier::LoadCheckpoint(const std::vector<uint64_t>& ids, std::vector<uint6
     }
     covered->push_back(r.id);
   }
+  fprintf(stderr, "TIMING validate+buckets %.3f\n", (env_->NowMicros() - T0) / 1e6); T0 = env_->NowMicros();
   if (prune) {
     // Keys only in the buckets the table lists and the directory holds; the counts from
     // the map itself (a running DB's table counted them before its shards were copied).
-    map_.EraseIf([&](const SsdLocation& l) {
-      auto it = buckets_.find(l.bucket);
-      return it == buckets_.end() || it->second->state != SsdBucket::State::kOnDisk;
+    // One pass over the map, bucket ids looked up in a flat table.
+    uint64_t max_id = 0;
+    for (uint64_t id : *covered) max_id = std::max(max_id, id);
+    struct Live {
+      bool listed = false;
+      uint64_t keys = 0, bytes = 0;
+    };
+    std::vector<Live> live(covered->empty() ? 0 : max_id + 1);
+    for (uint64_t id : *covered) live[id].listed = true;
+    std::vector<KeyFingerprint> doomed;
+    map_.ForEach([&](const KeyFingerprint& key, const SsdLocation& l) {
+      if (l.bucket >= live.size() || !live[l.bucket].listed) {
+        doomed.push_back(key);
+        return;
+      }
+      live[l.bucket].keys++;
+      live[l.bucket].bytes += l.size;
     });
-    std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> live;  // keys, bytes
-    map_.ForEach([&](const KeyFingerprint&, const SsdLocation& l) {
-      auto& [keys, bytes] = live[l.bucket];
-      keys++;
-      bytes += l.size;
-    });
+    for (const KeyFingerprint& key : doomed) map_.Erase(key);
     for (uint64_t id : *covered) {
       SsdBucket* b = buckets_.at(id).get();
-      const auto& [keys, bytes] = live[id];
-      b->live_keys = keys;
-      b->deleted_bytes = b->total_bytes >= bytes ? b->total_bytes - bytes : 0;
+      b->live_keys = live[id].keys;
+      b->deleted_bytes = b->total_bytes >= live[id].bytes ? b->total_bytes - live[id].bytes : 0;
       b->punched_value_bytes = std::min(b->punched_value_bytes, b->deleted_bytes);
     }
   }
+  fprintf(stderr, "TIMING recount %.3f\n", (env_->NowMicros() - T0) / 1e6); T0 = env_->NowMicros();
   next_bucket_id_ = std::max(next_bucket_id_, cp.next_bucket_id);
   recovered_max_version_ = std::max(recovered_max_version_, cp.max_version);
   checkpoint_on_disk_ = true;
@@ -305,7 +316,9 @@ Status SsdTier::Recover() {
   }
 
   std::vector<uint64_t> covered;
+  uint64_t T1 = env_->NowMicros();
   LoadCheckpoint(ids, &covered);
+  fprintf(stderr, "TIMING load total %.3f\n", (env_->NowMicros() - T1) / 1e6); T1 = env_->NowMicros();
   std::vector<uint64_t> rest;  // the buckets the checkpoint does not cover, read in full
   std::set_difference(ids.begin(), ids.end(), covered.begin(), covered.end(),
                       std::back_inserter(rest));
@@ -366,7 +379,9 @@ Status SsdTier::Recover() {
                   static_cast<unsigned long long>(report.damaged_bytes),
                   static_cast<unsigned long long>(report.damaged_stretches), copy.c_str());
   }
+  fprintf(stderr, "TIMING open rest+log %.3f\n", (env_->NowMicros() - T1) / 1e6); T1 = env_->NowMicros();
   ApplyTombstonesToCheckpoint(covered, records);
+  fprintf(stderr, "TIMING apply tombstones %.3f\n", (env_->NowMicros() - T1) / 1e6); T1 = env_->NowMicros();
   std::unordered_set<std::string> dead;
   for (const auto& r : records) {
     dead.insert(DeadKey(r.key, r.version));
@@ -430,6 +445,7 @@ Status SsdTier::Recover() {
   if (!s.ok()) return s;
   std::lock_guard<std::mutex> st(stats_mu_);
   stats_.recovered_keys = map_.size();
+  fprintf(stderr, "TIMING replay+end %.3f\n", (env_->NowMicros() - T1) / 1e6);
   stats_.torn_tombstone_bytes = report.torn_bytes;
   stats_.damaged_tombstone_bytes = report.damaged_bytes;
   return Status::OK();
