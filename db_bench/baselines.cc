@@ -1,6 +1,7 @@
 // The physical baselines every run carries: memcpy of the same bytes in the engine's write
 // and read patterns, O_DIRECT sequential I/O of the same bytes to a file in the DB
-// directory, and a plain loopback TCP stream of the same bytes.
+// directory, and plain loopback TCP moving the same bytes (in a peer get's round trips,
+// and as one stream).
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -8,11 +9,13 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <thread>
 
@@ -89,44 +92,53 @@ std::string IoNote(bool all_direct) {
                       "dropped before reading";
 }
 
-// One loopback TCP connection on which a sender thread streams the pool's values, one
-// value_size chunk after another, as fast as the socket takes them; the owner receives
-// them.  Both ends are set up as the TCP transport sets up its connections (no Nagle,
-// 4 MiB socket buffers), so the stream is what the transport could reach without its
-// protocol: no request, no header, no checksum, no round trip.
-class LoopbackStream {
+// One loopback TCP connection with a thread serving its far end until Stop.  Both ends
+// are set up as the TCP transport sets up its connections (no Nagle, 4 MiB socket
+// buffers).
+class LoopbackPair {
  public:
-  LoopbackStream(const ValuePool* pool, uint64_t chunk) : pool_(pool), chunk_(chunk) {
-    if (!Connect()) return;
-    sender_ = std::thread([this] { Send(); });
+  // `serve` runs on its own thread with the far end's descriptor; it returns when a
+  // send or receive fails (Stop shuts the socket down).
+  explicit LoopbackPair(std::function<void(int far_fd)> serve) {
+    if (Connect()) server_ = std::thread([this, serve = std::move(serve)] { serve(far_fd_); });
   }
-  ~LoopbackStream() { Stop(); }
-  LoopbackStream(const LoopbackStream&) = delete;
-  LoopbackStream& operator=(const LoopbackStream&) = delete;
+  ~LoopbackPair() { Stop(); }
+  LoopbackPair(const LoopbackPair&) = delete;
+  LoopbackPair& operator=(const LoopbackPair&) = delete;
 
   bool ok() const { return error_.empty(); }
   const std::string& error() const { return error_; }
+  int near_fd() const { return near_fd_; }
 
-  // Receives the next chunk into buf (chunk bytes).  False on a failed or closed socket.
-  bool Receive(char* buf) {
-    for (uint64_t got = 0; got < chunk_;) {
-      const ssize_t n = ::recv(recv_fd_, buf + got, chunk_ - got, 0);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return false;
-      got += static_cast<uint64_t>(n);
-    }
-    return true;
-  }
-
-  // Ends the sender, which may be blocked in send on a full socket, and joins it: shutting
-  // down its socket wakes it with EPIPE.
+  // Ends the server, which may be blocked in send on a full socket or in recv, and joins
+  // it: shutting down its socket wakes it.
   void Stop() {
-    if (send_fd_ >= 0) ::shutdown(send_fd_, SHUT_RDWR);
-    if (sender_.joinable()) sender_.join();
-    for (int* fd : {&recv_fd_, &send_fd_}) {
+    if (far_fd_ >= 0) ::shutdown(far_fd_, SHUT_RDWR);
+    if (server_.joinable()) server_.join();
+    for (int* fd : {&near_fd_, &far_fd_}) {
       if (*fd >= 0) ::close(*fd);
       *fd = -1;
     }
+  }
+
+  // Moves exactly n bytes (false on a failed or closed socket).
+  static bool RecvAll(int fd, char* buf, uint64_t n) {
+    for (uint64_t got = 0; got < n;) {
+      const ssize_t k = ::recv(fd, buf + got, n - got, 0);
+      if (k < 0 && errno == EINTR) continue;
+      if (k <= 0) return false;
+      got += static_cast<uint64_t>(k);
+    }
+    return true;
+  }
+  static bool SendAll(int fd, const char* buf, uint64_t n) {
+    for (uint64_t sent = 0; sent < n;) {
+      const ssize_t k = ::send(fd, buf + sent, n - sent, MSG_NOSIGNAL);
+      if (k < 0 && errno == EINTR) continue;
+      if (k <= 0) return false;
+      sent += static_cast<uint64_t>(k);
+    }
+    return true;
   }
 
  private:
@@ -155,37 +167,92 @@ class LoopbackStream {
     ok = ok && (::listen(listen_fd, 1) == 0 || Fail("listen"));
     ok = ok && (::getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0 ||
                 Fail("getsockname"));
-    recv_fd_ = ok ? ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0) : -1;
-    ok = ok && (recv_fd_ >= 0 || Fail("socket"));
-    if (ok) Tune(recv_fd_);
-    ok = ok && (::connect(recv_fd_, reinterpret_cast<sockaddr*>(&addr), len) == 0 ||
+    near_fd_ = ok ? ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0) : -1;
+    ok = ok && (near_fd_ >= 0 || Fail("socket"));
+    if (ok) Tune(near_fd_);
+    ok = ok && (::connect(near_fd_, reinterpret_cast<sockaddr*>(&addr), len) == 0 ||
                 Fail("connect to 127.0.0.1"));
-    send_fd_ = ok ? ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC) : -1;
-    ok = ok && (send_fd_ >= 0 || Fail("accept"));
-    if (ok) Tune(send_fd_);
+    far_fd_ = ok ? ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC) : -1;
+    ok = ok && (far_fd_ >= 0 || Fail("accept"));
+    if (ok) Tune(far_fd_);
     ::close(listen_fd);
     return ok;
   }
 
-  void Send() {
-    for (uint64_t k = 0;; k++) {
-      const Slice value = pool_->For(k);
-      for (uint64_t sent = 0; sent < chunk_;) {
-        const ssize_t n = ::send(send_fd_, value.data() + sent, chunk_ - sent, MSG_NOSIGNAL);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return;  // the receiver closed: the benchmark is over
-        sent += static_cast<uint64_t>(n);
+  int near_fd_ = -1;
+  int far_fd_ = -1;
+  std::thread server_;
+  std::string error_;
+};
+
+// rawstream's far end: streams the pool's values, one value_size chunk after another, as
+// fast as the socket takes them -- what the transport could reach with no protocol at
+// all: no request, no header, no checksum, no round trip.
+void StreamValues(const ValuePool* pool, uint64_t chunk, int fd) {
+  for (uint64_t k = 0;; k++) {
+    if (!LoopbackPair::SendAll(fd, pool->For(k).data(), chunk)) return;  // stopped
+  }
+}
+
+// rawsocket's values: one slot per key of the data set, filled from the pool, as a
+// peer's arena holds them, so that a batch's bytes come from memory as large as the data
+// set (not from a pool that stays in cache).  Shared read-only by every thread's server.
+class RawRegion {
+ public:
+  RawRegion(const ValuePool* pool, uint64_t num) : vs_(pool->value_size()), num_(num) {
+    void* p =
+        ::mmap(nullptr, num * vs_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return;
+    base_ = static_cast<char*>(p);
+    for (uint64_t k = 0; k < num; k++) std::memcpy(base_ + k * vs_, pool->For(k).data(), vs_);
+  }
+  ~RawRegion() {
+    if (base_ != nullptr) ::munmap(base_, num_ * vs_);
+  }
+  bool ok() const { return base_ != nullptr; }
+  uint64_t num() const { return num_; }
+  const char* Slot(uint64_t k) const { return base_ + k * vs_; }
+
+ private:
+  const uint64_t vs_, num_;
+  char* base_ = nullptr;
+};
+
+// rawsocket's far end: per request (u64 n, then n u64 slots), sends the n values back to
+// back with one writev -- a peer get's shape without its protocol.
+void ServeBatches(const RawRegion* region, uint64_t vs, uint64_t max_batch, int fd) {
+  std::vector<uint64_t> request(1 + max_batch);
+  std::vector<iovec> iov(max_batch);
+  for (;;) {
+    if (!LoopbackPair::RecvAll(fd, reinterpret_cast<char*>(request.data()), 8)) return;
+    const uint64_t n = request[0];
+    if (n == 0 || n > max_batch) return;
+    if (!LoopbackPair::RecvAll(fd, reinterpret_cast<char*>(&request[1]), 8 * n)) return;
+    for (uint64_t i = 0; i < n; i++) {
+      iov[i] = {const_cast<char*>(region->Slot(request[1 + i] % region->num())), vs};
+    }
+    msghdr msg{};
+    msg.msg_iov = iov.data();
+    msg.msg_iovlen = n;
+    for (uint64_t left = n * vs; left > 0;) {
+      const ssize_t k = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+      if (k < 0 && errno == EINTR) continue;
+      if (k <= 0) return;
+      left -= static_cast<uint64_t>(k);
+      // Skip what was sent.
+      for (size_t done = static_cast<size_t>(k); done > 0;) {
+        const size_t step = std::min(done, msg.msg_iov->iov_len);
+        msg.msg_iov->iov_base = static_cast<char*>(msg.msg_iov->iov_base) + step;
+        msg.msg_iov->iov_len -= step;
+        done -= step;
+        if (msg.msg_iov->iov_len == 0) {
+          msg.msg_iov++;
+          msg.msg_iovlen--;
+        }
       }
     }
   }
-
-  const ValuePool* pool_;
-  uint64_t chunk_;
-  int recv_fd_ = -1;
-  int send_fd_ = -1;
-  std::thread sender_;
-  std::string error_;
-};
+}
 
 }  // namespace
 
@@ -423,22 +490,67 @@ Result RunRawRandRead(const BenchContext& b) {
   return r;
 }
 
-Result RunRawSocket(const BenchContext& b) {
+Result RunRawStream(const BenchContext& b) {
   const uint64_t vs = b.config->value_size;
   return RunParallel(b.Spec(b.config->num), [&b, vs](ThreadContext& ctx) -> OpFn {
-    auto stream = std::make_shared<LoopbackStream>(b.pool, vs);
+    const ValuePool* pool = b.pool;
+    auto pair = std::make_shared<LoopbackPair>([pool, vs](int fd) { StreamValues(pool, vs, fd); });
     auto buf = std::make_shared<AlignedBuffer>(vs);
-    if (!stream->ok()) ctx.Error("rawsocket: " + stream->error());
+    if (!pair->ok()) ctx.Error("rawstream: " + pair->error());
     // The sender streams until told to stop; stopping is no part of the timed span.
-    ctx.on_finish = [stream](ThreadContext&) { stream->Stop(); };
-    return [stream, buf, vs](ThreadContext& c) {
+    ctx.on_finish = [pair](ThreadContext&) { pair->Stop(); };
+    return [pair, buf, vs](ThreadContext& c) {
       const auto start = Clock::now();
-      const bool ok = stream->ok() && stream->Receive(buf->data());
+      const bool ok = pair->ok() && LoopbackPair::RecvAll(pair->near_fd(), buf->data(), vs);
       c.Record(start, 1, 1, ok ? vs : 0);
       if (!ok)
-        c.Error(stream->ok() ? "rawsocket: the stream broke off" : "rawsocket: " + stream->error());
+        c.Error(pair->ok() ? "rawstream: the stream broke off" : "rawstream: " + pair->error());
     };
   });
+}
+
+Result RunRawSocket(const BenchContext& b) {
+  const uint64_t vs = b.config->value_size;
+  const uint64_t batch = std::max<uint64_t>(1, b.config->batch_size);
+  auto region = std::make_shared<RawRegion>(b.pool, b.config->num);
+  if (!region->ok()) {
+    Result r;
+    r.errors = 1;
+    r.first_error = "rawsocket: cannot map " + std::to_string(b.config->num * vs) + " bytes";
+    return r;
+  }
+  Result r =
+      RunParallel(b.Spec(b.config->num), [&b, region, vs, batch](ThreadContext& ctx) -> OpFn {
+        const RawRegion* values = region.get();
+        auto pair = std::make_shared<LoopbackPair>(
+            [values, vs, batch](int fd) { ServeBatches(values, vs, batch, fd); });
+        if (!pair->ok()) ctx.Error("rawsocket: " + pair->error());
+        ctx.on_finish = [pair](ThreadContext&) { pair->Stop(); };
+        auto bufs = std::make_shared<std::vector<AlignedBuffer>>();
+        for (uint64_t i = 0; i < batch; i++) bufs->emplace_back(vs);
+        auto request = std::make_shared<std::vector<uint64_t>>();
+        auto ids = std::make_shared<std::vector<uint64_t>>();
+        const uint64_t num = b.config->num;
+        return [pair, bufs, request, ids, vs, batch, num](ThreadContext& c) {
+          const uint64_t n = std::min(batch, c.Remaining());
+          DistinctRandom(&c.rng(), num, n, ids.get());
+          request->assign(1, n);
+          request->insert(request->end(), ids->begin(), ids->end());
+          const auto start = Clock::now();
+          const int fd = pair->near_fd();
+          bool ok = pair->ok() &&
+                    LoopbackPair::SendAll(fd, reinterpret_cast<const char*>(request->data()),
+                                          8 * request->size());
+          for (uint64_t i = 0; ok && i < n; i++)
+            ok = LoopbackPair::RecvAll(fd, (*bufs)[i].data(), vs);
+          c.Record(start, n, n, ok ? n * vs : 0);
+          if (!ok)
+            c.Error(pair->ok() ? "rawsocket: the connection broke off"
+                               : "rawsocket: " + pair->error());
+        };
+      });
+  r.note = std::to_string(batch) + " values per round trip";
+  return r;
 }
 
 }  // namespace kvbench

@@ -54,8 +54,12 @@ Result RunRawRead(const BenchContext& b);
 // The read pattern of a batched readrandom without an engine: --batch_size distinct
 // random values of rawwrite's file per call, all in flight at once (io_uring, O_DIRECT).
 Result RunRawRandRead(const BenchContext& b);
-// A plain loopback TCP stream of the same bytes, the yardstick of the peer benchmarks.
+// The yardstick of the peer benchmarks: a peer get's shape over plain loopback TCP --
+// per call a small request naming --batch_size random values, answered with their bytes
+// back to back from a region as large as the data set -- with no protocol beyond that.
 Result RunRawSocket(const BenchContext& b);
+// The ceiling: one loopback TCP stream of --value_size chunks, no request, no round trip.
+Result RunRawStream(const BenchContext& b);
 // The files rawwrite leaves in dir, for cleanup.
 std::vector<std::string> RawFiles(const std::string& dir, uint64_t threads);
 

@@ -49,8 +49,12 @@ DEFINE_string(benchmarks, "memcpy,rawwrite,rawread,vllm_write,vllm_exist,vllm_ge
               "  peer_get     read random keys from the peer with Transport::BatchGet into "
               "per-thread buffers (verifies the bytes; writes the key space first, untimed, "
               "when this run has not)\n"
-              "  rawsocket    baseline: a plain loopback TCP stream (send/recv of --value_size "
-              "chunks, one connection per thread), the yardstick of peer_put and peer_get\n"
+              "  rawsocket    baseline: plain loopback TCP in a peer get's shape (per call a "
+              "small request for --batch_size random values, answered with their bytes from a "
+              "region as large as the data set; one connection per thread), the yardstick of "
+              "peer_put and peer_get\n"
+              "  rawstream    baseline: one loopback TCP stream of --value_size chunks per "
+              "thread (no requests, no round trips): the ceiling\n"
               "  cluster_failover  with --cluster and 2+ replicas: SIGKILL --failover_pid (the "
               "member --failover_member), then read every key it held; reports the time from "
               "the kill to the first successful read and each read's latency\n"
@@ -155,15 +159,15 @@ const std::vector<std::string>& KnownBenchmarks() {
       "readmissing",     "deleterandom", "existrandom", "vllm_write",    "vllm_exist",
       "vllm_get",        "vllm_all",     "gc_churn",    "compact",       "peer_put",
       "peer_get",        "memcpy",       "memcpy_read", "memcpy_layers", "memcpy_layers_read",
-      "rawwrite",        "rawread",      "rawrandread", "rawsocket",     "reopen",
-      "cluster_failover"};
+      "rawwrite",        "rawread",      "rawrandread", "rawsocket",     "rawstream",
+      "reopen",          "cluster_failover"};
   return names;
 }
 
 bool IsBaseline(const std::string& name) {
   return name == "memcpy" || name == "memcpy_read" || name == "memcpy_layers" ||
          name == "memcpy_layers_read" || name == "rawwrite" || name == "rawread" ||
-         name == "rawrandread" || name == "rawsocket";
+         name == "rawrandread" || name == "rawsocket" || name == "rawstream";
 }
 
 bool IsPeerBenchmark(const std::string& name) { return name == "peer_put" || name == "peer_get"; }

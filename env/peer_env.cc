@@ -163,6 +163,7 @@ Status PeerEnv::Open(const Options& options, Logger* logger, std::unique_ptr<Pee
   TransportOptions t;
   t.auth_token = env->token_;
   t.timeout_ms = std::max<uint64_t>(1, options.peer_timeout_ms);
+  t.hash_loopback_bodies = options.peer_hash_loopback_bodies;
   t.log = [logger](LogLevel level, const std::string& line) {
     if (logger != nullptr) logger->Write(level, line);
   };
@@ -204,6 +205,7 @@ Status PeerEnv::ServePeers(DB* db, PinFn pin, const char* arena_base) {
   so.handshake_timeout_ms = std::max<uint64_t>(1, options_.peer_handshake_timeout_ms);
   so.io_timeout_ms = std::max<uint64_t>(1, options_.peer_frame_timeout_ms);
   so.max_connections_per_address = std::max<uint64_t>(1, options_.peer_max_connections_per_address);
+  so.hash_loopback_bodies = options_.peer_hash_loopback_bodies;
   so.log = [this](LogLevel level, const std::string& line) { Log(level, line); };
   if (rdma_server_ != nullptr) {
     RdmaServer* rs = rdma_server_.get();

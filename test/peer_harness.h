@@ -17,6 +17,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +25,7 @@
 #include "kvengine/transport.h"
 #include "transport/socket_util.h"
 #include "transport/wire.h"
+#include "util/coding.h"
 
 namespace kvengine {
 
@@ -165,14 +167,23 @@ class RawConn {
     std::string meta;
     ok_ = ok_ && Read(&h, &meta) && h.op == wire::kChallenge;
     ok_ = ok_ && Send(wire::kAuth, "") && Read(&h, &meta) && h.op == wire::kAuth;
+    // The verdict, then the features the server offers (none from older servers).
+    std::string_view in(meta);
+    Status verdict;
+    if (ok_ && wire::GetBatchStatus(&in, &verdict) && in.size() == 4) {
+      features_ = DecodeFixed32(in.data());
+    }
   }
   ~RawConn() {
     if (fd_ >= 0) close(fd_);
   }
   bool ok() const { return ok_; }
   int fd() const { return fd_; }
-  bool Send(uint8_t op, const std::string& meta) {
-    return SendFrame(fd_, op, 0, ++id_, meta, {}, DeadlineIn(timeout_ms_)).ok();
+  // What the server offered after its AUTH verdict (wire::kFeature*).
+  uint32_t features() const { return features_; }
+  bool Send(uint8_t op, const std::string& meta, uint16_t flags = 0,
+            std::span<const Slice> body = {}) {
+    return SendFrame(fd_, op, flags, ++id_, meta, body, DeadlineIn(timeout_ms_)).ok();
   }
   // Reads one frame; its body, if any, is read and dropped (its length in *body_len).
   // False when the server closed the connection, sent garbage, or took too long.
@@ -213,6 +224,7 @@ class RawConn {
   int fd_ = -1;
   uint64_t id_ = 0;
   bool ok_ = false;
+  uint32_t features_ = 0;
 };
 
 }  // namespace kvengine

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <thread>
 
@@ -723,15 +724,18 @@ TEST(PeerTest, MalformedValueSizeAndDeleteFramesCloseOnlyThatConnection) {
   EXPECT_EQ(deleted, 1u);
 }
 
-// A server from before ops 11 and 12: it handshakes, then closes the connection on any
-// request (it took them for malformed frames).
-class OldServer {
+// A hand-written server: it handshakes (offering `features` after its verdict when they
+// are not 0, as servers do since features exist), reads each connection's first request
+// and hands it to `serve`, then closes the connection.
+class FakeServer {
  public:
-  OldServer() {
+  using Serve = std::function<void(int fd, const wire::FrameHeader& request)>;
+  // `serve` (may be null) answers the request on fd; its metadata has been read.
+  FakeServer(uint32_t features, Serve serve) : features_(features), serve_(std::move(serve)) {
     ok_ = ListenTcp(Endpoint{"127.0.0.1", 0}, &listen_fd_, &port_).ok();
     if (ok_) thread_ = std::thread([this] { Loop(); });
   }
-  ~OldServer() {
+  ~FakeServer() {
     stop_.store(true);
     if (thread_.joinable()) thread_.join();
     if (listen_fd_ >= 0) close(listen_fd_);
@@ -749,6 +753,7 @@ class OldServer {
       std::string challenge(wire::kNonceSize + 1, '\0');
       std::string verdict;
       wire::PutBatchStatus(&verdict, Status::OK());
+      if (features_ != 0) PutFixed32(&verdict, features_);
       char header[wire::kHeaderSize];
       std::vector<iovec> iov{{header, sizeof(header)}};
       wire::FrameHeader h;
@@ -760,18 +765,37 @@ class OldServer {
                     DeadlineIn(1000))
               .ok()) {
         iov = {{header, sizeof(header)}};
-        if (ReadFully(fd, &iov, DeadlineIn(1000), nullptr).ok()) requests_++;
+        std::string meta;
+        if (ReadFully(fd, &iov, DeadlineIn(1000), nullptr).ok() &&
+            wire::FrameHeader::DecodeFrom(header, &h).ok()) {
+          meta.resize(h.meta_len);
+          iov = {{meta.data(), meta.size()}};
+          if (!ReadFully(fd, &iov, DeadlineIn(1000), nullptr).ok()) h.op = 0;
+        }
+        if (h.op != 0) {
+          requests_++;
+          if (serve_) serve_(fd, h);
+        }
       }
       close(fd);
     }
   }
 
+  const uint32_t features_;
+  const Serve serve_;
   int listen_fd_ = -1;
   uint16_t port_ = 0;
   bool ok_ = false;
   std::atomic<bool> stop_{false};
   std::atomic<int> requests_{0};
   std::thread thread_;
+};
+
+// A server from before ops 11 and 12: it handshakes, then closes the connection on any
+// request (it took them for malformed frames).
+class OldServer : public FakeServer {
+ public:
+  OldServer() : FakeServer(0, nullptr) {}
 };
 
 TEST(PeerTest, OldServerClosingOnNewOpsGivesAClearError) {
@@ -794,6 +818,120 @@ TEST(PeerTest, OldServerClosingOnNewOpsGivesAClearError) {
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));  // closed, not timed out
   EXPECT_EQ(old.requests(), 2);
   printf("old server: %s\n", s.ToString().c_str());
+}
+
+// Loopback connections leave value bodies out of the frame checksum when both ends
+// agree: the server offers it after its verdict and answers a flagged request flagged.
+// A server told to hash them offers nothing and closes a connection that sends one
+// anyway; a client told to hash them still reads and writes bit-exact values.
+TEST(PeerTest, LoopbackBodiesLeaveTheChecksumOnlyWhenBothEndsAgree) {
+  Server plain(TempDir("unhashed"), FreePort());
+  ASSERT_TRUE(plain.Start());
+  const std::string value(100000, 'v');
+  {
+    RawConn raw(plain.endpoint());
+    ASSERT_TRUE(raw.ok());
+    EXPECT_EQ(raw.features(), wire::kFeatureLoopbackUnhashed);
+    std::vector<Slice> keys = {"k"};
+    const uint64_t size = value.size();
+    std::string meta;
+    wire::PutKeys(&meta, keys, &size);
+    const Slice body(value);
+    ASSERT_TRUE(raw.Send(wire::kPut, meta, wire::kFlagBodyUnhashed, {&body, 1}));
+    wire::FrameHeader h;
+    std::string answer;
+    ASSERT_TRUE(raw.Read(&h, &answer));
+    EXPECT_EQ(h.flags, wire::kFlagResponse | wire::kFlagBodyUnhashed);
+    // Get it back both ways: flagged, the answer's checksum covers header and metadata.
+    for (uint16_t flags : {uint16_t{0}, wire::kFlagBodyUnhashed}) {
+      std::string get;
+      wire::PutKeys(&get, keys, &size);
+      ASSERT_TRUE(raw.Send(wire::kGet, get, flags));
+      uint64_t body_len = 0;
+      ASSERT_TRUE(raw.Read(&h, &answer, &body_len));
+      EXPECT_EQ(body_len, value.size());
+      EXPECT_EQ(h.flags, wire::kFlagResponse | flags);
+      char header[wire::kHeaderSize];
+      h.EncodeTo(header);
+      const bool header_only = wire::FrameChecksum(header, answer, {}) == h.checksum;
+      EXPECT_EQ(header_only, flags != 0);
+    }
+  }
+  // A client that wants bodies hashed gets the value bit-exact, hashed both ways.
+  TransportOptions o;
+  o.hash_loopback_bodies = true;
+  o.log = [](LogLevel, const std::string&) {};
+  std::unique_ptr<Transport> hashing;
+  ASSERT_TRUE(Transport::Create("tcp", o, &hashing).ok());
+  std::vector<Slice> keys = {"k2"};
+  std::vector<ValueParts> parts = {{Slice(value)}};
+  std::vector<int64_t> results;
+  ASSERT_TRUE(hashing->BatchPut(plain.endpoint(), keys, parts, &results).ok());
+  std::string got(value.size(), '\0');
+  std::vector<Destination> dests = {{MutableSlice(got.data(), got.size())}};
+  ASSERT_TRUE(hashing->BatchGet(plain.endpoint(), keys, dests, &results).ok());
+  EXPECT_EQ(results[0], static_cast<int64_t>(value.size()));
+  EXPECT_EQ(got, value);
+
+  Server hashed(TempDir("hashed"), FreePort());
+  hashed.set_options(",ssd_capacity_bytes=0,peer_hash_loopback_bodies=true");
+  ASSERT_TRUE(hashed.Start());
+  RawConn raw(hashed.endpoint());
+  ASSERT_TRUE(raw.ok());
+  EXPECT_EQ(raw.features(), 0u);
+  std::string get;
+  const uint64_t size = 16;
+  wire::PutKeys(&get, keys, &size);
+  wire::FrameHeader h;
+  std::string answer;
+  ASSERT_TRUE(raw.Send(wire::kGet, get, wire::kFlagBodyUnhashed));
+  EXPECT_FALSE(raw.Read(&h, &answer)) << "a flagged request was answered";
+  EXPECT_TRUE(hashed.Alive());
+}
+
+// A client takes an answer whose body is left out of its checksum only on a connection
+// that asked for that: else the answer fails the call as corrupt.
+TEST(PeerTest, UnhashedAnswersOnlyWhereTheClientAskedForThem) {
+  std::atomic<int> flagged{0};
+  auto answer_unhashed = [&flagged](int fd, const wire::FrameHeader& h) {
+    flagged += (h.flags & wire::kFlagBodyUnhashed) != 0;
+    std::string meta;
+    wire::PutBatchStatus(&meta, Status::OK());
+    wire::PutResults(&meta, std::vector<int64_t>{5});
+    const Slice body("hello");
+    SendFrame(fd, h.op, wire::kFlagResponse | wire::kFlagBodyUnhashed, h.request_id, meta,
+              {&body, 1}, DeadlineIn(1000));
+  };
+  for (const bool offered : {true, false}) {
+    for (const bool client_hashes : {false, true}) {
+      const std::string what = std::string(offered ? "offered" : "not offered") +
+                               (client_hashes ? ", client hashes" : "");
+      FakeServer server(offered ? wire::kFeatureLoopbackUnhashed : 0, answer_unhashed);
+      ASSERT_TRUE(server.ok());
+      TransportOptions o;
+      o.hash_loopback_bodies = client_hashes;
+      o.timeout_ms = 2000;
+      o.log = [](LogLevel, const std::string&) {};
+      std::unique_ptr<Transport> client;
+      ASSERT_TRUE(Transport::Create("tcp", o, &client).ok());
+      flagged = 0;
+      std::vector<Slice> keys = {"k"};
+      char buf[16];
+      std::vector<Destination> dests = {{MutableSlice(buf, sizeof(buf))}};
+      std::vector<int64_t> results;
+      Status s = client->BatchGet(server.endpoint(), keys, dests, &results);
+      const bool asked = offered && !client_hashes;
+      EXPECT_EQ(flagged.load(), asked ? 1 : 0) << what;
+      if (asked) {
+        ASSERT_TRUE(s.ok()) << what << ": " << s.ToString();
+        EXPECT_EQ(results[0], 5) << what;
+        EXPECT_EQ(std::string(buf, 5), "hello") << what;
+      } else {
+        EXPECT_TRUE(s.IsCorruption()) << what << ": " << s.ToString();
+        EXPECT_NE(s.message().find("unhashed"), std::string::npos) << s.ToString();
+      }
+    }
+  }
 }
 
 TEST(PeerTest, RdmaLive) {

@@ -61,6 +61,30 @@ TEST(Wire, HeaderRoundTripAndChecks) {
   }
 }
 
+TEST(Wire, UnhashedBodyFlagLeavesOnlyTheBodyOutOfTheChecksum) {
+  wire::FrameHeader h;
+  h.op = wire::kGet;
+  h.meta_len = 3;
+  h.body_len = 5;
+  const std::string meta = "abc";
+  const Slice body("hello");
+  for (uint16_t flags : {uint16_t{0}, wire::kFlagBodyUnhashed}) {
+    h.flags = wire::kFlagResponse | flags;
+    char header[wire::kHeaderSize];
+    h.EncodeTo(header);
+    EXPECT_EQ(wire::BodyUnhashed(header), flags != 0);
+    const uint64_t full = wire::FrameChecksum(header, meta, {&body, 1});
+    const uint64_t without_body = wire::FrameChecksum(header, meta, {});
+    EXPECT_EQ(full == without_body, flags != 0);
+    // Header and metadata stay covered either way.
+    EXPECT_NE(wire::FrameChecksum(header, "abd", {&body, 1}), full);
+    char other[wire::kHeaderSize];
+    std::memcpy(other, header, sizeof(other));
+    other[8] ^= 1;  // the request id
+    EXPECT_NE(wire::FrameChecksum(other, meta, {&body, 1}), full);
+  }
+}
+
 TEST(Wire, KeysResultsAndLocations) {
   const std::string long_key(300, 'k');
   std::vector<Slice> keys = {"a", Slice("\0b", 2), long_key};

@@ -65,6 +65,10 @@ Status FrameReader::CheckHeader(bool authenticated) const {
                                 std::to_string(kMaxAuthMetaLen));
     }
   }
+  if ((h.flags & wire::kFlagBodyUnhashed) && !allow_unhashed_) {
+    return Status::Corruption(
+        "a frame with an unhashed body on a connection that may not send one");
+  }
   if (h.op == wire::kPut ? h.body_len > wire::kMaxBodyLen : h.body_len != 0) {
     return Status::Corruption("unexpected body of " + std::to_string(h.body_len) + " bytes");
   }
@@ -113,6 +117,7 @@ Status FrameReader::ReadAvailable(int fd, bool authenticated, BodyPool* pool, Pr
 Status FrameReader::ReadPayload(int fd, bool* complete) {
   const uint64_t meta_len = header_.meta_len;
   const uint64_t total = meta_len + header_.body_len;
+  const bool unhashed = (header_.flags & wire::kFlagBodyUnhashed) != 0;
   while (payload_got_ < total) {
     iovec iov[2];
     int count = 0;
@@ -125,13 +130,18 @@ Status FrameReader::ReadPayload(int fd, bool* complete) {
     }
     const ssize_t n = readv(fd, iov, count);
     if (n > 0) {
+      const bool had_meta = payload_got_ < meta_len;  // then iov[0] is the metadata
       size_t left = static_cast<size_t>(n);
       for (int i = 0; left > 0; i++) {
         const size_t k = std::min(left, iov[i].iov_len);
-        hasher_->Update(iov[i].iov_base, k);
+        if (!unhashed || (had_meta && i == 0)) hasher_->Update(iov[i].iov_base, k);
         left -= k;
       }
       payload_got_ += static_cast<uint64_t>(n);
+      if (unhashed && had_meta && payload_got_ >= meta_len &&
+          hasher_->Digest() != header_.checksum) {
+        return Status::Corruption("frame checksum mismatch");
+      }
       continue;
     }
     if (n == 0) return Status::IOError("connection closed in the middle of a frame");

@@ -66,10 +66,17 @@ class FrameReader {
   FrameReader(const FrameReader&) = delete;
   FrameReader& operator=(const FrameReader&) = delete;
 
+  // Whether frames may carry wire::kFlagBodyUnhashed (a loopback connection, on a
+  // server that offers it).  Off: such a frame is refused with Corruption.
+  void AllowUnhashedBodies(bool allow) { allow_unhashed_ = allow; }
+
   // Reads what `fd` (non-blocking) has, never past the end of the current frame, and
   // says how far the frame got.  A header is checked before its metadata or body is
   // allocated: magic, version, limits; a request (not a response); a body only on a
-  // put; and, unless `authenticated`, only an AUTH with a small metadata and no body.
+  // put; an unhashed body only when allowed; and, unless `authenticated`, only an AUTH
+  // with a small metadata and no body.  The checksum is checked once the metadata is
+  // whole when the body is unhashed (so the metadata is trusted before the body is read
+  // on its word), else at the end.
   // Errors: IOError "connection closed by peer" when the peer closed between frames,
   // IOError for a socket error or a frame cut short, Corruption for a frame refused
   // (the connection is then unusable: the stream is out of step).
@@ -99,6 +106,7 @@ class FrameReader {
   BodyPool::Buffer body_;
   uint64_t payload_got_ = 0;  // bytes of meta, then body, received
   std::optional<Hasher64> hasher_;
+  bool allow_unhashed_ = false;
 };
 
 }  // namespace kvengine

@@ -33,8 +33,9 @@ constexpr auto kSweepInterval = std::chrono::milliseconds(50);
 
 struct Conn {
   int fd = -1;
-  std::string address;  // the client's IP: the per-address cap's key
-  std::string peer;     // "ip:port" for messages
+  std::string address;    // the client's IP: the per-address cap's key
+  std::string peer;       // "ip:port" for messages
+  bool loopback = false;  // the client's address is a loopback one
   std::string nonce;
   bool authed = false;
   Deadline handshake_deadline = kNever;
@@ -45,13 +46,16 @@ struct Conn {
   Deadline deadline = kNever;
 };
 
-// The client's address alone and with its port, from an accepted socket.
-void PeerAddress(int fd, std::string* address, std::string* peer) {
+// The client's address alone and with its port, and whether it is a loopback one,
+// from an accepted socket.
+void PeerAddress(int fd, std::string* address, std::string* peer, bool* loopback) {
   sockaddr_storage addr;
   socklen_t len = sizeof(addr);
   char host[INET6_ADDRSTRLEN] = "?";
   uint16_t port = 0;
+  *loopback = false;
   if (getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    *loopback = IsLoopbackAddress(addr);
     if (addr.ss_family == AF_INET) {
       auto* a = reinterpret_cast<sockaddr_in*>(&addr);
       inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
@@ -187,7 +191,8 @@ class TcpServer final : public TransportServer {
       }
       auto* c = new Conn;
       c->fd = fd;
-      PeerAddress(fd, &c->address, &c->peer);
+      PeerAddress(fd, &c->address, &c->peer, &c->loopback);
+      c->frame.AllowUnhashedBodies(UnhashedBodiesAllowed(c));
       if (!AdmitAddress(c->address)) {
         RefuseOverCap(c->peer);
         close(fd);
@@ -353,6 +358,12 @@ class TcpServer final : public TransportServer {
     delete c;
   }
 
+  // Whether c may carry unhashed bodies: a loopback connection, unless the options
+  // want bodies hashed there too (docs/transport.md, "Checksums on loopback").
+  bool UnhashedBodiesAllowed(const Conn* c) const {
+    return c->loopback && !options_.hash_loopback_bodies;
+  }
+
   bool Reject(Conn* c, const std::string& why) {
     rejected_.fetch_add(1);
     Log(LogLevel::kWarn, "closing connection from " + c->peer + ": " + why);
@@ -381,10 +392,13 @@ class TcpServer final : public TransportServer {
     }
   }
 
-  bool Answer(Conn* c, uint8_t op, uint64_t id, const std::string& meta,
+  // Answers request h.  A request with an unhashed body (allowed only where the
+  // connection may send one) asks for an answer the same way.
+  bool Answer(Conn* c, const wire::FrameHeader& h, const std::string& meta,
               std::span<const Slice> body = {}) {
-    Status s = SendFrame(c->fd, op, wire::kFlagResponse, id, meta, body,
-                         DeadlineIn(options_.io_timeout_ms));
+    const uint16_t flags = wire::kFlagResponse | (h.flags & wire::kFlagBodyUnhashed);
+    Status s =
+        SendFrame(c->fd, h.op, flags, h.request_id, meta, body, DeadlineIn(options_.io_timeout_ms));
     if (!s.ok()) Log(LogLevel::kInfo, "answering " + c->peer + ": " + s.ToString());
     return s.ok();
   }
@@ -394,7 +408,7 @@ class TcpServer final : public TransportServer {
     std::string out;
     wire::PutBatchStatus(&out, s);
     wire::PutResults(&out, s.ok() ? results : std::vector<int64_t>());
-    return Answer(c, h.op, h.request_id, out);
+    return Answer(c, h, out);
   }
 
   bool Dispatch(Conn* c, const wire::FrameHeader& h, std::string_view meta, const char* body) {
@@ -422,12 +436,13 @@ class TcpServer final : public TransportServer {
           wire::PutBatchStatus(
               &out, Status::InvalidArgument("authentication refused",
                                             has_proof ? "wrong token" : "a token is required"));
-          Answer(c, h.op, h.request_id, out);
+          Answer(c, h, out);
           return false;
         }
         c->authed = true;
         wire::PutBatchStatus(&out, Status::OK());
-        return Answer(c, h.op, h.request_id, out);
+        if (UnhashedBodiesAllowed(c)) PutFixed32(&out, wire::kFeatureLoopbackUnhashed);
+        return Answer(c, h, out);
       }
       case wire::kGet:
         if (!get_keys(true)) return Reject(c, "undecodable get request");
@@ -479,7 +494,7 @@ class TcpServer final : public TransportServer {
         std::string out;
         wire::PutBatchStatus(&out, Status::OK());
         EncodeLocations(&out, results, locs);
-        return Answer(c, h.op, h.request_id, out);
+        return Answer(c, h, out);
       }
       case wire::kRelease: {
         uint32_t n;
@@ -504,7 +519,7 @@ class TcpServer final : public TransportServer {
         wire::PutBatchStatus(&out,
                              known ? Status::OK() : Status::NotFound("unknown property", name));
         PutLengthPrefixed(&out, known ? value : "");
-        return Answer(c, h.op, h.request_id, out);
+        return Answer(c, h, out);
       }
       case wire::kRdmaConnect: {
         std::string theirs, out;
@@ -512,7 +527,7 @@ class TcpServer final : public TransportServer {
                                          : Status::NotSupported("this server does not serve RDMA");
         wire::PutBatchStatus(&out, s);
         PutLengthPrefixed(&out, theirs);
-        return Answer(c, h.op, h.request_id, out);
+        return Answer(c, h, out);
       }
       case wire::kValueSize: {
         if (!get_keys(false)) return Reject(c, "undecodable value-size request");
@@ -534,7 +549,7 @@ class TcpServer final : public TransportServer {
         std::string out;
         wire::PutBatchStatus(
             &out, Status::NotSupported("this server does not know op " + std::to_string(h.op)));
-        return Answer(c, h.op, h.request_id, out);
+        return Answer(c, h, out);
       }
     }
   }
@@ -562,7 +577,7 @@ class TcpServer final : public TransportServer {
     std::string out;
     wire::PutBatchStatus(&out, s);
     PutFixed64(&out, s.ok() ? deleted : 0);
-    return Answer(c, h.op, h.request_id, out);
+    return Answer(c, h, out);
   }
 
   // Values held in memory go out straight from the arena (pinned while they are sent);
@@ -618,7 +633,7 @@ class TcpServer final : public TransportServer {
     std::string out;
     wire::PutBatchStatus(&out, Status::OK());
     wire::PutResults(&out, results);
-    return Answer(c, h.op, h.request_id, out, body);
+    return Answer(c, h, out, body);
   }
 
   // A mention's result: its value's size when it fits the mention's capacity.
@@ -648,7 +663,7 @@ class TcpServer final : public TransportServer {
                                                        std::to_string(wire::kMaxBodyLen) +
                                                        " bytes: split the batch"));
     wire::PutResults(&out, std::vector<int64_t>());
-    return Answer(c, h.op, h.request_id, out);
+    return Answer(c, h, out);
   }
 
   // Reads key's value (from a tier other than memory) into *buf when it fits `room`;

@@ -75,6 +75,10 @@ struct ServerOptions {
   uint64_t kept_body_bytes = 64ull << 20;
   // Worker threads.
   int workers = 8;
+  // Hash value bodies on loopback connections too.  Off: a client on a loopback
+  // connection may leave its frames' bodies out of their checksums, and is answered the
+  // same way (docs/transport.md, "Checksums on loopback").
+  bool hash_loopback_bodies = false;
   // Time to live of a one-sided read lease (read_validation.h).
   uint64_t lease_ttl_ms = 2000;
   std::function<void(LogLevel, const std::string&)> log;

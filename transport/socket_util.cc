@@ -98,6 +98,12 @@ bool IsLoopbackAddress(const sockaddr_storage& addr) {
   return false;
 }
 
+bool PeerIsLoopback(int fd) {
+  sockaddr_storage addr;
+  socklen_t len = sizeof(addr);
+  return getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0 && IsLoopbackAddress(addr);
+}
+
 void TuneSocket(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));

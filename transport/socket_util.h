@@ -32,6 +32,8 @@ inline Deadline DeadlineIn(uint64_t ms) {
 Status ResolveAll(const Endpoint& ep, std::vector<sockaddr_storage>* out);
 // True for 127.0.0.0/8, ::1 and ::ffff:127.0.0.0/104.
 bool IsLoopbackAddress(const sockaddr_storage& addr);
+// True when connected socket fd's peer address is a loopback one.
+bool PeerIsLoopback(int fd);
 
 // Connects a non-blocking TCP socket (TCP_NODELAY, large buffers) to `peer` by `deadline`.
 Status ConnectTcp(const Endpoint& peer, Deadline deadline, int* fd);

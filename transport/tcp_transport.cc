@@ -181,7 +181,10 @@ Status Discard(int fd, uint64_t n, Deadline deadline, Hasher64* hasher) {
 // wakes the others, so no thread is dedicated to a connection.
 class TcpConnection {
  public:
-  TcpConnection(int fd, uint64_t timeout_ms) : fd_(fd), timeout_ms_(timeout_ms) {}
+  // want_unhashed: leave bodies out of the checksums when the server offers it (set
+  // only for loopback connections).
+  TcpConnection(int fd, uint64_t timeout_ms, bool want_unhashed)
+      : fd_(fd), timeout_ms_(timeout_ms), want_unhashed_(want_unhashed) {}
   ~TcpConnection() { close(fd_); }
 
   // Reads the challenge, proves the token, reads the verdict.
@@ -225,6 +228,12 @@ class TcpConnection {
         if (!verdict.ok()) {
           return Status::InvalidArgument("peer refused authentication: " + verdict.message());
         }
+        // Servers built before features were offered send none.
+        uint32_t features = 0;
+        if (!in.empty() && !GetFixed32(&in, &features)) {
+          return Status::Corruption("malformed feature list");
+        }
+        unhashed_ = want_unhashed_ && (features & wire::kFeatureLoopbackUnhashed) != 0;
       }
     }
     return Status::OK();
@@ -259,7 +268,7 @@ class TcpConnection {
     Status s;
     {
       std::lock_guard<std::mutex> lock(write_mu_);
-      s = SendFrame(fd_, op, 0, id, meta, body, deadline);
+      s = SendFrame(fd_, op, unhashed_ ? wire::kFlagBodyUnhashed : 0, id, meta, body, deadline);
     }
     std::unique_lock<std::mutex> lock(mu_);
     if (!s.ok()) BreakLocked(s);
@@ -329,6 +338,10 @@ class TcpConnection {
     if (s.ok()) s = wire::FrameHeader::DecodeFrom(header, &h);
     if (!s.ok()) return s;
     if (!(h.flags & wire::kFlagResponse)) return Status::Corruption("peer sent a request");
+    const bool unhashed = (h.flags & wire::kFlagBodyUnhashed) != 0;
+    if (unhashed && !unhashed_) {
+      return Status::Corruption("peer sent an unhashed body on a connection that hashes them");
+    }
     Pending* p = nullptr;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -343,6 +356,11 @@ class TcpConnection {
     std::string meta(h.meta_len, '\0');
     iov = {{meta.data(), meta.size()}};
     s = ReadFully(fd_, &iov, frame_deadline, &hasher);
+    // An unhashed body's frame is checked now, before its metadata says where the body
+    // goes; a hashed one once the body is in.
+    if (s.ok() && unhashed && hasher.Digest() != h.checksum) {
+      s = Status::Corruption("response checksum mismatch");
+    }
     Status call_status;
     if (s.ok()) {
       iov.clear();
@@ -353,10 +371,11 @@ class TcpConnection {
       if (call_status.ok() && total != h.body_len) {
         call_status = Status::Corruption("response body does not match its metadata");
       }
-      s = call_status.ok() ? ReadFully(fd_, &iov, frame_deadline, &hasher)
-                           : Discard(fd_, h.body_len, frame_deadline, &hasher);
+      Hasher64* body_hasher = unhashed ? nullptr : &hasher;
+      s = call_status.ok() ? ReadFully(fd_, &iov, frame_deadline, body_hasher)
+                           : Discard(fd_, h.body_len, frame_deadline, body_hasher);
     }
-    if (s.ok() && hasher.Digest() != h.checksum) {
+    if (s.ok() && !unhashed && hasher.Digest() != h.checksum) {
       s = Status::Corruption("response checksum mismatch");
     }
     std::lock_guard<std::mutex> lock(mu_);
@@ -371,7 +390,9 @@ class TcpConnection {
 
   const int fd_;
   const uint64_t timeout_ms_;
-  std::mutex write_mu_;  // one frame written at a time
+  const bool want_unhashed_;
+  bool unhashed_ = false;  // bodies left out of checksums; set by Handshake, then fixed
+  std::mutex write_mu_;    // one frame written at a time
   std::mutex mu_;
   std::condition_variable cv_;
   uint64_t next_id_ = 1;                          // guarded by mu_
@@ -444,7 +465,8 @@ Status TcpTransport::Connection(const Endpoint& peer, std::shared_ptr<TcpConnect
   Status s = ConnectTcp(peer, deadline, &fd);
   std::shared_ptr<TcpConnection> c;
   if (s.ok()) {
-    c = std::make_shared<TcpConnection>(fd, options_.timeout_ms);
+    c = std::make_shared<TcpConnection>(fd, options_.timeout_ms,
+                                        !options_.hash_loopback_bodies && PeerIsLoopback(fd));
     s = c->Handshake(options_.auth_token, deadline);
   }
   if (!s.ok()) {

@@ -55,11 +55,19 @@ Status FrameHeader::DecodeFrom(const char* src, FrameHeader* out) {
   return Status::OK();
 }
 
+bool BodyUnhashed(const char* header) {
+  const uint16_t flags = static_cast<uint16_t>(static_cast<uint8_t>(header[6]) |
+                                               (static_cast<uint8_t>(header[7]) << 8));
+  return (flags & kFlagBodyUnhashed) != 0;
+}
+
 uint64_t FrameChecksum(const char* header, std::string_view meta, std::span<const Slice> body) {
   Hasher64 h;
   h.Update(header, 32);
   h.Update(meta.data(), meta.size());
-  for (const Slice& part : body) h.Update(part.data(), part.size());
+  if (!BodyUnhashed(header)) {
+    for (const Slice& part : body) h.Update(part.data(), part.size());
+  }
   return h.Digest();
 }
 

@@ -2,7 +2,8 @@
 //
 // A frame is a fixed 40-byte header, then `meta_len` bytes of metadata (the message:
 // keys, sizes, results), then `body_len` bytes of bulk value bytes.  The header's
-// checksum is XXH3-64 over header bytes [0, 32), the metadata and the body, so a torn or
+// checksum is XXH3-64 over header bytes [0, 32), the metadata and the body (the body
+// left out on loopback connections that agreed to it: kFlagBodyUnhashed), so a torn or
 // corrupted frame is told apart from a good one before anything it carries is trusted.
 #ifndef KVENGINE_TRANSPORT_WIRE_H_
 #define KVENGINE_TRANSPORT_WIRE_H_
@@ -66,6 +67,17 @@ enum MatchMode : uint8_t {
   kMatchRegex = 1,  // keys the ECMAScript pattern matches whole
 };
 inline constexpr uint16_t kFlagResponse = 1;
+// The frame's checksum covers the header and the metadata only; its body is not hashed.
+// Used only on loopback connections, where the body never leaves this host's memory
+// (docs/transport.md, "Checksums on loopback"): a client sets it on its requests when
+// the server offered kFeatureLoopbackUnhashed, and the server then answers with it.
+// A server refuses (closes) a connection that is not loopback sending it; a client
+// refuses an answer carrying it on a connection that did not ask for it.
+inline constexpr uint16_t kFlagBodyUnhashed = 2;
+
+// Features a server offers after the batch status of its AUTH answer (u32, bits below);
+// clients built before them ignore the trailing bytes.
+inline constexpr uint32_t kFeatureLoopbackUnhashed = 1;  // takes and answers kFlagBodyUnhashed
 
 struct FrameHeader {
   uint8_t op = 0;
@@ -82,8 +94,11 @@ struct FrameHeader {
 };
 
 // The checksum of a frame: header bytes [0, 32) (of a header encoded with any checksum),
-// then meta, then every body part in order.
+// then meta, then every body part in order -- unless the header's flags carry
+// kFlagBodyUnhashed, when the body is left out.
 uint64_t FrameChecksum(const char* header, std::string_view meta, std::span<const Slice> body);
+// True when the encoded header's flags say its body is not covered by the checksum.
+bool BodyUnhashed(const char* header);
 
 // ---------------------------------------------------------------- messages
 // Every response's metadata starts with the batch status: int32 code (0 OK, else the

@@ -317,6 +317,14 @@ struct Options {
   // Default: 128
   uint64_t peer_max_connections_per_address = 128;
 
+  // Hash value bodies in peer frames on loopback connections too, both as a client and
+  // serving.  Off: between processes of one host (loopback TCP) the frame checksum
+  // covers headers and metadata only, as value bytes there never leave this host's
+  // memory (docs/transport.md, "Checksums on loopback").  Frames to and from other
+  // hosts always hash their bodies.
+  // Default: false
+  bool peer_hash_loopback_bodies = false;
+
   // Copy a value read from a peer (read_through mode) into the local memory tier.
   // Default: true
   bool promote_from_peers = true;

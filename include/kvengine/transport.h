@@ -84,6 +84,14 @@ struct TransportOptions {
   uint64_t reconnect_backoff_min_ms = 50;
   uint64_t reconnect_backoff_max_ms = 1000;
 
+  // Hash value bodies on loopback connections too.  Off: where the server offers it, a
+  // loopback connection leaves bodies out of the frame checksum (headers and metadata
+  // stay checksummed): the bytes never leave this host's memory, as with a local get
+  // (docs/transport.md, "Checksums on loopback").  Connections to other hosts always
+  // hash bodies.
+  // Default: false
+  bool hash_loopback_bodies = false;
+
   // Where the transport writes its log lines (choices, reconnects).  Empty: stderr for
   // warnings and errors.
   std::function<void(LogLevel, const std::string&)> log;

@@ -255,15 +255,18 @@ def test_peer(binary, engines, kv_server):
     lines = {l.split()[0]: l for l in out.splitlines() if "micros/op" in l}
     for b in ("rawsocket", "peer_put", "peer_get"):
         check(b in lines and LINE.match(lines[b]), f"no db_bench line for {b}: {lines.get(b)!r}")
+    check(PEER_LINE.search(lines.get("rawsocket", "")), "rawsocket: no P50/P99 per round trip")
     for b in ("peer_put", "peer_get"):
         check(re.search(r"\([0-9.]+x rawsocket\)", lines.get(b, "")), f"{b}: no ratio printed")
         check(PEER_LINE.search(lines.get(b, "")), f"{b}: no P50/P99 printed")
     check(re.search(r"\((\d+) of \1 found\)", lines.get("peer_get", "")),
           f"peer_get did not find every key: {lines.get('peer_get')!r}")
     # JSON; peer_get alone writes the key space first; two threads with --duration (the
-    # raw stream's sender must stop when the benchmark does).
+    # raw servers must stop when the benchmark does).
     for extra, names in (([], ("rawsocket", "peer_put", "peer_get")),
                          (["--benchmarks=rawsocket,peer_get"], ("rawsocket", "peer_get")),
+                         (["--benchmarks=rawstream,rawsocket,peer_get"],
+                          ("rawstream", "rawsocket", "peer_get")),
                          (["--threads=2", "--duration=0.3"], ("rawsocket", "peer_put", "peer_get"))):
         rc, out, err = run(binary, PEER + ["--json"] + extra)
         check(rc == 0, f"peer json run {extra} exited {rc}: {err[-2000:]}")

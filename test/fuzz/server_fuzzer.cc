@@ -5,9 +5,10 @@
 // opens a connection, takes the challenge, and sends frames the input describes: an
 // authentication first (unless the input says not to), then up to six requests of any
 // op with metadata that is either well-formed (keys, sizes, lease ids, a pattern) or
-// raw bytes, and a body.  Each frame carries its true checksum unless the input asks for
-// a wrong one; lengths are the true ones, so the server never waits for bytes that will
-// not come.  The input then closes its side and reads whatever the server answers.
+// raw bytes, and a body.  Each frame carries its true checksum (over its body too, or
+// not: kFlagBodyUnhashed) unless the input asks for a wrong one; lengths are the true
+// ones, so the server never waits for bytes that will not come.  The input then closes
+// its side and reads whatever the server answers.
 // The wire target checks the decoders' results; this one reaches everything the server
 // does with them (sizes against the body, release lists, properties, regexes).
 #include <fuzzer/FuzzedDataProvider.h>
@@ -174,7 +175,21 @@ void AppendFrame(FuzzedDataProvider& in, uint8_t op, const std::string& meta,
                  const std::string& body, std::string* out) {
   wire::FrameHeader h;
   h.op = op;
-  h.flags = in.ConsumeIntegralInRange<int>(0, 15) == 0 ? wire::kFlagResponse : 0;
+  // Mostly a plain request; sometimes a response (refused), or a body left out of the
+  // checksum (allowed: the connection is loopback), or both.
+  switch (in.ConsumeIntegralInRange<int>(0, 15)) {
+    case 0:
+      h.flags = wire::kFlagResponse;
+      break;
+    case 1:
+      h.flags = wire::kFlagBodyUnhashed;
+      break;
+    case 2:
+      h.flags = wire::kFlagResponse | wire::kFlagBodyUnhashed;
+      break;
+    default:
+      h.flags = 0;
+  }
   h.request_id = in.ConsumeIntegral<uint8_t>();
   h.meta_len = static_cast<uint32_t>(meta.size());
   h.body_len = body.size();
