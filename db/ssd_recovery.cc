@@ -69,9 +69,7 @@ void SsdTier::LoadCheckpoint(const std::vector<uint64_t>& ids, std::vector<uint6
   covered->clear();
   if (!options_.ssd_map_checkpoint) return;
   MapCheckpoint::Contents cp;
-  uint64_t T0 = env_->NowMicros();
   Status s = MapCheckpoint::Read(base_env_, dir_, 2, &cp, &map_);
-  fprintf(stderr, "TIMING read %.3f\n", (env_->NowMicros() - T0) / 1e6); T0 = env_->NowMicros();
   if (s.IsNotFound()) return;
   std::string why = s.ok() ? "" : s.ToString();
   // Listed buckets that are gone (compacted or evicted after the checkpoint) lose their
@@ -138,7 +136,6 @@ void SsdTier::LoadCheckpoint(const std::vector<uint64_t>& ids, std::vector<uint6
     }
     covered->push_back(r.id);
   }
-  fprintf(stderr, "TIMING validate+buckets %.3f\n", (env_->NowMicros() - T0) / 1e6); T0 = env_->NowMicros();
   if (prune) {
     // Keys only in the buckets the table lists and the directory holds; the counts from
     // the map itself (a running DB's table counted them before its shards were copied).
@@ -168,7 +165,6 @@ void SsdTier::LoadCheckpoint(const std::vector<uint64_t>& ids, std::vector<uint6
       b->punched_value_bytes = std::min(b->punched_value_bytes, b->deleted_bytes);
     }
   }
-  fprintf(stderr, "TIMING recount %.3f\n", (env_->NowMicros() - T0) / 1e6); T0 = env_->NowMicros();
   next_bucket_id_ = std::max(next_bucket_id_, cp.next_bucket_id);
   recovered_max_version_ = std::max(recovered_max_version_, cp.max_version);
   checkpoint_on_disk_ = true;
@@ -316,9 +312,7 @@ Status SsdTier::Recover() {
   }
 
   std::vector<uint64_t> covered;
-  uint64_t T1 = env_->NowMicros();
   LoadCheckpoint(ids, &covered);
-  fprintf(stderr, "TIMING load total %.3f\n", (env_->NowMicros() - T1) / 1e6); T1 = env_->NowMicros();
   std::vector<uint64_t> rest;  // the buckets the checkpoint does not cover, read in full
   std::set_difference(ids.begin(), ids.end(), covered.begin(), covered.end(),
                       std::back_inserter(rest));
@@ -379,9 +373,7 @@ Status SsdTier::Recover() {
                   static_cast<unsigned long long>(report.damaged_bytes),
                   static_cast<unsigned long long>(report.damaged_stretches), copy.c_str());
   }
-  fprintf(stderr, "TIMING open rest+log %.3f\n", (env_->NowMicros() - T1) / 1e6); T1 = env_->NowMicros();
   ApplyTombstonesToCheckpoint(covered, records);
-  fprintf(stderr, "TIMING apply tombstones %.3f\n", (env_->NowMicros() - T1) / 1e6); T1 = env_->NowMicros();
   std::unordered_set<std::string> dead;
   for (const auto& r : records) {
     dead.insert(DeadKey(r.key, r.version));
@@ -445,7 +437,6 @@ Status SsdTier::Recover() {
   if (!s.ok()) return s;
   std::lock_guard<std::mutex> st(stats_mu_);
   stats_.recovered_keys = map_.size();
-  fprintf(stderr, "TIMING replay+end %.3f\n", (env_->NowMicros() - T1) / 1e6);
   stats_.torn_tombstone_bytes = report.torn_bytes;
   stats_.damaged_tombstone_bytes = report.damaged_bytes;
   return Status::OK();

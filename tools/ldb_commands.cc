@@ -16,7 +16,7 @@
 DEFINE_string(db, "", "The DB directory (required by every command but dump_bucket --file)");
 DEFINE_bool(read_only, false,
             "Offline commands: do not take the DB's LOCK (inspect a DB that a process has "
-            "open; nothing is ever modified either way). Refused by stats, compact and delete");
+            "open; nothing is ever modified either way). Refused by stats, peers, compact and delete");
 DEFINE_int64(bucket, -1, "dump_bucket: the id of the bucket to dump (bucket-NNNNNN.kvb)");
 DEFINE_string(file, "", "dump_bucket: the path of a bucket file to dump (no --db needed)");
 DEFINE_bool(values, false,
@@ -671,7 +671,7 @@ class VerifyCommand : public LdbCommand {
 
 // ---------------------------------------------------------------- online commands
 
-// Opens the DB with DB::Open for stats, compact and delete.
+// Opens the DB with DB::Open for stats, peers, compact and delete.
 class OnlineCommand : public LdbCommand {
  public:
   bool Online() const override { return true; }
@@ -737,6 +737,34 @@ class StatsCommand : public OnlineCommand {
     if (!db->GetProperty(property, &value)) {
       CloseDb(&db);
       return Fail(Name(), std::string("the DB has no property ") + property);
+    }
+    std::printf("%s%s", value.c_str(), value.ends_with('\n') ? "" : "\n");
+    return CloseDb(&db);
+  }
+};
+
+class PeersCommand : public OnlineCommand {
+ public:
+  const char* Name() const override { return "peers"; }
+  const char* Help() const override {
+    return "peers --db=DIR [--options=name=value,...]\n"
+           "  The DB's peers and cluster (the kvengine.peers property): transport, each\n"
+           "  member with its endpoint and state, and with a cluster its etcd endpoints,\n"
+           "  lease and the last revision seen. A DB a kv_server serves with\n"
+           "  --local_listen is attached to, so this shows the server's live view; an\n"
+           "  offline DB shows the view of the options given (e.g.\n"
+           "  --options=cluster=etcd://127.0.0.1:2379/kv for the members etcd lists).\n"
+           "  Exit code 1 when the DB has no peers configured.";
+  }
+  std::vector<std::string> Flags() const override { return {"options"}; }
+
+  int DoCommand(const std::vector<std::string>&) override {
+    std::unique_ptr<DB> db;
+    if (int rc = OpenDb(&db); rc != kExitOk) return rc;
+    std::string value;
+    if (!db->GetProperty("kvengine.peers", &value)) {
+      CloseDb(&db);
+      return Fail(Name(), "the DB has no peers (no peers, listen or cluster option)");
     }
     std::printf("%s%s", value.c_str(), value.ends_with('\n') ? "" : "\n");
     return CloseDb(&db);
@@ -810,6 +838,7 @@ std::vector<std::unique_ptr<LdbCommand>> AllCommands() {
   c.push_back(std::make_unique<TombstonesCommand>());
   c.push_back(std::make_unique<VerifyCommand>());
   c.push_back(std::make_unique<StatsCommand>());
+  c.push_back(std::make_unique<PeersCommand>());
   c.push_back(std::make_unique<CompactCommand>());
   c.push_back(std::make_unique<DeleteCommand>());
   return c;

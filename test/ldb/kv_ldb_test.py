@@ -399,6 +399,12 @@ def test_online(root):
         json.loads(out)
     except json.JSONDecodeError as e:
         check(False, f"stats --json is not JSON ({e}): {out}")
+    # peers: the kvengine.peers property; a DB without peers says so and exits 1.
+    rc, out, err = run(["peers", f"--db={db}", "--options=log_level=off"])
+    check(rc == 1 and "no peers" in err, f"peers without peers: rc {rc} {out} {err}")
+    rc, out, err = run(["peers", f"--db={db}", "--options=peers=127.0.0.1:9,log_level=off"])
+    check(rc == 0 and "member: 127.0.0.1:9" in out and "membership: static" in out,
+          f"peers: rc {rc} {out} {err}")
 
     rc, out, err = run(["list_buckets", f"--db={db}", "--json"])
     before = json.loads(out)
