@@ -182,10 +182,11 @@ struct Options {
   // compaction alone (logged once).
   // Default: true
   bool gc_punch_holes = true;
-  // Save the SSD tier's object map at Close (the SSDMAP file) and load it at Open
-  // instead of reading every bucket's index; a stale or damaged one is not used (see
-  // docs/ssd_tier.md).  False: every Open reads every bucket, and no SSDMAP is written
-  // (an old one is removed).  Default: true.
+  // Save the SSD tier's object map (the SSDMAP file: from the GC thread while the DB
+  // runs, and at Close) and load it at Open instead of reading every bucket's index,
+  // replaying only the buckets it does not cover; a stale or damaged one is not used
+  // (see docs/ssd_tier.md).  False: every Open reads every bucket, and no SSDMAP is
+  // written (an old one is removed).  Default: true.
   bool ssd_map_checkpoint = true;
   // With ssd_map_checkpoint, the GC thread writes a new checkpoint (while the DB runs)
   // once this many keys were written to bucket files since the one on disk: they are
