@@ -356,7 +356,10 @@ Status SsdTier::CompactGroup(const std::vector<std::shared_ptr<SsdBucket>>& olds
     std::vector<MutableSlice> dests(live.size());
     std::vector<uint64_t> offsets(live.size());
     for (size_t i = 0; i < live.size(); i++) {
-      builder->Reserve(live[i].size, &offsets[i]);
+      // Cannot fail: the image has room for every value's MaxSpace and a page.
+      if (!builder->Reserve(live[i].size, &offsets[i])) {
+        return give_up(Status::Corruption("GC: compaction image too small"));
+      }
       // The padded length keeps the read aligned: the source's padding is zeros too, and
       // at least as long (a unit of its format is never smaller than the current one).
       dests[i] = MutableSlice(builder->MutableData(offsets[i]),

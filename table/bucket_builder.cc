@@ -40,10 +40,10 @@ uint64_t BucketBuilder::MaxSpace(uint64_t size) {
 
 bool BucketBuilder::Fits(uint64_t size) const {
   const uint64_t start = NextOffset(size);
-  // The values region ends on a page, so the last value's page must fit whole.
-  return start <= image_.capacity() &&
-         RoundUpTo(PaddedValueSize(kBucketFormatVersion, size), kBucketAlignment) <=
-             image_.capacity() - start;
+  const uint64_t padded = PaddedValueSize(kBucketFormatVersion, size);
+  // The values region ends on a page, so the page the value ends in must fit whole.
+  return start <= image_.capacity() && padded <= image_.capacity() - start &&
+         RoundUpTo(start + padded, kBucketAlignment) <= image_.capacity();
 }
 
 bool BucketBuilder::Reserve(uint64_t size, uint64_t* offset) {

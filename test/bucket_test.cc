@@ -2,6 +2,7 @@
 // region detected as Corruption (never a crash, never wrong bytes).
 #include <filesystem>
 #include <fstream>
+#include <random>
 
 #include "db/tombstone_log.h"
 #include "gtest/gtest.h"
@@ -285,6 +286,39 @@ TEST_P(BucketTest, SmallValuesArePackedOn512ByteUnits) {
   for (size_t i = 0; i < sizes.size(); i++) {
     Status s = ReadEntry(env_, *r, r->entries()[i], &value);
     EXPECT_TRUE(s.ok() && value == values_[i]) << i << ": " << s.ToString();
+  }
+}
+
+// MaxSpace bounds what Reserve takes: an image of the header, a page and the values'
+// MaxSpace holds them all, whatever their order (the GC sizes its images so), and Fits
+// says exactly whether the next one fits.
+TEST(BucketPackingTest, ImagesSizedByMaxSpaceHoldTheirValues) {
+  std::mt19937_64 rng(5);
+  for (int round = 0; round < 200; round++) {
+    std::vector<uint64_t> sizes(1 + rng() % 40);
+    uint64_t capacity = kBucketHeaderSize + kBucketAlignment;
+    for (uint64_t& n : sizes) {
+      n = rng() % 3 == 0 ? 1 + rng() % 200000 : 1 + rng() % 5000;
+      capacity += BucketBuilder::MaxSpace(n);
+    }
+    std::unique_ptr<BucketBuilder> b;
+    ASSERT_TRUE(BucketBuilder::Create(1, capacity, 1, &b).ok());
+    for (uint64_t n : sizes) {
+      uint64_t offset = 0;
+      ASSERT_TRUE(b->Fits(n));
+      ASSERT_TRUE(b->Reserve(n, &offset)) << round;
+      EXPECT_EQ(offset % kValueUnit, 0u);
+      if (n >= kPageAlignedValueSize) EXPECT_EQ(offset % kBucketAlignment, 0u);
+    }
+    EXPECT_LE(b->values_end(), b->capacity());
+    // Fill to the brim: Fits agrees with Reserve to the last value.
+    while (b->Fits(700)) {
+      uint64_t offset = 0;
+      ASSERT_TRUE(b->Reserve(700, &offset));
+    }
+    uint64_t offset = 0;
+    EXPECT_FALSE(b->Reserve(700, &offset));
+    EXPECT_LE(b->values_end(), b->capacity());
   }
 }
 
