@@ -15,6 +15,7 @@
 #include "transport/wire.h"
 #include "util/buffers.h"
 #include "util/coding.h"
+#include "util/numa_arena.h"
 
 namespace kvengine {
 
@@ -221,7 +222,7 @@ Status AttachedDB::Open(Connection* conn) {
     close(arena_fd);
     return Status::OK();
   }
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, arena_fd, 0);
+  void* p = MapSharedAligned(arena_fd, size);  // the owner's huge pages map as such
   const int map_errno = errno;
   close(arena_fd);  // the mapping keeps the memory
   if (p == MAP_FAILED) {

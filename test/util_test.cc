@@ -1,4 +1,5 @@
 // Status, option parsing and the environment-variable configuration.
+#include <sys/mman.h>
 #include <xxhash.h>
 
 #include <atomic>
@@ -14,6 +15,7 @@
 #include "util/config_parse.h"
 #include "util/grace_period.h"
 #include "util/hash.h"
+#include "util/numa_arena.h"
 #include "util/worker_thread.h"
 
 namespace kvengine {
@@ -288,6 +290,30 @@ TEST(GracePeriodTest, WaitWithNoReadersReturnsAtOnce) {
   { GracePeriodReader r(&period); }
   period.Wait();
   period.Wait();
+}
+
+// A shared arena and a second mapping of its memfd (as an attached client maps it) are
+// 2 MiB-aligned, so huge pages -- given by MADV_COLLAPSE where the kernel allows, which
+// the backing reports -- map as such in both; the bytes are the same memory.
+TEST(NumaArenaTest, SharedArenaIsAlignedAndMapsTwice) {
+  NumaArena::Params params;
+  params.size = 8u << 20;
+  params.huge_pages = true;
+  params.shared = true;
+  std::unique_ptr<NumaArena> arena;
+  ASSERT_TRUE(NumaArena::Create(params, nullptr, &arena).ok());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(arena->base()) % (2u << 20), 0u);
+  const std::string backing = arena->backing();
+  EXPECT_TRUE(backing == "thp" || backing == "4k" || backing == "hugetlb") << backing;
+  void* p = MapSharedAligned(arena->fd(), arena->size());
+  ASSERT_NE(p, MAP_FAILED);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % (2u << 20), 0u);
+  char* other = static_cast<char*>(p);
+  for (size_t off = 0; off < arena->size(); off += 1 << 20) arena->base()[off] = 'a' + off % 26;
+  for (size_t off = 0; off < arena->size(); off += 1 << 20) {
+    EXPECT_EQ(other[off], static_cast<char>('a' + off % 26)) << off;
+  }
+  ::munmap(p, arena->size());
 }
 
 }  // namespace

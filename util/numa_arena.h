@@ -18,6 +18,10 @@ namespace kvengine {
 
 class Logger;
 
+// Maps `size` bytes of the file `fd` shared, read-write, at a 2 MiB-aligned address, so
+// that its huge pages, when it has them, map as such.  MAP_FAILED with errno on failure.
+void* MapSharedAligned(int fd, size_t size);
+
 class NumaArena {
  public:
   struct Params {
