@@ -9,7 +9,7 @@ constexpr int kInitialLog2 = 4;  // 16 slots: a shard of a small DB stays small
 }  // namespace
 
 KeyIndex::KeyIndex()
-    : slots_(new Slot[size_t{1} << kInitialLog2]()),
+    : slots_(NewZeroedHugeArray<Slot>(size_t{1} << kInitialLog2)),
       mask_((size_t{1} << kInitialLog2) - 1),
       shift_(64 - kInitialLog2) {}
 
@@ -47,8 +47,8 @@ void KeyIndex::Erase(uint64_t hash, const Item* item) {
 
 void KeyIndex::Grow() {
   const size_t old_capacity = mask_ + 1;
-  std::unique_ptr<Slot[]> old = std::move(slots_);
-  slots_.reset(new Slot[old_capacity * 2]());
+  HugeArray<Slot> old = std::move(slots_);
+  slots_ = NewZeroedHugeArray<Slot>(old_capacity * 2);
   mask_ = old_capacity * 2 - 1;
   shift_--;
   for (size_t i = 0; i < old_capacity; i++) {

@@ -22,6 +22,7 @@
 #include <string_view>
 
 #include "db/item.h"
+#include "util/huge_array.h"
 
 namespace kvengine {
 
@@ -75,7 +76,7 @@ class KeyIndex {
   size_t Home(uint64_t hash) const { return static_cast<size_t>(hash >> shift_); }
   void Grow();
 
-  std::unique_ptr<Slot[]> slots_;
+  HugeArray<Slot> slots_;
   size_t mask_ = 0;  // capacity - 1; the capacity is a power of two
   int shift_ = 0;    // 64 - log2(capacity)
   size_t size_ = 0;

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "table/bucket_format.h"
+#include "util/huge_array.h"
 #include "util/hash.h"
 
 namespace kvengine {
@@ -39,7 +40,7 @@ struct SsdIndex::Slot {
 
 struct SsdIndex::Shard {
   static_assert(sizeof(Slot) == kSlotBytes);
-  std::unique_ptr<Slot[]> slots;
+  HugeArray<Slot> slots;
   uint64_t capacity = 0;
   uint64_t count = 0;
 
@@ -100,12 +101,12 @@ struct SsdIndex::Shard {
   }
 
   void Resize(uint64_t new_capacity) {
-    std::unique_ptr<Slot[]> old = std::move(slots);
+    HugeArray<Slot> old = std::move(slots);
     const uint64_t old_capacity = capacity;
     capacity = new_capacity;
     count = 0;
     if (capacity == 0) return;                   // everything dropped
-    slots = std::make_unique<Slot[]>(capacity);  // zeroed: empty
+    slots = NewZeroedHugeArray<Slot>(capacity);  // zeroed: empty
     for (uint64_t i = 0; i < old_capacity; i++) {
       if (!old[i].empty()) InsertNew(old[i]);
     }
@@ -229,7 +230,7 @@ char* SsdIndex::ResetShard(size_t shard, uint64_t capacity) {
   Shard& s = shards_[shard];
   s.Resize(0);
   s.capacity = capacity;
-  s.slots = capacity == 0 ? nullptr : std::make_unique<Slot[]>(capacity);
+  s.slots = capacity == 0 ? nullptr : NewZeroedHugeArray<Slot>(capacity);
   return reinterpret_cast<char*>(s.slots.get());
 }
 

@@ -308,7 +308,9 @@ TEST(BucketPackingTest, ImagesSizedByMaxSpaceHoldTheirValues) {
       ASSERT_TRUE(b->Fits(n));
       ASSERT_TRUE(b->Reserve(n, &offset)) << round;
       EXPECT_EQ(offset % kValueUnit, 0u);
-      if (n >= kPageAlignedValueSize) EXPECT_EQ(offset % kBucketAlignment, 0u);
+      if (n >= kPageAlignedValueSize) {
+        EXPECT_EQ(offset % kBucketAlignment, 0u);
+      }
     }
     EXPECT_LE(b->values_end(), b->capacity());
     // Fill to the brim: Fits agrees with Reserve to the last value.
