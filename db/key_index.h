@@ -32,6 +32,8 @@ class KeyIndex {
   KeyIndex& operator=(const KeyIndex&) = delete;
 
   size_t size() const { return size_; }
+  // RAM of the slots (the table never shrinks: erased keys leave their slots empty).
+  size_t bytes() const { return (mask_ + 1) * sizeof(Slot); }
 
   // The item indexed under key (whose Hash64 is `hash`), or nullptr.
   Item* Find(std::string_view key, uint64_t hash) const {

@@ -49,12 +49,23 @@ MemoryTier::MemoryTier(const Options& options, Logger* logger, std::unique_ptr<N
           options.memory_capacity_bytes / options.memory_slab_size * options.memory_slab_size,
           options.memory_slab_size),
       version_source_(version_source),
-      shards_(options.index_shards) {}
+      shards_(options.index_shards) {
+  for (const Shard& shard : shards_) index_slot_bytes_.fetch_add(shard.index.bytes());
+}
 
 MemoryTier::~MemoryTier() = default;
 
 void MemoryTier::Unref(Item* item) {
   if (item->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) allocator_.Free(item);
+}
+
+void MemoryTier::IndexLocked(Shard& shard, uint64_t hash, Item* item) {
+  const size_t before = shard.index.bytes();
+  shard.index.Insert(hash, item);
+  index_slot_bytes_.fetch_add(shard.index.bytes() - before, std::memory_order_relaxed);
+  item->indexed = true;
+  items_.fetch_add(1, std::memory_order_relaxed);
+  value_bytes_.fetch_add(item->size, std::memory_order_relaxed);
 }
 
 void MemoryTier::UnindexLocked(Shard& shard, Item* item) {
@@ -170,7 +181,6 @@ Status MemoryTier::Commit(const Slice& key, Reservation* reservation, uint64_t* 
   reservation->item_ = nullptr;  // its reference is the index's from here on
   item->key.assign(key.data(), key.size());
   item->key_hash = Hash64(key.view());
-  const uint64_t size = item->size;
 
   Item* replaced = nullptr;
   {
@@ -179,10 +189,7 @@ Status MemoryTier::Commit(const Slice& key, Reservation* reservation, uint64_t* 
     item->version = version_source_->fetch_add(1, std::memory_order_relaxed) + 1;
     replaced = shard.index.Find(key.view(), item->key_hash);
     if (replaced != nullptr) UnindexLocked(shard, replaced);
-    shard.index.Insert(item->key_hash, item);
-    item->indexed = true;
-    items_.fetch_add(1, std::memory_order_relaxed);
-    value_bytes_.fetch_add(size, std::memory_order_relaxed);
+    IndexLocked(shard, item->key_hash, item);
     if (version != nullptr) *version = item->version;
     // Linked while the shard lock is held so a concurrent delete cannot free the item
     // before it is in the LRU.
@@ -314,10 +321,7 @@ bool MemoryTier::Insert(const Slice& key, std::span<const Slice> parts, uint64_t
     std::lock_guard<std::mutex> lock(shard.mu);
     if (shard.index.Find(key.view(), item->key_hash) == nullptr && still_valid()) {
       item->version = version;
-      shard.index.Insert(item->key_hash, item);
-      item->indexed = true;
-      items_.fetch_add(1, std::memory_order_relaxed);
-      value_bytes_.fetch_add(size, std::memory_order_relaxed);
+      IndexLocked(shard, item->key_hash, item);
       allocator_.Touch(item);
       return true;
     }
@@ -372,6 +376,8 @@ MemoryTier::Stats MemoryTier::GetStats() const {
   s.rejected_puts = rejected_puts_.load(std::memory_order_relaxed);
   s.lookup_hits = lookup_hits_.load(std::memory_order_relaxed);
   s.lookup_misses = lookup_misses_.load(std::memory_order_relaxed);
+  s.index_bytes =
+      allocator_.item_array_bytes() + index_slot_bytes_.load(std::memory_order_relaxed);
   return s;
 }
 

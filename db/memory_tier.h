@@ -55,6 +55,9 @@ class MemoryTier {
     uint64_t rejected_puts = 0;      // puts failed with NoSpace
     uint64_t lookup_hits = 0;        // Lookup() calls that found the key
     uint64_t lookup_misses = 0;      // Lookup() calls that did not
+    // RAM of the index, beside the keys' and the values' bytes: the slabs' item arrays
+    // and the index shards' slots.
+    uint64_t index_bytes = 0;
   };
 
   // A pinned value: its bytes stay valid and unchanged until the handle is released.
@@ -184,6 +187,8 @@ class MemoryTier {
   Item* AllocateWithEviction(uint64_t size, Status* status);
   void Evict(Item* victim);
   void Unref(Item* item);
+  // REQUIRES: shard.mu held; item's key not indexed.
+  void IndexLocked(Shard& shard, uint64_t hash, Item* item);
   // REQUIRES: shard.mu held; item indexed.
   void UnindexLocked(Shard& shard, Item* item);
 
@@ -203,6 +208,7 @@ class MemoryTier {
   std::atomic<uint64_t> rejected_puts_{0};
   std::atomic<uint64_t> lookup_hits_{0};
   std::atomic<uint64_t> lookup_misses_{0};
+  std::atomic<uint64_t> index_slot_bytes_{0};  // sum of the shards' KeyIndex::bytes()
 };
 
 }  // namespace kvengine

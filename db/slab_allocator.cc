@@ -30,6 +30,7 @@ struct SlabAllocator::Slab {
   uint32_t carved = 0;      // slots handed out at least once since the slab was assigned
   std::vector<uint32_t> free_slots;
   std::unique_ptr<Item[]> items;
+  uint32_t item_count = 0;  // length of items
   int64_t partial_pos = -1;  // index in its class's `partial`, or -1
   bool draining = false;     // being emptied: no new values go in
   uint64_t last_touch = 0;   // touch_clock_ at the last allocation or read
@@ -81,6 +82,11 @@ uint64_t SlabAllocator::allocated_bytes() const {
   return allocated_bytes_;
 }
 
+uint64_t SlabAllocator::item_array_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return item_array_bytes_;
+}
+
 uint64_t SlabAllocator::free_slab_count() const {
   std::lock_guard<std::mutex> lock(mu_);
   return free_slabs_;
@@ -114,6 +120,8 @@ Item* SlabAllocator::AllocateInClass(int cls) {
     Slab& fresh = slabs_[index];
     fresh.cls = cls;
     fresh.items.reset(new Item[c.slots_per_slab]);
+    fresh.item_count = c.slots_per_slab;
+    item_array_bytes_ += uint64_t{c.slots_per_slab} * sizeof(Item);
     fresh.live = fresh.carved = 0;
     fresh.draining = false;
     fresh.partial_pos = static_cast<int64_t>(c.partial.size());
@@ -165,6 +173,8 @@ Item* SlabAllocator::AllocateRun(uint64_t slab_count) {
   head.cls = run_class;
   head.run_length = slab_count;
   head.items.reset(new Item[1]);
+  head.item_count = 1;
+  item_array_bytes_ += sizeof(Item);
   head.live = 1;
   head.draining = false;
   head.last_touch = ++touch_clock_;
@@ -189,7 +199,9 @@ Item* SlabAllocator::AllocateRun(uint64_t slab_count) {
 void SlabAllocator::ReleaseSlab(uint32_t index) {
   Slab& slab = slabs_[index];
   slab.cls = kFreeSlab;
+  item_array_bytes_ -= uint64_t{slab.item_count} * sizeof(Item);
   slab.items.reset();
+  slab.item_count = 0;
   slab.free_slots.clear();
   slab.free_slots.shrink_to_fit();
   slab.live = slab.carved = 0;

@@ -57,6 +57,9 @@ class SlabAllocator {
   // Room handed out to values and room in slabs not owned by any class.
   uint64_t allocated_bytes() const;
   uint64_t free_slab_count() const;
+  // RAM of the item arrays of the slabs in use: a slab's array has one Item per slot
+  // whether or not the slot holds a value, and goes when the slab is empty.
+  uint64_t item_array_bytes() const;
   size_t num_classes() const { return class_sizes_.size(); }
 
  private:
@@ -87,6 +90,7 @@ class SlabAllocator {
   std::unique_ptr<SizeClass[]> classes_;
   uint64_t free_slabs_ = 0;
   uint64_t allocated_bytes_ = 0;
+  uint64_t item_array_bytes_ = 0;
   uint64_t touch_clock_ = 0;
   uint64_t scan_hint_ = 0;
 };
