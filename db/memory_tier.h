@@ -71,7 +71,7 @@ class MemoryTier {
       other.item_ = nullptr;
     }
     bool valid() const { return item_ != nullptr; }
-    Slice value() const { return Slice(item_->data, item_->size); }
+    Slice value() const { return Slice(tier_->allocator_.DataOf(item_), item_->size); }
     uint64_t version() const { return item_->version; }
     void Release();
 
@@ -104,7 +104,7 @@ class MemoryTier {
       return *this;
     }
     bool valid() const { return item_ != nullptr; }
-    char* data() const { return item_->data; }
+    char* data() const { return tier_->allocator_.DataOf(item_); }
     uint64_t size() const { return item_->size; }
     // Gives the room back (no-op when already committed or abandoned).
     void Abandon();
@@ -177,7 +177,7 @@ class MemoryTier {
  private:
   struct Shard {
     std::mutex mu;
-    KeyIndex index;  // by Item::key_hash
+    KeyIndex index;  // by Hash64 of the key
   };
 
   MemoryTier(const Options& options, Logger* logger, std::unique_ptr<NumaArena> arena,
@@ -187,10 +187,11 @@ class MemoryTier {
   Item* AllocateWithEviction(uint64_t size, Status* status);
   void Evict(Item* victim);
   void Unref(Item* item);
+  // `hash` is Hash64 of the item's key.
   // REQUIRES: shard.mu held; item's key not indexed.
   void IndexLocked(Shard& shard, uint64_t hash, Item* item);
   // REQUIRES: shard.mu held; item indexed.
-  void UnindexLocked(Shard& shard, Item* item);
+  void UnindexLocked(Shard& shard, uint64_t hash, Item* item);
 
   const Options options_;
   Logger* const logger_;

@@ -35,10 +35,15 @@ class SlabAllocator {
   SlabAllocator(const SlabAllocator&) = delete;
   SlabAllocator& operator=(const SlabAllocator&) = delete;
 
-  // Returns an item with room for `size` bytes (item->data, ->size_class, ->slab, ->slot
-  // set; refs 0; not in the LRU), or nullptr when there is no free room.
+  // Returns an item with room for `size` bytes (->size_class and ->slab set; refs 0; not
+  // in the LRU; DataOf() its room), or nullptr when there is no free room.
   Item* Allocate(uint64_t size);
-  // Returns the item's room.  REQUIRES: refs == 0 and no one else references the item.
+  // Where the item's value lives.  Lock-free: it reads only what is fixed while the
+  // item is allocated (its slab's item array, the class sizes).
+  // REQUIRES: the caller holds a reference to the item, or its reservation.
+  char* DataOf(const Item* item) const;
+  // Returns the item's room and drops its key.  REQUIRES: refs == 0 and no one else
+  // references the item.
   void Free(Item* item);
 
   // Puts the item at the hot end of its class's LRU, linking it if it is not there.
