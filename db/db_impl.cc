@@ -1247,8 +1247,8 @@ std::string DBImpl::StatsJson() const {
       << ",\"eviction_refusals\":" << m.eviction_refusals << ",\"lookup_hits\":" << m.lookup_hits
       << ",\"lookup_misses\":" << m.lookup_misses << ",\"index_bytes\":" << m.index_bytes
       << ",\"index_bytes_per_key\":" << (m.items == 0 ? 0 : m.index_bytes / m.items)
-      << "},\"misses\":" << counters_.misses.load()
-      << ",\"puts\":" << counters_.puts.load() << ",\"put_bytes\":" << counters_.put_bytes.load()
+      << "},\"misses\":" << counters_.misses.load() << ",\"puts\":" << counters_.puts.load()
+      << ",\"put_bytes\":" << counters_.put_bytes.load()
       << ",\"put_failures\":" << counters_.put_failures.load()
       << ",\"gets\":" << counters_.gets.load() << ",\"get_bytes\":" << counters_.get_bytes.load()
       << ",\"exists_queries\":" << counters_.exists_queries.load()

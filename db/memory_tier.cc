@@ -150,10 +150,9 @@ void MemoryTier::Reservation::Abandon() {
 Status MemoryTier::Reserve(uint64_t size, Reservation* reservation) {
   reservation->Abandon();
   if (size > allocator_.capacity() || size > Item::kMaxSize) {
-    return Status::InvalidArgument("value of " + FormatSize(size) +
-                                   " is larger than the memory tier (" +
-                                   FormatSize(std::min(allocator_.capacity(), Item::kMaxSize)) +
-                                   ")");
+    return Status::InvalidArgument(
+        "value of " + FormatSize(size) + " is larger than the memory tier (" +
+        FormatSize(std::min(allocator_.capacity(), Item::kMaxSize)) + ")");
   }
   Status s;
   Item* item = AllocateWithEviction(size, &s);
@@ -288,8 +287,8 @@ void MemoryTier::BatchContains(std::span<const Slice> keys, std::vector<uint8_t>
         const uint32_t i = order[g + j];
         if (candidates[j] == nullptr) continue;
         // Another key of the same hash (2^-64) is found by the full lookup.
-        (*found)[i] = candidates[j]->key() == view(i) ||
-                      shard.index.Find(view(i), hashes[i]) != nullptr;
+        (*found)[i] =
+            candidates[j]->key() == view(i) || shard.index.Find(view(i), hashes[i]) != nullptr;
       }
     }
   }
@@ -390,8 +389,7 @@ MemoryTier::Stats MemoryTier::GetStats() const {
   s.rejected_puts = rejected_puts_.load(std::memory_order_relaxed);
   s.lookup_hits = lookup_hits_.load(std::memory_order_relaxed);
   s.lookup_misses = lookup_misses_.load(std::memory_order_relaxed);
-  s.index_bytes =
-      allocator_.item_array_bytes() + index_slot_bytes_.load(std::memory_order_relaxed);
+  s.index_bytes = allocator_.item_array_bytes() + index_slot_bytes_.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -32,7 +32,7 @@ struct SlabAllocator::Slab {
   // Written under mu_ only while the slab holds no value, so DataOf may read it without
   // mu_ for an item it holds.
   std::unique_ptr<Item[]> items;
-  uint32_t item_count = 0;  // length of items
+  uint32_t item_count = 0;   // length of items
   int64_t partial_pos = -1;  // index in its class's `partial`, or -1
   bool draining = false;     // being emptied: no new values go in
   uint64_t last_touch = 0;   // touch_clock_ at the last allocation or read

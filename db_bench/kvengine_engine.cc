@@ -179,13 +179,12 @@ class KvengineEngine : public Engine {
     const uint64_t memory_keys = StatValue("memory.items");
     const uint64_t memory_bytes = StatValue("memory.index_bytes");
     char memory_line[160];
-    std::snprintf(memory_line, sizeof(memory_line),
-                  "memory index: %" PRIu64 " bytes of RAM for %" PRIu64
-                  " keys in memory (%.1f B/key)\n  ",
-                  memory_bytes, memory_keys,
-                  memory_keys == 0 ? 0.0
-                                   : static_cast<double>(memory_bytes) /
-                                         static_cast<double>(memory_keys));
+    std::snprintf(
+        memory_line, sizeof(memory_line),
+        "memory index: %" PRIu64 " bytes of RAM for %" PRIu64 " keys in memory (%.1f B/key)\n  ",
+        memory_bytes, memory_keys,
+        memory_keys == 0 ? 0.0
+                         : static_cast<double>(memory_bytes) / static_cast<double>(memory_keys));
     const uint64_t keys = StatValue("ssd.keys"), bytes = StatValue("ssd.index_bytes");
     char line[320];
     int n = std::snprintf(

@@ -351,8 +351,7 @@ TEST_F(DBTest, MemoryIndexBytesPerKey) {
   EXPECT_GE(full, uint64_t{kKeys} * sizeof(Item));
   std::string json;
   ASSERT_TRUE(db_->GetProperty("kvengine.stats.json", &json));
-  EXPECT_NE(json.find("\"index_bytes\":" + std::to_string(full) + ","), std::string::npos)
-      << json;
+  EXPECT_NE(json.find("\"index_bytes\":" + std::to_string(full) + ","), std::string::npos) << json;
 
   // Deleting every other key empties no slab: the item arrays stay (they go a slab at a
   // time) and so do the index slots (the table never shrinks), so the bytes stay and
