@@ -1175,6 +1175,8 @@ std::string DBImpl::StatsText() const {
       << "memory.eviction_refusals: " << m.eviction_refusals << "\n"
       << "memory.lookup_hits: " << m.lookup_hits << "\n"
       << "memory.lookup_misses: " << m.lookup_misses << "\n"
+      << "memory.index_bytes: " << m.index_bytes << "\n"
+      << "memory.index_bytes_per_key: " << (m.items == 0 ? 0 : m.index_bytes / m.items) << "\n"
       << "misses: " << counters_.misses.load() << "\n"
       << "puts: " << counters_.puts.load() << "\n"
       << "put_bytes: " << counters_.put_bytes.load() << "\n"
@@ -1243,8 +1245,10 @@ std::string DBImpl::StatsJson() const {
       << ",\"hits\":" << counters_.memory_hits.load() << ",\"evictions\":" << m.evictions
       << ",\"evicted_bytes\":" << m.evicted_bytes << ",\"rejected_puts\":" << m.rejected_puts
       << ",\"eviction_refusals\":" << m.eviction_refusals << ",\"lookup_hits\":" << m.lookup_hits
-      << ",\"lookup_misses\":" << m.lookup_misses << "},\"misses\":" << counters_.misses.load()
-      << ",\"puts\":" << counters_.puts.load() << ",\"put_bytes\":" << counters_.put_bytes.load()
+      << ",\"lookup_misses\":" << m.lookup_misses << ",\"index_bytes\":" << m.index_bytes
+      << ",\"index_bytes_per_key\":" << (m.items == 0 ? 0 : m.index_bytes / m.items)
+      << "},\"misses\":" << counters_.misses.load() << ",\"puts\":" << counters_.puts.load()
+      << ",\"put_bytes\":" << counters_.put_bytes.load()
       << ",\"put_failures\":" << counters_.put_failures.load()
       << ",\"gets\":" << counters_.gets.load() << ",\"get_bytes\":" << counters_.get_bytes.load()
       << ",\"exists_queries\":" << counters_.exists_queries.load()

@@ -71,6 +71,9 @@ std::string DBImpl::StatsPrometheus() const {
            "Memory tier index lookups that found the key.", m.lookup_hits);
   e.Metric("kvengine_memory_lookup_misses_total", "counter",
            "Memory tier index lookups that did not find the key.", m.lookup_misses);
+  e.Metric("kvengine_memory_index_bytes", "gauge",
+           "RAM of the memory tier's index beside keys and values (item arrays, index slots).",
+           m.index_bytes);
 
   e.Header("kvengine_tier_hits_total", "counter", "Reads (Get, GetInto, batch) served per tier.");
   e.Sample("kvengine_tier_hits_total", "{tier=\"memory\"}",

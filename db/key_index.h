@@ -10,7 +10,8 @@
 //
 // The caller hashes the key (Hash64) once; the low bits choose the shard (MemoryTier),
 // the high bits the home slot here, so the two do not correlate.  Keys are those of the
-// items (Item::key), which stay put while indexed, as before.
+// items (Item::key()), which stay put while indexed, as before.  The slot is the only
+// place the hash is kept (an Item has no room for it).
 //
 // Thread-safety: none; the shard's mutex guards it.
 #ifndef KVENGINE_DB_KEY_INDEX_H_
@@ -33,13 +34,23 @@ class KeyIndex {
   KeyIndex& operator=(const KeyIndex&) = delete;
 
   size_t size() const { return size_; }
+  // RAM of the slots (the table never shrinks: erased keys leave their slots empty).
+  size_t bytes() const { return (mask_ + 1) * sizeof(Slot); }
 
   // The item indexed under key (whose Hash64 is `hash`), or nullptr.
   Item* Find(std::string_view key, uint64_t hash) const {
     for (size_t i = Home(hash);; i = (i + 1) & mask_) {
       const Slot& s = slots_[i];
       if (s.item == nullptr) return nullptr;
-      if (s.hash == hash && std::string_view(s.item->key) == key) return s.item;
+      if (s.hash == hash && s.item->key() == key) return s.item;
+    }
+  }
+  // Whether item is indexed under `hash` (no key comparison: the item is known).
+  bool Contains(uint64_t hash, const Item* item) const {
+    for (size_t i = Home(hash);; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (s.item == nullptr) return false;
+      if (s.item == item) return true;
     }
   }
   // Asks the CPU to bring the home slot of `hash` into cache (a batch's first stage).
@@ -59,11 +70,11 @@ class KeyIndex {
   // Removes item, which must be indexed under `hash`.
   void Erase(uint64_t hash, const Item* item);
 
-  // Calls fn(item) for every item.  fn must not change the index.
+  // Calls fn(item, hash) for every item.  fn must not change the index.
   template <typename Fn>
   void ForEach(Fn&& fn) const {
     for (size_t i = 0; i <= mask_; i++) {
-      if (slots_[i].item != nullptr) fn(slots_[i].item);
+      if (slots_[i].item != nullptr) fn(slots_[i].item, slots_[i].hash);
     }
   }
 

@@ -1,7 +1,10 @@
 #include "db/memory_tier.h"
 
+#include <algorithm>
 #include <cstring>
+#include <string>
 #include <thread>
+#include <utility>
 
 #include "util/config_parse.h"
 #include "util/hash.h"
@@ -49,7 +52,9 @@ MemoryTier::MemoryTier(const Options& options, Logger* logger, std::unique_ptr<N
           options.memory_capacity_bytes / options.memory_slab_size * options.memory_slab_size,
           options.memory_slab_size),
       version_source_(version_source),
-      shards_(options.index_shards) {}
+      shards_(options.index_shards) {
+  for (const Shard& shard : shards_) index_slot_bytes_.fetch_add(shard.index.bytes());
+}
 
 MemoryTier::~MemoryTier() = default;
 
@@ -57,9 +62,16 @@ void MemoryTier::Unref(Item* item) {
   if (item->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) allocator_.Free(item);
 }
 
-void MemoryTier::UnindexLocked(Shard& shard, Item* item) {
-  shard.index.Erase(item->key_hash, item);
-  item->indexed = false;
+void MemoryTier::IndexLocked(Shard& shard, uint64_t hash, Item* item) {
+  const size_t before = shard.index.bytes();
+  shard.index.Insert(hash, item);
+  index_slot_bytes_.fetch_add(shard.index.bytes() - before, std::memory_order_relaxed);
+  items_.fetch_add(1, std::memory_order_relaxed);
+  value_bytes_.fetch_add(item->size, std::memory_order_relaxed);
+}
+
+void MemoryTier::UnindexLocked(Shard& shard, uint64_t hash, Item* item) {
+  shard.index.Erase(hash, item);
   items_.fetch_sub(1, std::memory_order_relaxed);
   value_bytes_.fetch_sub(item->size, std::memory_order_relaxed);
 }
@@ -92,15 +104,20 @@ Item* MemoryTier::AllocateWithEviction(uint64_t size, Status* status) {
 
 void MemoryTier::Evict(Item* victim) {
   PerfPoint perf(PerfKey::memory_evict);
-  Shard& shard = ShardFor(victim->key_hash);
+  // The item keeps no hash (db/item.h): hashing the key again costs far less than the
+  // eviction's other work.  The pin keeps the key's bytes in place.
+  const std::string_view key = victim->key();
+  const uint64_t hash = Hash64(key);
+  Shard& shard = ShardFor(hash);
   if (eviction_handler_ != nullptr) {
     bool indexed;
     {
       std::lock_guard<std::mutex> lock(shard.mu);
-      indexed = victim->indexed;
+      indexed = shard.index.Contains(hash, victim);
     }
-    if (indexed && !eviction_handler_->OnEvict(
-                       Slice(victim->key), Slice(victim->data, victim->size), victim->version)) {
+    if (indexed && !eviction_handler_->OnEvict(Slice(key.data(), key.size()),
+                                               Slice(allocator_.DataOf(victim), victim->size),
+                                               victim->version)) {
       eviction_refusals_.fetch_add(1, std::memory_order_relaxed);
       allocator_.Touch(victim);  // keep it, and look elsewhere next time
       Unref(victim);
@@ -110,8 +127,8 @@ void MemoryTier::Evict(Item* victim) {
   bool dropped = false;
   {
     std::lock_guard<std::mutex> lock(shard.mu);
-    if (victim->indexed) {
-      UnindexLocked(shard, victim);
+    if (shard.index.Contains(hash, victim)) {
+      UnindexLocked(shard, hash, victim);
       dropped = true;
     }
   }
@@ -132,10 +149,10 @@ void MemoryTier::Reservation::Abandon() {
 
 Status MemoryTier::Reserve(uint64_t size, Reservation* reservation) {
   reservation->Abandon();
-  if (size > allocator_.capacity()) {
-    return Status::InvalidArgument("value of " + FormatSize(size) +
-                                   " is larger than the memory tier (" +
-                                   FormatSize(allocator_.capacity()) + ")");
+  if (size > allocator_.capacity() || size > Item::kMaxSize) {
+    return Status::InvalidArgument(
+        "value of " + FormatSize(size) + " is larger than the memory tier (" +
+        FormatSize(std::min(allocator_.capacity(), Item::kMaxSize)) + ")");
   }
   Status s;
   Item* item = AllocateWithEviction(size, &s);
@@ -166,23 +183,23 @@ Status MemoryTier::Put(const Slice& key, std::span<const Slice> parts, uint64_t 
 Status MemoryTier::Commit(const Slice& key, Reservation* reservation, uint64_t* version,
                           const VersionHook& published) {
   if (!reservation->valid()) return Status::InvalidArgument("commit of an empty reservation");
+  if (key.size() > Item::kMaxKeySize) {
+    return Status::InvalidArgument("key of " + std::to_string(key.size()) +
+                                   " bytes is longer than the memory tier holds");
+  }
   Item* item = reservation->item_;
   reservation->item_ = nullptr;  // its reference is the index's from here on
-  item->key.assign(key.data(), key.size());
-  item->key_hash = Hash64(key.view());
-  const uint64_t size = item->size;
+  item->SetKey(key.view());
+  const uint64_t hash = Hash64(key.view());
 
   Item* replaced = nullptr;
   {
-    Shard& shard = ShardFor(item->key_hash);
+    Shard& shard = ShardFor(hash);
     std::lock_guard<std::mutex> lock(shard.mu);
     item->version = version_source_->fetch_add(1, std::memory_order_relaxed) + 1;
-    replaced = shard.index.Find(key.view(), item->key_hash);
-    if (replaced != nullptr) UnindexLocked(shard, replaced);
-    shard.index.Insert(item->key_hash, item);
-    item->indexed = true;
-    items_.fetch_add(1, std::memory_order_relaxed);
-    value_bytes_.fetch_add(size, std::memory_order_relaxed);
+    replaced = shard.index.Find(key.view(), hash);
+    if (replaced != nullptr) UnindexLocked(shard, hash, replaced);  // the same key: the same hash
+    IndexLocked(shard, hash, item);
     if (version != nullptr) *version = item->version;
     // Linked while the shard lock is held so a concurrent delete cannot free the item
     // before it is in the LRU.
@@ -264,14 +281,14 @@ void MemoryTier::BatchContains(std::span<const Slice> keys, std::vector<uint8_t>
         if (candidates[j] != nullptr) __builtin_prefetch(candidates[j]);
       }
       for (size_t j = 0; j < m; j++) {
-        if (candidates[j] != nullptr) __builtin_prefetch(candidates[j]->key.data());
+        if (candidates[j] != nullptr) __builtin_prefetch(candidates[j]->key_data.get());
       }
       for (size_t j = 0; j < m; j++) {
         const uint32_t i = order[g + j];
         if (candidates[j] == nullptr) continue;
         // Another key of the same hash (2^-64) is found by the full lookup.
-        (*found)[i] = std::string_view(candidates[j]->key) == view(i) ||
-                      shard.index.Find(view(i), hashes[i]) != nullptr;
+        (*found)[i] =
+            candidates[j]->key() == view(i) || shard.index.Find(view(i), hashes[i]) != nullptr;
       }
     }
   }
@@ -286,7 +303,7 @@ bool MemoryTier::Erase(const Slice& key, const CheckHook& also) {
   {
     std::lock_guard<std::mutex> lock(shard.mu);
     item = shard.index.Find(key.view(), hash);
-    if (item != nullptr) UnindexLocked(shard, item);
+    if (item != nullptr) UnindexLocked(shard, hash, item);
     if (also) found_elsewhere = also();
   }
   if (item == nullptr) return found_elsewhere;
@@ -296,28 +313,27 @@ bool MemoryTier::Erase(const Slice& key, const CheckHook& also) {
 
 bool MemoryTier::Insert(const Slice& key, std::span<const Slice> parts, uint64_t size,
                         uint64_t version, const CheckHook& still_valid) {
-  if (size > allocator_.capacity()) return false;
+  if (size > allocator_.capacity() || size > Item::kMaxSize || key.size() > Item::kMaxKeySize) {
+    return false;
+  }
   Status ignored;
   Item* item = AllocateWithEviction(size, &ignored);
   if (item == nullptr) return false;  // no room: the value stays where it is
-  char* dst = item->data;
+  char* dst = allocator_.DataOf(item);
   for (const Slice& part : parts) {
     if (part.size() != 0) std::memcpy(dst, part.data(), part.size());
     dst += part.size();
   }
-  item->key.assign(key.data(), key.size());
-  item->key_hash = Hash64(key.view());
+  item->SetKey(key.view());
+  const uint64_t hash = Hash64(key.view());
   item->size = size;
   item->refs.store(1, std::memory_order_relaxed);
   {
-    Shard& shard = ShardFor(item->key_hash);
+    Shard& shard = ShardFor(hash);
     std::lock_guard<std::mutex> lock(shard.mu);
-    if (shard.index.Find(key.view(), item->key_hash) == nullptr && still_valid()) {
+    if (shard.index.Find(key.view(), hash) == nullptr && still_valid()) {
       item->version = version;
-      shard.index.Insert(item->key_hash, item);
-      item->indexed = true;
-      items_.fetch_add(1, std::memory_order_relaxed);
-      value_bytes_.fetch_add(size, std::memory_order_relaxed);
+      IndexLocked(shard, hash, item);
       allocator_.Touch(item);
       return true;
     }
@@ -337,17 +353,17 @@ void MemoryTier::WithKeyLocked(const Slice& key, const std::function<void(uint64
 uint64_t MemoryTier::EraseIf(const std::function<bool(std::string_view)>& pred) {
   PerfPoint perf(PerfKey::memory_erase_if);
   uint64_t erased = 0;
-  std::vector<Item*> doomed;
+  std::vector<std::pair<Item*, uint64_t>> doomed;  // item, hash
   for (Shard& shard : shards_) {
     doomed.clear();
     {
       std::lock_guard<std::mutex> lock(shard.mu);
-      shard.index.ForEach([&](Item* item) {
-        if (pred(item->key)) doomed.push_back(item);
+      shard.index.ForEach([&](Item* item, uint64_t hash) {
+        if (pred(item->key())) doomed.emplace_back(item, hash);
       });
-      for (Item* item : doomed) UnindexLocked(shard, item);
+      for (const auto& [item, hash] : doomed) UnindexLocked(shard, hash, item);
     }
-    for (Item* item : doomed) Unref(item);
+    for (const auto& [item, hash] : doomed) Unref(item);
     erased += doomed.size();
   }
   return erased;
@@ -356,7 +372,8 @@ uint64_t MemoryTier::EraseIf(const std::function<bool(std::string_view)>& pred) 
 void MemoryTier::ForEach(const std::function<void(std::string_view, uint64_t, uint64_t)>& fn) {
   for (Shard& shard : shards_) {
     std::lock_guard<std::mutex> lock(shard.mu);
-    shard.index.ForEach([&](const Item* item) { fn(item->key, item->size, item->version); });
+    shard.index.ForEach(
+        [&](const Item* item, uint64_t) { fn(item->key(), item->size, item->version); });
   }
 }
 
@@ -372,6 +389,7 @@ MemoryTier::Stats MemoryTier::GetStats() const {
   s.rejected_puts = rejected_puts_.load(std::memory_order_relaxed);
   s.lookup_hits = lookup_hits_.load(std::memory_order_relaxed);
   s.lookup_misses = lookup_misses_.load(std::memory_order_relaxed);
+  s.index_bytes = allocator_.item_array_bytes() + index_slot_bytes_.load(std::memory_order_relaxed);
   return s;
 }
 

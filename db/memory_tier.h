@@ -55,6 +55,9 @@ class MemoryTier {
     uint64_t rejected_puts = 0;      // puts failed with NoSpace
     uint64_t lookup_hits = 0;        // Lookup() calls that found the key
     uint64_t lookup_misses = 0;      // Lookup() calls that did not
+    // RAM of the index, beside the keys' and the values' bytes: the slabs' item arrays
+    // and the index shards' slots.
+    uint64_t index_bytes = 0;
   };
 
   // A pinned value: its bytes stay valid and unchanged until the handle is released.
@@ -68,7 +71,7 @@ class MemoryTier {
       other.item_ = nullptr;
     }
     bool valid() const { return item_ != nullptr; }
-    Slice value() const { return Slice(item_->data, item_->size); }
+    Slice value() const { return Slice(tier_->allocator_.DataOf(item_), item_->size); }
     uint64_t version() const { return item_->version; }
     void Release();
 
@@ -101,7 +104,7 @@ class MemoryTier {
       return *this;
     }
     bool valid() const { return item_ != nullptr; }
-    char* data() const { return item_->data; }
+    char* data() const { return tier_->allocator_.DataOf(item_); }
     uint64_t size() const { return item_->size; }
     // Gives the room back (no-op when already committed or abandoned).
     void Abandon();
@@ -174,7 +177,7 @@ class MemoryTier {
  private:
   struct Shard {
     std::mutex mu;
-    KeyIndex index;  // by Item::key_hash
+    KeyIndex index;  // by Hash64 of the key
   };
 
   MemoryTier(const Options& options, Logger* logger, std::unique_ptr<NumaArena> arena,
@@ -184,8 +187,11 @@ class MemoryTier {
   Item* AllocateWithEviction(uint64_t size, Status* status);
   void Evict(Item* victim);
   void Unref(Item* item);
+  // `hash` is Hash64 of the item's key.
+  // REQUIRES: shard.mu held; item's key not indexed.
+  void IndexLocked(Shard& shard, uint64_t hash, Item* item);
   // REQUIRES: shard.mu held; item indexed.
-  void UnindexLocked(Shard& shard, Item* item);
+  void UnindexLocked(Shard& shard, uint64_t hash, Item* item);
 
   const Options options_;
   Logger* const logger_;
@@ -203,6 +209,7 @@ class MemoryTier {
   std::atomic<uint64_t> rejected_puts_{0};
   std::atomic<uint64_t> lookup_hits_{0};
   std::atomic<uint64_t> lookup_misses_{0};
+  std::atomic<uint64_t> index_slot_bytes_{0};  // sum of the shards' KeyIndex::bytes()
 };
 
 }  // namespace kvengine

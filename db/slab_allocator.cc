@@ -29,7 +29,10 @@ struct SlabAllocator::Slab {
   uint32_t live = 0;        // slots handed out
   uint32_t carved = 0;      // slots handed out at least once since the slab was assigned
   std::vector<uint32_t> free_slots;
+  // Written under mu_ only while the slab holds no value, so DataOf may read it without
+  // mu_ for an item it holds.
   std::unique_ptr<Item[]> items;
+  uint32_t item_count = 0;   // length of items
   int64_t partial_pos = -1;  // index in its class's `partial`, or -1
   bool draining = false;     // being emptied: no new values go in
   uint64_t last_touch = 0;   // touch_clock_ at the last allocation or read
@@ -37,6 +40,7 @@ struct SlabAllocator::Slab {
 
 SlabAllocator::SlabAllocator(char* base, uint64_t capacity, uint64_t slab_size)
     : base_(base), slab_size_(slab_size), num_slabs_(capacity / slab_size) {
+  assert(num_slabs_ <= Item::kMaxSlabs);  // Options::Validate: at most 16M slabs
   // Geometric classes (x1.25) for a bounded waste, plus every power of two because
   // KV-cache blocks usually are one.
   std::vector<uint64_t> sizes;
@@ -51,6 +55,8 @@ SlabAllocator::SlabAllocator(char* base, uint64_t capacity, uint64_t slab_size)
   std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
   class_sizes_ = sizes;
+  // 83 classes with 1 GiB slabs, the largest Options::Validate allows; +1: runs.
+  assert(class_sizes_.size() + 1 <= Item::kMaxClasses);
 
   classes_.reset(new SizeClass[class_sizes_.size() + 1]);  // the last: the class of runs
   for (size_t i = 0; i <= class_sizes_.size(); i++) {
@@ -79,6 +85,11 @@ uint64_t SlabAllocator::AllocationSize(uint64_t size) const {
 uint64_t SlabAllocator::allocated_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return allocated_bytes_;
+}
+
+uint64_t SlabAllocator::item_array_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return item_array_bytes_;
 }
 
 uint64_t SlabAllocator::free_slab_count() const {
@@ -114,6 +125,8 @@ Item* SlabAllocator::AllocateInClass(int cls) {
     Slab& fresh = slabs_[index];
     fresh.cls = cls;
     fresh.items.reset(new Item[c.slots_per_slab]);
+    fresh.item_count = c.slots_per_slab;
+    item_array_bytes_ += uint64_t{c.slots_per_slab} * sizeof(Item);
     fresh.live = fresh.carved = 0;
     fresh.draining = false;
     fresh.partial_pos = static_cast<int64_t>(c.partial.size());
@@ -137,13 +150,9 @@ Item* SlabAllocator::AllocateInClass(int cls) {
   allocated_bytes_ += c.size;
 
   Item* item = &slab.items[slot];
-  item->data = base_ + static_cast<uint64_t>(slab_index) * slab_size_ + slot * c.size;
   item->slab = slab_index;
-  item->slot = slot;
-  item->size_class = static_cast<uint16_t>(cls);
+  item->size_class = static_cast<uint32_t>(cls);
   item->refs.store(0, std::memory_order_relaxed);
-  item->indexed = false;
-  item->in_lru = false;
   return item;
 }
 
@@ -165,6 +174,8 @@ Item* SlabAllocator::AllocateRun(uint64_t slab_count) {
   head.cls = run_class;
   head.run_length = slab_count;
   head.items.reset(new Item[1]);
+  head.item_count = 1;
+  item_array_bytes_ += sizeof(Item);
   head.live = 1;
   head.draining = false;
   head.last_touch = ++touch_clock_;
@@ -176,20 +187,18 @@ Item* SlabAllocator::AllocateRun(uint64_t slab_count) {
   allocated_bytes_ += slab_count * slab_size_;
 
   Item* item = &head.items[0];
-  item->data = base_ + run_start * slab_size_;
   item->slab = static_cast<uint32_t>(run_start);
-  item->slot = 0;
-  item->size_class = static_cast<uint16_t>(run_class);
+  item->size_class = static_cast<uint32_t>(run_class);
   item->refs.store(0, std::memory_order_relaxed);
-  item->indexed = false;
-  item->in_lru = false;
   return item;
 }
 
 void SlabAllocator::ReleaseSlab(uint32_t index) {
   Slab& slab = slabs_[index];
   slab.cls = kFreeSlab;
+  item_array_bytes_ -= uint64_t{slab.item_count} * sizeof(Item);
   slab.items.reset();
+  slab.item_count = 0;
   slab.free_slots.clear();
   slab.free_slots.shrink_to_fit();
   slab.live = slab.carved = 0;
@@ -199,18 +208,26 @@ void SlabAllocator::ReleaseSlab(uint32_t index) {
   free_slabs_++;
 }
 
+char* SlabAllocator::DataOf(const Item* item) const {
+  char* slab_base = base_ + static_cast<uint64_t>(item->slab) * slab_size_;
+  if (item->size_class == class_sizes_.size()) return slab_base;  // a run: slot 0
+  const uint64_t slot = static_cast<uint64_t>(item - slabs_[item->slab].items.get());
+  return slab_base + slot * class_sizes_[item->size_class];
+}
+
 void SlabAllocator::Unlink(Item* item) {
-  if (!item->in_lru) return;
+  if (!item->in_lru()) return;
   item->lru_prev->lru_next = item->lru_next;
   item->lru_next->lru_prev = item->lru_prev;
   item->lru_prev = item->lru_next = nullptr;
-  item->in_lru = false;
 }
 
 void SlabAllocator::Free(Item* item) {
   std::lock_guard<std::mutex> lock(mu_);
   assert(item->refs.load() == 0);
   Unlink(item);
+  item->key_data.reset();
+  item->key_size = 0;
   const uint32_t index = item->slab;
   Slab& slab = slabs_[index];
   if (slab.cls == static_cast<int>(class_sizes_.size())) {  // a run
@@ -221,9 +238,8 @@ void SlabAllocator::Free(Item* item) {
   }
   SizeClass& c = classes_[slab.cls];
   allocated_bytes_ -= c.size;
-  item->key.clear();
   slab.live--;
-  slab.free_slots.push_back(item->slot);
+  slab.free_slots.push_back(static_cast<uint32_t>(item - slab.items.get()));
   if (slab.live == 0) {
     if (slab.partial_pos >= 0) {  // swap-remove from the partial list
       const uint32_t moved = c.partial.back();
@@ -246,7 +262,6 @@ void SlabAllocator::Touch(Item* item) {
   item->lru_prev = head;
   head->lru_next->lru_prev = item;
   head->lru_next = item;
-  item->in_lru = true;
   slabs_[item->slab].last_touch = ++touch_clock_;
 }
 
@@ -317,7 +332,7 @@ bool SlabAllocator::ReclaimWindow(uint64_t slab_count, std::vector<Item*>* victi
     const uint32_t slots = owner.cls < static_cast<int>(class_sizes_.size()) ? owner.carved : 1;
     for (uint32_t slot = 0; slot < slots; slot++) {
       Item* item = &owner.items[slot];
-      if (item->in_lru) PinAndCollect(item, victims);
+      if (item->in_lru()) PinAndCollect(item, victims);
     }
   }
   return true;

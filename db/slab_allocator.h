@@ -35,10 +35,15 @@ class SlabAllocator {
   SlabAllocator(const SlabAllocator&) = delete;
   SlabAllocator& operator=(const SlabAllocator&) = delete;
 
-  // Returns an item with room for `size` bytes (item->data, ->size_class, ->slab, ->slot
-  // set; refs 0; not in the LRU), or nullptr when there is no free room.
+  // Returns an item with room for `size` bytes (->size_class and ->slab set; refs 0; not
+  // in the LRU; DataOf() its room), or nullptr when there is no free room.
   Item* Allocate(uint64_t size);
-  // Returns the item's room.  REQUIRES: refs == 0 and no one else references the item.
+  // Where the item's value lives.  Lock-free: it reads only what is fixed while the
+  // item is allocated (its slab's item array, the class sizes).
+  // REQUIRES: the caller holds a reference to the item, or its reservation.
+  char* DataOf(const Item* item) const;
+  // Returns the item's room and drops its key.  REQUIRES: refs == 0 and no one else
+  // references the item.
   void Free(Item* item);
 
   // Puts the item at the hot end of its class's LRU, linking it if it is not there.
@@ -57,6 +62,9 @@ class SlabAllocator {
   // Room handed out to values and room in slabs not owned by any class.
   uint64_t allocated_bytes() const;
   uint64_t free_slab_count() const;
+  // RAM of the item arrays of the slabs in use: a slab's array has one Item per slot
+  // whether or not the slot holds a value, and goes when the slab is empty.
+  uint64_t item_array_bytes() const;
   size_t num_classes() const { return class_sizes_.size(); }
 
  private:
@@ -87,6 +95,7 @@ class SlabAllocator {
   std::unique_ptr<SizeClass[]> classes_;
   uint64_t free_slabs_ = 0;
   uint64_t allocated_bytes_ = 0;
+  uint64_t item_array_bytes_ = 0;
   uint64_t touch_clock_ = 0;
   uint64_t scan_hint_ = 0;
 };

@@ -174,6 +174,17 @@ class KvengineEngine : public Engine {
   }
 
   std::string IndexMemoryReport() override {
+    // The memory tier's index first (item descriptors and hash slots, not the keys), on
+    // a line of its own.
+    const uint64_t memory_keys = StatValue("memory.items");
+    const uint64_t memory_bytes = StatValue("memory.index_bytes");
+    char memory_line[160];
+    std::snprintf(
+        memory_line, sizeof(memory_line),
+        "memory index: %" PRIu64 " bytes of RAM for %" PRIu64 " keys in memory (%.1f B/key)\n  ",
+        memory_bytes, memory_keys,
+        memory_keys == 0 ? 0.0
+                         : static_cast<double>(memory_bytes) / static_cast<double>(memory_keys));
     const uint64_t keys = StatValue("ssd.keys"), bytes = StatValue("ssd.index_bytes");
     char line[320];
     int n = std::snprintf(
@@ -192,7 +203,7 @@ class KvengineEngine : public Engine {
                     "; bucket files take %.3fx the live value bytes",
                     static_cast<double>(used) / static_cast<double>(live));
     }
-    return line;
+    return std::string(memory_line) + line;
   }
 
   std::string StatisticsText() override {

@@ -1,8 +1,10 @@
 // The public DB API: semantics, batches, bad input, properties, lifecycle.
 #include "kvengine/db.h"
 
+#include <cstdio>
 #include <thread>
 
+#include "db/item.h"
 #include "gtest/gtest.h"
 #include "kvengine/env.h"
 #include "test/test_util.h"
@@ -316,6 +318,63 @@ TEST_F(DBTest, PropertiesTextAndJson) {
   ASSERT_TRUE(db_->GetProperty("kvengine.options", &opts));
   EXPECT_NE(opts.find("memory_capacity_bytes=8388608"), std::string::npos);
   EXPECT_FALSE(db_->GetProperty("kvengine.nonsense", &text));
+}
+
+// The memory tier's RAM per key beside keys and values (issue #16: at most 96 B): an
+// Item per slot of each slab in use plus the index shards' slots.  100k keys over 64
+// shards leave the slots ~38% full, next to the worst case (just after a growth).
+TEST_F(DBTest, MemoryIndexBytesPerKey) {
+  options_.memory_capacity_bytes = 64 << 20;  // 1 MiB slabs: 4096 values of 100 B each
+  options_.ssd_capacity_bytes = 0;
+  Reopen();
+  auto stat = [this](const std::string& name) -> uint64_t {
+    std::string text;
+    EXPECT_TRUE(db_->GetProperty("kvengine.stats", &text));
+    const size_t at = text.find("\n" + name + ": ");
+    if (at == std::string::npos) {
+      ADD_FAILURE() << "no stat " << name;
+      return 0;
+    }
+    return std::stoull(text.substr(at + name.size() + 3));
+  };
+  constexpr int kKeys = 100000;
+  auto key = [](int i) {
+    char buf[16];
+    std::snprintf(buf, sizeof(buf), "key-%06d", i);
+    return std::string(buf);
+  };
+  const std::string value(100, 'v');
+  for (int i = 0; i < kKeys; i++) ASSERT_TRUE(db_->Put(wo_, key(i), value).ok()) << i;
+  ASSERT_EQ(stat("memory.items"), uint64_t{kKeys});
+  const uint64_t full = stat("memory.index_bytes");
+  EXPECT_LE(stat("memory.index_bytes_per_key"), 96u) << full;
+  EXPECT_GE(full, uint64_t{kKeys} * sizeof(Item));
+  std::string json;
+  ASSERT_TRUE(db_->GetProperty("kvengine.stats.json", &json));
+  EXPECT_NE(json.find("\"index_bytes\":" + std::to_string(full) + ","), std::string::npos) << json;
+
+  // Deleting every other key empties no slab: the item arrays stay (they go a slab at a
+  // time) and so do the index slots (the table never shrinks), so the bytes stay and
+  // the figure per key doubles.
+  for (int i = 1; i < kKeys; i += 2) ASSERT_TRUE(db_->Delete(wo_, key(i)).ok());
+  EXPECT_EQ(stat("memory.index_bytes"), full);
+  EXPECT_GT(stat("memory.index_bytes_per_key"), 180u);
+
+  // Deleting the rest of the first half empties the slabs that held it (values were
+  // placed in order, one slab filled after another): all but the slab at the boundary
+  // give their item arrays back.
+  for (int i = 0; i < kKeys / 2; i += 2) ASSERT_TRUE(db_->Delete(wo_, key(i)).ok());
+  const uint64_t slots_per_slab = (1 << 20) / 256;  // 100 B values take 256 B slots
+  const uint64_t emptied = (kKeys / 2) / slots_per_slab;
+  EXPECT_LE(stat("memory.index_bytes"), full - emptied * slots_per_slab * sizeof(Item));
+
+  // With no key left, what remains is the index's slots: 16 B each, at least 30% of
+  // them used at the peak.
+  for (int i = kKeys / 2; i < kKeys; i += 2) ASSERT_TRUE(db_->Delete(wo_, key(i)).ok());
+  EXPECT_EQ(stat("memory.items"), 0u);
+  EXPECT_EQ(stat("memory.index_bytes_per_key"), 0u);
+  EXPECT_GT(stat("memory.index_bytes"), 0u);
+  EXPECT_LE(stat("memory.index_bytes"), uint64_t{kKeys} * 16 * 10 / 3);
 }
 
 TEST_F(DBTest, CallsAfterCloseFailCleanly) {

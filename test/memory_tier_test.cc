@@ -59,7 +59,7 @@ TEST(SlabAllocatorTest, ClassesAlignAndFit) {
   }
   Item* item = a.Allocate(8192);
   ASSERT_NE(item, nullptr);
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(item->data) % 4096, 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a.DataOf(item)) % 4096, 0u);
   EXPECT_EQ(a.allocated_bytes(), 8192u);
   EXPECT_EQ(a.free_slab_count(), 7u);
   a.Free(item);
@@ -85,11 +85,11 @@ TEST(SlabAllocatorTest, RunsOfSlabsForLargeValues) {
 // so that runs wrap around the table's end and deletions shift members back.
 TEST(KeyIndexTest, MatchesAMapUnderRandomInsertsAndErases) {
   std::vector<Item> items(2000);
-  for (size_t i = 0; i < items.size(); i++) items[i].key = "key-" + std::to_string(i);
+  for (size_t i = 0; i < items.size(); i++) items[i].SetKey("key-" + std::to_string(i));
   for (uint64_t hash_bits : {uint64_t{64}, uint64_t{3}}) {
     // hash_bits 3: eight distinct hashes in all, each the top bits of a home slot.
     auto hash_of = [hash_bits](const Item& item) {
-      const uint64_t h = Hash64(item.key);
+      const uint64_t h = Hash64(item.key());
       return hash_bits == 64 ? h : (h >> 61) << 61 | (h & 7);
     };
     KeyIndex index;
@@ -100,11 +100,13 @@ TEST(KeyIndexTest, MatchesAMapUnderRandomInsertsAndErases) {
       Item& item = items[i];
       const uint64_t h = hash_of(item);
       if (model[i]) {
-        ASSERT_EQ(index.Find(item.key, h), &item);
+        ASSERT_EQ(index.Find(item.key(), h), &item);
+        ASSERT_TRUE(index.Contains(h, &item));
         index.Erase(h, &item);
         model[i] = false;
       } else {
-        ASSERT_EQ(index.Find(item.key, h), nullptr);
+        ASSERT_EQ(index.Find(item.key(), h), nullptr);
+        ASSERT_FALSE(index.Contains(h, &item));
         index.Insert(h, &item);
         model[i] = true;
       }
@@ -112,11 +114,14 @@ TEST(KeyIndexTest, MatchesAMapUnderRandomInsertsAndErases) {
         size_t n = 0;
         for (const auto& [j, in] : model) {
           n += in;
-          ASSERT_EQ(index.Find(items[j].key, hash_of(items[j])), in ? &items[j] : nullptr) << j;
+          ASSERT_EQ(index.Find(items[j].key(), hash_of(items[j])), in ? &items[j] : nullptr) << j;
         }
         ASSERT_EQ(index.size(), n);
         size_t seen = 0;
-        index.ForEach([&](Item*) { seen++; });
+        index.ForEach([&](Item* item, uint64_t h) {
+          EXPECT_EQ(h, hash_of(*item));
+          seen++;
+        });
         ASSERT_EQ(seen, n);
       }
     }
