@@ -18,10 +18,10 @@ std::vector<SsdBucket::Extent> Cut(uint64_t offset, uint64_t length, uint64_t va
   const uint64_t end = offset + length;
   auto add = [&](uint64_t to, bool last) {
     if (to <= from) return;
-    const uint64_t share =
-        last ? value_bytes - credited
-             : static_cast<uint64_t>(static_cast<unsigned __int128>(value_bytes) * (to - from) /
-                                     length);
+    const uint64_t share = last
+                               ? value_bytes - credited
+                               : static_cast<uint64_t>(static_cast<unsigned __int128>(value_bytes) *
+                                                       (to - from) / length);
     parts.push_back({from, to - from, share});
     credited += share;
     from = to;
@@ -48,8 +48,9 @@ std::vector<SsdBucket::Extent> SplitAtBlocks(const SsdBucket::Extent& e, uint64_
 }
 
 HolePlan PlanHoles(std::vector<SsdBucket::Extent> extents, uint64_t block) {
-  std::sort(extents.begin(), extents.end(),
-            [](const SsdBucket::Extent& a, const SsdBucket::Extent& b) { return a.offset < b.offset; });
+  std::sort(
+      extents.begin(), extents.end(),
+      [](const SsdBucket::Extent& a, const SsdBucket::Extent& b) { return a.offset < b.offset; });
   HolePlan plan;
   for (size_t begin = 0; begin < extents.size();) {
     size_t end = begin + 1;

@@ -136,8 +136,7 @@ Status MapCheckpoint::Read(Env* env, const std::string& dir, int threads, Conten
   };
 
   char header[kHeaderSize];
-  if (file_size < kHeaderSize + kFooterSize ||
-      !ReadExactly(*file, 0, kHeaderSize, header).ok()) {
+  if (file_size < kHeaderSize + kFooterSize || !ReadExactly(*file, 0, kHeaderSize, header).ok()) {
     return corrupt("shorter than its header and footer");
   }
   if (DecodeFixed64(header) != kMagic) return corrupt("bad magic");

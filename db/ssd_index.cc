@@ -5,8 +5,8 @@
 #include <utility>
 
 #include "table/bucket_format.h"
-#include "util/huge_array.h"
 #include "util/hash.h"
+#include "util/huge_array.h"
 
 namespace kvengine {
 

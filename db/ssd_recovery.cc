@@ -31,8 +31,8 @@
 #include <thread>
 #include <unordered_set>
 
-#include "db/map_checkpoint.h"
 #include "db/hole_plan.h"
+#include "db/map_checkpoint.h"
 #include "db/ssd_bucket.h"
 #include "db/ssd_tier.h"
 #include "util/coding.h"

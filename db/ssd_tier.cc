@@ -307,8 +307,7 @@ void SsdTier::TombstoneLocked(const std::string& key, const SsdLocation& loc) {
 
 void SsdTier::QueueHoleLocked(SsdBucket* bucket, uint64_t offset, uint64_t size) {
   if (options_.gc_punch_holes) {
-    bucket->dead_extents.push_back(
-        {offset, PaddedValueSize(bucket->format_version(), size), size});
+    bucket->dead_extents.push_back({offset, PaddedValueSize(bucket->format_version(), size), size});
   }
 }
 

@@ -155,12 +155,12 @@ namespace kvbench {
 
 const std::vector<std::string>& KnownBenchmarks() {
   static const std::vector<std::string> names = {
-      "fillseq",         "fillrandom",   "overwrite",   "readrandom",    "readseq",
-      "readmissing",     "deleterandom", "existrandom", "vllm_write",    "vllm_exist",
-      "vllm_get",        "vllm_all",     "gc_churn",    "compact",       "peer_put",
-      "peer_get",        "memcpy",       "memcpy_read", "memcpy_layers", "memcpy_layers_read",
-      "rawwrite",        "rawread",      "rawrandread", "rawsocket",     "rawstream",
-      "reopen",          "cluster_failover"};
+      "fillseq",     "fillrandom",      "overwrite",   "readrandom",    "readseq",
+      "readmissing", "deleterandom",    "existrandom", "vllm_write",    "vllm_exist",
+      "vllm_get",    "vllm_all",        "gc_churn",    "compact",       "peer_put",
+      "peer_get",    "memcpy",          "memcpy_read", "memcpy_layers", "memcpy_layers_read",
+      "rawwrite",    "rawread",         "rawrandread", "rawsocket",     "rawstream",
+      "reopen",      "cluster_failover"};
   return names;
 }
 

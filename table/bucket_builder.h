@@ -1,10 +1,10 @@
 // BucketBuilder: assembles one bucket in memory, then writes it as a file.
 //
 // The image is one aligned buffer of fixed capacity: the header, then the values, each
-// placed as the current format version says (bucket_format.h) and zero-padded.  Values are placed by Reserve() and copied in by the
-// caller, possibly from several threads at once into distinct reserved regions; the
-// image never moves, so readers may read committed values from it while it is pending.
-// WriteTo() appends the index block and the footer and writes the whole file; a caller
+// placed as the current format version says (bucket_format.h) and zero-padded.  Values are placed
+// by Reserve() and copied in by the caller, possibly from several threads at once into distinct
+// reserved regions; the image never moves, so readers may read committed values from it while it is
+// pending. WriteTo() appends the index block and the footer and writes the whole file; a caller
 // that fills the image piece by piece may instead append the pieces itself as they are
 // ready and finish with WriteIndex().
 //

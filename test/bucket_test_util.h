@@ -56,8 +56,9 @@ inline bool RewriteBucket(
   BucketHeader header;
   BucketFooter footer;
   if (!header.DecodeFrom(std::string_view(file.data(), kBucketHeaderSize)).ok() ||
-      !footer.DecodeFrom(std::string_view(file.data() + file.size() - kBucketFooterSize,
-                                          kBucketFooterSize))
+      !footer
+           .DecodeFrom(
+               std::string_view(file.data() + file.size() - kBucketFooterSize, kBucketFooterSize))
            .ok()) {
     return false;
   }
@@ -85,8 +86,9 @@ inline bool ConvertBucketToOldVersion(const std::string& path, uint32_t format_v
   BucketHeader header;
   BucketFooter footer;
   if (!header.DecodeFrom(std::string_view(file.data(), kBucketHeaderSize)).ok() ||
-      !footer.DecodeFrom(std::string_view(file.data() + file.size() - kBucketFooterSize,
-                                          kBucketFooterSize))
+      !footer
+           .DecodeFrom(
+               std::string_view(file.data() + file.size() - kBucketFooterSize, kBucketFooterSize))
            .ok()) {
     return false;
   }

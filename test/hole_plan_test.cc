@@ -83,8 +83,8 @@ TEST(SplitAtBlocksTest, CutsWhereSharedBlocksBeginAndEnd) {
   EXPECT_EQ(parts[2].length, 512u);
   EXPECT_EQ(Credits(parts), 5000u);
   EXPECT_EQ(SplitAtBlocks({8192, 8192, 8000}, kBlock).size(), 1u);  // whole pages: one part
-  EXPECT_EQ(SplitAtBlocks({8704, 512, 500}, kBlock).size(), 1u);     // inside one block
-  EXPECT_EQ(SplitAtBlocks({3584, 1024, 1000}, kBlock).size(), 2u);   // across a boundary
+  EXPECT_EQ(SplitAtBlocks({8704, 512, 500}, kBlock).size(), 1u);    // inside one block
+  EXPECT_EQ(SplitAtBlocks({3584, 1024, 1000}, kBlock).size(), 2u);  // across a boundary
 }
 
 }  // namespace

@@ -139,7 +139,8 @@ TEST_F(MemoryTierTest, BatchContainsAgreesWithContains) {
   }
   names.push_back("");  // never indexed
   std::vector<Slice> keys(names.begin(), names.end());
-  keys.push_back(Slice(static_cast<const char*>(nullptr), 5));  // looked up as the empty key: absent
+  keys.push_back(
+      Slice(static_cast<const char*>(nullptr), 5));  // looked up as the empty key: absent
   std::vector<uint8_t> found;
   tier_->BatchContains(keys, &found);
   ASSERT_EQ(found.size(), keys.size());

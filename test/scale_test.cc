@@ -95,8 +95,7 @@ TEST(ScaleTest, MillionsOfSmallValuesReopenThroughTheCheckpoint) {
       static_cast<unsigned long long>(n), kValueSize, fill,
       static_cast<unsigned long long>(Stat(db.get(), "ssd.index_bytes_per_key")), disk,
       static_cast<unsigned long long>(checkpoints), static_cast<unsigned long long>(backlog), close,
-      open,
-      static_cast<double>(Stat(db.get(), "ssd.open_micros")) / 1e6);
+      open, static_cast<double>(Stat(db.get(), "ssd.open_micros")) / 1e6);
   if (std::getenv("KV_SCALE_FULL_SCAN") != nullptr) {
     ASSERT_TRUE(db->Close().ok());
     db.reset();

@@ -1306,7 +1306,8 @@ TEST_F(MapCheckpointTest, CheckpointWrittenWhileRunningOpensToWhatAFullScanFinds
   });
   std::string saved;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (Stat(db_.get(), "ssd.checkpoint_writes") < 3 && std::chrono::steady_clock::now() < deadline) {
+  while (Stat(db_.get(), "ssd.checkpoint_writes") < 3 &&
+         std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   saved = Save();  // taken while the writer runs
@@ -1376,7 +1377,8 @@ TEST_F(MapCheckpointTest, StaleCheckpointFallsBackToTheFullScan) {
     f.seekp(0);
     f.write(header.data(), static_cast<std::streamsize>(header.size()));
   }
-  std::filesystem::copy_file(saved, Checkpoint(), std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::copy_file(saved, Checkpoint(),
+                             std::filesystem::copy_options::overwrite_existing);
   Open();
   EXPECT_EQ(Stat(db_.get(), "ssd.checkpoint_rejected"), 1u);
   EXPECT_EQ(Stat(db_.get(), "ssd.checkpoint_keys"), 0u);

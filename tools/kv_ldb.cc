@@ -26,7 +26,8 @@ std::string Usage() {
       "inspects a kvengine DB directory (buckets, tombstones, keys).\n"
       "  kv_ldb COMMAND --db=DIR [flags] [ARG]      kv_ldb help [COMMAND]\n"
       "Offline commands read the files directly (they work on a damaged DB and never modify\n"
-      "it) and take the DB's LOCK unless --read_only; stats, peers, compact and delete open the DB.\n"
+      "it) and take the DB's LOCK unless --read_only; stats, peers, compact and delete open the "
+      "DB.\n"
       "Exit codes: 0 success, 1 failure (error, key not found, corruption), 2 usage error.\n"
       "Commands:\n";
   for (const auto& c : AllCommands()) {

@@ -14,9 +14,10 @@
 #include "util/config_parse.h"
 
 DEFINE_string(db, "", "The DB directory (required by every command but dump_bucket --file)");
-DEFINE_bool(read_only, false,
-            "Offline commands: do not take the DB's LOCK (inspect a DB that a process has "
-            "open; nothing is ever modified either way). Refused by stats, peers, compact and delete");
+DEFINE_bool(
+    read_only, false,
+    "Offline commands: do not take the DB's LOCK (inspect a DB that a process has "
+    "open; nothing is ever modified either way). Refused by stats, peers, compact and delete");
 DEFINE_int64(bucket, -1, "dump_bucket: the id of the bucket to dump (bucket-NNNNNN.kvb)");
 DEFINE_string(file, "", "dump_bucket: the path of a bucket file to dump (no --db needed)");
 DEFINE_bool(values, false,
@@ -335,7 +336,8 @@ class DumpBucketCommand : public LdbCommand {
             line += " value:unreadable (" + s.ToString() + ")";
             mismatches++;
           } else {
-            const bool reclaimed = known && IsReclaimed(bucket->entry_states[i], e.offset, value, ok);
+            const bool reclaimed =
+                known && IsReclaimed(bucket->entry_states[i], e.offset, value, ok);
             line += " => " + HexPreview(value, FLAGS_preview_bytes) +
                     (ok          ? " checksum:OK"
                      : reclaimed ? " reclaimed (hole punched)"
@@ -599,7 +601,8 @@ class VerifyCommand : public LdbCommand {
         Status s = ReadValue(db.env(), *b->reader, e, &value, &ok);
         values++;
         if (s.ok() && ok) continue;
-        if (s.ok() && i < b->entry_states.size() && IsReclaimed(b->entry_states[i], e.offset, value, ok)) {
+        if (s.ok() && i < b->entry_states.size() &&
+            IsReclaimed(b->entry_states[i], e.offset, value, ok)) {
           continue;
         }
         bad++;

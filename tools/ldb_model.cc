@@ -283,8 +283,8 @@ bool IsReclaimed(EntryState state, uint64_t offset, const std::string& value, bo
   // with values still live (or dead, not yet punched).  Some block of it reading as zeros
   // is the mark of a hole.
   for (uint64_t pos = 0; pos < value.size();) {
-    const uint64_t block_end = (offset + pos) / kBucketAlignment * kBucketAlignment +
-                               kBucketAlignment - offset;
+    const uint64_t block_end =
+        (offset + pos) / kBucketAlignment * kBucketAlignment + kBucketAlignment - offset;
     const uint64_t end = std::min<uint64_t>(block_end, value.size());
     if (std::all_of(value.begin() + pos, value.begin() + end, [](char c) { return c == 0; })) {
       return true;

@@ -159,7 +159,8 @@ void NumaArena::StartCollapse(Logger* logger) {
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (collapsed == size_) {
-      logger->Logf(LogLevel::kInfo, "use_huge_pages: the shared arena (%s) got huge pages in %.1f s",
+      logger->Logf(LogLevel::kInfo,
+                   "use_huge_pages: the shared arena (%s) got huge pages in %.1f s",
                    FormatSize(size_).c_str(), seconds);
     } else {
       logger->Logf(LogLevel::kInfo,
