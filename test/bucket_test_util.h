@@ -42,6 +42,21 @@ inline void AppendIndexAndFooter(std::string* file, uint64_t bucket_id, uint32_t
   *file += block;
 }
 
+// Reads the bucket file at `path` and decodes its header, footer and index.
+inline bool DecodeBucketFile(const std::string& path, std::string* file, BucketHeader* header,
+                             BucketFooter* footer, std::vector<BucketEntry>* entries) {
+  *file = ReadWholeFile(path);
+  if (file->size() < kBucketHeaderSize + kBucketFooterSize) return false;
+  const std::string_view f(*file);
+  return header->DecodeFrom(f.substr(0, kBucketHeaderSize)).ok() &&
+         footer->DecodeFrom(f.substr(f.size() - kBucketFooterSize)).ok() &&
+         footer->index_offset <= f.size() &&
+         DecodeBucketIndex(footer->format_version,
+                           f.substr(footer->index_offset, footer->index_size), footer->index_offset,
+                           entries)
+             .ok();
+}
+
 }  // namespace internal
 
 // Decodes the bucket file at `path` and lets `edit` change its index entries (offsets
@@ -51,24 +66,11 @@ inline void AppendIndexAndFooter(std::string* file, uint64_t bucket_id, uint32_t
 inline bool RewriteBucket(
     const std::string& path,
     const std::function<void(const std::string& file, std::vector<BucketEntry>* entries)>& edit) {
-  std::string file = internal::ReadWholeFile(path);
-  if (file.size() < kBucketHeaderSize + kBucketFooterSize) return false;
+  std::string file;
   BucketHeader header;
   BucketFooter footer;
-  if (!header.DecodeFrom(std::string_view(file.data(), kBucketHeaderSize)).ok() ||
-      !footer
-           .DecodeFrom(
-               std::string_view(file.data() + file.size() - kBucketFooterSize, kBucketFooterSize))
-           .ok()) {
-    return false;
-  }
   std::vector<BucketEntry> entries;
-  if (!DecodeBucketIndex(footer.format_version,
-                         std::string_view(file.data() + footer.index_offset, footer.index_size),
-                         footer.index_offset, &entries)
-           .ok()) {
-    return false;
-  }
+  if (!internal::DecodeBucketFile(path, &file, &header, &footer, &entries)) return false;
   edit(file, &entries);
   file.resize(footer.index_offset);
   internal::AppendIndexAndFooter(&file, header.bucket_id, footer.format_version, entries);
@@ -81,24 +83,11 @@ inline bool RewriteBucket(
 // would have: every value 4096-aligned, fixed-width index fields, and the entry checksums
 // that version computes.  Returns false when the file does not decode.
 inline bool ConvertBucketToOldVersion(const std::string& path, uint32_t format_version) {
-  std::string file = internal::ReadWholeFile(path);
-  if (file.size() < kBucketHeaderSize + kBucketFooterSize) return false;
+  std::string file;
   BucketHeader header;
   BucketFooter footer;
-  if (!header.DecodeFrom(std::string_view(file.data(), kBucketHeaderSize)).ok() ||
-      !footer
-           .DecodeFrom(
-               std::string_view(file.data() + file.size() - kBucketFooterSize, kBucketFooterSize))
-           .ok()) {
-    return false;
-  }
   std::vector<BucketEntry> entries;
-  if (!DecodeBucketIndex(footer.format_version,
-                         std::string_view(file.data() + footer.index_offset, footer.index_size),
-                         footer.index_offset, &entries)
-           .ok()) {
-    return false;
-  }
+  if (!internal::DecodeBucketFile(path, &file, &header, &footer, &entries)) return false;
   header.format_version = format_version;
   std::string out(kBucketHeaderSize, '\0');
   header.EncodeTo(out.data());

@@ -720,6 +720,20 @@ class OnlineCommand : public LdbCommand {
     if (!s.ok()) return Fail(Name(), "closing the DB: " + s.ToString());
     return kExitOk;
   }
+
+  // Opens the DB, prints its property `name` and closes it; `missing` is the error when
+  // the DB has no such property.
+  int PrintProperty(const std::string& name, const std::string& missing) {
+    std::unique_ptr<DB> db;
+    if (int rc = OpenDb(&db); rc != kExitOk) return rc;
+    std::string value;
+    if (!db->GetProperty(name, &value)) {
+      CloseDb(&db);
+      return Fail(Name(), missing);
+    }
+    std::printf("%s%s", value.c_str(), value.ends_with('\n') ? "" : "\n");
+    return CloseDb(&db);
+  }
 };
 
 class StatsCommand : public OnlineCommand {
@@ -733,16 +747,8 @@ class StatsCommand : public OnlineCommand {
   std::vector<std::string> Flags() const override { return {"json", "options"}; }
 
   int DoCommand(const std::vector<std::string>&) override {
-    std::unique_ptr<DB> db;
-    if (int rc = OpenDb(&db); rc != kExitOk) return rc;
-    std::string value;
-    const char* property = FLAGS_json ? "kvengine.stats.json" : "kvengine.stats";
-    if (!db->GetProperty(property, &value)) {
-      CloseDb(&db);
-      return Fail(Name(), std::string("the DB has no property ") + property);
-    }
-    std::printf("%s%s", value.c_str(), value.ends_with('\n') ? "" : "\n");
-    return CloseDb(&db);
+    const std::string property = FLAGS_json ? "kvengine.stats.json" : "kvengine.stats";
+    return PrintProperty(property, "the DB has no property " + property);
   }
 };
 
@@ -762,15 +768,8 @@ class PeersCommand : public OnlineCommand {
   std::vector<std::string> Flags() const override { return {"options"}; }
 
   int DoCommand(const std::vector<std::string>&) override {
-    std::unique_ptr<DB> db;
-    if (int rc = OpenDb(&db); rc != kExitOk) return rc;
-    std::string value;
-    if (!db->GetProperty("kvengine.peers", &value)) {
-      CloseDb(&db);
-      return Fail(Name(), "the DB has no peers (no peers, listen or cluster option)");
-    }
-    std::printf("%s%s", value.c_str(), value.ends_with('\n') ? "" : "\n");
-    return CloseDb(&db);
+    return PrintProperty("kvengine.peers",
+                         "the DB has no peers (no peers, listen or cluster option)");
   }
 };
 
