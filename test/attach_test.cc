@@ -695,6 +695,32 @@ TEST_F(AttachTest, OpenOfAServedDirectoryAttaches) {
   ASSERT_TRUE(s.ok()) << s.ToString();
 }
 
+// A socket path longer than sun_path (107 bytes: a DB in a deep directory) failed Open;
+// it is now reached through its directory, for the owner and for clients.
+TEST_F(AttachTest, SocketPathsLongerThanSunPathWork) {
+  const std::string deep = dir_.Sub(std::string(60, 'd') + "/" + std::string(60, 'e'));
+  std::filesystem::create_directories(deep);
+  const std::string socket = deep + "/kv.sock";
+  ASSERT_GT(socket.size(), 108u);
+  Status s = DB::Open(OwnerOptions(socket), deep + "/db", &owner_);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  struct stat st;
+  ASSERT_EQ(stat(socket.c_str(), &st), 0);  // the real file, where it was asked for
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  std::unique_ptr<DB> db;
+  s = DB::Attach(ClientOptions(), socket, &db);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_TRUE(db->Put(WriteOptions(), "deep", "v").ok());
+  std::string v;
+  ASSERT_TRUE(owner_->Get(ReadOptions(), "deep", &v).ok());
+  EXPECT_EQ(v, "v");
+  // A file name that does not fit even so is a clear error.
+  std::unique_ptr<DB> none;
+  s = DB::Attach(ClientOptions(), deep + "/" + std::string(120, 'n'), &none);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.ToString().find("longer than"), std::string::npos) << s.ToString();
+}
+
 TEST_F(AttachTest, OpenOfALockedDirectoryNotServedIsBusy) {
   Options options;
   options.apply_environment = false;

@@ -1,5 +1,6 @@
 #include "transport/unix_socket.h"
 
+#include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -22,16 +23,46 @@ Status SysError(const std::string& what, int err) {
   return Status::IOError(what, std::strerror(err));
 }
 
-Status MakeAddress(const std::string& path, sockaddr_un* addr) {
-  std::memset(addr, 0, sizeof(*addr));
-  addr->sun_family = AF_UNIX;
-  if (path.empty() || path.size() >= sizeof(addr->sun_path)) {
-    return Status::InvalidArgument("unix socket path '" + path + "' is empty or longer than " +
-                                   std::to_string(sizeof(addr->sun_path) - 1) + " bytes");
+// The sockaddr_un of a path.  One longer than sun_path (107 bytes: a DB in a deep
+// directory) is reached through its directory, opened O_PATH and named
+// /proc/self/fd/N/NAME: bind and connect resolve that like any path, so the socket file
+// is the real one, and the path's length stops mattering.
+class UnixAddress {
+ public:
+  UnixAddress() = default;
+  UnixAddress(const UnixAddress&) = delete;
+  UnixAddress& operator=(const UnixAddress&) = delete;
+  ~UnixAddress() {
+    if (dir_fd_ >= 0) close(dir_fd_);
   }
-  std::memcpy(addr->sun_path, path.data(), path.size());
-  return Status::OK();
-}
+
+  Status Init(const std::string& path) {
+    std::memset(&addr_, 0, sizeof(addr_));
+    addr_.sun_family = AF_UNIX;
+    if (path.empty()) return Status::InvalidArgument("unix socket path is empty");
+    std::string name = path;
+    if (path.size() >= sizeof(addr_.sun_path)) {
+      const size_t slash = path.rfind('/');
+      const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+      dir_fd_ = open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+      if (dir_fd_ < 0) return SysError("open the directory of unix socket " + path, errno);
+      name = "/proc/self/fd/" + std::to_string(dir_fd_) + "/" + path.substr(slash + 1);
+    }
+    if (name.size() >= sizeof(addr_.sun_path)) {
+      return Status::InvalidArgument("unix socket path '" + path +
+                                     "': its file name is longer than " +
+                                     std::to_string(sizeof(addr_.sun_path) - 30) + " bytes");
+    }
+    std::memcpy(addr_.sun_path, name.data(), name.size());
+    return Status::OK();
+  }
+  const sockaddr* get() const { return reinterpret_cast<const sockaddr*>(&addr_); }
+  socklen_t size() const { return sizeof(addr_); }
+
+ private:
+  sockaddr_un addr_;
+  int dir_fd_ = -1;
+};
 
 Status ResolveGroup(const std::string& group, gid_t* gid) {
   char* end = nullptr;
@@ -66,8 +97,8 @@ Status WaitFor(int fd, short events, Deadline deadline) {
 
 Status ListenUnix(const std::string& path, mode_t mode, const std::string& group, int* fd) {
   *fd = -1;
-  sockaddr_un addr;
-  Status s = MakeAddress(path, &addr);
+  UnixAddress addr;
+  Status s = addr.Init(path);
   if (!s.ok()) return s;
   gid_t gid = 0;
   if (!group.empty()) {
@@ -86,7 +117,7 @@ Status ListenUnix(const std::string& path, mode_t mode, const std::string& group
   // Bound with no permission for anyone, then opened up to `mode`: no window in which
   // another user could connect.
   const mode_t old_umask = umask(0777);
-  const int bound = bind(sock, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  const int bound = bind(sock, addr.get(), addr.size());
   const int bind_errno = errno;
   umask(old_umask);
   if (bound != 0) {
@@ -106,12 +137,12 @@ Status ListenUnix(const std::string& path, mode_t mode, const std::string& group
 
 Status ConnectUnix(const std::string& path, Deadline deadline, int* fd) {
   *fd = -1;
-  sockaddr_un addr;
-  Status s = MakeAddress(path, &addr);
+  UnixAddress addr;
+  Status s = addr.Init(path);
   if (!s.ok()) return s;
   const int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (sock < 0) return SysError("socket", errno);
-  if (connect(sock, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+  if (connect(sock, addr.get(), addr.size()) != 0) {
     if (errno != EAGAIN && errno != EINPROGRESS) {
       const int err = errno;
       close(sock);
