@@ -6,9 +6,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 
 #include "util/config_parse.h"
@@ -44,14 +42,15 @@ void* MapSharedMemfd(size_t size, bool huge, int* fd) {
   }
   return p;
 }
-// Gives the 2 MiB-aligned chunks of a prefaulted shmem mapping huge pages, one chunk
-// per call (the kernel copies each, ~1 ms on a quiet machine), until `stop`.  Returns
-// the bytes that got them; stops at the first refusal (kernels before 6.1, or memory
-// too fragmented).
-size_t CollapseToHugePages(char* base, size_t size, const std::atomic<bool>& stop) {
+// Gives the 2 MiB-aligned chunks of a fresh shmem mapping huge pages, one chunk per
+// call: one byte of the chunk is touched (MADV_COLLAPSE refuses a chunk with no page) and
+// the chunk collapsed, so the kernel copies one 4 KiB page and clears the rest, about
+// what prefaulting the chunk would cost.  Returns the bytes that got them; stops at the
+// first refusal (kernels before 6.1, or memory too fragmented).
+size_t CollapseToHugePages(char* base, size_t size) {
   size_t done = 0;
-  for (size_t off = 0; off + kHugePageSize <= size && !stop.load(std::memory_order_relaxed);
-       off += kHugePageSize) {
+  for (size_t off = 0; off + kHugePageSize <= size; off += kHugePageSize) {
+    base[off] = 0;
     if (::madvise(base + off, kHugePageSize, MADV_COLLAPSE) != 0) break;
     done += kHugePageSize;
   }
@@ -85,7 +84,6 @@ Status NumaArena::Create(const Params& params, Logger* logger, std::unique_ptr<N
   if (params.size == 0) return Status::InvalidArgument("arena size is zero");
   const size_t size = (params.size + kHugePageSize - 1) / kHugePageSize * kHugePageSize;
   const char* backing = "4k";
-  bool collapse = false;  // give a shared arena huge pages after Open (below)
   void* p = MAP_FAILED;
   int fd = -1;
   if (params.huge_pages) {
@@ -123,7 +121,27 @@ Status NumaArena::Create(const Params& params, Logger* logger, std::unique_ptr<N
   }
 
   if (params.prefault) {
-    if (::madvise(base, size, MADV_POPULATE_WRITE) != 0) {
+    // A memfd gets transparent huge pages at fault time only when the host's
+    // transparent_hugepage/shmem_enabled allows them; MADV_COLLAPSE gives them
+    // regardless (unless it is "deny").  With 4 KiB pages, copies into and out of the
+    // arena ran at 0.6-0.8x of an anonymous arena's speed (docs/attach.md).  Collapsing
+    // each chunk before it is populated costs what populating it would; collapsing
+    // populated memory later copied every page and, while clients ran, took their page
+    // table entries away chunk by chunk for many seconds.
+    size_t collapsed = 0;
+    if (params.shared && params.huge_pages && std::strcmp(backing, "hugetlb") != 0) {
+      collapsed = CollapseToHugePages(base, size);
+      backing = collapsed == size ? "thp" : "4k";
+      if (collapsed != size && logger != nullptr) {
+        logger->Logf(LogLevel::kInfo,
+                     "use_huge_pages: %s of the shared arena's %s got huge pages (MADV_COLLAPSE: "
+                     "%s); the rest is 4 KiB pages",
+                     FormatSize(collapsed).c_str(), FormatSize(size).c_str(), std::strerror(errno));
+      }
+    }
+    char* rest = base + collapsed;
+    const size_t rest_size = size - collapsed;
+    if (rest_size > 0 && ::madvise(rest, rest_size, MADV_POPULATE_WRITE) != 0) {
       if (errno == ENOMEM || errno == EFAULT) {
         ::munmap(base, size);
         if (fd >= 0) ::close(fd);
@@ -132,48 +150,14 @@ Status NumaArena::Create(const Params& params, Logger* logger, std::unique_ptr<N
       }
       // Kernels before 5.14: touch one byte per page ourselves.
       const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-      for (size_t off = 0; off < size; off += page) base[off] = 0;
+      for (size_t off = 0; off < rest_size; off += page) rest[off] = 0;
     }
-    // A memfd gets transparent huge pages at fault time only when the host's
-    // transparent_hugepage/shmem_enabled allows them; MADV_COLLAPSE gives them
-    // regardless (unless it is "deny").  With 4 KiB pages, copies into and out of the
-    // arena ran at 0.6-0.8x of an anonymous arena's speed (docs/attach.md).  The kernel
-    // copies every chunk (0.35 s to seconds per GiB), so a thread does it after Open
-    // returns, while the arena is in use: a collapse is transparent to its users.
-    collapse = params.shared && params.huge_pages && std::strcmp(backing, "hugetlb") != 0;
-    if (collapse) backing = "4k";
   }
   result->reset(new NumaArena(base, size, backing, node, fd));
-  if (collapse) (*result)->StartCollapse(logger);
   return Status::OK();
 }
 
-void NumaArena::StartCollapse(Logger* logger) {
-  collapser_ = std::thread([this, logger] {
-    const auto start = std::chrono::steady_clock::now();
-    const size_t collapsed = CollapseToHugePages(base_, size_, stop_collapse_);
-    const int err = errno;
-    if (stop_collapse_.load()) return;
-    if (collapsed == size_) backing_.store("thp");
-    if (logger == nullptr) return;
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (collapsed == size_) {
-      logger->Logf(LogLevel::kInfo,
-                   "use_huge_pages: the shared arena (%s) got huge pages in %.1f s",
-                   FormatSize(size_).c_str(), seconds);
-    } else {
-      logger->Logf(LogLevel::kInfo,
-                   "use_huge_pages: %s of the shared arena's %s got huge pages (MADV_COLLAPSE: "
-                   "%s); the rest is 4 KiB pages",
-                   FormatSize(collapsed).c_str(), FormatSize(size_).c_str(), std::strerror(err));
-    }
-  });
-}
-
 NumaArena::~NumaArena() {
-  stop_collapse_ = true;
-  if (collapser_.joinable()) collapser_.join();
   ::munmap(base_, size_);
   if (fd_ >= 0) ::close(fd_);
 }

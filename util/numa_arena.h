@@ -8,11 +8,9 @@
 #ifndef KVENGINE_UTIL_NUMA_ARENA_H_
 #define KVENGINE_UTIL_NUMA_ARENA_H_
 
-#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "kvengine/status.h"
 
@@ -47,9 +45,8 @@ class NumaArena {
 
   char* base() const { return base_; }
   size_t size() const { return size_; }
-  // How the memory is backed, for stats: "hugetlb", "thp", "4k".  A shared arena given
-  // huge pages by MADV_COLLAPSE reads "4k" until a background thread has collapsed it.
-  const char* backing() const { return backing_.load(); }
+  // How the memory is backed, for stats: "hugetlb", "thp", "4k".
+  const char* backing() const { return backing_; }
   // The NUMA node the arena was bound to, or -1 without NUMA support.
   int numa_node() const { return numa_node_; }
   // The memfd behind a shared arena (owned by the arena), or -1.
@@ -58,17 +55,12 @@ class NumaArena {
  private:
   NumaArena(char* base, size_t size, const char* backing, int node, int fd)
       : base_(base), size_(size), backing_(backing), numa_node_(node), fd_(fd) {}
-  // Collapses the arena to huge pages on a thread of its own (stopped and joined by the
-  // destructor).
-  void StartCollapse(Logger* logger);
 
   char* const base_;
   const size_t size_;
-  std::atomic<const char*> backing_;
+  const char* const backing_;
   const int numa_node_;
   const int fd_;
-  std::atomic<bool> stop_collapse_{false};
-  std::thread collapser_;
 };
 
 }  // namespace kvengine
