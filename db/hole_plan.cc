@@ -2,12 +2,11 @@
 
 #include <algorithm>
 
+#include "util/aligned_buffer.h"
+
 namespace kvengine {
 
 namespace {
-
-uint64_t RoundDown(uint64_t v, uint64_t to) { return v & ~(to - 1); }
-uint64_t RoundUp(uint64_t v, uint64_t to) { return RoundDown(v + to - 1, to); }
 
 // Cuts [offset, offset + length), carrying `value_bytes`, at `cuts` (ascending, inside
 // it); the last part takes what the rounding of the shares left over.
@@ -37,10 +36,10 @@ std::vector<SsdBucket::Extent> SplitAtBlocks(const SsdBucket::Extent& e, uint64_
   const uint64_t end = e.offset + e.length;
   std::vector<uint64_t> cuts;
   // After the head that shares its block with what lies before the extent...
-  const uint64_t head_end = RoundUp(e.offset, block);
+  const uint64_t head_end = RoundUpTo(e.offset, block);
   if (head_end > e.offset && head_end < end) cuts.push_back(head_end);
   // ...and before the tail that shares its block with what lies after it.
-  const uint64_t tail_begin = RoundDown(end, block);
+  const uint64_t tail_begin = RoundDownTo(end, block);
   if (tail_begin < end && tail_begin > e.offset && (cuts.empty() || tail_begin > cuts.back())) {
     cuts.push_back(tail_begin);
   }

@@ -873,6 +873,17 @@ static MapCheckpoint::Bucket CheckpointRecord(const SsdBucket& b) {
   return r;
 }
 
+MapCheckpoint::Contents SsdTier::CheckpointContentsLocked(uint32_t flags) const {
+  MapCheckpoint::Contents cp;
+  cp.next_bucket_id = next_bucket_id_;
+  cp.max_version = std::max(max_version_, recovered_max_version_);
+  cp.flags = flags;
+  for (const auto& [id, b] : buckets_) {
+    if (b->state == SsdBucket::State::kOnDisk) cp.buckets.push_back(CheckpointRecord(*b));
+  }
+  return cp;
+}
+
 Status SsdTier::WriteCheckpoint() {
   std::lock_guard<std::mutex> lock(mu_);
   if (!options_.ssd_map_checkpoint) return MapCheckpoint::Remove(base_env_, dir_);
@@ -891,13 +902,7 @@ Status SsdTier::WriteCheckpoint() {
                   static_cast<unsigned long long>(checkpoint_backlog_));
     return Status::OK();
   }
-  MapCheckpoint::Contents cp;
-  cp.next_bucket_id = next_bucket_id_;
-  cp.max_version = std::max(max_version_, recovered_max_version_);
-  for (const auto& [id, b] : buckets_) {
-    if (b->state == SsdBucket::State::kOnDisk) cp.buckets.push_back(CheckpointRecord(*b));
-  }
-  Status s = MapCheckpoint::Write(base_env_, dir_, cp, map_);
+  Status s = MapCheckpoint::Write(base_env_, dir_, CheckpointContentsLocked(0), map_);
   checkpoint_on_disk_ = s.ok();
   if (s.ok()) {
     checkpoint_backlog_ = 0;
@@ -918,12 +923,7 @@ Status SsdTier::MaybeWriteCheckpointWhileRunning() {
     }
     // The buckets on disk now are the ones it covers: every bucket written from here on
     // is replayed at Open, whatever its id.
-    cp.next_bucket_id = next_bucket_id_;
-    cp.max_version = std::max(max_version_, recovered_max_version_);
-    cp.flags = MapCheckpoint::kPartial;
-    for (const auto& [id, b] : buckets_) {
-      if (b->state == SsdBucket::State::kOnDisk) cp.buckets.push_back(CheckpointRecord(*b));
-    }
+    cp = CheckpointContentsLocked(MapCheckpoint::kPartial);
     backlog = checkpoint_backlog_;
   }
   const uint64_t start = env_->NowMicros();

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "db/bucket_file_cache.h"
+#include "db/map_checkpoint.h"
 #include "db/ssd_index.h"
 #include "db/tombstone_log.h"
 #include "kvengine/env.h"
@@ -208,6 +209,8 @@ class SsdTier {
   Status MaybeWriteCheckpointWhileRunning();
   // REQUIRES: mu_ held.
   uint64_t CheckpointBacklogLimitLocked() const;
+  // The header fields and bucket table of a checkpoint of the state now.  REQUIRES: mu_.
+  MapCheckpoint::Contents CheckpointContentsLocked(uint32_t flags) const;
   // A dead extent of bucket b found at Open (from the tombstones, or queued in the
   // checkpoint): the parts of it that are already holes count as punched, the rest are
   // queued for the GC.  REQUIRES: b's file size is in used_bytes_.

@@ -174,10 +174,15 @@ class KvengineEngine : public Engine {
   }
 
   std::string IndexMemoryReport() override {
+    // One snapshot of the stats for every figure (each property call renders all of them,
+    // and an attached DB asks its owner).
+    std::string text;
+    if (!db_->GetProperty("kvengine.stats", &text)) text.clear();
+    auto stat = [&](const std::string& name) { return StatIn(text, name); };
     // The memory tier's index first (item descriptors and hash slots, not the keys), on
     // a line of its own.
-    const uint64_t memory_keys = StatValue("memory.items");
-    const uint64_t memory_bytes = StatValue("memory.index_bytes");
+    const uint64_t memory_keys = stat("memory.items");
+    const uint64_t memory_bytes = stat("memory.index_bytes");
     char memory_line[160];
     std::snprintf(
         memory_line, sizeof(memory_line),
@@ -185,7 +190,7 @@ class KvengineEngine : public Engine {
         memory_bytes, memory_keys,
         memory_keys == 0 ? 0.0
                          : static_cast<double>(memory_bytes) / static_cast<double>(memory_keys));
-    const uint64_t keys = StatValue("ssd.keys"), bytes = StatValue("ssd.index_bytes");
+    const uint64_t keys = stat("ssd.keys"), bytes = stat("ssd.index_bytes");
     char line[320];
     int n = std::snprintf(
         line, sizeof(line),
@@ -193,11 +198,11 @@ class KvengineEngine : public Engine {
         " keys on SSD (%.1f B/key); its last open took %.3f s, %" PRIu64
         " keys from the map checkpoint",
         bytes, keys, keys == 0 ? 0.0 : static_cast<double>(bytes) / static_cast<double>(keys),
-        static_cast<double>(StatValue("ssd.open_micros")) / 1e6, StatValue("ssd.checkpoint_keys"));
+        static_cast<double>(stat("ssd.open_micros")) / 1e6, stat("ssd.checkpoint_keys"));
     // Disk use beside the values' bytes, once every bucket is a file (an open bucket
     // counts its whole reserved image).
-    const uint64_t live = StatValue("ssd.live_bytes"), used = StatValue("ssd.used_bytes");
-    if (StatValue("ssd.pending_buckets") == 0 && live > 0 && n > 0 &&
+    const uint64_t live = stat("ssd.live_bytes"), used = stat("ssd.used_bytes");
+    if (stat("ssd.pending_buckets") == 0 && live > 0 && n > 0 &&
         static_cast<size_t>(n) < sizeof(line)) {
       std::snprintf(line + n, sizeof(line) - static_cast<size_t>(n),
                     "; bucket files take %.3fx the live value bytes",
@@ -217,6 +222,10 @@ class KvengineEngine : public Engine {
   uint64_t StatValue(const std::string& name) {
     std::string text;
     if (!db_->GetProperty("kvengine.stats", &text)) return 0;
+    return StatIn(text, name);
+  }
+  // The same, from a stats text already fetched.
+  static uint64_t StatIn(const std::string& text, const std::string& name) {
     const size_t at = text.find("\n" + name + ": ");
     if (at == std::string::npos) return 0;
     return std::strtoull(text.c_str() + at + name.size() + 3, nullptr, 10);

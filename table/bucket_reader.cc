@@ -11,7 +11,6 @@ namespace {
 bool Aligned(const void* p, uint64_t n, uint64_t alignment) {
   return reinterpret_cast<uintptr_t>(p) % alignment == 0 && n % alignment == 0;
 }
-uint64_t RoundDownTo(uint64_t v, uint64_t to) { return v / to * to; }
 }  // namespace
 
 Status BucketReader::Open(Env* env, const std::string& path, const FileOptions& options,

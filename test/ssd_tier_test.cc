@@ -1257,7 +1257,6 @@ TEST_F(MapCheckpointTest, NewerBucketsAndDeletesAreRecoveredOnTopOfIt) {
   ExpectExactly(expect_, 0);
 }
 
-// A bucket the checkpoint lists is gone (compacted after it): the full scan runs.
 // A checkpoint older than a compaction is still used: the keys of the buckets compacted
 // away since are dropped, the compaction's output is replayed, and the result is what a
 // full scan finds (it used to be thrown away, and the full scan to run).

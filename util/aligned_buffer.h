@@ -11,6 +11,7 @@
 namespace kvengine {
 
 inline constexpr size_t RoundUpTo(size_t v, size_t to) { return (v + to - 1) / to * to; }
+inline constexpr size_t RoundDownTo(size_t v, size_t to) { return v / to * to; }
 
 class AlignedBuffer {
  public:
