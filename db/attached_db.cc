@@ -400,10 +400,7 @@ Status AttachedDB::BatchPut(const WriteOptions&, std::span<const Slice> keys,
         continue;
       }
     } else {
-      for (const Slice& part : values[sent[j]]) {
-        if (part.size() != 0) std::memcpy(dst, part.data(), part.size());
-        dst += part.size();
-      }
+      GatherCopy(values[sent[j]], sizes[j], dst);
     }
     commit_keys.push_back(sent_keys[j]);
     ids.push_back(slots[j].id);

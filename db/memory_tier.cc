@@ -6,6 +6,7 @@
 #include <thread>
 #include <utility>
 
+#include "util/buffers.h"
 #include "util/config_parse.h"
 #include "util/hash.h"
 #include "util/logging.h"
@@ -172,11 +173,7 @@ Status MemoryTier::Put(const Slice& key, std::span<const Slice> parts, uint64_t 
   Reservation reservation;
   Status s = Reserve(size, &reservation);
   if (!s.ok()) return s;
-  char* dst = reservation.data();
-  for (const Slice& part : parts) {
-    if (part.size() != 0) std::memcpy(dst, part.data(), part.size());
-    dst += part.size();
-  }
+  GatherCopy(parts, size, reservation.data());
   return Commit(key, &reservation, version, published);
 }
 
@@ -319,11 +316,7 @@ bool MemoryTier::Insert(const Slice& key, std::span<const Slice> parts, uint64_t
   Status ignored;
   Item* item = AllocateWithEviction(size, &ignored);
   if (item == nullptr) return false;  // no room: the value stays where it is
-  char* dst = allocator_.DataOf(item);
-  for (const Slice& part : parts) {
-    if (part.size() != 0) std::memcpy(dst, part.data(), part.size());
-    dst += part.size();
-  }
+  GatherCopy(parts, size, allocator_.DataOf(item));
   item->SetKey(key.view());
   const uint64_t hash = Hash64(key.view());
   item->size = size;
