@@ -16,6 +16,7 @@
 #include <unordered_set>
 
 #include "transport/frame_reader.h"
+#include "transport/get_answer.h"
 #include "transport/socket_util.h"
 #include "transport/wire.h"
 #include "util/coding.h"
@@ -444,9 +445,12 @@ class TcpServer final : public TransportServer {
         if (UnhashedBodiesAllowed(c)) PutFixed32(&out, wire::kFeatureLoopbackUnhashed);
         return Answer(c, h, out);
       }
-      case wire::kGet:
+      case wire::kGet: {
         if (!get_keys(true)) return Reject(c, "undecodable get request");
-        return ServeGet(c, h, keys, extra);
+        GetAnswer answer(service_);
+        answer.Build(keys, extra);
+        return Answer(c, h, answer.TakeMeta(), answer.body());
+      }
       case wire::kPut: {
         if (!get_keys(true)) return Reject(c, "undecodable put request");
         uint64_t total = 0;
@@ -578,113 +582,6 @@ class TcpServer final : public TransportServer {
     wire::PutBatchStatus(&out, s);
     PutFixed64(&out, s.ok() ? deleted : 0);
     return Answer(c, h, out);
-  }
-
-  // Values held in memory go out straight from the arena (pinned while they are sent);
-  // the others are read through the DB into a buffer first.  A key named several times
-  // is looked up and read once, its bytes sent once per mention.  The answer's size is
-  // known before any value is read: one past the frame limit is refused with
-  // InvalidArgument (the client splits the batch) and nothing is read.
-  bool ServeGet(Conn* c, const wire::FrameHeader& h, const std::vector<Slice>& keys,
-                const std::vector<uint64_t>& capacity) {
-    // first[i]: the index of key i's first mention.
-    std::vector<size_t> first(keys.size());
-    {
-      std::unordered_map<std::string_view, size_t> seen;
-      seen.reserve(keys.size());
-      for (size_t i = 0; i < keys.size(); i++) {
-        first[i] = seen.emplace(keys[i].view(), i).first->second;
-      }
-    }
-    // Per distinct key: pinned, or its size (or error) on the slower tiers.
-    std::vector<PinnedValue> pinned(keys.size());
-    std::vector<int64_t> size(keys.size());
-    for (size_t i = 0; i < keys.size(); i++) {
-      if (first[i] != i) continue;
-      if (service_->Pin(keys[i], &pinned[i])) {
-        size[i] = static_cast<int64_t>(pinned[i].size);
-      } else {
-        uint64_t n = 0;
-        Status s = service_->GetValueSize(keys[i], &n);
-        size[i] = s.ok() ? static_cast<int64_t>(n) : s.ErrorCode();
-      }
-    }
-    uint64_t answer = 0;
-    if (!FitsOneFrame(keys, capacity, first, size, &answer)) return RefuseGet(c, h, answer);
-    // Read each distinct value the pins did not cover, once, into room for the largest
-    // capacity any of its mentions offers.
-    std::vector<uint64_t> room(keys.size(), 0);
-    for (size_t i = 0; i < keys.size(); i++) room[first[i]] = std::max(room[first[i]], capacity[i]);
-    std::vector<std::unique_ptr<char[]>> owned(keys.size());
-    for (size_t i = 0; i < keys.size(); i++) {
-      if (first[i] != i || pinned[i].pin != nullptr || size[i] < 0) continue;
-      size[i] = ReadValue(keys[i], room[i], &owned[i]);
-    }
-    if (!FitsOneFrame(keys, capacity, first, size, &answer)) return RefuseGet(c, h, answer);
-    std::vector<int64_t> results(keys.size());
-    std::vector<Slice> body;
-    for (size_t i = 0; i < keys.size(); i++) {
-      const size_t f = first[i];
-      results[i] = Fitted(size[f], capacity[i]);
-      if (results[i] < 0) continue;
-      const char* data = pinned[f].pin != nullptr ? pinned[f].data : owned[f].get();
-      body.emplace_back(data, static_cast<size_t>(results[i]));
-    }
-    std::string out;
-    wire::PutBatchStatus(&out, Status::OK());
-    wire::PutResults(&out, results);
-    return Answer(c, h, out, body);
-  }
-
-  // A mention's result: its value's size when it fits the mention's capacity.
-  static int64_t Fitted(int64_t size, uint64_t capacity) {
-    if (size >= 0 && static_cast<uint64_t>(size) > capacity) {
-      return Status::BufferTooSmall("").ErrorCode();
-    }
-    return size;
-  }
-
-  // Sums the answer's body (*answer); false when it exceeds what one frame carries.
-  static bool FitsOneFrame(const std::vector<Slice>& keys, const std::vector<uint64_t>& capacity,
-                           const std::vector<size_t>& first, const std::vector<int64_t>& size,
-                           uint64_t* answer) {
-    *answer = 0;
-    for (size_t i = 0; i < keys.size(); i++) {
-      const int64_t r = Fitted(size[first[i]], capacity[i]);
-      if (r > 0) *answer += static_cast<uint64_t>(r);
-    }
-    return *answer <= wire::kMaxBodyLen;
-  }
-
-  bool RefuseGet(Conn* c, const wire::FrameHeader& h, uint64_t answer) {
-    std::string out;
-    wire::PutBatchStatus(&out, Status::InvalidArgument("get answer of " + std::to_string(answer) +
-                                                       " bytes exceeds the frame limit of " +
-                                                       std::to_string(wire::kMaxBodyLen) +
-                                                       " bytes: split the batch"));
-    wire::PutResults(&out, std::vector<int64_t>());
-    return Answer(c, h, out);
-  }
-
-  // Reads key's value (from a tier other than memory) into *buf when it fits `room`;
-  // returns its size or a negative code.  Retried when it grows under us.
-  int64_t ReadValue(const Slice& key, uint64_t room, std::unique_ptr<char[]>* buf) {
-    int64_t r = Status::NotFound("").ErrorCode();
-    for (int attempt = 0; attempt < 4; attempt++) {
-      uint64_t size = 0;
-      Status s = service_->GetValueSize(key, &size);
-      if (!s.ok()) return s.ErrorCode();
-      if (size > room) return Status::BufferTooSmall("").ErrorCode();
-      buf->reset(new char[size > 0 ? size : 1]);
-      std::vector<Destination> dest(1);
-      dest[0].emplace_back(buf->get(), size);
-      std::vector<int64_t> one;
-      s = service_->BatchGetInto(std::span<const Slice>(&key, 1), dest, &one);
-      r = s.ok() ? one[0] : s.ErrorCode();
-      if (r != Status::BufferTooSmall("").ErrorCode()) break;  // else it grew: again
-    }
-    if (r < 0) buf->reset();
-    return r;
   }
 
   const ServerOptions options_;
