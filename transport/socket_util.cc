@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -182,53 +183,89 @@ Status WaitReadable(int fd, Deadline deadline) {
   return Status::OK();
 }
 
-Status SendFrame(int fd, uint8_t op, uint16_t flags, uint64_t request_id, const std::string& meta,
-                 std::span<const Slice> body, Deadline deadline) {
+namespace {
+
+// Encodes a frame's header, checksum included, into `header` and gathers the header,
+// `meta` and the body parts into *iov.
+void GatherFrame(uint8_t op, uint16_t flags, uint64_t request_id, std::string_view meta,
+                 std::span<const Slice> body, char* header, std::vector<iovec>* iov) {
   wire::FrameHeader h;
   h.op = op;
   h.flags = flags;
   h.request_id = request_id;
   h.meta_len = static_cast<uint32_t>(meta.size());
   for (const Slice& b : body) h.body_len += b.size();
-  char header[wire::kHeaderSize];
   h.EncodeTo(header);
   h.checksum = wire::FrameChecksum(header, meta, body);
   h.EncodeTo(header);
-  std::vector<iovec> iov;
-  iov.reserve(2 + body.size());
-  iov.push_back({header, sizeof(header)});
-  if (!meta.empty()) iov.push_back({const_cast<char*>(meta.data()), meta.size()});
+  iov->reserve(2 + body.size());
+  iov->push_back({header, wire::kHeaderSize});
+  if (!meta.empty()) iov->push_back({const_cast<char*>(meta.data()), meta.size()});
   for (const Slice& b : body) {
-    if (b.size() > 0) iov.push_back({const_cast<char*>(b.data()), b.size()});
+    if (b.size() > 0) iov->push_back({const_cast<char*>(b.data()), b.size()});
   }
+}
+
+// Writes what the socket takes of (*iov)[*first...] without waiting (MSG_DONTWAIT: never
+// blocks, whatever the descriptor's mode), advancing *first and the iovecs.  OK when
+// everything went or the socket is full.
+Status WriteSome(int fd, std::vector<iovec>* iov, size_t* first) {
+  while (*first < iov->size()) {
+    const int count = static_cast<int>(std::min<size_t>(iov->size() - *first, IOV_MAX));
+    msghdr msg;
+    std::memset(&msg, 0, sizeof(msg));
+    msg.msg_iov = iov->data() + *first;
+    msg.msg_iovlen = count;
+    const ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      Consume(iov, first, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Status::OK();
+    return Errno("send", n < 0 ? errno : EPIPE);
+  }
+  return Status::OK();
+}
+
+// WriteSome until everything went, waiting for room until `deadline`.
+Status WriteBy(int fd, std::vector<iovec>* iov, size_t* first, Deadline deadline) {
+  for (;;) {
+    Status s = WriteSome(fd, iov, first);
+    if (!s.ok() || *first >= iov->size()) return s;
+    pollfd p{fd, POLLOUT, 0};
+    const int rc = poll(&p, 1, MillisLeft(deadline));
+    if (rc == 0) return Status::IOError("send timed out");
+    if (rc < 0 && errno != EINTR) return Errno("poll", errno);
+  }
+}
+
+}  // namespace
+
+Status SendFrame(int fd, uint8_t op, uint16_t flags, uint64_t request_id, const std::string& meta,
+                 std::span<const Slice> body, Deadline deadline) {
+  char header[wire::kHeaderSize];
+  std::vector<iovec> iov;
+  GatherFrame(op, flags, request_id, meta, body, header, &iov);
   return WriteFully(fd, &iov, deadline);
 }
 
 Status WriteFully(int fd, std::vector<iovec>* iov, Deadline deadline) {
   size_t first = 0;
   Consume(iov, &first, 0);
-  while (first < iov->size()) {
-    const int count = static_cast<int>(std::min<size_t>(iov->size() - first, IOV_MAX));
-    msghdr msg;
-    std::memset(&msg, 0, sizeof(msg));
-    msg.msg_iov = iov->data() + first;
-    msg.msg_iovlen = count;
-    ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
-    if (n > 0) {
-      Consume(iov, &first, static_cast<size_t>(n));
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      pollfd p{fd, POLLOUT, 0};
-      int rc = poll(&p, 1, MillisLeft(deadline));
-      if (rc == 0) return Status::IOError("send timed out");
-      if (rc < 0 && errno != EINTR) return Errno("poll", errno);
-      continue;
-    }
-    return Errno("send", n < 0 ? errno : EPIPE);
-  }
-  return Status::OK();
+  return WriteBy(fd, iov, &first, deadline);
+}
+
+OutFrame::OutFrame(uint8_t op, uint16_t flags, uint64_t request_id, std::string meta,
+                   std::span<const Slice> body)
+    : meta_(std::move(meta)) {
+  GatherFrame(op, flags, request_id, meta_, body, header_, &iov_);
+}
+
+Status OutFrame::WriteAvailable(int fd) { return WriteSome(fd, &iov_, &first_); }
+
+Status OutFrame::WriteRest(int fd, Deadline deadline) {
+  return WriteBy(fd, &iov_, &first_, deadline);
 }
 
 Status ReadFully(int fd, std::vector<iovec>* iov, Deadline deadline, Hasher64* hasher,
