@@ -76,6 +76,15 @@ Status FrameReader::CheckHeader(bool authenticated) const {
 }
 
 Status FrameReader::ReadAvailable(int fd, bool authenticated, BodyPool* pool, Progress* progress) {
+  Status s = ReadHeader(fd, authenticated, pool, progress);
+  if (!s.ok() || !header_done_) return s;
+  bool complete = false;
+  s = ReadPayload(fd, &complete);
+  if (s.ok() && complete) *progress = Progress::kComplete;
+  return s;
+}
+
+Status FrameReader::ReadHeader(int fd, bool authenticated, BodyPool* pool, Progress* progress) {
   *progress = header_got_ > 0 ? Progress::kPartial : Progress::kNone;
   while (!header_done_) {
     const ssize_t n = recv(fd, raw_header_ + header_got_, sizeof(raw_header_) - header_got_, 0);
@@ -98,7 +107,7 @@ Status FrameReader::ReadAvailable(int fd, bool authenticated, BodyPool* pool, Pr
       hasher_.emplace();
       hasher_->Update(raw_header_, 32);
       header_done_ = true;
-      break;
+      return Status::OK();
     }
     if (n == 0) {
       return Status::IOError(header_got_ == 0 ? "connection closed by peer"
@@ -108,10 +117,7 @@ Status FrameReader::ReadAvailable(int fd, bool authenticated, BodyPool* pool, Pr
     if (errno == EAGAIN || errno == EWOULDBLOCK) return Status::OK();
     return RecvError(errno);
   }
-  bool complete = false;
-  Status s = ReadPayload(fd, &complete);
-  if (s.ok() && complete) *progress = Progress::kComplete;
-  return s;
+  return Status::OK();
 }
 
 Status FrameReader::ReadPayload(int fd, bool* complete) {

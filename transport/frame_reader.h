@@ -81,6 +81,11 @@ class FrameReader {
   // IOError for a socket error or a frame cut short, Corruption for a frame refused
   // (the connection is then unusable: the stream is out of step).
   Status ReadAvailable(int fd, bool authenticated, BodyPool* pool, Progress* progress);
+  // ReadAvailable's first step alone: reads what `fd` has of the header, nothing past
+  // it, and checks it once whole (header_done()).  Lets the server's poller see a
+  // frame's op and sizes before it decides to read the rest itself.
+  Status ReadHeader(int fd, bool authenticated, BodyPool* pool, Progress* progress);
+  bool header_done() const { return header_done_; }
 
   // When the current frame's first byte arrived; meaningful once Progress is not kNone.
   Deadline started() const { return started_; }

@@ -31,6 +31,17 @@ constexpr auto kNever = Deadline::max();
 constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);
 // How often the poller looks for connections past their deadline.
 constexpr auto kSweepInterval = std::chrono::milliseconds(50);
+// The largest GET request the poller answers itself (about 2,500 keys of 16 bytes):
+// pinning a larger one's values would keep it from the other connections for long.
+constexpr uint32_t kMaxMetaServedHere = 64 << 10;
+
+// An answer the poller began to write and a worker finishes: the socket would not take
+// it whole at once, and the poller never waits for a client.
+struct PendingAnswer {
+  std::unique_ptr<GetAnswer> answer;  // keeps the values the frame's body names pinned
+  std::unique_ptr<OutFrame> frame;
+  Deadline deadline;  // for the client to take the rest
+};
 
 struct Conn {
   int fd = -1;
@@ -41,6 +52,7 @@ struct Conn {
   bool authed = false;
   Deadline handshake_deadline = kNever;
   FrameReader frame;  // the request arriving; driven by whoever holds the connection
+  std::unique_ptr<PendingAnswer> pending;  // set only while handed to a worker
   // Guarded by the server's mu_.  Busy: queued for or held by a worker (disarmed in
   // epoll); otherwise only the poller touches it, and may close it past `deadline`.
   bool busy = false;
@@ -146,13 +158,17 @@ class TcpServer final : public TransportServer {
     }
   }
 
-  // The poller accepts, hands readable connections to the workers, and closes the
-  // connections past their deadline.  It never reads a request itself.
+  // The poller accepts, serves readable connections -- one of each wake-up's itself
+  // when it can (ServeHere), the others by the workers -- and closes the connections
+  // past their deadline.
   void PollLoop() {
     epoll_event events[64];
+    std::vector<Conn*> readable;
+    readable.reserve(64);
     Deadline next_sweep = SteadyClock::now() + kSweepInterval;
     while (!stopping_.load()) {
       const int n = epoll_wait(epoll_fd_, events, 64, 50);
+      readable.clear();
       for (int i = 0; i < n; i++) {
         void* tag = events[i].data.ptr;
         if (tag == &wake_fd_) continue;
@@ -160,13 +176,18 @@ class TcpServer final : public TransportServer {
           Accept();
           continue;
         }
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          auto* c = static_cast<Conn*>(tag);
-          c->busy = true;
-          ready_.push_back(c);
-        }
-        cv_.notify_one();
+        readable.push_back(static_cast<Conn*>(tag));
+      }
+      if (!readable.empty()) {
+        // The workers start on the others at once, in parallel, while the poller serves
+        // the last: a lone request -- one client waiting on one call -- costs no
+        // hand-over, and a busy server is served by the pool as before.  (HandOff takes
+        // mu_ even with nothing to hand: the worker that last held `here` released it
+        // after its last write to the connection, so the poller reads it after.)
+        Conn* here = readable.back();
+        readable.pop_back();
+        HandOff(readable);
+        ServeHere(here);
       }
       const Deadline now = SteadyClock::now();
       if (accept_paused_ && now >= accept_resume_) ResumeAccepting();
@@ -321,12 +342,88 @@ class TcpServer final : public TransportServer {
         c = ready_.front();
         ready_.pop_front();
       }
-      if (ServeAvailable(c)) {
+      if (FinishPending(c) && ServeAvailable(c)) {
         Rearm(c);
       } else {
         CloseConn(c);
       }
     }
+  }
+
+  // Queues connections for the workers.  REQUIRES: each in the poller's hands (not busy).
+  void HandOff(std::span<Conn* const> conns) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (Conn* c : conns) {
+        c->busy = true;
+        ready_.push_back(c);
+      }
+    }
+    for (size_t i = 0; i < conns.size(); i++) cv_.notify_one();
+  }
+
+  // Answers c's next request on the poller when it is a small GET whose values are all
+  // in the memory tier: no I/O and no waiting, and the answer written only as far as the
+  // socket takes it now (a worker writes the rest), so a slow or stalled client never
+  // holds the poller.  Anything else -- other ops, values on SSD, large requests,
+  // connections not yet authenticated -- goes to the workers.
+  // REQUIRES: c in the poller's hands (not busy).
+  void ServeHere(Conn* c) {
+    switch (TryServeHere(c)) {
+      case Next::kWait:
+        Rearm(c);
+        break;
+      case Next::kWorker:
+        HandOff({&c, 1});
+        break;
+      case Next::kClose:
+        CloseConn(c);
+        break;
+    }
+  }
+
+  enum class Next { kWait, kWorker, kClose };
+
+  Next TryServeHere(Conn* c) {
+    if (!c->authed) return Next::kWorker;
+    FrameReader::Progress progress;
+    if (!ReadRequest(c, /*header_only=*/true, &progress)) return Next::kClose;
+    if (!c->frame.header_done()) return Next::kWait;
+    const wire::FrameHeader h = c->frame.header();
+    if (h.op != wire::kGet || h.meta_len > kMaxMetaServedHere) return Next::kWorker;
+    if (!ReadRequest(c, /*header_only=*/false, &progress)) return Next::kClose;
+    if (progress != FrameReader::Progress::kComplete) return Next::kWait;
+    std::string_view meta = c->frame.meta();
+    std::vector<std::string_view> key_views;
+    std::vector<uint64_t> capacity;
+    if (!wire::GetKeys(&meta, &key_views, &capacity) || !meta.empty()) {
+      return Next::kWorker;  // which rejects it
+    }
+    const std::vector<Slice> keys(key_views.begin(), key_views.end());
+    auto answer = std::make_unique<GetAnswer>(service_);
+    if (!answer->FromMemory(keys, capacity)) return Next::kWorker;
+    requests_.fetch_add(1);
+    c->frame.Reset(&bodies_);
+    auto frame = std::make_unique<OutFrame>(h.op, AnswerFlags(h), h.request_id, answer->TakeMeta(),
+                                            answer->body());
+    Status s = frame->WriteAvailable(c->fd);
+    if (!s.ok()) {
+      Log(LogLevel::kInfo, "answering " + c->peer + ": " + s.ToString());
+      return Next::kClose;
+    }
+    if (frame->done()) return Next::kWait;
+    c->pending.reset(
+        new PendingAnswer{std::move(answer), std::move(frame), DeadlineIn(options_.io_timeout_ms)});
+    return Next::kWorker;
+  }
+
+  // Writes the rest of an answer the poller began.  False: close the connection.
+  bool FinishPending(Conn* c) {
+    if (c->pending == nullptr) return true;
+    Status s = c->pending->frame->WriteRest(c->fd, c->pending->deadline);
+    c->pending.reset();
+    if (!s.ok()) Log(LogLevel::kInfo, "answering " + c->peer + ": " + s.ToString());
+    return s.ok();
   }
 
   // Hands c back to the poller, with the deadline of whatever it is waiting for.
@@ -346,7 +443,7 @@ class TcpServer final : public TransportServer {
     epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c->fd, &ev);
   }
 
-  // REQUIRES: c held by this thread (busy).
+  // REQUIRES: c held by this thread (busy), or by the poller.
   void CloseConn(Conn* c) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -371,19 +468,25 @@ class TcpServer final : public TransportServer {
     return false;
   }
 
+  // Reads what c has of its request frame (only the header when header_only).  False:
+  // close the connection.
+  bool ReadRequest(Conn* c, bool header_only, FrameReader::Progress* progress) {
+    Status s = header_only ? c->frame.ReadHeader(c->fd, c->authed, &bodies_, progress)
+                           : c->frame.ReadAvailable(c->fd, c->authed, &bodies_, progress);
+    if (s.ok()) return true;
+    if (s.IsCorruption()) return Reject(c, s.ToString());
+    if (s.message() != "connection closed by peer") {
+      Log(LogLevel::kInfo, "connection from " + c->peer + ": " + s.ToString());
+    }
+    return false;
+  }
+
   // Reads what c has and answers every whole frame in it, in order, without waiting
   // for more.  False: close the connection.
   bool ServeAvailable(Conn* c) {
     for (;;) {
       FrameReader::Progress progress;
-      Status s = c->frame.ReadAvailable(c->fd, c->authed, &bodies_, &progress);
-      if (!s.ok()) {
-        if (s.IsCorruption()) return Reject(c, s.ToString());
-        if (s.message() != "connection closed by peer") {
-          Log(LogLevel::kInfo, "connection from " + c->peer + ": " + s.ToString());
-        }
-        return false;
-      }
+      if (!ReadRequest(c, /*header_only=*/false, &progress)) return false;
       if (progress != FrameReader::Progress::kComplete) return true;
       requests_.fetch_add(1);
       const bool keep = Dispatch(c, c->frame.header(), c->frame.meta(), c->frame.body());
@@ -393,13 +496,17 @@ class TcpServer final : public TransportServer {
     }
   }
 
-  // Answers request h.  A request with an unhashed body (allowed only where the
-  // connection may send one) asks for an answer the same way.
+  // The flags of request h's answer.  A request with an unhashed body (allowed only
+  // where the connection may send one) asks for an answer the same way.
+  static uint16_t AnswerFlags(const wire::FrameHeader& h) {
+    return wire::kFlagResponse | (h.flags & wire::kFlagBodyUnhashed);
+  }
+
+  // Answers request h.
   bool Answer(Conn* c, const wire::FrameHeader& h, const std::string& meta,
               std::span<const Slice> body = {}) {
-    const uint16_t flags = wire::kFlagResponse | (h.flags & wire::kFlagBodyUnhashed);
-    Status s =
-        SendFrame(c->fd, h.op, flags, h.request_id, meta, body, DeadlineIn(options_.io_timeout_ms));
+    Status s = SendFrame(c->fd, h.op, AnswerFlags(h), h.request_id, meta, body,
+                         DeadlineIn(options_.io_timeout_ms));
     if (!s.ok()) Log(LogLevel::kInfo, "answering " + c->peer + ": " + s.ToString());
     return s.ok();
   }
