@@ -268,6 +268,20 @@ Status OutFrame::WriteRest(int fd, Deadline deadline) {
   return WriteBy(fd, &iov_, &first_, deadline);
 }
 
+namespace {
+
+// Feeds the first n bytes of iov[first...] to hasher.
+void HashRead(const std::vector<iovec>& iov, size_t first, size_t n, Hasher64* hasher) {
+  if (hasher == nullptr) return;
+  for (size_t i = first; n > 0; i++) {
+    const size_t k = std::min(n, iov[i].iov_len);
+    hasher->Update(iov[i].iov_base, k);
+    n -= k;
+  }
+}
+
+}  // namespace
+
 Status ReadFully(int fd, std::vector<iovec>* iov, Deadline deadline, Hasher64* hasher,
                  const std::atomic<bool>* stop) {
   size_t first = 0;
@@ -278,14 +292,7 @@ Status ReadFully(int fd, std::vector<iovec>* iov, Deadline deadline, Hasher64* h
     ssize_t n = readv(fd, iov->data() + first, count);
     if (n > 0) {
       any = true;
-      if (hasher != nullptr) {
-        size_t left = static_cast<size_t>(n);
-        for (size_t i = first; left > 0; i++) {
-          const size_t k = std::min(left, (*iov)[i].iov_len);
-          hasher->Update((*iov)[i].iov_base, k);
-          left -= k;
-        }
-      }
+      HashRead(*iov, first, static_cast<size_t>(n), hasher);
       Consume(iov, &first, static_cast<size_t>(n));
       continue;
     }
@@ -301,6 +308,48 @@ Status ReadFully(int fd, std::vector<iovec>* iov, Deadline deadline, Hasher64* h
       if (s.ok()) break;
       if (SteadyClock::now() >= deadline) return Status::IOError("receive timed out");
     }
+  }
+  return Status::OK();
+}
+
+void ReadAhead::TakeBuffered(std::vector<iovec>* iov, size_t* first, Hasher64* hasher) {
+  while (*first < iov->size() && begin_ < end_) {
+    const size_t k = std::min((*iov)[*first].iov_len, end_ - begin_);
+    std::memcpy((*iov)[*first].iov_base, buf_ + begin_, k);
+    if (hasher != nullptr) hasher->Update(buf_ + begin_, k);
+    begin_ += k;
+    Consume(iov, first, k);
+  }
+  if (begin_ == end_) begin_ = end_ = 0;
+}
+
+Status ReadAhead::Read(std::vector<iovec>* iov, Deadline deadline, Hasher64* hasher) {
+  size_t first = 0;
+  Consume(iov, &first, 0);
+  TakeBuffered(iov, &first, hasher);
+  while (first < iov->size()) {
+    // The buffer is empty here (TakeBuffered drained it, or iov would be done).  It
+    // goes after the last of iov's vectors, when they all fit one readv.
+    const size_t count = std::min<size_t>(iov->size() - first, IOV_MAX - 1);
+    const bool ahead = first + count == iov->size();
+    batch_.assign(iov->begin() + static_cast<ptrdiff_t>(first),
+                  iov->begin() + static_cast<ptrdiff_t>(first + count));
+    size_t want = 0;
+    for (const iovec& v : batch_) want += v.iov_len;
+    if (ahead) batch_.push_back({buf_, kBytes});
+    const ssize_t n = readv(fd_, batch_.data(), static_cast<int>(batch_.size()));
+    if (n > 0) {
+      const size_t got = std::min(static_cast<size_t>(n), want);
+      HashRead(*iov, first, got, hasher);
+      Consume(iov, &first, got);
+      end_ = static_cast<size_t>(n) - got;  // read ahead: the next bytes of the stream
+      continue;
+    }
+    if (n == 0) return Status::IOError("connection closed by peer");
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return Errno("recv", errno);
+    Status s = WaitReadable(fd_, deadline);
+    if (!s.ok()) return Status::IOError("receive " + s.message());  // "receive timed out"
   }
   return Status::OK();
 }

@@ -80,6 +80,34 @@ Status ReadFully(int fd, std::vector<iovec>* iov, Deadline deadline, Hasher64* h
 // Waits until fd is readable (or hung up) by deadline: OK, or IOError on timeout.
 Status WaitReadable(int fd, Deadline deadline);
 
+// Reads a connection's incoming frames in as few system calls as their bytes allow:
+// each read offers, after the bytes asked for, a small buffer for whatever follows, so
+// that a frame's header, its metadata and the start of its body (or a whole small
+// frame) come in one read, and what was read ahead is handed out first next time.  The
+// bytes asked for still land straight in their place.  One reader at a time.
+class ReadAhead {
+ public:
+  explicit ReadAhead(int fd) : fd_(fd) {}
+  ReadAhead(const ReadAhead&) = delete;
+  ReadAhead& operator=(const ReadAhead&) = delete;
+
+  // Bytes read from the socket and not handed out yet.
+  size_t buffered() const { return end_ - begin_; }
+  // Reads exactly the bytes of iov by `deadline`, feeding them to `hasher` (may be
+  // null), as ReadFully does.  `iov` is consumed.
+  Status Read(std::vector<iovec>* iov, Deadline deadline, Hasher64* hasher);
+
+ private:
+  // Hands out buffered bytes into iov[*first...].
+  void TakeBuffered(std::vector<iovec>* iov, size_t* first, Hasher64* hasher);
+
+  static constexpr size_t kBytes = 4096;
+  const int fd_;
+  size_t begin_ = 0, end_ = 0;  // buf_[begin_, end_) is read ahead
+  std::vector<iovec> batch_;    // one readv's vector, kept between reads
+  char buf_[kBytes];
+};
+
 // Makes a socket's buffers large enough for multi-MiB values.
 void TuneSocket(int fd);
 
