@@ -299,6 +299,43 @@ TEST(ServerHardening, ReadersThatStopReadingDoNotDelayOthers) {
   EXPECT_TRUE(server.Alive());
 }
 
+// Requests that arrive together on one connection: the poller reads the next one
+// ahead while answering the first, and must not leave it waiting for epoll.
+TEST(ServerHardening, PipelinedGetsInOneSegmentAreAllAnswered) {
+  Server server(TempDir("pipelined"), FreePort());
+  ASSERT_TRUE(server.Start());
+  auto client = NewClient();
+  const std::vector<std::string> keys = {"a", "b", "c", "d"};
+  for (size_t i = 0; i < keys.size(); i++) {
+    PutOne(client.get(), server.endpoint(), keys[i], std::string(100 * (i + 1), 'v'));
+  }
+  RawConn conn(server.endpoint());
+  ASSERT_TRUE(conn.ok());
+  for (int round = 0; round < 20; round++) {
+    std::string requests;
+    const uint64_t cap = 1000;
+    for (const auto& k : keys) {
+      const std::string meta = KeysMeta(k, 1, &cap);
+      requests += FrameBytes(wire::kGet, meta, static_cast<uint32_t>(meta.size()));
+    }
+    ASSERT_EQ(send(conn.fd(), requests.data(), requests.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(requests.size()));
+    for (size_t i = 0; i < keys.size(); i++) {
+      wire::FrameHeader h;
+      std::string meta;
+      uint64_t body_len = 0;
+      ASSERT_TRUE(conn.Read(&h, &meta, &body_len)) << "round " << round << " answer " << i;
+      std::string_view in(meta);
+      Status status;
+      std::vector<int64_t> results;
+      ASSERT_TRUE(wire::GetBatchStatus(&in, &status) && status.ok() &&
+                  wire::GetResults(&in, &results));
+      EXPECT_EQ(results, std::vector<int64_t>{static_cast<int64_t>(100 * (i + 1))});
+      EXPECT_EQ(body_len, 100 * (i + 1));
+    }
+  }
+}
+
 TEST(ServerHardening, AnswerNotTakenInTimeClosesItsConnection) {
   Server server(TempDir("untaken"), FreePort());
   server.set_options(",ssd_capacity_bytes=0,peer_frame_timeout_ms=300");

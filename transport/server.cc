@@ -411,7 +411,8 @@ class TcpServer final : public TransportServer {
       Log(LogLevel::kInfo, "answering " + c->peer + ": " + s.ToString());
       return Next::kClose;
     }
-    if (frame->done()) return Next::kWait;
+    // Bytes of a next request read ahead would wait unseen by epoll: a worker takes them.
+    if (frame->done()) return c->frame.buffered() > 0 ? Next::kWorker : Next::kWait;
     c->pending.reset(
         new PendingAnswer{std::move(answer), std::move(frame), DeadlineIn(options_.io_timeout_ms)});
     return Next::kWorker;
