@@ -425,17 +425,23 @@ class SsdValueServer {
     for (int i = 0; i < 100; i++) {
       PutOne(client.get(), server_.endpoint(), "filler" + std::to_string(i), filler);
     }
+    ASSERT_EQ(Where("big"), kLookupNotPinned);  // on SSD only
+  }
+  Server& server() { return server_; }
+
+  // Where key's value is: kLookupPinned (in memory), kLookupNotPinned (on SSD only), or
+  // an error code; INT64_MIN when the LOOKUP was not answered.
+  int64_t Where(const std::string& key) {
     RawConn conn(server_.endpoint());
     Status s;
     std::string rest;
-    ASSERT_TRUE(conn.Ask(wire::kLookup, KeysMeta("big", 1, nullptr), &s, &rest));
+    if (!conn.Ask(wire::kLookup, KeysMeta(key, 1, nullptr), &s, &rest)) return INT64_MIN;
     std::string_view in(rest);
     std::vector<int64_t> results;
     std::vector<RemoteLocation> locations;
-    ASSERT_TRUE(DecodeLocations(&in, &results, &locations));
-    ASSERT_EQ(results, std::vector<int64_t>{kLookupNotPinned});  // on SSD only
+    if (!DecodeLocations(&in, &results, &locations) || results.size() != 1) return INT64_MIN;
+    return results[0];
   }
-  Server& server() { return server_; }
 
   // A GET naming "big" `times` times (capacity 1 MiB each) on a fresh connection; the
   // answer's body is read and dropped.  *grown_kib: how far the server's peak RSS rose.
@@ -501,15 +507,7 @@ TEST(ServerHardening, GetOfValuesInMemoryAndOnSsdTogether) {
   ASSERT_NO_FATAL_FAILURE(ssd.Start());
   // The last filler is still in memory; "big" is on SSD only.  The poller gives such a
   // GET to a worker, which answers it whole.
-  RawConn conn(ssd.server().endpoint());
-  Status s;
-  std::string rest;
-  ASSERT_TRUE(conn.Ask(wire::kLookup, KeysMeta("filler99", 1, nullptr), &s, &rest));
-  std::string_view in(rest);
-  std::vector<int64_t> where;
-  std::vector<RemoteLocation> locations;
-  ASSERT_TRUE(DecodeLocations(&in, &where, &locations));
-  ASSERT_EQ(where, std::vector<int64_t>{kLookupPinned});
+  ASSERT_EQ(ssd.Where("filler99"), kLookupPinned);
   std::mt19937_64 rng(5);  // as SsdValueServer::Start wrote them
   const std::string big = RandomValue(&rng, 1 << 20);
   const std::string filler = RandomValue(&rng, 1 << 20);
