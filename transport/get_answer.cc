@@ -64,7 +64,8 @@ bool GetAnswer::Locate(std::span<const Slice> keys, bool memory_only) {
   size_.assign(keys.size(), 0);
   for (size_t i = 0; i < keys.size(); i++) {
     if (first_[i] != i) continue;
-    if (service_->Pin(keys[i], &pinned_[i])) {
+    if (memory_only ? service_->TryPin(keys[i], &pinned_[i])
+                    : service_->Pin(keys[i], &pinned_[i])) {
       size_[i] = static_cast<int64_t>(pinned_[i].size);
     } else if (memory_only) {
       return false;

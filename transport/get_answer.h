@@ -1,9 +1,10 @@
 // A GET's answer on the server: the values it names, pinned in the memory tier or read
 // through the DB, as the answer frame's metadata and body.
 //
-// Two ways to build it.  FromMemory only pins (no I/O, no waiting) and gives up when a
-// value is not in memory: the server's poller tries it, and answers a GET without
-// handing it to a worker when it succeeds.  Build reads whatever the pins did not cover
+// Two ways to build it.  FromMemory only pins (no I/O, no waiting, not even for a lock:
+// PeerService::TryPin) and gives up when a value is not in memory or its lock is busy:
+// the server's poller tries it, and answers a GET without handing it to a worker when
+// it succeeds.  Build reads whatever the pins did not cover
 // through the DB (possibly from SSD): the workers' way.
 #ifndef KVENGINE_TRANSPORT_GET_ANSWER_H_
 #define KVENGINE_TRANSPORT_GET_ANSWER_H_
@@ -24,8 +25,8 @@ class GetAnswer {
   GetAnswer(const GetAnswer&) = delete;
   GetAnswer& operator=(const GetAnswer&) = delete;
 
-  // Builds the answer when every value named is in the memory tier; false (nothing
-  // built, nothing kept pinned) otherwise.
+  // Builds the answer when every value named is in the memory tier and could be pinned
+  // without waiting; false (nothing built, nothing kept pinned) otherwise.
   bool FromMemory(std::span<const Slice> keys, std::span<const uint64_t> capacity);
   // Builds the answer from any tier.  A key named several times is looked up and read
   // once, its bytes sent once per mention.  The answer's size is known before any value

@@ -50,6 +50,9 @@ class PeerService {
   virtual ~PeerService() = default;
   // Pins key's value when the memory tier holds it; false otherwise.
   virtual bool Pin(const Slice& key, PinnedValue* out) = 0;
+  // Pin without waiting for any lock (false also when the value's is busy): for the
+  // server's poller, which must never wait.
+  virtual bool TryPin(const Slice& key, PinnedValue* out) = 0;
   // The start of the memory tier's arena (locations are offsets from it); may be null.
   virtual const char* ArenaBase() const = 0;
   virtual Status GetValueSize(const Slice& key, uint64_t* size) = 0;
