@@ -185,9 +185,12 @@ Status DBImpl::Init() {
   if (peer_ != nullptr) {
     s = peer_->StartServing(
         this,
-        [this](const Slice& key, PinnedValue* out) {
+        [this](const Slice& key, bool wait, PinnedValue* out) {
           auto handle = std::make_shared<MemoryTier::Handle>();
-          if (!memory_->Lookup(key, handle.get())) return false;
+          if (!(wait ? memory_->Lookup(key, handle.get())
+                     : memory_->TryLookup(key, handle.get()))) {
+            return false;
+          }
           out->data = handle->value().data();
           out->size = handle->value().size();
           out->version = handle->version();

@@ -208,13 +208,26 @@ Status MemoryTier::Commit(const Slice& key, Reservation* reservation, uint64_t* 
 }
 
 bool MemoryTier::Lookup(const Slice& key, Handle* handle) {
+  return Pin(key, /*wait=*/true, handle);
+}
+
+bool MemoryTier::TryLookup(const Slice& key, Handle* handle) {
+  return Pin(key, /*wait=*/false, handle);
+}
+
+bool MemoryTier::Pin(const Slice& key, bool wait, Handle* handle) {
   PerfPoint perf(PerfKey::memory_lookup);
   handle->Release();
   const uint64_t hash = Hash64(key.view());
   Shard& shard = ShardFor(hash);
   Item* item;
   {
-    std::lock_guard<std::mutex> lock(shard.mu);
+    std::unique_lock<std::mutex> lock(shard.mu, std::defer_lock);
+    if (wait) {
+      lock.lock();
+    } else if (!lock.try_lock()) {
+      return false;  // neither a hit nor a miss
+    }
     item = shard.index.Find(key.view(), hash);
     if (item == nullptr) {
       lookup_misses_.fetch_add(1, std::memory_order_relaxed);

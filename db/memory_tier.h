@@ -155,6 +155,10 @@ class MemoryTier {
 
   // Pins the value of key into *handle.  Returns false when absent.
   bool Lookup(const Slice& key, Handle* handle);
+  // Lookup that never waits for the key's lock: false also when another thread holds
+  // it (a shard's lock can be held for long: DeleteByRegex matches a whole shard's
+  // keys under it).  For threads that must not wait, the peer server's poller.
+  bool TryLookup(const Slice& key, Handle* handle);
   bool Contains(const Slice& key);
   // Contains() of every key at once: (*found)[i] is 1 when keys[i] is in memory, else
   // 0.  Takes each shard's lock once and overlaps the keys' cache misses (prefetching in
@@ -185,6 +189,8 @@ class MemoryTier {
   // Hash64 of the key: its low bits choose the shard, its high bits the slot there.
   Shard& ShardFor(uint64_t hash) { return shards_[hash % shards_.size()]; }
   Item* AllocateWithEviction(uint64_t size, Status* status);
+  // Lookup, or TryLookup when !wait.
+  bool Pin(const Slice& key, bool wait, Handle* handle);
   void Evict(Item* victim);
   void Unref(Item* item);
   // `hash` is Hash64 of the item's key.
