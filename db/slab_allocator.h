@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "db/item.h"
+#include "util/huge_block_pool.h"
 
 namespace kvengine {
 
@@ -79,6 +80,8 @@ class SlabAllocator {
   Item* AllocateInClass(int cls);
   Item* AllocateRun(uint64_t slab_count);
   int64_t TakeFreeSlab();
+  // Gives *slab a fresh item array of class cls.
+  void NewItems(int cls, Slab* slab);
   void ReleaseSlab(uint32_t index);
   void Unlink(Item* item);
   void PinAndCollect(Item* item, std::vector<Item*>* victims);
