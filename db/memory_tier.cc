@@ -189,7 +189,7 @@ Status MemoryTier::Commit(const Slice& key, Reservation* reservation, uint64_t* 
   }
   Item* item = reservation->item_;
   reservation->item_ = nullptr;  // its reference is the index's from here on
-  item->SetKey(key.view());
+  allocator_.SetKey(item, key.view());
   const uint64_t hash = Hash64(key.view());
 
   Item* replaced = nullptr;
@@ -281,7 +281,7 @@ void MemoryTier::BatchContains(std::span<const Slice> keys, std::vector<uint8_t>
         if (candidates[j] != nullptr) __builtin_prefetch(candidates[j]);
       }
       for (size_t j = 0; j < m; j++) {
-        if (candidates[j] != nullptr) __builtin_prefetch(candidates[j]->key_data.get());
+        if (candidates[j] != nullptr) __builtin_prefetch(candidates[j]->key_data);
       }
       for (size_t j = 0; j < m; j++) {
         const uint32_t i = order[g + j];
@@ -324,7 +324,7 @@ bool MemoryTier::Insert(const Slice& key, std::span<const Slice> parts, uint64_t
     if (part.size() != 0) std::memcpy(dst, part.data(), part.size());
     dst += part.size();
   }
-  item->SetKey(key.view());
+  allocator_.SetKey(item, key.view());
   const uint64_t hash = Hash64(key.view());
   item->size = size;
   item->refs.store(1, std::memory_order_relaxed);
@@ -390,6 +390,7 @@ MemoryTier::Stats MemoryTier::GetStats() const {
   s.lookup_hits = lookup_hits_.load(std::memory_order_relaxed);
   s.lookup_misses = lookup_misses_.load(std::memory_order_relaxed);
   s.index_bytes = allocator_.item_array_bytes() + index_slot_bytes_.load(std::memory_order_relaxed);
+  s.key_arena_bytes = allocator_.key_arena_bytes();
   return s;
 }
 

@@ -58,6 +58,8 @@ class MemoryTier {
     // RAM of the index, beside the keys' and the values' bytes: the slabs' item arrays
     // and the index shards' slots.
     uint64_t index_bytes = 0;
+    // RAM mapped for the keys' bytes (db/key_arena.h; keys over 4 KiB are on the heap).
+    uint64_t key_arena_bytes = 0;
   };
 
   // A pinned value: its bytes stay valid and unchanged until the handle is released.

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cstring>
 #include <memory>
+#include <type_traits>
 
 namespace kvengine {
 
@@ -76,9 +78,14 @@ SlabAllocator::SlabAllocator(char* base, uint64_t capacity, uint64_t slab_size)
   free_slabs_ = slabs_.size();
 }
 
+static_assert(std::is_trivially_destructible_v<Item>, "pools unmap item arrays as they are");
+
 SlabAllocator::~SlabAllocator() {
+  // The pools unmap their chunks, but a key too long for them is on the heap.
   for (Slab& slab : slabs_) {
-    if (slab.items != nullptr) std::destroy_n(slab.items, slab.item_count);
+    for (uint32_t i = 0; i < slab.item_count; i++) {
+      keys_.Free(slab.items[i].key_data, slab.items[i].key_size);
+    }
   }
 }
 
@@ -100,6 +107,11 @@ uint64_t SlabAllocator::allocated_bytes() const {
 uint64_t SlabAllocator::item_array_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return item_array_bytes_;
+}
+
+uint64_t SlabAllocator::key_arena_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return keys_.mapped_bytes();
 }
 
 uint64_t SlabAllocator::free_slab_count() const {
@@ -240,11 +252,21 @@ void SlabAllocator::Unlink(Item* item) {
   item->lru_prev = item->lru_next = nullptr;
 }
 
+void SlabAllocator::SetKey(Item* item, std::string_view key) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    item->key_data = keys_.Allocate(key.size());
+  }
+  item->key_size = key.size();
+  if (!key.empty()) std::memcpy(item->key_data, key.data(), key.size());
+}
+
 void SlabAllocator::Free(Item* item) {
   std::lock_guard<std::mutex> lock(mu_);
   assert(item->refs.load() == 0);
   Unlink(item);
-  item->key_data.reset();
+  keys_.Free(item->key_data, item->key_size);
+  item->key_data = nullptr;
   item->key_size = 0;
   const uint32_t index = item->slab;
   Slab& slab = slabs_[index];
