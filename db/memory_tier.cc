@@ -249,10 +249,9 @@ bool MemoryTier::Contains(const Slice& key) {
   return shard.index.Find(key.view(), hash) != nullptr;
 }
 
-void MemoryTier::BatchContains(std::span<const Slice> keys, std::vector<uint8_t>* found) {
-  PerfPoint perf(PerfKey::memory_batch_contains);
+template <typename Fn>
+void MemoryTier::ProbeBatch(std::span<const Slice> keys, Fn&& found) {
   const size_t n = keys.size();
-  found->assign(n, 0);
   // A key with a null pointer (which the DB rejects) is looked up as the empty key,
   // which is never indexed.
   auto view = [&keys](size_t i) {
@@ -294,12 +293,41 @@ void MemoryTier::BatchContains(std::span<const Slice> keys, std::vector<uint8_t>
       }
       for (size_t j = 0; j < m; j++) {
         const uint32_t i = order[g + j];
-        if (candidates[j] == nullptr) continue;
+        Item* item = candidates[j];
+        if (item == nullptr) continue;
         // Another key of the same hash (2^-64) is found by the full lookup.
-        (*found)[i] =
-            candidates[j]->key() == view(i) || shard.index.Find(view(i), hashes[i]) != nullptr;
+        if (item->key() != view(i)) item = shard.index.Find(view(i), hashes[i]);
+        if (item != nullptr) found(i, item);
       }
     }
+  }
+}
+
+void MemoryTier::BatchContains(std::span<const Slice> keys, std::vector<uint8_t>* found) {
+  PerfPoint perf(PerfKey::memory_batch_contains);
+  found->assign(keys.size(), 0);
+  ProbeBatch(keys, [found](size_t i, Item*) { (*found)[i] = 1; });
+}
+
+void MemoryTier::BatchLookup(std::span<const Slice> keys, std::vector<Handle>* handles) {
+  PerfPoint perf(PerfKey::memory_batch_lookup);
+  handles->clear();
+  handles->resize(keys.size());
+  size_t hits = 0;
+  ProbeBatch(keys, [&](size_t i, Item* item) {
+    item->refs.fetch_add(1, std::memory_order_relaxed);  // under the shard lock, as Lookup
+    (*handles)[i].tier_ = this;
+    (*handles)[i].item_ = item;
+    hits++;
+  });
+  lookup_hits_.fetch_add(hits, std::memory_order_relaxed);
+  lookup_misses_.fetch_add(keys.size() - hits, std::memory_order_relaxed);
+  // Every value's first lines are on their way before the LRU neighbours' misses.
+  for (const Handle& h : *handles) {
+    if (h.valid()) PrefetchValue(h.item_);
+  }
+  for (const Handle& h : *handles) {
+    if (h.valid()) allocator_.Touch(h.item_);
   }
 }
 

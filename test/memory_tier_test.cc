@@ -40,6 +40,17 @@ class MemoryTierTest : public ::testing::Test {
     if (!tier_->Lookup(key, &h)) return "<absent>";
     return h.value().ToString();
   }
+  // Keys k0..k<n-1>; all but every third (k0, k3, ...) are stored, with value v<i>.
+  std::vector<std::string> PutAllButEveryThird(int n) {
+    std::vector<std::string> names;
+    for (int i = 0; i < n; i++) {
+      names.push_back("k" + std::to_string(i));
+      if (i % 3 != 0) {
+        EXPECT_TRUE(Put(names.back(), "v" + std::to_string(i)).ok());
+      }
+    }
+    return names;
+  }
 
   Logger logger_;
   std::atomic<uint64_t> versions_{0};
@@ -164,13 +175,7 @@ TEST(KeyIndexTest, MatchesAMapUnderRandomInsertsAndErases) {
 
 TEST_F(MemoryTierTest, BatchContainsAgreesWithContains) {
   Open(64 * kSlab);
-  std::vector<std::string> names;
-  for (int i = 0; i < 300; i++) {
-    names.push_back("k" + std::to_string(i));
-    if (i % 3 != 0) {
-      ASSERT_TRUE(Put(names.back(), "v").ok());
-    }
-  }
+  std::vector<std::string> names = PutAllButEveryThird(300);
   names.push_back("");  // never indexed
   std::vector<Slice> keys(names.begin(), names.end());
   keys.push_back(
@@ -233,6 +238,34 @@ TEST_F(MemoryTierTest, KeyBytesDoNotGrowUnderChurn) {
   EXPECT_GT(tier_->EraseIf([](std::string_view) { return true; }), 0u);
   EXPECT_EQ(tier_->GetStats().items, 0u);
   EXPECT_LE(tier_->GetStats().key_arena_bytes, 4u * (2u << 20));  // one spare per class
+}
+
+// BatchLookup pins what Lookup would find, and a pinned value outlives its overwrite.
+TEST_F(MemoryTierTest, BatchLookupAgreesWithLookup) {
+  Open(64 * kSlab);
+  const std::vector<std::string> names = PutAllButEveryThird(300);
+  std::vector<Slice> keys(names.begin(), names.end());
+  keys.push_back(Slice(static_cast<const char*>(nullptr), 5));  // the empty key: absent
+  std::vector<MemoryTier::Handle> handles;
+  tier_->BatchLookup(keys, &handles);
+  ASSERT_EQ(handles.size(), keys.size());
+  for (int i = 0; i < 300; i++) {
+    ASSERT_EQ(handles[i].valid(), i % 3 != 0) << i;
+    if (handles[i].valid()) {
+      EXPECT_EQ(handles[i].value().ToString(), "v" + std::to_string(i));
+    }
+  }
+  EXPECT_FALSE(handles.back().valid());
+  const auto st = tier_->GetStats();
+  EXPECT_EQ(st.lookup_hits, 200u);
+  EXPECT_EQ(st.lookup_misses, 101u);
+
+  ASSERT_TRUE(Put("k1", "replaced").ok());
+  EXPECT_EQ(handles[1].value().ToString(), "v1");
+  EXPECT_EQ(Get("k1"), "replaced");
+  handles.clear();
+  tier_->BatchLookup({}, &handles);
+  EXPECT_TRUE(handles.empty());
 }
 
 TEST_F(MemoryTierTest, PutGetOverwriteErase) {
