@@ -257,6 +257,13 @@ void MemoryTier::ProbeBatch(std::span<const Slice> keys, Fn&& found) {
   auto view = [&keys](size_t i) {
     return keys[i].data() == nullptr ? std::string_view() : keys[i].view();
   };
+  if (n == 1) {  // nothing to group or overlap: spare the vectors below their allocations
+    const uint64_t hash = Hash64(view(0));
+    Shard& shard = ShardFor(hash);
+    std::lock_guard<std::mutex> lock(shard.mu);
+    if (Item* item = shard.index.Find(view(0), hash)) found(0, item);
+    return;
+  }
   // The keys' hashes, and their indices grouped by shard (a counting sort), so that
   // each shard is locked once.
   std::vector<uint64_t> hashes(n);

@@ -190,6 +190,11 @@ TEST_F(MemoryTierTest, BatchContainsAgreesWithContains) {
     }
   }
   EXPECT_EQ(found.back(), 0);
+  for (size_t i : {size_t{0}, size_t{1}, size_t{2}, keys.size() - 1}) {  // batches of one
+    tier_->BatchContains(std::span<const Slice>(&keys[i], 1), &found);
+    ASSERT_EQ(found.size(), 1u);
+    EXPECT_EQ(found[0] != 0, i == 1 || i == 2) << i;
+  }
   tier_->BatchContains({}, &found);
   EXPECT_TRUE(found.empty());
 }
