@@ -463,16 +463,26 @@ Status DBImpl::CheckDestination(const Slice& key, std::span<const MutableSlice> 
 Status DBImpl::GetFromMemory(const Slice& key, std::span<const MutableSlice> dest,
                              uint64_t capacity, uint64_t* size) {
   MemoryTier::Handle handle;
-  if (!memory_->Lookup(key, &handle)) return Status::NotFound("key " + Printable(key));
+  memory_->Lookup(key, &handle);
+  return CopyFromMemory(key, &handle, dest, capacity, size);
+}
+
+Status DBImpl::CopyFromMemory(const Slice& key, MemoryTier::Handle* handle,
+                              std::span<const MutableSlice> dest, uint64_t capacity,
+                              uint64_t* size) {
+  if (!handle->valid()) return Status::NotFound("key " + Printable(key));
   counters_.memory_hits.fetch_add(1, std::memory_order_relaxed);
-  const Slice value = handle.value();
+  const Slice value = handle->value();
   *size = value.size();
+  Status s;
   if (value.size() > capacity) {
-    return TooSmall(key, value.size(), capacity);
+    s = TooSmall(key, value.size(), capacity);
+  } else {
+    ScatterCopy(value.data(), value.size(), dest);
+    counters_.get_bytes.fetch_add(value.size(), std::memory_order_relaxed);
   }
-  ScatterCopy(value.data(), value.size(), dest);
-  counters_.get_bytes.fetch_add(value.size(), std::memory_order_relaxed);
-  return Status::OK();
+  handle->Release();
+  return s;
 }
 
 Status DBImpl::GetOne(const Slice& key, std::span<const MutableSlice> dest, uint64_t* size) {
@@ -817,29 +827,43 @@ Status DBImpl::BatchGetInto(const ReadOptions& options, std::span<const Slice> k
   std::vector<const char*> tiers(keys.size(), nullptr);
   std::vector<int64_t> sizes(keys.size(), -1);
   gpu_->BeginBatch();
+  // First each key's checks; the keys read into host memory are then looked up in the
+  // memory tier all at once (the probes' cache misses overlap, and the values' first
+  // bytes are on their way before the first copy).
+  std::vector<Status> checks(keys.size());
+  std::vector<int> devices(keys.size(), -1);
+  std::vector<uint64_t> capacities(keys.size(), 0);
+  std::vector<Slice> host_keys;
+  for (size_t i = 0; i < keys.size(); i++) {
+    Status& check = checks[i];
+    check = gpu_->Scan(destinations[i], &devices[i]);
+    if (!check.ok()) {
+      check = ForKey(keys[i], check);
+    } else if (devices[i] < 0) {
+      check = CheckKey(keys[i]);
+      if (check.ok()) check = CheckDestination(keys[i], destinations[i], &capacities[i]);
+      if (check.ok()) host_keys.push_back(keys[i]);
+    }
+  }
+  std::vector<MemoryTier::Handle> pinned;
+  memory_->BatchLookup(host_keys, &pinned);
+  size_t next_pinned = 0;
   uint64_t total_bytes = 0;
   for (size_t i = 0; i < keys.size(); i++) {
     uint64_t size = 0;
-    int device = -1;
-    Status key_status = gpu_->Scan(destinations[i], &device);
-    if (!key_status.ok()) {
-      key_status = ForKey(keys[i], key_status);
-    } else if (device >= 0) {
-      key_status = GetOneToDevice(keys[i], destinations[i], device, &size);
-    } else {
-      uint64_t capacity = 0;
-      key_status = CheckKey(keys[i]);
-      if (key_status.ok()) key_status = CheckDestination(keys[i], destinations[i], &capacity);
-      if (key_status.ok()) {
-        counters_.gets.fetch_add(1, std::memory_order_relaxed);
-        key_status = GetFromMemory(keys[i], destinations[i], capacity, &size);
-        if (key_status.IsNotFound()) {
-          if (ssd_ != nullptr) {
-            misses.push_back(i);  // read with the other misses, in one submission
-            continue;
-          }
-          counters_.misses.fetch_add(1, std::memory_order_relaxed);
+    Status key_status = std::move(checks[i]);
+    if (key_status.ok() && devices[i] >= 0) {
+      key_status = GetOneToDevice(keys[i], destinations[i], devices[i], &size);
+    } else if (key_status.ok()) {
+      counters_.gets.fetch_add(1, std::memory_order_relaxed);
+      key_status =
+          CopyFromMemory(keys[i], &pinned[next_pinned++], destinations[i], capacities[i], &size);
+      if (key_status.IsNotFound()) {
+        if (ssd_ != nullptr) {
+          misses.push_back(i);  // read with the other misses, in one submission
+          continue;
         }
+        counters_.misses.fetch_add(1, std::memory_order_relaxed);
       }
     }
     (*results)[i] = key_status.ok() ? static_cast<int64_t>(size) : key_status.ErrorCode();

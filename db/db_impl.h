@@ -111,6 +111,10 @@ class DBImpl final : public DB {
   // Copies key's value from the memory tier only; NotFound when it is not there.
   Status GetFromMemory(const Slice& key, std::span<const MutableSlice> dest, uint64_t capacity,
                        uint64_t* size);
+  // The same for a value the memory tier has already looked up and pinned into *handle
+  // (not valid: NotFound); releases the handle.
+  Status CopyFromMemory(const Slice& key, MemoryTier::Handle* handle,
+                        std::span<const MutableSlice> dest, uint64_t capacity, uint64_t* size);
   Status DeleteOne(const Slice& key);
   // Reads the keys that missed the memory tier from SSD (one submission) and promotes
   // them by policy.  misses[i] indexes keys/dests/results.

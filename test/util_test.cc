@@ -2,12 +2,14 @@
 #include <sys/mman.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -18,6 +20,7 @@
 #include "util/config_parse.h"
 #include "util/grace_period.h"
 #include "util/hash.h"
+#include "util/huge_block_pool.h"
 #include "util/numa_arena.h"
 #include "util/stream_copy.h"
 #include "util/worker_thread.h"
@@ -318,6 +321,49 @@ TEST(NumaArenaTest, SharedArenaIsAlignedAndMapsTwice) {
     EXPECT_EQ(other[off], static_cast<char>('a' + off % 26)) << off;
   }
   ::munmap(p, arena->size());
+}
+
+// Blocks are distinct and 8-aligned in chunks of whole huge pages; freed blocks are reused
+// before a chunk is added, and a pool whose blocks are all freed keeps one spare chunk
+// mapped, whatever the order of the frees.
+TEST(HugeBlockPoolTest, ReusesBlocksAndUnmapsEmptyChunks) {
+  for (size_t block_size : {size_t{16}, size_t{48} * 8192, size_t{3} << 20, size_t{20} << 20}) {
+    HugeBlockPool pool(block_size);
+    EXPECT_EQ(pool.chunk_size() % (2u << 20), 0u) << block_size;
+    const size_t per_chunk = (pool.chunk_size() - 64) / block_size;
+    ASSERT_GE(per_chunk, 1u) << block_size;
+    const size_t n = block_size < 4096 ? 3 * per_chunk + 5 : 3 * per_chunk;
+    std::vector<char*> blocks;
+    std::set<char*> distinct;
+    for (size_t i = 0; i < n; i++) {
+      char* b = static_cast<char*>(pool.Allocate());
+      ASSERT_EQ(reinterpret_cast<uintptr_t>(b) % 8, 0u);
+      b[0] = 'x';
+      b[block_size - 1] = 'y';  // the whole block is writable
+      blocks.push_back(b);
+      distinct.insert(b);
+    }
+    EXPECT_EQ(distinct.size(), n);
+    const size_t chunks = (n + per_chunk - 1) / per_chunk;
+    EXPECT_EQ(pool.mapped_bytes(), chunks * pool.chunk_size()) << block_size;
+
+    // Free a random half and allocate as many again: no chunk is added.
+    std::mt19937_64 rng(block_size);
+    std::shuffle(blocks.begin(), blocks.end(), rng);
+    for (size_t i = 0; i < n / 2; i++) pool.Free(blocks[i]);
+    for (size_t i = 0; i < n / 2; i++) blocks[i] = static_cast<char*>(pool.Allocate());
+    EXPECT_LE(pool.mapped_bytes(), chunks * pool.chunk_size()) << block_size;
+
+    std::shuffle(blocks.begin(), blocks.end(), rng);
+    for (char* b : blocks) pool.Free(b);
+    EXPECT_EQ(pool.mapped_bytes(), pool.chunk_size()) << block_size;  // the spare
+    // Allocating across a chunk boundary and back maps nothing new.
+    for (int round = 0; round < 3; round++) {
+      void* b = pool.Allocate();
+      EXPECT_EQ(pool.mapped_bytes(), pool.chunk_size());
+      pool.Free(b);
+    }
+  }
 }
 
 // Streaming stores need a 32-byte-aligned destination and move 128 bytes a step: every
