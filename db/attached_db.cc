@@ -13,6 +13,7 @@
 #include "env/gpu_io.h"
 #include "transport/busy_poll.h"
 #include "transport/read_validation.h"
+#include "transport/shm_channel.h"
 #include "transport/unix_socket.h"
 #include "transport/wire.h"
 #include "util/buffers.h"
@@ -88,6 +89,8 @@ struct AttachedDB::Connection {
   // Owners that reserve spare slots (wire::kFeatureSpares) give them this long; 0: none.
   uint64_t spare_lifetime_ms = 0;
   std::vector<Slot> spares;  // reserved for this connection's next put
+  // Owners with wire::kFeatureChannel: every frame after the greeting goes through it.
+  std::unique_ptr<ShmChannel> channel;
   explicit Connection(uint64_t busy_poll_us) : busy_poll(busy_poll_us) {}
   ~Connection() {
     if (fd >= 0) close(fd);
@@ -222,6 +225,13 @@ Status AttachedDB::Open(Connection* conn) {
       GetFixed64(&in, &spare_lifetime_ms)) {
     conn->spare_lifetime_ms = spare_lifetime_ms;
   }
+  if ((features & wire::kFeatureChannel) && options_.local_shared_channel) {
+    s = OpenChannel(conn, deadline);
+    if (!s.ok()) {
+      close(arena_fd);
+      return s;
+    }
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     std::shared_ptr<ArenaMapping> shared = arena_.lock();
@@ -257,10 +267,35 @@ Status AttachedDB::Open(Connection* conn) {
   return Status::OK();
 }
 
+Status AttachedDB::OpenChannel(Connection* conn, Deadline deadline) {
+  const uint64_t id = ++conn->next_request;
+  Status s = SendFrame(conn->fd, wire::kOpenChannel, 0, id, "", {}, deadline);
+  int memfd = -1;
+  if (s.ok()) s = ReceiveDescriptor(conn->fd, deadline, &memfd);
+  wire::FrameHeader h;
+  std::string meta;
+  if (s.ok()) s = ReadFrame(conn->fd, deadline, &h, &meta);
+  std::string_view in(meta);
+  Status owner;
+  if (s.ok() &&
+      (h.op != wire::kOpenChannel || h.request_id != id || !wire::GetBatchStatus(&in, &owner))) {
+    s = Status::Corruption("malformed answer to OPEN_CHANNEL");
+  }
+  if (s.ok() && owner.ok()) {
+    s = memfd < 0
+            ? Status::Corruption("no shared channel was passed")
+            : ShmChannel::Attach(memfd, conn->fd, options_.local_busy_poll_us, &conn->channel);
+  }
+  if (memfd >= 0) close(memfd);  // the mapping keeps the region
+  // An owner that could not set one up (out of memory) serves the socket as before.
+  return s.ok() ? Status::OK() : Lost(conn, s.ToString());
+}
+
 Status AttachedDB::Call(Connection* conn, uint8_t op, const std::string& meta,
                         std::string* answer) {
   const uint64_t id = ++conn->next_request;
   const Deadline deadline = DeadlineIn(options_.peer_timeout_ms);
+  if (conn->channel != nullptr) return CallThroughChannel(conn, op, id, meta, deadline, answer);
   Status s = SendFrame(conn->fd, op, 0, id, meta, {}, deadline);
   if (!s.ok()) return Lost(conn, s.ToString());
   const auto sent = BusyPollPredictor::Clock::now();
@@ -275,9 +310,28 @@ Status AttachedDB::Call(Connection* conn, uint8_t op, const std::string& meta,
   return Status::OK();
 }
 
+Status AttachedDB::CallThroughChannel(Connection* conn, uint8_t op, uint64_t id,
+                                      const std::string& meta, Deadline deadline,
+                                      std::string* answer) {
+  ShmChannel* channel = conn->channel.get();
+  Status s = channel->SendFrame(op, 0, id, meta, deadline);
+  bool arrived = false;
+  if (s.ok()) s = channel->WaitForFrame(op, deadline, nullptr, /*spin=*/true, &arrived);
+  if (s.ok() && !arrived) s = Status::IOError("receive timed out");
+  wire::FrameHeader h;
+  if (s.ok()) s = channel->ReadFrame(deadline, &h, answer);
+  if (!s.ok()) return Lost(conn, s.ToString());
+  if (h.op != op || h.request_id != id || !(h.flags & wire::kFlagResponse)) {
+    return Lost(conn, "answer out of step with the request");
+  }
+  return Status::OK();
+}
+
 void AttachedDB::Send(Connection* conn, uint8_t op, const std::string& meta) {
-  Status s = SendFrame(conn->fd, op, 0, ++conn->next_request, meta, {},
-                       DeadlineIn(options_.peer_timeout_ms));
+  const Deadline deadline = DeadlineIn(options_.peer_timeout_ms);
+  const uint64_t id = ++conn->next_request;
+  Status s = conn->channel != nullptr ? conn->channel->SendFrame(op, 0, id, meta, deadline)
+                                      : SendFrame(conn->fd, op, 0, id, meta, {}, deadline);
   if (!s.ok()) Lost(conn, s.ToString());
 }
 

@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "kvengine/db.h"
+#include "transport/socket_util.h"
 #include "util/logging.h"
 
 namespace kvengine {
@@ -103,9 +104,14 @@ class AttachedDB final : public DB {
   void Release(std::unique_ptr<Connection> conn);
   // Opens conn: connect, receive the arena (mapped, or the mapping already shared).
   Status Open(Connection* conn);
+  // Asks the owner for conn's shared channel (wire::kOpenChannel) and maps it.
+  Status OpenChannel(Connection* conn, Deadline deadline);
   // Sends one request on conn and reads its answer's metadata.  Any transport failure
   // drops the connection and returns IOError naming the socket.
   Status Call(Connection* conn, uint8_t op, const std::string& meta, std::string* answer);
+  // Call() through conn's shared channel.
+  Status CallThroughChannel(Connection* conn, uint8_t op, uint64_t id, const std::string& meta,
+                            Deadline deadline, std::string* answer);
   // A one-way request (UNPIN); a failure drops the connection.
   void Send(Connection* conn, uint8_t op, const std::string& meta);
   // A slot of sizes[j] for keys[j]: a spare of conn when it has one, else reserved.

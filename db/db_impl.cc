@@ -1273,7 +1273,8 @@ std::string DBImpl::StatsText() const {
         << "local.clients_refused: " << l.refused.load() << "\n"
         << "local.reservations_expired: " << l.reservations_expired.load() << "\n"
         << "local.reserve_requests: " << l.reserve_requests.load() << "\n"
-        << "local.spare_commits: " << l.spare_commits.load() << "\n";
+        << "local.spare_commits: " << l.spare_commits.load() << "\n"
+        << "local.shared_channels: " << l.shared_channels.load() << "\n";
   }
   return out.str();
 }
@@ -1334,7 +1335,8 @@ std::string DBImpl::StatsJson() const {
         << ",\"clients_refused\":" << l.refused.load()
         << ",\"reservations_expired\":" << l.reservations_expired.load()
         << ",\"reserve_requests\":" << l.reserve_requests.load()
-        << ",\"spare_commits\":" << l.spare_commits.load() << "}";
+        << ",\"spare_commits\":" << l.spare_commits.load()
+        << ",\"shared_channels\":" << l.shared_channels.load() << "}";
   }
   out << "}";
   return out.str();

@@ -110,6 +110,9 @@ std::string DBImpl::StatsPrometheus() const {
     e.Metric("kvengine_local_spare_commits_total", "counter",
              "Values attached clients put into spare slots (a put in one round trip).",
              l.spare_commits.load());
+    e.Metric("kvengine_local_shared_channels_total", "counter",
+             "Connections of attached processes that carry their frames through shared memory.",
+             l.shared_channels.load());
   }
 
   e.Header("kvengine_errors_total", "counter", "Failed keys and calls, by kind of error.");

@@ -13,6 +13,7 @@
 #include "db/db_impl.h"
 #include "transport/busy_poll.h"
 #include "transport/read_validation.h"
+#include "transport/shm_channel.h"
 #include "transport/unix_socket.h"
 #include "transport/wire.h"
 #include "util/coding.h"
@@ -59,8 +60,9 @@ class LocalServer::Session {
       Status s = WaitForRequest(last_op);
       ExpireReservations();
       if (s.ok()) {
-        s = ReadFrame(conn_->fd, DeadlineIn(server_->options_.peer_timeout_ms), &h, &meta,
-                      &server_->stopping_);
+        const Deadline deadline = DeadlineIn(server_->options_.peer_timeout_ms);
+        s = channel_ != nullptr ? channel_->ReadFrame(deadline, &h, &meta)
+                                : ReadFrame(conn_->fd, deadline, &h, &meta, &server_->stopping_);
       }
       if (!s.ok()) {
         if (!s.IsAborted() && s.message() != "connection closed by peer") {
@@ -99,6 +101,15 @@ class LocalServer::Session {
   // Waits for the client's next request, which usually follows the answer to `last_op`
   // after a pattern the client repeats (a put's copy between RESERVE and COMMIT).
   Status WaitForRequest(uint8_t last_op) {
+    if (channel_ != nullptr) {
+      for (bool first = true;; first = false) {  // spins only before the first sleep
+        bool arrived = false;
+        Status s =
+            channel_->WaitForFrame(last_op, DeadlineIn(100), &server_->stopping_, first, &arrived);
+        if (!s.ok() || arrived) return s;
+        ExpireReservations();
+      }
+    }
     const auto began = BusyPollPredictor::Clock::now();
     if (busy_poll_.Spin(conn_->fd, last_op)) {
       busy_poll_.Done(last_op, began);
@@ -153,9 +164,36 @@ class LocalServer::Session {
   }
 
   bool Answer(const wire::FrameHeader& h, const std::string& meta) {
-    answer_error_ = SendFrame(conn_->fd, h.op, wire::kFlagResponse, h.request_id, meta, {},
-                              DeadlineIn(server_->options_.peer_timeout_ms));
+    const Deadline deadline = DeadlineIn(server_->options_.peer_timeout_ms);
+    answer_error_ =
+        channel_ != nullptr
+            ? channel_->SendFrame(h.op, wire::kFlagResponse, h.request_id, meta, deadline)
+            : SendFrame(conn_->fd, h.op, wire::kFlagResponse, h.request_id, meta, {}, deadline);
     return answer_error_.ok();
+  }
+
+  // Sets up the connection's shared channel and answers on the socket, the memfd
+  // alongside; every later frame goes through the channel.
+  bool OpenChannel(const wire::FrameHeader& h) {
+    std::unique_ptr<ShmChannel> channel;
+    int memfd = -1;
+    Status s =
+        ShmChannel::Create(conn_->fd, server_->options_.local_busy_poll_us, &channel, &memfd);
+    const Deadline deadline = DeadlineIn(server_->options_.peer_timeout_ms);
+    std::string out;
+    wire::PutBatchStatus(&out, s);
+    answer_error_ = SendDescriptor(conn_->fd, memfd, deadline);
+    if (memfd >= 0) close(memfd);
+    if (answer_error_.ok()) {
+      answer_error_ =
+          SendFrame(conn_->fd, h.op, wire::kFlagResponse, h.request_id, out, {}, deadline);
+    }
+    if (!answer_error_.ok()) return false;
+    if (channel != nullptr) {
+      channel_ = std::move(channel);
+      server_->counters_->shared_channels.fetch_add(1, std::memory_order_relaxed);
+    }
+    return true;
   }
 
   bool AnswerResults(const wire::FrameHeader& h, const Status& s,
@@ -352,6 +390,8 @@ class LocalServer::Session {
         PutLengthPrefixed(&out, known ? value : "");
         return Answer(h, out);
       }
+      case wire::kOpenChannel:
+        return meta.empty() && channel_ == nullptr && OpenChannel(h);  // asked once
       case wire::kFlush: {
         std::string out;
         wire::PutBatchStatus(&out, db_->Flush());
@@ -379,6 +419,7 @@ class LocalServer::Session {
   Connection* const conn_;
   const char* const base_;
   BusyPollPredictor busy_poll_;
+  std::unique_ptr<ShmChannel> channel_;  // once the client opened one: every frame
   uint64_t next_id_ = 0;
   Status answer_error_;                    // why the last answer could not be sent
   std::map<uint64_t, Held> reservations_;  // by id: oldest first
@@ -490,7 +531,7 @@ void LocalServer::Admit(int fd) {
   wire::PutBatchStatus(&meta, s);
   PutFixed64(&meta, s.ok() ? db_->arena().size() : 0);
   PutFixed64(&meta, options_.local_reservation_timeout_ms);  // the client's copy deadline
-  PutFixed64(&meta, wire::kFeatureSpares);
+  PutFixed64(&meta, wire::kFeatureSpares | wire::kFeatureChannel);
   PutFixed64(&meta, spare_lifetime_ms());  // the copy deadline of spares
   Status sent = SendDescriptor(fd, s.ok() ? db_->arena().fd() : -1, deadline);
   if (sent.ok()) sent = SendFrame(fd, wire::kAttach, wire::kFlagResponse, 0, meta, {}, deadline);

@@ -53,6 +53,7 @@ struct LocalServerCounters {
   std::atomic<uint64_t> reservations_expired{0};  // slots held past the timeout
   std::atomic<uint64_t> reserve_requests{0};      // RESERVE round trips
   std::atomic<uint64_t> spare_commits{0};         // values published from a spare slot
+  std::atomic<uint64_t> shared_channels{0};       // connections given a shared channel
 };
 
 class LocalServer {

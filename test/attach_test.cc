@@ -399,6 +399,43 @@ TEST_F(AttachTest, WholeApiThroughAttach) {
   EXPECT_TRUE(db->Put(WriteOptions(), "a", "b").IsAborted());
 }
 
+// Frames go through the shared channel unless the client turns it off, and both ways
+// serve the same answers, batches larger than the channel's ring included.
+TEST_F(AttachTest, SharedChannelAndSocketServeTheSameAnswers) {
+  OpenOwner();
+  for (bool channel : {true, false}) {
+    Options options = ClientOptions();
+    options.local_shared_channel = channel;
+    std::unique_ptr<DB> db;
+    ASSERT_TRUE(DB::Attach(options, socket_, &db).ok());
+    const uint64_t channels_before = Stat(owner_.get(), "local.shared_channels");
+    // 20,000 keys of 40 bytes: about 1 MB of metadata each way, four rings' worth.
+    std::vector<std::string> names;
+    for (int i = 0; i < 20000; i++) {
+      names.push_back("key-" + std::to_string(channel) + "-" + std::string(20, 'k') +
+                      std::to_string(100000 + i));
+    }
+    std::vector<Slice> keys(names.begin(), names.end());
+    std::vector<ValueParts> values;
+    for (const auto& n : names) values.push_back({Slice(n)});
+    std::vector<int64_t> r;
+    ASSERT_TRUE(db->BatchPut(WriteOptions(), keys, values, &r).ok());
+    ASSERT_EQ(r, std::vector<int64_t>(keys.size(), 0));
+    keys.push_back("absent");
+    ASSERT_TRUE(db->BatchExists(keys, &r).ok());
+    std::vector<int64_t> expected(names.size(), 1);
+    expected.push_back(0);
+    EXPECT_EQ(r, expected);
+    std::string v;
+    ASSERT_TRUE(db->Get(ReadOptions(), names[123], &v).ok());
+    EXPECT_EQ(v, names[123]);
+    // The first call's connection asked for a channel at connect (or did not).
+    EXPECT_EQ(Stat(owner_.get(), "local.shared_channels"), channels_before) << channel;
+    ASSERT_TRUE(db->Close().ok());
+  }
+  EXPECT_EQ(Stat(owner_.get(), "local.shared_channels"), 1u);
+}
+
 TEST_F(AttachTest, EightProcessesNeverSeeWrongBytes) {
   OpenOwner();
   std::vector<pid_t> workers;

@@ -5,18 +5,22 @@
 #include "kvengine/transport.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <map>
 #include <random>
+#include <thread>
 
 #include "kvengine/db.h"
 #include "test/test_util.h"
 #include "transport/frame_reader.h"
 #include "transport/rdma.h"
 #include "transport/read_validation.h"
+#include "transport/shm_channel.h"
 #include "transport/socket_util.h"
 #include "transport/wire.h"
 #include "util/hash.h"
@@ -640,6 +644,139 @@ TEST(ValidatedReader, LeaseThatAlwaysLapsesFailsTheKey) {
   ASSERT_TRUE(reader.BatchGet(keys, dests, &results).ok());
   EXPECT_EQ(results[0], Status::Aborted("").ErrorCode());
   EXPECT_EQ(owner.lookups, 3);
+}
+
+// ---------------------------------------------------------------- shared channel
+// Both ends of an attached connection's shared channel (transport/shm_channel.h) in one
+// process: a real socket pair and a real shared region, one thread per side.
+class ShmChannelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds_), 0);
+    ASSERT_TRUE(ShmChannel::Create(fds_[0], kBusyPollUs, &owner_, &memfd_).ok());
+    ASSERT_TRUE(ShmChannel::Attach(memfd_, fds_[1], kBusyPollUs, &client_).ok());
+  }
+  void TearDown() override {
+    owner_.reset();
+    client_.reset();
+    if (memfd_ >= 0) close(memfd_);
+    for (int fd : fds_) {
+      if (fd >= 0) close(fd);
+    }
+  }
+  // Waits for and reads a frame on `ch`.
+  static Status Receive(ShmChannel* ch, uint64_t ms, wire::FrameHeader* h, std::string* meta) {
+    bool arrived = false;
+    Status s = ch->WaitForFrame(0, DeadlineIn(ms), nullptr, true, &arrived);
+    if (s.ok() && !arrived) return Status::IOError("nothing arrived");
+    return s.ok() ? ch->ReadFrame(DeadlineIn(ms), h, meta) : s;
+  }
+
+  static constexpr uint64_t kBusyPollUs = 50;
+  int fds_[2] = {-1, -1};
+  int memfd_ = -1;
+  std::unique_ptr<ShmChannel> owner_, client_;
+};
+
+TEST_F(ShmChannelTest, FramesOfAnySizeGoBothWaysInOrder) {
+  std::mt19937_64 rng(3);
+  // Frames larger than a ring stream through it while the other side reads.
+  const std::vector<size_t> sizes{0,
+                                  1,
+                                  100,
+                                  ShmChannel::kRingBytes - 40,
+                                  ShmChannel::kRingBytes,
+                                  3 * ShmChannel::kRingBytes + 17,
+                                  5000};
+  std::vector<std::string> metas;
+  for (size_t n : sizes) metas.push_back(test::MakeValue(rng(), n));
+  // Request and answer in step, as an attached connection uses it.
+  std::thread client([&] {
+    for (size_t i = 0; i < metas.size(); i++) {
+      ASSERT_TRUE(client_->SendFrame(wire::kPin, 0, i + 1, metas[i], DeadlineIn(5000)).ok());
+      wire::FrameHeader h;
+      std::string meta;
+      ASSERT_TRUE(Receive(client_.get(), 5000, &h, &meta).ok()) << i;
+      EXPECT_EQ(h.flags, wire::kFlagResponse);
+      EXPECT_EQ(h.request_id, i + 1);
+      EXPECT_EQ(meta, metas[i]) << i;
+    }
+  });
+  for (size_t i = 0; i < metas.size(); i++) {
+    wire::FrameHeader h;
+    std::string meta;
+    ASSERT_TRUE(Receive(owner_.get(), 5000, &h, &meta).ok()) << i;
+    EXPECT_EQ(h.op, wire::kPin);
+    EXPECT_EQ(h.request_id, i + 1);
+    EXPECT_EQ(meta, metas[i]) << i;
+    ASSERT_TRUE(
+        owner_->SendFrame(wire::kPin, wire::kFlagResponse, i + 1, meta, DeadlineIn(5000)).ok());
+  }
+  client.join();
+}
+
+// With spinning off, every wait sleeps on the socket: the doorbell must wake it.
+TEST_F(ShmChannelTest, SleepingSideIsWokenByTheDoorbell) {
+  std::unique_ptr<ShmChannel> sleeper;
+  ASSERT_TRUE(ShmChannel::Attach(memfd_, fds_[1], 0, &sleeper).ok());
+  client_.reset();
+  for (int i = 0; i < 200; i++) {
+    std::thread owner([&] {
+      std::this_thread::sleep_for(std::chrono::microseconds(i % 7 == 0 ? 2000 : 0));
+      ASSERT_TRUE(
+          owner_->SendFrame(wire::kPin, wire::kFlagResponse, i, "x", DeadlineIn(2000)).ok());
+    });
+    const auto t0 = std::chrono::steady_clock::now();
+    wire::FrameHeader h;
+    std::string meta;
+    ASSERT_TRUE(Receive(sleeper.get(), 5000, &h, &meta).ok()) << i;
+    owner.join();
+    EXPECT_EQ(h.request_id, static_cast<uint64_t>(i));
+    // Far below the 100 ms a lost wake-up would cost (the sleeper's slice).
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(80)) << i;
+  }
+}
+
+TEST_F(ShmChannelTest, PeerThatDiesWakesTheWaiterWithAnError) {
+  std::thread closer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    shutdown(fds_[1], SHUT_RDWR);  // what the kernel does when the client process dies
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  bool arrived = true;
+  Status s = owner_->WaitForFrame(0, DeadlineIn(10000), nullptr, true, &arrived);
+  closer.join();
+  EXPECT_TRUE(s.IsIOError()) << s.ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+}
+
+TEST_F(ShmChannelTest, RegionCannotBeResized) {
+  // A client that could shrink the memfd would make the owner fault on its mapping.
+  EXPECT_NE(ftruncate(memfd_, 4096), 0);
+  EXPECT_NE(ftruncate(memfd_, 64 << 20), 0);
+}
+
+TEST_F(ShmChannelTest, GarbageInTheRegionIsAnErrorNeverACrashOrAHang) {
+  struct stat st;
+  ASSERT_EQ(fstat(memfd_, &st), 0);
+  char* region = static_cast<char*>(mmap(nullptr, static_cast<size_t>(st.st_size),
+                                         PROT_READ | PROT_WRITE, MAP_SHARED, memfd_, 0));
+  ASSERT_NE(region, MAP_FAILED);
+  std::mt19937_64 rng(11);
+  for (int round = 0; round < 20; round++) {
+    // A client writes anything anywhere, counters included.
+    for (off_t i = 0; i < st.st_size; i += 1 + static_cast<off_t>(rng() % 61)) {
+      region[i] = static_cast<char>(rng());
+    }
+    wire::FrameHeader h;
+    std::string meta;
+    bool arrived = false;
+    Status s = owner_->WaitForFrame(0, DeadlineIn(200), nullptr, true, &arrived);
+    if (s.ok() && arrived) s = owner_->ReadFrame(DeadlineIn(200), &h, &meta);
+    EXPECT_FALSE(s.ok() && arrived && round == 0) << "garbage read as a frame";
+    if (!s.ok()) break;  // the owner closes such a connection
+  }
+  munmap(region, static_cast<size_t>(st.st_size));
 }
 
 }  // namespace

@@ -19,7 +19,7 @@ bool BusyPollReadable(int fd, std::chrono::microseconds budget) {
 }
 
 bool BusyPollPredictor::Spin(int fd, uint8_t kind) {
-  if (budget_us_ == 0 || average_us_[kind] > static_cast<float>(budget_us_)) return false;
+  if (!ShouldSpin(kind)) return false;
   return BusyPollReadable(fd, std::chrono::microseconds(budget_us_));
 }
 

@@ -38,6 +38,11 @@ class BusyPollPredictor {
   // to be read or the budget passed; returns whether it is ready.  The caller then
   // reads, or sleeps in poll() as without busy polling, and calls Done.
   bool Spin(int fd, uint8_t kind);
+  // Whether waits after `kind` have been short enough to spin through.
+  bool ShouldSpin(uint8_t kind) const {
+    return budget_us_ != 0 && average_us_[kind] <= static_cast<float>(budget_us_);
+  }
+  std::chrono::microseconds budget() const { return std::chrono::microseconds(budget_us_); }
   // The wait after `kind` that began at `began` just ended (its message is readable).
   void Done(uint8_t kind, Clock::time_point began);
 

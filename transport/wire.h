@@ -59,9 +59,14 @@ enum Op : uint8_t {
   // keys + reservation ids, spare ids given back, spare sizes wanted -> results +
   // locations of the spares (for the client's next put); owners with kFeatureSpares.
   kCommitReserve = 39,
+  // -> status, with a memfd alongside: the connection's shared channel
+  // (transport/shm_channel.h), which carries every later frame both ways; owners with
+  // kFeatureChannel.
+  kOpenChannel = 40,
 };
 // Bits of the features an owner announces in its ATTACH answer.
-constexpr uint64_t kFeatureSpares = 1;  // kCommitReserve
+constexpr uint64_t kFeatureSpares = 1;   // kCommitReserve
+constexpr uint64_t kFeatureChannel = 2;  // kOpenChannel
 // A server answers a well-formed frame carrying an op it does not know with
 // NotSupported and keeps the connection; servers built before ops 11 and 12 existed
 // close the connection instead (the client reports that as IOError).

@@ -380,6 +380,14 @@ struct Options {
   // Default: 200
   uint64_t local_busy_poll_us = 200;
 
+  // Carry an attached client's requests and the owner's answers through a ring in
+  // shared memory instead of the Unix socket, which then only wakes a sleeping side and
+  // tells that the other died (docs/attach.md, "The shared channel").  A round trip
+  // between two busy sides then makes no system call.  The client asks for it at
+  // connect; owners without it (and clients with it off) use the socket.
+  // Default: true
+  bool local_shared_channel = true;
+
   // ---------------------------------------------------------------- logging
   // Least severe message written to the log: "debug", "info", "warn", "error", "off".
   // Default: warn

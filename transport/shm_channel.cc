@@ -1,0 +1,273 @@
+#include "transport/shm_channel.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <new>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace kvengine {
+
+namespace {
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// How long a sleeper sleeps at most before it looks at `stop` and the deadline again.
+constexpr int kSleepSliceMs = 100;
+
+}  // namespace
+
+struct ShmChannel::Ring {
+  alignas(64) std::atomic<uint64_t> written{0};  // total bytes the producer published
+  alignas(64) std::atomic<uint64_t> read{0};     // total bytes the consumer took
+  alignas(64) char data[kRingBytes];
+};
+
+struct ShmChannel::Region {
+  struct alignas(64) Flag {
+    std::atomic<uint32_t> asleep{0};
+  };
+  Flag sides[2];  // by Side: set while that side sleeps on the socket
+  Ring rings[2];  // [kOwner]: owner -> client; [kClient]: client -> owner
+};
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free &&
+                  std::atomic<uint32_t>::is_always_lock_free,
+              "the channel's counters are shared between processes: they must be lock-free");
+
+ShmChannel::ShmChannel(Side side, int socket_fd, uint64_t busy_poll_us, Region* region)
+    : side_(side), socket_fd_(socket_fd), region_(region), busy_poll_(busy_poll_us) {}
+
+ShmChannel::~ShmChannel() { munmap(region_, RegionBytes()); }
+
+size_t ShmChannel::RegionBytes() {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return (sizeof(Region) + page - 1) / page * page;
+}
+
+Status ShmChannel::Create(int socket_fd, uint64_t busy_poll_us,
+                          std::unique_ptr<ShmChannel>* channel, int* memfd) {
+  const size_t size = RegionBytes();
+  const int fd = memfd_create("kvengine-channel", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return Status::IOError("memfd_create for a shared channel", std::strerror(errno));
+  void* p = MAP_FAILED;
+  if (ftruncate(fd, static_cast<off_t>(size)) == 0 &&
+      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0) {
+    p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  if (p == MAP_FAILED) {
+    const int saved = errno;
+    close(fd);
+    return Status::IOError("cannot set up a shared channel", std::strerror(saved));
+  }
+  channel->reset(new ShmChannel(Side::kOwner, socket_fd, busy_poll_us, new (p) Region));
+  *memfd = fd;
+  return Status::OK();
+}
+
+Status ShmChannel::Attach(int memfd, int socket_fd, uint64_t busy_poll_us,
+                          std::unique_ptr<ShmChannel>* channel) {
+  const size_t size = RegionBytes();
+  struct stat st;
+  if (fstat(memfd, &st) != 0 || static_cast<size_t>(st.st_size) != size) {
+    return Status::Corruption("the owner's shared channel has the wrong size");
+  }
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+  if (p == MAP_FAILED) {
+    return Status::IOError("cannot map the owner's shared channel", std::strerror(errno));
+  }
+  channel->reset(new ShmChannel(Side::kClient, socket_fd, busy_poll_us, static_cast<Region*>(p)));
+  return Status::OK();
+}
+
+ShmChannel::Ring& ShmChannel::out() const { return region_->rings[static_cast<int>(side_)]; }
+ShmChannel::Ring& ShmChannel::in() const { return region_->rings[1 - static_cast<int>(side_)]; }
+
+Status ShmChannel::Pending(uint64_t* n) const {
+  *n = in().written.load(std::memory_order_acquire) - read_;
+  if (*n > kRingBytes) return Status::IOError("shared channel: the peer broke the ring");
+  return Status::OK();
+}
+
+void ShmChannel::Take(char* dst, size_t n) {
+  const size_t at = read_ % kRingBytes, first = std::min(n, kRingBytes - at);
+  std::memcpy(dst, in().data + at, first);
+  std::memcpy(dst + first, in().data, n - first);
+  read_ += n;
+  in().read.store(read_, std::memory_order_release);
+  WakePeer();  // it may be waiting for room
+}
+
+void ShmChannel::Put(const char* src, size_t n) {
+  const size_t at = written_ % kRingBytes, first = std::min(n, kRingBytes - at);
+  std::memcpy(out().data + at, src, first);
+  std::memcpy(out().data, src + first, n - first);
+  written_ += n;
+  out().written.store(written_, std::memory_order_release);
+  WakePeer();
+}
+
+void ShmChannel::WakePeer() {
+  // Pairs with the fence a sleeper makes between marking itself asleep and looking at
+  // the rings once more.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  const int peer = 1 - static_cast<int>(side_);
+  if (region_->sides[peer].asleep.load(std::memory_order_relaxed) != 0) {
+    const char doorbell = 0;
+    // A full socket already holds wake-ups enough.
+    (void)send(socket_fd_, &doorbell, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+  }
+}
+
+template <typename Ready>
+Status ShmChannel::WaitUntil(Ready&& ready, bool spin, Deadline deadline,
+                             const std::atomic<bool>* stop, bool* met) {
+  *met = true;
+  if (ready()) return Status::OK();
+  if (spin) {
+    const Deadline until = std::min(deadline, SteadyClock::now() + busy_poll_.budget());
+    for (unsigned round = 1; SteadyClock::now() < until; round++) {
+      for (int i = 0; i < 64; i++) {
+        if (ready()) return Status::OK();
+        CpuRelax();
+      }
+      // Lets a thread that shares this CPU -- possibly the peer -- run now and then.
+      if (round % 8 == 0) sched_yield();
+    }
+  }
+  std::atomic<uint32_t>& asleep = region_->sides[static_cast<int>(side_)].asleep;
+  for (;;) {
+    asleep.store(1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (ready()) {
+      asleep.store(0, std::memory_order_relaxed);
+      return Status::OK();
+    }
+    if (stop != nullptr && stop->load()) {
+      asleep.store(0, std::memory_order_relaxed);
+      return Status::Aborted("stopping");
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - SteadyClock::now() + std::chrono::microseconds(999));
+    if (left.count() <= 0) {
+      asleep.store(0, std::memory_order_relaxed);
+      *met = false;
+      return Status::OK();
+    }
+    pollfd p{socket_fd_, POLLIN, 0};
+    const int n = poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), kSleepSliceMs)));
+    asleep.store(0, std::memory_order_relaxed);
+    if (n > 0 && (p.revents & POLLIN)) {
+      char drain[256];
+      for (;;) {  // the wake-ups so far; none of them carries anything
+        const ssize_t got = recv(socket_fd_, drain, sizeof(drain), MSG_DONTWAIT);
+        if (got == 0) return Status::IOError("connection closed by peer");
+        if (got < 0) break;
+      }
+    } else if (n > 0) {  // POLLHUP, POLLERR, POLLNVAL
+      return Status::IOError("connection closed by peer");
+    }
+    if (ready()) return Status::OK();
+  }
+}
+
+Status ShmChannel::SendFrame(uint8_t op, uint16_t flags, uint64_t request_id,
+                             const std::string& meta, Deadline deadline) {
+  if (meta.size() > wire::kMaxMetaLen) return Status::InvalidArgument("frame metadata too large");
+  char header[wire::kHeaderSize];
+  wire::FrameHeader h;
+  h.op = op;
+  h.flags = flags;
+  h.request_id = request_id;
+  h.meta_len = static_cast<uint32_t>(meta.size());
+  h.EncodeTo(header);
+  h.checksum = wire::FrameChecksum(header, meta, {});
+  h.EncodeTo(header);
+  const char* parts[2] = {header, meta.data()};
+  const size_t sizes[2] = {sizeof(header), meta.size()};
+  for (int i = 0; i < 2; i++) {
+    size_t done = 0;
+    while (done < sizes[i]) {
+      uint64_t room = 0;
+      auto has_room = [&] {
+        const uint64_t used = written_ - out().read.load(std::memory_order_acquire);
+        room = used > kRingBytes ? 0 : kRingBytes - used;
+        return room > 0 || used > kRingBytes;
+      };
+      bool met = false;
+      Status s = WaitUntil(has_room, /*spin=*/true, deadline, nullptr, &met);
+      if (!s.ok()) return s;
+      if (!met) return Status::IOError("send timed out");
+      if (written_ - out().read.load(std::memory_order_acquire) > kRingBytes) {
+        return Status::IOError("shared channel: the peer broke the ring");
+      }
+      const size_t n = std::min<uint64_t>(room, sizes[i] - done);
+      Put(parts[i] + done, n);
+      done += n;
+    }
+  }
+  return Status::OK();
+}
+
+Status ShmChannel::WaitForFrame(uint8_t kind, Deadline deadline, const std::atomic<bool>* stop,
+                                bool spin, bool* arrived) {
+  const auto began = BusyPollPredictor::Clock::now();
+  auto has_bytes = [this] { return in().written.load(std::memory_order_acquire) != read_; };
+  Status s = WaitUntil(has_bytes, spin && busy_poll_.ShouldSpin(kind), deadline, stop, arrived);
+  if (s.ok() && *arrived) busy_poll_.Done(kind, began);
+  return s;
+}
+
+Status ShmChannel::ReadExactly(char* dst, size_t n, Deadline deadline) {
+  size_t done = 0;
+  while (done < n) {
+    uint64_t pending = 0;
+    auto has_bytes = [&] { return in().written.load(std::memory_order_acquire) != read_; };
+    bool met = false;
+    Status s = WaitUntil(has_bytes, /*spin=*/true, deadline, nullptr, &met);
+    if (!s.ok()) return s;
+    if (!met) return Status::IOError("receive timed out");
+    s = Pending(&pending);
+    if (!s.ok()) return s;
+    const size_t k = std::min<uint64_t>(pending, n - done);
+    Take(dst + done, k);
+    done += k;
+  }
+  return Status::OK();
+}
+
+Status ShmChannel::ReadFrame(Deadline deadline, wire::FrameHeader* header, std::string* meta) {
+  char raw[wire::kHeaderSize];
+  Status s = ReadExactly(raw, sizeof(raw), deadline);
+  if (!s.ok()) return s;
+  s = wire::FrameHeader::DecodeFrom(raw, header);
+  if (!s.ok()) return s;
+  if (header->body_len != 0) return Status::Corruption("unexpected frame body");
+  meta->resize(header->meta_len);
+  s = ReadExactly(meta->data(), meta->size(), deadline);
+  if (!s.ok()) return s;
+  if (wire::FrameChecksum(raw, *meta, {}) != header->checksum) {
+    return Status::Corruption("frame checksum mismatch");
+  }
+  return Status::OK();
+}
+
+}  // namespace kvengine
