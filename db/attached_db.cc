@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <limits>
 #include <unordered_set>
 
@@ -91,6 +92,13 @@ struct AttachedDB::Connection {
   std::vector<Slot> spares;  // reserved for this connection's next put
   // Owners with wire::kFeatureChannel: every frame after the greeting goes through it.
   std::unique_ptr<ShmChannel> channel;
+  // Requests sent and not yet answered, oldest first, with where their answers go.
+  struct Posted {
+    uint8_t op;
+    uint64_t id;
+    std::string* answer;
+  };
+  std::vector<Posted> posted;
   explicit Connection(uint64_t busy_poll_us) : busy_poll(busy_poll_us) {}
   ~Connection() {
     if (fd >= 0) close(fd);
@@ -293,36 +301,44 @@ Status AttachedDB::OpenChannel(Connection* conn, Deadline deadline) {
 
 Status AttachedDB::Call(Connection* conn, uint8_t op, const std::string& meta,
                         std::string* answer) {
+  Status s = Post(conn, op, meta, answer);
+  return s.ok() ? CollectAnswers(conn) : s;
+}
+
+Status AttachedDB::Post(Connection* conn, uint8_t op, const std::string& meta,
+                        std::string* answer) {
   const uint64_t id = ++conn->next_request;
   const Deadline deadline = DeadlineIn(options_.peer_timeout_ms);
-  if (conn->channel != nullptr) return CallThroughChannel(conn, op, id, meta, deadline, answer);
-  Status s = SendFrame(conn->fd, op, 0, id, meta, {}, deadline);
+  Status s = conn->channel != nullptr ? conn->channel->SendFrame(op, 0, id, meta, deadline)
+                                      : SendFrame(conn->fd, op, 0, id, meta, {}, deadline);
   if (!s.ok()) return Lost(conn, s.ToString());
-  const auto sent = BusyPollPredictor::Clock::now();
-  conn->busy_poll.Spin(conn->fd, op);  // the owner usually answers in microseconds
-  wire::FrameHeader h;
-  s = ReadFrame(conn->fd, deadline, &h, answer);
-  if (!s.ok()) return Lost(conn, s.ToString());
-  conn->busy_poll.Done(op, sent);
-  if (h.op != op || h.request_id != id || !(h.flags & wire::kFlagResponse)) {
-    return Lost(conn, "answer out of step with the request");
-  }
+  conn->posted.push_back({op, id, answer});
   return Status::OK();
 }
 
-Status AttachedDB::CallThroughChannel(Connection* conn, uint8_t op, uint64_t id,
-                                      const std::string& meta, Deadline deadline,
-                                      std::string* answer) {
-  ShmChannel* channel = conn->channel.get();
-  Status s = channel->SendFrame(op, 0, id, meta, deadline);
-  bool arrived = false;
-  if (s.ok()) s = channel->WaitForFrame(op, deadline, nullptr, /*spin=*/true, &arrived);
-  if (s.ok() && !arrived) s = Status::IOError("receive timed out");
-  wire::FrameHeader h;
-  if (s.ok()) s = channel->ReadFrame(deadline, &h, answer);
-  if (!s.ok()) return Lost(conn, s.ToString());
-  if (h.op != op || h.request_id != id || !(h.flags & wire::kFlagResponse)) {
-    return Lost(conn, "answer out of step with the request");
+Status AttachedDB::CollectAnswers(Connection* conn, size_t count) {
+  const Deadline deadline = DeadlineIn(options_.peer_timeout_ms);
+  count = std::min(count, conn->posted.size());
+  std::vector<Connection::Posted> posted(conn->posted.begin(), conn->posted.begin() + count);
+  conn->posted.erase(conn->posted.begin(), conn->posted.begin() + count);
+  for (const Connection::Posted& p : posted) {  // the owner answers in order
+    wire::FrameHeader h;
+    Status s;
+    if (conn->channel != nullptr) {
+      bool arrived = false;
+      s = conn->channel->WaitForFrame(p.op, deadline, nullptr, /*spin=*/true, &arrived);
+      if (s.ok() && !arrived) s = Status::IOError("receive timed out");
+      if (s.ok()) s = conn->channel->ReadFrame(deadline, &h, p.answer);
+    } else {
+      const auto began = BusyPollPredictor::Clock::now();
+      conn->busy_poll.Spin(conn->fd, p.op);  // the owner usually answers in microseconds
+      s = ReadFrame(conn->fd, deadline, &h, p.answer);
+      if (s.ok()) conn->busy_poll.Done(p.op, began);
+    }
+    if (!s.ok()) return Lost(conn, s.ToString());
+    if (h.op != p.op || h.request_id != p.id || !(h.flags & wire::kFlagResponse)) {
+      return Lost(conn, "answer out of step with the request");
+    }
   }
   return Status::OK();
 }
@@ -429,17 +445,48 @@ Status AttachedDB::BatchPut(const WriteOptions&, std::span<const Slice> keys,
     results->clear();
     return s;
   }
-  // Copy each value into its slot: the one copy of its bytes.
+  // Copy each value into its slot: the one copy of its bytes.  Owners with spares take
+  // the commits in groups while the rest is copied: the owner publishes a group (and
+  // reserves the next put's spares with the first) on its own core meanwhile, so that
+  // only the last group's commit is waited for.
+  Connection* conn = c.get();
+  // (Only batches whose answers all fit in the channel or socket at once: answers are
+  // read at the end, and an owner stuck writing one would stop reading requests.)
+  const bool pipelined = conn->spare_lifetime_ms > 0 && sent.size() <= kMaxPipelinedKeys;
   std::vector<Slice> commit_keys;
   std::vector<uint64_t> ids, unused;
   std::vector<size_t> committed;
+  std::deque<CommitGroup> groups;  // posted, answers pending
+  uint64_t group_bytes = 0;
+  auto post_group = [&] {
+    CommitGroup& g = groups.emplace_back();
+    g.first =
+        groups.size() == 1 ? 0 : groups[groups.size() - 2].first + groups[groups.size() - 2].count;
+    g.count = commit_keys.size() - g.first;
+    if (groups.size() == 1) {
+      // Spares of other sizes than this put's, or too old to copy into, go back; the
+      // next put's are reserved.
+      for (const Slot& spare : conn->spares) unused.push_back(spare.id);
+      conn->spares.clear();
+      g.wanted = sizes;
+    }
+    std::string meta;
+    wire::PutKeys(&meta, std::span<const Slice>(commit_keys).subspan(g.first, g.count),
+                  ids.data() + g.first);
+    wire::PutResults(&meta, std::vector<int64_t>(unused.begin(), unused.end()));
+    wire::PutResults(&meta, std::vector<int64_t>(g.wanted.begin(), g.wanted.end()));
+    unused.clear();
+    group_bytes = 0;
+    g.sent = Clock::now();
+    return Post(conn, wire::kCommitReserve, meta, &g.answer);
+  };
   for (size_t j = 0; j < sent.size(); j++) {
     if (slots[j].code < 0) {
       (*results)[sent[j]] = slots[j].code;
       continue;
     }
-    char* dst = c.get()->arena->At(slots[j].offset, sizes[j]);
-    if (dst == nullptr) return Lost(c.get(), "slot outside the arena");
+    char* dst = conn->arena->At(slots[j].offset, sizes[j]);
+    if (dst == nullptr) return Lost(conn, "slot outside the arena");
     if (Clock::now() >= slots[j].copy_deadline) {  // the owner may soon give it to another value
       (*results)[sent[j]] = Status::Aborted("").ErrorCode();
       unused.push_back(slots[j].id);
@@ -459,16 +506,53 @@ Status AttachedDB::BatchPut(const WriteOptions&, std::span<const Slice> keys,
     commit_keys.push_back(sent_keys[j]);
     ids.push_back(slots[j].id);
     committed.push_back(sent[j]);
+    group_bytes += sizes[j];
+    if (pipelined && group_bytes >= kCommitGroupBytes && j + 1 < sent.size()) {
+      s = post_group();
+      if (!s.ok()) {
+        results->clear();
+        return s;
+      }
+    }
   }
-  if (committed.empty() && unused.empty()) return Status::OK();
-  std::vector<int64_t> published;
-  s = CommitSlots(c.get(), commit_keys, ids, unused, sizes, &published);
+  if (!pipelined) {
+    if (committed.empty() && unused.empty()) return Status::OK();
+    std::vector<int64_t> published;
+    s = CommitSlots(conn, commit_keys, ids, unused, sizes, &published);
+    if (!s.ok()) {
+      // Whether the owner published them is unknown: every key of the batch fails.
+      results->clear();
+      return s;
+    }
+    for (size_t j = 0; j < committed.size(); j++) (*results)[committed[j]] = published[j];
+    return Status::OK();
+  }
+  const size_t posted = groups.empty() ? 0 : groups.back().first + groups.back().count;
+  if (groups.empty() || posted < commit_keys.size() || !unused.empty()) s = post_group();
+  if (s.ok()) s = CollectAnswers(conn);
   if (!s.ok()) {
     // Whether the owner published them is unknown: every key of the batch fails.
     results->clear();
     return s;
   }
-  for (size_t j = 0; j < committed.size(); j++) (*results)[committed[j]] = published[j];
+  for (const CommitGroup& g : groups) {
+    std::string_view in(g.answer);
+    Status batch;
+    std::vector<int64_t> published, reserved;
+    std::vector<RemoteLocation> locs;
+    if (!wire::GetBatchStatus(&in, &batch)) return Lost(conn, "malformed answer to COMMIT");
+    if (!batch.ok()) {
+      results->clear();
+      return batch;
+    }
+    if (!wire::GetResults(&in, &published) || published.size() != g.count ||
+        !DecodeLocations(&in, &reserved, &locs) || reserved.size() != g.wanted.size()) {
+      results->clear();
+      return Lost(conn, "malformed answer to COMMIT");
+    }
+    for (size_t k = 0; k < g.count; k++) (*results)[committed[g.first + k]] = published[k];
+    AddSpares(conn, g.sent, g.wanted, reserved, locs);
+  }
   return Status::OK();
 }
 
@@ -549,15 +633,20 @@ Status AttachedDB::CommitSlots(Connection* conn, const std::vector<Slice>& keys,
        (!DecodeLocations(&in, &reserved, &locs) || reserved.size() != next_sizes.size()))) {
     return Lost(conn, "malformed answer to COMMIT");
   }
+  AddSpares(conn, sent, next_sizes, reserved, locs);
+  return Status::OK();
+}
+
+void AttachedDB::AddSpares(Connection* conn, Clock::time_point sent,
+                           const std::vector<uint64_t>& sizes, const std::vector<int64_t>& reserved,
+                           const std::vector<RemoteLocation>& locs) {
   const Clock::time_point copy_deadline =
       sent + std::chrono::milliseconds(conn->spare_lifetime_ms) / 2;
   for (size_t k = 0; k < reserved.size(); k++) {
-    if (reserved[k] >= 0 && locs[k].size == next_sizes[k]) {
-      conn->spares.push_back(
-          {reserved[k], locs[k].offset, next_sizes[k], locs[k].lease, copy_deadline});
+    if (reserved[k] >= 0 && locs[k].size == sizes[k]) {
+      conn->spares.push_back({reserved[k], locs[k].offset, sizes[k], locs[k].lease, copy_deadline});
     }
   }
-  return Status::OK();
 }
 
 Status AttachedDB::Put(const WriteOptions& options, const Slice& key, const Slice& value) {
@@ -600,46 +689,76 @@ Status AttachedDB::BatchGetInto(const ReadOptions&, std::span<const Slice> keys,
     }
     if (bad[i] != 0) capacity[i] = 0;
   }
-  std::string meta, answer;
-  wire::PutKeys(&meta, keys, capacity.data());
-  s = Call(c.get(), wire::kPin, meta, &answer);
-  if (!s.ok()) return s;
-  std::string_view in(answer);
-  Status batch;
-  std::vector<int64_t> pinned;
-  std::vector<RemoteLocation> locs;
-  if (!wire::GetBatchStatus(&in, &batch) ||
-      (batch.ok() && (!DecodeLocations(&in, &pinned, &locs) || pinned.size() != keys.size()))) {
-    return Lost(c.get(), "malformed answer to PIN");
+  // The keys are pinned in groups, all asked for at once: the client copies out one
+  // group while the owner pins the next.
+  Connection* conn = c.get();
+  std::vector<size_t> bounds{0};  // group g is keys [bounds[g], bounds[g + 1])
+  uint64_t group_bytes = 0;
+  for (size_t i = 0; i + 1 < keys.size() && keys.size() <= kMaxPipelinedKeys; i++) {
+    group_bytes += capacity[i];
+    if (group_bytes >= kCommitGroupBytes) {
+      bounds.push_back(i + 1);
+      group_bytes = 0;
+    }
   }
-  if (!batch.ok()) return batch;
+  bounds.push_back(keys.size());
+  const size_t groups = bounds.size() - 1;
+  std::vector<std::string> answers(groups);
+  for (size_t g = 0; g < groups; g++) {
+    std::string meta;
+    wire::PutKeys(&meta, keys.subspan(bounds[g], bounds[g + 1] - bounds[g]),
+                  capacity.data() + bounds[g]);
+    s = Post(conn, wire::kPin, meta, &answers[g]);
+    if (!s.ok()) return s;
+  }
   results->assign(keys.size(), 0);
   std::string unpin;
   uint32_t leases = 0;
   PutFixed32(&unpin, 0);
-  for (size_t i = 0; i < keys.size(); i++) {
-    if (pinned[i] < 0) {
-      (*results)[i] = bad[i] != 0 ? bad[i] : pinned[i];
+  std::vector<int64_t> pinned;
+  std::vector<RemoteLocation> locs;
+  for (size_t i = 0, g = 0; i < keys.size(); i++) {
+    if (i == bounds[g]) {  // the next group's pins
+      s = CollectAnswers(conn, 1);
+      if (!s.ok()) return s;
+      std::string_view in(answers[g]);
+      Status batch;
+      if (!wire::GetBatchStatus(&in, &batch) ||
+          (batch.ok() &&
+           (!DecodeLocations(&in, &pinned, &locs) || pinned.size() != bounds[g + 1] - bounds[g]))) {
+        return Lost(conn, "malformed answer to PIN");
+      }
+      // Answers of later groups are still on their way: the connection cannot go on.
+      if (!batch.ok()) return g + 1 < groups ? Lost(conn, batch.ToString()) : batch;
+      g++;
+    }
+    const size_t k = i - bounds[g - 1];
+    if (pinned[k] < 0) {
+      (*results)[i] = bad[i] != 0 ? bad[i] : pinned[k];
       continue;
     }
-    const char* src = c.get()->arena->At(locs[i].offset, locs[i].size);
-    if (src == nullptr) return Lost(c.get(), "value outside the arena");
+    const char* src = conn->arena->At(locs[k].offset, locs[k].size);
+    if (src == nullptr) return Lost(conn, "value outside the arena");
     if (bad[i] != 0) {
       (*results)[i] = bad[i];
     } else if (devices[i] >= 0) {  // host -> device straight from the arena
-      Status copied = gpu->CopyToDevice(keys[i].ToString(), devices[i], Slice(src, locs[i].size),
+      Status copied = gpu->CopyToDevice(keys[i].ToString(), devices[i], Slice(src, locs[k].size),
                                         true, destinations[i]);
-      (*results)[i] = copied.ok() ? static_cast<int64_t>(locs[i].size) : copied.ErrorCode();
+      (*results)[i] = copied.ok() ? static_cast<int64_t>(locs[k].size) : copied.ErrorCode();
     } else {
-      ScatterCopy(src, locs[i].size, destinations[i]);
-      (*results)[i] = static_cast<int64_t>(locs[i].size);
+      ScatterCopy(src, locs[k].size, destinations[i]);
+      (*results)[i] = static_cast<int64_t>(locs[k].size);
     }
-    PutFixed64(&unpin, locs[i].lease);
+    PutFixed64(&unpin, locs[k].lease);
     leases++;
+  }
+  if (keys.empty()) {  // the one empty group was not read above
+    s = CollectAnswers(conn);
+    if (!s.ok()) return s;
   }
   if (leases > 0) {
     std::memcpy(unpin.data(), &leases, 4);  // fixed32 is little-endian, as the host
-    Send(c.get(), wire::kUnpin, unpin);
+    Send(conn, wire::kUnpin, unpin);
   }
   return Status::OK();
 }

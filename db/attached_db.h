@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "kvengine/db.h"
+#include "transport/read_validation.h"
 #include "transport/socket_util.h"
 #include "util/logging.h"
 
@@ -90,6 +91,23 @@ class AttachedDB final : public DB {
   class Checkout;
   using Clock = std::chrono::steady_clock;
 
+  // A put's values are committed in groups of about this many bytes as they are copied
+  // (owners with spares), so that the owner publishes one group while the next is copied;
+  // a get's keys are pinned in groups of about this many bytes of destinations.
+  static constexpr uint64_t kCommitGroupBytes = 256u << 10;
+  // Puts of more keys commit at once: their answers (~40 bytes a key) might not fit in
+  // the channel's ring while the client is still copying.
+  static constexpr size_t kMaxPipelinedKeys = 1024;
+
+  // One COMMIT_RESERVE of a put, posted: values [first, first + count) of those copied,
+  // and (the first group) the spares wanted for the next put.
+  struct CommitGroup {
+    size_t first = 0, count = 0;
+    std::vector<uint64_t> wanted;
+    Clock::time_point sent;
+    std::string answer;
+  };
+
   // A reserved slot of the arena for one value of a put.
   struct Slot {
     int64_t code = 0;  // < 0: the key's error instead of a slot
@@ -106,12 +124,15 @@ class AttachedDB final : public DB {
   Status Open(Connection* conn);
   // Asks the owner for conn's shared channel (wire::kOpenChannel) and maps it.
   Status OpenChannel(Connection* conn, Deadline deadline);
-  // Sends one request on conn and reads its answer's metadata.  Any transport failure
-  // drops the connection and returns IOError naming the socket.
+  // Sends one request on conn and reads its answer's metadata (after the answers of
+  // the requests posted before it).  Any transport failure drops the connection and
+  // returns IOError naming the socket.
   Status Call(Connection* conn, uint8_t op, const std::string& meta, std::string* answer);
-  // Call() through conn's shared channel.
-  Status CallThroughChannel(Connection* conn, uint8_t op, uint64_t id, const std::string& meta,
-                            Deadline deadline, std::string* answer);
+  // Sends a request whose answer is read into *answer by the next CollectAnswers (or
+  // Call): requests are pipelined, the owner answering them in order.
+  Status Post(Connection* conn, uint8_t op, const std::string& meta, std::string* answer);
+  // Reads the answers of the oldest `count` requests posted on conn (all by default).
+  Status CollectAnswers(Connection* conn, size_t count = SIZE_MAX);
   // A one-way request (UNPIN); a failure drops the connection.
   void Send(Connection* conn, uint8_t op, const std::string& meta);
   // A slot of sizes[j] for keys[j]: a spare of conn when it has one, else reserved.
@@ -122,6 +143,9 @@ class AttachedDB final : public DB {
   Status CommitSlots(Connection* conn, const std::vector<Slice>& keys,
                      const std::vector<uint64_t>& ids, std::vector<uint64_t> unused,
                      const std::vector<uint64_t>& next_sizes, std::vector<int64_t>* published);
+  // Adds the spares an answer reserved (sizes, as asked) to conn's.
+  void AddSpares(Connection* conn, Clock::time_point sent, const std::vector<uint64_t>& sizes,
+                 const std::vector<int64_t>& reserved, const std::vector<RemoteLocation>& locs);
   // A request whose answer is a batch status and per-key results.
   Status CallForResults(uint8_t op, const std::string& meta, size_t expected,
                         std::vector<int64_t>* results);

@@ -436,6 +436,61 @@ TEST_F(AttachTest, SharedChannelAndSocketServeTheSameAnswers) {
   EXPECT_EQ(Stat(owner_.get(), "local.shared_channels"), 1u);
 }
 
+// Puts and gets of many large values go in groups (commits while the rest is copied,
+// pins while the first groups are copied out): every key gets its own result and bytes,
+// failed keys in the middle of a group included.
+TEST_F(AttachTest, PipelinedBatchesKeepEveryKeysResult) {
+  OpenOwner();
+  std::unique_ptr<DB> db;
+  ASSERT_TRUE(DB::Attach(ClientOptions(), socket_, &db).ok());
+  std::mt19937_64 rng(21);
+  constexpr int kKeys = 48;
+  for (int round = 0; round < 4; round++) {  // later rounds put into spares
+    std::vector<std::string> names, bytes;
+    for (int i = 0; i < kKeys; i++) {
+      names.push_back(i == 17 ? "" : "r" + std::to_string(round) + "-" + std::to_string(i));
+      bytes.push_back(ValueFor(names.back(), rng, 64 << 10));
+    }
+    std::vector<Slice> keys(names.begin(), names.end());
+    std::vector<ValueParts> values;
+    for (const auto& b : bytes) values.push_back({Slice(b)});
+    std::vector<int64_t> r;
+    ASSERT_TRUE(db->BatchPut(WriteOptions(), keys, values, &r).ok());
+    for (int i = 0; i < kKeys; i++) {
+      EXPECT_EQ(r[i], i == 17 ? Status::InvalidArgument("").ErrorCode() : 0) << i;
+    }
+    // Back, with a missing key and a buffer too small among them.
+    keys.push_back("absent");
+    std::vector<std::vector<char>> buffers(keys.size(), std::vector<char>(64 << 10));
+    buffers[30].resize(100);
+    std::vector<Destination> dests;
+    for (auto& b : buffers) dests.push_back({MutableSlice(b.data(), b.size())});
+    ASSERT_TRUE(db->BatchGetInto(ReadOptions(), keys, dests, &r).ok());
+    for (size_t i = 0; i < keys.size(); i++) {
+      if (i == 17) {
+        EXPECT_EQ(r[i], Status::InvalidArgument("").ErrorCode());
+      } else if (i == 30) {
+        EXPECT_EQ(r[i], Status::BufferTooSmall("").ErrorCode());
+      } else if (i == keys.size() - 1) {
+        EXPECT_EQ(r[i], Status::NotFound("").ErrorCode());
+      } else {
+        ASSERT_EQ(r[i], 64 << 10) << i;
+        EXPECT_TRUE(ValueIsFor(names[i], buffers[i].data(), buffers[i].size())) << i;
+      }
+    }
+  }
+  // Nothing stays pinned or reserved beyond the spares of the last put.
+  ASSERT_TRUE(db->Close().ok());
+  db.reset();
+  const uint64_t live = (kKeys - 1) * 4u;  // values of 64 KiB
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (Stat(owner_.get(), "memory.allocated_bytes") / (64 << 10) != live &&
+         Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(Stat(owner_.get(), "memory.allocated_bytes") / (64 << 10), live);
+}
+
 TEST_F(AttachTest, EightProcessesNeverSeeWrongBytes) {
   OpenOwner();
   std::vector<pid_t> workers;
