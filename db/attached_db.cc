@@ -351,6 +351,12 @@ void AttachedDB::Send(Connection* conn, uint8_t op, const std::string& meta) {
   if (!s.ok()) Lost(conn, s.ToString());
 }
 
+uint64_t AttachedDB::GroupBytes(const std::vector<uint64_t>& sizes) {
+  uint64_t total = 0;
+  for (uint64_t n : sizes) total += n;
+  return std::max(kMinGroupBytes, total / kMaxGroups);
+}
+
 Status AttachedDB::CheckBatch(size_t keys, size_t others, const void* results,
                               const char* what) const {
   if (results == nullptr) return Status::InvalidArgument("results pointer is null");
@@ -458,6 +464,7 @@ Status AttachedDB::BatchPut(const WriteOptions&, std::span<const Slice> keys,
   std::vector<size_t> committed;
   std::deque<CommitGroup> groups;  // posted, answers pending
   uint64_t group_bytes = 0;
+  const uint64_t per_group = GroupBytes(sizes);
   auto post_group = [&] {
     CommitGroup& g = groups.emplace_back();
     g.first =
@@ -507,7 +514,7 @@ Status AttachedDB::BatchPut(const WriteOptions&, std::span<const Slice> keys,
     ids.push_back(slots[j].id);
     committed.push_back(sent[j]);
     group_bytes += sizes[j];
-    if (pipelined && group_bytes >= kCommitGroupBytes && j + 1 < sent.size()) {
+    if (pipelined && group_bytes >= per_group && j + 1 < sent.size()) {
       s = post_group();
       if (!s.ok()) {
         results->clear();
@@ -694,9 +701,10 @@ Status AttachedDB::BatchGetInto(const ReadOptions&, std::span<const Slice> keys,
   Connection* conn = c.get();
   std::vector<size_t> bounds{0};  // group g is keys [bounds[g], bounds[g + 1])
   uint64_t group_bytes = 0;
+  const uint64_t per_group = GroupBytes(capacity);
   for (size_t i = 0; i + 1 < keys.size() && keys.size() <= kMaxPipelinedKeys; i++) {
     group_bytes += capacity[i];
-    if (group_bytes >= kCommitGroupBytes) {
+    if (group_bytes >= per_group) {
       bounds.push_back(i + 1);
       group_bytes = 0;
     }

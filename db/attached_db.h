@@ -91,10 +91,14 @@ class AttachedDB final : public DB {
   class Checkout;
   using Clock = std::chrono::steady_clock;
 
-  // A put's values are committed in groups of about this many bytes as they are copied
-  // (owners with spares), so that the owner publishes one group while the next is copied;
-  // a get's keys are pinned in groups of about this many bytes of destinations.
-  static constexpr uint64_t kCommitGroupBytes = 256u << 10;
+  // A put's values are committed in groups as they are copied (owners with spares), so
+  // that the owner publishes one group while the next is copied; a get's keys are pinned
+  // in groups, the first copied out while the owner pins the rest.  A group holds at
+  // least kMinGroupBytes of values (destinations), and a batch makes at most about
+  // kMaxGroups: each group costs a frame each way.
+  static constexpr uint64_t kMinGroupBytes = 256u << 10;
+  static constexpr uint64_t kMaxGroups = 8;
+  static uint64_t GroupBytes(const std::vector<uint64_t>& sizes);
   // Puts of more keys commit at once: their answers (~40 bytes a key) might not fit in
   // the channel's ring while the client is still copying.
   static constexpr size_t kMaxPipelinedKeys = 1024;

@@ -129,8 +129,9 @@ void ShmChannel::WakePeer() {
   // Pairs with the fence a sleeper makes between marking itself asleep and looking at
   // the rings once more.
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  const int peer = 1 - static_cast<int>(side_);
-  if (region_->sides[peer].asleep.load(std::memory_order_relaxed) != 0) {
+  // Taking the mark makes it one wake-up per sleep, however many frames follow.
+  std::atomic<uint32_t>& asleep = region_->sides[1 - static_cast<int>(side_)].asleep;
+  if (asleep.load(std::memory_order_relaxed) != 0 && asleep.exchange(0) != 0) {
     const char doorbell = 0;
     // A full socket already holds wake-ups enough.
     (void)send(socket_fd_, &doorbell, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
