@@ -5,6 +5,8 @@
 // connection), so value bytes move once, between the caller's buffers and the arena:
 //   BatchPut      RESERVE slots -> copy the parts in -> COMMIT (published as a local put)
 //   BatchGetInto  PIN the values -> copy them out -> UNPIN
+// Requests and answers go through a shared channel (transport/shm_channel.h) when the
+// owner offers one, and a batch's commits and pins are pipelined with its copies.
 // Everything else is a plain request.  Results, error codes and properties are the
 // owner's, except "kvengine.attached": the socket path, answered by the client (an
 // owner does not know the property), so a caller can tell an attached DB from its own.

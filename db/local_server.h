@@ -3,8 +3,10 @@
 //
 // At connect the peer's credentials (SO_PEERCRED) are checked against the allowed uids
 // (the owner's, root's and Options::local_allowed_uids); a refused client is told why
-// and logged.  An accepted one receives the arena's memfd once (SCM_RIGHTS) and then
-// sends requests, one at a time per connection (frames of the peer protocol, wire.h):
+// and logged.  An accepted one receives the arena's memfd once (SCM_RIGHTS), usually
+// asks for a shared channel (OPEN_CHANNEL: every later frame goes through rings in
+// shared memory, transport/shm_channel.h) and then sends requests, answered in order
+// (frames of the peer protocol, wire.h; a client may pipeline them):
 //   RESERVE keys+sizes  -> arena offsets of fresh, invisible slots; the client copies in
 //   COMMIT  slot ids    -> each slot published exactly as a local put
 //   COMMIT_RESERVE      -> a COMMIT that also reserves "spare" slots for the client's
