@@ -102,7 +102,7 @@ ShmChannel::Ring& ShmChannel::out() const { return region_->rings[static_cast<in
 ShmChannel::Ring& ShmChannel::in() const { return region_->rings[1 - static_cast<int>(side_)]; }
 
 Status ShmChannel::Pending(uint64_t* n) const {
-  *n = in().written.load(std::memory_order_acquire) - read_;
+  *n = in().written.load() - read_;
   if (*n > kRingBytes) return Status::IOError("shared channel: the peer broke the ring");
   return Status::OK();
 }
@@ -112,8 +112,8 @@ void ShmChannel::Take(char* dst, size_t n) {
   std::memcpy(dst, in().data + at, first);
   std::memcpy(dst + first, in().data, n - first);
   read_ += n;
-  in().read.store(read_, std::memory_order_release);
-  WakePeer();  // it may be waiting for room
+  in().read.store(read_);  // seq_cst: see WakePeer
+  WakePeer();              // it may be waiting for room
 }
 
 void ShmChannel::Put(const char* src, size_t n) {
@@ -121,17 +121,18 @@ void ShmChannel::Put(const char* src, size_t n) {
   std::memcpy(out().data + at, src, first);
   std::memcpy(out().data, src + first, n - first);
   written_ += n;
-  out().written.store(written_, std::memory_order_release);
+  out().written.store(written_);  // seq_cst: see WakePeer
   WakePeer();
 }
 
 void ShmChannel::WakePeer() {
-  // Pairs with the fence a sleeper makes between marking itself asleep and looking at
-  // the rings once more.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  // Taking the mark makes it one wake-up per sleep, however many frames follow.
+  // Dekker's pattern, in sequentially consistent operations (no fences, which
+  // ThreadSanitizer cannot follow): this side stored its counter and now reads the
+  // peer's mark; a sleeper stores its mark and then reads the counters.  One of the two
+  // sees the other's store.  Taking the mark makes it one wake-up per sleep, however
+  // many frames follow.
   std::atomic<uint32_t>& asleep = region_->sides[1 - static_cast<int>(side_)].asleep;
-  if (asleep.load(std::memory_order_relaxed) != 0 && asleep.exchange(0) != 0) {
+  if (asleep.load() != 0 && asleep.exchange(0) != 0) {
     const char doorbell = 0;
     // A full socket already holds wake-ups enough.
     (void)send(socket_fd_, &doorbell, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -156,8 +157,7 @@ Status ShmChannel::WaitUntil(Ready&& ready, bool spin, Deadline deadline,
   }
   std::atomic<uint32_t>& asleep = region_->sides[static_cast<int>(side_)].asleep;
   for (;;) {
-    asleep.store(1, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    asleep.store(1);  // then ready() reads the counters: see WakePeer
     if (ready()) {
       asleep.store(0, std::memory_order_relaxed);
       return Status::OK();
@@ -209,7 +209,7 @@ Status ShmChannel::SendFrame(uint8_t op, uint16_t flags, uint64_t request_id,
     while (done < sizes[i]) {
       uint64_t room = 0;
       auto has_room = [&] {
-        const uint64_t used = written_ - out().read.load(std::memory_order_acquire);
+        const uint64_t used = written_ - out().read.load();
         room = used > kRingBytes ? 0 : kRingBytes - used;
         return room > 0 || used > kRingBytes;
       };
@@ -217,7 +217,7 @@ Status ShmChannel::SendFrame(uint8_t op, uint16_t flags, uint64_t request_id,
       Status s = WaitUntil(has_room, /*spin=*/true, deadline, nullptr, &met);
       if (!s.ok()) return s;
       if (!met) return Status::IOError("send timed out");
-      if (written_ - out().read.load(std::memory_order_acquire) > kRingBytes) {
+      if (written_ - out().read.load() > kRingBytes) {
         return Status::IOError("shared channel: the peer broke the ring");
       }
       const size_t n = std::min<uint64_t>(room, sizes[i] - done);
@@ -231,7 +231,7 @@ Status ShmChannel::SendFrame(uint8_t op, uint16_t flags, uint64_t request_id,
 Status ShmChannel::WaitForFrame(uint8_t kind, Deadline deadline, const std::atomic<bool>* stop,
                                 bool spin, bool* arrived) {
   const auto began = BusyPollPredictor::Clock::now();
-  auto has_bytes = [this] { return in().written.load(std::memory_order_acquire) != read_; };
+  auto has_bytes = [this] { return in().written.load() != read_; };
   Status s = WaitUntil(has_bytes, spin && busy_poll_.ShouldSpin(kind), deadline, stop, arrived);
   if (s.ok() && *arrived) busy_poll_.Done(kind, began);
   return s;
@@ -241,7 +241,7 @@ Status ShmChannel::ReadExactly(char* dst, size_t n, Deadline deadline) {
   size_t done = 0;
   while (done < n) {
     uint64_t pending = 0;
-    auto has_bytes = [&] { return in().written.load(std::memory_order_acquire) != read_; };
+    auto has_bytes = [&] { return in().written.load() != read_; };
     bool met = false;
     Status s = WaitUntil(has_bytes, /*spin=*/true, deadline, nullptr, &met);
     if (!s.ok()) return s;

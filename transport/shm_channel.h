@@ -15,10 +15,9 @@
 // do spins for a while (BusyPollPredictor), then marks itself asleep in the region and
 // sleeps in poll() on the socket; the other side, after writing or freeing ring bytes,
 // sends one byte on the socket when it finds that mark.  (Dekker's pattern: each side
-// stores its own word, fences, then loads the other's, so either the sleeper sees the
-// progress or the waker sees the mark.)  A peer that dies closes the socket, which
-// wakes the sleeper with a hangup: a waiter never outlives its peer by more than the
-// end of its spin.
+// stores its own word, then loads the other's (all sequentially consistent), so either the sleeper
+// sees the progress or the waker sees the mark.)  A peer that dies closes the socket, which wakes
+// the sleeper with a hangup: a waiter never outlives its peer by more than the end of its spin.
 //
 // Trust: both processes run as the same user (the socket checks it), yet the owner
 // treats the region as input: counters that do not add up close the connection, every
