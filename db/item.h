@@ -51,10 +51,12 @@ struct Item {
   uint64_t size : 43 = 0;  // value bytes
   uint64_t key_size : 21 = 0;
 
-  // LRU links.  Guarded by the allocator's mutex.  lru_prev is null exactly when the
-  // item is not in the LRU.
-  Item* lru_prev = nullptr;
-  Item* lru_next = nullptr;
+  // LRU links.  Written under the allocator's mutex; atomic (always relaxed) only so that
+  // a reader may prefetch an item's neighbours before Touch relinks it, without the
+  // mutex (MemoryTier::Lookup): what it reads there is a hint for the cache, nothing
+  // more.  lru_prev is null exactly when the item is not in the LRU.
+  std::atomic<Item*> lru_prev{nullptr};
+  std::atomic<Item*> lru_next{nullptr};
 
   // Placement, set by the allocator before it hands the item out.
   uint32_t slab : 24 = 0;  // slab holding the value (the first one for a run)
@@ -64,7 +66,7 @@ struct Item {
   std::atomic<uint32_t> refs{0};
 
   std::string_view key() const { return std::string_view(key_data, key_size); }
-  bool in_lru() const { return lru_prev != nullptr; }
+  bool in_lru() const { return lru_prev.load(std::memory_order_relaxed) != nullptr; }
 };
 
 // Item + its share of the index slots must stay within 96 B a key (see above); a field

@@ -199,10 +199,10 @@ class MemoryTier {
   Item* AllocateWithEviction(uint64_t size, Status* status);
   void Evict(Item* victim);
   void Unref(Item* item);
-  // Starts the cache misses of the value's first bytes, which the reader copies next:
-  // they overlap those of Touch, whose LRU neighbours are as cold as the value.
-  // REQUIRES: the item is pinned.
-  void PrefetchValue(const Item* item) const;
+  // Starts the cache misses of what a read of the item touches after the item itself:
+  // its value's first bytes, and its LRU neighbours, which Touch relinks.
+  // REQUIRES: the item is pinned, or indexed and its shard's lock held.
+  void PrefetchForRead(const Item* item) const;
   // `hash` is Hash64 of the item's key.
   // REQUIRES: shard.mu held; item's key not indexed.
   void IndexLocked(Shard& shard, uint64_t hash, Item* item);

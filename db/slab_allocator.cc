@@ -14,8 +14,16 @@ constexpr uint64_t kPageSize = 4096;
 
 uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
+// The LRU lists' links (db/item.h: why atomic).
+Item* Prev(const Item* item) { return item->lru_prev.load(std::memory_order_relaxed); }
+Item* Next(const Item* item) { return item->lru_next.load(std::memory_order_relaxed); }
+// Makes `next` follow `prev`.
+void Link(Item* prev, Item* next) {
+  prev->lru_next.store(next, std::memory_order_relaxed);
+  next->lru_prev.store(prev, std::memory_order_relaxed);
+}
 // An empty circular list: the sentinel points at itself.
-void InitList(Item* head) { head->lru_next = head->lru_prev = head; }
+void InitList(Item* head) { Link(head, head); }
 }  // namespace
 
 struct SlabAllocator::SizeClass {
@@ -249,9 +257,9 @@ char* SlabAllocator::DataOf(const Item* item) const {
 
 void SlabAllocator::Unlink(Item* item) {
   if (!item->in_lru()) return;
-  item->lru_prev->lru_next = item->lru_next;
-  item->lru_next->lru_prev = item->lru_prev;
-  item->lru_prev = item->lru_next = nullptr;
+  Link(Prev(item), Next(item));
+  item->lru_prev.store(nullptr, std::memory_order_relaxed);
+  item->lru_next.store(nullptr, std::memory_order_relaxed);
 }
 
 void SlabAllocator::SetKey(Item* item, std::string_view key) {
@@ -300,10 +308,8 @@ void SlabAllocator::Touch(Item* item) {
   std::lock_guard<std::mutex> lock(mu_);
   Item* head = &classes_[item->size_class].lru;
   Unlink(item);
-  item->lru_next = head->lru_next;
-  item->lru_prev = head;
-  head->lru_next->lru_prev = item;
-  head->lru_next = item;
+  Link(item, Next(head));
+  Link(head, item);
   slabs_[item->slab].last_touch = ++touch_clock_;
 }
 
@@ -326,7 +332,7 @@ bool SlabAllocator::PickVictims(uint64_t size, std::vector<Item*>* victims) {
   if (size <= slab_size_) {
     // The coldest value of the same class frees exactly the room needed.
     Item* head = &classes_[ClassFor(size)].lru;
-    for (Item* it = head->lru_prev; it != head; it = it->lru_prev) {
+    for (Item* it = Prev(head); it != head; it = Prev(it)) {
       Item* candidate = it;
       PinAndCollect(candidate, victims);
       if (victims->size() > before) return true;
