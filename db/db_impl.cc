@@ -185,9 +185,12 @@ Status DBImpl::Init() {
   if (peer_ != nullptr) {
     s = peer_->StartServing(
         this,
-        [this](const Slice& key, PinnedValue* out) {
+        [this](const Slice& key, bool wait, PinnedValue* out) {
           auto handle = std::make_shared<MemoryTier::Handle>();
-          if (!memory_->Lookup(key, handle.get())) return false;
+          if (!(wait ? memory_->Lookup(key, handle.get())
+                     : memory_->TryLookup(key, handle.get()))) {
+            return false;
+          }
           out->data = handle->value().data();
           out->size = handle->value().size();
           out->version = handle->version();
@@ -210,7 +213,7 @@ Status DBImpl::Init() {
 Status DBImpl::StartLocalServer() {
   std::error_code ec;
   options_.local_listen = std::filesystem::absolute(options_.local_listen, ec).string();
-  Status s = LocalServer::Start(options_, this, &logger_, &local_server_);
+  Status s = LocalServer::Start(options_, this, &logger_, &local_counters_, &local_server_);
   if (!s.ok()) return s;
   // Recorded so that DB::Open of this directory by another process attaches.
   const std::string record = path_ + "/" + kLocalSocketFile;
@@ -363,12 +366,12 @@ Status DBImpl::Publish(const Slice& key, std::span<const Slice> parts, uint64_t 
   return s;
 }
 
-Status DBImpl::ReserveForClient(const Slice& key, uint64_t size,
+Status DBImpl::ReserveForClient(const Slice* key, uint64_t size,
                                 MemoryTier::Reservation* reservation) {
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
-  if (s.ok()) s = CheckKey(key);
-  if (s.ok()) s = CheckValueSize(key, size);
+  if (s.ok() && key != nullptr) s = CheckKey(*key);
+  if (s.ok()) s = CheckValueSize(key != nullptr ? *key : Slice("(a spare slot)"), size);
   if (s.ok()) s = memory_->Reserve(size, reservation);
   if (!s.ok()) counters_.put_failures.fetch_add(1, std::memory_order_relaxed);
   return s;
@@ -378,7 +381,13 @@ Status DBImpl::CommitForClient(const Slice& key, MemoryTier::Reservation* reserv
   PerfPoint perf(PerfKey::db_put_one);
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
-  if (!s.ok()) return s;
+  // Checked again: a spare slot was reserved before its key was known.
+  if (s.ok()) s = CheckKey(key);
+  if (s.ok()) s = CheckValueSize(key, reservation->size());
+  if (!s.ok()) {
+    counters_.put_failures.fetch_add(1, std::memory_order_relaxed);
+    return s;
+  }
   const uint64_t size = reservation->size();
   const Slice value(reservation->data(), size);
   return Publish(key, std::span<const Slice>(&value, 1), size, reservation);
@@ -1258,6 +1267,14 @@ std::string DBImpl::StatsText() const {
         << "ssd.checkpoint_writes: " << d.checkpoint_writes << "\n"
         << "ssd.checkpoint_backlog: " << d.checkpoint_backlog << "\n";
   }
+  if (!options_.local_listen.empty()) {
+    const LocalServerCounters& l = local_counters_;
+    out << "local.clients_accepted: " << l.accepted.load() << "\n"
+        << "local.clients_refused: " << l.refused.load() << "\n"
+        << "local.reservations_expired: " << l.reservations_expired.load() << "\n"
+        << "local.reserve_requests: " << l.reserve_requests.load() << "\n"
+        << "local.spare_commits: " << l.spare_commits.load() << "\n";
+  }
   return out.str();
 }
 
@@ -1310,6 +1327,14 @@ std::string DBImpl::StatsJson() const {
         << ",\"checkpoint_rejected\":" << d.checkpoint_rejected
         << ",\"checkpoint_writes\":" << d.checkpoint_writes
         << ",\"checkpoint_backlog\":" << d.checkpoint_backlog << "}";
+  }
+  if (!options_.local_listen.empty()) {
+    const LocalServerCounters& l = local_counters_;
+    out << ",\"local\":{\"clients_accepted\":" << l.accepted.load()
+        << ",\"clients_refused\":" << l.refused.load()
+        << ",\"reservations_expired\":" << l.reservations_expired.load()
+        << ",\"reserve_requests\":" << l.reserve_requests.load()
+        << ",\"spare_commits\":" << l.spare_commits.load() << "}";
   }
   out << "}";
   return out.str();

@@ -6,6 +6,7 @@
 #include <thread>
 #include <utility>
 
+#include "util/buffers.h"
 #include "util/config_parse.h"
 #include "util/hash.h"
 #include "util/logging.h"
@@ -174,11 +175,7 @@ Status MemoryTier::Put(const Slice& key, std::span<const Slice> parts, uint64_t 
   Reservation reservation;
   Status s = Reserve(size, &reservation);
   if (!s.ok()) return s;
-  char* dst = reservation.data();
-  for (const Slice& part : parts) {
-    if (part.size() != 0) std::memcpy(dst, part.data(), part.size());
-    dst += part.size();
-  }
+  GatherCopy(parts, size, reservation.data());
   return Commit(key, &reservation, version, published);
 }
 
@@ -213,13 +210,26 @@ Status MemoryTier::Commit(const Slice& key, Reservation* reservation, uint64_t* 
 }
 
 bool MemoryTier::Lookup(const Slice& key, Handle* handle) {
+  return Pin(key, /*wait=*/true, handle);
+}
+
+bool MemoryTier::TryLookup(const Slice& key, Handle* handle) {
+  return Pin(key, /*wait=*/false, handle);
+}
+
+bool MemoryTier::Pin(const Slice& key, bool wait, Handle* handle) {
   PerfPoint perf(PerfKey::memory_lookup);
   handle->Release();
   const uint64_t hash = Hash64(key.view());
   Shard& shard = ShardFor(hash);
   Item* item;
   {
-    std::lock_guard<std::mutex> lock(shard.mu);
+    std::unique_lock<std::mutex> lock(shard.mu, std::defer_lock);
+    if (wait) {
+      lock.lock();
+    } else if (!lock.try_lock()) {
+      return false;  // neither a hit nor a miss
+    }
     // The first item with the key's hash is the key's but once in 2^64: what the read
     // goes on to touch is prefetched as soon as the item is in, so that those misses
     // overlap the one of the key's bytes, which confirm it.
@@ -375,11 +385,7 @@ bool MemoryTier::Insert(const Slice& key, std::span<const Slice> parts, uint64_t
   Status ignored;
   Item* item = AllocateWithEviction(size, &ignored);
   if (item == nullptr) return false;  // no room: the value stays where it is
-  char* dst = allocator_.DataOf(item);
-  for (const Slice& part : parts) {
-    if (part.size() != 0) std::memcpy(dst, part.data(), part.size());
-    dst += part.size();
-  }
+  GatherCopy(parts, size, allocator_.DataOf(item));
   allocator_.SetKey(item, key.view());
   const uint64_t hash = Hash64(key.view());
   item->size = size;

@@ -157,6 +157,10 @@ class MemoryTier {
 
   // Pins the value of key into *handle.  Returns false when absent.
   bool Lookup(const Slice& key, Handle* handle);
+  // Lookup that never waits for the key's lock: false also when another thread holds
+  // it (a shard's lock can be held for long: DeleteByRegex matches a whole shard's
+  // keys under it).  For threads that must not wait, the peer server's poller.
+  bool TryLookup(const Slice& key, Handle* handle);
   bool Contains(const Slice& key);
   // Contains() of every key at once: (*found)[i] is 1 when keys[i] is in memory, else
   // 0.  Takes each shard's lock once and overlaps the keys' cache misses (prefetching in
@@ -197,6 +201,8 @@ class MemoryTier {
   template <typename Fn>
   void ProbeBatch(std::span<const Slice> keys, Fn&& found);
   Item* AllocateWithEviction(uint64_t size, Status* status);
+  // Lookup, or TryLookup when !wait.
+  bool Pin(const Slice& key, bool wait, Handle* handle);
   void Evict(Item* victim);
   void Unref(Item* item);
   // Starts the cache misses of what a read of the item touches after the item itself:

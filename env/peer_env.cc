@@ -53,7 +53,8 @@ uint64_t RendezvousScore(const Slice& key, const std::string& member) {
 class PeerEnv::Service final : public PeerService {
  public:
   Service(DB* db, PinFn pin, const char* arena) : db_(db), pin_(std::move(pin)), arena_(arena) {}
-  bool Pin(const Slice& key, PinnedValue* out) override { return pin_ && pin_(key, out); }
+  bool Pin(const Slice& key, PinnedValue* out) override { return pin_ && pin_(key, true, out); }
+  bool TryPin(const Slice& key, PinnedValue* out) override { return pin_ && pin_(key, false, out); }
   const char* ArenaBase() const override { return arena_; }
   Status GetValueSize(const Slice& key, uint64_t* size) override {
     LocalScope scope;

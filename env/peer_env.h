@@ -53,8 +53,9 @@ struct PinnedValue;
 class PeerEnv {
  public:
   // Pins a key's value in the local memory tier for a peer to read (see
-  // transport/server.h).  False when the memory tier does not hold it.
-  using PinFn = std::function<bool(const Slice& key, PinnedValue* out)>;
+  // transport/server.h).  False when the memory tier does not hold it, or -- unless
+  // `wait` -- when its lock is busy.
+  using PinFn = std::function<bool(const Slice& key, bool wait, PinnedValue* out)>;
   // Offers a value read from a peer for promotion into the local memory tier.
   using PromoteFn =
       std::function<void(const Slice& key, std::span<const Slice> parts, uint64_t size)>;

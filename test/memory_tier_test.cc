@@ -292,6 +292,28 @@ TEST_F(MemoryTierTest, PutGetOverwriteErase) {
   EXPECT_EQ(st.value_bytes, 6u);
 }
 
+// TryLookup, the peer server poller's pin, never waits for the key's lock: while
+// another thread holds it, it gives up at once.
+TEST_F(MemoryTierTest, TryLookupDoesNotWaitForTheKeysLock) {
+  Open(16 * kSlab);
+  ASSERT_TRUE(Put("k", "value").ok());
+  MemoryTier::Handle h;
+  EXPECT_FALSE(tier_->TryLookup("absent", &h));
+  ASSERT_TRUE(tier_->TryLookup("k", &h));
+  EXPECT_EQ(h.value().ToString(), "value");
+  h.Release();
+  bool while_locked = true;
+  tier_->WithKeyLocked("k", [&](uint64_t) {
+    std::thread other([&] {
+      MemoryTier::Handle o;
+      while_locked = tier_->TryLookup("k", &o);
+    });
+    other.join();
+  });
+  EXPECT_FALSE(while_locked);
+  EXPECT_TRUE(tier_->TryLookup("k", &h));
+}
+
 TEST_F(MemoryTierTest, VersionsIncrease) {
   Open(16 * kSlab);
   uint64_t v1 = 0, v2 = 0;

@@ -214,6 +214,148 @@ TEST(ServerHardening, ConnectionsPerAddressAreCapped) {
   EXPECT_TRUE(s.ok());
 }
 
+// ---------------------------------------------------------------- slow readers
+// The poller answers GETs of values in memory itself (transport/server.h), writing only
+// what the socket takes at once; a worker writes the rest.  A client that stops reading
+// such an answer must not hold the poller or anyone else.
+
+// A GET naming `key` `times` times, sent on a fresh connection whose answer is not read.
+std::unique_ptr<RawConn> UnreadGet(const Endpoint& ep, const std::string& key, size_t times,
+                                   uint64_t capacity) {
+  auto conn = std::make_unique<RawConn>(ep);
+  EXPECT_TRUE(conn->ok());
+  EXPECT_TRUE(conn->Send(wire::kGet, KeysMeta(key, times, &capacity)));
+  return conn;
+}
+
+// Reads fd until the server closes it (or `ms` pass); the bytes read.
+uint64_t DrainUntilClosed(int fd, int ms, bool* closed) {
+  const Deadline deadline = DeadlineIn(ms);
+  std::vector<char> buf(1 << 20);
+  uint64_t total = 0;
+  *closed = false;
+  while (!*closed && Clock::now() < deadline && WaitReadable(fd, deadline).ok()) {
+    const ssize_t n = recv(fd, buf.data(), buf.size(), MSG_DONTWAIT);
+    if (n > 0) total += static_cast<uint64_t>(n);
+    *closed = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+  }
+  return total;
+}
+
+TEST(ServerHardening, ReadersThatStopReadingDoNotDelayOthers) {
+  Server server(TempDir("unread"), FreePort());
+  ASSERT_TRUE(server.Start());
+  auto good = NewClient("", 2000);
+  std::mt19937_64 rng(11);
+  const std::string big = RandomValue(&rng, 8 << 20);
+  const std::string small = RandomValue(&rng, 64 << 10);
+  PutOne(good.get(), server.endpoint(), "big", big);
+  PutOne(good.get(), server.endpoint(), "small", small);
+  // Four connections each ask for 64 MiB (big, 8 times) and read none of it: far more
+  // than their sockets hold, so writing each answer stalls part way.
+  std::vector<std::unique_ptr<RawConn>> unread;
+  for (int i = 0; i < 4; i++) unread.push_back(UnreadGet(server.endpoint(), "big", 8, 8 << 20));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // Meanwhile gets of a value in memory (answered by the poller) and exists (by a
+  // worker) from another client are answered at once, bit-exact.
+  std::vector<Slice> keys = {"small"};
+  std::string got(small.size(), '\0');
+  std::vector<Destination> dests = {{MutableSlice(got.data(), got.size())}};
+  std::vector<int64_t> results;
+  double slowest = 0;
+  for (int i = 0; i < 20; i++) {
+    const auto start = Clock::now();
+    ASSERT_TRUE(good->BatchGet(server.endpoint(), keys, dests, &results).ok());
+    ASSERT_EQ(results[0], static_cast<int64_t>(small.size()));
+    ASSERT_TRUE(got == small);
+    ASSERT_TRUE(good->BatchExists(server.endpoint(), keys, &results).ok());
+    ASSERT_EQ(results[0], 1);
+    slowest = std::max(slowest, SecondsSince(start));
+  }
+  EXPECT_LT(slowest, kSanitized ? 2.0 : 0.5);
+  // A stalled answer is whole once its client reads it: header, results, 8 x big.
+  const int fd = unread[0]->fd();
+  const Deadline deadline = DeadlineIn(10000);
+  char header[wire::kHeaderSize];
+  std::vector<iovec> iov{{header, sizeof(header)}};
+  ASSERT_TRUE(ReadFully(fd, &iov, deadline, nullptr).ok());
+  wire::FrameHeader h;
+  ASSERT_TRUE(wire::FrameHeader::DecodeFrom(header, &h).ok());
+  std::string meta(h.meta_len, '\0');
+  iov = {{meta.data(), meta.size()}};
+  ASSERT_TRUE(ReadFully(fd, &iov, deadline, nullptr).ok());
+  std::string_view in(meta);
+  Status status;
+  std::vector<int64_t> sizes;
+  ASSERT_TRUE(wire::GetBatchStatus(&in, &status) && status.ok() && wire::GetResults(&in, &sizes));
+  EXPECT_EQ(sizes, std::vector<int64_t>(8, static_cast<int64_t>(big.size())));
+  ASSERT_EQ(h.body_len, 8 * big.size());
+  std::string value(big.size(), '\0');
+  for (int i = 0; i < 8; i++) {
+    iov = {{value.data(), value.size()}};
+    ASSERT_TRUE(ReadFully(fd, &iov, deadline, nullptr).ok());
+    ASSERT_TRUE(value == big) << "copy " << i;
+  }
+  EXPECT_TRUE(server.Alive());
+}
+
+// Requests that arrive together on one connection: the poller reads the next one
+// ahead while answering the first, and must not leave it waiting for epoll.
+TEST(ServerHardening, PipelinedGetsInOneSegmentAreAllAnswered) {
+  Server server(TempDir("pipelined"), FreePort());
+  ASSERT_TRUE(server.Start());
+  auto client = NewClient();
+  const std::vector<std::string> keys = {"a", "b", "c", "d"};
+  for (size_t i = 0; i < keys.size(); i++) {
+    PutOne(client.get(), server.endpoint(), keys[i], std::string(100 * (i + 1), 'v'));
+  }
+  RawConn conn(server.endpoint());
+  ASSERT_TRUE(conn.ok());
+  for (int round = 0; round < 20; round++) {
+    std::string requests;
+    const uint64_t cap = 1000;
+    for (const auto& k : keys) {
+      const std::string meta = KeysMeta(k, 1, &cap);
+      requests += FrameBytes(wire::kGet, meta, static_cast<uint32_t>(meta.size()));
+    }
+    ASSERT_EQ(send(conn.fd(), requests.data(), requests.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(requests.size()));
+    for (size_t i = 0; i < keys.size(); i++) {
+      wire::FrameHeader h;
+      std::string meta;
+      uint64_t body_len = 0;
+      ASSERT_TRUE(conn.Read(&h, &meta, &body_len)) << "round " << round << " answer " << i;
+      std::string_view in(meta);
+      Status status;
+      std::vector<int64_t> results;
+      ASSERT_TRUE(wire::GetBatchStatus(&in, &status) && status.ok() &&
+                  wire::GetResults(&in, &results));
+      EXPECT_EQ(results, std::vector<int64_t>{static_cast<int64_t>(100 * (i + 1))});
+      EXPECT_EQ(body_len, 100 * (i + 1));
+    }
+  }
+}
+
+TEST(ServerHardening, AnswerNotTakenInTimeClosesItsConnection) {
+  Server server(TempDir("untaken"), FreePort());
+  server.set_options(",ssd_capacity_bytes=0,peer_frame_timeout_ms=300");
+  ASSERT_TRUE(server.Start());
+  auto good = NewClient("", 2000);
+  std::mt19937_64 rng(12);
+  PutOne(good.get(), server.endpoint(), "big", RandomValue(&rng, 8 << 20));
+  auto unread = UnreadGet(server.endpoint(), "big", 8, 8 << 20);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // well past 300 ms
+  // What the sockets held arrives, then the end: the rest of the 64 MiB never does.
+  bool closed = false;
+  const uint64_t got = DrainUntilClosed(unread->fd(), 5000, &closed);
+  EXPECT_TRUE(closed);
+  EXPECT_LT(got, 64u << 20);
+  std::vector<Slice> keys = {"big"};
+  std::vector<int64_t> results;
+  ASSERT_TRUE(good->BatchExists(server.endpoint(), keys, &results).ok());
+  EXPECT_EQ(results[0], 1);
+}
+
 // ---------------------------------------------------------------- before authentication
 TEST(ServerHardening, NothingLargeIsAllocatedBeforeAuthentication) {
   Server server(TempDir("preauth"), FreePort());
@@ -283,17 +425,23 @@ class SsdValueServer {
     for (int i = 0; i < 100; i++) {
       PutOne(client.get(), server_.endpoint(), "filler" + std::to_string(i), filler);
     }
+    ASSERT_EQ(Where("big"), kLookupNotPinned);  // on SSD only
+  }
+  Server& server() { return server_; }
+
+  // Where key's value is: kLookupPinned (in memory), kLookupNotPinned (on SSD only), or
+  // an error code; INT64_MIN when the LOOKUP was not answered.
+  int64_t Where(const std::string& key) {
     RawConn conn(server_.endpoint());
     Status s;
     std::string rest;
-    ASSERT_TRUE(conn.Ask(wire::kLookup, KeysMeta("big", 1, nullptr), &s, &rest));
+    if (!conn.Ask(wire::kLookup, KeysMeta(key, 1, nullptr), &s, &rest)) return INT64_MIN;
     std::string_view in(rest);
     std::vector<int64_t> results;
     std::vector<RemoteLocation> locations;
-    ASSERT_TRUE(DecodeLocations(&in, &results, &locations));
-    ASSERT_EQ(results, std::vector<int64_t>{kLookupNotPinned});  // on SSD only
+    if (!DecodeLocations(&in, &results, &locations) || results.size() != 1) return INT64_MIN;
+    return results[0];
   }
-  Server& server() { return server_; }
 
   // A GET naming "big" `times` times (capacity 1 MiB each) on a fresh connection; the
   // answer's body is read and dropped.  *grown_kib: how far the server's peak RSS rose.
@@ -352,6 +500,28 @@ TEST(ServerHardening, GetAnswerOverTheFrameLimitIsRefused) {
   ASSERT_TRUE(a.answered);
   EXPECT_TRUE(a.status.ok()) << a.status.ToString();
   EXPECT_EQ(a.body_len, 2u << 20);
+}
+
+TEST(ServerHardening, GetOfValuesInMemoryAndOnSsdTogether) {
+  SsdValueServer ssd("get_mixed");
+  ASSERT_NO_FATAL_FAILURE(ssd.Start());
+  // The last filler is still in memory; "big" is on SSD only.  The poller gives such a
+  // GET to a worker, which answers it whole.
+  ASSERT_EQ(ssd.Where("filler99"), kLookupPinned);
+  std::mt19937_64 rng(5);  // as SsdValueServer::Start wrote them
+  const std::string big = RandomValue(&rng, 1 << 20);
+  const std::string filler = RandomValue(&rng, 1 << 20);
+  auto client = NewClient("", 10000);
+  std::vector<Slice> keys = {"filler99", "big", "filler99"};
+  std::vector<std::string> got(3, std::string(1 << 20, '\0'));
+  std::vector<Destination> dests;
+  for (auto& g : got) dests.push_back({MutableSlice(g.data(), g.size())});
+  std::vector<int64_t> results;
+  ASSERT_TRUE(client->BatchGet(ssd.server().endpoint(), keys, dests, &results).ok());
+  EXPECT_EQ(results, std::vector<int64_t>(3, 1 << 20));
+  EXPECT_TRUE(got[0] == filler);
+  EXPECT_TRUE(got[1] == big);
+  EXPECT_TRUE(got[2] == filler);
 }
 
 // ---------------------------------------------------------------- kept memory

@@ -5,6 +5,8 @@
 #include "kvengine/transport.h"
 
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <map>
@@ -12,9 +14,12 @@
 
 #include "kvengine/db.h"
 #include "test/test_util.h"
+#include "transport/frame_reader.h"
 #include "transport/rdma.h"
 #include "transport/read_validation.h"
+#include "transport/socket_util.h"
 #include "transport/wire.h"
+#include "util/hash.h"
 
 namespace kvengine {
 namespace {
@@ -179,6 +184,118 @@ TEST(Endpoint, Parse) {
   ASSERT_TRUE(Endpoint::ParseList("a:1, b:2,,", &list).ok());
   ASSERT_EQ(list.size(), 2u);
   EXPECT_EQ(list[1].ToString(), "b:2");
+}
+
+// ReadAhead hands out exactly the bytes asked for, in stream order, whether they come
+// from what an earlier read brought ahead or from the socket, and hashes them alike.
+TEST(ReadAhead, ReadsInStreamOrderAcrossWhatItReadAhead) {
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds), 0);
+  std::mt19937_64 rng(3);
+  std::string stream(3 * 6000 + 17, '\0');
+  for (char& c : stream) c = static_cast<char>(rng());
+  ASSERT_EQ(write(fds[1], stream.data(), stream.size()), static_cast<ssize_t>(stream.size()));
+  ReadAhead reader(fds[0]);
+  // Pieces of the sizes a client asks for: header, metadata, a body in two buffers.
+  const std::vector<size_t> pieces = {40, 10, 3000, 2950, 40, 5960, 6000, 17};
+  size_t at = 0;
+  for (size_t piece : pieces) {
+    std::string a(piece / 2, '\0'), b(piece - piece / 2, '\0');
+    std::vector<iovec> iov{{a.data(), a.size()}, {b.data(), b.size()}};
+    Hasher64 hasher;
+    ASSERT_TRUE(reader.Read(&iov, DeadlineIn(1000), &hasher).ok()) << "at " << at;
+    EXPECT_EQ(a + b, stream.substr(at, piece)) << "at " << at;
+    Hasher64 expected;
+    expected.Update(stream.data() + at, piece);
+    EXPECT_EQ(hasher.Digest(), expected.Digest()) << "at " << at;
+    at += piece;
+  }
+  EXPECT_EQ(reader.buffered(), 0u);
+  // Nothing more: the deadline, then the end of the stream.
+  char byte;
+  std::vector<iovec> iov{{&byte, 1}};
+  Status s = reader.Read(&iov, DeadlineIn(50), nullptr);
+  EXPECT_TRUE(s.IsIOError() && s.message() == "receive timed out") << s.ToString();
+  close(fds[1]);
+  iov = {{&byte, 1}};
+  s = reader.Read(&iov, DeadlineIn(1000), nullptr);
+  EXPECT_TRUE(s.IsIOError() && s.message() == "connection closed by peer") << s.ToString();
+  close(fds[0]);
+}
+
+// A small read brings what follows ahead, up to the buffer: the next small frame then
+// needs no read of the socket.
+TEST(ReadAhead, SmallFramesComeInOneRead) {
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds), 0);
+  const std::string two = std::string(100, 'a') + std::string(100, 'b');
+  ASSERT_EQ(write(fds[1], two.data(), two.size()), 200);
+  ReadAhead reader(fds[0]);
+  std::string got(100, '\0');
+  std::vector<iovec> iov{{got.data(), got.size()}};
+  ASSERT_TRUE(reader.Read(&iov, DeadlineIn(1000), nullptr).ok());
+  EXPECT_EQ(got, std::string(100, 'a'));
+  EXPECT_EQ(reader.buffered(), 100u);
+  close(fds[1]);  // the second frame is already here
+  iov = {{got.data(), got.size()}};
+  ASSERT_TRUE(reader.Read(&iov, DeadlineIn(1000), nullptr).ok());
+  EXPECT_EQ(got, std::string(100, 'b'));
+  close(fds[0]);
+}
+
+// The server's FrameReader reads ahead of the frame at hand: frames pipelined in one
+// write come out whole and in order, a body split between what was read ahead and the
+// socket included, and the reader says when bytes wait in its buffer.
+TEST(FrameReader, PipelinedFramesReadAheadComeOutWholeInOrder) {
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds), 0);
+  std::mt19937_64 rng(4);
+  std::string body(10000, '\0');
+  for (char& c : body) c = static_cast<char>(rng());
+  const Slice part(body);
+  const std::vector<std::string> metas = {"get-keys", "put-keys", "unhashed-put-keys"};
+  ASSERT_TRUE(SendFrame(fds[1], wire::kGet, 0, 1, metas[0], {}, DeadlineIn(1000)).ok());
+  ASSERT_TRUE(SendFrame(fds[1], wire::kPut, 0, 2, metas[1], {&part, 1}, DeadlineIn(1000)).ok());
+  ASSERT_TRUE(SendFrame(fds[1], wire::kPut, wire::kFlagBodyUnhashed, 3, metas[2], {&part, 1},
+                        DeadlineIn(1000))
+                  .ok());
+  BodyPool pool(1 << 20);
+  FrameReader reader;
+  reader.AllowUnhashedBodies(true);
+  for (uint64_t id = 1; id <= 3; id++) {
+    FrameReader::Progress progress;
+    ASSERT_TRUE(reader.ReadAvailable(fds[0], true, &pool, &progress).ok()) << id;
+    ASSERT_EQ(progress, FrameReader::Progress::kComplete) << id;
+    EXPECT_EQ(reader.header().request_id, id);
+    EXPECT_EQ(reader.meta(), metas[id - 1]);
+    if (id > 1) {
+      ASSERT_EQ(reader.header().body_len, body.size());
+      EXPECT_EQ(std::string(reader.body(), body.size()), body) << id;
+    }
+    if (id == 1) {
+      EXPECT_GT(reader.buffered(), 0u);  // the put's first bytes came along
+    }
+    reader.Reset(&pool);
+  }
+  EXPECT_EQ(reader.buffered(), 0u);
+  FrameReader::Progress progress;
+  ASSERT_TRUE(reader.ReadAvailable(fds[0], true, &pool, &progress).ok());
+  EXPECT_EQ(progress, FrameReader::Progress::kNone);
+  // A frame whose metadata is damaged is refused, read ahead or not.
+  std::string bad(wire::kHeaderSize + 4, '\0');
+  wire::FrameHeader h;
+  h.op = wire::kExists;
+  h.request_id = 4;
+  h.meta_len = 4;
+  h.EncodeTo(bad.data());
+  h.checksum = wire::FrameChecksum(bad.data(), "keys", {});
+  h.EncodeTo(bad.data());
+  bad.replace(wire::kHeaderSize, 4, "kexs");
+  ASSERT_EQ(write(fds[1], bad.data(), bad.size()), static_cast<ssize_t>(bad.size()));
+  Status s = reader.ReadAvailable(fds[0], true, &pool, &progress);
+  EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+  close(fds[0]);
+  close(fds[1]);
 }
 
 // Loopback is decided on the addresses a host resolves to, every one of them: a name

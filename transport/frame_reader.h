@@ -70,32 +70,53 @@ class FrameReader {
   // server that offers it).  Off: such a frame is refused with Corruption.
   void AllowUnhashedBodies(bool allow) { allow_unhashed_ = allow; }
 
-  // Reads what `fd` (non-blocking) has, never past the end of the current frame, and
-  // says how far the frame got.  A header is checked before its metadata or body is
-  // allocated: magic, version, limits; a request (not a response); a body only on a
-  // put; an unhashed body only when allowed; and, unless `authenticated`, only an AUTH
-  // with a small metadata and no body.  The checksum is checked once the metadata is
-  // whole when the body is unhashed (so the metadata is trusted before the body is read
-  // on its word), else at the end.
+  // Reads what `fd` (non-blocking) has and says how far the current frame got.  Each
+  // read also takes up to kAheadBytes of what follows (a header's metadata, the next
+  // frame of a pipeline) into a fixed buffer, handed out first by the next calls: a
+  // small request's header and metadata come in one system call.  So the reader must
+  // be driven until it reports a frame incomplete (it has then taken everything the
+  // socket held) before the socket is watched for more.  A header is checked before
+  // its metadata or body is allocated: magic, version, limits; a request (not a
+  // response); a body only on a put; an unhashed body only when allowed; and, unless
+  // `authenticated`, only an AUTH with a small metadata and no body.  The checksum is
+  // checked once the metadata is whole when the body is unhashed (so the metadata is
+  // trusted before the body is read on its word), else at the end.
   // Errors: IOError "connection closed by peer" when the peer closed between frames,
   // IOError for a socket error or a frame cut short, Corruption for a frame refused
   // (the connection is then unusable: the stream is out of step).
   Status ReadAvailable(int fd, bool authenticated, BodyPool* pool, Progress* progress);
+  // ReadAvailable's first step alone: reads what `fd` has of the header (and ahead),
+  // and checks it once whole (header_done()).  Lets the server's poller see a frame's
+  // op and sizes before it decides to read the rest itself.
+  Status ReadHeader(int fd, bool authenticated, BodyPool* pool, Progress* progress);
+  bool header_done() const { return header_done_; }
 
   // When the current frame's first byte arrived; meaningful once Progress is not kNone.
   Deadline started() const { return started_; }
   bool in_progress() const { return header_got_ > 0; }
+  // Bytes read ahead of the current frame's needs and not handed out yet: while there
+  // are any, the socket's readiness says nothing of them.
+  size_t buffered() const { return ahead_end_ - ahead_begin_; }
 
   const wire::FrameHeader& header() const { return header_; }
   std::string_view meta() const { return meta_; }
   const char* body() const { return body_.data.get(); }
 
-  // Gives the body's memory back to `pool` and readies for the next frame.
+  // Gives the body's memory back to `pool` and readies for the next frame (whose first
+  // bytes may be buffered already).
   void Reset(BodyPool* pool);
 
  private:
+  static constexpr size_t kAheadBytes = 4096;
+
   Status CheckHeader(bool authenticated) const;
   Status ReadPayload(int fd, bool* complete);
+  // The payload's next unfilled bytes: the metadata's rest, else the body's rest.
+  iovec NextPayload() const;
+  // Accounts for n bytes that landed at the payload's position: hashes what the
+  // checksum covers, and checks it as soon as the metadata is whole when the body is
+  // unhashed.
+  Status Landed(size_t n);
 
   char raw_header_[wire::kHeaderSize];
   size_t header_got_ = 0;
@@ -107,6 +128,8 @@ class FrameReader {
   uint64_t payload_got_ = 0;  // bytes of meta, then body, received
   std::optional<Hasher64> hasher_;
   bool allow_unhashed_ = false;
+  size_t ahead_begin_ = 0, ahead_end_ = 0;  // ahead_[begin, end) read, not handed out
+  char ahead_[kAheadBytes];
 };
 
 }  // namespace kvengine

@@ -16,6 +16,7 @@
 #include <unordered_set>
 
 #include "transport/frame_reader.h"
+#include "transport/get_answer.h"
 #include "transport/socket_util.h"
 #include "transport/wire.h"
 #include "util/coding.h"
@@ -30,6 +31,17 @@ constexpr auto kNever = Deadline::max();
 constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);
 // How often the poller looks for connections past their deadline.
 constexpr auto kSweepInterval = std::chrono::milliseconds(50);
+// The largest GET request the poller answers itself (about 2,500 keys of 16 bytes):
+// pinning a larger one's values would keep it from the other connections for long.
+constexpr uint32_t kMaxMetaServedHere = 64 << 10;
+
+// An answer the poller began to write and a worker finishes: the socket would not take
+// it whole at once, and the poller never waits for a client.
+struct PendingAnswer {
+  std::unique_ptr<GetAnswer> answer;  // keeps the values the frame's body names pinned
+  std::unique_ptr<OutFrame> frame;
+  Deadline deadline;  // for the client to take the rest
+};
 
 struct Conn {
   int fd = -1;
@@ -40,6 +52,7 @@ struct Conn {
   bool authed = false;
   Deadline handshake_deadline = kNever;
   FrameReader frame;  // the request arriving; driven by whoever holds the connection
+  std::unique_ptr<PendingAnswer> pending;  // set only while handed to a worker
   // Guarded by the server's mu_.  Busy: queued for or held by a worker (disarmed in
   // epoll); otherwise only the poller touches it, and may close it past `deadline`.
   bool busy = false;
@@ -145,13 +158,17 @@ class TcpServer final : public TransportServer {
     }
   }
 
-  // The poller accepts, hands readable connections to the workers, and closes the
-  // connections past their deadline.  It never reads a request itself.
+  // The poller accepts, serves readable connections -- one of each wake-up's itself
+  // when it can (ServeHere), the others by the workers -- and closes the connections
+  // past their deadline.
   void PollLoop() {
     epoll_event events[64];
+    std::vector<Conn*> readable;
+    readable.reserve(64);
     Deadline next_sweep = SteadyClock::now() + kSweepInterval;
     while (!stopping_.load()) {
       const int n = epoll_wait(epoll_fd_, events, 64, 50);
+      readable.clear();
       for (int i = 0; i < n; i++) {
         void* tag = events[i].data.ptr;
         if (tag == &wake_fd_) continue;
@@ -159,13 +176,18 @@ class TcpServer final : public TransportServer {
           Accept();
           continue;
         }
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          auto* c = static_cast<Conn*>(tag);
-          c->busy = true;
-          ready_.push_back(c);
-        }
-        cv_.notify_one();
+        readable.push_back(static_cast<Conn*>(tag));
+      }
+      if (!readable.empty()) {
+        // The workers start on the others at once, in parallel, while the poller serves
+        // the last: a lone request -- one client waiting on one call -- costs no
+        // hand-over, and a busy server is served by the pool as before.  (HandOff takes
+        // mu_ even with nothing to hand: the worker that last held `here` released it
+        // after its last write to the connection, so the poller reads it after.)
+        Conn* here = readable.back();
+        readable.pop_back();
+        HandOff(readable);
+        ServeHere(here);
       }
       const Deadline now = SteadyClock::now();
       if (accept_paused_ && now >= accept_resume_) ResumeAccepting();
@@ -320,12 +342,89 @@ class TcpServer final : public TransportServer {
         c = ready_.front();
         ready_.pop_front();
       }
-      if (ServeAvailable(c)) {
+      if (FinishPending(c) && ServeAvailable(c)) {
         Rearm(c);
       } else {
         CloseConn(c);
       }
     }
+  }
+
+  // Queues connections for the workers.  REQUIRES: each in the poller's hands (not busy).
+  void HandOff(std::span<Conn* const> conns) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (Conn* c : conns) {
+        c->busy = true;
+        ready_.push_back(c);
+      }
+    }
+    for (size_t i = 0; i < conns.size(); i++) cv_.notify_one();
+  }
+
+  // Answers c's next request on the poller when it is a small GET whose values are all
+  // in the memory tier: no I/O and no waiting, and the answer written only as far as the
+  // socket takes it now (a worker writes the rest), so a slow or stalled client never
+  // holds the poller.  Anything else -- other ops, values on SSD, large requests,
+  // connections not yet authenticated -- goes to the workers.
+  // REQUIRES: c in the poller's hands (not busy).
+  void ServeHere(Conn* c) {
+    switch (TryServeHere(c)) {
+      case Next::kWait:
+        Rearm(c);
+        break;
+      case Next::kWorker:
+        HandOff({&c, 1});
+        break;
+      case Next::kClose:
+        CloseConn(c);
+        break;
+    }
+  }
+
+  enum class Next { kWait, kWorker, kClose };
+
+  Next TryServeHere(Conn* c) {
+    if (!c->authed) return Next::kWorker;
+    FrameReader::Progress progress;
+    if (!ReadRequest(c, /*header_only=*/true, &progress)) return Next::kClose;
+    if (!c->frame.header_done()) return Next::kWait;
+    const wire::FrameHeader h = c->frame.header();
+    if (h.op != wire::kGet || h.meta_len > kMaxMetaServedHere) return Next::kWorker;
+    if (!ReadRequest(c, /*header_only=*/false, &progress)) return Next::kClose;
+    if (progress != FrameReader::Progress::kComplete) return Next::kWait;
+    std::string_view meta = c->frame.meta();
+    std::vector<std::string_view> key_views;
+    std::vector<uint64_t> capacity;
+    if (!wire::GetKeys(&meta, &key_views, &capacity) || !meta.empty()) {
+      return Next::kWorker;  // which rejects it
+    }
+    const std::vector<Slice> keys(key_views.begin(), key_views.end());
+    auto answer = std::make_unique<GetAnswer>(service_);
+    if (!answer->FromMemory(keys, capacity)) return Next::kWorker;
+    requests_.fetch_add(1);
+    c->frame.Reset(&bodies_);
+    auto frame = std::make_unique<OutFrame>(h.op, AnswerFlags(h), h.request_id, answer->TakeMeta(),
+                                            answer->body());
+    Status s = frame->WriteAvailable(c->fd);
+    if (!s.ok()) {
+      Log(LogLevel::kInfo, "answering " + c->peer + ": " + s.ToString());
+      return Next::kClose;
+    }
+    // Bytes of a next request read ahead would wait unseen by epoll: a worker takes them.
+    if (frame->done()) return c->frame.buffered() > 0 ? Next::kWorker : Next::kWait;
+    c->pending.reset(
+        new PendingAnswer{std::move(answer), std::move(frame), DeadlineIn(options_.io_timeout_ms)});
+    return Next::kWorker;
+  }
+
+  // Writes the rest of an answer the poller began.  False: close the connection.
+  bool FinishPending(Conn* c) {
+    if (c->pending == nullptr) return true;
+    Status s = c->pending->frame->WriteRest(c->fd, c->pending->deadline);
+    c->pending.reset();
+    if (!s.ok()) Log(LogLevel::kInfo, "answering " + c->peer + ": " + s.ToString());
+    return s.ok();
   }
 
   // Hands c back to the poller, with the deadline of whatever it is waiting for.
@@ -345,7 +444,7 @@ class TcpServer final : public TransportServer {
     epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c->fd, &ev);
   }
 
-  // REQUIRES: c held by this thread (busy).
+  // REQUIRES: c held by this thread (busy), or by the poller.
   void CloseConn(Conn* c) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -370,19 +469,25 @@ class TcpServer final : public TransportServer {
     return false;
   }
 
+  // Reads what c has of its request frame (only the header when header_only).  False:
+  // close the connection.
+  bool ReadRequest(Conn* c, bool header_only, FrameReader::Progress* progress) {
+    Status s = header_only ? c->frame.ReadHeader(c->fd, c->authed, &bodies_, progress)
+                           : c->frame.ReadAvailable(c->fd, c->authed, &bodies_, progress);
+    if (s.ok()) return true;
+    if (s.IsCorruption()) return Reject(c, s.ToString());
+    if (s.message() != "connection closed by peer") {
+      Log(LogLevel::kInfo, "connection from " + c->peer + ": " + s.ToString());
+    }
+    return false;
+  }
+
   // Reads what c has and answers every whole frame in it, in order, without waiting
   // for more.  False: close the connection.
   bool ServeAvailable(Conn* c) {
     for (;;) {
       FrameReader::Progress progress;
-      Status s = c->frame.ReadAvailable(c->fd, c->authed, &bodies_, &progress);
-      if (!s.ok()) {
-        if (s.IsCorruption()) return Reject(c, s.ToString());
-        if (s.message() != "connection closed by peer") {
-          Log(LogLevel::kInfo, "connection from " + c->peer + ": " + s.ToString());
-        }
-        return false;
-      }
+      if (!ReadRequest(c, /*header_only=*/false, &progress)) return false;
       if (progress != FrameReader::Progress::kComplete) return true;
       requests_.fetch_add(1);
       const bool keep = Dispatch(c, c->frame.header(), c->frame.meta(), c->frame.body());
@@ -392,13 +497,17 @@ class TcpServer final : public TransportServer {
     }
   }
 
-  // Answers request h.  A request with an unhashed body (allowed only where the
-  // connection may send one) asks for an answer the same way.
+  // The flags of request h's answer.  A request with an unhashed body (allowed only
+  // where the connection may send one) asks for an answer the same way.
+  static uint16_t AnswerFlags(const wire::FrameHeader& h) {
+    return wire::kFlagResponse | (h.flags & wire::kFlagBodyUnhashed);
+  }
+
+  // Answers request h.
   bool Answer(Conn* c, const wire::FrameHeader& h, const std::string& meta,
               std::span<const Slice> body = {}) {
-    const uint16_t flags = wire::kFlagResponse | (h.flags & wire::kFlagBodyUnhashed);
-    Status s =
-        SendFrame(c->fd, h.op, flags, h.request_id, meta, body, DeadlineIn(options_.io_timeout_ms));
+    Status s = SendFrame(c->fd, h.op, AnswerFlags(h), h.request_id, meta, body,
+                         DeadlineIn(options_.io_timeout_ms));
     if (!s.ok()) Log(LogLevel::kInfo, "answering " + c->peer + ": " + s.ToString());
     return s.ok();
   }
@@ -444,9 +553,12 @@ class TcpServer final : public TransportServer {
         if (UnhashedBodiesAllowed(c)) PutFixed32(&out, wire::kFeatureLoopbackUnhashed);
         return Answer(c, h, out);
       }
-      case wire::kGet:
+      case wire::kGet: {
         if (!get_keys(true)) return Reject(c, "undecodable get request");
-        return ServeGet(c, h, keys, extra);
+        GetAnswer answer(service_);
+        answer.Build(keys, extra);
+        return Answer(c, h, answer.TakeMeta(), answer.body());
+      }
       case wire::kPut: {
         if (!get_keys(true)) return Reject(c, "undecodable put request");
         uint64_t total = 0;
@@ -578,113 +690,6 @@ class TcpServer final : public TransportServer {
     wire::PutBatchStatus(&out, s);
     PutFixed64(&out, s.ok() ? deleted : 0);
     return Answer(c, h, out);
-  }
-
-  // Values held in memory go out straight from the arena (pinned while they are sent);
-  // the others are read through the DB into a buffer first.  A key named several times
-  // is looked up and read once, its bytes sent once per mention.  The answer's size is
-  // known before any value is read: one past the frame limit is refused with
-  // InvalidArgument (the client splits the batch) and nothing is read.
-  bool ServeGet(Conn* c, const wire::FrameHeader& h, const std::vector<Slice>& keys,
-                const std::vector<uint64_t>& capacity) {
-    // first[i]: the index of key i's first mention.
-    std::vector<size_t> first(keys.size());
-    {
-      std::unordered_map<std::string_view, size_t> seen;
-      seen.reserve(keys.size());
-      for (size_t i = 0; i < keys.size(); i++) {
-        first[i] = seen.emplace(keys[i].view(), i).first->second;
-      }
-    }
-    // Per distinct key: pinned, or its size (or error) on the slower tiers.
-    std::vector<PinnedValue> pinned(keys.size());
-    std::vector<int64_t> size(keys.size());
-    for (size_t i = 0; i < keys.size(); i++) {
-      if (first[i] != i) continue;
-      if (service_->Pin(keys[i], &pinned[i])) {
-        size[i] = static_cast<int64_t>(pinned[i].size);
-      } else {
-        uint64_t n = 0;
-        Status s = service_->GetValueSize(keys[i], &n);
-        size[i] = s.ok() ? static_cast<int64_t>(n) : s.ErrorCode();
-      }
-    }
-    uint64_t answer = 0;
-    if (!FitsOneFrame(keys, capacity, first, size, &answer)) return RefuseGet(c, h, answer);
-    // Read each distinct value the pins did not cover, once, into room for the largest
-    // capacity any of its mentions offers.
-    std::vector<uint64_t> room(keys.size(), 0);
-    for (size_t i = 0; i < keys.size(); i++) room[first[i]] = std::max(room[first[i]], capacity[i]);
-    std::vector<std::unique_ptr<char[]>> owned(keys.size());
-    for (size_t i = 0; i < keys.size(); i++) {
-      if (first[i] != i || pinned[i].pin != nullptr || size[i] < 0) continue;
-      size[i] = ReadValue(keys[i], room[i], &owned[i]);
-    }
-    if (!FitsOneFrame(keys, capacity, first, size, &answer)) return RefuseGet(c, h, answer);
-    std::vector<int64_t> results(keys.size());
-    std::vector<Slice> body;
-    for (size_t i = 0; i < keys.size(); i++) {
-      const size_t f = first[i];
-      results[i] = Fitted(size[f], capacity[i]);
-      if (results[i] < 0) continue;
-      const char* data = pinned[f].pin != nullptr ? pinned[f].data : owned[f].get();
-      body.emplace_back(data, static_cast<size_t>(results[i]));
-    }
-    std::string out;
-    wire::PutBatchStatus(&out, Status::OK());
-    wire::PutResults(&out, results);
-    return Answer(c, h, out, body);
-  }
-
-  // A mention's result: its value's size when it fits the mention's capacity.
-  static int64_t Fitted(int64_t size, uint64_t capacity) {
-    if (size >= 0 && static_cast<uint64_t>(size) > capacity) {
-      return Status::BufferTooSmall("").ErrorCode();
-    }
-    return size;
-  }
-
-  // Sums the answer's body (*answer); false when it exceeds what one frame carries.
-  static bool FitsOneFrame(const std::vector<Slice>& keys, const std::vector<uint64_t>& capacity,
-                           const std::vector<size_t>& first, const std::vector<int64_t>& size,
-                           uint64_t* answer) {
-    *answer = 0;
-    for (size_t i = 0; i < keys.size(); i++) {
-      const int64_t r = Fitted(size[first[i]], capacity[i]);
-      if (r > 0) *answer += static_cast<uint64_t>(r);
-    }
-    return *answer <= wire::kMaxBodyLen;
-  }
-
-  bool RefuseGet(Conn* c, const wire::FrameHeader& h, uint64_t answer) {
-    std::string out;
-    wire::PutBatchStatus(&out, Status::InvalidArgument("get answer of " + std::to_string(answer) +
-                                                       " bytes exceeds the frame limit of " +
-                                                       std::to_string(wire::kMaxBodyLen) +
-                                                       " bytes: split the batch"));
-    wire::PutResults(&out, std::vector<int64_t>());
-    return Answer(c, h, out);
-  }
-
-  // Reads key's value (from a tier other than memory) into *buf when it fits `room`;
-  // returns its size or a negative code.  Retried when it grows under us.
-  int64_t ReadValue(const Slice& key, uint64_t room, std::unique_ptr<char[]>* buf) {
-    int64_t r = Status::NotFound("").ErrorCode();
-    for (int attempt = 0; attempt < 4; attempt++) {
-      uint64_t size = 0;
-      Status s = service_->GetValueSize(key, &size);
-      if (!s.ok()) return s.ErrorCode();
-      if (size > room) return Status::BufferTooSmall("").ErrorCode();
-      buf->reset(new char[size > 0 ? size : 1]);
-      std::vector<Destination> dest(1);
-      dest[0].emplace_back(buf->get(), size);
-      std::vector<int64_t> one;
-      s = service_->BatchGetInto(std::span<const Slice>(&key, 1), dest, &one);
-      r = s.ok() ? one[0] : s.ErrorCode();
-      if (r != Status::BufferTooSmall("").ErrorCode()) break;  // else it grew: again
-    }
-    if (r < 0) buf->reset();
-    return r;
   }
 
   const ServerOptions options_;

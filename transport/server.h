@@ -5,12 +5,16 @@
 // (transport/frame_reader.h), answers every whole frame in it in order, and hands it
 // back to the poller -- so a slow or stalled client never holds a worker, requests
 // pipelined on one connection are answered in order, and different connections are
-// served in parallel.  The poller closes a connection that has not authenticated within
-// handshake_timeout_ms, or whose frame began and is not whole within io_timeout_ms.
-// Before authentication only a small AUTH frame is accepted.  A malformed frame (bad
-// magic, checksum, limits, undecodable message) closes that connection only, logged.  A
-// well-formed frame with an op this build does not know (a newer client) is answered
-// with NotSupported and the connection kept.
+// served in parallel.  Of each batch of readable connections the poller serves one
+// itself when its request is a small GET of values all in the memory tier (no I/O,
+// nothing to wait for; the answer is written as far as the socket takes it and a
+// worker writes the rest): the common call is spared a hand-over to a worker and its
+// wake-up, and the others go to the workers at once.  The poller closes a connection
+// that has not authenticated within handshake_timeout_ms, or whose frame began and is
+// not whole within io_timeout_ms.  Before authentication only a small AUTH frame is
+// accepted.  A malformed frame (bad magic, checksum, limits, undecodable message)
+// closes that connection only, logged.  A well-formed frame with an op this build does
+// not know (a newer client) is answered with NotSupported and the connection kept.
 // Stop() drains: it stops accepting, lets every request already received finish and be
 // answered, then closes the connections.
 #ifndef KVENGINE_TRANSPORT_SERVER_H_
@@ -46,6 +50,9 @@ class PeerService {
   virtual ~PeerService() = default;
   // Pins key's value when the memory tier holds it; false otherwise.
   virtual bool Pin(const Slice& key, PinnedValue* out) = 0;
+  // Pin without waiting for any lock (false also when the value's is busy): for the
+  // server's poller, which must never wait.
+  virtual bool TryPin(const Slice& key, PinnedValue* out) = 0;
   // The start of the memory tier's arena (locations are offsets from it); may be null.
   virtual const char* ArenaBase() const = 0;
   virtual Status GetValueSize(const Slice& key, uint64_t* size) = 0;

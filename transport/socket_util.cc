@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -182,54 +183,104 @@ Status WaitReadable(int fd, Deadline deadline) {
   return Status::OK();
 }
 
-Status SendFrame(int fd, uint8_t op, uint16_t flags, uint64_t request_id, const std::string& meta,
-                 std::span<const Slice> body, Deadline deadline) {
+namespace {
+
+// Encodes a frame's header, checksum included, into `header` and gathers the header,
+// `meta` and the body parts into *iov.
+void GatherFrame(uint8_t op, uint16_t flags, uint64_t request_id, std::string_view meta,
+                 std::span<const Slice> body, char* header, std::vector<iovec>* iov) {
   wire::FrameHeader h;
   h.op = op;
   h.flags = flags;
   h.request_id = request_id;
   h.meta_len = static_cast<uint32_t>(meta.size());
   for (const Slice& b : body) h.body_len += b.size();
-  char header[wire::kHeaderSize];
   h.EncodeTo(header);
   h.checksum = wire::FrameChecksum(header, meta, body);
   h.EncodeTo(header);
-  std::vector<iovec> iov;
-  iov.reserve(2 + body.size());
-  iov.push_back({header, sizeof(header)});
-  if (!meta.empty()) iov.push_back({const_cast<char*>(meta.data()), meta.size()});
+  iov->reserve(2 + body.size());
+  iov->push_back({header, wire::kHeaderSize});
+  if (!meta.empty()) iov->push_back({const_cast<char*>(meta.data()), meta.size()});
   for (const Slice& b : body) {
-    if (b.size() > 0) iov.push_back({const_cast<char*>(b.data()), b.size()});
+    if (b.size() > 0) iov->push_back({const_cast<char*>(b.data()), b.size()});
   }
+}
+
+// Writes what the socket takes of (*iov)[*first...] without waiting (MSG_DONTWAIT: never
+// blocks, whatever the descriptor's mode), advancing *first and the iovecs.  OK when
+// everything went or the socket is full.
+Status WriteSome(int fd, std::vector<iovec>* iov, size_t* first) {
+  while (*first < iov->size()) {
+    const int count = static_cast<int>(std::min<size_t>(iov->size() - *first, IOV_MAX));
+    msghdr msg;
+    std::memset(&msg, 0, sizeof(msg));
+    msg.msg_iov = iov->data() + *first;
+    msg.msg_iovlen = count;
+    const ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      Consume(iov, first, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Status::OK();
+    return Errno("send", n < 0 ? errno : EPIPE);
+  }
+  return Status::OK();
+}
+
+// WriteSome until everything went, waiting for room until `deadline`.
+Status WriteBy(int fd, std::vector<iovec>* iov, size_t* first, Deadline deadline) {
+  for (;;) {
+    Status s = WriteSome(fd, iov, first);
+    if (!s.ok() || *first >= iov->size()) return s;
+    pollfd p{fd, POLLOUT, 0};
+    const int rc = poll(&p, 1, MillisLeft(deadline));
+    if (rc == 0) return Status::IOError("send timed out");
+    if (rc < 0 && errno != EINTR) return Errno("poll", errno);
+  }
+}
+
+}  // namespace
+
+Status SendFrame(int fd, uint8_t op, uint16_t flags, uint64_t request_id, const std::string& meta,
+                 std::span<const Slice> body, Deadline deadline) {
+  char header[wire::kHeaderSize];
+  std::vector<iovec> iov;
+  GatherFrame(op, flags, request_id, meta, body, header, &iov);
   return WriteFully(fd, &iov, deadline);
 }
 
 Status WriteFully(int fd, std::vector<iovec>* iov, Deadline deadline) {
   size_t first = 0;
   Consume(iov, &first, 0);
-  while (first < iov->size()) {
-    const int count = static_cast<int>(std::min<size_t>(iov->size() - first, IOV_MAX));
-    msghdr msg;
-    std::memset(&msg, 0, sizeof(msg));
-    msg.msg_iov = iov->data() + first;
-    msg.msg_iovlen = count;
-    ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
-    if (n > 0) {
-      Consume(iov, &first, static_cast<size_t>(n));
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      pollfd p{fd, POLLOUT, 0};
-      int rc = poll(&p, 1, MillisLeft(deadline));
-      if (rc == 0) return Status::IOError("send timed out");
-      if (rc < 0 && errno != EINTR) return Errno("poll", errno);
-      continue;
-    }
-    return Errno("send", n < 0 ? errno : EPIPE);
-  }
-  return Status::OK();
+  return WriteBy(fd, iov, &first, deadline);
 }
+
+OutFrame::OutFrame(uint8_t op, uint16_t flags, uint64_t request_id, std::string meta,
+                   std::span<const Slice> body)
+    : meta_(std::move(meta)) {
+  GatherFrame(op, flags, request_id, meta_, body, header_, &iov_);
+}
+
+Status OutFrame::WriteAvailable(int fd) { return WriteSome(fd, &iov_, &first_); }
+
+Status OutFrame::WriteRest(int fd, Deadline deadline) {
+  return WriteBy(fd, &iov_, &first_, deadline);
+}
+
+namespace {
+
+// Feeds the first n bytes of iov[first...] to hasher.
+void HashRead(const std::vector<iovec>& iov, size_t first, size_t n, Hasher64* hasher) {
+  if (hasher == nullptr) return;
+  for (size_t i = first; n > 0; i++) {
+    const size_t k = std::min(n, iov[i].iov_len);
+    hasher->Update(iov[i].iov_base, k);
+    n -= k;
+  }
+}
+
+}  // namespace
 
 Status ReadFully(int fd, std::vector<iovec>* iov, Deadline deadline, Hasher64* hasher,
                  const std::atomic<bool>* stop) {
@@ -241,14 +292,7 @@ Status ReadFully(int fd, std::vector<iovec>* iov, Deadline deadline, Hasher64* h
     ssize_t n = readv(fd, iov->data() + first, count);
     if (n > 0) {
       any = true;
-      if (hasher != nullptr) {
-        size_t left = static_cast<size_t>(n);
-        for (size_t i = first; left > 0; i++) {
-          const size_t k = std::min(left, (*iov)[i].iov_len);
-          hasher->Update((*iov)[i].iov_base, k);
-          left -= k;
-        }
-      }
+      HashRead(*iov, first, static_cast<size_t>(n), hasher);
       Consume(iov, &first, static_cast<size_t>(n));
       continue;
     }
@@ -264,6 +308,48 @@ Status ReadFully(int fd, std::vector<iovec>* iov, Deadline deadline, Hasher64* h
       if (s.ok()) break;
       if (SteadyClock::now() >= deadline) return Status::IOError("receive timed out");
     }
+  }
+  return Status::OK();
+}
+
+void ReadAhead::TakeBuffered(std::vector<iovec>* iov, size_t* first, Hasher64* hasher) {
+  while (*first < iov->size() && begin_ < end_) {
+    const size_t k = std::min((*iov)[*first].iov_len, end_ - begin_);
+    std::memcpy((*iov)[*first].iov_base, buf_ + begin_, k);
+    if (hasher != nullptr) hasher->Update(buf_ + begin_, k);
+    begin_ += k;
+    Consume(iov, first, k);
+  }
+  if (begin_ == end_) begin_ = end_ = 0;
+}
+
+Status ReadAhead::Read(std::vector<iovec>* iov, Deadline deadline, Hasher64* hasher) {
+  size_t first = 0;
+  Consume(iov, &first, 0);
+  TakeBuffered(iov, &first, hasher);
+  while (first < iov->size()) {
+    // The buffer is empty here (TakeBuffered drained it, or iov would be done).  It
+    // goes after the last of iov's vectors, when they all fit one readv.
+    const size_t count = std::min<size_t>(iov->size() - first, IOV_MAX - 1);
+    const bool ahead = first + count == iov->size();
+    batch_.assign(iov->begin() + static_cast<ptrdiff_t>(first),
+                  iov->begin() + static_cast<ptrdiff_t>(first + count));
+    size_t want = 0;
+    for (const iovec& v : batch_) want += v.iov_len;
+    if (ahead) batch_.push_back({buf_, kBytes});
+    const ssize_t n = readv(fd_, batch_.data(), static_cast<int>(batch_.size()));
+    if (n > 0) {
+      const size_t got = std::min(static_cast<size_t>(n), want);
+      HashRead(*iov, first, got, hasher);
+      Consume(iov, &first, got);
+      end_ = static_cast<size_t>(n) - got;  // read ahead: the next bytes of the stream
+      continue;
+    }
+    if (n == 0) return Status::IOError("connection closed by peer");
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return Errno("recv", errno);
+    Status s = WaitReadable(fd_, deadline);
+    if (!s.ok()) return Status::IOError("receive " + s.message());  // "receive timed out"
   }
   return Status::OK();
 }

@@ -15,6 +15,7 @@
 #include "kvengine/slice.h"
 #include "kvengine/status.h"
 #include "kvengine/transport.h"
+#include "transport/wire.h"
 
 namespace kvengine {
 
@@ -47,6 +48,30 @@ Status WriteFully(int fd, std::vector<iovec>* iov, Deadline deadline);
 // checksum, then `meta`, then the body parts, in one gathered write.
 Status SendFrame(int fd, uint8_t op, uint16_t flags, uint64_t request_id, const std::string& meta,
                  std::span<const Slice> body, Deadline deadline);
+
+// One frame on its way out, encoded once and written in as many pieces as the socket
+// takes: a thread that must never wait on a client (the server's poller) writes what
+// fits now, and a thread that may wait, within a deadline, writes the rest.  The body's
+// bytes are not copied: they must stay valid until the frame is written or dropped.
+class OutFrame {
+ public:
+  OutFrame(uint8_t op, uint16_t flags, uint64_t request_id, std::string meta,
+           std::span<const Slice> body);
+  OutFrame(const OutFrame&) = delete;
+  OutFrame& operator=(const OutFrame&) = delete;
+
+  // Writes what the socket takes without waiting.  IOError on a closed socket.
+  Status WriteAvailable(int fd);
+  // Writes the rest by `deadline`.  IOError on a closed socket or the deadline.
+  Status WriteRest(int fd, Deadline deadline);
+  bool done() const { return first_ >= iov_.size(); }
+
+ private:
+  char header_[wire::kHeaderSize];
+  const std::string meta_;
+  std::vector<iovec> iov_;
+  size_t first_ = 0;  // iov_[first_] is the next to write
+};
 // Reads exactly the bytes of iov by `deadline`, feeding them to `hasher` (may be null).
 // `stop`, when set and true while no byte has been read yet, gives up with Aborted.
 // IOError naming "closed" when the peer closed the connection.
@@ -54,6 +79,34 @@ Status ReadFully(int fd, std::vector<iovec>* iov, Deadline deadline, Hasher64* h
                  const std::atomic<bool>* stop = nullptr);
 // Waits until fd is readable (or hung up) by deadline: OK, or IOError on timeout.
 Status WaitReadable(int fd, Deadline deadline);
+
+// Reads a connection's incoming frames in as few system calls as their bytes allow:
+// each read offers, after the bytes asked for, a small buffer for whatever follows, so
+// that a frame's header, its metadata and the start of its body (or a whole small
+// frame) come in one read, and what was read ahead is handed out first next time.  The
+// bytes asked for still land straight in their place.  One reader at a time.
+class ReadAhead {
+ public:
+  explicit ReadAhead(int fd) : fd_(fd) {}
+  ReadAhead(const ReadAhead&) = delete;
+  ReadAhead& operator=(const ReadAhead&) = delete;
+
+  // Bytes read from the socket and not handed out yet.
+  size_t buffered() const { return end_ - begin_; }
+  // Reads exactly the bytes of iov by `deadline`, feeding them to `hasher` (may be
+  // null), as ReadFully does.  `iov` is consumed.
+  Status Read(std::vector<iovec>* iov, Deadline deadline, Hasher64* hasher);
+
+ private:
+  // Hands out buffered bytes into iov[*first...].
+  void TakeBuffered(std::vector<iovec>* iov, size_t* first, Hasher64* hasher);
+
+  static constexpr size_t kBytes = 4096;
+  const int fd_;
+  size_t begin_ = 0, end_ = 0;  // buf_[begin_, end_) is read ahead
+  std::vector<iovec> batch_;    // one readv's vector, kept between reads
+  char buf_[kBytes];
+};
 
 // Makes a socket's buffers large enough for multi-MiB values.
 void TuneSocket(int fd);

@@ -43,6 +43,7 @@ class MemoryService final : public PeerService {
     out->pin = copy;
     return true;
   }
+  bool TryPin(const Slice& key, PinnedValue* out) override { return Pin(key, out); }
   const char* ArenaBase() const override { return nullptr; }
   Status GetValueSize(const Slice& key, uint64_t* size) override {
     std::lock_guard<std::mutex> lock(mu_);
