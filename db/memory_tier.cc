@@ -286,8 +286,7 @@ void MemoryTier::ProbeBatch(std::span<const Slice> keys, Fn&& found) {
     if (Item* item = shard.index.Find(view(0), hash)) found(0, item);
     return;
   }
-  // The keys' hashes, and their indices grouped by shard (a counting sort), so that
-  // each shard is locked once.
+  // The keys' hashes, and their indices grouped by shard (a counting sort).
   std::vector<uint64_t> hashes(n);
   std::vector<uint32_t> start(shards_.size() + 1, 0);
   for (size_t i = 0; i < n; i++) {
@@ -301,34 +300,37 @@ void MemoryTier::ProbeBatch(std::span<const Slice> keys, Fn&& found) {
     for (size_t i = 0; i < n; i++)
       order[next[hashes[i] % shards_.size()]++] = static_cast<uint32_t>(i);
   }
-  // Each group of keys goes through the dependent reads of a lookup in stages -- home
-  // slot, item, key bytes -- prefetching the next read of every key of the group before
-  // doing any: the misses of the group overlap instead of adding up.
-  constexpr size_t kGroup = 16;
-  Item* candidates[kGroup];
-  for (size_t s = 0; s < shards_.size(); s++) {
-    if (start[s] == start[s + 1]) continue;
-    Shard& shard = shards_[s];
-    std::lock_guard<std::mutex> lock(shard.mu);
-    for (size_t g = start[s]; g < start[s + 1]; g += kGroup) {
-      const size_t m = std::min<size_t>(kGroup, start[s + 1] - g);
-      for (size_t j = 0; j < m; j++) shard.index.PrefetchHome(hashes[order[g + j]]);
-      for (size_t j = 0; j < m; j++) {
-        candidates[j] = shard.index.FirstWithHash(hashes[order[g + j]]);
-        if (candidates[j] != nullptr) __builtin_prefetch(candidates[j]);
+  // The dependent reads of a lookup -- home slot, item, key bytes -- are made in stages
+  // over a wave of keys (in shard order): a stage prefetches the next read of every key
+  // of the wave before the next stage reads any, so that the wave's misses overlap.  A
+  // wave spans shards (a batch of 32 keys lands in ~26 of 64), so each stage takes each
+  // of its shards' locks once, one at a time; what a stage saw is not kept, as the
+  // shard may change before the next, and the last stage looks every key up afresh, in
+  // the cache by then.
+  constexpr size_t kWave = 32;
+  for (size_t first = 0; first < n; first += kWave) {
+    const size_t end = std::min(n, first + kWave);
+    auto each_locked = [&](auto&& stage) {  // stage(shard, i) for the wave's keys i
+      for (size_t g = first; g < end;) {
+        Shard& shard = ShardFor(hashes[order[g]]);
+        std::lock_guard<std::mutex> lock(shard.mu);
+        do {
+          stage(shard, order[g]);
+        } while (++g < end && &ShardFor(hashes[order[g]]) == &shard);
       }
-      for (size_t j = 0; j < m; j++) {
-        if (candidates[j] != nullptr) __builtin_prefetch(candidates[j]->key_data);
+    };
+    each_locked([&](Shard& shard, uint32_t i) { shard.index.PrefetchHome(hashes[i]); });
+    each_locked([&](Shard& shard, uint32_t i) {
+      if (const Item* item = shard.index.FirstWithHash(hashes[i])) __builtin_prefetch(item);
+    });
+    each_locked([&](Shard& shard, uint32_t i) {
+      if (const Item* item = shard.index.FirstWithHash(hashes[i])) {
+        __builtin_prefetch(item->key_data);
       }
-      for (size_t j = 0; j < m; j++) {
-        const uint32_t i = order[g + j];
-        Item* item = candidates[j];
-        if (item == nullptr) continue;
-        // Another key of the same hash (2^-64) is found by the full lookup.
-        if (item->key() != view(i)) item = shard.index.Find(view(i), hashes[i]);
-        if (item != nullptr) found(i, item);
-      }
-    }
+    });
+    each_locked([&](Shard& shard, uint32_t i) {
+      if (Item* item = shard.index.Find(view(i), hashes[i])) found(i, item);
+    });
   }
 }
 
