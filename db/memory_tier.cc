@@ -109,7 +109,7 @@ void MemoryTier::Evict(Item* victim) {
   PerfPoint perf(PerfKey::memory_evict);
   // The item keeps no hash (db/item.h): hashing the key again costs far less than the
   // eviction's other work.  The pin keeps the key's bytes in place.
-  const std::string_view key = victim->key();
+  const std::string key = victim->KeyString();
   const uint64_t hash = Hash64(key);
   Shard& shard = ShardFor(hash);
   if (eviction_handler_ != nullptr) {
@@ -236,7 +236,7 @@ bool MemoryTier::Pin(const Slice& key, bool wait, Handle* handle) {
     item = shard.index.FirstWithHash(hash);
     if (item != nullptr) {
       PrefetchForRead(item);
-      if (item->key() != key.view()) item = shard.index.Find(key.view(), hash);
+      if (!item->KeyEquals(key.view())) item = shard.index.Find(key.view(), hash);
     }
     if (item == nullptr) {
       lookup_misses_.fetch_add(1, std::memory_order_relaxed);
@@ -323,11 +323,16 @@ void MemoryTier::ProbeBatch(std::span<const Slice> keys, Fn&& found) {
     each_locked([&](Shard& shard, uint32_t i) {
       if (const Item* item = shard.index.FirstWithHash(hashes[i])) __builtin_prefetch(item);
     });
-    each_locked([&](Shard& shard, uint32_t i) {
-      if (const Item* item = shard.index.FirstWithHash(hashes[i])) {
-        __builtin_prefetch(item->key_data);
-      }
-    });
+    // A key of up to 16 bytes is compared in its item (db/item.h); only a longer one's
+    // rest is one more read, prefetched in a stage of its own.
+    bool long_keys = false;
+    for (size_t g = first; g < end; g++) long_keys |= view(order[g]).size() > Item::kKeyHead;
+    if (long_keys) {
+      each_locked([&](Shard& shard, uint32_t i) {
+        const Item* item = shard.index.FirstWithHash(hashes[i]);
+        if (item != nullptr && item->key_rest != nullptr) __builtin_prefetch(item->key_rest);
+      });
+    }
     each_locked([&](Shard& shard, uint32_t i) {
       if (Item* item = shard.index.Find(view(i), hashes[i])) found(i, item);
     });
@@ -423,7 +428,7 @@ uint64_t MemoryTier::EraseIf(const std::function<bool(std::string_view)>& pred) 
     {
       std::lock_guard<std::mutex> lock(shard.mu);
       shard.index.ForEach([&](Item* item, uint64_t hash) {
-        if (pred(item->key())) doomed.emplace_back(item, hash);
+        if (pred(item->KeyString())) doomed.emplace_back(item, hash);
       });
       for (const auto& [item, hash] : doomed) UnindexLocked(shard, hash, item);
     }
@@ -437,7 +442,7 @@ void MemoryTier::ForEach(const std::function<void(std::string_view, uint64_t, ui
   for (Shard& shard : shards_) {
     std::lock_guard<std::mutex> lock(shard.mu);
     shard.index.ForEach(
-        [&](const Item* item, uint64_t) { fn(item->key(), item->size, item->version); });
+        [&](const Item* item, uint64_t) { fn(item->KeyString(), item->size, item->version); });
   }
 }
 

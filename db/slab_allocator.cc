@@ -94,7 +94,8 @@ SlabAllocator::~SlabAllocator() {
   for (Slab& slab : slabs_) {
     for (uint32_t i = 0; i < slab.item_count; i++) {
       const Item& item = slab.items[i];
-      if (item.key_size > KeyArena::kMaxPooledKey) keys_.Free(item.key_data, item.key_size);
+      const size_t rest = Item::RestSize(item.key_size);
+      if (rest > KeyArena::kMaxPooledKey) keys_.Free(item.key_rest, rest);
     }
   }
 }
@@ -116,12 +117,12 @@ uint64_t SlabAllocator::allocated_bytes() const {
 
 uint64_t SlabAllocator::item_array_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return item_array_bytes_;
+  return item_array_bytes_ / sizeof(Item) * kItemIndexBytes;
 }
 
 uint64_t SlabAllocator::key_arena_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return keys_.mapped_bytes();
+  return keys_.mapped_bytes() + item_array_bytes_ / sizeof(Item) * Item::kKeyHead;
 }
 
 uint64_t SlabAllocator::free_slab_count() const {
@@ -224,6 +225,7 @@ Item* SlabAllocator::AllocateRun(uint64_t slab_count) {
 void SlabAllocator::NewItems(int cls, Slab* slab) {
   SizeClass& c = classes_[cls];
   slab->items = static_cast<Item*>(c.item_arrays->Allocate());
+  assert(reinterpret_cast<uintptr_t>(slab->items) % alignof(Item) == 0);  // line-aligned
   std::uninitialized_default_construct_n(slab->items, c.slots_per_slab);
   slab->item_count = c.slots_per_slab;
   item_array_bytes_ += uint64_t{c.slots_per_slab} * sizeof(Item);
@@ -263,20 +265,20 @@ void SlabAllocator::Unlink(Item* item) {
 }
 
 void SlabAllocator::SetKey(Item* item, std::string_view key) {
-  {
+  char* rest = nullptr;
+  if (const size_t n = Item::RestSize(key.size()); n > 0) {
     std::lock_guard<std::mutex> lock(mu_);
-    item->key_data = keys_.Allocate(key.size());
+    rest = keys_.Allocate(n);
   }
-  item->key_size = key.size();
-  if (!key.empty()) std::memcpy(item->key_data, key.data(), key.size());
+  item->SetKeyBytes(key, rest);
 }
 
 void SlabAllocator::Free(Item* item) {
   std::lock_guard<std::mutex> lock(mu_);
   assert(item->refs.load() == 0);
   Unlink(item);
-  keys_.Free(item->key_data, item->key_size);
-  item->key_data = nullptr;
+  keys_.Free(item->key_rest, Item::RestSize(item->key_size));
+  item->key_rest = nullptr;
   item->key_size = 0;
   const uint32_t index = item->slab;
   Slab& slab = slabs_[index];

@@ -68,10 +68,12 @@ class SlabAllocator {
   // Room handed out to values and room in slabs not owned by any class.
   uint64_t allocated_bytes() const;
   uint64_t free_slab_count() const;
-  // RAM of the item arrays of the slabs in use: a slab's array has one Item per slot
-  // whether or not the slot holds a value, and goes when the slab is empty.
+  // RAM of the item arrays of the slabs in use, beyond the items' key room
+  // (kItemIndexBytes an item): a slab's array has one Item per slot whether or not the
+  // slot holds a value, and goes when the slab is empty.
   uint64_t item_array_bytes() const;
-  // RAM mapped for the keys' bytes (KeyArena::mapped_bytes).
+  // RAM for the keys' bytes: the items' key room (Item::kKeyHead bytes each) and what
+  // the KeyArena mapped for the rest of longer keys.
   uint64_t key_arena_bytes() const;
   size_t num_classes() const { return class_sizes_.size(); }
 

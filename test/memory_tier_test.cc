@@ -128,13 +128,12 @@ TEST(KeyIndexTest, MatchesAMapUnderRandomInsertsAndErases) {
   std::vector<std::string> keys(items.size());  // the items' key bytes
   for (size_t i = 0; i < items.size(); i++) {
     keys[i] = "key-" + std::to_string(i);
-    items[i].key_data = keys[i].data();
-    items[i].key_size = keys[i].size();
+    items[i].SetKeyBytes(keys[i], nullptr);  // short keys: all in the item
   }
   for (uint64_t hash_bits : {uint64_t{64}, uint64_t{3}}) {
     // hash_bits 3: eight distinct hashes in all, each the top bits of a home slot.
     auto hash_of = [hash_bits](const Item& item) {
-      const uint64_t h = Hash64(item.key());
+      const uint64_t h = Hash64(item.KeyString());
       return hash_bits == 64 ? h : (h >> 61) << 61 | (h & 7);
     };
     KeyIndex index;
@@ -145,12 +144,12 @@ TEST(KeyIndexTest, MatchesAMapUnderRandomInsertsAndErases) {
       Item& item = items[i];
       const uint64_t h = hash_of(item);
       if (model[i]) {
-        ASSERT_EQ(index.Find(item.key(), h), &item);
+        ASSERT_EQ(index.Find(item.KeyString(), h), &item);
         ASSERT_TRUE(index.Contains(h, &item));
         index.Erase(h, &item);
         model[i] = false;
       } else {
-        ASSERT_EQ(index.Find(item.key(), h), nullptr);
+        ASSERT_EQ(index.Find(item.KeyString(), h), nullptr);
         ASSERT_FALSE(index.Contains(h, &item));
         index.Insert(h, &item);
         model[i] = true;
@@ -159,7 +158,8 @@ TEST(KeyIndexTest, MatchesAMapUnderRandomInsertsAndErases) {
         size_t n = 0;
         for (const auto& [j, in] : model) {
           n += in;
-          ASSERT_EQ(index.Find(items[j].key(), hash_of(items[j])), in ? &items[j] : nullptr) << j;
+          ASSERT_EQ(index.Find(items[j].KeyString(), hash_of(items[j])), in ? &items[j] : nullptr)
+              << j;
         }
         ASSERT_EQ(index.size(), n);
         size_t seen = 0;
