@@ -276,6 +276,49 @@ TEST_F(MemoryTierTest, BatchLookupAgreesWithLookup) {
   EXPECT_TRUE(handles.empty());
 }
 
+// An item holds a key's first 16 bytes and a longer key's rest in the key arena
+// (db/item.h): keys of every length around that boundary, and keys that differ only
+// before or only after it, are told apart by every lookup, and whole keys come back out.
+TEST_F(MemoryTierTest, KeysShortAndLongAroundTheItemsKeyRoom) {
+  Open(64 * kSlab);
+  std::vector<std::string> keys;
+  for (size_t len = 0; len <= 40; len++) {
+    keys.push_back(std::string(len, 'k'));
+    if (len > 0) keys.push_back(std::string(len - 1, 'k') + 'x');  // differs at the end
+    if (len > 1) keys.push_back('x' + std::string(len - 1, 'k'));  // differs at the start
+  }
+  // The empty key is never indexed: the DB rejects it.
+  keys.erase(keys.begin());
+  for (size_t i = 0; i < keys.size(); i++) {
+    ASSERT_TRUE(Put(keys[i], "v" + std::to_string(i)).ok()) << keys[i];
+  }
+  for (size_t i = 0; i < keys.size(); i++) {
+    EXPECT_EQ(Get(keys[i]), "v" + std::to_string(i)) << keys[i];
+    EXPECT_TRUE(tier_->Contains(keys[i])) << keys[i];
+  }
+  EXPECT_EQ(Get(std::string(17, 'y')), "<absent>");
+  EXPECT_EQ(Get(std::string(16, 'k') + "z"), "<absent>");  // a stored key's head
+  std::vector<Slice> slices(keys.begin(), keys.end());
+  slices.push_back(Slice(std::string_view("kkkkkkkkkkkkkkkkkkkz")));
+  std::vector<uint8_t> found;
+  tier_->BatchContains(slices, &found);
+  for (size_t i = 0; i < keys.size(); i++) EXPECT_EQ(found[i], 1) << keys[i];
+  EXPECT_EQ(found.back(), 0);
+  std::vector<MemoryTier::Handle> handles;
+  tier_->BatchLookup(slices, &handles);
+  for (size_t i = 0; i < keys.size(); i++) {
+    ASSERT_TRUE(handles[i].valid()) << keys[i];
+    EXPECT_EQ(handles[i].value().ToString(), "v" + std::to_string(i));
+  }
+  handles.clear();
+  std::set<std::string> seen;
+  tier_->ForEach([&](std::string_view k, uint64_t, uint64_t) { seen.insert(std::string(k)); });
+  EXPECT_EQ(seen, std::set<std::string>(keys.begin(), keys.end()));
+  EXPECT_EQ(tier_->EraseIf([](std::string_view k) { return k.size() > 16 && k[0] == 'x'; }), 24u);
+  EXPECT_FALSE(tier_->Contains('x' + std::string(19, 'k')));
+  EXPECT_TRUE(tier_->Contains('x' + std::string(15, 'k')));
+}
+
 TEST_F(MemoryTierTest, PutGetOverwriteErase) {
   Open(16 * kSlab);
   ASSERT_TRUE(Put("a", "alpha").ok());
