@@ -64,10 +64,12 @@ struct alignas(64) Item {
   uint64_t size : 43 = 0;  // value bytes
   uint64_t key_size : 21 = 0;
 
-  // LRU links.  Written under the allocator's mutex; atomic (always relaxed) only so that
-  // a reader may prefetch an item's neighbours before Touch relinks it, without the
-  // mutex (MemoryTier::Lookup): what it reads there is a hint for the cache, nothing
-  // more.  lru_prev is null exactly when the item is not in the LRU.
+  // LRU links.  Written under the allocator's mutex; atomic (always relaxed) so that a
+  // reader may prefetch an item's neighbours before Touch relinks it, and Touch may see
+  // without the mutex that the item needs no relinking (SlabAllocator::Touch): what
+  // such a reader sees is a hint, nothing more.  lru_prev is null exactly when the item
+  // is not in the LRU; while it is, lru_prev's low 6 bits (items are 64-byte aligned)
+  // hold the LRU epoch of its last relink, the rest the previous item (LruPrev()).
   std::atomic<Item*> lru_prev{nullptr};
   std::atomic<Item*> lru_next{nullptr};
 
@@ -107,6 +109,15 @@ struct alignas(64) Item {
     if (key_rest != nullptr) std::memcpy(key_rest, key.data() + kKeyHead, key.size() - kKeyHead);
   }
   bool in_lru() const { return lru_prev.load(std::memory_order_relaxed) != nullptr; }
+  static constexpr uintptr_t kEpochMask = 63;
+  Item* LruPrev() const {
+    const uintptr_t raw = reinterpret_cast<uintptr_t>(lru_prev.load(std::memory_order_relaxed));
+    return reinterpret_cast<Item*>(raw & ~kEpochMask);
+  }
+  uint32_t lru_epoch() const {
+    const uintptr_t raw = reinterpret_cast<uintptr_t>(lru_prev.load(std::memory_order_relaxed));
+    return static_cast<uint32_t>(raw & kEpochMask);
+  }
 };
 
 // Item beyond its key room + its share of the index slots must stay within 96 B a key

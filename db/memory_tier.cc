@@ -257,7 +257,8 @@ void MemoryTier::PrefetchForRead(const Item* item) const {
   for (uint64_t off = 0; off < n; off += 64) __builtin_prefetch(data + off);
   // The links Touch rewrites, for writing.  Read without the allocator's mutex they may
   // be stale (db/item.h); a prefetch of a stale address is only a wasted one.
-  const Item* prev = item->lru_prev.load(std::memory_order_relaxed);
+  if (!allocator_.WillRelink(item)) return;  // Touch will not write them
+  const Item* prev = item->LruPrev();
   const Item* next = item->lru_next.load(std::memory_order_relaxed);
   if (prev != nullptr) __builtin_prefetch(&prev->lru_next, 1);
   if (next != nullptr) __builtin_prefetch(&next->lru_prev, 1);

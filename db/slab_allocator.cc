@@ -14,13 +14,18 @@ constexpr uint64_t kPageSize = 4096;
 
 uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
-// The LRU lists' links (db/item.h: why atomic).
-Item* Prev(const Item* item) { return item->lru_prev.load(std::memory_order_relaxed); }
+// The LRU lists' links (db/item.h: why atomic, and the epoch in lru_prev's low bits).
+Item* Prev(const Item* item) { return item->LruPrev(); }
 Item* Next(const Item* item) { return item->lru_next.load(std::memory_order_relaxed); }
-// Makes `next` follow `prev`.
+// Sets item's previous item, with `epoch` in the link's low bits.
+void SetPrev(Item* item, Item* prev, uint32_t epoch) {
+  item->lru_prev.store(reinterpret_cast<Item*>(reinterpret_cast<uintptr_t>(prev) | epoch),
+                       std::memory_order_relaxed);
+}
+// Makes `next` follow `prev`; next keeps its epoch.
 void Link(Item* prev, Item* next) {
   prev->lru_next.store(next, std::memory_order_relaxed);
-  next->lru_prev.store(prev, std::memory_order_relaxed);
+  SetPrev(next, prev, next->lru_epoch());
 }
 // An empty circular list: the sentinel points at itself.
 void InitList(Item* head) { Link(head, head); }
@@ -31,6 +36,11 @@ struct SlabAllocator::SizeClass {
   uint32_t slots_per_slab = 0;
   std::vector<uint32_t> partial;  // slabs of this class with a free slot, not draining
   Item lru;                       // sentinel: lru.lru_next is the hottest
+  // The LRU's epoch (SlabAllocator::Touch), 6 bits; read by Touch without mu_.  It
+  // advances once `relinks` reaches `lru_size`, the items in the list.
+  std::atomic<uint32_t> epoch{0};
+  uint64_t relinks = 0;
+  uint64_t lru_size = 0;
   // The item arrays of its slabs, slots_per_slab items each (db/item.h: why huge pages).
   std::unique_ptr<HugeBlockPool> item_arrays;
 };
@@ -259,6 +269,7 @@ char* SlabAllocator::DataOf(const Item* item) const {
 
 void SlabAllocator::Unlink(Item* item) {
   if (!item->in_lru()) return;
+  classes_[item->size_class].lru_size--;
   Link(Prev(item), Next(item));
   item->lru_prev.store(nullptr, std::memory_order_relaxed);
   item->lru_next.store(nullptr, std::memory_order_relaxed);
@@ -306,12 +317,33 @@ void SlabAllocator::Free(Item* item) {
   }
 }
 
+bool SlabAllocator::WillRelink(const Item* item) const {
+  return !item->in_lru() ||
+         item->lru_epoch() != classes_[item->size_class].epoch.load(std::memory_order_relaxed);
+}
+
 void SlabAllocator::Touch(Item* item) {
+  SizeClass& c = classes_[item->size_class];
+  // An item relinked in the list's current epoch -- among the last lru_size relinks --
+  // stays where it is (as CacheLib's "LRU refresh time", in relinks rather than
+  // seconds): a read of a warm item then costs no mutex and no write to its neighbours,
+  // two more cache misses at millions of keys.  Such an item is in the list's hotter
+  // part, or the epoch would have moved on; an epoch is 6 bits, so one relinked 64
+  // epochs ago looks current and is not moved this once.  Read without mu_, both may
+  // be stale: the cost is a relink more or fewer.
+  if (!WillRelink(item)) return;
   std::lock_guard<std::mutex> lock(mu_);
-  Item* head = &classes_[item->size_class].lru;
+  Item* head = &c.lru;
   Unlink(item);
   Link(item, Next(head));
   Link(head, item);
+  c.lru_size++;
+  const uint32_t epoch = c.epoch.load(std::memory_order_relaxed);
+  SetPrev(item, head, epoch);
+  if (++c.relinks >= c.lru_size) {
+    c.relinks = 0;
+    c.epoch.store((epoch + 1) & Item::kEpochMask, std::memory_order_relaxed);
+  }
   slabs_[item->slab].last_touch = ++touch_clock_;
 }
 

@@ -52,8 +52,13 @@ class SlabAllocator {
   // references the item.
   void Free(Item* item);
 
-  // Puts the item at the hot end of its class's LRU, linking it if it is not there.
+  // Puts the item at the hot end of its class's LRU, linking it if it is not there --
+  // unless it was relinked in the list's current epoch, among its last relinks as many
+  // as the list has items: then it stays, and the call takes no lock.
   void Touch(Item* item);
+  // Whether Touch(item) would relink it now (a hint: read without the mutex).
+  // REQUIRES: the caller holds a reference to the item.
+  bool WillRelink(const Item* item) const;
 
   // Chooses values to evict so that Allocate(size) can succeed, pins each one (refs+1)
   // and removes it from the LRU, appending it to *victims.  Returns false when nothing

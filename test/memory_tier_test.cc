@@ -387,6 +387,21 @@ TEST_F(MemoryTierTest, EvictsLeastRecentlyUsedFirst) {
   EXPECT_EQ(st.items, 4u);
 }
 
+// Reads of an item relinked in its list's current epoch leave it in place
+// (SlabAllocator::Touch), yet what was read stays and what was not goes first.
+TEST_F(MemoryTierTest, RepeatedReadsKeepWarmItemsAndEvictColdOnes) {
+  Open(1 * kSlab);  // one slab: 16 values of 4 KiB
+  const std::string v(4 << 10, 'v');
+  for (int i = 0; i < 16; i++) ASSERT_TRUE(Put("k" + std::to_string(i), v).ok());
+  for (int round = 0; round < 3; round++) {
+    for (int i = 0; i < 8; i++) EXPECT_TRUE(Get("k" + std::to_string(i)) == v) << i;
+  }
+  for (int i = 16; i < 24; i++) ASSERT_TRUE(Put("k" + std::to_string(i), v).ok());
+  for (int i = 0; i < 8; i++) EXPECT_TRUE(Get("k" + std::to_string(i)) == v) << i;
+  for (int i = 8; i < 16; i++) EXPECT_EQ(Get("k" + std::to_string(i)), "<absent>") << i;
+  EXPECT_EQ(tier_->GetStats().evictions, 8u);
+}
+
 TEST_F(MemoryTierTest, EvictionAcrossSizeClassesReclaimsSlabs) {
   Open(4 * kSlab);
   const std::string small(16 << 10, 's');
