@@ -124,7 +124,7 @@ struct alignas(64) Item {
 // (see above); a field added here has to pay for itself elsewhere.
 static_assert(sizeof(Item) == 64, "Item grew: the memory tier's RAM per key is bounded by it");
 // What an item costs beyond the key bytes it holds: memory.index_bytes counts this much
-// per item (the key room is counted with the keys, memory.key_arena_bytes).
+// per item (the key room is counted with the keys, SlabAllocator::key_arena_bytes).
 constexpr uint64_t kItemIndexBytes = sizeof(Item) - Item::kKeyHead;
 
 }  // namespace kvengine
