@@ -2,19 +2,26 @@
 //
 // Items live in arrays owned by their slab (see SlabAllocator), so storing a value costs
 // no per-value allocation of its bytes.  The arrays come from pools of huge-page-advised
-// memory (util/huge_block_pool.h), and so do the keys' bytes (db/key_arena.h): a lookup
-// reads its index slot, then its item, then its key, and at millions of keys each of
-// these in 4 KiB-paged heap memory cost a TLB miss and a page walk besides the cache
-// miss.  An item is reference counted: the index holds one reference while the key maps
-// to it, and every reader pins it while copying out, so an overwrite or delete never
-// frees bytes that a reader is still copying.
+// memory (util/huge_block_pool.h), and so do the bytes of keys over 16 bytes
+// (db/key_arena.h): at millions of keys each of a lookup's reads in 4 KiB-paged heap
+// memory cost a TLB miss and a page walk besides the cache miss.  An item is reference counted: the
+// index holds one reference while the key maps to it, and every reader pins it while copying out,
+// so an overwrite or delete never frees bytes that a reader is still copying.
 //
-// An item is 48 bytes, because every slot of every slab in use has one: with the
-// index's 16-byte slots between 35% and 70% full (db/key_index.h), a key costs 48 B plus
-// 23-46 B of slots beside its own bytes and its value, within issue #16's 96 B (the
-// unused slots of a slab not yet full add their items).  So it holds only what cannot
-// be derived:
-//   - the key is a pointer to a copy of its bytes (in the allocator's KeyArena), not a
+// An item is one cache line (64 bytes, line-aligned), and a key's first 16 bytes live in
+// it: a lookup's dependent reads are its index slot, then its item, where the key of
+// up to 16 bytes is compared (a longer key's rest is one more read, in the allocator's
+// KeyArena).  With the key elsewhere, a lookup read slot, item, then key: one dependent
+// cache miss more, the largest part of what a lookup cost beyond a plain table's at
+// millions of keys (docs/benchmarks.md), and a 48-byte item straddled two lines one time
+// in two.  The RAM is what the 48-byte item and its key's arena block took: the 16
+// bytes of key room replace a 16-byte key's block, or the first 16 bytes of a longer
+// key's.  Every slot of every slab in use has an item: with the index's 16-byte slots
+// between 35% and 70% full (db/key_index.h), a key costs 48 B (the item beyond its key
+// room) plus 23-46 B of slots beside its own bytes and its value, within issue #16's
+// 96 B (the unused slots of a slab not yet full add their items).  So it holds only
+// what cannot be derived:
+//   - the key: its head in the item, its rest (keys over 16 bytes) pointed to, not a
 //     std::string (32 B);
 //   - no hash: the index slot keeps it, and the rare unindexing that has no lookup at
 //     hand (an eviction) hashes the key again;
@@ -29,32 +36,42 @@
 #ifndef KVENGINE_DB_ITEM_H_
 #define KVENGINE_DB_ITEM_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstring>
+#include <string>
 #include <string_view>
 
 namespace kvengine {
 
-struct Item {
+struct alignas(64) Item {
   // Bit-field limits, above Options::Validate's: max_value_size <= 1 TiB, max_key_size
   // <= 1 MiB, at most 16M slabs, fewer than 256 size classes.
   static constexpr uint64_t kMaxSize = (uint64_t{1} << 43) - 1;
   static constexpr uint64_t kMaxKeySize = (uint64_t{1} << 21) - 1;
   static constexpr uint32_t kMaxSlabs = uint32_t{1} << 24;
   static constexpr uint32_t kMaxClasses = 256;
+  // Key bytes held in the item itself.
+  static constexpr size_t kKeyHead = 16;
 
   // Written by the putting thread before the item is published (the key through
   // SlabAllocator::SetKey); read-only afterwards until the item is freed
   // (SlabAllocator::Free drops the key).
-  char* key_data = nullptr;  // key_size bytes
+  char key_head[kKeyHead] = {};  // the key's first min(key_size, 16) bytes
+  char* key_rest = nullptr;      // the other key_size - 16 bytes; null for a short key
   uint64_t version = 0;
   uint64_t size : 43 = 0;  // value bytes
   uint64_t key_size : 21 = 0;
 
-  // LRU links.  Guarded by the allocator's mutex.  lru_prev is null exactly when the
-  // item is not in the LRU.
-  Item* lru_prev = nullptr;
-  Item* lru_next = nullptr;
+  // LRU links.  Written under the allocator's mutex; atomic (always relaxed) so that a
+  // reader may prefetch an item's neighbours before Touch relinks it, and Touch may see
+  // without the mutex that the item needs no relinking (SlabAllocator::Touch): what
+  // such a reader sees is a hint, nothing more.  lru_prev is null exactly when the item
+  // is not in the LRU; while it is, lru_prev's low 6 bits (items are 64-byte aligned)
+  // hold the LRU epoch of its last relink, the rest the previous item (LruPrev()).
+  std::atomic<Item*> lru_prev{nullptr};
+  std::atomic<Item*> lru_next{nullptr};
 
   // Placement, set by the allocator before it hands the item out.
   uint32_t slab : 24 = 0;  // slab holding the value (the first one for a run)
@@ -63,13 +80,52 @@ struct Item {
   // 1 per index reference + 1 per pin.  The item is freed when it drops to 0.
   std::atomic<uint32_t> refs{0};
 
-  std::string_view key() const { return std::string_view(key_data, key_size); }
-  bool in_lru() const { return lru_prev != nullptr; }
+  // Bytes of the key beyond the item (in the KeyArena): 0 for a key of up to 16 bytes.
+  static uint64_t RestSize(uint64_t key_size) {
+    return key_size > kKeyHead ? key_size - kKeyHead : 0;
+  }
+  // Whether the item's key is `key`: compared in the item, and at key_rest only for a
+  // key over 16 bytes whose head matched.
+  bool KeyEquals(std::string_view key) const {
+    if (key.size() != key_size) return false;
+    const size_t head = std::min<size_t>(key.size(), kKeyHead);
+    if (head != 0 && std::memcmp(key_head, key.data(), head) != 0) return false;
+    return key.size() <= kKeyHead ||
+           std::memcmp(key_rest, key.data() + kKeyHead, key.size() - kKeyHead) == 0;
+  }
+  // A copy of the key (its two pieces joined), for the few callers that need it whole.
+  std::string KeyString() const {
+    std::string key(key_head, std::min<size_t>(key_size, kKeyHead));
+    if (key_size > kKeyHead) key.append(key_rest, key_size - kKeyHead);
+    return key;
+  }
+  // Stores key in the item, its rest at `rest` (RestSize(key.size()) bytes; unused for
+  // a short key).  REQUIRES: the item has no key.
+  void SetKeyBytes(std::string_view key, char* rest) {
+    key_size = key.size();
+    const size_t head = std::min<size_t>(key.size(), kKeyHead);
+    if (head != 0) std::memcpy(key_head, key.data(), head);
+    key_rest = key.size() > kKeyHead ? rest : nullptr;
+    if (key_rest != nullptr) std::memcpy(key_rest, key.data() + kKeyHead, key.size() - kKeyHead);
+  }
+  bool in_lru() const { return lru_prev.load(std::memory_order_relaxed) != nullptr; }
+  static constexpr uintptr_t kEpochMask = 63;
+  Item* LruPrev() const {
+    const uintptr_t raw = reinterpret_cast<uintptr_t>(lru_prev.load(std::memory_order_relaxed));
+    return reinterpret_cast<Item*>(raw & ~kEpochMask);
+  }
+  uint32_t lru_epoch() const {
+    const uintptr_t raw = reinterpret_cast<uintptr_t>(lru_prev.load(std::memory_order_relaxed));
+    return static_cast<uint32_t>(raw & kEpochMask);
+  }
 };
 
-// Item + its share of the index slots must stay within 96 B a key (see above); a field
-// added here has to pay for itself elsewhere.
-static_assert(sizeof(Item) <= 48, "Item grew: the memory tier's RAM per key is bounded by it");
+// Item beyond its key room + its share of the index slots must stay within 96 B a key
+// (see above); a field added here has to pay for itself elsewhere.
+static_assert(sizeof(Item) == 64, "Item grew: the memory tier's RAM per key is bounded by it");
+// What an item costs beyond the key bytes it holds: memory.index_bytes counts this much
+// per item (the key room is counted with the keys, SlabAllocator::key_arena_bytes).
+constexpr uint64_t kItemIndexBytes = sizeof(Item) - Item::kKeyHead;
 
 }  // namespace kvengine
 

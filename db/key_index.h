@@ -10,7 +10,7 @@
 //
 // The caller hashes the key (Hash64) once; the low bits choose the shard (MemoryTier),
 // the high bits the home slot here, so the two do not correlate.  Keys are those of the
-// items (Item::key()), which stay put while indexed, as before.  The slot is the only
+// items (Item::KeyEquals), which stay put while indexed, as before.  The slot is the only
 // place the hash is kept (an Item has no room for it).
 //
 // Thread-safety: none; the shard's mutex guards it.
@@ -42,7 +42,7 @@ class KeyIndex {
     for (size_t i = Home(hash);; i = (i + 1) & mask_) {
       const Slot& s = slots_[i];
       if (s.item == nullptr) return nullptr;
-      if (s.hash == hash && s.item->key() == key) return s.item;
+      if (s.hash == hash && s.item->KeyEquals(key)) return s.item;
     }
   }
   // Whether item is indexed under `hash` (no key comparison: the item is known).

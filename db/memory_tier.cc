@@ -109,7 +109,7 @@ void MemoryTier::Evict(Item* victim) {
   PerfPoint perf(PerfKey::memory_evict);
   // The item keeps no hash (db/item.h): hashing the key again costs far less than the
   // eviction's other work.  The pin keeps the key's bytes in place.
-  const std::string_view key = victim->key();
+  const std::string key = victim->KeyString();
   const uint64_t hash = Hash64(key);
   Shard& shard = ShardFor(hash);
   if (eviction_handler_ != nullptr) {
@@ -230,7 +230,14 @@ bool MemoryTier::Pin(const Slice& key, bool wait, Handle* handle) {
     } else if (!lock.try_lock()) {
       return false;  // neither a hit nor a miss
     }
-    item = shard.index.Find(key.view(), hash);
+    // The first item with the key's hash is the key's but once in 2^64: what the read
+    // goes on to touch is prefetched as soon as the item is in, so that those misses
+    // overlap the one of the key's bytes, which confirm it.
+    item = shard.index.FirstWithHash(hash);
+    if (item != nullptr) {
+      PrefetchForRead(item);
+      if (!item->KeyEquals(key.view())) item = shard.index.Find(key.view(), hash);
+    }
     if (item == nullptr) {
       lookup_misses_.fetch_add(1, std::memory_order_relaxed);
       return false;
@@ -238,17 +245,23 @@ bool MemoryTier::Pin(const Slice& key, bool wait, Handle* handle) {
     item->refs.fetch_add(1, std::memory_order_relaxed);
   }
   lookup_hits_.fetch_add(1, std::memory_order_relaxed);
-  PrefetchValue(item);
   allocator_.Touch(item);
   handle->tier_ = this;
   handle->item_ = item;
   return true;
 }
 
-void MemoryTier::PrefetchValue(const Item* item) const {
+void MemoryTier::PrefetchForRead(const Item* item) const {
   const char* data = allocator_.DataOf(item);
   const uint64_t n = std::min<uint64_t>(item->size, kPrefetchValueBytes);
   for (uint64_t off = 0; off < n; off += 64) __builtin_prefetch(data + off);
+  // The links Touch rewrites, for writing.  Read without the allocator's mutex they may
+  // be stale (db/item.h); a prefetch of a stale address is only a wasted one.
+  if (!allocator_.WillRelink(item)) return;  // Touch will not write them
+  const Item* prev = item->LruPrev();
+  const Item* next = item->lru_next.load(std::memory_order_relaxed);
+  if (prev != nullptr) __builtin_prefetch(&prev->lru_next, 1);
+  if (next != nullptr) __builtin_prefetch(&next->lru_prev, 1);
 }
 
 bool MemoryTier::Contains(const Slice& key) {
@@ -274,8 +287,7 @@ void MemoryTier::ProbeBatch(std::span<const Slice> keys, Fn&& found) {
     if (Item* item = shard.index.Find(view(0), hash)) found(0, item);
     return;
   }
-  // The keys' hashes, and their indices grouped by shard (a counting sort), so that
-  // each shard is locked once.
+  // The keys' hashes, and their indices grouped by shard (a counting sort).
   std::vector<uint64_t> hashes(n);
   std::vector<uint32_t> start(shards_.size() + 1, 0);
   for (size_t i = 0; i < n; i++) {
@@ -289,34 +301,42 @@ void MemoryTier::ProbeBatch(std::span<const Slice> keys, Fn&& found) {
     for (size_t i = 0; i < n; i++)
       order[next[hashes[i] % shards_.size()]++] = static_cast<uint32_t>(i);
   }
-  // Each group of keys goes through the dependent reads of a lookup in stages -- home
-  // slot, item, key bytes -- prefetching the next read of every key of the group before
-  // doing any: the misses of the group overlap instead of adding up.
-  constexpr size_t kGroup = 16;
-  Item* candidates[kGroup];
-  for (size_t s = 0; s < shards_.size(); s++) {
-    if (start[s] == start[s + 1]) continue;
-    Shard& shard = shards_[s];
-    std::lock_guard<std::mutex> lock(shard.mu);
-    for (size_t g = start[s]; g < start[s + 1]; g += kGroup) {
-      const size_t m = std::min<size_t>(kGroup, start[s + 1] - g);
-      for (size_t j = 0; j < m; j++) shard.index.PrefetchHome(hashes[order[g + j]]);
-      for (size_t j = 0; j < m; j++) {
-        candidates[j] = shard.index.FirstWithHash(hashes[order[g + j]]);
-        if (candidates[j] != nullptr) __builtin_prefetch(candidates[j]);
+  // The dependent reads of a lookup -- home slot, item, key bytes -- are made in stages
+  // over a wave of keys (in shard order): a stage prefetches the next read of every key
+  // of the wave before the next stage reads any, so that the wave's misses overlap.  A
+  // wave spans shards (a batch of 32 keys lands in ~26 of 64), so each stage takes each
+  // of its shards' locks once, one at a time; what a stage saw is not kept, as the
+  // shard may change before the next, and the last stage looks every key up afresh, in
+  // the cache by then.
+  constexpr size_t kWave = 32;
+  for (size_t first = 0; first < n; first += kWave) {
+    const size_t end = std::min(n, first + kWave);
+    auto each_locked = [&](auto&& stage) {  // stage(shard, i) for the wave's keys i
+      for (size_t g = first; g < end;) {
+        Shard& shard = ShardFor(hashes[order[g]]);
+        std::lock_guard<std::mutex> lock(shard.mu);
+        do {
+          stage(shard, order[g]);
+        } while (++g < end && &ShardFor(hashes[order[g]]) == &shard);
       }
-      for (size_t j = 0; j < m; j++) {
-        if (candidates[j] != nullptr) __builtin_prefetch(candidates[j]->key_data);
-      }
-      for (size_t j = 0; j < m; j++) {
-        const uint32_t i = order[g + j];
-        Item* item = candidates[j];
-        if (item == nullptr) continue;
-        // Another key of the same hash (2^-64) is found by the full lookup.
-        if (item->key() != view(i)) item = shard.index.Find(view(i), hashes[i]);
-        if (item != nullptr) found(i, item);
-      }
+    };
+    each_locked([&](Shard& shard, uint32_t i) { shard.index.PrefetchHome(hashes[i]); });
+    each_locked([&](Shard& shard, uint32_t i) {
+      if (const Item* item = shard.index.FirstWithHash(hashes[i])) __builtin_prefetch(item);
+    });
+    // A key of up to 16 bytes is compared in its item (db/item.h); only a longer one's
+    // rest is one more read, prefetched in a stage of its own.
+    bool long_keys = false;
+    for (size_t g = first; g < end; g++) long_keys |= view(order[g]).size() > Item::kKeyHead;
+    if (long_keys) {
+      each_locked([&](Shard& shard, uint32_t i) {
+        const Item* item = shard.index.FirstWithHash(hashes[i]);
+        if (item != nullptr && item->key_rest != nullptr) __builtin_prefetch(item->key_rest);
+      });
     }
+    each_locked([&](Shard& shard, uint32_t i) {
+      if (Item* item = shard.index.Find(view(i), hashes[i])) found(i, item);
+    });
   }
 }
 
@@ -339,9 +359,9 @@ void MemoryTier::BatchLookup(std::span<const Slice> keys, std::vector<Handle>* h
   });
   lookup_hits_.fetch_add(hits, std::memory_order_relaxed);
   lookup_misses_.fetch_add(keys.size() - hits, std::memory_order_relaxed);
-  // Every value's first lines are on their way before the LRU neighbours' misses.
+  // Every value's first lines and LRU neighbours are on their way before the first Touch.
   for (const Handle& h : *handles) {
-    if (h.valid()) PrefetchValue(h.item_);
+    if (h.valid()) PrefetchForRead(h.item_);
   }
   for (const Handle& h : *handles) {
     if (h.valid()) allocator_.Touch(h.item_);
@@ -409,7 +429,7 @@ uint64_t MemoryTier::EraseIf(const std::function<bool(std::string_view)>& pred) 
     {
       std::lock_guard<std::mutex> lock(shard.mu);
       shard.index.ForEach([&](Item* item, uint64_t hash) {
-        if (pred(item->key())) doomed.emplace_back(item, hash);
+        if (pred(item->KeyString())) doomed.emplace_back(item, hash);
       });
       for (const auto& [item, hash] : doomed) UnindexLocked(shard, hash, item);
     }
@@ -423,7 +443,7 @@ void MemoryTier::ForEach(const std::function<void(std::string_view, uint64_t, ui
   for (Shard& shard : shards_) {
     std::lock_guard<std::mutex> lock(shard.mu);
     shard.index.ForEach(
-        [&](const Item* item, uint64_t) { fn(item->key(), item->size, item->version); });
+        [&](const Item* item, uint64_t) { fn(item->KeyString(), item->size, item->version); });
   }
 }
 

@@ -163,8 +163,8 @@ class MemoryTier {
   bool TryLookup(const Slice& key, Handle* handle);
   bool Contains(const Slice& key);
   // Contains() of every key at once: (*found)[i] is 1 when keys[i] is in memory, else
-  // 0.  Takes each shard's lock once and overlaps the keys' cache misses (prefetching in
-  // stages), so a batch costs far less than its keys' Contains() one by one.
+  // 0.  Overlaps the keys' cache misses (prefetching in stages), so a batch costs far
+  // less than its keys' Contains() one by one.
   void BatchContains(std::span<const Slice> keys, std::vector<uint8_t>* found);
   // Lookup() of every key at once: (*handles)[i] pins keys[i]'s value, or is not valid
   // when it is absent.  The probes' misses overlap as in BatchContains, and the values'
@@ -195,9 +195,9 @@ class MemoryTier {
   // Hash64 of the key: its low bits choose the shard, its high bits the slot there.
   Shard& ShardFor(uint64_t hash) { return shards_[hash % shards_.size()]; }
   // Finds every key of `keys` at once and calls found(i, item) for each keys[i] that is
-  // indexed, under its shard's lock: keys are grouped by shard, each shard locked once,
-  // and the dependent reads of a group of lookups are made in stages that prefetch for
-  // every key of the group before reading any, so that their misses overlap.
+  // indexed, under its shard's lock: the dependent reads of a wave of lookups are made
+  // in stages that prefetch for every key of the wave before reading any, so that their
+  // misses overlap, each stage locking each shard of the wave once (one at a time).
   template <typename Fn>
   void ProbeBatch(std::span<const Slice> keys, Fn&& found);
   Item* AllocateWithEviction(uint64_t size, Status* status);
@@ -205,10 +205,10 @@ class MemoryTier {
   bool Pin(const Slice& key, bool wait, Handle* handle);
   void Evict(Item* victim);
   void Unref(Item* item);
-  // Starts the cache misses of the value's first bytes, which the reader copies next:
-  // they overlap those of Touch, whose LRU neighbours are as cold as the value.
-  // REQUIRES: the item is pinned.
-  void PrefetchValue(const Item* item) const;
+  // Starts the cache misses of what a read of the item touches after the item itself:
+  // its value's first bytes, and its LRU neighbours, which Touch relinks.
+  // REQUIRES: the item is pinned, or indexed and its shard's lock held.
+  void PrefetchForRead(const Item* item) const;
   // `hash` is Hash64 of the item's key.
   // REQUIRES: shard.mu held; item's key not indexed.
   void IndexLocked(Shard& shard, uint64_t hash, Item* item);

@@ -14,8 +14,21 @@ constexpr uint64_t kPageSize = 4096;
 
 uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
+// The LRU lists' links (db/item.h: why atomic, and the epoch in lru_prev's low bits).
+Item* Prev(const Item* item) { return item->LruPrev(); }
+Item* Next(const Item* item) { return item->lru_next.load(std::memory_order_relaxed); }
+// Sets item's previous item, with `epoch` in the link's low bits.
+void SetPrev(Item* item, Item* prev, uint32_t epoch) {
+  item->lru_prev.store(reinterpret_cast<Item*>(reinterpret_cast<uintptr_t>(prev) | epoch),
+                       std::memory_order_relaxed);
+}
+// Makes `next` follow `prev`; next keeps its epoch.
+void Link(Item* prev, Item* next) {
+  prev->lru_next.store(next, std::memory_order_relaxed);
+  SetPrev(next, prev, next->lru_epoch());
+}
 // An empty circular list: the sentinel points at itself.
-void InitList(Item* head) { head->lru_next = head->lru_prev = head; }
+void InitList(Item* head) { Link(head, head); }
 }  // namespace
 
 struct SlabAllocator::SizeClass {
@@ -23,6 +36,11 @@ struct SlabAllocator::SizeClass {
   uint32_t slots_per_slab = 0;
   std::vector<uint32_t> partial;  // slabs of this class with a free slot, not draining
   Item lru;                       // sentinel: lru.lru_next is the hottest
+  // The LRU's epoch (SlabAllocator::Touch), 6 bits; read by Touch without mu_.  It
+  // advances once `relinks` reaches `lru_size`, the items in the list.
+  std::atomic<uint32_t> epoch{0};
+  uint64_t relinks = 0;
+  uint64_t lru_size = 0;
   // The item arrays of its slabs, slots_per_slab items each (db/item.h: why huge pages).
   std::unique_ptr<HugeBlockPool> item_arrays;
 };
@@ -86,7 +104,8 @@ SlabAllocator::~SlabAllocator() {
   for (Slab& slab : slabs_) {
     for (uint32_t i = 0; i < slab.item_count; i++) {
       const Item& item = slab.items[i];
-      if (item.key_size > KeyArena::kMaxPooledKey) keys_.Free(item.key_data, item.key_size);
+      const size_t rest = Item::RestSize(item.key_size);
+      if (rest > KeyArena::kMaxPooledKey) keys_.Free(item.key_rest, rest);
     }
   }
 }
@@ -108,12 +127,12 @@ uint64_t SlabAllocator::allocated_bytes() const {
 
 uint64_t SlabAllocator::item_array_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return item_array_bytes_;
+  return item_array_bytes_ / sizeof(Item) * kItemIndexBytes;
 }
 
 uint64_t SlabAllocator::key_arena_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return keys_.mapped_bytes();
+  return keys_.mapped_bytes() + item_array_bytes_ / sizeof(Item) * Item::kKeyHead;
 }
 
 uint64_t SlabAllocator::free_slab_count() const {
@@ -216,6 +235,7 @@ Item* SlabAllocator::AllocateRun(uint64_t slab_count) {
 void SlabAllocator::NewItems(int cls, Slab* slab) {
   SizeClass& c = classes_[cls];
   slab->items = static_cast<Item*>(c.item_arrays->Allocate());
+  assert(reinterpret_cast<uintptr_t>(slab->items) % alignof(Item) == 0);  // line-aligned
   std::uninitialized_default_construct_n(slab->items, c.slots_per_slab);
   slab->item_count = c.slots_per_slab;
   item_array_bytes_ += uint64_t{c.slots_per_slab} * sizeof(Item);
@@ -249,26 +269,27 @@ char* SlabAllocator::DataOf(const Item* item) const {
 
 void SlabAllocator::Unlink(Item* item) {
   if (!item->in_lru()) return;
-  item->lru_prev->lru_next = item->lru_next;
-  item->lru_next->lru_prev = item->lru_prev;
-  item->lru_prev = item->lru_next = nullptr;
+  classes_[item->size_class].lru_size--;
+  Link(Prev(item), Next(item));
+  item->lru_prev.store(nullptr, std::memory_order_relaxed);
+  item->lru_next.store(nullptr, std::memory_order_relaxed);
 }
 
 void SlabAllocator::SetKey(Item* item, std::string_view key) {
-  {
+  char* rest = nullptr;
+  if (const size_t n = Item::RestSize(key.size()); n > 0) {
     std::lock_guard<std::mutex> lock(mu_);
-    item->key_data = keys_.Allocate(key.size());
+    rest = keys_.Allocate(n);
   }
-  item->key_size = key.size();
-  if (!key.empty()) std::memcpy(item->key_data, key.data(), key.size());
+  item->SetKeyBytes(key, rest);
 }
 
 void SlabAllocator::Free(Item* item) {
   std::lock_guard<std::mutex> lock(mu_);
   assert(item->refs.load() == 0);
   Unlink(item);
-  keys_.Free(item->key_data, item->key_size);
-  item->key_data = nullptr;
+  keys_.Free(item->key_rest, Item::RestSize(item->key_size));
+  item->key_rest = nullptr;
   item->key_size = 0;
   const uint32_t index = item->slab;
   Slab& slab = slabs_[index];
@@ -296,14 +317,33 @@ void SlabAllocator::Free(Item* item) {
   }
 }
 
+bool SlabAllocator::WillRelink(const Item* item) const {
+  return !item->in_lru() ||
+         item->lru_epoch() != classes_[item->size_class].epoch.load(std::memory_order_relaxed);
+}
+
 void SlabAllocator::Touch(Item* item) {
+  SizeClass& c = classes_[item->size_class];
+  // An item relinked in the list's current epoch -- among the last lru_size relinks --
+  // stays where it is (as CacheLib's "LRU refresh time", in relinks rather than
+  // seconds): a read of a warm item then costs no mutex and no write to its neighbours,
+  // two more cache misses at millions of keys.  Such an item is in the list's hotter
+  // part, or the epoch would have moved on; an epoch is 6 bits, so one relinked 64
+  // epochs ago looks current and is not moved this once.  Read without mu_, both may
+  // be stale: the cost is a relink more or fewer.
+  if (!WillRelink(item)) return;
   std::lock_guard<std::mutex> lock(mu_);
-  Item* head = &classes_[item->size_class].lru;
+  Item* head = &c.lru;
   Unlink(item);
-  item->lru_next = head->lru_next;
-  item->lru_prev = head;
-  head->lru_next->lru_prev = item;
-  head->lru_next = item;
+  Link(item, Next(head));
+  Link(head, item);
+  c.lru_size++;
+  const uint32_t epoch = c.epoch.load(std::memory_order_relaxed);
+  SetPrev(item, head, epoch);
+  if (++c.relinks >= c.lru_size) {
+    c.relinks = 0;
+    c.epoch.store((epoch + 1) & Item::kEpochMask, std::memory_order_relaxed);
+  }
   slabs_[item->slab].last_touch = ++touch_clock_;
 }
 
@@ -326,7 +366,7 @@ bool SlabAllocator::PickVictims(uint64_t size, std::vector<Item*>* victims) {
   if (size <= slab_size_) {
     // The coldest value of the same class frees exactly the room needed.
     Item* head = &classes_[ClassFor(size)].lru;
-    for (Item* it = head->lru_prev; it != head; it = it->lru_prev) {
+    for (Item* it = Prev(head); it != head; it = Prev(it)) {
       Item* candidate = it;
       PinAndCollect(candidate, victims);
       if (victims->size() > before) return true;

@@ -52,8 +52,13 @@ class SlabAllocator {
   // references the item.
   void Free(Item* item);
 
-  // Puts the item at the hot end of its class's LRU, linking it if it is not there.
+  // Puts the item at the hot end of its class's LRU, linking it if it is not there --
+  // unless it was relinked in the list's current epoch, among its last relinks as many
+  // as the list has items: then it stays, and the call takes no lock.
   void Touch(Item* item);
+  // Whether Touch(item) would relink it now (a hint: read without the mutex).
+  // REQUIRES: the caller holds a reference to the item.
+  bool WillRelink(const Item* item) const;
 
   // Chooses values to evict so that Allocate(size) can succeed, pins each one (refs+1)
   // and removes it from the LRU, appending it to *victims.  Returns false when nothing
@@ -68,10 +73,12 @@ class SlabAllocator {
   // Room handed out to values and room in slabs not owned by any class.
   uint64_t allocated_bytes() const;
   uint64_t free_slab_count() const;
-  // RAM of the item arrays of the slabs in use: a slab's array has one Item per slot
-  // whether or not the slot holds a value, and goes when the slab is empty.
+  // RAM of the item arrays of the slabs in use, beyond the items' key room
+  // (kItemIndexBytes an item): a slab's array has one Item per slot whether or not the
+  // slot holds a value, and goes when the slab is empty.
   uint64_t item_array_bytes() const;
-  // RAM mapped for the keys' bytes (KeyArena::mapped_bytes).
+  // RAM for the keys' bytes: the items' key room (Item::kKeyHead bytes each) and what
+  // the KeyArena mapped for the rest of longer keys.
   uint64_t key_arena_bytes() const;
   size_t num_classes() const { return class_sizes_.size(); }
 

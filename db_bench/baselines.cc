@@ -1,7 +1,7 @@
 // The physical baselines every run carries: memcpy of the same bytes in the engine's write
 // and read patterns, O_DIRECT sequential I/O of the same bytes to a file in the DB
-// directory, and plain loopback TCP moving the same bytes (in a peer get's round trips,
-// and as one stream).
+// directory, plain loopback TCP moving the same bytes (in a peer get's round trips,
+// and as one stream), and lookups of the same keys in a plain hash table.
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -21,6 +21,8 @@
 
 #include "db_bench/benchmarks.h"
 #include "kvengine/options.h"
+#include "util/hash.h"
+#include "util/huge_array.h"
 #include "util/numa_arena.h"
 
 #ifdef KV_WITH_URING
@@ -557,6 +559,164 @@ Result RunRawSocket(const BenchContext& b) {
         };
       });
   r.note = std::to_string(batch) + " values per round trip";
+  return r;
+}
+
+namespace {
+
+// rawexist's and rawlookup's index: the key space in a plain open-addressing table
+// (linear probing, 35-70% full like the memory tier's KeyIndex), each slot holding the
+// key's hash, its value's number and the key's bytes inline.  A lookup thus costs the one
+// cache miss of its home slot, where the key is compared -- the least any index that
+// must compare the key's bytes can cost -- and, for rawlookup, the value's own.  Its
+// growth from 100k to 10M keys is the cache and TLB misses no engine can avoid.
+class RawKeyTable {
+ public:
+  RawKeyTable(const KeySpace& space) {
+    std::string key;
+    space.Format(space.num() == 0 ? 0 : space.num() - 1, &key);  // the widest key
+    key_width_ = key.size();
+    stride_ = sizeof(Header) + (key_width_ + 7) / 8 * 8;
+    uint64_t capacity = 16;
+    while (capacity * 7 / 10 < space.num()) capacity *= 2;
+    mask_ = capacity - 1;
+    // Huge-page-advised like the engine's index slots (util/huge_array.h).
+    slots_ = kvengine::NewZeroedHugeArray<char>(capacity * stride_);
+    for (uint64_t k = 0; k < space.num(); k++) {
+      space.Format(k, &key);
+      const uint64_t hash = kvengine::Hash64(key);
+      uint64_t i = Home(hash);
+      while (HeaderAt(i)->id_plus_1 != 0) i = (i + 1) & mask_;
+      Header* h = HeaderAt(i);
+      h->hash = hash;
+      h->id_plus_1 = static_cast<uint32_t>(k + 1);
+      h->key_size = static_cast<uint32_t>(key.size());
+      std::memcpy(h + 1, key.data(), key.size());
+    }
+  }
+
+  void PrefetchHome(uint64_t hash) const { __builtin_prefetch(HeaderAt(Home(hash))); }
+  // The value number of key (whose Hash64 is hash), or -1 when absent.
+  int64_t Find(std::string_view key, uint64_t hash) const {
+    for (uint64_t i = Home(hash);; i = (i + 1) & mask_) {
+      const Header* h = HeaderAt(i);
+      if (h->id_plus_1 == 0) return -1;
+      if (h->hash == hash && h->key_size == key.size() &&
+          std::memcmp(h + 1, key.data(), key.size()) == 0) {
+        return static_cast<int64_t>(h->id_plus_1) - 1;
+      }
+    }
+  }
+  uint64_t bytes() const { return (mask_ + 1) * stride_; }
+
+ private:
+  struct Header {
+    uint64_t hash;
+    uint32_t id_plus_1;  // 0: empty
+    uint32_t key_size;
+  };  // then the key's bytes, padded to 8
+
+  // The hash's high bits, as KeyIndex uses them.
+  uint64_t Home(uint64_t hash) const { return (hash >> 32) & mask_; }
+  Header* HeaderAt(uint64_t i) const {
+    return reinterpret_cast<Header*>(slots_.get() + i * stride_);
+  }
+
+  uint64_t key_width_ = 0;
+  uint64_t stride_ = 0;
+  uint64_t mask_ = 0;
+  kvengine::HugeArray<char> slots_;
+};
+
+}  // namespace
+
+Result RunRawLookup(const BenchContext& b, bool copy_values) {
+  const char* name = copy_values ? "rawlookup" : "rawexist";
+  const uint64_t num = b.config->num, vs = b.config->value_size;
+  if (num > UINT32_MAX) {
+    Result r;
+    r.errors = 1;
+    r.first_error = std::string(name) + ": at most 2^32 - 1 keys";
+    return r;
+  }
+  const KeySpace space = b.Keys();
+  const RawKeyTable table(space);
+  // The values, for rawlookup: one slot per key in the same kind of memory as the
+  // memory tier's arena, as RunMemcpy's region (huge pages, NUMA-local, prefaulted).
+  std::unique_ptr<kvengine::NumaArena> arena;
+  if (copy_values) {
+    kvengine::NumaArena::Params params;
+    params.size = num * vs;
+    params.huge_pages = kvengine::Options().use_huge_pages;
+    if (!kvengine::NumaArena::Create(params, nullptr, &arena).ok()) {
+      Result r;
+      r.errors = 1;
+      r.first_error = std::string(name) + ": cannot map " + std::to_string(num * vs) + " bytes";
+      return r;
+    }
+    for (uint64_t k = 0; k < num; k++)
+      std::memcpy(arena->base() + k * vs, b.pool->For(k).data(), vs);
+  }
+  const char* values = copy_values ? arena->base() : nullptr;
+  Result r = RunParallel(b.Spec(num), [&](ThreadContext&) -> OpFn {
+    const uint64_t batch = b.config->batch_size;
+    auto keys = std::make_shared<std::vector<std::string>>(batch);
+    auto ids = std::make_shared<std::vector<uint64_t>>();
+    auto hashes = std::make_shared<std::vector<uint64_t>>(batch);
+    auto found = std::make_shared<std::vector<int64_t>>(batch);
+    auto bufs = std::make_shared<std::vector<AlignedBuffer>>();
+    for (uint64_t i = 0; copy_values && i < batch; i++) bufs->emplace_back(vs);
+    return [&, keys, ids, hashes, found, bufs, batch](ThreadContext& c) {
+      const uint64_t n = std::min(batch, c.Remaining());
+      DistinctRandom(&c.rng(), num, n, ids.get());
+      uint64_t key_bytes = 0;
+      for (uint64_t i = 0; i < n; i++) {
+        space.Format((*ids)[i], &(*keys)[i]);
+        key_bytes += (*keys)[i].size();
+      }
+      // In stages, as the engine's batches: every key's home slot is asked for before
+      // any is read, every value before any is copied, so that the misses overlap.
+      const auto start = Clock::now();
+      for (uint64_t i = 0; i < n; i++) {
+        (*hashes)[i] = kvengine::Hash64((*keys)[i]);
+        table.PrefetchHome((*hashes)[i]);
+      }
+      for (uint64_t i = 0; i < n; i++) {
+        (*found)[i] = table.Find((*keys)[i], (*hashes)[i]);
+        if (copy_values && (*found)[i] >= 0) {
+          const char* v = values + static_cast<uint64_t>((*found)[i]) * vs;
+          for (uint64_t off = 0; off < std::min<uint64_t>(vs, 512); off += 64)
+            __builtin_prefetch(v + off);
+        }
+      }
+      uint64_t hits = 0;
+      for (uint64_t i = 0; i < n; i++) {
+        if ((*found)[i] < 0) continue;
+        hits++;
+        if (copy_values) {
+          std::memcpy((*bufs)[i].data(), values + static_cast<uint64_t>((*found)[i]) * vs, vs);
+        }
+      }
+      c.Record(start, n, n, key_bytes + (copy_values ? hits * vs : 0));
+      c.CountLookups(n, hits);
+      for (uint64_t i = 0; i < n; i++) {
+        if ((*found)[i] != static_cast<int64_t>((*ids)[i])) {
+          c.Error(std::string(name) + ": key '" + (*keys)[i] + "' not found as itself");
+        } else if (copy_values && b.config->verify) {
+          if (std::memcmp((*bufs)[i].data(), b.pool->For((*ids)[i]).data(), vs) != 0) {
+            c.Error(std::string(name) + ": key '" + (*keys)[i] + "': wrong bytes copied");
+          } else {
+            c.CountVerified(1);
+          }
+        }
+      }
+    };
+  });
+  r.counts_found = true;
+  char note[96];
+  std::snprintf(note, sizeof(note), "plain table of %.1f MiB",
+                static_cast<double>(table.bytes()) / 1048576.0);
+  r.note = note;
   return r;
 }
 

@@ -58,6 +58,12 @@ Result RunRawRandRead(const BenchContext& b);
 // per call a small request naming --batch_size random values, answered with their bytes
 // back to back from a region as large as the data set -- with no protocol beyond that.
 Result RunRawSocket(const BenchContext& b);
+// rawexist (copy_values false) and rawlookup: existrandom's and readrandom's work without
+// an engine -- per call --batch_size random keys of the same key space, each hashed and
+// looked up in a plain open-addressing table holding the keys' bytes, and for rawlookup
+// the value copied from an arena like the memory tier's into the caller's buffer.  Its
+// growth with --num is the cache and TLB misses that no engine can avoid.
+Result RunRawLookup(const BenchContext& b, bool copy_values);
 // The ceiling: one loopback TCP stream of --value_size chunks, no request, no round trip.
 Result RunRawStream(const BenchContext& b);
 // The files rawwrite leaves in dir, for cleanup.

@@ -44,6 +44,13 @@ DEFINE_string(benchmarks, "memcpy,rawwrite,rawread,vllm_write,vllm_exist,vllm_ge
               "  rawread      baseline: O_DIRECT sequential read of that file\n"
               "  rawrandread  baseline: O_DIRECT random reads of that file, --batch_size in "
               "flight at once (readrandom's pattern without an engine)\n"
+              "  rawexist     baseline: existrandom without an engine: per call --batch_size "
+              "random keys of the key space, each hashed (XXH3) and found in a plain "
+              "open-addressing table that holds the keys' bytes (compared); the cache and "
+              "TLB misses any index pays at --num keys\n"
+              "  rawlookup    baseline: readrandom without an engine: rawexist's lookups, then "
+              "each value copied into the caller's buffer from an arena of --num values in "
+              "the memory tier's kind of memory\n"
               "  peer_put     write the key space to the peer (--peer) in key order with "
               "Transport::BatchPut, --batch_size keys per call\n"
               "  peer_get     read random keys from the peer with Transport::BatchGet into "
@@ -163,19 +170,20 @@ namespace kvbench {
 
 const std::vector<std::string>& KnownBenchmarks() {
   static const std::vector<std::string> names = {
-      "fillseq",     "fillrandom",      "overwrite",   "readrandom",    "readseq",
-      "readmissing", "deleterandom",    "existrandom", "vllm_write",    "vllm_exist",
-      "vllm_get",    "vllm_all",        "gc_churn",    "compact",       "peer_put",
-      "peer_get",    "memcpy",          "memcpy_read", "memcpy_layers", "memcpy_layers_read",
-      "rawwrite",    "rawread",         "rawrandread", "rawsocket",     "rawstream",
-      "reopen",      "cluster_failover"};
+      "fillseq",     "fillrandom",   "overwrite",   "readrandom",      "readseq",
+      "readmissing", "deleterandom", "existrandom", "vllm_write",      "vllm_exist",
+      "vllm_get",    "vllm_all",     "gc_churn",    "compact",         "peer_put",
+      "peer_get",    "memcpy",       "memcpy_read", "memcpy_layers",   "memcpy_layers_read",
+      "rawwrite",    "rawread",      "rawrandread", "rawsocket",       "rawstream",
+      "rawexist",    "rawlookup",    "reopen",      "cluster_failover"};
   return names;
 }
 
 bool IsBaseline(const std::string& name) {
   return name == "memcpy" || name == "memcpy_read" || name == "memcpy_layers" ||
          name == "memcpy_layers_read" || name == "rawwrite" || name == "rawread" ||
-         name == "rawrandread" || name == "rawsocket" || name == "rawstream";
+         name == "rawrandread" || name == "rawsocket" || name == "rawstream" ||
+         name == "rawexist" || name == "rawlookup";
 }
 
 bool IsPeerBenchmark(const std::string& name) { return name == "peer_put" || name == "peer_get"; }

@@ -348,7 +348,7 @@ TEST_F(DBTest, MemoryIndexBytesPerKey) {
   ASSERT_EQ(stat("memory.items"), uint64_t{kKeys});
   const uint64_t full = stat("memory.index_bytes");
   EXPECT_LE(stat("memory.index_bytes_per_key"), 96u) << full;
-  EXPECT_GE(full, uint64_t{kKeys} * sizeof(Item));
+  EXPECT_GE(full, uint64_t{kKeys} * kItemIndexBytes);
   std::string json;
   ASSERT_TRUE(db_->GetProperty("kvengine.stats.json", &json));
   EXPECT_NE(json.find("\"index_bytes\":" + std::to_string(full) + ","), std::string::npos) << json;
@@ -366,7 +366,7 @@ TEST_F(DBTest, MemoryIndexBytesPerKey) {
   for (int i = 0; i < kKeys / 2; i += 2) ASSERT_TRUE(db_->Delete(wo_, key(i)).ok());
   const uint64_t slots_per_slab = (1 << 20) / 256;  // 100 B values take 256 B slots
   const uint64_t emptied = (kKeys / 2) / slots_per_slab;
-  EXPECT_LE(stat("memory.index_bytes"), full - emptied * slots_per_slab * sizeof(Item));
+  EXPECT_LE(stat("memory.index_bytes"), full - emptied * slots_per_slab * kItemIndexBytes);
 
   // With no key left, what remains is the index's slots: 16 B each, at least 30% of
   // them used at the peak.

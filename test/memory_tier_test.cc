@@ -128,13 +128,12 @@ TEST(KeyIndexTest, MatchesAMapUnderRandomInsertsAndErases) {
   std::vector<std::string> keys(items.size());  // the items' key bytes
   for (size_t i = 0; i < items.size(); i++) {
     keys[i] = "key-" + std::to_string(i);
-    items[i].key_data = keys[i].data();
-    items[i].key_size = keys[i].size();
+    items[i].SetKeyBytes(keys[i], nullptr);  // short keys: all in the item
   }
   for (uint64_t hash_bits : {uint64_t{64}, uint64_t{3}}) {
     // hash_bits 3: eight distinct hashes in all, each the top bits of a home slot.
     auto hash_of = [hash_bits](const Item& item) {
-      const uint64_t h = Hash64(item.key());
+      const uint64_t h = Hash64(item.KeyString());
       return hash_bits == 64 ? h : (h >> 61) << 61 | (h & 7);
     };
     KeyIndex index;
@@ -145,12 +144,12 @@ TEST(KeyIndexTest, MatchesAMapUnderRandomInsertsAndErases) {
       Item& item = items[i];
       const uint64_t h = hash_of(item);
       if (model[i]) {
-        ASSERT_EQ(index.Find(item.key(), h), &item);
+        ASSERT_EQ(index.Find(item.KeyString(), h), &item);
         ASSERT_TRUE(index.Contains(h, &item));
         index.Erase(h, &item);
         model[i] = false;
       } else {
-        ASSERT_EQ(index.Find(item.key(), h), nullptr);
+        ASSERT_EQ(index.Find(item.KeyString(), h), nullptr);
         ASSERT_FALSE(index.Contains(h, &item));
         index.Insert(h, &item);
         model[i] = true;
@@ -159,7 +158,8 @@ TEST(KeyIndexTest, MatchesAMapUnderRandomInsertsAndErases) {
         size_t n = 0;
         for (const auto& [j, in] : model) {
           n += in;
-          ASSERT_EQ(index.Find(items[j].key(), hash_of(items[j])), in ? &items[j] : nullptr) << j;
+          ASSERT_EQ(index.Find(items[j].KeyString(), hash_of(items[j])), in ? &items[j] : nullptr)
+              << j;
         }
         ASSERT_EQ(index.size(), n);
         size_t seen = 0;
@@ -276,6 +276,49 @@ TEST_F(MemoryTierTest, BatchLookupAgreesWithLookup) {
   EXPECT_TRUE(handles.empty());
 }
 
+// An item holds a key's first 16 bytes and a longer key's rest in the key arena
+// (db/item.h): keys of every length around that boundary, and keys that differ only
+// before or only after it, are told apart by every lookup, and whole keys come back out.
+TEST_F(MemoryTierTest, KeysShortAndLongAroundTheItemsKeyRoom) {
+  Open(64 * kSlab);
+  std::vector<std::string> keys;
+  for (size_t len = 0; len <= 40; len++) {
+    keys.push_back(std::string(len, 'k'));
+    if (len > 0) keys.push_back(std::string(len - 1, 'k') + 'x');  // differs at the end
+    if (len > 1) keys.push_back('x' + std::string(len - 1, 'k'));  // differs at the start
+  }
+  // The empty key is never indexed: the DB rejects it.
+  keys.erase(keys.begin());
+  for (size_t i = 0; i < keys.size(); i++) {
+    ASSERT_TRUE(Put(keys[i], "v" + std::to_string(i)).ok()) << keys[i];
+  }
+  for (size_t i = 0; i < keys.size(); i++) {
+    EXPECT_EQ(Get(keys[i]), "v" + std::to_string(i)) << keys[i];
+    EXPECT_TRUE(tier_->Contains(keys[i])) << keys[i];
+  }
+  EXPECT_EQ(Get(std::string(17, 'y')), "<absent>");
+  EXPECT_EQ(Get(std::string(16, 'k') + "z"), "<absent>");  // a stored key's head
+  std::vector<Slice> slices(keys.begin(), keys.end());
+  slices.push_back(Slice(std::string_view("kkkkkkkkkkkkkkkkkkkz")));
+  std::vector<uint8_t> found;
+  tier_->BatchContains(slices, &found);
+  for (size_t i = 0; i < keys.size(); i++) EXPECT_EQ(found[i], 1) << keys[i];
+  EXPECT_EQ(found.back(), 0);
+  std::vector<MemoryTier::Handle> handles;
+  tier_->BatchLookup(slices, &handles);
+  for (size_t i = 0; i < keys.size(); i++) {
+    ASSERT_TRUE(handles[i].valid()) << keys[i];
+    EXPECT_EQ(handles[i].value().ToString(), "v" + std::to_string(i));
+  }
+  handles.clear();
+  std::set<std::string> seen;
+  tier_->ForEach([&](std::string_view k, uint64_t, uint64_t) { seen.insert(std::string(k)); });
+  EXPECT_EQ(seen, std::set<std::string>(keys.begin(), keys.end()));
+  EXPECT_EQ(tier_->EraseIf([](std::string_view k) { return k.size() > 16 && k[0] == 'x'; }), 24u);
+  EXPECT_FALSE(tier_->Contains('x' + std::string(19, 'k')));
+  EXPECT_TRUE(tier_->Contains('x' + std::string(15, 'k')));
+}
+
 TEST_F(MemoryTierTest, PutGetOverwriteErase) {
   Open(16 * kSlab);
   ASSERT_TRUE(Put("a", "alpha").ok());
@@ -342,6 +385,21 @@ TEST_F(MemoryTierTest, EvictsLeastRecentlyUsedFirst) {
   EXPECT_EQ(st.evictions, 2u);
   EXPECT_EQ(st.evicted_bytes, 2u * v.size());
   EXPECT_EQ(st.items, 4u);
+}
+
+// Reads of an item relinked in its list's current epoch leave it in place
+// (SlabAllocator::Touch), yet what was read stays and what was not goes first.
+TEST_F(MemoryTierTest, RepeatedReadsKeepWarmItemsAndEvictColdOnes) {
+  Open(1 * kSlab);  // one slab: 16 values of 4 KiB
+  const std::string v(4 << 10, 'v');
+  for (int i = 0; i < 16; i++) ASSERT_TRUE(Put("k" + std::to_string(i), v).ok());
+  for (int round = 0; round < 3; round++) {
+    for (int i = 0; i < 8; i++) EXPECT_TRUE(Get("k" + std::to_string(i)) == v) << i;
+  }
+  for (int i = 16; i < 24; i++) ASSERT_TRUE(Put("k" + std::to_string(i), v).ok());
+  for (int i = 0; i < 8; i++) EXPECT_TRUE(Get("k" + std::to_string(i)) == v) << i;
+  for (int i = 8; i < 16; i++) EXPECT_EQ(Get("k" + std::to_string(i)), "<absent>") << i;
+  EXPECT_EQ(tier_->GetStats().evictions, 8u);
 }
 
 TEST_F(MemoryTierTest, EvictionAcrossSizeClassesReclaimsSlabs) {
