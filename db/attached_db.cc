@@ -4,12 +4,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <limits>
 #include <unordered_set>
 
 #include "env/gpu_io.h"
+#include "transport/busy_poll.h"
 #include "transport/read_validation.h"
 #include "transport/unix_socket.h"
 #include "transport/wire.h"
@@ -82,6 +84,11 @@ struct AttachedDB::Connection {
   uint64_t next_request = 0;
   uint64_t reservation_timeout_ms = 0;  // the owner's local_reservation_timeout_ms
   std::shared_ptr<ArenaMapping> arena;  // everything this connection pins is in it
+  BusyPollPredictor busy_poll;          // waits for answers, per op
+  // Owners that reserve spare slots (wire::kFeatureSpares) give them this long; 0: none.
+  uint64_t spare_lifetime_ms = 0;
+  std::vector<Slot> spares;  // reserved for this connection's next put
+  explicit Connection(uint64_t busy_poll_us) : busy_poll(busy_poll_us) {}
   ~Connection() {
     if (fd >= 0) close(fd);
   }
@@ -147,7 +154,7 @@ Status AttachedDB::Acquire(std::unique_ptr<Connection>* conn) {
     open_++;
     generation = generation_;
   }
-  auto c = std::make_unique<Connection>();
+  auto c = std::make_unique<Connection>(options_.local_busy_poll_us);
   c->generation = generation;
   Status s = Open(c.get());
   if (!s.ok()) {
@@ -210,6 +217,11 @@ Status AttachedDB::Open(Connection* conn) {
   }
   uint64_t timeout_ms = 0;  // sent by owners that reclaim idle reservations
   conn->reservation_timeout_ms = GetFixed64(&in, &timeout_ms) ? timeout_ms : 0;
+  uint64_t features = 0, spare_lifetime_ms = 0;  // sent by owners that have features
+  if (GetFixed64(&in, &features) && (features & wire::kFeatureSpares) &&
+      GetFixed64(&in, &spare_lifetime_ms)) {
+    conn->spare_lifetime_ms = spare_lifetime_ms;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     std::shared_ptr<ArenaMapping> shared = arena_.lock();
@@ -251,9 +263,12 @@ Status AttachedDB::Call(Connection* conn, uint8_t op, const std::string& meta,
   const Deadline deadline = DeadlineIn(options_.peer_timeout_ms);
   Status s = SendFrame(conn->fd, op, 0, id, meta, {}, deadline);
   if (!s.ok()) return Lost(conn, s.ToString());
+  const auto sent = BusyPollPredictor::Clock::now();
+  conn->busy_poll.Spin(conn->fd, op);  // the owner usually answers in microseconds
   wire::FrameHeader h;
   s = ReadFrame(conn->fd, deadline, &h, answer);
   if (!s.ok()) return Lost(conn, s.ToString());
+  conn->busy_poll.Done(op, sent);
   if (h.op != op || h.request_id != id || !(h.flags & wire::kFlagResponse)) {
     return Lost(conn, "answer out of step with the request");
   }
@@ -352,86 +367,142 @@ Status AttachedDB::BatchPut(const WriteOptions&, std::span<const Slice> keys,
   }
   if (sent.empty()) return Status::OK();
 
-  std::string meta, answer;
-  wire::PutKeys(&meta, sent_keys, sizes.data());
-  // The owner reclaims the slots local_reservation_timeout_ms after it received this
-  // request; they are written only within half of that from before it was sent.
-  using Clock = std::chrono::steady_clock;
-  const Clock::time_point reserve_sent = Clock::now();
-  s = Call(c.get(), wire::kReserve, meta, &answer);
-  const Clock::time_point copy_deadline =
-      c.get()->reservation_timeout_ms == 0
-          ? Clock::time_point::max()
-          : reserve_sent + std::chrono::milliseconds(c.get()->reservation_timeout_ms) / 2;
+  // A slot for each value: a spare of its size left by the previous put when there is
+  // one (no round trip), else reserved now.
+  std::vector<Slot> slots;
+  s = TakeSlots(c.get(), sent_keys, sizes, &slots);
   if (!s.ok()) {
     results->clear();
     return s;
   }
-  std::string_view in(answer);
-  Status batch;
-  std::vector<int64_t> reserved;
-  std::vector<RemoteLocation> locs;
-  if (!wire::GetBatchStatus(&in, &batch) ||
-      (batch.ok() && (!DecodeLocations(&in, &reserved, &locs) || reserved.size() != sent.size()))) {
-    results->clear();
-    return Lost(c.get(), "malformed answer to RESERVE");
-  }
-  if (!batch.ok()) {
-    results->clear();
-    return batch;
-  }
   // Copy each value into its slot: the one copy of its bytes.
   std::vector<Slice> commit_keys;
-  std::vector<uint64_t> ids;
+  std::vector<uint64_t> ids, unused;
   std::vector<size_t> committed;
   for (size_t j = 0; j < sent.size(); j++) {
-    if (reserved[j] < 0) {
-      (*results)[sent[j]] = reserved[j];
+    if (slots[j].code < 0) {
+      (*results)[sent[j]] = slots[j].code;
       continue;
     }
-    char* dst = c.get()->arena->At(locs[j].offset, sizes[j]);
+    char* dst = c.get()->arena->At(slots[j].offset, sizes[j]);
     if (dst == nullptr) return Lost(c.get(), "slot outside the arena");
-    if (Clock::now() >= copy_deadline) {  // the owner may soon give the slot to another value
+    if (Clock::now() >= slots[j].copy_deadline) {  // the owner may soon give it to another value
       (*results)[sent[j]] = Status::Aborted("").ErrorCode();
+      unused.push_back(slots[j].id);
       continue;
     }
     if (devices[j] >= 0) {  // device -> the slot, as the in-process path would stage it
       Status copied =
           gpu->CopyFromDevice(sent_keys[j].ToString(), devices[j], values[sent[j]], dst, sizes[j]);
-      if (!copied.ok()) {  // not committed: the owner takes the slot back
+      if (!copied.ok()) {  // not committed: given back
         (*results)[sent[j]] = copied.ErrorCode();
+        unused.push_back(slots[j].id);
         continue;
       }
     } else {
-      for (const Slice& part : values[sent[j]]) {
-        if (part.size() != 0) std::memcpy(dst, part.data(), part.size());
-        dst += part.size();
-      }
+      GatherCopy(values[sent[j]], sizes[j], dst);
     }
     commit_keys.push_back(sent_keys[j]);
-    ids.push_back(locs[j].lease);
+    ids.push_back(slots[j].id);
     committed.push_back(sent[j]);
   }
-  if (committed.empty()) return Status::OK();
-  meta.clear();
-  wire::PutKeys(&meta, commit_keys, ids.data());
-  s = Call(c.get(), wire::kCommit, meta, &answer);
+  if (committed.empty() && unused.empty()) return Status::OK();
   std::vector<int64_t> published;
-  if (s.ok()) {
-    in = answer;
-    if (!wire::GetBatchStatus(&in, &batch) || !wire::GetResults(&in, &published) ||
-        published.size() != committed.size()) {
-      s = Lost(c.get(), "malformed answer to COMMIT");
-    } else {
-      s = batch;
-    }
-  }
+  s = CommitSlots(c.get(), commit_keys, ids, unused, sizes, &published);
   if (!s.ok()) {
     // Whether the owner published them is unknown: every key of the batch fails.
     results->clear();
     return s;
   }
   for (size_t j = 0; j < committed.size(); j++) (*results)[committed[j]] = published[j];
+  return Status::OK();
+}
+
+Status AttachedDB::TakeSlots(Connection* conn, const std::vector<Slice>& keys,
+                             const std::vector<uint64_t>& sizes, std::vector<Slot>* slots) {
+  slots->assign(keys.size(), Slot());
+  const Clock::time_point now = Clock::now();
+  std::vector<Slice> need_keys;
+  std::vector<uint64_t> need_sizes;
+  std::vector<size_t> need;
+  for (size_t j = 0; j < keys.size(); j++) {
+    auto spare = std::find_if(conn->spares.begin(), conn->spares.end(), [&](const Slot& x) {
+      return x.size == sizes[j] && now < x.copy_deadline;
+    });
+    if (spare != conn->spares.end()) {
+      (*slots)[j] = *spare;
+      conn->spares.erase(spare);
+    } else {
+      need.push_back(j);
+      need_keys.push_back(keys[j]);
+      need_sizes.push_back(sizes[j]);
+    }
+  }
+  if (need.empty()) return Status::OK();
+  std::string meta, answer;
+  wire::PutKeys(&meta, need_keys, need_sizes.data());
+  // The owner reclaims the slots local_reservation_timeout_ms after it received this
+  // request; they are written only within half of that from before it was sent.
+  const Clock::time_point sent = Clock::now();
+  Status s = Call(conn, wire::kReserve, meta, &answer);
+  if (!s.ok()) return s;
+  const Clock::time_point copy_deadline =
+      conn->reservation_timeout_ms == 0
+          ? Clock::time_point::max()
+          : sent + std::chrono::milliseconds(conn->reservation_timeout_ms) / 2;
+  std::string_view in(answer);
+  Status batch;
+  std::vector<int64_t> reserved;
+  std::vector<RemoteLocation> locs;
+  if (!wire::GetBatchStatus(&in, &batch) ||
+      (batch.ok() && (!DecodeLocations(&in, &reserved, &locs) || reserved.size() != need.size()))) {
+    return Lost(conn, "malformed answer to RESERVE");
+  }
+  if (!batch.ok()) return batch;
+  for (size_t k = 0; k < need.size(); k++) {
+    (*slots)[need[k]] = {reserved[k], locs[k].offset, need_sizes[k], locs[k].lease, copy_deadline};
+  }
+  return Status::OK();
+}
+
+Status AttachedDB::CommitSlots(Connection* conn, const std::vector<Slice>& keys,
+                               const std::vector<uint64_t>& ids, std::vector<uint64_t> unused,
+                               const std::vector<uint64_t>& next_sizes,
+                               std::vector<int64_t>* published) {
+  std::string meta, answer;
+  wire::PutKeys(&meta, keys, ids.data());
+  const bool with_spares = conn->spare_lifetime_ms > 0;
+  if (with_spares) {
+    // Spares of other sizes than this put's, or too old to copy into, go back.
+    for (const Slot& spare : conn->spares) unused.push_back(spare.id);
+    conn->spares.clear();
+    wire::PutResults(&meta, std::vector<int64_t>(unused.begin(), unused.end()));
+    wire::PutResults(&meta, std::vector<int64_t>(next_sizes.begin(), next_sizes.end()));
+  } else if (keys.empty()) {
+    return Status::OK();  // the unused slots go back at the owner's timeout
+  }
+  const Clock::time_point sent = Clock::now();
+  Status s = Call(conn, with_spares ? wire::kCommitReserve : wire::kCommit, meta, &answer);
+  if (!s.ok()) return s;
+  std::string_view in(answer);
+  Status batch;
+  if (!wire::GetBatchStatus(&in, &batch)) return Lost(conn, "malformed answer to COMMIT");
+  if (!batch.ok()) return batch;
+  std::vector<int64_t> reserved;
+  std::vector<RemoteLocation> locs;
+  if (!wire::GetResults(&in, published) || published->size() != keys.size() ||
+      (with_spares &&
+       (!DecodeLocations(&in, &reserved, &locs) || reserved.size() != next_sizes.size()))) {
+    return Lost(conn, "malformed answer to COMMIT");
+  }
+  const Clock::time_point copy_deadline =
+      sent + std::chrono::milliseconds(conn->spare_lifetime_ms) / 2;
+  for (size_t k = 0; k < reserved.size(); k++) {
+    if (reserved[k] >= 0 && locs[k].size == next_sizes[k]) {
+      conn->spares.push_back(
+          {reserved[k], locs[k].offset, next_sizes[k], locs[k].lease, copy_deadline});
+    }
+  }
   return Status::OK();
 }
 

@@ -34,6 +34,7 @@
 #ifndef KVENGINE_DB_ATTACHED_DB_H_
 #define KVENGINE_DB_ATTACHED_DB_H_
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -86,6 +87,14 @@ class AttachedDB final : public DB {
   struct ArenaMapping;
   struct Connection;
   class Checkout;
+  using Clock = std::chrono::steady_clock;
+
+  // A reserved slot of the arena for one value of a put.
+  struct Slot {
+    int64_t code = 0;  // < 0: the key's error instead of a slot
+    uint64_t offset = 0, size = 0, id = 0;
+    Clock::time_point copy_deadline;  // copy into it only before this
+  };
 
   // An idle connection of the pool, or a new one.
   Status Acquire(std::unique_ptr<Connection>* conn);
@@ -99,6 +108,14 @@ class AttachedDB final : public DB {
   Status Call(Connection* conn, uint8_t op, const std::string& meta, std::string* answer);
   // A one-way request (UNPIN); a failure drops the connection.
   void Send(Connection* conn, uint8_t op, const std::string& meta);
+  // A slot of sizes[j] for keys[j]: a spare of conn when it has one, else reserved.
+  Status TakeSlots(Connection* conn, const std::vector<Slice>& keys,
+                   const std::vector<uint64_t>& sizes, std::vector<Slot>* slots);
+  // Publishes slots `ids` under `keys`, gives back the slots `unused`, and (owners with
+  // spares) reserves spares of next_sizes for conn's next put.
+  Status CommitSlots(Connection* conn, const std::vector<Slice>& keys,
+                     const std::vector<uint64_t>& ids, std::vector<uint64_t> unused,
+                     const std::vector<uint64_t>& next_sizes, std::vector<int64_t>* published);
   // A request whose answer is a batch status and per-key results.
   Status CallForResults(uint8_t op, const std::string& meta, size_t expected,
                         std::vector<int64_t>* results);

@@ -213,7 +213,7 @@ Status DBImpl::Init() {
 Status DBImpl::StartLocalServer() {
   std::error_code ec;
   options_.local_listen = std::filesystem::absolute(options_.local_listen, ec).string();
-  Status s = LocalServer::Start(options_, this, &logger_, &local_server_);
+  Status s = LocalServer::Start(options_, this, &logger_, &local_counters_, &local_server_);
   if (!s.ok()) return s;
   // Recorded so that DB::Open of this directory by another process attaches.
   const std::string record = path_ + "/" + kLocalSocketFile;
@@ -366,12 +366,12 @@ Status DBImpl::Publish(const Slice& key, std::span<const Slice> parts, uint64_t 
   return s;
 }
 
-Status DBImpl::ReserveForClient(const Slice& key, uint64_t size,
+Status DBImpl::ReserveForClient(const Slice* key, uint64_t size,
                                 MemoryTier::Reservation* reservation) {
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
-  if (s.ok()) s = CheckKey(key);
-  if (s.ok()) s = CheckValueSize(key, size);
+  if (s.ok() && key != nullptr) s = CheckKey(*key);
+  if (s.ok()) s = CheckValueSize(key != nullptr ? *key : Slice("(a spare slot)"), size);
   if (s.ok()) s = memory_->Reserve(size, reservation);
   if (!s.ok()) counters_.put_failures.fetch_add(1, std::memory_order_relaxed);
   return s;
@@ -381,7 +381,13 @@ Status DBImpl::CommitForClient(const Slice& key, MemoryTier::Reservation* reserv
   PerfPoint perf(PerfKey::db_put_one);
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
-  if (!s.ok()) return s;
+  // Checked again: a spare slot was reserved before its key was known.
+  if (s.ok()) s = CheckKey(key);
+  if (s.ok()) s = CheckValueSize(key, reservation->size());
+  if (!s.ok()) {
+    counters_.put_failures.fetch_add(1, std::memory_order_relaxed);
+    return s;
+  }
   const uint64_t size = reservation->size();
   const Slice value(reservation->data(), size);
   return Publish(key, std::span<const Slice>(&value, 1), size, reservation);
@@ -457,16 +463,26 @@ Status DBImpl::CheckDestination(const Slice& key, std::span<const MutableSlice> 
 Status DBImpl::GetFromMemory(const Slice& key, std::span<const MutableSlice> dest,
                              uint64_t capacity, uint64_t* size) {
   MemoryTier::Handle handle;
-  if (!memory_->Lookup(key, &handle)) return Status::NotFound("key " + Printable(key));
+  memory_->Lookup(key, &handle);
+  return CopyFromMemory(key, &handle, dest, capacity, size);
+}
+
+Status DBImpl::CopyFromMemory(const Slice& key, MemoryTier::Handle* handle,
+                              std::span<const MutableSlice> dest, uint64_t capacity,
+                              uint64_t* size) {
+  if (!handle->valid()) return Status::NotFound("key " + Printable(key));
   counters_.memory_hits.fetch_add(1, std::memory_order_relaxed);
-  const Slice value = handle.value();
+  const Slice value = handle->value();
   *size = value.size();
+  Status s;
   if (value.size() > capacity) {
-    return TooSmall(key, value.size(), capacity);
+    s = TooSmall(key, value.size(), capacity);
+  } else {
+    ScatterCopy(value.data(), value.size(), dest);
+    counters_.get_bytes.fetch_add(value.size(), std::memory_order_relaxed);
   }
-  ScatterCopy(value.data(), value.size(), dest);
-  counters_.get_bytes.fetch_add(value.size(), std::memory_order_relaxed);
-  return Status::OK();
+  handle->Release();
+  return s;
 }
 
 Status DBImpl::GetOne(const Slice& key, std::span<const MutableSlice> dest, uint64_t* size) {
@@ -811,29 +827,43 @@ Status DBImpl::BatchGetInto(const ReadOptions& options, std::span<const Slice> k
   std::vector<const char*> tiers(keys.size(), nullptr);
   std::vector<int64_t> sizes(keys.size(), -1);
   gpu_->BeginBatch();
+  // First each key's checks; the keys read into host memory are then looked up in the
+  // memory tier all at once (the probes' cache misses overlap, and the values' first
+  // bytes are on their way before the first copy).
+  std::vector<Status> checks(keys.size());
+  std::vector<int> devices(keys.size(), -1);
+  std::vector<uint64_t> capacities(keys.size(), 0);
+  std::vector<Slice> host_keys;
+  for (size_t i = 0; i < keys.size(); i++) {
+    Status& check = checks[i];
+    check = gpu_->Scan(destinations[i], &devices[i]);
+    if (!check.ok()) {
+      check = ForKey(keys[i], check);
+    } else if (devices[i] < 0) {
+      check = CheckKey(keys[i]);
+      if (check.ok()) check = CheckDestination(keys[i], destinations[i], &capacities[i]);
+      if (check.ok()) host_keys.push_back(keys[i]);
+    }
+  }
+  std::vector<MemoryTier::Handle> pinned;
+  memory_->BatchLookup(host_keys, &pinned);
+  size_t next_pinned = 0;
   uint64_t total_bytes = 0;
   for (size_t i = 0; i < keys.size(); i++) {
     uint64_t size = 0;
-    int device = -1;
-    Status key_status = gpu_->Scan(destinations[i], &device);
-    if (!key_status.ok()) {
-      key_status = ForKey(keys[i], key_status);
-    } else if (device >= 0) {
-      key_status = GetOneToDevice(keys[i], destinations[i], device, &size);
-    } else {
-      uint64_t capacity = 0;
-      key_status = CheckKey(keys[i]);
-      if (key_status.ok()) key_status = CheckDestination(keys[i], destinations[i], &capacity);
-      if (key_status.ok()) {
-        counters_.gets.fetch_add(1, std::memory_order_relaxed);
-        key_status = GetFromMemory(keys[i], destinations[i], capacity, &size);
-        if (key_status.IsNotFound()) {
-          if (ssd_ != nullptr) {
-            misses.push_back(i);  // read with the other misses, in one submission
-            continue;
-          }
-          counters_.misses.fetch_add(1, std::memory_order_relaxed);
+    Status key_status = std::move(checks[i]);
+    if (key_status.ok() && devices[i] >= 0) {
+      key_status = GetOneToDevice(keys[i], destinations[i], devices[i], &size);
+    } else if (key_status.ok()) {
+      counters_.gets.fetch_add(1, std::memory_order_relaxed);
+      key_status =
+          CopyFromMemory(keys[i], &pinned[next_pinned++], destinations[i], capacities[i], &size);
+      if (key_status.IsNotFound()) {
+        if (ssd_ != nullptr) {
+          misses.push_back(i);  // read with the other misses, in one submission
+          continue;
         }
+        counters_.misses.fetch_add(1, std::memory_order_relaxed);
       }
     }
     (*results)[i] = key_status.ok() ? static_cast<int64_t>(size) : key_status.ErrorCode();
@@ -1237,6 +1267,14 @@ std::string DBImpl::StatsText() const {
         << "ssd.checkpoint_writes: " << d.checkpoint_writes << "\n"
         << "ssd.checkpoint_backlog: " << d.checkpoint_backlog << "\n";
   }
+  if (!options_.local_listen.empty()) {
+    const LocalServerCounters& l = local_counters_;
+    out << "local.clients_accepted: " << l.accepted.load() << "\n"
+        << "local.clients_refused: " << l.refused.load() << "\n"
+        << "local.reservations_expired: " << l.reservations_expired.load() << "\n"
+        << "local.reserve_requests: " << l.reserve_requests.load() << "\n"
+        << "local.spare_commits: " << l.spare_commits.load() << "\n";
+  }
   return out.str();
 }
 
@@ -1289,6 +1327,14 @@ std::string DBImpl::StatsJson() const {
         << ",\"checkpoint_rejected\":" << d.checkpoint_rejected
         << ",\"checkpoint_writes\":" << d.checkpoint_writes
         << ",\"checkpoint_backlog\":" << d.checkpoint_backlog << "}";
+  }
+  if (!options_.local_listen.empty()) {
+    const LocalServerCounters& l = local_counters_;
+    out << ",\"local\":{\"clients_accepted\":" << l.accepted.load()
+        << ",\"clients_refused\":" << l.refused.load()
+        << ",\"reservations_expired\":" << l.reservations_expired.load()
+        << ",\"reserve_requests\":" << l.reserve_requests.load()
+        << ",\"spare_commits\":" << l.spare_commits.load() << "}";
   }
   out << "}";
   return out.str();

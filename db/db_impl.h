@@ -10,6 +10,7 @@
 #include <shared_mutex>
 #include <string>
 
+#include "db/local_server.h"
 #include "db/memory_tier.h"
 #include "db/ssd_tier.h"
 #include "kvengine/db.h"
@@ -66,10 +67,12 @@ class DBImpl final : public DB {
   // The owner's side of DB::Attach (db/local_server.h): a client's put in two steps and
   // its reads by pin, so value bytes move only between the client and the arena.
 
-  // Reserves arena room for key's value of `size` bytes, checked as a put's key and size.
-  Status ReserveForClient(const Slice& key, uint64_t size, MemoryTier::Reservation* reservation);
+  // Reserves arena room for key's value of `size` bytes, checked as a put's key and size;
+  // key null: a spare slot for a put whose key is not known yet.
+  Status ReserveForClient(const Slice* key, uint64_t size, MemoryTier::Reservation* reservation);
   // Publishes a reservation the client filled, exactly as a local put of those bytes
-  // (version, SSD write-through or retirement of older SSD copies, counters).
+  // (key and size checked, version, SSD write-through or retirement of older SSD copies,
+  // counters).
   Status CommitForClient(const Slice& key, MemoryTier::Reservation* reservation);
   // Makes key's value readable by a client at *value, inside the arena: pinned in the
   // memory tier (*handle), or -- when only the SSD tier or a peer has it -- read into a
@@ -108,6 +111,10 @@ class DBImpl final : public DB {
   // Copies key's value from the memory tier only; NotFound when it is not there.
   Status GetFromMemory(const Slice& key, std::span<const MutableSlice> dest, uint64_t capacity,
                        uint64_t* size);
+  // The same for a value the memory tier has already looked up and pinned into *handle
+  // (not valid: NotFound); releases the handle.
+  Status CopyFromMemory(const Slice& key, MemoryTier::Handle* handle,
+                        std::span<const MutableSlice> dest, uint64_t capacity, uint64_t* size);
   Status DeleteOne(const Slice& key);
   // Reads the keys that missed the memory tier from SSD (one submission) and promotes
   // them by policy.  misses[i] indexes keys/dests/results.
@@ -171,6 +178,7 @@ class DBImpl final : public DB {
   std::unique_ptr<PeerEnv> peer_;
   // Serves attached processes (Options::local_listen); null when not.  Stopped first by
   // Close: its connections hold reservations and pins in the memory tier.
+  LocalServerCounters local_counters_;  // local_server_'s, reported by the stats
   std::unique_ptr<LocalServer> local_server_;
 };
 

@@ -96,6 +96,21 @@ std::string DBImpl::StatsPrometheus() const {
            counters_.deletes.load(std::memory_order_relaxed));
   e.Metric("kvengine_batch_calls_total", "counter", "Batch calls accepted.",
            counters_.batch_calls.load(std::memory_order_relaxed));
+  if (!options_.local_listen.empty()) {
+    const LocalServerCounters& l = local_counters_;
+    e.Metric("kvengine_local_clients_accepted_total", "counter",
+             "Connections of attached processes admitted.", l.accepted.load());
+    e.Metric("kvengine_local_clients_refused_total", "counter",
+             "Connections of attached processes refused (uid not allowed).", l.refused.load());
+    e.Metric("kvengine_local_reservations_expired_total", "counter",
+             "Slots attached clients reserved and held past local_reservation_timeout_ms.",
+             l.reservations_expired.load());
+    e.Metric("kvengine_local_reserve_requests_total", "counter",
+             "RESERVE round trips of attached clients' puts.", l.reserve_requests.load());
+    e.Metric("kvengine_local_spare_commits_total", "counter",
+             "Values attached clients put into spare slots (a put in one round trip).",
+             l.spare_commits.load());
+  }
 
   e.Header("kvengine_errors_total", "counter", "Failed keys and calls, by kind of error.");
   for (int c = 1; c < ErrorCounters::kNumCodes; c++) {

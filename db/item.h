@@ -1,16 +1,21 @@
 // Item: the descriptor of one value held in the memory tier.
 //
 // Items live in arrays owned by their slab (see SlabAllocator), so storing a value costs
-// no per-value allocation of its bytes.  An item is reference counted: the index holds one
-// reference while the key maps to it, and every reader pins it while copying out, so an
-// overwrite or delete never frees bytes that a reader is still copying.
+// no per-value allocation of its bytes.  The arrays come from pools of huge-page-advised
+// memory (util/huge_block_pool.h), and so do the keys' bytes (db/key_arena.h): a lookup
+// reads its index slot, then its item, then its key, and at millions of keys each of
+// these in 4 KiB-paged heap memory cost a TLB miss and a page walk besides the cache
+// miss.  An item is reference counted: the index holds one reference while the key maps
+// to it, and every reader pins it while copying out, so an overwrite or delete never
+// frees bytes that a reader is still copying.
 //
 // An item is 48 bytes, because every slot of every slab in use has one: with the
 // index's 16-byte slots between 35% and 70% full (db/key_index.h), a key costs 48 B plus
 // 23-46 B of slots beside its own bytes and its value, within issue #16's 96 B (the
 // unused slots of a slab not yet full add their items).  So it holds only what cannot
 // be derived:
-//   - the key is a heap copy of exactly its bytes, not a std::string (32 B);
+//   - the key is a pointer to a copy of its bytes (in the allocator's KeyArena), not a
+//     std::string (32 B);
 //   - no hash: the index slot keeps it, and the rare unindexing that has no lookup at
 //     hand (an eviction) hashes the key again;
 //   - no value pointer or slot number: SlabAllocator::DataOf computes the value's address
@@ -26,8 +31,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <cstring>
-#include <memory>
 #include <string_view>
 
 namespace kvengine {
@@ -40,9 +43,10 @@ struct Item {
   static constexpr uint32_t kMaxSlabs = uint32_t{1} << 24;
   static constexpr uint32_t kMaxClasses = 256;
 
-  // Written by the putting thread before the item is published; read-only afterwards
-  // until the item is freed (SlabAllocator::Free drops the key).
-  std::unique_ptr<char[]> key_data;  // key_size bytes
+  // Written by the putting thread before the item is published (the key through
+  // SlabAllocator::SetKey); read-only afterwards until the item is freed
+  // (SlabAllocator::Free drops the key).
+  char* key_data = nullptr;  // key_size bytes
   uint64_t version = 0;
   uint64_t size : 43 = 0;  // value bytes
   uint64_t key_size : 21 = 0;
@@ -59,13 +63,7 @@ struct Item {
   // 1 per index reference + 1 per pin.  The item is freed when it drops to 0.
   std::atomic<uint32_t> refs{0};
 
-  std::string_view key() const { return std::string_view(key_data.get(), key_size); }
-  // REQUIRES: key.size() <= kMaxKeySize; the item is not published.
-  void SetKey(std::string_view key) {
-    key_data.reset(new char[key.size()]);
-    if (!key.empty()) std::memcpy(key_data.get(), key.data(), key.size());
-    key_size = key.size();
-  }
+  std::string_view key() const { return std::string_view(key_data, key_size); }
   bool in_lru() const { return lru_prev != nullptr; }
 };
 

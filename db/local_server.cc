@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "db/db_impl.h"
+#include "transport/busy_poll.h"
 #include "transport/read_validation.h"
 #include "transport/unix_socket.h"
 #include "transport/wire.h"
@@ -40,17 +41,22 @@ struct LocalServer::Connection {
 class LocalServer::Session {
  public:
   Session(LocalServer* server, Connection* conn)
-      : server_(server), db_(server->db_), conn_(conn), base_(server->db_->arena().base()) {}
+      : server_(server),
+        db_(server->db_),
+        conn_(conn),
+        base_(server->db_->arena().base()),
+        busy_poll_(server->options_.local_busy_poll_us) {}
 
   void Run() {
     const std::string who =
         "attached client pid " + std::to_string(conn_->pid) + " uid " + std::to_string(conn_->uid);
+    uint8_t last_op = 0;  // the op of the request served last (0: none yet)
     for (;;) {
       // Idle clients may wait forever; a frame once begun must arrive within the timeout.
       // Their reservations may not: they are reclaimed while waiting.
       wire::FrameHeader h;
       std::string meta;
-      Status s = WaitForRequest();
+      Status s = WaitForRequest(last_op);
       ExpireReservations();
       if (s.ok()) {
         s = ReadFrame(conn_->fd, DeadlineIn(server_->options_.peer_timeout_ms), &h, &meta,
@@ -63,6 +69,7 @@ class LocalServer::Session {
         }
         return;
       }
+      last_op = h.op;
       if (!Serve(h, meta)) {
         if (answer_error_.ok()) {
           server_->logger_->Logf(LogLevel::kWarn, "local: closing %s: malformed request (op %u)",
@@ -89,14 +96,30 @@ class LocalServer::Session {
     Clock::time_point expires;  // Clock::time_point::max(): never
   };
 
-  Status WaitForRequest() {
+  // Waits for the client's next request, which usually follows the answer to `last_op`
+  // after a pattern the client repeats (a put's copy between RESERVE and COMMIT).
+  Status WaitForRequest(uint8_t last_op) {
+    const auto began = BusyPollPredictor::Clock::now();
+    if (busy_poll_.Spin(conn_->fd, last_op)) {
+      busy_poll_.Done(last_op, began);
+      return Status::OK();
+    }
     for (;;) {
       if (server_->stopping_.load()) return Status::Aborted("stopping");
       pollfd p{conn_->fd, POLLIN, 0};
       const int n = poll(&p, 1, 100);
-      if (n > 0) return Status::OK();
+      if (n > 0) {
+        busy_poll_.Done(last_op, began);
+        return Status::OK();
+      }
       ExpireReservations();
     }
+  }
+
+  // A spare is reserved before the client knows it will need it: it holds arena room
+  // only briefly, and is given back silently.
+  Clock::time_point SpareDeadline() const {
+    return Clock::now() + std::chrono::milliseconds(server_->spare_lifetime_ms());
   }
 
   Clock::time_point ReservationDeadline() const {
@@ -108,6 +131,10 @@ class LocalServer::Session {
   // grow with time, so the oldest come first.
   void ExpireReservations() {
     const Clock::time_point now = Clock::now();
+    while (!spares_.empty() && spares_.begin()->second.expires <= now) {
+      expired_ids_.insert(spares_.begin()->first);
+      spares_.erase(spares_.begin());
+    }
     size_t expired = 0;
     while (!reservations_.empty() && reservations_.begin()->second.expires <= now) {
       expired_ids_.insert(reservations_.begin()->first);
@@ -116,7 +143,7 @@ class LocalServer::Session {
     }
     while (expired_ids_.size() > kMaxHeldPerConnection) expired_ids_.erase(expired_ids_.begin());
     if (expired == 0) return;
-    server_->reservations_expired_.fetch_add(expired);
+    server_->counters_->reservations_expired.fetch_add(expired);
     server_->logger_->Logf(
         LogLevel::kWarn,
         "local: attached client pid %d held %zu reserved slots longer than "
@@ -149,7 +176,49 @@ class LocalServer::Session {
 
   uint64_t OffsetOf(const char* p) const { return static_cast<uint64_t>(p - base_); }
 
-  bool Full() const { return reservations_.size() + leases_.size() >= kMaxHeldPerConnection; }
+  bool Full() const {
+    return reservations_.size() + spares_.size() + leases_.size() >= kMaxHeldPerConnection;
+  }
+
+  // Reserves a slot of `size` bytes into `held` (reservations_, or spares_: key null);
+  // kLookupPinned and its location, or an error code.
+  int64_t Reserve(const Slice* key, uint64_t size, std::map<uint64_t, Held>* held,
+                  RemoteLocation* loc) {
+    if (Full()) return Status::Busy("").ErrorCode();
+    MemoryTier::Reservation r;
+    Status s = db_->ReserveForClient(key, size, &r);
+    if (!s.ok()) return s.ErrorCode();
+    const uint64_t id = ++next_id_;
+    *loc = {OffsetOf(r.data()), size, 0, id};
+    held->emplace(id,
+                  Held{std::move(r), held == &spares_ ? SpareDeadline() : ReservationDeadline()});
+    return kLookupPinned;
+  }
+
+  // Publishes the slots `ids` (reservations or spares) under `keys`.
+  void Commit(const std::vector<Slice>& keys, const std::vector<uint64_t>& ids,
+              std::vector<int64_t>* results) {
+    ExpireReservations();  // exactly at the timeout, not at the next poll
+    results->assign(keys.size(), 0);
+    for (size_t i = 0; i < keys.size(); i++) {
+      std::map<uint64_t, Held>* held = &reservations_;
+      auto it = held->find(ids[i]);
+      if (it == held->end()) {
+        held = &spares_;
+        it = held->find(ids[i]);
+      }
+      if (it == held->end()) {
+        const bool expired = expired_ids_.erase(ids[i]) != 0;
+        (*results)[i] = (expired ? Status::Aborted("") : Status::InvalidArgument("")).ErrorCode();
+        continue;
+      }
+      (*results)[i] = db_->CommitForClient(keys[i], &it->second.slot).ErrorCode();
+      if (held == &spares_ && (*results)[i] == 0) {
+        server_->counters_->spare_commits.fetch_add(1, std::memory_order_relaxed);
+      }
+      held->erase(it);  // abandons it when the commit failed
+    }
+  }
 
   // False: the request was malformed; close the connection.
   bool Serve(const wire::FrameHeader& h, const std::string& meta_bytes) {
@@ -168,41 +237,45 @@ class LocalServer::Session {
     switch (h.op) {
       case wire::kReserve: {
         if (!get_keys(true)) return false;
+        server_->counters_->reserve_requests.fetch_add(1, std::memory_order_relaxed);
         std::vector<RemoteLocation> locs(keys.size());
         results.assign(keys.size(), 0);
         for (size_t i = 0; i < keys.size(); i++) {
-          if (Full()) {
-            results[i] = Status::Busy("").ErrorCode();
-            continue;
-          }
-          MemoryTier::Reservation r;
-          Status s = db_->ReserveForClient(keys[i], extra[i], &r);
-          if (!s.ok()) {
-            results[i] = s.ErrorCode();
-            continue;
-          }
-          const uint64_t id = ++next_id_;
-          results[i] = kLookupPinned;
-          locs[i] = {OffsetOf(r.data()), extra[i], 0, id};
-          reservations_.emplace(id, Held{std::move(r), ReservationDeadline()});
+          results[i] = Reserve(&keys[i], extra[i], &reservations_, &locs[i]);
         }
         return AnswerLocations(h, results, locs);
       }
       case wire::kCommit: {
         if (!get_keys(true)) return false;
-        ExpireReservations();  // exactly at the timeout, not at the next poll
-        results.assign(keys.size(), 0);
-        for (size_t i = 0; i < keys.size(); i++) {
-          auto it = reservations_.find(extra[i]);
-          if (it == reservations_.end()) {
-            const bool expired = expired_ids_.erase(extra[i]) != 0;
-            results[i] = (expired ? Status::Aborted("") : Status::InvalidArgument("")).ErrorCode();
-            continue;
-          }
-          results[i] = db_->CommitForClient(keys[i], &it->second.slot).ErrorCode();
-          reservations_.erase(it);  // abandons it when the commit failed
-        }
+        Commit(keys, extra, &results);
         return AnswerResults(h, Status::OK(), results);
+      }
+      case wire::kCommitReserve: {
+        // A put's commit, and the slots of the client's next put, which usually has the
+        // same shape (a vLLM request's layers), reserved now: one round trip a put.
+        std::vector<int64_t> given_back, wanted;
+        if (!wire::GetKeys(&meta, &views, &extra) || !wire::GetResults(&meta, &given_back) ||
+            !wire::GetResults(&meta, &wanted) || !meta.empty()) {
+          return false;
+        }
+        keys.assign(views.begin(), views.end());
+        Commit(keys, extra, &results);
+        for (int64_t id : given_back) {
+          spares_.erase(static_cast<uint64_t>(id));
+          reservations_.erase(static_cast<uint64_t>(id));
+        }
+        std::vector<int64_t> reserved(wanted.size(), 0);
+        std::vector<RemoteLocation> locs(wanted.size());
+        for (size_t i = 0; i < wanted.size(); i++) {
+          reserved[i] = wanted[i] < 0 ? Status::InvalidArgument("").ErrorCode()
+                                      : Reserve(nullptr, static_cast<uint64_t>(wanted[i]), &spares_,
+                                                &locs[i]);
+        }
+        std::string out;
+        wire::PutBatchStatus(&out, Status::OK());
+        wire::PutResults(&out, results);
+        EncodeLocations(&out, reserved, locs);
+        return Answer(h, out);
       }
       case wire::kPin: {
         if (!get_keys(true)) return false;
@@ -305,21 +378,28 @@ class LocalServer::Session {
   DBImpl* const db_;
   Connection* const conn_;
   const char* const base_;
+  BusyPollPredictor busy_poll_;
   uint64_t next_id_ = 0;
   Status answer_error_;                    // why the last answer could not be sent
   std::map<uint64_t, Held> reservations_;  // by id: oldest first
+  std::map<uint64_t, Held> spares_;        // reserved ahead of a put (kCommitReserve)
   std::set<uint64_t> expired_ids_;         // reclaimed, not yet named by a COMMIT
   std::unordered_map<uint64_t, Lease> leases_;
 };
 
-LocalServer::LocalServer(const Options& options, DBImpl* db, Logger* logger)
-    : options_(options), db_(db), logger_(logger), path_(options.local_listen) {}
+LocalServer::LocalServer(const Options& options, DBImpl* db, Logger* logger,
+                         LocalServerCounters* counters)
+    : options_(options),
+      db_(db),
+      logger_(logger),
+      counters_(counters),
+      path_(options.local_listen) {}
 
 LocalServer::~LocalServer() { Stop(); }
 
 Status LocalServer::Start(const Options& options, DBImpl* db, Logger* logger,
-                          std::unique_ptr<LocalServer>* result) {
-  std::unique_ptr<LocalServer> server(new LocalServer(options, db, logger));
+                          LocalServerCounters* counters, std::unique_ptr<LocalServer>* result) {
+  std::unique_ptr<LocalServer> server(new LocalServer(options, db, logger, counters));
   server->allowed_uids_ = {geteuid(), 0};
   std::string_view uids(options.local_allowed_uids);
   while (!uids.empty()) {
@@ -401,7 +481,7 @@ void LocalServer::Admit(int fd) {
   if (s.ok() && allowed_uids_.count(conn->uid) == 0) {
     s = Status::InvalidArgument("refused: uid " + std::to_string(conn->uid) +
                                 " may not attach to " + path_);
-    refused_.fetch_add(1);
+    counters_->refused.fetch_add(1);
     logger_->Logf(LogLevel::kWarn, "local: refused pid %d uid %u on %s: not an allowed uid",
                   static_cast<int>(conn->pid), static_cast<unsigned>(conn->uid), path_.c_str());
   }
@@ -410,13 +490,15 @@ void LocalServer::Admit(int fd) {
   wire::PutBatchStatus(&meta, s);
   PutFixed64(&meta, s.ok() ? db_->arena().size() : 0);
   PutFixed64(&meta, options_.local_reservation_timeout_ms);  // the client's copy deadline
+  PutFixed64(&meta, wire::kFeatureSpares);
+  PutFixed64(&meta, spare_lifetime_ms());  // the copy deadline of spares
   Status sent = SendDescriptor(fd, s.ok() ? db_->arena().fd() : -1, deadline);
   if (sent.ok()) sent = SendFrame(fd, wire::kAttach, wire::kFlagResponse, 0, meta, {}, deadline);
   if (!s.ok() || !sent.ok()) {
     close(fd);
     return;
   }
-  accepted_.fetch_add(1);
+  counters_->accepted.fetch_add(1);
   Connection* raw = conn.get();
   {
     std::lock_guard<std::mutex> lock(mu_);

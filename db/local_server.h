@@ -7,6 +7,8 @@
 // sends requests, one at a time per connection (frames of the peer protocol, wire.h):
 //   RESERVE keys+sizes  -> arena offsets of fresh, invisible slots; the client copies in
 //   COMMIT  slot ids    -> each slot published exactly as a local put
+//   COMMIT_RESERVE      -> a COMMIT that also reserves "spare" slots for the client's
+//                          next put (its sizes), so that a put takes one round trip
 //   PIN     keys        -> arena offsets of the values, pinned; the client copies out
 //   UNPIN   lease ids   (one-way)
 // and plain requests for the rest (exists, deletes, value sizes, properties, Flush,
@@ -15,7 +17,8 @@
 // arena space and never leaves a partial value visible.
 //
 // A slot reserved and not committed within Options::local_reservation_timeout_ms is
-// given back; the client's later COMMIT of it fails with Aborted.
+// given back; the client's later COMMIT of it fails with Aborted.  A spare is given back
+// silently after spare_lifetime_ms(): it holds arena room on speculation.
 //
 // One thread per connection: a client that stops reading stalls only its own thread
 // (and gives up after peer_timeout_ms).
@@ -42,11 +45,21 @@ namespace kvengine {
 class DBImpl;
 class Logger;
 
+// What a LocalServer counts, kept by its DB (whose stats report them) so that they
+// outlive the server and are read without it.
+struct LocalServerCounters {
+  std::atomic<uint64_t> accepted{0};              // connections admitted
+  std::atomic<uint64_t> refused{0};               // connections refused (uid)
+  std::atomic<uint64_t> reservations_expired{0};  // slots held past the timeout
+  std::atomic<uint64_t> reserve_requests{0};      // RESERVE round trips
+  std::atomic<uint64_t> spare_commits{0};         // values published from a spare slot
+};
+
 class LocalServer {
  public:
   // Listens on options.local_listen and serves `db` (which must outlive the server).
   static Status Start(const Options& options, DBImpl* db, Logger* logger,
-                      std::unique_ptr<LocalServer>* result);
+                      LocalServerCounters* counters, std::unique_ptr<LocalServer>* result);
   ~LocalServer();
   LocalServer(const LocalServer&) = delete;
   LocalServer& operator=(const LocalServer&) = delete;
@@ -56,17 +69,19 @@ class LocalServer {
   void Stop();
 
   const std::string& path() const { return path_; }
-  uint64_t accepted() const { return accepted_.load(); }
-  uint64_t refused() const { return refused_.load(); }
-  // Reserved slots given back because their client held them past
-  // Options::local_reservation_timeout_ms.
-  uint64_t reservations_expired() const { return reservations_expired_.load(); }
+  // How long a spare slot is held for its client: a second, or
+  // local_reservation_timeout_ms when that is shorter.
+  uint64_t spare_lifetime_ms() const {
+    const uint64_t timeout = options_.local_reservation_timeout_ms;
+    return timeout == 0 || timeout > kSpareLifetimeMs ? kSpareLifetimeMs : timeout;
+  }
+  static constexpr uint64_t kSpareLifetimeMs = 1000;
 
  private:
   struct Connection;
   class Session;
 
-  LocalServer(const Options& options, DBImpl* db, Logger* logger);
+  LocalServer(const Options& options, DBImpl* db, Logger* logger, LocalServerCounters* counters);
   void AcceptLoop();
   void Admit(int fd);
   // Joins the threads of connections that ended.  REQUIRES: mu_ held.
@@ -75,6 +90,7 @@ class LocalServer {
   const Options options_;
   DBImpl* const db_;
   Logger* const logger_;
+  LocalServerCounters* const counters_;
   const std::string path_;
   std::set<uid_t> allowed_uids_;
   int listen_fd_ = -1;
@@ -84,8 +100,6 @@ class LocalServer {
   std::mutex mu_;
   std::list<std::unique_ptr<Connection>> connections_;  // guarded by mu_
   bool stopped_ = false;                                // guarded by mu_
-
-  std::atomic<uint64_t> accepted_{0}, refused_{0}, reservations_expired_{0};
 };
 
 }  // namespace kvengine

@@ -6,6 +6,7 @@
 #include <thread>
 #include <utility>
 
+#include "util/buffers.h"
 #include "util/config_parse.h"
 #include "util/hash.h"
 #include "util/logging.h"
@@ -16,6 +17,8 @@ namespace kvengine {
 namespace {
 // Each attempt evicts at least one value or waits for a reader to unpin one.
 constexpr int kMaxAllocationAttempts = 4096;
+// A read's first bytes prefetched by Lookup (larger values stream in behind them).
+constexpr uint64_t kPrefetchValueBytes = 512;
 }  // namespace
 
 void MemoryTier::Handle::Release() {
@@ -172,11 +175,7 @@ Status MemoryTier::Put(const Slice& key, std::span<const Slice> parts, uint64_t 
   Reservation reservation;
   Status s = Reserve(size, &reservation);
   if (!s.ok()) return s;
-  char* dst = reservation.data();
-  for (const Slice& part : parts) {
-    if (part.size() != 0) std::memcpy(dst, part.data(), part.size());
-    dst += part.size();
-  }
+  GatherCopy(parts, size, reservation.data());
   return Commit(key, &reservation, version, published);
 }
 
@@ -189,7 +188,7 @@ Status MemoryTier::Commit(const Slice& key, Reservation* reservation, uint64_t* 
   }
   Item* item = reservation->item_;
   reservation->item_ = nullptr;  // its reference is the index's from here on
-  item->SetKey(key.view());
+  allocator_.SetKey(item, key.view());
   const uint64_t hash = Hash64(key.view());
 
   Item* replaced = nullptr;
@@ -239,10 +238,17 @@ bool MemoryTier::Pin(const Slice& key, bool wait, Handle* handle) {
     item->refs.fetch_add(1, std::memory_order_relaxed);
   }
   lookup_hits_.fetch_add(1, std::memory_order_relaxed);
+  PrefetchValue(item);
   allocator_.Touch(item);
   handle->tier_ = this;
   handle->item_ = item;
   return true;
+}
+
+void MemoryTier::PrefetchValue(const Item* item) const {
+  const char* data = allocator_.DataOf(item);
+  const uint64_t n = std::min<uint64_t>(item->size, kPrefetchValueBytes);
+  for (uint64_t off = 0; off < n; off += 64) __builtin_prefetch(data + off);
 }
 
 bool MemoryTier::Contains(const Slice& key) {
@@ -253,15 +259,21 @@ bool MemoryTier::Contains(const Slice& key) {
   return shard.index.Find(key.view(), hash) != nullptr;
 }
 
-void MemoryTier::BatchContains(std::span<const Slice> keys, std::vector<uint8_t>* found) {
-  PerfPoint perf(PerfKey::memory_batch_contains);
+template <typename Fn>
+void MemoryTier::ProbeBatch(std::span<const Slice> keys, Fn&& found) {
   const size_t n = keys.size();
-  found->assign(n, 0);
   // A key with a null pointer (which the DB rejects) is looked up as the empty key,
   // which is never indexed.
   auto view = [&keys](size_t i) {
     return keys[i].data() == nullptr ? std::string_view() : keys[i].view();
   };
+  if (n == 1) {  // nothing to group or overlap: spare the vectors below their allocations
+    const uint64_t hash = Hash64(view(0));
+    Shard& shard = ShardFor(hash);
+    std::lock_guard<std::mutex> lock(shard.mu);
+    if (Item* item = shard.index.Find(view(0), hash)) found(0, item);
+    return;
+  }
   // The keys' hashes, and their indices grouped by shard (a counting sort), so that
   // each shard is locked once.
   std::vector<uint64_t> hashes(n);
@@ -294,16 +306,45 @@ void MemoryTier::BatchContains(std::span<const Slice> keys, std::vector<uint8_t>
         if (candidates[j] != nullptr) __builtin_prefetch(candidates[j]);
       }
       for (size_t j = 0; j < m; j++) {
-        if (candidates[j] != nullptr) __builtin_prefetch(candidates[j]->key_data.get());
+        if (candidates[j] != nullptr) __builtin_prefetch(candidates[j]->key_data);
       }
       for (size_t j = 0; j < m; j++) {
         const uint32_t i = order[g + j];
-        if (candidates[j] == nullptr) continue;
+        Item* item = candidates[j];
+        if (item == nullptr) continue;
         // Another key of the same hash (2^-64) is found by the full lookup.
-        (*found)[i] =
-            candidates[j]->key() == view(i) || shard.index.Find(view(i), hashes[i]) != nullptr;
+        if (item->key() != view(i)) item = shard.index.Find(view(i), hashes[i]);
+        if (item != nullptr) found(i, item);
       }
     }
+  }
+}
+
+void MemoryTier::BatchContains(std::span<const Slice> keys, std::vector<uint8_t>* found) {
+  PerfPoint perf(PerfKey::memory_batch_contains);
+  found->assign(keys.size(), 0);
+  ProbeBatch(keys, [found](size_t i, Item*) { (*found)[i] = 1; });
+}
+
+void MemoryTier::BatchLookup(std::span<const Slice> keys, std::vector<Handle>* handles) {
+  PerfPoint perf(PerfKey::memory_batch_lookup);
+  handles->clear();
+  handles->resize(keys.size());
+  size_t hits = 0;
+  ProbeBatch(keys, [&](size_t i, Item* item) {
+    item->refs.fetch_add(1, std::memory_order_relaxed);  // under the shard lock, as Lookup
+    (*handles)[i].tier_ = this;
+    (*handles)[i].item_ = item;
+    hits++;
+  });
+  lookup_hits_.fetch_add(hits, std::memory_order_relaxed);
+  lookup_misses_.fetch_add(keys.size() - hits, std::memory_order_relaxed);
+  // Every value's first lines are on their way before the LRU neighbours' misses.
+  for (const Handle& h : *handles) {
+    if (h.valid()) PrefetchValue(h.item_);
+  }
+  for (const Handle& h : *handles) {
+    if (h.valid()) allocator_.Touch(h.item_);
   }
 }
 
@@ -332,12 +373,8 @@ bool MemoryTier::Insert(const Slice& key, std::span<const Slice> parts, uint64_t
   Status ignored;
   Item* item = AllocateWithEviction(size, &ignored);
   if (item == nullptr) return false;  // no room: the value stays where it is
-  char* dst = allocator_.DataOf(item);
-  for (const Slice& part : parts) {
-    if (part.size() != 0) std::memcpy(dst, part.data(), part.size());
-    dst += part.size();
-  }
-  item->SetKey(key.view());
+  GatherCopy(parts, size, allocator_.DataOf(item));
+  allocator_.SetKey(item, key.view());
   const uint64_t hash = Hash64(key.view());
   item->size = size;
   item->refs.store(1, std::memory_order_relaxed);
@@ -403,6 +440,7 @@ MemoryTier::Stats MemoryTier::GetStats() const {
   s.lookup_hits = lookup_hits_.load(std::memory_order_relaxed);
   s.lookup_misses = lookup_misses_.load(std::memory_order_relaxed);
   s.index_bytes = allocator_.item_array_bytes() + index_slot_bytes_.load(std::memory_order_relaxed);
+  s.key_arena_bytes = allocator_.key_arena_bytes();
   return s;
 }
 

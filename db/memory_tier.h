@@ -58,6 +58,8 @@ class MemoryTier {
     // RAM of the index, beside the keys' and the values' bytes: the slabs' item arrays
     // and the index shards' slots.
     uint64_t index_bytes = 0;
+    // RAM mapped for the keys' bytes (db/key_arena.h; keys over 4 KiB are on the heap).
+    uint64_t key_arena_bytes = 0;
   };
 
   // A pinned value: its bytes stay valid and unchanged until the handle is released.
@@ -164,6 +166,10 @@ class MemoryTier {
   // 0.  Takes each shard's lock once and overlaps the keys' cache misses (prefetching in
   // stages), so a batch costs far less than its keys' Contains() one by one.
   void BatchContains(std::span<const Slice> keys, std::vector<uint8_t>* found);
+  // Lookup() of every key at once: (*handles)[i] pins keys[i]'s value, or is not valid
+  // when it is absent.  The probes' misses overlap as in BatchContains, and the values'
+  // first bytes are prefetched before any is used.
+  void BatchLookup(std::span<const Slice> keys, std::vector<Handle>* handles);
   // Removes key; returns false when absent.  `also`, when set, runs under the key's lock
   // whether or not the key was in memory, and its result is or-ed into the return value.
   bool Erase(const Slice& key, const CheckHook& also = nullptr);
@@ -188,11 +194,21 @@ class MemoryTier {
              std::atomic<uint64_t>* version_source);
   // Hash64 of the key: its low bits choose the shard, its high bits the slot there.
   Shard& ShardFor(uint64_t hash) { return shards_[hash % shards_.size()]; }
+  // Finds every key of `keys` at once and calls found(i, item) for each keys[i] that is
+  // indexed, under its shard's lock: keys are grouped by shard, each shard locked once,
+  // and the dependent reads of a group of lookups are made in stages that prefetch for
+  // every key of the group before reading any, so that their misses overlap.
+  template <typename Fn>
+  void ProbeBatch(std::span<const Slice> keys, Fn&& found);
   Item* AllocateWithEviction(uint64_t size, Status* status);
   // Lookup, or TryLookup when !wait.
   bool Pin(const Slice& key, bool wait, Handle* handle);
   void Evict(Item* victim);
   void Unref(Item* item);
+  // Starts the cache misses of the value's first bytes, which the reader copies next:
+  // they overlap those of Touch, whose LRU neighbours are as cold as the value.
+  // REQUIRES: the item is pinned.
+  void PrefetchValue(const Item* item) const;
   // `hash` is Hash64 of the item's key.
   // REQUIRES: shard.mu held; item's key not indexed.
   void IndexLocked(Shard& shard, uint64_t hash, Item* item);

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cstring>
+#include <memory>
+#include <type_traits>
 
 namespace kvengine {
 
@@ -20,6 +23,8 @@ struct SlabAllocator::SizeClass {
   uint32_t slots_per_slab = 0;
   std::vector<uint32_t> partial;  // slabs of this class with a free slot, not draining
   Item lru;                       // sentinel: lru.lru_next is the hottest
+  // The item arrays of its slabs, slots_per_slab items each (db/item.h: why huge pages).
+  std::unique_ptr<HugeBlockPool> item_arrays;
 };
 
 struct SlabAllocator::Slab {
@@ -30,8 +35,8 @@ struct SlabAllocator::Slab {
   uint32_t carved = 0;      // slots handed out at least once since the slab was assigned
   std::vector<uint32_t> free_slots;
   // Written under mu_ only while the slab holds no value, so DataOf may read it without
-  // mu_ for an item it holds.
-  std::unique_ptr<Item[]> items;
+  // mu_ for an item it holds.  From its class's item_arrays.
+  Item* items = nullptr;
   uint32_t item_count = 0;   // length of items
   int64_t partial_pos = -1;  // index in its class's `partial`, or -1
   bool draining = false;     // being emptied: no new values go in
@@ -60,17 +65,31 @@ SlabAllocator::SlabAllocator(char* base, uint64_t capacity, uint64_t slab_size)
 
   classes_.reset(new SizeClass[class_sizes_.size() + 1]);  // the last: the class of runs
   for (size_t i = 0; i <= class_sizes_.size(); i++) {
-    InitList(&classes_[i].lru);
+    SizeClass& c = classes_[i];
+    InitList(&c.lru);
+    c.slots_per_slab = 1;  // a run: one item for its slabs
     if (i < class_sizes_.size()) {
-      classes_[i].size = class_sizes_[i];
-      classes_[i].slots_per_slab = static_cast<uint32_t>(slab_size / class_sizes_[i]);
+      c.size = class_sizes_[i];
+      c.slots_per_slab = static_cast<uint32_t>(slab_size / class_sizes_[i]);
     }
+    c.item_arrays = std::make_unique<HugeBlockPool>(c.slots_per_slab * sizeof(Item));
   }
   slabs_.resize(num_slabs_);
   free_slabs_ = slabs_.size();
 }
 
-SlabAllocator::~SlabAllocator() = default;
+static_assert(std::is_trivially_destructible_v<Item>, "pools unmap item arrays as they are");
+
+SlabAllocator::~SlabAllocator() {
+  // The pools unmap their chunks whole; only a key too long for them, on the heap, is
+  // freed by itself (a free list push per pooled key would be a cache miss each).
+  for (Slab& slab : slabs_) {
+    for (uint32_t i = 0; i < slab.item_count; i++) {
+      const Item& item = slab.items[i];
+      if (item.key_size > KeyArena::kMaxPooledKey) keys_.Free(item.key_data, item.key_size);
+    }
+  }
+}
 
 int SlabAllocator::ClassFor(uint64_t size) const {
   auto it = std::lower_bound(class_sizes_.begin(), class_sizes_.end(), std::max<uint64_t>(size, 1));
@@ -90,6 +109,11 @@ uint64_t SlabAllocator::allocated_bytes() const {
 uint64_t SlabAllocator::item_array_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return item_array_bytes_;
+}
+
+uint64_t SlabAllocator::key_arena_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return keys_.mapped_bytes();
 }
 
 uint64_t SlabAllocator::free_slab_count() const {
@@ -124,9 +148,7 @@ Item* SlabAllocator::AllocateInClass(int cls) {
     if (index < 0) return nullptr;
     Slab& fresh = slabs_[index];
     fresh.cls = cls;
-    fresh.items.reset(new Item[c.slots_per_slab]);
-    fresh.item_count = c.slots_per_slab;
-    item_array_bytes_ += uint64_t{c.slots_per_slab} * sizeof(Item);
+    NewItems(cls, &fresh);
     fresh.live = fresh.carved = 0;
     fresh.draining = false;
     fresh.partial_pos = static_cast<int64_t>(c.partial.size());
@@ -173,9 +195,7 @@ Item* SlabAllocator::AllocateRun(uint64_t slab_count) {
   Slab& head = slabs_[run_start];
   head.cls = run_class;
   head.run_length = slab_count;
-  head.items.reset(new Item[1]);
-  head.item_count = 1;
-  item_array_bytes_ += sizeof(Item);
+  NewItems(run_class, &head);
   head.live = 1;
   head.draining = false;
   head.last_touch = ++touch_clock_;
@@ -193,11 +213,23 @@ Item* SlabAllocator::AllocateRun(uint64_t slab_count) {
   return item;
 }
 
+void SlabAllocator::NewItems(int cls, Slab* slab) {
+  SizeClass& c = classes_[cls];
+  slab->items = static_cast<Item*>(c.item_arrays->Allocate());
+  std::uninitialized_default_construct_n(slab->items, c.slots_per_slab);
+  slab->item_count = c.slots_per_slab;
+  item_array_bytes_ += uint64_t{c.slots_per_slab} * sizeof(Item);
+}
+
 void SlabAllocator::ReleaseSlab(uint32_t index) {
   Slab& slab = slabs_[index];
+  if (slab.items != nullptr) {  // the run's other slabs have none
+    std::destroy_n(slab.items, slab.item_count);
+    classes_[slab.cls].item_arrays->Free(slab.items);
+    item_array_bytes_ -= uint64_t{slab.item_count} * sizeof(Item);
+  }
   slab.cls = kFreeSlab;
-  item_array_bytes_ -= uint64_t{slab.item_count} * sizeof(Item);
-  slab.items.reset();
+  slab.items = nullptr;
   slab.item_count = 0;
   slab.free_slots.clear();
   slab.free_slots.shrink_to_fit();
@@ -211,7 +243,7 @@ void SlabAllocator::ReleaseSlab(uint32_t index) {
 char* SlabAllocator::DataOf(const Item* item) const {
   char* slab_base = base_ + static_cast<uint64_t>(item->slab) * slab_size_;
   if (item->size_class == class_sizes_.size()) return slab_base;  // a run: slot 0
-  const uint64_t slot = static_cast<uint64_t>(item - slabs_[item->slab].items.get());
+  const uint64_t slot = static_cast<uint64_t>(item - slabs_[item->slab].items);
   return slab_base + slot * class_sizes_[item->size_class];
 }
 
@@ -222,11 +254,21 @@ void SlabAllocator::Unlink(Item* item) {
   item->lru_prev = item->lru_next = nullptr;
 }
 
+void SlabAllocator::SetKey(Item* item, std::string_view key) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    item->key_data = keys_.Allocate(key.size());
+  }
+  item->key_size = key.size();
+  if (!key.empty()) std::memcpy(item->key_data, key.data(), key.size());
+}
+
 void SlabAllocator::Free(Item* item) {
   std::lock_guard<std::mutex> lock(mu_);
   assert(item->refs.load() == 0);
   Unlink(item);
-  item->key_data.reset();
+  keys_.Free(item->key_data, item->key_size);
+  item->key_data = nullptr;
   item->key_size = 0;
   const uint32_t index = item->slab;
   Slab& slab = slabs_[index];
@@ -239,7 +281,7 @@ void SlabAllocator::Free(Item* item) {
   SizeClass& c = classes_[slab.cls];
   allocated_bytes_ -= c.size;
   slab.live--;
-  slab.free_slots.push_back(static_cast<uint32_t>(item - slab.items.get()));
+  slab.free_slots.push_back(static_cast<uint32_t>(item - slab.items));
   if (slab.live == 0) {
     if (slab.partial_pos >= 0) {  // swap-remove from the partial list
       const uint32_t moved = c.partial.back();

@@ -19,9 +19,12 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <vector>
 
 #include "db/item.h"
+#include "db/key_arena.h"
+#include "util/huge_block_pool.h"
 
 namespace kvengine {
 
@@ -42,6 +45,9 @@ class SlabAllocator {
   // item is allocated (its slab's item array, the class sizes).
   // REQUIRES: the caller holds a reference to the item, or its reservation.
   char* DataOf(const Item* item) const;
+  // Gives the item a copy of key.  REQUIRES: the item is allocated, not published and
+  // has no key; key.size() <= Item::kMaxKeySize.
+  void SetKey(Item* item, std::string_view key);
   // Returns the item's room and drops its key.  REQUIRES: refs == 0 and no one else
   // references the item.
   void Free(Item* item);
@@ -65,6 +71,8 @@ class SlabAllocator {
   // RAM of the item arrays of the slabs in use: a slab's array has one Item per slot
   // whether or not the slot holds a value, and goes when the slab is empty.
   uint64_t item_array_bytes() const;
+  // RAM mapped for the keys' bytes (KeyArena::mapped_bytes).
+  uint64_t key_arena_bytes() const;
   size_t num_classes() const { return class_sizes_.size(); }
 
  private:
@@ -79,6 +87,8 @@ class SlabAllocator {
   Item* AllocateInClass(int cls);
   Item* AllocateRun(uint64_t slab_count);
   int64_t TakeFreeSlab();
+  // Gives *slab a fresh item array of class cls.
+  void NewItems(int cls, Slab* slab);
   void ReleaseSlab(uint32_t index);
   void Unlink(Item* item);
   void PinAndCollect(Item* item, std::vector<Item*>* victims);
@@ -98,6 +108,7 @@ class SlabAllocator {
   uint64_t item_array_bytes_ = 0;
   uint64_t touch_clock_ = 0;
   uint64_t scan_hint_ = 0;
+  KeyArena keys_;  // the items' keys
 };
 
 }  // namespace kvengine

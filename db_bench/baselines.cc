@@ -20,6 +20,8 @@
 #include <thread>
 
 #include "db_bench/benchmarks.h"
+#include "kvengine/options.h"
+#include "util/numa_arena.h"
 
 #ifdef KV_WITH_URING
 #include <liburing.h>
@@ -267,15 +269,21 @@ std::vector<Result> RunMemcpy(const BenchContext& b, const std::string& which) {
   const uint64_t vs = b.config->value_size;
   const uint64_t num = b.config->num;
   const size_t region_size = num * vs;
-  void* mapped = ::mmap(nullptr, region_size, PROT_READ | PROT_WRITE,
-                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-  if (mapped == MAP_FAILED) {
+  // The same kind of memory as the memory tier's arena (Options' defaults: huge pages,
+  // NUMA-local, prefaulted), so that the baseline and the engine pay the same TLB and
+  // page costs: with 4 KiB pages the baseline ran up to 1.3x slower than a put of the
+  // same bytes into the engine's huge-page arena.
+  std::unique_ptr<kvengine::NumaArena> arena;
+  kvengine::NumaArena::Params params;
+  params.size = region_size;
+  params.huge_pages = kvengine::Options().use_huge_pages;
+  if (!kvengine::NumaArena::Create(params, nullptr, &arena).ok()) {
     Result r;
     r.errors = 1;
     r.first_error = "memcpy: cannot map " + std::to_string(region_size) + " bytes";
     return {r};
   }
-  char* region = static_cast<char*>(mapped);
+  char* region = arena->base();
   // Write every page once before timing: on some virtual machines MAP_POPULATE maps pages
   // the host has not backed yet, and the first real write to each still faults.
   std::memset(region, 0, region_size);
@@ -337,7 +345,6 @@ std::vector<Result> RunMemcpy(const BenchContext& b, const std::string& which) {
     }));
     results.back().benchmark = write ? "memcpy_layers" : "memcpy_layers_read";
   }
-  ::munmap(mapped, region_size);
   return results;
 }
 

@@ -140,6 +140,14 @@ DEFINE_string(attach, "",
               "owner serving SOCKET (kv_server --local_listen=SOCKET; its options are the "
               "DB's), --attach alone starts a child process that owns a fresh DB in the "
               "kvengine directory (with --memory and --options) and serves this one");
+DEFINE_bool(compare_in_process, false,
+            "With --attach: run every kvengine benchmark also on an in-process kvengine (its "
+            "own DB, same --memory and --options) and print the ratio attached/kvengine per "
+            "benchmark, both measured in this run");
+DEFINE_uint64(repeat, 1,
+              "Run the whole --benchmarks list this many times, one round after another, then "
+              "print each figure's median over the rounds (ops/sec, the ratio to its baseline, "
+              "and the ratio between engines): shared machines are noisy");
 DEFINE_string(cluster, "",
               "Run the kvengine engine as a client of a cluster: "
               "etcd://HOST:PORT[,HOST:PORT...]/PREFIX (docs/cluster.md). Its DB serves no one "
@@ -401,6 +409,17 @@ bool ValidateFlags(BenchConfig* c, std::string* error) {
   if (!c->attach.empty() && FLAGS_engine != "kvengine") {
     return Fail(error, "attach", FLAGS_attach, "only with --engine=kvengine");
   }
+  c->compare_in_process = FLAGS_compare_in_process;
+  if (c->compare_in_process) {
+    if (c->attach.empty()) {
+      return Fail(error, "compare_in_process", "true", "only with --attach");
+    }
+    c->engines = {"kvengine", "attached"};
+  }
+  if (FLAGS_repeat < 1 || FLAGS_repeat > 1000) {
+    return Fail(error, "repeat", Str(FLAGS_repeat), "must be in [1, 1000]");
+  }
+  c->repeat = FLAGS_repeat;
   c->auth_token_file = FLAGS_auth_token_file;
   return true;
 }

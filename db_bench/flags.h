@@ -19,8 +19,10 @@ bool IsPeerBenchmark(const std::string& name);
 // The flags, checked and resolved (sizes parsed, --num defaulted).
 struct BenchConfig {
   std::vector<std::string> benchmarks;
-  std::vector<std::string> engines;  // "kvengine", "rocksdb", or both in that order
-  uint64_t num = 0;                  // keys in the key space
+  // "kvengine", "rocksdb", or both in that order; "kvengine" then "attached" with
+  // --attach --compare_in_process.
+  std::vector<std::string> engines;
+  uint64_t num = 0;  // keys in the key space
   uint64_t value_size = 0;
   uint64_t key_size = 0;
   uint64_t batch_size = 0;
@@ -51,8 +53,10 @@ struct BenchConfig {
   std::string auth_token_file;  // readable and not empty when set
   // kvengine attached to an owner: its socket, or kAttachOwnChild to start one.
   std::string attach;
-  std::string failover_member;  // cluster_failover: HOST:PORT of the member to kill
-  int64_t failover_pid = 0;     // cluster_failover: its process id
+  bool compare_in_process = false;  // --attach: an in-process kvengine beside the attached one
+  uint64_t repeat = 1;              // rounds of the whole benchmark list
+  std::string failover_member;      // cluster_failover: HOST:PORT of the member to kill
+  int64_t failover_pid = 0;         // cluster_failover: its process id
 };
 
 // --attach given alone: kv_bench starts the owner itself.

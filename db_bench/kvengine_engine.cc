@@ -264,8 +264,14 @@ class KvengineEngine : public Engine {
       Status s = owner_->Start(config, socket);
       if (!s.ok()) return s;
     }
+    // The client takes --options too: those a client uses (peer_timeout_ms,
+    // local_busy_poll_us, perf_level) apply to it, the rest are the owner's.
     kvengine::Options options;
     options.apply_environment = false;
+    for (const auto& [name, value] : config.kvengine_options) {
+      Status set = options.Set(name, value);
+      if (!set.ok()) return set;
+    }
     Status s = kvengine::DB::Attach(options, socket, &db_);
     if (!s.ok()) return s;
     notes_.push_back("kvengine: attached to " + socket +

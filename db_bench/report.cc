@@ -124,18 +124,20 @@ std::string FormatJson(const Result& r, bool with_histogram) {
   return j + "}";
 }
 
-std::string FormatRatioLine(const Result& kv, const Result& rocks) {
-  const double ratio = rocks.OpsPerSec() > 0 ? kv.OpsPerSec() / rocks.OpsPerSec() : 0;
-  return Printf("%-12s : kvengine/rocksdb %.2fx ops/sec (%.1f vs %.1f)", kv.benchmark.c_str(),
-                ratio, kv.OpsPerSec(), rocks.OpsPerSec());
+double EngineRatio(const Result& a, const Result& b) {
+  return b.OpsPerSec() > 0 ? a.OpsPerSec() / b.OpsPerSec() : 0;
 }
 
-std::string FormatRatioJson(const Result& kv, const Result& rocks) {
-  const double ratio = rocks.OpsPerSec() > 0 ? kv.OpsPerSec() / rocks.OpsPerSec() : 0;
-  return "{\"benchmark\":\"" + JsonEscape(kv.benchmark) + "\",\"engine\":\"both\"" +
-         ",\"ratio_kvengine_over_rocksdb\":" + Num(ratio) +
-         ",\"kvengine_ops_per_sec\":" + Num(kv.OpsPerSec()) +
-         ",\"rocksdb_ops_per_sec\":" + Num(rocks.OpsPerSec()) + "}";
+std::string FormatRatioLine(const Result& a, const Result& b) {
+  return Printf("%-12s : %s/%s %.2fx ops/sec (%.1f vs %.1f)", a.benchmark.c_str(), a.engine.c_str(),
+                b.engine.c_str(), EngineRatio(a, b), a.OpsPerSec(), b.OpsPerSec());
+}
+
+std::string FormatRatioJson(const Result& a, const Result& b) {
+  return "{\"benchmark\":\"" + JsonEscape(a.benchmark) + "\",\"engine\":\"both\"" + ",\"ratio_" +
+         a.engine + "_over_" + b.engine + "\":" + Num(EngineRatio(a, b)) + ",\"" + a.engine +
+         "_ops_per_sec\":" + Num(a.OpsPerSec()) + ",\"" + b.engine +
+         "_ops_per_sec\":" + Num(b.OpsPerSec()) + "}";
 }
 
 }  // namespace kvbench

@@ -51,9 +51,12 @@ struct Result {
 std::string FormatLine(const Result& r);
 // The same as one JSON object on one line (histogram percentiles included when recorded).
 std::string FormatJson(const Result& r, bool with_histogram);
-// "vllm_get     : kvengine/rocksdb 12.34x ops/sec (812 vs 65.8)"
-std::string FormatRatioLine(const Result& kv, const Result& rocks);
-std::string FormatRatioJson(const Result& kv, const Result& rocks);
+// a's ops/sec over b's (0 when b has none): the engines of one benchmark.
+double EngineRatio(const Result& a, const Result& b);
+// "vllm_get     : kvengine/rocksdb 12.34x ops/sec (812 vs 65.8)", named by the engines.
+std::string FormatRatioLine(const Result& a, const Result& b);
+// {"benchmark":..,"engine":"both","ratio_A_over_B":..,"A_ops_per_sec":..,"B_ops_per_sec":..}
+std::string FormatRatioJson(const Result& a, const Result& b);
 
 std::string JsonEscape(const std::string& s);
 

@@ -127,7 +127,7 @@ bool Suite::OpenEngines(std::string* error) {
                   [](const std::string& b) { return !IsBaseline(b) && !IsPeerBenchmark(b); });
   if (!any_engine) return true;
   for (auto& slot : slots_) {
-    slot.engine = slot.name == "kvengine" ? NewKvengineEngine() : NewRocksDBEngine();
+    slot.engine = slot.name == "rocksdb" ? NewRocksDBEngine() : NewKvengineEngine();
     if (!OpenSlot(&slot, error)) return false;
   }
   return true;
@@ -160,7 +160,7 @@ bool Suite::OpenSlot(Slot* slot, std::string* error, bool reopen) {
   ec.peer_transport = c_.peer_transport;
   ec.auth_token_file = c_.auth_token_file;
   ec.data_set_bytes = c_.num * c_.value_size;
-  if (slot->name == "kvengine") ec.attach = c_.attach;
+  if (slot->name == (c_.compare_in_process ? "attached" : "kvengine")) ec.attach = c_.attach;
   Status s = slot->engine->Open(ec);
   if (!s.ok()) {
     *error = "cannot open " + slot->name + (slot->path.empty() ? "" : " in " + slot->path) + ": " +
@@ -358,6 +358,9 @@ void Suite::Emit(Result* r) {
     r->baseline_name = base->second;
   }
   if (r->engine.empty()) baseline_mbps_[r->benchmark] = r->MBPerSec();
+  const std::string who = r->engine.empty() ? r->benchmark : r->benchmark + "[" + r->engine + "]";
+  samples_[who + " ops/sec"].push_back(r->OpsPerSec());
+  if (r->baseline_ratio > 0) samples_[who + " / " + r->baseline_name].push_back(r->baseline_ratio);
   if (c_.json) {
     std::printf("%s\n", FormatJson(*r, c_.histogram).c_str());
   } else {
@@ -398,8 +401,23 @@ int Suite::Run() {
   pool_ = std::make_unique<ValuePool>(c_.value_size, c_.seed);
   PrintHeader();
   uint64_t salt = 0;
+  for (uint64_t round = 1; round <= c_.repeat; round++) {
+    if (c_.repeat > 1 && !c_.json)
+      std::printf("-- round %" PRIu64 " of %" PRIu64 "\n", round, c_.repeat);
+    RunRound(&salt);
+  }
+  if (c_.repeat > 1) PrintMedians();
+  Cleanup();
+  if (errors_ > 0) {
+    std::fprintf(stderr, "kv_bench: FAILED: %" PRIu64 " errors (see above)\n", errors_);
+    return 1;
+  }
+  return 0;
+}
+
+void Suite::RunRound(uint64_t* salt_counter) {
   for (const auto& name : c_.benchmarks) {
-    salt++;
+    const uint64_t salt = ++*salt_counter;
     if (IsBaseline(name)) {
       if (name.starts_with("memcpy")) {
         BenchContext b;
@@ -428,20 +446,39 @@ int Suite::Run() {
       Emit(&per_engine.back());
     }
     if (per_engine.size() == 2) {
+      // The attached engine over the in-process one; kvengine over RocksDB.
+      const bool attached = c_.compare_in_process;
+      const Result& a = per_engine[attached ? 1 : 0];
+      const Result& b = per_engine[attached ? 0 : 1];
       if (c_.json) {
-        std::printf("%s\n", FormatRatioJson(per_engine[0], per_engine[1]).c_str());
+        std::printf("%s\n", FormatRatioJson(a, b).c_str());
       } else {
-        std::printf("%s\n", FormatRatioLine(per_engine[0], per_engine[1]).c_str());
+        std::printf("%s\n", FormatRatioLine(a, b).c_str());
       }
       std::fflush(stdout);
+      samples_[name + " " + a.engine + "/" + b.engine].push_back(EngineRatio(a, b));
     }
   }
-  Cleanup();
-  if (errors_ > 0) {
-    std::fprintf(stderr, "kv_bench: FAILED: %" PRIu64 " errors (see above)\n", errors_);
-    return 1;
+}
+
+void Suite::PrintMedians() {
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  };
+  if (!c_.json) std::printf("-- medians of %" PRIu64 " rounds\n", c_.repeat);
+  for (const auto& [what, values] : samples_) {
+    if (c_.json) {
+      std::printf("{\"median_of\":%zu,\"figure\":\"%s\",\"value\":%.4g}\n", values.size(),
+                  JsonEscape(what).c_str(), median(values));
+    } else {
+      std::printf("%-40s : %.3f (of %zu rounds, from %.3f to %.3f)\n", what.c_str(), median(values),
+                  values.size(), *std::min_element(values.begin(), values.end()),
+                  *std::max_element(values.begin(), values.end()));
+    }
   }
-  return 0;
+  std::fflush(stdout);
 }
 
 void Suite::Cleanup() {

@@ -50,6 +50,10 @@ class Suite {
   Result RunOne(const std::string& name, Slot* slot, uint64_t salt);
   void Prefill(const std::string& name, Slot* slot);
   void Emit(Result* r);
+  // One pass over --benchmarks; *salt_counter numbers the benchmarks across rounds.
+  void RunRound(uint64_t* salt_counter);
+  // --repeat: each figure's median over the rounds.
+  void PrintMedians();
   void Cleanup();
   // The engines' slots, then the peer's.
   std::vector<Slot*> AllSlots();
@@ -62,6 +66,8 @@ class Suite {
   Slot peer_;  // the peer of peer_put/peer_get; its engine is open only when they run
   std::unique_ptr<ValuePool> pool_;
   std::map<std::string, double> baseline_mbps_;
+  // Every figure of every round, by name ("vllm_get[attached] / memcpy_layers_read").
+  std::map<std::string, std::vector<double>> samples_;
   uint64_t errors_ = 0;
   bool cleaned_ = false;
 };

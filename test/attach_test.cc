@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <random>
 #include <string>
 #include <thread>
@@ -80,6 +81,16 @@ uint64_t Stat(DB* db, const std::string& name) {
   const size_t at = text.find("\n" + name + ": ");
   if (at == std::string::npos) return ~0ull;
   return std::stoull(text.substr(at + name.size() + 3));
+}
+
+// Waits up to 5 s for db's arena to hold nothing (the owner gives back what a closed
+// connection held asynchronously); the bytes still allocated then.
+uint64_t AllocatedOnceSettled(DB* db) {
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (Stat(db, "memory.allocated_bytes") != 0 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return Stat(db, "memory.allocated_bytes");
 }
 
 pid_t Spawn(const std::vector<std::string>& args) {
@@ -452,11 +463,7 @@ TEST_F(AttachTest, KilledClientsLeakNothing) {
   uint64_t deleted = 0;
   ASSERT_TRUE(owner_->DeleteAll(&deleted).ok());
   EXPECT_EQ(deleted, items);
-  const auto deadline = Clock::now() + std::chrono::seconds(5);
-  while (Stat(owner_.get(), "memory.allocated_bytes") != 0 && Clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  EXPECT_EQ(Stat(owner_.get(), "memory.allocated_bytes"), 0u);
+  EXPECT_EQ(AllocatedOnceSettled(owner_.get()), 0u);
 }
 
 TEST_F(AttachTest, OwnerKilledThenRestartedClientsRecover) {
@@ -544,6 +551,114 @@ TEST_F(AttachTest, IdleReservationsAreReclaimed) {
   EXPECT_EQ(client.Commit("late", id + 1000), Status::InvalidArgument("").ErrorCode());
 }
 
+// Puts of one shape (a vLLM request's layers) take one round trip each: the COMMIT of
+// one reserves the slots of the next, which copies into them without a RESERVE.  A put
+// of another shape reserves again and gives the unused spares back; a client that goes
+// away leaves no spare behind.
+TEST_F(AttachTest, PutsOfOneShapeTakeOneRoundTripThroughSpares) {
+  ASSERT_TRUE(DB::Open(OwnerOptions(socket_), dir_.Sub("db"), &owner_).ok());
+  std::unique_ptr<DB> db;
+  ASSERT_TRUE(DB::Attach(ClientOptions(), socket_, &db).ok());
+  std::mt19937_64 rng(11);
+  std::map<std::string, std::string> stored;
+  auto put = [&](int request, int layers, size_t size) {
+    std::vector<std::string> keys, values;
+    for (int l = 0; l < layers; l++) {
+      keys.push_back("req" + std::to_string(request) + "/layer" + std::to_string(l));
+      values.push_back(ValueFor(keys.back(), rng, size));
+    }
+    std::vector<Slice> key_slices(keys.begin(), keys.end());
+    std::vector<ValueParts> parts;
+    for (const auto& v : values) parts.push_back({Slice(v)});
+    std::vector<int64_t> results;
+    ASSERT_TRUE(db->BatchPut(WriteOptions(), key_slices, parts, &results).ok());
+    for (int l = 0; l < layers; l++) {
+      EXPECT_EQ(results[l], 0) << keys[l];
+      stored[keys[l]] = values[l];
+    }
+  };
+  for (int r = 0; r < 10; r++) put(r, 4, 8 << 10);
+  EXPECT_EQ(Stat(owner_.get(), "local.reserve_requests"), 1u);
+  EXPECT_EQ(Stat(owner_.get(), "local.spare_commits"), 36u);
+  put(10, 2, 12 << 10);  // another shape: reserved afresh
+  put(11, 2, 12 << 10);
+  EXPECT_EQ(Stat(owner_.get(), "local.reserve_requests"), 2u);
+  EXPECT_EQ(Stat(owner_.get(), "local.spare_commits"), 38u);
+  for (const auto& [key, value] : stored) {
+    std::string v;
+    ASSERT_TRUE(owner_->Get(ReadOptions(), key, &v).ok()) << key;
+    EXPECT_TRUE(v == value) << key;
+  }
+  EXPECT_EQ(Stat(owner_.get(), "local.reservations_expired"), 0u);
+  // Once the client is gone and the values deleted, the arena holds nothing: no spare
+  // outlived its connection.
+  db.reset();
+  uint64_t deleted = 0;
+  ASSERT_TRUE(owner_->DeleteAll(&deleted).ok());
+  EXPECT_EQ(deleted, stored.size());
+  EXPECT_EQ(AllocatedOnceSettled(owner_.get()), 0u);
+}
+
+// Spares hold arena room on speculation, so the owner gives them back on its own after
+// a short lifetime -- silently, since nothing went wrong -- and a later put of the same
+// shape, which can no longer trust them, reserves afresh.
+TEST_F(AttachTest, SparesOfAnIdleClientAreGivenBackSilently) {
+  Options options = OwnerOptions(socket_);
+  options.local_reservation_timeout_ms = 200;  // spares live as long
+  ASSERT_TRUE(DB::Open(options, dir_.Sub("db"), &owner_).ok());
+  std::unique_ptr<DB> db;
+  ASSERT_TRUE(DB::Attach(ClientOptions(), socket_, &db).ok());
+  std::mt19937_64 rng(12);
+  const std::string v1 = ValueFor("a", rng, 16 << 10);
+  ASSERT_TRUE(db->Put(WriteOptions(), "a", v1).ok());
+  uint64_t deleted = 0;
+  ASSERT_TRUE(owner_->DeleteAll(&deleted).ok());
+  EXPECT_GT(Stat(owner_.get(), "memory.allocated_bytes"), 0u);  // the spare
+  const auto t0 = Clock::now();
+  while (Stat(owner_.get(), "memory.allocated_bytes") != 0 &&
+         Clock::now() - t0 < std::chrono::seconds(5)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(Stat(owner_.get(), "memory.allocated_bytes"), 0u);
+  EXPECT_EQ(Stat(owner_.get(), "local.reservations_expired"), 0u);
+  const std::string v2 = ValueFor("b", rng, 16 << 10);
+  ASSERT_TRUE(db->Put(WriteOptions(), "b", v2).ok());
+  EXPECT_EQ(Stat(owner_.get(), "local.reserve_requests"), 2u);
+  std::string v;
+  ASSERT_TRUE(owner_->Get(ReadOptions(), "b", &v).ok());
+  EXPECT_TRUE(v == v2);
+}
+
+// A spare is reserved before its key is known, so the commit checks the key: a key the
+// owner refuses fails alone, publishes nothing, and its slot goes back.
+TEST_F(AttachTest, KeyCommittedIntoASpareIsCheckedAtCommit) {
+  Options options = OwnerOptions(socket_);
+  options.max_key_size = 64;
+  ASSERT_TRUE(DB::Open(options, dir_.Sub("db"), &owner_).ok());
+  std::unique_ptr<DB> db;
+  ASSERT_TRUE(DB::Attach(ClientOptions(), socket_, &db).ok());
+  std::mt19937_64 rng(13);
+  const std::string v(4096, 'v');
+  std::vector<int64_t> results;
+  std::vector<Slice> keys{"k1", "k2"};
+  std::vector<ValueParts> parts{{Slice(v)}, {Slice(v)}};
+  ASSERT_TRUE(db->BatchPut(WriteOptions(), keys, parts, &results).ok());
+  const std::string long_key(65, 'L');
+  keys = {"k3", long_key};
+  ASSERT_TRUE(db->BatchPut(WriteOptions(), keys, parts, &results).ok());
+  EXPECT_EQ(results[0], 0);
+  EXPECT_EQ(results[1], Status::InvalidArgument("").ErrorCode());
+  EXPECT_EQ(Stat(owner_.get(), "local.spare_commits"), 1u);
+  std::string out;
+  EXPECT_TRUE(owner_->Get(ReadOptions(), "k3", &out).ok());
+  EXPECT_TRUE(owner_->Get(ReadOptions(), long_key, &out).IsInvalidArgument());
+  db.reset();
+  uint64_t deleted = 0;
+  ASSERT_TRUE(owner_->DeleteAll(&deleted).ok());
+  EXPECT_EQ(deleted, 3u);
+  EXPECT_EQ(AllocatedOnceSettled(owner_.get()), 0u);
+}
+
 // Through DB::Attach: a put that cannot copy within half the owner's timeout fails
 // with a status that says why, and leaves nothing behind.
 TEST_F(AttachTest, PutThatOutlivesItsReservationFailsCleanly) {
@@ -557,11 +672,7 @@ TEST_F(AttachTest, PutThatOutlivesItsReservationFailsCleanly) {
   EXPECT_NE(s.ToString().find("local_reservation_timeout_ms"), std::string::npos) << s.ToString();
   std::string v;
   EXPECT_TRUE(owner_->Get(ReadOptions(), "k", &v).IsNotFound());
-  const auto deadline = Clock::now() + std::chrono::seconds(5);
-  while (Stat(owner_.get(), "memory.allocated_bytes") != 0 && Clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  EXPECT_EQ(Stat(owner_.get(), "memory.allocated_bytes"), 0u);
+  EXPECT_EQ(AllocatedOnceSettled(owner_.get()), 0u);
   // Without a timeout the same put succeeds.
   ASSERT_TRUE(owner_->Close().ok());
   owner_.reset();

@@ -1,11 +1,13 @@
 // The slab allocator and the memory tier: placement, LRU eviction, pinning, accounting.
 #include "db/memory_tier.h"
 
+#include <cstring>
 #include <map>
 #include <random>
 #include <set>
 #include <thread>
 
+#include "db/key_arena.h"
 #include "db/key_index.h"
 #include "db/slab_allocator.h"
 #include "gtest/gtest.h"
@@ -37,6 +39,17 @@ class MemoryTierTest : public ::testing::Test {
     MemoryTier::Handle h;
     if (!tier_->Lookup(key, &h)) return "<absent>";
     return h.value().ToString();
+  }
+  // Keys k0..k<n-1>; all but every third (k0, k3, ...) are stored, with value v<i>.
+  std::vector<std::string> PutAllButEveryThird(int n) {
+    std::vector<std::string> names;
+    for (int i = 0; i < n; i++) {
+      names.push_back("k" + std::to_string(i));
+      if (i % 3 != 0) {
+        EXPECT_TRUE(Put(names.back(), "v" + std::to_string(i)).ok());
+      }
+    }
+    return names;
   }
 
   Logger logger_;
@@ -81,11 +94,43 @@ TEST(SlabAllocatorTest, RunsOfSlabsForLargeValues) {
   EXPECT_EQ(a.free_slab_count(), 8u);
 }
 
+// Every key length up to the pooled limit takes the smallest class that holds it, the
+// classes are 8-byte multiples, and beyond 64 bytes less than a fifth of a block is unused.
+TEST(KeyArenaTest, ClassesFitKeysTightly) {
+  for (size_t size = 1; size <= KeyArena::kMaxPooledKey; size++) {
+    const int cls = KeyArena::ClassOf(size);
+    const size_t block = KeyArena::ClassSize(cls);
+    ASSERT_GE(block, size) << size;
+    ASSERT_EQ(block % 8, 0u) << size;
+    if (cls > 0) {
+      ASSERT_LT(KeyArena::ClassSize(cls - 1), size) << size;
+    }
+    if (size > 64) {
+      ASSERT_LT((block - size) * 5, block) << size;
+    }
+  }
+  KeyArena arena;
+  char* a = arena.Allocate(16);
+  char* b = arena.Allocate(KeyArena::kMaxPooledKey + 1);  // from the heap
+  EXPECT_EQ(arena.Allocate(0), nullptr);
+  std::memset(a, 'a', 16);
+  std::memset(b, 'b', KeyArena::kMaxPooledKey + 1);
+  EXPECT_EQ(arena.mapped_bytes(), 2u << 20);
+  arena.Free(a, 16);
+  arena.Free(b, KeyArena::kMaxPooledKey + 1);
+  arena.Free(nullptr, 0);
+}
+
 // The open-addressing index against a std::map, with hashes forced into few home slots
 // so that runs wrap around the table's end and deletions shift members back.
 TEST(KeyIndexTest, MatchesAMapUnderRandomInsertsAndErases) {
   std::vector<Item> items(2000);
-  for (size_t i = 0; i < items.size(); i++) items[i].SetKey("key-" + std::to_string(i));
+  std::vector<std::string> keys(items.size());  // the items' key bytes
+  for (size_t i = 0; i < items.size(); i++) {
+    keys[i] = "key-" + std::to_string(i);
+    items[i].key_data = keys[i].data();
+    items[i].key_size = keys[i].size();
+  }
   for (uint64_t hash_bits : {uint64_t{64}, uint64_t{3}}) {
     // hash_bits 3: eight distinct hashes in all, each the top bits of a home slot.
     auto hash_of = [hash_bits](const Item& item) {
@@ -130,13 +175,7 @@ TEST(KeyIndexTest, MatchesAMapUnderRandomInsertsAndErases) {
 
 TEST_F(MemoryTierTest, BatchContainsAgreesWithContains) {
   Open(64 * kSlab);
-  std::vector<std::string> names;
-  for (int i = 0; i < 300; i++) {
-    names.push_back("k" + std::to_string(i));
-    if (i % 3 != 0) {
-      ASSERT_TRUE(Put(names.back(), "v").ok());
-    }
-  }
+  std::vector<std::string> names = PutAllButEveryThird(300);
   names.push_back("");  // never indexed
   std::vector<Slice> keys(names.begin(), names.end());
   keys.push_back(
@@ -151,8 +190,90 @@ TEST_F(MemoryTierTest, BatchContainsAgreesWithContains) {
     }
   }
   EXPECT_EQ(found.back(), 0);
+  for (size_t i : {size_t{0}, size_t{1}, size_t{2}, keys.size() - 1}) {  // batches of one
+    tier_->BatchContains(std::span<const Slice>(&keys[i], 1), &found);
+    ASSERT_EQ(found.size(), 1u);
+    EXPECT_EQ(found[0] != 0, i == 1 || i == 2) << i;
+  }
   tier_->BatchContains({}, &found);
   EXPECT_TRUE(found.empty());
+}
+
+// Keys' bytes are given back on overwrite, delete and eviction: churn through many times
+// the keys the tier holds, of lengths in four size classes and one too long for them,
+// and the keys' RAM stays within a chunk a class of what the first fill took; with every
+// key gone, only the classes' spare chunks remain.
+TEST_F(MemoryTierTest, KeyBytesDoNotGrowUnderChurn) {
+  Open(64 * kSlab);  // 256-byte slots: 16384 values at most
+  const size_t lengths[] = {12, 40, 100, 300, 5000};
+  auto key = [&lengths](uint64_t i) {
+    std::string k = "key-" + std::to_string(i) + "-";
+    k.resize(lengths[i % 5], 'k');
+    return k;
+  };
+  const std::string value(200, 'v');
+  uint64_t next = 0;
+  for (; next < 20000; next++) ASSERT_TRUE(Put(key(next), value).ok());
+  const auto filled = tier_->GetStats();
+  ASSERT_GT(filled.evictions, 0u);
+  ASSERT_GT(filled.key_arena_bytes, 0u);
+  const uint64_t bound = filled.key_arena_bytes + 4 * (2u << 20);
+
+  std::mt19937_64 rng(3);
+  for (int op = 0; op < 200000; op++) {
+    const uint64_t old = next - 1 - rng() % 16000;  // mostly still held
+    switch (rng() % 3) {
+      case 0:
+        ASSERT_TRUE(Put(key(old), value).ok());  // an overwrite
+        break;
+      case 1:
+        tier_->Erase(key(old));
+        break;
+      default:
+        ASSERT_TRUE(Put(key(next++), value).ok());  // evicts once the tier is full
+    }
+    if (op % 10000 == 0) {
+      ASSERT_LE(tier_->GetStats().key_arena_bytes, bound) << op;
+    }
+  }
+  const auto churned = tier_->GetStats();
+  EXPECT_LE(churned.key_arena_bytes, bound);
+  EXPECT_GT(churned.evictions, filled.evictions + 10000);
+
+  EXPECT_GT(tier_->EraseIf([](std::string_view) { return true; }), 0u);
+  EXPECT_EQ(tier_->GetStats().items, 0u);
+  EXPECT_LE(tier_->GetStats().key_arena_bytes, 4u * (2u << 20));  // one spare per class
+  // Left to the tier's destructor: a pooled key and one on the heap (LeakSanitizer).
+  ASSERT_TRUE(Put(key(0), value).ok());
+  ASSERT_TRUE(Put(key(4), value).ok());
+}
+
+// BatchLookup pins what Lookup would find, and a pinned value outlives its overwrite.
+TEST_F(MemoryTierTest, BatchLookupAgreesWithLookup) {
+  Open(64 * kSlab);
+  const std::vector<std::string> names = PutAllButEveryThird(300);
+  std::vector<Slice> keys(names.begin(), names.end());
+  keys.push_back(Slice(static_cast<const char*>(nullptr), 5));  // the empty key: absent
+  std::vector<MemoryTier::Handle> handles;
+  tier_->BatchLookup(keys, &handles);
+  ASSERT_EQ(handles.size(), keys.size());
+  for (int i = 0; i < 300; i++) {
+    ASSERT_EQ(handles[i].valid(), i % 3 != 0) << i;
+    if (handles[i].valid()) {
+      EXPECT_EQ(handles[i].value().ToString(), "v" + std::to_string(i));
+    }
+  }
+  EXPECT_FALSE(handles.back().valid());
+  const auto st = tier_->GetStats();
+  EXPECT_EQ(st.lookup_hits, 200u);
+  EXPECT_EQ(st.lookup_misses, 101u);
+
+  ASSERT_TRUE(Put("k1", "replaced").ok());
+  EXPECT_EQ(handles[1].value().ToString(), "v1");
+  EXPECT_EQ(Get("k1"), "replaced");
+  handles.clear();
+  tier_->BatchLookup({}, &handles);
+  EXPECT_TRUE(handles.empty());
 }
 
 TEST_F(MemoryTierTest, PutGetOverwriteErase) {

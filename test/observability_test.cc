@@ -333,7 +333,8 @@ TEST_F(ObservabilityTest, PropertiesParseAndReset) {
   EXPECT_TRUE(test::JsonChecker::Valid(stats_json, &error)) << error << "\n" << stats_json;
   EXPECT_NE(json.find("\"db_batch_put\":{\"layer\":\"db\",\"level\":\"entry\",\"count\":1,"),
             std::string::npos);
-  EXPECT_NE(json.find("\"memory_lookup\":{\"layer\":\"memory\",\"level\":\"inner\",\"count\":2,"),
+  EXPECT_NE(json.find("\"memory_batch_lookup\":{\"layer\":\"memory\",\"level\":\"inner\","
+                      "\"count\":1,"),
             std::string::npos);
   for (const PerfKeyInfo& info : kPerfKeys) {
     EXPECT_NE(text.find(std::string("\n") + info.name + " "), std::string::npos) << info.name;

@@ -2,20 +2,27 @@
 #include <sys/mman.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
+#include <random>
+#include <set>
 #include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kvengine/options.h"
 #include "kvengine/status.h"
+#include "util/buffers.h"
 #include "util/config_parse.h"
 #include "util/grace_period.h"
 #include "util/hash.h"
+#include "util/huge_block_pool.h"
 #include "util/numa_arena.h"
+#include "util/stream_copy.h"
 #include "util/worker_thread.h"
 
 namespace kvengine {
@@ -314,6 +321,106 @@ TEST(NumaArenaTest, SharedArenaIsAlignedAndMapsTwice) {
     EXPECT_EQ(other[off], static_cast<char>('a' + off % 26)) << off;
   }
   ::munmap(p, arena->size());
+}
+
+// Blocks are distinct and 8-aligned in chunks of whole huge pages; freed blocks are reused
+// before a chunk is added, and a pool whose blocks are all freed keeps one spare chunk
+// mapped, whatever the order of the frees.
+TEST(HugeBlockPoolTest, ReusesBlocksAndUnmapsEmptyChunks) {
+  for (size_t block_size : {size_t{16}, size_t{48} * 8192, size_t{3} << 20, size_t{20} << 20}) {
+    HugeBlockPool pool(block_size);
+    EXPECT_EQ(pool.chunk_size() % (2u << 20), 0u) << block_size;
+    const size_t per_chunk = (pool.chunk_size() - 64) / block_size;
+    ASSERT_GE(per_chunk, 1u) << block_size;
+    const size_t n = block_size < 4096 ? 3 * per_chunk + 5 : 3 * per_chunk;
+    std::vector<char*> blocks;
+    std::set<char*> distinct;
+    for (size_t i = 0; i < n; i++) {
+      char* b = static_cast<char*>(pool.Allocate());
+      ASSERT_EQ(reinterpret_cast<uintptr_t>(b) % 8, 0u);
+      b[0] = 'x';
+      b[block_size - 1] = 'y';  // the whole block is writable
+      blocks.push_back(b);
+      distinct.insert(b);
+    }
+    EXPECT_EQ(distinct.size(), n);
+    const size_t chunks = (n + per_chunk - 1) / per_chunk;
+    EXPECT_EQ(pool.mapped_bytes(), chunks * pool.chunk_size()) << block_size;
+
+    // Free a random half and allocate as many again: no chunk is added.
+    std::mt19937_64 rng(block_size);
+    std::shuffle(blocks.begin(), blocks.end(), rng);
+    for (size_t i = 0; i < n / 2; i++) pool.Free(blocks[i]);
+    for (size_t i = 0; i < n / 2; i++) blocks[i] = static_cast<char*>(pool.Allocate());
+    EXPECT_LE(pool.mapped_bytes(), chunks * pool.chunk_size()) << block_size;
+
+    std::shuffle(blocks.begin(), blocks.end(), rng);
+    for (char* b : blocks) pool.Free(b);
+    EXPECT_EQ(pool.mapped_bytes(), pool.chunk_size()) << block_size;  // the spare
+    // Allocating across a chunk boundary and back maps nothing new.
+    for (int round = 0; round < 3; round++) {
+      void* b = pool.Allocate();
+      EXPECT_EQ(pool.mapped_bytes(), pool.chunk_size());
+      pool.Free(b);
+    }
+  }
+}
+
+// Streaming stores need a 32-byte-aligned destination and move 128 bytes a step: every
+// alignment of either side and every length around those steps must copy exactly, and
+// write nothing past the end.
+TEST(StreamCopyTest, CopiesEveryAlignmentAndLengthExactly) {
+  std::mt19937_64 rng(7);
+  std::vector<char> src(kStreamingCopyMin * 2 + 512), dst(src.size() + 512);
+  for (char& c : src) c = static_cast<char>(rng());
+  const size_t lengths[] = {0,
+                            1,
+                            31,
+                            32,
+                            127,
+                            128,
+                            129,
+                            4095,
+                            kStreamingCopyMin - 1,
+                            kStreamingCopyMin,
+                            kStreamingCopyMin + 1,
+                            kStreamingCopyMin + 97,
+                            2 * kStreamingCopyMin};
+  for (size_t n : lengths) {
+    for (size_t src_off : {0, 1, 17, 32, 63}) {
+      for (size_t dst_off : {0, 3, 16, 31, 64}) {
+        std::fill(dst.begin(), dst.end(), '\x5a');
+        StreamingCopy(dst.data() + dst_off, src.data() + src_off, n);
+        ASSERT_EQ(std::memcmp(dst.data() + dst_off, src.data() + src_off, n), 0)
+            << n << " " << src_off << " " << dst_off;
+        for (size_t i = 0; i < dst_off; i++) ASSERT_EQ(dst[i], '\x5a');
+        for (size_t i = dst_off + n; i < dst.size(); i++) ASSERT_EQ(dst[i], '\x5a') << n;
+        std::fill(dst.begin(), dst.end(), '\x5a');
+        CopyValue(dst.data() + dst_off, src.data() + src_off, n);
+        ASSERT_EQ(std::memcmp(dst.data() + dst_off, src.data() + src_off, n), 0);
+      }
+    }
+  }
+}
+
+// A large value in parts, gathered into one buffer and scattered back over others of
+// odd sizes, streaming, comes back byte for byte.
+TEST(StreamCopyTest, LargeValuesGatherAndScatterAcrossParts) {
+  std::mt19937_64 rng(8);
+  const size_t size = 3 * kStreamingCopyMin + 333;
+  std::vector<char> value(size);
+  for (char& c : value) c = static_cast<char>(rng());
+  const std::vector<Slice> parts{Slice(value.data(), 1000), Slice(value.data() + 1000, 0),
+                                 Slice(value.data() + 1000, size - 1000)};
+  std::vector<char> gathered(size);
+  GatherCopy(parts, size, gathered.data());
+  ASSERT_EQ(std::memcmp(gathered.data(), value.data(), size), 0);
+  std::vector<char> a(77777), b(size - 77777 + 10);
+  const std::vector<MutableSlice> dest{MutableSlice(a.data(), a.size()),
+                                       MutableSlice(b.data(), b.size())};
+  ScatterCopy(gathered.data(), size, dest);
+  ASSERT_EQ(std::memcmp(a.data(), value.data(), a.size()), 0);
+  ASSERT_EQ(std::memcmp(b.data(), value.data() + a.size(), size - a.size()), 0);
 }
 
 }  // namespace

@@ -56,7 +56,12 @@ enum Op : uint8_t {
   kUnpin = 36,           // lease ids; one-way: never answered
   kFlush = 37,           // -> status
   kCompactBuckets = 38,  // -> status, fixed64 bytes reclaimed
+  // keys + reservation ids, spare ids given back, spare sizes wanted -> results +
+  // locations of the spares (for the client's next put); owners with kFeatureSpares.
+  kCommitReserve = 39,
 };
+// Bits of the features an owner announces in its ATTACH answer.
+constexpr uint64_t kFeatureSpares = 1;  // kCommitReserve
 // A server answers a well-formed frame carrying an op it does not know with
 // NotSupported and keeps the connection; servers built before ops 11 and 12 existed
 // close the connection instead (the client reports that as IOError).

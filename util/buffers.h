@@ -10,10 +10,14 @@
 #include <vector>
 
 #include "kvengine/slice.h"
+#include "util/stream_copy.h"
 
 namespace kvengine {
 
-// Copies n contiguous bytes from src into the buffers of dest, in order.
+// Copies n contiguous bytes from src into the buffers of dest, in order.  Ordinary
+// stores: a reader's buffers are typically reused request after request (a serving
+// engine's staging buffers), and stay cached that way; streaming stores, which would
+// send every byte to memory, made vllm_get at 64 KiB 0.75x slower.
 // REQUIRES: the buffers hold at least n bytes.
 inline void ScatterCopy(const char* src, uint64_t n, std::span<const MutableSlice> dest) {
   for (const MutableSlice& d : dest) {
@@ -22,6 +26,21 @@ inline void ScatterCopy(const char* src, uint64_t n, std::span<const MutableSlic
     std::memcpy(d.data(), src, k);
     src += k;
     n -= k;
+  }
+}
+
+// Copies the parts of a value of `size` bytes, in order, to dst -- a put's copy into the
+// arena -- with streaming stores when the value is large (util/stream_copy.h).
+// REQUIRES: size is the parts' total.
+inline void GatherCopy(std::span<const Slice> parts, uint64_t size, char* dst) {
+  const bool large = size >= kStreamingCopyMin;
+  for (const Slice& part : parts) {
+    if (large) {
+      StreamingCopy(dst, part.data(), part.size());
+    } else if (part.size() != 0) {
+      std::memcpy(dst, part.data(), part.size());
+    }
+    dst += part.size();
   }
 }
 

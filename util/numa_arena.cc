@@ -58,23 +58,25 @@ size_t CollapseToHugePages(char* base, size_t size) {
 }
 }  // namespace
 
-void* MapSharedAligned(int fd, size_t size) {
-  // Reserve room for an aligned start, map the file over it, give the rest back.
-  void* room = ::mmap(nullptr, size + kHugePageSize, PROT_NONE,
-                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+void* MapAligned(int fd, size_t size, size_t alignment) {
+  // Reserve room for an aligned start, map over it, give the rest back.
+  const size_t room_size = size + alignment;
+  void* room =
+      ::mmap(nullptr, room_size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (room == MAP_FAILED) return MAP_FAILED;
   const uintptr_t start = reinterpret_cast<uintptr_t>(room);
-  const uintptr_t aligned = (start + kHugePageSize - 1) & ~uintptr_t{kHugePageSize - 1};
+  const uintptr_t aligned = (start + alignment - 1) & ~uintptr_t{alignment - 1};
+  const int flags = fd >= 0 ? MAP_SHARED : MAP_PRIVATE | MAP_ANONYMOUS;
   void* p = ::mmap(reinterpret_cast<void*>(aligned), size, PROT_READ | PROT_WRITE,
-                   MAP_SHARED | MAP_FIXED, fd, 0);
+                   flags | MAP_FIXED, fd, 0);
   if (p == MAP_FAILED) {
     const int saved = errno;
-    ::munmap(room, size + kHugePageSize);
+    ::munmap(room, room_size);
     errno = saved;
     return MAP_FAILED;
   }
   if (aligned > start) ::munmap(room, aligned - start);
-  const uintptr_t end = aligned + size, room_end = start + size + kHugePageSize;
+  const uintptr_t end = aligned + size, room_end = start + room_size;
   if (room_end > end) ::munmap(reinterpret_cast<void*>(end), room_end - end);
   return p;
 }

@@ -18,9 +18,12 @@ namespace kvengine {
 
 class Logger;
 
-// Maps `size` bytes of the file `fd` shared, read-write, at a 2 MiB-aligned address, so
-// that its huge pages, when it has them, map as such.  MAP_FAILED with errno on failure.
-void* MapSharedAligned(int fd, size_t size);
+// Maps `size` bytes read-write at an address aligned to `alignment` (a power of two, a
+// multiple of the page size): of the file `fd` shared, or, with fd -1, fresh anonymous
+// memory.  MAP_FAILED with errno on failure.
+void* MapAligned(int fd, size_t size, size_t alignment);
+// MapAligned at 2 MiB, so that the file's huge pages, when it has them, map as such.
+inline void* MapSharedAligned(int fd, size_t size) { return MapAligned(fd, size, 2u << 20); }
 
 class NumaArena {
  public:

@@ -166,6 +166,7 @@ const std::vector<OptionEntry>& Table() {
       StringOption("local_listen_group", &Options::local_listen_group),
       StringOption("local_allowed_uids", &Options::local_allowed_uids),
       SizeOption("local_reservation_timeout_ms", &Options::local_reservation_timeout_ms),
+      SizeOption("local_busy_poll_us", &Options::local_busy_poll_us),
       EnumOption("peer_transport", &Options::peer_transport, PeerTransportNames),
       EnumOption("log_level", &Options::log_level, LogLevelNames),
       StringOption("log_file", &Options::log_file),

@@ -370,6 +370,16 @@ struct Options {
   // Default: 30000
   uint64_t local_reservation_timeout_ms = 30000;
 
+  // Longest a thread waiting on a local socket -- an attached client for its answer,
+  // the owner's thread of a connection for the next request -- polls without sleeping
+  // before it sleeps, in microseconds.  Waking a sleeping thread costs tens of
+  // microseconds on virtual machines, about a 64 KiB copy; spinning costs a core while
+  // it lasts, so a waiter spins only while that kind of wait has recently been shorter
+  // than this (docs/attach.md, "Latency").  Applies to owner and clients alike, each
+  // taking its own.  0: never spin.
+  // Default: 200
+  uint64_t local_busy_poll_us = 200;
+
   // ---------------------------------------------------------------- logging
   // Least severe message written to the log: "debug", "info", "warn", "error", "off".
   // Default: warn

@@ -71,8 +71,10 @@ def check_records(recs, engines, benchmarks):
         for e in engines:
             check((b, e) in seen, f"no record for {b} on {e}")
         if len(engines) == 2:
+            ratio = f"ratio_{engines[-1]}_over_{engines[0]}" if "attached" in engines \
+                else "ratio_kvengine_over_rocksdb"
             check(any(r.get("engine") == "both" and r["benchmark"] == b and
-                      "ratio_kvengine_over_rocksdb" in r for r in recs),
+                      ratio in r for r in recs),
                   f"no ratio record for {b}")
     for r in recs:
         if r.get("engine") == "both":
@@ -343,6 +345,18 @@ def test_attach(binary, engines, kv_server):
     if m:
         check(not os.path.exists(f"/proc/{m.group(2)}"), "the owner child outlived kv_bench")
         check(not os.path.exists(m.group(1)), "the owner's socket was left behind")
+    # Attached beside in-process, in one run, twice: per-round ratios and their medians.
+    rc, out, err = run(binary, ATTACH + ["--attach", "--compare_in_process", "--repeat=2"])
+    check(rc == 0, f"--compare_in_process exited {rc}: {err[-2000:]}")
+    recs = records(out)
+    check_records([r for r in recs if "median_of" not in r], ["kvengine", "attached"], benchmarks)
+    medians = {r["figure"]: r for r in recs if "median_of" in r}
+    for figure in ["vllm_get attached/kvengine", "vllm_write[attached] / memcpy_layers",
+                   "vllm_get[kvengine] / memcpy_layers_read"]:
+        check(figure in medians and medians[figure]["median_of"] == 2 and
+              medians[figure]["value"] > 0, f"no median of 2 rounds for {figure}: {medians!r}")
+    rc, out, err = run(binary, TINY + ["--benchmarks=fillseq", "--compare_in_process"])
+    check(rc != 0 and "--attach" in err, f"--compare_in_process without --attach: {rc} {err!r}")
     with tempfile.TemporaryDirectory() as tmp:
         sock = os.path.join(tmp, "kv.sock")
         server = subprocess.Popen([kv_server, f"--db={tmp}/server", f"--local_listen={sock}",
