@@ -16,6 +16,7 @@
 #include <fstream>
 #include <functional>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "kvengine/db.h"
@@ -932,6 +933,66 @@ TEST(PeerTest, UnhashedAnswersOnlyWhereTheClientAskedForThem) {
       }
     }
   }
+}
+
+// Established client connections to 127.0.0.1:port on this host (/proc/net/tcp: the
+// remote address's port, state 01).
+int ConnectionsTo(uint16_t port) {
+  int n = 0;
+  for (const char* path : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(path);
+    std::string line;
+    std::getline(in, line);  // the column names
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state;
+      fields >> slot >> local >> remote >> state;
+      const size_t colon = remote.rfind(':');
+      if (colon == std::string::npos || state != "01") continue;
+      if (std::stoul(remote.substr(colon + 1), nullptr, 16) == port) n++;
+    }
+  }
+  return n;
+}
+
+// A caller that waits for each answer before its next call keeps to one connection
+// instead of taking each of connections_per_peer in turn (their sockets and buffers
+// would all be cold); callers in parallel still spread over at most that many.
+TEST(PeerTest, CallsOneAtATimeKeepToOneConnection) {
+  Server server(TempDir("oneconn"), FreePort());
+  ASSERT_TRUE(server.Start());
+  auto client = NewClient();  // connections_per_peer: 4
+  std::vector<Slice> keys = {"k"};
+  const std::string value(100 << 10, 'v');
+  std::vector<ValueParts> parts = {{Slice(value)}};
+  std::vector<int64_t> results;
+  ASSERT_TRUE(client->BatchPut(server.endpoint(), keys, parts, &results).ok());
+  std::string got(value.size(), '\0');
+  std::vector<Destination> dests = {{MutableSlice(got.data(), got.size())}};
+  for (int i = 0; i < 20; i++) {
+    ASSERT_TRUE(client->BatchGet(server.endpoint(), keys, dests, &results).ok());
+    ASSERT_EQ(results[0], static_cast<int64_t>(value.size()));
+  }
+  EXPECT_TRUE(got == value);
+  EXPECT_EQ(ConnectionsTo(server.endpoint().port), 1);
+
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; t++) {
+    threads.emplace_back([&] {
+      std::string mine(value.size(), '\0');
+      std::vector<Destination> d = {{MutableSlice(mine.data(), mine.size())}};
+      std::vector<int64_t> r;
+      for (int i = 0; i < 30; i++) {
+        if (!client->BatchGet(server.endpoint(), keys, d, &r).ok() || mine != value) failures++;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  const int n = ConnectionsTo(server.endpoint().port);
+  EXPECT_GE(n, 1);
+  EXPECT_LE(n, 4);
 }
 
 TEST(PeerTest, RdmaLive) {

@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <random>
@@ -245,6 +247,103 @@ TEST(ReadAhead, SmallFramesComeInOneRead) {
   ASSERT_TRUE(reader.Read(&iov, DeadlineIn(1000), nullptr).ok());
   EXPECT_EQ(got, std::string(100, 'b'));
   close(fds[0]);
+}
+
+// A connected loopback TCP pair: *client non-blocking and tuned as the transport's
+// connections are, *server blocking (a test's writer).
+bool TcpPair(int* client, int* server) {
+  int listen_fd = -1;
+  uint16_t port = 0;
+  if (!ListenTcp(Endpoint{"127.0.0.1", 0}, &listen_fd, &port).ok()) return false;
+  bool ok = ConnectTcp(Endpoint{"127.0.0.1", port}, DeadlineIn(2000), client).ok() &&
+            WaitReadable(listen_fd, DeadlineIn(2000)).ok();
+  *server = ok ? accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC) : -1;
+  close(listen_fd);
+  if (*server < 0) return false;
+  TuneSocket(*server);
+  return true;
+}
+
+bool WriteAll(int fd, const char* data, size_t n) {
+  while (n > 0) {
+    const ssize_t k = write(fd, data, n);
+    if (k <= 0) return false;
+    data += k;
+    n -= static_cast<size_t>(k);
+  }
+  return true;
+}
+
+double MillisSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+// A large read asks the kernel to wake it only once much of what it waits for is in
+// (SO_RCVLOWAT).  The bytes still come whole and in order when they arrive in pieces
+// with pauses, and the read leaves the socket waking on the first byte again: a wait
+// for the next (small) frame right after must not sleep until its deadline.
+TEST(ReadAhead, LargeReadInPiecesThenSmallFrameIsNotHeldBack) {
+  int client = -1, server = -1;
+  ASSERT_TRUE(TcpPair(&client, &server));
+  std::mt19937_64 rng(5);
+  std::string body(3 << 20, '\0');
+  for (char& c : body) c = static_cast<char>(rng());
+  const size_t tail = 512 << 10;  // the last wait is for all of it
+  std::atomic<bool> body_read{false};
+  std::thread writer([&] {
+    for (size_t at = 0; at < body.size() - tail; at += 64 << 10) {
+      ASSERT_TRUE(WriteAll(server, body.data() + at, 64 << 10));
+      if (at % (512 << 10) == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_TRUE(WriteAll(server, body.data() + body.size() - tail, tail));
+    while (!body_read.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ASSERT_TRUE(WriteAll(server, "next frame", 10));
+  });
+  ReadAhead reader(client);
+  std::string got(body.size(), '\0');
+  std::vector<iovec> iov;
+  for (size_t at = 0; at < got.size(); at += 1 << 20) iov.push_back({&got[at], 1 << 20});
+  Status s = reader.Read(&iov, DeadlineIn(10000), nullptr);
+  body_read.store(true);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(got == body);
+  // As the client's reader waits for an answer's header (TcpConnection::ReadOneFrame).
+  const auto start = std::chrono::steady_clock::now();
+  s = WaitReadable(client, DeadlineIn(3000));
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_LT(MillisSince(start), 1500.0);
+  char next[10];
+  iov = {{next, sizeof(next)}};
+  ASSERT_TRUE(reader.Read(&iov, DeadlineIn(1000), nullptr).ok());
+  EXPECT_EQ(std::string(next, sizeof(next)), "next frame");
+  writer.join();
+  close(server);
+  close(client);
+}
+
+// A peer that closes in the middle of a large read ends it at once, whatever the low
+// water mark the read waits with.
+TEST(ReadAhead, PeerClosingInTheMiddleOfALargeReadEndsItAtOnce) {
+  int client = -1, server = -1;
+  ASSERT_TRUE(TcpPair(&client, &server));
+  const std::string part(200 << 10, 'x');
+  std::thread writer([&] {
+    ASSERT_TRUE(WriteAll(server, part.data(), part.size()));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    close(server);
+  });
+  ReadAhead reader(client);
+  std::string got(4 << 20, '\0');
+  std::vector<iovec> iov{{got.data(), got.size()}};
+  const auto start = std::chrono::steady_clock::now();
+  Status s = reader.Read(&iov, DeadlineIn(5000), nullptr);
+  EXPECT_TRUE(s.IsIOError() && s.message() == "connection closed by peer") << s.ToString();
+  EXPECT_LT(MillisSince(start), 2500.0);
+  writer.join();
+  close(client);
 }
 
 // The server's FrameReader reads ahead of the frame at hand: frames pipelined in one

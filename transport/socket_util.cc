@@ -312,6 +312,18 @@ Status ReadFully(int fd, std::vector<iovec>* iov, Deadline deadline, Hasher64* h
   return Status::OK();
 }
 
+namespace {
+
+// A read that must wait for at least kLowWaterMin more bytes asks to be woken only once
+// that many, up to kLowWaterMax, are in (SO_RCVLOWAT).  Without it the reader of a
+// 4 MiB answer over loopback woke about 14 times, once per few skbs, each wake-up
+// costing more (tens of microseconds on a VM) than copying what it brought; with it,
+// about 4.  Not all of the rest at once: the reader copies while the sender still sends.
+constexpr size_t kLowWaterMin = 64 << 10;
+constexpr size_t kLowWaterMax = 1 << 20;
+
+}  // namespace
+
 void ReadAhead::TakeBuffered(std::vector<iovec>* iov, size_t* first, Hasher64* hasher) {
   while (*first < iov->size() && begin_ < end_) {
     const size_t k = std::min((*iov)[*first].iov_len, end_ - begin_);
@@ -323,7 +335,20 @@ void ReadAhead::TakeBuffered(std::vector<iovec>* iov, size_t* first, Hasher64* h
   if (begin_ == end_) begin_ = end_ = 0;
 }
 
+void ReadAhead::SetLowWater(size_t bytes) {
+  if (bytes == low_water_) return;
+  const int v = static_cast<int>(bytes);
+  if (setsockopt(fd_, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof(v)) == 0) low_water_ = bytes;
+}
+
 Status ReadAhead::Read(std::vector<iovec>* iov, Deadline deadline, Hasher64* hasher) {
+  Status s = ReadWaking(iov, deadline, hasher);
+  // The next wait may be for a small frame: wake on its first byte again.
+  SetLowWater(1);
+  return s;
+}
+
+Status ReadAhead::ReadWaking(std::vector<iovec>* iov, Deadline deadline, Hasher64* hasher) {
   size_t first = 0;
   Consume(iov, &first, 0);
   TakeBuffered(iov, &first, hasher);
@@ -348,6 +373,10 @@ Status ReadAhead::Read(std::vector<iovec>* iov, Deadline deadline, Hasher64* has
     if (n == 0) return Status::IOError("connection closed by peer");
     if (errno == EINTR) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK) return Errno("recv", errno);
+    // Never more than what is still due (the sender may send nothing after it); the
+    // kernel wakes the reader anyway when the peer closes, the receive window is nearly
+    // shut or memory runs short (tcp_epollin_ready), so a large mark cannot stall it.
+    SetLowWater(want >= kLowWaterMin ? std::min(want, kLowWaterMax) : 1);
     Status s = WaitReadable(fd_, deadline);
     if (!s.ok()) return Status::IOError("receive " + s.message());  // "receive timed out"
   }

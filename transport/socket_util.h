@@ -84,7 +84,10 @@ Status WaitReadable(int fd, Deadline deadline);
 // each read offers, after the bytes asked for, a small buffer for whatever follows, so
 // that a frame's header, its metadata and the start of its body (or a whole small
 // frame) come in one read, and what was read ahead is handed out first next time.  The
-// bytes asked for still land straight in their place.  One reader at a time.
+// bytes asked for still land straight in their place.  A read waiting for much more
+// (64 KiB or over) asks the kernel to wake it only once up to 1 MiB of it is in
+// (SO_RCVLOWAT), not on every few segments, and leaves the socket waking on the first
+// byte again when it returns.  One reader at a time.
 class ReadAhead {
  public:
   explicit ReadAhead(int fd) : fd_(fd) {}
@@ -100,9 +103,15 @@ class ReadAhead {
  private:
   // Hands out buffered bytes into iov[*first...].
   void TakeBuffered(std::vector<iovec>* iov, size_t* first, Hasher64* hasher);
+  // Asks the kernel to wake a wait on fd_ only once `bytes` are queued (SO_RCVLOWAT),
+  // unless already asked.
+  void SetLowWater(size_t bytes);
+  // Read's work; may leave a raised low-water mark behind.
+  Status ReadWaking(std::vector<iovec>* iov, Deadline deadline, Hasher64* hasher);
 
   static constexpr size_t kBytes = 4096;
   const int fd_;
+  size_t low_water_ = 1;        // fd_'s SO_RCVLOWAT as last set (the kernel's default: 1)
   size_t begin_ = 0, end_ = 0;  // buf_[begin_, end_) is read ahead
   std::vector<iovec> batch_;    // one readv's vector, kept between reads
   char buf_[kBytes];

@@ -91,6 +91,8 @@ class TcpTransport : public Transport {
  private:
   struct Peer;
   Peer* PeerFor(const Endpoint& peer);
+  // Which of p's slots the next call uses.  REQUIRES: p->mu held.
+  static size_t ChooseSlot(Peer* p);
   Status Connection(const Endpoint& peer, std::shared_ptr<TcpConnection>* conn);
   // Runs a keys-only request whose answer is batch status + results.
   Status ResultsCall(const Endpoint& peer, uint8_t op, std::span<const Slice> keys,
