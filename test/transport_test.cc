@@ -819,6 +819,7 @@ TEST_F(ShmChannelTest, SleepingSideIsWokenByTheDoorbell) {
   std::unique_ptr<ShmChannel> sleeper;
   ASSERT_TRUE(ShmChannel::Attach(memfd_, fds_[1], 0, &sleeper).ok());
   client_.reset();
+  int slow = 0;  // rounds that took as long as a lost wake-up would
   for (int i = 0; i < 200; i++) {
     std::thread owner([&] {
       std::this_thread::sleep_for(std::chrono::microseconds(i % 7 == 0 ? 2000 : 0));
@@ -831,9 +832,11 @@ TEST_F(ShmChannelTest, SleepingSideIsWokenByTheDoorbell) {
     ASSERT_TRUE(Receive(sleeper.get(), 5000, &h, &meta).ok()) << i;
     owner.join();
     EXPECT_EQ(h.request_id, static_cast<uint64_t>(i));
-    // Far below the 100 ms a lost wake-up would cost (the sleeper's slice).
-    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(80)) << i;
+    // A lost wake-up costs the sleeper's slice (100 ms); a busy machine may delay a
+    // rare round as long, a lost doorbell every round whose frame came 2 ms late.
+    if (std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(80)) slow++;
   }
+  EXPECT_LE(slow, 5);
 }
 
 TEST_F(ShmChannelTest, PeerThatDiesWakesTheWaiterWithAnError) {
