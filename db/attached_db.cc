@@ -307,21 +307,16 @@ Status AttachedDB::Call(Connection* conn, uint8_t op, const std::string& meta,
 
 Status AttachedDB::Post(Connection* conn, uint8_t op, const std::string& meta,
                         std::string* answer) {
-  const uint64_t id = ++conn->next_request;
-  const Deadline deadline = DeadlineIn(options_.peer_timeout_ms);
-  Status s = conn->channel != nullptr ? conn->channel->SendFrame(op, 0, id, meta, deadline)
-                                      : SendFrame(conn->fd, op, 0, id, meta, {}, deadline);
-  if (!s.ok()) return Lost(conn, s.ToString());
-  conn->posted.push_back({op, id, answer});
-  return Status::OK();
+  Status s = Send(conn, op, meta);
+  if (s.ok()) conn->posted.push_back({op, conn->next_request, answer});
+  return s;
 }
 
 Status AttachedDB::CollectAnswers(Connection* conn, size_t count) {
   const Deadline deadline = DeadlineIn(options_.peer_timeout_ms);
   count = std::min(count, conn->posted.size());
-  std::vector<Connection::Posted> posted(conn->posted.begin(), conn->posted.begin() + count);
-  conn->posted.erase(conn->posted.begin(), conn->posted.begin() + count);
-  for (const Connection::Posted& p : posted) {  // the owner answers in order
+  for (size_t i = 0; i < count; i++) {  // the owner answers in order
+    const Connection::Posted& p = conn->posted[i];
     wire::FrameHeader h;
     Status s;
     if (conn->channel != nullptr) {
@@ -335,20 +330,24 @@ Status AttachedDB::CollectAnswers(Connection* conn, size_t count) {
       s = ReadFrame(conn->fd, deadline, &h, p.answer);
       if (s.ok()) conn->busy_poll.Done(p.op, began);
     }
-    if (!s.ok()) return Lost(conn, s.ToString());
-    if (h.op != p.op || h.request_id != p.id || !(h.flags & wire::kFlagResponse)) {
-      return Lost(conn, "answer out of step with the request");
+    if (s.ok() && (h.op != p.op || h.request_id != p.id || !(h.flags & wire::kFlagResponse))) {
+      s = Status::IOError("answer out of step with the request");
+    }
+    if (!s.ok()) {
+      conn->posted.clear();  // the connection is lost with them
+      return Lost(conn, s.ToString());
     }
   }
+  conn->posted.erase(conn->posted.begin(), conn->posted.begin() + count);
   return Status::OK();
 }
 
-void AttachedDB::Send(Connection* conn, uint8_t op, const std::string& meta) {
+Status AttachedDB::Send(Connection* conn, uint8_t op, const std::string& meta) {
   const Deadline deadline = DeadlineIn(options_.peer_timeout_ms);
   const uint64_t id = ++conn->next_request;
   Status s = conn->channel != nullptr ? conn->channel->SendFrame(op, 0, id, meta, deadline)
                                       : SendFrame(conn->fd, op, 0, id, meta, {}, deadline);
-  if (!s.ok()) Lost(conn, s.ToString());
+  return s.ok() ? s : Lost(conn, s.ToString());
 }
 
 uint64_t AttachedDB::GroupBytes(const std::vector<uint64_t>& sizes) {
@@ -458,18 +457,20 @@ Status AttachedDB::BatchPut(const WriteOptions&, std::span<const Slice> keys,
   Connection* conn = c.get();
   // (Only batches whose answers all fit in the channel or socket at once: answers are
   // read at the end, and an owner stuck writing one would stop reading requests.)
-  const bool pipelined = conn->spare_lifetime_ms > 0 && sent.size() <= kMaxPipelinedKeys;
+  const bool with_spares = conn->spare_lifetime_ms > 0;
+  const bool pipelined = with_spares && sent.size() <= kMaxPipelinedKeys;
   std::vector<Slice> commit_keys;
   std::vector<uint64_t> ids, unused;
   std::vector<size_t> committed;
   std::deque<CommitGroup> groups;  // posted, answers pending
+  size_t posted = 0;               // commit_keys posted in groups so far
   uint64_t group_bytes = 0;
   const uint64_t per_group = GroupBytes(sizes);
   auto post_group = [&] {
     CommitGroup& g = groups.emplace_back();
-    g.first =
-        groups.size() == 1 ? 0 : groups[groups.size() - 2].first + groups[groups.size() - 2].count;
-    g.count = commit_keys.size() - g.first;
+    g.first = posted;
+    g.count = commit_keys.size() - posted;
+    posted = commit_keys.size();
     if (groups.size() == 1) {
       // Spares of other sizes than this put's, or too old to copy into, go back; the
       // next put's are reserved.
@@ -522,10 +523,10 @@ Status AttachedDB::BatchPut(const WriteOptions&, std::span<const Slice> keys,
       }
     }
   }
-  if (!pipelined) {
-    if (committed.empty() && unused.empty()) return Status::OK();
+  if (groups.empty() && committed.empty() && unused.empty()) return Status::OK();
+  if (!with_spares) {  // an owner without COMMIT_RESERVE: one plain COMMIT
     std::vector<int64_t> published;
-    s = CommitSlots(conn, commit_keys, ids, unused, sizes, &published);
+    s = CommitSlots(conn, commit_keys, ids, &published);
     if (!s.ok()) {
       // Whether the owner published them is unknown: every key of the batch fails.
       results->clear();
@@ -534,7 +535,6 @@ Status AttachedDB::BatchPut(const WriteOptions&, std::span<const Slice> keys,
     for (size_t j = 0; j < committed.size(); j++) (*results)[committed[j]] = published[j];
     return Status::OK();
   }
-  const size_t posted = groups.empty() ? 0 : groups.back().first + groups.back().count;
   if (groups.empty() || posted < commit_keys.size() || !unused.empty()) s = post_group();
   if (s.ok()) s = CollectAnswers(conn);
   if (!s.ok()) {
@@ -611,36 +611,19 @@ Status AttachedDB::TakeSlots(Connection* conn, const std::vector<Slice>& keys,
 }
 
 Status AttachedDB::CommitSlots(Connection* conn, const std::vector<Slice>& keys,
-                               const std::vector<uint64_t>& ids, std::vector<uint64_t> unused,
-                               const std::vector<uint64_t>& next_sizes,
-                               std::vector<int64_t>* published) {
+                               const std::vector<uint64_t>& ids, std::vector<int64_t>* published) {
+  if (keys.empty()) return Status::OK();  // unused slots go back at the owner's timeout
   std::string meta, answer;
   wire::PutKeys(&meta, keys, ids.data());
-  const bool with_spares = conn->spare_lifetime_ms > 0;
-  if (with_spares) {
-    // Spares of other sizes than this put's, or too old to copy into, go back.
-    for (const Slot& spare : conn->spares) unused.push_back(spare.id);
-    conn->spares.clear();
-    wire::PutResults(&meta, std::vector<int64_t>(unused.begin(), unused.end()));
-    wire::PutResults(&meta, std::vector<int64_t>(next_sizes.begin(), next_sizes.end()));
-  } else if (keys.empty()) {
-    return Status::OK();  // the unused slots go back at the owner's timeout
-  }
-  const Clock::time_point sent = Clock::now();
-  Status s = Call(conn, with_spares ? wire::kCommitReserve : wire::kCommit, meta, &answer);
+  Status s = Call(conn, wire::kCommit, meta, &answer);
   if (!s.ok()) return s;
   std::string_view in(answer);
   Status batch;
   if (!wire::GetBatchStatus(&in, &batch)) return Lost(conn, "malformed answer to COMMIT");
   if (!batch.ok()) return batch;
-  std::vector<int64_t> reserved;
-  std::vector<RemoteLocation> locs;
-  if (!wire::GetResults(&in, published) || published->size() != keys.size() ||
-      (with_spares &&
-       (!DecodeLocations(&in, &reserved, &locs) || reserved.size() != next_sizes.size()))) {
+  if (!wire::GetResults(&in, published) || published->size() != keys.size()) {
     return Lost(conn, "malformed answer to COMMIT");
   }
-  AddSpares(conn, sent, next_sizes, reserved, locs);
   return Status::OK();
 }
 
@@ -766,7 +749,8 @@ Status AttachedDB::BatchGetInto(const ReadOptions&, std::span<const Slice> keys,
   }
   if (leases > 0) {
     std::memcpy(unpin.data(), &leases, 4);  // fixed32 is little-endian, as the host
-    Send(conn, wire::kUnpin, unpin);
+    // Not waited for; a failure drops the connection, and the owner's pins with it.
+    (void)Send(conn, wire::kUnpin, unpin);
   }
   return Status::OK();
 }

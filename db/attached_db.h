@@ -139,16 +139,16 @@ class AttachedDB final : public DB {
   Status Post(Connection* conn, uint8_t op, const std::string& meta, std::string* answer);
   // Reads the answers of the oldest `count` requests posted on conn (all by default).
   Status CollectAnswers(Connection* conn, size_t count = SIZE_MAX);
-  // A one-way request (UNPIN); a failure drops the connection.
-  void Send(Connection* conn, uint8_t op, const std::string& meta);
+  // Sends a request without waiting for an answer (UNPIN is one-way; Post registers
+  // the answer of the others).  A failure drops the connection.
+  Status Send(Connection* conn, uint8_t op, const std::string& meta);
   // A slot of sizes[j] for keys[j]: a spare of conn when it has one, else reserved.
   Status TakeSlots(Connection* conn, const std::vector<Slice>& keys,
                    const std::vector<uint64_t>& sizes, std::vector<Slot>* slots);
-  // Publishes slots `ids` under `keys`, gives back the slots `unused`, and (owners with
-  // spares) reserves spares of next_sizes for conn's next put.
+  // Publishes slots `ids` under `keys` with a plain COMMIT (owners without spares; the
+  // others take COMMIT_RESERVE groups, BatchPut).
   Status CommitSlots(Connection* conn, const std::vector<Slice>& keys,
-                     const std::vector<uint64_t>& ids, std::vector<uint64_t> unused,
-                     const std::vector<uint64_t>& next_sizes, std::vector<int64_t>* published);
+                     const std::vector<uint64_t>& ids, std::vector<int64_t>* published);
   // Adds the spares an answer reserved (sizes, as asked) to conn's.
   void AddSpares(Connection* conn, Clock::time_point sent, const std::vector<uint64_t>& sizes,
                  const std::vector<int64_t>& reserved, const std::vector<RemoteLocation>& locs);

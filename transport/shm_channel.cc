@@ -134,11 +134,23 @@ void ShmChannel::Take(char* dst, size_t n) {
   WakePeer();              // it may be waiting for room
 }
 
+bool ShmChannel::HasBytes() const { return in().written.load() != read_; }
+
+Status ShmChannel::Room(uint64_t* n) const {
+  const uint64_t used = written_ - out().read.load();
+  if (used > kRingBytes) return Status::IOError("shared channel: the peer broke the ring");
+  *n = kRingBytes - used;
+  return Status::OK();
+}
+
 void ShmChannel::Put(const char* src, size_t n) {
   const size_t at = written_ % kRingBytes, first = std::min(n, kRingBytes - at);
   std::memcpy(out().data + at, src, first);
   std::memcpy(out().data, src + first, n - first);
   written_ += n;
+}
+
+void ShmChannel::Publish() {
   out().written.store(written_);  // seq_cst: see WakePeer
   WakePeer();
 }
@@ -176,24 +188,23 @@ Status ShmChannel::WaitUntil(Ready&& ready, bool spin, Deadline deadline,
   std::atomic<uint32_t>& asleep = region_->sides[static_cast<int>(side_)].asleep;
   for (;;) {
     asleep.store(1);  // then ready() reads the counters: see WakePeer
-    if (ready()) {
-      asleep.store(0, std::memory_order_relaxed);
-      return Status::OK();
+    const bool is_ready = ready();
+    const bool stopping = !is_ready && stop != nullptr && stop->load();
+    const int64_t left_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                deadline - SteadyClock::now() + std::chrono::microseconds(999))
+                                .count();
+    pollfd p{socket_fd_, POLLIN, 0};
+    int n = 0;
+    if (!is_ready && !stopping && left_ms > 0) {
+      n = poll(&p, 1, static_cast<int>(std::min<int64_t>(left_ms, kSleepSliceMs)));
     }
-    if (stop != nullptr && stop->load()) {
-      asleep.store(0, std::memory_order_relaxed);
-      return Status::Aborted("stopping");
-    }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - SteadyClock::now() + std::chrono::microseconds(999));
-    if (left.count() <= 0) {
-      asleep.store(0, std::memory_order_relaxed);
+    asleep.store(0, std::memory_order_relaxed);
+    if (is_ready) return Status::OK();
+    if (stopping) return Status::Aborted("stopping");
+    if (left_ms <= 0) {
       *met = false;
       return Status::OK();
     }
-    pollfd p{socket_fd_, POLLIN, 0};
-    const int n = poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), kSleepSliceMs)));
-    asleep.store(0, std::memory_order_relaxed);
     if (n > 0 && (p.revents & POLLIN)) {
       char drain[256];
       for (;;) {  // the wake-ups so far; none of them carries anything
@@ -212,37 +223,29 @@ Status ShmChannel::SendFrame(uint8_t op, uint16_t flags, uint64_t request_id,
                              const std::string& meta, Deadline deadline) {
   if (meta.size() > wire::kMaxMetaLen) return Status::InvalidArgument("frame metadata too large");
   char header[wire::kHeaderSize];
-  wire::FrameHeader h;
-  h.op = op;
-  h.flags = flags;
-  h.request_id = request_id;
-  h.meta_len = static_cast<uint32_t>(meta.size());
-  h.EncodeTo(header);
-  h.checksum = wire::FrameChecksum(header, meta, {});
-  h.EncodeTo(header);
+  wire::EncodeFrameHeader(op, flags, request_id, meta, {}, header);
   FrameSent();
-  const char* parts[2] = {header, meta.data()};
-  const size_t sizes[2] = {sizeof(header), meta.size()};
-  for (int i = 0; i < 2; i++) {
-    size_t done = 0;
-    while (done < sizes[i]) {
-      uint64_t room = 0;
-      auto has_room = [&] {
-        const uint64_t used = written_ - out().read.load();
-        room = used > kRingBytes ? 0 : kRingBytes - used;
-        return room > 0 || used > kRingBytes;
-      };
-      bool met = false;
-      Status s = WaitUntil(has_room, /*spin=*/true, deadline, nullptr, &met);
-      if (!s.ok()) return s;
-      if (!met) return Status::IOError("send timed out");
-      if (written_ - out().read.load() > kRingBytes) {
-        return Status::IOError("shared channel: the peer broke the ring");
-      }
-      const size_t n = std::min<uint64_t>(room, sizes[i] - done);
-      Put(parts[i] + done, n);
+  // Header and metadata go in as one stream, published once per wait for room: the
+  // peer is not woken for a header alone.
+  const std::string_view parts[2] = {std::string_view(header, sizeof(header)), meta};
+  size_t part = 0, done = 0;  // the next byte to write: parts[part][done]
+  while (part < 2) {
+    bool met = false;
+    Status s = WaitUntil([this] { return written_ - out().read.load() != kRingBytes; },
+                         /*spin=*/true, deadline, nullptr, &met);
+    if (!s.ok()) return s;
+    if (!met) return Status::IOError("send timed out");
+    uint64_t room = 0;
+    s = Room(&room);
+    if (!s.ok()) return s;
+    for (; part < 2 && room > 0; done = 0, part++) {
+      const size_t n = std::min<uint64_t>(room, parts[part].size() - done);
+      Put(parts[part].data() + done, n);
+      room -= n;
       done += n;
+      if (done < parts[part].size()) break;  // the ring is full: wait for room
     }
+    Publish();
   }
   return Status::OK();
 }
@@ -250,8 +253,8 @@ Status ShmChannel::SendFrame(uint8_t op, uint16_t flags, uint64_t request_id,
 Status ShmChannel::WaitForFrame(uint8_t kind, Deadline deadline, const std::atomic<bool>* stop,
                                 bool spin, bool* arrived) {
   const auto began = BusyPollPredictor::Clock::now();
-  auto has_bytes = [this] { return in().written.load() != read_; };
-  Status s = WaitUntil(has_bytes, spin && busy_poll_.ShouldSpin(kind), deadline, stop, arrived);
+  Status s = WaitUntil([this] { return HasBytes(); }, spin && busy_poll_.ShouldSpin(kind), deadline,
+                       stop, arrived);
   if (s.ok() && *arrived) busy_poll_.Done(kind, began);
   return s;
 }
@@ -260,9 +263,8 @@ Status ShmChannel::ReadExactly(char* dst, size_t n, Deadline deadline) {
   size_t done = 0;
   while (done < n) {
     uint64_t pending = 0;
-    auto has_bytes = [&] { return in().written.load() != read_; };
     bool met = false;
-    Status s = WaitUntil(has_bytes, /*spin=*/true, deadline, nullptr, &met);
+    Status s = WaitUntil([this] { return HasBytes(); }, /*spin=*/true, deadline, nullptr, &met);
     if (!s.ok()) return s;
     if (!met) return Status::IOError("receive timed out");
     s = Pending(&pending);

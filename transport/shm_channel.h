@@ -82,12 +82,17 @@ class ShmChannel {
   static size_t RegionBytes();
   Ring& in() const;
   Ring& out() const;
-  // Bytes the peer has written to in() and this side not read yet; IOError when its
-  // counters do not add up.
+  // Whether in() holds bytes this side has not read.
+  bool HasBytes() const;
+  // Bytes the peer has written to in() and this side not read yet / bytes out() has
+  // room for; IOError when the peer's counters do not add up.
   Status Pending(uint64_t* n) const;
-  // Copies n bytes out of in() (all must be pending) / into out() (all must fit).
+  Status Room(uint64_t* n) const;
+  // Copies n bytes out of in() (all must be pending; the room is given back at once).
   void Take(char* dst, size_t n);
+  // Copies n bytes into out() (all must fit), for the peer to see at the next Publish.
   void Put(const char* src, size_t n);
+  void Publish();
   // Reads exactly n bytes from in(), waiting for them by `deadline`.
   Status ReadExactly(char* dst, size_t n, Deadline deadline);
   // Waits until `ready()` (re-evaluated after every wake-up) by `deadline` (then OK with

@@ -189,15 +189,7 @@ namespace {
 // `meta` and the body parts into *iov.
 void GatherFrame(uint8_t op, uint16_t flags, uint64_t request_id, std::string_view meta,
                  std::span<const Slice> body, char* header, std::vector<iovec>* iov) {
-  wire::FrameHeader h;
-  h.op = op;
-  h.flags = flags;
-  h.request_id = request_id;
-  h.meta_len = static_cast<uint32_t>(meta.size());
-  for (const Slice& b : body) h.body_len += b.size();
-  h.EncodeTo(header);
-  h.checksum = wire::FrameChecksum(header, meta, body);
-  h.EncodeTo(header);
+  wire::EncodeFrameHeader(op, flags, request_id, meta, body, header);
   iov->reserve(2 + body.size());
   iov->push_back({header, wire::kHeaderSize});
   if (!meta.empty()) iov->push_back({const_cast<char*>(meta.data()), meta.size()});

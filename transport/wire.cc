@@ -55,6 +55,19 @@ Status FrameHeader::DecodeFrom(const char* src, FrameHeader* out) {
   return Status::OK();
 }
 
+void EncodeFrameHeader(uint8_t op, uint16_t flags, uint64_t request_id, std::string_view meta,
+                       std::span<const Slice> body, char* header) {
+  FrameHeader h;
+  h.op = op;
+  h.flags = flags;
+  h.request_id = request_id;
+  h.meta_len = static_cast<uint32_t>(meta.size());
+  for (const Slice& b : body) h.body_len += b.size();
+  h.EncodeTo(header);
+  h.checksum = FrameChecksum(header, meta, body);
+  h.EncodeTo(header);
+}
+
 bool BodyUnhashed(const char* header) {
   const uint16_t flags = static_cast<uint16_t>(static_cast<uint8_t>(header[6]) |
                                                (static_cast<uint8_t>(header[7]) << 8));

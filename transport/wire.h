@@ -107,6 +107,10 @@ struct FrameHeader {
 // then meta, then every body part in order -- unless the header's flags carry
 // kFlagBodyUnhashed, when the body is left out.
 uint64_t FrameChecksum(const char* header, std::string_view meta, std::span<const Slice> body);
+// Encodes the kHeaderSize bytes of a frame of `meta` and `body` into `header`, checksum
+// included.
+void EncodeFrameHeader(uint8_t op, uint16_t flags, uint64_t request_id, std::string_view meta,
+                       std::span<const Slice> body, char* header);
 // True when the encoded header's flags say its body is not covered by the checksum.
 bool BodyUnhashed(const char* header);
 
