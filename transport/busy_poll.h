@@ -11,8 +11,9 @@
 // sent), an average of how long such waits took, and says spin only when that average
 // is within the budget (Options::local_busy_poll_us).  A wait longer than the budget
 // raises the average, so a connection whose client went quiet, or whose waits are long
-// (a 1 MiB copy), stops spinning on its own; waits measured while sleeping keep the
-// average current, so it starts again when they shorten.
+// (a client computing for milliseconds between calls), stops spinning on its own; waits
+// measured while sleeping keep the average current, so it starts again when they
+// shorten.
 #ifndef KVENGINE_TRANSPORT_BUSY_POLL_H_
 #define KVENGINE_TRANSPORT_BUSY_POLL_H_
 

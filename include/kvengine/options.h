@@ -373,12 +373,15 @@ struct Options {
   // Longest a thread waiting on a local socket -- an attached client for its answer,
   // the owner's thread of a connection for the next request -- polls without sleeping
   // before it sleeps, in microseconds.  Waking a sleeping thread costs tens of
-  // microseconds on virtual machines, about a 64 KiB copy; spinning costs a core while
-  // it lasts, so a waiter spins only while that kind of wait has recently been shorter
-  // than this (docs/attach.md, "Latency").  Applies to owner and clients alike, each
-  // taking its own.  0: never spin.
-  // Default: 200
-  uint64_t local_busy_poll_us = 200;
+  // microseconds on virtual machines, about a 64 KiB copy, and so does the system call
+  // that wakes it; spinning costs a core while it lasts, so a waiter spins only while
+  // that kind of wait has recently been shorter than this (docs/attach.md, "Latency").
+  // The default covers the owner's wait while a client copies a group of 1 MiB values
+  // (a few hundred microseconds); a client that pauses longer between calls lets the
+  // owner's thread sleep.  Applies to owner and clients alike, each taking its own.
+  // 0: never spin.
+  // Default: 1000
+  uint64_t local_busy_poll_us = 1000;
 
   // Carry an attached client's requests and the owner's answers through a ring in
   // shared memory instead of the Unix socket, which then only wakes a sleeping side and
