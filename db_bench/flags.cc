@@ -154,7 +154,9 @@ DEFINE_bool(compare_in_process, false,
 DEFINE_uint64(repeat, 1,
               "Run the whole --benchmarks list this many times, one round after another, then "
               "print each figure's median over the rounds (ops/sec, the ratio to its baseline, "
-              "and the ratio between engines): shared machines are noisy");
+              "and the ratio between engines): shared machines are noisy.  Even rounds run "
+              "the engines in the opposite order, so an even count cancels any edge of going "
+              "first");
 DEFINE_string(cluster, "",
               "Run the kvengine engine as a client of a cluster: "
               "etcd://HOST:PORT[,HOST:PORT...]/PREFIX (docs/cluster.md). Its DB serves no one "

@@ -51,7 +51,8 @@ class Suite {
   void Prefill(const std::string& name, Slot* slot);
   void Emit(Result* r);
   // One pass over --benchmarks; *salt_counter numbers the benchmarks across rounds.
-  void RunRound(uint64_t* salt_counter);
+  // Even rounds (counted from 1) run the engines in the opposite order.
+  void RunRound(uint64_t round, uint64_t* salt_counter);
   // --repeat: each figure's median over the rounds.
   void PrintMedians();
   void Cleanup();

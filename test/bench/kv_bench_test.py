@@ -350,6 +350,11 @@ def test_attach(binary, engines, kv_server):
     check(rc == 0, f"--compare_in_process exited {rc}: {err[-2000:]}")
     recs = records(out)
     check_records([r for r in recs if "median_of" not in r], ["kvengine", "attached"], benchmarks)
+    # The second round runs the engines in the opposite order (going second cost 10-15%).
+    order = [r["engine"] for r in recs if r.get("benchmark") == "vllm_write" and
+             r.get("engine") in ("kvengine", "attached") and "median_of" not in r]
+    check(order == ["kvengine", "attached", "attached", "kvengine"],
+          f"engine order over two rounds: {order}")
     medians = {r["figure"]: r for r in recs if "median_of" in r}
     for figure in ["vllm_get attached/kvengine", "vllm_write[attached] / memcpy_layers",
                    "vllm_get[kvengine] / memcpy_layers_read"]:
