@@ -231,13 +231,13 @@ Status ShmChannel::SendFrame(uint8_t op, uint16_t flags, uint64_t request_id,
   size_t part = 0, done = 0;  // the next byte to write: parts[part][done]
   while (part < 2) {
     bool met = false;
-    Status s = WaitUntil([this] { return written_ - out().read.load() != kRingBytes; },
+    uint64_t room = 0;
+    Status ring;  // a broken ring ends the wait too
+    Status s = WaitUntil([&] { return !(ring = Room(&room)).ok() || room > 0; },
                          /*spin=*/true, deadline, nullptr, &met);
     if (!s.ok()) return s;
     if (!met) return Status::IOError("send timed out");
-    uint64_t room = 0;
-    s = Room(&room);
-    if (!s.ok()) return s;
+    if (!ring.ok()) return ring;
     for (; part < 2 && room > 0; done = 0, part++) {
       const size_t n = std::min<uint64_t>(room, parts[part].size() - done);
       Put(parts[part].data() + done, n);
