@@ -312,6 +312,28 @@ Status AttachedDB::Post(Connection* conn, uint8_t op, const std::string& meta,
   return s;
 }
 
+Status AttachedDB::PostAll(Connection* conn, uint8_t op, const std::vector<std::string>& metas,
+                           std::vector<std::string>* answers) {
+  answers->resize(metas.size());
+  if (conn->channel == nullptr) {
+    for (size_t i = 0; i < metas.size(); i++) {
+      Status s = Post(conn, op, metas[i], &(*answers)[i]);
+      if (!s.ok()) return s;
+    }
+    return Status::OK();
+  }
+  std::vector<ShmChannel::OutFrame> frames(metas.size());
+  for (size_t i = 0; i < metas.size(); i++) {
+    frames[i] = {op, 0, conn->next_request + 1 + i, &metas[i]};
+  }
+  Status s = conn->channel->SendFrames(frames, DeadlineIn(options_.peer_timeout_ms));
+  if (!s.ok()) return Lost(conn, s.ToString());
+  for (size_t i = 0; i < metas.size(); i++) {
+    conn->posted.push_back({op, ++conn->next_request, &(*answers)[i]});
+  }
+  return Status::OK();
+}
+
 Status AttachedDB::CollectAnswers(Connection* conn, size_t count) {
   const Deadline deadline = DeadlineIn(options_.peer_timeout_ms);
   count = std::min(count, conn->posted.size());
@@ -694,14 +716,13 @@ Status AttachedDB::BatchGetInto(const ReadOptions&, std::span<const Slice> keys,
   }
   bounds.push_back(keys.size());
   const size_t groups = bounds.size() - 1;
-  std::vector<std::string> answers(groups);
+  std::vector<std::string> metas(groups), answers;
   for (size_t g = 0; g < groups; g++) {
-    std::string meta;
-    wire::PutKeys(&meta, keys.subspan(bounds[g], bounds[g + 1] - bounds[g]),
+    wire::PutKeys(&metas[g], keys.subspan(bounds[g], bounds[g + 1] - bounds[g]),
                   capacity.data() + bounds[g]);
-    s = Post(conn, wire::kPin, meta, &answers[g]);
-    if (!s.ok()) return s;
   }
+  s = PostAll(conn, wire::kPin, metas, &answers);
+  if (!s.ok()) return s;
   results->assign(keys.size(), 0);
   std::string unpin;
   uint32_t leases = 0;

@@ -137,6 +137,10 @@ class AttachedDB final : public DB {
   // Sends a request whose answer is read into *answer by the next CollectAnswers (or
   // Call): requests are pipelined, the owner answering them in order.
   Status Post(Connection* conn, uint8_t op, const std::string& meta, std::string* answer);
+  // Posts one request per element of metas, answers[i] receiving the answer to metas[i].
+  // Over the shared channel the owner sees them all at once (ShmChannel::SendFrames).
+  Status PostAll(Connection* conn, uint8_t op, const std::vector<std::string>& metas,
+                 std::vector<std::string>* answers);
   // Reads the answers of the oldest `count` requests posted on conn (all by default).
   Status CollectAnswers(Connection* conn, size_t count = SIZE_MAX);
   // Sends a request without waiting for an answer (UNPIN is one-way; Post registers

@@ -764,9 +764,11 @@ class ShmChannelTest : public ::testing::Test {
     }
   }
   // Waits for and reads a frame on `ch`.
-  static Status Receive(ShmChannel* ch, uint64_t ms, wire::FrameHeader* h, std::string* meta) {
+  // spin=false: asleep on the socket at once, marked as waiting for a frame.
+  static Status Receive(ShmChannel* ch, uint64_t ms, wire::FrameHeader* h, std::string* meta,
+                        bool spin = true) {
     bool arrived = false;
-    Status s = ch->WaitForFrame(0, DeadlineIn(ms), nullptr, true, &arrived);
+    Status s = ch->WaitForFrame(0, DeadlineIn(ms), nullptr, spin, &arrived);
     if (s.ok() && !arrived) return Status::IOError("nothing arrived");
     return s.ok() ? ch->ReadFrame(DeadlineIn(ms), h, meta) : s;
   }
@@ -837,6 +839,68 @@ TEST_F(ShmChannelTest, SleepingSideIsWokenByTheDoorbell) {
     if (std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(80)) slow++;
   }
   EXPECT_LE(slow, 5);
+}
+
+// Freed room is news only to a side waiting for room: a side asleep waiting for a frame
+// is not woken each time its peer reads one.  It was, and every such doorbell cost the
+// reader a system call (an attached get's client reading its PIN answers while the
+// owner slept waiting for the next request).
+TEST_F(ShmChannelTest, ReadingDoesNotWakeAPeerThatWaitsForAFrame) {
+  constexpr int kFrames = 20;
+  for (int i = 0; i < kFrames; i++) {
+    ASSERT_TRUE(
+        owner_->SendFrame(wire::kPin, wire::kFlagResponse, i + 1, "answer", DeadlineIn(2000)).ok());
+  }
+  std::atomic<bool> got{false};
+  std::thread owner([&] {
+    wire::FrameHeader h;
+    std::string meta;
+    ASSERT_TRUE(Receive(owner_.get(), 10000, &h, &meta, /*spin=*/false).ok());
+    EXPECT_EQ(meta, "request");
+    got = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const uint64_t before = client_->wakeups_sent();
+  for (int i = 0; i < kFrames; i++) {
+    wire::FrameHeader h;
+    std::string meta;
+    ASSERT_TRUE(Receive(client_.get(), 2000, &h, &meta).ok()) << i;
+    EXPECT_EQ(h.request_id, static_cast<uint64_t>(i + 1));
+  }
+  EXPECT_EQ(client_->wakeups_sent(), before);
+  // A frame is what it waits for: that one wakes it, once.
+  ASSERT_TRUE(client_->SendFrame(wire::kPin, 0, 99, "request", DeadlineIn(2000)).ok());
+  EXPECT_EQ(client_->wakeups_sent(), before + 1);
+  owner.join();
+  EXPECT_TRUE(got);
+}
+
+// Frames sent together are published together: a sleeping peer is woken once for all.
+TEST_F(ShmChannelTest, FramesSentTogetherWakeThePeerOnce) {
+  std::thread owner([&] {
+    for (int i = 0; i < 8; i++) {
+      wire::FrameHeader h;
+      std::string meta;
+      ASSERT_TRUE(Receive(owner_.get(), 10000, &h, &meta, /*spin=*/false).ok());
+      EXPECT_EQ(h.request_id, static_cast<uint64_t>(i + 1));
+      EXPECT_EQ(meta, std::string(i * 1000, 'a' + i));
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::vector<std::string> metas;
+  for (int i = 0; i < 8; i++) metas.push_back(std::string(i * 1000, 'a' + i));
+  std::vector<ShmChannel::OutFrame> frames;
+  for (int i = 0; i < 8; i++) frames.push_back({wire::kPin, 0, uint64_t(i + 1), &metas[i]});
+  ASSERT_TRUE(client_->SendFrames(frames, DeadlineIn(2000)).ok());
+  EXPECT_EQ(client_->wakeups_sent(), 1u);
+  owner.join();
+  // Metadata too large is refused before anything is written.
+  const std::string huge(wire::kMaxMetaLen + 1, 'x');
+  frames = {{wire::kPin, 0, 9, &metas[1]}, {wire::kPin, 0, 10, &huge}};
+  EXPECT_TRUE(client_->SendFrames(frames, DeadlineIn(2000)).IsInvalidArgument());
+  bool arrived = true;
+  ASSERT_TRUE(owner_->WaitForFrame(0, DeadlineIn(20), nullptr, false, &arrived).ok());
+  EXPECT_FALSE(arrived);
 }
 
 TEST_F(ShmChannelTest, PeerThatDiesWakesTheWaiterWithAnError) {

@@ -12,9 +12,10 @@
 // a single-producer single-consumer stream of frames encoded exactly as on the socket
 // (wire.h, checksums included), so frames of any size stream through.  The socket stays
 // open beside it for two things only: wake-ups and death.  A side that has nothing to
-// do spins for a while (BusyPollPredictor), then marks itself asleep in the region and
-// sleeps in poll() on the socket; the other side, after writing or freeing ring bytes,
-// sends one byte on the socket when it finds that mark.  (Dekker's pattern: each side
+// do spins for a while (BusyPollPredictor), then marks itself asleep in the region --
+// waiting for bytes, or for room -- and sleeps in poll() on the socket; the other side,
+// after writing ring bytes (or freeing room), sends one byte on the socket when it finds
+// the mark of a sleeper waiting for bytes (for room).  (Dekker's pattern: each side
 // stores its own word, then loads the other's (all sequentially consistent), so either the sleeper
 // sees the progress or the waker sees the mark.)  A peer that dies closes the socket, which wakes
 // the sleeper with a hangup: a waiter never outlives its peer by more than the end of its spin.
@@ -33,6 +34,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "kvengine/status.h"
@@ -64,6 +66,18 @@ class ShmChannel {
   // the peer reads).  IOError when the peer is gone, TimedOut at the deadline.
   Status SendFrame(uint8_t op, uint16_t flags, uint64_t request_id, const std::string& meta,
                    Deadline deadline);
+  // One frame of SendFrames.
+  struct OutFrame {
+    uint8_t op = 0;
+    uint16_t flags = 0;
+    uint64_t request_id = 0;
+    const std::string* meta = nullptr;
+  };
+  // Writes frames in order as SendFrame does, but lets the peer see them all at once:
+  // one wake-up for the lot.  Sent one by one to a peer that reads faster than this
+  // side writes, each frame found the peer asleep again after the one before, and paid
+  // a wake-up.  InvalidArgument, before anything is written, for metadata too large.
+  Status SendFrames(std::span<const OutFrame> frames, Deadline deadline);
   // Waits until the peer's next frame has begun to arrive: spinning first (when `spin`
   // and the waits after `kind`, the op last sent or answered, have been short), then
   // asleep.  OK with *arrived true when it has, false at `deadline`; Aborted when `stop`
@@ -73,6 +87,9 @@ class ShmChannel {
   // Reads one whole frame without a body and checks it as ReadFrame (unix_socket.h)
   // does; a frame begun must end by `deadline`.
   Status ReadFrame(Deadline deadline, wire::FrameHeader* header, std::string* meta);
+
+  // Doorbells this side has rung (each a system call here and a wake-up there).
+  uint64_t wakeups_sent() const { return wakeups_sent_; }
 
  private:
   struct Region;
@@ -93,15 +110,22 @@ class ShmChannel {
   // Copies n bytes into out() (all must fit), for the peer to see at the next Publish.
   void Put(const char* src, size_t n);
   void Publish();
+  // Copies n bytes into out(), publishing and waiting for room (by `deadline`) as the
+  // ring fills; what fits last stays unpublished.
+  Status PutWaiting(const char* src, size_t n, Deadline deadline);
   // Reads exactly n bytes from in(), waiting for them by `deadline`.
   Status ReadExactly(char* dst, size_t n, Deadline deadline);
+  // What a sleeping side waits for: the mark it leaves in the region.
+  enum class Wait : uint32_t { kForBytes = 1, kForRoom = 2 };
+  static constexpr uint32_t kAwake = 0;
   // Waits until `ready()` (re-evaluated after every wake-up) by `deadline` (then OK with
-  // *met false): spins when `spin`, then sleeps on the socket.
+  // *met false): spins when `spin`, then sleeps on the socket, marked as waiting for
+  // `wait`.
   template <typename Ready>
-  Status WaitUntil(Ready&& ready, bool spin, Deadline deadline, const std::atomic<bool>* stop,
-                   bool* met);
-  // Tells a sleeping peer that this side made progress.
-  void WakePeer();
+  Status WaitUntil(Wait wait, Ready&& ready, bool spin, Deadline deadline,
+                   const std::atomic<bool>* stop, bool* met);
+  // Wakes the peer if it sleeps waiting for `progress`, which this side just made.
+  void WakePeer(Wait progress);
 
   const Side side_;
   const int socket_fd_;
@@ -109,6 +133,7 @@ class ShmChannel {
   BusyPollPredictor busy_poll_;
   uint64_t read_ = 0;     // bytes this side consumed from in() (mirrors the ring's)
   uint64_t written_ = 0;  // bytes this side wrote to out() (mirrors the ring's)
+  uint64_t wakeups_sent_ = 0;
 };
 
 }  // namespace kvengine
