@@ -323,13 +323,11 @@ Status AttachedDB::PostAll(Connection* conn, uint8_t op, const std::vector<std::
     return Status::OK();
   }
   std::vector<ShmChannel::OutFrame> frames(metas.size());
-  for (size_t i = 0; i < metas.size(); i++) {
-    frames[i] = {op, 0, conn->next_request + 1 + i, &metas[i]};
-  }
+  for (size_t i = 0; i < metas.size(); i++) frames[i] = {op, 0, ++conn->next_request, &metas[i]};
   Status s = conn->channel->SendFrames(frames, DeadlineIn(options_.peer_timeout_ms));
   if (!s.ok()) return Lost(conn, s.ToString());
   for (size_t i = 0; i < metas.size(); i++) {
-    conn->posted.push_back({op, ++conn->next_request, &(*answers)[i]});
+    conn->posted.push_back({op, frames[i].request_id, &(*answers)[i]});
   }
   return Status::OK();
 }
