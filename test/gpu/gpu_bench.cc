@@ -5,10 +5,19 @@
 //   get_h2d   BatchGetInto GPU buffers           vs  cudaMemcpyAsync H2D from pinned buffers
 //
 // for 1 MiB and 4 MiB values, `--batch` keys per call, `--batches` calls after one warm-up
-// call.  Prints one line per case and writes the same lines to --out:
+// call: first on a DB this process opens, then (unless --no_attach) from a client
+// attached (DB::Attach) to a DB owned by a second process, this binary re-executed with
+// --serve_owner: the client's puts land by DMA in the slots it reserved in the owner's
+// shared arena and its gets leave from there.  Prints one line per case and writes the
+// same lines to --out:
 //   d2h_put 1MiB: kvengine 21.3 GB/s raw 24.9 GB/s ratio 0.86 (batch 16 x 50)
+//   attached d2h_put 1MiB: kvengine 20.8 GB/s raw 24.7 GB/s ratio 0.84 (batch 16 x 50)
 // Exits 2 without a usable GPU.
 #include <cuda_runtime_api.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -51,6 +60,7 @@ struct Args {
   std::string dir;
   int batch = 16;
   int batches = 50;
+  bool attach = true;
 };
 
 struct Case {
@@ -148,9 +158,113 @@ bool RunCase(DB* db, const Args& args, Case* c) {
 
 std::string SizeName(size_t size) { return std::to_string(size >> 20) + "MiB"; }
 
+// The DB of both modes: room for three batches of the largest values.
+Options BenchOptions(int batch) {
+  Options options;
+  options.memory_capacity_bytes = (static_cast<uint64_t>(batch) * (4 << 20) * 3) + (64 << 20);
+  return options;
+}
+
+// --serve_owner SOCKET DIR BATCH: opens the DB serving SOCKET, says "ready" on stdout
+// and holds it until stdin closes.  It never touches CUDA.
+int ServeOwner(const std::string& socket, const std::string& dir, int batch) {
+  Options options = BenchOptions(batch);
+  options.local_listen = socket;
+  std::unique_ptr<DB> db;
+  Status s = DB::Open(options, dir, &db);
+  if (!s.ok()) {
+    std::fprintf(stderr, "gpu_bench owner: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  std::printf("ready\n");
+  std::fflush(stdout);
+  char c;
+  while (read(0, &c, 1) > 0) {
+  }
+  return db->Close().ok() ? 0 : 1;
+}
+
+// The owner process, re-executed from this binary; stopped by closing its stdin.
+class OwnerProcess {
+ public:
+  ~OwnerProcess() { Stop(); }
+
+  bool Start(const std::string& socket, const std::string& dir, int batch) {
+    int to_child[2], from_child[2];
+    if (pipe2(to_child, O_CLOEXEC) != 0) return false;
+    if (pipe2(from_child, O_CLOEXEC) != 0) {
+      close(to_child[0]);
+      close(to_child[1]);
+      return false;
+    }
+    std::vector<std::string> args{"gpu_bench", "--serve_owner", socket, dir, std::to_string(batch)};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_ = fork();
+    if (pid_ == 0) {  // exec at once: the child must not inherit this process's CUDA state
+      dup2(to_child[0], 0);
+      dup2(from_child[1], 1);
+      execv("/proc/self/exe", argv.data());
+      _exit(127);
+    }
+    close(to_child[0]);
+    close(from_child[1]);
+    stdin_ = to_child[1];
+    std::string said;
+    char buf[64];
+    pollfd p{from_child[0], POLLIN, 0};
+    while (pid_ > 0 && said.find('\n') == std::string::npos && poll(&p, 1, 60000) > 0) {
+      const ssize_t n = read(from_child[0], buf, sizeof(buf));
+      if (n <= 0) break;
+      said.append(buf, static_cast<size_t>(n));
+    }
+    close(from_child[0]);
+    return said.rfind("ready", 0) == 0;
+  }
+
+  void Stop() {
+    if (stdin_ >= 0) close(stdin_);
+    stdin_ = -1;
+    if (pid_ > 0) waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int stdin_ = -1;
+};
+
+// Runs both sizes on db, adding a line per case, prefixed by `label`, to *report and
+// stdout.
+bool RunCases(DB* db, const Args& args, const std::string& label, std::ostringstream* report) {
+  bool ok = true;
+  for (size_t size : {size_t{1} << 20, size_t{4} << 20}) {
+    Case c{size};
+    ok = RunCase(db, args, &c) && ok;
+    const struct {
+      const char* name;
+      double gbs, raw_gbs;
+    } lines[] = {{"d2h_put", c.put_gbs, c.put_raw_gbs}, {"get_h2d", c.get_gbs, c.get_raw_gbs}};
+    for (const auto& l : lines) {
+      char line[256];
+      std::snprintf(line, sizeof(line),
+                    "%s%s %s: kvengine %.2f GB/s raw %.2f GB/s ratio %.2f (batch %d x %d)\n",
+                    label.c_str(), l.name, SizeName(size).c_str(), l.gbs, l.raw_gbs,
+                    l.gbs / l.raw_gbs, args.batch, args.batches);
+      *report << line;
+      std::cout << line << std::flush;
+    }
+  }
+  return ok;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 5 && std::string(argv[1]) == "--serve_owner") {
+    return ServeOwner(argv[2], argv[3], std::atoi(argv[4]));
+  }
   Args args;
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i];
@@ -163,8 +277,12 @@ int main(int argc, char** argv) {
       args.batch = std::atoi(next().c_str());
     } else if (a == "--batches") {
       args.batches = std::atoi(next().c_str());
+    } else if (a == "--no_attach") {
+      args.attach = false;
     } else {
-      std::fprintf(stderr, "usage: gpu_bench [--out FILE] [--dir DB] [--batch N] [--batches N]\n");
+      std::fprintf(stderr,
+                   "usage: gpu_bench [--out FILE] [--dir DB] [--batch N] [--batches N] "
+                   "[--no_attach]\n");
       return 1;
     }
   }
@@ -181,10 +299,8 @@ int main(int argc, char** argv) {
     const char* tmp = std::getenv("KV_TEST_TMPDIR");
     args.dir = std::string(tmp != nullptr ? tmp : "/tmp") + "/gpu_bench_db";
   }
-  Options options;
-  options.memory_capacity_bytes = (static_cast<uint64_t>(args.batch) * (4 << 20) * 3) + (64 << 20);
   std::unique_ptr<DB> db;
-  Status s = DB::Open(options, args.dir, &db);
+  Status s = DB::Open(BenchOptions(args.batch), args.dir, &db);
   if (!s.ok()) {
     std::fprintf(stderr, "gpu_bench: %s\n", s.ToString().c_str());
     return 1;
@@ -193,24 +309,25 @@ int main(int argc, char** argv) {
   cudaGetDeviceProperties(&prop, 0);
   std::ostringstream report;
   report << "# gpu_bench on " << prop.name << ": GB/s = 1e9 bytes/s; ratio = kvengine / raw\n";
-  bool ok = true;
-  for (size_t size : {size_t{1} << 20, size_t{4} << 20}) {
-    Case c{size};
-    ok = RunCase(db.get(), args, &c) && ok;
-    char line[256];
-    std::snprintf(line, sizeof(line),
-                  "d2h_put %s: kvengine %.2f GB/s raw %.2f GB/s ratio %.2f (batch %d x %d)\n",
-                  SizeName(size).c_str(), c.put_gbs, c.put_raw_gbs, c.put_gbs / c.put_raw_gbs,
-                  args.batch, args.batches);
-    report << line;
-    std::snprintf(line, sizeof(line),
-                  "get_h2d %s: kvengine %.2f GB/s raw %.2f GB/s ratio %.2f (batch %d x %d)\n",
-                  SizeName(size).c_str(), c.get_gbs, c.get_raw_gbs, c.get_gbs / c.get_raw_gbs,
-                  args.batch, args.batches);
-    report << line;
-  }
+  std::cout << report.str() << std::flush;
+  bool ok = RunCases(db.get(), args, "", &report);
   db->Close();
-  std::cout << report.str();
+  db.reset();
+  if (args.attach) {
+    const std::string owner_dir = args.dir + "_owner";
+    OwnerProcess owner;
+    if (!owner.Start(owner_dir + ".sock", owner_dir, args.batch)) {
+      std::fprintf(stderr, "gpu_bench: the owner process did not start\n");
+      return 1;
+    }
+    s = DB::Attach(Options(), owner_dir + ".sock", &db);
+    if (!s.ok()) {
+      std::fprintf(stderr, "gpu_bench: attach: %s\n", s.ToString().c_str());
+      return 1;
+    }
+    ok = RunCases(db.get(), args, "attached ", &report) && ok;
+    db.reset();
+  }
   std::ofstream out(args.out);
   out << report.str();
   if (!out) {

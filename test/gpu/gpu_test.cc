@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -197,6 +198,103 @@ TEST_F(GpuTest, ConcurrentCallersShareTheStreams) {
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(bad.load(), 0);
+}
+
+// An attached client (DB::Attach) with device buffers: D2H straight into the slots it
+// reserved in the owner's shared arena, H2D straight out of its pinned values, once the
+// client has page-locked its mapping of the arena (checked in its log).  The owner is a
+// second DB in this process serving a Unix socket; the client maps the arena's memfd
+// itself, as another process would.
+TEST_F(GpuTest, AttachedClientPutsAndGetsDeviceBuffers) {
+  test::TempDir owner_dir;
+  Options owner_options;
+  owner_options.apply_environment = false;
+  owner_options.memory_capacity_bytes = 256 << 20;
+  owner_options.ssd_capacity_bytes = 0;
+  owner_options.local_listen = owner_dir.path() + "/attach.sock";
+  std::unique_ptr<DB> owner;
+  Status s = DB::Open(owner_options, owner_dir.path(), &owner);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  std::mutex log_mu;
+  std::string client_log;
+  Options client_options;
+  client_options.apply_environment = false;
+  client_options.log_level = LogLevel::kInfo;
+  client_options.log_callback = [&](LogLevel, const std::string& line) {
+    std::lock_guard<std::mutex> lock(log_mu);
+    client_log += line + "\n";
+  };
+  std::unique_ptr<DB> client;
+  s = DB::Attach(client_options, owner_options.local_listen, &client);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+
+  // Whole values of 1 MiB and 4 MiB + 77, and a 32-layer value with a host part.
+  constexpr int kLayers = 32;
+  constexpr size_t kLayer = 64 << 10;
+  const std::vector<size_t> sizes{size_t{1} << 20, (size_t{4} << 20) + 77};
+  std::vector<std::string> keys{"whole/1", "whole/2", "layers"};
+  std::vector<std::string> expect;
+  std::vector<DeviceBuffer> src, dst;
+  std::vector<ValueParts> values(3);
+  std::vector<Destination> dests(3);
+  for (size_t k = 0; k < sizes.size(); k++) {
+    expect.push_back(MakeValue(k + 11, sizes[k]));
+    src.emplace_back(sizes[k]);
+    dst.emplace_back(sizes[k]);
+  }
+  const std::string host_part = MakeValue(99, 4096);
+  expect.emplace_back();
+  for (int l = 0; l < kLayers; l++) {
+    expect.back() += MakeValue(1000 + l, kLayer);
+    src.emplace_back(kLayer);
+    dst.emplace_back(kLayer);
+  }
+  expect.back() += host_part;
+  for (auto& b : src) ASSERT_TRUE(b.ok());
+  for (auto& b : dst) ASSERT_TRUE(b.ok());
+  for (size_t k = 0; k < sizes.size(); k++) {
+    src[k].Upload(expect[k]);
+    values[k] = {Slice(src[k].data(), sizes[k])};
+    dests[k] = {MutableSlice(dst[k].data(), sizes[k])};
+  }
+  for (int l = 0; l < kLayers; l++) {
+    DeviceBuffer& layer_src = src[sizes.size() + l];
+    layer_src.Upload(expect.back().substr(l * kLayer, kLayer));
+    values[2].push_back(Slice(layer_src.data(), kLayer));
+    dests[2].push_back(MutableSlice(dst[sizes.size() + l].data(), kLayer));
+  }
+  values[2].push_back(Slice(host_part));
+  std::string host_tail(host_part.size(), '\0');
+  dests[2].push_back(MutableSlice(host_tail.data(), host_tail.size()));
+
+  std::vector<Slice> key_slices(keys.begin(), keys.end());
+  std::vector<int64_t> results;
+  s = client->BatchPut(WriteOptions(), key_slices, values, &results);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_EQ(results, std::vector<int64_t>(3, 0));
+  for (size_t k = 0; k < keys.size(); k++) {  // the owner serves the bytes the GPU held
+    std::string v;
+    ASSERT_TRUE(owner->Get(ReadOptions(), keys[k], &v).ok()) << keys[k];
+    EXPECT_TRUE(v == expect[k]) << keys[k];
+  }
+  for (auto& b : dst) b.Clear();
+  s = client->BatchGetInto(ReadOptions(), key_slices, dests, &results);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  for (size_t k = 0; k < keys.size(); k++) {
+    ASSERT_EQ(results[k], static_cast<int64_t>(expect[k].size())) << keys[k];
+  }
+  for (size_t k = 0; k < sizes.size(); k++) {
+    EXPECT_TRUE(dst[k].Download(sizes[k]) == expect[k]) << keys[k];
+  }
+  std::string layers;
+  for (int l = 0; l < kLayers; l++) layers += dst[sizes.size() + l].Download(kLayer);
+  EXPECT_TRUE(layers + host_tail == expect.back());
+  {
+    std::lock_guard<std::mutex> lock(log_mu);
+    EXPECT_NE(client_log.find("page-locked for direct DMA"), std::string::npos) << client_log;
+  }
+  client.reset();
+  ASSERT_TRUE(owner->Close().ok());
 }
 
 TEST_F(GpuTest, PipelineOnCudaStreamsStagedAndDirect) {
