@@ -486,6 +486,19 @@ Status AttachedDB::BatchPut(const WriteOptions&, std::span<const Slice> keys,
   size_t posted = 0;               // commit_keys posted in groups so far
   uint64_t group_bytes = 0;
   const uint64_t per_group = GroupBytes(sizes);
+  // Values in device memory are all queued first, so that the bus moves them back to
+  // back, and each is waited for where a host value is copied.  (A slot's deadline is
+  // checked before its copy starts, as for a host value.)
+  GpuIo::Queue device_copies(gpu);
+  constexpr size_t kNotQueued = ~size_t{0};
+  std::vector<size_t> queued(sent.size(), kNotQueued);
+  for (size_t j = 0; j < sent.size(); j++) {
+    if (devices[j] < 0 || slots[j].code < 0 || Clock::now() >= slots[j].copy_deadline) continue;
+    char* dst = conn->arena->At(slots[j].offset, sizes[j]);
+    if (dst == nullptr) return Lost(conn, "slot outside the arena");
+    queued[j] = device_copies.FromDevice(sent_keys[j].ToString(), devices[j], values[sent[j]], dst,
+                                         sizes[j]);
+  }
   auto post_group = [&] {
     CommitGroup& g = groups.emplace_back();
     g.first = posted;
@@ -515,14 +528,14 @@ Status AttachedDB::BatchPut(const WriteOptions&, std::span<const Slice> keys,
     }
     char* dst = conn->arena->At(slots[j].offset, sizes[j]);
     if (dst == nullptr) return Lost(conn, "slot outside the arena");
-    if (Clock::now() >= slots[j].copy_deadline) {  // the owner may soon give it to another value
+    if (queued[j] == kNotQueued && Clock::now() >= slots[j].copy_deadline) {
+      // The owner may soon give the slot to another value.
       (*results)[sent[j]] = Status::Aborted("").ErrorCode();
       unused.push_back(slots[j].id);
       continue;
     }
-    if (devices[j] >= 0) {  // device -> the slot, as the in-process path would stage it
-      Status copied =
-          gpu->CopyFromDevice(sent_keys[j].ToString(), devices[j], values[sent[j]], dst, sizes[j]);
+    if (devices[j] >= 0) {  // device -> the slot, queued above
+      Status copied = device_copies.Wait(queued[j]);
       if (!copied.ok()) {  // not committed: given back
         (*results)[sent[j]] = copied.ErrorCode();
         unused.push_back(slots[j].id);
@@ -727,6 +740,10 @@ Status AttachedDB::BatchGetInto(const ReadOptions&, std::span<const Slice> keys,
   PutFixed32(&unpin, 0);
   std::vector<int64_t> pinned;
   std::vector<RemoteLocation> locs;
+  // Copies to device memory are queued as their keys come, back to back on the bus, and
+  // waited for before the pins are released.
+  GpuIo::Queue device_copies(gpu);
+  std::vector<std::pair<size_t, size_t>> queued;  // (key, copy)
   for (size_t i = 0, g = 0; i < keys.size(); i++) {
     if (i == bounds[g]) {  // the next group's pins
       s = CollectAnswers(conn, 1);
@@ -752,9 +769,10 @@ Status AttachedDB::BatchGetInto(const ReadOptions&, std::span<const Slice> keys,
     if (bad[i] != 0) {
       (*results)[i] = bad[i];
     } else if (devices[i] >= 0) {  // host -> device straight from the arena
-      Status copied = gpu->CopyToDevice(keys[i].ToString(), devices[i], Slice(src, locs[k].size),
-                                        true, destinations[i]);
-      (*results)[i] = copied.ok() ? static_cast<int64_t>(locs[k].size) : copied.ErrorCode();
+      queued.emplace_back(
+          i, device_copies.ToDevice(keys[i].ToString(), devices[i], Slice(src, locs[k].size), true,
+                                    destinations[i]));
+      (*results)[i] = static_cast<int64_t>(locs[k].size);
     } else {
       ScatterCopy(src, locs[k].size, destinations[i]);
       (*results)[i] = static_cast<int64_t>(locs[k].size);
@@ -765,6 +783,10 @@ Status AttachedDB::BatchGetInto(const ReadOptions&, std::span<const Slice> keys,
   if (keys.empty()) {  // the one empty group was not read above
     s = CollectAnswers(conn);
     if (!s.ok()) return s;
+  }
+  for (const auto& [i, copy] : queued) {
+    Status copied = device_copies.Wait(copy);
+    if (!copied.ok()) (*results)[i] = copied.ErrorCode();
   }
   if (leases > 0) {
     std::memcpy(unpin.data(), &leases, 4);  // fixed32 is little-endian, as the host

@@ -2,6 +2,7 @@
 
 #include <cinttypes>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -515,7 +516,8 @@ Status DBImpl::GetOne(const Slice& key, std::span<const MutableSlice> dest, uint
   return Status::FromErrorCode(static_cast<int>(result[0]), "key " + Printable(key));
 }
 
-Status DBImpl::PutOneFromDevice(const Slice& key, std::span<const Slice> parts, int device) {
+Status DBImpl::StartPutFromDevice(const Slice& key, std::span<const Slice> parts, int device,
+                                  GpuIo::Queue* copies, DevicePut* put) {
   Status s = CheckKey(key);
   uint64_t size = 0;
   for (size_t i = 0; s.ok() && i < parts.size(); i++) {
@@ -526,44 +528,54 @@ Status DBImpl::PutOneFromDevice(const Slice& key, std::span<const Slice> parts, 
     }
     size += parts[i].size();
   }
-  if (s.ok() && size > options_.max_value_size) {
-    s = Status::InvalidArgument("value of key " + Printable(key) + " exceeds max_value_size (" +
-                                FormatSize(options_.max_value_size) + ")");
+  if (s.ok()) s = CheckValueSize(key, size);
+  if (s.ok()) s = memory_->Reserve(size, &put->room);
+  if (!s.ok()) {
+    counters_.put_failures.fetch_add(1, std::memory_order_relaxed);
+    return s;
   }
-  // Device -> host once, then the ordinary put of the host bytes (which counts itself).
-  bool stored = false;
-  if (s.ok()) {
-    s = gpu_->PutFromDevice("key " + Printable(key), device, parts, size,
-                            [&](const Slice& host_value) {
-                              stored = true;
-                              return PutOne(key, std::span<const Slice>(&host_value, 1));
-                            });
+  put->copy = copies->FromDevice("key " + Printable(key), device, parts, put->room.data(), size);
+  return Status::OK();
+}
+
+Status DBImpl::FinishPutFromDevice(const Slice& key, GpuIo::Queue* copies, DevicePut* put) {
+  Status s = copies->Wait(put->copy);
+  if (!s.ok()) {  // the room goes back with the reservation
+    counters_.put_failures.fetch_add(1, std::memory_order_relaxed);
+    return s;
   }
-  if (!s.ok() && !stored) counters_.put_failures.fetch_add(1, std::memory_order_relaxed);
-  return s;
+  const uint64_t size = put->room.size();
+  const Slice value(put->room.data(), size);
+  return Publish(key, std::span<const Slice>(&value, 1), size, &put->room);
+}
+
+Status DBImpl::PutOneFromDevice(const Slice& key, std::span<const Slice> parts, int device) {
+  GpuIo::Queue copies(gpu_.get());
+  DevicePut put;
+  Status s = StartPutFromDevice(key, parts, device, &copies, &put);
+  return s.ok() ? FinishPutFromDevice(key, &copies, &put) : s;
 }
 
 Status DBImpl::GetOneToDevice(const Slice& key, std::span<const MutableSlice> dest, int device,
+                              GpuIo::Queue* copies, MemoryTier::Handle* pin, size_t* copy,
                               uint64_t* size) {
   *size = 0;
+  *copy = kNoCopy;
   Status s = CheckKey(key);
   uint64_t capacity = 0;
   if (s.ok()) s = CheckDestination(key, dest, &capacity);
   if (!s.ok()) return s;
-  {
-    MemoryTier::Handle handle;
-    if (memory_->Lookup(key, &handle)) {  // host -> device straight from the arena
-      counters_.gets.fetch_add(1, std::memory_order_relaxed);
-      counters_.memory_hits.fetch_add(1, std::memory_order_relaxed);
-      const Slice value = handle.value();
-      *size = value.size();
-      if (value.size() > capacity) {
-        return TooSmall(key, value.size(), capacity);
-      }
-      s = gpu_->CopyToDevice("key " + Printable(key), device, value, /*in_arena=*/true, dest);
-      if (s.ok()) counters_.get_bytes.fetch_add(value.size(), std::memory_order_relaxed);
-      return s;
+  if (memory_->Lookup(key, pin)) {  // host -> device straight from the arena
+    counters_.gets.fetch_add(1, std::memory_order_relaxed);
+    counters_.memory_hits.fetch_add(1, std::memory_order_relaxed);
+    const Slice value = pin->value();
+    *size = value.size();
+    if (value.size() > capacity) {
+      pin->Release();
+      return TooSmall(key, value.size(), capacity);
     }
+    *copy = copies->ToDevice("key " + Printable(key), device, value, /*in_arena=*/true, dest);
+    return Status::OK();
   }
   // Not in memory: the ordinary read into a host bounce buffer, then host -> device.
   return gpu_->GetViaHost(
@@ -686,7 +698,16 @@ Status DBImpl::GetInto(const ReadOptions&, const Slice& key, MutableSlice buffer
   int device = -1;
   s = gpu_->Scan(dest, &device);
   if (!s.ok()) return ForKey(key, s);
-  s = device >= 0 ? GetOneToDevice(key, dest, device, &size) : GetOne(key, dest, &size);
+  if (device >= 0) {
+    GpuIo::Queue copies(gpu_.get());
+    MemoryTier::Handle pin;
+    size_t copy = kNoCopy;
+    s = GetOneToDevice(key, dest, device, &copies, &pin, &copy, &size);
+    if (s.ok() && copy != kNoCopy) s = copies.Wait(copy);
+    if (s.ok() && copy != kNoCopy) counters_.get_bytes.fetch_add(size, std::memory_order_relaxed);
+  } else {
+    s = GetOne(key, dest, &size);
+  }
   if (s.IsNotFound() && device < 0 && peer_ != nullptr && peer_->ReadThrough()) {
     std::vector<int64_t> result{s.ErrorCode()};
     const Destination where{buffer};
@@ -787,16 +808,42 @@ Status DBImpl::BatchPut(const WriteOptions& options, std::span<const Slice> keys
   results->resize(keys.size());
   gpu_->BeginBatch();
   uint64_t total_bytes = 0;
+  auto record = [&](size_t i, const Status& st) {
+    const int64_t code = (*results)[i] = st.ErrorCode();
+    if (code == 0 && log.active()) total_bytes += PartsSize(values[i]);
+    log.Key(i, code, log.WantsKey(code) ? static_cast<int64_t>(PartsSize(values[i])) : -1, nullptr);
+  };
+  // Values in device memory are copied into their arena room ahead of the one being
+  // published, up to gpu_staging_bytes in flight, so that the bus moves key after key.
+  GpuIo::Queue device_copies(gpu_.get());
+  std::deque<std::pair<size_t, DevicePut>> device_puts;  // (key, put), oldest first
+  uint64_t device_bytes = 0;                             // their values' bytes
+  auto finish_oldest = [&] {
+    auto& [i, put] = device_puts.front();
+    device_bytes -= put.room.size();
+    record(i, FinishPutFromDevice(keys[i], &device_copies, &put));
+    device_puts.pop_front();
+  };
   for (size_t i = 0; i < keys.size(); i++) {
     int device = -1;
     Status gpu_status = gpu_->Scan(values[i], &device);
-    (*results)[i] = !gpu_status.ok() ? ForKey(keys[i], gpu_status).ErrorCode()
-                    : device >= 0    ? PutOneFromDevice(keys[i], values[i], device).ErrorCode()
-                                     : PutOne(keys[i], values[i]).ErrorCode();
-    const int64_t code = (*results)[i];
-    if (code == 0 && log.active()) total_bytes += PartsSize(values[i]);
-    log.Key(i, code, log.WantsKey(code) ? static_cast<int64_t>(PartsSize(values[i])) : -1, nullptr);
+    if (!gpu_status.ok()) {
+      record(i, ForKey(keys[i], gpu_status));
+    } else if (device < 0) {
+      record(i, PutOne(keys[i], values[i]));
+    } else {
+      DevicePut put;
+      Status started = StartPutFromDevice(keys[i], values[i], device, &device_copies, &put);
+      if (!started.ok()) {
+        record(i, started);
+        continue;
+      }
+      device_bytes += put.room.size();
+      device_puts.emplace_back(i, std::move(put));
+      while (!device_puts.empty() && device_bytes > options_.gpu_staging_bytes) finish_oldest();
+    }
   }
+  while (!device_puts.empty()) finish_oldest();
   log.Add("total_bytes", total_bytes);
   return log.Finish(Status::OK(), keys);
 }
@@ -849,11 +896,23 @@ Status DBImpl::BatchGetInto(const ReadOptions& options, std::span<const Slice> k
   memory_->BatchLookup(host_keys, &pinned);
   size_t next_pinned = 0;
   uint64_t total_bytes = 0;
+  // Copies to device memory are queued back to back on the bus and waited for after
+  // the loop, their values pinned until then.
+  GpuIo::Queue device_copies(gpu_.get());
+  std::deque<MemoryTier::Handle> device_pins;
+  std::vector<std::pair<size_t, size_t>> queued;  // (key, copy)
   for (size_t i = 0; i < keys.size(); i++) {
     uint64_t size = 0;
     Status key_status = std::move(checks[i]);
     if (key_status.ok() && devices[i] >= 0) {
-      key_status = GetOneToDevice(keys[i], destinations[i], devices[i], &size);
+      size_t copy = kNoCopy;
+      key_status = GetOneToDevice(keys[i], destinations[i], devices[i], &device_copies,
+                                  &device_pins.emplace_back(), &copy, &size);
+      if (key_status.ok() && copy != kNoCopy) {
+        queued.emplace_back(i, copy);
+        (*results)[i] = static_cast<int64_t>(size);
+        continue;
+      }
     } else if (key_status.ok()) {
       counters_.gets.fetch_add(1, std::memory_order_relaxed);
       key_status =
@@ -873,6 +932,18 @@ Status DBImpl::BatchGetInto(const ReadOptions& options, std::span<const Slice> k
     }
     if (key_status.IsBufferTooSmall()) sizes[i] = static_cast<int64_t>(size);
   }
+  for (const auto& [i, copy] : queued) {
+    Status copied = device_copies.Wait(copy);
+    if (copied.ok()) {
+      counters_.get_bytes.fetch_add(static_cast<uint64_t>((*results)[i]),
+                                    std::memory_order_relaxed);
+      total_bytes += static_cast<uint64_t>((*results)[i]);
+      tiers[i] = "memory";
+    } else {
+      (*results)[i] = copied.ErrorCode();
+    }
+  }
+  device_pins.clear();
   if (!misses.empty()) ReadFromSsd(keys, destinations, misses, results, options.verify_checksums);
   for (size_t i : misses) {
     const int64_t r = (*results)[i];

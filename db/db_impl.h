@@ -13,6 +13,7 @@
 #include "db/local_server.h"
 #include "db/memory_tier.h"
 #include "db/ssd_tier.h"
+#include "env/gpu_io.h"
 #include "kvengine/db.h"
 #include "kvengine/env.h"
 #include "util/call_log.h"
@@ -21,7 +22,6 @@
 
 namespace kvengine {
 
-class GpuIo;
 class LocalServer;
 class PeerEnv;
 
@@ -127,9 +127,29 @@ class DBImpl final : public DB {
   // nullptr) and finishes *log.
   Status DeleteWhere(CallLog* log, const std::function<Status(uint64_t*)>& cluster,
                      const std::function<bool(std::string_view)>& pred, uint64_t* deleted);
-  // GPU staging (env/gpu_io.h): a key with a buffer on CUDA device `device`.
+  // GPU staging (env/gpu_io.h): keys with a buffer on CUDA device `device`.
+  //
+  // A put of a value in device memory, under way: its bytes are being copied by DMA
+  // into arena room reserved for it, the copy queued on a GpuIo::Queue.
+  struct DevicePut {
+    size_t copy = 0;  // its number on the queue
+    MemoryTier::Reservation room;
+  };
+  // Checks the value (parts, some on `device`), reserves its room in the arena and
+  // queues its copy there on *copies: one crossing of the bus, straight into the
+  // value's final place (once the arena is page-locked), and no host copy.
+  Status StartPutFromDevice(const Slice& key, std::span<const Slice> parts, int device,
+                            GpuIo::Queue* copies, DevicePut* put);
+  // Waits for put's copy and publishes the value, exactly as a put of host bytes.
+  Status FinishPutFromDevice(const Slice& key, GpuIo::Queue* copies, DevicePut* put);
   Status PutOneFromDevice(const Slice& key, std::span<const Slice> parts, int device);
+  // Copies key's value into dest (some of it on `device`).  A value in the memory tier
+  // is queued on *copies straight from the arena and stays pinned by *pin until that
+  // copy is waited for: *copy is its number (kNoCopy otherwise).  Any other value is
+  // read through a host bounce buffer and copied before the call returns.
+  static constexpr size_t kNoCopy = ~size_t{0};
   Status GetOneToDevice(const Slice& key, std::span<const MutableSlice> dest, int device,
+                        GpuIo::Queue* copies, MemoryTier::Handle* pin, size_t* copy,
                         uint64_t* size);
   // Read-through: inserts a value a peer served into the memory tier.
   void PromoteFromPeer(const Slice& key, std::span<const Slice> parts, uint64_t size);

@@ -157,65 +157,76 @@ Status GpuIo::AddSources(std::span<const Slice> parts, Transfer* t) const {
   return Status::OK();
 }
 
-Status GpuIo::PutFromDevice(const std::string& label, int device, std::span<const Slice> parts,
-                            uint64_t size, const std::function<Status(const Slice& value)>& store) {
-  Lane* lane;
-  Status s = GetLane(device, &lane);
-  if (!s.ok()) return Labeled(label, s);
-  Transfer t;
-  s = AddSources(parts, &t);
-  if (!s.ok()) return Labeled(label, s);
-  std::lock_guard<std::mutex> lock(lane->mu);
-  StagingPipeline* pipeline = lane->pipeline.get();
-  std::unique_ptr<char[]> heap;
-  char* host = pipeline->staging();
-  MemoryKind host_kind = MemoryKind::kPinnedHost;  // straight DMA, no staging slots
-  if (size > pipeline->staging_size()) {
-    heap = std::make_unique_for_overwrite<char[]>(size);
-    host = heap.get();
-    host_kind = MemoryKind::kHost;  // through the staging ring
+GpuIo::Queue::~Queue() {
+  for (size_t n = 0; n < copies_.size(); n++) (void)Wait(n);
+}
+
+GpuIo::Queue::Copy* GpuIo::Queue::NewCopy(const std::string& label) {
+  Copy& c = copies_.emplace_back();
+  c.label = label;
+  return &c;
+}
+
+size_t GpuIo::Queue::Submit(Copy* c, const Status& prepared) {
+  if (prepared.ok()) {
+    std::lock_guard<std::mutex> lock(c->lane->mu);
+    c->lane->pipeline->Submit(&c->transfer);
+  } else {
+    c->lane = nullptr;
+    c->finished = true;
+    c->status = Labeled(c->label, prepared);
   }
-  t.dst.push_back({host, static_cast<size_t>(size), host_kind});
-  s = pipeline->Run(&t);
-  if (!s.ok()) return Labeled(label, s);
-  return store(Slice(host, size));  // its errors name the key already
+  return copies_.size() - 1;
+}
+
+size_t GpuIo::Queue::FromDevice(const std::string& label, int device, std::span<const Slice> parts,
+                                char* dst, uint64_t size) {
+  Copy* c = NewCopy(label);
+  Status s = io_->GetLane(device, &c->lane);  // page-locks the arena on first use
+  if (s.ok()) s = io_->AddSources(parts, &c->transfer);
+  const MemoryKind kind =
+      io_->arena_registered_.load() ? MemoryKind::kPinnedHost : MemoryKind::kHost;
+  c->transfer.dst.push_back({dst, static_cast<size_t>(size), kind});
+  return Submit(c, s);
+}
+
+size_t GpuIo::Queue::ToDevice(const std::string& label, int device, const Slice& value,
+                              bool in_arena, std::span<const MutableSlice> dest) {
+  Copy* c = NewCopy(label);
+  Status s = io_->GetLane(device, &c->lane);
+  const bool pinned = in_arena && io_->arena_registered_.load();
+  c->transfer.src.push_back(
+      {value.data(), value.size(), pinned ? MemoryKind::kPinnedHost : MemoryKind::kHost});
+  c->transfer.dst.reserve(dest.size());
+  for (const MutableSlice& d : dest) {
+    PointerInfo info;
+    if (s.ok() && d.size() != 0) s = io_->Classify(d.data(), &info);
+    c->transfer.dst.push_back({d.data(), d.size(), info.kind});
+  }
+  return Submit(c, s);
+}
+
+Status GpuIo::Queue::Wait(size_t n) {
+  Copy& c = copies_[n];
+  if (!c.finished) {
+    std::lock_guard<std::mutex> lock(c.lane->mu);
+    c.lane->pipeline->Wait(&c.transfer);
+    c.status = Labeled(c.label, c.transfer.status);
+    c.finished = true;
+  }
+  return c.status;
 }
 
 Status GpuIo::CopyFromDevice(const std::string& label, int device, std::span<const Slice> parts,
                              char* dst, uint64_t size) {
-  Lane* lane;
-  Status s = GetLane(device, &lane);  // page-locks the arena on first use
-  if (!s.ok()) return Labeled(label, s);
-  Transfer t;
-  s = AddSources(parts, &t);
-  if (!s.ok()) return Labeled(label, s);
-  const MemoryKind kind = arena_registered_.load() ? MemoryKind::kPinnedHost : MemoryKind::kHost;
-  t.dst.push_back({dst, static_cast<size_t>(size), kind});
-  std::lock_guard<std::mutex> lock(lane->mu);
-  s = lane->pipeline->Run(&t);
-  return s.ok() ? s : Labeled(label, s);
+  Queue queue(this);
+  return queue.Wait(queue.FromDevice(label, device, parts, dst, size));
 }
 
 Status GpuIo::CopyToDevice(const std::string& label, int device, const Slice& value, bool in_arena,
                            std::span<const MutableSlice> dest) {
-  Lane* lane;
-  Status s = GetLane(device, &lane);
-  if (!s.ok()) return Labeled(label, s);
-  Transfer t;
-  const bool pinned = in_arena && arena_registered_.load();
-  t.src.push_back(
-      {value.data(), value.size(), pinned ? MemoryKind::kPinnedHost : MemoryKind::kHost});
-  t.dst.reserve(dest.size());
-  for (const MutableSlice& d : dest) {
-    PointerInfo info;
-    if (d.size() != 0) {
-      s = Classify(d.data(), &info);
-      if (!s.ok()) return Labeled(label, s);
-    }
-    t.dst.push_back({d.data(), d.size(), info.kind});
-  }
-  std::lock_guard<std::mutex> lock(lane->mu);
-  return Labeled(label, lane->pipeline->Run(&t));
+  Queue queue(this);
+  return queue.Wait(queue.ToDevice(label, device, value, in_arena, dest));
 }
 
 Status GpuIo::GetViaHost(const std::string& label, int device, std::span<const MutableSlice> dest,
@@ -238,6 +249,7 @@ Status GpuIo::GetViaHost(const std::string& label, int device, std::span<const M
   }
   std::lock_guard<std::mutex> lock(lane->mu);
   StagingPipeline* pipeline = lane->pipeline.get();
+  pipeline->WaitAll();  // copies a Queue left in flight may be using the staging memory
   std::unique_ptr<char[]> heap;
   char* bounce = pipeline->staging();
   MemoryKind bounce_kind = MemoryKind::kPinnedHost;

@@ -3,14 +3,15 @@
 // The DB asks Scan() whether a key's buffers include device memory; when none do, the
 // key takes the ordinary host path and GpuIo costs one pointer query per buffer (none at
 // all until the process has loaded the CUDA driver).  When some do:
-//   * puts: PutFromDevice copies the value device -> host into the page-locked staging
-//     memory (one crossing of the bus, chunked over the streams), or through the staging
-//     ring into a heap buffer when the value is larger than the staging memory, and hands
-//     the host bytes to the DB's ordinary put;
-//   * gets: CopyToDevice copies a value host -> device straight from the memory tier's
-//     arena, which GpuIo page-locks (cudaHostRegister) the first time a device buffer is
-//     seen, or through the staging ring when that registration failed; GetViaHost serves
-//     values that are not in the arena (SSD, peers) through a page-locked bounce buffer.
+//   * puts: the DB reserves the value's room in the memory tier's arena, which GpuIo
+//     page-locks (cudaHostRegister) the first time a device buffer is seen; a Queue
+//     copies the value device -> that room (one crossing of the bus, chunked over the
+//     streams, through the staging ring only when the registration failed), and the DB
+//     publishes the reservation;
+//   * gets: a Queue copies a value host -> device straight from the arena; GetViaHost
+//     serves values that are not in the arena (SSD, peers) through a page-locked bounce
+//     buffer.
+// A batch's copies are queued back to back and waited for once each (GpuIo::Queue).
 // Work for one CUDA device goes through that device's lane: a StagingPipeline (its
 // streams and staging ring) behind a mutex, created on first use.
 //
@@ -22,6 +23,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -69,22 +71,59 @@ class GpuIo {
   Status Scan(std::span<const Slice> parts, int* device);
   Status Scan(std::span<const MutableSlice> dest, int* device);
 
-  // Assembles the value (the concatenation of parts, `size` bytes, some on `device`) in
-  // host memory and returns store(host value).  The host value is valid only during the
-  // call to store.
-  Status PutFromDevice(const std::string& label, int device, std::span<const Slice> parts,
-                       uint64_t size, const std::function<Status(const Slice& value)>& store);
+ private:
+  struct Lane;
 
-  // Copies the value (the concatenation of parts, `size` bytes, some on `device`) into
-  // `dst`, host memory inside the arena: straight by DMA once the arena is page-locked,
-  // else through the staging ring.  For attached clients (db/attached_db.h), whose puts
-  // land in slots they reserved in the owner's arena: one crossing of the bus, no host
-  // copy.
+ public:
+  // Copies between device buffers and host memory of a batch call, queued one after
+  // another so that the bus moves key after key with no pause between them (a wait per
+  // key costs about as long as copying 1 MiB), and waited for in the order queued.
+  // Copies of other callers may run in between: a queue takes its device's lane for
+  // each step only.  The destructor waits for the copies still in flight, so their
+  // buffers must outlive the queue.  A queue is used by one thread.
+  class Queue {
+   public:
+    explicit Queue(GpuIo* io) : io_(io) {}
+    ~Queue();
+    Queue(const Queue&) = delete;
+    Queue& operator=(const Queue&) = delete;
+
+    // Queues a copy of the value (the concatenation of parts, `size` bytes, some on
+    // `device`) into `dst`, host memory inside the arena: straight by DMA once the arena
+    // is page-locked, else through the staging ring.  For attached clients
+    // (db/attached_db.h), whose puts land in slots they reserved in the owner's arena:
+    // one crossing of the bus, no host copy.  Returns the copy's number for Wait.
+    size_t FromDevice(const std::string& label, int device, std::span<const Slice> parts, char* dst,
+                      uint64_t size);
+    // Queues a copy of `value` (host memory; in the arena when in_arena) into dest's
+    // buffers, filled in order.  REQUIRES: value fits in dest.
+    size_t ToDevice(const std::string& label, int device, const Slice& value, bool in_arena,
+                    std::span<const MutableSlice> dest);
+
+    // Waits for copy `n` (and the copies queued before it on its device); its outcome,
+    // prefixed with its label.  A copy that could not be queued fails here.
+    Status Wait(size_t n);
+
+   private:
+    struct Copy {
+      std::string label;
+      Lane* lane = nullptr;  // nullptr: not queued, `status` says why
+      Transfer transfer;
+      bool finished = false;
+      Status status;
+    };
+    Copy* NewCopy(const std::string& label);
+    // Submits c's transfer on its lane when `prepared` is OK, else finishes c with that
+    // error.  Returns c's number.
+    size_t Submit(Copy* c, const Status& prepared);
+
+    GpuIo* const io_;
+    std::deque<Copy> copies_;  // stable addresses: the pipeline holds the transfers
+  };
+
+  // A Queue of one copy, waited for.
   Status CopyFromDevice(const std::string& label, int device, std::span<const Slice> parts,
                         char* dst, uint64_t size);
-
-  // Copies `value` (host memory; in the arena when in_arena) into dest's buffers, filled
-  // in order.  REQUIRES: value fits in dest.
   Status CopyToDevice(const std::string& label, int device, const Slice& value, bool in_arena,
                       std::span<const MutableSlice> dest);
 

@@ -814,14 +814,13 @@ TEST_F(AttachTest, ClientThatStopsReadingStallsOnlyItself) {
 // Device buffers of an attached client, on the CPU: host buffers the hooks call memory
 // of device 0, copied by HostCopiers.  A put goes device -> its reserved slot, a get
 // pinned value -> device; both arrive bit-exact, and through the copier, not memcpy.
-TEST_F(AttachTest, DeviceBuffersOfAnAttachedClient) {
-  std::string device_src(300 << 10, 0), device_dst(300 << 10, 0);
-  std::mt19937_64 rng(3);
-  for (char& c : device_src) c = static_cast<char>(rng());
-  std::atomic<uint64_t> copied{0};
+// GpuIo hooks that make the given host strings "device" memory of CUDA device 0, copied
+// by HostCopiers (each lane's is added to *copiers) with `faults`.
+GpuIo::Hooks DeviceHooks(std::vector<const std::string*> device_memory,
+                         std::vector<HostCopier*>* copiers, const HostCopier::Faults& faults) {
   GpuIo::Hooks hooks;
-  hooks.classify = [&](const void* p, PointerInfo* info) {
-    for (const std::string* s : {&device_src, &device_dst}) {
+  hooks.classify = [device_memory](const void* p, PointerInfo* info) {
+    for (const std::string* s : device_memory) {
       if (p >= s->data() && p < s->data() + s->size()) {
         info->kind = MemoryKind::kDevice;
         info->device = 0;
@@ -830,15 +829,27 @@ TEST_F(AttachTest, DeviceBuffersOfAnAttachedClient) {
     }
     return false;
   };
-  hooks.new_copier = [&](int, std::unique_ptr<DeviceCopier>* result) {
-    HostCopier::Faults faults;
-    faults.fail_complete = [&](const void*, const void*, size_t n) {
-      copied += n;  // counts the bytes; fails nothing
-      return false;
-    };
-    *result = std::make_unique<HostCopier>(std::move(faults));
+  hooks.new_copier = [copiers, faults](int, std::unique_ptr<DeviceCopier>* result) {
+    auto copier = std::make_unique<HostCopier>(faults);
+    copiers->push_back(copier.get());
+    *result = std::move(copier);
     return Status::OK();
   };
+  return hooks;
+}
+
+TEST_F(AttachTest, DeviceBuffersOfAnAttachedClient) {
+  std::string device_src(300 << 10, 0), device_dst(300 << 10, 0);
+  std::mt19937_64 rng(3);
+  for (char& c : device_src) c = static_cast<char>(rng());
+  std::atomic<uint64_t> copied{0};
+  HostCopier::Faults faults;
+  faults.fail_complete = [&](const void*, const void*, size_t n) {
+    copied += n;  // counts the bytes; fails nothing
+    return false;
+  };
+  std::vector<HostCopier*> copiers;
+  const GpuIo::Hooks hooks = DeviceHooks({&device_src, &device_dst}, &copiers, faults);
   GpuIo::SetHooksForTesting(&hooks);
   OpenOwner();
   std::unique_ptr<DB> db;
@@ -867,6 +878,53 @@ TEST_F(AttachTest, DeviceBuffersOfAnAttachedClient) {
   EXPECT_TRUE(device_dst + host_tail.substr(0, 1000) == expected);
   EXPECT_GE(copied.load() - before, 300u << 10);
   db.reset();
+  owner_.reset();
+  GpuIo::SetHooksForTesting(nullptr);
+}
+
+// The device copies of a batch are queued back to back, not waited for key by key:
+// with copies that take a while, several are in flight at once (never more than one
+// when each key was waited for before the next was queued).
+TEST_F(AttachTest, DeviceCopiesOfABatchAreQueuedBackToBack) {
+  constexpr size_t kKeys = 8, kSize = 64 << 10;  // one chunk each
+  std::string device_src(kKeys * kSize, 0), device_dst(kKeys * kSize, 0);
+  std::mt19937_64 rng(5);
+  for (char& c : device_src) c = static_cast<char>(rng());
+  HostCopier::Faults faults;
+  faults.max_delay_us = 2000;
+  std::vector<HostCopier*> copiers;
+  const GpuIo::Hooks hooks = DeviceHooks({&device_src, &device_dst}, &copiers, faults);
+  GpuIo::SetHooksForTesting(&hooks);
+  OpenOwner();
+  std::vector<std::string> names;
+  std::vector<ValueParts> values;
+  std::vector<Destination> dests;
+  for (size_t k = 0; k < kKeys; k++) {
+    names.push_back("queued/" + std::to_string(k));
+    values.push_back({Slice(device_src.data() + k * kSize, kSize)});
+    dests.push_back({MutableSlice(device_dst.data() + k * kSize, kSize)});
+  }
+  const std::vector<Slice> keys(names.begin(), names.end());
+  std::vector<int64_t> r;
+  std::unique_ptr<DB> writer, reader;  // a lane (and copier) each
+  ASSERT_TRUE(DB::Attach(ClientOptions(), socket_, &writer).ok());
+  ASSERT_TRUE(writer->BatchPut(WriteOptions(), keys, values, &r).ok());
+  EXPECT_EQ(r, std::vector<int64_t>(kKeys, 0));
+  for (size_t k = 0; k < kKeys; k++) {
+    std::string v;
+    ASSERT_TRUE(owner_->Get(ReadOptions(), keys[k], &v).ok());
+    EXPECT_TRUE(v == device_src.substr(k * kSize, kSize)) << k;
+  }
+  ASSERT_EQ(copiers.size(), 1u);
+  EXPECT_GE(copiers[0]->counters().max_in_flight, 2u);
+  ASSERT_TRUE(DB::Attach(ClientOptions(), socket_, &reader).ok());
+  ASSERT_TRUE(reader->BatchGetInto(ReadOptions(), keys, dests, &r).ok());
+  EXPECT_EQ(r, std::vector<int64_t>(kKeys, static_cast<int64_t>(kSize)));
+  EXPECT_TRUE(device_dst == device_src);
+  ASSERT_EQ(copiers.size(), 2u);
+  EXPECT_GE(copiers[1]->counters().max_in_flight, 2u);
+  writer.reset();
+  reader.reset();
   owner_.reset();
   GpuIo::SetHooksForTesting(nullptr);
 }

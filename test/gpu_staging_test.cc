@@ -320,13 +320,15 @@ class FakeGpu {
     hooks_.new_copier = [this](int device, std::unique_ptr<DeviceCopier>* result) {
       if (!copiers_enabled_) return Status::NotSupported("fake GPU has no copier");
       HostCopier::Faults f;
-      f.max_delay_us = 20;
+      f.max_delay_us = max_delay_us_;
       f.fail_complete = [this](const void*, const void* src, size_t) {
         const char* p = static_cast<const char*>(src);
         return p >= fail_begin_.load() && p < fail_end_.load();
       };
       (void)device;
-      *result = std::make_unique<HostCopier>(std::move(f));
+      auto copier = std::make_unique<HostCopier>(std::move(f));
+      last_copier_ = copier.get();
+      *result = std::move(copier);
       lanes_created_++;
       return Status::OK();
     };
@@ -347,6 +349,10 @@ class FakeGpu {
   // Copies go to the real CUDA copier (refused without CUDA or without a GPU).
   void UseRealCopier() { hooks_.new_copier = nullptr; }
   int lanes_created() const { return lanes_created_; }
+  // Copies created from now on each wait a random 0..us microseconds before they run.
+  void SetMaxDelayUs(int us) { max_delay_us_ = us; }
+  // The copier of the lane created last (owned by that lane).
+  HostCopier* last_copier() const { return last_copier_; }
 
  private:
   struct Region {
@@ -359,6 +365,8 @@ class FakeGpu {
   std::vector<Region> regions_;
   std::atomic<const char*> fail_begin_{nullptr}, fail_end_{nullptr};
   bool copiers_enabled_ = true;
+  int max_delay_us_ = 20;
+  HostCopier* last_copier_ = nullptr;
   std::atomic<int> lanes_created_{0};
 };
 
@@ -430,6 +438,62 @@ TEST_F(GpuDbTest, LayeredPutsFromDeviceAndGetsIntoDevice) {
       EXPECT_EQ(outs[k][l].substr(0, kLayer), layers[k][l]) << "key " << k << " layer " << l;
     }
   }
+}
+
+// A batch's device copies are queued back to back, not waited for key by key: with
+// copies that take a while, several are in flight at once (never more than one when
+// each key was waited for before the next was queued).  Puts are then published in
+// order, gets answered once their copies are done.
+TEST_F(GpuDbTest, BatchPutsFromDeviceAreQueuedBackToBack) {
+  gpu_.SetMaxDelayUs(2000);
+  Open();
+  constexpr size_t kKeys = 8, kSize = 48 << 10;  // one chunk each
+  std::vector<std::string> names, vals;
+  for (size_t k = 0; k < kKeys; k++) {
+    names.push_back("queued/" + std::to_string(k));
+    vals.push_back(MakeValue(k, kSize));
+  }
+  for (const auto& v : vals) gpu_.Add(v);
+  std::vector<Slice> keys(names.begin(), names.end());
+  std::vector<ValueParts> values;
+  for (const auto& v : vals) values.push_back({Slice(v)});
+  std::vector<int64_t> results;
+  ASSERT_TRUE(db_->BatchPut(WriteOptions(), keys, values, &results).ok());
+  EXPECT_EQ(results, std::vector<int64_t>(kKeys, 0));
+  for (size_t k = 0; k < kKeys; k++) EXPECT_EQ(GetHost(names[k]), vals[k]);
+  ASSERT_NE(gpu_.last_copier(), nullptr);
+  EXPECT_GE(gpu_.last_copier()->counters().max_in_flight, 2u);
+}
+
+TEST_F(GpuDbTest, BatchGetsIntoDeviceAreQueuedBackToBack) {
+  gpu_.SetMaxDelayUs(2000);
+  Open();
+  constexpr size_t kKeys = 8, kSize = 48 << 10;
+  std::vector<std::string> names, vals, outs(kKeys, std::string(kSize, '\0'));
+  for (size_t k = 0; k < kKeys; k++) {
+    names.push_back("queued/" + std::to_string(k));
+    vals.push_back(MakeValue(k, kSize));
+    ASSERT_TRUE(db_->Put(WriteOptions(), names[k], vals[k]).ok());  // host memory: no lane
+  }
+  EXPECT_EQ(gpu_.lanes_created(), 0);
+  std::vector<Slice> keys(names.begin(), names.end());
+  keys.push_back("absent");
+  std::string absent(kSize, '\0');
+  outs.push_back(absent);
+  std::vector<Destination> dests;
+  for (auto& o : outs) {
+    gpu_.Add(o);
+    dests.push_back({MutableSlice(o.data(), o.size())});
+  }
+  std::vector<int64_t> results;
+  ASSERT_TRUE(db_->BatchGetInto(ReadOptions(), keys, dests, &results).ok());
+  for (size_t k = 0; k < kKeys; k++) {
+    EXPECT_EQ(results[k], static_cast<int64_t>(kSize));
+    EXPECT_EQ(outs[k], vals[k]) << k;
+  }
+  EXPECT_EQ(results[kKeys], Status::NotFound("").ErrorCode());
+  ASSERT_NE(gpu_.last_copier(), nullptr);
+  EXPECT_GE(gpu_.last_copier()->counters().max_in_flight, 2u);
 }
 
 TEST_F(GpuDbTest, SingleKeyCallsAndValuesLargerThanTheStagingMemory) {
