@@ -217,18 +217,6 @@ Status GpuIo::Queue::Wait(size_t n) {
   return c.status;
 }
 
-Status GpuIo::CopyFromDevice(const std::string& label, int device, std::span<const Slice> parts,
-                             char* dst, uint64_t size) {
-  Queue queue(this);
-  return queue.Wait(queue.FromDevice(label, device, parts, dst, size));
-}
-
-Status GpuIo::CopyToDevice(const std::string& label, int device, const Slice& value, bool in_arena,
-                           std::span<const MutableSlice> dest) {
-  Queue queue(this);
-  return queue.Wait(queue.ToDevice(label, device, value, in_arena, dest));
-}
-
 Status GpuIo::GetViaHost(const std::string& label, int device, std::span<const MutableSlice> dest,
                          uint64_t capacity,
                          const std::function<Status(MutableSlice bounce, uint64_t* size)>& read,

@@ -90,9 +90,10 @@ class GpuIo {
 
     // Queues a copy of the value (the concatenation of parts, `size` bytes, some on
     // `device`) into `dst`, host memory inside the arena: straight by DMA once the arena
-    // is page-locked, else through the staging ring.  For attached clients
-    // (db/attached_db.h), whose puts land in slots they reserved in the owner's arena:
-    // one crossing of the bus, no host copy.  Returns the copy's number for Wait.
+    // is page-locked, else through the staging ring.  For puts: into the room the DB
+    // reserved for the value, or the slot an attached client (db/attached_db.h)
+    // reserved in the owner's arena; one crossing of the bus, no host copy.  Returns
+    // the copy's number for Wait.
     size_t FromDevice(const std::string& label, int device, std::span<const Slice> parts, char* dst,
                       uint64_t size);
     // Queues a copy of `value` (host memory; in the arena when in_arena) into dest's
@@ -120,12 +121,6 @@ class GpuIo {
     GpuIo* const io_;
     std::deque<Copy> copies_;  // stable addresses: the pipeline holds the transfers
   };
-
-  // A Queue of one copy, waited for.
-  Status CopyFromDevice(const std::string& label, int device, std::span<const Slice> parts,
-                        char* dst, uint64_t size);
-  Status CopyToDevice(const std::string& label, int device, const Slice& value, bool in_arena,
-                      std::span<const MutableSlice> dest);
 
   // Calls read(bounce, &size) with a host buffer of `capacity` bytes, then copies the
   // `size` bytes read into dest.  For values that must be read from elsewhere first.

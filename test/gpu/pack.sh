@@ -5,8 +5,10 @@
 # host needs only the NVIDIA driver).  The CUDA Toolkit is needed here, not there.
 #   test/gpu/pack.sh DIR          builds build-gpu/ (and build/ for kv_bench), fills DIR
 #   DIR/run.sh [OUT_DIR]          on the GPU host: the tests, then gpu_bench's figures
-# run.sh runs what test/gpu/run.sh runs, minus the Python connector test (its module is
-# built for this machine's Python).  Extra kv_bench runs go after it in the same call.
+# run.sh runs what test/gpu/run.sh runs.  The Python module is built there, for the host's
+# python3, from the source tree the pack lies in (or KV_SOURCE_DIR) and the packed
+# library, when that python3 has its headers, pybind11 and g++ (else that test is
+# skipped, saying why).  Extra kv_bench runs go after it in the same call.
 # Environment: JOBS (default: number of cores).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -24,6 +26,7 @@ rm -rf "$pack"
 mkdir -p "$pack/bin" "$pack/lib" "$pack/lib-cxx"
 cp build-gpu/test/gpu_staging_test build-gpu/test/gpu/gpu_test build-gpu/test/gpu/gpu_bench \
   build/kv_bench "$pack/bin/"
+cp build-gpu/libkvengine.a "$pack/"  # plain objects (no LTO): any g++ links them
 # The C library's own objects stay: the host's are as new or newer.  The C++ runtime
 # goes to lib-cxx, used only where the host's is too old for these binaries.
 for lib in $(ldd "$pack"/bin/* | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u); do
@@ -54,6 +57,35 @@ KV_TEST_TMPDIR=$tmp "$here/bin/gpu_staging_test" --gtest_brief=1 || rc=1
 KV_GPU_REQUIRED=1 KV_TEST_TMPDIR=$tmp "$here/bin/gpu_test" --gtest_brief=1 || rc=1
 # shellcheck disable=SC2086  # GPU_BENCH_ARGS is a list of arguments
 KV_TEST_TMPDIR=$tmp "$here/bin/gpu_bench" --out "$out/gpu_bench.txt" ${GPU_BENCH_ARGS:-} || rc=1
+
+# The vLLM connector on CUDA caches: the module built here for this python3.
+src=${KV_SOURCE_DIR:-$here/..}
+py=python3
+py_inc=$($py -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
+pyb_inc=$($py -c 'import pybind11; print(pybind11.get_include())' 2>/dev/null)
+ext=$($py -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))' 2>/dev/null)
+if [[ ! -f $src/python/src/kvengine_module.cc ]]; then
+  echo "run.sh: connector test skipped: no source tree at $src (set KV_SOURCE_DIR)"
+elif [[ ! -f $py_inc/Python.h || -z $pyb_inc ]] || ! command -v g++ >/dev/null; then
+  echo "run.sh: connector test skipped: $py lacks its headers or pybind11, or g++ is missing"
+else
+  mkdir -p "$tmp/python"
+  cp -r "$src/python/kvengine" "$tmp/python/"
+  libs=(-l:libxxhash.so.0 -l:libnuma.so.1 -l:liburing.so.2 -l:libibverbs.so.1 -l:libcurl.so.4
+    -l:libcudart.so.13)
+  if g++ -O2 -std=c++20 -shared -fPIC -fvisibility=hidden -DKV_WITH_CUDA=1 -DKV_WITH_ETCD=1 \
+    -DKV_WITH_RDMA=1 -DKV_WITH_URING=1 -I"$src" -I"$src/include" -isystem "$py_inc" \
+    -isystem "$pyb_inc" "$src/python/src/kvengine_module.cc" -o "$tmp/python/kvengine/_kvengine$ext" \
+    "$here/libkvengine.a" -L"$here/lib" "${libs[@]}" -Wl,-rpath,"$here/lib"; then
+    crc=0
+    PYTHONPATH=$tmp/python:$src/test/python PYTHONHASHSEED=0 $py \
+      "$src/test/gpu/connector_gpu.py" | tee -a "$out/gpu_bench.txt" || crc=$?
+    [[ $crc -eq 0 || $crc -eq 77 ]] || rc=1
+  else
+    echo "run.sh: the Python module did not build" >&2
+    rc=1
+  fi
+fi
 rm -rf "$tmp"
 exit $rc
 EOF
