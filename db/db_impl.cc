@@ -2,7 +2,6 @@
 
 #include <cinttypes>
 #include <cstring>
-#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -816,13 +815,13 @@ Status DBImpl::BatchPut(const WriteOptions& options, std::span<const Slice> keys
   // Values in device memory are copied into their arena room ahead of the one being
   // published, up to gpu_staging_bytes in flight, so that the bus moves key after key.
   GpuIo::Queue device_copies(gpu_.get());
-  std::deque<std::pair<size_t, DevicePut>> device_puts;  // (key, put), oldest first
-  uint64_t device_bytes = 0;                             // their values' bytes
+  std::vector<std::pair<size_t, DevicePut>> device_puts;  // (key, put), in order
+  size_t oldest = 0;                                      // device_puts[oldest..] are in flight
+  uint64_t device_bytes = 0;                              // their values' bytes
   auto finish_oldest = [&] {
-    auto& [i, put] = device_puts.front();
+    auto& [i, put] = device_puts[oldest++];
     device_bytes -= put.room.size();
     record(i, FinishPutFromDevice(keys[i], &device_copies, &put));
-    device_puts.pop_front();
   };
   for (size_t i = 0; i < keys.size(); i++) {
     int device = -1;
@@ -840,10 +839,12 @@ Status DBImpl::BatchPut(const WriteOptions& options, std::span<const Slice> keys
       }
       device_bytes += put.room.size();
       device_puts.emplace_back(i, std::move(put));
-      while (!device_puts.empty() && device_bytes > options_.gpu_staging_bytes) finish_oldest();
+      while (oldest < device_puts.size() && device_bytes > options_.gpu_staging_bytes) {
+        finish_oldest();
+      }
     }
   }
-  while (!device_puts.empty()) finish_oldest();
+  while (oldest < device_puts.size()) finish_oldest();
   log.Add("total_bytes", total_bytes);
   return log.Finish(Status::OK(), keys);
 }
@@ -899,7 +900,7 @@ Status DBImpl::BatchGetInto(const ReadOptions& options, std::span<const Slice> k
   // Copies to device memory are queued back to back on the bus and waited for after
   // the loop, their values pinned until then.
   GpuIo::Queue device_copies(gpu_.get());
-  std::deque<MemoryTier::Handle> device_pins;
+  std::vector<MemoryTier::Handle> device_pins;    // moved as it grows: the copies hold values
   std::vector<std::pair<size_t, size_t>> queued;  // (key, copy)
   for (size_t i = 0; i < keys.size(); i++) {
     uint64_t size = 0;

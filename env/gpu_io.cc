@@ -162,9 +162,9 @@ GpuIo::Queue::~Queue() {
 }
 
 GpuIo::Queue::Copy* GpuIo::Queue::NewCopy(const std::string& label) {
-  Copy& c = copies_.emplace_back();
-  c.label = label;
-  return &c;
+  copies_.push_back(std::make_unique<Copy>());
+  copies_.back()->label = label;
+  return copies_.back().get();
 }
 
 size_t GpuIo::Queue::Submit(Copy* c, const Status& prepared) {
@@ -207,7 +207,7 @@ size_t GpuIo::Queue::ToDevice(const std::string& label, int device, const Slice&
 }
 
 Status GpuIo::Queue::Wait(size_t n) {
-  Copy& c = copies_[n];
+  Copy& c = *copies_[n];
   if (!c.finished) {
     std::lock_guard<std::mutex> lock(c.lane->mu);
     c.lane->pipeline->Wait(&c.transfer);

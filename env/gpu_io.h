@@ -23,7 +23,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -119,7 +118,9 @@ class GpuIo {
     size_t Submit(Copy* c, const Status& prepared);
 
     GpuIo* const io_;
-    std::deque<Copy> copies_;  // stable addresses: the pipeline holds the transfers
+    // Each Copy on the heap (the pipeline holds its transfer), and none at all for a
+    // batch without device buffers: a vector allocates nothing until used.
+    std::vector<std::unique_ptr<Copy>> copies_;
   };
 
   // Calls read(bounce, &size) with a host buffer of `capacity` bytes, then copies the
