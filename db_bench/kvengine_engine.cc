@@ -1,12 +1,8 @@
 // The kvengine adapter: a thin pass-through to kvengine::DB, opened in this process or
 // attached to an owner process (--attach).
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +11,7 @@
 #include "db_bench/engine.h"
 #include "db_bench/flags.h"
 #include "kvengine/db.h"
+#include "util/ready_child.h"
 
 namespace kvbench {
 namespace {
@@ -29,79 +26,21 @@ Status EngineOptions(const EngineConfig& config, kvengine::Options* options) {
   return s;
 }
 
-// The owner process --attach starts: a re-executed kv_bench (ServeAttached) that holds
-// the DB until its stdin, the write end of which only this object holds, closes.
-class OwnerChild {
- public:
-  ~OwnerChild() { Stop(); }
-
-  Status Start(const EngineConfig& config, const std::string& socket) {
-    std::vector<std::string> args{
-        "kv_bench",
-        "--serve_attached",
-        socket,
-        config.path,
-        "memory_capacity_bytes=" + std::to_string(config.memory_budget),
-        std::string("create_if_missing=") + (config.use_existing ? "false" : "true")};
-    for (const auto& [name, value] : config.kvengine_options) args.push_back(name + "=" + value);
-    int to_child[2], from_child[2];
-    if (pipe2(to_child, O_CLOEXEC) != 0) return Status::IOError("pipe");
-    if (pipe2(from_child, O_CLOEXEC) != 0) {
-      close(to_child[0]);
-      close(to_child[1]);
-      return Status::IOError("pipe");
-    }
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(to_child[0], 0);
-      dup2(from_child[1], 1);
-      execv("/proc/self/exe", argv.data());
-      _exit(127);
-    }
-    close(to_child[0]);
-    close(from_child[1]);
-    stdin_ = to_child[1];
-    if (pid_ < 0) {
-      close(from_child[0]);
-      return Status::IOError("fork");
-    }
-    // Wait for "ready" (the DB is open and serving), at most 60 s (a large arena is
-    // pre-faulted at open).
-    std::string said;
-    char buf[256];
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (said.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
-      pollfd p{from_child[0], POLLIN, 0};
-      if (poll(&p, 1, 100) <= 0) continue;
-      const ssize_t n = read(from_child[0], buf, sizeof(buf));
-      if (n <= 0) break;
-      said.append(buf, static_cast<size_t>(n));
-    }
-    close(from_child[0]);
-    if (said.rfind("ready", 0) != 0) {
-      Stop();
-      return Status::IOError("the owner process did not start", said);
-    }
-    return Status::OK();
-  }
-
-  // Closes its stdin (it closes the DB and exits) and reaps it.
-  void Stop() {
-    if (stdin_ >= 0) close(stdin_);
-    stdin_ = -1;
-    if (pid_ > 0) waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
-
-  pid_t pid() const { return pid_; }
-
- private:
-  pid_t pid_ = -1;
-  int stdin_ = -1;
-};
+// The owner process --attach starts: kv_bench re-executed (ServeAttached), holding the
+// DB until its stdin closes.
+Status StartOwner(const EngineConfig& config, const std::string& socket,
+                  kvengine::ReadyChild* owner) {
+  std::vector<std::string> args{
+      "kv_bench",
+      "--serve_attached",
+      socket,
+      config.path,
+      "memory_capacity_bytes=" + std::to_string(config.memory_budget),
+      std::string("create_if_missing=") + (config.use_existing ? "false" : "true")};
+  for (const auto& [name, value] : config.kvengine_options) args.push_back(name + "=" + value);
+  // At most 60 s: a large arena is pre-faulted at open.
+  return owner->Start(args, 60000);
+}
 
 class KvengineEngine : public Engine {
  public:
@@ -260,8 +199,8 @@ class KvengineEngine : public Engine {
     std::string socket = config.attach;
     if (socket == kAttachOwnChild) {
       socket = config.path + ".sock";  // next to the DB: its directory is the owner's
-      owner_ = std::make_unique<OwnerChild>();
-      Status s = owner_->Start(config, socket);
+      owner_ = std::make_unique<kvengine::ReadyChild>();
+      Status s = StartOwner(config, socket, owner_.get());
       if (!s.ok()) return s;
     }
     // The client takes --options too: those a client uses (peer_timeout_ms,
@@ -283,7 +222,7 @@ class KvengineEngine : public Engine {
     return s;
   }
 
-  std::unique_ptr<OwnerChild> owner_;
+  std::unique_ptr<kvengine::ReadyChild> owner_;
   std::unique_ptr<kvengine::DB> db_;
   kvengine::WriteOptions write_options_;
   kvengine::ReadOptions read_options_;

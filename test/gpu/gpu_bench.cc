@@ -14,9 +14,6 @@
 //   attached d2h_put 1MiB: kvengine 20.8 GB/s raw 24.7 GB/s ratio 0.84 (batch 16 x 50)
 // Exits 2 without a usable GPU.
 #include <cuda_runtime_api.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -32,6 +29,7 @@
 
 #include "env/gpu_staging.h"
 #include "kvengine/db.h"
+#include "util/ready_child.h"
 
 namespace {
 
@@ -184,57 +182,6 @@ int ServeOwner(const std::string& socket, const std::string& dir, int batch) {
   return db->Close().ok() ? 0 : 1;
 }
 
-// The owner process, re-executed from this binary; stopped by closing its stdin.
-class OwnerProcess {
- public:
-  ~OwnerProcess() { Stop(); }
-
-  bool Start(const std::string& socket, const std::string& dir, int batch) {
-    int to_child[2], from_child[2];
-    if (pipe2(to_child, O_CLOEXEC) != 0) return false;
-    if (pipe2(from_child, O_CLOEXEC) != 0) {
-      close(to_child[0]);
-      close(to_child[1]);
-      return false;
-    }
-    std::vector<std::string> args{"gpu_bench", "--serve_owner", socket, dir, std::to_string(batch)};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_ = fork();
-    if (pid_ == 0) {  // exec at once: the child must not inherit this process's CUDA state
-      dup2(to_child[0], 0);
-      dup2(from_child[1], 1);
-      execv("/proc/self/exe", argv.data());
-      _exit(127);
-    }
-    close(to_child[0]);
-    close(from_child[1]);
-    stdin_ = to_child[1];
-    std::string said;
-    char buf[64];
-    pollfd p{from_child[0], POLLIN, 0};
-    while (pid_ > 0 && said.find('\n') == std::string::npos && poll(&p, 1, 60000) > 0) {
-      const ssize_t n = read(from_child[0], buf, sizeof(buf));
-      if (n <= 0) break;
-      said.append(buf, static_cast<size_t>(n));
-    }
-    close(from_child[0]);
-    return said.rfind("ready", 0) == 0;
-  }
-
-  void Stop() {
-    if (stdin_ >= 0) close(stdin_);
-    stdin_ = -1;
-    if (pid_ > 0) waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
-
- private:
-  pid_t pid_ = -1;
-  int stdin_ = -1;
-};
-
 // Runs both sizes on db, adding a line per case, prefixed by `label`, to *report and
 // stdout.
 bool RunCases(DB* db, const Args& args, const std::string& label, std::ostringstream* report) {
@@ -315,9 +262,12 @@ int main(int argc, char** argv) {
   db.reset();
   if (args.attach) {
     const std::string owner_dir = args.dir + "_owner";
-    OwnerProcess owner;
-    if (!owner.Start(owner_dir + ".sock", owner_dir, args.batch)) {
-      std::fprintf(stderr, "gpu_bench: the owner process did not start\n");
+    kvengine::ReadyChild owner;  // exec'd at once: it inherits none of this process's CUDA
+    s = owner.Start(
+        {"gpu_bench", "--serve_owner", owner_dir + ".sock", owner_dir, std::to_string(args.batch)},
+        60000);
+    if (!s.ok()) {
+      std::fprintf(stderr, "gpu_bench: %s\n", s.ToString().c_str());
       return 1;
     }
     s = DB::Attach(Options(), owner_dir + ".sock", &db);
