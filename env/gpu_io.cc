@@ -161,9 +161,8 @@ GpuIo::Queue::~Queue() {
   for (size_t n = 0; n < copies_.size(); n++) (void)Wait(n);
 }
 
-GpuIo::Queue::Copy* GpuIo::Queue::NewCopy(const std::string& label) {
-  copies_.push_back(std::make_unique<Copy>());
-  copies_.back()->label = label;
+GpuIo::Queue::Copy* GpuIo::Queue::NewCopy(const std::string& label, PerfKey key) {
+  copies_.push_back(std::make_unique<Copy>(label, key));
   return copies_.back().get();
 }
 
@@ -175,13 +174,14 @@ size_t GpuIo::Queue::Submit(Copy* c, const Status& prepared) {
     c->lane = nullptr;
     c->finished = true;
     c->status = Labeled(c->label, prepared);
+    c->perf.Abandon();
   }
   return copies_.size() - 1;
 }
 
 size_t GpuIo::Queue::FromDevice(const std::string& label, int device, std::span<const Slice> parts,
                                 char* dst, uint64_t size) {
-  Copy* c = NewCopy(label);
+  Copy* c = NewCopy(label, PerfKey::gpu_stage_d2h);
   Status s = io_->GetLane(device, &c->lane);  // page-locks the arena on first use
   if (s.ok()) s = io_->AddSources(parts, &c->transfer);
   const MemoryKind kind =
@@ -192,7 +192,7 @@ size_t GpuIo::Queue::FromDevice(const std::string& label, int device, std::span<
 
 size_t GpuIo::Queue::ToDevice(const std::string& label, int device, const Slice& value,
                               bool in_arena, std::span<const MutableSlice> dest) {
-  Copy* c = NewCopy(label);
+  Copy* c = NewCopy(label, PerfKey::gpu_stage_h2d);
   Status s = io_->GetLane(device, &c->lane);
   const bool pinned = in_arena && io_->arena_registered_.load();
   c->transfer.src.push_back(
@@ -213,6 +213,7 @@ Status GpuIo::Queue::Wait(size_t n) {
     c.lane->pipeline->Wait(&c.transfer);
     c.status = Labeled(c.label, c.transfer.status);
     c.finished = true;
+    c.perf.End();
   }
   return c.status;
 }

@@ -34,6 +34,7 @@
 #include "kvengine/options.h"
 #include "kvengine/slice.h"
 #include "kvengine/status.h"
+#include "util/perf_point.h"
 
 namespace kvengine {
 
@@ -106,13 +107,15 @@ class GpuIo {
 
    private:
     struct Copy {
+      Copy(const std::string& l, PerfKey key) : label(l), perf(key) {}
       std::string label;
       Lane* lane = nullptr;  // nullptr: not queued, `status` says why
       Transfer transfer;
       bool finished = false;
       Status status;
+      PerfPoint perf;  // gpu_stage_d2h or gpu_stage_h2d: from queued to done
     };
-    Copy* NewCopy(const std::string& label);
+    Copy* NewCopy(const std::string& label, PerfKey key);
     // Submits c's transfer on its lane when `prepared` is OK, else finishes c with that
     // error.  Returns c's number.
     size_t Submit(Copy* c, const Status& prepared);

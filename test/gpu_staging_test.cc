@@ -14,7 +14,9 @@
 #include "env/gpu_io.h"
 #include "gtest/gtest.h"
 #include "kvengine/db.h"
+#include "kvengine/perf.h"
 #include "test/test_util.h"
+#include "util/perf_point.h"
 
 namespace kvengine {
 namespace {
@@ -458,11 +460,15 @@ TEST_F(GpuDbTest, BatchPutsFromDeviceAreQueuedBackToBack) {
   std::vector<ValueParts> values;
   for (const auto& v : vals) values.push_back({Slice(v)});
   std::vector<int64_t> results;
+  SetPerfLevel(PerfLevel::kAll);
+  const uint64_t d2h_before = PerfSnapshot(PerfKey::gpu_stage_d2h).count;
   ASSERT_TRUE(db_->BatchPut(WriteOptions(), keys, values, &results).ok());
   EXPECT_EQ(results, std::vector<int64_t>(kKeys, 0));
   for (size_t k = 0; k < kKeys; k++) EXPECT_EQ(GetHost(names[k]), vals[k]);
   ASSERT_NE(gpu_.last_copier(), nullptr);
   EXPECT_GE(gpu_.last_copier()->counters().max_in_flight, 2u);
+  EXPECT_EQ(PerfSnapshot(PerfKey::gpu_stage_d2h).count - d2h_before, kKeys);  // each timed
+  SetPerfLevel(PerfLevel::kOff);
 }
 
 TEST_F(GpuDbTest, BatchGetsIntoDeviceAreQueuedBackToBack) {
@@ -486,6 +492,8 @@ TEST_F(GpuDbTest, BatchGetsIntoDeviceAreQueuedBackToBack) {
     dests.push_back({MutableSlice(o.data(), o.size())});
   }
   std::vector<int64_t> results;
+  SetPerfLevel(PerfLevel::kAll);
+  const uint64_t h2d_before = PerfSnapshot(PerfKey::gpu_stage_h2d).count;
   ASSERT_TRUE(db_->BatchGetInto(ReadOptions(), keys, dests, &results).ok());
   for (size_t k = 0; k < kKeys; k++) {
     EXPECT_EQ(results[k], static_cast<int64_t>(kSize));
@@ -494,6 +502,8 @@ TEST_F(GpuDbTest, BatchGetsIntoDeviceAreQueuedBackToBack) {
   EXPECT_EQ(results[kKeys], Status::NotFound("").ErrorCode());
   ASSERT_NE(gpu_.last_copier(), nullptr);
   EXPECT_GE(gpu_.last_copier()->counters().max_in_flight, 2u);
+  EXPECT_EQ(PerfSnapshot(PerfKey::gpu_stage_h2d).count - h2d_before, kKeys);  // each timed
+  SetPerfLevel(PerfLevel::kOff);
 }
 
 TEST_F(GpuDbTest, SingleKeyCallsAndValuesLargerThanTheStagingMemory) {
