@@ -82,6 +82,11 @@ struct AttachedDB::ArenaMapping {
 
 struct AttachedDB::Connection {
   int fd = -1;
+  // Set by Lost: the call fails and the connection is not reused.  Its socket stays
+  // open until the call gives the connection back, after the call's copies into and out
+  // of the arena are done: the owner reclaims a connection's slots and pins when its
+  // socket closes, and must not while a DMA still writes or reads them.
+  bool lost = false;
   uint64_t generation = 0;
   uint64_t next_request = 0;
   uint64_t reservation_timeout_ms = 0;  // the owner's local_reservation_timeout_ms
@@ -183,7 +188,7 @@ Status AttachedDB::Acquire(std::unique_ptr<Connection>* conn) {
 void AttachedDB::Release(std::unique_ptr<Connection> conn) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!closed_ && conn->fd >= 0 && conn->generation == generation_) {
+    if (!closed_ && !conn->lost && conn->fd >= 0 && conn->generation == generation_) {
       idle_.push_back(std::move(conn));
     } else {
       open_--;
@@ -193,9 +198,12 @@ void AttachedDB::Release(std::unique_ptr<Connection> conn) {
   // A connection not kept is closed here, outside mu_ (its mapping may be the last).
 }
 
+Status AttachedDB::Gone() const {
+  return Status::IOError("attached DB at " + socket_path_, "the connection was lost earlier");
+}
+
 Status AttachedDB::Lost(Connection* conn, const std::string& what) {
-  if (conn->fd >= 0) close(conn->fd);
-  conn->fd = -1;
+  conn->lost = true;  // closed by Release, once the call is over
   {
     std::lock_guard<std::mutex> lock(mu_);
     generation_++;  // the idle ones most likely lost their owner too
@@ -322,6 +330,7 @@ Status AttachedDB::PostAll(Connection* conn, uint8_t op, const std::vector<std::
     }
     return Status::OK();
   }
+  if (conn->lost) return Gone();
   std::vector<ShmChannel::OutFrame> frames(metas.size());
   for (size_t i = 0; i < metas.size(); i++) frames[i] = {op, 0, ++conn->next_request, &metas[i]};
   Status s = conn->channel->SendFrames(frames, DeadlineIn(options_.peer_timeout_ms));
@@ -333,6 +342,7 @@ Status AttachedDB::PostAll(Connection* conn, uint8_t op, const std::vector<std::
 }
 
 Status AttachedDB::CollectAnswers(Connection* conn, size_t count) {
+  if (conn->lost) return Gone();
   const Deadline deadline = DeadlineIn(options_.peer_timeout_ms);
   count = std::min(count, conn->posted.size());
   for (size_t i = 0; i < count; i++) {  // the owner answers in order
@@ -363,6 +373,7 @@ Status AttachedDB::CollectAnswers(Connection* conn, size_t count) {
 }
 
 Status AttachedDB::Send(Connection* conn, uint8_t op, const std::string& meta) {
+  if (conn->lost) return Gone();
   const Deadline deadline = DeadlineIn(options_.peer_timeout_ms);
   const uint64_t id = ++conn->next_request;
   Status s = conn->channel != nullptr ? conn->channel->SendFrame(op, 0, id, meta, deadline)
@@ -486,19 +497,29 @@ Status AttachedDB::BatchPut(const WriteOptions&, std::span<const Slice> keys,
   size_t posted = 0;               // commit_keys posted in groups so far
   uint64_t group_bytes = 0;
   const uint64_t per_group = GroupBytes(sizes);
-  // Values in device memory are all queued first, so that the bus moves them back to
-  // back, and each is waited for where a host value is copied.  (A slot's deadline is
-  // checked before its copy starts, as for a host value.)
+  // Values in device memory are queued ahead of the one being waited for, so that the
+  // bus moves key after key, and each is waited for where a host value is copied.  A
+  // slot's deadline is checked before its copy is queued; at most gpu_staging_bytes are
+  // queued ahead, so that a copy starts soon after that check.  (Copies still in flight
+  // when the call fails are waited for before the connection closes: see Lost.)
   GpuIo::Queue device_copies(gpu);
   constexpr size_t kNotQueued = ~size_t{0};
   std::vector<size_t> queued(sent.size(), kNotQueued);
-  for (size_t j = 0; j < sent.size(); j++) {
-    if (devices[j] < 0 || slots[j].code < 0 || Clock::now() >= slots[j].copy_deadline) continue;
-    char* dst = conn->arena->At(slots[j].offset, sizes[j]);
-    if (dst == nullptr) return Lost(conn, "slot outside the arena");
-    queued[j] = device_copies.FromDevice(sent_keys[j].ToString(), devices[j], values[sent[j]], dst,
-                                         sizes[j]);
-  }
+  size_t next_to_queue = 0;
+  uint64_t queued_ahead = 0;  // bytes queued and not yet waited for
+  auto queue_through = [&](size_t last) {
+    for (; next_to_queue < sent.size() &&
+           (next_to_queue <= last || queued_ahead < options_.gpu_staging_bytes);
+         next_to_queue++) {
+      const size_t j = next_to_queue;
+      if (devices[j] < 0 || slots[j].code < 0 || Clock::now() >= slots[j].copy_deadline) continue;
+      char* dst = conn->arena->At(slots[j].offset, sizes[j]);
+      if (dst == nullptr) continue;  // reported when the loop below reaches it
+      queued[j] = device_copies.FromDevice(sent_keys[j].ToString(), devices[j], values[sent[j]],
+                                           dst, sizes[j]);
+      queued_ahead += sizes[j];
+    }
+  };
   auto post_group = [&] {
     CommitGroup& g = groups.emplace_back();
     g.first = posted;
@@ -528,14 +549,17 @@ Status AttachedDB::BatchPut(const WriteOptions&, std::span<const Slice> keys,
     }
     char* dst = conn->arena->At(slots[j].offset, sizes[j]);
     if (dst == nullptr) return Lost(conn, "slot outside the arena");
-    if (queued[j] == kNotQueued && Clock::now() >= slots[j].copy_deadline) {
-      // The owner may soon give the slot to another value.
+    if (devices[j] >= 0) queue_through(j);
+    if (devices[j] >= 0 ? queued[j] == kNotQueued : Clock::now() >= slots[j].copy_deadline) {
+      // The owner may soon give the slot to another value (a device value's slot was
+      // checked when its copy would have been queued).
       (*results)[sent[j]] = Status::Aborted("").ErrorCode();
       unused.push_back(slots[j].id);
       continue;
     }
     if (devices[j] >= 0) {  // device -> the slot, queued above
       Status copied = device_copies.Wait(queued[j]);
+      queued_ahead -= sizes[j];
       if (!copied.ok()) {  // not committed: given back
         (*results)[sent[j]] = copied.ErrorCode();
         unused.push_back(slots[j].id);

@@ -162,8 +162,11 @@ class AttachedDB final : public DB {
   // A request whose answer is a batch status and one fixed64.
   Status CallForCount(uint8_t op, const std::string& meta, uint64_t* count);
   Status CheckBatch(size_t keys, size_t others, const void* results, const char* what) const;
-  // Closes conn and retires the pool's idle connections; IOError naming the socket.
+  // Marks conn lost (its socket closes when the call gives it back) and retires the
+  // pool's idle connections; IOError naming the socket.
   Status Lost(Connection* conn, const std::string& what);
+  // What a request on a connection already lost answers.
+  Status Gone() const;
 
   const Options options_;
   const std::string socket_path_;

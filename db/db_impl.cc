@@ -529,30 +529,30 @@ Status DBImpl::StartPutFromDevice(const Slice& key, std::span<const Slice> parts
   }
   if (s.ok()) s = CheckValueSize(key, size);
   if (s.ok()) s = memory_->Reserve(size, &put->room);
-  if (!s.ok()) {
-    counters_.put_failures.fetch_add(1, std::memory_order_relaxed);
-    return s;
-  }
+  if (!s.ok()) return s;
+  put->size = size;
   put->copy = copies->FromDevice("key " + Printable(key), device, parts, put->room.data(), size);
   return Status::OK();
 }
 
 Status DBImpl::FinishPutFromDevice(const Slice& key, GpuIo::Queue* copies, DevicePut* put) {
   Status s = copies->Wait(put->copy);
-  if (!s.ok()) {  // the room goes back with the reservation
+  if (!s.ok()) {
+    put->room.Abandon();  // the copy is over: nothing writes into the room any more
     counters_.put_failures.fetch_add(1, std::memory_order_relaxed);
     return s;
   }
-  const uint64_t size = put->room.size();
-  const Slice value(put->room.data(), size);
-  return Publish(key, std::span<const Slice>(&value, 1), size, &put->room);
+  const Slice value(put->room.data(), put->size);
+  return Publish(key, std::span<const Slice>(&value, 1), put->size, &put->room);
 }
 
 Status DBImpl::PutOneFromDevice(const Slice& key, std::span<const Slice> parts, int device) {
   GpuIo::Queue copies(gpu_.get());
   DevicePut put;
   Status s = StartPutFromDevice(key, parts, device, &copies, &put);
-  return s.ok() ? FinishPutFromDevice(key, &copies, &put) : s;
+  if (s.ok()) return FinishPutFromDevice(key, &copies, &put);
+  counters_.put_failures.fetch_add(1, std::memory_order_relaxed);
+  return s;
 }
 
 Status DBImpl::GetOneToDevice(const Slice& key, std::span<const MutableSlice> dest, int device,
@@ -813,14 +813,17 @@ Status DBImpl::BatchPut(const WriteOptions& options, std::span<const Slice> keys
     log.Key(i, code, log.WantsKey(code) ? static_cast<int64_t>(PartsSize(values[i])) : -1, nullptr);
   };
   // Values in device memory are copied into their arena room ahead of the one being
-  // published, up to gpu_staging_bytes in flight, so that the bus moves key after key.
+  // published, so that the bus moves key after key: up to gpu_staging_bytes in flight,
+  // and at most a quarter of the memory tier (rooms in flight cannot be evicted).
+  const uint64_t window =
+      std::min<uint64_t>(options_.gpu_staging_bytes, options_.memory_capacity_bytes / 4);
   GpuIo::Queue device_copies(gpu_.get());
   std::vector<std::pair<size_t, DevicePut>> device_puts;  // (key, put), in order
   size_t oldest = 0;                                      // device_puts[oldest..] are in flight
   uint64_t device_bytes = 0;                              // their values' bytes
   auto finish_oldest = [&] {
     auto& [i, put] = device_puts[oldest++];
-    device_bytes -= put.room.size();
+    device_bytes -= put.size;
     record(i, FinishPutFromDevice(keys[i], &device_copies, &put));
   };
   for (size_t i = 0; i < keys.size(); i++) {
@@ -833,15 +836,19 @@ Status DBImpl::BatchPut(const WriteOptions& options, std::span<const Slice> keys
     } else {
       DevicePut put;
       Status started = StartPutFromDevice(keys[i], values[i], device, &device_copies, &put);
+      // No room: publish the puts in flight (their values become evictable), then retry.
+      while (started.IsNoSpace() && oldest < device_puts.size()) {
+        finish_oldest();
+        started = StartPutFromDevice(keys[i], values[i], device, &device_copies, &put);
+      }
       if (!started.ok()) {
+        counters_.put_failures.fetch_add(1, std::memory_order_relaxed);
         record(i, started);
         continue;
       }
-      device_bytes += put.room.size();
+      device_bytes += put.size;
       device_puts.emplace_back(i, std::move(put));
-      while (oldest < device_puts.size() && device_bytes > options_.gpu_staging_bytes) {
-        finish_oldest();
-      }
+      while (oldest < device_puts.size() && device_bytes > window) finish_oldest();
     }
   }
   while (oldest < device_puts.size()) finish_oldest();

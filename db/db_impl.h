@@ -132,15 +132,18 @@ class DBImpl final : public DB {
   // A put of a value in device memory, under way: its bytes are being copied by DMA
   // into arena room reserved for it, the copy queued on a GpuIo::Queue.
   struct DevicePut {
-    size_t copy = 0;  // its number on the queue
+    size_t copy = 0;    // its number on the queue
+    uint64_t size = 0;  // the value's bytes
     MemoryTier::Reservation room;
   };
   // Checks the value (parts, some on `device`), reserves its room in the arena and
   // queues its copy there on *copies: one crossing of the bus, straight into the
-  // value's final place (once the arena is page-locked), and no host copy.
+  // value's final place (once the arena is page-locked), and no host copy.  A failure
+  // is not counted: the caller may make room and try again.
   Status StartPutFromDevice(const Slice& key, std::span<const Slice> parts, int device,
                             GpuIo::Queue* copies, DevicePut* put);
-  // Waits for put's copy and publishes the value, exactly as a put of host bytes.
+  // Waits for put's copy and publishes the value, exactly as a put of host bytes; a
+  // failed copy gives the room back at once.
   Status FinishPutFromDevice(const Slice& key, GpuIo::Queue* copies, DevicePut* put);
   Status PutOneFromDevice(const Slice& key, std::span<const Slice> parts, int device);
   // Copies key's value into dest (some of it on `device`).  A value in the memory tier

@@ -347,6 +347,10 @@ class FakeGpu {
     fail_begin_ = s.data();
     fail_end_ = s.data() + s.size();
   }
+  void StopFailingCopies() {
+    fail_begin_ = nullptr;
+    fail_end_ = nullptr;
+  }
   void DisableCopiers() { copiers_enabled_ = false; }
   // Copies go to the real CUDA copier (refused without CUDA or without a GPU).
   void UseRealCopier() { hooks_.new_copier = nullptr; }
@@ -374,10 +378,10 @@ class FakeGpu {
 
 class GpuDbTest : public ::testing::Test {
  protected:
-  void Open(uint64_t staging = 1 << 20, uint64_t chunk = 64 << 10) {
+  void Open(uint64_t staging = 1 << 20, uint64_t chunk = 64 << 10, uint64_t memory = 64 << 20) {
     Options o;
     o.apply_environment = false;
-    o.memory_capacity_bytes = 64 << 20;
+    o.memory_capacity_bytes = memory;
     o.memory_slab_size = 1 << 20;
     o.prefault_memory = false;
     o.gpu_staging_bytes = staging;
@@ -504,6 +508,47 @@ TEST_F(GpuDbTest, BatchGetsIntoDeviceAreQueuedBackToBack) {
   EXPECT_GE(gpu_.last_copier()->counters().max_in_flight, 2u);
   EXPECT_EQ(PerfSnapshot(PerfKey::gpu_stage_h2d).count - h2d_before, kKeys);  // each timed
   SetPerfLevel(PerfLevel::kOff);
+}
+
+// A BatchPut of device values larger than the memory tier stores every key, as host
+// puts would (older values evicted): rooms in flight cannot be evicted, so the batch
+// keeps at most a quarter of the tier in flight, and publishes what it has in flight
+// when a reservation finds no room.  Failed copies give their room back at once.
+TEST_F(GpuDbTest, BatchPutLargerThanTheMemoryTierStoresEveryKey) {
+  Open(/*staging=*/64 << 20, /*chunk=*/256 << 10, /*memory=*/16 << 20);
+  constexpr size_t kFailing = 40, kGood = 8, kSize = 512 << 10;  // 20 MiB fail, 4 MiB don't
+  const std::string failing = MakeValue(1, kFailing * kSize), good = MakeValue(2, kGood * kSize);
+  gpu_.Add(failing);
+  gpu_.Add(good);
+  gpu_.FailCopiesFrom(failing);
+  std::vector<std::string> names;
+  std::vector<ValueParts> values;
+  for (size_t k = 0; k < kFailing + kGood; k++) {
+    names.push_back("big/" + std::to_string(k));
+    const char* at =
+        k < kFailing ? failing.data() + k * kSize : good.data() + (k - kFailing) * kSize;
+    values.push_back({Slice(at, kSize)});
+  }
+  const std::vector<Slice> keys(names.begin(), names.end());
+  std::vector<int64_t> results;
+  ASSERT_TRUE(db_->BatchPut(WriteOptions(), keys, values, &results).ok());
+  for (size_t k = 0; k < kFailing; k++) {
+    EXPECT_EQ(results[k], Status::IOError("").ErrorCode()) << k;
+  }
+  for (size_t k = kFailing; k < keys.size(); k++) {
+    EXPECT_EQ(results[k], 0) << k;
+    EXPECT_EQ(GetHost(names[k]), good.substr((k - kFailing) * kSize, kSize)) << k;
+  }
+  gpu_.StopFailingCopies();
+  // Now 48 values of 512 KiB (24 MiB) that all succeed, into the 16 MiB tier.
+  std::vector<std::string> more;
+  for (size_t k = 0; k < kFailing + kGood; k++) more.push_back(MakeValue(100 + k, kSize));
+  for (const auto& v : more) gpu_.Add(v);
+  values.clear();
+  for (const auto& v : more) values.push_back({Slice(v)});
+  ASSERT_TRUE(db_->BatchPut(WriteOptions(), keys, values, &results).ok());
+  EXPECT_EQ(results, std::vector<int64_t>(keys.size(), 0));
+  EXPECT_EQ(GetHost(names.back()), more.back());
 }
 
 TEST_F(GpuDbTest, SingleKeyCallsAndValuesLargerThanTheStagingMemory) {
