@@ -3,7 +3,9 @@
 // real memfd arena.  Every test is bounded in time.
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -925,6 +927,74 @@ TEST_F(AttachTest, DeviceCopiesOfABatchAreQueuedBackToBack) {
   EXPECT_GE(copiers[1]->counters().max_in_flight, 2u);
   writer.reset();
   reader.reset();
+  owner_.reset();
+  GpuIo::SetHooksForTesting(nullptr);
+}
+
+// The client side of this process's connection to `socket` (the descriptor whose peer
+// is bound to that path) and its inode, or -1.
+int ClientSocketTo(const std::string& socket, ino_t* inode) {
+  for (int fd = 0; fd < 4096; fd++) {
+    sockaddr_un peer{};
+    socklen_t len = sizeof(peer);
+    struct stat st {};
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) == 0 &&
+        peer.sun_family == AF_UNIX && socket == peer.sun_path && fstat(fd, &st) == 0) {
+      *inode = st.st_ino;
+      return fd;
+    }
+  }
+  return -1;
+}
+
+// A put that loses its connection while device copies into its slots are in flight
+// keeps the socket open until those copies are done: the owner gives a connection's
+// slots to other values once its socket closes.  (Here the owner goes away during the
+// first copy; the third is still running when the put has failed.)
+TEST_F(AttachTest, LostConnectionClosesOnlyAfterItsDeviceCopies) {
+  constexpr size_t kKeys = 4, kSize = 256 << 10;  // one chunk, one commit group each
+  std::string device_src(kKeys * kSize, 0);
+  std::mt19937_64 rng(9);
+  for (char& c : device_src) c = static_cast<char>(rng());
+  int client_fd = -1;
+  ino_t client_inode = 0;
+  std::atomic<bool> owner_closed{false}, late_copy_ran{false}, open_during_late_copy{false};
+  HostCopier::Faults faults;
+  faults.fail_complete = [&](const void*, const void* src, size_t) {
+    const size_t key =
+        static_cast<size_t>(static_cast<const char*>(src) - device_src.data()) / kSize;
+    if (key == 0 && !owner_closed.exchange(true)) (void)owner_->Close();
+    if (key == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      struct stat st {};
+      open_during_late_copy = fstat(client_fd, &st) == 0 && st.st_ino == client_inode;
+      late_copy_ran = true;
+    }
+    return false;
+  };
+  std::vector<HostCopier*> copiers;
+  const GpuIo::Hooks hooks = DeviceHooks({&device_src}, &copiers, faults);
+  GpuIo::SetHooksForTesting(&hooks);
+  OpenOwner();
+  Options client_options = ClientOptions();
+  client_options.local_shared_channel = false;  // a send to the closed owner fails at once
+  std::unique_ptr<DB> db;
+  ASSERT_TRUE(DB::Attach(client_options, socket_, &db).ok());
+  client_fd = ClientSocketTo(socket_, &client_inode);
+  ASSERT_GE(client_fd, 0);
+  std::vector<std::string> names;
+  std::vector<ValueParts> values;
+  for (size_t k = 0; k < kKeys; k++) {
+    names.push_back("lost/" + std::to_string(k));
+    values.push_back({Slice(device_src.data() + k * kSize, kSize)});
+  }
+  const std::vector<Slice> keys(names.begin(), names.end());
+  std::vector<int64_t> r;
+  Status s = db->BatchPut(WriteOptions(), keys, values, &r);
+  EXPECT_TRUE(s.IsIOError()) << s.ToString();
+  EXPECT_TRUE(late_copy_ran.load());
+  EXPECT_TRUE(open_during_late_copy.load()) << "the socket closed while a copy into a slot ran";
+  db.reset();
   owner_.reset();
   GpuIo::SetHooksForTesting(nullptr);
 }
