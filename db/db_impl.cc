@@ -702,8 +702,10 @@ Status DBImpl::GetInto(const ReadOptions&, const Slice& key, MutableSlice buffer
     MemoryTier::Handle pin;
     size_t copy = kNoCopy;
     s = GetOneToDevice(key, dest, device, &copies, &pin, &copy, &size);
-    if (s.ok() && copy != kNoCopy) s = copies.Wait(copy);
-    if (s.ok() && copy != kNoCopy) counters_.get_bytes.fetch_add(size, std::memory_order_relaxed);
+    if (s.ok() && copy != kNoCopy) {
+      s = copies.Wait(copy);
+      if (s.ok()) counters_.get_bytes.fetch_add(size, std::memory_order_relaxed);
+    }
   } else {
     s = GetOne(key, dest, &size);
   }

@@ -1,7 +1,6 @@
 // The kvengine adapter: a thin pass-through to kvengine::DB, opened in this process or
 // attached to an owner process (--attach).
 #include <signal.h>
-#include <unistd.h>
 
 #include <cinttypes>
 #include <cstdio>
@@ -253,12 +252,8 @@ int ServeAttached(int argc, char** argv) {
     std::printf("error: %s\n", s.ToString().c_str());
     return 1;
   }
-  std::printf("ready\n");
-  std::fflush(stdout);
   signal(SIGPIPE, SIG_IGN);
-  char c;
-  while (read(0, &c, 1) > 0) {
-  }
+  kvengine::SayReadyAndWaitForStdinToClose();
   s = db->Close();
   return s.ok() ? 0 : 1;
 }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 
 namespace kvengine {
 
@@ -52,6 +53,14 @@ Status ReadyChild::Start(const std::vector<std::string>& args, int timeout_ms) {
     return Status::IOError("the " + args[0] + " child process did not start", said);
   }
   return Status::OK();
+}
+
+void SayReadyAndWaitForStdinToClose() {
+  std::printf("ready\n");
+  std::fflush(stdout);
+  char c;
+  while (read(0, &c, 1) > 0) {
+  }
 }
 
 void ReadyChild::Stop() {

@@ -39,6 +39,10 @@ class ReadyChild {
   int stdin_ = -1;
 };
 
+// The child's side: says "ready" on stdout, then returns once stdin closes (the
+// parent's ReadyChild stopped, or the parent died).
+void SayReadyAndWaitForStdinToClose();
+
 }  // namespace kvengine
 
 #endif  // KVENGINE_UTIL_READY_CHILD_H_

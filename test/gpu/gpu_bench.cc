@@ -14,7 +14,6 @@
 //   attached d2h_put 1MiB: kvengine 20.8 GB/s raw 24.7 GB/s ratio 0.84 (batch 16 x 50)
 // Exits 2 without a usable GPU.
 #include <cuda_runtime_api.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -174,11 +173,7 @@ int ServeOwner(const std::string& socket, const std::string& dir, int batch) {
     std::fprintf(stderr, "gpu_bench owner: %s\n", s.ToString().c_str());
     return 1;
   }
-  std::printf("ready\n");
-  std::fflush(stdout);
-  char c;
-  while (read(0, &c, 1) > 0) {
-  }
+  kvengine::SayReadyAndWaitForStdinToClose();
   return db->Close().ok() ? 0 : 1;
 }
 
