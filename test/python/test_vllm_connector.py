@@ -15,6 +15,10 @@ from kvengine.vllm._vllm_compat import (KVConnectorBase_V1, KVConnectorRole,  # 
                                         SupportsHMA, supports_hma)
 import vllm_fakes as fk  # noqa: E402
 
+prometheus_client = pytest.importorskip(
+    "prometheus_client",
+    reason="prometheus_client is not installed (Debian: apt-get install python3-prometheus-client)")
+
 BS = 16
 WAIT = 30  # seconds: a bound on waits for the connector's threads, not a timing check
 
@@ -99,7 +103,9 @@ def test_is_a_connector_and_loadable_by_name(store_path):
         assert c.requires_kv_delivery is False  # the base says True for a kv_both producer
         assert c.get_finished_count() is None
         assert c.prefer_cross_layer_blocks is False
-        assert cls.requires_piecewise_for_cudagraph({}) is False
+        # Loads and saves run per layer, so full CUDA graphs must not hide the hooks.
+        assert cls.requires_piecewise_for_cudagraph({}) is True
+        assert cls.requires_piecewise_for_cudagraph({"path": "/x"}) is True
         assert cls.get_required_kvcache_layout(cfg) is None
         assert c.take_events() == () and c.build_connector_worker_meta() is None
         assert c.on_new_request(req) is None and c.bind_gpu_block_pool(None) is None
@@ -525,16 +531,98 @@ def test_stats_and_prometheus_metrics(store_path):
         reduced = total.reduce()
         assert reduced["hit_tokens"] == 3 * BS - 1 and reduced["saved_blocks"] == 3
         assert reduced["loaded_bytes"] == 3 * per_block
-        prom = KVEngineConnector.build_prom_metrics(b.sched._vllm_config, fk.METRIC_TYPES,
-                                                    ["model_name", "engine"],
-                                                    {0: ["m", "0"]})
-        prom.observe(total.data, engine_idx=0)
-        assert prom.counters["hit_tokens"][0].total == 3 * BS - 1
-        assert prom.counters["loaded_bytes"][0].total == 3 * per_block
-        assert len(prom.histograms["load_seconds"][0].observations) == 1
     finally:
         a.close()
         b.close()
+
+
+def _steps_stats(path, seed):
+    """A save on one instance and a load on another: the scheduler's, the loading
+    worker's and the saving worker's stats of those steps."""
+    a = Instance(path, "flash_nhd")
+    b = Instance(path, "flash_nhd")
+    try:
+        prefill_on(a, a.request("r1", prompt(3 * BS, seed=seed)), [0, 1, 2])
+        saved = a.worker.get_kv_connector_stats()
+        _, meta = b.schedule_new(b.request("r2", prompt(3 * BS, seed=seed)), [3, 4, 5])
+        fk.run_worker_step(b.worker, meta, b.caches, "flash_nhd")
+        per_block = sum(la.geometry.block_bytes for la in a.worker._layers)
+        return [b.sched.get_kv_connector_stats(), b.worker.get_kv_connector_stats(),
+                saved], per_block
+    finally:
+        a.close()
+        b.close()
+
+
+def _interval_data(stats):
+    """What vLLM's scheduler ships for one interval: the stats aggregated across ranks,
+    as .data (SchedulerStats.kv_connector_stats)."""
+    total = KVEngineConnector.build_kv_connector_stats()
+    for s in stats:
+        total = total.aggregate(s)
+    return pickle.loads(pickle.dumps(total.data))
+
+
+def _sample(registry, name, engine, model="m"):
+    return registry.get_sample_value(name, {"model_name": model, "engine": str(engine)})
+
+
+def test_vllm_prometheus_logger_observes_two_engines(store_path, tmp_path):
+    """vLLM main's KVConnectorProm, built as its PrometheusStatLogger builds it (the
+    default for vllm serve), constructs our metrics and records two engines apart."""
+    registry = prometheus_client.CollectorRegistry()
+    stats0, per_block = _steps_stats(store_path, seed=30)
+    stats1, _ = _steps_stats(str(tmp_path / "second"), seed=31)
+    cfg = fk.make_config(store_path)
+    prom = fk.prom_logger_class(registry)(cfg, fk.VLLM_LABELNAMES,
+                                          fk.per_engine_labelvalues("m", [0, 1]))
+    assert isinstance(prom.prom_metrics, conn_mod.KVEnginePromMetrics)
+    prom.observe(_interval_data(stats0), engine_idx=0)
+    prom.observe(_interval_data(stats1), engine_idx=1)
+    prom.observe(_interval_data(stats1[:1]), engine_idx=1)  # a second interval
+    assert _sample(registry, "vllm:kvengine_hit_tokens_total", 0) == 3 * BS - 1
+    assert _sample(registry, "vllm:kvengine_hit_tokens_total", 1) == 2 * (3 * BS - 1)
+    for engine in (0, 1):
+        assert _sample(registry, "vllm:kvengine_loaded_bytes_total", engine) == 3 * per_block
+        assert _sample(registry, "vllm:kvengine_saved_bytes_total", engine) == 3 * per_block
+        assert _sample(registry, "vllm:kvengine_load_seconds_count", engine) == 1
+        assert _sample(registry, "vllm:kvengine_save_seconds_count", engine) == 1
+        assert _sample(registry, "vllm:kvengine_load_errors_total", engine) == 0
+    text = prometheus_client.generate_latest(registry).decode()
+    assert 'vllm:kvengine_load_seconds_bucket{engine="1",le="0.0005",model_name="m"}' in text
+
+
+def test_vllm_multiconnector_prometheus_observes_serialized_stats(store_path):
+    """The same through vLLM's MultiConnector: the stats reach the front end serialized,
+    each child's as {"data": ...}, and are rebuilt by the child's registered name."""
+    registry = prometheus_client.CollectorRegistry()
+    conn_mod.register_with_factory(fk.KVConnectorFactory)
+    conn_mod.register_with_factory(fk.KVConnectorFactory)  # twice is harmless
+    stats, per_block = _steps_stats(store_path, seed=32)
+    child = dict(kv_connector="KVEngineConnector", kv_role="kv_both",
+                 kv_connector_module_path="kvengine.vllm.connector",
+                 kv_connector_extra_config=fk.make_config(store_path)
+                 .kv_transfer_config.kv_connector_extra_config)
+    cfg = fk.make_config(store_path)
+    cfg.kv_transfer_config = fk.KVTransferConfig(
+        kv_connector="MultiConnector", kv_connector_module_path=None,
+        kv_connector_extra_config={"connectors": [child, dict(child)]})
+    assert fk.MultiConnector.requires_piecewise_for_cudagraph(
+        cfg.kv_transfer_config.kv_connector_extra_config) is True
+    prom = fk.prom_logger_class(registry)(cfg, fk.VLLM_LABELNAMES,
+                                          fk.per_engine_labelvalues("m", [0, 1]))
+    assert isinstance(prom.prom_metrics, fk.MultiKVConnectorPromMetrics)
+    multi = fk.MultiKVConnectorStats()
+    for s in stats:  # MultiConnector.get_kv_connector_stats groups by class name
+        multi = multi.aggregate(fk.MultiKVConnectorStats(data={"KVEngineConnector": s}))
+    shipped = {name: fk.serialized_stats(s) for name, s in multi.data.items()}
+    rebuilt = fk.MultiConnector.build_kv_connector_stats(pickle.loads(pickle.dumps(shipped)))
+    assert rebuilt.reduce()["KVEngineConnector"]["hit_tokens"] == 3 * BS - 1
+    for engine in (0, 1):
+        prom.observe(shipped, engine_idx=engine)
+        assert _sample(registry, "vllm:kvengine_hit_tokens_total", engine) == 3 * BS - 1
+        assert _sample(registry, "vllm:kvengine_loaded_bytes_total", engine) == 3 * per_block
+        assert _sample(registry, "vllm:kvengine_save_seconds_count", engine) == 1
 
 
 def test_reset_cache_forgets_this_models_blocks(store_path):

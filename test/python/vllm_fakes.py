@@ -9,8 +9,10 @@ per engine process unless PYTHONHASHSEED is set.  handle_load_errors applies
 kv_load_failure_policy as vLLM's scheduler does.  The KV caches take the layouts of
 vLLM's attention backends (make_caches).
 """
+import copy
 import dataclasses
 import hashlib
+import importlib
 import os
 import pickle
 import uuid
@@ -279,36 +281,219 @@ class Forward:
 
 
 # ------------------------------------------------------------------ Prometheus
+#
+# vLLM's metrics path for a KV connector, as on vLLM main: the engine front end's
+# PrometheusStatLogger (vllm/v1/metrics/loggers.py) builds KVConnectorProm with
+# labelnames ["model_name", "engine"] and one label-value list per engine, and feeds it
+# SchedulerStats.kv_connector_stats -- the connector stats' .data after the trip from the
+# engine core (msgspec turns a nested KVConnectorStats into {"data": {...}}).  The metric
+# classes are prometheus_client's own; each test gets a registry of its own.
+
+try:
+    import prometheus_client  # Debian's python3-prometheus-client
+except ImportError:  # the metrics tests skip, saying why
+    prometheus_client = None
+
+VLLM_LABELNAMES = ["model_name", "engine"]
 
 
-class FakeMetric:
-    """prometheus_client's Counter / Gauge / Histogram, enough for a connector's metrics."""
-    registry = {}
-
-    def __init__(self, name, documentation, labelnames=(), buckets=None, **_):
-        self.name, self.labelnames, self.children = name, list(labelnames), {}
-        FakeMetric.registry[name] = self
-
-    def labels(self, *values):
-        return self.children.setdefault(values, FakeChild())
+def per_engine_labelvalues(model, engines):
+    """What PrometheusStatLogger passes: {engine index: [model name, str(index)]}."""
+    return {idx: [model, str(idx)] for idx in engines}
 
 
-class FakeChild:
-    def __init__(self):
-        self.total, self.observations = 0, []
-
-    def inc(self, value=1):
-        self.total += value
-
-    def observe(self, value):
-        self.observations.append(value)
-
-    def set(self, value):
-        self.total = value
+def metric_types(registry):
+    """vLLM's metric_types ({Gauge: cls, Counter: cls, Histogram: cls}), with classes
+    that register into `registry` instead of the process-wide default one."""
+    def bound(base):
+        return type(base.__name__, (base,), {
+            "__init__": lambda self, *a, **kw: base.__init__(self, *a, registry=registry, **kw)})
+    return {compat.Gauge: bound(prometheus_client.Gauge),
+            compat.Counter: bound(prometheus_client.Counter),
+            compat.Histogram: bound(prometheus_client.Histogram)}
 
 
-METRIC_TYPES = {compat.Gauge: FakeMetric, compat.Counter: FakeMetric,
-                compat.Histogram: FakeMetric} if not compat.HAVE_VLLM else None
+def prom_logger_class(registry):
+    """KVConnectorProm with metric classes bound to `registry`, as vLLM's tests subclass
+    its stat loggers (the class attributes _gauge_cls, _counter_cls, _histogram_cls)."""
+    types = metric_types(registry)
+    return type("KVConnectorProm", (KVConnectorProm,), {
+        "_gauge_cls": types[compat.Gauge], "_counter_cls": types[compat.Counter],
+        "_histogram_cls": types[compat.Histogram]})
+
+
+class KVConnectorFactory:
+    """vllm/distributed/kv_transfer/kv_connector/factory.py: the registry by name, and
+    the class of a KVTransferConfig (its module path first, then the registry)."""
+    _registry: dict = {}
+
+    @classmethod
+    def register_connector(cls, name: str, module_path: str, class_name: str) -> None:
+        if name in cls._registry:
+            raise ValueError(f"Connector '{name}' is already registered.")
+
+        def loader():
+            return getattr(importlib.import_module(module_path), class_name)
+        cls._registry[name] = loader
+
+    @classmethod
+    def get_connector_class_by_name(cls, connector_name: str):
+        if connector_name not in cls._registry:
+            raise ValueError(f"Connector '{connector_name}' is not registered.")
+        return cls._registry[connector_name]()
+
+    @classmethod
+    def get_connector_class(cls, kv_transfer_config):
+        connector_name = kv_transfer_config.kv_connector
+        if connector_name is None:
+            raise ValueError("Connector name is not set in KVTransferConfig")
+        module_path = kv_transfer_config.kv_connector_module_path
+        if module_path is not None and not module_path:
+            raise ValueError("kv_connector_module_path cannot be an empty string.")
+        if module_path:
+            return getattr(importlib.import_module(module_path), connector_name)
+        if connector_name in cls._registry:
+            return cls._registry[connector_name]()
+        raise ValueError(f"Unsupported connector type: {connector_name}")
+
+
+KVConnectorFactory.register_connector("MultiConnector", __name__, "MultiConnector")
+
+
+class KVConnectorProm:
+    """vllm/distributed/kv_transfer/kv_connector/v1/metrics.py: asks the configured
+    connector's class for its metrics, then forwards each engine's stats to them."""
+    _gauge_cls = getattr(prometheus_client, "Gauge", None)
+    _counter_cls = getattr(prometheus_client, "Counter", None)
+    _histogram_cls = getattr(prometheus_client, "Histogram", None)
+
+    def __init__(self, vllm_config, labelnames: list, per_engine_labelvalues: dict):
+        self.prom_metrics = None
+        kv_transfer_config = vllm_config.kv_transfer_config
+        if kv_transfer_config and kv_transfer_config.kv_connector:
+            connector_cls = KVConnectorFactory.get_connector_class(kv_transfer_config)
+            metric_types = {compat.Gauge: self._gauge_cls, compat.Counter: self._counter_cls,
+                            compat.Histogram: self._histogram_cls}
+            self.prom_metrics = connector_cls.build_prom_metrics(
+                vllm_config, metric_types, labelnames, per_engine_labelvalues)
+
+    def observe(self, transfer_stats_data: dict, engine_idx: int = 0):
+        if self.prom_metrics is None:
+            return
+        self.prom_metrics.observe(transfer_stats_data, engine_idx)
+
+
+@dataclasses.dataclass
+class MultiKVConnectorStats(compat.KVConnectorStats):
+    """multi_connector.py: one stats object per connector class name."""
+
+    def aggregate(self, other):
+        for connector_id, stats in other.data.items():
+            if connector_id not in self.data:
+                self[connector_id] = stats
+            else:
+                assert isinstance(stats, type(self.data[connector_id]))
+                self[connector_id] = self[connector_id].aggregate(stats)
+        return self
+
+    def reset(self):
+        for stats in self.data.values():
+            stats.reset()
+
+    def reduce(self) -> dict:
+        return {connector_id: stats.reduce() for connector_id, stats in self.data.items()}
+
+    def is_empty(self) -> bool:
+        return all(stats.is_empty() for stats in self.data.values())
+
+    def __getitem__(self, connector_id: str):
+        return self.data[connector_id]
+
+    def __setitem__(self, connector_id: str, stats):
+        self.data[connector_id] = stats
+
+
+class MultiKVConnectorPromMetrics(compat.KVConnectorPromMetrics):
+    """multi_connector.py: each child's metrics observe that child's serialized stats,
+    stats_data["data"]."""
+
+    def __init__(self, vllm_config, metric_types: dict, labelnames: list,
+                 per_engine_labelvalues: dict, prom_metrics: dict):
+        super().__init__(vllm_config, metric_types, labelnames, per_engine_labelvalues)
+        self._prom_metrics = prom_metrics
+
+    def observe(self, transfer_stats_data: dict, engine_idx: int = 0):
+        for connector_id, stats_data in transfer_stats_data.items():
+            assert connector_id in self._prom_metrics, (
+                f"{connector_id} is not contained in the list of registered connectors "
+                f"with Prometheus metrics support: {self._prom_metrics.keys()}")
+            self._prom_metrics[connector_id].observe(stats_data["data"], engine_idx)
+
+
+class MultiConnector:
+    """multi_connector.py's MultiConnector: only its class-level members, the ones vLLM's
+    metrics path and CUDA-graph check call (the tests drive no MultiConnector instance)."""
+
+    @classmethod
+    def requires_piecewise_for_cudagraph(cls, extra_config: dict) -> bool:
+        for conn_config in extra_config.get("connectors", []):
+            connector_cls = KVConnectorFactory.get_connector_class(KVTransferConfig(**conn_config))
+            child_extra_config = conn_config.get("kv_connector_extra_config", {})
+            if connector_cls.requires_piecewise_for_cudagraph(child_extra_config):
+                return True
+        return False
+
+    @classmethod
+    def _get_connector_classes_and_configs(cls, vllm_config) -> list:
+        assert vllm_config.kv_transfer_config is not None
+        ktcs = vllm_config.kv_transfer_config.kv_connector_extra_config.get("connectors")
+        assert ktcs is not None
+        ret = []
+        for ktc in ktcs:
+            temp_config = copy.copy(vllm_config)
+            engine_id = ktc.get("engine_id", vllm_config.kv_transfer_config.engine_id)
+            temp_config.kv_transfer_config = KVTransferConfig(**ktc, engine_id=engine_id)
+            ret.append((KVConnectorFactory.get_connector_class(temp_config.kv_transfer_config),
+                        temp_config))
+        return ret
+
+    @classmethod
+    def build_kv_connector_stats(cls, data: Optional[dict] = None):
+        if data is None:
+            return MultiKVConnectorStats()
+        reconstructed_data = {}
+        for connector_name, stats_value in data.items():
+            if isinstance(stats_value, compat.KVConnectorStats):
+                reconstructed_data[connector_name] = stats_value
+                continue
+            connector_cls = KVConnectorFactory.get_connector_class_by_name(connector_name)
+            assert isinstance(stats_value, dict) and "data" in stats_value, (
+                f"Expected a dict with a 'data' field, got {stats_value}")
+            if reconstructed := connector_cls.build_kv_connector_stats(data=stats_value["data"]):
+                reconstructed_data[connector_name] = reconstructed
+        return MultiKVConnectorStats(data=reconstructed_data)
+
+    @classmethod
+    def build_prom_metrics(cls, vllm_config, metric_types: dict, labelnames: list,
+                           per_engine_labelvalues: dict):
+        prom_metrics = {}
+        seen_classes = set()
+        for connector_cls, temp_config in cls._get_connector_classes_and_configs(vllm_config):
+            if connector_cls in seen_classes:
+                continue
+            seen_classes.add(connector_cls)
+            connector_prom = connector_cls.build_prom_metrics(
+                temp_config, metric_types, labelnames, per_engine_labelvalues)
+            if connector_prom is not None:
+                prom_metrics[connector_cls.__name__] = connector_prom
+        return MultiKVConnectorPromMetrics(vllm_config, metric_types, labelnames,
+                                           per_engine_labelvalues, prom_metrics)
+
+
+def serialized_stats(stats):
+    """A KVConnectorStats as it reaches vLLM's front end from the engine core: msgspec
+    encodes the dataclass as its fields, {"data": {...}}."""
+    return {"data": {k: list(v) if isinstance(v, list) else v for k, v in stats.data.items()}}
 
 
 # ------------------------------------------------------------------ KV caches

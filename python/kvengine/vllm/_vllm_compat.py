@@ -29,10 +29,31 @@ try:  # pragma: no cover - exercised only inside a vLLM installation
         KVConnectorPromMetrics,
         KVConnectorStats,
     )
+    from vllm.v1.metrics.utils import create_metric_per_engine  # noqa: F401
 
     HAVE_VLLM = True
 except ImportError:
     HAVE_VLLM = False
+
+    try:  # what vLLM's metric_types are keyed by (vllm/v1/metrics/loggers.py)
+        from prometheus_client import Counter, Gauge, Histogram
+    except ImportError:  # no Prometheus client: classes that only name the three kinds
+        class Gauge:  # noqa: D101
+            pass
+
+        class Counter:  # noqa: D101
+            pass
+
+        class Histogram:  # noqa: D101
+            pass
+
+    # -------------------------------------------------- vllm/v1/metrics/utils.py
+
+    def create_metric_per_engine(metric: Any, per_engine_labelvalues: dict) -> dict:
+        """One labelled child of metric per engine index (vLLM's helper since it dropped
+        KVConnectorPromMetrics.make_per_engine, vLLM PR #33898)."""
+        return {idx: metric.labels(*labelvalues)
+                for idx, labelvalues in per_engine_labelvalues.items()}
 
     class SupportsHMA(ABC):
         """Marks a connector that supports the hybrid memory allocator (several KV-cache
@@ -88,18 +109,10 @@ except ImportError:
         def is_empty(self) -> bool:
             raise NotImplementedError
 
-    class Gauge:  # the keys of metric_types (prometheus_client's classes in vLLM)
-        pass
-
-    class Counter:
-        pass
-
-    class Histogram:
-        pass
-
     class KVConnectorPromMetrics:
         """Per-connector Prometheus metrics: the subclass creates its metrics with the
-        classes of metric_types and records stats data in observe()."""
+        classes of metric_types, one child per engine through create_metric_per_engine,
+        and records stats data in observe()."""
 
         def __init__(self, vllm_config: Any, metric_types: dict, labelnames: list,
                      per_engine_labelvalues: dict):
@@ -109,10 +122,6 @@ except ImportError:
             self._histogram_cls = metric_types[Histogram]
             self._labelnames = labelnames
             self.per_engine_labelvalues = per_engine_labelvalues
-
-        def make_per_engine(self, metric: Any) -> dict:
-            return {idx: metric.labels(*values)
-                    for idx, values in self.per_engine_labelvalues.items()}
 
         def observe(self, transfer_stats_data: dict, engine_idx: int = 0):
             raise NotImplementedError
@@ -291,4 +300,5 @@ except ImportError:
 
 __all__ = ["HAVE_VLLM", "KVConnectorBase_V1", "KVConnectorHandshakeMetadata",
            "KVConnectorMetadata", "KVConnectorPromMetrics", "KVConnectorRole",
-           "KVConnectorStats", "KVConnectorWorkerMetadata", "SupportsHMA", "supports_hma"]
+           "KVConnectorStats", "KVConnectorWorkerMetadata", "SupportsHMA",
+           "create_metric_per_engine", "supports_hma"]

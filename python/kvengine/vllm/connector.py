@@ -53,7 +53,7 @@ import kvengine
 
 from ._vllm_compat import (HAVE_VLLM, KVConnectorBase_V1, KVConnectorMetadata,
                            KVConnectorPromMetrics, KVConnectorRole, KVConnectorStats,
-                           SupportsHMA)
+                           SupportsHMA, create_metric_per_engine)
 from .layout import analyse_layer
 
 logger = logging.getLogger("kvengine.vllm")
@@ -177,12 +177,12 @@ class KVEnginePromMetrics(KVConnectorPromMetrics):
         for name, doc in self._COUNTERS:
             metric = self._counter_cls(name="vllm:kvengine_" + name, documentation=doc,
                                        labelnames=labelnames)
-            self.counters[name] = self.make_per_engine(metric)
+            self.counters[name] = create_metric_per_engine(metric, per_engine_labelvalues)
         self.histograms = {}
         for name, doc in self._HISTOGRAMS:
             metric = self._histogram_cls(name="vllm:kvengine_" + name, documentation=doc,
                                          buckets=list(self._BUCKETS), labelnames=labelnames)
-            self.histograms[name] = self.make_per_engine(metric)
+            self.histograms[name] = create_metric_per_engine(metric, per_engine_labelvalues)
 
     def observe(self, transfer_stats_data: dict, engine_idx: int = 0):
         for name, per_engine in self.counters.items():
@@ -999,6 +999,34 @@ class KVEngineConnector(KVConnectorBase_V1, SupportsHMA):
     def get_required_kvcache_layout(cls, vllm_config: Any) -> Optional[str]:
         # Any layout works (the key names it), so the connector asks for none.
         return None
+
+    @classmethod
+    def requires_piecewise_for_cudagraph(cls, extra_config: dict) -> bool:
+        # Every load waits per layer (wait_for_layer_load) and every save is queued per
+        # layer (save_kv_layer), from the attention layers' hooks: a full CUDA graph
+        # replayed over those layers would skip the hooks, loading nothing and saving
+        # nothing.  So vLLM must keep attention outside its graphs (PIECEWISE), whatever
+        # kv_connector_extra_config says.
+        return True
+
+
+def register_with_factory(factory) -> None:
+    """Registers KVEngineConnector under its class name in vLLM's KVConnectorFactory.
+
+    vLLM loads this connector by module path, which needs no registration -- except on
+    one path: MultiConnector rebuilds each child's stats in the front-end process by the
+    child's class name (KVConnectorFactory.get_connector_class_by_name), and an
+    unregistered name fails there.  Importing this module registers it (below)."""
+    try:
+        factory.register_connector("KVEngineConnector", __name__, "KVEngineConnector")
+    except ValueError:  # registered already (the module imported twice, or by vLLM)
+        pass
+
+
+if HAVE_VLLM:  # pragma: no cover - only inside a vLLM installation
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+
+    register_with_factory(KVConnectorFactory)
 
 
 def _regex_escape(text):

@@ -1,0 +1,426 @@
+#!/usr/bin/env python3
+"""Checks kvengine's vLLM stand-ins and the connector against a real vLLM source tree.
+
+    test/python/vllm_conformance.py --vllm-src DIR      # a vLLM checkout (DIR/vllm/...)
+    test/python/vllm_conformance.py                     # $VLLM_SOURCE_DIR, else the
+                                                        # installed vllm package
+
+Exit 0: every vLLM name checked exists in the tree with a compatible shape.  Exit 1:
+the problems, one line each, naming the member.  Exit 77: no vLLM tree was found (the
+check was skipped; CTest and pytest report it as skipped).
+
+What is checked, by reading the sources (nothing of vLLM is imported, so a tree without
+its dependencies is enough):
+
+* python/kvengine/vllm/_vllm_compat.py: the stand-ins defined where vLLM is absent.
+  Each is one of the names the module imports from vLLM when vLLM is present (so the
+  module defines nothing vLLM does not have), and each matches vLLM's definition: a
+  class has every public member of vLLM's class and nothing vLLM's class lacks, each
+  member of the same kind (method, property, classmethod, staticmethod, dataclass
+  field) with the same parameters in the same order and the same defaults; a function
+  has vLLM's parameters.
+* The connector package: every `from vllm... import name` resolves to a definition in
+  the tree, and every method KVEngineConnector overrides keeps the base's parameters.
+* test/python/vllm_fakes.py: each stand-in class listed in FAKES below has only
+  members vLLM's class has, with compatible parameters, and (where FAKES says "all")
+  every public member vLLM's class has; dataclass fields keep vLLM's defaults.
+
+The stand-ins were last checked against vLLM main at the commit recorded in
+docs/vllm.md ("Conformance with vLLM main").
+"""
+import argparse
+import ast
+import importlib.util
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+COMPAT = os.path.join(ROOT, "python", "kvengine", "vllm", "_vllm_compat.py")
+PACKAGE = os.path.join(ROOT, "python", "kvengine", "vllm")
+FAKES = os.path.join(ROOT, "test", "python", "vllm_fakes.py")
+SKIPPED = 77
+
+# test/python/vllm_fakes.py's stand-ins: (class, vLLM module, vLLM class, coverage).
+# coverage "all": the stand-in has every public member; "subset": only what the tests
+# need, each as vLLM has it.
+FAKE_CLASSES = [
+    ("KVTransferConfig", "vllm.config.kv_transfer", "KVTransferConfig", "subset"),
+    ("KVCacheGroupSpec", "vllm.v1.kv_cache_interface", "KVCacheGroupSpec", "subset"),
+    ("KVCacheTensor", "vllm.v1.kv_cache_interface", "KVCacheTensor", "subset"),
+    ("KVCacheConfig", "vllm.v1.kv_cache_interface", "KVCacheConfig", "subset"),
+    ("NewRequestData", "vllm.v1.core.sched.output", "NewRequestData", "subset"),
+    ("CachedRequestData", "vllm.v1.core.sched.output", "CachedRequestData", "subset"),
+    ("SchedulerOutput", "vllm.v1.core.sched.output", "SchedulerOutput", "subset"),
+    ("KVConnectorFactory", "vllm.distributed.kv_transfer.kv_connector.factory",
+     "KVConnectorFactory", "subset"),
+    ("KVConnectorProm", "vllm.distributed.kv_transfer.kv_connector.v1.metrics",
+     "KVConnectorProm", "all"),
+    ("MultiKVConnectorStats", "vllm.distributed.kv_transfer.kv_connector.v1.multi_connector",
+     "MultiKVConnectorStats", "all"),
+    ("MultiKVConnectorPromMetrics",
+     "vllm.distributed.kv_transfer.kv_connector.v1.multi_connector",
+     "MultiKVConnectorPromMetrics", "all"),
+    ("MultiConnector", "vllm.distributed.kv_transfer.kv_connector.v1.multi_connector",
+     "MultiConnector", "subset"),
+]
+
+
+# ------------------------------------------------------------------ reading a tree
+
+class Tree:
+    """The modules of a vLLM source tree, parsed on demand."""
+
+    def __init__(self, src):
+        self.src = src
+        self._parsed = {}
+
+    def path_of(self, module):
+        base = os.path.join(self.src, *module.split("."))
+        for candidate in (base + ".py", os.path.join(base, "__init__.py")):
+            if os.path.isfile(candidate):
+                return candidate
+        return None
+
+    def module(self, module):
+        if module not in self._parsed:
+            path = self.path_of(module)
+            self._parsed[module] = None if path is None else ast.parse(open(path).read(), path)
+        return self._parsed[module]
+
+    def find(self, module, name, depth=0):
+        """The ClassDef / FunctionDef / AnnAssign named `name` in `module`, following
+        re-exports (`from x import name`); (None, why) when there is none."""
+        tree = self.module(module)
+        if tree is None:
+            return None, "module %s is not in the tree" % module
+        for node in tree.body:
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) \
+                    and node.name == name:
+                return node, None
+        if depth < 4:
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    for alias in node.names:
+                        if (alias.asname or alias.name) == name:
+                            return self.find(node.module, alias.name, depth + 1)
+        return None, "%s.%s is not defined in the tree" % (module, name)
+
+    def imported_names(self, module):
+        """name -> the module it is imported from, for a module's `from ... import`s."""
+        out = {}
+        tree = self.module(module)
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for alias in node.names:
+                    out[alias.asname or alias.name] = node.module
+        return out
+
+
+# ------------------------------------------------------------------ members of a class
+
+def decorator_names(fn):
+    out = set()
+    for d in fn.decorator_list:
+        if isinstance(d, ast.Name):
+            out.add(d.id)
+        elif isinstance(d, ast.Attribute):
+            out.add(d.attr)
+        elif isinstance(d, ast.Call):
+            out.add(getattr(d.func, "id", getattr(d.func, "attr", "")))
+    return out
+
+
+def kind_of(fn):
+    names = decorator_names(fn)
+    for k in ("property", "classmethod", "staticmethod"):
+        if k in names:
+            return k
+    if "setter" in names:
+        return "setter"
+    return "method"
+
+
+def is_dataclass(cls):
+    return "dataclass" in decorator_names(cls)
+
+
+def members(cls):
+    """name -> (kind, node) for a class body: methods, properties, class attributes and
+    dataclass fields (kind "field")."""
+    out = {}
+    for node in cls.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            kind = kind_of(node)
+            if kind != "setter":
+                out[node.name] = (kind, node)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            out[node.target.id] = ("field" if is_dataclass(cls) else "attribute", node)
+        elif isinstance(node, ast.Assign):
+            for t in node.targets:
+                if isinstance(t, ast.Name):
+                    out[t.id] = ("attribute", node)
+    return out
+
+
+def all_members(tree, module, cls, depth=0):
+    """members() of cls and of its bases that resolve in the tree (base first)."""
+    out = {}
+    if depth < 6:
+        imports = tree.imported_names(module)
+        for base in cls.bases:
+            name = base.id if isinstance(base, ast.Name) else getattr(base, "attr", None)
+            if name is None or name in ("ABC", "object", "Generic", "Protocol"):
+                continue
+            base_module = imports.get(name, module)
+            node, _ = tree.find(base_module, name)
+            if isinstance(node, ast.ClassDef):
+                out.update(all_members(tree, base_module, node, depth + 1))
+    out.update(members(cls))
+    return out
+
+
+def public(name):
+    return not name.startswith("_") or name == "__init__"
+
+
+# ------------------------------------------------------------------ signatures
+
+def literal(node):
+    if node is None:
+        return None
+    try:
+        return ("value", ast.literal_eval(node))
+    except (ValueError, SyntaxError, TypeError):
+        return ("expr", ast.unparse(node))
+
+
+def params(fn):
+    """(positional names, keyword-only names, *args?, **kwargs?, defaults of each name)."""
+    a = fn.args
+    positional = [p.arg for p in a.posonlyargs + a.args]
+    defaults = {}
+    for p, d in zip(reversed(a.posonlyargs + a.args), reversed(a.defaults)):
+        defaults[p.arg] = literal(d)
+    for p, d in zip(a.kwonlyargs, a.kw_defaults):
+        if d is not None:
+            defaults[p.arg] = literal(d)
+    return positional, [p.arg for p in a.kwonlyargs], a.vararg is not None, \
+        a.kwarg is not None, defaults
+
+
+def compare_signatures(where, ours, theirs, allow_extra_optional=False):
+    """Problems of `ours` against vLLM's `theirs` (two FunctionDefs)."""
+    p1, k1, v1, kw1, d1 = params(ours)
+    p2, k2, v2, kw2, d2 = params(theirs)
+    problems = []
+    if allow_extra_optional:  # an override may take more, if optional, after vLLM's
+        extra = [p for p in p1[len(p2):] if p not in d1]
+        if p1[:len(p2)] != p2 or extra:
+            problems.append("%s takes (%s); vLLM's takes (%s)" % (where, ", ".join(p1),
+                                                                  ", ".join(p2)))
+    elif p1 != p2 or sorted(k1) != sorted(k2):
+        problems.append("%s takes (%s%s); vLLM's takes (%s%s)" % (
+            where, ", ".join(p1), "; *, " + ", ".join(k1) if k1 else "",
+            ", ".join(p2), "; *, " + ", ".join(k2) if k2 else ""))
+    if not allow_extra_optional and (v1, kw1) != (v2, kw2):
+        problems.append("%s: *args/**kwargs %s; vLLM's %s" % (where, (v1, kw1), (v2, kw2)))
+    for name in p2 + k2:
+        if (name in d1) != (name in d2):
+            problems.append("%s: parameter %s %s a default in vLLM" % (
+                where, name, "has no" if name in d2 else "has"))
+        elif name in d1 and d1[name][0] == "value" and d2[name][0] == "value" \
+                and d1[name] != d2[name]:
+            problems.append("%s: parameter %s defaults to %r; vLLM's to %r" % (
+                where, name, d1[name][1], d2[name][1]))
+    return problems
+
+
+def field_default(node):
+    value = node.value
+    if isinstance(value, ast.Call) and getattr(value.func, "attr",
+                                               getattr(value.func, "id", "")) == "field":
+        for kw in value.keywords:
+            if kw.arg == "default":
+                return literal(kw.value)
+            if kw.arg == "default_factory":
+                return ("factory", ast.unparse(kw.value))
+        return None
+    return literal(value) if value is not None else None
+
+
+def compare_class(label, tree, module, ours, theirs, coverage):
+    problems = []
+    mine = members(ours)
+    vllm = all_members(tree, module, theirs)
+    for name, (kind, node) in sorted(mine.items()):
+        where = "%s.%s" % (label, name)
+        if name not in vllm:
+            problems.append("%s: vLLM's %s has no member %s" % (where, theirs.name, name))
+            continue
+        their_kind, their_node = vllm[name]
+        if {kind, their_kind} <= {"field", "attribute"}:
+            if kind == "field" and their_kind == "field":
+                d1, d2 = field_default(node), field_default(their_node)
+                if d1 != d2 and not (d1 and d2 and "expr" in (d1[0], d2[0])):
+                    problems.append("%s: field default %s; vLLM's %s" % (where, d1, d2))
+            continue
+        if kind != their_kind:
+            problems.append("%s is a %s; vLLM's is a %s" % (where, kind, their_kind))
+            continue
+        problems += compare_signatures(where, node, their_node)
+    if coverage == "all":
+        for name in sorted(vllm):
+            if public(name) and name not in mine:
+                problems.append("%s.%s: vLLM's %s has it; the stand-in lacks it" % (
+                    label, name, theirs.name))
+    return problems
+
+
+# ------------------------------------------------------------------ the checks
+
+def compat_stand_ins():
+    """(name -> vLLM module) imported when vLLM is present, and the definitions made
+    when it is absent, from _vllm_compat.py's try/except ImportError."""
+    tree = ast.parse(open(COMPAT).read(), COMPAT)
+    for node in tree.body:
+        if isinstance(node, ast.Try) and any(
+                isinstance(h.type, ast.Name) and h.type.id == "ImportError"
+                for h in node.handlers):
+            imported = {}
+            for stmt in node.body:
+                if isinstance(stmt, ast.ImportFrom) and stmt.module.startswith("vllm"):
+                    for alias in stmt.names:
+                        imported[alias.asname or alias.name] = stmt.module
+            # Only the handler's own definitions: those in a nested try (the
+            # prometheus_client classes when it is missing) stand in for that package.
+            defined = [stmt for stmt in node.handlers[0].body
+                       if isinstance(stmt, (ast.ClassDef, ast.FunctionDef))]
+            return imported, defined
+    raise SystemExit("%s: no try/except ImportError around vLLM's imports" % COMPAT)
+
+
+def check_compat(tree):
+    problems = []
+    imported, defined = compat_stand_ins()
+    for node in defined:
+        if node.name not in imported:
+            problems.append("_vllm_compat.%s: defined as a stand-in but not imported from "
+                            "vLLM when vLLM is present (vLLM main has no such name?)" % node.name)
+            continue
+        theirs, why = tree.find(imported[node.name], node.name)
+        if theirs is None:
+            problems.append("_vllm_compat.%s: %s" % (node.name, why))
+        elif type(theirs) is not type(node):
+            problems.append("_vllm_compat.%s: vLLM's is a %s" % (node.name,
+                                                                type(theirs).__name__))
+        elif isinstance(node, ast.ClassDef):
+            module = imported[node.name]
+            problems += compare_class("_vllm_compat." + node.name, tree, module, node,
+                                      theirs, "all")
+        else:
+            problems += compare_signatures("_vllm_compat." + node.name, node, theirs)
+    for name, module in sorted(imported.items()):
+        if tree.find(module, name)[0] is None:
+            problems.append("_vllm_compat imports %s from %s: %s" % (
+                name, module, tree.find(module, name)[1]))
+    return problems
+
+
+def check_package(tree):
+    """The connector package's own imports from vLLM, and KVEngineConnector's overrides
+    of KVConnectorBase_V1."""
+    problems = []
+    base, why = tree.find("vllm.distributed.kv_transfer.kv_connector.v1.base",
+                          "KVConnectorBase_V1")
+    if base is None:
+        return [why]
+    base_members = all_members(tree, "vllm.distributed.kv_transfer.kv_connector.v1.base", base)
+    for fname in sorted(os.listdir(PACKAGE)):
+        if not fname.endswith(".py") or fname == "_vllm_compat.py":
+            continue
+        path = os.path.join(PACKAGE, fname)
+        module = ast.parse(open(path).read(), path)
+        for node in ast.walk(module):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
+                    and node.module.split(".")[0] == "vllm":
+                for alias in node.names:
+                    found, why = tree.find(node.module, alias.name)
+                    if found is None:
+                        problems.append("%s imports %s: %s" % (fname, alias.name, why))
+            if isinstance(node, ast.ClassDef) and node.name == "KVEngineConnector":
+                for name, (kind, fn) in sorted(members(node).items()):
+                    if name in base_members and name != "__init__" and \
+                            base_members[name][0] not in ("field", "attribute"):
+                        their_kind, their_fn = base_members[name]
+                        where = "KVEngineConnector.%s" % name
+                        if kind != their_kind:
+                            problems.append("%s is a %s; KVConnectorBase_V1's is a %s" % (
+                                where, kind, their_kind))
+                        else:
+                            problems += compare_signatures(where, fn, their_fn,
+                                                           allow_extra_optional=True)
+    return problems
+
+
+def check_fakes(tree):
+    problems = []
+    fakes = ast.parse(open(FAKES).read(), FAKES)
+    classes = {n.name: n for n in fakes.body if isinstance(n, ast.ClassDef)}
+    for ours, module, theirs_name, coverage in FAKE_CLASSES:
+        if ours not in classes:
+            problems.append("vllm_fakes.%s: listed in FAKE_CLASSES but not defined" % ours)
+            continue
+        theirs, why = tree.find(module, theirs_name)
+        if theirs is None:
+            problems.append("vllm_fakes.%s: %s" % (ours, why))
+            continue
+        problems += compare_class("vllm_fakes." + ours, tree, module, classes[ours], theirs,
+                                  coverage)
+    return problems
+
+
+def find_tree(explicit):
+    for candidate in (explicit, os.environ.get("VLLM_SOURCE_DIR")):
+        if candidate:
+            if not os.path.isdir(os.path.join(candidate, "vllm")):
+                raise SystemExit("%s: no vllm/ package inside" % candidate)
+            return candidate
+    spec = importlib.util.find_spec("vllm")
+    if spec is not None and spec.origin:
+        return os.path.dirname(os.path.dirname(spec.origin))
+    return None
+
+
+def run(src, parts=("compat", "package", "fakes")):
+    tree = Tree(src)
+    problems = []
+    if "compat" in parts:
+        problems += check_compat(tree)
+    if "package" in parts:
+        problems += check_package(tree)
+    if "fakes" in parts:
+        problems += check_fakes(tree)
+    return problems
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--vllm-src", help="a vLLM source tree (holding vllm/)")
+    parser.add_argument("--only", default="compat,package,fakes",
+                        help="comma-separated: compat, package, fakes")
+    args = parser.parse_args(argv)
+    src = find_tree(args.vllm_src)
+    if src is None:
+        print("vllm_conformance: skipped: no vLLM source tree (--vllm-src, VLLM_SOURCE_DIR) "
+              "and no installed vllm")
+        return SKIPPED
+    problems = run(src, args.only.split(","))
+    for p in problems:
+        print("vllm_conformance: " + p)
+    print("vllm_conformance: %s against %s (%d problem%s)" % (
+        "FAILED" if problems else "passed", src, len(problems), "" if len(problems) == 1 else "s"))
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
