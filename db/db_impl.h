@@ -1,5 +1,14 @@
 // DBImpl: the facade behind kvengine::DB.  It checks input, routes each key to its tier
 // and keeps the DB-wide counters; the tiers do the storing.
+//
+// One class in four files, split by concern as RocksDB splits its DBImpl:
+//   db_impl.cc        open, close, flush, registered buffers, properties
+//   db_impl_read.cc   Get, GetInto, GetValueSize, BatchGetInto, BatchExists, the SSD
+//                     reads of memory misses, the device (GPU) reads, client pins
+//   db_impl_write.cc  Put, BatchPut, Delete, BatchDelete, DeleteByRegex, DeleteAll,
+//                     the device (GPU) puts, client reservations and commits
+//   db_impl_stats.cc  "kvengine.stats" as text, JSON and Prometheus
+// The write-back path to SSD is its own class (db/offloader.h).
 #ifndef KVENGINE_DB_DB_IMPL_H_
 #define KVENGINE_DB_DB_IMPL_H_
 
@@ -23,6 +32,7 @@
 namespace kvengine {
 
 class LocalServer;
+class Offloader;
 class PeerEnv;
 
 // The file in a DB directory that names the Unix socket its owner serves local clients
@@ -175,7 +185,6 @@ class DBImpl final : public DB {
   std::atomic<uint64_t> version_source_{0};
   std::unique_ptr<MemoryTier> memory_;
   std::unique_ptr<SsdTier> ssd_;  // null when ssd_capacity_bytes == 0
-  class Offloader;
   std::unique_ptr<Offloader> offloader_;
   std::unique_ptr<GpuIo> gpu_;  // after memory_: it page-locks memory_'s arena
 

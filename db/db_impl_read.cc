@@ -1,0 +1,551 @@
+// DBImpl, reads: gets into host or device buffers, exists, value sizes, and the pins
+// an attached client reads through.
+#include "db/db_impl.h"
+
+#include <cinttypes>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <unordered_set>
+
+#include "db/db_impl_helpers.h"
+#include "db/local_server.h"
+#include "db/offloader.h"
+#include "env/gpu_io.h"
+#include "env/peer_env.h"
+#include "transport/server.h"
+#include "util/buffers.h"
+#include "util/byte_regex.h"
+#include "util/config_parse.h"
+
+namespace kvengine {
+
+using db_impl::ForKey;
+using db_impl::PartsSize;
+using db_impl::Printable;
+using db_impl::TooSmall;
+
+Status DBImpl::PinForClient(const Slice& key, uint64_t capacity, MemoryTier::Handle* handle,
+                            MemoryTier::Reservation* staging, Slice* value) {
+  {
+    std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+    Status s = CheckOpen();
+    if (s.ok()) s = CheckKey(key);
+    if (!s.ok()) return s;
+    if (memory_->Lookup(key, handle)) {
+      counters_.gets.fetch_add(1, std::memory_order_relaxed);
+      counters_.memory_hits.fetch_add(1, std::memory_order_relaxed);
+      *value = handle->value();
+      if (value->size() > capacity) {
+        handle->Release();
+        return TooSmall(key, value->size(), capacity);
+      }
+      counters_.get_bytes.fetch_add(value->size(), std::memory_order_relaxed);
+      return Status::OK();
+    }
+  }
+  // Not in memory: read it (SSD, peers; promoted by policy) into a staging reservation of
+  // the arena that only this client sees.  The value may change size between the two
+  // calls: then read again.
+  for (int attempt = 0; attempt < 4; attempt++) {
+    uint64_t size = 0;
+    Status s = GetValueSize(key, &size);
+    if (!s.ok()) return s;
+    if (size > capacity) {
+      *value = Slice(static_cast<const char*>(nullptr), size);  // the size needed
+      return TooSmall(key, size, capacity);
+    }
+    {
+      std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+      s = CheckOpen();
+      if (s.ok()) s = memory_->Reserve(size, staging);
+      if (!s.ok()) return s;
+    }
+    std::vector<Destination> dest(1);
+    dest[0].emplace_back(staging->data(), size);
+    std::vector<int64_t> result;
+    s = BatchGetInto(ReadOptions(), std::span<const Slice>(&key, 1), dest, &result);
+    if (!s.ok()) return s;
+    if (result[0] >= 0) {
+      *value = Slice(staging->data(), static_cast<size_t>(result[0]));
+      return Status::OK();
+    }
+    staging->Abandon();
+    if (result[0] != Status::BufferTooSmall("").ErrorCode()) {
+      return Status::FromErrorCode(static_cast<int>(result[0]), "key " + Printable(key));
+    }
+  }
+  return Status::Busy("key " + Printable(key) + " kept changing size while it was read");
+}
+
+Status DBImpl::CheckDestination(const Slice& key, std::span<const MutableSlice> dest,
+                                uint64_t* capacity) const {
+  *capacity = 0;
+  for (size_t i = 0; i < dest.size(); i++) {
+    if (dest[i].data() == nullptr && dest[i].size() != 0) {
+      return Status::InvalidArgument("destination buffer " + std::to_string(i) + " of key " +
+                                     Printable(key) + " is null with length " +
+                                     std::to_string(dest[i].size()));
+    }
+    *capacity += dest[i].size();
+  }
+  return Status::OK();
+}
+
+Status DBImpl::GetFromMemory(const Slice& key, std::span<const MutableSlice> dest,
+                             uint64_t capacity, uint64_t* size) {
+  MemoryTier::Handle handle;
+  memory_->Lookup(key, &handle);
+  return CopyFromMemory(key, &handle, dest, capacity, size);
+}
+
+Status DBImpl::CopyFromMemory(const Slice& key, MemoryTier::Handle* handle,
+                              std::span<const MutableSlice> dest, uint64_t capacity,
+                              uint64_t* size) {
+  if (!handle->valid()) return Status::NotFound("key " + Printable(key));
+  counters_.memory_hits.fetch_add(1, std::memory_order_relaxed);
+  const Slice value = handle->value();
+  *size = value.size();
+  Status s;
+  if (value.size() > capacity) {
+    s = TooSmall(key, value.size(), capacity);
+  } else {
+    ScatterCopy(value.data(), value.size(), dest);
+    counters_.get_bytes.fetch_add(value.size(), std::memory_order_relaxed);
+  }
+  handle->Release();
+  return s;
+}
+
+Status DBImpl::GetOne(const Slice& key, std::span<const MutableSlice> dest, uint64_t* size) {
+  PerfPoint perf(PerfKey::db_get_one);
+  *size = 0;
+  Status s = CheckKey(key);
+  uint64_t capacity = 0;
+  if (s.ok()) s = CheckDestination(key, dest, &capacity);
+  if (!s.ok()) return s;
+  counters_.gets.fetch_add(1, std::memory_order_relaxed);
+  s = GetFromMemory(key, dest, capacity, size);
+  if (!s.IsNotFound()) return s;
+  if (ssd_ == nullptr) {
+    counters_.misses.fetch_add(1, std::memory_order_relaxed);
+    return s;
+  }
+  std::vector<int64_t> result(1);
+  const Destination where(dest.begin(), dest.end());
+  ReadFromSsd(std::span<const Slice>(&key, 1), std::span<const Destination>(&where, 1), {0},
+              &result, true);
+  if (result[0] >= 0) {
+    *size = static_cast<uint64_t>(result[0]);
+    return Status::OK();
+  }
+  if (result[0] == Status::BufferTooSmall("").ErrorCode()) {
+    SsdLocation loc;
+    if (ssd_->Locate(key, &loc)) *size = loc.size;
+    return TooSmall(key, *size, capacity);
+  }
+  return Status::FromErrorCode(static_cast<int>(result[0]), "key " + Printable(key));
+}
+
+Status DBImpl::GetOneToDevice(const Slice& key, std::span<const MutableSlice> dest, int device,
+                              GpuIo::Queue* copies, MemoryTier::Handle* pin, size_t* copy,
+                              uint64_t* size) {
+  *size = 0;
+  *copy = kNoCopy;
+  Status s = CheckKey(key);
+  uint64_t capacity = 0;
+  if (s.ok()) s = CheckDestination(key, dest, &capacity);
+  if (!s.ok()) return s;
+  if (memory_->Lookup(key, pin)) {  // host -> device straight from the arena
+    counters_.gets.fetch_add(1, std::memory_order_relaxed);
+    counters_.memory_hits.fetch_add(1, std::memory_order_relaxed);
+    const Slice value = pin->value();
+    *size = value.size();
+    if (value.size() > capacity) {
+      pin->Release();
+      return TooSmall(key, value.size(), capacity);
+    }
+    *copy = copies->ToDevice("key " + Printable(key), device, value, /*in_arena=*/true, dest);
+    return Status::OK();
+  }
+  // Not in memory: the ordinary read into a host bounce buffer, then host -> device.
+  return gpu_->GetViaHost(
+      "key " + Printable(key), device, dest, std::min<uint64_t>(capacity, options_.max_value_size),
+      [&](MutableSlice bounce, uint64_t* n) {
+        return GetOne(key, std::span<const MutableSlice>(&bounce, 1), n);
+      },
+      size);
+}
+
+Status DBImpl::Get(const ReadOptions& options, const Slice& key, std::string* value) {
+  PerfPoint perf(PerfKey::db_get);
+  CallLog log(&logger_, "get", &errors_);
+  Endpoint owner;
+  if (peer_ != nullptr && value != nullptr && CheckKey(key).ok() && peer_->Replicated()) {
+    return log.FinishKey(peer_->GetReplicated(this, key, value), key, -1, "replicas");
+  }
+  if (peer_ != nullptr && value != nullptr && CheckKey(key).ok() &&
+      peer_->RemoteOwner(key, &owner)) {
+    return log.FinishKey(peer_->Get(owner, key, value), key, -1, "peer");
+  }
+  std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+  Status s = CheckOpen();
+  if (!s.ok()) return log.Finish(s);
+  if (value == nullptr) return log.Finish(Status::InvalidArgument("Get: value pointer is null"));
+  s = CheckKey(key);
+  if (!s.ok()) return log.FinishKey(s, key, -1, nullptr);
+  MemoryTier::Handle handle;
+  if (memory_->Lookup(key, &handle)) {
+    counters_.gets.fetch_add(1, std::memory_order_relaxed);
+    counters_.memory_hits.fetch_add(1, std::memory_order_relaxed);
+    value->assign(handle.value().data(), handle.value().size());
+    counters_.get_bytes.fetch_add(value->size(), std::memory_order_relaxed);
+    return log.FinishKey(Status::OK(), key, static_cast<int64_t>(value->size()), "memory");
+  }
+  // Not in memory: size the string from the SSD location, then read into it.  A value
+  // replaced meanwhile by a larger one is retried.
+  (void)options;
+  for (int attempt = 0; attempt < 8; attempt++) {
+    SsdLocation loc;
+    if (ssd_ == nullptr || !ssd_->Locate(key, &loc)) {
+      if (!memory_->Lookup(key, &handle)) break;
+      value->assign(handle.value().data(), handle.value().size());
+      return log.FinishKey(Status::OK(), key, static_cast<int64_t>(value->size()), "memory");
+    }
+    value->resize(loc.size);
+    MutableSlice buf(value->data(), value->size());
+    uint64_t size = 0;
+    s = GetOne(key, std::span<const MutableSlice>(&buf, 1), &size);
+    if (s.ok()) {
+      value->resize(size);
+      return log.FinishKey(s, key, static_cast<int64_t>(size), "ssd");
+    }
+    if (!s.IsBufferTooSmall()) return log.FinishKey(s, key, -1, nullptr);
+  }
+  if (peer_ != nullptr && peer_->ReadThrough()) {
+    s = peer_->ReadThroughGetString(
+        key, value,
+        [this](const Slice& k, std::span<const Slice> p, uint64_t n) { PromoteFromPeer(k, p, n); });
+    if (s.ok()) return s;
+  }
+  counters_.gets.fetch_add(1, std::memory_order_relaxed);
+  counters_.misses.fetch_add(1, std::memory_order_relaxed);
+  return log.FinishKey(Status::NotFound("key " + Printable(key)), key, -1, nullptr);
+}
+
+Status DBImpl::GetInto(const ReadOptions&, const Slice& key, MutableSlice buffer,
+                       size_t* value_size) {
+  PerfPoint perf(PerfKey::db_get_into);
+  CallLog log(&logger_, "get_into", &errors_);
+  Endpoint owner;
+  if (peer_ != nullptr && CheckKey(key).ok() && peer_->Replicated()) {
+    return log.FinishKey(peer_->GetIntoReplicated(this, key, buffer, value_size), key, -1,
+                         "replicas");
+  }
+  if (peer_ != nullptr && CheckKey(key).ok() && peer_->RemoteOwner(key, &owner)) {
+    return log.FinishKey(peer_->GetInto(owner, key, buffer, value_size), key, -1, "peer");
+  }
+  std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+  Status s = CheckOpen();
+  if (!s.ok()) return log.Finish(s);
+  uint64_t size = 0;
+  const std::span<const MutableSlice> dest(&buffer, 1);
+  gpu_->BeginBatch();
+  int device = -1;
+  s = gpu_->Scan(dest, &device);
+  if (!s.ok()) return ForKey(key, s);
+  if (device >= 0) {
+    GpuIo::Queue copies(gpu_.get());
+    MemoryTier::Handle pin;
+    size_t copy = kNoCopy;
+    s = GetOneToDevice(key, dest, device, &copies, &pin, &copy, &size);
+    if (s.ok() && copy != kNoCopy) {
+      s = copies.Wait(copy);
+      if (s.ok()) counters_.get_bytes.fetch_add(size, std::memory_order_relaxed);
+    }
+  } else {
+    s = GetOne(key, dest, &size);
+  }
+  if (s.IsNotFound() && device < 0 && peer_ != nullptr && peer_->ReadThrough()) {
+    std::vector<int64_t> result{s.ErrorCode()};
+    const Destination where{buffer};
+    peer_->ReadThroughGet(
+        std::span<const Slice>(&key, 1), std::span<const Destination>(&where, 1), &result,
+        [this](const Slice& k, std::span<const Slice> p, uint64_t n) { PromoteFromPeer(k, p, n); });
+    if (result[0] >= 0) {
+      size = static_cast<uint64_t>(result[0]);
+      s = Status::OK();
+    } else if (result[0] != s.ErrorCode()) {
+      s = Status::FromErrorCode(static_cast<int>(result[0]),
+                                "key " + Printable(key) + " read from a peer");
+    }
+  }
+  if (value_size != nullptr) *value_size = size;
+  const bool size_known = s.ok() || s.IsBufferTooSmall();
+  return log.FinishKey(s, key, size_known ? static_cast<int64_t>(size) : -1,
+                       s.ok() ? "memory" : nullptr);
+}
+
+Status DBImpl::GetValueSize(const Slice& key, uint64_t* size) {
+  PerfPoint perf(PerfKey::db_get_value_size);
+  if (size == nullptr) return Status::InvalidArgument("GetValueSize: size pointer is null");
+  Endpoint owner;
+  if (peer_ != nullptr && CheckKey(key).ok() && peer_->Replicated()) {
+    return peer_->GetValueSizeReplicated(this, key, size);
+  }
+  if (peer_ != nullptr && CheckKey(key).ok() && peer_->RemoteOwner(key, &owner)) {
+    return peer_->GetValueSize(owner, key, size);
+  }
+  std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+  Status s = CheckOpen();
+  if (!s.ok()) return s;
+  s = CheckKey(key);
+  if (!s.ok()) return s;
+  MemoryTier::Handle handle;
+  if (memory_->Lookup(key, &handle)) {
+    *size = handle.value().size();
+    return Status::OK();
+  }
+  SsdLocation loc;
+  if (ssd_ != nullptr && ssd_->Locate(key, &loc)) {
+    *size = loc.size;
+    return Status::OK();
+  }
+  // Read-through: a GetInto of this key would find it on a peer, so its size must too
+  // (the Python get sizes its bytes object this way).
+  if (peer_ != nullptr && peer_->ReadThrough() && peer_->ReadThroughValueSize(key, size).ok()) {
+    return Status::OK();
+  }
+  return Status::NotFound("key " + Printable(key));
+}
+
+Status DBImpl::BatchGetInto(const ReadOptions& options, std::span<const Slice> keys,
+                            std::span<const Destination> destinations,
+                            std::vector<int64_t>* results) {
+  PerfPoint perf(PerfKey::db_batch_get_into);
+  CallLog log(&logger_, "batch_get_into", &errors_);
+  log.Add("num_keys", keys.size());
+  if (peer_ != nullptr && peer_->Routing()) {
+    return log.Finish(peer_->BatchGetInto(this, options, keys, destinations, results));
+  }
+  std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+  Status s = CheckOpen();
+  if (!s.ok()) return log.Finish(s);
+  if (results == nullptr) {
+    return log.Finish(Status::InvalidArgument("BatchGetInto: results pointer is null"));
+  }
+  results->clear();
+  s = CheckBatchSize(keys.size(), destinations.size(), "destinations");
+  if (!s.ok()) return log.Finish(s);
+  counters_.batch_calls.fetch_add(1, std::memory_order_relaxed);
+  results->resize(keys.size());
+  std::vector<size_t> misses;
+  // Where each key was served from and the size of a value too big for its buffers: the
+  // log lines are written at the end, once SSD and peers have answered.
+  std::vector<const char*> tiers(keys.size(), nullptr);
+  std::vector<int64_t> sizes(keys.size(), -1);
+  gpu_->BeginBatch();
+  // First each key's checks; the keys read into host memory are then looked up in the
+  // memory tier all at once (the probes' cache misses overlap, and the values' first
+  // bytes are on their way before the first copy).
+  std::vector<Status> checks(keys.size());
+  std::vector<int> devices(keys.size(), -1);
+  std::vector<uint64_t> capacities(keys.size(), 0);
+  std::vector<Slice> host_keys;
+  for (size_t i = 0; i < keys.size(); i++) {
+    Status& check = checks[i];
+    check = gpu_->Scan(destinations[i], &devices[i]);
+    if (!check.ok()) {
+      check = ForKey(keys[i], check);
+    } else if (devices[i] < 0) {
+      check = CheckKey(keys[i]);
+      if (check.ok()) check = CheckDestination(keys[i], destinations[i], &capacities[i]);
+      if (check.ok()) host_keys.push_back(keys[i]);
+    }
+  }
+  std::vector<MemoryTier::Handle> pinned;
+  memory_->BatchLookup(host_keys, &pinned);
+  size_t next_pinned = 0;
+  uint64_t total_bytes = 0;
+  // Copies to device memory are queued back to back on the bus and waited for after
+  // the loop, their values pinned until then.
+  GpuIo::Queue device_copies(gpu_.get());
+  std::vector<MemoryTier::Handle> device_pins;    // moved as it grows: the copies hold values
+  std::vector<std::pair<size_t, size_t>> queued;  // (key, copy)
+  for (size_t i = 0; i < keys.size(); i++) {
+    uint64_t size = 0;
+    Status key_status = std::move(checks[i]);
+    if (key_status.ok() && devices[i] >= 0) {
+      size_t copy = kNoCopy;
+      key_status = GetOneToDevice(keys[i], destinations[i], devices[i], &device_copies,
+                                  &device_pins.emplace_back(), &copy, &size);
+      if (key_status.ok() && copy != kNoCopy) {
+        queued.emplace_back(i, copy);
+        (*results)[i] = static_cast<int64_t>(size);
+        continue;
+      }
+    } else if (key_status.ok()) {
+      counters_.gets.fetch_add(1, std::memory_order_relaxed);
+      key_status =
+          CopyFromMemory(keys[i], &pinned[next_pinned++], destinations[i], capacities[i], &size);
+      if (key_status.IsNotFound()) {
+        if (ssd_ != nullptr) {
+          misses.push_back(i);  // read with the other misses, in one submission
+          continue;
+        }
+        counters_.misses.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+    (*results)[i] = key_status.ok() ? static_cast<int64_t>(size) : key_status.ErrorCode();
+    if (key_status.ok()) {
+      total_bytes += size;
+      tiers[i] = "memory";
+    }
+    if (key_status.IsBufferTooSmall()) sizes[i] = static_cast<int64_t>(size);
+  }
+  for (const auto& [i, copy] : queued) {
+    Status copied = device_copies.Wait(copy);
+    if (copied.ok()) {
+      counters_.get_bytes.fetch_add(static_cast<uint64_t>((*results)[i]),
+                                    std::memory_order_relaxed);
+      total_bytes += static_cast<uint64_t>((*results)[i]);
+      tiers[i] = "memory";
+    } else {
+      (*results)[i] = copied.ErrorCode();
+    }
+  }
+  device_pins.clear();
+  if (!misses.empty()) ReadFromSsd(keys, destinations, misses, results, options.verify_checksums);
+  for (size_t i : misses) {
+    const int64_t r = (*results)[i];
+    if (r >= 0) {
+      total_bytes += static_cast<uint64_t>(r);
+      tiers[i] = "ssd";
+    }
+  }
+  if (peer_ != nullptr && peer_->ReadThrough()) {
+    peer_->ReadThroughGet(
+        keys, destinations, results,
+        [this](const Slice& k, std::span<const Slice> p, uint64_t n) { PromoteFromPeer(k, p, n); });
+  }
+  for (size_t i = 0; i < keys.size(); i++) {
+    const int64_t r = (*results)[i];
+    if (r >= 0 && tiers[i] == nullptr) {
+      total_bytes += static_cast<uint64_t>(r);
+      tiers[i] = "peer";
+    }
+    const bool size_known = r >= 0 || r == Status::BufferTooSmall("").ErrorCode();
+    log.Key(i, r < 0 ? r : 0, size_known ? (r >= 0 ? r : sizes[i]) : -1, tiers[i]);
+  }
+  log.Add("total_bytes", total_bytes);
+  return log.Finish(Status::OK(), keys);
+}
+
+Status DBImpl::BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) {
+  PerfPoint perf(PerfKey::db_batch_exists);
+  CallLog log(&logger_, "batch_exists", &errors_);
+  log.Add("num_keys", keys.size());
+  if (peer_ != nullptr && peer_->Routing())
+    return log.Finish(peer_->BatchExists(this, keys, results));
+  std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+  Status s = CheckOpen();
+  if (!s.ok()) return log.Finish(s);
+  if (results == nullptr) {
+    return log.Finish(Status::InvalidArgument("BatchExists: results pointer is null"));
+  }
+  results->clear();
+  s = CheckBatchSize(keys.size(), keys.size(), "keys");
+  if (!s.ok()) return log.Finish(s);
+  counters_.batch_calls.fetch_add(1, std::memory_order_relaxed);
+  counters_.exists_queries.fetch_add(keys.size(), std::memory_order_relaxed);
+  results->resize(keys.size());
+  // The memory tier answers for the whole batch at once (its probes overlap); the SSD
+  // tier is asked only about the keys memory does not hold, as one by one.
+  std::vector<uint8_t> in_memory;
+  memory_->BatchContains(keys, &in_memory);
+  for (size_t i = 0; i < keys.size(); i++) {
+    Status key_status = CheckKey(keys[i]);
+    const char* tier = nullptr;
+    if (!key_status.ok()) {
+      (*results)[i] = key_status.ErrorCode();
+    } else if (in_memory[i]) {
+      (*results)[i] = 1;
+      tier = "memory";
+    } else if (ssd_ != nullptr && ssd_->Contains(keys[i])) {
+      (*results)[i] = 1;
+      tier = "ssd";
+    } else {
+      (*results)[i] = 0;
+    }
+    const int64_t r = (*results)[i];
+    log.Key(i, r, -1, tier, r >= 0 ? static_cast<int>(r) : -1);
+  }
+  if (peer_ != nullptr && peer_->ReadThrough()) peer_->ReadThroughExists(keys, results);
+  return log.Finish(Status::OK(), keys);
+}
+
+void DBImpl::ReadFromSsd(std::span<const Slice> keys, std::span<const Destination> dests,
+                         const std::vector<size_t>& misses, std::vector<int64_t>* results,
+                         bool verify) {
+  std::vector<SsdTier::Read> reads(misses.size());
+  for (size_t j = 0; j < misses.size(); j++) {
+    reads[j].key = keys[misses[j]];
+    reads[j].dest = dests[misses[j]];
+  }
+  uint64_t promotions = 0;
+  SsdTier::ReadDone promote;
+  if (options_.promote_on_read) {
+    // Each value as soon as it is read, while the rest of the batch is still on its way:
+    // the bytes are in the caller's buffers; copy them into the memory tier, unless the
+    // key changed meanwhile (checked under the key's lock).
+    promote = [&](size_t j) {
+      const SsdTier::Read& r = reads[j];
+      const std::vector<Slice> parts = FilledParts(r.dest, r.size);
+      const uint64_t version = r.version;
+      if (memory_->Insert(r.key, parts, r.size, version,
+                          [&] { return ssd_->HasVersion(r.key, version); })) {
+        promotions++;
+      }
+    };
+  }
+  ssd_->MultiGet(reads, verify, promote);
+  counters_.promotions.fetch_add(promotions, std::memory_order_relaxed);
+  for (size_t j = 0; j < misses.size(); j++) {
+    SsdTier::Read& r = reads[j];
+    const Slice key = keys[misses[j]];
+    if (r.status.IsNotFound()) {
+      // Promoted or written into memory while we looked: read it from there.
+      uint64_t size = 0;
+      MemoryTier::Handle handle;
+      Status s = memory_->Contains(key) ? GetOne(key, r.dest, &size)
+                                        : Status::NotFound("key " + Printable(key));
+      if (s.IsNotFound()) counters_.misses.fetch_add(1, std::memory_order_relaxed);
+      (*results)[misses[j]] = s.ok() ? static_cast<int64_t>(size) : s.ErrorCode();
+      continue;
+    }
+    if (!r.status.ok()) {
+      if (r.status.IsCorruption() || r.status.IsIOError()) {
+        logger_.Logf(LogLevel::kError, "reading key %s from SSD: %s", Printable(key).c_str(),
+                     r.status.ToString().c_str());
+      }
+      (*results)[misses[j]] = r.status.ErrorCode();
+      continue;
+    }
+    counters_.ssd_hits.fetch_add(1, std::memory_order_relaxed);
+    counters_.get_bytes.fetch_add(r.size, std::memory_order_relaxed);
+    (*results)[misses[j]] = static_cast<int64_t>(r.size);
+  }
+}
+
+void DBImpl::PromoteFromPeer(const Slice& key, std::span<const Slice> parts, uint64_t size) {
+  // A new local version; given up when the key appeared locally meanwhile.
+  const uint64_t version = version_source_.fetch_add(1) + 1;
+  if (memory_->Insert(key, parts, size, version,
+                      [&] { return ssd_ == nullptr || !ssd_->Contains(key); })) {
+    counters_.promotions.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+}  // namespace kvengine

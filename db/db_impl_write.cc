@@ -1,0 +1,372 @@
+// DBImpl, writes: puts (from host or device memory, and an attached client's
+// reservations), deletes, and the deletes by pattern.
+#include "db/db_impl.h"
+
+#include <cinttypes>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <unordered_set>
+
+#include "db/db_impl_helpers.h"
+#include "db/local_server.h"
+#include "db/offloader.h"
+#include "env/gpu_io.h"
+#include "env/peer_env.h"
+#include "transport/server.h"
+#include "util/buffers.h"
+#include "util/byte_regex.h"
+#include "util/config_parse.h"
+
+namespace kvengine {
+
+using db_impl::ForKey;
+using db_impl::PartsSize;
+using db_impl::Printable;
+using db_impl::TooSmall;
+
+Status DBImpl::PutOne(const Slice& key, std::span<const Slice> parts) {
+  PerfPoint perf(PerfKey::db_put_one);
+  Status s = CheckKey(key);
+  if (!s.ok()) return s;
+  uint64_t size = 0;
+  for (size_t i = 0; i < parts.size(); i++) {
+    if (parts[i].data() == nullptr && parts[i].size() != 0) {
+      return Status::InvalidArgument("value buffer " + std::to_string(i) + " of key " +
+                                     Printable(key) + " is null with length " +
+                                     std::to_string(parts[i].size()));
+    }
+    size += parts[i].size();
+  }
+  s = CheckValueSize(key, size);
+  if (!s.ok()) return s;
+  return Publish(key, parts, size, nullptr);
+}
+
+Status DBImpl::CheckValueSize(const Slice& key, uint64_t size) const {
+  if (size > options_.max_value_size) {
+    return Status::InvalidArgument("value of key " + Printable(key) + " exceeds max_value_size (" +
+                                   FormatSize(options_.max_value_size) + ")");
+  }
+  return Status::OK();
+}
+
+Status DBImpl::Publish(const Slice& key, std::span<const Slice> parts, uint64_t size,
+                       MemoryTier::Reservation* reserved) {
+  Status s;
+  SsdTier::Ticket ticket;
+  if (ssd_ != nullptr && options_.offload_policy == OffloadPolicy::kWriteThrough) {
+    s = ssd_->Stage(key, parts, size, &ticket);
+    if (!s.ok()) {
+      counters_.put_failures.fetch_add(1, std::memory_order_relaxed);
+      return s;
+    }
+  }
+  MemoryTier::VersionHook published;
+  if (ssd_ != nullptr) {
+    // Under the key's lock: the SSD copy of this version is published, or an older SSD
+    // value is retired (and tombstoned), atomically with the memory tier.
+    published = [&](uint64_t version) {
+      if (ticket.valid()) {
+        ssd_->Commit(&ticket, version);
+      } else {
+        ssd_->EraseOlderThan(key, version);
+      }
+    };
+  }
+  s = reserved != nullptr ? memory_->Commit(key, reserved, nullptr, published)
+                          : memory_->Put(key, parts, size, nullptr, published);
+  if (!s.ok() && ssd_ != nullptr) ssd_->Abort(&ticket);
+  if (s.ok()) {
+    counters_.puts.fetch_add(1, std::memory_order_relaxed);
+    counters_.put_bytes.fetch_add(size, std::memory_order_relaxed);
+  } else {
+    counters_.put_failures.fetch_add(1, std::memory_order_relaxed);
+  }
+  return s;
+}
+
+Status DBImpl::ReserveForClient(const Slice* key, uint64_t size,
+                                MemoryTier::Reservation* reservation) {
+  std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+  Status s = CheckOpen();
+  if (s.ok() && key != nullptr) s = CheckKey(*key);
+  if (s.ok()) s = CheckValueSize(key != nullptr ? *key : Slice("(a spare slot)"), size);
+  if (s.ok()) s = memory_->Reserve(size, reservation);
+  if (!s.ok()) counters_.put_failures.fetch_add(1, std::memory_order_relaxed);
+  return s;
+}
+
+Status DBImpl::CommitForClient(const Slice& key, MemoryTier::Reservation* reservation) {
+  PerfPoint perf(PerfKey::db_put_one);
+  std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+  Status s = CheckOpen();
+  // Checked again: a spare slot was reserved before its key was known.
+  if (s.ok()) s = CheckKey(key);
+  if (s.ok()) s = CheckValueSize(key, reservation->size());
+  if (!s.ok()) {
+    counters_.put_failures.fetch_add(1, std::memory_order_relaxed);
+    return s;
+  }
+  const uint64_t size = reservation->size();
+  const Slice value(reservation->data(), size);
+  return Publish(key, std::span<const Slice>(&value, 1), size, reservation);
+}
+
+Status DBImpl::StartPutFromDevice(const Slice& key, std::span<const Slice> parts, int device,
+                                  GpuIo::Queue* copies, DevicePut* put) {
+  Status s = CheckKey(key);
+  uint64_t size = 0;
+  for (size_t i = 0; s.ok() && i < parts.size(); i++) {
+    if (parts[i].data() == nullptr && parts[i].size() != 0) {
+      s = Status::InvalidArgument("value buffer " + std::to_string(i) + " of key " +
+                                  Printable(key) + " is null with length " +
+                                  std::to_string(parts[i].size()));
+    }
+    size += parts[i].size();
+  }
+  if (s.ok()) s = CheckValueSize(key, size);
+  if (s.ok()) s = memory_->Reserve(size, &put->room);
+  if (!s.ok()) return s;
+  put->size = size;
+  put->copy = copies->FromDevice("key " + Printable(key), device, parts, put->room.data(), size);
+  return Status::OK();
+}
+
+Status DBImpl::FinishPutFromDevice(const Slice& key, GpuIo::Queue* copies, DevicePut* put) {
+  Status s = copies->Wait(put->copy);
+  if (!s.ok()) {
+    put->room.Abandon();  // the copy is over: nothing writes into the room any more
+    counters_.put_failures.fetch_add(1, std::memory_order_relaxed);
+    return s;
+  }
+  const Slice value(put->room.data(), put->size);
+  return Publish(key, std::span<const Slice>(&value, 1), put->size, &put->room);
+}
+
+Status DBImpl::PutOneFromDevice(const Slice& key, std::span<const Slice> parts, int device) {
+  GpuIo::Queue copies(gpu_.get());
+  DevicePut put;
+  Status s = StartPutFromDevice(key, parts, device, &copies, &put);
+  if (s.ok()) return FinishPutFromDevice(key, &copies, &put);
+  counters_.put_failures.fetch_add(1, std::memory_order_relaxed);
+  return s;
+}
+
+Status DBImpl::DeleteOne(const Slice& key) {
+  PerfPoint perf(PerfKey::db_delete_one);
+  Status s = CheckKey(key);
+  if (!s.ok()) return s;
+  MemoryTier::CheckHook also_on_ssd;
+  if (ssd_ != nullptr) also_on_ssd = [&] { return ssd_->Erase(key); };
+  if (!memory_->Erase(key, also_on_ssd)) return Status::NotFound("key " + Printable(key));
+  counters_.deletes.fetch_add(1, std::memory_order_relaxed);
+  return Status::OK();
+}
+
+Status DBImpl::Put(const WriteOptions&, const Slice& key, const Slice& value) {
+  PerfPoint perf(PerfKey::db_put);
+  CallLog log(&logger_, "put", &errors_);
+  Endpoint owner;
+  if (peer_ != nullptr && CheckKey(key).ok() && peer_->Replicated()) {
+    return log.FinishKey(peer_->PutReplicated(this, key, value), key,
+                         static_cast<int64_t>(value.size()), "replicas");
+  }
+  if (peer_ != nullptr && CheckKey(key).ok() && peer_->RemoteOwner(key, &owner)) {
+    return log.FinishKey(peer_->Put(owner, key, value), key, static_cast<int64_t>(value.size()),
+                         "peer");
+  }
+  std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+  Status s = CheckOpen();
+  if (!s.ok()) return log.Finish(s);
+  const std::span<const Slice> parts(&value, 1);
+  gpu_->BeginBatch();
+  int device = -1;
+  s = gpu_->Scan(parts, &device);
+  if (!s.ok()) return log.FinishKey(ForKey(key, s), key, -1, nullptr);
+  s = device >= 0 ? PutOneFromDevice(key, parts, device) : PutOne(key, parts);
+  return log.FinishKey(s, key, static_cast<int64_t>(value.size()), nullptr);
+}
+
+Status DBImpl::Delete(const WriteOptions&, const Slice& key) {
+  PerfPoint perf(PerfKey::db_delete);
+  CallLog log(&logger_, "delete", &errors_);
+  Endpoint owner;
+  if (peer_ != nullptr && CheckKey(key).ok() && peer_->Replicated()) {
+    return log.FinishKey(peer_->DeleteReplicated(this, key), key, -1, "replicas");
+  }
+  if (peer_ != nullptr && CheckKey(key).ok() && peer_->RemoteOwner(key, &owner)) {
+    return log.FinishKey(peer_->Delete(owner, key), key, -1, "peer");
+  }
+  std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+  Status s = CheckOpen();
+  if (!s.ok()) return log.Finish(s);
+  return log.FinishKey(DeleteOne(key), key, -1, nullptr);
+}
+
+Status DBImpl::BatchPut(const WriteOptions& options, std::span<const Slice> keys,
+                        std::span<const ValueParts> values, std::vector<int64_t>* results) {
+  PerfPoint perf(PerfKey::db_batch_put);
+  CallLog log(&logger_, "batch_put", &errors_);
+  log.Add("num_keys", keys.size());
+  if (peer_ != nullptr && peer_->Routing()) {
+    return log.Finish(peer_->BatchPut(this, options, keys, values, results));
+  }
+  std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+  Status s = CheckOpen();
+  if (!s.ok()) return log.Finish(s);
+  if (results == nullptr) {
+    return log.Finish(Status::InvalidArgument("BatchPut: results pointer is null"));
+  }
+  results->clear();
+  s = CheckBatchSize(keys.size(), values.size(), "values");
+  if (!s.ok()) return log.Finish(s);
+  if (keys.size() > 1) {
+    std::unordered_set<std::string_view> seen;
+    seen.reserve(keys.size());
+    for (const Slice& key : keys) {
+      if (!seen.insert(key.view()).second) {
+        return log.Finish(Status::InvalidArgument("BatchPut names key " + Printable(key) +
+                                                  " more than once; nothing was written"));
+      }
+    }
+  }
+  counters_.batch_calls.fetch_add(1, std::memory_order_relaxed);
+  results->resize(keys.size());
+  gpu_->BeginBatch();
+  uint64_t total_bytes = 0;
+  auto record = [&](size_t i, const Status& st) {
+    const int64_t code = (*results)[i] = st.ErrorCode();
+    if (code == 0 && log.active()) total_bytes += PartsSize(values[i]);
+    log.Key(i, code, log.WantsKey(code) ? static_cast<int64_t>(PartsSize(values[i])) : -1, nullptr);
+  };
+  // Values in device memory are copied into their arena room ahead of the one being
+  // published, so that the bus moves key after key: up to gpu_staging_bytes in flight,
+  // and at most a quarter of the memory tier (rooms in flight cannot be evicted).
+  const uint64_t window =
+      std::min<uint64_t>(options_.gpu_staging_bytes, options_.memory_capacity_bytes / 4);
+  GpuIo::Queue device_copies(gpu_.get());
+  std::vector<std::pair<size_t, DevicePut>> device_puts;  // (key, put), in order
+  size_t oldest = 0;                                      // device_puts[oldest..] are in flight
+  uint64_t device_bytes = 0;                              // their values' bytes
+  auto finish_oldest = [&] {
+    auto& [i, put] = device_puts[oldest++];
+    device_bytes -= put.size;
+    record(i, FinishPutFromDevice(keys[i], &device_copies, &put));
+  };
+  for (size_t i = 0; i < keys.size(); i++) {
+    int device = -1;
+    Status gpu_status = gpu_->Scan(values[i], &device);
+    if (!gpu_status.ok()) {
+      record(i, ForKey(keys[i], gpu_status));
+    } else if (device < 0) {
+      record(i, PutOne(keys[i], values[i]));
+    } else {
+      DevicePut put;
+      Status started = StartPutFromDevice(keys[i], values[i], device, &device_copies, &put);
+      // No room: publish the puts in flight (their values become evictable), then retry.
+      while (started.IsNoSpace() && oldest < device_puts.size()) {
+        finish_oldest();
+        started = StartPutFromDevice(keys[i], values[i], device, &device_copies, &put);
+      }
+      if (!started.ok()) {
+        counters_.put_failures.fetch_add(1, std::memory_order_relaxed);
+        record(i, started);
+        continue;
+      }
+      device_bytes += put.size;
+      device_puts.emplace_back(i, std::move(put));
+      while (oldest < device_puts.size() && device_bytes > window) finish_oldest();
+    }
+  }
+  while (oldest < device_puts.size()) finish_oldest();
+  log.Add("total_bytes", total_bytes);
+  return log.Finish(Status::OK(), keys);
+}
+
+Status DBImpl::BatchDelete(const WriteOptions& options, std::span<const Slice> keys,
+                           std::vector<int64_t>* results) {
+  PerfPoint perf(PerfKey::db_batch_delete);
+  CallLog log(&logger_, "batch_delete", &errors_);
+  log.Add("num_keys", keys.size());
+  if (peer_ != nullptr && peer_->Routing()) {
+    return log.Finish(peer_->BatchDelete(this, options, keys, results));
+  }
+  std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+  Status s = CheckOpen();
+  if (!s.ok()) return log.Finish(s);
+  if (results == nullptr) {
+    return log.Finish(Status::InvalidArgument("BatchDelete: results pointer is null"));
+  }
+  results->clear();
+  s = CheckBatchSize(keys.size(), keys.size(), "keys");
+  if (!s.ok()) return log.Finish(s);
+  counters_.batch_calls.fetch_add(1, std::memory_order_relaxed);
+  results->resize(keys.size());
+  for (size_t i = 0; i < keys.size(); i++) {
+    (*results)[i] = DeleteOne(keys[i]).ErrorCode();
+    log.Key(i, (*results)[i], -1, nullptr);
+  }
+  return log.Finish(Status::OK(), keys);
+}
+
+Status DBImpl::DeleteByRegex(const std::string& pattern, uint64_t* deleted) {
+  PerfPoint perf(PerfKey::db_delete_by_regex);
+  CallLog log(&logger_, "delete_by_regex", &errors_);
+  // Checked before anything is sent to a peer: a bad pattern removes nothing anywhere.
+  ByteRegex re;
+  Status s = re.Compile(pattern);
+  if (!s.ok()) return log.Finish(std::move(s));
+  return DeleteWhere(
+      &log, [&](uint64_t* n) { return peer_->DeleteByRegex(this, pattern, n); },
+      [&re](std::string_view key) { return re.Matches(key); }, deleted);
+}
+
+Status DBImpl::DeleteAll(uint64_t* deleted) {
+  PerfPoint perf(PerfKey::db_delete_all);
+  CallLog log(&logger_, "delete_all", &errors_);
+  return DeleteWhere(
+      &log, [&](uint64_t* n) { return peer_->DeleteAll(this, n); },
+      [](std::string_view) { return true; }, deleted);
+}
+
+Status DBImpl::DeleteWhere(CallLog* log, const std::function<Status(uint64_t*)>& cluster,
+                           const std::function<bool(std::string_view)>& pred, uint64_t* deleted) {
+  uint64_t n = 0;
+  Status s;
+  if (peer_ != nullptr && peer_->Routing()) {
+    s = cluster(&n);  // on failure n counts what the members that succeeded removed
+  } else {
+    std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+    s = CheckOpen();
+    if (!s.ok()) return log->Finish(s);
+    n = DeleteMatching(pred);
+  }
+  if (deleted != nullptr) *deleted = n;
+  log->Add("deleted", n);
+  return log->Finish(s);
+}
+
+uint64_t DBImpl::DeleteMatching(const std::function<bool(std::string_view)>& pred) {
+  if (ssd_ == nullptr) {
+    uint64_t n = memory_->EraseIf(pred);
+    counters_.deletes.fetch_add(n, std::memory_order_relaxed);
+    return n;
+  }
+  // Keys may live in either tier or both: collect them, then delete each one through
+  // the per-key path so both tiers change together.
+  std::set<std::string> doomed;
+  memory_->ForEach([&](std::string_view key, uint64_t, uint64_t) {
+    if (pred(key)) doomed.emplace(key);
+  });
+  ssd_->ForEachKey([&](const std::string& key) {
+    if (pred(key)) doomed.insert(key);
+  });
+  uint64_t n = 0;
+  for (const std::string& key : doomed) n += DeleteOne(key).ok();
+  return n;
+}
+
+}  // namespace kvengine
