@@ -15,8 +15,6 @@
 #include "db/local_server.h"
 #include "db/offloader.h"
 #include "env/gpu_io.h"
-#include "env/peer_env.h"
-#include "transport/server.h"
 #include "util/buffers.h"
 #include "util/byte_regex.h"
 #include "util/config_parse.h"
@@ -31,39 +29,6 @@ const char kIdentityFile[] = "IDENTITY";
 const char kIdentityText[] = "kvengine db format 1\n";
 
 }  // namespace
-
-Status DB::Open(const Options& options, const std::string& path, std::unique_ptr<DB>* db) {
-  db->reset();
-  Options effective = options;
-  if (effective.apply_environment) {
-    Status s = effective.ApplyEnvironment();
-    if (!s.ok()) return s;
-  }
-  Status s = effective.Validate();
-  if (!s.ok()) return s;
-  if (path.empty()) return Status::InvalidArgument("DB path is empty");
-  SetPerfLevel(effective.perf_level);
-  PerfPoint perf(PerfKey::db_open);
-  const uint64_t start_nanos = perf_internal::NowNanos();
-  auto impl = std::make_unique<DBImpl>(effective, path);
-  s = impl->Init();
-  if (s.IsBusy()) {
-    // Held by another process: when that owner serves local clients, attach to it.
-    std::string socket_path;
-    std::ifstream record(path + "/" + kLocalSocketFile);
-    if (std::getline(record, socket_path) && !socket_path.empty()) {
-      impl.reset();
-      Status attached = DB::Attach(options, socket_path, db);
-      return attached.ok() ? attached
-                           : Status::Busy(s.ToString(), "attaching failed: " + attached.ToString());
-    }
-  }
-  // Built after Init, which configures the logger.
-  s = CallLog(impl->info_log(), "open", nullptr, start_nanos).Finish(std::move(s));
-  if (!s.ok()) return s;
-  *db = std::move(impl);
-  return Status::OK();
-}
 
 DBImpl::DBImpl(const Options& options, std::string path)
     : options_(options), path_(std::move(path)) {
@@ -113,32 +78,11 @@ Status DBImpl::Init() {
     offloader_ = std::make_unique<Offloader>(memory_.get(), ssd_.get());
     memory_->SetEvictionHandler(offloader_.get());
   }
-  s = PeerEnv::Open(options_, &logger_, &peer_);  // peers: transports register the arena
-  if (!s.ok()) return s;
-  if (peer_ != nullptr) options_.memory_registrar = peer_->Registrar(options_.memory_registrar);
   if (options_.memory_registrar) {
     s = options_.memory_registrar->Register(memory_->arena_base(), memory_->arena_size(), "arena");
     if (!s.ok()) return s;
   }
   gpu_ = std::make_unique<GpuIo>(options_, &logger_, memory_->arena_base(), memory_->arena_size());
-  if (peer_ != nullptr) {
-    s = peer_->StartServing(
-        this,
-        [this](const Slice& key, bool wait, PinnedValue* out) {
-          auto handle = std::make_shared<MemoryTier::Handle>();
-          if (!(wait ? memory_->Lookup(key, handle.get())
-                     : memory_->TryLookup(key, handle.get()))) {
-            return false;
-          }
-          out->data = handle->value().data();
-          out->size = handle->value().size();
-          out->version = handle->version();
-          out->pin = std::move(handle);
-          return true;
-        },
-        memory_->arena_base());
-    if (!s.ok()) return s;
-  }
   if (!options_.local_listen.empty()) {
     s = StartLocalServer();
     if (!s.ok()) return s;
@@ -173,8 +117,6 @@ Status DBImpl::Close() {
     local_server_.reset();
     env_->RemoveFile(path_ + "/" + kLocalSocketFile);
   }
-  // Drain the peers' requests first: they hold lifecycle_mu_ shared while they run.
-  if (peer_ != nullptr) peer_->Close();
   std::unique_lock<std::shared_mutex> guard(lifecycle_mu_);
   if (closed_) {
     perf.Abandon();  // not a close: the DB was closed before
@@ -213,6 +155,10 @@ Status DBImpl::Close() {
     if (s.ok()) s = u;
   }
   return log.Finish(s);
+}
+
+bool DBImpl::LookupInMemory(const Slice& key, bool wait, MemoryTier::Handle* handle) {
+  return wait ? memory_->Lookup(key, handle) : memory_->TryLookup(key, handle);
 }
 
 Status DBImpl::CheckOpen() const {
@@ -359,8 +305,6 @@ bool DBImpl::GetProperty(const std::string& name, std::string* value) {
     *value = StatsText();
   } else if (name == "kvengine.stats.json") {
     *value = StatsJson();
-  } else if (name == "kvengine.peers" && peer_ != nullptr) {
-    *value = peer_->StatsText();
   } else if (name == "kvengine.options") {
     *value = options_.ToString();
   } else if (name == "kvengine.perf" || name == "kvengine.perf.json") {

@@ -33,7 +33,6 @@ namespace kvengine {
 
 class LocalServer;
 class Offloader;
-class PeerEnv;
 
 // The file in a DB directory that names the Unix socket its owner serves local clients
 // on (Options::local_listen): DB::Open of a locked directory attaches through it.
@@ -93,6 +92,12 @@ class DBImpl final : public DB {
   // Where the arena is, for the local server to turn pointers into offsets.
   const NumaArena& arena() const { return memory_->arena(); }
 
+  // ---------------------------------------------------------------- peers
+  // Pins key's value in the memory tier into *handle, for a peer's one-sided read
+  // (cluster/: ClusterDB serves this DB to the peers).  False when memory does not hold
+  // it, or -- unless `wait` -- when the key's lock is busy.
+  bool LookupInMemory(const Slice& key, bool wait, MemoryTier::Handle* handle);
+
  private:
   struct Counters {
     std::atomic<uint64_t> puts{0}, put_bytes{0}, put_failures{0};
@@ -132,11 +137,10 @@ class DBImpl final : public DB {
                    const std::vector<size_t>& misses, std::vector<int64_t>* results, bool verify);
   // Removes every key matching pred from every tier; returns the count.
   uint64_t DeleteMatching(const std::function<bool(std::string_view)>& pred);
-  // DeleteByRegex and DeleteAll after their checks: in sharded mode runs `cluster` (the
-  // whole-cluster call), else DeleteMatching(pred); stores the count in *deleted (may be
-  // nullptr) and finishes *log.
-  Status DeleteWhere(CallLog* log, const std::function<Status(uint64_t*)>& cluster,
-                     const std::function<bool(std::string_view)>& pred, uint64_t* deleted);
+  // DeleteByRegex and DeleteAll after their checks: DeleteMatching(pred); stores the
+  // count in *deleted (may be nullptr) and finishes *log.
+  Status DeleteWhere(CallLog* log, const std::function<bool(std::string_view)>& pred,
+                     uint64_t* deleted);
   // GPU staging (env/gpu_io.h): keys with a buffer on CUDA device `device`.
   //
   // A put of a value in device memory, under way: its bytes are being copied by DMA
@@ -164,8 +168,9 @@ class DBImpl final : public DB {
   Status GetOneToDevice(const Slice& key, std::span<const MutableSlice> dest, int device,
                         GpuIo::Queue* copies, MemoryTier::Handle* pin, size_t* copy,
                         uint64_t* size);
-  // Read-through: inserts a value a peer served into the memory tier.
-  void PromoteFromPeer(const Slice& key, std::span<const Slice> parts, uint64_t size);
+  // A put with WriteOptions::fill_cache: inserts a value read elsewhere (a peer) into the
+  // memory tier, unless this DB holds the key already.
+  Status FillCache(const Slice& key, std::span<const Slice> parts);
   // Makes every value written before the call durable (Flush's work).
   // REQUIRES: lifecycle_mu_ held (shared or exclusive); the SSD tier configured.
   Status FlushLocked();
@@ -192,8 +197,8 @@ class DBImpl final : public DB {
   uint64_t flushed_through_ = 0;  // guarded by flush_mu_: versions made durable by Flush
 
   // One Close at a time, held for all of it: Close stops and destroys the local server
-  // and the peers before it takes lifecycle_mu_ (their requests hold lifecycle_mu_
-  // shared), so without it two Close calls would both reach local_server_.
+  // before it takes lifecycle_mu_ (its requests hold lifecycle_mu_ shared), so without
+  // it two Close calls would both reach local_server_.
   std::mutex close_mu_;
   // Calls hold it shared; Close holds it exclusively, so Close waits for calls in flight.
   mutable std::shared_mutex lifecycle_mu_;
@@ -205,9 +210,6 @@ class DBImpl final : public DB {
   Counters counters_;
   ErrorCounters errors_;  // failed keys and calls by kind
 
-  // The remote peer Env (env/peer_env.h); null without peers or listen.  Declared last:
-  // destroyed first, after Close stopped its server.
-  std::unique_ptr<PeerEnv> peer_;
   // Serves attached processes (Options::local_listen); null when not.  Stopped first by
   // Close: its connections hold reservations and pins in the memory tier.
   LocalServerCounters local_counters_;  // local_server_'s, reported by the stats

@@ -14,8 +14,6 @@
 #include "db/local_server.h"
 #include "db/offloader.h"
 #include "env/gpu_io.h"
-#include "env/peer_env.h"
-#include "transport/server.h"
 #include "util/buffers.h"
 #include "util/byte_regex.h"
 #include "util/config_parse.h"
@@ -46,7 +44,7 @@ Status DBImpl::PinForClient(const Slice& key, uint64_t capacity, MemoryTier::Han
       return Status::OK();
     }
   }
-  // Not in memory: read it (SSD, peers; promoted by policy) into a staging reservation of
+  // Not in memory: read it (SSD; promoted by policy) into a staging reservation of
   // the arena that only this client sees.  The value may change size between the two
   // calls: then read again.
   for (int attempt = 0; attempt < 4; attempt++) {
@@ -182,14 +180,6 @@ Status DBImpl::GetOneToDevice(const Slice& key, std::span<const MutableSlice> de
 Status DBImpl::Get(const ReadOptions& options, const Slice& key, std::string* value) {
   PerfPoint perf(PerfKey::db_get);
   CallLog log(&logger_, "get", &errors_);
-  Endpoint owner;
-  if (peer_ != nullptr && value != nullptr && CheckKey(key).ok() && peer_->Replicated()) {
-    return log.FinishKey(peer_->GetReplicated(this, key, value), key, -1, "replicas");
-  }
-  if (peer_ != nullptr && value != nullptr && CheckKey(key).ok() &&
-      peer_->RemoteOwner(key, &owner)) {
-    return log.FinishKey(peer_->Get(owner, key, value), key, -1, "peer");
-  }
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return log.Finish(s);
@@ -224,12 +214,6 @@ Status DBImpl::Get(const ReadOptions& options, const Slice& key, std::string* va
     }
     if (!s.IsBufferTooSmall()) return log.FinishKey(s, key, -1, nullptr);
   }
-  if (peer_ != nullptr && peer_->ReadThrough()) {
-    s = peer_->ReadThroughGetString(
-        key, value,
-        [this](const Slice& k, std::span<const Slice> p, uint64_t n) { PromoteFromPeer(k, p, n); });
-    if (s.ok()) return s;
-  }
   counters_.gets.fetch_add(1, std::memory_order_relaxed);
   counters_.misses.fetch_add(1, std::memory_order_relaxed);
   return log.FinishKey(Status::NotFound("key " + Printable(key)), key, -1, nullptr);
@@ -239,14 +223,6 @@ Status DBImpl::GetInto(const ReadOptions&, const Slice& key, MutableSlice buffer
                        size_t* value_size) {
   PerfPoint perf(PerfKey::db_get_into);
   CallLog log(&logger_, "get_into", &errors_);
-  Endpoint owner;
-  if (peer_ != nullptr && CheckKey(key).ok() && peer_->Replicated()) {
-    return log.FinishKey(peer_->GetIntoReplicated(this, key, buffer, value_size), key, -1,
-                         "replicas");
-  }
-  if (peer_ != nullptr && CheckKey(key).ok() && peer_->RemoteOwner(key, &owner)) {
-    return log.FinishKey(peer_->GetInto(owner, key, buffer, value_size), key, -1, "peer");
-  }
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return log.Finish(s);
@@ -268,20 +244,6 @@ Status DBImpl::GetInto(const ReadOptions&, const Slice& key, MutableSlice buffer
   } else {
     s = GetOne(key, dest, &size);
   }
-  if (s.IsNotFound() && device < 0 && peer_ != nullptr && peer_->ReadThrough()) {
-    std::vector<int64_t> result{s.ErrorCode()};
-    const Destination where{buffer};
-    peer_->ReadThroughGet(
-        std::span<const Slice>(&key, 1), std::span<const Destination>(&where, 1), &result,
-        [this](const Slice& k, std::span<const Slice> p, uint64_t n) { PromoteFromPeer(k, p, n); });
-    if (result[0] >= 0) {
-      size = static_cast<uint64_t>(result[0]);
-      s = Status::OK();
-    } else if (result[0] != s.ErrorCode()) {
-      s = Status::FromErrorCode(static_cast<int>(result[0]),
-                                "key " + Printable(key) + " read from a peer");
-    }
-  }
   if (value_size != nullptr) *value_size = size;
   const bool size_known = s.ok() || s.IsBufferTooSmall();
   return log.FinishKey(s, key, size_known ? static_cast<int64_t>(size) : -1,
@@ -291,13 +253,6 @@ Status DBImpl::GetInto(const ReadOptions&, const Slice& key, MutableSlice buffer
 Status DBImpl::GetValueSize(const Slice& key, uint64_t* size) {
   PerfPoint perf(PerfKey::db_get_value_size);
   if (size == nullptr) return Status::InvalidArgument("GetValueSize: size pointer is null");
-  Endpoint owner;
-  if (peer_ != nullptr && CheckKey(key).ok() && peer_->Replicated()) {
-    return peer_->GetValueSizeReplicated(this, key, size);
-  }
-  if (peer_ != nullptr && CheckKey(key).ok() && peer_->RemoteOwner(key, &owner)) {
-    return peer_->GetValueSize(owner, key, size);
-  }
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return s;
@@ -313,11 +268,6 @@ Status DBImpl::GetValueSize(const Slice& key, uint64_t* size) {
     *size = loc.size;
     return Status::OK();
   }
-  // Read-through: a GetInto of this key would find it on a peer, so its size must too
-  // (the Python get sizes its bytes object this way).
-  if (peer_ != nullptr && peer_->ReadThrough() && peer_->ReadThroughValueSize(key, size).ok()) {
-    return Status::OK();
-  }
   return Status::NotFound("key " + Printable(key));
 }
 
@@ -327,9 +277,6 @@ Status DBImpl::BatchGetInto(const ReadOptions& options, std::span<const Slice> k
   PerfPoint perf(PerfKey::db_batch_get_into);
   CallLog log(&logger_, "batch_get_into", &errors_);
   log.Add("num_keys", keys.size());
-  if (peer_ != nullptr && peer_->Routing()) {
-    return log.Finish(peer_->BatchGetInto(this, options, keys, destinations, results));
-  }
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return log.Finish(s);
@@ -343,7 +290,7 @@ Status DBImpl::BatchGetInto(const ReadOptions& options, std::span<const Slice> k
   results->resize(keys.size());
   std::vector<size_t> misses;
   // Where each key was served from and the size of a value too big for its buffers: the
-  // log lines are written at the end, once SSD and peers have answered.
+  // log lines are written at the end, once SSD has answered.
   std::vector<const char*> tiers(keys.size(), nullptr);
   std::vector<int64_t> sizes(keys.size(), -1);
   gpu_->BeginBatch();
@@ -425,17 +372,8 @@ Status DBImpl::BatchGetInto(const ReadOptions& options, std::span<const Slice> k
       tiers[i] = "ssd";
     }
   }
-  if (peer_ != nullptr && peer_->ReadThrough()) {
-    peer_->ReadThroughGet(
-        keys, destinations, results,
-        [this](const Slice& k, std::span<const Slice> p, uint64_t n) { PromoteFromPeer(k, p, n); });
-  }
   for (size_t i = 0; i < keys.size(); i++) {
     const int64_t r = (*results)[i];
-    if (r >= 0 && tiers[i] == nullptr) {
-      total_bytes += static_cast<uint64_t>(r);
-      tiers[i] = "peer";
-    }
     const bool size_known = r >= 0 || r == Status::BufferTooSmall("").ErrorCode();
     log.Key(i, r < 0 ? r : 0, size_known ? (r >= 0 ? r : sizes[i]) : -1, tiers[i]);
   }
@@ -447,8 +385,6 @@ Status DBImpl::BatchExists(std::span<const Slice> keys, std::vector<int64_t>* re
   PerfPoint perf(PerfKey::db_batch_exists);
   CallLog log(&logger_, "batch_exists", &errors_);
   log.Add("num_keys", keys.size());
-  if (peer_ != nullptr && peer_->Routing())
-    return log.Finish(peer_->BatchExists(this, keys, results));
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return log.Finish(s);
@@ -482,7 +418,6 @@ Status DBImpl::BatchExists(std::span<const Slice> keys, std::vector<int64_t>* re
     const int64_t r = (*results)[i];
     log.Key(i, r, -1, tier, r >= 0 ? static_cast<int>(r) : -1);
   }
-  if (peer_ != nullptr && peer_->ReadThrough()) peer_->ReadThroughExists(keys, results);
   return log.Finish(Status::OK(), keys);
 }
 
@@ -536,15 +471,6 @@ void DBImpl::ReadFromSsd(std::span<const Slice> keys, std::span<const Destinatio
     counters_.ssd_hits.fetch_add(1, std::memory_order_relaxed);
     counters_.get_bytes.fetch_add(r.size, std::memory_order_relaxed);
     (*results)[misses[j]] = static_cast<int64_t>(r.size);
-  }
-}
-
-void DBImpl::PromoteFromPeer(const Slice& key, std::span<const Slice> parts, uint64_t size) {
-  // A new local version; given up when the key appeared locally meanwhile.
-  const uint64_t version = version_source_.fetch_add(1) + 1;
-  if (memory_->Insert(key, parts, size, version,
-                      [&] { return ssd_ == nullptr || !ssd_->Contains(key); })) {
-    counters_.promotions.fetch_add(1, std::memory_order_relaxed);
   }
 }
 

@@ -14,8 +14,6 @@
 #include "db/local_server.h"
 #include "db/offloader.h"
 #include "env/gpu_io.h"
-#include "env/peer_env.h"
-#include "transport/server.h"
 #include "util/buffers.h"
 #include "util/byte_regex.h"
 #include "util/config_parse.h"
@@ -169,15 +167,6 @@ Status DBImpl::DeleteOne(const Slice& key) {
 Status DBImpl::Put(const WriteOptions&, const Slice& key, const Slice& value) {
   PerfPoint perf(PerfKey::db_put);
   CallLog log(&logger_, "put", &errors_);
-  Endpoint owner;
-  if (peer_ != nullptr && CheckKey(key).ok() && peer_->Replicated()) {
-    return log.FinishKey(peer_->PutReplicated(this, key, value), key,
-                         static_cast<int64_t>(value.size()), "replicas");
-  }
-  if (peer_ != nullptr && CheckKey(key).ok() && peer_->RemoteOwner(key, &owner)) {
-    return log.FinishKey(peer_->Put(owner, key, value), key, static_cast<int64_t>(value.size()),
-                         "peer");
-  }
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return log.Finish(s);
@@ -193,13 +182,6 @@ Status DBImpl::Put(const WriteOptions&, const Slice& key, const Slice& value) {
 Status DBImpl::Delete(const WriteOptions&, const Slice& key) {
   PerfPoint perf(PerfKey::db_delete);
   CallLog log(&logger_, "delete", &errors_);
-  Endpoint owner;
-  if (peer_ != nullptr && CheckKey(key).ok() && peer_->Replicated()) {
-    return log.FinishKey(peer_->DeleteReplicated(this, key), key, -1, "replicas");
-  }
-  if (peer_ != nullptr && CheckKey(key).ok() && peer_->RemoteOwner(key, &owner)) {
-    return log.FinishKey(peer_->Delete(owner, key), key, -1, "peer");
-  }
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return log.Finish(s);
@@ -211,9 +193,6 @@ Status DBImpl::BatchPut(const WriteOptions& options, std::span<const Slice> keys
   PerfPoint perf(PerfKey::db_batch_put);
   CallLog log(&logger_, "batch_put", &errors_);
   log.Add("num_keys", keys.size());
-  if (peer_ != nullptr && peer_->Routing()) {
-    return log.Finish(peer_->BatchPut(this, options, keys, values, results));
-  }
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return log.Finish(s);
@@ -235,6 +214,14 @@ Status DBImpl::BatchPut(const WriteOptions& options, std::span<const Slice> keys
   }
   counters_.batch_calls.fetch_add(1, std::memory_order_relaxed);
   results->resize(keys.size());
+  if (options.fill_cache) {
+    gpu_->BeginBatch();
+    for (size_t i = 0; i < keys.size(); i++) {
+      (*results)[i] = FillCache(keys[i], values[i]).ErrorCode();
+      log.Key(i, (*results)[i], -1, "memory");
+    }
+    return log.Finish(Status::OK(), keys);
+  }
   gpu_->BeginBatch();
   uint64_t total_bytes = 0;
   auto record = [&](size_t i, const Status& st) {
@@ -286,14 +273,32 @@ Status DBImpl::BatchPut(const WriteOptions& options, std::span<const Slice> keys
   return log.Finish(Status::OK(), keys);
 }
 
-Status DBImpl::BatchDelete(const WriteOptions& options, std::span<const Slice> keys,
+Status DBImpl::FillCache(const Slice& key, std::span<const Slice> parts) {
+  const uint64_t size = PartsSize(parts);
+  Status s = CheckKey(key);
+  if (s.ok()) s = CheckValueSize(key, size);
+  int device = -1;
+  if (s.ok()) s = gpu_->Scan(parts, &device);
+  if (s.ok() && device >= 0) {
+    s = Status::InvalidArgument("a cache fill of key " + Printable(key) +
+                                " must come from host memory");
+  }
+  if (!s.ok()) return s;
+  // A new local version; given up when the key appeared locally meanwhile, and never
+  // evicting anything to make room (a fill is worth less than what is here).
+  const uint64_t version = version_source_.fetch_add(1) + 1;
+  if (memory_->Insert(key, parts, size, version,
+                      [&] { return ssd_ == nullptr || !ssd_->Contains(key); })) {
+    counters_.promotions.fetch_add(1, std::memory_order_relaxed);
+  }
+  return Status::OK();
+}
+
+Status DBImpl::BatchDelete(const WriteOptions&, std::span<const Slice> keys,
                            std::vector<int64_t>* results) {
   PerfPoint perf(PerfKey::db_batch_delete);
   CallLog log(&logger_, "batch_delete", &errors_);
   log.Add("num_keys", keys.size());
-  if (peer_ != nullptr && peer_->Routing()) {
-    return log.Finish(peer_->BatchDelete(this, options, keys, results));
-  }
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return log.Finish(s);
@@ -320,30 +325,22 @@ Status DBImpl::DeleteByRegex(const std::string& pattern, uint64_t* deleted) {
   Status s = re.Compile(pattern);
   if (!s.ok()) return log.Finish(std::move(s));
   return DeleteWhere(
-      &log, [&](uint64_t* n) { return peer_->DeleteByRegex(this, pattern, n); },
-      [&re](std::string_view key) { return re.Matches(key); }, deleted);
+      &log, [&re](std::string_view key) { return re.Matches(key); }, deleted);
 }
 
 Status DBImpl::DeleteAll(uint64_t* deleted) {
   PerfPoint perf(PerfKey::db_delete_all);
   CallLog log(&logger_, "delete_all", &errors_);
   return DeleteWhere(
-      &log, [&](uint64_t* n) { return peer_->DeleteAll(this, n); },
-      [](std::string_view) { return true; }, deleted);
+      &log, [](std::string_view) { return true; }, deleted);
 }
 
-Status DBImpl::DeleteWhere(CallLog* log, const std::function<Status(uint64_t*)>& cluster,
-                           const std::function<bool(std::string_view)>& pred, uint64_t* deleted) {
-  uint64_t n = 0;
-  Status s;
-  if (peer_ != nullptr && peer_->Routing()) {
-    s = cluster(&n);  // on failure n counts what the members that succeeded removed
-  } else {
-    std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
-    s = CheckOpen();
-    if (!s.ok()) return log->Finish(s);
-    n = DeleteMatching(pred);
-  }
+Status DBImpl::DeleteWhere(CallLog* log, const std::function<bool(std::string_view)>& pred,
+                           uint64_t* deleted) {
+  std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+  Status s = CheckOpen();
+  if (!s.ok()) return log->Finish(s);
+  const uint64_t n = DeleteMatching(pred);
   if (deleted != nullptr) *deleted = n;
   log->Add("deleted", n);
   return log->Finish(s);

@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "env/etcd_client.h"
+#include "cluster/etcd_client.h"
 #include "kvengine/db.h"
 #include "test/peer_harness.h"
 

@@ -447,6 +447,26 @@ TEST_F(DBTest, EvictionIsCountedInStats) {
   EXPECT_EQ(Get("k63"), v);
 }
 
+TEST_F(DBTest, CacheFillStoresOnlyWhatTheDBDoesNotHold) {
+  ASSERT_TRUE(db_->Put(wo_, "present", "newer local write").ok());
+  WriteOptions fill;
+  fill.fill_cache = true;
+  const std::vector<Slice> keys{"present", "absent", ""};
+  const std::string a = "stale copy", b = "a peer's copy";
+  const std::vector<ValueParts> values{{Slice(a)}, {Slice(b.data(), 2), Slice(b.data() + 2, b.size() - 2)},
+                                       {Slice(a)}};
+  std::vector<int64_t> results;
+  ASSERT_TRUE(db_->BatchPut(fill, keys, values, &results).ok());
+  EXPECT_EQ(results[0], 0);  // kept the local value, not an error
+  EXPECT_EQ(results[1], 0);
+  EXPECT_EQ(results[2], Status::InvalidArgument("").ErrorCode());  // bad input fails as a put
+  EXPECT_EQ(Get("present"), "newer local write");
+  EXPECT_EQ(Get("absent"), b);
+  std::string json;
+  ASSERT_TRUE(db_->GetProperty("kvengine.stats.json", &json));
+  EXPECT_NE(json.find("\"promotions\":1"), std::string::npos) << json;
+}
+
 TEST_F(DBTest, CloseWaitsForCallsInFlight) {
   std::atomic<int> aborted{0};
   std::atomic<bool> started{false};

@@ -14,8 +14,9 @@
 // Keys print as their bytes, with bytes outside printable ASCII, space, '=' and '\'
 // escaped as \xNN, so a line always splits on spaces into name=value fields.
 //
-// Only the innermost layer that knows every field logs a call (today DBImpl, for the
-// memory tier), so a call is never logged twice.
+// Only the innermost layer that knows every field logs a call, so a call is never
+// logged twice: DBImpl for the keys it serves; ClusterDB for the calls it routes to
+// other hosts (their local keys are logged again by DBImpl, as a call of their own).
 //
 // Thread-safety: a CallLog belongs to one call (one thread).
 #ifndef KVENGINE_UTIL_CALL_LOG_H_

@@ -160,6 +160,10 @@ class Env {
   static std::unique_ptr<Env> NewIoUringEnv(Env* base, std::string* why);
 };
 
+// Reads the whole file at `path` into *data (LevelDB's ReadFileToString): small files
+// such as a directory's records.  NotFound when it does not exist.
+Status ReadFileToString(Env* env, const std::string& path, std::string* data);
+
 // Told about memory that peers may need to reach directly (the RDMA transport registers
 // each region with the NIC).  Implementations must be thread-safe.
 class MemoryRegistrar {

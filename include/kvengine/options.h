@@ -455,6 +455,15 @@ struct WriteOptions {
   // Make the write durable (on SSD) before returning, where the DB has an SSD tier.
   // Default: false
   bool sync = false;
+
+  // The write is a cache fill: a copy of a value read elsewhere (ClusterDB's read-through
+  // promotion of a value a peer served), offered to the memory tier only.  It is stored
+  // only where the DB holds no value for the key (a write that raced with the read
+  // wins), never evicts anything to make room, and is never written to SSD by the put.
+  // A key's result is 0 whether the copy was kept or not; bad input fails as for any
+  // put.  The values must be in host memory.
+  // Default: false
+  bool fill_cache = false;
 };
 
 }  // namespace kvengine

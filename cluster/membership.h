@@ -1,17 +1,17 @@
-// MembershipSource: where a PeerEnv learns the live members of its cluster.
+// MembershipSource: where a PeerRouter learns the live members of its cluster.
 //
 // A source hands its listener a whole member set each time the set changes (a
-// snapshot, not a diff); the PeerEnv swaps it in under a lock.  Two sources exist:
+// snapshot, not a diff); the PeerRouter swaps it in under a lock.  Two sources exist:
 //
 //   static  Options::peers, parsed once; the listener is called once, from Start.
-//   etcd    Options::cluster (env/etcd_membership.h): members register under a prefix
+//   etcd    Options::cluster (cluster/etcd_membership.h): members register under a prefix
 //           with a lease and every DB watches the prefix.
 //
-// The set may name this host (`self`); the PeerEnv knows itself and drops it.
+// The set may name this host (`self`); the PeerRouter knows itself and drops it.
 //
 // Thread-safety: Start and Stop are called by one thread; StatsText from any.
-#ifndef KVENGINE_ENV_MEMBERSHIP_H_
-#define KVENGINE_ENV_MEMBERSHIP_H_
+#ifndef KVENGINE_CLUSTER_MEMBERSHIP_H_
+#define KVENGINE_CLUSTER_MEMBERSHIP_H_
 
 #include <functional>
 #include <memory>
@@ -50,4 +50,4 @@ Status NewStaticMembership(const std::string& peers, std::unique_ptr<MembershipS
 
 }  // namespace kvengine
 
-#endif  // KVENGINE_ENV_MEMBERSHIP_H_
+#endif  // KVENGINE_CLUSTER_MEMBERSHIP_H_

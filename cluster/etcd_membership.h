@@ -13,14 +13,14 @@
 // missed; when etcd has compacted that revision away the source lists again.  A lease
 // found expired (etcd was down longer than the TTL) is granted anew and the key put
 // again.  A value that is not a "host:port" endpoint is ignored and logged.
-#ifndef KVENGINE_ENV_ETCD_MEMBERSHIP_H_
-#define KVENGINE_ENV_ETCD_MEMBERSHIP_H_
+#ifndef KVENGINE_CLUSTER_ETCD_MEMBERSHIP_H_
+#define KVENGINE_CLUSTER_ETCD_MEMBERSHIP_H_
 
 #include <functional>
 #include <memory>
 #include <string>
 
-#include "env/membership.h"
+#include "cluster/membership.h"
 #include "kvengine/options.h"
 
 namespace kvengine {
@@ -34,4 +34,4 @@ Status NewEtcdMembership(const std::string& cluster, uint64_t lease_ttl_ms, Memb
 
 }  // namespace kvengine
 
-#endif  // KVENGINE_ENV_ETCD_MEMBERSHIP_H_
+#endif  // KVENGINE_CLUSTER_ETCD_MEMBERSHIP_H_

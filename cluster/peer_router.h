@@ -1,7 +1,8 @@
-// PeerEnv: the remote peer Env -- the DB's only door to other hosts.
+// PeerRouter: ClusterDB's door to the other hosts (cluster/cluster_db.h).
 //
-// The DB facade never touches sockets: it asks its PeerEnv, which owns a Transport (the
-// client side) and, when Options::listen is set, a TransportServer serving the DB.
+// It owns a Transport (the client side) and, when Options::listen is set, a
+// TransportServer serving this host's local DB to the peers, and it knows the members.
+// ClusterDB decides which keys leave the host; the router moves them:
 //
 //   read_through  a key missing locally is asked of every peer at once (BatchExists in
 //                 parallel); the first peer to answer "present" serves the bytes, straight
@@ -17,16 +18,18 @@
 //                 (the top R of the rendezvous order).  Puts and deletes go to all R, gets
 //                 and exists ask them in order until a hit; a failed owner costs a miss.
 //
-// Requests a server receives from peers are answered from the local tiers only (a
-// thread-local scope), so hosts never bounce a request between each other.
+// Requests the server receives from peers are answered by the local DB below ClusterDB,
+// which has no peers, so hosts never bounce a request between each other.  Every
+// `DB* local` below is that local DB: calls on it never route again.
 //
-// Membership comes from a MembershipSource (env/membership.h): the static `peers` list
-// or a cluster registry.  The source calls SetMembers() with each new member set, which
-// swaps a snapshot under a lock; calls in flight keep the snapshot they started with.
+// Membership comes from a MembershipSource (cluster/membership.h): the static `peers` list
+// or a cluster registry (cluster/membership.h).  The source calls SetMembers() with each
+// new member set, which swaps a snapshot under a lock; calls in flight keep the snapshot
+// they started with.
 //
 // Thread-safety: all methods are thread-safe.
-#ifndef KVENGINE_ENV_PEER_ENV_H_
-#define KVENGINE_ENV_PEER_ENV_H_
+#ifndef KVENGINE_CLUSTER_PEER_ROUTER_H_
+#define KVENGINE_CLUSTER_PEER_ROUTER_H_
 
 #include <atomic>
 #include <functional>
@@ -50,7 +53,7 @@ class RdmaServer;
 class TransportServer;
 struct PinnedValue;
 
-class PeerEnv {
+class PeerRouter {
  public:
   // Pins a key's value in the local memory tier for a peer to read (see
   // transport/server.h).  False when the memory tier does not hold it, or -- unless
@@ -61,22 +64,24 @@ class PeerEnv {
       std::function<void(const Slice& key, std::span<const Slice> parts, uint64_t size)>;
 
   // Parses the peer options, reads the token file and creates the transport.  Stores
-  // nullptr in *result when the options name no peers and no listen address.
-  static Status Open(const Options& options, Logger* logger, std::unique_ptr<PeerEnv>* result);
-  ~PeerEnv();
+  // nullptr in *result when the options name no peers, no cluster and no listen address.
+  // `logger` outlives the router.
+  static Status Open(const Options& options, Logger* logger, std::unique_ptr<PeerRouter>* result);
+  ~PeerRouter();
 
   // A registrar that registers with the transports (and then `next`, when set), to
   // install as Options::memory_registrar.
   std::shared_ptr<MemoryRegistrar> Registrar(std::shared_ptr<MemoryRegistrar> next);
 
-  // Starts serving `db` when Options::listen is set, then starts the membership source.
-  Status StartServing(DB* db, PinFn pin, const char* arena_base);
+  // Starts serving `local` (the DB below ClusterDB) when Options::listen is set, then
+  // starts the membership source.  `pin` reads local's memory tier for one-sided reads.
+  Status StartServing(DB* local, PinFn pin, const char* arena_base);
   // Stops accepting and drains requests in flight.  Idempotent.  Calls to peers fail
   // with Aborted afterwards.
   void Close();
 
   // ---------------------------------------------------------------- sharded
-  // True when batch calls must be routed (sharded mode, not serving a peer's request).
+  // True when calls are routed to their owners (sharded mode).
   bool Routing() const;
   // True (and the owner in *owner) when another member owns key.
   bool RemoteOwner(const Slice& key, Endpoint* owner) const;
@@ -116,7 +121,7 @@ class PeerEnv {
   Status Delete(const Endpoint& owner, const Slice& key);
   Status GetValueSize(const Endpoint& owner, const Slice& key, uint64_t* size);
 
-  // Whole-cluster deletes: `local`'s own tiers (in a LocalScope) and every member, all in
+  // Whole-cluster deletes: `local`'s own tiers and every member, all in
   // parallel; each member acts on its own tiers only.  *deleted (may be nullptr) gets the
   // sum of the counts of the hosts that succeeded, also on failure (their keys stay
   // removed).  When any host fails: IOError naming each failed host and its error.
@@ -141,13 +146,10 @@ class PeerEnv {
   // Counters and configuration as text ("listen: host:port" first).
   std::string StatsText() const;
 
-  // True on a thread answering a peer's request.
-  static bool InPeerRequest();
-
  private:
   class Service;
   class Chain;
-  PeerEnv(const Options& options, Logger* logger);
+  PeerRouter(const Options& options, Logger* logger);
   Status ServePeers(DB* db, PinFn pin, const char* arena_base);
   std::vector<Endpoint> Members() const;
   // Splits keys by owner: groups[j] for members[j]; local_idx for this host.
@@ -163,8 +165,7 @@ class PeerEnv {
   using LocalGroupFn = std::function<Status(const std::vector<size_t>& idx, std::vector<int64_t>*)>;
   using RemoteGroupFn = std::function<Status(const Endpoint& owner, const std::vector<size_t>& idx,
                                              std::vector<int64_t>*)>;
-  // Runs every group at once: this host's through `local` in a LocalScope, the others'
-  // through `remote`.  A failed call fills its keys' results with its error code.
+  // Runs every group at once: this host's through `local`, the others' through `remote`.  A failed call fills its keys' results with its error code.
   void RunGroups(std::vector<OwnerGroup>* groups, const LocalGroupFn& local,
                  const RemoteGroupFn& remote);
   // Each key's owners for one batch (one member snapshot for all).
@@ -178,14 +179,13 @@ class PeerEnv {
   // NotFound when one answered NotFound, else the first owner's error.
   void SendToAll(std::span<const Slice> keys, std::vector<int64_t>* results,
                  const LocalGroupFn& local, const RemoteGroupFn& remote);
-  // Asks key's owners in order (this host through `local`, in a LocalScope) until one
-  // answers OK; NotFound when none does.
+  // Asks key's owners in order (this host through `local`) until one answers OK;
+  // NotFound when none does.
   Status FromFirstOwner(const Slice& key, const std::function<Status()>& local,
                         const std::function<Status(const Endpoint&)>& remote);
   bool IsSelf(const std::string& owner) const { return owner.empty() || owner == self_; }
 
-  // Runs `local` in a LocalScope and `remote` for every member, in parallel; sums the
-  // counts.  `what` names the call in the error.
+  // Runs `local` and `remote` for every member, in parallel; sums the counts.  `what` names the call in the error.
   Status DeleteEverywhere(const char* what, const std::function<Status(uint64_t*)>& local,
                           const std::function<Status(const Endpoint&, uint64_t*)>& remote,
                           uint64_t* deleted);
@@ -221,4 +221,4 @@ class PeerEnv {
 
 }  // namespace kvengine
 
-#endif  // KVENGINE_ENV_PEER_ENV_H_
+#endif  // KVENGINE_CLUSTER_PEER_ROUTER_H_

@@ -1,5 +1,5 @@
 // The static membership source: Options::peers, fixed for the life of the DB.
-#include "env/membership.h"
+#include "cluster/membership.h"
 
 namespace kvengine {
 

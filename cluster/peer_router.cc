@@ -1,11 +1,11 @@
-#include "env/peer_env.h"
+#include "cluster/peer_router.h"
 
 #include <algorithm>
 #include <sstream>
 #include <thread>
 
-#include "env/etcd_membership.h"
-#include "env/membership.h"
+#include "cluster/etcd_membership.h"
+#include "cluster/membership.h"
 #include "transport/rdma.h"
 #include "transport/server.h"
 #include "transport/wire.h"
@@ -16,15 +16,6 @@
 namespace kvengine {
 
 namespace {
-
-thread_local int peer_request_depth = 0;
-
-// Marks the current thread as answering a peer: DB calls stay local.
-class LocalScope {
- public:
-  LocalScope() { peer_request_depth++; }
-  ~LocalScope() { peer_request_depth--; }
-};
 
 // Runs fn(j) for every j in [0, n), in parallel threads when n > 1.
 void ForEachParallel(size_t n, const std::function<void(size_t)>& fn) {
@@ -49,56 +40,52 @@ uint64_t RendezvousScore(const Slice& key, const std::string& member) {
 
 }  // namespace
 
-// The DB as the server sees it: every call runs in a LocalScope.
-class PeerEnv::Service final : public PeerService {
+// The local DB as the peer server sees it; "kvengine.peers" is the router's own.
+class PeerRouter::Service final : public PeerService {
  public:
-  Service(DB* db, PinFn pin, const char* arena) : db_(db), pin_(std::move(pin)), arena_(arena) {}
+  Service(const PeerRouter* router, DB* db, PinFn pin, const char* arena)
+      : router_(router), db_(db), pin_(std::move(pin)), arena_(arena) {}
   bool Pin(const Slice& key, PinnedValue* out) override { return pin_ && pin_(key, true, out); }
   bool TryPin(const Slice& key, PinnedValue* out) override { return pin_ && pin_(key, false, out); }
   const char* ArenaBase() const override { return arena_; }
   Status GetValueSize(const Slice& key, uint64_t* size) override {
-    LocalScope scope;
     return db_->GetValueSize(key, size);
   }
   Status BatchGetInto(std::span<const Slice> keys, std::span<const Destination> dests,
                       std::vector<int64_t>* results) override {
-    LocalScope scope;
     return db_->BatchGetInto(ReadOptions(), keys, dests, results);
   }
   Status BatchPut(std::span<const Slice> keys, std::span<const ValueParts> values,
                   std::vector<int64_t>* results) override {
-    LocalScope scope;
     return db_->BatchPut(WriteOptions(), keys, values, results);
   }
   Status BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) override {
-    LocalScope scope;
     return db_->BatchExists(keys, results);
   }
   Status BatchDelete(std::span<const Slice> keys, std::vector<int64_t>* results) override {
-    LocalScope scope;
     return db_->BatchDelete(WriteOptions(), keys, results);
   }
   Status DeleteByRegex(const std::string& pattern, uint64_t* deleted) override {
-    LocalScope scope;
     return db_->DeleteByRegex(pattern, deleted);
   }
   Status DeleteAll(uint64_t* deleted) override {
-    LocalScope scope;
     return db_->DeleteAll(deleted);
   }
   bool GetProperty(const std::string& name, std::string* value) override {
-    LocalScope scope;
-    return db_->GetProperty(name, value);
+    if (name != "kvengine.peers" || value == nullptr) return db_->GetProperty(name, value);
+    *value = router_->StatsText();
+    return true;
   }
 
  private:
+  const PeerRouter* const router_;
   DB* const db_;
   const PinFn pin_;
   const char* const arena_;
 };
 
 // Registers with the client transport, the RDMA server (when any), then `next`.
-class PeerEnv::Chain final : public MemoryRegistrar {
+class PeerRouter::Chain final : public MemoryRegistrar {
  public:
   Chain(std::vector<std::shared_ptr<MemoryRegistrar>> all) : all_(std::move(all)) {}
   Status Register(void* addr, size_t length, const char* what) override {
@@ -119,22 +106,20 @@ class PeerEnv::Chain final : public MemoryRegistrar {
   std::vector<std::shared_ptr<MemoryRegistrar>> all_;
 };
 
-PeerEnv::PeerEnv(const Options& options, Logger* logger) : options_(options), logger_(logger) {}
+PeerRouter::PeerRouter(const Options& options, Logger* logger) : options_(options), logger_(logger) {}
 
-PeerEnv::~PeerEnv() { Close(); }
+PeerRouter::~PeerRouter() { Close(); }
 
-void PeerEnv::Log(LogLevel level, const std::string& line) const {
+void PeerRouter::Log(LogLevel level, const std::string& line) const {
   if (logger_ != nullptr) logger_->Write(level, line);
 }
 
-bool PeerEnv::InPeerRequest() { return peer_request_depth > 0; }
-
-Status PeerEnv::Open(const Options& options, Logger* logger, std::unique_ptr<PeerEnv>* result) {
+Status PeerRouter::Open(const Options& options, Logger* logger, std::unique_ptr<PeerRouter>* result) {
   result->reset();
   if (options.peers.empty() && options.listen.empty() && options.cluster.empty()) {
     return Status::OK();
   }
-  std::unique_ptr<PeerEnv> env(new PeerEnv(options, logger));
+  std::unique_ptr<PeerRouter> env(new PeerRouter(options, logger));
   Status s;
   if (options.cluster.empty()) {
     s = NewStaticMembership(options.peers, &env->membership_);
@@ -181,14 +166,14 @@ Status PeerEnv::Open(const Options& options, Logger* logger, std::unique_ptr<Pee
   return Status::OK();
 }
 
-std::shared_ptr<MemoryRegistrar> PeerEnv::Registrar(std::shared_ptr<MemoryRegistrar> next) {
+std::shared_ptr<MemoryRegistrar> PeerRouter::Registrar(std::shared_ptr<MemoryRegistrar> next) {
   std::vector<std::shared_ptr<MemoryRegistrar>> all{transport_->registrar()};
   if (rdma_server_ != nullptr) all.push_back(rdma_server_->registrar());
   if (next != nullptr) all.push_back(std::move(next));
   return std::make_shared<Chain>(std::move(all));
 }
 
-Status PeerEnv::StartServing(DB* db, PinFn pin, const char* arena_base) {
+Status PeerRouter::StartServing(DB* db, PinFn pin, const char* arena_base) {
   if (!self_.empty()) {
     Status s = ServePeers(db, std::move(pin), arena_base);
     if (!s.ok()) return s;
@@ -199,8 +184,8 @@ Status PeerEnv::StartServing(DB* db, PinFn pin, const char* arena_base) {
       self_, [this](std::vector<Endpoint> members) { SetMembers(std::move(members)); });
 }
 
-Status PeerEnv::ServePeers(DB* db, PinFn pin, const char* arena_base) {
-  service_ = std::make_unique<Service>(db, std::move(pin), arena_base);
+Status PeerRouter::ServePeers(DB* db, PinFn pin, const char* arena_base) {
+  service_ = std::make_unique<Service>(this, db, std::move(pin), arena_base);
   ServerOptions so;
   so.auth_token = token_;
   so.handshake_timeout_ms = std::max<uint64_t>(1, options_.peer_handshake_timeout_ms);
@@ -225,7 +210,7 @@ Status PeerEnv::ServePeers(DB* db, PinFn pin, const char* arena_base) {
   return Status::OK();
 }
 
-void PeerEnv::Close() {
+void PeerRouter::Close() {
   // Leave first, so that the others stop routing here while requests drain.
   // (No source when Open failed before making one.)
   if (membership_ != nullptr) membership_->Stop();
@@ -233,12 +218,12 @@ void PeerEnv::Close() {
   if (server_ != nullptr) server_->Stop();
 }
 
-std::vector<Endpoint> PeerEnv::Members() const {
+std::vector<Endpoint> PeerRouter::Members() const {
   std::lock_guard<std::mutex> lock(members_mu_);
   return *peers_;
 }
 
-void PeerEnv::SetMembers(std::vector<Endpoint> peers) {
+void PeerRouter::SetMembers(std::vector<Endpoint> peers) {
   // Drop this host (a shared list, or the cluster's registry, names every member).
   peers.erase(std::remove_if(peers.begin(), peers.end(),
                              [&](const Endpoint& e) { return e.ToString() == self_; }),
@@ -256,17 +241,15 @@ void PeerEnv::SetMembers(std::vector<Endpoint> peers) {
   peers_ = std::move(snapshot);
 }
 
-bool PeerEnv::Routing() const {
-  return options_.peer_mode == PeerMode::kSharded && !InPeerRequest();
-}
+bool PeerRouter::Routing() const { return options_.peer_mode == PeerMode::kSharded; }
 
-bool PeerEnv::ReadThrough() const {
-  if (options_.peer_mode != PeerMode::kReadThrough || InPeerRequest() || closed()) return false;
+bool PeerRouter::ReadThrough() const {
+  if (options_.peer_mode != PeerMode::kReadThrough || closed()) return false;
   std::lock_guard<std::mutex> lock(members_mu_);
   return !peers_->empty();
 }
 
-std::string PeerEnv::OwnerOf(const Slice& key) const {
+std::string PeerRouter::OwnerOf(const Slice& key) const {
   std::shared_ptr<const std::vector<Endpoint>> peers;
   {
     std::lock_guard<std::mutex> lock(members_mu_);
@@ -287,14 +270,14 @@ std::string PeerEnv::OwnerOf(const Slice& key) const {
   return best;
 }
 
-bool PeerEnv::RemoteOwner(const Slice& key, Endpoint* owner) const {
+bool PeerRouter::RemoteOwner(const Slice& key, Endpoint* owner) const {
   if (!Routing()) return false;
   const std::string o = OwnerOf(key);
   if (o.empty() || o == self_) return false;
   return Endpoint::Parse(o, owner).ok();
 }
 
-void PeerEnv::Partition(std::span<const Slice> keys, std::vector<Endpoint>* members,
+void PeerRouter::Partition(std::span<const Slice> keys, std::vector<Endpoint>* members,
                         std::vector<std::vector<size_t>>* groups,
                         std::vector<size_t>* local_idx) const {
   *members = Members();
@@ -312,7 +295,7 @@ void PeerEnv::Partition(std::span<const Slice> keys, std::vector<Endpoint>* memb
   }
 }
 
-void PeerEnv::NoteCall(const std::string& member, const Status& s) {
+void PeerRouter::NoteCall(const std::string& member, const Status& s) {
   const bool failed = !s.ok() && !s.IsNotFound();
   std::lock_guard<std::mutex> lock(health_mu_);
   if (failed) {
@@ -322,7 +305,7 @@ void PeerEnv::NoteCall(const std::string& member, const Status& s) {
   }
 }
 
-bool PeerEnv::Replicated() const {
+bool PeerRouter::Replicated() const {
   return Routing() && (!options_.cluster.empty() || options_.cluster_replicas > 1);
 }
 
@@ -347,7 +330,7 @@ std::vector<std::string> TopOwners(const Slice& key, const std::vector<std::stri
 
 }  // namespace
 
-std::vector<std::vector<std::string>> PeerEnv::OwnersOfAll(std::span<const Slice> keys) const {
+std::vector<std::vector<std::string>> PeerRouter::OwnersOfAll(std::span<const Slice> keys) const {
   std::vector<std::string> names;
   for (const Endpoint& e : Members()) names.push_back(e.ToString());
   if (!self_.empty()) names.push_back(self_);
@@ -360,17 +343,16 @@ std::vector<std::vector<std::string>> PeerEnv::OwnersOfAll(std::span<const Slice
   return owners;
 }
 
-std::vector<std::string> PeerEnv::OwnersOf(const Slice& key) const {
+std::vector<std::string> PeerRouter::OwnersOf(const Slice& key) const {
   return std::move(OwnersOfAll(std::span<const Slice>(&key, 1))[0]);
 }
 
-void PeerEnv::RunGroups(std::vector<OwnerGroup>* groups, const LocalGroupFn& local,
+void PeerRouter::RunGroups(std::vector<OwnerGroup>* groups, const LocalGroupFn& local,
                         const RemoteGroupFn& remote) {
   ForEachParallel(groups->size(), [&](size_t g) {
     OwnerGroup& group = (*groups)[g];
     Status s;
     if (IsSelf(group.owner)) {
-      LocalScope scope;
       s = local(group.idx, &group.r);
     } else {
       Endpoint peer;
@@ -404,7 +386,7 @@ Group* GroupFor(std::vector<Group>* groups, const std::string& owner) {
 
 }  // namespace
 
-void PeerEnv::AskInOrder(std::span<const Slice> keys, std::vector<int64_t>* results,
+void PeerRouter::AskInOrder(std::span<const Slice> keys, std::vector<int64_t>* results,
                          const std::function<bool(int64_t)>& done, const LocalGroupFn& local,
                          const RemoteGroupFn& remote) {
   const int64_t kNotFound = Status::NotFound("").ErrorCode();
@@ -431,7 +413,7 @@ void PeerEnv::AskInOrder(std::span<const Slice> keys, std::vector<int64_t>* resu
   }
 }
 
-void PeerEnv::SendToAll(std::span<const Slice> keys, std::vector<int64_t>* results,
+void PeerRouter::SendToAll(std::span<const Slice> keys, std::vector<int64_t>* results,
                         const LocalGroupFn& local, const RemoteGroupFn& remote) {
   const int64_t kNotFound = Status::NotFound("").ErrorCode();
   const std::vector<std::vector<std::string>> owners = OwnersOfAll(keys);
@@ -471,7 +453,7 @@ Status OneResult(const Status& s, const std::vector<int64_t>& r) {
 
 }  // namespace
 
-Status PeerEnv::PutReplicated(DB* local, const Slice& key, const Slice& value) {
+Status PeerRouter::PutReplicated(DB* local, const Slice& key, const Slice& value) {
   std::vector<int64_t> r;
   const ValueParts parts{value};
   Status s = BatchPut(local, WriteOptions(), std::span<const Slice>(&key, 1),
@@ -479,7 +461,7 @@ Status PeerEnv::PutReplicated(DB* local, const Slice& key, const Slice& value) {
   return OneResult(s, r);
 }
 
-Status PeerEnv::GetIntoReplicated(DB* local, const Slice& key, MutableSlice buffer, size_t* size) {
+Status PeerRouter::GetIntoReplicated(DB* local, const Slice& key, MutableSlice buffer, size_t* size) {
   std::vector<int64_t> r;
   const Destination dest{buffer};
   Status s = BatchGetInto(local, ReadOptions(), std::span<const Slice>(&key, 1),
@@ -489,19 +471,18 @@ Status PeerEnv::GetIntoReplicated(DB* local, const Slice& key, MutableSlice buff
   return s;
 }
 
-Status PeerEnv::DeleteReplicated(DB* local, const Slice& key) {
+Status PeerRouter::DeleteReplicated(DB* local, const Slice& key) {
   std::vector<int64_t> r;
   Status s = BatchDelete(local, WriteOptions(), std::span<const Slice>(&key, 1), &r);
   return OneResult(s, r);
 }
 
-Status PeerEnv::FromFirstOwner(const Slice& key, const std::function<Status()>& local,
+Status PeerRouter::FromFirstOwner(const Slice& key, const std::function<Status()>& local,
                                const std::function<Status(const Endpoint&)>& remote) {
   if (closed()) return Status::Aborted("DB is closed");
   for (const std::string& owner : OwnersOf(key)) {
     Status s;
     if (IsSelf(owner)) {
-      LocalScope scope;
       s = local();
     } else {
       Endpoint peer;
@@ -515,13 +496,13 @@ Status PeerEnv::FromFirstOwner(const Slice& key, const std::function<Status()>& 
   return Status::NotFound("key not found on its replicas");
 }
 
-Status PeerEnv::GetReplicated(DB* local, const Slice& key, std::string* value) {
+Status PeerRouter::GetReplicated(DB* local, const Slice& key, std::string* value) {
   return FromFirstOwner(
       key, [&] { return local->Get(ReadOptions(), key, value); },
       [&](const Endpoint& peer) { return Get(peer, key, value); });
 }
 
-Status PeerEnv::GetValueSizeReplicated(DB* local, const Slice& key, uint64_t* size) {
+Status PeerRouter::GetValueSizeReplicated(DB* local, const Slice& key, uint64_t* size) {
   return FromFirstOwner(
       key, [&] { return local->GetValueSize(key, size); },
       [&](const Endpoint& peer) { return GetValueSize(peer, key, size); });
@@ -548,8 +529,8 @@ std::vector<T> Pick(std::span<const T> all, const std::vector<size_t>& idx) {
 
 }  // namespace
 
-// The shape every sharded batch call shares: local keys through `local_call` in a
-// LocalScope, each remote group through `remote_call`, merged into *results.
+// The shape every sharded batch call shares: local keys through `local_call`, each
+// remote group through `remote_call`, merged into *results.
 #define KV_SHARDED_BATCH(LOCAL_CALL, REMOTE_CALL)                                             \
   do {                                                                                        \
     if (closed()) return Status::Aborted("DB is closed");                                     \
@@ -560,7 +541,6 @@ std::vector<T> Pick(std::span<const T> all, const std::vector<size_t>& idx) {
     results->assign(keys.size(), 0);                                                          \
     Status local_status;                                                                      \
     if (!local_idx.empty()) {                                                                 \
-      LocalScope scope;                                                                       \
       const std::vector<size_t>& idx = local_idx;                                             \
       std::vector<int64_t> r;                                                                 \
       local_status = (LOCAL_CALL);                                                            \
@@ -595,7 +575,7 @@ std::vector<T> Pick(std::span<const T> all, const std::vector<size_t>& idx) {
     return Status::OK();                                                                      \
   } while (0)
 
-Status PeerEnv::BatchPut(DB* local, const WriteOptions& options, std::span<const Slice> keys,
+Status PeerRouter::BatchPut(DB* local, const WriteOptions& options, std::span<const Slice> keys,
                          std::span<const ValueParts> values, std::vector<int64_t>* results) {
   if (results == nullptr) return Status::InvalidArgument("BatchPut: results pointer is null");
   Status s = CheckBatch(keys.size(), values.size(), "values");
@@ -625,7 +605,7 @@ Status PeerEnv::BatchPut(DB* local, const WriteOptions& options, std::span<const
                    transport_->BatchPut(peer, Pick(keys, idx), Pick(values, idx), &r));
 }
 
-Status PeerEnv::BatchGetInto(DB* local, const ReadOptions& options, std::span<const Slice> keys,
+Status PeerRouter::BatchGetInto(DB* local, const ReadOptions& options, std::span<const Slice> keys,
                              std::span<const Destination> dests, std::vector<int64_t>* results) {
   if (results == nullptr) return Status::InvalidArgument("BatchGetInto: results pointer is null");
   Status s = CheckBatch(keys.size(), dests.size(), "destinations");
@@ -649,7 +629,7 @@ Status PeerEnv::BatchGetInto(DB* local, const ReadOptions& options, std::span<co
                    transport_->BatchGet(peer, Pick(keys, idx), Pick(dests, idx), &r));
 }
 
-Status PeerEnv::BatchExists(DB* local, std::span<const Slice> keys, std::vector<int64_t>* results) {
+Status PeerRouter::BatchExists(DB* local, std::span<const Slice> keys, std::vector<int64_t>* results) {
   if (results == nullptr) return Status::InvalidArgument("BatchExists: results pointer is null");
   if (Replicated()) {
     if (closed()) return Status::Aborted("DB is closed");
@@ -669,7 +649,7 @@ Status PeerEnv::BatchExists(DB* local, std::span<const Slice> keys, std::vector<
                    transport_->BatchExists(peer, Pick(keys, idx), &r));
 }
 
-Status PeerEnv::BatchDelete(DB* local, const WriteOptions& options, std::span<const Slice> keys,
+Status PeerRouter::BatchDelete(DB* local, const WriteOptions& options, std::span<const Slice> keys,
                             std::vector<int64_t>* results) {
   if (results == nullptr) return Status::InvalidArgument("BatchDelete: results pointer is null");
   if (Replicated()) {
@@ -701,7 +681,7 @@ Status KeyResult(const Status& batch, const std::vector<int64_t>& r, const Endpo
 
 }  // namespace
 
-Status PeerEnv::Put(const Endpoint& owner, const Slice& key, const Slice& value) {
+Status PeerRouter::Put(const Endpoint& owner, const Slice& key, const Slice& value) {
   if (closed()) return Status::Aborted("DB is closed");
   std::vector<int64_t> r;
   const ValueParts parts{value};
@@ -710,7 +690,7 @@ Status PeerEnv::Put(const Endpoint& owner, const Slice& key, const Slice& value)
   return KeyResult(s, r, owner);
 }
 
-Status PeerEnv::Get(const Endpoint& owner, const Slice& key, std::string* value) {
+Status PeerRouter::Get(const Endpoint& owner, const Slice& key, std::string* value) {
   if (closed()) return Status::Aborted("DB is closed");
   std::vector<int64_t> r;
   std::vector<std::string> values;
@@ -720,7 +700,7 @@ Status PeerEnv::Get(const Endpoint& owner, const Slice& key, std::string* value)
   return s;
 }
 
-Status PeerEnv::GetInto(const Endpoint& owner, const Slice& key, MutableSlice buffer,
+Status PeerRouter::GetInto(const Endpoint& owner, const Slice& key, MutableSlice buffer,
                         size_t* size) {
   if (closed()) return Status::Aborted("DB is closed");
   std::vector<int64_t> r;
@@ -732,14 +712,14 @@ Status PeerEnv::GetInto(const Endpoint& owner, const Slice& key, MutableSlice bu
   return k;
 }
 
-Status PeerEnv::Delete(const Endpoint& owner, const Slice& key) {
+Status PeerRouter::Delete(const Endpoint& owner, const Slice& key) {
   if (closed()) return Status::Aborted("DB is closed");
   std::vector<int64_t> r;
   Status s = transport_->BatchDelete(owner, std::span<const Slice>(&key, 1), &r);
   return KeyResult(s, r, owner);
 }
 
-Status PeerEnv::GetValueSize(const Endpoint& owner, const Slice& key, uint64_t* size) {
+Status PeerRouter::GetValueSize(const Endpoint& owner, const Slice& key, uint64_t* size) {
   if (closed()) return Status::Aborted("DB is closed");
   std::vector<int64_t> r;
   Status s = transport_->BatchValueSize(owner, std::span<const Slice>(&key, 1), &r);
@@ -748,7 +728,7 @@ Status PeerEnv::GetValueSize(const Endpoint& owner, const Slice& key, uint64_t* 
   return s;
 }
 
-Status PeerEnv::DeleteByRegex(DB* local, const std::string& pattern, uint64_t* deleted) {
+Status PeerRouter::DeleteByRegex(DB* local, const std::string& pattern, uint64_t* deleted) {
   if (pattern.size() > wire::kMaxPatternLen) {
     return Status::InvalidArgument("DeleteByRegex: pattern of " + std::to_string(pattern.size()) +
                                    " bytes exceeds the peer protocol's limit of " +
@@ -762,13 +742,13 @@ Status PeerEnv::DeleteByRegex(DB* local, const std::string& pattern, uint64_t* d
       deleted);
 }
 
-Status PeerEnv::DeleteAll(DB* local, uint64_t* deleted) {
+Status PeerRouter::DeleteAll(DB* local, uint64_t* deleted) {
   return DeleteEverywhere(
       "delete_all", [&](uint64_t* n) { return local->DeleteAll(n); },
       [&](const Endpoint& peer, uint64_t* n) { return transport_->DeleteAll(peer, n); }, deleted);
 }
 
-Status PeerEnv::DeleteEverywhere(const char* what, const std::function<Status(uint64_t*)>& local,
+Status PeerRouter::DeleteEverywhere(const char* what, const std::function<Status(uint64_t*)>& local,
                                  const std::function<Status(const Endpoint&, uint64_t*)>& remote,
                                  uint64_t* deleted) {
   if (closed()) return Status::Aborted("DB is closed");
@@ -778,7 +758,6 @@ Status PeerEnv::DeleteEverywhere(const char* what, const std::function<Status(ui
   std::vector<uint64_t> counts(peers.size() + 1, 0);
   ForEachParallel(peers.size() + 1, [&](size_t j) {
     if (j == 0) {
-      LocalScope scope;  // on this thread: the local call must not fan out again
       status[0] = local(&counts[0]);
     } else {
       status[j] = remote(peers[j - 1], &counts[j]);
@@ -811,7 +790,7 @@ Status PeerEnv::DeleteEverywhere(const char* what, const std::function<Status(ui
   return s;
 }
 
-void PeerEnv::ReadThroughGet(std::span<const Slice> keys, std::span<const Destination> dests,
+void PeerRouter::ReadThroughGet(std::span<const Slice> keys, std::span<const Destination> dests,
                              std::vector<int64_t>* results, const PromoteFn& promote) {
   const int64_t kNotFound = Status::NotFound("").ErrorCode();
   std::vector<size_t> missing;
@@ -868,7 +847,7 @@ void PeerEnv::ReadThroughGet(std::span<const Slice> keys, std::span<const Destin
   });
 }
 
-Status PeerEnv::ReadThroughGetString(const Slice& key, std::string* value,
+Status PeerRouter::ReadThroughGetString(const Slice& key, std::string* value,
                                      const PromoteFn& promote) {
   std::vector<int64_t> exists{0};
   ReadThroughExists(std::span<const Slice>(&key, 1), &exists);
@@ -890,7 +869,7 @@ Status PeerEnv::ReadThroughGetString(const Slice& key, std::string* value,
   return Status::NotFound("key not found locally or on any peer");
 }
 
-void PeerEnv::ReadThroughExists(std::span<const Slice> keys, std::vector<int64_t>* results) {
+void PeerRouter::ReadThroughExists(std::span<const Slice> keys, std::vector<int64_t>* results) {
   std::vector<size_t> absent;
   for (size_t i = 0; i < keys.size(); i++) {
     if ((*results)[i] == 0) absent.push_back(i);
@@ -912,7 +891,7 @@ void PeerEnv::ReadThroughExists(std::span<const Slice> keys, std::vector<int64_t
   });
 }
 
-Status PeerEnv::ReadThroughValueSize(const Slice& key, uint64_t* size) {
+Status PeerRouter::ReadThroughValueSize(const Slice& key, uint64_t* size) {
   const std::vector<Endpoint> peers = Members();
   std::mutex mu;
   bool found = false;
@@ -931,7 +910,7 @@ Status PeerEnv::ReadThroughValueSize(const Slice& key, uint64_t* size) {
   return found ? Status::OK() : Status::NotFound("no peer holds the key");
 }
 
-std::string PeerEnv::StatsText() const {
+std::string PeerRouter::StatsText() const {
   std::ostringstream out;
   out << "listen: " << self_ << "\n"
       << "mode: " << (options_.peer_mode == PeerMode::kSharded ? "sharded" : "read_through") << "\n"

@@ -1,4 +1,4 @@
-#include "env/etcd_client.h"
+#include "cluster/etcd_client.h"
 
 #include <algorithm>
 #include <chrono>

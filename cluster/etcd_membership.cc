@@ -1,4 +1,4 @@
-#include "env/etcd_membership.h"
+#include "cluster/etcd_membership.h"
 
 #include <algorithm>
 #include <chrono>
@@ -8,7 +8,7 @@
 #include <sstream>
 #include <thread>
 
-#include "env/etcd_client.h"
+#include "cluster/etcd_client.h"
 
 namespace kvengine {
 

@@ -13,8 +13,8 @@
 // it is how an owner stops a thread blocked in Watch.
 //
 // Thread-safety: calls may run from several threads at once; Interrupt from any.
-#ifndef KVENGINE_ENV_ETCD_CLIENT_H_
-#define KVENGINE_ENV_ETCD_CLIENT_H_
+#ifndef KVENGINE_CLUSTER_ETCD_CLIENT_H_
+#define KVENGINE_CLUSTER_ETCD_CLIENT_H_
 
 #include <atomic>
 #include <cstdint>
@@ -118,4 +118,4 @@ Status ParseClusterUrl(const std::string& url, std::vector<std::string>* endpoin
 
 }  // namespace kvengine
 
-#endif  // KVENGINE_ENV_ETCD_CLIENT_H_
+#endif  // KVENGINE_CLUSTER_ETCD_CLIENT_H_

@@ -1,0 +1,105 @@
+// ClusterDB: a DB over the local DB that spreads keys across hosts.
+//
+// RocksDB's StackableDB shape: ClusterDB wraps the DB of this host (a DBImpl, which knows
+// nothing of peers) and overrides the calls whose keys may live elsewhere; the rest
+// (buffers, Flush, CompactBuckets, the local properties) go straight to the local DB.
+// A call walks one way down: ClusterDB -> local DB -> tiers, or ClusterDB -> PeerRouter
+// -> transport -> a peer's server -> that peer's local DB.  Never back up.
+//
+//   read_through  keys are stored locally; a local miss is asked of every peer, the
+//                 first peer that has the key serves its bytes straight into the
+//                 caller's buffers, and the value is offered back to the local DB as a
+//                 cache fill (WriteOptions::fill_cache) when promote_from_peers.
+//   sharded       each key has an owner among the members (rendezvous hashing,
+//                 cluster/rendezvous.h); calls go to the owner, this host's keys to the
+//                 local DB.  DeleteByRegex and DeleteAll act on every member.
+//   replicated    sharded with a cluster or cluster_replicas > 1: R owners per key.
+// See cluster/peer_router.h for the details of each mode and docs/cluster.md.
+//
+// Peers' requests are served by the local DB (PeerRouter's server), not by ClusterDB:
+// a request that reaches this host is answered here and never forwarded.
+//
+// Thread-safety: as DB.
+#ifndef KVENGINE_CLUSTER_CLUSTER_DB_H_
+#define KVENGINE_CLUSTER_CLUSTER_DB_H_
+
+#include <memory>
+#include <string>
+
+#include "cluster/peer_router.h"
+#include "kvengine/db.h"
+#include "util/call_log.h"
+#include "util/logging.h"
+
+namespace kvengine {
+
+class ClusterDB final : public DB {
+ public:
+  // Parses the peer options and creates the transports, before the local DB is opened:
+  // the local DB's arena must be registered with them (Registrar).  Stores nullptr in
+  // *result when `options` name no peers, no cluster and no listen address.
+  static Status Create(const Options& options, std::unique_ptr<ClusterDB>* result);
+  ~ClusterDB() override;
+
+  // A registrar that registers memory with the transports, then with `next` (may be
+  // null): the local DB's Options::memory_registrar.
+  std::shared_ptr<MemoryRegistrar> Registrar(std::shared_ptr<MemoryRegistrar> next);
+
+  // Takes the opened local DB; serves it to the peers when Options::listen is set (`pin`
+  // pins a value of its memory tier, at `arena_base`, for one-sided reads) and joins the
+  // membership.  Called once, before any other call.
+  Status Start(std::unique_ptr<DB> local, PeerRouter::PinFn pin, const char* arena_base);
+
+  // Leaves the cluster and stops serving peers (draining their requests), then closes
+  // the local DB.
+  Status Close() override;
+
+  Status Put(const WriteOptions& options, const Slice& key, const Slice& value) override;
+  Status Get(const ReadOptions& options, const Slice& key, std::string* value) override;
+  Status GetInto(const ReadOptions& options, const Slice& key, MutableSlice buffer,
+                 size_t* value_size) override;
+  Status Delete(const WriteOptions& options, const Slice& key) override;
+  Status GetValueSize(const Slice& key, uint64_t* size) override;
+  Status BatchPut(const WriteOptions& options, std::span<const Slice> keys,
+                  std::span<const ValueParts> values, std::vector<int64_t>* results) override;
+  Status BatchGetInto(const ReadOptions& options, std::span<const Slice> keys,
+                      std::span<const Destination> destinations,
+                      std::vector<int64_t>* results) override;
+  Status BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) override;
+  Status BatchDelete(const WriteOptions& options, std::span<const Slice> keys,
+                     std::vector<int64_t>* results) override;
+  Status DeleteByRegex(const std::string& pattern, uint64_t* deleted) override;
+  Status DeleteAll(uint64_t* deleted) override;
+
+  // The local DB's.
+  Status RegisterBuffer(void* addr, size_t length) override;
+  Status UnregisterBuffer(void* addr) override;
+  Status Flush() override;
+  Status CompactBuckets(uint64_t* reclaimed_bytes) override;
+  void ResetPerf() override;
+  // "kvengine.peers" here (members, their health, the remote counters); every other
+  // property is the local DB's.
+  bool GetProperty(const std::string& name, std::string* value) override;
+
+ private:
+  explicit ClusterDB(const Options& options);
+
+  // True when key goes through the router: a key the local DB would refuse stays local,
+  // so that its error is the local DB's.
+  bool Routable(const Slice& key) const;
+  // Offers values a peer served to the local memory tier (read-through promotion).
+  void Promote(const Slice& key, std::span<const Slice> parts, uint64_t size);
+  PeerRouter::PromoteFn Promoter();
+
+  const Options options_;
+  Logger logger_;
+  ErrorCounters errors_;  // failed keys of routed calls, by kind
+  std::unique_ptr<PeerRouter> router_;
+  // Declared after router_, so destroyed first; Close() has stopped the router's server
+  // (which serves local_) by then.
+  std::unique_ptr<DB> local_;
+};
+
+}  // namespace kvengine
+
+#endif  // KVENGINE_CLUSTER_CLUSTER_DB_H_
