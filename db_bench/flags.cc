@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <span>
 #include <sstream>
 
 #include "db_bench/engine.h"
@@ -227,14 +229,199 @@ bool Fail(std::string* error, const std::string& flag, const std::string& value,
   return false;
 }
 
-}  // namespace
+// What the rules read beside the flags: what ValidateFlags has resolved before them.
+struct Resolved {
+  BenchConfig* config = nullptr;  // the benchmarks, the key space (num, requests)
+  kvengine::Options kvengine;     // --memory and --options, as kvengine reads them
+};
 
-bool ValidateFlags(BenchConfig* c, std::string* error) {
-  // Benchmarks.
+// A rule's message: fixed text, or text that names what ValidateFlags resolved.
+class RuleMessage {
+ public:
+  RuleMessage(const char* text) : text_(text) {}  // NOLINT(google-explicit-constructor)
+  template <typename Explain>
+  RuleMessage(Explain explain) : explain_(explain) {}  // NOLINT(google-explicit-constructor)
+
+  std::string For(const Resolved& r) const { return explain_ != nullptr ? explain_(r) : text_; }
+
+ private:
+  const char* text_ = "";
+  std::string (*explain_)(const Resolved&) = nullptr;
+};
+
+// One check of one flag: when `holds` is false, ValidateFlags fails with
+// "--<flag>=<value>: <message>".
+struct FlagRule {
+  const char* flag;  // its name, as DEFINE_* gave it
+  bool (*holds)(const Resolved&);
+  RuleMessage message;
+};
+
+// A flag's value as the messages show it: gflags' text, but a double as a stream prints
+// it (0.6, not gflags' 0.59999999999999998).
+std::string ShownValue(const char* flag) {
+  gflags::CommandLineFlagInfo info;
+  if (!gflags::GetCommandLineFlagInfo(flag, &info)) return "?";  // a rule naming no flag
+  if (info.type == "double") return Str(std::strtod(info.current_value.c_str(), nullptr));
+  return info.current_value;
+}
+
+template <typename T>
+bool InRange(T v, T lo, T hi) {
+  return v >= lo && v <= hi;  // false for NaN
+}
+
+bool Fraction(double v) { return InRange(v, 0.0, 1.0); }
+
+bool HasBenchmarkPrefix(const BenchConfig& c, const char* prefix) {
+  return std::any_of(c.benchmarks.begin(), c.benchmarks.end(),
+                     [&](const std::string& b) { return b.rfind(prefix, 0) == 0; });
+}
+
+// Digits of the largest key number: the shortest --key_size that tells num keys apart.
+uint64_t KeyDigits(uint64_t num) { return Str(num - 1).size(); }
+
+// "" when --peer is empty or names a server; else what is wrong with it.
+std::string PeerProblem() {
+  if (FLAGS_peer.empty()) return "";
+  kvengine::Endpoint ep;
+  kvengine::Status s = kvengine::Endpoint::Parse(FLAGS_peer, &ep);
+  if (!s.ok()) return s.ToString();
+  return ep.port == 0 ? "port 0 names no server" : "";
+}
+
+// "" when --auth_token_file is empty or holds a token; else why it does not.
+std::string AuthTokenProblem() {
+  if (FLAGS_auth_token_file.empty()) return "";
+  std::string token;
+  kvengine::Status s = kvengine::ReadAuthTokenFile(FLAGS_auth_token_file, &token);
+  return s.ok() ? "" : s.ToString();
+}
+
+// The rules are checked table by table, row by row, in the order written: with several
+// bad flags, the first row that fails names the one reported.
+
+// Rules of the flags alone.
+const FlagRule kFlagRules[] = {
+    {"engine",
+     [](const Resolved&) {
+       return FLAGS_engine == "kvengine" || FLAGS_engine == "rocksdb" || FLAGS_engine == "both";
+     },
+     "must be kvengine, rocksdb or both"},
+    {"engine", [](const Resolved&) { return FLAGS_engine == "kvengine" || HaveRocksDB(); },
+     "this kv_bench was built without RocksDB (librocksdb-dev not found)"},
+    {"value_size",
+     [](const Resolved&) { return InRange<uint64_t>(FLAGS_value_size, 1, 1ull << 30); },
+     "must be in [1, 1073741824]"},
+    {"key_size", [](const Resolved&) { return InRange<uint64_t>(FLAGS_key_size, 1, 4096); },
+     "must be in [1, 4096]"},
+    {"batch_size", [](const Resolved&) { return InRange<uint64_t>(FLAGS_batch_size, 1, 65536); },
+     "must be in [1, 65536]"},
+    {"num_layers", [](const Resolved&) { return InRange<uint64_t>(FLAGS_num_layers, 1, 65536); },
+     "must be in [1, 65536]"},
+    {"threads", [](const Resolved&) { return InRange<uint64_t>(FLAGS_threads, 1, 1024); },
+     "must be in [1, 1024]"},
+    {"duration", [](const Resolved&) { return InRange(FLAGS_duration, 0.0, 86400.0 * 7); },
+     "must be in [0, 604800] seconds"},
+    {"progress_interval", [](const Resolved&) { return FLAGS_progress_interval >= 0; },
+     "must be >= 0"},
+    {"rocksdb_min_blob_size",
+     [](const Resolved&) { return FLAGS_rocksdb_min_blob_size <= (1ull << 30); },
+     "must be at most 1 GiB"},
+    {"rocksdb_blob_file_size",
+     [](const Resolved&) { return FLAGS_rocksdb_blob_file_size >= (1ull << 20); },
+     "must be at least 1 MiB"},
+    {"gc_delete_fraction", [](const Resolved&) { return Fraction(FLAGS_gc_delete_fraction); },
+     "must be in [0, 1]"},
+    {"gc_write_fraction", [](const Resolved&) { return Fraction(FLAGS_gc_write_fraction); },
+     "must be in [0, 1]"},
+    {"compact_delete_fraction",
+     [](const Resolved&) { return Fraction(FLAGS_compact_delete_fraction); }, "must be in [0, 1]"},
+    {"gc_write_fraction",
+     [](const Resolved&) { return FLAGS_gc_delete_fraction + FLAGS_gc_write_fraction <= 1; },
+     "--gc_delete_fraction + --gc_write_fraction must be at most 1"},
+};
+
+// Rules against kvengine's limits, once its options are resolved.
+const FlagRule kLimitRules[] = {
+    {"value_size", [](const Resolved& r) { return FLAGS_value_size <= r.kvengine.max_value_size; },
+     [](const Resolved& r) {
+       return "larger than kvengine's max_value_size " + Str(r.kvengine.max_value_size);
+     }},
+    {"key_size", [](const Resolved& r) { return FLAGS_key_size <= r.kvengine.max_key_size; },
+     [](const Resolved& r) {
+       return "larger than kvengine's max_key_size " + Str(r.kvengine.max_key_size);
+     }},
+    {"batch_size",
+     [](const Resolved& r) {
+       return FLAGS_batch_size <= r.kvengine.max_batch_size &&
+              FLAGS_num_layers <= r.kvengine.max_batch_size;
+     },
+     [](const Resolved& r) {
+       return "--batch_size and --num_layers must be at most kvengine's max_batch_size " +
+              Str(r.kvengine.max_batch_size);
+     }},
+};
+
+// Rules against the key space, once --num is resolved.
+const FlagRule kKeySpaceRules[] = {
+    {"key_size", [](const Resolved& r) { return KeyDigits(r.config->num) <= FLAGS_key_size; },
+     [](const Resolved& r) {
+       return "too short for " + Str(r.config->num) + " distinct keys (needs " +
+              Str(KeyDigits(r.config->num)) + ")";
+     }},
+    {"batch_size", [](const Resolved& r) { return FLAGS_batch_size <= r.config->num; },
+     [](const Resolved& r) {
+       return "larger than the key space (--num=" + Str(r.config->num) + ")";
+     }},
+    {"threads",
+     [](const Resolved& r) {
+       return !HasBenchmarkPrefix(*r.config, "vllm_") || FLAGS_threads <= r.config->requests;
+     },
+     [](const Resolved& r) {
+       return "more threads than vLLM requests (" + Str(r.config->requests) +
+              " = --num / --num_layers); raise --num or lower --threads";
+     }},
+    {"threads", [](const Resolved& r) { return FLAGS_threads <= r.config->num; },
+     [](const Resolved& r) { return "more threads than keys (--num=" + Str(r.config->num) + ")"; }},
+};
+
+// Rules of the peer, the DB directory and the run's shape (the flags alone, checked last).
+const FlagRule kSetupRules[] = {
+    {"peer", [](const Resolved&) { return PeerProblem().empty(); },
+     [](const Resolved&) { return PeerProblem(); }},
+    {"peer_transport",
+     [](const Resolved&) {
+       return FLAGS_peer_transport == "tcp" || FLAGS_peer_transport == "rdma" ||
+              FLAGS_peer_transport == "auto";
+     },
+     "must be tcp, rdma or auto"},
+    {"auth_token_file", [](const Resolved&) { return AuthTokenProblem().empty(); },
+     [](const Resolved&) { return AuthTokenProblem(); }},
+    {"use_existing_db", [](const Resolved&) { return !FLAGS_use_existing_db || !FLAGS_db.empty(); },
+     "needs --db (the default DB is a fresh one)"},
+    {"attach", [](const Resolved&) { return FLAGS_attach.empty() || FLAGS_engine == "kvengine"; },
+     "only with --engine=kvengine"},
+    {"compare_in_process",
+     [](const Resolved&) { return !FLAGS_compare_in_process || !FLAGS_attach.empty(); },
+     "only with --attach"},
+    {"repeat", [](const Resolved&) { return InRange<uint64_t>(FLAGS_repeat, 1, 1000); },
+     "must be in [1, 1000]"},
+};
+
+bool CheckRules(std::span<const FlagRule> rules, const Resolved& r, std::string* error) {
+  for (const FlagRule& rule : rules) {
+    if (!rule.holds(r)) return Fail(error, rule.flag, ShownValue(rule.flag), rule.message.For(r));
+  }
+  return true;
+}
+
+// --benchmarks into config->benchmarks: every name known, at least one.
+bool ResolveBenchmarks(BenchConfig* c, std::string* error) {
+  const auto& known = KnownBenchmarks();
   std::stringstream list(FLAGS_benchmarks);
   for (std::string name; std::getline(list, name, ',');) {
     if (name.empty()) continue;
-    const auto& known = KnownBenchmarks();
     if (std::find(known.begin(), known.end(), name) == known.end()) {
       std::string all;
       for (const auto& k : known) all += (all.empty() ? "" : ",") + k;
@@ -244,66 +431,14 @@ bool ValidateFlags(BenchConfig* c, std::string* error) {
     c->benchmarks.push_back(name);
   }
   if (c->benchmarks.empty()) return Fail(error, "benchmarks", FLAGS_benchmarks, "no benchmark");
+  return true;
+}
 
-  // Engines.
-  if (FLAGS_engine == "kvengine") {
-    c->engines = {"kvengine"};
-  } else if (FLAGS_engine == "rocksdb") {
-    c->engines = {"rocksdb"};
-  } else if (FLAGS_engine == "both") {
-    c->engines = {"kvengine", "rocksdb"};
-  } else {
-    return Fail(error, "engine", FLAGS_engine, "must be kvengine, rocksdb or both");
-  }
-  if (FLAGS_engine != "kvengine" && !HaveRocksDB()) {
-    return Fail(error, "engine", FLAGS_engine,
-                "this kv_bench was built without RocksDB (librocksdb-dev not found)");
-  }
-
-  // Sizes.
-  if (FLAGS_value_size < 1 || FLAGS_value_size > (1ull << 30)) {
-    return Fail(error, "value_size", Str(FLAGS_value_size), "must be in [1, 1073741824]");
-  }
-  if (FLAGS_key_size < 1 || FLAGS_key_size > 4096) {
-    return Fail(error, "key_size", Str(FLAGS_key_size), "must be in [1, 4096]");
-  }
-  if (FLAGS_batch_size < 1 || FLAGS_batch_size > 65536) {
-    return Fail(error, "batch_size", Str(FLAGS_batch_size), "must be in [1, 65536]");
-  }
-  if (FLAGS_num_layers < 1 || FLAGS_num_layers > 65536) {
-    return Fail(error, "num_layers", Str(FLAGS_num_layers), "must be in [1, 65536]");
-  }
-  if (FLAGS_threads < 1 || FLAGS_threads > 1024) {
-    return Fail(error, "threads", Str(FLAGS_threads), "must be in [1, 1024]");
-  }
-  if (!(FLAGS_duration >= 0) || FLAGS_duration > 86400 * 7) {
-    return Fail(error, "duration", Str(FLAGS_duration), "must be in [0, 604800] seconds");
-  }
-  if (!(FLAGS_progress_interval >= 0)) {
-    return Fail(error, "progress_interval", Str(FLAGS_progress_interval), "must be >= 0");
-  }
-  if (FLAGS_rocksdb_min_blob_size > (1ull << 30)) {
-    return Fail(error, "rocksdb_min_blob_size", Str(FLAGS_rocksdb_min_blob_size),
-                "must be at most 1 GiB");
-  }
-  if (FLAGS_rocksdb_blob_file_size < (1ull << 20)) {
-    return Fail(error, "rocksdb_blob_file_size", Str(FLAGS_rocksdb_blob_file_size),
-                "must be at least 1 MiB");
-  }
-  for (auto [name, v] :
-       {std::pair<const char*, double>{"gc_delete_fraction", FLAGS_gc_delete_fraction},
-        {"gc_write_fraction", FLAGS_gc_write_fraction},
-        {"compact_delete_fraction", FLAGS_compact_delete_fraction}}) {
-    if (!(v >= 0 && v <= 1)) return Fail(error, name, Str(v), "must be in [0, 1]");
-  }
-  if (FLAGS_gc_delete_fraction + FLAGS_gc_write_fraction > 1) {
-    return Fail(error, "gc_write_fraction", Str(FLAGS_gc_write_fraction),
-                "--gc_delete_fraction + --gc_write_fraction must be at most 1");
-  }
-
-  // The memory budget and kvengine's options, checked by kvengine itself.
-  kvengine::Options scratch;
-  kvengine::Status s = scratch.Set("memory_capacity_bytes", FLAGS_memory);
+// --memory, --cluster and --options, checked by kvengine itself, into r->kvengine,
+// config->kvengine_options and config->memory_budget.
+bool ResolveKvengineOptions(Resolved* r, std::string* error) {
+  BenchConfig* c = r->config;
+  kvengine::Status s = r->kvengine.Set("memory_capacity_bytes", FLAGS_memory);
   if (!s.ok()) return Fail(error, "memory", FLAGS_memory, s.ToString());
   if (!FLAGS_options.empty()) {
     std::string why;
@@ -317,78 +452,33 @@ bool ValidateFlags(BenchConfig* c, std::string* error) {
                                {{"cluster", FLAGS_cluster}, {"peer_mode", "sharded"}});
   }
   for (const auto& [name, value] : c->kvengine_options) {
-    s = scratch.Set(name, value);
+    s = r->kvengine.Set(name, value);
     if (!s.ok()) return Fail(error, "options", FLAGS_options, s.ToString());
   }
-  s = scratch.Validate();
+  s = r->kvengine.Validate();
   if (!s.ok()) return Fail(error, "options", FLAGS_options, s.ToString());
-  c->memory_budget = scratch.memory_capacity_bytes;
-  if (FLAGS_value_size > scratch.max_value_size) {
-    return Fail(error, "value_size", Str(FLAGS_value_size),
-                "larger than kvengine's max_value_size " + Str(scratch.max_value_size));
-  }
-  if (FLAGS_key_size > scratch.max_key_size) {
-    return Fail(error, "key_size", Str(FLAGS_key_size),
-                "larger than kvengine's max_key_size " + Str(scratch.max_key_size));
-  }
-  if (FLAGS_batch_size > scratch.max_batch_size || FLAGS_num_layers > scratch.max_batch_size) {
-    return Fail(error, "batch_size", Str(FLAGS_batch_size),
-                "--batch_size and --num_layers must be at most kvengine's max_batch_size " +
-                    Str(scratch.max_batch_size));
-  }
+  c->memory_budget = r->kvengine.memory_capacity_bytes;
+  return true;
+}
 
-  // The key space.
+// config->num (--num, or as many values as fill half the memory budget) and the vLLM
+// requests it makes.
+void ResolveKeySpace(BenchConfig* c) {
   c->num = FLAGS_num;
   if (c->num == 0) {
     c->num = std::max<uint64_t>({c->memory_budget / 2 / FLAGS_value_size, FLAGS_num_layers,
                                  FLAGS_batch_size, FLAGS_threads});
   }
-  const uint64_t digits = Str(c->num - 1).size();
-  if (digits > FLAGS_key_size) {
-    return Fail(error, "key_size", Str(FLAGS_key_size),
-                "too short for " + Str(c->num) + " distinct keys (needs " + Str(digits) + ")");
-  }
-  if (FLAGS_batch_size > c->num) {
-    return Fail(error, "batch_size", Str(FLAGS_batch_size),
-                "larger than the key space (--num=" + Str(c->num) + ")");
-  }
   c->requests = std::max<uint64_t>(c->num / FLAGS_num_layers, 1);
-  auto has = [&](const char* prefix) {
-    return std::any_of(c->benchmarks.begin(), c->benchmarks.end(),
-                       [&](const std::string& b) { return b.rfind(prefix, 0) == 0; });
-  };
-  if (has("vllm_") && FLAGS_threads > c->requests) {
-    return Fail(error, "threads", Str(FLAGS_threads),
-                "more threads than vLLM requests (" + Str(c->requests) +
-                    " = --num / --num_layers); raise --num or lower --threads");
-  }
-  if (FLAGS_threads > c->num) {
-    return Fail(error, "threads", Str(FLAGS_threads),
-                "more threads than keys (--num=" + Str(c->num) + ")");
-  }
+}
 
-  // The peer.
-  if (!FLAGS_peer.empty()) {
-    kvengine::Endpoint ep;
-    s = kvengine::Endpoint::Parse(FLAGS_peer, &ep);
-    if (!s.ok()) return Fail(error, "peer", FLAGS_peer, s.ToString());
-    if (ep.port == 0) return Fail(error, "peer", FLAGS_peer, "port 0 names no server");
+// The checked flags that BenchConfig carries as they are, and the engines they run.
+void CopyCheckedFlags(BenchConfig* c) {
+  if (FLAGS_engine == "both") {
+    c->engines = {"kvengine", "rocksdb"};
+  } else {
+    c->engines = {FLAGS_engine};
   }
-  if (FLAGS_peer_transport != "tcp" && FLAGS_peer_transport != "rdma" &&
-      FLAGS_peer_transport != "auto") {
-    return Fail(error, "peer_transport", FLAGS_peer_transport, "must be tcp, rdma or auto");
-  }
-  if (!FLAGS_auth_token_file.empty()) {
-    std::string token;
-    s = kvengine::ReadAuthTokenFile(FLAGS_auth_token_file, &token);
-    if (!s.ok()) return Fail(error, "auth_token_file", FLAGS_auth_token_file, s.ToString());
-  }
-
-  // The DB directory.
-  if (FLAGS_use_existing_db && FLAGS_db.empty()) {
-    return Fail(error, "use_existing_db", "true", "needs --db (the default DB is a fresh one)");
-  }
-
   c->value_size = FLAGS_value_size;
   c->key_size = FLAGS_key_size;
   c->batch_size = FLAGS_batch_size;
@@ -416,21 +506,22 @@ bool ValidateFlags(BenchConfig* c, std::string* error) {
   c->failover_pid = FLAGS_failover_pid;
   c->peer_transport = FLAGS_peer_transport;
   c->attach = FLAGS_attach;
-  if (!c->attach.empty() && FLAGS_engine != "kvengine") {
-    return Fail(error, "attach", FLAGS_attach, "only with --engine=kvengine");
-  }
   c->compare_in_process = FLAGS_compare_in_process;
-  if (c->compare_in_process) {
-    if (c->attach.empty()) {
-      return Fail(error, "compare_in_process", "true", "only with --attach");
-    }
-    c->engines = {"kvengine", "attached"};
-  }
-  if (FLAGS_repeat < 1 || FLAGS_repeat > 1000) {
-    return Fail(error, "repeat", Str(FLAGS_repeat), "must be in [1, 1000]");
-  }
+  if (c->compare_in_process) c->engines = {"kvengine", "attached"};
   c->repeat = FLAGS_repeat;
   c->auth_token_file = FLAGS_auth_token_file;
+}
+
+}  // namespace
+
+bool ValidateFlags(BenchConfig* c, std::string* error) {
+  Resolved r;
+  r.config = c;
+  if (!ResolveBenchmarks(c, error) || !CheckRules(kFlagRules, r, error)) return false;
+  if (!ResolveKvengineOptions(&r, error) || !CheckRules(kLimitRules, r, error)) return false;
+  ResolveKeySpace(c);
+  if (!CheckRules(kKeySpaceRules, r, error) || !CheckRules(kSetupRules, r, error)) return false;
+  CopyCheckedFlags(c);
   return true;
 }
 

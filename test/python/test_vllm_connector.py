@@ -10,6 +10,7 @@ torch = pytest.importorskip(
 
 import kvengine  # noqa: E402
 from kvengine.vllm import connector as conn_mod  # noqa: E402
+from kvengine.vllm import scheduler as sched_mod, store as store_mod  # noqa: E402
 from kvengine.vllm.connector import KVEngineConnector, KVEngineConnectorMetadata  # noqa: E402
 from kvengine.vllm._vllm_compat import (KVConnectorBase_V1, KVConnectorRole,  # noqa: E402
                                         SupportsHMA, supports_hma)
@@ -159,7 +160,7 @@ def test_saved_blocks_survive_a_restart(store_path):
     prefill_on(a, req, ids_a)
     saved = [a.block(i) for i in ids_a]
     a.close()  # the last user of the store: it is closed
-    assert store_path not in conn_mod._stores
+    assert store_path not in store_mod._stores
 
     b = Instance(store_path, layout)  # a restarted instance: the store is opened anew
     try:
@@ -182,10 +183,10 @@ def test_todays_flash_attention_shape_is_accepted(store_path):
     try:
         nhd = torch.zeros(48, 16, 4, 128, dtype=torch.bfloat16).permute(0, 2, 1, 3)
         w.register_kv_caches({"l0": nhd, "l1": torch.zeros(48, 4, 16, 128)})
-        tags = [la.geometry.tag for la in w._layers]
+        tags = [la.geometry.tag for la in w.connector_worker._layers]
         assert tags == ["N16H4C128", "H4N16C128"]
         # The key names the byte order, so NHD and HND caches never share a key.
-        assert w._layout_tag == "N16H4C128+H4N16C128"
+        assert w.connector_worker._layout_tag == "N16H4C128+H4N16C128"
     finally:
         w.shutdown()
 
@@ -250,8 +251,7 @@ def test_partial_hit_misses_and_other_models(store_path):
         prefill_on(a, req, list(range(6)))
         db = a.sched._db
         # One layer of block 3 gone is enough to end the prefix there.
-        assert db.remove(a.worker._layer_key(a.worker._layers[1],
-                                             req.block_hashes[3].hex())) == 0
+        assert db.remove(a.worker.block_key(req.block_hashes[3].hex(), layer=1)) == 0
         probe = a.request("r2", prompt(6 * BS, seed=2))
         assert a.sched.get_num_new_matched_tokens(probe, 0) == (3 * BS, False)
         longer = a.request("r3", prompt(6 * BS, seed=2) + [1] * (3 * BS))
@@ -290,8 +290,8 @@ def test_block_vanishing_between_lookup_and_load(store_path, policy):
         req_b.num_computed_tokens = matched
         # Between the scheduler's lookup and the load, block 2 is evicted.
         db = b.sched._db
-        for layer in b.worker._layers:
-            assert db.remove(b.worker._layer_key(layer, req.block_hashes[2].hex())) == 0
+        for layer in range(len(b.caches)):
+            assert db.remove(b.worker.block_key(req.block_hashes[2].hex(), layer)) == 0
         fk.run_worker_step(b.worker, meta, b.caches, "blocks_first")
         failed = b.worker.get_block_ids_with_load_errors()
         assert failed == {7}
@@ -316,8 +316,7 @@ def test_wrong_size_value_is_a_load_error(store_path):
         again = a.request("r2", prompt(2 * BS + 1, seed=12))
         _, meta = a.schedule_new(again, [5, 6, 7])
         db = a.sched._db
-        assert db.put(a.worker._layer_key(a.worker._layers[2],
-                                          req.block_hashes[0].hex()), b"short") == 0
+        assert db.put(a.worker.block_key(req.block_hashes[0].hex(), layer=2), b"short") == 0
         fk.run_worker_step(a.worker, meta, a.caches, "flash_legacy")
         assert a.worker.get_block_ids_with_load_errors() == {5}
     finally:
@@ -350,7 +349,8 @@ def test_preemption_and_resume(store_path):
         for i, bid in enumerate([12, 13, 14]):
             assert same_bytes(a.block(i)[0], b.block(bid)[0])
         meta = b.sched.build_connector_meta(fk.new_step(finished={"rb"}))
-        assert meta.finished_req_ids == ["rb"] and "rb" not in b.sched._requests
+        assert meta.finished_req_ids == ["rb"]
+        assert "rb" not in b.sched.connector_scheduler._requests
     finally:
         a.close()
         b.close()
@@ -435,14 +435,14 @@ def test_first_layer_is_ready_while_the_last_is_loading(store_path):
         prefill_on(a, req, [0, 1, 2])
         _, meta = b.schedule_new(b.request("r2", prompt(3 * BS, seed=13)), [3, 4, 5])
         gate = GatedStore(b.worker._db, gated=3)
-        b.worker._db = gate
+        b.worker.connector_worker._db = gate
         b.worker.bind_connector_metadata(meta)
         b.worker.start_load_kv(fk.Forward())
         names = list(b.caches)
         b.worker.wait_for_layer_load(names[0])  # returns although layer 3 is held back
         assert same_bytes(a.block(0)[0], b.block(3)[0])
         assert gate.reached.wait(WAIT)
-        job = b.worker._load_job
+        job = b.worker.connector_worker._load_job
         assert not job.events[3].is_set() and not b.block(3)[3].any()
         gate.release.set()
         b.worker.wait_for_layer_load(names[3])
@@ -467,10 +467,11 @@ def test_saves_start_per_layer(store_path):
         a.worker.start_load_kv(fk.Forward())
         first = list(a.caches)[0]
         a.worker.save_kv_layer(first, a.caches[first], None)
-        a.worker._save_futures[0].result(WAIT)  # layer 0 stored before layer 1 "runs"
-        key = a.worker._layer_key(a.worker._layers[0], req.block_hashes[0].hex())
+        # Layer 0 is stored before layer 1 "runs".
+        a.worker.connector_worker._save_futures[0].result(WAIT)
+        key = a.worker.block_key(req.block_hashes[0].hex(), layer=0)
         assert a.sched._db.is_exist(key) == 1
-        key1 = a.worker._layer_key(a.worker._layers[1], req.block_hashes[0].hex())
+        key1 = a.worker.block_key(req.block_hashes[0].hex(), layer=1)
         assert a.sched._db.is_exist(key1) == 0
         a.worker.wait_for_save()  # saves the layers vLLM did not hand over
         assert a.sched._db.is_exist(key1) == 1
@@ -481,7 +482,7 @@ def test_saves_start_per_layer(store_path):
 
 def test_hash_seed_warning(store_path, monkeypatch, caplog):
     monkeypatch.delenv("PYTHONHASHSEED")
-    monkeypatch.setattr(conn_mod, "_hash_seed_warned", False)
+    monkeypatch.setattr(sched_mod, "_hash_seed_warned", False)
     with caplog.at_level(logging.WARNING, logger="kvengine.vllm"):
         a = Instance(store_path, "flash_nhd")
         b = Instance(store_path, "flash_nhd")
@@ -515,7 +516,7 @@ def test_stats_and_prometheus_metrics(store_path):
         req = a.request("r1", prompt(3 * BS, seed=16))
         prefill_on(a, req, [0, 1, 2])
         saved = a.worker.get_kv_connector_stats()
-        per_block = sum(la.geometry.block_bytes for la in a.worker._layers)
+        per_block = sum(la.geometry.block_bytes for la in a.worker.connector_worker._layers)
         assert saved.data["saved_blocks"] == 3 and saved.data["saved_bytes"] == 3 * per_block
         assert len(saved.data["save_seconds"]) == 1
         assert a.worker.get_kv_connector_stats() is None  # reset by the call
@@ -546,7 +547,7 @@ def _steps_stats(path, seed):
         saved = a.worker.get_kv_connector_stats()
         _, meta = b.schedule_new(b.request("r2", prompt(3 * BS, seed=seed)), [3, 4, 5])
         fk.run_worker_step(b.worker, meta, b.caches, "flash_nhd")
-        per_block = sum(la.geometry.block_bytes for la in a.worker._layers)
+        per_block = sum(la.geometry.block_bytes for la in a.worker.connector_worker._layers)
         return [b.sched.get_kv_connector_stats(), b.worker.get_kv_connector_stats(),
                 saved], per_block
     finally:
@@ -686,6 +687,6 @@ def test_one_store_per_process(store_path):
     a.close()
     assert b.sched._db.is_open
     b.close()
-    assert store_path not in conn_mod._stores
+    assert store_path not in store_mod._stores
     with kvengine.open(store_path, memory_capacity_bytes="16MiB", prefault_memory=False):
         pass  # the LOCK was released

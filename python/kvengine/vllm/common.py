@@ -1,0 +1,149 @@
+"""What the connector's scheduler side and worker side share: the metadata one sends the
+other each step, and how both spell a block's keys (docs/vllm.md, "Keys and values").
+
+    <model>@<dtype>@<layout tag>@bs<block_size>@tp<r>of<n>@pp<r>of<n>/L<layer>/<block hash>
+
+The layout tag is known only to the workers (it comes from the registered tensors); each
+worker publishes it under its engine's id (LayoutRecords) and the scheduler side reads it
+back before its first lookup, so both sides build the same keys.
+"""
+
+import dataclasses
+from typing import Optional
+
+from ._vllm_compat import HAVE_VLLM, KVConnectorMetadata, KVConnectorRole
+
+
+def attr_of(obj, name, default=None):
+    """obj.name, or default when obj is None or lacks it (vLLM's objects gain and lose
+    members between versions)."""
+    return getattr(obj, name, default) if obj is not None else default
+
+
+def block_id_groups(block_ids):
+    """vLLM passes block ids per KV-cache group, tuple[list[int], ...] (older vLLM: one
+    flat list); returned as a list of lists."""
+    if block_ids is None:
+        return []
+    if len(block_ids) > 0 and isinstance(block_ids[0], (list, tuple)):
+        return [list(g) for g in block_ids]
+    return [list(block_ids)]
+
+
+def regex_escape(text):
+    """Escapes the ECMAScript regex metacharacters (the engine's DeleteByRegex syntax)."""
+    return "".join("\\" + c if c in "\\^$.|?*+()[]{}" else c for c in text)
+
+
+# ------------------------------------------------------------------ metadata
+
+
+@dataclasses.dataclass
+class BlockTransfer:
+    """Blocks of one request to load or save: position i of the request's run holds
+    block block_ids[g][i] in KV-cache group g and is hashed block_hashes[i] (hex)."""
+
+    req_id: str
+    block_ids: list  # one list per KV-cache group
+    block_hashes: list
+
+
+@dataclasses.dataclass
+class KVEngineConnectorMetadata(KVConnectorMetadata):
+    """What the scheduler-side connector tells the workers for one step (picklable)."""
+
+    loads: list = dataclasses.field(default_factory=list)  # list[BlockTransfer]
+    saves: list = dataclasses.field(default_factory=list)  # list[BlockTransfer]
+    preempted_req_ids: list = dataclasses.field(default_factory=list)
+    finished_req_ids: list = dataclasses.field(default_factory=list)
+
+
+# ------------------------------------------------------------------ keys
+
+
+class KeyScheme:
+    """The parts of every key of one vLLM instance, from its config: model and dtype,
+    block size, parallel shape, the instance's engine id, and this process's rank."""
+
+    def __init__(self, vllm_config, kv_transfer_config, extra, role):
+        model_config = attr_of(vllm_config, "model_config")
+        cache_config = attr_of(vllm_config, "cache_config")
+        parallel_config = attr_of(vllm_config, "parallel_config")
+        self.block_size = int(attr_of(cache_config, "block_size", 16))
+        model = extra.get("model_name") or attr_of(model_config, "model", "model")
+        dtype = attr_of(cache_config, "cache_dtype", "auto")
+        if dtype in (None, "auto"):
+            dtype = str(attr_of(model_config, "dtype", "auto")).replace("torch.", "")
+        self.tp_size = int(attr_of(parallel_config, "tensor_parallel_size", 1))
+        self.pp_size = int(attr_of(parallel_config, "pipeline_parallel_size", 1))
+        self.key_model = "%s@%s" % (str(model).replace("/", "--"), dtype)
+        # The instance's id, shared by its scheduler and its workers (vLLM: a uuid per
+        # instance unless set); it names the layout record the workers publish.
+        self.engine_id = str(extra.get("engine_id")
+                             or attr_of(kv_transfer_config, "engine_id", None) or "default")
+        self.tp_rank, self.pp_rank = _this_rank(extra, role)
+
+    def ranks(self):
+        """Every (tp, pp) rank of the instance: the ranks a block must be stored on."""
+        return [(t, p) for p in range(self.pp_size) for t in range(self.tp_size)]
+
+    def rank_prefix(self, tag, tp, pp):
+        return "%s@%s@bs%d@tp%dof%d@pp%dof%d" % (self.key_model, tag, self.block_size, tp,
+                                                self.tp_size, pp, self.pp_size)
+
+    def layer_key(self, prefix, layer, block_hash):
+        """The key of one block of one layer, under a rank_prefix."""
+        return "%s/L%d/%s" % (prefix, layer, block_hash)
+
+    def layout_record_key(self, tp, pp):
+        return "%s@bs%d@tp%dof%d@pp%dof%d/engine-layout/%s" % (
+            self.key_model, self.block_size, tp, self.tp_size, pp, self.pp_size,
+            self.engine_id)
+
+    def model_blocks_pattern(self):
+        """A regex matching, whole, every block key of this model and dtype (every rank
+        and layout), and no layout record."""
+        return regex_escape(self.key_model) + "@[^/]*/L[0-9]+/.*"
+
+
+def _this_rank(extra, role):
+    """(tp, pp) of this process: kv_connector_extra_config's, else a worker's from vLLM's
+    parallel groups, else 0."""
+    tp = extra.get("tp_rank")
+    pp = extra.get("pp_rank")
+    if (tp is None or pp is None) and HAVE_VLLM and role == KVConnectorRole.WORKER:
+        try:  # pragma: no cover - needs vLLM's distributed state
+            from vllm.distributed.parallel_state import get_pp_group, get_tp_group
+
+            tp = get_tp_group().rank_in_group if tp is None else tp
+            pp = get_pp_group().rank_in_group if pp is None else pp
+        except Exception:  # noqa: BLE001 -- not initialized: single rank
+            pass
+    return int(tp or 0), int(pp or 0)
+
+
+class LayoutRecords:
+    """The layout record of each rank of an instance: its layout tag and number of layers,
+    published by that rank's worker when it registers its caches, read back by whoever
+    forms that rank's keys without its tensors.  Found records are kept: a rank's layout
+    does not change while its instance runs."""
+
+    def __init__(self, keys: KeyScheme):
+        self._keys = keys
+        self._found = {}  # (tp, pp) -> (layout tag, number of layers)
+
+    def publish(self, db, tp, pp, tag, num_layers):
+        """Stores this rank's record; the store's status code (0: stored)."""
+        record = ("%s\n%d" % (tag, num_layers)).encode()
+        return db.put(self._keys.layout_record_key(tp, pp), record)
+
+    def lookup(self, db, tp, pp) -> Optional[tuple]:
+        """(layout tag, number of layers) of one rank; None until its worker published."""
+        found = self._found.get((tp, pp))
+        if found is None:
+            raw = db.get(self._keys.layout_record_key(tp, pp))
+            if not raw:
+                return None
+            tag, count = bytes(raw).decode().split("\n")
+            found = self._found[(tp, pp)] = (tag, int(count))
+        return found

@@ -1,0 +1,279 @@
+"""KVEngineScheduler: the connector's scheduler side (vLLM's scheduler process).
+
+get_num_new_matched_tokens asks the store (one batch_is_exist over the request's remaining
+blocks, every layer of every rank) for the longest present prefix; build_connector_meta
+turns the step's scheduler output into the picklable metadata the workers act on.
+"""
+
+import dataclasses
+import logging
+import os
+from typing import Any, Optional
+
+import kvengine
+
+from .common import (BlockTransfer, KeyScheme, KVEngineConnectorMetadata, LayoutRecords,
+                     attr_of, block_id_groups)
+
+logger = logging.getLogger("kvengine.vllm")
+
+HASH_SEED_WARNING = (
+    "kvengine: PYTHONHASHSEED is not set, so vLLM seeds its block hashes with a random "
+    "value in each engine process (init_none_hash): blocks this instance saves are never "
+    "found by another vLLM instance or after a restart. Set PYTHONHASHSEED to the same "
+    "value (for example PYTHONHASHSEED=0) in the environment of every vLLM instance that "
+    "shares this store.")
+
+FAIL_POLICY_WARNING = (
+    "kvengine: kv_load_failure_policy is 'fail' (vLLM's default): a block evicted between "
+    "the scheduler's lookup and the load fails its request. Set "
+    "kv_load_failure_policy='recompute' in kv_transfer_config to recompute it instead.")
+
+_hash_seed_warned = False
+
+
+@dataclasses.dataclass
+class _RequestState:
+    """Scheduler-side bookkeeping of one request."""
+
+    request: Any
+    block_ids: list = dataclasses.field(default_factory=list)  # per group
+    saved_blocks: int = 0  # blocks [0, saved_blocks) were handed to the workers to save
+    local_computed_tokens: int = 0  # from get_num_new_matched_tokens
+    pending_load: Optional[BlockTransfer] = None
+
+
+def _hash_hex(h):
+    """vLLM's block hash as hex: bytes (BlockHash, sha256), an int (older vLLM, or the
+    builtin hash), or an object with hash_value (older BlockHashType)."""
+    if isinstance(h, (bytes, bytearray, memoryview)):
+        return bytes(h).hex()
+    if isinstance(h, str):
+        return h
+    if isinstance(h, int):
+        return "%x" % (h % (1 << 128))
+    if hasattr(h, "hash_value"):
+        return _hash_hex(h.hash_value)
+    raise TypeError("unsupported block hash type %s" % type(h).__name__)
+
+
+def _request_hashes(request):
+    hashes = attr_of(request, "block_hashes", None)
+    if hashes is None:
+        return []
+    return [_hash_hex(h) for h in hashes]
+
+
+def _publishable(request, count):
+    """vLLM main: only the first num_publishable_block_hashes hashes of a request may
+    be stored by content (the rest may still change, e.g. EAGLE's draft KV)."""
+    limit = attr_of(request, "num_publishable_block_hashes", None)
+    return count if limit is None else min(count, int(limit))
+
+
+class KVEngineScheduler:
+    """What the scheduler-side KVEngineConnector does: lookups, the requests' block
+    bookkeeping, and each step's metadata.  Called from vLLM's scheduler thread only.
+
+    db is the process's handle on the store (store.acquire_store), record adds to the
+    connector's interval stats."""
+
+    def __init__(self, kv_transfer_config: Any, keys: KeyScheme, db, record):
+        self._keys = keys
+        self._db = db
+        self._record = record
+        self._kv_role = attr_of(kv_transfer_config, "kv_role", "kv_both") or "kv_both"
+        self._layouts = LayoutRecords(keys)
+        self._requests = {}  # req_id -> _RequestState
+        self._warn_at_start(kv_transfer_config)
+
+    def _warn_at_start(self, kv_transfer_config):
+        global _hash_seed_warned
+        # Every configuration shares: the store outlives the process and may be shared by
+        # other instances or peers; a random hash seed makes all of that miss.
+        if os.environ.get("PYTHONHASHSEED") is None and not _hash_seed_warned:
+            _hash_seed_warned = True
+            logger.warning(HASH_SEED_WARNING)
+        policy = attr_of(kv_transfer_config, "kv_load_failure_policy", None)
+        if policy == "fail" and self._is_consumer():
+            logger.warning(FAIL_POLICY_WARNING)
+
+    def _is_consumer(self):
+        return self._kv_role in ("kv_consumer", "kv_both")
+
+    def _is_producer(self):
+        return self._kv_role in ("kv_producer", "kv_both")
+
+    def block_key(self, block_hash, layer=0, tp_rank=None, pp_rank=None):
+        """The store key of one block of one layer on one rank (default: this process's,
+        rank 0 unless kv_connector_extra_config names one); None while that rank's layout
+        is unknown."""
+        tp = self._keys.tp_rank if tp_rank is None else tp_rank
+        pp = self._keys.pp_rank if pp_rank is None else pp_rank
+        layout = self._layouts.lookup(self._db, tp, pp)
+        if layout is None:
+            return None
+        return self._keys.layer_key(self._keys.rank_prefix(layout[0], tp, pp), layer, block_hash)
+
+    def _state(self, request):
+        state = self._requests.get(request.request_id)
+        if state is None:
+            state = self._requests[request.request_id] = _RequestState(request=request)
+        state.request = request
+        return state
+
+    # ---------------------------------------------------------------- lookups
+    def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> tuple:
+        state = self._state(request)
+        state.local_computed_tokens = num_computed_tokens
+        if not self._is_consumer():
+            return 0, False
+        hashes = _request_hashes(request)
+        bs = self._keys.block_size
+        start = num_computed_tokens // bs
+        if start >= len(hashes):
+            return 0, False
+        hit = self._present_prefix(hashes[start:])
+        if hit is None:
+            logger.debug("kvengine: no layout published yet for engine %s",
+                         self._keys.engine_id)
+            return 0, False
+        matched = (start + hit) * bs
+        num_tokens = int(attr_of(request, "num_tokens",
+                                 len(attr_of(request, "prompt_token_ids", []))))
+        if matched >= num_tokens:
+            matched = num_tokens - 1  # recompute the last token so vLLM gets its logits
+        new_tokens = max(0, matched - num_computed_tokens)
+        self._record(lookup_tokens=max(0, num_tokens - num_computed_tokens),
+                     hit_tokens=new_tokens)
+        return new_tokens, False
+
+    def _present_prefix(self, hashes):
+        """How many of the blocks, from the first, have every layer on every rank in the
+        store; None while a rank's layout is unpublished."""
+        ranks = self._keys.ranks()
+        layouts = [self._layouts.lookup(self._db, t, p) for t, p in ranks]
+        if any(la is None for la in layouts):
+            return None
+        prefixes = [(self._keys.rank_prefix(tag, t, p), n)
+                    for (t, p), (tag, n) in zip(ranks, layouts)]
+        per_block = sum(n for _, n in prefixes)
+        keys = [self._keys.layer_key(prefix, layer, h) for h in hashes
+                for prefix, n in prefixes for layer in range(n)]
+        present = self._db.batch_is_exist(keys)
+        hit = 0
+        for b in range(len(hashes)):
+            if all(r == 1 for r in present[b * per_block:(b + 1) * per_block]):
+                hit += 1
+            else:
+                break
+        return hit
+
+    def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int):
+        state = self._state(request)
+        block_ids = block_id_groups(blocks.get_block_ids()) if blocks is not None else []
+        if block_ids and any(block_ids):
+            state.block_ids = block_ids
+        if num_external_tokens <= 0 or not self._is_consumer():
+            return
+        bs = self._keys.block_size
+        first = state.local_computed_tokens // bs
+        last = -(-(state.local_computed_tokens + num_external_tokens) // bs)  # ceil
+        hashes = _request_hashes(request)
+        last = min([last, len(hashes)] + [len(g) for g in state.block_ids])
+        state.pending_load = BlockTransfer(request.request_id,
+                                           [g[first:last] for g in state.block_ids],
+                                           hashes[first:last])
+        # Blocks loaded from the store need no save.
+        state.saved_blocks = max(state.saved_blocks, last)
+
+    # ---------------------------------------------------------------- the step's metadata
+    def build_connector_meta(self, scheduler_output: Any) -> KVEngineConnectorMetadata:
+        meta = KVEngineConnectorMetadata()
+        num_scheduled = attr_of(scheduler_output, "num_scheduled_tokens", {}) or {}
+        for new_req in attr_of(scheduler_output, "scheduled_new_reqs", []) or []:
+            state = self._requests.get(new_req.req_id)
+            if state is None:
+                continue  # never shown to this connector (no block hashes to work with)
+            state.block_ids = block_id_groups(new_req.block_ids)
+            self._take_load(meta, state)
+            tokens = new_req.num_computed_tokens + num_scheduled.get(new_req.req_id, 0)
+            self._add_save(meta, state, new_req.req_id, tokens)
+        cached = attr_of(scheduler_output, "scheduled_cached_reqs")
+        if cached is not None:
+            self._add_cached(meta, cached, num_scheduled)
+        for req_id in attr_of(scheduler_output, "preempted_req_ids", None) or ():
+            meta.preempted_req_ids.append(req_id)
+            state = self._requests.get(req_id)
+            if state is not None:
+                state.pending_load = None
+                # Its blocks are freed: the ones not yet saved will be recomputed (and
+                # saved then) after it resumes.
+                state.block_ids = []
+        for req_id in attr_of(scheduler_output, "finished_req_ids", None) or ():
+            meta.finished_req_ids.append(req_id)
+            self._requests.pop(req_id, None)
+        return meta
+
+    def _add_cached(self, meta, cached, num_scheduled):
+        """The running and resumed requests of the step: their new block ids, their loads
+        (a resumed request's, to its new blocks) and their newly full blocks."""
+        resumed_ids = set(attr_of(cached, "resumed_req_ids", None) or ())
+        resumed_flags = attr_of(cached, "resumed_from_preemption", None)  # older vLLM
+        for i, req_id in enumerate(cached.req_ids):
+            state = self._requests.get(req_id)
+            if state is None:
+                continue
+            resumed = req_id in resumed_ids or bool(resumed_flags and resumed_flags[i])
+            new_ids = cached.new_block_ids[i]
+            if resumed:
+                state.block_ids = block_id_groups(new_ids)
+            elif new_ids is not None:
+                new_groups = block_id_groups(new_ids)
+                if not state.block_ids:
+                    state.block_ids = [[] for _ in new_groups]
+                for g, ids in enumerate(new_groups):
+                    state.block_ids[g].extend(ids)
+            self._take_load(meta, state)
+            tokens = cached.num_computed_tokens[i] + num_scheduled.get(req_id, 0)
+            self._add_save(meta, state, req_id, tokens)
+
+    def _take_load(self, meta, state):
+        if state.pending_load is not None:
+            load = state.pending_load
+            # The block ids may have been (re)allocated after update_state_after_alloc.
+            n = len(load.block_hashes)
+            first = state.local_computed_tokens // self._keys.block_size
+            if state.block_ids and all(len(g) >= first + n for g in state.block_ids):
+                load.block_ids = [g[first:first + n] for g in state.block_ids]
+            meta.loads.append(load)
+            state.pending_load = None
+
+    def _add_save(self, meta, state, req_id, num_tokens):
+        if not self._is_producer():
+            return
+        hashes = _request_hashes(state.request)
+        full = min([num_tokens // self._keys.block_size, len(hashes)]
+                   + [len(g) for g in state.block_ids])
+        full = _publishable(state.request, full)
+        if full > state.saved_blocks:
+            meta.saves.append(BlockTransfer(req_id,
+                                            [g[state.saved_blocks:full] for g in state.block_ids],
+                                            hashes[state.saved_blocks:full]))
+            state.saved_blocks = full
+
+    # ---------------------------------------------------------------- requests and the cache
+    def request_finished(self, request: Any) -> tuple:
+        # Saves finish within the step (wait_for_save), so vLLM may free the blocks now.
+        self._requests.pop(request.request_id, None)
+        return False, None
+
+    def reset_cache(self) -> bool:
+        """vLLM's reset_prefix_cache: forget this model's blocks in the store (every rank
+        and layout of this model and dtype; other models, and the layout records the
+        workers published, are untouched)."""
+        removed = self._db.remove_by_regex(self._keys.model_blocks_pattern())
+        if removed < 0:
+            logger.warning("kvengine: reset_cache failed (%s)", kvengine.error_name(removed))
+            return False
+        return True

@@ -1,0 +1,375 @@
+"""KVEngineWorker: the connector's worker side (one per vLLM worker process, one rank).
+
+One value per (block, layer) is what lets the work follow vLLM's forward pass layer by
+layer: start_load_kv issues one batch per layer, in layer order, on a load thread, and
+wait_for_layer_load(layer i) returns once layer i's batch has landed, while later layers
+are still arriving; save_kv_layer(layer i) hands layer i's batch to a save thread while
+the next layer is computed, and wait_for_save waits for them.  (A value spanning all
+layers would make the first layer wait for the last.)  A block whose load fails is
+reported by get_block_ids_with_load_errors; vLLM then fails the request or recomputes the
+block, as kv_load_failure_policy says.
+"""
+
+import concurrent.futures
+import dataclasses
+import logging
+import threading
+import time
+from typing import Any, Optional
+
+import kvengine
+
+from .common import KeyScheme, KVEngineConnectorMetadata, LayoutRecords, attr_of, block_id_groups
+from .layout import analyse_layer
+
+logger = logging.getLogger("kvengine.vllm")
+
+
+def _storage_bytes(tensor):
+    if hasattr(tensor, "untyped_storage"):  # torch >= 2.0
+        return tensor.untyped_storage().nbytes()
+    return tensor.storage().nbytes()
+
+
+@dataclasses.dataclass
+class _Layer:
+    name: str
+    index: int  # registration order: the L<index> of the key
+    group: int  # KV-cache group whose block ids address this layer
+    tensor: Any
+    flat: Any  # 1-D uint8 view over the tensor's memory (for the staged path)
+    base: int  # data_ptr of flat
+    offset: int  # bytes from base to block 0
+    geometry: Any  # layout.LayerGeometry
+
+    def parts(self, block_id):
+        """Addresses and sizes of the block's bytes in this layer."""
+        g = self.geometry
+        if not 0 <= block_id < g.num_blocks:
+            raise ValueError("block id %d out of range (%d blocks)" % (block_id, g.num_blocks))
+        start = self.base + self.offset + block_id * g.block_stride
+        return [start + s for s in g.segments], [g.segment_bytes] * len(g.segments)
+
+    def views(self, block_id):
+        g = self.geometry
+        start = self.offset + block_id * g.block_stride
+        return [self.flat[start + s:start + s + g.segment_bytes] for s in g.segments]
+
+
+class _LoadJob:
+    """One step's loads: one batch per layer, in layer order, on the load thread; an
+    event per layer tells wait_for_layer_load when that layer has landed."""
+
+    def __init__(self, num_layers, positions):
+        self.events = [threading.Event() for _ in range(num_layers)]
+        self.positions = positions  # [(block ids per group, hash hex)]
+        self.errors = set()  # failed positions (indexes into positions)
+        self.started = time.perf_counter()
+        self.future = None
+
+
+def _positions(transfers):
+    """[(block ids per group, hash hex)] of the transfers, one per block position."""
+    out = []
+    for tr in transfers:
+        groups = block_id_groups(tr.block_ids)
+        for i, h in enumerate(tr.block_hashes):
+            out.append(([g[i] for g in groups], h))
+    return out
+
+
+def _in_range(layer, ids):
+    return layer.group < len(ids) and 0 <= ids[layer.group] < layer.geometry.num_blocks
+
+
+def _cuda_work_done():
+    """An event recorded on the current CUDA stream: done once the work queued so far
+    (the attention that wrote the blocks) is."""
+    import torch
+
+    event = torch.cuda.Event()
+    event.record()
+    return event
+
+
+class KVEngineWorker:
+    """What the worker-side KVEngineConnector does: reads the caches' layout, loads and
+    saves each step's blocks layer by layer on a load thread and a save thread, and
+    reports the blocks whose load failed.
+
+    vLLM's model runner calls it from one thread; the load and save threads touch only
+    the job handed to them, the store, the caches and record (the connector's interval
+    stats).  The metadata of the step is passed in (None when none is bound)."""
+
+    def __init__(self, kv_cache_config: Any, extra: dict, keys: KeyScheme, db, record):
+        self._kv_cache_config = kv_cache_config
+        self._kv_cache_shape = extra.get("kv_cache_shape")
+        self._keys = keys
+        self._db = db
+        self._record = record
+        self._layouts = LayoutRecords(keys)
+        self._layers = []  # list[_Layer], registration order
+        self._by_name = {}
+        self._layout_tag = None
+        # Staged: blocks go through a host tensor (pinned where CUDA is) instead of their
+        # own addresses.  Only for caches the engine cannot reach: CUDA caches go to the
+        # engine as they are in a CUDA build (its GPU staging path, docs/gpu.md).
+        self._staged = bool(extra.get("force_staging", False))
+        self._on_cuda = False  # the caches are CUDA memory: saves wait for the compute
+        self._load_executor = None
+        self._save_executor = None
+        self._load_job = None
+        self._save_plan = None  # this step's [(block ids per group, hash hex)] to save
+        self._save_futures = {}  # layer index -> Future
+        self._save_started = None
+        self._load_errors = set()
+        self.num_loaded_blocks = 0
+        self.num_saved_blocks = 0
+        self.num_skipped_saves = 0
+
+    # ---------------------------------------------------------------- keys and caches
+    def block_key(self, block_hash, layer=0, tp_rank=None, pp_rank=None):
+        """The store key of one block of one layer on one rank (default: this worker's);
+        None while that rank's layout is unknown."""
+        tp = self._keys.tp_rank if tp_rank is None else tp_rank
+        pp = self._keys.pp_rank if pp_rank is None else pp_rank
+        if (tp, pp) == (self._keys.tp_rank, self._keys.pp_rank) and self._layout_tag is not None:
+            layout = self._layout_tag, len(self._layers)
+        else:
+            layout = self._layouts.lookup(self._db, tp, pp)
+        if layout is None:
+            return None
+        return self._keys.layer_key(self._keys.rank_prefix(layout[0], tp, pp), layer, block_hash)
+
+    def _layer_key(self, layer, block_hash):
+        prefix = self._keys.rank_prefix(self._layout_tag, self._keys.tp_rank, self._keys.pp_rank)
+        return self._keys.layer_key(prefix, layer.index, block_hash)
+
+    def register_kv_caches(self, kv_caches: dict) -> None:
+        self._layers = self._read_layers(kv_caches)
+        self._by_name = {layer.name: layer for layer in self._layers}
+        tags = []
+        for layer in self._layers:
+            if layer.geometry.tag not in tags:
+                tags.append(layer.geometry.tag)
+        self._layout_tag = "+".join(tags)
+        self._publish_layout()
+        if self._load_executor is None:
+            self._load_executor = concurrent.futures.ThreadPoolExecutor(1, "kvengine-load")
+            self._save_executor = concurrent.futures.ThreadPoolExecutor(1, "kvengine-save")
+        logger.info("kvengine: %d layers, layout %s, %d bytes per block and layer",
+                    len(self._layers), self._layout_tag,
+                    self._layers[0].geometry.block_bytes if self._layers else 0)
+
+    def _read_layers(self, kv_caches):
+        """Each cache's block geometry (layout.py) and KV-cache group, in registration
+        order; notes whether the caches are on CUDA and whether they need staging."""
+        import torch
+
+        group_of = {}
+        for g, group in enumerate(attr_of(self._kv_cache_config, "kv_cache_groups", None)
+                                  or []):
+            for name in attr_of(group, "layer_names", None) or []:
+                group_of[name] = g
+        num_blocks = attr_of(self._kv_cache_config, "num_blocks", None)
+        layers = []
+        for index, (name, t) in enumerate(kv_caches.items()):
+            if not isinstance(t, torch.Tensor):
+                raise TypeError("kv cache of layer %s is not a tensor" % name)
+            geometry = analyse_layer(name, t, self._keys.block_size, num_blocks,
+                                     self._kv_cache_shape)
+            elt = t.element_size()
+            flat = torch.as_strided(t, (_storage_bytes(t) // elt,), (1,), 0).view(torch.uint8)
+            base = flat.data_ptr()
+            layers.append(_Layer(name, index, group_of.get(name, 0), t, flat, base,
+                                 t.data_ptr() - base, geometry))
+            if t.device.type == "cuda":
+                self._on_cuda = True
+            if t.device.type != "cpu" and not (t.device.type == "cuda" and kvengine.CUDA_BUILD):
+                self._staged = True
+        return layers
+
+    def _publish_layout(self):
+        """Tells this instance's scheduler-side connector (possibly another process) how
+        this rank's keys are formed."""
+        rc = self._layouts.publish(self._db, self._keys.tp_rank, self._keys.pp_rank,
+                                   self._layout_tag, len(self._layers))
+        if rc != 0:
+            raise RuntimeError("kvengine: cannot publish the cache layout (%s)"
+                               % kvengine.error_name(rc))
+
+    # ---------------------------------------------------------------- loads
+    def start_load_kv(self, meta: Optional[KVEngineConnectorMetadata]) -> None:
+        self._finish_load()
+        if meta is None or not getattr(meta, "loads", None) or not self._layers:
+            return
+        job = _LoadJob(len(self._layers), _positions(meta.loads))
+        job.future = self._load_executor.submit(self._run_load, job)
+        self._load_job = job
+
+    def _run_load(self, job):
+        """The load thread: one batch per layer, in layer order (the store releases the
+        GIL while it copies, so the forward pass runs meanwhile)."""
+        loaded_bytes = 0
+        try:
+            for layer, event in zip(self._layers, job.events):
+                todo = [i for i, (ids, _) in enumerate(job.positions)
+                        if i not in job.errors and _in_range(layer, ids)]
+                job.errors.update(i for i, (ids, _) in enumerate(job.positions)
+                                  if not _in_range(layer, ids))
+                loaded_bytes += self._load_layer(layer, job, todo)
+                event.set()
+        finally:
+            for event in job.events:  # never leave a waiter behind, even on an error
+                event.set()
+            self._record(load_seconds=time.perf_counter() - job.started,
+                         loaded_bytes=loaded_bytes,
+                         loaded_blocks=len(job.positions) - len(job.errors),
+                         load_errors=len(job.errors))
+        return job
+
+    def _load_layer(self, layer, job, todo):
+        if not todo:
+            return 0
+        keys = [self._layer_key(layer, job.positions[i][1]) for i in todo]
+        want = layer.geometry.block_bytes
+        if self._staged:
+            import torch
+
+            staging = torch.empty((len(todo), want), dtype=torch.uint8,
+                                  pin_memory=self._on_cuda)
+            results = self._db.batch_get_into(keys, list(staging))
+        else:
+            parts = [layer.parts(job.positions[i][0][layer.group]) for i in todo]
+            results = self._db.batch_get_into_multi_buffers(
+                keys, [p for p, _ in parts], [s for _, s in parts])
+        done = 0
+        for row, (i, r) in enumerate(zip(todo, results)):
+            if r != want:
+                # The block may hold partial bytes: reported, so vLLM fails or recomputes it.
+                job.errors.add(i)
+                logger.warning("kvengine: load of block %s of layer %s failed (%s)",
+                               job.positions[i][0], layer.name,
+                               kvengine.error_name(r) if r < 0 else "%d bytes" % r)
+                continue
+            if self._staged:
+                off = 0
+                for view in layer.views(job.positions[i][0][layer.group]):
+                    view.copy_(staging[row, off:off + view.numel()])
+                    off += view.numel()
+            done += want
+        return done
+
+    def _finish_load(self):
+        job, self._load_job = self._load_job, None
+        if job is None:
+            return
+        try:
+            job.future.result()
+        except Exception:  # noqa: BLE001 -- every block of the step is then suspect
+            logger.exception("kvengine: load failed")
+            job.errors.update(range(len(job.positions)))
+        failed = {b for i in job.errors for b in job.positions[i][0]}
+        self.num_loaded_blocks += len(job.positions) - len(job.errors)
+        self._load_errors |= failed
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        job = self._load_job
+        layer = self._by_name.get(layer_name)
+        if job is None or layer is None:
+            return
+        job.events[layer.index].wait()
+
+    def get_block_ids_with_load_errors(self) -> set:
+        self._finish_load()
+        errors, self._load_errors = self._load_errors, set()
+        return errors
+
+    # ---------------------------------------------------------------- saves
+    def save_kv_layer(self, layer_name: str, meta: Optional[KVEngineConnectorMetadata]) -> None:
+        layer = self._by_name.get(layer_name)
+        if layer is None or layer.index in self._save_futures:
+            return
+        plan = self._step_saves(meta)
+        if plan:
+            # The layer's attention wrote its blocks on the current CUDA stream: the save
+            # thread reads them once that work is done, while the next layer computes.
+            written = _cuda_work_done() if self._on_cuda else None
+            self._save_futures[layer.index] = self._save_executor.submit(
+                self._save_layer, layer, plan, written)
+
+    def _step_saves(self, meta):
+        if self._save_plan is None:
+            self._save_plan = []
+            if meta is not None and self._layers:
+                self._save_plan = _positions(getattr(meta, "saves", None) or [])
+                self._save_started = time.perf_counter()
+        return self._save_plan
+
+    def _save_layer(self, layer, plan, written=None):
+        """The save thread: one layer's newly full blocks, skipping those stored already.
+        `written`, a CUDA event, marks the end of the work that wrote them."""
+        if written is not None:
+            written.synchronize()
+        todo = [(ids[layer.group], h) for ids, h in plan if _in_range(layer, ids)]
+        keys = [self._layer_key(layer, h) for _, h in todo]
+        present = self._db.batch_is_exist(keys)
+        todo = [(b, k) for (b, _), k, p in zip(todo, keys, present) if p != 1]
+        skipped = len(keys) - len(todo)
+        if not todo:
+            return 0, 0, skipped
+        if self._staged:
+            import torch
+
+            staging = torch.empty((len(todo), layer.geometry.block_bytes), dtype=torch.uint8,
+                                  pin_memory=self._on_cuda)
+            for row, (bid, _) in enumerate(todo):
+                off = 0
+                for view in layer.views(bid):
+                    staging[row, off:off + view.numel()].copy_(view)
+                    off += view.numel()
+            results = self._db.batch_put_from([k for _, k in todo], list(staging))
+        else:
+            parts = [layer.parts(b) for b, _ in todo]
+            results = self._db.batch_put_from_multi_buffers(
+                [k for _, k in todo], [p for p, _ in parts], [s for _, s in parts])
+        failed = [r for r in results if r != 0]
+        if failed:  # a lost save is a future cache miss, never wrong data
+            logger.warning("kvengine: %d of %d saves of layer %s failed (%s)", len(failed),
+                           len(results), layer.name, kvengine.error_name(failed[0]))
+        return len(results) - len(failed), len(failed), skipped
+
+    def wait_for_save(self, meta: Optional[KVEngineConnectorMetadata]) -> None:
+        self._finish_load()
+        plan = self._step_saves(meta)
+        try:
+            if not plan:
+                return
+            written = _cuda_work_done() if self._on_cuda else None
+            for layer in self._layers:  # layers vLLM did not hand to save_kv_layer
+                if layer.index not in self._save_futures:
+                    self._save_futures[layer.index] = self._save_executor.submit(
+                        self._save_layer, layer, plan, written)
+            saved = failed = skipped = 0
+            for index in sorted(self._save_futures):
+                s, f, k = self._save_futures[index].result()
+                saved, failed, skipped = saved + s, failed + f, skipped + k
+            # Block counts are per position; bytes add up over the layers.
+            per_block = sum(la.geometry.block_bytes for la in self._layers)
+            blocks = saved // max(1, len(self._layers))
+            self.num_saved_blocks += blocks
+            self.num_skipped_saves += skipped // max(1, len(self._layers))
+            self._record(saved_blocks=blocks, saved_bytes=blocks * per_block,
+                         skipped_saves=skipped // max(1, len(self._layers)),
+                         failed_saves=failed,
+                         save_seconds=time.perf_counter() - self._save_started)
+        finally:
+            self._save_plan = None
+            self._save_futures = {}
+
+    def shutdown(self):
+        """Waits for the step's load and stops the load and save threads."""
+        self._finish_load()
+        for executor in (self._load_executor, self._save_executor):
+            if executor is not None:
+                executor.shutdown(wait=True)
