@@ -99,12 +99,11 @@ class DBImpl final : public DB {
   bool LookupInMemory(const Slice& key, bool wait, MemoryTier::Handle* handle);
 
  private:
+  // The DB-wide counters, one per KV_COUNTER line of db/db_stats.def (which says how
+  // the stats report each); relaxed atomics.
   struct Counters {
-    std::atomic<uint64_t> puts{0}, put_bytes{0}, put_failures{0};
-    std::atomic<uint64_t> gets{0}, get_bytes{0}, memory_hits{0}, ssd_hits{0}, misses{0};
-    std::atomic<uint64_t> promotions{0};
-    std::atomic<uint64_t> exists_queries{0}, deletes{0};
-    std::atomic<uint64_t> batch_calls{0};
+#define KV_COUNTER(group, field, kind, outputs, help) std::atomic<uint64_t> field{0};
+#include "db/db_stats.def"
   };
 
   // Serves Options::local_listen and records its path in the directory.

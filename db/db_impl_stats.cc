@@ -2,13 +2,15 @@
 // statistics and the perf histograms in the Prometheus text exposition format (version
 // 0.0.4), for a serving process to publish unchanged.
 //
-// Every figure here is one that "kvengine.stats" reports too; tiers add their metrics
-// here as they add them there.  Names follow Prometheus conventions: a kvengine_ prefix,
-// _total for counters, _bytes / _seconds for units.
+// The figures are declared once, in db/db_stats.def (names, kinds, which outputs, the
+// Prometheus HELP); each format below is a walk over that table.  Prometheus names follow
+// its conventions: a kvengine_ prefix, _total for counters, _bytes / _seconds for units.
 #include <cinttypes>
 #include <cstdio>
+#include <ostream>
 #include <sstream>
 #include <string>
+#include <string_view>
 
 #include "db/db_impl.h"
 
@@ -19,11 +21,11 @@ namespace {
 class Exposition {
  public:
   // One metric family with a single, unlabelled sample.
-  void Metric(const char* name, const char* type, const char* help, uint64_t value) {
+  void Metric(const std::string& name, const char* type, const char* help, uint64_t value) {
     Header(name, type, help);
     Sample(name, "", static_cast<double>(value));
   }
-  void Header(const char* name, const char* type, const char* help) {
+  void Header(const std::string& name, const char* type, const char* help) {
     out_ += "# HELP ";
     out_ += name;
     out_ += " ";
@@ -48,56 +50,217 @@ class Exposition {
   std::string out_;
 };
 
+// ---------------------------------------------------------------- the table
+
+enum Kind { kCounter, kGauge };
+
+// Where a figure is reported; see db/db_stats.def.
+enum Output : unsigned {
+  kText = 1u << 0,
+  kJson = 1u << 1,
+  kJsonAfterErrors = 1u << 2,
+  kProm = 1u << 3,
+  kPromAfterNext = 1u << 4,
+  kPromTierHits = 1u << 5,
+};
+
+// A figure's value: a count, a flag or a ratio.
+class Value {
+ public:
+  constexpr explicit Value(uint64_t n) : type_(kCount), count_(n) {}
+  constexpr explicit Value(bool flag) : type_(kFlag), count_(flag ? 1 : 0) {}
+  constexpr explicit Value(double ratio) : type_(kRatio), ratio_(ratio) {}
+
+  // As the text and the JSON print it: 12, true, 0.272727 (the stream's defaults).
+  friend std::ostream& operator<<(std::ostream& out, const Value& v) {
+    switch (v.type_) {
+      case kCount:
+        return out << v.count_;
+      case kFlag:
+        return out << (v.count_ != 0 ? "true" : "false");
+      case kRatio:
+        return out << v.ratio_;
+    }
+    return out;
+  }
+  // As a Prometheus sample.
+  double AsDouble() const { return type_ == kRatio ? ratio_ : static_cast<double>(count_); }
+
+ private:
+  enum Type { kCount, kFlag, kRatio };
+  Type type_;
+  uint64_t count_ = 0;
+  double ratio_ = 0;
+};
+
+// The values of DBImpl::Counters, loaded once per call.  A KV_COUNTER of group memory
+// or ssd must be named group_name.
+constexpr bool NamedForGroup(std::string_view group, std::string_view field) {
+  return group == "db" || (field.size() > group.size() + 1 && field.starts_with(group) &&
+                           field[group.size()] == '_');
+}
+struct CounterValues {
+#define KV_COUNTER(group, field, kind, outputs, help) \
+  uint64_t field = 0;                                 \
+  static_assert(NamedForGroup(#group, #field), #field ": not named " #group "_<name>");
+#include "db/db_stats.def"
+};
+// `C` is DBImpl::Counters (private to DBImpl, so deduced here rather than named).
+template <typename C>
+CounterValues LoadCounters(const C& counters) {
+  CounterValues v;
+#define KV_COUNTER(group, field, kind, outputs, help) \
+  v.field = counters.field.load(std::memory_order_relaxed);
+#include "db/db_stats.def"
+  return v;
+}
+
+// What the rows read their values from, taken once per call.
+struct Sources {
+  MemoryTier::Stats memory;
+  bool has_ssd;        // the DB has an SSD tier
+  SsdTier::Stats ssd;  // zeros without it
+  CounterValues counters;
+};
+
+// Derived figures (KV_DERIVED).
+uint64_t IndexBytesPerKey(const MemoryTier::Stats& m) {
+  return m.items == 0 ? 0 : m.index_bytes / m.items;
+}
+uint64_t IndexBytesPerKey(const SsdTier::Stats& d) {
+  return d.keys == 0 ? 0 : d.index_bytes / d.keys;
+}
+double DeletedRatio(const SsdTier::Stats& d) {
+  return d.live_bytes + d.deleted_bytes == 0
+             ? 0.0
+             : static_cast<double>(d.deleted_bytes) /
+                   static_cast<double>(d.live_bytes + d.deleted_bytes);
+}
+
+// Whether the rows of `group` read from the SSD tier (KV_STAT, KV_DERIVED).
+constexpr bool FromSsdTier(std::string_view group) { return group == "ssd"; }
+
+// A counter's name in its group: memory_hits in group memory is "hits".
+constexpr std::string_view CounterName(std::string_view group, std::string_view field) {
+  return group == "db" ? field : field.substr(group.size() + 1);
+}
+
+// One line of db/db_stats.def.
+struct Row {
+  std::string_view group;  // "memory", "db" or "ssd"
+  std::string_view name;   // within the group
+  Kind kind;
+  unsigned outputs;  // Output bits
+  const char* help;
+  bool ssd_tier;  // its value comes from the SSD tier: reported only with it
+  Value (*value)(const Sources& s);
+
+  bool ReportedIn(const Sources& s) const { return !ssd_tier || s.has_ssd; }
+};
+
+// The value of a row: `expr`, of Sources `s`.
+#define KV_VALUE(expr) [](const Sources& s) { return Value(expr); }
+constexpr Row kRows[] = {
+#define KV_STAT(group, name, kind, outputs, help) \
+  {#group, #name, kind, outputs, help, FromSsdTier(#group), KV_VALUE(s.group.name)},
+#define KV_COUNTER(group, field, kind, outputs, help) \
+  {#group, CounterName(#group, #field), kind, outputs, help, false, KV_VALUE(s.counters.field)},
+#define KV_DERIVED(group, name, function, kind, outputs, help) \
+  {#group, #name, kind, outputs, help, FromSsdTier(#group), KV_VALUE(function(s.group))},
+#include "db/db_stats.def"
+};
+#undef KV_VALUE
+
+// "memory" + "hits" joined by `sep` ("memory.hits", "memory_hits"); db's have no prefix.
+std::string Spelled(const Row& row, char sep) {
+  std::string out;
+  if (row.group != "db") {
+    out += row.group;
+    out += sep;
+  }
+  out += row.name;
+  return out;
+}
+
+// "kvengine.stats": the "name: value" lines of the rows of the SSD tier, or of the others.
+void AppendText(const Sources& s, bool ssd_tier, std::ostringstream* out) {
+  for (const Row& row : kRows) {
+    if ((row.outputs & kText) == 0 || row.ssd_tier != ssd_tier || !row.ReportedIn(s)) continue;
+    *out << Spelled(row, '.') << ": " << row.value(s) << "\n";
+  }
+}
+
+// The JSON members `"name":value` of the rows with `output` (and of `group`, unless
+// null), each after a comma but the first when `first` is set.  Top-level members of
+// other groups than db are named group_name.
+void AppendJson(const Sources& s, const char* group, Output output, bool first,
+                std::ostringstream* out) {
+  for (const Row& row : kRows) {
+    if ((row.outputs & output) == 0 || (group != nullptr && row.group != group)) continue;
+    if (!row.ReportedIn(s)) continue;
+    if (!first) *out << ",";
+    first = false;
+    const bool nested = output == kJson && row.group != "db";
+    *out << "\"" << (nested ? std::string(row.name) : Spelled(row, '_')) << "\":" << row.value(s);
+  }
+}
+
+// ---------------------------------------------------------------- Prometheus
+
+const char* TypeName(Kind kind) { return kind == kCounter ? "counter" : "gauge"; }
+
+// The row's own family: kvengine_[group_]name[_total].
+void AppendFamily(const Sources& s, const Row& row, Exposition* e) {
+  const std::string name = "kvengine_" + Spelled(row, '_') + (row.kind == kCounter ? "_total" : "");
+  e->Header(name, TypeName(row.kind), row.help);
+  e->Sample(name, "", row.value(s).AsDouble());
+}
+
+// The families of `group`'s rows, in table order but for kPromAfterNext.
+void AppendFamilies(const Sources& s, std::string_view group, Exposition* e) {
+  const Row* held = nullptr;  // a kPromAfterNext row, waiting for the next family
+  for (const Row& row : kRows) {
+    if ((row.outputs & (kProm | kPromAfterNext)) == 0 || row.group != group) continue;
+    if (!row.ReportedIn(s)) continue;
+    if ((row.outputs & kPromAfterNext) != 0 && held == nullptr) {
+      held = &row;
+      continue;
+    }
+    AppendFamily(s, row, e);
+    if (held != nullptr) AppendFamily(s, *held, e);
+    held = nullptr;
+  }
+  if (held != nullptr) AppendFamily(s, *held, e);
+}
+
+// kvengine_tier_hits_total{tier="..."}: one sample per kPromTierHits row.
+void AppendTierHits(const Sources& s, Exposition* e) {
+  bool header = false;
+  for (const Row& row : kRows) {
+    if ((row.outputs & kPromTierHits) == 0 || !row.ReportedIn(s)) continue;
+    if (!header) e->Header("kvengine_tier_hits_total", TypeName(row.kind), row.help);
+    header = true;
+    e->Sample("kvengine_tier_hits_total", "{tier=\"" + std::string(row.group) + "\"}",
+              row.value(s).AsDouble());
+  }
+}
+
+// `C` is DBImpl::Counters.
+template <typename C>
+Sources Collect(const MemoryTier& memory, const SsdTier* ssd, const C& counters) {
+  return Sources{memory.GetStats(), ssd != nullptr,
+                 ssd != nullptr ? ssd->GetStats() : SsdTier::Stats(), LoadCounters(counters)};
+}
+
 }  // namespace
 
 std::string DBImpl::StatsPrometheus() const {
-  const MemoryTier::Stats m = memory_->GetStats();
+  const Sources s = Collect(*memory_, ssd_.get(), counters_);
   Exposition e;
-  e.Metric("kvengine_memory_items", "gauge", "Values held in the memory tier.", m.items);
-  e.Metric("kvengine_memory_value_bytes", "gauge", "Bytes of the values held in the memory tier.",
-           m.value_bytes);
-  e.Metric("kvengine_memory_allocated_bytes", "gauge",
-           "Arena bytes taken by the memory tier's values (slab class sizes).", m.allocated_bytes);
-  e.Metric("kvengine_memory_capacity_bytes", "gauge", "Size of the memory tier's arena.",
-           m.capacity_bytes);
-  e.Metric("kvengine_memory_evictions_total", "counter", "Values evicted from the memory tier.",
-           m.evictions);
-  e.Metric("kvengine_memory_evicted_bytes_total", "counter",
-           "Bytes of the values evicted from the memory tier.", m.evicted_bytes);
-  e.Metric("kvengine_memory_eviction_refusals_total", "counter",
-           "Evictions refused by the offload tier (the value stayed in memory).",
-           m.eviction_refusals);
-  e.Metric("kvengine_memory_rejected_puts_total", "counter",
-           "Puts the memory tier rejected with NoSpace.", m.rejected_puts);
-  e.Metric("kvengine_memory_lookup_hits_total", "counter",
-           "Memory tier index lookups that found the key.", m.lookup_hits);
-  e.Metric("kvengine_memory_lookup_misses_total", "counter",
-           "Memory tier index lookups that did not find the key.", m.lookup_misses);
-  e.Metric("kvengine_memory_index_bytes", "gauge",
-           "RAM of the memory tier's index beside keys and values (item arrays, index slots).",
-           m.index_bytes);
-
-  e.Header("kvengine_tier_hits_total", "counter", "Reads (Get, GetInto, batch) served per tier.");
-  e.Sample("kvengine_tier_hits_total", "{tier=\"memory\"}",
-           static_cast<double>(counters_.memory_hits.load(std::memory_order_relaxed)));
-  e.Metric("kvengine_misses_total", "counter", "Reads of keys found in no tier.",
-           counters_.misses.load(std::memory_order_relaxed));
-  e.Metric("kvengine_puts_total", "counter", "Keys stored.",
-           counters_.puts.load(std::memory_order_relaxed));
-  e.Metric("kvengine_put_bytes_total", "counter", "Value bytes stored.",
-           counters_.put_bytes.load(std::memory_order_relaxed));
-  e.Metric("kvengine_put_failures_total", "counter", "Keys whose put failed.",
-           counters_.put_failures.load(std::memory_order_relaxed));
-  e.Metric("kvengine_gets_total", "counter", "Keys read (Get, GetInto, BatchGetInto).",
-           counters_.gets.load(std::memory_order_relaxed));
-  e.Metric("kvengine_get_bytes_total", "counter", "Value bytes read.",
-           counters_.get_bytes.load(std::memory_order_relaxed));
-  e.Metric("kvengine_exists_queries_total", "counter", "Keys asked about by BatchExists.",
-           counters_.exists_queries.load(std::memory_order_relaxed));
-  e.Metric("kvengine_deletes_total", "counter", "Keys removed by deletes.",
-           counters_.deletes.load(std::memory_order_relaxed));
-  e.Metric("kvengine_batch_calls_total", "counter", "Batch calls accepted.",
-           counters_.batch_calls.load(std::memory_order_relaxed));
+  AppendFamilies(s, "memory", &e);
+  AppendTierHits(s, &e);
+  AppendFamilies(s, "db", &e);
+  AppendFamilies(s, "ssd", &e);
   if (!options_.local_listen.empty()) {
     const LocalServerCounters& l = local_counters_;
     e.Metric("kvengine_local_clients_accepted_total", "counter",
@@ -156,81 +319,12 @@ std::string DBImpl::StatsPrometheus() const {
 }
 
 std::string DBImpl::StatsText() const {
-  MemoryTier::Stats m = memory_->GetStats();
+  const Sources s = Collect(*memory_, ssd_.get(), counters_);
   std::ostringstream out;
-  out << "** kvengine stats **\n"
-      << "memory.items: " << m.items << "\n"
-      << "memory.value_bytes: " << m.value_bytes << "\n"
-      << "memory.allocated_bytes: " << m.allocated_bytes << "\n"
-      << "memory.capacity_bytes: " << m.capacity_bytes << "\n"
-      << "memory.hits: " << counters_.memory_hits.load() << "\n"
-      << "memory.evictions: " << m.evictions << "\n"
-      << "memory.evicted_bytes: " << m.evicted_bytes << "\n"
-      << "memory.rejected_puts: " << m.rejected_puts << "\n"
-      << "ssd.hits: " << counters_.ssd_hits.load() << "\n"
-      << "promotions: " << counters_.promotions.load() << "\n"
-      << "memory.eviction_refusals: " << m.eviction_refusals << "\n"
-      << "memory.lookup_hits: " << m.lookup_hits << "\n"
-      << "memory.lookup_misses: " << m.lookup_misses << "\n"
-      << "memory.index_bytes: " << m.index_bytes << "\n"
-      << "memory.index_bytes_per_key: " << (m.items == 0 ? 0 : m.index_bytes / m.items) << "\n"
-      << "misses: " << counters_.misses.load() << "\n"
-      << "puts: " << counters_.puts.load() << "\n"
-      << "put_bytes: " << counters_.put_bytes.load() << "\n"
-      << "put_failures: " << counters_.put_failures.load() << "\n"
-      << "gets: " << counters_.gets.load() << "\n"
-      << "get_bytes: " << counters_.get_bytes.load() << "\n"
-      << "exists_queries: " << counters_.exists_queries.load() << "\n"
-      << "deletes: " << counters_.deletes.load() << "\n"
-      << "batch_calls: " << counters_.batch_calls.load() << "\n";
+  out << "** kvengine stats **\n";
+  AppendText(s, /*ssd_tier=*/false, &out);
   out << errors_.ToText();
-  if (ssd_ != nullptr) {
-    const SsdTier::Stats d = ssd_->GetStats();
-    const double ratio = d.live_bytes + d.deleted_bytes == 0
-                             ? 0.0
-                             : static_cast<double>(d.deleted_bytes) /
-                                   static_cast<double>(d.live_bytes + d.deleted_bytes);
-    out << "ssd.keys: " << d.keys << "\n"
-        << "ssd.live_bytes: " << d.live_bytes << "\n"
-        << "ssd.used_bytes: " << d.used_bytes << "\n"
-        << "ssd.capacity_bytes: " << d.capacity_bytes << "\n"
-        << "ssd.buckets: " << d.buckets << "\n"
-        << "ssd.pending_buckets: " << d.pending_buckets << "\n"
-        << "ssd.deleted_bytes: " << d.deleted_bytes << "\n"
-        << "ssd.deleted_ratio: " << ratio << "\n"
-        << "ssd.offloads: " << d.offloads << "\n"
-        << "ssd.offload_bytes: " << d.offload_bytes << "\n"
-        << "ssd.offload_failures: " << d.offload_failures << "\n"
-        << "ssd.reads: " << d.reads << "\n"
-        << "ssd.read_bytes: " << d.read_bytes << "\n"
-        << "ssd.read_errors: " << d.read_errors << "\n"
-        << "ssd.bucket_writes: " << d.bucket_writes << "\n"
-        << "ssd.bucket_write_errors: " << d.bucket_write_errors << "\n"
-        << "ssd.tombstones: " << d.tombstones << "\n"
-        << "ssd.evicted_buckets: " << d.evicted_buckets << "\n"
-        << "ssd.evicted_keys: " << d.evicted_keys << "\n"
-        << "ssd.gc_rounds: " << d.gc_rounds << "\n"
-        << "ssd.gc_buckets_compacted: " << d.gc_buckets_compacted << "\n"
-        << "ssd.gc_bytes_reclaimed: " << d.gc_bytes_reclaimed << "\n"
-        << "ssd.gc_bytes_punched: " << d.gc_bytes_punched << "\n"
-        << "ssd.gc_bytes_rewritten: " << d.gc_bytes_rewritten << "\n"
-        << "ssd.gc_keys_lost_race: " << d.gc_keys_lost_race << "\n"
-        << "ssd.quarantined_buckets: " << d.quarantined_buckets << "\n"
-        << "ssd.recovered_keys: " << d.recovered_keys << "\n"
-        << "ssd.torn_tombstone_bytes: " << d.torn_tombstone_bytes << "\n"
-        << "ssd.damaged_tombstone_bytes: " << d.damaged_tombstone_bytes << "\n"
-        << "ssd.io_uring: " << (d.io_uring ? "true" : "false") << "\n"
-        << "ssd.direct_io: " << (d.direct_io ? "true" : "false") << "\n"
-        << "ssd.index_bytes: " << d.index_bytes << "\n"
-        << "ssd.index_bytes_per_key: " << (d.keys == 0 ? 0 : d.index_bytes / d.keys) << "\n"
-        << "ssd.open_files: " << d.open_files << "\n"
-        << "ssd.file_opens: " << d.file_opens << "\n"
-        << "ssd.open_micros: " << d.open_micros << "\n"
-        << "ssd.checkpoint_keys: " << d.checkpoint_keys << "\n"
-        << "ssd.checkpoint_rejected: " << d.checkpoint_rejected << "\n"
-        << "ssd.checkpoint_writes: " << d.checkpoint_writes << "\n"
-        << "ssd.checkpoint_backlog: " << d.checkpoint_backlog << "\n";
-  }
+  AppendText(s, /*ssd_tier=*/true, &out);
   if (!options_.local_listen.empty()) {
     const LocalServerCounters& l = local_counters_;
     out << "local.clients_accepted: " << l.accepted.load() << "\n"
@@ -244,54 +338,18 @@ std::string DBImpl::StatsText() const {
 }
 
 std::string DBImpl::StatsJson() const {
-  MemoryTier::Stats m = memory_->GetStats();
+  const Sources s = Collect(*memory_, ssd_.get(), counters_);
   std::ostringstream out;
-  out << "{\"memory\":{\"items\":" << m.items << ",\"value_bytes\":" << m.value_bytes
-      << ",\"allocated_bytes\":" << m.allocated_bytes << ",\"capacity_bytes\":" << m.capacity_bytes
-      << ",\"hits\":" << counters_.memory_hits.load() << ",\"evictions\":" << m.evictions
-      << ",\"evicted_bytes\":" << m.evicted_bytes << ",\"rejected_puts\":" << m.rejected_puts
-      << ",\"eviction_refusals\":" << m.eviction_refusals << ",\"lookup_hits\":" << m.lookup_hits
-      << ",\"lookup_misses\":" << m.lookup_misses << ",\"index_bytes\":" << m.index_bytes
-      << ",\"index_bytes_per_key\":" << (m.items == 0 ? 0 : m.index_bytes / m.items)
-      << "},\"misses\":" << counters_.misses.load() << ",\"puts\":" << counters_.puts.load()
-      << ",\"put_bytes\":" << counters_.put_bytes.load()
-      << ",\"put_failures\":" << counters_.put_failures.load()
-      << ",\"gets\":" << counters_.gets.load() << ",\"get_bytes\":" << counters_.get_bytes.load()
-      << ",\"exists_queries\":" << counters_.exists_queries.load()
-      << ",\"deletes\":" << counters_.deletes.load()
-      << ",\"batch_calls\":" << counters_.batch_calls.load() << ",\"errors\":" << errors_.ToJson()
-      << ",\"ssd_hits\":" << counters_.ssd_hits.load()
-      << ",\"promotions\":" << counters_.promotions.load();
-  if (ssd_ != nullptr) {
-    const SsdTier::Stats d = ssd_->GetStats();
-    out << ",\"ssd\":{\"keys\":" << d.keys << ",\"live_bytes\":" << d.live_bytes
-        << ",\"used_bytes\":" << d.used_bytes << ",\"capacity_bytes\":" << d.capacity_bytes
-        << ",\"buckets\":" << d.buckets << ",\"pending_buckets\":" << d.pending_buckets
-        << ",\"deleted_bytes\":" << d.deleted_bytes << ",\"offloads\":" << d.offloads
-        << ",\"offload_bytes\":" << d.offload_bytes
-        << ",\"offload_failures\":" << d.offload_failures << ",\"reads\":" << d.reads
-        << ",\"read_bytes\":" << d.read_bytes << ",\"read_errors\":" << d.read_errors
-        << ",\"bucket_writes\":" << d.bucket_writes
-        << ",\"bucket_write_errors\":" << d.bucket_write_errors
-        << ",\"tombstones\":" << d.tombstones << ",\"evicted_buckets\":" << d.evicted_buckets
-        << ",\"evicted_keys\":" << d.evicted_keys << ",\"gc_rounds\":" << d.gc_rounds
-        << ",\"gc_buckets_compacted\":" << d.gc_buckets_compacted
-        << ",\"gc_bytes_reclaimed\":" << d.gc_bytes_reclaimed
-        << ",\"gc_bytes_punched\":" << d.gc_bytes_punched
-        << ",\"gc_bytes_rewritten\":" << d.gc_bytes_rewritten
-        << ",\"gc_keys_lost_race\":" << d.gc_keys_lost_race
-        << ",\"quarantined_buckets\":" << d.quarantined_buckets
-        << ",\"recovered_keys\":" << d.recovered_keys
-        << ",\"torn_tombstone_bytes\":" << d.torn_tombstone_bytes
-        << ",\"damaged_tombstone_bytes\":" << d.damaged_tombstone_bytes
-        << ",\"io_uring\":" << (d.io_uring ? "true" : "false")
-        << ",\"direct_io\":" << (d.direct_io ? "true" : "false")
-        << ",\"index_bytes\":" << d.index_bytes << ",\"open_files\":" << d.open_files
-        << ",\"file_opens\":" << d.file_opens << ",\"open_micros\":" << d.open_micros
-        << ",\"checkpoint_keys\":" << d.checkpoint_keys
-        << ",\"checkpoint_rejected\":" << d.checkpoint_rejected
-        << ",\"checkpoint_writes\":" << d.checkpoint_writes
-        << ",\"checkpoint_backlog\":" << d.checkpoint_backlog << "}";
+  out << "{\"memory\":{";
+  AppendJson(s, "memory", kJson, /*first=*/true, &out);
+  out << "}";
+  AppendJson(s, "db", kJson, /*first=*/false, &out);
+  out << ",\"errors\":" << errors_.ToJson();
+  AppendJson(s, nullptr, kJsonAfterErrors, /*first=*/false, &out);
+  if (s.has_ssd) {
+    out << ",\"ssd\":{";
+    AppendJson(s, "ssd", kJson, /*first=*/true, &out);
+    out << "}";
   }
   if (!options_.local_listen.empty()) {
     const LocalServerCounters& l = local_counters_;

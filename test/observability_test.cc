@@ -373,5 +373,517 @@ TEST_F(ObservabilityTest, PropertiesParseAndReset) {
   EXPECT_EQ(prom.find("kvengine_perf_latency_seconds_count{"), std::string::npos);
 }
 
+// ---------------------------------------------------------------- the stats' names
+// "kvengine.stats", "kvengine.stats.json" and the Prometheus exposition are parsed by
+// users, tools and tests: each name, its place and (Prometheus) its HELP, TYPE and labels
+// are fixed here, with and without the SSD tier, after a known sequence of calls; and
+// the values those calls make certain.
+
+// "name: value" lines after the header, in order.
+std::vector<std::pair<std::string, std::string>> TextStats(const std::string& text) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::istringstream in(text);
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line, "** kvengine stats **");
+  while (std::getline(in, line)) {
+    const size_t colon = line.find(": ");
+    EXPECT_NE(colon, std::string::npos) << line;
+    if (colon == std::string::npos) continue;
+    out.emplace_back(line.substr(0, colon), line.substr(colon + 2));
+  }
+  return out;
+}
+
+// The leaves of a JSON object of objects, numbers and literals, as ("a.b", "value") in
+// document order.
+class JsonLeaves {
+ public:
+  static std::vector<std::pair<std::string, std::string>> Of(const std::string& json) {
+    JsonLeaves p(json);
+    p.Object("");
+    EXPECT_EQ(p.pos_, json.size()) << json;
+    return std::move(p.out_);
+  }
+
+ private:
+  explicit JsonLeaves(const std::string& t) : t_(t) {}
+  void Object(const std::string& prefix) {
+    if (!Eat('{') || Eat('}')) return;
+    do {
+      const size_t end = t_.find('"', pos_ + 1);
+      if (t_[pos_] != '"' || end == std::string::npos) break;
+      const std::string path = prefix + t_.substr(pos_ + 1, end - pos_ - 1);
+      pos_ = end + 1;
+      if (!Eat(':')) break;
+      if (pos_ < t_.size() && t_[pos_] == '{') {
+        Object(path + ".");
+      } else {
+        const size_t stop = t_.find_first_of(",}", pos_);
+        out_.emplace_back(path, t_.substr(pos_, stop - pos_));
+        pos_ = stop;
+      }
+    } while (Eat(','));
+    EXPECT_TRUE(Eat('}')) << "at " << pos_ << " of " << t_;
+  }
+  bool Eat(char c) {
+    if (pos_ < t_.size() && t_[pos_] == c) {
+      pos_++;
+      return true;
+    }
+    return false;
+  }
+  const std::string& t_;
+  size_t pos_ = 0;
+  std::vector<std::pair<std::string, std::string>> out_;
+};
+
+// Prometheus: each "# HELP" / "# TYPE" line whole, each sample as "name{labels}" with
+// its value apart.
+std::vector<std::pair<std::string, std::string>> PromLines(const std::string& text) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    const size_t space = line.rfind(' ');
+    if (line.rfind("# ", 0) == 0 || space == std::string::npos) {
+      out.emplace_back(line, "");
+    } else {
+      out.emplace_back(line.substr(0, space), line.substr(space + 1));
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> Names(const std::vector<std::pair<std::string, std::string>>& v) {
+  std::vector<std::string> names;
+  for (const auto& [name, value] : v) names.push_back(name);
+  return names;
+}
+
+// Checks the value of each name in `expected` (every name listed must be there).
+void ExpectValues(const std::vector<std::pair<std::string, std::string>>& got,
+                  const std::map<std::string, std::string>& expected, const std::string& what) {
+  const std::map<std::string, std::string> values(got.begin(), got.end());
+  for (const auto& [name, value] : expected) {
+    auto it = values.find(name);
+    ASSERT_NE(it, values.end()) << what << ": no " << name;
+    EXPECT_EQ(it->second, value) << what << ": " << name;
+  }
+}
+
+class StatsNamesTest : public ObservabilityTest {
+ protected:
+  void SetUp() override {
+    ObservabilityTest::SetUp();
+    options_.log_level = LogLevel::kOff;
+    options_.ssd_capacity_bytes = 64 << 20;
+    options_.gc_interval_ms = 0;  // no GC round between the calls and the stats
+  }
+  // Puts three keys, deletes one and flushes; then (with the SSD tier, in a second
+  // session, so that only SSD has them) reads one key twice (an SSD hit and a promotion,
+  // then a memory hit) and a missing one, deletes one, puts one, asks BatchExists, and
+  // flushes.
+  void RunCalls() {
+    Open();
+    ASSERT_TRUE(db_->Put(WriteOptions(), "a", "alpha").ok());
+    ASSERT_TRUE(db_->Put(WriteOptions(), "b", "bravo!").ok());
+    ASSERT_TRUE(db_->Put(WriteOptions(), "c", "charlie").ok());
+    ASSERT_TRUE(db_->Delete(WriteOptions(), "c").ok());
+    ASSERT_TRUE(db_->Flush().ok());
+    if (options_.ssd_capacity_bytes != 0) {
+      ASSERT_TRUE(db_->Close().ok());
+      db_.reset();
+      Open();
+    }
+    std::string value;
+    ASSERT_TRUE(db_->Get(ReadOptions(), "a", &value).ok());
+    ASSERT_EQ(value, "alpha");
+    ASSERT_TRUE(db_->Get(ReadOptions(), "a", &value).ok());
+    EXPECT_TRUE(db_->Get(ReadOptions(), "missing", &value).IsNotFound());
+    ASSERT_TRUE(db_->Delete(WriteOptions(), "b").ok());
+    ASSERT_TRUE(db_->Put(WriteOptions(), "d", "delta-delta").ok());
+    const std::vector<std::string> keys = {"a", "zz"};
+    std::vector<int64_t> results;
+    ASSERT_TRUE(db_->BatchExists(Slices(keys), &results).ok());
+    ASSERT_TRUE(db_->Flush().ok());
+  }
+};
+
+// "kvengine.stats": the names without the SSD tier, in order ...
+const std::vector<std::string> kTextNames = {
+    "memory.items",
+    "memory.value_bytes",
+    "memory.allocated_bytes",
+    "memory.capacity_bytes",
+    "memory.hits",
+    "memory.evictions",
+    "memory.evicted_bytes",
+    "memory.rejected_puts",
+    "ssd.hits",
+    "promotions",
+    "memory.eviction_refusals",
+    "memory.lookup_hits",
+    "memory.lookup_misses",
+    "memory.index_bytes",
+    "memory.index_bytes_per_key",
+    "misses",
+    "puts",
+    "put_bytes",
+    "put_failures",
+    "gets",
+    "get_bytes",
+    "exists_queries",
+    "deletes",
+    "batch_calls",
+    "errors.not_found",
+    "errors.invalid_argument",
+    "errors.corruption",
+    "errors.io_error",
+    "errors.no_space",
+    "errors.busy",
+    "errors.aborted",
+    "errors.not_supported",
+    "errors.buffer_too_small",
+};
+// ... and the SSD tier's, after them when it is there.
+const std::vector<std::string> kTextSsdNames = {
+    "ssd.keys",
+    "ssd.live_bytes",
+    "ssd.used_bytes",
+    "ssd.capacity_bytes",
+    "ssd.buckets",
+    "ssd.pending_buckets",
+    "ssd.deleted_bytes",
+    "ssd.deleted_ratio",
+    "ssd.offloads",
+    "ssd.offload_bytes",
+    "ssd.offload_failures",
+    "ssd.reads",
+    "ssd.read_bytes",
+    "ssd.read_errors",
+    "ssd.bucket_writes",
+    "ssd.bucket_write_errors",
+    "ssd.tombstones",
+    "ssd.evicted_buckets",
+    "ssd.evicted_keys",
+    "ssd.gc_rounds",
+    "ssd.gc_buckets_compacted",
+    "ssd.gc_bytes_reclaimed",
+    "ssd.gc_bytes_punched",
+    "ssd.gc_bytes_rewritten",
+    "ssd.gc_keys_lost_race",
+    "ssd.quarantined_buckets",
+    "ssd.recovered_keys",
+    "ssd.torn_tombstone_bytes",
+    "ssd.damaged_tombstone_bytes",
+    "ssd.io_uring",
+    "ssd.direct_io",
+    "ssd.index_bytes",
+    "ssd.index_bytes_per_key",
+    "ssd.open_files",
+    "ssd.file_opens",
+    "ssd.open_micros",
+    "ssd.checkpoint_keys",
+    "ssd.checkpoint_rejected",
+    "ssd.checkpoint_writes",
+    "ssd.checkpoint_backlog",
+};
+// "kvengine.stats.json", its leaves as "object.name": without the SSD tier ...
+const std::vector<std::string> kJsonNames = {
+    "memory.items",
+    "memory.value_bytes",
+    "memory.allocated_bytes",
+    "memory.capacity_bytes",
+    "memory.hits",
+    "memory.evictions",
+    "memory.evicted_bytes",
+    "memory.rejected_puts",
+    "memory.eviction_refusals",
+    "memory.lookup_hits",
+    "memory.lookup_misses",
+    "memory.index_bytes",
+    "memory.index_bytes_per_key",
+    "misses",
+    "puts",
+    "put_bytes",
+    "put_failures",
+    "gets",
+    "get_bytes",
+    "exists_queries",
+    "deletes",
+    "batch_calls",
+    "errors.not_found",
+    "errors.invalid_argument",
+    "errors.corruption",
+    "errors.io_error",
+    "errors.no_space",
+    "errors.busy",
+    "errors.aborted",
+    "errors.not_supported",
+    "errors.buffer_too_small",
+    "ssd_hits",
+    "promotions",
+};
+// ... and the "ssd" object, last when the SSD tier is there.
+const std::vector<std::string> kJsonSsdNames = {
+    "ssd.keys",
+    "ssd.live_bytes",
+    "ssd.used_bytes",
+    "ssd.capacity_bytes",
+    "ssd.buckets",
+    "ssd.pending_buckets",
+    "ssd.deleted_bytes",
+    "ssd.offloads",
+    "ssd.offload_bytes",
+    "ssd.offload_failures",
+    "ssd.reads",
+    "ssd.read_bytes",
+    "ssd.read_errors",
+    "ssd.bucket_writes",
+    "ssd.bucket_write_errors",
+    "ssd.tombstones",
+    "ssd.evicted_buckets",
+    "ssd.evicted_keys",
+    "ssd.gc_rounds",
+    "ssd.gc_buckets_compacted",
+    "ssd.gc_bytes_reclaimed",
+    "ssd.gc_bytes_punched",
+    "ssd.gc_bytes_rewritten",
+    "ssd.gc_keys_lost_race",
+    "ssd.quarantined_buckets",
+    "ssd.recovered_keys",
+    "ssd.torn_tombstone_bytes",
+    "ssd.damaged_tombstone_bytes",
+    "ssd.io_uring",
+    "ssd.direct_io",
+    "ssd.index_bytes",
+    "ssd.open_files",
+    "ssd.file_opens",
+    "ssd.open_micros",
+    "ssd.checkpoint_keys",
+    "ssd.checkpoint_rejected",
+    "ssd.checkpoint_writes",
+    "ssd.checkpoint_backlog",
+};
+// "kvengine.stats.prometheus" (the same with or without the SSD tier), no perf samples.
+const std::vector<std::string> kPromLines = {
+    "# HELP kvengine_memory_items Values held in the memory tier.",
+    "# TYPE kvengine_memory_items gauge",
+    "kvengine_memory_items",
+    "# HELP kvengine_memory_value_bytes Bytes of the values held in the memory tier.",
+    "# TYPE kvengine_memory_value_bytes gauge",
+    "kvengine_memory_value_bytes",
+    "# HELP kvengine_memory_allocated_bytes Arena bytes taken by the memory tier's values (slab "
+    "class sizes).",
+    "# TYPE kvengine_memory_allocated_bytes gauge",
+    "kvengine_memory_allocated_bytes",
+    "# HELP kvengine_memory_capacity_bytes Size of the memory tier's arena.",
+    "# TYPE kvengine_memory_capacity_bytes gauge",
+    "kvengine_memory_capacity_bytes",
+    "# HELP kvengine_memory_evictions_total Values evicted from the memory tier.",
+    "# TYPE kvengine_memory_evictions_total counter",
+    "kvengine_memory_evictions_total",
+    "# HELP kvengine_memory_evicted_bytes_total Bytes of the values evicted from the memory tier.",
+    "# TYPE kvengine_memory_evicted_bytes_total counter",
+    "kvengine_memory_evicted_bytes_total",
+    "# HELP kvengine_memory_eviction_refusals_total Evictions refused by the offload tier (the "
+    "value stayed in memory).",
+    "# TYPE kvengine_memory_eviction_refusals_total counter",
+    "kvengine_memory_eviction_refusals_total",
+    "# HELP kvengine_memory_rejected_puts_total Puts the memory tier rejected with NoSpace.",
+    "# TYPE kvengine_memory_rejected_puts_total counter",
+    "kvengine_memory_rejected_puts_total",
+    "# HELP kvengine_memory_lookup_hits_total Memory tier index lookups that found the key.",
+    "# TYPE kvengine_memory_lookup_hits_total counter",
+    "kvengine_memory_lookup_hits_total",
+    "# HELP kvengine_memory_lookup_misses_total Memory tier index lookups that did not find the "
+    "key.",
+    "# TYPE kvengine_memory_lookup_misses_total counter",
+    "kvengine_memory_lookup_misses_total",
+    "# HELP kvengine_memory_index_bytes RAM of the memory tier's index beside keys and values "
+    "(item arrays, index slots).",
+    "# TYPE kvengine_memory_index_bytes gauge",
+    "kvengine_memory_index_bytes",
+    "# HELP kvengine_tier_hits_total Reads (Get, GetInto, batch) served per tier.",
+    "# TYPE kvengine_tier_hits_total counter",
+    "kvengine_tier_hits_total{tier=\"memory\"}",
+    "# HELP kvengine_misses_total Reads of keys found in no tier.",
+    "# TYPE kvengine_misses_total counter",
+    "kvengine_misses_total",
+    "# HELP kvengine_puts_total Keys stored.",
+    "# TYPE kvengine_puts_total counter",
+    "kvengine_puts_total",
+    "# HELP kvengine_put_bytes_total Value bytes stored.",
+    "# TYPE kvengine_put_bytes_total counter",
+    "kvengine_put_bytes_total",
+    "# HELP kvengine_put_failures_total Keys whose put failed.",
+    "# TYPE kvengine_put_failures_total counter",
+    "kvengine_put_failures_total",
+    "# HELP kvengine_gets_total Keys read (Get, GetInto, BatchGetInto).",
+    "# TYPE kvengine_gets_total counter",
+    "kvengine_gets_total",
+    "# HELP kvengine_get_bytes_total Value bytes read.",
+    "# TYPE kvengine_get_bytes_total counter",
+    "kvengine_get_bytes_total",
+    "# HELP kvengine_exists_queries_total Keys asked about by BatchExists.",
+    "# TYPE kvengine_exists_queries_total counter",
+    "kvengine_exists_queries_total",
+    "# HELP kvengine_deletes_total Keys removed by deletes.",
+    "# TYPE kvengine_deletes_total counter",
+    "kvengine_deletes_total",
+    "# HELP kvengine_batch_calls_total Batch calls accepted.",
+    "# TYPE kvengine_batch_calls_total counter",
+    "kvengine_batch_calls_total",
+    "# HELP kvengine_errors_total Failed keys and calls, by kind of error.",
+    "# TYPE kvengine_errors_total counter",
+    "kvengine_errors_total{kind=\"not_found\"}",
+    "kvengine_errors_total{kind=\"invalid_argument\"}",
+    "kvengine_errors_total{kind=\"corruption\"}",
+    "kvengine_errors_total{kind=\"io_error\"}",
+    "kvengine_errors_total{kind=\"no_space\"}",
+    "kvengine_errors_total{kind=\"busy\"}",
+    "kvengine_errors_total{kind=\"aborted\"}",
+    "kvengine_errors_total{kind=\"not_supported\"}",
+    "kvengine_errors_total{kind=\"buffer_too_small\"}",
+    "# HELP kvengine_perf_latency_seconds Latency of each perf key (see docs/observability.md), "
+    "process-wide.",
+    "# TYPE kvengine_perf_latency_seconds summary",
+    "# HELP kvengine_perf_latency_max_seconds Longest sample of each perf key since the last "
+    "reset.",
+    "# TYPE kvengine_perf_latency_max_seconds gauge",
+};
+
+std::vector<std::string> Concat(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// Checks the figures the calls of RunCalls() make certain; `ssd`: the SSD tier's too.
+void ExpectKnownValues(const std::vector<std::pair<std::string, std::string>>& text, bool ssd) {
+  // Memory only, RunCalls makes one session, whose counters count every call.
+  ExpectValues(text,
+               {{"memory.items", "2"},
+                {"memory.value_bytes", "16"},
+                {"memory.capacity_bytes", "8388608"},
+                {"memory.hits", ssd ? "1" : "2"},
+                {"memory.evictions", "0"},
+                {"memory.evicted_bytes", "0"},
+                {"memory.rejected_puts", "0"},
+                {"ssd.hits", ssd ? "1" : "0"},
+                {"promotions", ssd ? "1" : "0"},
+                {"memory.eviction_refusals", "0"},
+                {"misses", "1"},
+                {"puts", ssd ? "1" : "4"},
+                {"put_bytes", ssd ? "11" : "29"},
+                {"put_failures", "0"},
+                {"gets", "3"},
+                {"get_bytes", "10"},
+                {"exists_queries", "2"},
+                {"deletes", ssd ? "1" : "2"},
+                {"batch_calls", "1"},
+                {"errors.not_found", "1"},
+                {"errors.invalid_argument", "0"}},
+               "text");
+  const std::map<std::string, std::string> values(text.begin(), text.end());
+  // Derived figures.
+  EXPECT_EQ(values.at("memory.index_bytes_per_key"),
+            std::to_string(std::stoull(values.at("memory.index_bytes")) / 2));
+  if (!ssd) return;
+  ExpectValues(text,
+               {{"ssd.keys", "2"},
+                {"ssd.live_bytes", "16"},
+                {"ssd.capacity_bytes", "67108864"},
+                {"ssd.pending_buckets", "0"},
+                {"ssd.deleted_bytes", "6"},
+                {"ssd.deleted_ratio", "0.272727"},  // 6 / (16 + 6), six digits
+                {"ssd.offloads", "1"},
+                {"ssd.offload_bytes", "11"},
+                {"ssd.offload_failures", "0"},
+                {"ssd.reads", "1"},
+                {"ssd.read_bytes", "5"},
+                {"ssd.read_errors", "0"},
+                {"ssd.tombstones", "1"},
+                {"ssd.gc_rounds", "0"},
+                {"ssd.recovered_keys", "2"}},
+               "text");
+  EXPECT_EQ(values.at("ssd.index_bytes_per_key"),
+            std::to_string(std::stoull(values.at("ssd.index_bytes")) / 2));
+  EXPECT_TRUE(values.at("ssd.io_uring") == "true" || values.at("ssd.io_uring") == "false");
+  EXPECT_TRUE(values.at("ssd.direct_io") == "true" || values.at("ssd.direct_io") == "false");
+}
+
+// Every JSON leaf has the value of the text's figure of the same name ("errors.x",
+// "memory.x", "ssd.x"; "ssd_hits" is the text's "ssd.hits").
+void ExpectJsonAsText(const std::vector<std::pair<std::string, std::string>>& json,
+                      const std::vector<std::pair<std::string, std::string>>& text) {
+  const std::map<std::string, std::string> values(text.begin(), text.end());
+  for (const auto& [path, value] : json) {
+    const std::string name = path == "ssd_hits" ? "ssd.hits" : path;
+    auto it = values.find(name);
+    ASSERT_NE(it, values.end()) << name;
+    EXPECT_EQ(value, it->second) << path;
+  }
+}
+
+// Every Prometheus sample of a stat has the value of the text's figure:
+// kvengine_memory_x[_total] is memory.x, kvengine_x[_total] is x,
+// kvengine_tier_hits_total{tier="memory"} is memory.hits and
+// kvengine_errors_total{kind="x"} is errors.x.
+void ExpectPromAsText(const std::vector<std::pair<std::string, std::string>>& prom,
+                      const std::vector<std::pair<std::string, std::string>>& text) {
+  std::map<std::string, std::string> values(text.begin(), text.end());
+  values["kvengine_tier_hits_total{tier=\"memory\"}"] = values.at("memory.hits");
+  for (const auto& [name, value] : text) {
+    if (name.rfind("errors.", 0) == 0) {
+      values["kvengine_errors_total{kind=\"" + name.substr(7) + "\"}"] = value;
+    }
+  }
+  int checked = 0;
+  for (const auto& [sample, value] : prom) {
+    if (sample.rfind("# ", 0) == 0) continue;
+    std::string name = sample;
+    if (name.find('{') == std::string::npos) {
+      name = name.substr(std::string("kvengine_").size());
+      if (name.size() > 6 && name.compare(name.size() - 6, 6, "_total") == 0) {
+        name.resize(name.size() - 6);
+      }
+      if (name.rfind("memory_", 0) == 0) name[6] = '.';
+    }
+    auto it = values.find(name);
+    if (it == values.end()) continue;  // the perf summaries
+    EXPECT_EQ(value, it->second) << sample;
+    checked++;
+  }
+  EXPECT_EQ(checked, 30);  // 11 memory, tier hits, 9 DB-wide, 9 error kinds
+}
+
+// The three properties after RunCalls(), with the SSD tier or without.
+void ExpectStats(DB* db, bool ssd) {
+  std::string text, json, prom;
+  ASSERT_TRUE(db->GetProperty("kvengine.stats", &text));
+  ASSERT_TRUE(db->GetProperty("kvengine.stats.json", &json));
+  ASSERT_TRUE(db->GetProperty("kvengine.stats.prometheus", &prom));
+  const auto text_stats = TextStats(text);
+  EXPECT_EQ(Names(text_stats), ssd ? Concat(kTextNames, kTextSsdNames) : kTextNames) << text;
+  ExpectKnownValues(text_stats, ssd);
+  const auto json_leaves = JsonLeaves::Of(json);
+  EXPECT_EQ(Names(json_leaves), ssd ? Concat(kJsonNames, kJsonSsdNames) : kJsonNames) << json;
+  ExpectJsonAsText(json_leaves, text_stats);
+  const auto prom_lines = PromLines(prom);
+  EXPECT_EQ(Names(prom_lines), kPromLines) << prom;
+  ExpectPromAsText(prom_lines, text_stats);
+}
+
+TEST_F(StatsNamesTest, WithBothTiers) {
+  RunCalls();
+  ExpectStats(db_.get(), /*ssd=*/true);
+}
+
+TEST_F(StatsNamesTest, MemoryOnly) {
+  options_.ssd_capacity_bytes = 0;
+  RunCalls();
+  ExpectStats(db_.get(), /*ssd=*/false);
+}
+
 }  // namespace
 }  // namespace kvengine
