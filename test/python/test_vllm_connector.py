@@ -593,9 +593,10 @@ def test_vllm_prometheus_logger_observes_two_engines(store_path, tmp_path):
     assert 'vllm:kvengine_load_seconds_bucket{engine="1",le="0.0005",model_name="m"}' in text
 
 
-def test_vllm_multiconnector_prometheus_observes_serialized_stats(store_path):
-    """The same through vLLM's MultiConnector: the stats reach the front end serialized,
-    each child's as {"data": ...}, and are rebuilt by the child's registered name."""
+def test_vllm_multiconnector_prometheus_observes_shipped_stats(store_path):
+    """The same through vLLM's MultiConnector: the stats reach the front end as
+    MultiKVConnectorStats.to_dict() ({child class name: its data}), and are rebuilt by
+    the child's registered name."""
     registry = prometheus_client.CollectorRegistry()
     conn_mod.register_with_factory(fk.KVConnectorFactory)
     conn_mod.register_with_factory(fk.KVConnectorFactory)  # twice is harmless
@@ -606,7 +607,7 @@ def test_vllm_multiconnector_prometheus_observes_serialized_stats(store_path):
                  .kv_transfer_config.kv_connector_extra_config)
     cfg = fk.make_config(store_path)
     cfg.kv_transfer_config = fk.KVTransferConfig(
-        kv_connector="MultiConnector", kv_connector_module_path=None,
+        kv_connector="MultiConnector", kv_role="kv_both",
         kv_connector_extra_config={"connectors": [child, dict(child)]})
     assert fk.MultiConnector.requires_piecewise_for_cudagraph(
         cfg.kv_transfer_config.kv_connector_extra_config) is True
@@ -616,7 +617,7 @@ def test_vllm_multiconnector_prometheus_observes_serialized_stats(store_path):
     multi = fk.MultiKVConnectorStats()
     for s in stats:  # MultiConnector.get_kv_connector_stats groups by class name
         multi = multi.aggregate(fk.MultiKVConnectorStats(data={"KVEngineConnector": s}))
-    shipped = {name: fk.serialized_stats(s) for name, s in multi.data.items()}
+    shipped = multi.to_dict()
     rebuilt = fk.MultiConnector.build_kv_connector_stats(pickle.loads(pickle.dumps(shipped)))
     assert rebuilt.reduce()["KVEngineConnector"]["hit_tokens"] == 3 * BS - 1
     for engine in (0, 1):
@@ -649,8 +650,8 @@ def test_reset_cache_forgets_this_models_blocks(store_path):
 def test_hybrid_groups_address_their_own_blocks(store_path):
     """SupportsHMA: each layer reads the block ids of its KV-cache group."""
     names = ["model.layers.%d.self_attn.attn" % i for i in range(3)]
-    kcc = fk.KVCacheConfig(16, [], [fk.KVCacheGroupSpec(names[:2]),
-                                    fk.KVCacheGroupSpec(names[2:])])
+    kcc = fk.KVCacheConfig(16, [], [fk.KVCacheGroupSpec(names[:2], None),
+                                    fk.KVCacheGroupSpec(names[2:], None)])
     a = Instance(store_path, "flash_nhd", kv_cache_config=kcc)
     b = Instance(store_path, "flash_nhd", kv_cache_config=kcc)
     try:

@@ -45,6 +45,10 @@ SKIPPED = 77
 # need, each as vLLM has it.
 FAKE_CLASSES = [
     ("KVTransferConfig", "vllm.config.kv_transfer", "KVTransferConfig", "subset"),
+    ("ModelConfig", "vllm.config.model", "ModelConfig", "subset"),
+    ("CacheConfig", "vllm.config.cache", "CacheConfig", "subset"),
+    ("ParallelConfig", "vllm.config.parallel", "ParallelConfig", "subset"),
+    ("VllmConfig", "vllm.config.vllm", "VllmConfig", "subset"),
     ("KVCacheGroupSpec", "vllm.v1.kv_cache_interface", "KVCacheGroupSpec", "subset"),
     ("KVCacheTensor", "vllm.v1.kv_cache_interface", "KVCacheTensor", "subset"),
     ("KVCacheConfig", "vllm.v1.kv_cache_interface", "KVCacheConfig", "subset"),
@@ -141,7 +145,8 @@ def kind_of(fn):
 
 
 def is_dataclass(cls):
-    return "dataclass" in decorator_names(cls)
+    # vLLM's configs are dataclasses through its @config decorator.
+    return bool({"dataclass", "config"} & decorator_names(cls))
 
 
 def members(cls):
@@ -237,8 +242,9 @@ def compare_signatures(where, ours, theirs, allow_extra_optional=False):
 
 def field_default(node):
     value = node.value
+    # dataclasses.field and pydantic's Field (vLLM's configs) alike.
     if isinstance(value, ast.Call) and getattr(value.func, "attr",
-                                               getattr(value.func, "id", "")) == "field":
+                                               getattr(value.func, "id", "")) in ("field", "Field"):
         for kw in value.keywords:
             if kw.arg == "default":
                 return literal(kw.value)
@@ -270,6 +276,12 @@ def stand_in_classes():
     return out
 
 
+def describe_default(d):
+    if d is None:
+        return "none (required)"
+    return repr(d[1]) if d[0] == "value" else d[1]
+
+
 def compare_class(label, tree, module, ours, theirs, coverage):
     problems = []
     mine = stand_in_members(ours, stand_in_classes())
@@ -281,10 +293,11 @@ def compare_class(label, tree, module, ours, theirs, coverage):
             continue
         their_kind, their_node = vllm[name]
         if {kind, their_kind} <= {"field", "attribute"}:
-            if kind == "field" and their_kind == "field":
+            if isinstance(node, ast.AnnAssign) and isinstance(their_node, ast.AnnAssign):
                 d1, d2 = field_default(node), field_default(their_node)
                 if d1 != d2 and not (d1 and d2 and "expr" in (d1[0], d2[0])):
-                    problems.append("%s: field default %s; vLLM's %s" % (where, d1, d2))
+                    problems.append("%s: default %s; vLLM's %s" % (
+                        where, describe_default(d1), describe_default(d2)))
             continue
         if kind != their_kind:
             problems.append("%s is a %s; vLLM's is a %s" % (where, kind, their_kind))

@@ -23,19 +23,24 @@ import torch
 from kvengine.vllm import _vllm_compat as compat
 
 
+def kv_buffer_device_default_factory() -> str:
+    # vLLM: current_platform.device_type.
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 @dataclasses.dataclass
 class KVTransferConfig:
-    kv_connector: Optional[str] = "KVEngineConnector"
+    kv_connector: Optional[str] = None
     engine_id: Optional[str] = None
-    kv_buffer_device: str = "cuda"
+    kv_buffer_device: str = dataclasses.field(default_factory=kv_buffer_device_default_factory)
     kv_buffer_size: float = 1e9
-    kv_role: Optional[str] = "kv_both"
+    kv_role: Optional[str] = None
     kv_rank: Optional[int] = None
     kv_parallel_size: int = 1
     kv_ip: str = "127.0.0.1"
     kv_port: int = 14579
     kv_connector_extra_config: dict = dataclasses.field(default_factory=dict)
-    kv_connector_module_path: Optional[str] = "kvengine.vllm.connector"
+    kv_connector_module_path: Optional[str] = None
     enable_permute_local_kv: bool = False
     kv_load_failure_policy: str = "fail"  # vLLM's default: "recompute" or "fail"
 
@@ -66,13 +71,13 @@ class KVTransferConfig:
 
 @dataclasses.dataclass
 class ModelConfig:
-    model: str = "meta-llama/Llama-3-8B"
+    model: str = "Qwen/Qwen3-0.6B"
     dtype: Any = torch.float16
 
 
 @dataclasses.dataclass
 class CacheConfig:
-    block_size: int = 16
+    block_size: Optional[int] = None  # vLLM: set from the platform when not given
     cache_dtype: str = "auto"
     enable_prefix_caching: bool = True
     prefix_caching_hash_algo: str = "sha256"
@@ -86,16 +91,16 @@ class ParallelConfig:
 
 @dataclasses.dataclass
 class VllmConfig:
-    model_config: ModelConfig
-    cache_config: CacheConfig
-    parallel_config: ParallelConfig
-    kv_transfer_config: Optional[KVTransferConfig]
+    model_config: Optional[ModelConfig] = None
+    cache_config: CacheConfig = dataclasses.field(default_factory=CacheConfig)
+    parallel_config: ParallelConfig = dataclasses.field(default_factory=ParallelConfig)
+    kv_transfer_config: Optional[KVTransferConfig] = None
 
 
 @dataclasses.dataclass
 class KVCacheGroupSpec:
     layer_names: list
-    kv_cache_spec: Any = None
+    kv_cache_spec: Any
 
 
 @dataclasses.dataclass
@@ -113,11 +118,14 @@ class KVCacheConfig:
 
 def make_config(path, model="meta-llama/Llama-3-8B", block_size=16, dtype=torch.float16,
                 policy="fail", **extra):
+    """A VllmConfig as `vllm serve --kv-transfer-config` makes it for this connector."""
     extra = dict(extra, path=path)
     extra.setdefault("options", dict(memory_capacity_bytes="64MiB", prefault_memory=False))
+    transfer = KVTransferConfig(kv_connector="KVEngineConnector", kv_role="kv_both",
+                                kv_connector_module_path="kvengine.vllm.connector",
+                                kv_connector_extra_config=extra, kv_load_failure_policy=policy)
     return VllmConfig(ModelConfig(model=model, dtype=dtype), CacheConfig(block_size=block_size),
-                      ParallelConfig(), KVTransferConfig(kv_connector_extra_config=extra,
-                                                         kv_load_failure_policy=policy))
+                      ParallelConfig(), transfer)
 
 
 # ------------------------------------------------------------------ block hashes
@@ -223,10 +231,6 @@ class CachedRequestData:
     def num_reqs(self):
         return len(self.req_ids)
 
-    def is_context_phase(self, req_id):
-        n = dict(zip(self.req_ids, self.num_output_tokens)).get(req_id)
-        return n is not None and n == 0
-
     @classmethod
     def make_empty(cls):
         return cls([], set(), [], {}, [], [], [])
@@ -285,8 +289,8 @@ class Forward:
 # vLLM's metrics path for a KV connector, as on vLLM main: the engine front end's
 # PrometheusStatLogger (vllm/v1/metrics/loggers.py) builds KVConnectorProm with
 # labelnames ["model_name", "engine"] and one label-value list per engine, and feeds it
-# SchedulerStats.kv_connector_stats -- the connector stats' .data after the trip from the
-# engine core (msgspec turns a nested KVConnectorStats into {"data": {...}}).  The metric
+# SchedulerStats.kv_connector_stats -- the connector stats' to_dict() after the trip from
+# the engine core (for MultiConnector: {child class name: that child's to_dict()}).  The metric
 # classes are prometheus_client's own; each test gets a registry of its own.
 
 try:
@@ -387,6 +391,9 @@ class KVConnectorProm:
 class MultiKVConnectorStats(compat.KVConnectorStats):
     """multi_connector.py: one stats object per connector class name."""
 
+    def to_dict(self) -> dict:
+        return {connector_id: stats.to_dict() for connector_id, stats in self.data.items()}
+
     def aggregate(self, other):
         for connector_id, stats in other.data.items():
             if connector_id not in self.data:
@@ -414,8 +421,8 @@ class MultiKVConnectorStats(compat.KVConnectorStats):
 
 
 class MultiKVConnectorPromMetrics(compat.KVConnectorPromMetrics):
-    """multi_connector.py: each child's metrics observe that child's serialized stats,
-    stats_data["data"]."""
+    """multi_connector.py: each child's metrics observe that child's shipped stats (its
+    to_dict(), the data itself)."""
 
     def __init__(self, vllm_config, metric_types: dict, labelnames: list,
                  per_engine_labelvalues: dict, prom_metrics: dict):
@@ -427,7 +434,7 @@ class MultiKVConnectorPromMetrics(compat.KVConnectorPromMetrics):
             assert connector_id in self._prom_metrics, (
                 f"{connector_id} is not contained in the list of registered connectors "
                 f"with Prometheus metrics support: {self._prom_metrics.keys()}")
-            self._prom_metrics[connector_id].observe(stats_data["data"], engine_idx)
+            self._prom_metrics[connector_id].observe(stats_data, engine_idx)
 
 
 class MultiConnector:
@@ -467,9 +474,7 @@ class MultiConnector:
                 reconstructed_data[connector_name] = stats_value
                 continue
             connector_cls = KVConnectorFactory.get_connector_class_by_name(connector_name)
-            assert isinstance(stats_value, dict) and "data" in stats_value, (
-                f"Expected a dict with a 'data' field, got {stats_value}")
-            if reconstructed := connector_cls.build_kv_connector_stats(data=stats_value["data"]):
+            if reconstructed := connector_cls.build_kv_connector_stats(data=stats_value):
                 reconstructed_data[connector_name] = reconstructed
         return MultiKVConnectorStats(data=reconstructed_data)
 
@@ -488,12 +493,6 @@ class MultiConnector:
                 prom_metrics[connector_cls.__name__] = connector_prom
         return MultiKVConnectorPromMetrics(vllm_config, metric_types, labelnames,
                                            per_engine_labelvalues, prom_metrics)
-
-
-def serialized_stats(stats):
-    """A KVConnectorStats as it reaches vLLM's front end from the engine core: msgspec
-    encodes the dataclass as its fields, {"data": {...}}."""
-    return {"data": {k: list(v) if isinstance(v, list) else v for k, v in stats.data.items()}}
 
 
 # ------------------------------------------------------------------ KV caches

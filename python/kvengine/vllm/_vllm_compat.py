@@ -97,6 +97,10 @@ except ImportError:
 
         data: dict = field(default_factory=dict)
 
+        def to_dict(self) -> dict:
+            # What crosses from the worker to the logger process: the data itself.
+            return self.data
+
         def reset(self):
             raise NotImplementedError
 

@@ -1,0 +1,105 @@
+"""The vLLM conformance check (vllm_conformance.py) against a real vLLM tree when one is
+present (VLLM_SOURCE_DIR, or an installed vllm), and -- everywhere -- proof that it
+fails, naming the member, when a member it checks is renamed or removed."""
+import ast
+import os
+import shutil
+
+import pytest
+
+import vllm_conformance as vc
+
+
+def _real_tree():
+    try:
+        return vc.find_tree(None)
+    except SystemExit:
+        return None
+
+
+REAL_TREE = _real_tree()
+needs_tree = pytest.mark.skipif(
+    REAL_TREE is None,
+    reason="skipped: no vLLM source tree (set VLLM_SOURCE_DIR to a vLLM checkout, see "
+           "docs/vllm.md) and no installed vllm")
+
+
+@needs_tree
+def test_stand_ins_conform_to_vllm():
+    problems = vc.run(REAL_TREE)
+    assert problems == [], "\n".join(problems)
+
+
+def _copy_checked_modules(src, dst):
+    """The modules the check reads, copied into a tree of their own."""
+    for rel in ("vllm/distributed/kv_transfer/kv_connector/v1/base.py",
+                "vllm/distributed/kv_transfer/kv_connector/v1/metrics.py",
+                "vllm/distributed/kv_transfer/kv_connector/v1/multi_connector.py",
+                "vllm/distributed/kv_transfer/kv_connector/factory.py",
+                "vllm/v1/metrics/utils.py", "vllm/config/kv_transfer.py",
+                "vllm/v1/core/sched/output.py", "vllm/v1/kv_cache_interface.py",
+                "vllm/distributed/parallel_state.py"):
+        if os.path.exists(os.path.join(src, rel)):
+            os.makedirs(os.path.dirname(os.path.join(dst, rel)), exist_ok=True)
+            shutil.copy(os.path.join(src, rel), os.path.join(dst, rel))
+
+
+def _rewrite(path, old, new):
+    text = open(path).read()
+    assert old in text, (path, old)
+    open(path, "w").write(text.replace(old, new, 1))
+
+
+@needs_tree
+def test_a_renamed_or_removed_member_of_real_vllm_is_named(tmp_path):
+    _copy_checked_modules(REAL_TREE, str(tmp_path))
+    assert vc.run(str(tmp_path)) == []
+    base = tmp_path / "vllm/distributed/kv_transfer/kv_connector/v1/base.py"
+    _rewrite(str(base), "def build_prom_metrics(", "def build_prom_metrics_renamed(")
+    utils = tmp_path / "vllm/v1/metrics/utils.py"
+    _rewrite(str(utils), "def create_metric_per_engine(", "def create_metric_per_engine_gone(")
+    problems = "\n".join(vc.run(str(tmp_path)))
+    assert "_vllm_compat.KVConnectorBase_V1.build_prom_metrics" in problems, problems
+    assert "create_metric_per_engine" in problems, problems
+
+
+def _synthetic_tree(root):
+    """A tree holding, at vLLM's module paths, the stand-ins' own definitions: what the
+    check must find conforming, before one member is changed."""
+    imported, defined = vc.compat_stand_ins()
+    source = open(vc.COMPAT).read()
+    by_module = {}
+    for node in defined:
+        by_module.setdefault(imported[node.name], []).append(node)
+    for module, nodes in by_module.items():
+        path = os.path.join(root, *module.split(".")) + ".py"
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            for node in nodes:
+                segment = ast.get_source_segment(source, node, padded=True)
+                # Dedent: the stand-ins sit inside the except branch.
+                lines = segment.split("\n")
+                indent = min(len(l) - len(l.lstrip()) for l in lines if l.strip())
+                f.write("\n".join(l[indent:] for l in lines) + "\n\n")
+    return by_module
+
+
+def test_the_check_names_a_renamed_member_everywhere(tmp_path):
+    """Runs in every CI: the check passes on a tree made of the stand-ins themselves and
+    fails, naming the member, once vLLM's side renames a method, drops a function or
+    changes a parameter."""
+    root = str(tmp_path)
+    _synthetic_tree(root)
+    assert vc.run(root, ["compat"]) == []
+    base = os.path.join(root, "vllm/distributed/kv_transfer/kv_connector/v1/base.py")
+    _rewrite(base, "def requires_piecewise_for_cudagraph(cls, extra_config",
+             "def requires_piecewise_for_cudagraph(cls, config")
+    _rewrite(base, "def get_finished_count(", "def get_finished_total(")
+    utils = os.path.join(root, "vllm/v1/metrics/utils.py")
+    _rewrite(utils, "def create_metric_per_engine(", "def make_metric_per_engine(")
+    problems = "\n".join(vc.run(root, ["compat"]))
+    assert "KVConnectorBase_V1.get_finished_count: vLLM's KVConnectorBase_V1 has no member" \
+        in problems, problems
+    assert "KVConnectorBase_V1.requires_piecewise_for_cudagraph takes (cls, extra_config)" \
+        in problems, problems
+    assert "_vllm_compat.create_metric_per_engine" in problems, problems
