@@ -404,7 +404,9 @@ TEST(ServerHardening, LookupOfOneKeyRepeatedIsLinear) {
   ASSERT_EQ(results.size(), kTimes);
   EXPECT_EQ(results[kTimes - 1], kLookupPinned);
   // Linear work takes tens of milliseconds; the quadratic lease table took about a minute.
-  EXPECT_LT(seconds, kSanitized ? 5.0 : 1.0);
+  // The bound sits far from both: on a 2-core machine running the suite two tests at a
+  // time (and other builds), the linear server has taken over a second.
+  EXPECT_LT(seconds, kSanitized ? 15.0 : 6.0);
 }
 
 // A kv_server whose key "big" (1 MiB) lies on SSD only: 64 MiB of memory tier, then 100
