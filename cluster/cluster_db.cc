@@ -2,10 +2,25 @@
 
 #include <utility>
 
+#include "env/gpu_staging.h"
 #include "util/byte_regex.h"
 #include "util/perf_point.h"
 
 namespace kvengine {
+
+namespace {
+
+// True when a buffer of dest is GPU memory: the transports copy into host memory only,
+// so such a key is not read through (its miss stays a miss).
+bool OnDevice(std::span<const MutableSlice> dest) {
+  for (const MutableSlice& buffer : dest) {
+    PointerInfo info;
+    if (!ClassifyPointer(buffer.data(), &info).ok() || info.kind == MemoryKind::kDevice) return true;
+  }
+  return false;
+}
+
+}  // namespace
 
 Status ClusterDB::Create(const Options& options, std::unique_ptr<ClusterDB>* result) {
   result->reset();
@@ -111,7 +126,7 @@ Status ClusterDB::GetInto(const ReadOptions& options, const Slice& key, MutableS
         .FinishKey(router_->GetInto(owner, key, buffer, value_size), key, -1, "peer");
   }
   Status s = local_->GetInto(options, key, buffer, value_size);
-  if (!s.IsNotFound() || !router_->ReadThrough()) return s;
+  if (!s.IsNotFound() || !router_->ReadThrough() || OnDevice({&buffer, 1})) return s;
   // A miss here may be a hit on a peer, read straight into the caller's buffer.
   std::vector<int64_t> result{s.ErrorCode()};
   const Destination dest{buffer};
@@ -159,6 +174,26 @@ Status ClusterDB::GetValueSize(const Slice& key, uint64_t* size) {
 
 // ---------------------------------------------------------------- batches
 
+void ClusterDB::ReadThroughHostMisses(std::span<const Slice> keys,
+                                      std::span<const Destination> destinations,
+                                      std::vector<int64_t>* results) {
+  const int64_t kNotFound = Status::NotFound("").ErrorCode();
+  std::vector<size_t> misses;
+  for (size_t i = 0; i < keys.size(); i++) {
+    if ((*results)[i] == kNotFound && !OnDevice(destinations[i])) misses.push_back(i);
+  }
+  if (misses.empty()) return;
+  std::vector<Slice> ask;
+  std::vector<Destination> into;
+  for (size_t i : misses) {
+    ask.push_back(keys[i]);
+    into.push_back(destinations[i]);
+  }
+  std::vector<int64_t> answers(misses.size(), kNotFound);
+  router_->ReadThroughGet(ask, into, &answers, Promoter());
+  for (size_t j = 0; j < misses.size(); j++) (*results)[misses[j]] = answers[j];
+}
+
 Status ClusterDB::BatchPut(const WriteOptions& options, std::span<const Slice> keys,
                            std::span<const ValueParts> values, std::vector<int64_t>* results) {
   if (!router_->Routing()) return local_->BatchPut(options, keys, values, results);
@@ -178,9 +213,7 @@ Status ClusterDB::BatchGetInto(const ReadOptions& options, std::span<const Slice
     return log.Finish(router_->BatchGetInto(local_.get(), options, keys, destinations, results));
   }
   Status s = local_->BatchGetInto(options, keys, destinations, results);
-  if (s.ok() && router_->ReadThrough()) {
-    router_->ReadThroughGet(keys, destinations, results, Promoter());
-  }
+  if (s.ok() && router_->ReadThrough()) ReadThroughHostMisses(keys, destinations, results);
   return s;
 }
 

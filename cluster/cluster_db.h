@@ -90,6 +90,10 @@ class ClusterDB final : public DB {
   // Offers values a peer served to the local memory tier (read-through promotion).
   void Promote(const Slice& key, std::span<const Slice> parts, uint64_t size);
   PeerRouter::PromoteFn Promoter();
+  // Asks the peers for the keys the local DB missed whose buffers are host memory.
+  void ReadThroughHostMisses(std::span<const Slice> keys,
+                             std::span<const Destination> destinations,
+                             std::vector<int64_t>* results);
 
   const Options options_;
   Logger logger_;
