@@ -15,10 +15,11 @@
 // brings it back.
 //
 // The GC (db/ssd_gc.cc) first gives the blocks of deleted values back to the filesystem in
-// place (punches holes over them) once their tombstones are durable; then it compacts
-// buckets whose remaining garbage is high, or that are nearly empty: it copies their live
-// values into a new bucket, then re-validates each key against the map under the lock and
-// swaps only those that still point at the old bucket with the same version.
+// place (punches holes over them) once their tombstones are durable; then its compactor
+// (db/bucket_compactor.h) compacts buckets whose remaining garbage is high, or that are
+// nearly empty: it copies their live values into a new bucket, then re-validates each key
+// against the map under the lock and swaps only those that still point at the old bucket
+// with the same version.
 //
 // Locking: mu_ guards the map and the bucket table.  Callers that change both tiers for a
 // key (the DB) hold that key's memory-tier shard lock around Commit/Erase*, so a key
@@ -41,6 +42,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "db/bucket_compactor.h"
 #include "db/bucket_file_cache.h"
 #include "db/map_checkpoint.h"
 #include "db/ssd_index.h"
@@ -180,6 +182,9 @@ class SsdTier {
   std::vector<BucketInfo> ListBuckets() const;
 
  private:
+  // Compaction works on the map and the bucket table under mu_ (db/bucket_compactor.h).
+  friend class BucketCompactor;
+
   SsdTier(const Options& options, std::string dir, Env* env, Logger* logger);
 
   Status Recover();  // ssd_recovery.cc
@@ -273,14 +278,6 @@ class SsdTier {
   // Syncs the tombstone log, waits for the reads that may still see the dead values,
   // and punches holes over them.  Adds the bytes given back to *reclaimed.
   Status PunchDeadExtents(uint64_t* reclaimed);
-  // REQUIRES: mu_ held.  When tombstones outnumber live keys, adds to *candidates the
-  // buckets that hold the most tombstones per live byte, until compacting them would
-  // bring the count down to the live keys'.
-  void AddTombstoneHeavyLocked(std::vector<std::shared_ptr<SsdBucket>>* candidates);
-  // Compacts the buckets of `olds` into one new bucket; on success appends them to
-  // *retired for RetireBuckets.  REQUIRES: each is marked compacting.
-  Status CompactGroup(const std::vector<std::shared_ptr<SsdBucket>>& olds, uint64_t* reclaimed,
-                      std::vector<std::shared_ptr<SsdBucket>>* retired);
   std::string BucketPath(uint64_t id) const;
   // Bucket `id`'s open file, from the cache (opened if it is not there).
   Status BucketFile(uint64_t id, BucketFileCache::Handle* file) {
@@ -340,8 +337,8 @@ class SsdTier {
 
   std::vector<std::thread> writers_;
   std::thread gc_;
-  WorkerThread chunk_reader_;  // reads compaction chunks while the GC thread writes
-  WorkerThread closer_;        // drops the last references to retired buckets
+  BucketCompactor compactor_{this};  // the GC's compactions, one round at a time (gc_mu_)
+  WorkerThread closer_;              // drops the last references to retired buckets
 };
 
 }  // namespace kvengine
