@@ -1,25 +1,26 @@
-// Rebuilding the SSD tier's object map at Open.
+// Rebuilding the SSD tier's object map at Open: SsdTier::Recover() and its steps.
 //
-//   1. Leftover temporary files (a bucket or log write cut short) are removed.
-//   2. Every bucket file is opened and verified (header, footer, index checksums).  One
-//      that fails, and any file named like a bucket but not exactly as this DB names one
-//      ("bucket-12.kvb"), is moved to quarantine/, reported in the log and in stats, and
-//      the rest of the DB opens without it.
-//   3. The tombstone log is read: a torn tail is ignored; a damaged stretch followed by
-//      valid records is skipped, counted, logged, and the damaged log is copied to
-//      quarantine/TOMBSTONES.damaged before step 5 rewrites it.
-//   4. Buckets are replayed in id order: an entry whose (key, version) has a tombstone is
+//   1. ScanDirectory: leftover temporary files (a bucket or log write cut short) are
+//      removed; any file named like a bucket but not exactly as this DB names one
+//      ("bucket-12.kvb") is moved to quarantine/ (Quarantine: reported in the log and in
+//      stats; the rest of the DB opens without it).
+//   2. LoadCheckpoint: with a map checkpoint (db/map_checkpoint.h) that matches the
+//      directory, the buckets it lists are opened with their header and footer read,
+//      not their indexes (verified when they were written), and the map and their counts
+//      come from it.
+//   3. OpenBuckets: every other bucket file is opened and verified (header, footer, index
+//      checksums); one that fails is quarantined.
+//   4. ReadTombstones: a torn tail of the tombstone log is ignored; a damaged stretch
+//      followed by valid records is skipped, counted, logged, and the damaged log is
+//      copied to quarantine/TOMBSTONES.damaged before step 6 rewrites it.
+//   5. ApplyTombstonesToCheckpoint, ReplayBuckets: the tombstones logged since the
+//      checkpoint kill the values still live in the buckets it restored; the buckets of
+//      step 3 are replayed in id order: an entry whose (key, version) has a tombstone is
 //      dead; otherwise the highest version of a key wins, and an older one it supersedes
 //      gets a tombstone so that it can never come back.  Two copies of one version (a
 //      crash in the middle of a compaction) keep the newer bucket's; the other copy is
 //      remembered so that a later delete tombstones both.
-//   5. The log is rewritten with the tombstones that still cover a value in some bucket.
-//
-// With a map checkpoint (db/map_checkpoint.h, written at Close) that matches the
-// directory, step 2 reads only the header and footer of the buckets it lists (their
-// indexes were verified when they were written), the map and their counts come from it,
-// step 4 applies the tombstones logged since to those buckets and replays only the
-// buckets written after it.
+//   6. The log is rewritten with the tombstones that still cover a value in some bucket.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -277,11 +278,41 @@ Status SsdTier::KeepDamagedLog(std::string* copy) {
 
 Status SsdTier::Recover() {
   PerfPoint perf(PerfKey::ssd_recovery);
+  std::vector<uint64_t> ids;
+  Status s = ScanDirectory(&ids);
+  if (!s.ok()) return s;
+  std::vector<uint64_t> covered;
+  LoadCheckpoint(ids, &covered);
+  std::vector<uint64_t> rest;  // the buckets the checkpoint does not cover, read in full
+  std::set_difference(ids.begin(), ids.end(), covered.begin(), covered.end(),
+                      std::back_inserter(rest));
+  std::vector<std::shared_ptr<SsdBucket>> opened;
+  s = OpenBuckets(rest, &opened);
+  if (!s.ok()) return s;
+  base_env_->SyncDir(dir_);
+  std::vector<TombstoneLog::Record> records;
+  TombstoneLog::ReadReport report;
+  s = ReadTombstones(&records, &report);
+  if (!s.ok()) return s;
+  ApplyTombstonesToCheckpoint(covered, records);
+  ReplayBuckets(opened, records);
+  // The log is rewritten with the records that still cover a value, so that appends
+  // never follow a torn tail.
+  s = TombstoneLog::Create(base_env_, dir_, TombstonesLocked(), &log_);
+  if (!s.ok()) return s;
+  std::lock_guard<std::mutex> st(stats_mu_);
+  stats_.recovered_keys = map_.size();
+  stats_.torn_tombstone_bytes = report.torn_bytes;
+  stats_.damaged_tombstone_bytes = report.damaged_bytes;
+  return Status::OK();
+}
+
+Status SsdTier::ScanDirectory(std::vector<uint64_t>* ids) {
   std::vector<std::string> names;
   Status s = base_env_->GetChildren(dir_, &names);
   if (!s.ok()) return s;
-  std::vector<uint64_t> ids;
   for (const std::string& name : names) {
+    uint64_t id;
     if (name.size() > 4 && name.ends_with(".tmp")) {
       // A write cut short.  One that cannot be removed (a directory) would block the
       // next write of that name: it is moved aside.
@@ -290,18 +321,14 @@ Status SsdTier::Recover() {
         s = Quarantine(name, Status::IOError("leftover temporary file", s.ToString()));
         if (!s.ok()) return s;
       }
-      continue;
-    }
-    uint64_t id;
-    if (ParseBucketFileName(name, &id)) {
-      ids.push_back(id);
+    } else if (ParseBucketFileName(name, &id)) {
+      ids->push_back(id);
     } else if (LooksLikeBucketFileName(name)) {  // not a file this DB wrote
       Quarantine(name, Status::Corruption("not the name of a bucket file of this DB"));
     }
   }
-  std::sort(ids.begin(), ids.end());
-  if (!ids.empty()) next_bucket_id_ = ids.back() + 1;
-
+  std::sort(ids->begin(), ids->end());
+  if (!ids->empty()) next_bucket_id_ = ids->back() + 1;
   // Quarantined files keep their ids out of reuse too.
   std::vector<std::string> quarantined;
   if (base_env_->GetChildren(dir_ + "/" + kQuarantineDir, &quarantined).ok()) {
@@ -310,28 +337,25 @@ Status SsdTier::Recover() {
       if (ParseBucketFileName(name, &id)) next_bucket_id_ = std::max(next_bucket_id_, id + 1);
     }
   }
+  return Status::OK();
+}
 
-  std::vector<uint64_t> covered;
-  LoadCheckpoint(ids, &covered);
-  std::vector<uint64_t> rest;  // the buckets the checkpoint does not cover, read in full
-  std::set_difference(ids.begin(), ids.end(), covered.begin(), covered.end(),
-                      std::back_inserter(rest));
-  std::vector<std::unique_ptr<BucketReader>> readers(rest.size());
-  std::vector<Status> opens(rest.size());
-  ParallelFor(rest.size(), kOpenThreads, [&](size_t i) {
-    opens[i] = BucketReader::Open(env_, BucketPath(rest[i]), file_options_, &readers[i]);
+Status SsdTier::OpenBuckets(const std::vector<uint64_t>& ids,
+                            std::vector<std::shared_ptr<SsdBucket>>* opened) {
+  std::vector<std::unique_ptr<BucketReader>> readers(ids.size());
+  std::vector<Status> opens(ids.size());
+  ParallelFor(ids.size(), kOpenThreads, [&](size_t i) {
+    opens[i] = BucketReader::Open(env_, BucketPath(ids[i]), file_options_, &readers[i]);
     // The cache keeps the newest max_open_files open; holding every file until the end
     // would run out of descriptors with many buckets.
-    if (opens[i].ok()) file_cache_->Insert(rest[i], readers[i]->TakeFile());
+    if (opens[i].ok()) file_cache_->Insert(ids[i], readers[i]->TakeFile());
   });
-  std::vector<std::shared_ptr<SsdBucket>> opened;
-  for (size_t i = 0; i < rest.size(); i++) {
-    const uint64_t id = rest[i];
-    const std::string path = BucketPath(id);
+  for (size_t i = 0; i < ids.size(); i++) {
+    const uint64_t id = ids[i];
     std::unique_ptr<BucketReader> reader = std::move(readers[i]);
-    s = opens[i];
+    Status s = opens[i];
     if (s.ok() && reader->header().bucket_id != id) {
-      s = Status::Corruption(path,
+      s = Status::Corruption(BucketPath(id),
                              "header names bucket " + std::to_string(reader->header().bucket_id));
     }
     // Damaged, of an unknown format, or not a file at all: moved aside.
@@ -348,21 +372,22 @@ Status SsdTier::Recover() {
     b->file_size = reader->file_size();
     b->reader = std::move(reader);
     b->last_access = id;  // older buckets count as colder
-    opened.push_back(b);
+    opened->push_back(b);
   }
-  base_env_->SyncDir(dir_);
+  return Status::OK();
+}
 
-  std::vector<TombstoneLog::Record> records;
-  TombstoneLog::ReadReport report;
-  s = TombstoneLog::Read(base_env_, dir_, &records, &report);
+Status SsdTier::ReadTombstones(std::vector<TombstoneLog::Record>* records,
+                               TombstoneLog::ReadReport* report) {
+  Status s = TombstoneLog::Read(base_env_, dir_, records, report);
   if (!s.ok()) return s;
-  if (report.torn_bytes > 0) {
+  if (report->torn_bytes > 0) {
     logger_->Logf(LogLevel::kWarn, "tombstone log: ignored a torn tail of %llu bytes",
-                  static_cast<unsigned long long>(report.torn_bytes));
+                  static_cast<unsigned long long>(report->torn_bytes));
   }
-  if (report.damaged_bytes > 0) {
-    // The log is rewritten below: the damaged one is kept, for whoever can tell which
-    // deletes it held.
+  if (report->damaged_bytes > 0) {
+    // The log is rewritten at the end of recovery: the damaged one is kept, for whoever
+    // can tell which deletes it held.
     std::string copy;
     s = KeepDamagedLog(&copy);
     if (!s.ok()) return s;
@@ -370,22 +395,19 @@ Status SsdTier::Recover() {
                   "tombstone log: %llu damaged bytes in %llu places before valid records were "
                   "skipped; the deletes recorded there are lost and their keys may be back "
                   "(a copy of the damaged log: %s; see docs/tombstone_log.md)",
-                  static_cast<unsigned long long>(report.damaged_bytes),
-                  static_cast<unsigned long long>(report.damaged_stretches), copy.c_str());
+                  static_cast<unsigned long long>(report->damaged_bytes),
+                  static_cast<unsigned long long>(report->damaged_stretches), copy.c_str());
   }
-  ApplyTombstonesToCheckpoint(covered, records);
+  return Status::OK();
+}
+
+void SsdTier::ReplayBuckets(const std::vector<std::shared_ptr<SsdBucket>>& opened,
+                            const std::vector<TombstoneLog::Record>& records) {
   std::unordered_set<std::string> dead;
   for (const auto& r : records) {
     dead.insert(DeadKey(r.key, r.version));
     recovered_max_version_ = std::max(recovered_max_version_, r.version);
   }
-
-  // A dead value's blocks may still be allocated (a crash before its hole was punched):
-  // the first GC round punches again; a hole punched twice costs nothing.
-  auto dead_value = [this](SsdBucket* b, uint64_t offset, uint64_t size) {
-    b->deleted_bytes += size;
-    DeadAtOpen(b, offset, size);
-  };
   for (const auto& b : opened) {
     buckets_[b->id] = b;
     used_bytes_ += b->file_size;
@@ -394,35 +416,7 @@ Status SsdTier::Recover() {
       recovered_max_version_ = std::max(recovered_max_version_, e.version);
       b->keys++;
       b->total_bytes += e.size;
-      if (dead.count(DeadKey(e.key, e.version)) != 0) {
-        dead_value(b.get(), e.offset, e.size);
-        tombstones_[b->id].push_back({e.key, e.version, b->id});
-        continue;
-      }
-      const KeyFingerprint fp = KeyFingerprint::Of(e.key);
-      const SsdLocation here{b->id, e.offset, e.size, e.version, e.checksum};
-      SsdLocation cur;
-      if (!map_.Find(fp, &cur)) {
-        map_.Put(fp, here);
-        b->live_keys++;
-        continue;
-      }
-      if (e.version < cur.version) {  // superseded: dead here for good
-        dead_value(b.get(), e.offset, e.size);
-        tombstones_[b->id].push_back({e.key, e.version, b->id});
-        continue;
-      }
-      SsdBucket* loser = buckets_.at(cur.bucket).get();
-      loser->live_keys--;
-      if (e.version > cur.version) {
-        dead_value(loser, cur.offset, cur.size);
-        tombstones_[cur.bucket].push_back({e.key, cur.version, cur.bucket});
-      } else {
-        loser->deleted_bytes += cur.size;          // not punched: its tombstone is not logged yet
-        duplicates_[e.key].push_back(cur.bucket);  // the same value twice
-      }
-      map_.Put(fp, here);
-      b->live_keys++;
+      ReplayEntry(b.get(), e, dead);
     }
     b->reader->DropEntries();  // the map holds what reads need; the index stays on disk
   }
@@ -431,15 +425,44 @@ Status SsdTier::Recover() {
     SsdLocation loc;
     it = map_.Find(KeyFingerprint::Of(it->first), &loc) ? std::next(it) : duplicates_.erase(it);
   }
-  std::vector<TombstoneLog::Record> keep;
-  for (const auto& [bucket, recs] : tombstones_) keep.insert(keep.end(), recs.begin(), recs.end());
-  s = TombstoneLog::Create(base_env_, dir_, keep, &log_);
-  if (!s.ok()) return s;
-  std::lock_guard<std::mutex> st(stats_mu_);
-  stats_.recovered_keys = map_.size();
-  stats_.torn_tombstone_bytes = report.torn_bytes;
-  stats_.damaged_tombstone_bytes = report.damaged_bytes;
-  return Status::OK();
+}
+
+void SsdTier::ReplayEntry(SsdBucket* b, const BucketEntry& e,
+                          const std::unordered_set<std::string>& dead) {
+  // A dead value's blocks may still be allocated (a crash before its hole was punched):
+  // the first GC round punches again; a hole punched twice costs nothing.  Its
+  // tombstone is kept for the log.
+  auto bury = [this, &e](SsdBucket* in, uint64_t version, uint64_t offset, uint64_t size) {
+    in->deleted_bytes += size;
+    DeadAtOpen(in, offset, size);
+    tombstones_[in->id].push_back({e.key, version, in->id});
+  };
+  if (dead.count(DeadKey(e.key, e.version)) != 0) {
+    bury(b, e.version, e.offset, e.size);
+    return;
+  }
+  const KeyFingerprint fp = KeyFingerprint::Of(e.key);
+  const SsdLocation here{b->id, e.offset, e.size, e.version, e.checksum};
+  SsdLocation cur;
+  if (!map_.Find(fp, &cur)) {
+    map_.Put(fp, here);
+    b->live_keys++;
+    return;
+  }
+  if (e.version < cur.version) {  // superseded: dead here for good
+    bury(b, e.version, e.offset, e.size);
+    return;
+  }
+  SsdBucket* loser = buckets_.at(cur.bucket).get();
+  loser->live_keys--;
+  if (e.version > cur.version) {
+    bury(loser, cur.version, cur.offset, cur.size);
+  } else {
+    loser->deleted_bytes += cur.size;          // not punched: its tombstone is not logged yet
+    duplicates_[e.key].push_back(cur.bucket);  // the same value twice
+  }
+  map_.Put(fp, here);
+  b->live_keys++;
 }
 
 }  // namespace kvengine

@@ -829,10 +829,14 @@ Status SsdTier::RewriteTombstones() {
   // Holding mu_ keeps Add() (always under mu_) from slipping between the snapshot and
   // the rewrite.
   std::lock_guard<std::mutex> lock(mu_);
+  return log_->Rewrite(TombstonesLocked());
+}
+
+std::vector<TombstoneLog::Record> SsdTier::TombstonesLocked() const {
   std::vector<TombstoneLog::Record> all;
   for (const auto& [bucket, records] : tombstones_)
     all.insert(all.end(), records.begin(), records.end());
-  return log_->Rewrite(all);
+  return all;
 }
 
 namespace {

@@ -40,6 +40,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "db/bucket_compactor.h"
@@ -187,20 +188,59 @@ class SsdTier {
 
   SsdTier(const Options& options, std::string dir, Env* env, Logger* logger);
 
-  Status Recover();  // ssd_recovery.cc
-  // Loads the map checkpoint when it matches the buckets listed in `ids` (adding them to
-  // buckets_, the map and the counts); *covered: the buckets it restored.  Anything
-  // else (none, stale, damaged) leaves the tier empty; stale or damaged is logged and
-  // counted.  ssd_recovery.cc
+  // ---------------------------------------------------------------- recovery
+  // ssd_recovery.cc; only during Open, before the tier's threads start.  Recover() rebuilds the
+  // map, the bucket table and the tombstone log from the directory, in these steps:
+  Status Recover();
+  // 1. Scan: the ids of the bucket files in the directory, sorted, into *ids (and
+  // next_bucket_id_ past them and past the quarantined ones).  Leftover temporary files
+  // are removed; a file named like a bucket but not as this DB names one is quarantined.
+  Status ScanDirectory(std::vector<uint64_t>* ids);
+  // 2. Checkpoint: loads the map checkpoint when it matches the buckets listed in `ids`
+  // (adding them to buckets_, the map and the counts); *covered: the buckets it
+  // restored.  Anything else (none, stale, damaged) leaves the tier empty; stale or
+  // damaged is logged and counted.
   void LoadCheckpoint(const std::vector<uint64_t>& ids, std::vector<uint64_t>* covered);
-  // Applies the tombstones logged after the checkpoint to the buckets it restored (the
-  // deletes it does not know) and keeps every record of a restored bucket.
+  // 3. Open: opens and verifies the buckets `ids` (several at a time), each with its
+  // index; one that is damaged, of an unknown format or not a file is quarantined and
+  // left out.  *opened: the others, in id order.  Fails on any other error.
+  Status OpenBuckets(const std::vector<uint64_t>& ids,
+                     std::vector<std::shared_ptr<SsdBucket>>* opened);
+  // 4. Tombstones: reads the log past a torn tail and damage (logged; a damaged log is
+  // copied to quarantine/ first, since it is rewritten at the end).  Fails on a file
+  // that is not a log.
+  Status ReadTombstones(std::vector<TombstoneLog::Record>* records,
+                        TombstoneLog::ReadReport* report);
+  // 5. Replay: applies the tombstones logged after the checkpoint to the buckets it
+  // restored (the deletes it does not know) and keeps every record of a restored bucket.
   void ApplyTombstonesToCheckpoint(const std::vector<uint64_t>& covered,
                                    const std::vector<TombstoneLog::Record>& records);
+  // ... then replays the buckets `opened` in id order into the map: a (key, version)
+  // with a tombstone is dead, the highest version of a key wins, an older one gets a
+  // tombstone.
+  void ReplayBuckets(const std::vector<std::shared_ptr<SsdBucket>>& opened,
+                     const std::vector<TombstoneLog::Record>& records);
+  // One entry of bucket b; `dead` holds DeadKey(key, version) of every tombstone.
+  void ReplayEntry(SsdBucket* b, const BucketEntry& e, const std::unordered_set<std::string>& dead);
   // A value of bucket b found dead at Open: its extent is counted as punched when the
   // file already has a hole there (punched before the restart), else queued for the GC.
   // REQUIRES: b's file size is in used_bytes_.
   void DeadAtOpen(SsdBucket* b, uint64_t offset, uint64_t size);
+  // A dead extent of bucket b found at Open (from the tombstones, or queued in the
+  // checkpoint): the parts of it that are already holes count as punched, the rest are
+  // queued for the GC.  REQUIRES: b's file size is in used_bytes_.
+  void DeadExtentAtOpen(SsdBucket* b, uint64_t offset, uint64_t length, uint64_t value_size);
+  // Quarantine: moves dir_/name (a file or directory that must not take part in the DB)
+  // into quarantine/, under a name no earlier casualty holds; logs and counts it.  Fails
+  // (still counted) when it cannot be moved.
+  Status Quarantine(const std::string& name, const Status& why);
+  static constexpr const char* kQuarantineDir = "quarantine";
+  // Stores in *path a path in quarantine/ for `name` that nothing holds yet.
+  Status QuarantinePath(const std::string& name, std::string* path);
+  // Copies the tombstone log to quarantine/ (TOMBSTONES.damaged), synced; *copy: where.
+  Status KeepDamagedLog(std::string* copy);
+  // ---------------------------------------------------------------- the map checkpoint
+
   // Writes the map checkpoint, or removes a stale one when the state cannot be saved
   // (buckets not written, duplicate copies left by a crash).  At Close, threads stopped.
   // A large map whose checkpoint on disk leaves little to replay keeps that one: Close
@@ -216,19 +256,7 @@ class SsdTier {
   uint64_t CheckpointBacklogLimitLocked() const;
   // The header fields and bucket table of a checkpoint of the state now.  REQUIRES: mu_.
   MapCheckpoint::Contents CheckpointContentsLocked(uint32_t flags) const;
-  // A dead extent of bucket b found at Open (from the tombstones, or queued in the
-  // checkpoint): the parts of it that are already holes count as punched, the rest are
-  // queued for the GC.  REQUIRES: b's file size is in used_bytes_.
-  void DeadExtentAtOpen(SsdBucket* b, uint64_t offset, uint64_t length, uint64_t value_size);
-  // Moves dir_/name (a file or directory that must not take part in the DB) into
-  // quarantine/, under a name no earlier casualty holds; logs and counts it.  Fails
-  // (still counted) when it cannot be moved.  Only during Recover().
-  Status Quarantine(const std::string& name, const Status& why);
-  static constexpr const char* kQuarantineDir = "quarantine";
-  // Stores in *path a path in quarantine/ for `name` that nothing holds yet.
-  Status QuarantinePath(const std::string& name, std::string* path);
-  // Copies the tombstone log to quarantine/ (TOMBSTONES.damaged), synced; *copy: where.
-  Status KeepDamagedLog(std::string* copy);
+  // ---------------------------------------------------------------- running
   void WriterLoop(int index);
   // REQUIRES: mu_ held.  The oldest sealed bucket no writer has taken, or null.
   std::shared_ptr<SsdBucket> NextToWriteLocked();
@@ -274,6 +302,8 @@ class SsdTier {
   // Takes the caller's references, so that the last one is dropped off this thread.
   void RetireBuckets(std::vector<std::shared_ptr<SsdBucket>> retired);
   Status RewriteTombstones();
+  // Every tombstone kept for the log, of every bucket.  REQUIRES: mu_ held (or Recover()).
+  std::vector<TombstoneLog::Record> TombstonesLocked() const;
   // ssd_gc.cc
   // Syncs the tombstone log, waits for the reads that may still see the dead values,
   // and punches holes over them.  Adds the bytes given back to *reclaimed.
