@@ -21,12 +21,8 @@
 //      crash in the middle of a compaction) keep the newer bucket's; the other copy is
 //      remembered so that a later delete tombstones both.
 //   6. The log is rewritten with the tombstones that still cover a value in some bucket.
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <functional>
 #include <set>
 #include <thread>
@@ -179,24 +175,21 @@ void SsdTier::DeadAtOpen(SsdBucket* b, uint64_t offset, uint64_t size) {
 
 void SsdTier::DeadExtentAtOpen(SsdBucket* b, uint64_t offset, uint64_t length,
                                uint64_t value_size) {
+  // Asked only when holes are punched at all; a file that cannot be opened cannot tell.
   BucketFileCache::Handle file;
-  int fd = -1;
-  if (options_.gc_punch_holes && BucketFile(b->id, &file).ok()) fd = file->FileDescriptor();
+  if (options_.gc_punch_holes && !BucketFile(b->id, &file).ok()) file = nullptr;
   // Part by part, since a packed value's first and last blocks may hold live neighbours
   // (never punched) or dead ones (punched with them before the restart).
   for (const SsdBucket::Extent& part :
        SplitAtBlocks({offset, length, value_size}, kBucketAlignment)) {
-    if (fd >= 0) {
-      // The first byte of data at or after the part; ENXIO: none up to the end of the
-      // file.  A filesystem without hole support reports the offset itself: queued.
-      const off_t data = ::lseek(fd, static_cast<off_t>(part.offset), SEEK_DATA);
-      if ((data < 0 && errno == ENXIO) ||
-          (data >= 0 && static_cast<uint64_t>(data) >= part.offset + part.length)) {
-        b->punched_bytes += part.length;  // punched before the restart: not again, not counted
-        b->punched_value_bytes += part.value_size;
-        used_bytes_ -= part.length;
-        continue;
-      }
+    // A file that cannot tell where its holes are reports data everywhere: queued.
+    uint64_t data = 0;
+    if (file != nullptr && file->NextDataOffset(part.offset, &data).ok() &&
+        data >= part.offset + part.length) {
+      b->punched_bytes += part.length;  // punched before the restart: not again, not counted
+      b->punched_value_bytes += part.value_size;
+      used_bytes_ -= part.length;
+      continue;
     }
     if (options_.gc_punch_holes) b->dead_extents.push_back(part);
   }

@@ -52,6 +52,10 @@ class FaultRandomAccessFile final : public RandomAccessFile {
   bool IsDirect() const override { return base_->IsDirect(); }
   uint64_t DirectIOAlignment() const override { return base_->DirectIOAlignment(); }
   uint64_t Size() const override { return base_->Size(); }
+  // Reads no data, so never a fault: the base file's holes are this file's.
+  Status NextDataOffset(uint64_t offset, uint64_t* data) const override {
+    return base_->NextDataOffset(offset, data);
+  }
 
  private:
   FaultInjectionEnv* const env_;

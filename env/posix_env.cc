@@ -82,6 +82,22 @@ class PosixRandomAccessFile final : public RandomAccessFile {
   uint64_t DirectIOAlignment() const override { return direct_alignment_; }
   uint64_t Size() const override { return size_; }
   int FileDescriptor() const override { return fd_; }
+  Status NextDataOffset(uint64_t offset, uint64_t* data) const override {
+    // lseek moves the descriptor's position, which no read uses: they are pread's.
+    const off_t found = ::lseek(fd_, static_cast<off_t>(offset), SEEK_DATA);
+    if (found >= 0) {
+      // A filesystem without hole support reports the offset itself.
+      *data = static_cast<uint64_t>(found);
+      return Status::OK();
+    }
+    const int err = errno;
+    if (err == ENXIO) {  // only holes up to the end of the file, or past it
+      *data = kNoData;
+      return Status::OK();
+    }
+    *data = offset;
+    return PosixError("seek data in " + path_ + " from " + std::to_string(offset), err);
+  }
 
  private:
   const std::string path_;

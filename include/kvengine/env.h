@@ -68,6 +68,23 @@ class RandomAccessFile {
   virtual uint64_t Size() const = 0;
   // The operating system's descriptor of the file, or -1 when it has none (test Envs).
   virtual int FileDescriptor() const { return -1; }
+
+  // What NextDataOffset stores when no data follows.
+  static constexpr uint64_t kNoData = ~uint64_t{0};
+  // Where data resumes at or after `offset`, for a caller that asks whether a range is
+  // a hole (punched by Env::PunchHole) already: stores in *data the offset of the first
+  // byte at or after `offset` that is not in a hole, or kNoData when only holes lie
+  // between `offset` and the end of the file (or `offset` is past it).  May be called
+  // while reads are in flight; it does not disturb them.
+  //
+  // A file that cannot tell (no hole support, no descriptor: the default) stores
+  // `offset` itself: every byte counts as data, which is always safe -- the caller then
+  // punches again what may be a hole already.  On an I/O error returns non-OK and
+  // stores `offset`.
+  virtual Status NextDataOffset(uint64_t offset, uint64_t* data) const {
+    *data = offset;
+    return Status::OK();
+  }
 };
 
 class WritableFile {

@@ -121,6 +121,11 @@ class MemoryEnv final : public Env {
     }
     bool IsDirect() const override { return file_.direct; }
     uint64_t Size() const override { return file_.data->size(); }
+    // A string has no holes: every byte up to the end is data.
+    Status NextDataOffset(uint64_t offset, uint64_t* data) const override {
+      *data = offset < file_.data->size() ? offset : kNoData;
+      return Status::OK();
+    }
 
    private:
     const File file_;
