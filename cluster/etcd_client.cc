@@ -105,11 +105,6 @@ EtcdClient::EtcdClient(const EtcdClientOptions& options) : options_(options) {}
 
 EtcdClient::~EtcdClient() = default;
 
-std::string EtcdClient::CurrentEndpoint() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return options_.endpoints.empty() ? "" : options_.endpoints[current_];
-}
-
 #if !KV_WITH_ETCD
 
 Status EtcdClient::Open(const EtcdClientOptions&, std::unique_ptr<EtcdClient>*) {

@@ -81,9 +81,6 @@ class EtcdClient {
   // Aborts the calls in progress and refuses later ones.  Idempotent.
   void Interrupt();
 
-  // The endpoint that answered last.
-  std::string CurrentEndpoint() const;
-
   // Base64 of RFC 4648 (the gateway's encoding of bytes).  Exposed for the tests.
   static std::string Base64Encode(const std::string& in);
   static bool Base64Decode(const std::string& in, std::string* out);
@@ -105,7 +102,7 @@ class EtcdClient {
 
   const EtcdClientOptions options_;
   std::atomic<bool> interrupted_{false};
-  mutable std::mutex mu_;
+  std::mutex mu_;
   size_t current_ = 0;      // guarded by mu_: index of the endpoint that answered last
   std::set<void*> active_;  // guarded by mu_: the multi handles of calls in progress
 };

@@ -80,7 +80,6 @@ class SlabAllocator {
   // RAM for the keys' bytes: the items' key room (Item::kKeyHead bytes each) and what
   // the KeyArena mapped for the rest of longer keys.
   uint64_t key_arena_bytes() const;
-  size_t num_classes() const { return class_sizes_.size(); }
 
  private:
   static constexpr int kFreeSlab = -1;

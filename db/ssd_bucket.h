@@ -58,18 +58,6 @@ struct SsdBucket {
   // Reads in flight against the file; a retired bucket's file is deleted only once
   // this is zero.
   std::atomic<int> readers{0};
-
-  const char* StateName() const {
-    switch (state) {
-      case State::kOpen:
-        return "open";
-      case State::kSealed:
-        return "sealed";
-      case State::kOnDisk:
-        return "on_disk";
-    }
-    return "?";
-  }
 };
 
 }  // namespace kvengine

@@ -1022,22 +1022,4 @@ uint64_t SsdTier::IndexBytesLocked() const {
   return bytes;
 }
 
-std::vector<SsdTier::BucketInfo> SsdTier::ListBuckets() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::vector<BucketInfo> out;
-  for (const auto& [id, b] : buckets_) {
-    BucketInfo i;
-    i.id = id;
-    i.state = b->StateName();
-    i.file_size = b->state == SsdBucket::State::kOnDisk ? b->file_size : b->builder->used();
-    i.punched_bytes = b->punched_bytes;
-    i.keys = b->keys;
-    i.live_keys = b->live_keys;
-    i.total_bytes = b->total_bytes;
-    i.deleted_bytes = b->deleted_bytes;
-    out.push_back(i);
-  }
-  return out;
-}
-
 }  // namespace kvengine

@@ -173,15 +173,6 @@ class SsdTier {
 
   Stats GetStats() const;
 
-  // For kv_ldb and tests: the state of each bucket.
-  struct BucketInfo {
-    uint64_t id = 0;
-    std::string state;  // "open", "sealed", "on_disk"
-    uint64_t file_size = 0, keys = 0, live_keys = 0, total_bytes = 0, deleted_bytes = 0;
-    uint64_t punched_bytes = 0;  // of file_size, given back to the filesystem
-  };
-  std::vector<BucketInfo> ListBuckets() const;
-
  private:
   // Compaction works on the map and the bucket table under mu_ (db/bucket_compactor.h).
   friend class BucketCompactor;

@@ -148,7 +148,6 @@ Status TombstoneLog::OpenLocked(const std::vector<Record>& records) {
 void TombstoneLog::Add(const Record& record) {
   std::lock_guard<std::mutex> lock(mu_);
   Encode(record, &pending_);
-  records_added_++;
 }
 
 Status TombstoneLog::Sync() {
@@ -167,16 +166,6 @@ Status TombstoneLog::Rewrite(const std::vector<Record>& records) {
   if (file_ != nullptr) file_->Close();
   file_.reset();
   return OpenLocked(records);
-}
-
-uint64_t TombstoneLog::records_added() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return records_added_;
-}
-
-uint64_t TombstoneLog::file_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return file_ != nullptr ? file_->Size() : 0;
 }
 
 }  // namespace kvengine

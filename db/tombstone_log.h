@@ -71,9 +71,6 @@ class TombstoneLog {
   // caller passes every record that must survive).
   Status Rewrite(const std::vector<Record>& records);
 
-  uint64_t records_added() const;
-  uint64_t file_bytes() const;
-
  private:
   TombstoneLog(Env* env, std::string dir) : env_(env), dir_(std::move(dir)) {}
   static void Encode(const Record& record, std::string* out);
@@ -84,10 +81,9 @@ class TombstoneLog {
 
   Env* const env_;
   const std::string dir_;
-  mutable std::mutex mu_;
+  std::mutex mu_;
   std::unique_ptr<WritableFile> file_;  // guarded by mu_
   std::string pending_;                 // guarded by mu_
-  uint64_t records_added_ = 0;          // guarded by mu_
 };
 
 }  // namespace kvengine

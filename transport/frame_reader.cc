@@ -49,11 +49,6 @@ void BodyPool::Give(Buffer b) {
   kept_.emplace(b.capacity, std::move(b.data));
 }
 
-uint64_t BodyPool::kept_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return kept_bytes_;
-}
-
 Status FrameReader::CheckHeader(bool authenticated) const {
   const wire::FrameHeader& h = header_;
   if (h.flags & wire::kFlagResponse)

@@ -40,11 +40,10 @@ class BodyPool {
   // Keeps b for a later Take when it fits the limit (the smallest kept buffers make
   // room), else frees it.
   void Give(Buffer b);
-  uint64_t kept_bytes() const;
 
  private:
   const uint64_t limit_;
-  mutable std::mutex mu_;
+  std::mutex mu_;
   std::multimap<uint64_t, std::unique_ptr<char[]>> kept_;  // by capacity; guarded by mu_
   uint64_t kept_bytes_ = 0;                                // guarded by mu_
 };

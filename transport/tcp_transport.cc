@@ -128,17 +128,6 @@ size_t RegionMap::Remove(void* addr) {
   return n;
 }
 
-bool RegionMap::Covering(const void* addr, size_t length, uintptr_t* start) const {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = regions_.upper_bound(a);
-  if (it == regions_.begin()) return false;
-  --it;
-  if (a + length > it->first + it->second) return false;
-  *start = it->first;
-  return true;
-}
-
 size_t RegionMap::size() const {
   std::lock_guard<std::mutex> lock(mu_);
   return regions_.size();

@@ -42,8 +42,6 @@ class RegionMap {
   Status Add(void* addr, size_t length, const char* what);
   // Returns the length removed (0 when addr did not start a region).
   size_t Remove(void* addr);
-  // True when [addr, addr+length) lies inside one region; *start set to its start.
-  bool Covering(const void* addr, size_t length, uintptr_t* start) const;
   size_t size() const;
 
  private:

@@ -65,8 +65,6 @@ inline constexpr PerfKeyInfo kPerfKeys[kNumPerfKeys] = {
 #undef KV_PERF_KEY
 };
 
-inline const PerfKeyInfo& GetPerfKeyInfo(PerfKey key) { return kPerfKeys[static_cast<int>(key)]; }
-
 namespace perf_internal {
 extern std::atomic<int> g_level;
 void Record(PerfKey key, uint64_t ticks);
