@@ -80,7 +80,8 @@ class BucketCompactor {
   // Step 1.  On failure the old buckets are unmarked and unpinned.
   Status CollectLive(Group* group);
   // Step 2 (only when something is live).  On success group->fresh is the new bucket,
-  // on disk and not yet in the table.
+  // on disk and not yet in the table; on failure no new file is left and the old
+  // buckets are unmarked and unpinned.
   Status WriteImage(Group* group);
   // Places every live value in the new image and sets up its read.
   Status PlaceValues(Group* group);

@@ -211,7 +211,8 @@ class SsdTier {
   // tombstone.
   void ReplayBuckets(const std::vector<std::shared_ptr<SsdBucket>>& opened,
                      const std::vector<TombstoneLog::Record>& records);
-  // One entry of bucket b; `dead` holds DeadKey(key, version) of every tombstone.
+  // One entry of bucket b; `dead` holds the (key, version) of every tombstone, encoded
+  // as ssd_recovery.cc's DeadKey.
   void ReplayEntry(SsdBucket* b, const BucketEntry& e, const std::unordered_set<std::string>& dead);
   // A value of bucket b found dead at Open: its extent is counted as punched when the
   // file already has a hole there (punched before the restart), else queued for the GC.
