@@ -86,7 +86,7 @@ Status DB::Open(const Options& options, const std::string& path, std::unique_ptr
     return Status::OK();
   }
   DBImpl* engine = local.get();
-  s = cluster->Start(std::move(local), PinForPeers(engine), engine->arena().base());
+  s = cluster->Start(std::move(local), PinForPeers(engine), engine->arena_base());
   if (!s.ok()) return s;
   *db = std::move(cluster);
   return Status::OK();

@@ -96,7 +96,7 @@ Status DBImpl::Init() {
 Status DBImpl::StartLocalServer() {
   std::error_code ec;
   options_.local_listen = std::filesystem::absolute(options_.local_listen, ec).string();
-  Status s = LocalServer::Start(options_, this, &logger_, &local_counters_, &local_server_);
+  Status s = LocalServer::Start(options_, this, this, &logger_, &local_counters_, &local_server_);
   if (!s.ok()) return s;
   // Recorded so that DB::Open of this directory by another process attaches.
   const std::string record = path_ + "/" + kLocalSocketFile;

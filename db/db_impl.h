@@ -21,6 +21,7 @@
 
 #include "db/local_server.h"
 #include "db/memory_tier.h"
+#include "db/shared_arena.h"
 #include "db/ssd_tier.h"
 #include "env/gpu_io.h"
 #include "kvengine/db.h"
@@ -38,7 +39,7 @@ class Offloader;
 // on (Options::local_listen): DB::Open of a locked directory attaches through it.
 inline constexpr const char* kLocalSocketFile = "LOCAL_SOCKET";
 
-class DBImpl final : public DB {
+class DBImpl final : public DB, public SharedArena {
  public:
   DBImpl(const Options& options, std::string path);
   ~DBImpl() override;
@@ -72,25 +73,14 @@ class DBImpl final : public DB {
 
   Logger* info_log() { return &logger_; }
 
-  // ---------------------------------------------------------------- attached clients
-  // The owner's side of DB::Attach (db/local_server.h): a client's put in two steps and
-  // its reads by pin, so value bytes move only between the client and the arena.
-
-  // Reserves arena room for key's value of `size` bytes, checked as a put's key and size;
-  // key null: a spare slot for a put whose key is not known yet.
-  Status ReserveForClient(const Slice* key, uint64_t size, MemoryTier::Reservation* reservation);
-  // Publishes a reservation the client filled, exactly as a local put of those bytes
-  // (key and size checked, version, SSD write-through or retirement of older SSD copies,
-  // counters).
-  Status CommitForClient(const Slice& key, MemoryTier::Reservation* reservation);
-  // Makes key's value readable by a client at *value, inside the arena: pinned in the
-  // memory tier (*handle), or -- when only the SSD tier or a peer has it -- read into a
-  // reservation of its own (*staging).  BufferTooSmall when larger than `capacity`,
-  // with value->size() the size needed.
-  Status PinForClient(const Slice& key, uint64_t capacity, MemoryTier::Handle* handle,
-                      MemoryTier::Reservation* staging, Slice* value);
-  // Where the arena is, for the local server to turn pointers into offsets.
-  const NumaArena& arena() const { return memory_->arena(); }
+  // ---------------------------------------------------------------- SharedArena
+  // The owner's side of DB::Attach (db/shared_arena.h says what each does).
+  char* arena_base() const override { return memory_->arena_base(); }
+  uint64_t arena_size() const override { return memory_->arena_size(); }
+  int arena_fd() const override { return memory_->arena().fd(); }
+  Status Reserve(const Slice* key, uint64_t size, MemoryTier::Reservation* reservation) override;
+  Status Commit(const Slice& key, MemoryTier::Reservation* reservation) override;
+  Status PinInMemory(const Slice& key, uint64_t capacity, MemoryTier::Handle* handle) override;
 
   // ---------------------------------------------------------------- peers
   // Pins key's value in the memory tier into *handle, for a peer's one-sided read

@@ -8,12 +8,13 @@
 
 #include "kvengine/slice.h"
 #include "kvengine/status.h"
+#include "util/printable.h"
 
 namespace kvengine {
 namespace db_impl {
 
 // Keys are arbitrary bytes; messages show at most 64 of them, escaping the rest.
-std::string Printable(const Slice& key);
+using ::kvengine::Printable;
 
 // A GpuIo error about one key's buffers, with the key named.
 Status ForKey(const Slice& key, const Status& s);

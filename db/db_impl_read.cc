@@ -1,5 +1,5 @@
-// DBImpl, reads: gets into host or device buffers, exists, value sizes, and the pins
-// an attached client reads through.
+// DBImpl, reads: gets into host or device buffers, exists, value sizes, and the pins of
+// values in memory an attached client reads through.
 #include "db/db_impl.h"
 
 #include <cinttypes>
@@ -25,57 +25,21 @@ using db_impl::PartsSize;
 using db_impl::Printable;
 using db_impl::TooSmall;
 
-Status DBImpl::PinForClient(const Slice& key, uint64_t capacity, MemoryTier::Handle* handle,
-                            MemoryTier::Reservation* staging, Slice* value) {
-  {
-    std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
-    Status s = CheckOpen();
-    if (s.ok()) s = CheckKey(key);
-    if (!s.ok()) return s;
-    if (memory_->Lookup(key, handle)) {
-      counters_.gets.fetch_add(1, std::memory_order_relaxed);
-      counters_.memory_hits.fetch_add(1, std::memory_order_relaxed);
-      *value = handle->value();
-      if (value->size() > capacity) {
-        handle->Release();
-        return TooSmall(key, value->size(), capacity);
-      }
-      counters_.get_bytes.fetch_add(value->size(), std::memory_order_relaxed);
-      return Status::OK();
-    }
+Status DBImpl::PinInMemory(const Slice& key, uint64_t capacity, MemoryTier::Handle* handle) {
+  std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+  Status s = CheckOpen();
+  if (s.ok()) s = CheckKey(key);
+  if (!s.ok()) return s;
+  if (!memory_->Lookup(key, handle)) return Status::NotFound("key " + Printable(key));
+  counters_.gets.fetch_add(1, std::memory_order_relaxed);
+  counters_.memory_hits.fetch_add(1, std::memory_order_relaxed);
+  const uint64_t size = handle->value().size();
+  if (size > capacity) {
+    handle->Release();
+    return TooSmall(key, size, capacity);
   }
-  // Not in memory: read it (SSD; promoted by policy) into a staging reservation of
-  // the arena that only this client sees.  The value may change size between the two
-  // calls: then read again.
-  for (int attempt = 0; attempt < 4; attempt++) {
-    uint64_t size = 0;
-    Status s = GetValueSize(key, &size);
-    if (!s.ok()) return s;
-    if (size > capacity) {
-      *value = Slice(static_cast<const char*>(nullptr), size);  // the size needed
-      return TooSmall(key, size, capacity);
-    }
-    {
-      std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
-      s = CheckOpen();
-      if (s.ok()) s = memory_->Reserve(size, staging);
-      if (!s.ok()) return s;
-    }
-    std::vector<Destination> dest(1);
-    dest[0].emplace_back(staging->data(), size);
-    std::vector<int64_t> result;
-    s = BatchGetInto(ReadOptions(), std::span<const Slice>(&key, 1), dest, &result);
-    if (!s.ok()) return s;
-    if (result[0] >= 0) {
-      *value = Slice(staging->data(), static_cast<size_t>(result[0]));
-      return Status::OK();
-    }
-    staging->Abandon();
-    if (result[0] != Status::BufferTooSmall("").ErrorCode()) {
-      return Status::FromErrorCode(static_cast<int>(result[0]), "key " + Printable(key));
-    }
-  }
-  return Status::Busy("key " + Printable(key) + " kept changing size while it was read");
+  counters_.get_bytes.fetch_add(size, std::memory_order_relaxed);
+  return Status::OK();
 }
 
 Status DBImpl::CheckDestination(const Slice& key, std::span<const MutableSlice> dest,

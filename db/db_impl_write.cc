@@ -86,8 +86,7 @@ Status DBImpl::Publish(const Slice& key, std::span<const Slice> parts, uint64_t 
   return s;
 }
 
-Status DBImpl::ReserveForClient(const Slice* key, uint64_t size,
-                                MemoryTier::Reservation* reservation) {
+Status DBImpl::Reserve(const Slice* key, uint64_t size, MemoryTier::Reservation* reservation) {
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (s.ok() && key != nullptr) s = CheckKey(*key);
@@ -97,7 +96,7 @@ Status DBImpl::ReserveForClient(const Slice* key, uint64_t size,
   return s;
 }
 
-Status DBImpl::CommitForClient(const Slice& key, MemoryTier::Reservation* reservation) {
+Status DBImpl::Commit(const Slice& key, MemoryTier::Reservation* reservation) {
   PerfPoint perf(PerfKey::db_put_one);
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();

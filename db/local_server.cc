@@ -10,7 +10,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "db/db_impl.h"
+#include "db/shared_arena.h"
+#include "kvengine/db.h"
 #include "transport/busy_poll.h"
 #include "transport/read_validation.h"
 #include "transport/shm_channel.h"
@@ -18,6 +19,7 @@
 #include "transport/wire.h"
 #include "util/coding.h"
 #include "util/logging.h"
+#include "util/printable.h"
 
 namespace kvengine {
 
@@ -44,8 +46,9 @@ class LocalServer::Session {
   Session(LocalServer* server, Connection* conn)
       : server_(server),
         db_(server->db_),
+        arena_(server->arena_),
         conn_(conn),
-        base_(server->db_->arena().base()),
+        base_(server->arena_->arena_base()),
         busy_poll_(server->options_.local_busy_poll_us) {}
 
   void Run() {
@@ -224,7 +227,7 @@ class LocalServer::Session {
                   RemoteLocation* loc) {
     if (Full()) return Status::Busy("").ErrorCode();
     MemoryTier::Reservation r;
-    Status s = db_->ReserveForClient(key, size, &r);
+    Status s = arena_->Reserve(key, size, &r);
     if (!s.ok()) return s.ErrorCode();
     const uint64_t id = ++next_id_;
     *loc = {OffsetOf(r.data()), size, 0, id};
@@ -250,12 +253,56 @@ class LocalServer::Session {
         (*results)[i] = (expired ? Status::Aborted("") : Status::InvalidArgument("")).ErrorCode();
         continue;
       }
-      (*results)[i] = db_->CommitForClient(keys[i], &it->second.slot).ErrorCode();
+      (*results)[i] = arena_->Commit(keys[i], &it->second.slot).ErrorCode();
       if (held == &spares_ && (*results)[i] == 0) {
         server_->counters_->spare_commits.fetch_add(1, std::memory_order_relaxed);
       }
       held->erase(it);  // abandons it when the commit failed
     }
+  }
+
+  // Makes key's value readable by the client at *value, inside the arena: pinned where
+  // it is in the memory tier (lease->handle), or -- when only the SSD tier or a peer has
+  // it -- read through the DB served into room of its own (lease->staging).
+  // BufferTooSmall when it is larger than `capacity`.
+  Status Pin(const Slice& key, uint64_t capacity, Lease* lease, Slice* value) {
+    Status s = arena_->PinInMemory(key, capacity, &lease->handle);
+    if (s.ok()) *value = lease->handle.value();
+    if (!s.IsNotFound()) return s;
+    return ReadIntoStaging(key, capacity, &lease->staging, value);
+  }
+
+  // Reads key's value through the DB served (SSD, peers; promoted by its policy) into a
+  // reservation of the arena that only this client sees.  The value may change size
+  // between the size and the read: then it is read again.
+  Status ReadIntoStaging(const Slice& key, uint64_t capacity, MemoryTier::Reservation* staging,
+                         Slice* value) {
+    for (int attempt = 0; attempt < 4; attempt++) {
+      uint64_t size = 0;
+      Status s = db_->GetValueSize(key, &size);
+      if (!s.ok()) return s;
+      if (size > capacity) {
+        return Status::BufferTooSmall("value of key " + Printable(key) + " is " +
+                                      std::to_string(size) + " bytes; buffers hold " +
+                                      std::to_string(capacity));
+      }
+      s = arena_->Reserve(&key, size, staging);
+      if (!s.ok()) return s;
+      std::vector<Destination> dest(1);
+      dest[0].emplace_back(staging->data(), size);
+      std::vector<int64_t> result;
+      s = db_->BatchGetInto(ReadOptions(), std::span<const Slice>(&key, 1), dest, &result);
+      if (!s.ok()) return s;
+      if (result[0] >= 0) {
+        *value = Slice(staging->data(), static_cast<size_t>(result[0]));
+        return Status::OK();
+      }
+      staging->Abandon();
+      if (result[0] != Status::BufferTooSmall("").ErrorCode()) {
+        return Status::FromErrorCode(static_cast<int>(result[0]), "key " + Printable(key));
+      }
+    }
+    return Status::Busy("key " + Printable(key) + " kept changing size while it was read");
   }
 
   // False: the request was malformed; close the connection.
@@ -327,7 +374,7 @@ class LocalServer::Session {
           const uint64_t id = ++next_id_;
           Lease& lease = leases_[id];
           Slice value;
-          Status s = db_->PinForClient(keys[i], extra[i], &lease.handle, &lease.staging, &value);
+          Status s = Pin(keys[i], extra[i], &lease, &value);
           if (!s.ok()) {
             results[i] = s.ErrorCode();
             leases_.erase(id);
@@ -415,7 +462,8 @@ class LocalServer::Session {
   }
 
   LocalServer* const server_;
-  DBImpl* const db_;
+  DB* const db_;
+  SharedArena* const arena_;
   Connection* const conn_;
   const char* const base_;
   BusyPollPredictor busy_poll_;
@@ -428,19 +476,20 @@ class LocalServer::Session {
   std::unordered_map<uint64_t, Lease> leases_;
 };
 
-LocalServer::LocalServer(const Options& options, DBImpl* db, Logger* logger,
+LocalServer::LocalServer(const Options& options, DB* db, SharedArena* arena, Logger* logger,
                          LocalServerCounters* counters)
     : options_(options),
       db_(db),
+      arena_(arena),
       logger_(logger),
       counters_(counters),
       path_(options.local_listen) {}
 
 LocalServer::~LocalServer() { Stop(); }
 
-Status LocalServer::Start(const Options& options, DBImpl* db, Logger* logger,
+Status LocalServer::Start(const Options& options, DB* db, SharedArena* arena, Logger* logger,
                           LocalServerCounters* counters, std::unique_ptr<LocalServer>* result) {
-  std::unique_ptr<LocalServer> server(new LocalServer(options, db, logger, counters));
+  std::unique_ptr<LocalServer> server(new LocalServer(options, db, arena, logger, counters));
   server->allowed_uids_ = {geteuid(), 0};
   std::string_view uids(options.local_allowed_uids);
   while (!uids.empty()) {
@@ -529,11 +578,11 @@ void LocalServer::Admit(int fd) {
   // The arena's memfd goes with the answer only to an accepted client.
   std::string meta;
   wire::PutBatchStatus(&meta, s);
-  PutFixed64(&meta, s.ok() ? db_->arena().size() : 0);
+  PutFixed64(&meta, s.ok() ? arena_->arena_size() : 0);
   PutFixed64(&meta, options_.local_reservation_timeout_ms);  // the client's copy deadline
   PutFixed64(&meta, wire::kFeatureSpares | wire::kFeatureChannel);
   PutFixed64(&meta, spare_lifetime_ms());  // the copy deadline of spares
-  Status sent = SendDescriptor(fd, s.ok() ? db_->arena().fd() : -1, deadline);
+  Status sent = SendDescriptor(fd, s.ok() ? arena_->arena_fd() : -1, deadline);
   if (sent.ok()) sent = SendFrame(fd, wire::kAttach, wire::kFlagResponse, 0, meta, {}, deadline);
   if (!s.ok() || !sent.ok()) {
     close(fd);

@@ -44,8 +44,9 @@
 
 namespace kvengine {
 
-class DBImpl;
+class DB;
 class Logger;
+class SharedArena;
 
 // What a LocalServer counts, kept by its DB (whose stats report them) so that they
 // outlive the server and are read without it.
@@ -60,8 +61,11 @@ struct LocalServerCounters {
 
 class LocalServer {
  public:
-  // Listens on options.local_listen and serves `db` (which must outlive the server).
-  static Status Start(const Options& options, DBImpl* db, Logger* logger,
+  // Listens on options.local_listen and serves `db`, the top of the owner's stack of
+  // DB layers, whose memory tier's arena `arena` is (both must outlive the server):
+  // clients' puts and the gets of values in memory go through the arena, every other
+  // call -- a value read from SSD or a peer included -- through `db`.
+  static Status Start(const Options& options, DB* db, SharedArena* arena, Logger* logger,
                       LocalServerCounters* counters, std::unique_ptr<LocalServer>* result);
   ~LocalServer();
   LocalServer(const LocalServer&) = delete;
@@ -84,14 +88,16 @@ class LocalServer {
   struct Connection;
   class Session;
 
-  LocalServer(const Options& options, DBImpl* db, Logger* logger, LocalServerCounters* counters);
+  LocalServer(const Options& options, DB* db, SharedArena* arena, Logger* logger,
+              LocalServerCounters* counters);
   void AcceptLoop();
   void Admit(int fd);
   // Joins the threads of connections that ended.  REQUIRES: mu_ held.
   void ReapLocked();
 
   const Options options_;
-  DBImpl* const db_;
+  DB* const db_;
+  SharedArena* const arena_;
   Logger* const logger_;
   LocalServerCounters* const counters_;
   const std::string path_;

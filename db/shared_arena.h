@@ -1,0 +1,61 @@
+// SharedArena: what the owner's side of DB::Attach (attach/local_server.h) needs of the
+// local engine, and nothing more: where the memory tier's arena is, and the two halves
+// of a put and of a get whose bytes an attached process copies itself.
+//
+// The arena is a memfd that attached processes map (docs/attach.md): a client's put
+// reserves room in it, the client copies the value in, and the reservation is committed
+// as a put of those bytes; a client's get pins a value in it and the client copies it
+// out.  Every other call of an attached client -- and the slow half of its get, a value
+// that is not in memory -- goes to the DB the owner serves, through kvengine::DB: that
+// DB may be a layer above the engine (a cluster router), so that a value only a peer
+// holds is read the way a local caller would read it.
+//
+// DBImpl implements it.  Thread-safety: every method may be called from any number of
+// threads at once; after the DB is closed they fail with Aborted.
+#ifndef KVENGINE_DB_SHARED_ARENA_H_
+#define KVENGINE_DB_SHARED_ARENA_H_
+
+#include <cstdint>
+
+#include "db/memory_tier.h"
+#include "kvengine/slice.h"
+#include "kvengine/status.h"
+
+namespace kvengine {
+
+class SharedArena {
+ public:
+  virtual ~SharedArena() = default;
+
+  // Where the arena is: its first byte and its size (locations sent to clients are
+  // offsets from arena_base()), and the memfd behind it, which clients map (owned by
+  // the arena; -1 when the DB was opened without Options::local_listen).
+  virtual char* arena_base() const = 0;
+  virtual uint64_t arena_size() const = 0;
+  virtual int arena_fd() const = 0;
+
+  // Reserves room for a value of `size` bytes in the arena, invisible to every reader,
+  // evicting as a put would.  `key` is the key whose value the room is for, checked as
+  // a put's key and size are; null for a spare slot, reserved before the key of the
+  // put that will fill it is known.  A failure counts as a failed put.  Giving up the
+  // reservation (destroying it) gives the room back.
+  virtual Status Reserve(const Slice* key, uint64_t size,
+                         MemoryTier::Reservation* reservation) = 0;
+
+  // Publishes a reservation the caller filled as a put of its bytes under `key`, exactly
+  // as a local put: key and size checked (a spare's key is seen here first), a new
+  // version, SSD write-through or the retirement of older SSD copies, counters.  On
+  // failure nothing is published, and what is left of the reservation the caller gives
+  // back by destroying it.
+  virtual Status Commit(const Slice& key, MemoryTier::Reservation* reservation) = 0;
+
+  // Pins key's value where it is in the memory tier into *handle, counted as a get
+  // served from memory: its bytes stay unchanged until the handle is released.
+  // NotFound when the memory tier does not hold it (the caller reads it through the DB
+  // instead); BufferTooSmall, nothing pinned, when it is larger than `capacity`.
+  virtual Status PinInMemory(const Slice& key, uint64_t capacity, MemoryTier::Handle* handle) = 0;
+};
+
+}  // namespace kvengine
+
+#endif  // KVENGINE_DB_SHARED_ARENA_H_
