@@ -1,15 +1,25 @@
-// DB::Open: composes the layers a DB directory's options ask for, bottom up.
+// The public entry points, which compose the layers.
 //
+// DB::Open builds the stack of DB implementations a DB directory's options ask for,
+// bottom up, each layer wrapping the one below through kvengine::DB (RocksDB's
+// StackableDB shape):
 //   DBImpl      the local engine (db/): memory tier, SSD tier; always.
 //   ClusterDB   over it when peers, a cluster or a listen address are configured
 //               (cluster/): routes keys to their owners, reads through to peers, and
 //               serves the DBImpl to the peers.
+//   OwnerDB     over the top when local_listen is set (attach/): serves the top layer
+//               to the other processes of this host, their value bytes moving through
+//               the engine's arena (db/shared_arena.h).
+// DB::Attach builds the client of another process's DB (attach/).
 //
 // A call on the DB returned enters the top layer and walks down; no layer calls one
 // above it.  This file is the only one that knows every layer (docs/design.md).
 #include <memory>
 #include <string>
 
+#include "attach/attached_db.h"
+#include "attach/local_socket_record.h"
+#include "attach/owner_db.h"
 #include "cluster/cluster_db.h"
 #include "db/db_impl.h"
 #include "kvengine/db.h"
@@ -20,6 +30,13 @@
 namespace kvengine {
 
 namespace {
+
+// `options` with the KVENGINE_* environment variables applied when it asks for them
+// (Options::apply_environment).
+Status EffectiveOptions(const Options& options, Options* effective) {
+  *effective = options;
+  return effective->apply_environment ? effective->ApplyEnvironment() : Status::OK();
+}
 
 // A peer's one-sided read of a value in local's memory tier: the pin keeps it in place
 // until the peer has read it.
@@ -37,13 +54,10 @@ PeerRouter::PinFn PinForPeers(DBImpl* local) {
 
 // The directory is locked by another process: when that owner serves local clients
 // (its LOCAL_SOCKET record), attach to it.  Busy(`locked`) otherwise.
-Status AttachToOwner(const Options& options, const std::string& path, const Status& locked,
-                     std::unique_ptr<DB>* db) {
-  Env* env = options.env != nullptr ? options.env : Env::Default();
-  std::string record;
-  Status s = ReadFileToString(env, path + "/" + kLocalSocketFile, &record);
-  const std::string socket_path = record.substr(0, record.find('\n'));
-  if (!s.ok() || socket_path.empty()) return locked;
+Status AttachToOwner(const Options& options, Env* env, const std::string& path,
+                     const Status& locked, std::unique_ptr<DB>* db) {
+  std::string socket_path;
+  if (!ReadLocalSocketRecord(env, path, &socket_path).ok()) return locked;
   Status attached = DB::Attach(options, socket_path, db);
   return attached.ok() ? attached
                        : Status::Busy(locked.ToString(), "attaching failed: " + attached.ToString());
@@ -53,17 +67,18 @@ Status AttachToOwner(const Options& options, const std::string& path, const Stat
 
 Status DB::Open(const Options& options, const std::string& path, std::unique_ptr<DB>* db) {
   db->reset();
-  Options effective = options;
-  if (effective.apply_environment) {
-    Status s = effective.ApplyEnvironment();
-    if (!s.ok()) return s;
-  }
-  Status s = effective.Validate();
+  Options effective;
+  Status s = EffectiveOptions(options, &effective);
+  if (s.ok()) s = effective.Validate();
   if (!s.ok()) return s;
   if (path.empty()) return Status::InvalidArgument("DB path is empty");
+  if (!effective.local_listen.empty()) {
+    effective.local_listen = OwnerDB::AbsoluteSocketPath(effective.local_listen);
+  }
   SetPerfLevel(effective.perf_level);
   PerfPoint perf(PerfKey::db_open);
   const uint64_t start_nanos = perf_internal::NowNanos();
+  Env* const env = effective.env != nullptr ? effective.env : Env::Default();
 
   // The transports come first: the local arena is registered with them as it is made.
   std::unique_ptr<ClusterDB> cluster;
@@ -72,23 +87,42 @@ Status DB::Open(const Options& options, const std::string& path, std::unique_ptr
   if (cluster != nullptr) effective.memory_registrar = cluster->Registrar(effective.memory_registrar);
 
   auto local = std::make_unique<DBImpl>(effective, path);
+  DBImpl* const engine = local.get();  // lives as long as the layers over it
   s = local->Init();
   if (s.IsBusy()) {
     local.reset();
     cluster.reset();
-    return AttachToOwner(options, path, s, db);
+    return AttachToOwner(options, env, path, s, db);
   }
-  // Built after Init, which configures the logger.
-  s = CallLog(local->info_log(), "open", nullptr, start_nanos).Finish(std::move(s));
-  if (!s.ok()) return s;
-  if (cluster == nullptr) {
-    *db = std::move(local);
-    return Status::OK();
+  if (s.ok() && effective.local_listen.empty()) {
+    // A record left by an owner that died names a socket nobody serves.
+    RemoveLocalSocketRecord(env, path);
   }
-  DBImpl* engine = local.get();
-  s = cluster->Start(std::move(local), PinForPeers(engine), engine->arena_base());
+  std::unique_ptr<DB> top = std::move(local);
+  if (s.ok() && cluster != nullptr) {
+    s = cluster->Start(std::move(top), PinForPeers(engine), engine->arena_base());
+    top = std::move(cluster);  // which owns the engine now, started or not
+  }
+  if (s.ok() && !effective.local_listen.empty()) {
+    s = OwnerDB::Wrap(effective, path, engine, engine->info_log(), &top);
+  }
+  // Logged once every layer is up (the engine's Init configured the log).
+  s = CallLog(engine->info_log(), "open", nullptr, start_nanos).Finish(std::move(s));
+  if (!s.ok()) return s;  // destroying top closes every layer built
+  *db = std::move(top);
+  return Status::OK();
+}
+
+Status DB::Attach(const Options& options, const std::string& socket_path, std::unique_ptr<DB>* db) {
+  db->reset();
+  Options effective;
+  Status s = EffectiveOptions(options, &effective);
   if (!s.ok()) return s;
-  *db = std::move(cluster);
+  SetPerfLevel(effective.perf_level);
+  auto client = std::make_unique<AttachedDB>(effective, socket_path);
+  s = client->Connect();
+  if (!s.ok()) return s;
+  *db = std::move(client);
   return Status::OK();
 }
 

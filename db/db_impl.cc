@@ -5,14 +5,11 @@
 
 #include <cinttypes>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <set>
 #include <sstream>
 #include <unordered_set>
 
 #include "db/db_impl_helpers.h"
-#include "db/local_server.h"
 #include "db/offloader.h"
 #include "env/gpu_io.h"
 #include "util/buffers.h"
@@ -51,8 +48,6 @@ Status DBImpl::Init() {
   if (!s.ok()) return s;
   s = env_->LockFile(path_ + "/LOCK", &lock_);
   if (!s.ok()) return s;
-  // A record left by an owner that died names a socket nobody serves.
-  if (options_.local_listen.empty()) env_->RemoveFile(path_ + "/" + kLocalSocketFile);
   if (env_->FileExists(identity)) {
     if (options_.error_if_exists) {
       return Status::InvalidArgument("DB " + path_ + " already exists and error_if_exists is true");
@@ -83,40 +78,16 @@ Status DBImpl::Init() {
     if (!s.ok()) return s;
   }
   gpu_ = std::make_unique<GpuIo>(options_, &logger_, memory_->arena_base(), memory_->arena_size());
-  if (!options_.local_listen.empty()) {
-    s = StartLocalServer();
-    if (!s.ok()) return s;
-  }
   logger_.Logf(LogLevel::kInfo, "opened %s: memory tier %s (%s pages, numa node %d)", path_.c_str(),
                FormatSize(memory_->arena_size()).c_str(), memory_->arena().backing(),
                memory_->arena().numa_node());
   return Status::OK();
 }
 
-Status DBImpl::StartLocalServer() {
-  std::error_code ec;
-  options_.local_listen = std::filesystem::absolute(options_.local_listen, ec).string();
-  Status s = LocalServer::Start(options_, this, this, &logger_, &local_counters_, &local_server_);
-  if (!s.ok()) return s;
-  // Recorded so that DB::Open of this directory by another process attaches.
-  const std::string record = path_ + "/" + kLocalSocketFile;
-  std::unique_ptr<WritableFile> file;
-  s = env_->NewWritableFile(record, FileOptions(), &file);
-  if (s.ok()) s = file->Append(Slice(options_.local_listen));
-  if (s.ok()) s = file->Close();
-  return s;
-}
-
 Status DBImpl::Close() {
   PerfPoint perf(PerfKey::db_close);
   CallLog log(&logger_, "close", nullptr);
   std::lock_guard<std::mutex> closing(close_mu_);
-  // Attached clients go first: their sessions hold reservations and pins in the arena.
-  if (local_server_ != nullptr) {
-    local_server_->Stop();
-    local_server_.reset();
-    env_->RemoveFile(path_ + "/" + kLocalSocketFile);
-  }
   std::unique_lock<std::shared_mutex> guard(lifecycle_mu_);
   if (closed_) {
     perf.Abandon();  // not a close: the DB was closed before

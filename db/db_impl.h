@@ -19,7 +19,6 @@
 #include <shared_mutex>
 #include <string>
 
-#include "db/local_server.h"
 #include "db/memory_tier.h"
 #include "db/shared_arena.h"
 #include "db/ssd_tier.h"
@@ -32,19 +31,15 @@
 
 namespace kvengine {
 
-class LocalServer;
 class Offloader;
-
-// The file in a DB directory that names the Unix socket its owner serves local clients
-// on (Options::local_listen): DB::Open of a locked directory attaches through it.
-inline constexpr const char* kLocalSocketFile = "LOCAL_SOCKET";
 
 class DBImpl final : public DB, public SharedArena {
  public:
   DBImpl(const Options& options, std::string path);
   ~DBImpl() override;
 
-  // Takes the LOCK and builds the tiers.  Called once, by DB::Open.
+  // Takes the LOCK and builds the tiers.  Called once, by DB::Open (api/db_open.cc),
+  // which wraps the DBImpl in the layers its options ask for.
   Status Init();
 
   Status Close() override;
@@ -96,8 +91,6 @@ class DBImpl final : public DB, public SharedArena {
 #include "db/db_stats.def"
   };
 
-  // Serves Options::local_listen and records its path in the directory.
-  Status StartLocalServer();
   Status CheckOpen() const;
   Status CheckKey(const Slice& key) const;
   Status CheckBatchSize(size_t keys, size_t others, const char* what) const;
@@ -185,9 +178,7 @@ class DBImpl final : public DB, public SharedArena {
   std::mutex flush_mu_;           // one Flush at a time
   uint64_t flushed_through_ = 0;  // guarded by flush_mu_: versions made durable by Flush
 
-  // One Close at a time, held for all of it: Close stops and destroys the local server
-  // before it takes lifecycle_mu_ (its requests hold lifecycle_mu_ shared), so without
-  // it two Close calls would both reach local_server_.
+  // One Close at a time, held for all of it.
   std::mutex close_mu_;
   // Calls hold it shared; Close holds it exclusively, so Close waits for calls in flight.
   mutable std::shared_mutex lifecycle_mu_;
@@ -198,11 +189,6 @@ class DBImpl final : public DB, public SharedArena {
 
   Counters counters_;
   ErrorCounters errors_;  // failed keys and calls by kind
-
-  // Serves attached processes (Options::local_listen); null when not.  Stopped first by
-  // Close: its connections hold reservations and pins in the memory tier.
-  LocalServerCounters local_counters_;  // local_server_'s, reported by the stats
-  std::unique_ptr<LocalServer> local_server_;
 };
 
 }  // namespace kvengine

@@ -4,14 +4,11 @@
 
 #include <cinttypes>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <set>
 #include <sstream>
 #include <unordered_set>
 
 #include "db/db_impl_helpers.h"
-#include "db/local_server.h"
 #include "db/offloader.h"
 #include "env/gpu_io.h"
 #include "util/buffers.h"

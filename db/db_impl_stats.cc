@@ -261,24 +261,6 @@ std::string DBImpl::StatsPrometheus() const {
   AppendTierHits(s, &e);
   AppendFamilies(s, "db", &e);
   AppendFamilies(s, "ssd", &e);
-  if (!options_.local_listen.empty()) {
-    const LocalServerCounters& l = local_counters_;
-    e.Metric("kvengine_local_clients_accepted_total", "counter",
-             "Connections of attached processes admitted.", l.accepted.load());
-    e.Metric("kvengine_local_clients_refused_total", "counter",
-             "Connections of attached processes refused (uid not allowed).", l.refused.load());
-    e.Metric("kvengine_local_reservations_expired_total", "counter",
-             "Slots attached clients reserved and held past local_reservation_timeout_ms.",
-             l.reservations_expired.load());
-    e.Metric("kvengine_local_reserve_requests_total", "counter",
-             "RESERVE round trips of attached clients' puts.", l.reserve_requests.load());
-    e.Metric("kvengine_local_spare_commits_total", "counter",
-             "Values attached clients put into spare slots (a put in one round trip).",
-             l.spare_commits.load());
-    e.Metric("kvengine_local_shared_channels_total", "counter",
-             "Connections of attached processes that carry their frames through shared memory.",
-             l.shared_channels.load());
-  }
 
   e.Header("kvengine_errors_total", "counter", "Failed keys and calls, by kind of error.");
   for (int c = 1; c < ErrorCounters::kNumCodes; c++) {
@@ -325,15 +307,6 @@ std::string DBImpl::StatsText() const {
   AppendText(s, /*ssd_tier=*/false, &out);
   out << errors_.ToText();
   AppendText(s, /*ssd_tier=*/true, &out);
-  if (!options_.local_listen.empty()) {
-    const LocalServerCounters& l = local_counters_;
-    out << "local.clients_accepted: " << l.accepted.load() << "\n"
-        << "local.clients_refused: " << l.refused.load() << "\n"
-        << "local.reservations_expired: " << l.reservations_expired.load() << "\n"
-        << "local.reserve_requests: " << l.reserve_requests.load() << "\n"
-        << "local.spare_commits: " << l.spare_commits.load() << "\n"
-        << "local.shared_channels: " << l.shared_channels.load() << "\n";
-  }
   return out.str();
 }
 
@@ -350,15 +323,6 @@ std::string DBImpl::StatsJson() const {
     out << ",\"ssd\":{";
     AppendJson(s, "ssd", kJson, /*first=*/true, &out);
     out << "}";
-  }
-  if (!options_.local_listen.empty()) {
-    const LocalServerCounters& l = local_counters_;
-    out << ",\"local\":{\"clients_accepted\":" << l.accepted.load()
-        << ",\"clients_refused\":" << l.refused.load()
-        << ",\"reservations_expired\":" << l.reservations_expired.load()
-        << ",\"reserve_requests\":" << l.reserve_requests.load()
-        << ",\"spare_commits\":" << l.spare_commits.load()
-        << ",\"shared_channels\":" << l.shared_channels.load() << "}";
   }
   out << "}";
   return out.str();

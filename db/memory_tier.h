@@ -84,7 +84,7 @@ class MemoryTier {
   };
 
   // Room for one value that nobody can see yet: the first half of a put made in two
-  // steps, for attached clients that copy the bytes in themselves (db/local_server.h).
+  // steps, for attached clients that copy the bytes in themselves (db/shared_arena.h).
   // The caller fills data() and then Commit()s the reservation; a reservation destroyed
   // uncommitted gives its room back.
   class Reservation {

@@ -91,7 +91,7 @@ class GpuIo {
     // Queues a copy of the value (the concatenation of parts, `size` bytes, some on
     // `device`) into `dst`, host memory inside the arena: straight by DMA once the arena
     // is page-locked, else through the staging ring.  For puts: into the room the DB
-    // reserved for the value, or the slot an attached client (db/attached_db.h)
+    // reserved for the value, or the slot an attached client (attach/attached_db.h)
     // reserved in the owner's arena; one crossing of the bus, no host copy.  Returns
     // the copy's number for Wait.
     size_t FromDevice(const std::string& label, int device, std::span<const Slice> parts, char* dst,

@@ -22,6 +22,7 @@
 #include "env/gpu_staging.h"
 #include "gtest/gtest.h"
 #include "kvengine/db.h"
+#include "test/json_check.h"
 #include "test/test_util.h"
 #include "transport/read_validation.h"
 #include "transport/socket_util.h"
@@ -1070,6 +1071,46 @@ TEST_F(AttachTest, SocketFileIsPrivate) {
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   std::unique_ptr<DB> db;
   EXPECT_TRUE(DB::Attach(ClientOptions(), dir_.Sub("nothing.sock"), &db).IsIOError());
+}
+
+// The owner's layer adds its server's counters to every stats property, its own and the
+// one its clients read, and a DB that serves nobody reports none.
+TEST_F(AttachTest, StatsOfTheOwnerReportTheLocalCountersInEveryFormat) {
+  OpenOwner();
+  std::unique_ptr<DB> db;
+  ASSERT_TRUE(DB::Attach(ClientOptions(), socket_, &db).ok());
+  ASSERT_TRUE(db->Put(WriteOptions(), "k", "v").ok());
+  for (DB* reader : {owner_.get(), db.get()}) {
+    EXPECT_EQ(Stat(reader, "local.clients_accepted"), 1u);
+    EXPECT_EQ(Stat(reader, "local.shared_channels"), 1u);
+    EXPECT_EQ(Stat(reader, "local.reserve_requests"), 1u);
+    std::string json, prom;
+    ASSERT_TRUE(reader->GetProperty("kvengine.stats.json", &json));
+    std::string error;
+    EXPECT_TRUE(test::JsonChecker::Valid(json, &error)) << error << "\n" << json;
+    EXPECT_NE(json.find(",\"local\":{\"clients_accepted\":1,\"clients_refused\":0,"
+                        "\"reservations_expired\":0,\"reserve_requests\":1,\"spare_commits\":0,"
+                        "\"shared_channels\":1}}"),
+              std::string::npos)
+        << json;
+    ASSERT_TRUE(reader->GetProperty("kvengine.stats.prometheus", &prom));
+    EXPECT_NE(prom.find("# HELP kvengine_local_clients_accepted_total Connections of attached "
+                        "processes admitted.\n# TYPE kvengine_local_clients_accepted_total "
+                        "counter\nkvengine_local_clients_accepted_total 1\n"),
+              std::string::npos)
+        << prom;
+    EXPECT_NE(prom.find("\nkvengine_local_shared_channels_total 1\n"), std::string::npos) << prom;
+  }
+  Options plain = OwnerOptions("");
+  std::unique_ptr<DB> alone;
+  ASSERT_TRUE(DB::Open(plain, dir_.Sub("alone"), &alone).ok());
+  std::string text, json, prom;
+  ASSERT_TRUE(alone->GetProperty("kvengine.stats", &text));
+  ASSERT_TRUE(alone->GetProperty("kvengine.stats.json", &json));
+  ASSERT_TRUE(alone->GetProperty("kvengine.prometheus", &prom));
+  EXPECT_EQ(text.find("local."), std::string::npos) << text;
+  EXPECT_EQ(json.find("\"local\""), std::string::npos) << json;
+  EXPECT_EQ(prom.find("kvengine_local_"), std::string::npos) << prom;
 }
 
 }  // namespace

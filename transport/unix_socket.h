@@ -1,7 +1,7 @@
 // Unix domain sockets for the processes of one host: listening with access control,
 // passing a file descriptor (SCM_RIGHTS), and reading whole frames (wire.h) without a
-// body.  The local server (db/local_server.h) and attached clients (db/attached_db.h)
-// use these; frames and their checksums are the peer protocol's.
+// body.  The local server (attach/local_server.h) and attached clients
+// (attach/attached_db.h) use these; frames and their checksums are the peer protocol's.
 #ifndef KVENGINE_TRANSPORT_UNIX_SOCKET_H_
 #define KVENGINE_TRANSPORT_UNIX_SOCKET_H_
 

@@ -47,7 +47,7 @@ enum Op : uint8_t {
   kValueSize = 11,       // keys -> results (value size, or negative error)
   kDeleteMatching = 12,  // match mode + pattern -> count of keys removed (local tiers)
 
-  // Attached clients only, on the owner's Unix socket (db/local_server.h,
+  // Attached clients only, on the owner's Unix socket (attach/local_server.h,
   // docs/attach.md).  Locations are offsets in the shared arena.
   kAttach = 32,          // owner -> client at connect: status, arena size (fd alongside)
   kReserve = 33,         // keys + sizes -> results + locations (offset, reservation id)

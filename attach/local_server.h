@@ -26,8 +26,8 @@
 // (and gives up after peer_timeout_ms).
 //
 // Thread-safety: Start and Stop from the DB's Open and Close only.
-#ifndef KVENGINE_DB_LOCAL_SERVER_H_
-#define KVENGINE_DB_LOCAL_SERVER_H_
+#ifndef KVENGINE_ATTACH_LOCAL_SERVER_H_
+#define KVENGINE_ATTACH_LOCAL_SERVER_H_
 
 #include <sys/types.h>
 
@@ -39,6 +39,7 @@
 #include <string>
 #include <thread>
 
+#include "attach/local_counters.h"
 #include "kvengine/options.h"
 #include "kvengine/status.h"
 
@@ -47,17 +48,6 @@ namespace kvengine {
 class DB;
 class Logger;
 class SharedArena;
-
-// What a LocalServer counts, kept by its DB (whose stats report them) so that they
-// outlive the server and are read without it.
-struct LocalServerCounters {
-  std::atomic<uint64_t> accepted{0};              // connections admitted
-  std::atomic<uint64_t> refused{0};               // connections refused (uid)
-  std::atomic<uint64_t> reservations_expired{0};  // slots held past the timeout
-  std::atomic<uint64_t> reserve_requests{0};      // RESERVE round trips
-  std::atomic<uint64_t> spare_commits{0};         // values published from a spare slot
-  std::atomic<uint64_t> shared_channels{0};       // connections given a shared channel
-};
 
 class LocalServer {
  public:
@@ -113,4 +103,4 @@ class LocalServer {
 
 }  // namespace kvengine
 
-#endif  // KVENGINE_DB_LOCAL_SERVER_H_
+#endif  // KVENGINE_ATTACH_LOCAL_SERVER_H_

@@ -1,4 +1,4 @@
-#include "db/local_server.h"
+#include "attach/local_server.h"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -571,7 +571,7 @@ void LocalServer::Admit(int fd) {
   if (s.ok() && allowed_uids_.count(conn->uid) == 0) {
     s = Status::InvalidArgument("refused: uid " + std::to_string(conn->uid) +
                                 " may not attach to " + path_);
-    counters_->refused.fetch_add(1);
+    counters_->clients_refused.fetch_add(1);
     logger_->Logf(LogLevel::kWarn, "local: refused pid %d uid %u on %s: not an allowed uid",
                   static_cast<int>(conn->pid), static_cast<unsigned>(conn->uid), path_.c_str());
   }
@@ -588,7 +588,7 @@ void LocalServer::Admit(int fd) {
     close(fd);
     return;
   }
-  counters_->accepted.fetch_add(1);
+  counters_->clients_accepted.fetch_add(1);
   Connection* raw = conn.get();
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -1,4 +1,4 @@
-#include "db/attached_db.h"
+#include "attach/attached_db.h"
 
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -34,21 +34,6 @@ uint64_t PartsTotal(const ValueParts& parts) {
 }
 
 }  // namespace
-
-Status DB::Attach(const Options& options, const std::string& socket_path, std::unique_ptr<DB>* db) {
-  db->reset();
-  Options effective = options;
-  if (effective.apply_environment) {
-    Status s = effective.ApplyEnvironment();
-    if (!s.ok()) return s;
-  }
-  SetPerfLevel(effective.perf_level);
-  auto client = std::make_unique<AttachedDB>(effective, socket_path);
-  Status s = client->Connect();
-  if (!s.ok()) return s;
-  *db = std::move(client);
-  return Status::OK();
-}
 
 AttachedDB::AttachedDB(const Options& options, std::string socket_path)
     : options_(options), socket_path_(std::move(socket_path)) {

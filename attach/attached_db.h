@@ -33,8 +33,8 @@
 //
 // Thread-safety: all methods are thread-safe; calls of different threads run at once,
 // each on its own connection.
-#ifndef KVENGINE_DB_ATTACHED_DB_H_
-#define KVENGINE_DB_ATTACHED_DB_H_
+#ifndef KVENGINE_ATTACH_ATTACHED_DB_H_
+#define KVENGINE_ATTACH_ATTACHED_DB_H_
 
 #include <chrono>
 #include <condition_variable>
@@ -184,4 +184,4 @@ class AttachedDB final : public DB {
 
 }  // namespace kvengine
 
-#endif  // KVENGINE_DB_ATTACHED_DB_H_
+#endif  // KVENGINE_ATTACH_ATTACHED_DB_H_

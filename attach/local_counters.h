@@ -1,0 +1,47 @@
+// LocalServerCounters: what the owner's side of DB::Attach counts, declared once in the
+// table below, from which every output is made: the lines "local.<name>: N" of
+// "kvengine.stats", the object "local" of "kvengine.stats.json" and the Prometheus
+// families kvengine_local_<name>_total (docs/observability.md).  A counter added to
+// the table appears in all three.
+//
+// Kept by the OwnerDB (attach/owner_db.h), whose stats properties report them, so that
+// they outlive its server.  Thread-safety: counters are atomic; the Append* methods may
+// run while the server counts.
+#ifndef KVENGINE_ATTACH_LOCAL_COUNTERS_H_
+#define KVENGINE_ATTACH_LOCAL_COUNTERS_H_
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+namespace kvengine {
+
+// X(name, Prometheus help), in the order the outputs list them.
+#define KV_LOCAL_SERVER_COUNTERS(X)                                                             \
+  X(clients_accepted, "Connections of attached processes admitted.")                           \
+  X(clients_refused, "Connections of attached processes refused (uid not allowed).")            \
+  X(reservations_expired,                                                                      \
+    "Slots attached clients reserved and held past local_reservation_timeout_ms.")             \
+  X(reserve_requests, "RESERVE round trips of attached clients' puts.")                        \
+  X(spare_commits, "Values attached clients put into spare slots (a put in one round trip).")  \
+  X(shared_channels,                                                                           \
+    "Connections of attached processes that carry their frames through shared memory.")
+
+struct LocalServerCounters {
+#define KV_LOCAL_COUNTER_FIELD(name, help) std::atomic<uint64_t> name{0};
+  KV_LOCAL_SERVER_COUNTERS(KV_LOCAL_COUNTER_FIELD)
+#undef KV_LOCAL_COUNTER_FIELD
+
+  // Appends the lines "local.<name>: N" ("kvengine.stats").
+  void AppendText(std::string* out) const;
+  // Adds ,"local":{"<name>":N,...} inside the JSON object *out ("kvengine.stats.json"),
+  // before its closing brace; an *out that is not an object is left alone.
+  void AddToJson(std::string* out) const;
+  // Appends one counter family kvengine_local_<name>_total each (the Prometheus text
+  // exposition format 0.0.4, "kvengine.stats.prometheus").
+  void AppendPrometheus(std::string* out) const;
+};
+
+}  // namespace kvengine
+
+#endif  // KVENGINE_ATTACH_LOCAL_COUNTERS_H_
