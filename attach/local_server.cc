@@ -13,6 +13,7 @@
 #include "db/shared_arena.h"
 #include "kvengine/db.h"
 #include "transport/busy_poll.h"
+#include "transport/db_ops.h"
 #include "transport/read_validation.h"
 #include "transport/shm_channel.h"
 #include "transport/unix_socket.h"
@@ -46,6 +47,7 @@ class LocalServer::Session {
   Session(LocalServer* server, Connection* conn)
       : server_(server),
         db_(server->db_),
+        ops_(server->db_),
         arena_(server->arena_),
         conn_(conn),
         base_(server->arena_->arena_base()),
@@ -308,6 +310,10 @@ class LocalServer::Session {
   // False: the request was malformed; close the connection.
   bool Serve(const wire::FrameHeader& h, const std::string& meta_bytes) {
     std::string_view meta(meta_bytes);
+    if (IsDbOp(h.op)) {  // exists, deletes, value sizes, properties: as the peer server
+      std::string out;
+      return ServeDbOp(&ops_, h.op, meta, &out) && Answer(h, out);
+    }
     std::vector<std::string_view> views;
     std::vector<uint64_t> extra;
     std::vector<Slice> keys;
@@ -395,48 +401,6 @@ class LocalServer::Session {
         }
         return true;  // one-way
       }
-      case wire::kExists: {
-        if (!get_keys(false)) return false;
-        Status s = db_->BatchExists(keys, &results);
-        return AnswerResults(h, s, results);
-      }
-      case wire::kDelete: {
-        if (!get_keys(false)) return false;
-        Status s = db_->BatchDelete(WriteOptions(), keys, &results);
-        return AnswerResults(h, s, results);
-      }
-      case wire::kValueSize: {
-        if (!get_keys(false)) return false;
-        results.resize(keys.size());
-        for (size_t i = 0; i < keys.size(); i++) {
-          uint64_t size = 0;
-          Status s = db_->GetValueSize(keys[i], &size);
-          results[i] = s.ok() ? static_cast<int64_t>(size) : s.ErrorCode();
-        }
-        return AnswerResults(h, Status::OK(), results);
-      }
-      case wire::kDeleteMatching: {
-        wire::MatchMode mode;
-        std::string_view pattern;
-        if (!wire::GetDeleteMatching(&meta, &mode, &pattern)) return false;
-        uint64_t deleted = 0;
-        Status s = mode == wire::kMatchAll ? db_->DeleteAll(&deleted)
-                                           : db_->DeleteByRegex(std::string(pattern), &deleted);
-        std::string out;
-        wire::PutBatchStatus(&out, s);
-        PutFixed64(&out, deleted);
-        return Answer(h, out);
-      }
-      case wire::kProperty: {
-        std::string_view name;
-        if (!GetLengthPrefixed(&meta, &name) || !meta.empty()) return false;
-        std::string value, out;
-        const bool known = db_->GetProperty(std::string(name), &value);
-        wire::PutBatchStatus(&out,
-                             known ? Status::OK() : Status::NotFound("unknown property", name));
-        PutLengthPrefixed(&out, known ? value : "");
-        return Answer(h, out);
-      }
       case wire::kOpenChannel:
         return meta.empty() && channel_ == nullptr && OpenChannel(h);  // asked once
       case wire::kFlush: {
@@ -463,6 +427,7 @@ class LocalServer::Session {
 
   LocalServer* const server_;
   DB* const db_;
+  DbOpsOverDB ops_;  // the requests every server answers alike, over db_
   SharedArena* const arena_;
   Connection* const conn_;
   const char* const base_;

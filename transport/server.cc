@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "transport/db_ops.h"
 #include "transport/frame_reader.h"
 #include "transport/get_answer.h"
 #include "transport/socket_util.h"
@@ -83,11 +84,43 @@ void PeerAddress(int fd, std::string* address, std::string* peer, bool* loopback
   *peer = *address + ":" + std::to_string(port);
 }
 
+// The ops every server answers alike (transport/db_ops.h), run against the service: a
+// peer's pattern is held to the peer protocol's limit before anything is removed.
+class ServiceOps final : public DbOpsTarget {
+ public:
+  explicit ServiceOps(PeerService* service) : service_(service) {}
+  Status BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) override {
+    return service_->BatchExists(keys, results);
+  }
+  Status BatchDelete(std::span<const Slice> keys, std::vector<int64_t>* results) override {
+    return service_->BatchDelete(keys, results);
+  }
+  Status GetValueSize(const Slice& key, uint64_t* size) override {
+    return service_->GetValueSize(key, size);
+  }
+  Status DeleteByRegex(const std::string& pattern, uint64_t* deleted) override {
+    if (pattern.size() > wire::kMaxPatternLen) {
+      return Status::InvalidArgument("pattern of " + std::to_string(pattern.size()) +
+                                     " bytes exceeds the limit of " +
+                                     std::to_string(wire::kMaxPatternLen));
+    }
+    return service_->DeleteByRegex(pattern, deleted);
+  }
+  Status DeleteAll(uint64_t* deleted) override { return service_->DeleteAll(deleted); }
+  bool GetProperty(const std::string& name, std::string* value) override {
+    return service_->GetProperty(name, value);
+  }
+
+ private:
+  PeerService* const service_;
+};
+
 class TcpServer final : public TransportServer {
  public:
   TcpServer(const ServerOptions& options, PeerService* service)
       : options_(options),
         service_(service),
+        ops_(service),
         leases_(std::chrono::milliseconds(options.lease_ttl_ms)),
         bodies_(options.kept_body_bytes) {}
   ~TcpServer() override { Stop(); }
@@ -521,6 +554,13 @@ class TcpServer final : public TransportServer {
   }
 
   bool Dispatch(Conn* c, const wire::FrameHeader& h, std::string_view meta, const char* body) {
+    if (IsDbOp(h.op)) {
+      std::string out;
+      if (!ServeDbOp(&ops_, h.op, meta, &out)) {
+        return Reject(c, std::string("undecodable ") + DbOpName(h.op) + " request");
+      }
+      return Answer(c, h, out);
+    }
     std::vector<std::string_view> key_views;
     std::vector<uint64_t> extra;
     std::vector<Slice> keys;
@@ -576,16 +616,6 @@ class TcpServer final : public TransportServer {
         Status s = service_->BatchPut(keys, values, &results);
         return AnswerResults(c, h, s, results);
       }
-      case wire::kExists: {
-        if (!get_keys(false)) return Reject(c, "undecodable exists request");
-        Status s = service_->BatchExists(keys, &results);
-        return AnswerResults(c, h, s, results);
-      }
-      case wire::kDelete: {
-        if (!get_keys(false)) return Reject(c, "undecodable delete request");
-        Status s = service_->BatchDelete(keys, &results);
-        return AnswerResults(c, h, s, results);
-      }
       case wire::kLookup: {
         if (!get_keys(false)) return Reject(c, "undecodable lookup request");
         std::vector<RemoteLocation> locs(keys.size());
@@ -621,18 +651,6 @@ class TcpServer final : public TransportServer {
         }
         return AnswerResults(c, h, Status::OK(), results);
       }
-      case wire::kProperty: {
-        std::string_view name;
-        if (!GetLengthPrefixed(&meta, &name) || !meta.empty()) {
-          return Reject(c, "undecodable property request");
-        }
-        std::string value, out;
-        const bool known = service_->GetProperty(std::string(name), &value);
-        wire::PutBatchStatus(&out,
-                             known ? Status::OK() : Status::NotFound("unknown property", name));
-        PutLengthPrefixed(&out, known ? value : "");
-        return Answer(c, h, out);
-      }
       case wire::kRdmaConnect: {
         std::string theirs, out;
         Status s = options_.rdma_connect ? options_.rdma_connect(meta, &theirs)
@@ -641,18 +659,6 @@ class TcpServer final : public TransportServer {
         PutLengthPrefixed(&out, theirs);
         return Answer(c, h, out);
       }
-      case wire::kValueSize: {
-        if (!get_keys(false)) return Reject(c, "undecodable value-size request");
-        results.resize(keys.size());
-        for (size_t i = 0; i < keys.size(); i++) {
-          uint64_t size = 0;
-          Status s = service_->GetValueSize(keys[i], &size);
-          results[i] = s.ok() ? static_cast<int64_t>(size) : s.ErrorCode();
-        }
-        return AnswerResults(c, h, Status::OK(), results);
-      }
-      case wire::kDeleteMatching:
-        return ServeDeleteMatching(c, h, meta);
       case wire::kChallenge:
         return Reject(c, "a challenge sent to the server");
       default: {
@@ -666,34 +672,9 @@ class TcpServer final : public TransportServer {
     }
   }
 
-  // Runs DeleteByRegex or DeleteAll on the service (its local tiers).  A malformed
-  // message closes the connection; a well-formed one with a bad pattern (too long, not a
-  // regex) is answered InvalidArgument.
-  bool ServeDeleteMatching(Conn* c, const wire::FrameHeader& h, std::string_view meta) {
-    wire::MatchMode mode;
-    std::string_view pattern;
-    if (!wire::GetDeleteMatching(&meta, &mode, &pattern)) {
-      return Reject(c, "undecodable delete-matching request");
-    }
-    uint64_t deleted = 0;
-    Status s;
-    if (pattern.size() > wire::kMaxPatternLen) {
-      s = Status::InvalidArgument("pattern of " + std::to_string(pattern.size()) +
-                                  " bytes exceeds the limit of " +
-                                  std::to_string(wire::kMaxPatternLen));
-    } else if (mode == wire::kMatchAll) {
-      s = service_->DeleteAll(&deleted);
-    } else {
-      s = service_->DeleteByRegex(std::string(pattern), &deleted);
-    }
-    std::string out;
-    wire::PutBatchStatus(&out, s);
-    PutFixed64(&out, s.ok() ? deleted : 0);
-    return Answer(c, h, out);
-  }
-
   const ServerOptions options_;
   PeerService* const service_;
+  ServiceOps ops_;  // the ops every server answers alike, over service_
   LeaseTable leases_;
   BodyPool bodies_;
   int listen_fd_ = -1, epoll_fd_ = -1, wake_fd_ = -1;

@@ -1,0 +1,73 @@
+// The requests every server answers alike -- the peer server (transport/server.h) and
+// the owner's local server for attached processes (attach/local_server.h) -- decoded,
+// run and answered here, once.  Their metadata are the peer protocol's (wire.h,
+// docs/transport.md):
+//   EXISTS           keys                     -> batch status, a result per key (1/0/error)
+//   DELETE           keys                     -> batch status, a result per key
+//   VALUE_SIZE       keys                     -> OK, per key the value's size or an error
+//   PROPERTY         a name                   -> OK and the value, or NotFound and ""
+//   DELETE_MATCHING  match mode and a pattern -> status, the count of keys removed (even
+//                                                when the status is an error: what the
+//                                                hosts that succeeded removed)
+// A server hands a request of one of these ops to ServeDbOp and sends the answer back;
+// its own ops (puts, gets, pins, leases) it decodes itself.
+#ifndef KVENGINE_TRANSPORT_DB_OPS_H_
+#define KVENGINE_TRANSPORT_DB_OPS_H_
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvengine/db.h"
+#include "kvengine/slice.h"
+#include "kvengine/status.h"
+
+namespace kvengine {
+
+// What the ops run against: the calls of a DB they make, with a DB's contracts
+// (include/kvengine/db.h).  Thread-safety: called from the server's threads at once.
+class DbOpsTarget {
+ public:
+  virtual ~DbOpsTarget() = default;
+  virtual Status BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) = 0;
+  virtual Status BatchDelete(std::span<const Slice> keys, std::vector<int64_t>* results) = 0;
+  virtual Status GetValueSize(const Slice& key, uint64_t* size) = 0;
+  virtual Status DeleteByRegex(const std::string& pattern, uint64_t* deleted) = 0;
+  virtual Status DeleteAll(uint64_t* deleted) = 0;
+  virtual bool GetProperty(const std::string& name, std::string* value) = 0;
+};
+
+// The ops run against a kvengine::DB, which must outlive it (deletes with the default
+// WriteOptions).
+class DbOpsOverDB final : public DbOpsTarget {
+ public:
+  explicit DbOpsOverDB(DB* db) : db_(db) {}
+  Status BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) override;
+  Status BatchDelete(std::span<const Slice> keys, std::vector<int64_t>* results) override;
+  Status GetValueSize(const Slice& key, uint64_t* size) override;
+  Status DeleteByRegex(const std::string& pattern, uint64_t* deleted) override;
+  Status DeleteAll(uint64_t* deleted) override;
+  bool GetProperty(const std::string& name, std::string* value) override;
+
+ private:
+  DB* const db_;
+};
+
+// Whether `op` (wire::Op) is one ServeDbOp answers.
+bool IsDbOp(uint8_t op);
+
+// The name of such an op in messages: "exists", "delete", "value-size", "property",
+// "delete-matching".
+const char* DbOpName(uint8_t op);
+
+// Decodes `meta`, the metadata of a request of `op` (IsDbOp(op)), runs it against
+// *target and stores the answer's metadata in *answer.  Returns false, *answer
+// unspecified, when `meta` is malformed: the stream is not to be trusted any further
+// (close the connection).  A well-formed request that fails is answered with its error.
+bool ServeDbOp(DbOpsTarget* target, uint8_t op, std::string_view meta, std::string* answer);
+
+}  // namespace kvengine
+
+#endif  // KVENGINE_TRANSPORT_DB_OPS_H_
