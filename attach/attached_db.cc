@@ -1,9 +1,5 @@
 #include "attach/attached_db.h"
 
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -12,6 +8,8 @@
 #include <unordered_set>
 
 #include "env/gpu_io.h"
+#include "env/owned_fd.h"
+#include "env/shared_mapping.h"
 #include "transport/busy_poll.h"
 #include "transport/read_validation.h"
 #include "transport/shm_channel.h"
@@ -19,13 +17,10 @@
 #include "transport/wire.h"
 #include "util/buffers.h"
 #include "util/coding.h"
-#include "util/numa_arena.h"
 
 namespace kvengine {
 
 namespace {
-
-constexpr int kMadvPopulateWrite = 23;  // MADV_POPULATE_WRITE, Linux 5.14; older: ignored
 
 uint64_t PartsTotal(const ValueParts& parts) {
   uint64_t n = 0;
@@ -44,29 +39,24 @@ AttachedDB::AttachedDB(const Options& options, std::string socket_path)
 
 AttachedDB::~AttachedDB() { Close(); }
 
-// One mapping of the owner's arena (a memfd), identified by the memfd's inode: a new
+// One mapping of the owner's arena (a memfd), identified by the memfd's file: a new
 // connection to the same owner shares it, one to a restarted owner maps the new arena.
 struct AttachedDB::ArenaMapping {
-  char* base = nullptr;
-  uint64_t size = 0;
-  dev_t dev = 0;
-  ino_t ino = 0;
+  std::unique_ptr<SharedMapping> memory;
+  SharedMapping::FileId file;
   // Copies between device buffers and this mapping (it page-locks the mapping the first
-  // time a device buffer is seen).
+  // time a device buffer is seen).  Declared after `memory`: destroyed first, so that it
+  // unregisters the mapping from CUDA before the mapping goes.
   std::unique_ptr<GpuIo> gpu;
-  ~ArenaMapping() {
-    gpu.reset();  // unregisters the mapping from CUDA before it goes
-    if (base != nullptr) munmap(base, size);
-  }
   // The address of [offset, offset + n), or nullptr when outside the mapping.
   char* At(uint64_t offset, uint64_t n) const {
-    if (offset > size || n > size - offset) return nullptr;
-    return base + offset;
+    if (offset > memory->size() || n > memory->size() - offset) return nullptr;
+    return memory->base() + offset;
   }
 };
 
 struct AttachedDB::Connection {
-  int fd = -1;
+  OwnedFd socket;
   // Set by Lost: the call fails and the connection is not reused.  Its socket stays
   // open until the call gives the connection back, after the call's copies into and out
   // of the arena are done: the owner reclaims a connection's slots and pins when its
@@ -90,9 +80,6 @@ struct AttachedDB::Connection {
   };
   std::vector<Posted> posted;
   explicit Connection(uint64_t busy_poll_us) : busy_poll(busy_poll_us) {}
-  ~Connection() {
-    if (fd >= 0) close(fd);
-  }
 };
 
 // A connection of the pool for the length of one call.
@@ -173,7 +160,7 @@ Status AttachedDB::Acquire(std::unique_ptr<Connection>* conn) {
 void AttachedDB::Release(std::unique_ptr<Connection> conn) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!closed_ && !conn->lost && conn->fd >= 0 && conn->generation == generation_) {
+    if (!closed_ && !conn->lost && conn->socket.valid() && conn->generation == generation_) {
       idle_.push_back(std::move(conn));
     } else {
       open_--;
@@ -198,13 +185,16 @@ Status AttachedDB::Lost(Connection* conn, const std::string& what) {
 
 Status AttachedDB::Open(Connection* conn) {
   const Deadline deadline = DeadlineIn(options_.peer_timeout_ms);
-  Status s = ConnectUnix(socket_path_, deadline, &conn->fd);
+  int fd = -1;
+  Status s = ConnectUnix(socket_path_, deadline, &fd);
   if (!s.ok()) return Status::IOError("attached DB at " + socket_path_, s.ToString());
-  int arena_fd = -1;
-  s = ReceiveDescriptor(conn->fd, deadline, &arena_fd);
+  conn->socket.Reset(fd);
+  int received = -1;
+  s = ReceiveDescriptor(conn->socket.get(), deadline, &received);
+  const OwnedFd arena_fd(received);  // closed on every path: a mapping keeps the memory
   wire::FrameHeader h;
   std::string meta;
-  if (s.ok()) s = ReadFrame(conn->fd, deadline, &h, &meta);
+  if (s.ok()) s = ReadFrame(conn->socket.get(), deadline, &h, &meta);
   std::string_view in(meta);
   Status owner;
   uint64_t size = 0;
@@ -212,13 +202,10 @@ Status AttachedDB::Open(Connection* conn) {
       (h.op != wire::kAttach || !wire::GetBatchStatus(&in, &owner) || !GetFixed64(&in, &size))) {
     s = Status::Corruption("malformed greeting from the owner");
   }
-  if (s.ok() && owner.ok() && arena_fd < 0) s = Status::Corruption("no arena was passed");
-  struct stat st;
-  if (s.ok() && owner.ok() && fstat(arena_fd, &st) != 0) s = Status::IOError("fstat of the arena");
-  if (!s.ok() || !owner.ok()) {
-    if (arena_fd >= 0) close(arena_fd);
-    return s.ok() ? owner : Lost(conn, s.ToString());
-  }
+  if (s.ok() && owner.ok() && !arena_fd.valid()) s = Status::Corruption("no arena was passed");
+  SharedMapping::FileId file;
+  if (s.ok() && owner.ok()) s = SharedMapping::Identify(arena_fd.get(), &file);
+  if (!s.ok() || !owner.ok()) return s.ok() ? owner : Lost(conn, s.ToString());
   uint64_t timeout_ms = 0;  // sent by owners that reclaim idle reservations
   conn->reservation_timeout_ms = GetFixed64(&in, &timeout_ms) ? timeout_ms : 0;
   uint64_t features = 0, spare_lifetime_ms = 0;  // sent by owners that have features
@@ -228,40 +215,29 @@ Status AttachedDB::Open(Connection* conn) {
   }
   if ((features & wire::kFeatureChannel) && options_.local_shared_channel) {
     s = OpenChannel(conn, deadline);
-    if (!s.ok()) {
-      close(arena_fd);
-      return s;
-    }
+    if (!s.ok()) return s;
   }
+  return MapArena(conn, arena_fd.get(), file, size);
+}
+
+Status AttachedDB::MapArena(Connection* conn, int fd, const SharedMapping::FileId& file,
+                            uint64_t size) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     std::shared_ptr<ArenaMapping> shared = arena_.lock();
-    if (shared != nullptr && shared->dev == st.st_dev && shared->ino == st.st_ino &&
-        shared->size == size) {
+    if (shared != nullptr && shared->file == file && shared->memory->size() == size) {
       conn->arena = std::move(shared);
+      return Status::OK();
     }
-  }
-  if (conn->arena != nullptr) {
-    close(arena_fd);
-    return Status::OK();
-  }
-  void* p = MapSharedAligned(arena_fd, size);  // the owner's huge pages map as such
-  const int map_errno = errno;
-  close(arena_fd);  // the mapping keeps the memory
-  if (p == MAP_FAILED) {
-    return Lost(conn, std::string("cannot map the arena: ") + std::strerror(map_errno));
   }
   // Page tables of this mapping are the client's own: without them every first touch of
   // a page by a copy would fault (measured: vllm_write at 64 KiB 7x slower).  Huge pages
   // when the owner's memfd has them; prefaulted like the owner's arena.
-  ::madvise(p, size, MADV_HUGEPAGE);
-  if (options_.prefault_memory) ::madvise(p, size, kMadvPopulateWrite);  // best effort
   auto mapping = std::make_shared<ArenaMapping>();
-  mapping->base = static_cast<char*>(p);
-  mapping->size = size;
-  mapping->dev = st.st_dev;
-  mapping->ino = st.st_ino;
-  mapping->gpu = std::make_unique<GpuIo>(options_, &logger_, mapping->base, size);
+  Status s = SharedMapping::Map(fd, size, options_.prefault_memory, &mapping->memory);
+  if (!s.ok()) return Lost(conn, "cannot map the arena: " + s.ToString());
+  mapping->file = file;
+  mapping->gpu = std::make_unique<GpuIo>(options_, &logger_, mapping->memory->base(), size);
   conn->arena = mapping;
   std::lock_guard<std::mutex> lock(mu_);
   arena_ = mapping;
@@ -270,12 +246,13 @@ Status AttachedDB::Open(Connection* conn) {
 
 Status AttachedDB::OpenChannel(Connection* conn, Deadline deadline) {
   const uint64_t id = ++conn->next_request;
-  Status s = SendFrame(conn->fd, wire::kOpenChannel, 0, id, "", {}, deadline);
-  int memfd = -1;
-  if (s.ok()) s = ReceiveDescriptor(conn->fd, deadline, &memfd);
+  Status s = SendFrame(conn->socket.get(), wire::kOpenChannel, 0, id, "", {}, deadline);
+  int received = -1;
+  if (s.ok()) s = ReceiveDescriptor(conn->socket.get(), deadline, &received);
+  const OwnedFd memfd(received);  // closed on every path: the mapping keeps the region
   wire::FrameHeader h;
   std::string meta;
-  if (s.ok()) s = ReadFrame(conn->fd, deadline, &h, &meta);
+  if (s.ok()) s = ReadFrame(conn->socket.get(), deadline, &h, &meta);
   std::string_view in(meta);
   Status owner;
   if (s.ok() &&
@@ -283,11 +260,10 @@ Status AttachedDB::OpenChannel(Connection* conn, Deadline deadline) {
     s = Status::Corruption("malformed answer to OPEN_CHANNEL");
   }
   if (s.ok() && owner.ok()) {
-    s = memfd < 0
-            ? Status::Corruption("no shared channel was passed")
-            : ShmChannel::Attach(memfd, conn->fd, options_.local_busy_poll_us, &conn->channel);
+    s = !memfd.valid() ? Status::Corruption("no shared channel was passed")
+                       : ShmChannel::Attach(memfd.get(), conn->socket.get(),
+                                            options_.local_busy_poll_us, &conn->channel);
   }
-  if (memfd >= 0) close(memfd);  // the mapping keeps the region
   // An owner that could not set one up (out of memory) serves the socket as before.
   return s.ok() ? Status::OK() : Lost(conn, s.ToString());
 }
@@ -341,8 +317,8 @@ Status AttachedDB::CollectAnswers(Connection* conn, size_t count) {
       if (s.ok()) s = conn->channel->ReadFrame(deadline, &h, p.answer);
     } else {
       const auto began = BusyPollPredictor::Clock::now();
-      conn->busy_poll.Spin(conn->fd, p.op);  // the owner usually answers in microseconds
-      s = ReadFrame(conn->fd, deadline, &h, p.answer);
+      conn->busy_poll.Spin(conn->socket.get(), p.op);  // the owner usually answers in microseconds
+      s = ReadFrame(conn->socket.get(), deadline, &h, p.answer);
       if (s.ok()) conn->busy_poll.Done(p.op, began);
     }
     if (s.ok() && (h.op != p.op || h.request_id != p.id || !(h.flags & wire::kFlagResponse))) {
@@ -362,7 +338,7 @@ Status AttachedDB::Send(Connection* conn, uint8_t op, const std::string& meta) {
   const Deadline deadline = DeadlineIn(options_.peer_timeout_ms);
   const uint64_t id = ++conn->next_request;
   Status s = conn->channel != nullptr ? conn->channel->SendFrame(op, 0, id, meta, deadline)
-                                      : SendFrame(conn->fd, op, 0, id, meta, {}, deadline);
+                                      : SendFrame(conn->socket.get(), op, 0, id, meta, {}, deadline);
   return s.ok() ? s : Lost(conn, s.ToString());
 }
 

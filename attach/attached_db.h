@@ -45,6 +45,7 @@
 #include <string>
 #include <vector>
 
+#include "env/shared_mapping.h"
 #include "kvengine/db.h"
 #include "transport/read_validation.h"
 #include "transport/socket_util.h"
@@ -128,6 +129,9 @@ class AttachedDB final : public DB {
   void Release(std::unique_ptr<Connection> conn);
   // Opens conn: connect, receive the arena (mapped, or the mapping already shared).
   Status Open(Connection* conn);
+  // Gives conn the mapping of the arena `fd` (`file`, `size` bytes): the one the other
+  // connections share when it is the same arena, else a new one, which they will share.
+  Status MapArena(Connection* conn, int fd, const SharedMapping::FileId& file, uint64_t size);
   // Asks the owner for conn's shared channel (wire::kOpenChannel) and maps it.
   Status OpenChannel(Connection* conn, Deadline deadline);
   // Sends one request on conn and reads its answer's metadata (after the answers of
