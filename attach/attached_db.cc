@@ -17,10 +17,23 @@
 #include "transport/wire.h"
 #include "util/buffers.h"
 #include "util/coding.h"
+#include "util/printable.h"
 
 namespace kvengine {
 
 namespace {
+
+// The client's own checks of one key's buffers, a put's parts or a get's destination:
+// none null with a length ("value" or "destination" buffer i of key K is null ...), all
+// on one CUDA device, stored in *device (-1: host memory).
+template <typename Buffer>
+Status CheckBuffers(GpuIo* gpu, const Slice& key, const std::vector<Buffer>& buffers,
+                    const char* what, int* device) {
+  Status s = CheckNoNullBuffer(key, buffers, what);
+  if (!s.ok()) return s;
+  s = gpu->Scan(std::span<const Buffer>(buffers), device);
+  return s.ok() ? s : ForKey(key, s);
+}
 
 uint64_t PartsTotal(const ValueParts& parts) {
   uint64_t n = 0;
@@ -337,8 +350,9 @@ Status AttachedDB::Send(Connection* conn, uint8_t op, const std::string& meta) {
   if (conn->lost) return Gone();
   const Deadline deadline = DeadlineIn(options_.peer_timeout_ms);
   const uint64_t id = ++conn->next_request;
-  Status s = conn->channel != nullptr ? conn->channel->SendFrame(op, 0, id, meta, deadline)
-                                      : SendFrame(conn->socket.get(), op, 0, id, meta, {}, deadline);
+  Status s = conn->channel != nullptr
+                 ? conn->channel->SendFrame(op, 0, id, meta, deadline)
+                 : SendFrame(conn->socket.get(), op, 0, id, meta, {}, deadline);
   return s.ok() ? s : Lost(conn, s.ToString());
 }
 
@@ -394,8 +408,218 @@ Status AttachedDB::CallForCount(uint8_t op, const std::string& meta, uint64_t* c
 
 // ------------------------------------------------------------------ puts
 
+// The values of a BatchPut that passed the client's own checks, in the batch's order:
+// each goes to the owner, into the slot TakeSlots found for it.
+struct AttachedDB::PutPlan {
+  std::vector<size_t> index;  // the value's index in the batch
+  std::vector<Slice> keys;
+  std::vector<uint64_t> sizes;
+  std::vector<int> devices;  // the CUDA device of the value's parts; -1: host memory
+  std::vector<Slot> slots;
+};
+
+// One BatchPut's copies into its slots and the commits that publish them, on one
+// connection.  Each value is copied into its slot: the one copy of its bytes.  Owners
+// with spares take the commits in groups while the rest is copied: the owner publishes
+// a group (and reserves the next put's spares with the first) on its own core
+// meanwhile, so that only the last group's commit is waited for.  (Only batches whose
+// answers all fit in the channel or socket at once: answers are read at the end, and an
+// owner stuck writing one would stop reading requests.)
+//
+// Values in device memory are queued ahead of the one being waited for, so that the bus
+// moves key after key, and each is waited for where a host value is copied.  A slot's
+// deadline is checked before its copy is queued; at most gpu_staging_bytes are queued
+// ahead, so that a copy starts soon after that check.  (Copies still in flight when the
+// call fails are waited for before the connection closes: see Lost.)
+class AttachedDB::PutRun {
+ public:
+  PutRun(AttachedDB* db, Connection* conn, std::span<const ValueParts> values, const PutPlan& plan,
+         std::vector<int64_t>* results)
+      : db_(db),
+        conn_(conn),
+        values_(values),
+        plan_(plan),
+        results_(results),
+        with_spares_(conn->spare_lifetime_ms > 0),
+        pipelined_(with_spares_ && plan.keys.size() <= kMaxPipelinedKeys),
+        per_group_(GroupBytes(plan.sizes)),
+        device_copies_(conn->arena->gpu.get()),
+        queued_(plan.keys.size(), kNotQueued) {}
+
+  // Copies every value into its slot and publishes them, storing each key's outcome in
+  // its result.  Fails as a whole when whether the owner published them is unknown.
+  Status Run() {
+    for (size_t j = 0; j < plan_.keys.size(); j++) {
+      Status s = CopyOne(j);
+      if (!s.ok()) return s;
+    }
+    if (groups_.empty() && committed_.empty() && unused_.empty()) return Status::OK();
+    if (!with_spares_) return CommitPlain();
+    Status s;
+    if (groups_.empty() || posted_ < commit_keys_.size() || !unused_.empty()) s = PostGroup();
+    if (s.ok()) s = db_->CollectAnswers(conn_);
+    return s.ok() ? ReadGroups() : s;
+  }
+
+ private:
+  static constexpr size_t kNotQueued = ~size_t{0};
+
+  // Copies value j into its slot, or fails its key; posts the group being built once it
+  // holds enough.  A failure is the connection's.
+  Status CopyOne(size_t j) {
+    const Slot& slot = plan_.slots[j];
+    const size_t i = plan_.index[j];
+    if (slot.code < 0) {
+      (*results_)[i] = slot.code;
+      return Status::OK();
+    }
+    char* dst = conn_->arena->At(slot.offset, plan_.sizes[j]);
+    if (dst == nullptr) return db_->Lost(conn_, "slot outside the arena");
+    const bool on_device = plan_.devices[j] >= 0;
+    if (on_device) QueueDeviceCopies(j);
+    if (on_device ? queued_[j] == kNotQueued : Clock::now() >= slot.copy_deadline) {
+      // The owner may soon give the slot to another value (a device value's slot was
+      // checked when its copy would have been queued).
+      (*results_)[i] = Status::Aborted("the copy into the reserved slot came too late").ErrorCode();
+      unused_.push_back(slot.id);
+      return Status::OK();
+    }
+    if (on_device) {  // device -> the slot, queued
+      Status copied = device_copies_.Wait(queued_[j]);
+      queued_ahead_ -= plan_.sizes[j];
+      if (!copied.ok()) {  // not committed: given back
+        (*results_)[i] = copied.ErrorCode();
+        unused_.push_back(slot.id);
+        return Status::OK();
+      }
+    } else {
+      GatherCopy(values_[i], plan_.sizes[j], dst);
+    }
+    commit_keys_.push_back(plan_.keys[j]);
+    ids_.push_back(slot.id);
+    committed_.push_back(i);
+    group_bytes_ += plan_.sizes[j];
+    const bool more = j + 1 < plan_.keys.size();
+    return pipelined_ && group_bytes_ >= per_group_ && more ? PostGroup() : Status::OK();
+  }
+
+  // Queues the device copies of the values up to `last`, and of the ones after it while
+  // less than gpu_staging_bytes are queued ahead.
+  void QueueDeviceCopies(size_t last) {
+    for (; next_to_queue_ < plan_.keys.size() &&
+           (next_to_queue_ <= last || queued_ahead_ < db_->options_.gpu_staging_bytes);
+         next_to_queue_++) {
+      const size_t j = next_to_queue_;
+      const Slot& slot = plan_.slots[j];
+      if (plan_.devices[j] < 0 || slot.code < 0 || Clock::now() >= slot.copy_deadline) continue;
+      char* dst = conn_->arena->At(slot.offset, plan_.sizes[j]);
+      if (dst == nullptr) continue;  // reported when CopyOne reaches it
+      queued_[j] = device_copies_.FromDevice(plan_.keys[j].ToString(), plan_.devices[j],
+                                             values_[plan_.index[j]], dst, plan_.sizes[j]);
+      queued_ahead_ += plan_.sizes[j];
+    }
+  }
+
+  // Posts the values copied since the last group as one COMMIT_RESERVE; the first
+  // group also gives back the spares this put did not use and asks for the next put's.
+  Status PostGroup() {
+    CommitGroup& g = groups_.emplace_back();
+    g.first = posted_;
+    g.count = commit_keys_.size() - posted_;
+    posted_ = commit_keys_.size();
+    if (groups_.size() == 1) {
+      // Spares of other sizes than this put's, or too old to copy into, go back; the
+      // next put's are reserved.
+      for (const Slot& spare : conn_->spares) unused_.push_back(spare.id);
+      conn_->spares.clear();
+      g.wanted = plan_.sizes;
+    }
+    std::string meta;
+    wire::PutKeys(&meta, std::span<const Slice>(commit_keys_).subspan(g.first, g.count),
+                  ids_.data() + g.first);
+    wire::PutResults(&meta, std::vector<int64_t>(unused_.begin(), unused_.end()));
+    wire::PutResults(&meta, std::vector<int64_t>(g.wanted.begin(), g.wanted.end()));
+    unused_.clear();
+    group_bytes_ = 0;
+    g.sent = Clock::now();
+    return db_->Post(conn_, wire::kCommitReserve, meta, &g.answer);
+  }
+
+  // Reads each group's answer: its keys' results, and the spares it reserved.
+  Status ReadGroups() {
+    for (const CommitGroup& g : groups_) {
+      std::string_view in(g.answer);
+      Status batch;
+      std::vector<int64_t> published, reserved;
+      std::vector<RemoteLocation> locs;
+      if (!wire::GetBatchStatus(&in, &batch)) return db_->Lost(conn_, "malformed answer to COMMIT");
+      if (!batch.ok()) return batch;
+      if (!wire::GetResults(&in, &published) || published.size() != g.count ||
+          !DecodeLocations(&in, &reserved, &locs) || reserved.size() != g.wanted.size()) {
+        return db_->Lost(conn_, "malformed answer to COMMIT");
+      }
+      for (size_t k = 0; k < g.count; k++) (*results_)[committed_[g.first + k]] = published[k];
+      db_->AddSpares(conn_, g.sent, g.wanted, reserved, locs);
+    }
+    return Status::OK();
+  }
+
+  // An owner without COMMIT_RESERVE: one plain COMMIT of every value copied.
+  Status CommitPlain() {
+    std::vector<int64_t> published;
+    Status s = db_->CommitSlots(conn_, commit_keys_, ids_, &published);
+    if (!s.ok()) return s;
+    for (size_t j = 0; j < committed_.size(); j++) (*results_)[committed_[j]] = published[j];
+    return Status::OK();
+  }
+
+  AttachedDB* const db_;
+  Connection* const conn_;
+  const std::span<const ValueParts> values_;
+  const PutPlan& plan_;
+  std::vector<int64_t>* const results_;
+  const bool with_spares_;
+  const bool pipelined_;
+  const uint64_t per_group_;
+  GpuIo::Queue device_copies_;
+  std::vector<size_t> queued_;  // per value: its device copy's number, or kNotQueued
+  size_t next_to_queue_ = 0;
+  uint64_t queued_ahead_ = 0;  // bytes queued and not yet waited for
+  // The values copied, to be committed: keys, slot ids and indexes in the batch.
+  std::vector<Slice> commit_keys_;
+  std::vector<uint64_t> ids_;
+  std::vector<size_t> committed_;
+  std::vector<uint64_t> unused_;    // slots to give back with the next group
+  std::deque<CommitGroup> groups_;  // posted, answers pending
+  size_t posted_ = 0;               // commit_keys_ posted in groups so far
+  uint64_t group_bytes_ = 0;        // of the values copied since the last group
+};
+
+void AttachedDB::PlanPut(GpuIo* gpu, std::span<const Slice> keys,
+                         std::span<const ValueParts> values, PutPlan* plan,
+                         std::vector<int64_t>* results, Status* refusal) const {
+  for (size_t i = 0; i < keys.size(); i++) {
+    int device = -1;
+    Status s = CheckBuffers(gpu, keys[i], values[i], "value", &device);
+    if (!s.ok()) {
+      (*results)[i] = s.ErrorCode();
+      if (refusal != nullptr && refusal->ok()) *refusal = s;
+      continue;
+    }
+    plan->index.push_back(i);
+    plan->keys.push_back(keys[i]);
+    plan->sizes.push_back(PartsTotal(values[i]));
+    plan->devices.push_back(device);
+  }
+}
+
 Status AttachedDB::BatchPut(const WriteOptions&, std::span<const Slice> keys,
                             std::span<const ValueParts> values, std::vector<int64_t>* results) {
+  return PutValues(keys, values, results, nullptr);
+}
+
+Status AttachedDB::PutValues(std::span<const Slice> keys, std::span<const ValueParts> values,
+                             std::vector<int64_t>* results, Status* refusal) {
   Status s = CheckBatch(keys.size(), values.size(), results, "values");
   if (!s.ok()) return s;
   results->clear();
@@ -403,7 +627,8 @@ Status AttachedDB::BatchPut(const WriteOptions&, std::span<const Slice> keys,
     std::unordered_set<std::string_view> seen;
     for (const Slice& key : keys) {
       if (!seen.insert(key.view()).second) {
-        return Status::InvalidArgument("BatchPut names a key more than once; nothing was written");
+        return Status::InvalidArgument("BatchPut names key " + Printable(key) +
+                                       " more than once; nothing was written");
       }
     }
   }
@@ -412,173 +637,16 @@ Status AttachedDB::BatchPut(const WriteOptions&, std::span<const Slice> keys,
   GpuIo* gpu = c.get()->arena->gpu.get();
   gpu->BeginBatch();
   results->assign(keys.size(), 0);
-  // Keys whose buffers are fine go to the owner; sent[j] is their index in keys, and
-  // devices[j] the CUDA device of its buffers (-1: host memory).
-  std::vector<size_t> sent;
-  std::vector<Slice> sent_keys;
-  std::vector<uint64_t> sizes;
-  std::vector<int> devices;
-  for (size_t i = 0; i < keys.size(); i++) {
-    bool ok = true;
-    for (const Slice& part : values[i]) ok = ok && (part.data() != nullptr || part.size() == 0);
-    int device = -1;
-    Status scanned = ok ? gpu->Scan(values[i], &device) : Status::InvalidArgument("");
-    if (!scanned.ok()) {
-      (*results)[i] = scanned.ErrorCode();
-      continue;
-    }
-    sent.push_back(i);
-    sent_keys.push_back(keys[i]);
-    sizes.push_back(PartsTotal(values[i]));
-    devices.push_back(device);
-  }
-  if (sent.empty()) return Status::OK();
-
+  PutPlan plan;
+  PlanPut(gpu, keys, values, &plan, results, refusal);
+  if (plan.keys.empty()) return Status::OK();
   // A slot for each value: a spare of its size left by the previous put when there is
   // one (no round trip), else reserved now.
-  std::vector<Slot> slots;
-  s = TakeSlots(c.get(), sent_keys, sizes, &slots);
-  if (!s.ok()) {
-    results->clear();
-    return s;
-  }
-  // Copy each value into its slot: the one copy of its bytes.  Owners with spares take
-  // the commits in groups while the rest is copied: the owner publishes a group (and
-  // reserves the next put's spares with the first) on its own core meanwhile, so that
-  // only the last group's commit is waited for.
-  Connection* conn = c.get();
-  // (Only batches whose answers all fit in the channel or socket at once: answers are
-  // read at the end, and an owner stuck writing one would stop reading requests.)
-  const bool with_spares = conn->spare_lifetime_ms > 0;
-  const bool pipelined = with_spares && sent.size() <= kMaxPipelinedKeys;
-  std::vector<Slice> commit_keys;
-  std::vector<uint64_t> ids, unused;
-  std::vector<size_t> committed;
-  std::deque<CommitGroup> groups;  // posted, answers pending
-  size_t posted = 0;               // commit_keys posted in groups so far
-  uint64_t group_bytes = 0;
-  const uint64_t per_group = GroupBytes(sizes);
-  // Values in device memory are queued ahead of the one being waited for, so that the
-  // bus moves key after key, and each is waited for where a host value is copied.  A
-  // slot's deadline is checked before its copy is queued; at most gpu_staging_bytes are
-  // queued ahead, so that a copy starts soon after that check.  (Copies still in flight
-  // when the call fails are waited for before the connection closes: see Lost.)
-  GpuIo::Queue device_copies(gpu);
-  constexpr size_t kNotQueued = ~size_t{0};
-  std::vector<size_t> queued(sent.size(), kNotQueued);
-  size_t next_to_queue = 0;
-  uint64_t queued_ahead = 0;  // bytes queued and not yet waited for
-  auto queue_through = [&](size_t last) {
-    for (; next_to_queue < sent.size() &&
-           (next_to_queue <= last || queued_ahead < options_.gpu_staging_bytes);
-         next_to_queue++) {
-      const size_t j = next_to_queue;
-      if (devices[j] < 0 || slots[j].code < 0 || Clock::now() >= slots[j].copy_deadline) continue;
-      char* dst = conn->arena->At(slots[j].offset, sizes[j]);
-      if (dst == nullptr) continue;  // reported when the loop below reaches it
-      queued[j] = device_copies.FromDevice(sent_keys[j].ToString(), devices[j], values[sent[j]],
-                                           dst, sizes[j]);
-      queued_ahead += sizes[j];
-    }
-  };
-  auto post_group = [&] {
-    CommitGroup& g = groups.emplace_back();
-    g.first = posted;
-    g.count = commit_keys.size() - posted;
-    posted = commit_keys.size();
-    if (groups.size() == 1) {
-      // Spares of other sizes than this put's, or too old to copy into, go back; the
-      // next put's are reserved.
-      for (const Slot& spare : conn->spares) unused.push_back(spare.id);
-      conn->spares.clear();
-      g.wanted = sizes;
-    }
-    std::string meta;
-    wire::PutKeys(&meta, std::span<const Slice>(commit_keys).subspan(g.first, g.count),
-                  ids.data() + g.first);
-    wire::PutResults(&meta, std::vector<int64_t>(unused.begin(), unused.end()));
-    wire::PutResults(&meta, std::vector<int64_t>(g.wanted.begin(), g.wanted.end()));
-    unused.clear();
-    group_bytes = 0;
-    g.sent = Clock::now();
-    return Post(conn, wire::kCommitReserve, meta, &g.answer);
-  };
-  for (size_t j = 0; j < sent.size(); j++) {
-    if (slots[j].code < 0) {
-      (*results)[sent[j]] = slots[j].code;
-      continue;
-    }
-    char* dst = conn->arena->At(slots[j].offset, sizes[j]);
-    if (dst == nullptr) return Lost(conn, "slot outside the arena");
-    if (devices[j] >= 0) queue_through(j);
-    if (devices[j] >= 0 ? queued[j] == kNotQueued : Clock::now() >= slots[j].copy_deadline) {
-      // The owner may soon give the slot to another value (a device value's slot was
-      // checked when its copy would have been queued).
-      (*results)[sent[j]] = Status::Aborted("").ErrorCode();
-      unused.push_back(slots[j].id);
-      continue;
-    }
-    if (devices[j] >= 0) {  // device -> the slot, queued above
-      Status copied = device_copies.Wait(queued[j]);
-      queued_ahead -= sizes[j];
-      if (!copied.ok()) {  // not committed: given back
-        (*results)[sent[j]] = copied.ErrorCode();
-        unused.push_back(slots[j].id);
-        continue;
-      }
-    } else {
-      GatherCopy(values[sent[j]], sizes[j], dst);
-    }
-    commit_keys.push_back(sent_keys[j]);
-    ids.push_back(slots[j].id);
-    committed.push_back(sent[j]);
-    group_bytes += sizes[j];
-    if (pipelined && group_bytes >= per_group && j + 1 < sent.size()) {
-      s = post_group();
-      if (!s.ok()) {
-        results->clear();
-        return s;
-      }
-    }
-  }
-  if (groups.empty() && committed.empty() && unused.empty()) return Status::OK();
-  if (!with_spares) {  // an owner without COMMIT_RESERVE: one plain COMMIT
-    std::vector<int64_t> published;
-    s = CommitSlots(conn, commit_keys, ids, &published);
-    if (!s.ok()) {
-      // Whether the owner published them is unknown: every key of the batch fails.
-      results->clear();
-      return s;
-    }
-    for (size_t j = 0; j < committed.size(); j++) (*results)[committed[j]] = published[j];
-    return Status::OK();
-  }
-  if (groups.empty() || posted < commit_keys.size() || !unused.empty()) s = post_group();
-  if (s.ok()) s = CollectAnswers(conn);
-  if (!s.ok()) {
-    // Whether the owner published them is unknown: every key of the batch fails.
-    results->clear();
-    return s;
-  }
-  for (const CommitGroup& g : groups) {
-    std::string_view in(g.answer);
-    Status batch;
-    std::vector<int64_t> published, reserved;
-    std::vector<RemoteLocation> locs;
-    if (!wire::GetBatchStatus(&in, &batch)) return Lost(conn, "malformed answer to COMMIT");
-    if (!batch.ok()) {
-      results->clear();
-      return batch;
-    }
-    if (!wire::GetResults(&in, &published) || published.size() != g.count ||
-        !DecodeLocations(&in, &reserved, &locs) || reserved.size() != g.wanted.size()) {
-      results->clear();
-      return Lost(conn, "malformed answer to COMMIT");
-    }
-    for (size_t k = 0; k < g.count; k++) (*results)[committed[g.first + k]] = published[k];
-    AddSpares(conn, g.sent, g.wanted, reserved, locs);
-  }
-  return Status::OK();
+  s = TakeSlots(c.get(), plan.keys, plan.sizes, &plan.slots);
+  if (s.ok()) s = PutRun(this, c.get(), values, plan, results).Run();
+  // Whether the owner published them is unknown: every key of the batch fails.
+  if (!s.ok()) results->clear();
+  return s;
 }
 
 Status AttachedDB::TakeSlots(Connection* conn, const std::vector<Slice>& keys,
@@ -657,25 +725,170 @@ void AttachedDB::AddSpares(Connection* conn, Clock::time_point sent,
   }
 }
 
-Status AttachedDB::Put(const WriteOptions& options, const Slice& key, const Slice& value) {
+Status AttachedDB::Put(const WriteOptions&, const Slice& key, const Slice& value) {
   const ValueParts parts{value};
   std::vector<int64_t> results;
-  Status s = BatchPut(options, std::span<const Slice>(&key, 1),
-                      std::span<const ValueParts>(&parts, 1), &results);
+  Status refusal;  // the client's own check's, which names the problem
+  Status s = PutValues(std::span<const Slice>(&key, 1), std::span<const ValueParts>(&parts, 1),
+                       &results, &refusal);
   if (!s.ok()) return s;
+  if (!refusal.ok()) return refusal;
   if (results[0] == Status::Aborted("").ErrorCode()) {
     return Status::Aborted("put: the owner reclaimed the reserved slot before the commit",
                            "the put took longer than local_reservation_timeout_ms");
   }
-  return results[0] == 0 ? Status::OK()
-                         : Status::FromErrorCode(static_cast<int>(results[0]), "put");
+  return results[0] == 0
+             ? Status::OK()
+             : Status::FromErrorCode(static_cast<int>(results[0]), "put of key " + Printable(key));
 }
 
 // ------------------------------------------------------------------ gets
 
+// A BatchGetInto's destinations after the client's own checks, and the groups its keys
+// are pinned in: the client copies out one group while the owner pins the next.
+struct AttachedDB::GetPlan {
+  std::vector<uint64_t> capacity;  // of each key's destination; 0 for a refused key
+  std::vector<int64_t> refused;    // the key's error code before any request; 0: none
+  std::vector<int> devices;        // the destination's CUDA device; -1: host memory
+  std::vector<size_t> bounds;      // group g is keys [bounds[g], bounds[g + 1])
+  size_t groups() const { return bounds.size() - 1; }
+};
+
+// One BatchGetInto's reads of its pinned values, on one connection: each group's pins
+// are read as the owner answers them and copied out of the arena (the one copy of their
+// bytes), then every pin is released with one UNPIN.  Copies to device memory are
+// queued as their keys come, back to back on the bus, and waited for before the pins are
+// released.
+class AttachedDB::GetRun {
+ public:
+  GetRun(AttachedDB* db, Connection* conn, std::span<const Slice> keys,
+         std::span<const Destination> destinations, const GetPlan& plan,
+         std::vector<std::string>* answers, std::vector<int64_t>* results)
+      : db_(db),
+        conn_(conn),
+        keys_(keys),
+        destinations_(destinations),
+        plan_(plan),
+        answers_(answers),
+        results_(results),
+        device_copies_(conn->arena->gpu.get()) {
+    PutFixed32(&unpin_, 0);  // the count, set once known
+  }
+
+  Status Run() {
+    for (size_t g = 0; g < plan_.groups(); g++) {
+      std::vector<int64_t> pinned;
+      std::vector<RemoteLocation> locs;
+      Status s = ReadPins(g, &pinned, &locs);
+      for (size_t k = 0; s.ok() && k < pinned.size(); k++) {
+        s = CopyOut(plan_.bounds[g] + k, pinned[k], locs[k]);
+      }
+      if (!s.ok()) return s;
+    }
+    for (const auto& [i, copy] : queued_) {
+      Status copied = device_copies_.Wait(copy);
+      if (!copied.ok()) (*results_)[i] = copied.ErrorCode();
+    }
+    if (leases_ > 0) {
+      std::memcpy(unpin_.data(), &leases_, 4);  // fixed32 is little-endian, as the host
+      // Not waited for; a failure drops the connection, and the owner's pins with it.
+      (void)db_->Send(conn_, wire::kUnpin, unpin_);
+    }
+    return Status::OK();
+  }
+
+ private:
+  // Waits for the answer to group g's PIN and decodes it.
+  Status ReadPins(size_t g, std::vector<int64_t>* pinned, std::vector<RemoteLocation>* locs) {
+    Status s = db_->CollectAnswers(conn_, 1);
+    if (!s.ok()) return s;
+    std::string_view in((*answers_)[g]);
+    Status batch;
+    const size_t count = plan_.bounds[g + 1] - plan_.bounds[g];
+    if (!wire::GetBatchStatus(&in, &batch) ||
+        (batch.ok() && (!DecodeLocations(&in, pinned, locs) || pinned->size() != count))) {
+      return db_->Lost(conn_, "malformed answer to PIN");
+    }
+    // Answers of later groups are still on their way: the connection cannot go on.
+    if (!batch.ok()) return g + 1 < plan_.groups() ? db_->Lost(conn_, batch.ToString()) : batch;
+    return Status::OK();
+  }
+
+  // Copies key i's value, pinned at `loc` (pinned: 0) or not (its error code), into its
+  // destination, and adds its lease to the UNPIN.  A failure is the connection's.
+  Status CopyOut(size_t i, int64_t pinned, const RemoteLocation& loc) {
+    if (pinned < 0) {
+      (*results_)[i] = plan_.refused[i] != 0 ? plan_.refused[i] : pinned;
+      return Status::OK();
+    }
+    const char* src = conn_->arena->At(loc.offset, loc.size);
+    if (src == nullptr) return db_->Lost(conn_, "value outside the arena");
+    if (plan_.refused[i] != 0) {
+      (*results_)[i] = plan_.refused[i];
+    } else if (plan_.devices[i] >= 0) {  // host -> device straight from the arena
+      queued_.emplace_back(
+          i, device_copies_.ToDevice(keys_[i].ToString(), plan_.devices[i], Slice(src, loc.size),
+                                     true, destinations_[i]));
+      (*results_)[i] = static_cast<int64_t>(loc.size);
+    } else {
+      ScatterCopy(src, loc.size, destinations_[i]);
+      (*results_)[i] = static_cast<int64_t>(loc.size);
+    }
+    PutFixed64(&unpin_, loc.lease);
+    leases_++;
+    return Status::OK();
+  }
+
+  AttachedDB* const db_;
+  Connection* const conn_;
+  const std::span<const Slice> keys_;
+  const std::span<const Destination> destinations_;
+  const GetPlan& plan_;
+  std::vector<std::string>* const answers_;  // to each group's PIN, as they arrive
+  std::vector<int64_t>* const results_;
+  GpuIo::Queue device_copies_;
+  std::vector<std::pair<size_t, size_t>> queued_;  // (key, device copy)
+  std::string unpin_;                              // the UNPIN request, growing
+  uint32_t leases_ = 0;
+};
+
+void AttachedDB::PlanGet(GpuIo* gpu, std::span<const Slice> keys,
+                         std::span<const Destination> destinations, GetPlan* plan,
+                         Status* refusal) const {
+  plan->capacity.assign(keys.size(), 0);
+  plan->refused.assign(keys.size(), 0);
+  plan->devices.assign(keys.size(), -1);
+  for (size_t i = 0; i < keys.size(); i++) {
+    Status s = CheckBuffers(gpu, keys[i], destinations[i], "destination", &plan->devices[i]);
+    if (!s.ok()) {
+      plan->refused[i] = s.ErrorCode();  // still pinned, with no room: the owner's answer
+      if (refusal != nullptr && refusal->ok()) *refusal = s;
+      continue;
+    }
+    for (const MutableSlice& d : destinations[i]) plan->capacity[i] += d.size();
+  }
+  // Groups of at least GroupBytes; batches too large to pipeline make one.
+  plan->bounds = {0};
+  uint64_t group_bytes = 0;
+  const uint64_t per_group = GroupBytes(plan->capacity);
+  for (size_t i = 0; i + 1 < keys.size() && keys.size() <= kMaxPipelinedKeys; i++) {
+    group_bytes += plan->capacity[i];
+    if (group_bytes >= per_group) {
+      plan->bounds.push_back(i + 1);
+      group_bytes = 0;
+    }
+  }
+  plan->bounds.push_back(keys.size());
+}
+
 Status AttachedDB::BatchGetInto(const ReadOptions&, std::span<const Slice> keys,
                                 std::span<const Destination> destinations,
                                 std::vector<int64_t>* results) {
+  return GetValues(keys, destinations, results, nullptr);
+}
+
+Status AttachedDB::GetValues(std::span<const Slice> keys, std::span<const Destination> destinations,
+                             std::vector<int64_t>* results, Status* refusal) {
   Status s = CheckBatch(keys.size(), destinations.size(), results, "destinations");
   if (!s.ok()) return s;
   results->clear();
@@ -683,120 +896,40 @@ Status AttachedDB::BatchGetInto(const ReadOptions&, std::span<const Slice> keys,
   if (!c.status().ok()) return c.status();
   GpuIo* gpu = c.get()->arena->gpu.get();
   gpu->BeginBatch();
-  std::vector<uint64_t> capacity(keys.size(), 0);
-  std::vector<int64_t> bad(keys.size(), 0);  // the key's error code before any request
-  std::vector<int> devices(keys.size(), -1);
-  for (size_t i = 0; i < keys.size(); i++) {
-    for (const MutableSlice& d : destinations[i]) {
-      if (d.data() == nullptr && d.size() != 0) bad[i] = Status::InvalidArgument("").ErrorCode();
-      capacity[i] += d.size();
-    }
-    if (bad[i] == 0) {
-      Status scanned = gpu->Scan(destinations[i], &devices[i]);
-      if (!scanned.ok()) bad[i] = scanned.ErrorCode();
-    }
-    if (bad[i] != 0) capacity[i] = 0;
+  GetPlan plan;
+  PlanGet(gpu, keys, destinations, &plan, refusal);
+  // Every group's pins are asked for at once.
+  std::vector<std::string> metas(plan.groups()), answers;
+  for (size_t g = 0; g < plan.groups(); g++) {
+    wire::PutKeys(&metas[g], keys.subspan(plan.bounds[g], plan.bounds[g + 1] - plan.bounds[g]),
+                  plan.capacity.data() + plan.bounds[g]);
   }
-  // The keys are pinned in groups, all asked for at once: the client copies out one
-  // group while the owner pins the next.
-  Connection* conn = c.get();
-  std::vector<size_t> bounds{0};  // group g is keys [bounds[g], bounds[g + 1])
-  uint64_t group_bytes = 0;
-  const uint64_t per_group = GroupBytes(capacity);
-  for (size_t i = 0; i + 1 < keys.size() && keys.size() <= kMaxPipelinedKeys; i++) {
-    group_bytes += capacity[i];
-    if (group_bytes >= per_group) {
-      bounds.push_back(i + 1);
-      group_bytes = 0;
-    }
-  }
-  bounds.push_back(keys.size());
-  const size_t groups = bounds.size() - 1;
-  std::vector<std::string> metas(groups), answers;
-  for (size_t g = 0; g < groups; g++) {
-    wire::PutKeys(&metas[g], keys.subspan(bounds[g], bounds[g + 1] - bounds[g]),
-                  capacity.data() + bounds[g]);
-  }
-  s = PostAll(conn, wire::kPin, metas, &answers);
+  s = PostAll(c.get(), wire::kPin, metas, &answers);
   if (!s.ok()) return s;
   results->assign(keys.size(), 0);
-  std::string unpin;
-  uint32_t leases = 0;
-  PutFixed32(&unpin, 0);
-  std::vector<int64_t> pinned;
-  std::vector<RemoteLocation> locs;
-  // Copies to device memory are queued as their keys come, back to back on the bus, and
-  // waited for before the pins are released.
-  GpuIo::Queue device_copies(gpu);
-  std::vector<std::pair<size_t, size_t>> queued;  // (key, copy)
-  for (size_t i = 0, g = 0; i < keys.size(); i++) {
-    if (i == bounds[g]) {  // the next group's pins
-      s = CollectAnswers(conn, 1);
-      if (!s.ok()) return s;
-      std::string_view in(answers[g]);
-      Status batch;
-      if (!wire::GetBatchStatus(&in, &batch) ||
-          (batch.ok() &&
-           (!DecodeLocations(&in, &pinned, &locs) || pinned.size() != bounds[g + 1] - bounds[g]))) {
-        return Lost(conn, "malformed answer to PIN");
-      }
-      // Answers of later groups are still on their way: the connection cannot go on.
-      if (!batch.ok()) return g + 1 < groups ? Lost(conn, batch.ToString()) : batch;
-      g++;
-    }
-    const size_t k = i - bounds[g - 1];
-    if (pinned[k] < 0) {
-      (*results)[i] = bad[i] != 0 ? bad[i] : pinned[k];
-      continue;
-    }
-    const char* src = conn->arena->At(locs[k].offset, locs[k].size);
-    if (src == nullptr) return Lost(conn, "value outside the arena");
-    if (bad[i] != 0) {
-      (*results)[i] = bad[i];
-    } else if (devices[i] >= 0) {  // host -> device straight from the arena
-      queued.emplace_back(
-          i, device_copies.ToDevice(keys[i].ToString(), devices[i], Slice(src, locs[k].size), true,
-                                    destinations[i]));
-      (*results)[i] = static_cast<int64_t>(locs[k].size);
-    } else {
-      ScatterCopy(src, locs[k].size, destinations[i]);
-      (*results)[i] = static_cast<int64_t>(locs[k].size);
-    }
-    PutFixed64(&unpin, locs[k].lease);
-    leases++;
-  }
-  if (keys.empty()) {  // the one empty group was not read above
-    s = CollectAnswers(conn);
-    if (!s.ok()) return s;
-  }
-  for (const auto& [i, copy] : queued) {
-    Status copied = device_copies.Wait(copy);
-    if (!copied.ok()) (*results)[i] = copied.ErrorCode();
-  }
-  if (leases > 0) {
-    std::memcpy(unpin.data(), &leases, 4);  // fixed32 is little-endian, as the host
-    // Not waited for; a failure drops the connection, and the owner's pins with it.
-    (void)Send(conn, wire::kUnpin, unpin);
-  }
-  return Status::OK();
+  s = GetRun(this, c.get(), keys, destinations, plan, &answers, results).Run();
+  if (!s.ok()) results->clear();
+  return s;
 }
 
-Status AttachedDB::GetInto(const ReadOptions& options, const Slice& key, MutableSlice buffer,
+Status AttachedDB::GetInto(const ReadOptions&, const Slice& key, MutableSlice buffer,
                            size_t* value_size) {
   const Destination dest{buffer};
   std::vector<int64_t> results;
-  Status s = BatchGetInto(options, std::span<const Slice>(&key, 1),
-                          std::span<const Destination>(&dest, 1), &results);
+  Status refusal;  // the client's own check's, which names the problem
+  Status s = GetValues(std::span<const Slice>(&key, 1), std::span<const Destination>(&dest, 1),
+                       &results, &refusal);
   if (!s.ok()) return s;
   if (results[0] >= 0) {
     *value_size = static_cast<size_t>(results[0]);
     return Status::OK();
   }
+  if (!refusal.ok()) return refusal;
   if (results[0] == Status::BufferTooSmall("").ErrorCode()) {
     uint64_t size = 0;
     if (GetValueSize(key, &size).ok()) *value_size = size;
   }
-  return Status::FromErrorCode(static_cast<int>(results[0]), "get");
+  return Status::FromErrorCode(static_cast<int>(results[0]), "get of key " + Printable(key));
 }
 
 Status AttachedDB::Get(const ReadOptions& options, const Slice& key, std::string* value) {
@@ -823,7 +956,10 @@ Status AttachedDB::GetValueSize(const Slice& key, uint64_t* size) {
   std::vector<int64_t> results;
   Status s = CallForResults(wire::kValueSize, meta, 1, &results);
   if (!s.ok()) return s;
-  if (results[0] < 0) return Status::FromErrorCode(static_cast<int>(results[0]), "value size");
+  if (results[0] < 0) {
+    return Status::FromErrorCode(static_cast<int>(results[0]),
+                                 "value size of key " + Printable(key));
+  }
   *size = static_cast<uint64_t>(results[0]);
   return Status::OK();
 }
@@ -850,7 +986,8 @@ Status AttachedDB::Delete(const WriteOptions& options, const Slice& key) {
   Status s = BatchDelete(options, std::span<const Slice>(&key, 1), &results);
   if (!s.ok()) return s;
   return results[0] == 0 ? Status::OK()
-                         : Status::FromErrorCode(static_cast<int>(results[0]), "delete");
+                         : Status::FromErrorCode(static_cast<int>(results[0]),
+                                                 "delete of key " + Printable(key));
 }
 
 Status AttachedDB::DeleteByRegex(const std::string& pattern, uint64_t* deleted) {

@@ -53,6 +53,8 @@
 
 namespace kvengine {
 
+class GpuIo;
+
 class AttachedDB final : public DB {
  public:
   // Connections one client opens to its owner at most.
@@ -92,6 +94,10 @@ class AttachedDB final : public DB {
   struct ArenaMapping;
   struct Connection;
   class Checkout;
+  struct PutPlan;
+  class PutRun;
+  struct GetPlan;
+  class GetRun;
   using Clock = std::chrono::steady_clock;
 
   // A put's values are committed in groups as they are copied (owners with spares), so
@@ -122,6 +128,21 @@ class AttachedDB final : public DB {
     Clock::time_point copy_deadline;  // copy into it only before this
   };
 
+  // BatchPut's steps: the client's own checks of each value (PlanPut), a slot for each
+  // (TakeSlots), the copies into them and the commits (PutRun).  When `refusal` is not
+  // null, the Status of the first value the checks refused is stored there, naming the
+  // problem (Put returns it).
+  Status PutValues(std::span<const Slice> keys, std::span<const ValueParts> values,
+                   std::vector<int64_t>* results, Status* refusal);
+  void PlanPut(GpuIo* gpu, std::span<const Slice> keys, std::span<const ValueParts> values,
+               PutPlan* plan, std::vector<int64_t>* results, Status* refusal) const;
+  // BatchGetInto's steps: the client's own checks of each destination and the groups of
+  // pins (PlanGet), every group's PIN posted at once, then the copies out of the pinned
+  // values and the UNPIN (GetRun).  `refusal` as for PutValues.
+  Status GetValues(std::span<const Slice> keys, std::span<const Destination> destinations,
+                   std::vector<int64_t>* results, Status* refusal);
+  void PlanGet(GpuIo* gpu, std::span<const Slice> keys, std::span<const Destination> destinations,
+               GetPlan* plan, Status* refusal) const;
   // An idle connection of the pool, or a new one.
   Status Acquire(std::unique_ptr<Connection>* conn);
   // Back to the pool, or closed when it failed, the DB closed or connections failed

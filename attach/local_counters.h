@@ -17,14 +17,14 @@
 namespace kvengine {
 
 // X(name, Prometheus help), in the order the outputs list them.
-#define KV_LOCAL_SERVER_COUNTERS(X)                                                             \
-  X(clients_accepted, "Connections of attached processes admitted.")                           \
-  X(clients_refused, "Connections of attached processes refused (uid not allowed).")            \
-  X(reservations_expired,                                                                      \
-    "Slots attached clients reserved and held past local_reservation_timeout_ms.")             \
-  X(reserve_requests, "RESERVE round trips of attached clients' puts.")                        \
-  X(spare_commits, "Values attached clients put into spare slots (a put in one round trip).")  \
-  X(shared_channels,                                                                           \
+#define KV_LOCAL_SERVER_COUNTERS(X)                                                           \
+  X(clients_accepted, "Connections of attached processes admitted.")                          \
+  X(clients_refused, "Connections of attached processes refused (uid not allowed).")          \
+  X(reservations_expired,                                                                     \
+    "Slots attached clients reserved and held past local_reservation_timeout_ms.")            \
+  X(reserve_requests, "RESERVE round trips of attached clients' puts.")                       \
+  X(spare_commits, "Values attached clients put into spare slots (a put in one round trip).") \
+  X(shared_channels,                                                                          \
     "Connections of attached processes that carry their frames through shared memory.")
 
 struct LocalServerCounters {

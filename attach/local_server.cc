@@ -222,12 +222,16 @@ class LocalServer::Session {
   bool Full() const {
     return reservations_.size() + spares_.size() + leases_.size() >= kMaxHeldPerConnection;
   }
+  static Status HeldTooMuch() {
+    return Status::Busy("the connection holds " + std::to_string(kMaxHeldPerConnection) +
+                        " reservations and pins already");
+  }
 
   // Reserves a slot of `size` bytes into `held` (reservations_, or spares_: key null);
   // kLookupPinned and its location, or an error code.
   int64_t Reserve(const Slice* key, uint64_t size, std::map<uint64_t, Held>* held,
                   RemoteLocation* loc) {
-    if (Full()) return Status::Busy("").ErrorCode();
+    if (Full()) return HeldTooMuch().ErrorCode();
     MemoryTier::Reservation r;
     Status s = arena_->Reserve(key, size, &r);
     if (!s.ok()) return s.ErrorCode();
@@ -252,7 +256,10 @@ class LocalServer::Session {
       }
       if (it == held->end()) {
         const bool expired = expired_ids_.erase(ids[i]) != 0;
-        (*results)[i] = (expired ? Status::Aborted("") : Status::InvalidArgument("")).ErrorCode();
+        (*results)[i] =
+            (expired ? Status::Aborted("the reserved slot was given back at its timeout")
+                     : Status::InvalidArgument("no reserved slot has id " + std::to_string(ids[i])))
+                .ErrorCode();
         continue;
       }
       (*results)[i] = arena_->Commit(keys[i], &it->second.slot).ErrorCode();
@@ -283,11 +290,7 @@ class LocalServer::Session {
       uint64_t size = 0;
       Status s = db_->GetValueSize(key, &size);
       if (!s.ok()) return s;
-      if (size > capacity) {
-        return Status::BufferTooSmall("value of key " + Printable(key) + " is " +
-                                      std::to_string(size) + " bytes; buffers hold " +
-                                      std::to_string(capacity));
-      }
+      if (size > capacity) return TooSmall(key, size, capacity);
       s = arena_->Reserve(&key, size, staging);
       if (!s.ok()) return s;
       std::vector<Destination> dest(1);
@@ -305,6 +308,63 @@ class LocalServer::Session {
       }
     }
     return Status::Busy("key " + Printable(key) + " kept changing size while it was read");
+  }
+
+  // A put's commit, and the slots of the client's next put, which usually has the same
+  // shape (a vLLM request's layers), reserved now: one round trip a put.  False: the
+  // request was malformed.
+  bool ServeCommitReserve(const wire::FrameHeader& h, std::string_view meta) {
+    std::vector<std::string_view> views;
+    std::vector<uint64_t> ids;
+    std::vector<int64_t> given_back, wanted;
+    if (!wire::GetKeys(&meta, &views, &ids) || !wire::GetResults(&meta, &given_back) ||
+        !wire::GetResults(&meta, &wanted) || !meta.empty()) {
+      return false;
+    }
+    const std::vector<Slice> keys(views.begin(), views.end());
+    std::vector<int64_t> results;
+    Commit(keys, ids, &results);
+    for (int64_t id : given_back) {
+      spares_.erase(static_cast<uint64_t>(id));
+      reservations_.erase(static_cast<uint64_t>(id));
+    }
+    std::vector<int64_t> reserved(wanted.size(), 0);
+    std::vector<RemoteLocation> locs(wanted.size());
+    for (size_t i = 0; i < wanted.size(); i++) {
+      reserved[i] = wanted[i] < 0
+                        ? Status::InvalidArgument("a spare of negative size").ErrorCode()
+                        : Reserve(nullptr, static_cast<uint64_t>(wanted[i]), &spares_, &locs[i]);
+    }
+    std::string out;
+    wire::PutBatchStatus(&out, Status::OK());
+    wire::PutResults(&out, results);
+    EncodeLocations(&out, reserved, locs);
+    return Answer(h, out);
+  }
+
+  // Pins keys[i] for a destination of capacities[i] bytes, each under a lease of its own.
+  bool ServePins(const wire::FrameHeader& h, const std::vector<Slice>& keys,
+                 const std::vector<uint64_t>& capacities) {
+    std::vector<int64_t> results(keys.size(), 0);
+    std::vector<RemoteLocation> locs(keys.size());
+    for (size_t i = 0; i < keys.size(); i++) {
+      if (Full()) {
+        results[i] = HeldTooMuch().ErrorCode();
+        continue;
+      }
+      const uint64_t id = ++next_id_;
+      Lease& lease = leases_[id];
+      Slice value;
+      Status s = Pin(keys[i], capacities[i], &lease, &value);
+      if (!s.ok()) {
+        results[i] = s.ErrorCode();
+        leases_.erase(id);
+        continue;
+      }
+      results[i] = kLookupPinned;  // the size travels in the location
+      locs[i] = {OffsetOf(value.data()), value.size(), 0, id};
+    }
+    return AnswerLocations(h, results, locs);
   }
 
   // False: the request was malformed; close the connection.
@@ -341,56 +401,10 @@ class LocalServer::Session {
         Commit(keys, extra, &results);
         return AnswerResults(h, Status::OK(), results);
       }
-      case wire::kCommitReserve: {
-        // A put's commit, and the slots of the client's next put, which usually has the
-        // same shape (a vLLM request's layers), reserved now: one round trip a put.
-        std::vector<int64_t> given_back, wanted;
-        if (!wire::GetKeys(&meta, &views, &extra) || !wire::GetResults(&meta, &given_back) ||
-            !wire::GetResults(&meta, &wanted) || !meta.empty()) {
-          return false;
-        }
-        keys.assign(views.begin(), views.end());
-        Commit(keys, extra, &results);
-        for (int64_t id : given_back) {
-          spares_.erase(static_cast<uint64_t>(id));
-          reservations_.erase(static_cast<uint64_t>(id));
-        }
-        std::vector<int64_t> reserved(wanted.size(), 0);
-        std::vector<RemoteLocation> locs(wanted.size());
-        for (size_t i = 0; i < wanted.size(); i++) {
-          reserved[i] = wanted[i] < 0 ? Status::InvalidArgument("").ErrorCode()
-                                      : Reserve(nullptr, static_cast<uint64_t>(wanted[i]), &spares_,
-                                                &locs[i]);
-        }
-        std::string out;
-        wire::PutBatchStatus(&out, Status::OK());
-        wire::PutResults(&out, results);
-        EncodeLocations(&out, reserved, locs);
-        return Answer(h, out);
-      }
-      case wire::kPin: {
-        if (!get_keys(true)) return false;
-        std::vector<RemoteLocation> locs(keys.size());
-        results.assign(keys.size(), 0);
-        for (size_t i = 0; i < keys.size(); i++) {
-          if (Full()) {
-            results[i] = Status::Busy("").ErrorCode();
-            continue;
-          }
-          const uint64_t id = ++next_id_;
-          Lease& lease = leases_[id];
-          Slice value;
-          Status s = Pin(keys[i], extra[i], &lease, &value);
-          if (!s.ok()) {
-            results[i] = s.ErrorCode();
-            leases_.erase(id);
-            continue;
-          }
-          results[i] = kLookupPinned;  // the size travels in the location
-          locs[i] = {OffsetOf(value.data()), value.size(), 0, id};
-        }
-        return AnswerLocations(h, results, locs);
-      }
+      case wire::kCommitReserve:
+        return ServeCommitReserve(h, meta);
+      case wire::kPin:
+        return get_keys(true) && ServePins(h, keys, extra);
       case wire::kUnpin: {
         uint32_t n = 0;
         if (!GetFixed32(&meta, &n) || meta.size() != 8ull * n) return false;

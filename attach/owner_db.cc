@@ -18,8 +18,8 @@ Status OwnerDB::Wrap(const Options& options, const std::string& path, SharedAren
   std::unique_ptr<OwnerDB> owner(new OwnerDB(std::move(*db), env, path));
   // The server serves the OwnerDB itself, the top of the stack: a client's property
   // reports the local counters too, as the owner's own does.
-  Status s = LocalServer::Start(options, owner.get(), arena, logger, &owner->counters_,
-                                &owner->server_);
+  Status s =
+      LocalServer::Start(options, owner.get(), arena, logger, &owner->counters_, &owner->server_);
   if (s.ok()) s = WriteLocalSocketRecord(env, path, options.local_listen);
   if (!s.ok()) {
     if (owner->server_ != nullptr) {

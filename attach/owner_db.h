@@ -78,9 +78,9 @@ class OwnerDB final : public DB {
  private:
   OwnerDB(std::unique_ptr<DB> served, Env* env, std::string path);
 
-  std::unique_ptr<DB> served_;  // null only when Wrap failed and gave it back
-  Env* const env_;              // the DB directory's
-  const std::string path_;      // the DB directory
+  std::unique_ptr<DB> served_;    // null only when Wrap failed and gave it back
+  Env* const env_;                // the DB directory's
+  const std::string path_;        // the DB directory
   LocalServerCounters counters_;  // server_'s, kept after it stops
 
   // One Close at a time: the first stops the server and removes the record.

@@ -13,16 +13,12 @@
 namespace kvengine {
 namespace db_impl {
 
-// Keys are arbitrary bytes; messages show at most 64 of them, escaping the rest.
+// Messages that name a key (util/printable.h, shared with attach/).
+using ::kvengine::ForKey;
 using ::kvengine::Printable;
-
-// A GpuIo error about one key's buffers, with the key named.
-Status ForKey(const Slice& key, const Status& s);
+using ::kvengine::TooSmall;
 
 uint64_t PartsSize(std::span<const Slice> parts);
-
-// BufferTooSmall for a value of `size` bytes and buffers of `capacity`.
-Status TooSmall(const Slice& key, uint64_t size, uint64_t capacity);
 
 }  // namespace db_impl
 }  // namespace kvengine

@@ -39,8 +39,7 @@ class SharedArena {
   // a put's key and size are; null for a spare slot, reserved before the key of the
   // put that will fill it is known.  A failure counts as a failed put.  Giving up the
   // reservation (destroying it) gives the room back.
-  virtual Status Reserve(const Slice* key, uint64_t size,
-                         MemoryTier::Reservation* reservation) = 0;
+  virtual Status Reserve(const Slice* key, uint64_t size, MemoryTier::Reservation* reservation) = 0;
 
   // Publishes a reservation the caller filled as a put of its bytes under `key`, exactly
   // as a local put: key and size checked (a spare's key is seen here first), a new

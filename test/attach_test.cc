@@ -1073,6 +1073,34 @@ TEST_F(AttachTest, SocketFileIsPrivate) {
   EXPECT_TRUE(DB::Attach(ClientOptions(), dir_.Sub("nothing.sock"), &db).IsIOError());
 }
 
+// The client's own checks of a call's input fail it with a Status that names the
+// problem, as a DB opened in this process does, and send nothing for the key.
+TEST_F(AttachTest, InputChecksOfTheClientNameTheProblem) {
+  OpenOwner();
+  std::unique_ptr<DB> db;
+  ASSERT_TRUE(DB::Attach(ClientOptions(), socket_, &db).ok());
+  Status s = db->Put(WriteOptions(), "k", Slice(static_cast<const char*>(nullptr), 5));
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(s.ToString().find("value buffer 0 of key 'k' is null with length 5"), std::string::npos)
+      << s.ToString();
+  size_t size = 0;
+  s = db->GetInto(ReadOptions(), "k", MutableSlice(nullptr, 8), &size);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(s.ToString().find("destination buffer 0 of key 'k' is null with length 8"),
+            std::string::npos)
+      << s.ToString();
+  std::vector<int64_t> r;
+  s = db->BatchPut(WriteOptions(), std::vector<Slice>{"d", "d"},
+                   std::vector<ValueParts>{{"1"}, {"2"}}, &r);
+  EXPECT_NE(s.ToString().find("key 'd' more than once"), std::string::npos) << s.ToString();
+  EXPECT_TRUE(r.empty());
+  // A key the owner refuses is named too, with the owner's kind of error.
+  s = db->Put(WriteOptions(), "", "v");
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(s.ToString().find("put of key ''"), std::string::npos) << s.ToString();
+  EXPECT_EQ(Stat(owner_.get(), "memory.items"), 0u);
+}
+
 // The owner's layer adds its server's counters to every stats property, its own and the
 // one its clients read, and a DB that serves nobody reports none.
 TEST_F(AttachTest, StatsOfTheOwnerReportTheLocalCountersInEveryFormat) {

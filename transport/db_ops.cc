@@ -104,7 +104,8 @@ bool ServeDbOp(DbOpsTarget* target, uint8_t op, std::string_view meta, std::stri
       if (!GetLengthPrefixed(&meta, &name) || !meta.empty()) return false;
       std::string value;
       const bool known = target->GetProperty(std::string(name), &value);
-      wire::PutBatchStatus(answer, known ? Status::OK() : Status::NotFound("unknown property", name));
+      wire::PutBatchStatus(answer,
+                           known ? Status::OK() : Status::NotFound("unknown property", name));
       PutLengthPrefixed(answer, known ? value : "");
       return true;
     }

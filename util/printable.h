@@ -1,16 +1,31 @@
-// Printable: a key (arbitrary bytes) as messages show it.
+// Printable: a key (arbitrary bytes) as messages show it, and messages that name one.
 #ifndef KVENGINE_UTIL_PRINTABLE_H_
 #define KVENGINE_UTIL_PRINTABLE_H_
 
+#include <cstdint>
+#include <span>
 #include <string>
 
 #include "kvengine/slice.h"
+#include "kvengine/status.h"
 
 namespace kvengine {
 
 // The key quoted, at most 64 of its bytes, the unprintable ones (and quotes and
 // backslashes) escaped as \xNN: 'layer.0\x00' or 'aaaa...'.
 std::string Printable(const Slice& key);
+
+// `s` (an error about one key's buffers, say) with the key named: "key 'k': ...".
+Status ForKey(const Slice& key, const Status& s);
+
+// InvalidArgument naming the first of key's buffers that is null with a length
+// ("value buffer 1 of key 'k' is null with length 5"), as a DB's input checks name it;
+// OK when none is.  `what` names the buffers: "value" (a put's parts) or "destination".
+Status CheckNoNullBuffer(const Slice& key, std::span<const Slice> buffers, const char* what);
+Status CheckNoNullBuffer(const Slice& key, std::span<const MutableSlice> buffers, const char* what);
+
+// BufferTooSmall for key's value of `size` bytes and buffers that hold `capacity`.
+Status TooSmall(const Slice& key, uint64_t size, uint64_t capacity);
 
 }  // namespace kvengine
 
