@@ -1073,6 +1073,37 @@ TEST_F(AttachTest, SocketFileIsPrivate) {
   EXPECT_TRUE(DB::Attach(ClientOptions(), dir_.Sub("nothing.sock"), &db).IsIOError());
 }
 
+// The owner serves the top of its stack: with peers (a ClusterDB under the OwnerDB), a
+// key that only a peer holds reaches an attached client as it reaches the owner's own
+// callers, read through the owner's ClusterDB into the client's staging slot.
+TEST_F(AttachTest, AttachedClientReadsAKeyOnlyAPeerHolds) {
+  const uint16_t owner_port = test::FreePort(), peer_port = test::FreePort();
+  auto with_peer = [](Options o, uint16_t port, uint16_t peer) {
+    o.listen = "127.0.0.1:" + std::to_string(port);
+    o.peers = "127.0.0.1:" + std::to_string(peer);
+    o.peer_mode = PeerMode::kReadThrough;
+    o.peer_transport = PeerTransport::kTcp;
+    o.peer_timeout_ms = 5000;
+    return o;
+  };
+  std::unique_ptr<DB> peer;
+  Status s = DB::Open(with_peer(OwnerOptions(""), peer_port, owner_port), dir_.Sub("peer"), &peer);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  s = DB::Open(with_peer(OwnerOptions(socket_), owner_port, peer_port), dir_.Sub("db"), &owner_);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_TRUE(peer->Put(WriteOptions(), "only-on-the-peer", "the peer's bytes").ok());
+  std::unique_ptr<DB> db;
+  ASSERT_TRUE(DB::Attach(ClientOptions(), socket_, &db).ok());
+  std::string value;
+  s = db->Get(ReadOptions(), "only-on-the-peer", &value);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(value, "the peer's bytes");
+  EXPECT_TRUE(db->Get(ReadOptions(), "nowhere", &value).IsNotFound());
+  ASSERT_TRUE(db->Close().ok());
+  ASSERT_TRUE(owner_->Close().ok());
+  ASSERT_TRUE(peer->Close().ok());
+}
+
 // The client's own checks of a call's input fail it with a Status that names the
 // problem, as a DB opened in this process does, and send nothing for the key.
 TEST_F(AttachTest, InputChecksOfTheClientNameTheProblem) {

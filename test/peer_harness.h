@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "kvengine/transport.h"
+#include "test/test_util.h"
 #include "transport/socket_util.h"
 #include "transport/wire.h"
 #include "util/coding.h"
@@ -36,17 +37,7 @@ inline constexpr bool kSanitized = true;
 inline constexpr bool kSanitized = false;
 #endif
 
-inline uint16_t FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
+using test::FreePort;
 
 inline std::string TempDir(const std::string& name) {
   const char* base = std::getenv("KV_TEST_TMPDIR");

@@ -2,6 +2,9 @@
 #ifndef KVENGINE_TEST_TEST_UTIL_H_
 #define KVENGINE_TEST_TEST_UTIL_H_
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -13,6 +16,19 @@
 #include "gtest/gtest.h"
 
 namespace kvengine::test {
+
+// A loopback TCP port free a moment ago, for a server a test starts.
+inline uint16_t FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
 
 // A fresh directory for one test, removed when the test ends.
 class TempDir {
