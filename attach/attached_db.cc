@@ -17,6 +17,7 @@
 #include "transport/wire.h"
 #include "util/buffers.h"
 #include "util/coding.h"
+#include "util/input_check.h"
 #include "util/printable.h"
 
 namespace kvengine {
@@ -362,16 +363,6 @@ uint64_t AttachedDB::GroupBytes(const std::vector<uint64_t>& sizes) {
   return std::max(kMinGroupBytes, total / kMaxGroups);
 }
 
-Status AttachedDB::CheckBatch(size_t keys, size_t others, const void* results,
-                              const char* what) const {
-  if (results == nullptr) return Status::InvalidArgument("results pointer is null");
-  if (keys != others) {
-    return Status::InvalidArgument(std::to_string(keys) + " keys but " + std::to_string(others) +
-                                   " " + what);
-  }
-  return Status::OK();
-}
-
 Status AttachedDB::CallForResults(uint8_t op, const std::string& meta, size_t expected,
                                   std::vector<int64_t>* results) {
   results->clear();
@@ -620,18 +611,10 @@ Status AttachedDB::BatchPut(const WriteOptions&, std::span<const Slice> keys,
 
 Status AttachedDB::PutValues(std::span<const Slice> keys, std::span<const ValueParts> values,
                              std::vector<int64_t>* results, Status* refusal) {
-  Status s = CheckBatch(keys.size(), values.size(), results, "values");
+  Status s = input::CheckBatch("BatchPut", results, keys.size(), values.size(), "values", 0);
+  if (s.ok()) s = input::CheckUniqueKeys(keys);
   if (!s.ok()) return s;
   results->clear();
-  if (keys.size() > 1) {
-    std::unordered_set<std::string_view> seen;
-    for (const Slice& key : keys) {
-      if (!seen.insert(key.view()).second) {
-        return Status::InvalidArgument("BatchPut names key " + Printable(key) +
-                                       " more than once; nothing was written");
-      }
-    }
-  }
   Checkout c(this);
   if (!c.status().ok()) return c.status();
   GpuIo* gpu = c.get()->arena->gpu.get();
@@ -889,7 +872,8 @@ Status AttachedDB::BatchGetInto(const ReadOptions&, std::span<const Slice> keys,
 
 Status AttachedDB::GetValues(std::span<const Slice> keys, std::span<const Destination> destinations,
                              std::vector<int64_t>* results, Status* refusal) {
-  Status s = CheckBatch(keys.size(), destinations.size(), results, "destinations");
+  Status s = input::CheckBatch("BatchGetInto", results, keys.size(), destinations.size(),
+                               "destinations", 0);
   if (!s.ok()) return s;
   results->clear();
   Checkout c(this);
@@ -967,7 +951,8 @@ Status AttachedDB::GetValueSize(const Slice& key, uint64_t* size) {
 // ------------------------------------------------------------------ plain requests
 
 Status AttachedDB::BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) {
-  if (results == nullptr) return Status::InvalidArgument("results pointer is null");
+  Status s = input::CheckBatch("BatchExists", results, keys.size(), keys.size(), "keys", 0);
+  if (!s.ok()) return s;
   std::string meta;
   wire::PutKeys(&meta, keys, nullptr);
   return CallForResults(wire::kExists, meta, keys.size(), results);
@@ -975,7 +960,8 @@ Status AttachedDB::BatchExists(std::span<const Slice> keys, std::vector<int64_t>
 
 Status AttachedDB::BatchDelete(const WriteOptions&, std::span<const Slice> keys,
                                std::vector<int64_t>* results) {
-  if (results == nullptr) return Status::InvalidArgument("results pointer is null");
+  Status s = input::CheckBatch("BatchDelete", results, keys.size(), keys.size(), "keys", 0);
+  if (!s.ok()) return s;
   std::string meta;
   wire::PutKeys(&meta, keys, nullptr);
   return CallForResults(wire::kDelete, meta, keys.size(), results);
@@ -1040,23 +1026,12 @@ bool AttachedDB::GetProperty(const std::string& name, std::string* value) {
 // Buffers are the caller's own: nothing to register with the owner, but the rules on
 // overlap are the same as a local DB's.
 Status AttachedDB::RegisterBuffer(void* addr, size_t length) {
-  std::lock_guard<std::mutex> lock(mu_);
-  const auto start = reinterpret_cast<uintptr_t>(addr);
-  if (addr == nullptr || length == 0) return Status::InvalidArgument("empty buffer");
-  auto next = registered_buffers_.lower_bound(start);
-  if ((next != registered_buffers_.end() && next->first < start + length) ||
-      (next != registered_buffers_.begin() &&
-       std::prev(next)->first + std::prev(next)->second > start)) {
-    return Status::InvalidArgument("buffer overlaps a registered one");
-  }
-  registered_buffers_[start] = length;
-  return Status::OK();
+  return registered_buffers_.Add(addr, length, "RegisterBuffer");
 }
 
 Status AttachedDB::UnregisterBuffer(void* addr) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (registered_buffers_.erase(reinterpret_cast<uintptr_t>(addr)) == 0) {
-    return Status::NotFound("no registered buffer starts there");
+  if (registered_buffers_.Remove(addr) == 0) {
+    return Status::NotFound("UnregisterBuffer: no registered buffer starts at this address");
   }
   return Status::OK();
 }

@@ -50,6 +50,7 @@
 #include "transport/read_validation.h"
 #include "transport/socket_util.h"
 #include "util/logging.h"
+#include "util/region_map.h"
 
 namespace kvengine {
 
@@ -186,7 +187,6 @@ class AttachedDB final : public DB {
                         std::vector<int64_t>* results);
   // A request whose answer is a batch status and one fixed64.
   Status CallForCount(uint8_t op, const std::string& meta, uint64_t* count);
-  Status CheckBatch(size_t keys, size_t others, const void* results, const char* what) const;
   // Marks conn lost (its socket closes when the call gives it back) and retires the
   // pool's idle connections; IOError naming the socket.
   Status Lost(Connection* conn, const std::string& what);
@@ -204,7 +204,7 @@ class AttachedDB final : public DB {
   size_t open_ = 0;                    // connections idle or in use
   uint64_t generation_ = 0;            // bumped by every loss: older idle connections are retired
   std::weak_ptr<ArenaMapping> arena_;  // the connections' mapping, while one holds it
-  std::map<uintptr_t, size_t> registered_buffers_;  // start -> length
+  RegionMap registered_buffers_;  // RegisterBuffer's regions (the caller's own memory)
 };
 
 }  // namespace kvengine

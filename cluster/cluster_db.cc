@@ -4,6 +4,7 @@
 
 #include "env/gpu_staging.h"
 #include "util/byte_regex.h"
+#include "util/input_check.h"
 #include "util/perf_point.h"
 
 namespace kvengine {
@@ -53,7 +54,7 @@ Status ClusterDB::Close() {
 }
 
 bool ClusterDB::Routable(const Slice& key) const {
-  return key.size() > 0 && key.data() != nullptr && key.size() <= options_.max_key_size;
+  return input::CheckKey(key, options_.max_key_size).ok();
 }
 
 void ClusterDB::Promote(const Slice& key, std::span<const Slice> parts, uint64_t size) {

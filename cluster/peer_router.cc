@@ -11,6 +11,7 @@
 #include "transport/wire.h"
 #include "util/buffers.h"
 #include "util/hash.h"
+#include "util/input_check.h"
 #include "util/logging.h"
 
 namespace kvengine {
@@ -510,15 +511,6 @@ Status PeerRouter::GetValueSizeReplicated(DB* local, const Slice& key, uint64_t*
 
 namespace {
 
-// Checks what a batch must satisfy before any key is sent anywhere.
-Status CheckBatch(size_t keys, size_t others, const char* what) {
-  if (keys != others) {
-    return Status::InvalidArgument("batch has " + std::to_string(keys) + " keys but " +
-                                   std::to_string(others) + " " + what);
-  }
-  return Status::OK();
-}
-
 template <typename T>
 std::vector<T> Pick(std::span<const T> all, const std::vector<size_t>& idx) {
   std::vector<T> out;
@@ -577,17 +569,10 @@ std::vector<T> Pick(std::span<const T> all, const std::vector<size_t>& idx) {
 
 Status PeerRouter::BatchPut(DB* local, const WriteOptions& options, std::span<const Slice> keys,
                          std::span<const ValueParts> values, std::vector<int64_t>* results) {
-  if (results == nullptr) return Status::InvalidArgument("BatchPut: results pointer is null");
-  Status s = CheckBatch(keys.size(), values.size(), "values");
+  // The owners check the rest (sizes, the batch limit) of their own share.
+  Status s = input::CheckBatch("BatchPut", results, keys.size(), values.size(), "values", 0);
+  if (s.ok()) s = input::CheckUniqueKeys(keys);
   if (!s.ok()) return s;
-  if (keys.size() > 1) {
-    std::vector<std::string_view> sorted;
-    for (const Slice& k : keys) sorted.push_back(k.view());
-    std::sort(sorted.begin(), sorted.end());
-    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
-      return Status::InvalidArgument("BatchPut names a key more than once; nothing was written");
-    }
-  }
   remote_puts_.fetch_add(keys.size(), std::memory_order_relaxed);
   if (Replicated()) {
     if (closed()) return Status::Aborted("DB is closed");
@@ -607,8 +592,8 @@ Status PeerRouter::BatchPut(DB* local, const WriteOptions& options, std::span<co
 
 Status PeerRouter::BatchGetInto(DB* local, const ReadOptions& options, std::span<const Slice> keys,
                              std::span<const Destination> dests, std::vector<int64_t>* results) {
-  if (results == nullptr) return Status::InvalidArgument("BatchGetInto: results pointer is null");
-  Status s = CheckBatch(keys.size(), dests.size(), "destinations");
+  Status s = input::CheckBatch("BatchGetInto", results, keys.size(), dests.size(),
+                               "destinations", 0);
   if (!s.ok()) return s;
   remote_gets_.fetch_add(keys.size(), std::memory_order_relaxed);
   if (Replicated()) {
@@ -630,7 +615,8 @@ Status PeerRouter::BatchGetInto(DB* local, const ReadOptions& options, std::span
 }
 
 Status PeerRouter::BatchExists(DB* local, std::span<const Slice> keys, std::vector<int64_t>* results) {
-  if (results == nullptr) return Status::InvalidArgument("BatchExists: results pointer is null");
+  Status checked = input::CheckBatch("BatchExists", results, keys.size(), keys.size(), "keys", 0);
+  if (!checked.ok()) return checked;
   if (Replicated()) {
     if (closed()) return Status::Aborted("DB is closed");
     AskInOrder(
@@ -651,7 +637,8 @@ Status PeerRouter::BatchExists(DB* local, std::span<const Slice> keys, std::vect
 
 Status PeerRouter::BatchDelete(DB* local, const WriteOptions& options, std::span<const Slice> keys,
                             std::vector<int64_t>* results) {
-  if (results == nullptr) return Status::InvalidArgument("BatchDelete: results pointer is null");
+  Status checked = input::CheckBatch("BatchDelete", results, keys.size(), keys.size(), "keys", 0);
+  if (!checked.ok()) return checked;
   if (Replicated()) {
     if (closed()) return Status::Aborted("DB is closed");
     SendToAll(

@@ -10,6 +10,7 @@
 #include <unordered_set>
 
 #include "db/db_impl_helpers.h"
+#include "util/input_check.h"
 #include "db/offloader.h"
 #include "env/gpu_io.h"
 #include "util/buffers.h"
@@ -95,16 +96,15 @@ Status DBImpl::Close() {
   }
   closed_ = true;
   if (memory_ == nullptr && lock_ == nullptr) return Status::OK();  // Init failed early
+  const auto user_buffers = registered_buffers_.TakeAll();
   if (options_.memory_registrar) {
-    std::lock_guard<std::mutex> lock(buffers_mu_);
-    for (const auto& [start, length] : registered_buffers_) {
-      options_.memory_registrar->Unregister(reinterpret_cast<void*>(start), length);
+    for (const auto& [start, length] : user_buffers) {
+      options_.memory_registrar->Unregister(start, length);
     }
     if (memory_ != nullptr) {
       options_.memory_registrar->Unregister(memory_->arena_base(), memory_->arena_size());
     }
   }
-  registered_buffers_.clear();
   Status s;
   // By default what is only in memory is made durable first, as Flush() would (Close
   // holds lifecycle_mu_ exclusively: no call races with it).
@@ -138,28 +138,9 @@ Status DBImpl::CheckOpen() const {
 }
 
 Status DBImpl::CheckKey(const Slice& key) const {
-  if (key.size() == 0) return Status::InvalidArgument("key is empty");
-  if (key.data() == nullptr) return Status::InvalidArgument("key is a null pointer");
-  if (key.size() > options_.max_key_size) {
-    return Status::InvalidArgument("key of " + std::to_string(key.size()) +
-                                   " bytes exceeds max_key_size (" +
-                                   std::to_string(options_.max_key_size) + "): " + Printable(key));
-  }
-  return Status::OK();
+  return input::CheckKey(key, options_.max_key_size);
 }
 
-Status DBImpl::CheckBatchSize(size_t keys, size_t others, const char* what) const {
-  if (keys != others) {
-    return Status::InvalidArgument("batch has " + std::to_string(keys) + " keys but " +
-                                   std::to_string(others) + " " + what);
-  }
-  if (keys > options_.max_batch_size) {
-    return Status::InvalidArgument("batch of " + std::to_string(keys) +
-                                   " keys exceeds max_batch_size (" +
-                                   std::to_string(options_.max_batch_size) + ")");
-  }
-  return Status::OK();
-}
 
 Status DBImpl::RegisterBuffer(void* addr, size_t length) {
   PerfPoint perf(PerfKey::db_register_buffer);
@@ -168,29 +149,13 @@ Status DBImpl::RegisterBuffer(void* addr, size_t length) {
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return log.Finish(s);
-  if (addr == nullptr)
-    return log.Finish(Status::InvalidArgument("RegisterBuffer: address is null"));
-  if (length == 0) return log.Finish(Status::InvalidArgument("RegisterBuffer: length is zero"));
-  const uintptr_t start = reinterpret_cast<uintptr_t>(addr);
-  if (start + length < start)
-    return log.Finish(Status::InvalidArgument("RegisterBuffer: range wraps around"));
-  std::lock_guard<std::mutex> lock(buffers_mu_);
-  auto next = registered_buffers_.lower_bound(start);
-  bool overlaps = next != registered_buffers_.end() && next->first < start + length;
-  if (next != registered_buffers_.begin()) {
-    auto prev = std::prev(next);
-    overlaps |= prev->first + prev->second > start;
-  }
-  if (overlaps) {
-    return log.Finish(
-        Status::InvalidArgument("RegisterBuffer: region overlaps a registered buffer"));
-  }
+  s = registered_buffers_.Add(addr, length, "RegisterBuffer");
+  if (!s.ok()) return log.Finish(s);
   if (options_.memory_registrar) {
     s = options_.memory_registrar->Register(addr, length, "user buffer");
-    if (!s.ok()) return log.Finish(s);
+    if (!s.ok()) registered_buffers_.Remove(addr);
   }
-  registered_buffers_.emplace(start, length);
-  return log.Finish(Status::OK());
+  return log.Finish(s);
 }
 
 Status DBImpl::UnregisterBuffer(void* addr) {
@@ -199,14 +164,12 @@ Status DBImpl::UnregisterBuffer(void* addr) {
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return log.Finish(s);
-  std::lock_guard<std::mutex> lock(buffers_mu_);
-  auto it = registered_buffers_.find(reinterpret_cast<uintptr_t>(addr));
-  if (it == registered_buffers_.end()) {
+  const size_t length = registered_buffers_.Remove(addr);
+  if (length == 0) {
     return log.Finish(
         Status::NotFound("UnregisterBuffer: no registered buffer starts at this address"));
   }
-  if (options_.memory_registrar) options_.memory_registrar->Unregister(addr, it->second);
-  registered_buffers_.erase(it);
+  if (options_.memory_registrar) options_.memory_registrar->Unregister(addr, length);
   return log.Finish(Status::OK());
 }
 

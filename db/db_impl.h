@@ -28,6 +28,7 @@
 #include "util/call_log.h"
 #include "util/logging.h"
 #include "util/perf_point.h"
+#include "util/region_map.h"
 
 namespace kvengine {
 
@@ -93,7 +94,6 @@ class DBImpl final : public DB, public SharedArena {
 
   Status CheckOpen() const;
   Status CheckKey(const Slice& key) const;
-  Status CheckBatchSize(size_t keys, size_t others, const char* what) const;
   Status PutOne(const Slice& key, std::span<const Slice> parts);
   Status CheckValueSize(const Slice& key, uint64_t size) const;
   // Stores a checked value in the tiers: `parts` (total `size` bytes), already copied
@@ -184,8 +184,7 @@ class DBImpl final : public DB, public SharedArena {
   mutable std::shared_mutex lifecycle_mu_;
   bool closed_ = false;  // guarded by lifecycle_mu_
 
-  std::mutex buffers_mu_;
-  std::map<uintptr_t, size_t> registered_buffers_;  // start -> length
+  RegionMap registered_buffers_;  // RegisterBuffer's regions
 
   Counters counters_;
   ErrorCounters errors_;  // failed keys and calls by kind

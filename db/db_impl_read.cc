@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "db/db_impl_helpers.h"
+#include "util/input_check.h"
 #include "db/offloader.h"
 #include "env/gpu_io.h"
 #include "util/buffers.h"
@@ -241,11 +242,9 @@ Status DBImpl::BatchGetInto(const ReadOptions& options, std::span<const Slice> k
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return log.Finish(s);
-  if (results == nullptr) {
-    return log.Finish(Status::InvalidArgument("BatchGetInto: results pointer is null"));
-  }
-  results->clear();
-  s = CheckBatchSize(keys.size(), destinations.size(), "destinations");
+  s = input::CheckBatch("BatchGetInto", results, keys.size(), destinations.size(),
+                        "destinations", options_.max_batch_size);
+  if (results != nullptr) results->clear();
   if (!s.ok()) return log.Finish(s);
   counters_.batch_calls.fetch_add(1, std::memory_order_relaxed);
   results->resize(keys.size());
@@ -349,11 +348,9 @@ Status DBImpl::BatchExists(std::span<const Slice> keys, std::vector<int64_t>* re
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return log.Finish(s);
-  if (results == nullptr) {
-    return log.Finish(Status::InvalidArgument("BatchExists: results pointer is null"));
-  }
-  results->clear();
-  s = CheckBatchSize(keys.size(), keys.size(), "keys");
+  s = input::CheckBatch("BatchExists", results, keys.size(), keys.size(), "keys",
+                        options_.max_batch_size);
+  if (results != nullptr) results->clear();
   if (!s.ok()) return log.Finish(s);
   counters_.batch_calls.fetch_add(1, std::memory_order_relaxed);
   counters_.exists_queries.fetch_add(keys.size(), std::memory_order_relaxed);

@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "db/db_impl_helpers.h"
+#include "util/input_check.h"
 #include "db/offloader.h"
 #include "env/gpu_io.h"
 #include "util/buffers.h"
@@ -41,11 +42,7 @@ Status DBImpl::PutOne(const Slice& key, std::span<const Slice> parts) {
 }
 
 Status DBImpl::CheckValueSize(const Slice& key, uint64_t size) const {
-  if (size > options_.max_value_size) {
-    return Status::InvalidArgument("value of key " + Printable(key) + " exceeds max_value_size (" +
-                                   FormatSize(options_.max_value_size) + ")");
-  }
-  return Status::OK();
+  return input::CheckValueSize(key, size, options_.max_value_size);
 }
 
 Status DBImpl::Publish(const Slice& key, std::span<const Slice> parts, uint64_t size,
@@ -192,22 +189,11 @@ Status DBImpl::BatchPut(const WriteOptions& options, std::span<const Slice> keys
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return log.Finish(s);
-  if (results == nullptr) {
-    return log.Finish(Status::InvalidArgument("BatchPut: results pointer is null"));
-  }
-  results->clear();
-  s = CheckBatchSize(keys.size(), values.size(), "values");
+  s = input::CheckBatch("BatchPut", results, keys.size(), values.size(), "values",
+                        options_.max_batch_size);
+  if (s.ok()) s = input::CheckUniqueKeys(keys);
+  if (results != nullptr) results->clear();
   if (!s.ok()) return log.Finish(s);
-  if (keys.size() > 1) {
-    std::unordered_set<std::string_view> seen;
-    seen.reserve(keys.size());
-    for (const Slice& key : keys) {
-      if (!seen.insert(key.view()).second) {
-        return log.Finish(Status::InvalidArgument("BatchPut names key " + Printable(key) +
-                                                  " more than once; nothing was written"));
-      }
-    }
-  }
   counters_.batch_calls.fetch_add(1, std::memory_order_relaxed);
   results->resize(keys.size());
   if (options.fill_cache) {
@@ -298,11 +284,9 @@ Status DBImpl::BatchDelete(const WriteOptions&, std::span<const Slice> keys,
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return log.Finish(s);
-  if (results == nullptr) {
-    return log.Finish(Status::InvalidArgument("BatchDelete: results pointer is null"));
-  }
-  results->clear();
-  s = CheckBatchSize(keys.size(), keys.size(), "keys");
+  s = input::CheckBatch("BatchDelete", results, keys.size(), keys.size(), "keys",
+                        options_.max_batch_size);
+  if (results != nullptr) results->clear();
   if (!s.ok()) return log.Finish(s);
   counters_.batch_calls.fetch_add(1, std::memory_order_relaxed);
   results->resize(keys.size());

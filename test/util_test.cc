@@ -21,6 +21,8 @@
 #include "util/grace_period.h"
 #include "util/hash.h"
 #include "util/huge_block_pool.h"
+#include "util/input_check.h"
+#include "util/region_map.h"
 #include "util/numa_arena.h"
 #include "util/stream_copy.h"
 #include "util/worker_thread.h"
@@ -421,6 +423,48 @@ TEST(StreamCopyTest, LargeValuesGatherAndScatterAcrossParts) {
   ScatterCopy(gathered.data(), size, dest);
   ASSERT_EQ(std::memcmp(a.data(), value.data(), a.size()), 0);
   ASSERT_EQ(std::memcmp(b.data(), value.data() + a.size(), size - a.size()), 0);
+}
+
+// db.h's input rules, written once (util/input_check.h): each failure names the problem.
+TEST(InputCheckTest, EachRuleNamesTheProblem) {
+  EXPECT_TRUE(input::CheckKey("k", 8).ok());
+  EXPECT_EQ(input::CheckKey("", 8).message(), "key is empty");
+  EXPECT_NE(input::CheckKey("a long key", 8).message().find("exceeds max_key_size (8): 'a long key'"),
+            std::string::npos);
+  EXPECT_NE(input::CheckValueSize("k", 9, 8).message().find("value of key 'k' exceeds max_value_size"),
+            std::string::npos);
+  std::vector<int64_t> results;
+  EXPECT_EQ(input::CheckBatch("BatchPut", nullptr, 1, 1, "values", 0).message(),
+            "BatchPut: results pointer is null");
+  EXPECT_EQ(input::CheckBatch("BatchPut", &results, 2, 1, "values", 0).message(),
+            "batch has 2 keys but 1 values");
+  EXPECT_EQ(input::CheckBatch("BatchGetInto", &results, 3, 3, "destinations", 2).message(),
+            "batch of 3 keys exceeds max_batch_size (2)");
+  EXPECT_TRUE(input::CheckBatch("BatchGetInto", &results, 3, 3, "destinations", 0).ok());
+  const std::vector<Slice> keys{"a", "b", "a"};
+  EXPECT_EQ(input::CheckUniqueKeys(keys).message(),
+            "BatchPut names key 'a' more than once; nothing was written");
+  EXPECT_TRUE(input::CheckUniqueKeys(std::span<const Slice>(keys.data(), 2)).ok());
+}
+
+TEST(RegionMapTest, RefusesOverlapsAndGivesBackWhatItHolds) {
+  RegionMap map;
+  char buf[64];
+  ASSERT_TRUE(map.Add(buf, 16, "RegisterBuffer").ok());
+  ASSERT_TRUE(map.Add(buf + 16, 16, "RegisterBuffer").ok());  // adjacent: no overlap
+  EXPECT_EQ(map.Add(buf + 8, 4, "RegisterBuffer").message(),
+            "RegisterBuffer: region overlaps a registered one");
+  EXPECT_EQ(map.Add(buf + 31, 8, "RegisterBuffer").message(),
+            "RegisterBuffer: region overlaps a registered one");
+  EXPECT_EQ(map.Add(nullptr, 8, "RegisterBuffer").message(), "RegisterBuffer: address is null");
+  EXPECT_EQ(map.Add(buf, 0, "RegisterBuffer").message(), "RegisterBuffer: length is zero");
+  EXPECT_EQ(map.Remove(buf + 1), 0u);
+  EXPECT_EQ(map.Remove(buf), 16u);
+  EXPECT_EQ(map.size(), 1u);
+  const auto all = map.TakeAll();
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].first, buf + 16);
+  EXPECT_EQ(map.size(), 0u);
 }
 
 }  // namespace

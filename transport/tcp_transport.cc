@@ -13,6 +13,8 @@
 #include "transport/wire.h"
 #include "util/coding.h"
 #include "util/hash.h"
+#include "util/input_check.h"
+#include "util/printable.h"
 
 namespace kvengine {
 
@@ -99,39 +101,6 @@ Status FailAll(const Status& s, size_t n, std::vector<int64_t>* results) {
   return s;
 }
 
-Status RegionMap::Add(void* addr, size_t length, const char* what) {
-  if (addr == nullptr || length == 0) {
-    return Status::InvalidArgument(std::string("registering ") + what + ": empty region");
-  }
-  const uintptr_t start = reinterpret_cast<uintptr_t>(addr);
-  std::lock_guard<std::mutex> lock(mu_);
-  auto next = regions_.lower_bound(start);
-  bool overlaps = next != regions_.end() && next->first < start + length;
-  if (next != regions_.begin()) {
-    auto prev = std::prev(next);
-    overlaps |= prev->first + prev->second > start;
-  }
-  if (overlaps) {
-    return Status::InvalidArgument(std::string("registering ") + what +
-                                   ": overlaps a registered region");
-  }
-  regions_.emplace(start, length);
-  return Status::OK();
-}
-
-size_t RegionMap::Remove(void* addr) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = regions_.find(reinterpret_cast<uintptr_t>(addr));
-  if (it == regions_.end()) return 0;
-  const size_t n = it->second;
-  regions_.erase(it);
-  return n;
-}
-
-size_t RegionMap::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return regions_.size();
-}
 
 namespace {
 
@@ -439,7 +408,7 @@ void TcpTransport::Log(LogLevel level, const std::string& line) const {
 }
 
 Status TcpTransport::RegisterMemory(void* addr, size_t length, const char* what) {
-  return regions_.Add(addr, length, what);
+  return regions_.Add(addr, length, (std::string("registering ") + what).c_str());
 }
 
 void TcpTransport::UnregisterMemory(void* addr, size_t) { regions_.Remove(addr); }
@@ -605,9 +574,9 @@ Status TcpTransport::ResultsCall(const Endpoint& peer, uint8_t op, std::span<con
 Status TcpTransport::BatchGet(const Endpoint& peer, std::span<const Slice> keys,
                               std::span<const Destination> destinations,
                               std::vector<int64_t>* results) {
-  if (keys.size() != destinations.size()) {
-    return Status::InvalidArgument("batch has different numbers of keys and destinations");
-  }
+  Status checked = input::CheckBatch("BatchGet", results, keys.size(), destinations.size(),
+                                     "destinations", 0);
+  if (!checked.ok()) return checked;
   std::vector<uint64_t> capacity(keys.size());
   for (size_t i = 0; i < keys.size(); i++) {
     for (const MutableSlice& d : destinations[i]) capacity[i] += d.size();
@@ -635,16 +604,15 @@ Status TcpTransport::BatchGetOwned(const Endpoint& peer, std::span<const Slice> 
 
 Status TcpTransport::BatchPut(const Endpoint& peer, std::span<const Slice> keys,
                               std::span<const ValueParts> values, std::vector<int64_t>* results) {
-  if (keys.size() != values.size()) {
-    return Status::InvalidArgument("batch has different numbers of keys and values");
-  }
+  Status checked =
+      input::CheckBatch("BatchPut", results, keys.size(), values.size(), "values", 0);
+  if (!checked.ok()) return checked;
   std::vector<uint64_t> sizes(keys.size());
   std::vector<Slice> body;
   for (size_t i = 0; i < keys.size(); i++) {
+    checked = CheckNoNullBuffer(keys[i], values[i], "value");
+    if (!checked.ok()) return checked;
     for (const Slice& part : values[i]) {
-      if (part.data() == nullptr && part.size() != 0) {
-        return Status::InvalidArgument("value buffer of key " + std::to_string(i) + " is null");
-      }
       sizes[i] += part.size();
       body.push_back(part);
     }

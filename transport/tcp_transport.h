@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "util/region_map.h"
 #include "kvengine/transport.h"
 #include "transport/socket_util.h"
 
@@ -35,19 +36,6 @@ class MetaSink : public ResponseSink {
 };
 
 class TcpConnection;
-
-// Region bookkeeping shared by the transports: non-overlapping [addr, addr+len).
-class RegionMap {
- public:
-  Status Add(void* addr, size_t length, const char* what);
-  // Returns the length removed (0 when addr did not start a region).
-  size_t Remove(void* addr);
-  size_t size() const;
-
- private:
-  mutable std::mutex mu_;
-  std::map<uintptr_t, size_t> regions_;  // guarded by mu_
-};
 
 class TcpTransport : public Transport {
  public:

@@ -1,0 +1,67 @@
+#include "util/input_check.h"
+
+#include <string>
+#include <string_view>
+#include <unordered_set>
+
+#include "util/config_parse.h"
+#include "util/printable.h"
+
+namespace kvengine::input {
+
+Status CheckKey(const Slice& key, uint64_t max_key_size) {
+  if (key.size() == 0) return Status::InvalidArgument("key is empty");
+  if (key.data() == nullptr) return Status::InvalidArgument("key is a null pointer");
+  if (key.size() > max_key_size) {
+    return Status::InvalidArgument("key of " + std::to_string(key.size()) +
+                                   " bytes exceeds max_key_size (" + std::to_string(max_key_size) +
+                                   "): " + Printable(key));
+  }
+  return Status::OK();
+}
+
+Status CheckValueSize(const Slice& key, uint64_t size, uint64_t max_value_size) {
+  if (size > max_value_size) {
+    return Status::InvalidArgument("value of key " + Printable(key) + " exceeds max_value_size (" +
+                                   FormatSize(max_value_size) + ")");
+  }
+  return Status::OK();
+}
+
+Status CheckBatch(const char* call, const void* results, size_t keys, size_t others,
+                  const char* what, uint64_t max_batch_size) {
+  if (results == nullptr) return Status::InvalidArgument(std::string(call) + ": results pointer is null");
+  if (keys != others) {
+    return Status::InvalidArgument("batch has " + std::to_string(keys) + " keys but " +
+                                   std::to_string(others) + " " + what);
+  }
+  if (max_batch_size != 0 && keys > max_batch_size) {
+    return Status::InvalidArgument("batch of " + std::to_string(keys) +
+                                   " keys exceeds max_batch_size (" +
+                                   std::to_string(max_batch_size) + ")");
+  }
+  return Status::OK();
+}
+
+Status CheckUniqueKeys(std::span<const Slice> keys) {
+  if (keys.size() < 2) return Status::OK();
+  std::unordered_set<std::string_view> seen;
+  seen.reserve(keys.size());
+  for (const Slice& key : keys) {
+    if (!seen.insert(key.view()).second) {
+      return Status::InvalidArgument("BatchPut names key " + Printable(key) +
+                                     " more than once; nothing was written");
+    }
+  }
+  return Status::OK();
+}
+
+Status CheckRegion(const void* addr, size_t length) {
+  if (addr == nullptr) return Status::InvalidArgument("address is null");
+  if (length == 0) return Status::InvalidArgument("length is zero");
+  const auto start = reinterpret_cast<uintptr_t>(addr);
+  if (start + length < start) return Status::InvalidArgument("range wraps around");
+  return Status::OK();
+}
+
+}  // namespace kvengine::input
