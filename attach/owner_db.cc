@@ -27,7 +27,7 @@ Status OwnerDB::Wrap(const Options& options, const std::string& path, SharedAren
       owner->server_.reset();
       RemoveLocalSocketRecord(env, path);
     }
-    *db = std::move(owner->served_);
+    *db = std::move(owner->base_);
     return s;
   }
   *db = std::move(owner);
@@ -35,7 +35,7 @@ Status OwnerDB::Wrap(const Options& options, const std::string& path, SharedAren
 }
 
 OwnerDB::OwnerDB(std::unique_ptr<DB> served, Env* env, std::string path)
-    : served_(std::move(served)), env_(env), path_(std::move(path)) {}
+    : StackableDB(std::move(served)), env_(env), path_(std::move(path)) {}
 
 OwnerDB::~OwnerDB() { Close(); }
 
@@ -48,11 +48,11 @@ Status OwnerDB::Close() {
     server_.reset();
     RemoveLocalSocketRecord(env_, path_);
   }
-  return served_ != nullptr ? served_->Close() : Status::OK();
+  return base_ != nullptr ? base_->Close() : Status::OK();
 }
 
 bool OwnerDB::GetProperty(const std::string& name, std::string* value) {
-  if (!served_->GetProperty(name, value)) return false;
+  if (!base_->GetProperty(name, value)) return false;
   if (name == "kvengine.stats") {
     counters_.AppendText(value);
   } else if (name == "kvengine.stats.json") {
@@ -62,68 +62,5 @@ bool OwnerDB::GetProperty(const std::string& name, std::string* value) {
   }
   return true;
 }
-
-// ---------------------------------------------------------------- forwarded unchanged
-
-Status OwnerDB::Put(const WriteOptions& options, const Slice& key, const Slice& value) {
-  return served_->Put(options, key, value);
-}
-
-Status OwnerDB::Get(const ReadOptions& options, const Slice& key, std::string* value) {
-  return served_->Get(options, key, value);
-}
-
-Status OwnerDB::GetInto(const ReadOptions& options, const Slice& key, MutableSlice buffer,
-                        size_t* value_size) {
-  return served_->GetInto(options, key, buffer, value_size);
-}
-
-Status OwnerDB::Delete(const WriteOptions& options, const Slice& key) {
-  return served_->Delete(options, key);
-}
-
-Status OwnerDB::GetValueSize(const Slice& key, uint64_t* size) {
-  return served_->GetValueSize(key, size);
-}
-
-Status OwnerDB::BatchPut(const WriteOptions& options, std::span<const Slice> keys,
-                         std::span<const ValueParts> values, std::vector<int64_t>* results) {
-  return served_->BatchPut(options, keys, values, results);
-}
-
-Status OwnerDB::BatchGetInto(const ReadOptions& options, std::span<const Slice> keys,
-                             std::span<const Destination> destinations,
-                             std::vector<int64_t>* results) {
-  return served_->BatchGetInto(options, keys, destinations, results);
-}
-
-Status OwnerDB::BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) {
-  return served_->BatchExists(keys, results);
-}
-
-Status OwnerDB::BatchDelete(const WriteOptions& options, std::span<const Slice> keys,
-                            std::vector<int64_t>* results) {
-  return served_->BatchDelete(options, keys, results);
-}
-
-Status OwnerDB::DeleteByRegex(const std::string& pattern, uint64_t* deleted) {
-  return served_->DeleteByRegex(pattern, deleted);
-}
-
-Status OwnerDB::DeleteAll(uint64_t* deleted) { return served_->DeleteAll(deleted); }
-
-Status OwnerDB::RegisterBuffer(void* addr, size_t length) {
-  return served_->RegisterBuffer(addr, length);
-}
-
-Status OwnerDB::UnregisterBuffer(void* addr) { return served_->UnregisterBuffer(addr); }
-
-Status OwnerDB::Flush() { return served_->Flush(); }
-
-Status OwnerDB::CompactBuckets(uint64_t* reclaimed_bytes) {
-  return served_->CompactBuckets(reclaimed_bytes);
-}
-
-void OwnerDB::ResetPerf() { served_->ResetPerf(); }
 
 }  // namespace kvengine

@@ -3,7 +3,7 @@
 //
 // It holds the DB it serves -- the top of the owner's stack of layers, the engine or a
 // layer over it -- and forwards every call to it unchanged (RocksDB's StackableDB
-// shape).  What it adds:
+// shape: it derives from StackableDB).  What it adds:
 //   * the local server (attach/local_server.h) on local_listen, which serves that same
 //     DB to attached processes, and reaches the engine's arena through SharedArena
 //     (db/shared_arena.h) for the value bytes;
@@ -26,6 +26,7 @@
 #include "attach/local_counters.h"
 #include "kvengine/db.h"
 #include "kvengine/env.h"
+#include "kvengine/stackable_db.h"
 
 namespace kvengine {
 
@@ -33,7 +34,7 @@ class LocalServer;
 class Logger;
 class SharedArena;
 
-class OwnerDB final : public DB {
+class OwnerDB final : public StackableDB {
  public:
   // `path` made absolute: the LOCAL_SOCKET record names the socket for processes whose
   // working directory is not this one's.  DB::Open resolves Options::local_listen with
@@ -51,34 +52,13 @@ class OwnerDB final : public DB {
   ~OwnerDB() override;
 
   Status Close() override;
-  Status Put(const WriteOptions& options, const Slice& key, const Slice& value) override;
-  Status Get(const ReadOptions& options, const Slice& key, std::string* value) override;
-  Status GetInto(const ReadOptions& options, const Slice& key, MutableSlice buffer,
-                 size_t* value_size) override;
-  Status Delete(const WriteOptions& options, const Slice& key) override;
-  Status GetValueSize(const Slice& key, uint64_t* size) override;
-  Status BatchPut(const WriteOptions& options, std::span<const Slice> keys,
-                  std::span<const ValueParts> values, std::vector<int64_t>* results) override;
-  Status BatchGetInto(const ReadOptions& options, std::span<const Slice> keys,
-                      std::span<const Destination> destinations,
-                      std::vector<int64_t>* results) override;
-  Status BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) override;
-  Status BatchDelete(const WriteOptions& options, std::span<const Slice> keys,
-                     std::vector<int64_t>* results) override;
-  Status DeleteByRegex(const std::string& pattern, uint64_t* deleted) override;
-  Status DeleteAll(uint64_t* deleted) override;
-  Status RegisterBuffer(void* addr, size_t length) override;
-  Status UnregisterBuffer(void* addr) override;
-  Status Flush() override;
-  Status CompactBuckets(uint64_t* reclaimed_bytes) override;
   // The DB served's property, with the local server's counters added to the stats.
   bool GetProperty(const std::string& name, std::string* value) override;
-  void ResetPerf() override;
 
  private:
   OwnerDB(std::unique_ptr<DB> served, Env* env, std::string path);
 
-  std::unique_ptr<DB> served_;    // null only when Wrap failed and gave it back
+  // base_ (StackableDB's) is the DB served; null only when Wrap failed and gave it back.
   Env* const env_;                // the DB directory's
   const std::string path_;        // the DB directory
   LocalServerCounters counters_;  // server_'s, kept after it stops

@@ -34,7 +34,7 @@ Status ClusterDB::Create(const Options& options, std::unique_ptr<ClusterDB>* res
   return Status::OK();
 }
 
-ClusterDB::ClusterDB(const Options& options) : options_(options) {}
+ClusterDB::ClusterDB(const Options& options) : StackableDB(nullptr), options_(options) {}
 
 ClusterDB::~ClusterDB() { Close(); }
 
@@ -43,14 +43,14 @@ std::shared_ptr<MemoryRegistrar> ClusterDB::Registrar(std::shared_ptr<MemoryRegi
 }
 
 Status ClusterDB::Start(std::unique_ptr<DB> local, PeerRouter::PinFn pin, const char* arena_base) {
-  local_ = std::move(local);
-  return router_->StartServing(local_.get(), std::move(pin), arena_base);
+  base_ = std::move(local);
+  return router_->StartServing(base_.get(), std::move(pin), arena_base);
 }
 
 Status ClusterDB::Close() {
-  // Peers first: their requests run on local_ until the server has drained them.
+  // Peers first: their requests run on the local DB until the server has drained them.
   if (router_ != nullptr) router_->Close();
-  return local_ != nullptr ? local_->Close() : Status::OK();
+  return base_ != nullptr ? base_->Close() : Status::OK();
 }
 
 bool ClusterDB::Routable(const Slice& key) const {
@@ -63,7 +63,7 @@ void ClusterDB::Promote(const Slice& key, std::span<const Slice> parts, uint64_t
   fill.fill_cache = true;
   const ValueParts value(parts.begin(), parts.end());
   std::vector<int64_t> results;
-  local_->BatchPut(fill, std::span<const Slice>(&key, 1), std::span<const ValueParts>(&value, 1),
+  base_->BatchPut(fill, std::span<const Slice>(&key, 1), std::span<const ValueParts>(&value, 1),
                    &results);
 }
 
@@ -80,7 +80,7 @@ Status ClusterDB::Put(const WriteOptions& options, const Slice& key, const Slice
   if (Routable(key) && router_->Replicated()) {
     PerfPoint perf(PerfKey::db_put);
     return CallLog(&logger_, "put", &errors_)
-        .FinishKey(router_->PutReplicated(local_.get(), key, value), key,
+        .FinishKey(router_->PutReplicated(base_.get(), key, value), key,
                    static_cast<int64_t>(value.size()), "replicas");
   }
   if (Routable(key) && router_->RemoteOwner(key, &owner)) {
@@ -89,7 +89,7 @@ Status ClusterDB::Put(const WriteOptions& options, const Slice& key, const Slice
         .FinishKey(router_->Put(owner, key, value), key, static_cast<int64_t>(value.size()),
                    "peer");
   }
-  return local_->Put(options, key, value);
+  return base_->Put(options, key, value);
 }
 
 Status ClusterDB::Get(const ReadOptions& options, const Slice& key, std::string* value) {
@@ -97,14 +97,14 @@ Status ClusterDB::Get(const ReadOptions& options, const Slice& key, std::string*
   if (value != nullptr && Routable(key) && router_->Replicated()) {
     PerfPoint perf(PerfKey::db_get);
     return CallLog(&logger_, "get", &errors_)
-        .FinishKey(router_->GetReplicated(local_.get(), key, value), key, -1, "replicas");
+        .FinishKey(router_->GetReplicated(base_.get(), key, value), key, -1, "replicas");
   }
   if (value != nullptr && Routable(key) && router_->RemoteOwner(key, &owner)) {
     PerfPoint perf(PerfKey::db_get);
     return CallLog(&logger_, "get", &errors_)
         .FinishKey(router_->Get(owner, key, value), key, -1, "peer");
   }
-  Status s = local_->Get(options, key, value);
+  Status s = base_->Get(options, key, value);
   if (s.IsNotFound() && router_->ReadThrough()) {
     Status remote = router_->ReadThroughGetString(key, value, Promoter());
     if (remote.ok()) return remote;
@@ -118,7 +118,7 @@ Status ClusterDB::GetInto(const ReadOptions& options, const Slice& key, MutableS
   if (Routable(key) && router_->Replicated()) {
     PerfPoint perf(PerfKey::db_get_into);
     return CallLog(&logger_, "get_into", &errors_)
-        .FinishKey(router_->GetIntoReplicated(local_.get(), key, buffer, value_size), key, -1,
+        .FinishKey(router_->GetIntoReplicated(base_.get(), key, buffer, value_size), key, -1,
                    "replicas");
   }
   if (Routable(key) && router_->RemoteOwner(key, &owner)) {
@@ -126,7 +126,7 @@ Status ClusterDB::GetInto(const ReadOptions& options, const Slice& key, MutableS
     return CallLog(&logger_, "get_into", &errors_)
         .FinishKey(router_->GetInto(owner, key, buffer, value_size), key, -1, "peer");
   }
-  Status s = local_->GetInto(options, key, buffer, value_size);
+  Status s = base_->GetInto(options, key, buffer, value_size);
   if (!s.IsNotFound() || !router_->ReadThrough() || OnDevice({&buffer, 1})) return s;
   // A miss here may be a hit on a peer, read straight into the caller's buffer.
   std::vector<int64_t> result{s.ErrorCode()};
@@ -146,25 +146,25 @@ Status ClusterDB::Delete(const WriteOptions& options, const Slice& key) {
   if (Routable(key) && router_->Replicated()) {
     PerfPoint perf(PerfKey::db_delete);
     return CallLog(&logger_, "delete", &errors_)
-        .FinishKey(router_->DeleteReplicated(local_.get(), key), key, -1, "replicas");
+        .FinishKey(router_->DeleteReplicated(base_.get(), key), key, -1, "replicas");
   }
   if (Routable(key) && router_->RemoteOwner(key, &owner)) {
     PerfPoint perf(PerfKey::db_delete);
     return CallLog(&logger_, "delete", &errors_)
         .FinishKey(router_->Delete(owner, key), key, -1, "peer");
   }
-  return local_->Delete(options, key);
+  return base_->Delete(options, key);
 }
 
 Status ClusterDB::GetValueSize(const Slice& key, uint64_t* size) {
   Endpoint owner;
   if (size != nullptr && Routable(key) && router_->Replicated()) {
-    return router_->GetValueSizeReplicated(local_.get(), key, size);
+    return router_->GetValueSizeReplicated(base_.get(), key, size);
   }
   if (size != nullptr && Routable(key) && router_->RemoteOwner(key, &owner)) {
     return router_->GetValueSize(owner, key, size);
   }
-  Status s = local_->GetValueSize(key, size);
+  Status s = base_->GetValueSize(key, size);
   // Read-through: a GetInto of this key would find it on a peer, so its size must too
   // (the Python get sizes its bytes object this way).
   if (s.IsNotFound() && router_->ReadThrough() && router_->ReadThroughValueSize(key, size).ok()) {
@@ -197,11 +197,11 @@ void ClusterDB::ReadThroughHostMisses(std::span<const Slice> keys,
 
 Status ClusterDB::BatchPut(const WriteOptions& options, std::span<const Slice> keys,
                            std::span<const ValueParts> values, std::vector<int64_t>* results) {
-  if (!router_->Routing()) return local_->BatchPut(options, keys, values, results);
+  if (!router_->Routing()) return base_->BatchPut(options, keys, values, results);
   PerfPoint perf(PerfKey::db_batch_put);
   CallLog log(&logger_, "batch_put", &errors_);
   log.Add("num_keys", keys.size());
-  return log.Finish(router_->BatchPut(local_.get(), options, keys, values, results));
+  return log.Finish(router_->BatchPut(base_.get(), options, keys, values, results));
 }
 
 Status ClusterDB::BatchGetInto(const ReadOptions& options, std::span<const Slice> keys,
@@ -211,9 +211,9 @@ Status ClusterDB::BatchGetInto(const ReadOptions& options, std::span<const Slice
     PerfPoint perf(PerfKey::db_batch_get_into);
     CallLog log(&logger_, "batch_get_into", &errors_);
     log.Add("num_keys", keys.size());
-    return log.Finish(router_->BatchGetInto(local_.get(), options, keys, destinations, results));
+    return log.Finish(router_->BatchGetInto(base_.get(), options, keys, destinations, results));
   }
-  Status s = local_->BatchGetInto(options, keys, destinations, results);
+  Status s = base_->BatchGetInto(options, keys, destinations, results);
   if (s.ok() && router_->ReadThrough()) ReadThroughHostMisses(keys, destinations, results);
   return s;
 }
@@ -223,24 +223,24 @@ Status ClusterDB::BatchExists(std::span<const Slice> keys, std::vector<int64_t>*
     PerfPoint perf(PerfKey::db_batch_exists);
     CallLog log(&logger_, "batch_exists", &errors_);
     log.Add("num_keys", keys.size());
-    return log.Finish(router_->BatchExists(local_.get(), keys, results));
+    return log.Finish(router_->BatchExists(base_.get(), keys, results));
   }
-  Status s = local_->BatchExists(keys, results);
+  Status s = base_->BatchExists(keys, results);
   if (s.ok() && router_->ReadThrough()) router_->ReadThroughExists(keys, results);
   return s;
 }
 
 Status ClusterDB::BatchDelete(const WriteOptions& options, std::span<const Slice> keys,
                               std::vector<int64_t>* results) {
-  if (!router_->Routing()) return local_->BatchDelete(options, keys, results);
+  if (!router_->Routing()) return base_->BatchDelete(options, keys, results);
   PerfPoint perf(PerfKey::db_batch_delete);
   CallLog log(&logger_, "batch_delete", &errors_);
   log.Add("num_keys", keys.size());
-  return log.Finish(router_->BatchDelete(local_.get(), options, keys, results));
+  return log.Finish(router_->BatchDelete(base_.get(), options, keys, results));
 }
 
 Status ClusterDB::DeleteByRegex(const std::string& pattern, uint64_t* deleted) {
-  if (!router_->Routing()) return local_->DeleteByRegex(pattern, deleted);
+  if (!router_->Routing()) return base_->DeleteByRegex(pattern, deleted);
   PerfPoint perf(PerfKey::db_delete_by_regex);
   CallLog log(&logger_, "delete_by_regex", &errors_);
   // Checked before anything is sent to a peer: a bad pattern removes nothing anywhere.
@@ -248,44 +248,28 @@ Status ClusterDB::DeleteByRegex(const std::string& pattern, uint64_t* deleted) {
   Status s = re.Compile(pattern);
   if (!s.ok()) return log.Finish(std::move(s));
   uint64_t n = 0;  // on failure: what the members that succeeded removed
-  s = router_->DeleteByRegex(local_.get(), pattern, &n);
+  s = router_->DeleteByRegex(base_.get(), pattern, &n);
   if (deleted != nullptr) *deleted = n;
   log.Add("deleted", n);
   return log.Finish(std::move(s));
 }
 
 Status ClusterDB::DeleteAll(uint64_t* deleted) {
-  if (!router_->Routing()) return local_->DeleteAll(deleted);
+  if (!router_->Routing()) return base_->DeleteAll(deleted);
   PerfPoint perf(PerfKey::db_delete_all);
   CallLog log(&logger_, "delete_all", &errors_);
   uint64_t n = 0;
-  Status s = router_->DeleteAll(local_.get(), &n);
+  Status s = router_->DeleteAll(base_.get(), &n);
   if (deleted != nullptr) *deleted = n;
   log.Add("deleted", n);
   return log.Finish(std::move(s));
 }
 
-// ---------------------------------------------------------------- the local DB's
-
-Status ClusterDB::RegisterBuffer(void* addr, size_t length) {
-  return local_->RegisterBuffer(addr, length);
-}
-
-Status ClusterDB::UnregisterBuffer(void* addr) { return local_->UnregisterBuffer(addr); }
-
-Status ClusterDB::Flush() { return local_->Flush(); }
-
-Status ClusterDB::CompactBuckets(uint64_t* reclaimed_bytes) {
-  return local_->CompactBuckets(reclaimed_bytes);
-}
-
-void ClusterDB::ResetPerf() { local_->ResetPerf(); }
-
 bool ClusterDB::GetProperty(const std::string& name, std::string* value) {
-  if (name != "kvengine.peers" || value == nullptr) return local_->GetProperty(name, value);
+  if (name != "kvengine.peers" || value == nullptr) return base_->GetProperty(name, value);
   // Answered while the DB is open, as every property.
   std::string probe;
-  if (!local_->GetProperty("kvengine.options", &probe)) {
+  if (!base_->GetProperty("kvengine.options", &probe)) {
     *value = probe;
     return false;
   }

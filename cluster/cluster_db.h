@@ -28,12 +28,13 @@
 
 #include "cluster/peer_router.h"
 #include "kvengine/db.h"
+#include "kvengine/stackable_db.h"
 #include "util/call_log.h"
 #include "util/logging.h"
 
 namespace kvengine {
 
-class ClusterDB final : public DB {
+class ClusterDB final : public StackableDB {
  public:
   // Parses the peer options and creates the transports, before the local DB is opened:
   // the local DB's arena must be registered with them (Registrar).  Stores nullptr in
@@ -71,12 +72,8 @@ class ClusterDB final : public DB {
   Status DeleteByRegex(const std::string& pattern, uint64_t* deleted) override;
   Status DeleteAll(uint64_t* deleted) override;
 
-  // The local DB's.
-  Status RegisterBuffer(void* addr, size_t length) override;
-  Status UnregisterBuffer(void* addr) override;
-  Status Flush() override;
-  Status CompactBuckets(uint64_t* reclaimed_bytes) override;
-  void ResetPerf() override;
+  // Buffers, Flush, CompactBuckets and ResetPerf are the local DB's (StackableDB's
+  // forwarding).
   // "kvengine.peers" here (members, their health, the remote counters); every other
   // property is the local DB's.
   bool GetProperty(const std::string& name, std::string* value) override;
@@ -99,9 +96,8 @@ class ClusterDB final : public DB {
   Logger logger_;
   ErrorCounters errors_;  // failed keys of routed calls, by kind
   std::unique_ptr<PeerRouter> router_;
-  // Declared after router_, so destroyed first; Close() has stopped the router's server
-  // (which serves local_) by then.
-  std::unique_ptr<DB> local_;
+  // The local DB is StackableDB's base_, set by Start.  ~ClusterDB closes (stopping the
+  // router's server, which serves the local DB) before base_ is destroyed.
 };
 
 }  // namespace kvengine
