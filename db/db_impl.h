@@ -161,7 +161,7 @@ class DBImpl final : public DB, public SharedArena {
   Status PersistMemoryAbove(uint64_t watermark);
   std::string StatsText() const;
   std::string StatsJson() const;
-  // Prometheus text exposition of the stats and perf histograms (db/db_stats.cc).
+  // Prometheus text exposition of the stats and perf histograms (db/db_impl_stats.cc, from the table db/db_stats.def).
   std::string StatsPrometheus() const;
 
   Options options_;
