@@ -6,6 +6,7 @@
 
 #include "cluster/etcd_membership.h"
 #include "cluster/membership.h"
+#include "cluster/rendezvous.h"
 #include "transport/rdma.h"
 #include "transport/server.h"
 #include "transport/wire.h"
@@ -28,15 +29,6 @@ void ForEachParallel(size_t n, const std::function<void(size_t)>& fn) {
   threads.reserve(n);
   for (size_t j = 0; j < n; j++) threads.emplace_back([&fn, j] { fn(j); });
   for (auto& t : threads) t.join();
-}
-
-uint64_t RendezvousScore(const Slice& key, const std::string& member) {
-  Hasher64 h;
-  h.Update(key.data(), key.size());
-  const char zero = 0;
-  h.Update(&zero, 1);
-  h.Update(member.data(), member.size());
-  return h.Digest();
 }
 
 }  // namespace
@@ -309,27 +301,6 @@ void PeerRouter::NoteCall(const std::string& member, const Status& s) {
 bool PeerRouter::Replicated() const {
   return Routing() && (!options_.cluster.empty() || options_.cluster_replicas > 1);
 }
-
-namespace {
-
-// The candidates of one key, best first: the top `r` of `names` by rendezvous score.
-std::vector<std::string> TopOwners(const Slice& key, const std::vector<std::string>& names,
-                                   size_t r) {
-  std::vector<std::pair<uint64_t, const std::string*>> scored;
-  scored.reserve(names.size());
-  for (const std::string& n : names) scored.emplace_back(RendezvousScore(key, n), &n);
-  r = std::min(r, scored.size());
-  std::partial_sort(scored.begin(), scored.begin() + r, scored.end(),
-                    [](const auto& a, const auto& b) {
-                      return a.first != b.first ? a.first > b.first : *a.second > *b.second;
-                    });
-  std::vector<std::string> out;
-  out.reserve(r);
-  for (size_t i = 0; i < r; i++) out.push_back(*scored[i].second);
-  return out;
-}
-
-}  // namespace
 
 std::vector<std::vector<std::string>> PeerRouter::OwnersOfAll(std::span<const Slice> keys) const {
   std::vector<std::string> names;

@@ -3,6 +3,7 @@
 // local DB) and no layer is entered twice by one call.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <mutex>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "cluster/cluster_db.h"
+#include "cluster/rendezvous.h"
 #include "kvengine/db.h"
 #include "test/peer_harness.h"
 #include "test/test_util.h"
@@ -248,6 +250,29 @@ TEST(ClusterDBTest, ReadThroughFillsTheLocalCacheWithoutOverwriting) {
   EXPECT_EQ(a.top->reentries(), 0);
   ASSERT_TRUE(a.db->Close().ok());
   ASSERT_TRUE(b.db->Close().ok());
+}
+
+TEST(RendezvousTest, AMemberJoiningMovesOnlyTheKeysItWins) {
+  const std::vector<std::string> before{"10.0.0.1:1", "10.0.0.2:1", "10.0.0.3:1"};
+  std::vector<std::string> after = before;
+  after.push_back("10.0.0.4:1");
+  int moved = 0;
+  for (int i = 0; i < 2000; i++) {
+    const std::string key = "key." + std::to_string(i);
+    const auto old_owners = TopOwners(key, before, 2);
+    const auto new_owners = TopOwners(key, after, 2);
+    ASSERT_EQ(old_owners.size(), 2u);
+    // A key's new owners are its old ones, except where the newcomer outranks one.
+    for (const std::string& o : new_owners) {
+      if (o != "10.0.0.4:1") {
+        EXPECT_NE(std::find(old_owners.begin(), old_owners.end(), o), old_owners.end()) << key;
+      }
+    }
+    moved += new_owners[0] != old_owners[0];
+  }
+  EXPECT_GT(moved, 2000 / 4 - 150);  // about a quarter of the primaries move to the newcomer
+  EXPECT_LT(moved, 2000 / 4 + 150);
+  EXPECT_EQ(TopOwners("k", before, 5).size(), 3u);
 }
 
 }  // namespace
