@@ -32,9 +32,9 @@ GpuIo::GpuIo(const Options& options, Logger* logger, char* arena, size_t arena_s
       arena_size_(arena_size) {}
 
 GpuIo::~GpuIo() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (auto& [device, lane] : lanes_) {
-    std::lock_guard<std::mutex> lane_lock(lane->mu);
+    MutexLock lane_lock(&lane->mu);
     lane->pipeline->WaitAll();
   }
   // Before the pipelines (and their copiers) go, and before the arena is unmapped.
@@ -93,7 +93,7 @@ Status GpuIo::Scan(std::span<const MutableSlice> dest, int* device) {
 
 Status GpuIo::GetLane(int device, Lane** lane) {
   *lane = nullptr;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = lanes_.find(device);
   if (it != lanes_.end()) {
     *lane = it->second.get();
@@ -105,8 +105,9 @@ Status GpuIo::GetLane(int device, Lane** lane) {
   std::unique_ptr<DeviceCopier> copier;
   Status s = (g_hooks != nullptr && g_hooks->new_copier) ? g_hooks->new_copier(device, &copier)
                                                          : NewCudaCopier(device, &copier);
-  auto created = std::make_unique<Lane>();
-  if (s.ok()) s = StagingPipeline::Create(std::move(copier), staging_options_, &created->pipeline);
+  // Built here and handed to the lane last: no other thread sees the lane before then.
+  std::unique_ptr<StagingPipeline> pipeline;
+  if (s.ok()) s = StagingPipeline::Create(std::move(copier), staging_options_, &pipeline);
   if (!s.ok()) {
     // Remembered: a device that could not start fails each of its keys at once.
     s = Status::FromErrorCode(s.ErrorCode(),
@@ -117,7 +118,7 @@ Status GpuIo::GetLane(int device, Lane** lane) {
   }
   if (!arena_attempted_ && arena_ != nullptr && arena_size_ != 0) {
     arena_attempted_ = true;
-    DeviceCopier* copier_ptr = created->pipeline->copier();
+    DeviceCopier* copier_ptr = pipeline->copier();
     Status r = copier_ptr->RegisterHost(arena_, arena_size_);
     if (r.ok()) {
       arena_registrar_ = copier_ptr;
@@ -134,11 +135,13 @@ Status GpuIo::GetLane(int device, Lane** lane) {
     }
   }
   if (logger_ != nullptr) {
-    const StagingPipeline& p = *created->pipeline;
+    const StagingPipeline& p = *pipeline;
     logger_->Logf(LogLevel::kInfo, "GPU staging: %s lane with %d slots of %s on %d streams",
                   p.copier()->Name().c_str(), p.slots(), FormatSize(p.chunk_bytes()).c_str(),
                   p.streams());
   }
+  auto created = std::make_unique<Lane>();
+  created->pipeline = std::move(pipeline);
   *lane = created.get();
   lanes_.emplace(device, std::move(created));
   return Status::OK();
@@ -168,7 +171,7 @@ GpuIo::Queue::Copy* GpuIo::Queue::NewCopy(const std::string& label, PerfKey key)
 
 size_t GpuIo::Queue::Submit(Copy* c, const Status& prepared) {
   if (prepared.ok()) {
-    std::lock_guard<std::mutex> lock(c->lane->mu);
+    MutexLock lock(&c->lane->mu);
     c->lane->pipeline->Submit(&c->transfer);
   } else {
     c->lane = nullptr;
@@ -209,7 +212,7 @@ size_t GpuIo::Queue::ToDevice(const std::string& label, int device, const Slice&
 Status GpuIo::Queue::Wait(size_t n) {
   Copy& c = *copies_[n];
   if (!c.finished) {
-    std::lock_guard<std::mutex> lock(c.lane->mu);
+    MutexLock lock(&c.lane->mu);
     c.lane->pipeline->Wait(&c.transfer);
     c.status = Labeled(c.label, c.transfer.status);
     c.finished = true;
@@ -236,7 +239,7 @@ Status GpuIo::GetViaHost(const std::string& label, int device, std::span<const M
     }
     dst.push_back({d.data(), d.size(), info.kind});
   }
-  std::lock_guard<std::mutex> lock(lane->mu);
+  MutexLock lock(&lane->mu);
   StagingPipeline* pipeline = lane->pipeline.get();
   pipeline->WaitAll();  // copies a Queue left in flight may be using the staging memory
   std::unique_ptr<char[]> heap;

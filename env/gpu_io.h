@@ -26,7 +26,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 
@@ -34,6 +33,7 @@
 #include "kvengine/options.h"
 #include "kvengine/slice.h"
 #include "kvengine/status.h"
+#include "util/mutex.h"
 #include "util/perf_point.h"
 
 namespace kvengine {
@@ -136,12 +136,12 @@ class GpuIo {
 
  private:
   struct Lane {
-    std::mutex mu;
-    std::unique_ptr<StagingPipeline> pipeline;  // guarded by mu
+    Mutex mu;
+    std::unique_ptr<StagingPipeline> pipeline PT_GUARDED_BY(mu);
   };
 
   // Returns device's lane, creating it (and page-locking the arena) on first use.
-  Status GetLane(int device, Lane** lane);
+  Status GetLane(int device, Lane** lane) EXCLUDES(mu_);
   Status Classify(const void* ptr, PointerInfo* info) const;
   // Appends parts to t's sources, each with the kind of memory it is in.
   Status AddSources(std::span<const Slice> parts, Transfer* t) const;
@@ -152,11 +152,11 @@ class GpuIo {
   char* const arena_;
   const size_t arena_size_;
 
-  mutable std::mutex mu_;
-  std::map<int, std::unique_ptr<Lane>> lanes_;  // guarded by mu_
-  std::map<int, Status> lane_errors_;           // guarded by mu_: lanes that failed to start
-  DeviceCopier* arena_registrar_ = nullptr;     // guarded by mu_: who page-locked the arena
-  bool arena_attempted_ = false;                // guarded by mu_
+  mutable Mutex mu_;
+  std::map<int, std::unique_ptr<Lane>> lanes_ GUARDED_BY(mu_);
+  std::map<int, Status> lane_errors_ GUARDED_BY(mu_);  // lanes that failed to start
+  DeviceCopier* arena_registrar_ GUARDED_BY(mu_) = nullptr;  // who page-locked the arena
+  bool arena_attempted_ GUARDED_BY(mu_) = false;
   std::atomic<bool> arena_registered_{false};
 };
 

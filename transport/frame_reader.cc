@@ -21,7 +21,7 @@ Status RecvError(int err) { return Status::IOError(std::string("recv: ") + std::
 
 BodyPool::Buffer BodyPool::Take(uint64_t n) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = kept_.lower_bound(n);
     if (it != kept_.end()) {
       Buffer b{std::move(it->second), it->first};
@@ -39,7 +39,7 @@ BodyPool::Buffer BodyPool::Take(uint64_t n) {
 void BodyPool::Give(Buffer b) {
   if (b.data == nullptr || b.capacity > limit_) return;  // freed here
   std::vector<std::unique_ptr<char[]>> dropped;          // freed outside the lock
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (kept_bytes_ + b.capacity > limit_ && !kept_.empty()) {
     kept_bytes_ -= kept_.begin()->first;
     dropped.push_back(std::move(kept_.begin()->second));

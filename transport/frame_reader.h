@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -19,6 +18,7 @@
 #include "transport/socket_util.h"
 #include "transport/wire.h"
 #include "util/hash.h"
+#include "util/mutex.h"
 
 namespace kvengine {
 
@@ -43,9 +43,9 @@ class BodyPool {
 
  private:
   const uint64_t limit_;
-  std::mutex mu_;
-  std::multimap<uint64_t, std::unique_ptr<char[]>> kept_;  // by capacity; guarded by mu_
-  uint64_t kept_bytes_ = 0;                                // guarded by mu_
+  Mutex mu_;
+  std::multimap<uint64_t, std::unique_ptr<char[]>> kept_ GUARDED_BY(mu_);  // by capacity
+  uint64_t kept_bytes_ GUARDED_BY(mu_) = 0;
 };
 
 // One connection's request frame in the making.  Not thread-safe: the connection's

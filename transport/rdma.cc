@@ -5,6 +5,7 @@
 #include "transport/tcp_transport.h"
 #include "transport/wire.h"
 #include "util/coding.h"
+#include "util/mutex.h"
 
 #ifdef KV_WITH_RDMA
 #include <infiniband/verbs.h>
@@ -69,7 +70,7 @@ bool QpParams::operator==(const QpParams& o) const {
 
 Status MrTable::Add(const Region& r) {
   if (r.length == 0) return Status::InvalidArgument("memory region is empty");
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto next = regions_.lower_bound(r.start);
   bool overlaps = next != regions_.end() && next->first < r.start + r.length;
   if (next != regions_.begin()) {
@@ -82,7 +83,7 @@ Status MrTable::Add(const Region& r) {
 }
 
 bool MrTable::Remove(const void* addr, Region* removed) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = regions_.find(reinterpret_cast<uintptr_t>(addr));
   if (it == regions_.end()) return false;
   *removed = it->second;
@@ -92,7 +93,7 @@ bool MrTable::Remove(const void* addr, Region* removed) {
 
 bool MrTable::Find(const void* addr, size_t length, Region* out) const {
   const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = regions_.upper_bound(a);
   if (it == regions_.begin()) return false;
   --it;
@@ -102,12 +103,12 @@ bool MrTable::Find(const void* addr, size_t length, Region* out) const {
 }
 
 size_t MrTable::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return regions_.size();
 }
 
 std::vector<MrTable::Region> MrTable::All() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<Region> all;
   for (const auto& [start, r] : regions_) all.push_back(r);
   return all;
@@ -443,7 +444,7 @@ class RdmaServerImpl final : public RdmaServer {
     registrar_ = std::make_shared<MrRegistrar>(dev_.get(), &mrs_,
                                                [this](const MrTable::Region& r, bool arena) {
                                                  if (!arena) return;
-                                                 std::lock_guard<std::mutex> lock(mu_);
+                                                 MutexLock lock(&mu_);
                                                  arena_ = r;
                                                });
   }
@@ -463,7 +464,7 @@ class RdmaServerImpl final : public RdmaServer {
     if (!s.ok()) return s;
     QpParams mine = qp->Local();
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (arena_.length == 0) return Status::NotSupported("the arena is not registered");
       mine.rkey = arena_.rkey;
       mine.arena_addr = arena_.start;
@@ -478,9 +479,9 @@ class RdmaServerImpl final : public RdmaServer {
   std::unique_ptr<Device> dev_;
   MrTable mrs_;
   std::shared_ptr<MemoryRegistrar> registrar_;
-  std::mutex mu_;
-  MrTable::Region arena_;                         // guarded by mu_
-  std::vector<std::unique_ptr<QueuePair> > qps_;  // guarded by mu_
+  Mutex mu_;
+  MrTable::Region arena_ GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<QueuePair> > qps_ GUARDED_BY(mu_);
 };
 
 // The client: control RPCs over TCP, value bytes by one-sided READ.
@@ -542,7 +543,7 @@ class RdmaTransport final : public TcpTransport {
 
  private:
   struct PeerQp {
-    std::mutex mu;  // one batch of reads on the queue pair at a time
+    Mutex mu;  // one batch of reads on the queue pair at a time
     std::unique_ptr<QueuePair> qp;
     QpParams remote;
   };
@@ -571,7 +572,7 @@ class RdmaTransport final : public TcpTransport {
       return Status::OK();
     }
     Status Read(std::span<RemoteRead> reads) override {
-      std::lock_guard<std::mutex> lock(pq_->mu);
+      MutexLock lock(&pq_->mu);
       Status s = pq_->qp->PostReads(reads, pq_->remote.arena_addr, pq_->remote.rkey, t_->mrs_,
                                     std::chrono::milliseconds(t_->options_.timeout_ms));
       if (!s.ok()) {
@@ -608,7 +609,7 @@ class RdmaTransport final : public TcpTransport {
   };
 
   Status QpFor(const Endpoint& peer, std::shared_ptr<PeerQp>* out) {
-    std::lock_guard<std::mutex> lock(qp_mu_);
+    MutexLock lock(&qp_mu_);
     auto& slot = qps_[peer.ToString()];
     if (slot != nullptr) {
       *out = slot;
@@ -638,15 +639,15 @@ class RdmaTransport final : public TcpTransport {
   }
 
   void DropQp(const Endpoint& peer) {
-    std::lock_guard<std::mutex> lock(qp_mu_);
+    MutexLock lock(&qp_mu_);
     qps_.erase(peer.ToString());
   }
 
   std::unique_ptr<Device> dev_;
   MrTable mrs_;
   std::shared_ptr<MemoryRegistrar> registrar_;
-  std::mutex qp_mu_;
-  std::map<std::string, std::shared_ptr<PeerQp> > qps_;  // guarded by qp_mu_
+  Mutex qp_mu_;
+  std::map<std::string, std::shared_ptr<PeerQp> > qps_ GUARDED_BY(qp_mu_);
 };
 
 }  // namespace

@@ -15,7 +15,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -24,6 +23,7 @@
 #include "kvengine/status.h"
 #include "kvengine/transport.h"
 #include "transport/read_validation.h"
+#include "util/mutex.h"
 
 namespace kvengine {
 
@@ -67,8 +67,8 @@ class MrTable {
   std::vector<Region> All() const;
 
  private:
-  mutable std::mutex mu_;
-  std::map<uintptr_t, Region> regions_;  // guarded by mu_
+  mutable Mutex mu_;
+  std::map<uintptr_t, Region> regions_ GUARDED_BY(mu_);
 };
 
 // Groups reads into postings: each posting is at most `max_per_post` work requests

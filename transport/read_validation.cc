@@ -51,7 +51,7 @@ std::chrono::steady_clock::time_point LeaseTable::Now() const {
 
 uint64_t LeaseTable::Grant(std::shared_ptr<void> pin) {
   std::vector<std::shared_ptr<void>> reaped;  // unpinned outside the lock
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ReapExpiredLocked(&reaped);
   const uint64_t id = next_++;
   leases_.emplace_hint(leases_.end(), id, Entry{std::move(pin), Now() + ttl_});
@@ -60,7 +60,7 @@ uint64_t LeaseTable::Grant(std::shared_ptr<void> pin) {
 
 bool LeaseTable::Release(uint64_t lease) {
   std::shared_ptr<void> pin;  // unpinned outside the lock
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = leases_.find(lease);
   if (it == leases_.end()) return false;
   pin = std::move(it->second.pin);
@@ -78,7 +78,7 @@ void LeaseTable::ReapExpiredLocked(std::vector<std::shared_ptr<void>>* reaped) {
 
 size_t LeaseTable::ReapExpired() {
   std::vector<std::shared_ptr<void>> reaped;  // unpinned outside the lock
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ReapExpiredLocked(&reaped);
   return reaped.size();
 }
@@ -86,13 +86,13 @@ size_t LeaseTable::ReapExpired() {
 void LeaseTable::Clear() {
   std::map<uint64_t, Entry> all;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     all.swap(leases_);
   }
 }
 
 size_t LeaseTable::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return leases_.size();
 }
 

@@ -22,7 +22,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -30,6 +29,7 @@
 #include "kvengine/db.h"
 #include "kvengine/slice.h"
 #include "kvengine/status.h"
+#include "util/mutex.h"
 
 namespace kvengine {
 
@@ -78,17 +78,16 @@ class LeaseTable {
   };
   std::chrono::steady_clock::time_point Now() const;
 
-  // REQUIRES: mu_ held.  Moves the expired leases' pins to *reaped (unpinned by the
-  // caller, outside the lock).
-  void ReapExpiredLocked(std::vector<std::shared_ptr<void>>* reaped);
+  // Moves the expired leases' pins to *reaped (unpinned by the caller, outside the lock).
+  void ReapExpiredLocked(std::vector<std::shared_ptr<void>>* reaped) REQUIRES(mu_);
 
   const std::chrono::milliseconds ttl_;
   const Clock clock_;
-  mutable std::mutex mu_;
-  uint64_t next_ = 1;  // guarded by mu_
+  mutable Mutex mu_;
+  uint64_t next_ GUARDED_BY(mu_) = 1;
   // By id.  Ids grow with the grant time and every lease lives ttl_, so the earliest
   // expiry is always first: reaping stops at the first lease still alive.
-  std::map<uint64_t, Entry> leases_;  // guarded by mu_
+  std::map<uint64_t, Entry> leases_ GUARDED_BY(mu_);
 };
 
 // One one-sided read: `length` bytes at `remote_offset` of the owner's arena into local.

@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <cctype>
-#include <condition_variable>
 #include <cstring>
 #include <limits>
 #include <unordered_map>
@@ -14,6 +13,7 @@
 #include "util/coding.h"
 #include "util/hash.h"
 #include "util/input_check.h"
+#include "util/mutex.h"
 #include "util/printable.h"
 
 namespace kvengine {
@@ -203,12 +203,12 @@ class TcpConnection {
   // peer restarts that fast, and back-to-back calls are spared a system call each.
   // True when no call waits for an answer on this connection (a broken one has none).
   bool Idle() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return calls_.empty();
   }
 
   bool Healthy() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (broken_) return false;
     if (!calls_.empty()) return true;  // and so the reader, if any, is one of them
     if (reader_.buffered() > 0) {
@@ -231,26 +231,26 @@ class TcpConnection {
     p.sink = sink;
     uint64_t id;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (broken_) return broken_status_;
       id = next_id_++;
       calls_[id] = &p;
     }
     Status s;
     {
-      std::lock_guard<std::mutex> lock(write_mu_);
+      MutexLock lock(&write_mu_);
       s = SendFrame(fd_, op, unhashed_ ? wire::kFlagBodyUnhashed : 0, id, meta, body, deadline);
     }
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!s.ok()) BreakLocked(s);
     while (!p.done) {
       if (!reader_active_) {
         reader_active_ = true;
-        lock.unlock();
+        lock.Unlock();
         Status rs = ReadOneFrame(deadline);
-        lock.lock();
+        lock.Lock();
         reader_active_ = false;
-        cv_.notify_all();
+        cv_.NotifyAll();
         if (rs.IsBusy()) {  // nothing arrived by our deadline
           if (!p.done)
             BreakLocked(Status::IOError("timed out after " + std::to_string(timeout_ms_) + " ms"));
@@ -259,9 +259,9 @@ class TcpConnection {
         }
         continue;
       }
-      if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && !p.done) {
+      if (!cv_.WaitUntil(&mu_, deadline) && !p.done) {
         // Someone else is reading; if it is filling our buffers let it finish.
-        cv_.wait(lock, [&] { return !p.filling; });
+        while (p.filling) cv_.Wait(&mu_);
         if (!p.done) {
           BreakLocked(Status::IOError("timed out after " + std::to_string(timeout_ms_) + " ms"));
         }
@@ -279,9 +279,9 @@ class TcpConnection {
     Status status;
   };
 
-  // REQUIRES: mu_ held.  Fails every call not being filled; the reader filling one
-  // finishes it (its read fails on the shut socket).
-  void BreakLocked(const Status& s) {
+  // Fails every call not being filled; the reader filling one finishes it (its read
+  // fails on the shut socket).
+  void BreakLocked(const Status& s) REQUIRES(mu_) {
     if (!broken_) {
       broken_ = true;
       broken_status_ = s;
@@ -293,7 +293,7 @@ class TcpConnection {
         p->status = broken_status_;
       }
     }
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
 
   // Reads one frame and delivers it.  Busy: nothing arrived by deadline (the stream is
@@ -319,7 +319,7 @@ class TcpConnection {
     }
     Pending* p = nullptr;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       auto it = calls_.find(h.request_id);
       if (it != calls_.end() && !it->second->done) {
         p = it->second;
@@ -353,14 +353,14 @@ class TcpConnection {
     if (s.ok() && !unhashed && hasher.Digest() != h.checksum) {
       s = Status::Corruption("response checksum mismatch");
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (p != nullptr) {
       p->filling = false;
       p->done = true;
       p->status = !s.ok() ? s : call_status;
     }
     if (s.ok()) last_answer_ = SteadyClock::now();
-    cv_.notify_all();
+    cv_.NotifyAll();
     return s;
   }
 
@@ -372,25 +372,46 @@ class TcpConnection {
   // Every read of fd_ goes through it: the handshake's, then the reader's of the moment.
   ReadAhead reader_;
   bool unhashed_ = false;  // bodies left out of checksums; set by Handshake, then fixed
-  std::mutex write_mu_;    // one frame written at a time
-  std::mutex mu_;
-  std::condition_variable cv_;
-  uint64_t next_id_ = 1;                          // guarded by mu_
-  std::unordered_map<uint64_t, Pending*> calls_;  // guarded by mu_
-  bool reader_active_ = false;                    // guarded by mu_
-  bool broken_ = false;                           // guarded by mu_
-  Status broken_status_;                          // guarded by mu_
-  Deadline last_answer_{};                        // guarded by mu_
+  Mutex write_mu_;    // one frame written at a time
+  Mutex mu_;
+  CondVar cv_;
+  uint64_t next_id_ GUARDED_BY(mu_) = 1;
+  std::unordered_map<uint64_t, Pending*> calls_ GUARDED_BY(mu_);
+  bool reader_active_ GUARDED_BY(mu_) = false;
+  bool broken_ GUARDED_BY(mu_) = false;
+  Status broken_status_ GUARDED_BY(mu_);
+  Deadline last_answer_ GUARDED_BY(mu_) {};
 };
 
 // ---------------------------------------------------------------- the pool
 struct TcpTransport::Peer {
-  std::mutex mu;
-  std::vector<std::shared_ptr<TcpConnection>> slots;  // guarded by mu
-  size_t next = 0;                                    // guarded by mu
-  uint64_t backoff_ms = 0;                            // guarded by mu
-  Deadline retry_after{};                             // guarded by mu
-  Status last_error;                                  // guarded by mu
+  explicit Peer(size_t connections) : slots(connections) {}
+
+  // Which slot the next call uses: the first connection with no call in flight; else
+  // the first slot not connected yet; else (every connection busy) the next in turn, to
+  // pipeline on.  A caller that waits for each answer before its next call therefore
+  // always uses the same connection, whose socket, buffers and TCP state stay warm,
+  // instead of taking each one in turn; callers in parallel still spread over the
+  // connections.
+  size_t ChooseSlot() REQUIRES(mu) {
+    size_t empty = slots.size();
+    for (size_t i = 0; i < slots.size(); i++) {
+      if (slots[i] == nullptr) {
+        empty = std::min(empty, i);
+      } else if (slots[i]->Idle()) {
+        return i;
+      }
+    }
+    if (empty < slots.size()) return empty;
+    return next++ % slots.size();
+  }
+
+  Mutex mu;
+  std::vector<std::shared_ptr<TcpConnection>> slots GUARDED_BY(mu);
+  size_t next GUARDED_BY(mu) = 0;
+  uint64_t backoff_ms GUARDED_BY(mu) = 0;
+  Deadline retry_after GUARDED_BY(mu) {};
+  Status last_error GUARDED_BY(mu);
 };
 
 TcpTransport::TcpTransport(const TransportOptions& options) : options_(options) {
@@ -416,37 +437,18 @@ void TcpTransport::UnregisterMemory(void* addr, size_t) { regions_.Remove(addr);
 std::shared_ptr<MemoryRegistrar> TcpTransport::registrar() { return registrar_; }
 
 TcpTransport::Peer* TcpTransport::PeerFor(const Endpoint& peer) {
-  std::lock_guard<std::mutex> lock(peers_mu_);
+  MutexLock lock(&peers_mu_);
   auto& p = peers_[peer.ToString()];
   if (p == nullptr) {
-    p = std::make_unique<Peer>();
-    p->slots.resize(std::max<uint32_t>(1, options_.connections_per_peer));
+    p = std::make_unique<Peer>(std::max<uint32_t>(1, options_.connections_per_peer));
   }
   return p.get();
 }
 
-// The first connection with no call in flight; else the first slot not connected yet;
-// else (every connection busy) the next in turn, to pipeline on.  A caller that waits
-// for each answer before its next call therefore always uses the same connection, whose
-// socket, buffers and TCP state stay warm, instead of taking each one in turn; callers
-// in parallel still spread over the connections.
-size_t TcpTransport::ChooseSlot(Peer* p) {
-  size_t empty = p->slots.size();
-  for (size_t i = 0; i < p->slots.size(); i++) {
-    if (p->slots[i] == nullptr) {
-      empty = std::min(empty, i);
-    } else if (p->slots[i]->Idle()) {
-      return i;
-    }
-  }
-  if (empty < p->slots.size()) return empty;
-  return p->next++ % p->slots.size();
-}
-
 Status TcpTransport::Connection(const Endpoint& peer, std::shared_ptr<TcpConnection>* conn) {
   Peer* p = PeerFor(peer);
-  std::lock_guard<std::mutex> lock(p->mu);
-  const size_t slot = ChooseSlot(p);
+  MutexLock lock(&p->mu);
+  const size_t slot = p->ChooseSlot();
   if (p->slots[slot] != nullptr && p->slots[slot]->Healthy()) {
     *conn = p->slots[slot];
     return Status::OK();

@@ -6,7 +6,6 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,6 +13,7 @@
 #include "util/region_map.h"
 #include "kvengine/transport.h"
 #include "transport/socket_util.h"
+#include "util/mutex.h"
 
 namespace kvengine {
 
@@ -76,9 +76,7 @@ class TcpTransport : public Transport {
 
  private:
   struct Peer;
-  Peer* PeerFor(const Endpoint& peer);
-  // Which of p's slots the next call uses.  REQUIRES: p->mu held.
-  static size_t ChooseSlot(Peer* p);
+  Peer* PeerFor(const Endpoint& peer) EXCLUDES(peers_mu_);
   Status Connection(const Endpoint& peer, std::shared_ptr<TcpConnection>* conn);
   // Runs a keys-only request whose answer is batch status + results.
   Status ResultsCall(const Endpoint& peer, uint8_t op, std::span<const Slice> keys,
@@ -89,8 +87,8 @@ class TcpTransport : public Transport {
   Status DeleteMatching(const Endpoint& peer, uint8_t mode, std::string_view pattern,
                         uint64_t* deleted);
 
-  std::mutex peers_mu_;
-  std::map<std::string, std::unique_ptr<Peer>> peers_;  // guarded by peers_mu_
+  Mutex peers_mu_;
+  std::map<std::string, std::unique_ptr<Peer>> peers_ GUARDED_BY(peers_mu_);
   std::shared_ptr<MemoryRegistrar> registrar_;
 };
 

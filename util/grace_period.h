@@ -14,9 +14,9 @@
 #ifndef KVENGINE_UTIL_GRACE_PERIOD_H_
 #define KVENGINE_UTIL_GRACE_PERIOD_H_
 
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
+
+#include "util/mutex.h"
 
 namespace kvengine {
 
@@ -24,31 +24,31 @@ class GracePeriod {
  public:
   // Marks a reader as started; pass the result to Exit().
   int Enter() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     active_[current_]++;
     return current_;
   }
 
   void Exit(int epoch) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (--active_[epoch] == 0) cv_.notify_all();
+    MutexLock lock(&mu_);
+    if (--active_[epoch] == 0) cv_.NotifyAll();
   }
 
   // Returns once every reader that had entered when it was called has exited.
   void Wait() {
-    std::lock_guard<std::mutex> one_at_a_time(wait_mu_);
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock one_at_a_time(&wait_mu_);
+    MutexLock lock(&mu_);
     const int old = current_;
     current_ ^= 1;
-    cv_.wait(lock, [&] { return active_[old] == 0; });
+    while (active_[old] != 0) cv_.Wait(&mu_);
   }
 
  private:
-  std::mutex wait_mu_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int current_ = 0;              // guarded by mu_
-  uint64_t active_[2] = {0, 0};  // guarded by mu_
+  Mutex wait_mu_ ACQUIRED_BEFORE(mu_);
+  Mutex mu_;
+  CondVar cv_;
+  int current_ GUARDED_BY(mu_) = 0;
+  uint64_t active_[2] GUARDED_BY(mu_) = {0, 0};
 };
 
 // Enters a GracePeriod for the lifetime of a scope.

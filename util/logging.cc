@@ -46,12 +46,12 @@ const char* Logger::LevelName(LogLevel level) {
 
 void Logger::Write(LogLevel level, const std::string& line) {
   if (!Enabled(level)) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   WriteLocked(level, line);
 }
 
 void Logger::WriteGroup(const std::vector<std::pair<LogLevel, std::string>>& lines) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (const auto& [level, line] : lines) {
     if (Enabled(level)) WriteLocked(level, line);
   }

@@ -7,12 +7,12 @@
 
 #include <cstdio>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "kvengine/options.h"
+#include "util/mutex.h"
 
 namespace kvengine {
 
@@ -42,12 +42,11 @@ class Logger {
   static const char* LevelName(LogLevel level);
 
  private:
-  // REQUIRES: mu_ held.
-  void WriteLocked(LogLevel level, const std::string& line);
+  void WriteLocked(LogLevel level, const std::string& line) REQUIRES(mu_);
 
   LogLevel level_ = LogLevel::kWarn;
   Callback callback_;
-  std::mutex mu_;
+  Mutex mu_;
   FILE* file_ = nullptr;  // owned when not stderr
 };
 

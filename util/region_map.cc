@@ -11,7 +11,7 @@ Status RegionMap::Add(void* addr, size_t length, const char* what) {
   Status s = input::CheckRegion(addr, length);
   if (!s.ok()) return Status::InvalidArgument(std::string(what) + ": " + s.message());
   const uintptr_t start = reinterpret_cast<uintptr_t>(addr);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto next = regions_.lower_bound(start);
   bool overlaps = next != regions_.end() && next->first < start + length;
   if (next != regions_.begin()) {
@@ -26,7 +26,7 @@ Status RegionMap::Add(void* addr, size_t length, const char* what) {
 }
 
 size_t RegionMap::Remove(void* addr) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = regions_.find(reinterpret_cast<uintptr_t>(addr));
   if (it == regions_.end()) return 0;
   const size_t n = it->second;
@@ -35,7 +35,7 @@ size_t RegionMap::Remove(void* addr) {
 }
 
 std::vector<std::pair<void*, size_t>> RegionMap::TakeAll() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<std::pair<void*, size_t>> all;
   for (const auto& [start, length] : regions_) all.emplace_back(reinterpret_cast<void*>(start), length);
   regions_.clear();
@@ -43,7 +43,7 @@ std::vector<std::pair<void*, size_t>> RegionMap::TakeAll() {
 }
 
 size_t RegionMap::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return regions_.size();
 }
 

@@ -9,11 +9,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <utility>
 #include <vector>
 
 #include "kvengine/status.h"
+#include "util/mutex.h"
 
 namespace kvengine {
 
@@ -29,8 +29,8 @@ class RegionMap {
   size_t size() const;
 
  private:
-  mutable std::mutex mu_;
-  std::map<uintptr_t, size_t> regions_;  // guarded by mu_: start -> length
+  mutable Mutex mu_;
+  std::map<uintptr_t, size_t> regions_ GUARDED_BY(mu_);  // start -> length
 };
 
 }  // namespace kvengine

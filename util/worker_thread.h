@@ -13,12 +13,12 @@
 #ifndef KVENGINE_UTIL_WORKER_THREAD_H_
 #define KVENGINE_UTIL_WORKER_THREAD_H_
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <thread>
+
+#include "util/mutex.h"
 
 namespace kvengine {
 
@@ -38,12 +38,12 @@ class WorkerThread {
  private:
   void Loop();
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;  // guarded by mu_
-  uint64_t submitted_ = 0;                   // guarded by mu_
-  uint64_t finished_ = 0;                    // guarded by mu_
-  bool stop_ = false;                        // guarded by mu_
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<std::function<void()>> queue_ GUARDED_BY(mu_);
+  uint64_t submitted_ GUARDED_BY(mu_) = 0;
+  uint64_t finished_ GUARDED_BY(mu_) = 0;
+  bool stop_ GUARDED_BY(mu_) = false;
   std::thread thread_;                       // last: it starts in the constructor
 };
 
