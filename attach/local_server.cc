@@ -20,6 +20,7 @@
 #include "transport/wire.h"
 #include "util/coding.h"
 #include "util/logging.h"
+#include "util/mutex.h"
 #include "util/printable.h"
 
 namespace kvengine {
@@ -495,7 +496,7 @@ Status LocalServer::Start(const Options& options, DB* db, SharedArena* arena, Lo
 
 void LocalServer::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (stopped_) return;
     stopped_ = true;
   }
@@ -503,7 +504,7 @@ void LocalServer::Stop() {
   if (acceptor_.joinable()) acceptor_.join();
   std::list<std::unique_ptr<Connection>> conns;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     conns.swap(connections_);
   }
   for (auto& c : conns) shutdown(c->fd, SHUT_RDWR);  // wakes a thread blocked on it
@@ -525,7 +526,7 @@ void LocalServer::AcceptLoop() {
       const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd >= 0) Admit(fd);
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ReapLocked();
   }
 }
@@ -570,7 +571,7 @@ void LocalServer::Admit(int fd) {
   counters_->clients_accepted.fetch_add(1);
   Connection* raw = conn.get();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     connections_.push_back(std::move(conn));
   }
   raw->thread = std::thread([this, raw] {

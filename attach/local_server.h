@@ -34,7 +34,6 @@
 #include <atomic>
 #include <list>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -42,6 +41,7 @@
 #include "attach/local_counters.h"
 #include "kvengine/options.h"
 #include "kvengine/status.h"
+#include "util/mutex.h"
 
 namespace kvengine {
 
@@ -82,8 +82,8 @@ class LocalServer {
               LocalServerCounters* counters);
   void AcceptLoop();
   void Admit(int fd);
-  // Joins the threads of connections that ended.  REQUIRES: mu_ held.
-  void ReapLocked();
+  // Joins the threads of connections that ended.
+  void ReapLocked() REQUIRES(mu_);
 
   const Options options_;
   DB* const db_;
@@ -96,9 +96,9 @@ class LocalServer {
   std::atomic<bool> stopping_{false};
   std::thread acceptor_;
 
-  std::mutex mu_;
-  std::list<std::unique_ptr<Connection>> connections_;  // guarded by mu_
-  bool stopped_ = false;                                // guarded by mu_
+  Mutex mu_;
+  std::list<std::unique_ptr<Connection>> connections_ GUARDED_BY(mu_);
+  bool stopped_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace kvengine

@@ -198,7 +198,7 @@ Status EtcdClient::Open(const EtcdClientOptions& options, std::unique_ptr<EtcdCl
 
 void EtcdClient::Interrupt() {
   interrupted_.store(true);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (void* multi : active_) curl_multi_wakeup(static_cast<CURLM*>(multi));
 }
 
@@ -241,7 +241,7 @@ Status EtcdClient::PostOnce(const std::string& endpoint, const std::string& path
   curl_easy_setopt(easy, CURLOPT_TCP_KEEPINTVL, 2L);
   curl_multi_add_handle(multi, easy);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     active_.insert(multi);
   }
   int running = 1;
@@ -261,7 +261,7 @@ Status EtcdClient::PostOnce(const std::string& endpoint, const std::string& path
   long http = 0;
   curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &http);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     active_.erase(multi);
   }
   curl_multi_remove_handle(multi, easy);
@@ -286,7 +286,7 @@ Status EtcdClient::Post(const std::string& path, const std::string& body, uint64
                         const std::function<bool(const char*, size_t)>& on_data) {
   size_t first;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     first = current_;
   }
   Status last;
@@ -296,7 +296,7 @@ Status EtcdClient::Post(const std::string& path, const std::string& body, uint64
     if (answer != nullptr) answer->clear();
     last = PostOnce(options_.endpoints[i], path, body, timeout_ms, answer, on_data);
     if (last.ok()) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       current_ = i;
       return last;
     }

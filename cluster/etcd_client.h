@@ -20,12 +20,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "kvengine/status.h"
+#include "util/mutex.h"
 
 namespace kvengine {
 
@@ -102,9 +102,9 @@ class EtcdClient {
 
   const EtcdClientOptions options_;
   std::atomic<bool> interrupted_{false};
-  std::mutex mu_;
-  size_t current_ = 0;      // guarded by mu_: index of the endpoint that answered last
-  std::set<void*> active_;  // guarded by mu_: the multi handles of calls in progress
+  Mutex mu_;
+  size_t current_ GUARDED_BY(mu_) = 0;  // index of the endpoint that answered last
+  std::set<void*> active_ GUARDED_BY(mu_);  // the multi handles of calls in progress
 };
 
 // Splits "etcd://HOST:PORT[,HOST:PORT...]/PREFIX" into its endpoints and its prefix

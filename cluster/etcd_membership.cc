@@ -2,13 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <map>
-#include <mutex>
 #include <sstream>
 #include <thread>
 
 #include "cluster/etcd_client.h"
+#include "util/mutex.h"
 
 namespace kvengine {
 
@@ -48,11 +47,11 @@ class EtcdMembership final : public MembershipSource {
 
   void Stop() override {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (stopping_) return;
       stopping_ = true;
     }
-    wake_.notify_all();
+    wake_.NotifyAll();
     if (watch_client_ != nullptr) watch_client_->Interrupt();
     if (lease_client_ != nullptr) lease_client_->Interrupt();
     if (watcher_.joinable()) watcher_.join();
@@ -61,7 +60,7 @@ class EtcdMembership final : public MembershipSource {
     // others refuse calls once interrupted).
     int64_t lease = 0;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       lease = lease_;
       lease_ = 0;
     }
@@ -79,7 +78,7 @@ class EtcdMembership final : public MembershipSource {
   }
 
   std::string StatsText() const override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     std::ostringstream out;
     out << "membership: etcd\n"
         << "cluster: " << cluster_ << "\n"
@@ -106,7 +105,7 @@ class EtcdMembership final : public MembershipSource {
   void Failed(const char* what, const Status& s) {
     bool first;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       first = !etcd_down_;
       etcd_down_ = true;
     }
@@ -118,7 +117,7 @@ class EtcdMembership final : public MembershipSource {
   void Succeeded() {
     bool recovered;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       recovered = etcd_down_;
       etcd_down_ = false;
     }
@@ -127,12 +126,14 @@ class EtcdMembership final : public MembershipSource {
 
   // Sleeps up to ms; false when Stop was called.
   bool Sleep(uint64_t ms) {
-    std::unique_lock<std::mutex> lock(mu_);
-    wake_.wait_for(lock, std::chrono::milliseconds(ms), [this] { return stopping_; });
+    MutexLock lock(&mu_);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    while (!stopping_ && wake_.WaitUntil(&mu_, deadline)) {
+    }
     return !stopping_;
   }
   bool stopping() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return stopping_;
   }
 
@@ -140,7 +141,7 @@ class EtcdMembership final : public MembershipSource {
   bool Register() {
     int64_t lease;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       lease = lease_;
     }
     Status s;
@@ -154,12 +155,12 @@ class EtcdMembership final : public MembershipSource {
     }
     s = lease_client_->Put(members_prefix_ + self_, self_, lease);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       lease_ = lease;  // kept even when the put failed: the next try reuses it
     }
     if (!s.ok()) {
       if (s.IsNotFound()) {  // the lease expired between grant and put
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         lease_ = 0;
       }
       if (!s.IsAborted()) Failed("register", s);
@@ -174,7 +175,7 @@ class EtcdMembership final : public MembershipSource {
   void LeaseLoop() {
     bool registered = true;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       registered = lease_ != 0 && !etcd_down_;
     }
     uint64_t backoff = kFirstBackoffMs;
@@ -191,7 +192,7 @@ class EtcdMembership final : public MembershipSource {
       if (!Sleep(lease_ttl_ms_ / 3)) return;
       int64_t lease, ttl = 0;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         lease = lease_;
       }
       Status s = lease_client_->LeaseKeepAlive(lease, &ttl);
@@ -204,7 +205,7 @@ class EtcdMembership final : public MembershipSource {
         // Expired (etcd was away longer than the TTL): a new lease, the key again.
         Log(LogLevel::kWarn, "cluster " + cluster_ + ": lease " + std::to_string(lease) +
                                  " expired; registering again");
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         lease_ = 0;
       } else {
         Failed("lease keepalive", s);
@@ -226,7 +227,7 @@ class EtcdMembership final : public MembershipSource {
     std::map<std::string, Endpoint> members;
     for (const EtcdKeyValue& kv : kvs) Apply(false, kv, &members);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       members_ = members;
       revision_ = revision;
     }
@@ -245,7 +246,7 @@ class EtcdMembership final : public MembershipSource {
     if (!s.ok() || e.port == 0) {
       members->erase(kv.key);
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         ignored_values_++;
       }
       Log(LogLevel::kWarn, "cluster " + cluster_ + ": ignoring " + kv.key +
@@ -279,7 +280,7 @@ class EtcdMembership final : public MembershipSource {
       int64_t from;
       std::map<std::string, Endpoint> members;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         from = revision_ + 1;
         members = members_;
       }
@@ -300,7 +301,7 @@ class EtcdMembership final : public MembershipSource {
               last = std::max(last, e.kv.mod_revision);
             }
             {
-              std::lock_guard<std::mutex> lock(mu_);
+              MutexLock lock(&mu_);
               members_ = members;
               revision_ = std::max(revision_, last);
             }
@@ -332,14 +333,14 @@ class EtcdMembership final : public MembershipSource {
   std::unique_ptr<EtcdClient> watch_client_, lease_client_;
   std::thread watcher_, keeper_;
 
-  mutable std::mutex mu_;
-  std::condition_variable wake_;
-  bool stopping_ = false;                    // guarded by mu_
-  bool etcd_down_ = false;                   // guarded by mu_
-  int64_t lease_ = 0;                        // guarded by mu_
-  int64_t revision_ = 0;                     // guarded by mu_: the last one seen
-  std::map<std::string, Endpoint> members_;  // guarded by mu_
-  uint64_t ignored_values_ = 0;              // guarded by mu_
+  mutable Mutex mu_;
+  CondVar wake_;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  bool etcd_down_ GUARDED_BY(mu_) = false;
+  int64_t lease_ GUARDED_BY(mu_) = 0;
+  int64_t revision_ GUARDED_BY(mu_) = 0;  // the last one seen
+  std::map<std::string, Endpoint> members_ GUARDED_BY(mu_);
+  uint64_t ignored_values_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace

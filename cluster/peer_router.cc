@@ -14,6 +14,7 @@
 #include "util/hash.h"
 #include "util/input_check.h"
 #include "util/logging.h"
+#include "util/mutex.h"
 
 namespace kvengine {
 
@@ -212,7 +213,7 @@ void PeerRouter::Close() {
 }
 
 std::vector<Endpoint> PeerRouter::Members() const {
-  std::lock_guard<std::mutex> lock(members_mu_);
+  MutexLock lock(&members_mu_);
   return *peers_;
 }
 
@@ -223,14 +224,14 @@ void PeerRouter::SetMembers(std::vector<Endpoint> peers) {
               peers.end());
   {
     // Forget the health of members that left.
-    std::lock_guard<std::mutex> lock(health_mu_);
+    MutexLock lock(&health_mu_);
     std::erase_if(failing_, [&](const auto& f) {
       return std::none_of(peers.begin(), peers.end(),
                           [&](const Endpoint& e) { return e.ToString() == f.first; });
     });
   }
   auto snapshot = std::make_shared<const std::vector<Endpoint>>(std::move(peers));
-  std::lock_guard<std::mutex> lock(members_mu_);
+  MutexLock lock(&members_mu_);
   peers_ = std::move(snapshot);
 }
 
@@ -238,14 +239,14 @@ bool PeerRouter::Routing() const { return options_.peer_mode == PeerMode::kShard
 
 bool PeerRouter::ReadThrough() const {
   if (options_.peer_mode != PeerMode::kReadThrough || closed()) return false;
-  std::lock_guard<std::mutex> lock(members_mu_);
+  MutexLock lock(&members_mu_);
   return !peers_->empty();
 }
 
 std::string PeerRouter::OwnerOf(const Slice& key) const {
   std::shared_ptr<const std::vector<Endpoint>> peers;
   {
-    std::lock_guard<std::mutex> lock(members_mu_);
+    MutexLock lock(&members_mu_);
     peers = peers_;
   }
   std::string best = self_;
@@ -290,7 +291,7 @@ void PeerRouter::Partition(std::span<const Slice> keys, std::vector<Endpoint>* m
 
 void PeerRouter::NoteCall(const std::string& member, const Status& s) {
   const bool failed = !s.ok() && !s.IsNotFound();
-  std::lock_guard<std::mutex> lock(health_mu_);
+  MutexLock lock(&health_mu_);
   if (failed) {
     failing_[member] = s.ToString();
   } else if (!failing_.empty()) {
@@ -760,7 +761,7 @@ void PeerRouter::ReadThroughGet(std::span<const Slice> keys, std::span<const Des
   if (peers.empty()) return;
   const std::vector<Slice> ask = Pick(keys, missing);
   // 1. Who has what: every peer at once; the first "present" answer claims the key.
-  std::mutex mu;
+  Mutex mu;
   std::vector<int> claimed(missing.size(), -1);
   ForEachParallel(peers.size(), [&](size_t p) {
     std::vector<int64_t> r;
@@ -770,7 +771,7 @@ void PeerRouter::ReadThroughGet(std::span<const Slice> keys, std::span<const Des
       Log(LogLevel::kInfo, "read-through: " + s.ToString());
       return;
     }
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     for (size_t j = 0; j < r.size() && j < missing.size(); j++) {
       if (r[j] == 1 && claimed[j] < 0) claimed[j] = static_cast<int>(p);
     }
@@ -835,14 +836,14 @@ void PeerRouter::ReadThroughExists(std::span<const Slice> keys, std::vector<int6
   if (absent.empty()) return;
   const std::vector<Endpoint> peers = Members();
   const std::vector<Slice> ask = Pick(keys, absent);
-  std::mutex mu;
+  Mutex mu;
   ForEachParallel(peers.size(), [&](size_t p) {
     std::vector<int64_t> r;
     if (!transport_->BatchExists(peers[p], ask, &r).ok()) {
       remote_errors_.fetch_add(1);
       return;
     }
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     for (size_t j = 0; j < r.size() && j < absent.size(); j++) {
       if (r[j] == 1) (*results)[absent[j]] = 1;
     }
@@ -851,7 +852,7 @@ void PeerRouter::ReadThroughExists(std::span<const Slice> keys, std::vector<int6
 
 Status PeerRouter::ReadThroughValueSize(const Slice& key, uint64_t* size) {
   const std::vector<Endpoint> peers = Members();
-  std::mutex mu;
+  Mutex mu;
   bool found = false;
   ForEachParallel(peers.size(), [&](size_t p) {
     std::vector<int64_t> r;
@@ -859,7 +860,7 @@ Status PeerRouter::ReadThroughValueSize(const Slice& key, uint64_t* size) {
       remote_errors_.fetch_add(1);
       return;
     }
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     if (!found && r.size() == 1 && r[0] >= 0) {
       found = true;
       *size = static_cast<uint64_t>(r[0]);
@@ -878,7 +879,7 @@ std::string PeerRouter::StatsText() const {
       << membership_->StatsText();
   if (!self_.empty()) out << "member: " << self_ << " self\n";
   {
-    std::lock_guard<std::mutex> lock(health_mu_);
+    MutexLock lock(&health_mu_);
     for (const Endpoint& e : Members()) {
       const auto it = failing_.find(e.ToString());
       out << "member: " << e.ToString()

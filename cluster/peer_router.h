@@ -35,7 +35,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -44,6 +43,7 @@
 #include "kvengine/env.h"
 #include "kvengine/options.h"
 #include "kvengine/transport.h"
+#include "util/mutex.h"
 
 namespace kvengine {
 
@@ -206,13 +206,13 @@ class PeerRouter {
 
   // Records how a call to a member went (its state in StatsText): a failure other than
   // NotFound marks it failing until a call succeeds.
-  void NoteCall(const std::string& member, const Status& s);
+  void NoteCall(const std::string& member, const Status& s) EXCLUDES(health_mu_);
 
-  mutable std::mutex health_mu_;
-  std::map<std::string, std::string> failing_;  // guarded by health_mu_: member -> last error
+  mutable Mutex health_mu_;
+  std::map<std::string, std::string> failing_ GUARDED_BY(health_mu_);  // member -> last error
 
-  mutable std::mutex members_mu_;
-  std::shared_ptr<const std::vector<Endpoint>> peers_ =  // guarded by members_mu_
+  mutable Mutex members_mu_;
+  std::shared_ptr<const std::vector<Endpoint>> peers_ GUARDED_BY(members_mu_) =
       std::make_shared<const std::vector<Endpoint>>();
 
   mutable std::atomic<uint64_t> remote_gets_{0}, remote_hits_{0}, remote_errors_{0},

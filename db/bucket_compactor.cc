@@ -1,14 +1,13 @@
 #include "db/bucket_compactor.h"
 
 #include <algorithm>
-#include <condition_variable>
 #include <functional>
-#include <mutex>
 #include <span>
 
 #include "db/ssd_bucket.h"
 #include "db/ssd_tier.h"
 #include "util/logging.h"
+#include "util/mutex.h"
 #include "util/perf_point.h"
 
 namespace kvengine {
@@ -38,39 +37,39 @@ class ChunkReader {
     worker->Submit([this, chunks, read = std::move(read_chunk)] {
       for (size_t c = 0; c < chunks; c++) {
         {
-          std::lock_guard<std::mutex> lock(mu_);
+          MutexLock lock(&mu_);
           if (stop_) break;
         }
         read(c);
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         done_ = c + 1;
-        cv_.notify_all();
+        cv_.NotifyAll();
       }
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       finished_ = true;
-      cv_.notify_all();
+      cv_.NotifyAll();
     });
   }
   ~ChunkReader() {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
-    cv_.wait(lock, [this] { return finished_; });
+    while (!finished_) cv_.Wait(&mu_);
   }
   ChunkReader(const ChunkReader&) = delete;
   ChunkReader& operator=(const ChunkReader&) = delete;
 
   // Blocks until chunk c has been read.
   void WaitFor(size_t c) {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return done_ > c; });
+    MutexLock lock(&mu_);
+    while (done_ <= c) cv_.Wait(&mu_);
   }
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  size_t done_ = 0;        // chunks read so far; guarded by mu_
-  bool stop_ = false;      // guarded by mu_
-  bool finished_ = false;  // the task has returned; guarded by mu_
+  Mutex mu_;
+  CondVar cv_;
+  size_t done_ GUARDED_BY(mu_) = 0;  // chunks read so far
+  bool stop_ GUARDED_BY(mu_) = false;
+  bool finished_ GUARDED_BY(mu_) = false;  // the task has returned
 };
 
 // Chunks of consecutive entries of one old bucket (live[i] lies in source[i] and is
@@ -146,6 +145,8 @@ struct BucketCompactor::Group {
 // ------------------------------------------------------------------ picking
 
 BucketCompactor::Buckets BucketCompactor::PickLocked() {
+  // REQUIRES (in the header, where SsdTier is incomplete): the tier's mu_ held.
+  tier_->mu_.AssertHeld();
   const Options& options = tier_->options_;
   const bool pressure =
       options.ssd_capacity_bytes > 0 &&
@@ -175,6 +176,8 @@ BucketCompactor::Buckets BucketCompactor::PickLocked() {
 }
 
 void BucketCompactor::AddTombstoneHeavyLocked(Buckets* candidates) {
+  // REQUIRES (in the header, where SsdTier is incomplete): the tier's mu_ held.
+  tier_->mu_.AssertHeld();
   uint64_t tombstones = 0;
   for (const auto& [bucket, records] : tier_->tombstones_) tombstones += records.size();
   const uint64_t keys = tier_->map_.size();
@@ -221,7 +224,7 @@ Status BucketCompactor::Compact(Buckets picked, uint64_t* reclaimed, Buckets* re
     for (size_t i = begin; i < picked.size(); i++) {
       uint64_t live;
       {
-        std::lock_guard<std::mutex> lock(tier_->mu_);
+        MutexLock lock(&tier_->mu_);
         live = picked[i]->total_bytes - picked[i]->deleted_bytes;
       }
       if (!group.empty() && group_live + live > tier_->bucket_bytes_) break;
@@ -256,7 +259,7 @@ Status BucketCompactor::CompactGroup(const Buckets& olds, uint64_t* reclaimed, B
   ValidateAndSwap(&group, reclaimed, &lost);
   Unpin(olds);
   {
-    std::lock_guard<std::mutex> st(tier_->stats_mu_);
+    MutexLock st(&tier_->stats_mu_);
     tier_->stats_.gc_buckets_compacted += olds.size();
     tier_->stats_.gc_bytes_reclaimed += *reclaimed;
     tier_->stats_.gc_keys_lost_race += lost;
@@ -271,7 +274,7 @@ Status BucketCompactor::CompactGroup(const Buckets& olds, uint64_t* reclaimed, B
 
 Status BucketCompactor::GiveUp(Group* group, Status why) {
   if (group->pinned) Unpin(group->olds);
-  std::lock_guard<std::mutex> lock(tier_->mu_);
+  MutexLock lock(&tier_->mu_);
   for (const auto& old : group->olds) old->compacting = false;
   return why;
 }
@@ -288,7 +291,7 @@ Status BucketCompactor::CollectLive(Group* group) {
     Status s = tier_->ReadBucketIndex(*olds[k], &indexes[k]);
     if (!s.ok()) return GiveUp(group, s);
   }
-  std::lock_guard<std::mutex> lock(tier_->mu_);
+  MutexLock lock(&tier_->mu_);
   for (size_t k = 0; k < olds.size(); k++) {
     for (BucketEntry& e : indexes[k]) {
       if (tier_->MapsToLocked(KeyFingerprint::Of(e.key), olds[k]->id, e.version)) {
@@ -338,7 +341,7 @@ Status BucketCompactor::WriteImage(Group* group) {
   fresh->file_size = file_size;
   fresh->opened_micros = tier_->env_->NowMicros();
   group->fresh = std::move(fresh);
-  std::lock_guard<std::mutex> st(tier_->stats_mu_);
+  MutexLock st(&tier_->stats_mu_);
   tier_->stats_.gc_bytes_rewritten += file_size;
   return Status::OK();
 }
@@ -410,7 +413,7 @@ void BucketCompactor::ListWritten(Group* group) {
 // ------------------------------------------------------------------ 3. validate and swap
 
 void BucketCompactor::ValidateAndSwap(Group* group, uint64_t* reclaimed, uint64_t* lost) {
-  std::lock_guard<std::mutex> lock(tier_->mu_);
+  MutexLock lock(&tier_->mu_);
   if (group->fresh != nullptr) SwapSurvivorsLocked(group, lost);
   // Entries that could not be read: dropped from the map so no one reads garbage (the
   // others no longer map to an old bucket).
@@ -434,6 +437,8 @@ void BucketCompactor::ValidateAndSwap(Group* group, uint64_t* reclaimed, uint64_
 }
 
 void BucketCompactor::SwapSurvivorsLocked(Group* group, uint64_t* lost) {
+  // REQUIRES (in the header, where SsdTier is incomplete): the tier's mu_ held.
+  tier_->mu_.AssertHeld();
   SsdBucket* fresh = group->fresh.get();
   tier_->checkpoint_backlog_ += group->written.size();
   for (const auto& old : group->olds) {

@@ -7,7 +7,7 @@ namespace kvengine {
 Status BucketFileCache::Get(uint64_t id, const std::string& path, Handle* file) {
   std::vector<Handle> closed;  // released after mu_: closing is a system call
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = files_.find(id);
     if (it != files_.end()) {
       lru_.splice(lru_.begin(), lru_, it->second.lru);
@@ -29,7 +29,7 @@ Status BucketFileCache::Get(uint64_t id, const std::string& path, Handle* file) 
     }
   }
   if (!s.ok()) return s;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   opens_++;
   InsertLocked(id, Handle(std::move(opened)), file);
   ShrinkLocked(capacity_, &closed);
@@ -38,7 +38,7 @@ Status BucketFileCache::Get(uint64_t id, const std::string& path, Handle* file) 
 
 void BucketFileCache::Insert(uint64_t id, std::unique_ptr<RandomAccessFile> file) {
   std::vector<Handle> closed;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Handle kept;
   InsertLocked(id, Handle(std::move(file)), &kept);
   kept.reset();  // not pinned by this call
@@ -46,7 +46,7 @@ void BucketFileCache::Insert(uint64_t id, std::unique_ptr<RandomAccessFile> file
 }
 
 BucketFileCache::Handle BucketFileCache::Erase(uint64_t id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = files_.find(id);
   if (it == files_.end()) return nullptr;
   Handle file = std::move(it->second.file);
@@ -57,17 +57,17 @@ BucketFileCache::Handle BucketFileCache::Erase(uint64_t id) {
 
 void BucketFileCache::CloseUnused() {
   std::vector<Handle> closed;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ShrinkLocked(0, &closed);
 }
 
 uint64_t BucketFileCache::open_files() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return files_.size();
 }
 
 uint64_t BucketFileCache::opens() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return opens_;
 }
 

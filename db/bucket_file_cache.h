@@ -15,11 +15,11 @@
 #include <cstdint>
 #include <list>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 
 #include "kvengine/env.h"
+#include "util/mutex.h"
 
 namespace kvengine {
 
@@ -58,18 +58,17 @@ class BucketFileCache {
     Handle file;
     std::list<uint64_t>::iterator lru;  // position in lru_
   };
-  // REQUIRES: mu_ held.  Adds (or keeps the already cached) file for `id`, marks it
-  // most recently used, closes unpinned files past capacity; *file: the cached one.
-  void InsertLocked(uint64_t id, Handle fresh, Handle* file);
-  // REQUIRES: mu_ held.  Closes least recently used unpinned files until at most `keep`
-  // remain (or only pinned ones).  The closed handles go to *closed, to be released
-  // once mu_ is let go.
-  void ShrinkLocked(uint64_t keep, std::vector<Handle>* closed);
+  // Adds (or keeps the already cached) file for `id`, marks it most recently used,
+  // closes unpinned files past capacity; *file: the cached one.
+  void InsertLocked(uint64_t id, Handle fresh, Handle* file) REQUIRES(mu_);
+  // Closes least recently used unpinned files until at most `keep` remain (or only
+  // pinned ones).  The closed handles go to *closed, to be released once mu_ is let go.
+  void ShrinkLocked(uint64_t keep, std::vector<Handle>* closed) REQUIRES(mu_);
 
   Env* const env_;
   const FileOptions options_;
   const uint64_t capacity_;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::unordered_map<uint64_t, Entry> files_;
   std::list<uint64_t> lru_;  // most recently used first
   uint64_t opens_ = 0;

@@ -10,6 +10,7 @@
 #include "util/config_parse.h"
 #include "util/hash.h"
 #include "util/logging.h"
+#include "util/mutex.h"
 #include "util/perf_point.h"
 
 namespace kvengine {
@@ -115,7 +116,7 @@ void MemoryTier::Evict(Item* victim) {
   if (eviction_handler_ != nullptr) {
     bool indexed;
     {
-      std::lock_guard<std::mutex> lock(shard.mu);
+      MutexLock lock(&shard.mu);
       indexed = shard.index.Contains(hash, victim);
     }
     if (indexed && !eviction_handler_->OnEvict(Slice(key.data(), key.size()),
@@ -129,7 +130,7 @@ void MemoryTier::Evict(Item* victim) {
   }
   bool dropped = false;
   {
-    std::lock_guard<std::mutex> lock(shard.mu);
+    MutexLock lock(&shard.mu);
     if (shard.index.Contains(hash, victim)) {
       UnindexLocked(shard, hash, victim);
       dropped = true;
@@ -194,7 +195,7 @@ Status MemoryTier::Commit(const Slice& key, Reservation* reservation, uint64_t* 
   Item* replaced = nullptr;
   {
     Shard& shard = ShardFor(hash);
-    std::lock_guard<std::mutex> lock(shard.mu);
+    MutexLock lock(&shard.mu);
     item->version = version_source_->fetch_add(1, std::memory_order_relaxed) + 1;
     replaced = shard.index.Find(key.view(), hash);
     if (replaced != nullptr) UnindexLocked(shard, hash, replaced);  // the same key: the same hash
@@ -224,12 +225,12 @@ bool MemoryTier::Pin(const Slice& key, bool wait, Handle* handle) {
   Shard& shard = ShardFor(hash);
   Item* item;
   {
-    std::unique_lock<std::mutex> lock(shard.mu, std::defer_lock);
     if (wait) {
-      lock.lock();
-    } else if (!lock.try_lock()) {
+      shard.mu.Lock();
+    } else if (!shard.mu.TryLock()) {
       return false;  // neither a hit nor a miss
     }
+    MutexLock lock(&shard.mu, std::adopt_lock);
     // The first item with the key's hash is the key's but once in 2^64: what the read
     // goes on to touch is prefetched as soon as the item is in, so that those misses
     // overlap the one of the key's bytes, which confirm it.
@@ -268,7 +269,7 @@ bool MemoryTier::Contains(const Slice& key) {
   PerfPoint perf(PerfKey::memory_contains);
   const uint64_t hash = Hash64(key.view());
   Shard& shard = ShardFor(hash);
-  std::lock_guard<std::mutex> lock(shard.mu);
+  MutexLock lock(&shard.mu);
   return shard.index.Find(key.view(), hash) != nullptr;
 }
 
@@ -283,7 +284,7 @@ void MemoryTier::ProbeBatch(std::span<const Slice> keys, Fn&& found) {
   if (n == 1) {  // nothing to group or overlap: spare the vectors below their allocations
     const uint64_t hash = Hash64(view(0));
     Shard& shard = ShardFor(hash);
-    std::lock_guard<std::mutex> lock(shard.mu);
+    MutexLock lock(&shard.mu);
     if (Item* item = shard.index.Find(view(0), hash)) found(0, item);
     return;
   }
@@ -314,7 +315,7 @@ void MemoryTier::ProbeBatch(std::span<const Slice> keys, Fn&& found) {
     auto each_locked = [&](auto&& stage) {  // stage(shard, i) for the wave's keys i
       for (size_t g = first; g < end;) {
         Shard& shard = ShardFor(hashes[order[g]]);
-        std::lock_guard<std::mutex> lock(shard.mu);
+        MutexLock lock(&shard.mu);
         do {
           stage(shard, order[g]);
         } while (++g < end && &ShardFor(hashes[order[g]]) == &shard);
@@ -375,7 +376,7 @@ bool MemoryTier::Erase(const Slice& key, const CheckHook& also) {
   Item* item = nullptr;
   bool found_elsewhere = false;
   {
-    std::lock_guard<std::mutex> lock(shard.mu);
+    MutexLock lock(&shard.mu);
     item = shard.index.Find(key.view(), hash);
     if (item != nullptr) UnindexLocked(shard, hash, item);
     if (also) found_elsewhere = also();
@@ -400,7 +401,7 @@ bool MemoryTier::Insert(const Slice& key, std::span<const Slice> parts, uint64_t
   item->refs.store(1, std::memory_order_relaxed);
   {
     Shard& shard = ShardFor(hash);
-    std::lock_guard<std::mutex> lock(shard.mu);
+    MutexLock lock(&shard.mu);
     if (shard.index.Find(key.view(), hash) == nullptr && still_valid()) {
       item->version = version;
       IndexLocked(shard, hash, item);
@@ -415,7 +416,7 @@ bool MemoryTier::Insert(const Slice& key, std::span<const Slice> parts, uint64_t
 void MemoryTier::WithKeyLocked(const Slice& key, const std::function<void(uint64_t)>& fn) {
   const uint64_t hash = Hash64(key.view());
   Shard& shard = ShardFor(hash);
-  std::lock_guard<std::mutex> lock(shard.mu);
+  MutexLock lock(&shard.mu);
   const Item* item = shard.index.Find(key.view(), hash);
   fn(item == nullptr ? 0 : item->version);
 }
@@ -427,7 +428,7 @@ uint64_t MemoryTier::EraseIf(const std::function<bool(std::string_view)>& pred) 
   for (Shard& shard : shards_) {
     doomed.clear();
     {
-      std::lock_guard<std::mutex> lock(shard.mu);
+      MutexLock lock(&shard.mu);
       shard.index.ForEach([&](Item* item, uint64_t hash) {
         if (pred(item->KeyString())) doomed.emplace_back(item, hash);
       });
@@ -441,7 +442,7 @@ uint64_t MemoryTier::EraseIf(const std::function<bool(std::string_view)>& pred) 
 
 void MemoryTier::ForEach(const std::function<void(std::string_view, uint64_t, uint64_t)>& fn) {
   for (Shard& shard : shards_) {
-    std::lock_guard<std::mutex> lock(shard.mu);
+    MutexLock lock(&shard.mu);
     shard.index.ForEach(
         [&](const Item* item, uint64_t) { fn(item->KeyString(), item->size, item->version); });
   }

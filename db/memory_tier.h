@@ -16,7 +16,6 @@
 #include <atomic>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -27,6 +26,7 @@
 #include "kvengine/options.h"
 #include "kvengine/slice.h"
 #include "kvengine/status.h"
+#include "util/mutex.h"
 #include "util/numa_arena.h"
 
 namespace kvengine {
@@ -186,7 +186,7 @@ class MemoryTier {
 
  private:
   struct Shard {
-    std::mutex mu;
+    Mutex mu;
     KeyIndex index;  // by Hash64 of the key
   };
 
@@ -210,10 +210,10 @@ class MemoryTier {
   // REQUIRES: the item is pinned, or indexed and its shard's lock held.
   void PrefetchForRead(const Item* item) const;
   // `hash` is Hash64 of the item's key.
-  // REQUIRES: shard.mu held; item's key not indexed.
-  void IndexLocked(Shard& shard, uint64_t hash, Item* item);
-  // REQUIRES: shard.mu held; item indexed.
-  void UnindexLocked(Shard& shard, uint64_t hash, Item* item);
+  // REQUIRES: item's key not indexed.
+  void IndexLocked(Shard& shard, uint64_t hash, Item* item) REQUIRES(shard.mu);
+  // REQUIRES: item indexed.
+  void UnindexLocked(Shard& shard, uint64_t hash, Item* item) REQUIRES(shard.mu);
 
   const Options options_;
   Logger* const logger_;

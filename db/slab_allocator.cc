@@ -121,27 +121,27 @@ uint64_t SlabAllocator::AllocationSize(uint64_t size) const {
 }
 
 uint64_t SlabAllocator::allocated_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return allocated_bytes_;
 }
 
 uint64_t SlabAllocator::item_array_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return item_array_bytes_ / sizeof(Item) * kItemIndexBytes;
 }
 
 uint64_t SlabAllocator::key_arena_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return keys_.mapped_bytes() + item_array_bytes_ / sizeof(Item) * Item::kKeyHead;
 }
 
 uint64_t SlabAllocator::free_slab_count() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return free_slabs_;
 }
 
 Item* SlabAllocator::Allocate(uint64_t size) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (size > slab_size_) return AllocateRun((size + slab_size_ - 1) / slab_size_);
   return AllocateInClass(ClassFor(size));
 }
@@ -278,14 +278,14 @@ void SlabAllocator::Unlink(Item* item) {
 void SlabAllocator::SetKey(Item* item, std::string_view key) {
   char* rest = nullptr;
   if (const size_t n = Item::RestSize(key.size()); n > 0) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     rest = keys_.Allocate(n);
   }
   item->SetKeyBytes(key, rest);
 }
 
 void SlabAllocator::Free(Item* item) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   assert(item->refs.load() == 0);
   Unlink(item);
   keys_.Free(item->key_rest, Item::RestSize(item->key_size));
@@ -332,7 +332,7 @@ void SlabAllocator::Touch(Item* item) {
   // epochs ago looks current and is not moved this once.  Read without mu_, both may
   // be stale: the cost is a relink more or fewer.
   if (!WillRelink(item)) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Item* head = &c.lru;
   Unlink(item);
   Link(item, Next(head));
@@ -361,7 +361,7 @@ void SlabAllocator::PinAndCollect(Item* item, std::vector<Item*>* victims) {
 }
 
 bool SlabAllocator::PickVictims(uint64_t size, std::vector<Item*>* victims) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const size_t before = victims->size();
   if (size <= slab_size_) {
     // The coldest value of the same class frees exactly the room needed.

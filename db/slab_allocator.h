@@ -18,13 +18,13 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string_view>
 #include <vector>
 
 #include "db/item.h"
 #include "db/key_arena.h"
 #include "util/huge_block_pool.h"
+#include "util/mutex.h"
 
 namespace kvengine {
 
@@ -89,8 +89,7 @@ class SlabAllocator {
   struct SizeClass;
 
   int ClassFor(uint64_t size) const;
-  // REQUIRES: mu_ held.
-  Item* AllocateInClass(int cls);
+  Item* AllocateInClass(int cls) REQUIRES(mu_);
   Item* AllocateRun(uint64_t slab_count);
   int64_t TakeFreeSlab();
   // Gives *slab a fresh item array of class cls.
@@ -105,7 +104,7 @@ class SlabAllocator {
   const uint64_t num_slabs_;
   std::vector<uint64_t> class_sizes_;
 
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::vector<Slab> slabs_;
   // Never resized: each class's LRU sentinel must keep its address.
   std::unique_ptr<SizeClass[]> classes_;

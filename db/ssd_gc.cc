@@ -17,26 +17,26 @@
 // (waited for without holding any lock), their files are deleted and their tombstones
 // dropped.
 #include <chrono>
-#include <mutex>
 
 #include "db/hole_plan.h"
 #include "db/ssd_bucket.h"
 #include "db/ssd_tier.h"
 #include "util/logging.h"
+#include "util/mutex.h"
 #include "util/perf_point.h"
 
 namespace kvengine {
 
 Status SsdTier::CompactBuckets(uint64_t* reclaimed) {
   PerfPoint perf(PerfKey::ssd_gc_round);
-  std::lock_guard<std::mutex> round(gc_mu_);
+  MutexLock round(&gc_mu_);
   if (reclaimed != nullptr) *reclaimed = 0;
   uint64_t punched = 0;
   Status first = PunchDeadExtents(&punched);
   if (reclaimed != nullptr) *reclaimed += punched;
   BucketCompactor::Buckets picked;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_) return Status::Aborted("SSD tier is closed");
     picked = compactor_.PickLocked();
   }
@@ -48,7 +48,7 @@ Status SsdTier::CompactBuckets(uint64_t* reclaimed) {
   // The old files go together: one directory sync and one tombstone-log rewrite per
   // round rather than per bucket.
   RetireBuckets(std::move(retired));
-  std::lock_guard<std::mutex> st(stats_mu_);
+  MutexLock st(&stats_mu_);
   stats_.gc_rounds++;
   return first;
 }
@@ -61,7 +61,7 @@ Status SsdTier::PunchDeadExtents(uint64_t* reclaimed) {
   };
   std::vector<Work> work;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_) return Status::Aborted("SSD tier is closed");
     for (const auto& [id, b] : buckets_) {
       if (b->dead_extents.size() <= b->dead_extents_parked) continue;
@@ -86,7 +86,7 @@ Status SsdTier::PunchDeadExtents(uint64_t* reclaimed) {
   // The tombstones first: a restart must never find a dead value's key pointing at a hole.
   Status s = log_->Sync();
   if (!s.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (Work& w : work) requeue(w.bucket.get(), w.extents);
     unpin();
     return s;
@@ -107,7 +107,7 @@ Status SsdTier::PunchDeadExtents(uint64_t* reclaimed) {
       bytes += holes[h].length;
       value_bytes += plan.holes[h].value_bytes;
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     w.bucket->punched_bytes += bytes;
     w.bucket->punched_value_bytes += value_bytes;
     auto it = buckets_.find(w.bucket->id);
@@ -129,7 +129,7 @@ Status SsdTier::PunchDeadExtents(uint64_t* reclaimed) {
   }
   unpin();
   {
-    std::lock_guard<std::mutex> st(stats_mu_);
+    MutexLock st(&stats_mu_);
     stats_.gc_bytes_punched += *reclaimed;
     stats_.gc_bytes_reclaimed += *reclaimed;
   }
@@ -144,12 +144,14 @@ Status SsdTier::PunchDeadExtents(uint64_t* reclaimed) {
 }
 
 void SsdTier::GcLoop() {
-  std::unique_lock<std::mutex> lock(gc_mu_);
+  MutexLock lock(&gc_mu_);
   while (!gc_stop_) {
-    gc_cv_.wait_for(lock, std::chrono::milliseconds(options_.gc_interval_ms),
-                    [this] { return gc_stop_; });
+    const auto round_at =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.gc_interval_ms);
+    while (!gc_stop_ && gc_cv_.WaitUntil(&gc_mu_, round_at)) {
+    }
     if (gc_stop_) break;
-    lock.unlock();
+    lock.Unlock();
     uint64_t reclaimed = 0;
     CompactBuckets(&reclaimed);
     if (reclaimed > 0) {
@@ -162,7 +164,7 @@ void SsdTier::GcLoop() {
     if (!c.ok() && !c.IsAborted()) {
       logger_->Logf(LogLevel::kWarn, "map checkpoint not written: %s", c.ToString().c_str());
     }
-    lock.lock();
+    lock.Lock();
   }
 }
 

@@ -34,6 +34,7 @@
 #include "db/ssd_tier.h"
 #include "util/coding.h"
 #include "util/logging.h"
+#include "util/mutex.h"
 #include "util/perf_point.h"
 
 namespace kvengine {
@@ -106,7 +107,7 @@ void SsdTier::LoadCheckpoint(const std::vector<uint64_t>& ids, std::vector<uint6
     map_.Clear();
     logger_->Logf(LogLevel::kWarn, "map checkpoint %s/%s not used (%s): reading every bucket",
                   dir_.c_str(), MapCheckpoint::kFileName, why.c_str());
-    std::lock_guard<std::mutex> st(stats_mu_);
+    MutexLock st(&stats_mu_);
     stats_.checkpoint_rejected = 1;
     return;
   }
@@ -165,7 +166,7 @@ void SsdTier::LoadCheckpoint(const std::vector<uint64_t>& ids, std::vector<uint6
   next_bucket_id_ = std::max(next_bucket_id_, cp.next_bucket_id);
   recovered_max_version_ = std::max(recovered_max_version_, cp.max_version);
   checkpoint_on_disk_ = true;
-  std::lock_guard<std::mutex> st(stats_mu_);
+  MutexLock st(&stats_mu_);
   stats_.checkpoint_keys = map_.size();
 }
 
@@ -234,7 +235,7 @@ Status SsdTier::Quarantine(const std::string& name, const Status& why) {
                 why.ToString().c_str(),
                 s.ok() ? "" : (" (move failed: " + s.ToString() + ")").c_str());
   {
-    std::lock_guard<std::mutex> st(stats_mu_);
+    MutexLock st(&stats_mu_);
     stats_.quarantined_buckets++;
   }
   if (!s.ok()) {
@@ -293,7 +294,7 @@ Status SsdTier::Recover() {
   // never follow a torn tail.
   s = TombstoneLog::Create(base_env_, dir_, TombstonesLocked(), &log_);
   if (!s.ok()) return s;
-  std::lock_guard<std::mutex> st(stats_mu_);
+  MutexLock st(&stats_mu_);
   stats_.recovered_keys = map_.size();
   stats_.torn_tombstone_bytes = report.torn_bytes;
   stats_.damaged_tombstone_bytes = report.damaged_bytes;

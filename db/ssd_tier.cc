@@ -11,6 +11,7 @@
 #include "util/grace_period.h"
 #include "util/hash.h"
 #include "util/logging.h"
+#include "util/mutex.h"
 #include "util/perf_point.h"
 
 namespace kvengine {
@@ -36,7 +37,7 @@ class SsdTier::ImagePool {
   // An image of exactly the standard size, recycled when one is free.
   Status Get(AlignedBuffer* image) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (!free_.empty()) {
         *image = std::move(free_.back());
         free_.pop_back();
@@ -49,7 +50,7 @@ class SsdTier::ImagePool {
     return Status::OK();
   }
   void Put(AlignedBuffer image) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (image.capacity() == RoundUpTo(image_bytes_, AlignedBuffer::kAlignment) &&
         free_.size() < kKeep) {
       free_.push_back(std::move(image));
@@ -60,7 +61,7 @@ class SsdTier::ImagePool {
  private:
   static constexpr size_t kKeep = 5;  // the open bucket, three sealed ones, one being read
   const uint64_t image_bytes_;
-  std::mutex mu_;
+  Mutex mu_;
   std::vector<AlignedBuffer> free_;
 };
 
@@ -94,7 +95,7 @@ Status SsdTier::Open(const Options& options, const std::string& dir, Env* env, L
   if (!s.ok()) {
     // Nothing was started and the tombstone log may not be open: the destructor must
     // not flush what recovery left half-built.
-    std::lock_guard<std::mutex> lock(tier->mu_);
+    MutexLock lock(&tier->mu_);
     tier->stopping_ = true;
     return s;
   }
@@ -111,23 +112,23 @@ SsdTier::~SsdTier() { Close(); }
 Status SsdTier::Close() {
   Status s;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_) return Status::OK();
   }
   const uint64_t start = env_->NowMicros();
   s = Flush();
   {
-    std::lock_guard<std::mutex> lock(gc_mu_);
+    MutexLock lock(&gc_mu_);
     gc_stop_ = true;
   }
-  gc_cv_.notify_all();
+  gc_cv_.NotifyAll();
   if (gc_.joinable()) gc_.join();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
-  writer_cv_.notify_all();
-  written_cv_.notify_all();
+  writer_cv_.NotifyAll();
+  written_cv_.NotifyAll();
   for (std::thread& w : writers_) w.join();
   writers_.clear();
   closer_.Drain();  // no retired file stays open past Close
@@ -156,7 +157,7 @@ Status SsdTier::Stage(const Slice& key, std::span<const Slice> parts, uint64_t s
   std::shared_ptr<SsdBucket> bucket;
   uint64_t offset = 0;
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_) return Status::Aborted("SSD tier is closed");
     if (!SsdIndex::Fits(SsdLocation{next_bucket_id_, 0, size, 0, 0})) {
       return Status::NoSpace("a value of " + std::to_string(size) +
@@ -170,16 +171,17 @@ Status SsdTier::Stage(const Slice& key, std::span<const Slice> parts, uint64_t s
     }
     // Backpressure: wait while the writer is behind.  A writer out of file descriptors
     // will not catch up by waiting: that fails at once, naming the cause.
-    auto out_of_descriptors = [this] {
+    auto out_of_descriptors = [this]() REQUIRES(mu_) {
       return sealed_.size() >= kMaxSealedBuckets && IsTooManyOpenFiles(writer_error_);
     };
-    if (!written_cv_.wait_for(lock, kStageWait,
-                              [&] {
-                                return sealed_.size() < kMaxSealedBuckets || stopping_ ||
-                                       out_of_descriptors();
-                              }) ||
-        out_of_descriptors()) {
-      std::lock_guard<std::mutex> s(stats_mu_);
+    auto has_room = [&]() REQUIRES(mu_) {
+      return sealed_.size() < kMaxSealedBuckets || stopping_ || out_of_descriptors();
+    };
+    const auto stage_deadline = std::chrono::steady_clock::now() + kStageWait;
+    while (!has_room() && written_cv_.WaitUntil(&mu_, stage_deadline)) {
+    }
+    if (!has_room() || out_of_descriptors()) {
+      MutexLock s(&stats_mu_);
       stats_.offload_failures++;
       if (out_of_descriptors()) {
         return Status::IOError(
@@ -193,9 +195,9 @@ Status SsdTier::Stage(const Slice& key, std::span<const Slice> parts, uint64_t s
     if (open_ == nullptr) {
       const uint64_t capacity =
           std::max<uint64_t>(bucket_bytes_, kBucketHeaderSize + RoundUpTo(size, kBucketAlignment));
-      Status s = MakeRoomLocked(capacity, &lock);
+      Status s = MakeRoomLocked(capacity);
       if (!s.ok()) {
-        std::lock_guard<std::mutex> st(stats_mu_);
+        MutexLock st(&stats_mu_);
         stats_.offload_failures++;
         return s;
       }
@@ -234,7 +236,7 @@ Status SsdTier::Stage(const Slice& key, std::span<const Slice> parts, uint64_t s
 }
 
 void SsdTier::Commit(Ticket* ticket, uint64_t version) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   SsdBucket* b = ticket->bucket_.get();
   const KeyFingerprint fp = KeyFingerprint::Of(ticket->key_);
   SsdLocation cur;
@@ -245,7 +247,7 @@ void SsdTier::Commit(Ticket* ticket, uint64_t version) {
       b->staging--;
       b->total_bytes += ticket->size_;
       b->deleted_bytes += ticket->size_;
-      written_cv_.notify_all();
+      written_cv_.NotifyAll();
       ticket->bucket_.reset();
       return;
     }
@@ -265,20 +267,20 @@ void SsdTier::Commit(Ticket* ticket, uint64_t version) {
   max_version_ = std::max(max_version_, version);
   map_.Put(fp, SsdLocation{b->id, e.offset, e.size, version, e.checksum});
   {
-    std::lock_guard<std::mutex> s(stats_mu_);
+    MutexLock s(&stats_mu_);
     stats_.offloads++;
     stats_.offload_bytes += e.size;
   }
   if (b == open_.get() && b->keys >= options_.bucket_keys_limit) SealOpenLocked();
-  written_cv_.notify_all();  // a sealed bucket may be waiting for its last ticket
+  written_cv_.NotifyAll();  // a sealed bucket may be waiting for its last ticket
   ticket->bucket_.reset();
 }
 
 void SsdTier::Abort(Ticket* ticket) {
   if (!ticket->valid()) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ticket->bucket_->staging--;
-  written_cv_.notify_all();
+  written_cv_.NotifyAll();
   ticket->bucket_.reset();
 }
 
@@ -329,7 +331,7 @@ bool SsdTier::MapsToLocked(const KeyFingerprint& fp, uint64_t bucket, uint64_t v
 
 bool SsdTier::HasVersion(const Slice& key, uint64_t version) {
   const KeyFingerprint fp = KeyFingerprint::Of(std::string_view(key.data(), key.size()));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   SsdLocation loc;
   return map_.Find(fp, &loc) && loc.version == version;
 }
@@ -341,13 +343,13 @@ bool SsdTier::Contains(const Slice& key) {
 
 bool SsdTier::Locate(const Slice& key, SsdLocation* location) {
   const KeyFingerprint fp = KeyFingerprint::Of(std::string_view(key.data(), key.size()));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return map_.Find(fp, location);
 }
 
 void SsdTier::EraseOlderThan(const Slice& key, uint64_t version) {
   const KeyFingerprint fp = KeyFingerprint::Of(std::string_view(key.data(), key.size()));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   SsdLocation loc;
   if (map_.Find(fp, &loc) && loc.version < version) {
     RemoveLocked(key.ToString(), fp, loc, /*tombstone=*/true);
@@ -356,7 +358,7 @@ void SsdTier::EraseOlderThan(const Slice& key, uint64_t version) {
 
 bool SsdTier::Erase(const Slice& key) {
   const KeyFingerprint fp = KeyFingerprint::Of(std::string_view(key.data(), key.size()));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   SsdLocation loc;
   if (!map_.Find(fp, &loc)) return false;
   RemoveLocked(key.ToString(), fp, loc, /*tombstone=*/true);
@@ -366,11 +368,11 @@ bool SsdTier::Erase(const Slice& key) {
 void SsdTier::ForEachKey(const std::function<void(const std::string&)>& fn) {
   // No compaction moves a key between buckets meanwhile, so a key alive in a bucket read
   // below is found there (an eviction may still drop it: then it is gone anyway).
-  std::lock_guard<std::mutex> round(gc_mu_);
+  MutexLock round(&gc_mu_);
   std::vector<std::shared_ptr<SsdBucket>> on_disk;
   std::vector<std::string> keys;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (const auto& [id, b] : buckets_) {
       if (b->state == SsdBucket::State::kOnDisk) {
         on_disk.push_back(b);
@@ -386,7 +388,7 @@ void SsdTier::ForEachKey(const std::function<void(const std::string&)>& fn) {
     std::vector<BucketEntry> entries;
     Status s = ReadBucketIndex(*b, &entries);
     if (!s.ok()) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (buckets_.count(b->id) == 0) continue;  // evicted meanwhile: its keys are gone
       logger_->Logf(LogLevel::kError, "listing keys: bucket %llu: %s",
                     static_cast<unsigned long long>(b->id), s.ToString().c_str());
@@ -394,7 +396,7 @@ void SsdTier::ForEachKey(const std::function<void(const std::string&)>& fn) {
     }
     keys.clear();
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       for (BucketEntry& e : entries) {
         if (MapsToLocked(KeyFingerprint::Of(e.key), b->id, e.version)) {
           keys.push_back(std::move(e.key));
@@ -421,7 +423,7 @@ void SsdTier::MultiGet(std::span<Read> reads, bool verify_checksums, const ReadD
   // only once every read that might have found it has finished.
   GracePeriodReader in_flight(&readers_);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (size_t i = 0; i < reads.size(); i++) {
       Read& r = reads[i];
       SsdLocation loc;
@@ -517,7 +519,7 @@ void SsdTier::MultiGet(std::span<Read> reads, bool verify_checksums, const ReadD
       if (--outstanding[j] == 0) finish(j);
     });
   }
-  std::lock_guard<std::mutex> s(stats_mu_);
+  MutexLock s(&stats_mu_);
   for (const Pending& p : pending) {
     const Read& r = reads[p.read];
     if (r.status.ok()) {
@@ -536,15 +538,15 @@ void SsdTier::SealOpenLocked() {
   open_->state = SsdBucket::State::kSealed;
   sealed_.push_back(open_);
   open_.reset();
-  writer_cv_.notify_all();
+  writer_cv_.NotifyAll();
 }
 
 Status SsdTier::WriteBucket(const std::shared_ptr<SsdBucket>& bucket) {
   PerfPoint perf(PerfKey::ssd_bucket_write);
   std::vector<BucketEntry> entries;
   {
-    std::unique_lock<std::mutex> lock(mu_);
-    written_cv_.wait(lock, [&] { return bucket->staging == 0; });
+    MutexLock lock(&mu_);
+    while (bucket->staging != 0) written_cv_.Wait(&mu_);
     // Only values the map still reaches go into the index; the rest are dead already.
     for (const BucketEntry& e : bucket->staged) {
       if (MapsToLocked(KeyFingerprint::Of(e.key), bucket->id, e.version)) entries.push_back(e);
@@ -554,7 +556,7 @@ Status SsdTier::WriteBucket(const std::shared_ptr<SsdBucket>& bucket) {
   std::unique_ptr<BucketReader> reader;
   Status s = WriteBucketFile(*bucket->builder, entries, &file_size, &reader);
   if (!s.ok()) return s;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   used_bytes_ -= bucket->builder->capacity();
   used_bytes_ += file_size;
   checkpoint_backlog_ += entries.size();
@@ -632,12 +634,14 @@ std::shared_ptr<SsdBucket> SsdTier::NextToWriteLocked() {
 }
 
 void SsdTier::WriterLoop(int index) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   uint64_t last_tombstone_sync = env_->NowMicros();
   while (true) {
     const auto tick = std::chrono::milliseconds(
         std::max<uint64_t>(10, std::min<uint64_t>(options_.bucket_flush_timeout_ms, 100)));
-    writer_cv_.wait_for(lock, tick, [this] { return stopping_ || NextToWriteLocked() != nullptr; });
+    const auto tick_end = std::chrono::steady_clock::now() + tick;
+    while (!stopping_ && NextToWriteLocked() == nullptr && writer_cv_.WaitUntil(&mu_, tick_end)) {
+    }
     const uint64_t now = env_->NowMicros();
     if (index == 0) {  // the housekeeping is the first writer's
       if (open_ != nullptr && open_->keys > 0 &&
@@ -647,12 +651,12 @@ void SsdTier::WriterLoop(int index) {
       if (options_.tombstone_sync_interval_ms > 0 &&
           now - last_tombstone_sync >= options_.tombstone_sync_interval_ms * 1000) {
         last_tombstone_sync = now;
-        lock.unlock();
+        lock.Unlock();
         Status s = log_->Sync();
         if (!s.ok()) {
           logger_->Logf(LogLevel::kError, "tombstone log sync: %s", s.ToString().c_str());
         }
-        lock.lock();
+        lock.Lock();
       }
     }
     std::shared_ptr<SsdBucket> bucket = NextToWriteLocked();
@@ -661,12 +665,12 @@ void SsdTier::WriterLoop(int index) {
       continue;
     }
     bucket->writing = true;
-    lock.unlock();
+    lock.Unlock();
     Status s = WriteBucket(bucket);
-    lock.lock();
+    lock.Lock();
     bucket->writing = false;
     {
-      std::lock_guard<std::mutex> st(stats_mu_);
+      MutexLock st(&stats_mu_);
       if (s.ok()) {
         stats_.bucket_writes++;
       } else {
@@ -684,27 +688,29 @@ void SsdTier::WriterLoop(int index) {
       logger_->Logf(LogLevel::kError, "writing bucket %llu failed: %s",
                     static_cast<unsigned long long>(bucket->id), s.ToString().c_str());
     }
-    written_cv_.notify_all();
+    written_cv_.NotifyAll();
     if (!s.ok()) {
       if (stopping_) return;  // give up: the bucket stays unwritten
-      writer_cv_.wait_for(lock, kWriteRetryDelay, [this] { return stopping_; });
+      const auto retry_at = std::chrono::steady_clock::now() + kWriteRetryDelay;
+      while (!stopping_ && writer_cv_.WaitUntil(&mu_, retry_at)) {
+      }
     }
   }
 }
 
 Status SsdTier::Flush() {
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_) return Status::Aborted("SSD tier is closed");
     if (open_ != nullptr && (open_->keys > 0 || open_->staging > 0)) SealOpenLocked();
     if (sealed_.empty()) {
       // nothing pending
     } else {
       const uint64_t target = sealed_.back()->id;
-      written_cv_.wait(lock, [&] {
-        return sealed_.empty() || sealed_.front()->id > target || stopping_ ||
-               (sealed_.front()->write_failed && !writer_error_.ok());
-      });
+      while (!(sealed_.empty() || sealed_.front()->id > target || stopping_ ||
+               (sealed_.front()->write_failed && !writer_error_.ok()))) {
+        written_cv_.Wait(&mu_);
+      }
       if (!sealed_.empty() && sealed_.front()->id <= target) {
         return writer_error_.ok() ? Status::Aborted("SSD tier closed during Flush") : writer_error_;
       }
@@ -715,7 +721,7 @@ Status SsdTier::Flush() {
 
 // ------------------------------------------------------------------ space
 
-Status SsdTier::MakeRoomLocked(uint64_t bytes, std::unique_lock<std::mutex>* lock) {
+Status SsdTier::MakeRoomLocked(uint64_t bytes) {
   if (used_bytes_ + bytes <= options_.ssd_capacity_bytes) return Status::OK();
   const bool may_evict =
       !options_.disable_ssd_eviction && options_.ssd_eviction != SsdEviction::kNone;
@@ -759,13 +765,13 @@ Status SsdTier::MakeRoomLocked(uint64_t bytes, std::unique_lock<std::mutex>* loc
     used_bytes_ -= v->allocated_bytes();
   }
   {
-    std::lock_guard<std::mutex> st(stats_mu_);
+    MutexLock st(&stats_mu_);
     stats_.evicted_buckets += victims.size();
     stats_.evicted_keys += evicted_keys;
   }
-  lock->unlock();
+  mu_.Unlock();  // the caller's MutexLock holds it again before it returns
   RetireBuckets(std::move(victims));
-  lock->lock();
+  mu_.Lock();
   return Status::OK();
 }
 
@@ -818,7 +824,7 @@ void SsdTier::RetireBuckets(std::vector<std::shared_ptr<SsdBucket>> retired) {
   }
   base_env_->SyncDir(dir_);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (uint64_t id : ids) tombstones_.erase(id);
   }
   Status s = RewriteTombstones();
@@ -828,7 +834,7 @@ void SsdTier::RetireBuckets(std::vector<std::shared_ptr<SsdBucket>> retired) {
 Status SsdTier::RewriteTombstones() {
   // Holding mu_ keeps Add() (always under mu_) from slipping between the snapshot and
   // the rewrite.
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return log_->Rewrite(TombstonesLocked());
 }
 
@@ -889,7 +895,7 @@ MapCheckpoint::Contents SsdTier::CheckpointContentsLocked(uint32_t flags) const 
 }
 
 Status SsdTier::WriteCheckpoint() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!options_.ssd_map_checkpoint) return MapCheckpoint::Remove(base_env_, dir_);
   const bool pending = !sealed_.empty() || (open_ != nullptr && open_->keys > 0);
   if (pending || !duplicates_.empty()) {
@@ -910,7 +916,7 @@ Status SsdTier::WriteCheckpoint() {
   checkpoint_on_disk_ = s.ok();
   if (s.ok()) {
     checkpoint_backlog_ = 0;
-    std::lock_guard<std::mutex> st(stats_mu_);
+    MutexLock st(&stats_mu_);
     stats_.checkpoint_writes++;
   }
   return s;
@@ -920,7 +926,7 @@ Status SsdTier::MaybeWriteCheckpointWhileRunning() {
   MapCheckpoint::Contents cp;
   uint64_t backlog = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!options_.ssd_map_checkpoint || stopping_ || !duplicates_.empty() ||
         checkpoint_backlog_ < CheckpointBacklogLimitLocked()) {
       return Status::OK();
@@ -937,7 +943,7 @@ Status SsdTier::MaybeWriteCheckpointWhileRunning() {
   for (size_t i = 0; s.ok() && i < SsdIndex::kShardCount; i++) {
     SsdIndex::ShardImage image;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (stopping_) return Status::Aborted("SSD tier is closing");
       image = map_.GetShardImage(i);
       copy.assign(image.slots, image.slots + image.capacity * SsdIndex::kSlotBytes);
@@ -949,7 +955,7 @@ Status SsdTier::MaybeWriteCheckpointWhileRunning() {
   {
     // The punched state as it is now (the keys of buckets gone since are dropped at
     // Open); the counts are recounted from the map at Open.
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     std::erase_if(cp.buckets, [&](MapCheckpoint::Bucket& r) {
       auto it = buckets_.find(r.id);
       if (it == buckets_.end()) return true;
@@ -958,12 +964,12 @@ Status SsdTier::MaybeWriteCheckpointWhileRunning() {
     });
   }
   s = writer.Finish(cp.buckets);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (s.ok()) {
     checkpoint_on_disk_ = true;
     checkpoint_backlog_ -= std::min(checkpoint_backlog_, backlog);
     {
-      std::lock_guard<std::mutex> st(stats_mu_);
+      MutexLock st(&stats_mu_);
       stats_.checkpoint_writes++;
     }
     logger_->Logf(LogLevel::kInfo, "map checkpoint of %llu keys written in %.3f s",
@@ -978,10 +984,10 @@ Status SsdTier::MaybeWriteCheckpointWhileRunning() {
 SsdTier::Stats SsdTier::GetStats() const {
   Stats s;
   {
-    std::lock_guard<std::mutex> st(stats_mu_);
+    MutexLock st(&stats_mu_);
     s = stats_;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   s.keys = map_.size();
   s.used_bytes = used_bytes_;
   s.capacity_bytes = options_.ssd_capacity_bytes;

@@ -53,6 +53,7 @@
 #include "table/bucket_builder.h"
 #include "table/bucket_reader.h"
 #include "util/grace_period.h"
+#include "util/mutex.h"
 #include "util/worker_thread.h"
 
 namespace kvengine {
@@ -244,34 +245,34 @@ class SsdTier {
   // or more.  Shards are copied one at a time under mu_ (a few ms each), so the file is
   // kPartial (db/map_checkpoint.h).
   Status MaybeWriteCheckpointWhileRunning();
-  // REQUIRES: mu_ held.
-  uint64_t CheckpointBacklogLimitLocked() const;
-  // The header fields and bucket table of a checkpoint of the state now.  REQUIRES: mu_.
-  MapCheckpoint::Contents CheckpointContentsLocked(uint32_t flags) const;
+  uint64_t CheckpointBacklogLimitLocked() const REQUIRES(mu_);
+  // The header fields and bucket table of a checkpoint of the state now.
+  MapCheckpoint::Contents CheckpointContentsLocked(uint32_t flags) const REQUIRES(mu_);
   // ---------------------------------------------------------------- running
   void WriterLoop(int index);
-  // REQUIRES: mu_ held.  The oldest sealed bucket no writer has taken, or null.
-  std::shared_ptr<SsdBucket> NextToWriteLocked();
+  // The oldest sealed bucket no writer has taken, or null.
+  std::shared_ptr<SsdBucket> NextToWriteLocked() REQUIRES(mu_);
   void GcLoop();
-  // REQUIRES: mu_ held.
-  void SealOpenLocked();
-  Status MakeRoomLocked(uint64_t bytes, std::unique_lock<std::mutex>* lock);
+  void SealOpenLocked() REQUIRES(mu_);
+  // Releases mu_ while it retires the buckets it evicts, and takes it again.
+  Status MakeRoomLocked(uint64_t bytes) REQUIRES(mu_);
   void TombstoneLocked(const std::string& key, const SsdLocation& loc);
   // Queues the blocks of a dead value in `bucket` (on disk) for the next GC round to
   // punch a hole over, when gc_punch_holes is on.  REQUIRES: mu_ held (or Recover()).
   void QueueHoleLocked(SsdBucket* bucket, uint64_t offset, uint64_t size);
   // Removes key (whose fingerprint is fp, found at loc) from the map: its bucket counts
-  // it deleted, and with `tombstone` the log records it.  REQUIRES: mu_ held.
+  // it deleted, and with `tombstone` the log records it.
   void RemoveLocked(const std::string& key, const KeyFingerprint& fp, const SsdLocation& loc,
-                    bool tombstone);
-  // Whether key (fingerprint fp) maps to `bucket` with `version`.  REQUIRES: mu_ held.
-  bool MapsToLocked(const KeyFingerprint& fp, uint64_t bucket, uint64_t version) const;
+                    bool tombstone) REQUIRES(mu_);
+  // Whether key (fingerprint fp) maps to `bucket` with `version`.
+  bool MapsToLocked(const KeyFingerprint& fp, uint64_t bucket, uint64_t version) const
+      REQUIRES(mu_);
   // Heap bytes a key copy takes besides its std::string (none for a short key).
   static uint64_t KeyHeapBytes(const std::string& key);
   uint64_t IndexBytesLocked() const;
   // Removes from map_ every key whose value lies in `bucket` (evicted); returns how many.
-  // Reads the bucket's index from its file.  REQUIRES: mu_ held.
-  uint64_t EraseKeysOfLocked(const SsdBucket& bucket);
+  // Reads the bucket's index from its file.
+  uint64_t EraseKeysOfLocked(const SsdBucket& bucket) REQUIRES(mu_);
   // Reads bucket's index (kept on disk only) through the file cache.
   Status ReadBucketIndex(const SsdBucket& bucket, std::vector<BucketEntry>* entries);
   Status WriteBucket(const std::shared_ptr<SsdBucket>& bucket);
@@ -290,16 +291,16 @@ class SsdTier {
   // the pool when the last holder lets go.
   Status NewBuilder(uint64_t id, uint64_t capacity, std::shared_ptr<BucketBuilder>* result);
   // Retires buckets already removed from the table: waits for their readers, deletes
-  // their files, drops their tombstones.  REQUIRES: mu_ not held.
+  // their files, drops their tombstones.
   // Takes the caller's references, so that the last one is dropped off this thread.
-  void RetireBuckets(std::vector<std::shared_ptr<SsdBucket>> retired);
+  void RetireBuckets(std::vector<std::shared_ptr<SsdBucket>> retired) EXCLUDES(mu_);
   Status RewriteTombstones();
   // Every tombstone kept for the log, of every bucket.  REQUIRES: mu_ held (or Recover()).
   std::vector<TombstoneLog::Record> TombstonesLocked() const;
   // ssd_gc.cc
   // Syncs the tombstone log, waits for the reads that may still see the dead values,
   // and punches holes over them.  Adds the bytes given back to *reclaimed.
-  Status PunchDeadExtents(uint64_t* reclaimed);
+  Status PunchDeadExtents(uint64_t* reclaimed) REQUIRES(gc_mu_);
   std::string BucketPath(uint64_t id) const;
   // Bucket `id`'s open file, from the cache (opened if it is not there).
   Status BucketFile(uint64_t id, BucketFileCache::Handle* file) {
@@ -330,9 +331,9 @@ class SsdTier {
   class ImagePool;
   std::shared_ptr<ImagePool> image_pool_;
 
-  mutable std::mutex mu_;
-  std::condition_variable writer_cv_;   // sealed buckets to write, or stop
-  std::condition_variable written_cv_;  // a bucket was written (or failed), staging done
+  mutable Mutex mu_;
+  CondVar writer_cv_;   // sealed buckets to write, or stop
+  CondVar written_cv_;  // a bucket was written (or failed), staging done
   SsdIndex map_;                        // the object map
   std::map<uint64_t, std::shared_ptr<SsdBucket>> buckets_;  // every bucket not retired
   std::shared_ptr<SsdBucket> open_;                         // accepting Stage(), or null
@@ -347,14 +348,14 @@ class SsdTier {
   bool stopping_ = false;
   Status writer_error_;  // the last failure of the writer, cleared by a success
 
-  std::mutex gc_mu_;  // one GC round at a time
-  std::condition_variable gc_cv_;
+  Mutex gc_mu_;  // one GC round at a time
+  CondVar gc_cv_;
   bool gc_stop_ = false;
 
   GracePeriod readers_;          // MultiGet calls, for PunchDeadExtents
-  bool punch_supported_ = true;  // cleared when the filesystem refuses; guarded by gc_mu_
+  bool punch_supported_ GUARDED_BY(gc_mu_) = true;  // cleared when the filesystem refuses
 
-  mutable std::mutex stats_mu_;
+  mutable Mutex stats_mu_;
   Stats stats_;
 
   std::vector<std::thread> writers_;

@@ -2,6 +2,7 @@
 
 #include "util/coding.h"
 #include "util/hash.h"
+#include "util/mutex.h"
 
 namespace kvengine {
 
@@ -119,7 +120,7 @@ Status TombstoneLog::Create(Env* env, const std::string& dir, const std::vector<
                             std::unique_ptr<TombstoneLog>* result) {
   result->reset();
   std::unique_ptr<TombstoneLog> log(new TombstoneLog(env, dir));
-  std::lock_guard<std::mutex> lock(log->mu_);
+  MutexLock lock(&log->mu_);
   Status s = log->OpenLocked(records);
   if (!s.ok()) return s;
   result->reset(log.release());
@@ -146,12 +147,12 @@ Status TombstoneLog::OpenLocked(const std::vector<Record>& records) {
 }
 
 void TombstoneLog::Add(const Record& record) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Encode(record, &pending_);
 }
 
 Status TombstoneLog::Sync() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (file_ == nullptr) return Status::IOError("tombstone log is not open");
   if (!pending_.empty()) {
     Status s = file_->Append(Slice(pending_));
@@ -162,7 +163,7 @@ Status TombstoneLog::Sync() {
 }
 
 Status TombstoneLog::Rewrite(const std::vector<Record>& records) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (file_ != nullptr) file_->Close();
   file_.reset();
   return OpenLocked(records);

@@ -21,12 +21,12 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "kvengine/env.h"
+#include "util/mutex.h"
 
 namespace kvengine {
 
@@ -77,13 +77,13 @@ class TombstoneLog {
   // Decodes the record starting at in[pos] into *record and stores its encoded size in
   // *length; false when no valid record starts there.
   static bool DecodeAt(std::string_view in, size_t pos, Record* record, size_t* length);
-  Status OpenLocked(const std::vector<Record>& records);
+  Status OpenLocked(const std::vector<Record>& records) REQUIRES(mu_);
 
   Env* const env_;
   const std::string dir_;
-  std::mutex mu_;
-  std::unique_ptr<WritableFile> file_;  // guarded by mu_
-  std::string pending_;                 // guarded by mu_
+  Mutex mu_;
+  std::unique_ptr<WritableFile> file_ GUARDED_BY(mu_);
+  std::string pending_ GUARDED_BY(mu_);
 };
 
 }  // namespace kvengine

@@ -72,6 +72,8 @@ class CAPABILITY("shared_mutex") SharedMutex {
 class SCOPED_CAPABILITY MutexLock {
  public:
   explicit MutexLock(Mutex* mu) ACQUIRE(mu) : mu_(mu) { mu_->Lock(); }
+  // Takes over a lock the caller already holds (std::adopt_lock).
+  MutexLock(Mutex* mu, std::adopt_lock_t) REQUIRES(mu) : mu_(mu) {}
   ~MutexLock() RELEASE() {
     if (held_) mu_->Unlock();
   }
