@@ -59,8 +59,9 @@ Status AttachToOwner(const Options& options, Env* env, const std::string& path,
   std::string socket_path;
   if (!ReadLocalSocketRecord(env, path, &socket_path).ok()) return locked;
   Status attached = DB::Attach(options, socket_path, db);
-  return attached.ok() ? attached
-                       : Status::Busy(locked.ToString(), "attaching failed: " + attached.ToString());
+  return attached.ok()
+             ? attached
+             : Status::Busy(locked.ToString(), "attaching failed: " + attached.ToString());
 }
 
 }  // namespace
@@ -84,7 +85,8 @@ Status DB::Open(const Options& options, const std::string& path, std::unique_ptr
   std::unique_ptr<ClusterDB> cluster;
   s = ClusterDB::Create(effective, &cluster);
   if (!s.ok()) return s;
-  if (cluster != nullptr) effective.memory_registrar = cluster->Registrar(effective.memory_registrar);
+  if (cluster != nullptr)
+    effective.memory_registrar = cluster->Registrar(effective.memory_registrar);
 
   auto local = std::make_unique<DBImpl>(effective, path);
   DBImpl* const engine = local.get();  // lives as long as the layers over it

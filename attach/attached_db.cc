@@ -36,12 +36,6 @@ Status CheckBuffers(GpuIo* gpu, const Slice& key, const std::vector<Buffer>& buf
   return s.ok() ? s : ForKey(key, s);
 }
 
-uint64_t PartsTotal(const ValueParts& parts) {
-  uint64_t n = 0;
-  for (const Slice& p : parts) n += p.size();
-  return n;
-}
-
 }  // namespace
 
 AttachedDB::AttachedDB(const Options& options, std::string socket_path)
@@ -599,7 +593,7 @@ void AttachedDB::PlanPut(GpuIo* gpu, std::span<const Slice> keys,
     }
     plan->index.push_back(i);
     plan->keys.push_back(keys[i]);
-    plan->sizes.push_back(PartsTotal(values[i]));
+    plan->sizes.push_back(PartsSize(values[i]));
     plan->devices.push_back(device);
   }
 }

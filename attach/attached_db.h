@@ -204,7 +204,7 @@ class AttachedDB final : public DB {
   size_t open_ = 0;                    // connections idle or in use
   uint64_t generation_ = 0;            // bumped by every loss: older idle connections are retired
   std::weak_ptr<ArenaMapping> arena_;  // the connections' mapping, while one holds it
-  RegionMap registered_buffers_;  // RegisterBuffer's regions (the caller's own memory)
+  RegionMap registered_buffers_;       // RegisterBuffer's regions (the caller's own memory)
 };
 
 }  // namespace kvengine

@@ -16,7 +16,8 @@ namespace {
 bool OnDevice(std::span<const MutableSlice> dest) {
   for (const MutableSlice& buffer : dest) {
     PointerInfo info;
-    if (!ClassifyPointer(buffer.data(), &info).ok() || info.kind == MemoryKind::kDevice) return true;
+    if (!ClassifyPointer(buffer.data(), &info).ok() || info.kind == MemoryKind::kDevice)
+      return true;
   }
   return false;
 }
@@ -57,19 +58,14 @@ bool ClusterDB::Routable(const Slice& key) const {
   return input::CheckKey(key, options_.max_key_size).ok();
 }
 
-void ClusterDB::Promote(const Slice& key, std::span<const Slice> parts, uint64_t size) {
-  (void)size;
-  WriteOptions fill;
-  fill.fill_cache = true;
-  const ValueParts value(parts.begin(), parts.end());
-  std::vector<int64_t> results;
-  base_->BatchPut(fill, std::span<const Slice>(&key, 1), std::span<const ValueParts>(&value, 1),
-                   &results);
-}
-
 PeerRouter::PromoteFn ClusterDB::Promoter() {
-  return [this](const Slice& key, std::span<const Slice> parts, uint64_t size) {
-    Promote(key, parts, size);
+  return [this](const Slice& key, std::span<const Slice> parts, uint64_t) {
+    WriteOptions fill;
+    fill.fill_cache = true;
+    const ValueParts value(parts.begin(), parts.end());
+    std::vector<int64_t> results;
+    base_->BatchPut(fill, std::span<const Slice>(&key, 1), std::span<const ValueParts>(&value, 1),
+                    &results);
   };
 }
 

@@ -84,12 +84,11 @@ class ClusterDB final : public StackableDB {
   // True when key goes through the router: a key the local DB would refuse stays local,
   // so that its error is the local DB's.
   bool Routable(const Slice& key) const;
-  // Offers values a peer served to the local memory tier (read-through promotion).
-  void Promote(const Slice& key, std::span<const Slice> parts, uint64_t size);
+  // Offers a value a peer served to the local DB as a cache fill (read-through
+  // promotion: WriteOptions::fill_cache).
   PeerRouter::PromoteFn Promoter();
   // Asks the peers for the keys the local DB missed whose buffers are host memory.
-  void ReadThroughHostMisses(std::span<const Slice> keys,
-                             std::span<const Destination> destinations,
+  void ReadThroughHostMisses(std::span<const Slice> keys, std::span<const Destination> destinations,
                              std::vector<int64_t>* results);
 
   const Options options_;

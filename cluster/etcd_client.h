@@ -103,7 +103,7 @@ class EtcdClient {
   const EtcdClientOptions options_;
   std::atomic<bool> interrupted_{false};
   Mutex mu_;
-  size_t current_ GUARDED_BY(mu_) = 0;  // index of the endpoint that answered last
+  size_t current_ GUARDED_BY(mu_) = 0;      // index of the endpoint that answered last
   std::set<void*> active_ GUARDED_BY(mu_);  // the multi handles of calls in progress
 };
 

@@ -9,17 +9,15 @@
 #include <sstream>
 #include <unordered_set>
 
-#include "db/db_impl_helpers.h"
 #include "util/input_check.h"
 #include "db/offloader.h"
 #include "env/gpu_io.h"
 #include "util/buffers.h"
+#include "util/printable.h"
 #include "util/byte_regex.h"
 #include "util/config_parse.h"
 
 namespace kvengine {
-
-using db_impl::Printable;
 
 namespace {
 
@@ -137,10 +135,23 @@ Status DBImpl::CheckOpen() const {
   return Status::OK();
 }
 
+Status DBImpl::StartBatch(const char* call, std::span<const Slice> keys, size_t others,
+                          const char* what, bool unique_keys, std::vector<int64_t>* results) {
+  Status s = CheckOpen();
+  if (s.ok()) {
+    s = input::CheckBatch(call, results, keys.size(), others, what, options_.max_batch_size);
+  }
+  if (s.ok() && unique_keys) s = input::CheckUniqueKeys(keys);
+  if (results != nullptr) results->clear();
+  if (!s.ok()) return s;
+  counters_.batch_calls.fetch_add(1, std::memory_order_relaxed);
+  results->resize(keys.size());
+  return s;
+}
+
 Status DBImpl::CheckKey(const Slice& key) const {
   return input::CheckKey(key, options_.max_key_size);
 }
-
 
 Status DBImpl::RegisterBuffer(void* addr, size_t length) {
   PerfPoint perf(PerfKey::db_register_buffer);

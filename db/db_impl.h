@@ -94,6 +94,12 @@ class DBImpl final : public DB, public SharedArena {
 
   Status CheckOpen() const;
   Status CheckKey(const Slice& key) const;
+  // The start every batch call shares: the DB is open, the lists are well formed
+  // (util/input_check.h; with `unique_keys`, no key twice) -- else *results (when not
+  // null) is left empty -- then the call is counted and *results has a slot per key.
+  // REQUIRES: lifecycle_mu_ held shared.
+  Status StartBatch(const char* call, std::span<const Slice> keys, size_t others,
+                    const char* what, bool unique_keys, std::vector<int64_t>* results);
   Status PutOne(const Slice& key, std::span<const Slice> parts);
   Status CheckValueSize(const Slice& key, uint64_t size) const;
   // Stores a checked value in the tiers: `parts` (total `size` bytes), already copied

@@ -8,20 +8,15 @@
 #include <sstream>
 #include <unordered_set>
 
-#include "db/db_impl_helpers.h"
 #include "util/input_check.h"
 #include "db/offloader.h"
 #include "env/gpu_io.h"
 #include "util/buffers.h"
+#include "util/printable.h"
 #include "util/byte_regex.h"
 #include "util/config_parse.h"
 
 namespace kvengine {
-
-using db_impl::ForKey;
-using db_impl::PartsSize;
-using db_impl::Printable;
-using db_impl::TooSmall;
 
 Status DBImpl::PinInMemory(const Slice& key, uint64_t capacity, MemoryTier::Handle* handle) {
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
@@ -240,14 +235,9 @@ Status DBImpl::BatchGetInto(const ReadOptions& options, std::span<const Slice> k
   CallLog log(&logger_, "batch_get_into", &errors_);
   log.Add("num_keys", keys.size());
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
-  Status s = CheckOpen();
+  Status s =
+      StartBatch("BatchGetInto", keys, destinations.size(), "destinations", false, results);
   if (!s.ok()) return log.Finish(s);
-  s = input::CheckBatch("BatchGetInto", results, keys.size(), destinations.size(),
-                        "destinations", options_.max_batch_size);
-  if (results != nullptr) results->clear();
-  if (!s.ok()) return log.Finish(s);
-  counters_.batch_calls.fetch_add(1, std::memory_order_relaxed);
-  results->resize(keys.size());
   std::vector<size_t> misses;
   // Where each key was served from and the size of a value too big for its buffers: the
   // log lines are written at the end, once SSD has answered.
@@ -346,15 +336,9 @@ Status DBImpl::BatchExists(std::span<const Slice> keys, std::vector<int64_t>* re
   CallLog log(&logger_, "batch_exists", &errors_);
   log.Add("num_keys", keys.size());
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
-  Status s = CheckOpen();
+  Status s = StartBatch("BatchExists", keys, keys.size(), "keys", false, results);
   if (!s.ok()) return log.Finish(s);
-  s = input::CheckBatch("BatchExists", results, keys.size(), keys.size(), "keys",
-                        options_.max_batch_size);
-  if (results != nullptr) results->clear();
-  if (!s.ok()) return log.Finish(s);
-  counters_.batch_calls.fetch_add(1, std::memory_order_relaxed);
   counters_.exists_queries.fetch_add(keys.size(), std::memory_order_relaxed);
-  results->resize(keys.size());
   // The memory tier answers for the whole batch at once (its probes overlap); the SSD
   // tier is asked only about the keys memory does not hold, as one by one.
   std::vector<uint8_t> in_memory;

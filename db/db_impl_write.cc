@@ -8,20 +8,15 @@
 #include <sstream>
 #include <unordered_set>
 
-#include "db/db_impl_helpers.h"
 #include "util/input_check.h"
 #include "db/offloader.h"
 #include "env/gpu_io.h"
 #include "util/buffers.h"
+#include "util/printable.h"
 #include "util/byte_regex.h"
 #include "util/config_parse.h"
 
 namespace kvengine {
-
-using db_impl::ForKey;
-using db_impl::PartsSize;
-using db_impl::Printable;
-using db_impl::TooSmall;
 
 Status DBImpl::PutOne(const Slice& key, std::span<const Slice> parts) {
   PerfPoint perf(PerfKey::db_put_one);
@@ -187,15 +182,8 @@ Status DBImpl::BatchPut(const WriteOptions& options, std::span<const Slice> keys
   CallLog log(&logger_, "batch_put", &errors_);
   log.Add("num_keys", keys.size());
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
-  Status s = CheckOpen();
+  Status s = StartBatch("BatchPut", keys, values.size(), "values", true, results);
   if (!s.ok()) return log.Finish(s);
-  s = input::CheckBatch("BatchPut", results, keys.size(), values.size(), "values",
-                        options_.max_batch_size);
-  if (s.ok()) s = input::CheckUniqueKeys(keys);
-  if (results != nullptr) results->clear();
-  if (!s.ok()) return log.Finish(s);
-  counters_.batch_calls.fetch_add(1, std::memory_order_relaxed);
-  results->resize(keys.size());
   if (options.fill_cache) {
     gpu_->BeginBatch();
     for (size_t i = 0; i < keys.size(); i++) {
@@ -282,14 +270,8 @@ Status DBImpl::BatchDelete(const WriteOptions&, std::span<const Slice> keys,
   CallLog log(&logger_, "batch_delete", &errors_);
   log.Add("num_keys", keys.size());
   std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
-  Status s = CheckOpen();
+  Status s = StartBatch("BatchDelete", keys, keys.size(), "keys", false, results);
   if (!s.ok()) return log.Finish(s);
-  s = input::CheckBatch("BatchDelete", results, keys.size(), keys.size(), "keys",
-                        options_.max_batch_size);
-  if (results != nullptr) results->clear();
-  if (!s.ok()) return log.Finish(s);
-  counters_.batch_calls.fetch_add(1, std::memory_order_relaxed);
-  results->resize(keys.size());
   for (size_t i = 0; i < keys.size(); i++) {
     (*results)[i] = DeleteOne(keys[i]).ErrorCode();
     log.Key(i, (*results)[i], -1, nullptr);

@@ -1,6 +1,8 @@
 // ClusterDB over real local DBs, two hosts in this process on loopback: every call walks
 // down (cluster -> local DB -> tiers, or cluster -> router -> peer server -> the peer's
 // local DB) and no layer is entered twice by one call.
+#include "cluster/cluster_db.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,7 +13,6 @@
 #include <thread>
 #include <vector>
 
-#include "cluster/cluster_db.h"
 #include "cluster/rendezvous.h"
 #include "kvengine/db.h"
 #include "test/peer_harness.h"

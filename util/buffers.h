@@ -14,6 +14,13 @@
 
 namespace kvengine {
 
+// The bytes of a value given as parts (the sum of their sizes).
+inline uint64_t PartsSize(std::span<const Slice> parts) {
+  uint64_t size = 0;
+  for (const Slice& part : parts) size += part.size();
+  return size;
+}
+
 // Copies n contiguous bytes from src into the buffers of dest, in order.  Ordinary
 // stores: a reader's buffers are typically reused request after request (a serving
 // engine's staging buffers), and stay cached that way; streaming stores, which would

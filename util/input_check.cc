@@ -30,7 +30,8 @@ Status CheckValueSize(const Slice& key, uint64_t size, uint64_t max_value_size) 
 
 Status CheckBatch(const char* call, const void* results, size_t keys, size_t others,
                   const char* what, uint64_t max_batch_size) {
-  if (results == nullptr) return Status::InvalidArgument(std::string(call) + ": results pointer is null");
+  if (results == nullptr)
+    return Status::InvalidArgument(std::string(call) + ": results pointer is null");
   if (keys != others) {
     return Status::InvalidArgument("batch has " + std::to_string(keys) + " keys but " +
                                    std::to_string(others) + " " + what);

@@ -37,7 +37,8 @@ size_t RegionMap::Remove(void* addr) {
 std::vector<std::pair<void*, size_t>> RegionMap::TakeAll() {
   MutexLock lock(&mu_);
   std::vector<std::pair<void*, size_t>> all;
-  for (const auto& [start, length] : regions_) all.emplace_back(reinterpret_cast<void*>(start), length);
+  for (const auto& [start, length] : regions_)
+    all.emplace_back(reinterpret_cast<void*>(start), length);
   regions_.clear();
   return all;
 }
