@@ -16,6 +16,8 @@ Status OwnerDB::Wrap(const Options& options, const std::string& path, SharedAren
                      Logger* logger, std::unique_ptr<DB>* db) {
   Env* env = options.env != nullptr ? options.env : Env::Default();
   std::unique_ptr<OwnerDB> owner(new OwnerDB(std::move(*db), env, path));
+  // Nobody else knows the OwnerDB yet; the lock is for the analysis' sake.
+  MutexLock closing(&owner->close_mu_);
   // The server serves the OwnerDB itself, the top of the stack: a client's property
   // reports the local counters too, as the owner's own does.
   Status s =
@@ -30,6 +32,7 @@ Status OwnerDB::Wrap(const Options& options, const std::string& path, SharedAren
     *db = std::move(owner->base_);
     return s;
   }
+  closing.Unlock();
   *db = std::move(owner);
   return Status::OK();
 }
@@ -40,7 +43,7 @@ OwnerDB::OwnerDB(std::unique_ptr<DB> served, Env* env, std::string path)
 OwnerDB::~OwnerDB() { Close(); }
 
 Status OwnerDB::Close() {
-  std::lock_guard<std::mutex> closing(close_mu_);
+  MutexLock closing(&close_mu_);
   // Attached clients go first: their sessions hold reservations and pins in the arena,
   // and call the DB served.
   if (server_ != nullptr) {

@@ -20,13 +20,13 @@
 #define KVENGINE_ATTACH_OWNER_DB_H_
 
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "attach/local_counters.h"
 #include "kvengine/db.h"
 #include "kvengine/env.h"
 #include "kvengine/stackable_db.h"
+#include "util/mutex.h"
 
 namespace kvengine {
 
@@ -64,8 +64,8 @@ class OwnerDB final : public StackableDB {
   LocalServerCounters counters_;  // server_'s, kept after it stops
 
   // One Close at a time: the first stops the server and removes the record.
-  std::mutex close_mu_;
-  std::unique_ptr<LocalServer> server_;  // guarded by close_mu_; null once closed
+  Mutex close_mu_;
+  std::unique_ptr<LocalServer> server_ GUARDED_BY(close_mu_);  // null once closed
 };
 
 }  // namespace kvengine

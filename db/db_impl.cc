@@ -86,8 +86,8 @@ Status DBImpl::Init() {
 Status DBImpl::Close() {
   PerfPoint perf(PerfKey::db_close);
   CallLog log(&logger_, "close", nullptr);
-  std::lock_guard<std::mutex> closing(close_mu_);
-  std::unique_lock<std::shared_mutex> guard(lifecycle_mu_);
+  MutexLock closing(&close_mu_);
+  WriterLock guard(&lifecycle_mu_);
   if (closed_) {
     perf.Abandon();  // not a close: the DB was closed before
     return Status::OK();
@@ -157,7 +157,7 @@ Status DBImpl::RegisterBuffer(void* addr, size_t length) {
   PerfPoint perf(PerfKey::db_register_buffer);
   CallLog log(&logger_, "register_buffer", &errors_);
   log.Add("length", length);
-  std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+  ReaderLock guard(&lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return log.Finish(s);
   s = registered_buffers_.Add(addr, length, "RegisterBuffer");
@@ -172,7 +172,7 @@ Status DBImpl::RegisterBuffer(void* addr, size_t length) {
 Status DBImpl::UnregisterBuffer(void* addr) {
   PerfPoint perf(PerfKey::db_unregister_buffer);
   CallLog log(&logger_, "unregister_buffer", &errors_);
-  std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+  ReaderLock guard(&lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return log.Finish(s);
   const size_t length = registered_buffers_.Remove(addr);
@@ -187,7 +187,7 @@ Status DBImpl::UnregisterBuffer(void* addr) {
 Status DBImpl::Flush() {
   PerfPoint perf(PerfKey::db_flush);
   CallLog log(&logger_, "flush", &errors_);
-  std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+  ReaderLock guard(&lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok() || ssd_ == nullptr) return log.Finish(s);  // memory has nothing durable
   return log.Finish(FlushLocked());
@@ -195,7 +195,7 @@ Status DBImpl::Flush() {
 
 Status DBImpl::FlushLocked() {
   // Serialized: the watermark is only raised by the Flush that wrote everything below it.
-  std::lock_guard<std::mutex> flush_lock(flush_mu_);
+  MutexLock flush_lock(&flush_mu_);
   const uint64_t target = version_source_.load();
   Status s;
   if (options_.offload_policy == OffloadPolicy::kWriteBack)
@@ -232,7 +232,7 @@ Status DBImpl::PersistMemoryAbove(uint64_t watermark) {
 }
 
 Status DBImpl::CompactBuckets(uint64_t* reclaimed_bytes) {
-  std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+  ReaderLock guard(&lifecycle_mu_);
   if (reclaimed_bytes != nullptr) *reclaimed_bytes = 0;
   Status s = CheckOpen();
   if (!s.ok() || ssd_ == nullptr) return s;
@@ -240,7 +240,7 @@ Status DBImpl::CompactBuckets(uint64_t* reclaimed_bytes) {
 }
 
 bool DBImpl::GetProperty(const std::string& name, std::string* value) {
-  std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+  ReaderLock guard(&lifecycle_mu_);
   if (value == nullptr) return false;
   if (closed_) {
     *value = "DB is closed";

@@ -16,7 +16,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <shared_mutex>
 #include <string>
 
 #include "db/memory_tier.h"
@@ -27,6 +26,7 @@
 #include "kvengine/env.h"
 #include "util/call_log.h"
 #include "util/logging.h"
+#include "util/mutex.h"
 #include "util/perf_point.h"
 #include "util/region_map.h"
 
@@ -92,14 +92,14 @@ class DBImpl final : public DB, public SharedArena {
 #include "db/db_stats.def"
   };
 
-  Status CheckOpen() const;
+  Status CheckOpen() const REQUIRES_SHARED(lifecycle_mu_);
   Status CheckKey(const Slice& key) const;
   // The start every batch call shares: the DB is open, the lists are well formed
   // (util/input_check.h; with `unique_keys`, no key twice) -- else *results (when not
   // null) is left empty -- then the call is counted and *results has a slot per key.
-  // REQUIRES: lifecycle_mu_ held shared.
   Status StartBatch(const char* call, std::span<const Slice> keys, size_t others,
-                    const char* what, bool unique_keys, std::vector<int64_t>* results);
+                    const char* what, bool unique_keys, std::vector<int64_t>* results)
+      REQUIRES_SHARED(lifecycle_mu_);
   Status PutOne(const Slice& key, std::span<const Slice> parts);
   Status CheckValueSize(const Slice& key, uint64_t size) const;
   // Stores a checked value in the tiers: `parts` (total `size` bytes), already copied
@@ -160,8 +160,8 @@ class DBImpl final : public DB, public SharedArena {
   // memory tier, unless this DB holds the key already.
   Status FillCache(const Slice& key, std::span<const Slice> parts);
   // Makes every value written before the call durable (Flush's work).
-  // REQUIRES: lifecycle_mu_ held (shared or exclusive); the SSD tier configured.
-  Status FlushLocked();
+  // The SSD tier must be configured.
+  Status FlushLocked() REQUIRES_SHARED(lifecycle_mu_);
   // write_back: stages every memory value whose version is above `watermark` and that is
   // not on SSD yet.
   Status PersistMemoryAbove(uint64_t watermark);
@@ -181,14 +181,14 @@ class DBImpl final : public DB, public SharedArena {
   std::unique_ptr<Offloader> offloader_;
   std::unique_ptr<GpuIo> gpu_;  // after memory_: it page-locks memory_'s arena
 
-  std::mutex flush_mu_;           // one Flush at a time
-  uint64_t flushed_through_ = 0;  // guarded by flush_mu_: versions made durable by Flush
+  Mutex flush_mu_;  // one Flush at a time
+  uint64_t flushed_through_ GUARDED_BY(flush_mu_) = 0;  // versions made durable by Flush
 
   // One Close at a time, held for all of it.
-  std::mutex close_mu_;
+  Mutex close_mu_;
   // Calls hold it shared; Close holds it exclusively, so Close waits for calls in flight.
-  mutable std::shared_mutex lifecycle_mu_;
-  bool closed_ = false;  // guarded by lifecycle_mu_
+  mutable SharedMutex lifecycle_mu_;
+  bool closed_ GUARDED_BY(lifecycle_mu_) = false;
 
   RegionMap registered_buffers_;  // RegisterBuffer's regions
 

@@ -19,7 +19,7 @@
 namespace kvengine {
 
 Status DBImpl::PinInMemory(const Slice& key, uint64_t capacity, MemoryTier::Handle* handle) {
-  std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+  ReaderLock guard(&lifecycle_mu_);
   Status s = CheckOpen();
   if (s.ok()) s = CheckKey(key);
   if (!s.ok()) return s;
@@ -137,7 +137,7 @@ Status DBImpl::GetOneToDevice(const Slice& key, std::span<const MutableSlice> de
 Status DBImpl::Get(const ReadOptions& options, const Slice& key, std::string* value) {
   PerfPoint perf(PerfKey::db_get);
   CallLog log(&logger_, "get", &errors_);
-  std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+  ReaderLock guard(&lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return log.Finish(s);
   if (value == nullptr) return log.Finish(Status::InvalidArgument("Get: value pointer is null"));
@@ -180,7 +180,7 @@ Status DBImpl::GetInto(const ReadOptions&, const Slice& key, MutableSlice buffer
                        size_t* value_size) {
   PerfPoint perf(PerfKey::db_get_into);
   CallLog log(&logger_, "get_into", &errors_);
-  std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+  ReaderLock guard(&lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return log.Finish(s);
   uint64_t size = 0;
@@ -210,7 +210,7 @@ Status DBImpl::GetInto(const ReadOptions&, const Slice& key, MutableSlice buffer
 Status DBImpl::GetValueSize(const Slice& key, uint64_t* size) {
   PerfPoint perf(PerfKey::db_get_value_size);
   if (size == nullptr) return Status::InvalidArgument("GetValueSize: size pointer is null");
-  std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+  ReaderLock guard(&lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return s;
   s = CheckKey(key);
@@ -234,7 +234,7 @@ Status DBImpl::BatchGetInto(const ReadOptions& options, std::span<const Slice> k
   PerfPoint perf(PerfKey::db_batch_get_into);
   CallLog log(&logger_, "batch_get_into", &errors_);
   log.Add("num_keys", keys.size());
-  std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+  ReaderLock guard(&lifecycle_mu_);
   Status s =
       StartBatch("BatchGetInto", keys, destinations.size(), "destinations", false, results);
   if (!s.ok()) return log.Finish(s);
@@ -335,7 +335,7 @@ Status DBImpl::BatchExists(std::span<const Slice> keys, std::vector<int64_t>* re
   PerfPoint perf(PerfKey::db_batch_exists);
   CallLog log(&logger_, "batch_exists", &errors_);
   log.Add("num_keys", keys.size());
-  std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+  ReaderLock guard(&lifecycle_mu_);
   Status s = StartBatch("BatchExists", keys, keys.size(), "keys", false, results);
   if (!s.ok()) return log.Finish(s);
   counters_.exists_queries.fetch_add(keys.size(), std::memory_order_relaxed);

@@ -76,7 +76,7 @@ Status DBImpl::Publish(const Slice& key, std::span<const Slice> parts, uint64_t 
 }
 
 Status DBImpl::Reserve(const Slice* key, uint64_t size, MemoryTier::Reservation* reservation) {
-  std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+  ReaderLock guard(&lifecycle_mu_);
   Status s = CheckOpen();
   if (s.ok() && key != nullptr) s = CheckKey(*key);
   if (s.ok()) s = CheckValueSize(key != nullptr ? *key : Slice("(a spare slot)"), size);
@@ -87,7 +87,7 @@ Status DBImpl::Reserve(const Slice* key, uint64_t size, MemoryTier::Reservation*
 
 Status DBImpl::Commit(const Slice& key, MemoryTier::Reservation* reservation) {
   PerfPoint perf(PerfKey::db_put_one);
-  std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+  ReaderLock guard(&lifecycle_mu_);
   Status s = CheckOpen();
   // Checked again: a spare slot was reserved before its key was known.
   if (s.ok()) s = CheckKey(key);
@@ -155,7 +155,7 @@ Status DBImpl::DeleteOne(const Slice& key) {
 Status DBImpl::Put(const WriteOptions&, const Slice& key, const Slice& value) {
   PerfPoint perf(PerfKey::db_put);
   CallLog log(&logger_, "put", &errors_);
-  std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+  ReaderLock guard(&lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return log.Finish(s);
   const std::span<const Slice> parts(&value, 1);
@@ -170,7 +170,7 @@ Status DBImpl::Put(const WriteOptions&, const Slice& key, const Slice& value) {
 Status DBImpl::Delete(const WriteOptions&, const Slice& key) {
   PerfPoint perf(PerfKey::db_delete);
   CallLog log(&logger_, "delete", &errors_);
-  std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+  ReaderLock guard(&lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return log.Finish(s);
   return log.FinishKey(DeleteOne(key), key, -1, nullptr);
@@ -181,7 +181,7 @@ Status DBImpl::BatchPut(const WriteOptions& options, std::span<const Slice> keys
   PerfPoint perf(PerfKey::db_batch_put);
   CallLog log(&logger_, "batch_put", &errors_);
   log.Add("num_keys", keys.size());
-  std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+  ReaderLock guard(&lifecycle_mu_);
   Status s = StartBatch("BatchPut", keys, values.size(), "values", true, results);
   if (!s.ok()) return log.Finish(s);
   if (options.fill_cache) {
@@ -269,7 +269,7 @@ Status DBImpl::BatchDelete(const WriteOptions&, std::span<const Slice> keys,
   PerfPoint perf(PerfKey::db_batch_delete);
   CallLog log(&logger_, "batch_delete", &errors_);
   log.Add("num_keys", keys.size());
-  std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+  ReaderLock guard(&lifecycle_mu_);
   Status s = StartBatch("BatchDelete", keys, keys.size(), "keys", false, results);
   if (!s.ok()) return log.Finish(s);
   for (size_t i = 0; i < keys.size(); i++) {
@@ -299,7 +299,7 @@ Status DBImpl::DeleteAll(uint64_t* deleted) {
 
 Status DBImpl::DeleteWhere(CallLog* log, const std::function<bool(std::string_view)>& pred,
                            uint64_t* deleted) {
-  std::shared_lock<std::shared_mutex> guard(lifecycle_mu_);
+  ReaderLock guard(&lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return log->Finish(s);
   const uint64_t n = DeleteMatching(pred);

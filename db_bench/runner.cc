@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <cinttypes>
-#include <condition_variable>
 #include <cstdio>
 #include <latch>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "util/mutex.h"
 
 namespace kvbench {
 
@@ -68,9 +68,12 @@ Result RunParallel(const RunSpec& spec, const std::function<OpFn(ThreadContext&)
   }
   std::latch ready(static_cast<std::ptrdiff_t>(spec.threads));
   std::latch go(1);
-  std::mutex mu;
-  std::condition_variable cv;
-  uint64_t finished = 0;  // guarded by mu
+  // The threads that are done, for the progress loop below to wait on.
+  struct FinishLine {
+    kvengine::Mutex mu;
+    kvengine::CondVar cv;
+    uint64_t finished GUARDED_BY(mu) = 0;
+  } line;
   std::vector<std::thread> workers;
   for (uint64_t t = 0; t < spec.threads; t++) {
     workers.emplace_back([&, t] {
@@ -80,9 +83,9 @@ Result RunParallel(const RunSpec& spec, const std::function<OpFn(ThreadContext&)
       go.wait();
       while (ctx.More()) op(ctx);
       if (ctx.on_finish) ctx.on_finish(ctx);
-      std::lock_guard<std::mutex> lock(mu);
-      finished++;
-      cv.notify_all();
+      kvengine::MutexLock lock(&line.mu);
+      line.finished++;
+      line.cv.NotifyAll();
     });
   }
   ready.wait();
@@ -94,9 +97,9 @@ Result RunParallel(const RunSpec& spec, const std::function<OpFn(ThreadContext&)
 
   // Progress on stderr every few seconds while the threads work.
   auto last = start;
-  std::unique_lock<std::mutex> lock(mu);
-  while (finished < spec.threads) {
-    cv.wait_for(lock, std::chrono::milliseconds(250));
+  kvengine::MutexLock lock(&line.mu);
+  while (line.finished < spec.threads) {
+    line.cv.WaitFor(&line.mu, std::chrono::milliseconds(250));
     const auto now = Clock::now();
     if (spec.progress_interval > 0 &&
         std::chrono::duration<double>(now - last).count() >= spec.progress_interval) {
@@ -114,7 +117,7 @@ Result RunParallel(const RunSpec& spec, const std::function<OpFn(ThreadContext&)
       }
     }
   }
-  lock.unlock();
+  lock.Unlock();
   for (auto& w : workers) w.join();
   Result r;
   r.threads = spec.threads;

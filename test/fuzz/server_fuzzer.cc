@@ -16,7 +16,6 @@
 #include <unistd.h>
 
 #include <map>
-#include <mutex>
 #include <regex>
 #include <string>
 #include <vector>
@@ -26,6 +25,7 @@
 #include "transport/socket_util.h"
 #include "transport/wire.h"
 #include "util/coding.h"
+#include "util/mutex.h"
 
 namespace kvengine {
 namespace {
@@ -34,7 +34,7 @@ namespace {
 class MemoryService final : public PeerService {
  public:
   bool Pin(const Slice& key, PinnedValue* out) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    kvengine::MutexLock lock(&mu_);
     auto it = values_.find(key.ToString());
     if (it == values_.end()) return false;
     auto copy = std::make_shared<std::string>(it->second);
@@ -46,7 +46,7 @@ class MemoryService final : public PeerService {
   bool TryPin(const Slice& key, PinnedValue* out) override { return Pin(key, out); }
   const char* ArenaBase() const override { return nullptr; }
   Status GetValueSize(const Slice& key, uint64_t* size) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    kvengine::MutexLock lock(&mu_);
     auto it = values_.find(key.ToString());
     if (it == values_.end()) return Status::NotFound("");
     *size = it->second.size();
@@ -55,7 +55,7 @@ class MemoryService final : public PeerService {
   Status BatchGetInto(std::span<const Slice> keys, std::span<const Destination> dests,
                       std::vector<int64_t>* results) override {
     results->assign(keys.size(), Status::NotFound("").ErrorCode());
-    std::lock_guard<std::mutex> lock(mu_);
+    kvengine::MutexLock lock(&mu_);
     for (size_t i = 0; i < keys.size(); i++) {
       auto it = values_.find(keys[i].ToString());
       if (it == values_.end()) continue;
@@ -72,7 +72,7 @@ class MemoryService final : public PeerService {
   }
   Status BatchPut(std::span<const Slice> keys, std::span<const ValueParts> values,
                   std::vector<int64_t>* results) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    kvengine::MutexLock lock(&mu_);
     for (size_t i = 0; i < keys.size(); i++) {
       std::string v;
       for (const Slice& part : values[i]) v.append(part.data(), part.size());
@@ -82,13 +82,13 @@ class MemoryService final : public PeerService {
     return Status::OK();
   }
   Status BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    kvengine::MutexLock lock(&mu_);
     results->clear();
     for (const Slice& k : keys) results->push_back(values_.count(k.ToString()));
     return Status::OK();
   }
   Status BatchDelete(std::span<const Slice> keys, std::vector<int64_t>* results) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    kvengine::MutexLock lock(&mu_);
     for (const Slice& k : keys) values_.erase(k.ToString());
     results->assign(keys.size(), 0);
     return Status::OK();
@@ -101,14 +101,14 @@ class MemoryService final : public PeerService {
     } catch (const std::regex_error& e) {
       return Status::InvalidArgument("malformed regex", e.what());
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    kvengine::MutexLock lock(&mu_);
     *deleted = std::erase_if(values_, [&re](const auto& kv) {
       return std::regex_match(kv.first.begin(), kv.first.end(), re);
     });
     return Status::OK();
   }
   Status DeleteAll(uint64_t* deleted) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    kvengine::MutexLock lock(&mu_);
     *deleted = values_.size();
     values_.clear();
     return Status::OK();
@@ -120,8 +120,8 @@ class MemoryService final : public PeerService {
   }
 
  private:
-  std::mutex mu_;
-  std::map<std::string, std::string> values_;  // guarded by mu_
+  kvengine::Mutex mu_;
+  std::map<std::string, std::string> values_ GUARDED_BY(mu_);
 };
 
 MemoryService* service = nullptr;
