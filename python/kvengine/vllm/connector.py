@@ -23,7 +23,7 @@ connector keeps itself is what both roles answer alike: the interval stats and m
 the store handle, and the class-level answers vLLM asks of the class.
 
 One store per host: the scheduler-side and the worker-side connectors of a process (and
-every connector naming the same path) share one handle (store.py), and the processes
+every connector naming the same path) share one handle (kvengine/shared_store.py), and the processes
 of the host share the store: the first to open the path serves the others through
 kvengine's attach, or all attach to a kv_server ("attach": socket); see docs/vllm.md.
 """
@@ -36,7 +36,7 @@ from ._vllm_compat import (HAVE_VLLM, KVConnectorBase_V1, KVConnectorMetadata,
                            SupportsHMA, create_metric_per_engine)
 from .common import BlockTransfer, KeyScheme, KVEngineConnectorMetadata, attr_of
 from .scheduler import KVEngineScheduler
-from .store import acquire_store, default_socket, release_store
+from ..shared_store import acquire_store, default_socket, release_store
 from .worker import KVEngineWorker
 
 __all__ = ["KVEngineConnector", "KVEngineConnectorMetadata", "KVEngineConnectorStats",

@@ -1,7 +1,7 @@
-"""One store per host (docs/vllm.md): the vLLM processes of a host, and the connectors
-within each, share one kvengine store.  Every connector of a process naming the same path
-(or attach socket) shares one handle (acquire_store); the processes share the store
-itself through kvengine's attach."""
+"""One store per host (docs/python.md): the processes of a host that use kvengine (the
+vLLM connector, and the other integrations) share one store.  Every user in a process
+naming the same path (or attach socket) shares one handle (acquire_store); the processes
+share the store itself through kvengine's attach."""
 
 import hashlib
 import logging
@@ -12,7 +12,7 @@ import time
 
 import kvengine
 
-logger = logging.getLogger("kvengine.vllm")
+logger = logging.getLogger("kvengine.shared_store")
 
 IO_ERROR = -4  # kvengine's IOError code: what an attached store's calls return when its
 #                owner is gone
