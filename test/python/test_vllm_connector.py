@@ -10,7 +10,8 @@ torch = pytest.importorskip(
 
 import kvengine  # noqa: E402
 from kvengine.vllm import connector as conn_mod  # noqa: E402
-from kvengine.vllm import scheduler as sched_mod, store as store_mod  # noqa: E402
+from kvengine.vllm import scheduler as sched_mod  # noqa: E402
+from kvengine import shared_store as store_mod  # noqa: E402
 from kvengine.vllm.connector import KVEngineConnector, KVEngineConnectorMetadata  # noqa: E402
 from kvengine.vllm._vllm_compat import (KVConnectorBase_V1, KVConnectorRole,  # noqa: E402
                                         SupportsHMA, supports_hma)
