@@ -14,7 +14,8 @@ namespace kvengine {
 struct SsdBucket {
   enum class State { kOpen, kSealed, kOnDisk };
 
-  // All fields but `readers` are guarded by SsdTier::mu_.
+  // Every field but `readers` is read and written under SsdTier::mu_ (a bucket cannot
+  // name its tier's mutex for the compiler's analysis; SsdTier's own members say it).
   uint64_t id = 0;
   State state = State::kOpen;
   std::shared_ptr<BucketBuilder> builder;  // the image, until the file is in place

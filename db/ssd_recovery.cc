@@ -272,6 +272,7 @@ Status SsdTier::KeepDamagedLog(std::string* copy) {
 
 Status SsdTier::Recover() {
   PerfPoint perf(PerfKey::ssd_recovery);
+  MutexLock lock(&mu_);
   std::vector<uint64_t> ids;
   Status s = ScanDirectory(&ids);
   if (!s.ok()) return s;
@@ -421,18 +422,19 @@ void SsdTier::ReplayBuckets(const std::vector<std::shared_ptr<SsdBucket>>& opene
   }
 }
 
+void SsdTier::BuryAtOpen(SsdBucket* in, const std::string& key, uint64_t version,
+                         uint64_t offset, uint64_t size) {
+  // A dead value's blocks may still be allocated (a crash before its hole was punched):
+  // the first GC round punches again; a hole punched twice costs nothing.
+  in->deleted_bytes += size;
+  DeadAtOpen(in, offset, size);
+  tombstones_[in->id].push_back({key, version, in->id});
+}
+
 void SsdTier::ReplayEntry(SsdBucket* b, const BucketEntry& e,
                           const std::unordered_set<std::string>& dead) {
-  // A dead value's blocks may still be allocated (a crash before its hole was punched):
-  // the first GC round punches again; a hole punched twice costs nothing.  Its
-  // tombstone is kept for the log.
-  auto bury = [this, &e](SsdBucket* in, uint64_t version, uint64_t offset, uint64_t size) {
-    in->deleted_bytes += size;
-    DeadAtOpen(in, offset, size);
-    tombstones_[in->id].push_back({e.key, version, in->id});
-  };
   if (dead.count(DeadKey(e.key, e.version)) != 0) {
-    bury(b, e.version, e.offset, e.size);
+    BuryAtOpen(b, e.key, e.version, e.offset, e.size);
     return;
   }
   const KeyFingerprint fp = KeyFingerprint::Of(e.key);
@@ -444,13 +446,13 @@ void SsdTier::ReplayEntry(SsdBucket* b, const BucketEntry& e,
     return;
   }
   if (e.version < cur.version) {  // superseded: dead here for good
-    bury(b, e.version, e.offset, e.size);
+    BuryAtOpen(b, e.key, e.version, e.offset, e.size);
     return;
   }
   SsdBucket* loser = buckets_.at(cur.bucket).get();
   loser->live_keys--;
   if (e.version > cur.version) {
-    bury(loser, cur.version, cur.offset, cur.size);
+    BuryAtOpen(loser, e.key, cur.version, cur.offset, cur.size);
   } else {
     loser->deleted_bytes += cur.size;          // not punched: its tombstone is not logged yet
     duplicates_[e.key].push_back(cur.bucket);  // the same value twice

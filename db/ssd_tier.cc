@@ -91,7 +91,10 @@ Status SsdTier::Open(const Options& options, const std::string& dir, Env* env, L
       std::make_unique<BucketFileCache>(tier->env_, tier->file_options_, options.max_open_files);
   const uint64_t start = env->NowMicros();
   Status s = tier->Recover();
-  tier->stats_.open_micros = env->NowMicros() - start;
+  {
+    MutexLock lock(&tier->stats_mu_);
+    tier->stats_.open_micros = env->NowMicros() - start;
+  }
   if (!s.ok()) {
     // Nothing was started and the tombstone log may not be open: the destructor must
     // not flush what recovery left half-built.
@@ -956,12 +959,12 @@ Status SsdTier::MaybeWriteCheckpointWhileRunning() {
     // The punched state as it is now (the keys of buckets gone since are dropped at
     // Open); the counts are recounted from the map at Open.
     MutexLock lock(&mu_);
-    std::erase_if(cp.buckets, [&](MapCheckpoint::Bucket& r) {
+    std::vector<MapCheckpoint::Bucket> kept;
+    for (const MapCheckpoint::Bucket& r : cp.buckets) {
       auto it = buckets_.find(r.id);
-      if (it == buckets_.end()) return true;
-      r = CheckpointRecord(*it->second);
-      return false;
-    });
+      if (it != buckets_.end()) kept.push_back(CheckpointRecord(*it->second));
+    }
+    cp.buckets = std::move(kept);
   }
   s = writer.Finish(cp.buckets);
   MutexLock lock(&mu_);

@@ -183,21 +183,23 @@ class SsdTier {
   // ---------------------------------------------------------------- recovery
   // ssd_recovery.cc; only during Open, before the tier's threads start.  Recover() rebuilds the
   // map, the bucket table and the tombstone log from the directory, in these steps:
-  Status Recover();
+  // Holds mu_ throughout (nothing else runs yet) so that every step may touch the map.
+  Status Recover() EXCLUDES(mu_);
   // 1. Scan: the ids of the bucket files in the directory, sorted, into *ids (and
   // next_bucket_id_ past them and past the quarantined ones).  Leftover temporary files
   // are removed; a file named like a bucket but not as this DB names one is quarantined.
-  Status ScanDirectory(std::vector<uint64_t>* ids);
+  Status ScanDirectory(std::vector<uint64_t>* ids) REQUIRES(mu_);
   // 2. Checkpoint: loads the map checkpoint when it matches the buckets listed in `ids`
   // (adding them to buckets_, the map and the counts); *covered: the buckets it
   // restored.  Anything else (none, stale, damaged) leaves the tier empty; stale or
   // damaged is logged and counted.
-  void LoadCheckpoint(const std::vector<uint64_t>& ids, std::vector<uint64_t>* covered);
+  void LoadCheckpoint(const std::vector<uint64_t>& ids, std::vector<uint64_t>* covered)
+      REQUIRES(mu_);
   // 3. Open: opens and verifies the buckets `ids` (several at a time), each with its
   // index; one that is damaged, of an unknown format or not a file is quarantined and
   // left out.  *opened: the others, in id order.  Fails on any other error.
   Status OpenBuckets(const std::vector<uint64_t>& ids,
-                     std::vector<std::shared_ptr<SsdBucket>>* opened);
+                     std::vector<std::shared_ptr<SsdBucket>>* opened) REQUIRES(mu_);
   // 4. Tombstones: reads the log past a torn tail and damage (logged; a damaged log is
   // copied to quarantine/ first, since it is rewritten at the end).  Fails on a file
   // that is not a log.
@@ -206,23 +208,30 @@ class SsdTier {
   // 5. Replay: applies the tombstones logged after the checkpoint to the buckets it
   // restored (the deletes it does not know) and keeps every record of a restored bucket.
   void ApplyTombstonesToCheckpoint(const std::vector<uint64_t>& covered,
-                                   const std::vector<TombstoneLog::Record>& records);
+                                   const std::vector<TombstoneLog::Record>& records)
+      REQUIRES(mu_);
   // ... then replays the buckets `opened` in id order into the map: a (key, version)
   // with a tombstone is dead, the highest version of a key wins, an older one gets a
   // tombstone.
   void ReplayBuckets(const std::vector<std::shared_ptr<SsdBucket>>& opened,
-                     const std::vector<TombstoneLog::Record>& records);
+                     const std::vector<TombstoneLog::Record>& records) REQUIRES(mu_);
   // One entry of bucket b; `dead` holds the (key, version) of every tombstone, encoded
   // as ssd_recovery.cc's DeadKey.
-  void ReplayEntry(SsdBucket* b, const BucketEntry& e, const std::unordered_set<std::string>& dead);
+  void ReplayEntry(SsdBucket* b, const BucketEntry& e, const std::unordered_set<std::string>& dead)
+      REQUIRES(mu_);
+  // The value (key, version) at [offset, offset+size) of bucket `in` is dead at Open:
+  // counted deleted, its extent queued (DeadAtOpen), its tombstone kept for the log.
+  void BuryAtOpen(SsdBucket* in, const std::string& key, uint64_t version, uint64_t offset,
+                  uint64_t size) REQUIRES(mu_);
   // A value of bucket b found dead at Open: its extent is counted as punched when the
   // file already has a hole there (punched before the restart), else queued for the GC.
   // REQUIRES: b's file size is in used_bytes_.
-  void DeadAtOpen(SsdBucket* b, uint64_t offset, uint64_t size);
+  void DeadAtOpen(SsdBucket* b, uint64_t offset, uint64_t size) REQUIRES(mu_);
   // A dead extent of bucket b found at Open (from the tombstones, or queued in the
   // checkpoint): the parts of it that are already holes count as punched, the rest are
   // queued for the GC.  REQUIRES: b's file size is in used_bytes_.
-  void DeadExtentAtOpen(SsdBucket* b, uint64_t offset, uint64_t length, uint64_t value_size);
+  void DeadExtentAtOpen(SsdBucket* b, uint64_t offset, uint64_t length, uint64_t value_size)
+      REQUIRES(mu_);
   // Quarantine: moves dir_/name (a file or directory that must not take part in the DB)
   // into quarantine/, under a name no earlier casualty holds; logs and counts it.  Fails
   // (still counted) when it cannot be moved.
@@ -256,10 +265,10 @@ class SsdTier {
   void SealOpenLocked() REQUIRES(mu_);
   // Releases mu_ while it retires the buckets it evicts, and takes it again.
   Status MakeRoomLocked(uint64_t bytes) REQUIRES(mu_);
-  void TombstoneLocked(const std::string& key, const SsdLocation& loc);
+  void TombstoneLocked(const std::string& key, const SsdLocation& loc) REQUIRES(mu_);
   // Queues the blocks of a dead value in `bucket` (on disk) for the next GC round to
-  // punch a hole over, when gc_punch_holes is on.  REQUIRES: mu_ held (or Recover()).
-  void QueueHoleLocked(SsdBucket* bucket, uint64_t offset, uint64_t size);
+  // punch a hole over, when gc_punch_holes is on.
+  void QueueHoleLocked(SsdBucket* bucket, uint64_t offset, uint64_t size) REQUIRES(mu_);
   // Removes key (whose fingerprint is fp, found at loc) from the map: its bucket counts
   // it deleted, and with `tombstone` the log records it.
   void RemoveLocked(const std::string& key, const KeyFingerprint& fp, const SsdLocation& loc,
@@ -269,7 +278,7 @@ class SsdTier {
       REQUIRES(mu_);
   // Heap bytes a key copy takes besides its std::string (none for a short key).
   static uint64_t KeyHeapBytes(const std::string& key);
-  uint64_t IndexBytesLocked() const;
+  uint64_t IndexBytesLocked() const REQUIRES(mu_);
   // Removes from map_ every key whose value lies in `bucket` (evicted); returns how many.
   // Reads the bucket's index from its file.
   uint64_t EraseKeysOfLocked(const SsdBucket& bucket) REQUIRES(mu_);
@@ -295,8 +304,8 @@ class SsdTier {
   // Takes the caller's references, so that the last one is dropped off this thread.
   void RetireBuckets(std::vector<std::shared_ptr<SsdBucket>> retired) EXCLUDES(mu_);
   Status RewriteTombstones();
-  // Every tombstone kept for the log, of every bucket.  REQUIRES: mu_ held (or Recover()).
-  std::vector<TombstoneLog::Record> TombstonesLocked() const;
+  // Every tombstone kept for the log, of every bucket.
+  std::vector<TombstoneLog::Record> TombstonesLocked() const REQUIRES(mu_);
   // ssd_gc.cc
   // Syncs the tombstone log, waits for the reads that may still see the dead values,
   // and punches holes over them.  Adds the bytes given back to *reclaimed.
@@ -320,12 +329,12 @@ class SsdTier {
   std::unique_ptr<TombstoneLog> log_;
   std::unique_ptr<BucketFileCache> file_cache_;  // the open bucket files, max_open_files
   uint64_t recovered_max_version_ = 0;
-  // The highest version committed or recovered, for the checkpoint.  Guarded by mu_.
-  uint64_t max_version_ = 0;
+  // The highest version committed or recovered, for the checkpoint.
+  uint64_t max_version_ GUARDED_BY(mu_) = 0;
   // Keys in bucket files that the map checkpoint on disk does not cover (the next Open
-  // replays them), and whether a usable one is there.  Guarded by mu_.
-  uint64_t checkpoint_backlog_ = 0;
-  bool checkpoint_on_disk_ = false;
+  // replays them), and whether a usable one is there.
+  uint64_t checkpoint_backlog_ GUARDED_BY(mu_) = 0;
+  bool checkpoint_on_disk_ GUARDED_BY(mu_) = false;
   // Images of written buckets, kept for the next ones: fresh memory costs page faults
   // on every first write, which made staging several times slower than the copy itself.
   class ImagePool;
@@ -334,29 +343,30 @@ class SsdTier {
   mutable Mutex mu_;
   CondVar writer_cv_;   // sealed buckets to write, or stop
   CondVar written_cv_;  // a bucket was written (or failed), staging done
-  SsdIndex map_;                        // the object map
-  std::map<uint64_t, std::shared_ptr<SsdBucket>> buckets_;  // every bucket not retired
-  std::shared_ptr<SsdBucket> open_;                         // accepting Stage(), or null
-  std::deque<std::shared_ptr<SsdBucket>> sealed_;           // waiting for the writer
-  std::unordered_map<uint64_t, std::vector<TombstoneLog::Record>> tombstones_;  // by bucket
+  SsdIndex map_ GUARDED_BY(mu_);  // the object map
+  std::map<uint64_t, std::shared_ptr<SsdBucket>> buckets_ GUARDED_BY(mu_);  // not retired
+  std::shared_ptr<SsdBucket> open_ GUARDED_BY(mu_);            // accepting Stage(), or null
+  std::deque<std::shared_ptr<SsdBucket>> sealed_ GUARDED_BY(mu_);  // waiting for the writer
+  // Tombstones kept for the log, by bucket.
+  std::unordered_map<uint64_t, std::vector<TombstoneLog::Record>> tombstones_ GUARDED_BY(mu_);
   // Keys whose current value also lies, same version, in other buckets (left by a crash
   // during compaction): a tombstone of the key must name those buckets too.
-  std::unordered_map<std::string, std::vector<uint64_t>> duplicates_;
-  uint64_t next_bucket_id_ = 1;
-  uint64_t used_bytes_ = 0;
-  uint64_t access_clock_ = 0;
-  bool stopping_ = false;
-  Status writer_error_;  // the last failure of the writer, cleared by a success
+  std::unordered_map<std::string, std::vector<uint64_t>> duplicates_ GUARDED_BY(mu_);
+  uint64_t next_bucket_id_ GUARDED_BY(mu_) = 1;
+  uint64_t used_bytes_ GUARDED_BY(mu_) = 0;
+  uint64_t access_clock_ GUARDED_BY(mu_) = 0;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  Status writer_error_ GUARDED_BY(mu_);  // the writer's last failure, cleared by a success
 
   Mutex gc_mu_;  // one GC round at a time
   CondVar gc_cv_;
-  bool gc_stop_ = false;
+  bool gc_stop_ GUARDED_BY(gc_mu_) = false;
 
   GracePeriod readers_;          // MultiGet calls, for PunchDeadExtents
   bool punch_supported_ GUARDED_BY(gc_mu_) = true;  // cleared when the filesystem refuses
 
   mutable Mutex stats_mu_;
-  Stats stats_;
+  Stats stats_ GUARDED_BY(stats_mu_);
 
   std::vector<std::thread> writers_;
   std::thread gc_;

@@ -6,10 +6,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <mutex>
 #include <random>
 #include <thread>
 #include <unordered_map>
@@ -22,6 +20,7 @@
 #include "transport/wire.h"
 #include "util/coding.h"
 #include "util/hash.h"
+#include "util/mutex.h"
 
 namespace kvengine {
 
@@ -54,8 +53,10 @@ struct Conn {
   Deadline handshake_deadline = kNever;
   FrameReader frame;  // the request arriving; driven by whoever holds the connection
   std::unique_ptr<PendingAnswer> pending;  // set only while handed to a worker
-  // Guarded by the server's mu_.  Busy: queued for or held by a worker (disarmed in
-  // epoll); otherwise only the poller touches it, and may close it past `deadline`.
+  // Held under the server's mu_ (the analysis cannot name another object's mutex
+  // here; every access is inside a MutexLock on it).  Busy: queued for or held by a
+  // worker (disarmed in epoll); otherwise only the poller touches it, and may close it
+  // past `deadline`.
   bool busy = false;
   Deadline deadline = kNever;
 };
@@ -146,7 +147,7 @@ class TcpServer final : public TransportServer {
 
   void Stop() override {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (stopped_) return;
       stopped_ = true;
     }
@@ -157,12 +158,14 @@ class TcpServer final : public TransportServer {
     }
     if (poller_.joinable()) poller_.join();
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       queue_closed_ = true;
     }
-    cv_.notify_all();
+    cv_.NotifyAll();
     for (auto& w : workers_) w.join();  // each finishes the request it is serving
     workers_.clear();
+    // Nothing else runs now; the lock is for the analysis' sake.
+    MutexLock lock(&mu_);
     for (Conn* c : conns_) {
       close(c->fd);
       c->frame.Reset(&bodies_);
@@ -270,7 +273,7 @@ class TcpServer final : public TransportServer {
       if (!SendFrame(fd, wire::kChallenge, wire::kFlagResponse, 0, meta, {},
                      DeadlineIn(options_.io_timeout_ms))
                .ok()) {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         ForgetAddressLocked(c->address);
         close(fd);
         delete c;
@@ -278,7 +281,7 @@ class TcpServer final : public TransportServer {
       }
       c->handshake_deadline = DeadlineIn(options_.handshake_timeout_ms);
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         c->deadline = c->handshake_deadline;
         conns_.insert(c);
       }
@@ -314,15 +317,14 @@ class TcpServer final : public TransportServer {
 
   // Counts a connection from `address`; false when it already holds its cap.
   bool AdmitAddress(const std::string& address) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     uint64_t& n = per_address_[address];
     if (n >= options_.max_connections_per_address) return false;
     n++;
     return true;
   }
 
-  // REQUIRES: mu_ held.
-  void ForgetAddressLocked(const std::string& address) {
+  void ForgetAddressLocked(const std::string& address) REQUIRES(mu_) {
     auto it = per_address_.find(address);
     if (it != per_address_.end() && --it->second == 0) per_address_.erase(it);
   }
@@ -342,7 +344,7 @@ class TcpServer final : public TransportServer {
   void CloseOverdue(Deadline now) {
     std::vector<Conn*> overdue;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       for (Conn* c : conns_) {
         if (!c->busy && c->deadline <= now) overdue.push_back(c);
       }
@@ -369,8 +371,8 @@ class TcpServer final : public TransportServer {
     for (;;) {
       Conn* c;
       {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return queue_closed_ || !ready_.empty(); });
+        MutexLock lock(&mu_);
+        while (!queue_closed_ && ready_.empty()) cv_.Wait(&mu_);
         if (ready_.empty()) return;
         c = ready_.front();
         ready_.pop_front();
@@ -386,13 +388,13 @@ class TcpServer final : public TransportServer {
   // Queues connections for the workers.  REQUIRES: each in the poller's hands (not busy).
   void HandOff(std::span<Conn* const> conns) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       for (Conn* c : conns) {
         c->busy = true;
         ready_.push_back(c);
       }
     }
-    for (size_t i = 0; i < conns.size(); i++) cv_.notify_one();
+    for (size_t i = 0; i < conns.size(); i++) cv_.NotifyOne();
   }
 
   // Answers c's next request on the poller when it is a small GET whose values are all
@@ -467,7 +469,7 @@ class TcpServer final : public TransportServer {
       deadline = c->frame.started() + std::chrono::milliseconds(options_.io_timeout_ms);
     }
     if (!c->authed) deadline = std::min(deadline, c->handshake_deadline);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     c->busy = false;
     c->deadline = deadline;
     if (stopping_.load()) return;  // Stop() closes it
@@ -480,7 +482,7 @@ class TcpServer final : public TransportServer {
   // REQUIRES: c held by this thread (busy), or by the poller.
   void CloseConn(Conn* c) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd, nullptr);
       conns_.erase(c);
       ForgetAddressLocked(c->address);
@@ -683,13 +685,13 @@ class TcpServer final : public TransportServer {
   std::thread poller_;
   std::vector<std::thread> workers_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Conn*> ready_;                                // guarded by mu_
-  std::unordered_set<Conn*> conns_;                        // guarded by mu_
-  std::unordered_map<std::string, uint64_t> per_address_;  // open connections; guarded by mu_
-  bool queue_closed_ = false;                              // guarded by mu_
-  bool stopped_ = false;                                   // guarded by mu_
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<Conn*> ready_ GUARDED_BY(mu_);
+  std::unordered_set<Conn*> conns_ GUARDED_BY(mu_);
+  std::unordered_map<std::string, uint64_t> per_address_ GUARDED_BY(mu_);  // open connections
+  bool queue_closed_ GUARDED_BY(mu_) = false;
+  bool stopped_ GUARDED_BY(mu_) = false;
 
   // The poller's own.
   bool accept_paused_ = false;
