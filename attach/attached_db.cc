@@ -952,6 +952,14 @@ Status AttachedDB::BatchExists(std::span<const Slice> keys, std::vector<int64_t>
   return CallForResults(wire::kExists, meta, keys.size(), results);
 }
 
+Status AttachedDB::Prefetch(std::span<const Slice> keys, std::vector<int64_t>* results) {
+  Status s = input::CheckBatch("Prefetch", results, keys.size(), keys.size(), "keys", 0);
+  if (!s.ok()) return s;
+  std::string meta;
+  wire::PutKeys(&meta, keys, nullptr);
+  return CallForResults(wire::kPrefetch, meta, keys.size(), results);
+}
+
 Status AttachedDB::BatchDelete(const WriteOptions&, std::span<const Slice> keys,
                                std::vector<int64_t>* results) {
   Status s = input::CheckBatch("BatchDelete", results, keys.size(), keys.size(), "keys", 0);

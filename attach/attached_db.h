@@ -81,6 +81,7 @@ class AttachedDB final : public DB {
                       std::span<const Destination> destinations,
                       std::vector<int64_t>* results) override;
   Status BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) override;
+  Status Prefetch(std::span<const Slice> keys, std::vector<int64_t>* results) override;
   Status BatchDelete(const WriteOptions& options, std::span<const Slice> keys,
                      std::vector<int64_t>* results) override;
   Status DeleteByRegex(const std::string& pattern, uint64_t* deleted) override;

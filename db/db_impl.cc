@@ -11,6 +11,7 @@
 
 #include "util/input_check.h"
 #include "db/offloader.h"
+#include "db/prefetcher.h"
 #include "env/gpu_io.h"
 #include "util/buffers.h"
 #include "util/printable.h"
@@ -71,6 +72,14 @@ Status DBImpl::Init() {
   if (ssd_ != nullptr) {
     offloader_ = std::make_unique<Offloader>(memory_.get(), ssd_.get());
     memory_->SetEvictionHandler(offloader_.get());
+    const uint64_t prefetch_bytes = options_.prefetch_max_bytes > 0
+                                        ? options_.prefetch_max_bytes
+                                        : options_.memory_capacity_bytes / 4;
+    prefetcher_ = std::make_unique<Prefetcher>(
+        memory_.get(), ssd_.get(), prefetch_bytes, /*verify_checksums=*/true,
+        Prefetcher::Counters{&counters_.prefetch_requested, &counters_.prefetch_queued,
+                             &counters_.prefetched, &counters_.prefetch_hits,
+                             &counters_.prefetch_wasted, &counters_.prefetch_dropped});
   }
   if (options_.memory_registrar) {
     s = options_.memory_registrar->Register(memory_->arena_base(), memory_->arena_size(), "arena");
@@ -94,6 +103,7 @@ Status DBImpl::Close() {
   }
   closed_ = true;
   if (memory_ == nullptr && lock_ == nullptr) return Status::OK();  // Init failed early
+  if (prefetcher_ != nullptr) prefetcher_->Stop();  // it reads and writes the tiers
   const auto user_buffers = registered_buffers_.TakeAll();
   if (options_.memory_registrar) {
     for (const auto& [start, length] : user_buffers) {
@@ -114,6 +124,7 @@ Status DBImpl::Close() {
   }
   const uint64_t teardown = env_->NowMicros();
   ssd_.reset();
+  prefetcher_.reset();
   offloader_.reset();
   gpu_.reset();  // unregisters the arena from CUDA before it is unmapped
   memory_.reset();

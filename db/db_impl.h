@@ -33,6 +33,7 @@
 namespace kvengine {
 
 class Offloader;
+class Prefetcher;
 
 class DBImpl final : public DB, public SharedArena {
  public:
@@ -56,6 +57,7 @@ class DBImpl final : public DB, public SharedArena {
                       std::span<const Destination> destinations,
                       std::vector<int64_t>* results) override;
   Status BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) override;
+  Status Prefetch(std::span<const Slice> keys, std::vector<int64_t>* results) override;
   Status BatchDelete(const WriteOptions& options, std::span<const Slice> keys,
                      std::vector<int64_t>* results) override;
   Status DeleteByRegex(const std::string& pattern, uint64_t* deleted) override;
@@ -119,6 +121,11 @@ class DBImpl final : public DB, public SharedArena {
   Status CopyFromMemory(const Slice& key, MemoryTier::Handle* handle,
                         std::span<const MutableSlice> dest, uint64_t capacity, uint64_t* size);
   Status DeleteOne(const Slice& key);
+  // Reads wait for a prefetch of their keys under way (db/prefetcher.h), then tell it
+  // which keys they found in memory (prefetch hits and waste).  Nothing without SSD.
+  void AwaitPrefetch(std::span<const Slice> keys);
+  void AwaitPrefetch(const Slice& key);
+  void NotePrefetchRead(const Slice& key, bool found);
   // Reads the keys that missed the memory tier from SSD (one submission) and promotes
   // them by policy.  misses[i] indexes keys/dests/results.
   void ReadFromSsd(std::span<const Slice> keys, std::span<const Destination> dests,
@@ -179,6 +186,7 @@ class DBImpl final : public DB, public SharedArena {
   std::unique_ptr<MemoryTier> memory_;
   std::unique_ptr<SsdTier> ssd_;  // null when ssd_capacity_bytes == 0
   std::unique_ptr<Offloader> offloader_;
+  std::unique_ptr<Prefetcher> prefetcher_;  // with the SSD tier only
   std::unique_ptr<GpuIo> gpu_;  // after memory_: it page-locks memory_'s arena
 
   Mutex flush_mu_;  // one Flush at a time

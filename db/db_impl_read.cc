@@ -10,6 +10,7 @@
 
 #include "util/input_check.h"
 #include "db/offloader.h"
+#include "db/prefetcher.h"
 #include "env/gpu_io.h"
 #include "util/buffers.h"
 #include "util/printable.h"
@@ -23,7 +24,10 @@ Status DBImpl::PinInMemory(const Slice& key, uint64_t capacity, MemoryTier::Hand
   Status s = CheckOpen();
   if (s.ok()) s = CheckKey(key);
   if (!s.ok()) return s;
-  if (!memory_->Lookup(key, handle)) return Status::NotFound("key " + Printable(key));
+  AwaitPrefetch(key);
+  const bool found = memory_->Lookup(key, handle);
+  NotePrefetchRead(key, found);
+  if (!found) return Status::NotFound("key " + Printable(key));
   counters_.gets.fetch_add(1, std::memory_order_relaxed);
   counters_.memory_hits.fetch_add(1, std::memory_order_relaxed);
   const uint64_t size = handle->value().size();
@@ -51,8 +55,10 @@ Status DBImpl::CheckDestination(const Slice& key, std::span<const MutableSlice> 
 
 Status DBImpl::GetFromMemory(const Slice& key, std::span<const MutableSlice> dest,
                              uint64_t capacity, uint64_t* size) {
+  AwaitPrefetch(key);
   MemoryTier::Handle handle;
   memory_->Lookup(key, &handle);
+  NotePrefetchRead(key, handle.valid());
   return CopyFromMemory(key, &handle, dest, capacity, size);
 }
 
@@ -113,7 +119,9 @@ Status DBImpl::GetOneToDevice(const Slice& key, std::span<const MutableSlice> de
   uint64_t capacity = 0;
   if (s.ok()) s = CheckDestination(key, dest, &capacity);
   if (!s.ok()) return s;
+  AwaitPrefetch(key);
   if (memory_->Lookup(key, pin)) {  // host -> device straight from the arena
+    NotePrefetchRead(key, true);
     counters_.gets.fetch_add(1, std::memory_order_relaxed);
     counters_.memory_hits.fetch_add(1, std::memory_order_relaxed);
     const Slice value = pin->value();
@@ -143,8 +151,11 @@ Status DBImpl::Get(const ReadOptions& options, const Slice& key, std::string* va
   if (value == nullptr) return log.Finish(Status::InvalidArgument("Get: value pointer is null"));
   s = CheckKey(key);
   if (!s.ok()) return log.FinishKey(s, key, -1, nullptr);
+  AwaitPrefetch(key);
   MemoryTier::Handle handle;
-  if (memory_->Lookup(key, &handle)) {
+  const bool in_memory = memory_->Lookup(key, &handle);
+  NotePrefetchRead(key, in_memory);
+  if (in_memory) {
     counters_.gets.fetch_add(1, std::memory_order_relaxed);
     counters_.memory_hits.fetch_add(1, std::memory_order_relaxed);
     value->assign(handle.value().data(), handle.value().size());
@@ -262,8 +273,14 @@ Status DBImpl::BatchGetInto(const ReadOptions& options, std::span<const Slice> k
       if (check.ok()) host_keys.push_back(keys[i]);
     }
   }
+  AwaitPrefetch(host_keys);
   std::vector<MemoryTier::Handle> pinned;
   memory_->BatchLookup(host_keys, &pinned);
+  if (prefetcher_ != nullptr) {
+    std::vector<bool> found(pinned.size());
+    for (size_t j = 0; j < pinned.size(); j++) found[j] = pinned[j].valid();
+    prefetcher_->NoteReads(host_keys, found);
+  }
   size_t next_pinned = 0;
   uint64_t total_bytes = 0;
   // Copies to device memory are queued back to back on the bus and waited for after
@@ -414,6 +431,47 @@ void DBImpl::ReadFromSsd(std::span<const Slice> keys, std::span<const Destinatio
     counters_.get_bytes.fetch_add(r.size, std::memory_order_relaxed);
     (*results)[misses[j]] = static_cast<int64_t>(r.size);
   }
+}
+
+Status DBImpl::Prefetch(std::span<const Slice> keys, std::vector<int64_t>* results) {
+  PerfPoint perf(PerfKey::db_prefetch);
+  CallLog log(&logger_, "prefetch", &errors_);
+  log.Add("num_keys", keys.size());
+  ReaderLock guard(&lifecycle_mu_);
+  Status s = StartBatch("Prefetch", keys, keys.size(), "keys", false, results);
+  if (!s.ok()) return log.Finish(s);
+  // Malformed keys are refused one by one; the others go to the prefetcher.
+  std::vector<Slice> valid;
+  std::vector<size_t> where;
+  for (size_t i = 0; i < keys.size(); i++) {
+    Status key_status = CheckKey(keys[i]);
+    (*results)[i] = key_status.ok() ? 0 : key_status.ErrorCode();
+    if (key_status.ok()) {
+      valid.push_back(keys[i]);
+      where.push_back(i);
+    }
+  }
+  if (prefetcher_ != nullptr && !valid.empty()) {
+    std::vector<int64_t> queued(valid.size(), 0);
+    prefetcher_->Submit(valid, &queued);
+    for (size_t j = 0; j < valid.size(); j++) (*results)[where[j]] = queued[j];
+  }
+  uint64_t started = 0;
+  for (int64_t r : *results) started += r == 1;
+  log.Add("queued", started);
+  return log.Finish(Status::OK(), keys);
+}
+
+void DBImpl::AwaitPrefetch(std::span<const Slice> keys) {
+  if (prefetcher_ != nullptr) prefetcher_->AwaitKeys(keys);
+}
+
+void DBImpl::AwaitPrefetch(const Slice& key) {
+  if (prefetcher_ != nullptr) prefetcher_->AwaitKey(key);
+}
+
+void DBImpl::NotePrefetchRead(const Slice& key, bool found) {
+  if (prefetcher_ != nullptr) prefetcher_->NoteRead(key, found);
 }
 
 }  // namespace kvengine

@@ -34,17 +34,7 @@ Options RoomyWriteBack() {
   return o;
 }
 
-uint64_t StatOf(DB* db, const std::string& name) {
-  std::string text;
-  EXPECT_TRUE(db->GetProperty("kvengine.stats", &text));
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(name + ": ", 0) == 0) return std::stoull(line.substr(name.size() + 2));
-  }
-  ADD_FAILURE() << "no stat " << name;
-  return 0;
-}
+using test::StatOf;
 
 // Puts kValues values, deletes every fifth, then checks what a reopened DB holds.
 void PutAndDelete(DB* db) {

@@ -535,6 +535,12 @@ const std::vector<std::string> kTextNames = {
     "exists_queries",
     "deletes",
     "batch_calls",
+    "prefetch_requested",
+    "prefetch_queued",
+    "prefetched",
+    "prefetch_hits",
+    "prefetch_wasted",
+    "prefetch_dropped",
     "errors.not_found",
     "errors.invalid_argument",
     "errors.corruption",
@@ -612,6 +618,12 @@ const std::vector<std::string> kJsonNames = {
     "exists_queries",
     "deletes",
     "batch_calls",
+    "prefetch_requested",
+    "prefetch_queued",
+    "prefetched",
+    "prefetch_hits",
+    "prefetch_wasted",
+    "prefetch_dropped",
     "errors.not_found",
     "errors.invalid_argument",
     "errors.corruption",
@@ -734,6 +746,24 @@ const std::vector<std::string> kPromLines = {
     "# HELP kvengine_batch_calls_total Batch calls accepted.",
     "# TYPE kvengine_batch_calls_total counter",
     "kvengine_batch_calls_total",
+    "# HELP kvengine_prefetch_requested_total Keys asked for by Prefetch.",
+    "# TYPE kvengine_prefetch_requested_total counter",
+    "kvengine_prefetch_requested_total",
+    "# HELP kvengine_prefetch_queued_total Keys whose read up from SSD Prefetch started.",
+    "# TYPE kvengine_prefetch_queued_total counter",
+    "kvengine_prefetch_queued_total",
+    "# HELP kvengine_prefetched_total Values Prefetch brought into the memory tier.",
+    "# TYPE kvengine_prefetched_total counter",
+    "kvengine_prefetched_total",
+    "# HELP kvengine_prefetch_hits_total Prefetched values a later read found in memory (once each).",
+    "# TYPE kvengine_prefetch_hits_total counter",
+    "kvengine_prefetch_hits_total",
+    "# HELP kvengine_prefetch_wasted_total Prefetched values that left memory unread (evicted or deleted).",
+    "# TYPE kvengine_prefetch_wasted_total counter",
+    "kvengine_prefetch_wasted_total",
+    "# HELP kvengine_prefetch_dropped_total Prefetches given up: over prefetch_max_bytes, no room in memory, or unreadable.",
+    "# TYPE kvengine_prefetch_dropped_total counter",
+    "kvengine_prefetch_dropped_total",
     "# HELP kvengine_errors_total Failed keys and calls, by kind of error.",
     "# TYPE kvengine_errors_total counter",
     "kvengine_errors_total{kind=\"not_found\"}",
@@ -781,6 +811,12 @@ void ExpectKnownValues(const std::vector<std::pair<std::string, std::string>>& t
                 {"exists_queries", "2"},
                 {"deletes", ssd ? "1" : "2"},
                 {"batch_calls", "1"},
+                {"prefetch_requested", "0"},
+                {"prefetch_queued", "0"},
+                {"prefetched", "0"},
+                {"prefetch_hits", "0"},
+                {"prefetch_wasted", "0"},
+                {"prefetch_dropped", "0"},
                 {"errors.not_found", "1"},
                 {"errors.invalid_argument", "0"}},
                "text");
@@ -854,7 +890,7 @@ void ExpectPromAsText(const std::vector<std::pair<std::string, std::string>>& pr
     EXPECT_EQ(value, it->second) << sample;
     checked++;
   }
-  EXPECT_EQ(checked, 30);  // 11 memory, tier hits, 9 DB-wide, 9 error kinds
+  EXPECT_EQ(checked, 36);  // 11 memory, tier hits, 15 DB-wide, 9 error kinds
 }
 
 // The three properties after RunCalls(), with the SSD tier or without.

@@ -44,6 +44,10 @@ bool DbOpsOverDB::GetProperty(const std::string& name, std::string* value) {
   return db_->GetProperty(name, value);
 }
 
+Status DbOpsOverDB::Prefetch(std::span<const Slice> keys, std::vector<int64_t>* results) {
+  return db_->Prefetch(keys, results);
+}
+
 bool IsDbOp(uint8_t op) {
   switch (op) {
     case wire::kExists:
@@ -51,6 +55,7 @@ bool IsDbOp(uint8_t op) {
     case wire::kValueSize:
     case wire::kProperty:
     case wire::kDeleteMatching:
+    case wire::kPrefetch:
       return true;
     default:
       return false;
@@ -69,6 +74,8 @@ const char* DbOpName(uint8_t op) {
       return "property";
     case wire::kDeleteMatching:
       return "delete-matching";
+    case wire::kPrefetch:
+      return "prefetch";
     default:
       return "unknown";
   }
@@ -86,6 +93,11 @@ bool ServeDbOp(DbOpsTarget* target, uint8_t op, std::string_view meta, std::stri
     case wire::kDelete: {
       if (!GetKeysOnly(meta, &keys)) return false;
       PutResultsAnswer(target->BatchDelete(keys, &results), results, answer);
+      return true;
+    }
+    case wire::kPrefetch: {
+      if (!GetKeysOnly(meta, &keys)) return false;
+      PutResultsAnswer(target->Prefetch(keys, &results), results, answer);
       return true;
     }
     case wire::kValueSize: {

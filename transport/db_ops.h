@@ -9,6 +9,8 @@
 //   DELETE_MATCHING  match mode and a pattern -> status, the count of keys removed (even
 //                                                when the status is an error: what the
 //                                                hosts that succeeded removed)
+//   PREFETCH         keys                     -> batch status, a result per key (1: its
+//                                                read up from SSD started, 0: not)
 // A server hands a request of one of these ops to ServeDbOp and sends the answer back;
 // its own ops (puts, gets, pins, leases) it decodes itself.
 #ifndef KVENGINE_TRANSPORT_DB_OPS_H_
@@ -37,6 +39,12 @@ class DbOpsTarget {
   virtual Status DeleteByRegex(const std::string& pattern, uint64_t* deleted) = 0;
   virtual Status DeleteAll(uint64_t* deleted) = 0;
   virtual bool GetProperty(const std::string& name, std::string* value) = 0;
+  // DB::Prefetch.  By default nothing is prefetched (0 for every key): the peer server
+  // serves reads of what it holds and does not promote for its clients.
+  virtual Status Prefetch(std::span<const Slice> keys, std::vector<int64_t>* results) {
+    results->assign(keys.size(), 0);
+    return Status::OK();
+  }
 };
 
 // The ops run against a kvengine::DB, which must outlive it (deletes with the default
@@ -50,6 +58,7 @@ class DbOpsOverDB final : public DbOpsTarget {
   Status DeleteByRegex(const std::string& pattern, uint64_t* deleted) override;
   Status DeleteAll(uint64_t* deleted) override;
   bool GetProperty(const std::string& name, std::string* value) override;
+  Status Prefetch(std::span<const Slice> keys, std::vector<int64_t>* results) override;
 
  private:
   DB* const db_;
@@ -59,7 +68,7 @@ class DbOpsOverDB final : public DbOpsTarget {
 bool IsDbOp(uint8_t op);
 
 // The name of such an op in messages: "exists", "delete", "value-size", "property",
-// "delete-matching".
+// "delete-matching", "prefetch".
 const char* DbOpName(uint8_t op);
 
 // Decodes `meta`, the metadata of a request of `op` (IsDbOp(op)), runs it against

@@ -46,6 +46,7 @@ enum Op : uint8_t {
   kRdmaConnect = 10,     // client QP parameters -> server QP parameters and arena rkey
   kValueSize = 11,       // keys -> results (value size, or negative error)
   kDeleteMatching = 12,  // match mode + pattern -> count of keys removed (local tiers)
+  kPrefetch = 13,        // keys -> results (1: read up from SSD started, 0: not)
 
   // Attached clients only, on the owner's Unix socket (attach/local_server.h,
   // docs/attach.md).  Locations are offsets in the shared arena.

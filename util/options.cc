@@ -132,6 +132,7 @@ const std::vector<OptionEntry>& Table() {
       EnumOption("ssd_eviction", &Options::ssd_eviction, SsdEvictionNames),
       BoolOption("disable_ssd_eviction", &Options::disable_ssd_eviction),
       BoolOption("promote_on_read", &Options::promote_on_read),
+      SizeOption("prefetch_max_bytes", &Options::prefetch_max_bytes),
       BoolOption("flush_on_close", &Options::flush_on_close),
       SizeOption("tombstone_sync_interval_ms", &Options::tombstone_sync_interval_ms),
       BoolOption("gc_punch_holes", &Options::gc_punch_holes),

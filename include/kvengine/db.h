@@ -137,6 +137,24 @@ class DB {
   // member may take up to peer_timeout_ms to answer, deletes included.
   virtual Status DeleteAll(uint64_t* deleted) = 0;
 
+  // Promotion ahead of the load: starts bringing the values of `keys` that lie only on
+  // SSD up into the memory tier, in the background, for reads the caller expects soon
+  // (a scheduler that matched a prefix before its worker loads it).  Returns at once
+  // with (*results)[i] 1 when keys[i]'s read was started, 0 when it was not needed or
+  // not possible: in memory already, absent, already on its way, no SSD tier, or over
+  // Options::prefetch_max_bytes (dropped, without error: the later read still works).
+  // A read of a key whose prefetch is on its way waits for it instead of reading the
+  // same bytes again.  A prefetched value is inserted only while it is still the key's
+  // current one, and never displaces a newer write.  In sharded mode only the keys this
+  // host holds are prefetched (0 for the others).  Counters: "prefetch_*" in
+  // "kvengine.stats" (docs/observability.md).
+  // The default (a DB without tiers of its own to promote between) queues nothing.
+  virtual Status Prefetch(std::span<const Slice> keys, std::vector<int64_t>* results) {
+    if (results == nullptr) return Status::InvalidArgument("Prefetch: results is null");
+    results->assign(keys.size(), 0);
+    return Status::OK();
+  }
+
   // ---------------------------------------------------------------- buffers
   // Declares [addr, addr+length) a buffer the caller will pass to puts and gets again
   // and again, so transports can register it once (RDMA).  Regions may not overlap

@@ -163,6 +163,13 @@ struct Options {
   // Default: true
   bool promote_on_read = true;
 
+  // DB::Prefetch: the most bytes of values queued or being read up from SSD at once (and
+  // so the most one Prefetch call queues).  Kept well under the memory tier's size so
+  // that a prefetched batch never evicts its own values.  0: a quarter of
+  // memory_capacity_bytes.
+  // Default: 0
+  uint64_t prefetch_max_bytes = 0;
+
   // Close() first does what Flush() does: with write_back, every value still only in
   // memory is written to SSD, so a reopened DB finds what the closed one held.  Turn it
   // off for a pure memory cache that restarts empty anyway: Close then costs no disk

@@ -57,6 +57,9 @@ class StackableDB : public DB {
   Status BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) override {
     return base_->BatchExists(keys, results);
   }
+  Status Prefetch(std::span<const Slice> keys, std::vector<int64_t>* results) override {
+    return base_->Prefetch(keys, results);
+  }
   Status BatchDelete(const WriteOptions& options, std::span<const Slice> keys,
                      std::vector<int64_t>* results) override {
     return base_->BatchDelete(options, keys, results);

@@ -490,6 +490,12 @@ class Store {
     return Exists(keys)[0];
   }
 
+  // DB::Prefetch: per key 1 when its read up from SSD started, 0 when not, else negative.
+  std::vector<int64_t> BatchPrefetch(py::handle keys_obj) {
+    kvengine::PerfPoint perf(kvengine::PerfKey::py_batch_prefetch);
+    return KeysCall(KeysFrom(keys_obj), &DB::Prefetch);
+  }
+
   std::vector<int64_t> BatchIsExist(py::handle keys_obj) {
     kvengine::PerfPoint perf(kvengine::PerfKey::py_batch_exists);
     return Exists(KeysFrom(keys_obj));
@@ -725,6 +731,14 @@ class Store {
   }
 
   std::vector<int64_t> Exists(const std::vector<std::string>& keys) {
+    return KeysCall(keys, &DB::BatchExists);
+  }
+
+  // A batch call of the DB that takes only keys (BatchExists, Prefetch), without the GIL;
+  // a result per key.
+  std::vector<int64_t> KeysCall(const std::vector<std::string>& keys,
+                                Status (DB::*call)(std::span<const Slice>,
+                                                   std::vector<int64_t>*)) {
     auto db = GetDb();
     if (!db) return std::vector<int64_t>(keys.size(), kNotOpen);
     std::vector<Slice> slices = SlicesOf(keys);
@@ -732,7 +746,7 @@ class Store {
     Status s;
     {
       py::gil_scoped_release nogil;
-      s = db->BatchExists(slices, &results);
+      s = ((*db).*call)(slices, &results);
     }
     return Results(s, std::move(results), keys.size());
   }
@@ -854,6 +868,9 @@ PYBIND11_MODULE(_kvengine, m) {
            py::arg("ptrs"), py::arg("sizes") = py::none())
       .def("is_exist", &Store::IsExist, py::arg("key"))
       .def("batch_is_exist", &Store::BatchIsExist, py::arg("keys"))
+      .def("batch_prefetch", &Store::BatchPrefetch, py::arg("keys"),
+           "Starts reading the keys' SSD-resident values up into memory for a read soon; "
+           "per key 1 (started), 0 (not needed or not possible), or a negative error.")
       .def("remove", &Store::Remove, py::arg("key"))
       .def("batch_remove", &Store::BatchRemove, py::arg("keys"))
       .def("remove_by_regex", &Store::RemoveByRegex, py::arg("pattern"))

@@ -433,3 +433,26 @@ def test_read_through_get_of_a_peer_only_key(tmp_path):
             reader.close()
     finally:
         owner.close()
+
+
+# ------------------------------------------------------------------ prefetch
+
+
+def test_batch_prefetch_brings_ssd_values_up_for_the_next_read(db_path):
+    opts = dict(SMALL, ssd_capacity_bytes="64MiB", use_direct_io=False, promote_on_read=False)
+    keys = ["pf/%d" % i for i in range(8)]
+    values = [os.urandom(32 << 10) for _ in keys]
+    with kvengine.open(db_path, **opts) as db:
+        for k, v in zip(keys, values):
+            assert db.put(k, v) == 0
+    with kvengine.open(db_path, **opts) as db:  # reopened: every value is on SSD only
+        assert db.batch_prefetch(keys + ["absent", ""]) == [1] * len(keys) + [
+            0, kvengine.INVALID_ARGUMENT]
+        for k, v in zip(keys, values):
+            assert db.get(k) == v
+        stats = db.stats()
+        assert stats["ssd_hits"] == 0
+        assert stats["prefetch_hits"] == len(keys)
+        with pytest.raises(TypeError):
+            db.batch_prefetch(None)
+    assert db.batch_prefetch(keys) == [kvengine.ABORTED] * len(keys)  # closed

@@ -178,6 +178,42 @@ def test_saved_blocks_survive_a_restart(store_path):
         b.close()
 
 
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_scheduler_lookup_prefetches_the_hit_for_the_load(store_path, prefetch):
+    """After a restart the saved blocks are on SSD only: the scheduler's lookup starts
+    reading the matched prefix up (batch_prefetch), so the worker's load finds it in memory
+    (DB::Prefetch, docs/vllm.md); with "prefetch": False nothing is asked."""
+    layout = fk.LAYOUTS[0]
+    a = Instance(store_path, layout)
+    ids_a = [2, 5, 1, 7]
+    prefill_on(a, a.request("req-a", prompt(4 * BS)), ids_a)
+    saved = [a.block(i) for i in ids_a]
+    a.close()
+
+    b = Instance(store_path, layout, prefetch=prefetch)
+    try:
+        req_b = b.request("req-b", prompt(4 * BS))
+        ids_b = [9, 3, 0, 6]
+        matched, meta = b.schedule_new(req_b, ids_b)
+        assert matched == 4 * BS - 1
+        fk.run_worker_step(b.worker, meta, b.caches, layout)
+        assert b.worker.get_block_ids_with_load_errors() == set()
+        for i in range(4):
+            for la, lb in zip(saved[i], b.block(ids_b[i])):
+                assert same_bytes(la, lb)
+        stats = b.sched._db.stats()
+        keys = 4 * len(b.caches)  # 4 blocks, one key per layer (TP 1)
+        if prefetch:
+            assert stats["prefetch_requested"] == keys
+            assert stats["prefetch_hits"] == keys  # the load found every block in memory
+            assert stats["ssd_hits"] == 0
+        else:
+            assert stats["prefetch_requested"] == 0
+            assert stats["ssd_hits"] > 0
+    finally:
+        b.close()
+
+
 def test_todays_flash_attention_shape_is_accepted(store_path):
     """The report of issue 17: (48, 4, 16, 128) raised 'unsupported shape'."""
     w = KVEngineConnector(fk.make_config(store_path), KVConnectorRole.WORKER)

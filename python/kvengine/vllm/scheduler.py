@@ -1,7 +1,10 @@
 """KVEngineScheduler: the connector's scheduler side (vLLM's scheduler process).
 
 get_num_new_matched_tokens asks the store (one batch_is_exist over the request's remaining
-blocks, every layer of every rank) for the longest present prefix; build_connector_meta
+blocks, every layer of every rank) for the longest present prefix, and asks it to start
+bringing that prefix up from SSD (batch_prefetch) while vLLM allocates and schedules, so
+that the worker's load finds it in memory (kv_connector_extra_config "prefetch": True by
+default); build_connector_meta
 turns the step's scheduler output into the picklable metadata the workers act on.
 """
 
@@ -85,6 +88,8 @@ class KVEngineScheduler:
         self._kv_role = attr_of(kv_transfer_config, "kv_role", "kv_both") or "kv_both"
         self._layouts = LayoutRecords(keys)
         self._requests = {}  # req_id -> _RequestState
+        extra = attr_of(kv_transfer_config, "kv_connector_extra_config", None) or {}
+        self._prefetch = bool(extra.get("prefetch", True))
         self._warn_at_start(kv_transfer_config)
 
     def _warn_at_start(self, kv_transfer_config):
@@ -167,7 +172,22 @@ class KVEngineScheduler:
                 hit += 1
             else:
                 break
+        if hit and self._prefetch:
+            self._start_prefetch(keys[:hit * per_block])
         return hit
+
+    def _start_prefetch(self, keys):
+        """The worker loads these keys soon: the store starts reading those on SSD into
+        memory now.  A hint only: a failure changes nothing but the load's speed."""
+        try:
+            results = self._db.batch_prefetch(keys)
+        except Exception as e:  # an older module without it, or a store gone away
+            logger.debug("kvengine: prefetch not started: %s", e)
+            return
+        errors = [r for r in results if r < 0]
+        if errors:
+            logger.debug("kvengine: prefetch refused %d of %d keys (first error %d)",
+                         len(errors), len(keys), errors[0])
 
     def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int):
         state = self._state(request)
