@@ -394,9 +394,11 @@ std::string Replay::Report(Result* r, double wall_s) {
               ",\"lookup_seconds\":%.6g",
               s.bytes_loaded, s.load_s, load_mbps, s.bytes_saved, s.save_s, save_mbps, s.lookup_s);
   t += "  load per request: " + PercentilesText(s.load_us) + "\n";
-  t += "    all from memory: " + PercentilesText(s.load_memory_us) + "\n";
-  t += "    some from SSD:   " + PercentilesText(s.load_ssd_us) + "\n";
-  t += "    some from peers: " + PercentilesText(s.load_peer_us) + "\n";
+  if (s.tiers_known) {
+    t += "    all from memory: " + PercentilesText(s.load_memory_us) + "\n";
+    t += "    some from SSD:   " + PercentilesText(s.load_ssd_us) + "\n";
+    t += "    some from peers: " + PercentilesText(s.load_peer_us) + "\n";
+  }
   t += "  lookup per request: " + PercentilesText(s.lookup_us) + "\n";
   j += ",\"load_us\":" + PercentilesJson(s.load_us) +
        ",\"load_memory_us\":" + PercentilesJson(s.load_memory_us) +
