@@ -198,6 +198,10 @@ DEFINE_double(trace_speed, 0,
 DEFINE_uint64(trace_lookahead_us, 0,
               "trace: microseconds from a request's lookup (the scheduler's BatchExists) to "
               "its load (the worker's BatchGetInto); later requests' lookups run meanwhile");
+DEFINE_uint64(trace_depth, 1,
+              "trace: requests the scheduler may have looked up and not yet loaded (1: each "
+              "request is looked up --trace_lookahead_us before its load, after the previous "
+              "one's save; more: lookups of later arrivals run during that wait)");
 DEFINE_string(trace_keys, "layer",
               "trace: layer (one key per block and layer, as the vLLM connector stores a "
               "block) or block (one key per block)");
@@ -429,6 +433,9 @@ const FlagRule kTraceRules[] = {
      "must be 0 (as fast as possible) or a speed-up in (0, 1000000]"},
     {"trace_lookahead_us", [](const Resolved&) { return FLAGS_trace_lookahead_us <= 60'000'000; },
      "must be at most 60000000 (a minute)"},
+    {"trace_depth",
+     [](const Resolved&) { return InRange<uint64_t>(FLAGS_trace_depth, 1, 1 << 20); },
+     "must be in [1, 1048576]"},
     {"trace_keys",
      [](const Resolved&) { return FLAGS_trace_keys == "layer" || FLAGS_trace_keys == "block"; },
      "must be layer or block"},
@@ -645,6 +652,7 @@ void CopyTraceFlags(const Resolved& r, BenchConfig* c) {
   t.key_per_layer = FLAGS_trace_keys == "layer";
   t.speed = FLAGS_trace_speed;
   t.lookahead_us = FLAGS_trace_lookahead_us;
+  t.depth = FLAGS_trace_depth;
   t.prefill_tokens_per_s = FLAGS_prefill_tokens_per_s;
   t.buffer_bytes = TraceBufferBytes();
   t.memory_capacity = r.kvengine.memory_capacity_bytes;

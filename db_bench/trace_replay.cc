@@ -36,8 +36,8 @@ std::string PercentilesJson(const Histogram& h) {
   return Printf("{\"count\":%" PRIu64 ",\"p50\":%.6g,\"p99\":%.6g,\"p99.9\":%.6g,\"max\":%.6g}",
                 h.count(), h.Percentile(50), h.Percentile(99), h.Percentile(99.9), h.max());
 }
-std::string PercentilesText(const Histogram& h) {
-  return Printf("%" PRIu64 " requests, P50 %.1f P99 %.1f P99.9 %.1f max %.1f micros", h.count(),
+std::string PercentilesText(const Histogram& h, const char* what = "requests") {
+  return Printf("%" PRIu64 " %s, P50 %.1f P99 %.1f P99.9 %.1f max %.1f micros", h.count(), what,
                 h.Percentile(50), h.Percentile(99), h.Percentile(99.9), h.max());
 }
 
@@ -297,13 +297,13 @@ Result Replay::Run(double progress_interval) {
     const double now_s = Seconds(Clock::now() - t0);
     // When each step is due, in seconds since t0 (infinity: not yet).
     const double never = std::numeric_limits<double>::infinity();
+    // The scheduler looks up at most `depth` requests ahead of the worker's loads: a
+    // replay that falls behind the trace's pace does not look up seconds of arrivals
+    // before their predecessors have saved the blocks they share.
     double lookup_due = never;
-    if (next < n) {
-      if (c_.speed > 0) {
-        lookup_due = (trace_[next].timestamp_ms - first_ms) / 1000.0 / c_.speed;
-      } else if (pending.empty()) {
-        lookup_due = now_s;  // closed loop: the next request when the last is done
-      }
+    if (next < n && pending.size() < c_.depth) {
+      lookup_due = c_.speed > 0 ? (trace_[next].timestamp_ms - first_ms) / 1000.0 / c_.speed
+                                : now_s;  // as fast as possible: as soon as there is room
     }
     const double load_due = pending.empty() ? never : pending.front().lookup_at_s + lookahead_s;
     const bool load = load_due <= lookup_due;
@@ -360,11 +360,11 @@ std::string Replay::Report(Result* r, double wall_s) {
               Share(s.hit_blocks, s.blocks), Share(s.loaded_blocks, s.blocks), s.lost_blocks);
   j += Printf("\"trace\":{\"requests\":%" PRIu64 ",\"blocks\":%" PRIu64 ",\"block_tokens\":%" PRIu64
               ",\"bytes_per_block\":%" PRIu64 ",\"keys_per_block\":%" PRIu64
-              ",\"speed\":%g,\"lookahead_us\":%" PRIu64
+              ",\"speed\":%g,\"lookahead_us\":%" PRIu64 ",\"depth\":%" PRIu64
               ",\"wall_seconds\":%.6g"
               ",\"hit_ratio\":%.6g,\"loaded_ratio\":%.6g,\"lost_blocks\":%" PRIu64,
               s.requests, s.blocks, c_.block_tokens, c_.BytesPerBlock(), c_.KeysPerBlock(),
-              c_.speed, c_.lookahead_us, wall_s, Share(s.hit_blocks, s.blocks),
+              c_.speed, c_.lookahead_us, c_.depth, wall_s, Share(s.hit_blocks, s.blocks),
               Share(s.loaded_blocks, s.blocks), s.lost_blocks);
   if (s.tiers_known) {
     t += Printf(
@@ -406,7 +406,8 @@ std::string Replay::Report(Result* r, double wall_s) {
        ",\"load_peer_us\":" + PercentilesJson(s.load_peer_us) +
        ",\"lookup_us\":" + PercentilesJson(s.lookup_us);
   if (c_.speed > 0) {
-    t += "  schedule: steps began late by " + PercentilesText(s.late_us) + "\n";
+    t +=
+        "  schedule: lookups and loads began late by " + PercentilesText(s.late_us, "steps") + "\n";
     j += ",\"late_us\":" + PercentilesJson(s.late_us);
   }
   t += Printf(

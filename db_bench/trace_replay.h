@@ -11,11 +11,12 @@
 //   2. Load and save, on the worker's side, `lookahead_us` after the lookup: the hit
 //      blocks read with BatchGetInto into a registered buffer (the load, timed per
 //      request), then the rest of the blocks written from it with BatchPut (the save).
-// Arrivals: with speed 0 the next request arrives when the previous one is saved (as
-// fast as possible); with speed N at its timestamp / N, and lookups of later requests
-// run while earlier ones wait out their lookahead, as a scheduler runs ahead of its
-// workers.  One thread runs both steps in time order, so the engine's counters read
-// around a load belong to that load alone.
+// Arrivals: with speed 0 each request as soon as the scheduler has room, with speed N at
+// its timestamp / N.  The scheduler looks up at most `depth` requests ahead of the
+// worker's loads (depth 1: a request is looked up lookahead_us before its load, after the
+// previous request's save; more: later arrivals are looked up during that wait, as a
+// scheduler runs ahead of its workers).  One thread runs both steps in time order, so the
+// engine's counters read around a load belong to that load alone.
 //
 // Keys: "kvbench-trace@tp0/layer.<l>/<hash id>" per (block, layer), as the vLLM
 // connector stores a block, or "kvbench-trace@tp0/<hash id>" per block.  A value is the

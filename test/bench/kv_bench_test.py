@@ -460,6 +460,7 @@ def test_trace(binary, engines):
                   f"no SSD hits with a small memory tier: {t}")
             check("ideal_lru_memory_ssd" in ssd["kvengine"], "no memory+SSD ideal cache")
         trace_records(binary, ["--trace=" + path, "--trace_speed=100", "--trace_lookahead_us=500",
+                               "--trace_depth=4",
                                "--memory=64MiB", "--options=ssd_capacity_bytes=0"],
                       ["kvengine"], "paced")
         trace_records(binary, ["--trace=" + path, "--attach", "--memory=64MiB",
