@@ -459,10 +459,24 @@ def test_trace(binary, engines):
             check(t["hit_ratio_ssd"] > 0 and t["load_ssd_us"]["count"] > 0,
                   f"no SSD hits with a small memory tier: {t}")
             check("ideal_lru_memory_ssd" in ssd["kvengine"], "no memory+SSD ideal cache")
-        trace_records(binary, ["--trace=" + path, "--trace_speed=100", "--trace_lookahead_us=500",
-                               "--trace_depth=4",
-                               "--memory=64MiB", "--options=ssd_capacity_bytes=0"],
-                      ["kvengine"], "paced")
+        # Paced at 100x the timestamps: the replay lasts at least the trace's span / 100.
+        with open(path) as f:
+            span_s = json.loads(f.read().splitlines()[-1])["timestamp"] / 1000.0
+        paced = trace_records(binary, ["--trace=" + path, "--trace_speed=100",
+                                       "--trace_lookahead_us=500", "--trace_depth=4",
+                                       "--memory=64MiB", "--options=ssd_capacity_bytes=0"],
+                              ["kvengine"], "paced")
+        if "kvengine" in paced:
+            t = paced["kvengine"]["trace"]
+            check(t["wall_seconds"] >= span_s / 100 and "late_us" in t,
+                  f"paced: {t['wall_seconds']} s for a span of {span_s} s at 100x")
+        # As fast as possible with depth 1: every request waits out its 5 ms lookahead.
+        ahead = trace_records(binary, ["--trace=" + path, "--trace_lookahead_us=5000",
+                                       "--memory=64MiB", "--options=ssd_capacity_bytes=0"],
+                              ["kvengine"], "lookahead")
+        if "kvengine" in ahead:
+            check(ahead["kvengine"]["trace"]["wall_seconds"] >= 150 * 0.005,
+                  f"lookahead: {ahead['kvengine']['trace']['wall_seconds']} s for 150 x 5 ms")
         trace_records(binary, ["--trace=" + path, "--attach", "--memory=64MiB",
                                "--options=ssd_capacity_bytes=0"], ["kvengine"], "attached")
         # Text: the result line, then the report.
