@@ -137,6 +137,13 @@ bool Suite::PrepareTrace(std::string* error) {
       t.file = root_ + "/trace-" + TraceKindName(t.generator.kind) + "-" +
                std::to_string(t.generator.seed) + ".jsonl";
     }
+    std::error_code ec;
+    if (fs::exists(t.file, ec)) {
+      // Never over someone's trace: a generated one goes to a new file.
+      *error = "--trace=" + t.file + " exists; --trace_generate writes a new file (remove it " +
+               "or give another path)";
+      return false;
+    }
     s = GenerateTrace(t.generator, &trace_);
     if (s.ok()) s = WriteTrace(t.file, trace_);
   } else {

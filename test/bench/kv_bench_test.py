@@ -443,6 +443,8 @@ def test_trace(binary, engines):
                                      "--engine=" + ("both" if len(engines) == 2 else "kvengine")],
                             engines, "generated")
         check(os.path.exists(path), "the generated trace was not written to --trace")
+        code, out, err = run(binary, TRACE_TINY + ["--trace_generate=agent", "--trace=" + path])
+        check(code != 0 and "exists" in err, f"a generated trace overwrote --trace: {err!r}")
         again = trace_records(binary, ["--trace=" + path, "--memory=64MiB",
                                        "--options=ssd_capacity_bytes=0"], ["kvengine"], "file")
         if "kvengine" in gen and "kvengine" in again:
