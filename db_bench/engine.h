@@ -54,6 +54,23 @@ struct EngineConfig {
   std::string attach;
 };
 
+// Keys served by each tier, as an engine counts them (counters that only grow).
+struct TierCounts {
+  uint64_t memory = 0;  // kvengine: "memory.hits" of kvengine.stats
+  uint64_t ssd = 0;     // kvengine: "ssd.hits"
+  uint64_t peer = 0;    // kvengine in a cluster: "remote_hits" of kvengine.peers
+
+  TierCounts operator-(const TierCounts& o) const {
+    return {memory - o.memory, ssd - o.ssd, peer - o.peer};
+  }
+  TierCounts& operator+=(const TierCounts& o) {
+    memory += o.memory;
+    ssd += o.ssd;
+    peer += o.peer;
+    return *this;
+  }
+};
+
 class Engine {
  public:
   virtual ~Engine() = default;
@@ -95,6 +112,12 @@ class Engine {
   virtual std::optional<uint64_t> ReclaimedBytes() = 0;
   // Notes printed once, under the header, on how the engine was set up for the run.
   virtual std::vector<std::string> Notes() const = 0;
+  // The buffers loads and saves use again and again (kvengine::DB::RegisterBuffer); an
+  // engine with nothing to register accepts them.
+  virtual Status RegisterBuffer(void* /*addr*/, size_t /*length*/) { return Status::OK(); }
+  virtual Status UnregisterBuffer(void* /*addr*/) { return Status::OK(); }
+  // The keys each tier has served so far; nullopt when the engine does not tell.
+  virtual std::optional<TierCounts> ReadTierCounts() { return std::nullopt; }
   // One line on the RAM its index takes (printed after fill benchmarks); empty when the
   // engine does not report it.
   virtual std::string IndexMemoryReport() { return ""; }

@@ -11,6 +11,7 @@
 #include "db_bench/engine.h"
 #include "kvengine/options.h"
 #include "kvengine/transport.h"
+#include "util/config_parse.h"
 
 DEFINE_string(benchmarks, "memcpy,rawwrite,rawread,vllm_write,vllm_exist,vllm_get,vllm_all",
               "Comma-separated benchmarks, run in order on one DB per engine.\n"
@@ -64,6 +65,14 @@ DEFINE_string(benchmarks, "memcpy,rawwrite,rawread,vllm_write,vllm_exist,vllm_ge
               "peer_put and peer_get\n"
               "  rawstream    baseline: one loopback TCP stream of --value_size chunks per "
               "thread (no requests, no round trips): the ceiling\n"
+              "  trace        replay a request trace (--trace=FILE in Mooncake's JSON-lines "
+              "format, or --trace_generate=KIND) the way a KV connector uses the engine: per "
+              "request one BatchExists over its blocks, a load of the leading hits into a "
+              "registered buffer, a save of the rest; reports prefix hit ratios per tier "
+              "beside an ideal block-LRU and an infinite cache, bytes and bandwidth, load "
+              "latency per request and the prefill the hits saved (--prefill_tokens_per_s); "
+              "one thread, the whole trace, whatever --threads and --duration say; see "
+              "docs/benchmarks.md\n"
               "  cluster_failover  with --cluster and 2+ replicas: SIGKILL --failover_pid (the "
               "member --failover_member), then read every key it held; reports the time from "
               "the kill to the first successful read and each read's latency\n"
@@ -167,6 +176,52 @@ DEFINE_string(cluster, "",
 DEFINE_string(failover_member, "",
               "cluster_failover: the member (HOST:PORT) whose keys are read after its SIGKILL");
 DEFINE_int64(failover_pid, 0, "cluster_failover: the process id of --failover_member");
+DEFINE_string(trace, "",
+              "trace: the request trace (JSON lines: timestamp ms, input_length, output_length, "
+              "hash_ids of --block_tokens-token blocks; Mooncake's published format). With "
+              "--trace_generate, where the generated trace is written (default: in the DB "
+              "directory)");
+DEFINE_string(trace_generate, "",
+              "trace: generate the trace instead of reading one: conversation (multi-turn "
+              "chats over shared system prompts), agent (long shared tool prompts, many short "
+              "turns) or synthetic (Zipf-chosen shared documents plus a question each); "
+              "written to --trace, then replayed");
+DEFINE_uint64(trace_requests, 1000, "trace_generate: requests in the trace");
+DEFINE_uint64(trace_seed, 1, "trace_generate: seed (the same seed, the same trace)");
+DEFINE_double(trace_rate, 4, "trace_generate: mean arrivals per second (Poisson)");
+DEFINE_uint64(trace_prefixes, 8, "trace_generate: shared system prompts, tool sets or documents");
+DEFINE_double(trace_zipf, 1.0,
+              "trace_generate: Zipf exponent of the choice of a shared prefix and of the "
+              "session a turn continues (0: uniform)");
+DEFINE_double(trace_speed, 0,
+              "trace: 0 replays as fast as possible (each request when the last is done), 1 at "
+              "the trace's timestamps (real time), N N times faster");
+DEFINE_uint64(trace_lookahead_us, 0,
+              "trace: microseconds from a request's lookup (the scheduler's BatchExists) to "
+              "its load (the worker's BatchGetInto); later requests' lookups run meanwhile");
+DEFINE_uint64(trace_depth, 1,
+              "trace: requests the scheduler may have looked up and not yet loaded (1: each "
+              "request is looked up --trace_lookahead_us before its load, after the previous "
+              "one's save; more: lookups of later arrivals run during that wait)");
+DEFINE_string(trace_keys, "layer",
+              "trace: layer (one key per block and layer, as the vLLM connector stores a "
+              "block) or block (one key per block)");
+DEFINE_string(trace_buffer, "256MiB",
+              "trace: the registered buffer loads and saves go through (at least one block; "
+              "a request with more blocks takes several calls)");
+DEFINE_uint64(model_layers, 24,
+              "trace: the model's layers (default: Qwen2.5-0.5B's shape, 24 layers, 2 KV "
+              "heads of 64, bf16: 12 KiB of KV per token)");
+DEFINE_uint64(kv_heads, 2, "trace: the model's key/value heads");
+DEFINE_uint64(head_dim, 64, "trace: the model's head dimension");
+DEFINE_uint64(dtype_bytes, 2, "trace: bytes per KV element (2: bf16/fp16, 1: fp8)");
+DEFINE_uint64(block_tokens, 512,
+              "trace: tokens per hash id (Mooncake's traces: 512); bytes per block = 2 * "
+              "layers * kv_heads * head_dim * dtype_bytes * block_tokens");
+DEFINE_double(prefill_tokens_per_s, 250000,
+              "trace: the prefill rate the hits are priced at (default: Qwen2.5-0.5B on one "
+              "H100 SXM, estimated as 25% of its 989 TFLOPS dense BF16 over 2 * 0.49e9 FLOPs "
+              "per token; give your own measured rate)");
 DEFINE_double(progress_interval, 5,
               "Seconds between progress lines on stderr during a benchmark (0: none)");
 
@@ -174,12 +229,12 @@ namespace kvbench {
 
 const std::vector<std::string>& KnownBenchmarks() {
   static const std::vector<std::string> names = {
-      "fillseq",     "fillrandom",   "overwrite",   "readrandom",      "readseq",
-      "readmissing", "deleterandom", "existrandom", "vllm_write",      "vllm_exist",
-      "vllm_get",    "vllm_all",     "gc_churn",    "compact",         "peer_put",
-      "peer_get",    "memcpy",       "memcpy_read", "memcpy_layers",   "memcpy_layers_read",
-      "rawwrite",    "rawread",      "rawrandread", "rawsocket",       "rawstream",
-      "rawexist",    "rawlookup",    "reopen",      "cluster_failover"};
+      "fillseq",     "fillrandom",   "overwrite",   "readrandom",       "readseq",
+      "readmissing", "deleterandom", "existrandom", "vllm_write",       "vllm_exist",
+      "vllm_get",    "vllm_all",     "gc_churn",    "compact",          "peer_put",
+      "peer_get",    "memcpy",       "memcpy_read", "memcpy_layers",    "memcpy_layers_read",
+      "rawwrite",    "rawread",      "rawrandread", "rawsocket",        "rawstream",
+      "rawexist",    "rawlookup",    "reopen",      "cluster_failover", "trace"};
   return names;
 }
 
@@ -298,6 +353,19 @@ std::string AuthTokenProblem() {
   return s.ok() ? "" : s.ToString();
 }
 
+// --trace_buffer in bytes; 0 when it does not parse.
+uint64_t TraceBufferBytes() {
+  uint64_t bytes = 0;
+  return kvengine::ParseSize(FLAGS_trace_buffer, &bytes).ok() ? bytes : 0;
+}
+
+// Bytes of one key's value in the trace benchmark (a layer of a block, or a block).
+uint64_t TraceKeyBytes() {
+  const uint64_t per_layer =
+      2 * FLAGS_kv_heads * FLAGS_head_dim * FLAGS_dtype_bytes * FLAGS_block_tokens;
+  return FLAGS_trace_keys == "block" ? per_layer * FLAGS_model_layers : per_layer;
+}
+
 // The rules are checked table by table, row by row, in the order written: with several
 // bad flags, the first row that fails names the one reported.
 
@@ -340,6 +408,59 @@ const FlagRule kFlagRules[] = {
     {"gc_write_fraction",
      [](const Resolved&) { return FLAGS_gc_delete_fraction + FLAGS_gc_write_fraction <= 1; },
      "--gc_delete_fraction + --gc_write_fraction must be at most 1"},
+};
+
+// Rules of the trace benchmark's flags (checked only when it runs).
+const FlagRule kTraceRules[] = {
+    {"trace_generate",
+     [](const Resolved&) {
+       TraceKind kind;
+       return FLAGS_trace_generate.empty() || ParseTraceKind(FLAGS_trace_generate, &kind).ok();
+     },
+     "must be conversation, agent or synthetic"},
+    {"trace", [](const Resolved&) { return !FLAGS_trace.empty() || !FLAGS_trace_generate.empty(); },
+     "the trace benchmark needs --trace=FILE or --trace_generate=conversation|agent|synthetic"},
+    {"trace_requests",
+     [](const Resolved&) { return InRange<uint64_t>(FLAGS_trace_requests, 1, 10'000'000); },
+     "must be in [1, 10000000]"},
+    {"trace_rate", [](const Resolved&) { return InRange(FLAGS_trace_rate, 1e-6, 1e6); },
+     "must be in [0.000001, 1000000] requests per second"},
+    {"trace_prefixes",
+     [](const Resolved&) { return InRange<uint64_t>(FLAGS_trace_prefixes, 1, 1'000'000); },
+     "must be in [1, 1000000]"},
+    {"trace_zipf", [](const Resolved&) { return InRange(FLAGS_trace_zipf, 0.0, 10.0); },
+     "must be in [0, 10]"},
+    {"trace_speed", [](const Resolved&) { return InRange(FLAGS_trace_speed, 0.0, 1e6); },
+     "must be 0 (as fast as possible) or a speed-up in (0, 1000000]"},
+    {"trace_lookahead_us", [](const Resolved&) { return FLAGS_trace_lookahead_us <= 60'000'000; },
+     "must be at most 60000000 (a minute)"},
+    {"trace_depth",
+     [](const Resolved&) { return InRange<uint64_t>(FLAGS_trace_depth, 1, 1 << 20); },
+     "must be in [1, 1048576]"},
+    {"trace_keys",
+     [](const Resolved&) { return FLAGS_trace_keys == "layer" || FLAGS_trace_keys == "block"; },
+     "must be layer or block"},
+    {"trace_buffer", [](const Resolved&) { return TraceBufferBytes() > 0; },
+     "must be a size such as 256MiB, at least 1 byte"},
+    {"model_layers", [](const Resolved&) { return InRange<uint64_t>(FLAGS_model_layers, 1, 4096); },
+     "must be in [1, 4096]"},
+    {"kv_heads", [](const Resolved&) { return InRange<uint64_t>(FLAGS_kv_heads, 1, 4096); },
+     "must be in [1, 4096]"},
+    {"head_dim", [](const Resolved&) { return InRange<uint64_t>(FLAGS_head_dim, 1, 65536); },
+     "must be in [1, 65536]"},
+    {"dtype_bytes", [](const Resolved&) { return InRange<uint64_t>(FLAGS_dtype_bytes, 1, 8); },
+     "must be in [1, 8]"},
+    {"block_tokens",
+     [](const Resolved&) { return InRange<uint64_t>(FLAGS_block_tokens, 1, 1u << 20); },
+     "must be in [1, 1048576]"},
+    {"prefill_tokens_per_s",
+     [](const Resolved&) { return InRange(FLAGS_prefill_tokens_per_s, 1.0, 1e12); },
+     "must be in [1, 1e12] tokens per second"},
+    {"model_layers", [](const Resolved& r) { return TraceKeyBytes() <= r.kvengine.max_value_size; },
+     [](const Resolved& r) {
+       return "a key of the trace would hold " + Str(TraceKeyBytes()) +
+              " bytes, more than kvengine's max_value_size " + Str(r.kvengine.max_value_size);
+     }},
 };
 
 // Rules against kvengine's limits, once its options are resolved.
@@ -512,6 +633,33 @@ void CopyCheckedFlags(BenchConfig* c) {
   c->auth_token_file = FLAGS_auth_token_file;
 }
 
+// The trace benchmark's flags, checked, into config->trace.
+void CopyTraceFlags(const Resolved& r, BenchConfig* c) {
+  TraceConfig& t = c->trace;
+  t.file = FLAGS_trace;
+  t.generate = !FLAGS_trace_generate.empty();
+  if (t.generate) ParseTraceKind(FLAGS_trace_generate, &t.generator.kind);
+  t.generator.requests = FLAGS_trace_requests;
+  t.generator.seed = FLAGS_trace_seed;
+  t.generator.rate_per_s = FLAGS_trace_rate;
+  t.generator.shared_prefixes = FLAGS_trace_prefixes;
+  t.generator.zipf = FLAGS_trace_zipf;
+  t.generator.block_tokens = FLAGS_block_tokens;
+  t.model_layers = FLAGS_model_layers;
+  t.kv_heads = FLAGS_kv_heads;
+  t.head_dim = FLAGS_head_dim;
+  t.dtype_bytes = FLAGS_dtype_bytes;
+  t.block_tokens = FLAGS_block_tokens;
+  t.key_per_layer = FLAGS_trace_keys == "layer";
+  t.speed = FLAGS_trace_speed;
+  t.lookahead_us = FLAGS_trace_lookahead_us;
+  t.depth = FLAGS_trace_depth;
+  t.prefill_tokens_per_s = FLAGS_prefill_tokens_per_s;
+  t.buffer_bytes = TraceBufferBytes();
+  t.memory_capacity = r.kvengine.memory_capacity_bytes;
+  t.ssd_capacity = r.kvengine.ssd_capacity_bytes;
+}
+
 }  // namespace
 
 bool ValidateFlags(BenchConfig* c, std::string* error) {
@@ -521,7 +669,11 @@ bool ValidateFlags(BenchConfig* c, std::string* error) {
   if (!ResolveKvengineOptions(&r, error) || !CheckRules(kLimitRules, r, error)) return false;
   ResolveKeySpace(c);
   if (!CheckRules(kKeySpaceRules, r, error) || !CheckRules(kSetupRules, r, error)) return false;
+  const bool trace =
+      std::find(c->benchmarks.begin(), c->benchmarks.end(), "trace") != c->benchmarks.end();
+  if (trace && !CheckRules(kTraceRules, r, error)) return false;
   CopyCheckedFlags(c);
+  CopyTraceFlags(r, c);
   return true;
 }
 

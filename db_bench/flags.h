@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "db_bench/trace_config.h"
+
 namespace kvbench {
 
 // Every benchmark kv_bench knows, in the order --help lists them.
@@ -57,6 +59,7 @@ struct BenchConfig {
   uint64_t repeat = 1;              // rounds of the whole benchmark list
   std::string failover_member;      // cluster_failover: HOST:PORT of the member to kill
   int64_t failover_pid = 0;         // cluster_failover: its process id
+  TraceConfig trace;                // the trace benchmark
 };
 
 // --attach given alone: kv_bench starts the owner itself.

@@ -14,7 +14,9 @@
 // rocksdb_engine.cc (the engines behind one interface) and peer_engine.cc (a peer reached
 // through kvengine::Transport, behind the same interface), runner.cc (threads, timing,
 // progress), benchmarks.cc and baselines.cc (the workloads), report.cc and histogram.cc
-// (db_bench's output), suite.cc (one run from directories to cleanup).
+// (db_bench's output), suite.cc (one run from directories to cleanup), and for the trace
+// benchmark trace.cc (the trace format), trace_generator.cc (synthetic traces),
+// prefix_cache_model.cc (the ideal caches) and trace_replay.cc (the replay and its report).
 #include <gflags/gflags.h>
 
 #include <cstdio>

@@ -111,6 +111,24 @@ class KvengineEngine : public Engine {
     return Status::OK();
   }
 
+  Status RegisterBuffer(void* addr, size_t length) override {
+    return db_->RegisterBuffer(addr, length);
+  }
+  Status UnregisterBuffer(void* addr) override { return db_->UnregisterBuffer(addr); }
+
+  // From the stats text (and the peers' when the DB is in a cluster): two property calls,
+  // so this is read outside the timed calls.
+  std::optional<TierCounts> ReadTierCounts() override {
+    std::string text;
+    if (!db_->GetProperty("kvengine.stats", &text)) return std::nullopt;
+    TierCounts t;
+    t.memory = StatIn(text, "memory.hits");
+    t.ssd = StatIn(text, "ssd.hits");
+    std::string peers;
+    if (db_->GetProperty("kvengine.peers", &peers)) t.peer = StatIn("\n" + peers, "remote_hits");
+    return t;
+  }
+
   std::string IndexMemoryReport() override {
     // One snapshot of the stats for every figure (each property call renders all of them,
     // and an attached DB asks its owner).

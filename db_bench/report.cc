@@ -7,17 +7,26 @@
 
 namespace kvbench {
 
-namespace {
-
-std::string Printf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 std::string Printf(const char* fmt, ...) {
-  char buf[512];
-  va_list ap;
+  va_list ap, again;
   va_start(ap, fmt);
-  std::vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_copy(again, ap);
+  char buf[512];
+  const int n = std::vsnprintf(buf, sizeof(buf), fmt, ap);
   va_end(ap);
-  return buf;
+  std::string out;
+  if (n >= 0 && static_cast<size_t>(n) < sizeof(buf)) {
+    out = buf;
+  } else if (n >= 0) {
+    out.resize(static_cast<size_t>(n) + 1);
+    std::vsnprintf(out.data(), out.size(), fmt, again);
+    out.resize(static_cast<size_t>(n));
+  }
+  va_end(again);
+  return out;
 }
+
+namespace {
 
 // JSON has no NaN or infinity.
 std::string Num(double v) {
@@ -121,6 +130,7 @@ std::string FormatJson(const Result& r, bool with_histogram) {
   if (!r.index_report.empty()) {
     j += ",\"index_report\":\"" + JsonEscape(r.index_report) + "\"";
   }
+  if (!r.detail_json.empty()) j += "," + r.detail_json;
   return j + "}";
 }
 

@@ -36,6 +36,10 @@ struct Result {
   std::string baseline_name;
   std::string statistics;    // --statistics text
   std::string index_report;  // the engine's index RAM after a fill, when it reports it
+  // A benchmark's own figures (trace): indented lines printed under the result line, and
+  // JSON members (without braces) added to its JSON object.
+  std::string detail_text;
+  std::string detail_json;
   Histogram hist;
   Histogram kind_hist[3];  // gc_churn: reads, writes, deletes
 
@@ -59,6 +63,8 @@ std::string FormatRatioLine(const Result& a, const Result& b);
 std::string FormatRatioJson(const Result& a, const Result& b);
 
 std::string JsonEscape(const std::string& s);
+// printf into a string, of any length.
+std::string Printf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
 }  // namespace kvbench
 

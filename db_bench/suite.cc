@@ -126,6 +126,37 @@ bool Suite::PrepareDirectories(std::string* error) {
   return true;
 }
 
+bool Suite::PrepareTrace(std::string* error) {
+  if (std::find(c_.benchmarks.begin(), c_.benchmarks.end(), "trace") == c_.benchmarks.end()) {
+    return true;
+  }
+  TraceConfig& t = c_.trace;
+  Status s;
+  if (t.generate) {
+    if (t.file.empty()) {
+      t.file = root_ + "/trace-" + TraceKindName(t.generator.kind) + "-" +
+               std::to_string(t.generator.seed) + ".jsonl";
+    }
+    std::error_code ec;
+    if (fs::exists(t.file, ec)) {
+      // Never over someone's trace: a generated one goes to a new file.
+      *error = "--trace=" + t.file + " exists; --trace_generate writes a new file (remove it " +
+               "or give another path)";
+      return false;
+    }
+    s = GenerateTrace(t.generator, &trace_);
+    if (s.ok()) s = WriteTrace(t.file, trace_);
+  } else {
+    s = ReadTrace(t.file, &trace_);
+  }
+  if (!s.ok()) {
+    *error = "trace: " + s.ToString();
+    return false;
+  }
+  ideal_ = ComputeIdealCaches(t, trace_);
+  return true;
+}
+
 bool Suite::OpenEngines(std::string* error) {
   const bool any_engine =
       std::any_of(c_.benchmarks.begin(), c_.benchmarks.end(),
@@ -201,6 +232,18 @@ void Suite::PrintHeader() {
     std::fprintf(info_, "Duration:   --num operations per benchmark\n");
   }
   std::fprintf(info_, "Memory:     %s per engine\n", Mib(c_.memory_budget).c_str());
+  if (!trace_.empty()) {
+    const TraceConfig& t = c_.trace;
+    std::fprintf(info_,
+                 "Trace:      %s: %zu requests%s; %s of KV per %" PRIu64 "-token block, %" PRIu64
+                 " key(s) per block\n",
+                 t.file.c_str(), trace_.size(),
+                 t.generate ? (std::string(", generated (") + TraceKindName(t.generator.kind) +
+                               ", seed " + std::to_string(t.generator.seed) + ")")
+                                  .c_str()
+                            : "",
+                 Mib(t.BytesPerBlock()).c_str(), t.block_tokens, t.KeysPerBlock());
+  }
   std::fprintf(info_, "DB:         %s%s\n", root_.c_str(),
                remove_root_ ? " (temporary, removed after)" : "");
   bool local_engine = false;
@@ -220,7 +263,10 @@ void Suite::PrintHeader() {
                  "the network between the hosts\n",
                  c_.peer.c_str());
   }
-  if (local_engine && c_.num * c_.value_size > c_.memory_budget) {
+  // The trace benchmark's data set is its trace's, not --num values.
+  const bool key_space = std::any_of(c_.benchmarks.begin(), c_.benchmarks.end(),
+                                     [](const std::string& b) { return b != "trace"; });
+  if (local_engine && key_space && c_.num * c_.value_size > c_.memory_budget) {
     std::fprintf(info_,
                  "WARNING:    the data set (%s) exceeds the memory budget; kvengine without an "
                  "SSD tier evicts, and reads miss\n",
@@ -308,6 +354,10 @@ Result Suite::RunOne(const std::string& name, Slot* slot, uint64_t salt) {
     r.reports_latency = true;
   } else if (name == "cluster_failover") {
     r = RunClusterFailover(b);
+  } else if (name == "trace") {
+    r = RunTraceReplay(c_.trace, trace_, b.engine, c_.verify, c_.progress_interval);
+    r.detail_text += ideal_.text;
+    r.detail_json += "," + ideal_.json;
   } else if (name == "peer_get") {
     r = RunRead(b, ReadKind::kRandom);
     r.reports_latency = true;
@@ -392,6 +442,7 @@ void Suite::Emit(Result* r) {
                   r->benchmark.rfind("vllm_", 0) == 0 ? "request" : "call",
                   r->hist.ToString().c_str());
     }
+    if (!r->detail_text.empty()) std::printf("%s", r->detail_text.c_str());
     if (!r->index_report.empty()) std::printf("  %s\n", r->index_report.c_str());
     if (!r->statistics.empty()) std::printf("%s\n", r->statistics.c_str());
   }
@@ -405,7 +456,8 @@ void Suite::Emit(Result* r) {
 
 int Suite::Run() {
   std::string error;
-  if (!PrepareDirectories(&error) || !OpenEngines(&error) || !OpenPeer(&error)) {
+  if (!PrepareDirectories(&error) || !PrepareTrace(&error) || !OpenEngines(&error) ||
+      !OpenPeer(&error)) {
     std::fprintf(stderr, "kv_bench: %s\n", error.c_str());
     return 1;
   }

@@ -15,6 +15,8 @@
 #include "db_bench/engine.h"
 #include "db_bench/flags.h"
 #include "db_bench/report.h"
+#include "db_bench/trace.h"
+#include "db_bench/trace_replay.h"
 #include "db_bench/workload.h"
 
 namespace kvbench {
@@ -39,6 +41,9 @@ class Suite {
   };
 
   bool PrepareDirectories(std::string* error);
+  // The trace benchmark's trace: read from --trace, or generated and written there (or
+  // into the DB directory); and the ideal caches' figures on it.
+  bool PrepareTrace(std::string* error);
   bool OpenEngines(std::string* error);
   bool OpenPeer(std::string* error);
   // Opens slot->engine (made, not opened) with the run's settings; on failure resets it.
@@ -66,6 +71,8 @@ class Suite {
   std::vector<Slot> slots_;
   Slot peer_;  // the peer of peer_put/peer_get; its engine is open only when they run
   std::unique_ptr<ValuePool> pool_;
+  std::vector<TraceRequest> trace_;
+  IdealCacheReport ideal_;
   std::map<std::string, double> baseline_mbps_;
   // Every figure of every round, by name ("vllm_get[attached] / memcpy_layers_read").
   std::map<std::string, std::vector<double>> samples_;

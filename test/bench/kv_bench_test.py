@@ -17,6 +17,12 @@ attach:    the kvengine benchmarks from a client attached to an owner: --attach 
            child kv_bench owns the DB; gone after the run) and --attach=SOCKET (a
            kv_server --local_listen); every value verified; a socket nobody serves fails
            with a clear message.
+trace:     --benchmarks=trace on a generated conversation trace (a tiny model shape):
+           every engine's figures present and sane (no errors, bytes verified, hits at
+           most the infinite cache's, the tiers' shares adding up to the loaded share),
+           SSD hits when the memory tier is small, the written trace replayed from its
+           file with the same figures, paced with a lookahead, attached, and a bad trace
+           line refused with its line number.
 """
 import json
 import os
@@ -196,6 +202,16 @@ def test_bad_flags(binary, engines):
         (["--benchmarks=peer_get", "--peer=:7400"], "--peer"),
         (["--benchmarks=peer_get", "--peer_transport=udp"], "--peer_transport"),
         (["--benchmarks=peer_get", "--auth_token_file=/nonexistent/token"], "--auth_token_file"),
+        (["--benchmarks=trace", "--trace_generate=chat"], "--trace_generate"),
+        (["--benchmarks=trace", "--trace_generate=agent", "--trace_speed=-1"], "--trace_speed"),
+        (["--benchmarks=trace", "--trace_generate=agent", "--trace_keys=row"], "--trace_keys"),
+        (["--benchmarks=trace", "--trace_generate=agent", "--model_layers=0"], "--model_layers"),
+        (["--benchmarks=trace", "--trace_generate=agent", "--trace_buffer=big"], "--trace_buffer"),
+        (["--benchmarks=trace", "--trace_generate=agent", "--prefill_tokens_per_s=0"],
+         "--prefill_tokens_per_s"),
+        (["--benchmarks=trace", "--trace_generate=agent", "--trace_keys=block",
+          "--head_dim=65536", "--kv_heads=4096"], "max_value_size"),
+        (["--benchmarks=trace", "--trace=/nonexistent/trace.jsonl"], "/nonexistent/trace.jsonl"),
     ]
     if len(engines) == 2:
         bad.append((["--engine=rocksdb", "--rocksdb_options=bogus_opt=1",
@@ -384,13 +400,115 @@ def test_attach(binary, engines, kv_server):
         check(rc != 0 and sock in err, f"a socket nobody serves gave rc={rc}: {err[-300:]!r}")
 
 
+TRACE_TINY = ["--benchmarks=trace", "--model_layers=4", "--kv_heads=1", "--head_dim=16",
+              "--trace_requests=150", "--trace_buffer=1MiB", "--progress_interval=0"]
+
+
+def trace_records(binary, args, engines, what):
+    code, out, err = run(binary, TRACE_TINY + ["--json"] + args, timeout=120)
+    check(code == 0, f"{what}: exit {code}: {err[-2000:]}")
+    recs = {r["engine"]: r for r in records(out) if r.get("benchmark") == "trace"
+            and r.get("engine") != "both"}
+    for e in engines:
+        r = recs.get(e)
+        check(r is not None, f"{what}: no trace record for {e}")
+        if r is None:
+            continue
+        t = r["trace"]
+        check(r["errors"] == 0, f"{what} {e}: errors: {r.get('first_error')}")
+        check(t["requests"] == 150 and r["operations"] == 150, f"{what} {e}: 150 requests")
+        check(r["verified"] > 0, f"{what} {e}: nothing verified")
+        infinite = r["ideal_infinite"]["hit_ratio"]
+        check(0 < t["hit_ratio"] <= infinite + 1e-9,
+              f"{what} {e}: hit ratio {t['hit_ratio']} not in (0, infinite {infinite}]")
+        check(r["ideal_lru_memory"]["hit_ratio"] <= infinite + 1e-9, f"{what}: LRU above infinite")
+        check(t["load_us"]["count"] > 0 and t["load_us"]["p50"] > 0, f"{what} {e}: load latency")
+        check(t["bytes_loaded"] > 0 and t["bytes_saved"] > 0, f"{what} {e}: bytes moved")
+        check(t["prefill_seconds"] > 0 and "ttft_saved_us" in t, f"{what} {e}: prefill model")
+        check(t["requests_load_faster"] + t["requests_load_slower"] == t["load_us"]["count"],
+              f"{what} {e}: faster + slower = requests with hits")
+        if e != "rocksdb":
+            tiers = t["hit_ratio_memory"] + t["hit_ratio_ssd"] + t["hit_ratio_peer"]
+            lost = t["lost_blocks"] / t["blocks"]
+            check(t["loaded_ratio"] - 1e-9 <= tiers <= t["loaded_ratio"] + lost + 1e-9,
+                  f"{what} {e}: tiers add to {tiers}, loaded {t['loaded_ratio']}")
+    return recs
+
+
+def test_trace(binary, engines):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "conv.jsonl")
+        gen = trace_records(binary, ["--trace_generate=conversation", "--trace=" + path,
+                                     "--memory=64MiB", "--options=ssd_capacity_bytes=0",
+                                     "--engine=" + ("both" if len(engines) == 2 else "kvengine")],
+                            engines, "generated")
+        check(os.path.exists(path), "the generated trace was not written to --trace")
+        code, out, err = run(binary, TRACE_TINY + ["--trace_generate=agent", "--trace=" + path])
+        check(code != 0 and "exists" in err, f"a generated trace overwrote --trace: {err!r}")
+        again = trace_records(binary, ["--trace=" + path, "--memory=64MiB",
+                                       "--options=ssd_capacity_bytes=0"], ["kvengine"], "file")
+        if "kvengine" in gen and "kvengine" in again:
+            for k in ("blocks",):
+                check(gen["kvengine"]["trace"][k] == again["kvengine"]["trace"][k],
+                      f"the file replays with another {k}")
+            check(gen["kvengine"]["ideal_infinite"] == again["kvengine"]["ideal_infinite"],
+                  "the file replays with other ideal figures")
+        # A memory tier of 4 MiB (32 blocks) over the SSD tier: hits come from SSD.
+        ssd = trace_records(binary, ["--trace=" + path, "--memory=4MiB",
+                                     "--options=memory_slab_size=64KiB"], ["kvengine"], "ssd")
+        if "kvengine" in ssd:
+            t = ssd["kvengine"]["trace"]
+            check(t["hit_ratio_ssd"] > 0 and t["load_ssd_us"]["count"] > 0,
+                  f"no SSD hits with a small memory tier: {t}")
+            check("ideal_lru_memory_ssd" in ssd["kvengine"], "no memory+SSD ideal cache")
+        # Paced at 100x the timestamps: the replay lasts at least the trace's span / 100.
+        with open(path) as f:
+            span_s = json.loads(f.read().splitlines()[-1])["timestamp"] / 1000.0
+        paced = trace_records(binary, ["--trace=" + path, "--trace_speed=100",
+                                       "--trace_lookahead_us=500", "--trace_depth=4",
+                                       "--memory=64MiB", "--options=ssd_capacity_bytes=0"],
+                              ["kvengine"], "paced")
+        if "kvengine" in paced:
+            t = paced["kvengine"]["trace"]
+            check(t["wall_seconds"] >= span_s / 100 and "late_us" in t,
+                  f"paced: {t['wall_seconds']} s for a span of {span_s} s at 100x")
+        # As fast as possible with depth 1: every request waits out its 5 ms lookahead.
+        ahead = trace_records(binary, ["--trace=" + path, "--trace_lookahead_us=5000",
+                                       "--memory=64MiB", "--options=ssd_capacity_bytes=0"],
+                              ["kvengine"], "lookahead")
+        if "kvengine" in ahead:
+            check(ahead["kvengine"]["trace"]["wall_seconds"] >= 150 * 0.005,
+                  f"lookahead: {ahead['kvengine']['trace']['wall_seconds']} s for 150 x 5 ms")
+        trace_records(binary, ["--trace=" + path, "--attach", "--memory=64MiB",
+                               "--options=ssd_capacity_bytes=0"], ["kvengine"], "attached")
+        # Text: the result line, then the report.
+        code, out, err = run(binary, TRACE_TINY + ["--trace=" + path, "--memory=64MiB"])
+        check(code == 0, f"text: exit {code}: {err[-2000:]}")
+        check(any(LINE.match(line) for line in out.splitlines() if line.startswith("trace ")),
+              f"no db_bench line for trace: {out}")
+        for words in ("prefix hits:", "hits by tier", "load per request:", "prefill model at",
+                      "infinite cache", "block-LRU of the memory tier's bytes"):
+            check(words in out, f"text report lacks '{words}'")
+        # A bad line: refused, naming the file and the line.
+        with open(path) as f:
+            lines = f.read().splitlines()
+        bad = os.path.join(tmp, "bad.jsonl")
+        with open(bad, "w") as f:
+            f.write("\n".join(lines[:2] + ['{"timestamp": 1e9, "input_length": -1}'] + lines[3:]))
+        code, out, err = run(binary, TRACE_TINY + ["--trace=" + bad])
+        check(code != 0 and f"{bad}:3: " in err and "input_length" in err,
+              f"a bad trace line: exit {code}, stderr {err!r}")
+        code, out, err = run(binary, ["--benchmarks=trace"])
+        check(code != 0 and "--trace" in err, f"trace without a trace: exit {code}, {err!r}")
+
+
 def main():
     binary, mode = sys.argv[1], sys.argv[2]
     engines = ["kvengine", "rocksdb"] if "--rocksdb" in sys.argv[3:] else ["kvengine"]
     kv_server = next((a.split("=", 1)[1] for a in sys.argv[3:] if a.startswith("--kv_server=")),
                      None)
     tests = {"json": test_json, "text": test_text, "threads": test_threads,
-             "bad_flags": test_bad_flags}
+             "bad_flags": test_bad_flags, "trace": test_trace}
     peer_tests = {"peer": test_peer, "peer_server": test_peer_server, "attach": test_attach}
     if mode in peer_tests:
         peer_tests[mode](binary, engines, kv_server)

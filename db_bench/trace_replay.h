@@ -1,0 +1,70 @@
+// The trace benchmark: replays a request trace (db_bench/trace.h) against an engine the
+// way an inference server's KV connector uses it, and prices what the cache saved.
+//
+// Each request goes through two steps, as in vLLM (the scheduler's
+// get_num_new_matched_tokens, then the worker's load) and SGLang (batch_exists, then the
+// prefetch and load):
+//   1. Lookup, on the scheduler's side, when the request arrives: one BatchExists over
+//      the keys of all its blocks; its hits are the leading blocks whose every key exists.
+//      Then the lookup hook runs with the keys of those hit blocks (the place where the
+//      scheduler tells the engine what the worker will load).
+//   2. Load and save, on the worker's side, `lookahead_us` after the lookup: the hit
+//      blocks read with BatchGetInto into a registered buffer (the load, timed per
+//      request), then the rest of the blocks written from it with BatchPut (the save).
+// Arrivals: with speed 0 each request as soon as the scheduler has room, with speed N at
+// its timestamp / N.  The scheduler looks up at most `depth` requests ahead of the
+// worker's loads (depth 1: a request is looked up lookahead_us before its load, after the
+// previous request's save; more: later arrivals are looked up during that wait, as a
+// scheduler runs ahead of its workers).  One thread runs both steps in time order, so the
+// engine's counters read around a load belong to that load alone.
+//
+// Keys: "kvbench-trace@tp0/layer.<l>/<hash id>" per (block, layer), as the vLLM
+// connector stores a block, or "kvbench-trace@tp0/<hash id>" per block.  A value is the
+// block's (or layer's) bytes of KV, its first 16 bytes stamped with (hash id, layer) so
+// that a load that returns another key's bytes is caught.
+#ifndef KVENGINE_DB_BENCH_TRACE_REPLAY_H_
+#define KVENGINE_DB_BENCH_TRACE_REPLAY_H_
+
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "db_bench/engine.h"
+#include "db_bench/report.h"
+#include "db_bench/trace.h"
+#include "db_bench/trace_config.h"
+
+namespace kvbench {
+
+// A request between the scheduler's lookup and the worker's load.
+struct LookupPlan {
+  size_t request = 0;             // its index in the trace
+  uint64_t hit_blocks = 0;        // leading blocks whose every key the lookup found
+  std::vector<std::string> keys;  // every key of every block, block by block
+  double lookup_at_s = 0;         // seconds since the replay began
+};
+
+// Called right after a lookup with the keys of the request's hit blocks, in block order.
+// The place for the scheduler's prefetch of what the worker will load.
+using LookupHook = std::function<void(const LookupPlan& plan, std::span<const Slice> hit_keys)>;
+
+// Replays `trace` against `engine` (open, owned by the caller) and returns the result:
+// ops are requests, the histogram is the load latency per request with hits, and
+// detail_text / detail_json carry every figure of the report.
+Result RunTraceReplay(const TraceConfig& config, const std::vector<TraceRequest>& trace,
+                      Engine* engine, bool verify, double progress_interval,
+                      const LookupHook& hook = nullptr);
+
+// The ideal caches' figures for `trace` (they depend on nothing else), as text lines and as
+// JSON members, computed once per run and added to every engine's report.
+struct IdealCacheReport {
+  std::string text;
+  std::string json;  // "ideal_lru_memory":{...},... without braces
+};
+IdealCacheReport ComputeIdealCaches(const TraceConfig& config,
+                                    const std::vector<TraceRequest>& trace);
+
+}  // namespace kvbench
+
+#endif  // KVENGINE_DB_BENCH_TRACE_REPLAY_H_
