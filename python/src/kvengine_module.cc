@@ -495,6 +495,21 @@ class Store {
     return Exists(KeysFrom(keys_obj));
   }
 
+  // The number of keys, from the first, that are present (the run of 1s at the start of
+  // BatchExists' results): SGLang's batch_exists and vLLM-style prefix lookups in one call
+  // with no per-key Python.  When the first key that is not present failed instead (a
+  // closed store, an owner gone), that key's negative code is returned, so a caller can
+  // tell "nothing stored" (0) from "could not ask" (< 0).
+  int64_t LeadingExist(py::handle keys_obj) {
+    kvengine::PerfPoint perf(kvengine::PerfKey::py_batch_exists);
+    int64_t leading = 0;
+    for (int64_t r : Exists(KeysFrom(keys_obj))) {
+      if (r != 1) return (r < 0 && leading == 0) ? r : leading;
+      ++leading;
+    }
+    return leading;
+  }
+
   int Remove(py::handle key_obj) {
     std::string key = KeyFrom(key_obj, "key");
     auto db = GetDb();
@@ -854,6 +869,7 @@ PYBIND11_MODULE(_kvengine, m) {
            py::arg("ptrs"), py::arg("sizes") = py::none())
       .def("is_exist", &Store::IsExist, py::arg("key"))
       .def("batch_is_exist", &Store::BatchIsExist, py::arg("keys"))
+      .def("batch_leading_exist", &Store::LeadingExist, py::arg("keys"))
       .def("remove", &Store::Remove, py::arg("key"))
       .def("batch_remove", &Store::BatchRemove, py::arg("keys"))
       .def("remove_by_regex", &Store::RemoveByRegex, py::arg("pattern"))
