@@ -61,7 +61,10 @@ class KVEngineHiCacheStorage(HiCacheStorage):
         # StorageBackendFactory's dynamic backends are made as cls(storage_config, kwargs).
         extra = dict(storage_config.extra_config or {})
         path, attach, options = _store_location(extra)
-        if not extra.get("interface_v1"):
+        # Which keys SGLang's lookups (batch_exists, exists) are about: the controller
+        # moves pages zero-copy with interface_v1, else as flat pages (the copy path).
+        self._zero_copy = bool(extra.get("interface_v1"))
+        if not self._zero_copy:
             logger.warning("kvengine: 'interface_v1' is not set in the extra config, so "
                            "SGLang will move pages through its copy path (batch_get / "
                            "batch_set of flat pages) instead of zero copy; set "
@@ -97,15 +100,18 @@ class KVEngineHiCacheStorage(HiCacheStorage):
         logger.info("kvengine: pages of %d bytes under %s", self._page_bytes,
                     self._keys.prefix)
 
-    def _page_parts(self, keys, host_indices):
-        """(pointers, sizes) of each page's parts, one list per key."""
+    def _check_indices(self, keys, host_indices):
         pool = self.mem_pool_host
         if pool is None or self._keys is None:
             raise RuntimeError("no host pool registered (register_mem_pool_host)")
         if len(host_indices) != len(keys) * pool.page_size:
             raise ValueError("%d host indices for %d pages of %d tokens" % (
                 len(host_indices), len(keys), pool.page_size))
-        ptrs, sizes = pool.get_page_buffer_meta(host_indices)
+
+    def _page_parts(self, keys, host_indices):
+        """(pointers, sizes) of each page's parts, one list per key."""
+        self._check_indices(keys, host_indices)
+        ptrs, sizes = self.mem_pool_host.get_page_buffer_meta(host_indices)
         n = len(ptrs) // len(keys)
         return ([ptrs[i * n:(i + 1) * n] for i in range(len(keys))],
                 [sizes[i * n:(i + 1) * n] for i in range(len(keys))])
@@ -143,6 +149,7 @@ class KVEngineHiCacheStorage(HiCacheStorage):
         return ok
 
     def _set_pages(self, keys, host_indices):
+        self._check_indices(keys, host_indices)
         store_keys = self._keys.pages(keys)
         present = [r == 1 for r in self._store.batch_is_exist(store_keys)]
         if self._mla_reader:
@@ -189,7 +196,7 @@ class KVEngineHiCacheStorage(HiCacheStorage):
         if len(keys) == 0 or self._keys is None:
             return 0
         try:
-            n = self._store.batch_leading_exist(self._keys.pages(keys))
+            n = self._store.batch_leading_exist(self._lookup_keys(keys))
         except Exception as e:  # noqa: BLE001 -- the prefetch thread must live on
             logger.error("kvengine: batch_exists of %d pages failed: %s", len(keys), e)
             return 0
@@ -203,7 +210,12 @@ class KVEngineHiCacheStorage(HiCacheStorage):
     def exists(self, key):
         if self._keys is None:
             return False
-        return self._store.is_exist(self._keys.pages([key])[0]) == 1
+        return self._store.is_exist(self._lookup_keys([key])[0]) == 1
+
+    def _lookup_keys(self, keys):
+        if self._zero_copy:
+            return self._keys.pages(keys)
+        return [self._keys.flat(k) for k in keys]
 
     # ------------------------------------------------------------ the copy path
 
