@@ -42,6 +42,35 @@ FP8_E5M2 = getattr(torch, "float8_e5m2", "float8_e5m2")
 _FP8 = (FP8_E4M3, FP8_E5M2)
 
 
+def _allocate(pool, dims):
+    """The host buffer (SGLang: ALLOC_MEMORY_FUNCS, pinned with cudaHostRegister)."""
+    return torch.empty(dims, dtype=pool.dtype, device=pool.device, pin_memory=pool.pin_memory)
+
+
+def _mha_page_view(pool, index):
+    """The page of an MHA host pool that starts at host slot index (a view)."""
+    if pool.layout == "layer_first":
+        return pool.kv_buffer[:, :, index:index + pool.page_size]
+    if pool.layout == "page_first":
+        return pool.kv_buffer[:, index:index + pool.page_size]
+    if pool.layout in ("page_first_direct", "page_head"):
+        page = index // pool.page_size
+        return pool.kv_buffer[:, page:page + 1]
+    raise ValueError(f"Unsupported layout: {pool.layout}")
+
+
+def _mla_page_view(pool, index):
+    """The page of an MLA host pool that starts at host slot index (a view)."""
+    if pool.layout == "layer_first":
+        return pool.kv_buffer[:, index:index + pool.page_size]
+    if pool.layout == "page_first":
+        return pool.kv_buffer[index:index + pool.page_size]
+    if pool.layout == "page_first_direct":
+        page = index // pool.page_size
+        return pool.kv_buffer[page:page + 1]
+    raise ValueError(f"Unsupported layout: {pool.layout}")
+
+
 def _itemsize(dtype):
     """dtype.itemsize (torch >= 2.1, which SGLang requires; Debian's torch is older)."""
     return torch.empty((), dtype=dtype).element_size()
@@ -175,10 +204,6 @@ class HostKVCache:
     def init_kv_buffer(self):
         raise NotImplementedError()
 
-    def _allocate(self, dims):
-        return torch.empty(dims, dtype=self.dtype, device=self.device,
-                           pin_memory=self.pin_memory)
-
     def clear(self):
         with self.lock:
             self.mem_state = torch.zeros((self.logical_size,), dtype=torch.uint8)
@@ -259,7 +284,7 @@ class MHATokenToKVPoolHost(HostKVCache):
             raise ValueError(f"Unsupported layout: {self.layout}")
         self.token_stride_size = H * D * _itemsize(self.dtype)
         self.layout_dim = self.token_stride_size * L
-        return self._allocate(dims)
+        return _allocate(self, dims)
 
     @property
     def k_buffer(self):
@@ -269,18 +294,8 @@ class MHATokenToKVPoolHost(HostKVCache):
     def v_buffer(self):
         return self.kv_buffer[1]
 
-    def _page_view(self, index):
-        if self.layout == "layer_first":
-            return self.kv_buffer[:, :, index:index + self.page_size]
-        if self.layout == "page_first":
-            return self.kv_buffer[:, index:index + self.page_size]
-        if self.layout in ("page_first_direct", "page_head"):
-            page = index // self.page_size
-            return self.kv_buffer[:, page:page + 1]
-        raise ValueError(f"Unsupported layout: {self.layout}")
-
     def get_data_page(self, index, flat: bool = True) -> torch.Tensor:
-        page = self._page_view(index)
+        page = _mha_page_view(self, index)
         return page.flatten() if flat else page
 
     def get_dummy_flat_data_page(self) -> torch.Tensor:
@@ -289,7 +304,7 @@ class MHATokenToKVPoolHost(HostKVCache):
                            pin_memory=self.pin_memory).flatten()
 
     def set_from_flat_data_page(self, index: int, data_page: torch.Tensor) -> None:
-        view = self._page_view(index)
+        view = _mha_page_view(self, index)
         view.copy_(data_page.reshape(view.shape))
 
     def get_page_buffer_meta(self, indices):
@@ -361,20 +376,10 @@ class MLATokenToKVPoolHost(HostKVCache):
             raise ValueError(f"Unsupported layout: {self.layout}")
         self.token_stride_size = C * _itemsize(self.dtype)
         self.layout_dim = self.token_stride_size * L
-        return self._allocate(dims)
-
-    def _page_view(self, index):
-        if self.layout == "layer_first":
-            return self.kv_buffer[:, index:index + self.page_size]
-        if self.layout == "page_first":
-            return self.kv_buffer[index:index + self.page_size]
-        if self.layout == "page_first_direct":
-            page = index // self.page_size
-            return self.kv_buffer[page:page + 1]
-        raise ValueError(f"Unsupported layout: {self.layout}")
+        return _allocate(self, dims)
 
     def get_data_page(self, index, flat: bool = True) -> torch.Tensor:
-        page = self._page_view(index)
+        page = _mla_page_view(self, index)
         return page.flatten() if flat else page
 
     def get_dummy_flat_data_page(self) -> torch.Tensor:
@@ -383,7 +388,7 @@ class MLATokenToKVPoolHost(HostKVCache):
                            pin_memory=self.pin_memory).flatten()
 
     def set_from_flat_data_page(self, index: int, data_page: torch.Tensor) -> None:
-        view = self._page_view(index)
+        view = _mla_page_view(self, index)
         view.copy_(data_page.reshape(view.shape))
 
     def get_page_buffer_meta(self, indices):
@@ -506,9 +511,12 @@ class PrefetchOperation(StorageOperation):
 
 
 class TokenToKVPoolAllocator:
-    """What the controller asks of SGLang's allocator: the device pool."""
+    """What the controller asks of SGLang's allocator (mem_cache/allocator/token.py):
+    the device pool."""
 
-    def __init__(self, kvcache):
+    def __init__(self, size: int, dtype: torch.dtype, device: str, kvcache: KVCache,
+                 need_sort: bool):
+        self.size, self.dtype, self.device = size, dtype, device
         self._kvcache = kvcache
 
     def get_kvcache(self):
@@ -688,7 +696,9 @@ def make_pools(kind, layout, dtype, *, layers=4, heads=2, head_dim=32, lora=48, 
 def make_controller(device_pool, host_pool, extra_config, model_name="test/model",
                     enable_storage_metrics=False):
     """A controller with kvengine attached as SGLang's "dynamic" backend."""
-    return HiCacheController(TokenToKVPoolAllocator(device_pool), host_pool,
+    allocator = TokenToKVPoolAllocator(device_pool.size, device_pool.dtype, "cpu", device_pool,
+                                       False)
+    return HiCacheController(allocator, host_pool,
                              host_pool.page_size, None, threading.Event(),
                              storage_backend="dynamic", model_name=model_name,
                              storage_backend_extra_config=dict(extra_config),
