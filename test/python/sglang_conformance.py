@@ -24,7 +24,6 @@ machinery of vllm_conformance.py:
 
 docs/sglang.md ("Conformance with SGLang main") records the commit last checked.
 """
-import argparse
 import ast
 import importlib.util
 import os
@@ -68,12 +67,7 @@ FAKE_CONSTANTS = [("STORAGE_BATCH_SIZE", _MEM + ".hicache_storage")]
 
 
 def stand_in_classes():
-    out = {}
-    for path in (COMPAT, FAKES):
-        for node in ast.walk(ast.parse(open(path).read(), path)):
-            if isinstance(node, ast.ClassDef):
-                out.setdefault(node.name, node)
-    return out
+    return vc.stand_in_classes((COMPAT, FAKES))
 
 
 def check_package(tree):
@@ -163,22 +157,8 @@ def run(src, parts=("compat", "package", "fakes")):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sglang-src", help="an SGLang source tree")
-    parser.add_argument("--only", default="compat,package,fakes",
-                        help="comma-separated: compat, package, fakes")
-    args = parser.parse_args(argv)
-    src = find_tree(args.sglang_src)
-    if src is None:
-        print("sglang_conformance: skipped: no SGLang source tree (--sglang-src, "
-              "SGLANG_SOURCE_DIR) and no installed sglang")
-        return SKIPPED
-    problems = run(src, args.only.split(","))
-    for p in problems:
-        print("sglang_conformance: " + p)
-    print("sglang_conformance: %s against %s (%d problem%s)" % (
-        "FAILED" if problems else "passed", src, len(problems), "" if len(problems) == 1 else "s"))
-    return 1 if problems else 0
+    return vc.cli(argv, __doc__, "sglang_conformance", "SGLang", "an SGLang source tree",
+                  find_tree, run)
 
 
 if __name__ == "__main__":

@@ -47,28 +47,28 @@ def _allocate(pool, dims):
     return torch.empty(dims, dtype=pool.dtype, device=pool.device, pin_memory=pool.pin_memory)
 
 
-def _mha_page_view(pool, index):
-    """The page of an MHA host pool that starts at host slot index (a view)."""
+def _page_view(pool, index):
+    """The page of a host pool that starts at host slot index (a view): MHA buffers
+    lead with the K/V dimension, MLA buffers do not."""
+    kv = (slice(None),) if isinstance(pool, MHATokenToKVPoolHost) else ()
     if pool.layout == "layer_first":
-        return pool.kv_buffer[:, :, index:index + pool.page_size]
+        return pool.kv_buffer[kv + (slice(None), slice(index, index + pool.page_size))]
     if pool.layout == "page_first":
-        return pool.kv_buffer[:, index:index + pool.page_size]
+        return pool.kv_buffer[kv + (slice(index, index + pool.page_size),)]
     if pool.layout in ("page_first_direct", "page_head"):
         page = index // pool.page_size
-        return pool.kv_buffer[:, page:page + 1]
+        return pool.kv_buffer[kv + (slice(page, page + 1),)]
     raise ValueError(f"Unsupported layout: {pool.layout}")
 
 
-def _mla_page_view(pool, index):
-    """The page of an MLA host pool that starts at host slot index (a view)."""
-    if pool.layout == "layer_first":
-        return pool.kv_buffer[:, index:index + pool.page_size]
-    if pool.layout == "page_first":
-        return pool.kv_buffer[index:index + pool.page_size]
-    if pool.layout == "page_first_direct":
-        page = index // pool.page_size
-        return pool.kv_buffer[page:page + 1]
-    raise ValueError(f"Unsupported layout: {pool.layout}")
+def _data_page(pool, index, flat):
+    page = _page_view(pool, index)
+    return page.flatten() if flat else page
+
+
+def _set_page(pool, index, data_page):
+    view = _page_view(pool, index)
+    view.copy_(data_page.reshape(view.shape))
 
 
 def _itemsize(dtype):
@@ -295,8 +295,7 @@ class MHATokenToKVPoolHost(HostKVCache):
         return self.kv_buffer[1]
 
     def get_data_page(self, index, flat: bool = True) -> torch.Tensor:
-        page = _mha_page_view(self, index)
-        return page.flatten() if flat else page
+        return _data_page(self, index, flat)
 
     def get_dummy_flat_data_page(self) -> torch.Tensor:
         return torch.zeros((2, self.layer_num, self.page_size, self.head_num, self.head_dim),
@@ -304,8 +303,7 @@ class MHATokenToKVPoolHost(HostKVCache):
                            pin_memory=self.pin_memory).flatten()
 
     def set_from_flat_data_page(self, index: int, data_page: torch.Tensor) -> None:
-        view = _mha_page_view(self, index)
-        view.copy_(data_page.reshape(view.shape))
+        _set_page(self, index, data_page)
 
     def get_page_buffer_meta(self, indices):
         """Zero-copy metadata: per page, K then V of each layer (layer_first), or the K
@@ -379,8 +377,7 @@ class MLATokenToKVPoolHost(HostKVCache):
         return _allocate(self, dims)
 
     def get_data_page(self, index, flat: bool = True) -> torch.Tensor:
-        page = _mla_page_view(self, index)
-        return page.flatten() if flat else page
+        return _data_page(self, index, flat)
 
     def get_dummy_flat_data_page(self) -> torch.Tensor:
         return torch.zeros((self.layer_num, self.page_size, 1, self.kv_cache_dim),
@@ -388,8 +385,7 @@ class MLATokenToKVPoolHost(HostKVCache):
                            pin_memory=self.pin_memory).flatten()
 
     def set_from_flat_data_page(self, index: int, data_page: torch.Tensor) -> None:
-        view = _mla_page_view(self, index)
-        view.copy_(data_page.reshape(view.shape))
+        _set_page(self, index, data_page)
 
     def get_page_buffer_meta(self, indices):
         """Zero-copy metadata: per page, its rows of each layer (layer_first) or the
@@ -510,6 +506,14 @@ class PrefetchOperation(StorageOperation):
         return self._terminated_flag
 
 
+def _storage_batches(operation, page_size):
+    """An operation's pages, STORAGE_BATCH_SIZE at a time, with their host indices."""
+    for i in range(0, len(operation.hash_value), STORAGE_BATCH_SIZE):
+        batch_hashes = operation.hash_value[i:i + STORAGE_BATCH_SIZE]
+        yield batch_hashes, operation.host_indices[i * page_size:
+                                                   (i + len(batch_hashes)) * page_size]
+
+
 class TokenToKVPoolAllocator:
     """What the controller asks of SGLang's allocator (mem_cache/allocator/token.py):
     the device pool."""
@@ -627,10 +631,7 @@ class HiCacheController:
 
     def _page_transfer(self, operation):
         prefix_keys = operation.prefix_keys
-        for i in range(0, len(operation.hash_value), STORAGE_BATCH_SIZE):
-            batch_hashes = operation.hash_value[i:i + STORAGE_BATCH_SIZE]
-            batch_host_indices = operation.host_indices[
-                i * self.page_size:(i + len(batch_hashes)) * self.page_size]
+        for batch_hashes, batch_host_indices in _storage_batches(operation, self.page_size):
             prev = operation.completed_tokens
             extra_info = HiCacheStorageExtraInfo(prefix_keys=prefix_keys)
             self.page_get_func(operation, batch_hashes, batch_host_indices, extra_info)
@@ -667,10 +668,7 @@ class HiCacheController:
 
     def _page_backup(self, operation):
         prefix_keys = operation.prefix_keys
-        for i in range(0, len(operation.hash_value), STORAGE_BATCH_SIZE):
-            batch_hashes = operation.hash_value[i:i + STORAGE_BATCH_SIZE]
-            batch_host_indices = operation.host_indices[
-                i * self.page_size:(i + len(batch_hashes)) * self.page_size]
+        for batch_hashes, batch_host_indices in _storage_batches(operation, self.page_size):
             extra_info = HiCacheStorageExtraInfo(prefix_keys=prefix_keys)
             if not self.page_set_func(batch_hashes, batch_host_indices, extra_info):
                 break

@@ -267,10 +267,10 @@ def stand_in_members(ours, stand_ins):
     return out
 
 
-def stand_in_classes():
-    """Every class _vllm_compat.py and vllm_fakes.py define, by name."""
+def stand_in_classes(paths=(COMPAT, FAKES)):
+    """Every class the stand-in files (_vllm_compat.py and vllm_fakes.py) define, by name."""
     out = {}
-    for path in (COMPAT, FAKES):
+    for path in paths:
         for node in ast.walk(ast.parse(open(path).read(), path)):
             if isinstance(node, ast.ClassDef):
                 out.setdefault(node.name, node)
@@ -450,23 +450,32 @@ def run(src, parts=("compat", "package", "fakes")):
     return problems
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--vllm-src", help="a vLLM source tree (holding vllm/)")
+def cli(argv, doc, name, project, src_help, find, run_parts):
+    """The command line both conformance scripts share: --<project>-src and --only, a
+    line per problem, exit 0 / 1, or 77 (skipped) without a tree."""
+    flag = "--%s-src" % project.lower()
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument(flag, dest="src", help=src_help)
     parser.add_argument("--only", default="compat,package,fakes",
                         help="comma-separated: compat, package, fakes")
     args = parser.parse_args(argv)
-    src = find_tree(args.vllm_src)
+    src = find(args.src)
     if src is None:
-        print("vllm_conformance: skipped: no vLLM source tree (--vllm-src, VLLM_SOURCE_DIR) "
-              "and no installed vllm")
+        print("%s: skipped: no %s source tree (%s, %s_SOURCE_DIR) and no installed %s" % (
+            name, project, flag, project.upper(), project.lower()))
         return SKIPPED
-    problems = run(src, args.only.split(","))
+    problems = run_parts(src, args.only.split(","))
     for p in problems:
-        print("vllm_conformance: " + p)
-    print("vllm_conformance: %s against %s (%d problem%s)" % (
-        "FAILED" if problems else "passed", src, len(problems), "" if len(problems) == 1 else "s"))
+        print("%s: %s" % (name, p))
+    print("%s: %s against %s (%d problem%s)" % (
+        name, "FAILED" if problems else "passed", src, len(problems),
+        "" if len(problems) == 1 else "s"))
     return 1 if problems else 0
+
+
+def main(argv=None):
+    return cli(argv, __doc__, "vllm_conformance", "vLLM", "a vLLM source tree (holding vllm/)",
+               find_tree, run)
 
 
 if __name__ == "__main__":
