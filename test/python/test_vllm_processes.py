@@ -5,7 +5,6 @@ the path owns the store and serves the others; a block saved by one instance loa
 bit-exact into the other; when the owning instance exits, the other takes the store over
 and still loads what was saved."""
 import multiprocessing
-import time
 
 import pytest
 import torch

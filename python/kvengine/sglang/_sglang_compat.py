@@ -10,7 +10,6 @@ signatures and defaults as SGLang main (test/python/sglang_conformance.py checks
 docs/sglang.md records the commit).
 """
 
-import threading  # noqa: F401 -- the stand-ins mirror SGLang's module
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
