@@ -34,6 +34,7 @@ from .metrics import StorageCounters
 logger = logging.getLogger("kvengine.sglang")
 
 NOT_FOUND = -1
+ABORTED = -7
 _REASONS_LOGGED = 3  # failed pages named per log line
 
 
@@ -155,24 +156,37 @@ class KVEngineHiCacheStorage(HiCacheStorage):
         if self._mla_reader:
             # Not the MLA writer: the page is stored when rank 0 stored it.
             return present
-        todo = [i for i, p in enumerate(present) if not p]
+        missing = [i for i, p in enumerate(present) if not p]
         results = [0] * len(keys)
         seconds = 0.0
-        if todo:
-            ptrs, sizes = self._page_parts(keys, host_indices)
+        if missing:
             start = time.perf_counter()
-            put = self._store.batch_put_from_multi_buffers(
-                [store_keys[i] for i in todo], [ptrs[i] for i in todo], [sizes[i] for i in todo])
+            self._put_pages(keys, host_indices, store_keys, missing, results)
             seconds = time.perf_counter() - start
-            for i, r in zip(todo, put):
-                results[i] = r
         ok = [r == 0 for r in results]
-        written = sum(ok) - (len(keys) - len(todo))
+        skipped = len(keys) - len(missing)
+        written = sum(ok) - skipped
         self._log_failures("written", keys, results, ok)
         self._counters.add(written_pages=written, written_bytes=written * self._page_bytes,
-                           skipped_writes=len(keys) - len(todo), failed_writes=len(keys) - sum(ok))
+                           skipped_writes=skipped, failed_writes=len(keys) - sum(ok))
         self._counters.sample("backup", written, written * self._page_bytes, seconds)
         return ok
+
+    def _put_pages(self, keys, host_indices, store_keys, todo, results):
+        """Puts the pages todo (indexes into keys) in one engine call; results[i] gets
+        each one's code."""
+        ptrs, sizes = self._page_parts(keys, host_indices)
+        for _ in range(2):
+            put = self._store.batch_put_from_multi_buffers(
+                [store_keys[i] for i in todo], [ptrs[i] for i in todo], [sizes[i] for i in todo])
+            for i, r in zip(todo, put):
+                results[i] = r
+            # Aborted, attached: the copy into a slot the owner had set aside missed its
+            # deadline (a stalled host) and nothing was published; a retry reserves fresh
+            # slots.  Once only: a closed store answers Aborted too.
+            todo = [i for i in todo if results[i] == ABORTED]
+            if not todo:
+                return
 
     def _log_failures(self, verb, keys, results, ok):
         failed = [i for i, good in enumerate(ok) if not good]
