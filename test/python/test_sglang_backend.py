@@ -6,10 +6,12 @@ separate processes."""
 import logging
 
 import pytest
-import torch
 
-import kvengine
-import sglang_fakes as fk
+torch = pytest.importorskip(
+    "torch", reason="torch is not installed (Debian: apt-get install python3-torch)")
+
+import kvengine  # noqa: E402
+import sglang_fakes as fk  # noqa: E402
 from kvengine.sglang import KVEngineHiCacheStorage
 from kvengine.sglang._sglang_compat import HiCacheStorage, StorageMetrics
 from kvengine.shared_store import default_socket

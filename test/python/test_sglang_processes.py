@@ -10,7 +10,10 @@ import multiprocessing
 
 import pytest
 
-import sglang_process as sp
+pytest.importorskip("torch", reason="torch is not installed (Debian: apt-get install "
+                                    "python3-torch)")
+
+import sglang_process as sp  # noqa: E402
 from spawned import Spawned
 
 KINDS_LAYOUTS = [(k, l) for k in ("mha", "mla")

@@ -23,8 +23,6 @@ takes it over or reconnects (kvengine.shared_store).
 import logging
 import time
 
-import torch
-
 from .. import error_name
 from ..shared_store import acquire_store, release_store
 from ._sglang_compat import HiCacheStorage
@@ -85,6 +83,8 @@ class KVEngineHiCacheStorage(HiCacheStorage):
     # ------------------------------------------------------------ the host pool
 
     def register_mem_pool_host(self, mem_pool_host):
+        import torch  # SGLang's own dependency; the package imports without it
+
         super().register_mem_pool_host(mem_pool_host)
         self._keys = PageKeys(self.storage_config, mem_pool_host)
         one_page = torch.arange(mem_pool_host.page_size, dtype=torch.int64)
