@@ -29,7 +29,7 @@ from . import _kvengine
 from ._kvengine import CUDA_BUILD, ERROR_CODES, OPTION_NAMES, Error
 
 __all__ = ["DB", "open", "attach", "Error", "ERROR_CODES", "OPTION_NAMES", "CUDA_BUILD", "check",
-           "error_name"]
+           "error_name", "regex_escape"]
 __version__ = "0.1.0"
 
 # The negative codes of status.h, frozen: they are part of the API.
@@ -50,6 +50,12 @@ def error_name(code):
     if code > 0:
         return "ok"
     return ERROR_CODES.get(code, "unknown(%d)" % code)
+
+
+def regex_escape(text):
+    """text with the ECMAScript regex metacharacters escaped (the syntax of
+    remove_by_regex), so that it matches itself."""
+    return "".join("\\" + c if c in "\\^$.|?*+()[]{}" else c for c in text)
 
 
 def _make_error(code, what):

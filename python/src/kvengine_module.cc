@@ -501,6 +501,21 @@ class Store {
     return Exists(KeysFrom(keys_obj));
   }
 
+  // The number of keys, from the first, that are present (the run of 1s at the start of
+  // BatchExists' results): SGLang's batch_exists and vLLM-style prefix lookups in one call
+  // with no per-key Python.  When the first key that is not present failed instead (a
+  // closed store, an owner gone), that key's negative code is returned, so a caller can
+  // tell "nothing stored" (0) from "could not ask" (< 0).
+  int64_t LeadingExist(py::handle keys_obj) {
+    kvengine::PerfPoint perf(kvengine::PerfKey::py_batch_exists);
+    int64_t leading = 0;
+    for (int64_t r : Exists(KeysFrom(keys_obj))) {
+      if (r != 1) return (r < 0 && leading == 0) ? r : leading;
+      ++leading;
+    }
+    return leading;
+  }
+
   int Remove(py::handle key_obj) {
     std::string key = KeyFrom(key_obj, "key");
     auto db = GetDb();
@@ -871,6 +886,7 @@ PYBIND11_MODULE(_kvengine, m) {
       .def("batch_prefetch", &Store::BatchPrefetch, py::arg("keys"),
            "Starts reading the keys' SSD-resident values up into memory for a read soon; "
            "per key 1 (started), 0 (not needed or not possible), or a negative error.")
+      .def("batch_leading_exist", &Store::LeadingExist, py::arg("keys"))
       .def("remove", &Store::Remove, py::arg("key"))
       .def("batch_remove", &Store::BatchRemove, py::arg("keys"))
       .def("remove_by_regex", &Store::RemoveByRegex, py::arg("pattern"))

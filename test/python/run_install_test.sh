@@ -10,6 +10,7 @@ import sys
 import kvengine
 assert kvengine.__file__.startswith(sys.argv[2]), kvengine.__file__
 import kvengine.vllm.connector  # the connector module loads without vLLM
+import kvengine.sglang  # the SGLang backend loads without SGLang
 with kvengine.open(sys.argv[1], memory_capacity_bytes="16MiB", prefault_memory=False) as db:
     assert db.put("k", b"v" * 100) == 0
     assert db.get("k") == b"v" * 100

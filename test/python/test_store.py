@@ -456,3 +456,17 @@ def test_batch_prefetch_brings_ssd_values_up_for_the_next_read(db_path):
         with pytest.raises(TypeError):
             db.batch_prefetch(None)
     assert db.batch_prefetch(keys) == [kvengine.ABORTED] * len(keys)  # closed
+
+
+def test_batch_leading_exist_counts_the_keys_present_from_the_first(db_path):
+    db = kvengine.DB(db_path, **SMALL)
+    for k in ("p0", "p1", "p3"):
+        db.put(k, b"v")
+    assert db.batch_leading_exist(["p0", "p1", "p2", "p3"]) == 2  # stops at the hole
+    assert db.batch_leading_exist(["p0", "p1"]) == 2
+    assert db.batch_leading_exist(["p2", "p0"]) == 0
+    assert db.batch_leading_exist([]) == 0
+    with pytest.raises(TypeError):
+        db.batch_leading_exist("p0")
+    db.close()
+    assert db.batch_leading_exist(["p0"]) == kvengine.ABORTED  # could not ask, not "none"

@@ -5,48 +5,20 @@ the path owns the store and serves the others; a block saved by one instance loa
 bit-exact into the other; when the owning instance exits, the other takes the store over
 and still loads what was saved."""
 import multiprocessing
-import time
 
 import pytest
 import torch
 
 import vllm_fakes as fk
 import vllm_process as vp
+from spawned import Spawned
 from kvengine.vllm.connector import default_socket
 
-TIMEOUT_S = 120  # a bound on hangs, not a timing check: spawning imports torch
 
 
-class Process:
-    """One spawned vLLM process, answering commands over a pipe."""
-
-    def __init__(self, ctx, *args):
-        self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=vp.main, args=(child,) + args, daemon=True)
-        self.process.start()
-        self._expect("ready")
-
-    def _expect(self, what):
-        deadline = time.monotonic() + TIMEOUT_S
-        while not self.conn.poll(0.1):
-            assert self.process.is_alive(), "the process died before answering %s" % what
-            assert time.monotonic() < deadline, "no answer to %s" % what
-        status, value = self.conn.recv()
-        assert status in (what, "ok"), value
-        return value
-
-    def __call__(self, command, *args):
-        self.conn.send((command, args))
-        return self._expect(command)
-
-    def close(self):
-        if self.process.is_alive():
-            try:
-                self("close")
-            finally:
-                self.process.join(TIMEOUT_S)
-        if self.process.is_alive():
-            self.process.kill()
+def Process(ctx, *args):
+    """One spawned vLLM process (vllm_process.main), answering commands over a pipe."""
+    return Spawned(ctx, vp.main, *args)
 
 
 class Instance:

@@ -213,30 +213,31 @@ def params(fn):
         a.kwarg is not None, defaults
 
 
-def compare_signatures(where, ours, theirs, allow_extra_optional=False):
-    """Problems of `ours` against vLLM's `theirs` (two FunctionDefs)."""
+def compare_signatures(where, ours, theirs, allow_extra_optional=False, project="vLLM"):
+    """Problems of `ours` against the project's (vLLM's) `theirs` (two FunctionDefs)."""
     p1, k1, v1, kw1, d1 = params(ours)
     p2, k2, v2, kw2, d2 = params(theirs)
     problems = []
     if allow_extra_optional:  # an override may take more, if optional, after vLLM's
         extra = [p for p in p1[len(p2):] if p not in d1]
         if p1[:len(p2)] != p2 or extra:
-            problems.append("%s takes (%s); vLLM's takes (%s)" % (where, ", ".join(p1),
+            problems.append("%s takes (%s); %s's takes (%s)" % (where, ", ".join(p1), project,
                                                                   ", ".join(p2)))
     elif p1 != p2 or sorted(k1) != sorted(k2):
-        problems.append("%s takes (%s%s); vLLM's takes (%s%s)" % (
-            where, ", ".join(p1), "; *, " + ", ".join(k1) if k1 else "",
+        problems.append("%s takes (%s%s); %s's takes (%s%s)" % (
+            where, ", ".join(p1), "; *, " + ", ".join(k1) if k1 else "", project,
             ", ".join(p2), "; *, " + ", ".join(k2) if k2 else ""))
     if not allow_extra_optional and (v1, kw1) != (v2, kw2):
-        problems.append("%s: *args/**kwargs %s; vLLM's %s" % (where, (v1, kw1), (v2, kw2)))
+        problems.append("%s: *args/**kwargs %s; %s's %s" % (where, (v1, kw1), project,
+                                                               (v2, kw2)))
     for name in p2 + k2:
         if (name in d1) != (name in d2):
-            problems.append("%s: parameter %s %s a default in vLLM" % (
-                where, name, "has no" if name in d2 else "has"))
+            problems.append("%s: parameter %s %s a default in %s" % (
+                where, name, "has no" if name in d2 else "has", project))
         elif name in d1 and d1[name][0] == "value" and d2[name][0] == "value" \
                 and d1[name] != d2[name]:
-            problems.append("%s: parameter %s defaults to %r; vLLM's to %r" % (
-                where, name, d1[name][1], d2[name][1]))
+            problems.append("%s: parameter %s defaults to %r; %s's to %r" % (
+                where, name, d1[name][1], project, d2[name][1]))
     return problems
 
 
@@ -266,10 +267,10 @@ def stand_in_members(ours, stand_ins):
     return out
 
 
-def stand_in_classes():
-    """Every class _vllm_compat.py and vllm_fakes.py define, by name."""
+def stand_in_classes(paths=(COMPAT, FAKES)):
+    """Every class the stand-in files (_vllm_compat.py and vllm_fakes.py) define, by name."""
     out = {}
-    for path in (COMPAT, FAKES):
+    for path in paths:
         for node in ast.walk(ast.parse(open(path).read(), path)):
             if isinstance(node, ast.ClassDef):
                 out.setdefault(node.name, node)
@@ -282,48 +283,52 @@ def describe_default(d):
     return repr(d[1]) if d[0] == "value" else d[1]
 
 
-def compare_class(label, tree, module, ours, theirs, coverage):
+def compare_class(label, tree, module, ours, theirs, coverage, stand_ins=None,
+                  project="vLLM"):
+    """Problems of the stand-in class `ours` against the project's `theirs`; stand_ins
+    are the classes its stand-in bases resolve in (default: the vLLM stand-ins)."""
     problems = []
-    mine = stand_in_members(ours, stand_in_classes())
+    mine = stand_in_members(ours, stand_in_classes() if stand_ins is None else stand_ins)
     vllm = all_members(tree, module, theirs)
     for name, (kind, node) in sorted(mine.items()):
         where = "%s.%s" % (label, name)
         if name not in vllm:
-            problems.append("%s: vLLM's %s has no member %s" % (where, theirs.name, name))
+            problems.append("%s: %s's %s has no member %s" % (where, project, theirs.name,
+                                                                 name))
             continue
         their_kind, their_node = vllm[name]
         if {kind, their_kind} <= {"field", "attribute"}:
             if isinstance(node, ast.AnnAssign) and isinstance(their_node, ast.AnnAssign):
                 d1, d2 = field_default(node), field_default(their_node)
                 if d1 != d2 and not (d1 and d2 and "expr" in (d1[0], d2[0])):
-                    problems.append("%s: default %s; vLLM's %s" % (
-                        where, describe_default(d1), describe_default(d2)))
+                    problems.append("%s: default %s; %s's %s" % (
+                        where, describe_default(d1), project, describe_default(d2)))
             continue
         if kind != their_kind:
-            problems.append("%s is a %s; vLLM's is a %s" % (where, kind, their_kind))
+            problems.append("%s is a %s; %s's is a %s" % (where, kind, project, their_kind))
             continue
-        problems += compare_signatures(where, node, their_node)
+        problems += compare_signatures(where, node, their_node, project=project)
     if coverage == "all":
         for name in sorted(vllm):
             if public(name) and name not in mine:
-                problems.append("%s.%s: vLLM's %s has it; the stand-in lacks it" % (
-                    label, name, theirs.name))
+                problems.append("%s.%s: %s's %s has it; the stand-in lacks it" % (
+                    label, name, project, theirs.name))
     return problems
 
 
 # ------------------------------------------------------------------ the checks
 
-def compat_stand_ins():
-    """(name -> vLLM module) imported when vLLM is present, and the definitions made
-    when it is absent, from _vllm_compat.py's try/except ImportError."""
-    tree = ast.parse(open(COMPAT).read(), COMPAT)
+def compat_stand_ins(compat=COMPAT, package="vllm"):
+    """(name -> module) imported when the project (vLLM) is present, and the definitions
+    made when it is absent, from the compat module's try/except ImportError."""
+    tree = ast.parse(open(compat).read(), compat)
     for node in tree.body:
         if isinstance(node, ast.Try) and any(
                 isinstance(h.type, ast.Name) and h.type.id == "ImportError"
                 for h in node.handlers):
             imported = {}
             for stmt in node.body:
-                if isinstance(stmt, ast.ImportFrom) and stmt.module.startswith("vllm"):
+                if isinstance(stmt, ast.ImportFrom) and stmt.module.startswith(package):
                     for alias in stmt.names:
                         imported[alias.asname or alias.name] = stmt.module
             # Only the handler's own definitions: those in a nested try (the
@@ -331,33 +336,37 @@ def compat_stand_ins():
             defined = [stmt for stmt in node.handlers[0].body
                        if isinstance(stmt, (ast.ClassDef, ast.FunctionDef))]
             return imported, defined
-    raise SystemExit("%s: no try/except ImportError around vLLM's imports" % COMPAT)
+    raise SystemExit("%s: no try/except ImportError around %s's imports" % (compat, package))
 
 
-def check_compat(tree):
+def check_compat(tree, compat=COMPAT, package="vllm", project="vLLM", stand_ins=None):
+    """The compat module's stand-ins against the project's definitions ("all")."""
     problems = []
-    imported, defined = compat_stand_ins()
+    label = os.path.splitext(os.path.basename(compat))[0]
+    imported, defined = compat_stand_ins(compat, package)
     for node in defined:
         if node.name not in imported:
-            problems.append("_vllm_compat.%s: defined as a stand-in but not imported from "
-                            "vLLM when vLLM is present (vLLM main has no such name?)" % node.name)
+            problems.append("%s.%s: defined as a stand-in but not imported from %s when %s "
+                            "is present (%s main has no such name?)" % (
+                                label, node.name, project, project, project))
             continue
         theirs, why = tree.find(imported[node.name], node.name)
         if theirs is None:
-            problems.append("_vllm_compat.%s: %s" % (node.name, why))
+            problems.append("%s.%s: %s" % (label, node.name, why))
         elif type(theirs) is not type(node):
-            problems.append("_vllm_compat.%s: vLLM's is a %s" % (node.name,
-                                                                type(theirs).__name__))
+            problems.append("%s.%s: %s's is a %s" % (label, node.name, project,
+                                                     type(theirs).__name__))
         elif isinstance(node, ast.ClassDef):
             module = imported[node.name]
-            problems += compare_class("_vllm_compat." + node.name, tree, module, node,
-                                      theirs, "all")
+            problems += compare_class(label + "." + node.name, tree, module, node, theirs,
+                                      "all", stand_ins, project)
         else:
-            problems += compare_signatures("_vllm_compat." + node.name, node, theirs)
+            problems += compare_signatures(label + "." + node.name, node, theirs,
+                                           project=project)
     for name, module in sorted(imported.items()):
         if tree.find(module, name)[0] is None:
-            problems.append("_vllm_compat imports %s from %s: %s" % (
-                name, module, tree.find(module, name)[1]))
+            problems.append("%s imports %s from %s: %s" % (
+                label, name, module, tree.find(module, name)[1]))
     return problems
 
 
@@ -397,20 +406,23 @@ def check_package(tree):
     return problems
 
 
-def check_fakes(tree):
+def check_fakes(tree, fakes_path=FAKES, fake_classes=None, project="vLLM", stand_ins=None):
+    """The fakes module's classes listed in fake_classes (default FAKE_CLASSES: the vLLM
+    fakes) against the project's."""
     problems = []
-    fakes = ast.parse(open(FAKES).read(), FAKES)
+    label = os.path.splitext(os.path.basename(fakes_path))[0]
+    fakes = ast.parse(open(fakes_path).read(), fakes_path)
     classes = {n.name: n for n in fakes.body if isinstance(n, ast.ClassDef)}
-    for ours, module, theirs_name, coverage in FAKE_CLASSES:
+    for ours, module, theirs_name, coverage in fake_classes or FAKE_CLASSES:
         if ours not in classes:
-            problems.append("vllm_fakes.%s: listed in FAKE_CLASSES but not defined" % ours)
+            problems.append("%s.%s: listed in FAKE_CLASSES but not defined" % (label, ours))
             continue
         theirs, why = tree.find(module, theirs_name)
         if theirs is None:
-            problems.append("vllm_fakes.%s: %s" % (ours, why))
+            problems.append("%s.%s: %s" % (label, ours, why))
             continue
-        problems += compare_class("vllm_fakes." + ours, tree, module, classes[ours], theirs,
-                                  coverage)
+        problems += compare_class(label + "." + ours, tree, module, classes[ours], theirs,
+                                  coverage, stand_ins, project)
     return problems
 
 
@@ -438,23 +450,32 @@ def run(src, parts=("compat", "package", "fakes")):
     return problems
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--vllm-src", help="a vLLM source tree (holding vllm/)")
+def cli(argv, doc, name, project, src_help, find, run_parts):
+    """The command line both conformance scripts share: --<project>-src and --only, a
+    line per problem, exit 0 / 1, or 77 (skipped) without a tree."""
+    flag = "--%s-src" % project.lower()
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument(flag, dest="src", help=src_help)
     parser.add_argument("--only", default="compat,package,fakes",
                         help="comma-separated: compat, package, fakes")
     args = parser.parse_args(argv)
-    src = find_tree(args.vllm_src)
+    src = find(args.src)
     if src is None:
-        print("vllm_conformance: skipped: no vLLM source tree (--vllm-src, VLLM_SOURCE_DIR) "
-              "and no installed vllm")
+        print("%s: skipped: no %s source tree (%s, %s_SOURCE_DIR) and no installed %s" % (
+            name, project, flag, project.upper(), project.lower()))
         return SKIPPED
-    problems = run(src, args.only.split(","))
+    problems = run_parts(src, args.only.split(","))
     for p in problems:
-        print("vllm_conformance: " + p)
-    print("vllm_conformance: %s against %s (%d problem%s)" % (
-        "FAILED" if problems else "passed", src, len(problems), "" if len(problems) == 1 else "s"))
+        print("%s: %s" % (name, p))
+    print("%s: %s against %s (%d problem%s)" % (
+        name, "FAILED" if problems else "passed", src, len(problems),
+        "" if len(problems) == 1 else "s"))
     return 1 if problems else 0
+
+
+def main(argv=None):
+    return cli(argv, __doc__, "vllm_conformance", "vLLM", "a vLLM source tree (holding vllm/)",
+               find_tree, run)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ back before its first lookup, so both sides build the same keys.
 import dataclasses
 from typing import Optional
 
+from .. import regex_escape
 from ._vllm_compat import HAVE_VLLM, KVConnectorMetadata, KVConnectorRole
 
 
@@ -28,11 +29,6 @@ def block_id_groups(block_ids):
     if len(block_ids) > 0 and isinstance(block_ids[0], (list, tuple)):
         return [list(g) for g in block_ids]
     return [list(block_ids)]
-
-
-def regex_escape(text):
-    """Escapes the ECMAScript regex metacharacters (the engine's DeleteByRegex syntax)."""
-    return "".join("\\" + c if c in "\\^$.|?*+()[]{}" else c for c in text)
 
 
 # ------------------------------------------------------------------ metadata

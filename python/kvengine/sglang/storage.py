@@ -1,0 +1,313 @@
+"""KVEngineHiCacheStorage: kvengine as SGLang's HiCache L3 storage backend.
+
+SGLang loads it with (docs/sglang.md):
+
+    --hicache-storage-backend dynamic --hicache-storage-backend-extra-config
+    '{"backend_name": "kvengine", "module_path": "kvengine.sglang",
+      "class_name": "KVEngineHiCacheStorage", "interface_v1": 1,
+      "path": "/var/lib/kvcache", "options": {"memory_capacity_bytes": "64GiB"}}'
+
+One value per page and rank (MHA) or per page (MLA): the page's parts as the host
+pool's get_page_buffer_meta lists them (K and V of every layer, in the pool's layout),
+concatenated.  batch_get_v1 / batch_set_v1 move a whole batch of pages between the host
+pool and the store's memory tier in one engine call, straight from and into the pool.
+
+Failure contract: the v1 calls return one bool per key and never raise and never
+return None (a None or an exception ends SGLang's prefetch or backup thread for the
+life of the process); batch_exists returns 0 when the store cannot be asked.  Each
+failure is logged with the engine's reason.  When the store is gone (its owner
+exited, a kv_server restarting) every page fails until it is back: the shared store
+takes it over or reconnects (kvengine.shared_store).
+"""
+
+import logging
+import time
+
+from .. import error_name
+from ..shared_store import acquire_store, release_store
+from ._sglang_compat import HiCacheStorage
+from .keys import PageKeys, model_pattern
+from .metrics import StorageCounters
+
+logger = logging.getLogger("kvengine.sglang")
+
+NOT_FOUND = -1
+ABORTED = -7
+_REASONS_LOGGED = 3  # failed pages named per log line
+
+
+def _store_location(extra):
+    path, attach = extra.get("path"), extra.get("attach")
+    if bool(path) == bool(attach):
+        raise ValueError("kvengine: the storage backend's extra config must name the store "
+                         "with exactly one of 'path' (a DB directory) or 'attach' (the Unix "
+                         "socket of a kv_server); got path=%r attach=%r" % (path, attach))
+    options = extra.get("options") or {}
+    if not isinstance(options, dict):
+        raise ValueError("kvengine: 'options' in the extra config must be an object of "
+                         "kvengine options, not %r" % (options,))
+    return path, attach, options
+
+
+class KVEngineHiCacheStorage(HiCacheStorage):
+    """SGLang's HiCacheStorage over a kvengine store shared by every process of the host.
+
+    Thread-safety: SGLang calls it from its prefetch, prefetch I/O and backup threads at
+    once; the store handle is thread-safe and the only state kept here (the counters)
+    has its own lock."""
+
+    def __init__(self, storage_config, kwargs=None):
+        # StorageBackendFactory's dynamic backends are made as cls(storage_config, kwargs).
+        extra = dict(storage_config.extra_config or {})
+        path, attach, options = _store_location(extra)
+        # Which keys SGLang's lookups (batch_exists, exists) are about: the controller
+        # moves pages zero-copy with interface_v1, else as flat pages (the copy path).
+        self._zero_copy = bool(extra.get("interface_v1"))
+        if not self._zero_copy:
+            logger.warning("kvengine: 'interface_v1' is not set in the extra config, so "
+                           "SGLang will move pages through its copy path (batch_get / "
+                           "batch_set of flat pages) instead of zero copy; set "
+                           "\"interface_v1\": 1")
+        self.storage_config = storage_config
+        self._store_name = attach or path
+        self._store = acquire_store(path, attach, options)
+        self._released = False
+        self._counters = StorageCounters(bool(storage_config.enable_storage_metrics))
+        self._keys = None
+        self._page_bytes = 0
+        self._registered_ptr = None
+        # MLA: one latent cache for all ranks; rank 0 writes it, every rank reads it.
+        self._mla_reader = storage_config.is_mla_model and storage_config.tp_rank != 0
+        self.mem_pool_host = None
+
+    # ------------------------------------------------------------ the host pool
+
+    def register_mem_pool_host(self, mem_pool_host):
+        import torch  # SGLang's own dependency; the package imports without it
+
+        super().register_mem_pool_host(mem_pool_host)
+        self._keys = PageKeys(self.storage_config, mem_pool_host)
+        one_page = torch.arange(mem_pool_host.page_size, dtype=torch.int64)
+        self._page_bytes = int(sum(mem_pool_host.get_page_buffer_meta(one_page)[1]))
+        buffer = getattr(mem_pool_host, "kv_buffer", None)
+        if isinstance(buffer, torch.Tensor) and buffer.numel() > 0:
+            ptr, size = buffer.data_ptr(), buffer.numel() * buffer.element_size()
+            rc = self._store.register_buffer(ptr, size)
+            if rc < 0:  # registration only speeds transports up; pages move without it
+                logger.warning("kvengine: could not register the host pool's buffer (%d "
+                               "bytes) with the store: %s", size, error_name(rc))
+            else:
+                self._registered_ptr = ptr
+        logger.info("kvengine: pages of %d bytes under %s", self._page_bytes,
+                    self._keys.prefix)
+
+    def _check_indices(self, keys, host_indices):
+        pool = self.mem_pool_host
+        if pool is None or self._keys is None:
+            raise RuntimeError("no host pool registered (register_mem_pool_host)")
+        if len(host_indices) != len(keys) * pool.page_size:
+            raise ValueError("%d host indices for %d pages of %d tokens" % (
+                len(host_indices), len(keys), pool.page_size))
+
+    def _page_parts(self, keys, host_indices):
+        """(pointers, sizes) of each page's parts, one list per key."""
+        self._check_indices(keys, host_indices)
+        ptrs, sizes = self.mem_pool_host.get_page_buffer_meta(host_indices)
+        n = len(ptrs) // len(keys)
+        return ([ptrs[i * n:(i + 1) * n] for i in range(len(keys))],
+                [sizes[i * n:(i + 1) * n] for i in range(len(keys))])
+
+    # ------------------------------------------------------------ zero copy (v1)
+
+    def batch_get_v1(self, keys, host_indices, extra_info=None):
+        return self._guarded("batch_get_v1", keys, self._get_pages, keys, host_indices)
+
+    def batch_set_v1(self, keys, host_indices, extra_info=None):
+        return self._guarded("batch_set_v1", keys, self._set_pages, keys, host_indices)
+
+    def _guarded(self, what, keys, fn, *args):
+        """fn's per-key bools; all False (logged) when it raises: SGLang's storage
+        threads die on an exception or a None."""
+        if len(keys) == 0:
+            return []
+        try:
+            return fn(*args)
+        except Exception as e:  # noqa: BLE001 -- the contract: never raise into SGLang
+            logger.error("kvengine: %s of %d pages failed: %s", what, len(keys), e)
+            return [False] * len(keys)
+
+    def _get_pages(self, keys, host_indices):
+        ptrs, sizes = self._page_parts(keys, host_indices)
+        start = time.perf_counter()
+        results = self._store.batch_get_into_multi_buffers(self._keys.pages(keys), ptrs, sizes)
+        seconds = time.perf_counter() - start
+        ok = [r == self._page_bytes for r in results]
+        read = sum(ok)
+        self._log_failures("read", keys, results, ok)
+        self._counters.add(read_pages=read, read_bytes=read * self._page_bytes,
+                           failed_reads=len(keys) - read)
+        self._counters.sample("prefetch", read, read * self._page_bytes, seconds)
+        return ok
+
+    def _set_pages(self, keys, host_indices):
+        self._check_indices(keys, host_indices)
+        store_keys = self._keys.pages(keys)
+        present = [r == 1 for r in self._store.batch_is_exist(store_keys)]
+        if self._mla_reader:
+            # Not the MLA writer: the page is stored when rank 0 stored it.
+            return present
+        missing = [i for i, p in enumerate(present) if not p]
+        results = [0] * len(keys)
+        seconds = 0.0
+        if missing:
+            start = time.perf_counter()
+            self._put_pages(keys, host_indices, store_keys, missing, results)
+            seconds = time.perf_counter() - start
+        ok = [r == 0 for r in results]
+        skipped = len(keys) - len(missing)
+        written = sum(ok) - skipped
+        self._log_failures("written", keys, results, ok)
+        self._counters.add(written_pages=written, written_bytes=written * self._page_bytes,
+                           skipped_writes=skipped, failed_writes=len(keys) - sum(ok))
+        self._counters.sample("backup", written, written * self._page_bytes, seconds)
+        return ok
+
+    def _put_pages(self, keys, host_indices, store_keys, todo, results):
+        """Puts the pages todo (indexes into keys) in one engine call; results[i] gets
+        each one's code."""
+        ptrs, sizes = self._page_parts(keys, host_indices)
+        for _ in range(2):
+            put = self._store.batch_put_from_multi_buffers(
+                [store_keys[i] for i in todo], [ptrs[i] for i in todo], [sizes[i] for i in todo])
+            for i, r in zip(todo, put):
+                results[i] = r
+            # Aborted, attached: the copy into a slot the owner had set aside missed its
+            # deadline (a stalled host) and nothing was published; a retry reserves fresh
+            # slots.  Once only: a closed store answers Aborted too.
+            todo = [i for i in todo if results[i] == ABORTED]
+            if not todo:
+                return
+
+    def _log_failures(self, verb, keys, results, ok):
+        failed = [i for i, good in enumerate(ok) if not good]
+        if not failed:
+            return
+        reasons = []
+        for i in failed[:_REASONS_LOGGED]:
+            r = results[i]
+            why = error_name(r) if r < 0 else "a value of %d bytes, the page has %d" % (
+                r, self._page_bytes)
+            reasons.append("%s: %s" % (keys[i], why))
+        level = logging.INFO if all(results[i] == NOT_FOUND for i in failed) else \
+            logging.WARNING
+        logger.log(level, "kvengine: %d of %d pages not %s (%s%s)", len(failed), len(keys),
+                   verb, "; ".join(reasons), "; ..." if len(failed) > _REASONS_LOGGED else "")
+
+    # ------------------------------------------------------------ lookups
+
+    def batch_exists(self, keys, extra_info=None):
+        """How many pages, from the first, this rank's store has: one engine call."""
+        if len(keys) == 0 or self._keys is None:
+            return 0
+        try:
+            n = self._store.batch_leading_exist(self._lookup_keys(keys))
+        except Exception as e:  # noqa: BLE001 -- the prefetch thread must live on
+            logger.error("kvengine: batch_exists of %d pages failed: %s", len(keys), e)
+            return 0
+        if n < 0:
+            logger.warning("kvengine: batch_exists of %d pages: the store could not be "
+                           "asked (%s); counting none", len(keys), error_name(n))
+            n = 0
+        self._counters.add(lookup_pages=len(keys), hit_pages=n)
+        return n
+
+    def exists(self, key):
+        if self._keys is None:
+            return False
+        return self._store.is_exist(self._lookup_keys([key])[0]) == 1
+
+    def _lookup_keys(self, keys):
+        if self._zero_copy:
+            return self._keys.pages(keys)
+        return [self._keys.flat(k) for k in keys]
+
+    # ------------------------------------------------------------ the copy path
+
+    def get(self, key, target_location=None, target_sizes=None):
+        """Reads the flat page of key into target_location (a tensor; a new flat page
+        when None) and returns it; None when absent or on failure."""
+        return self.batch_get([key], [target_location])[0]
+
+    def batch_get(self, keys, target_locations=None, target_sizes=None):
+        """A filled tensor or None per key (SGLang's copy path: flat data pages)."""
+        if len(keys) == 0:
+            return []
+        try:
+            pool = self.mem_pool_host
+            dests = [t if t is not None else pool.get_dummy_flat_data_page()
+                     for t in (target_locations or [None] * len(keys))]
+            results = self._store.batch_get_into([self._keys.flat(k) for k in keys], dests)
+        except Exception as e:  # noqa: BLE001
+            logger.error("kvengine: batch_get of %d pages failed: %s", len(keys), e)
+            return [None] * len(keys)
+        sizes = [d.numel() * d.element_size() for d in dests]
+        ok = [r == s for r, s in zip(results, sizes)]
+        self._log_failures("read", keys, results, ok)
+        read_bytes = sum(s for s, good in zip(sizes, ok) if good)
+        self._counters.add(read_pages=sum(ok), read_bytes=read_bytes,
+                           failed_reads=len(keys) - sum(ok))
+        return [d if good else None for d, good in zip(dests, ok)]
+
+    def set(self, key, value=None, target_location=None, target_sizes=None):
+        return self.batch_set([key], [value])
+
+    def batch_set(self, keys, values=None, target_locations=None, target_sizes=None):
+        """Stores each flat page tensor under its key (pages already stored are not
+        written again); True when every page is stored."""
+        if len(keys) == 0:
+            return False
+        try:
+            flat_keys = [self._keys.flat(k) for k in keys]
+            present = self._store.batch_is_exist(flat_keys)
+            if self._mla_reader:  # not the MLA writer: stored when rank 0 stored it
+                return all(p == 1 for p in present)
+            todo = [i for i, p in enumerate(present) if p != 1]
+            values = [values[i].contiguous() for i in todo]
+            results = self._store.batch_put_from([flat_keys[i] for i in todo], values)
+        except Exception as e:  # noqa: BLE001
+            logger.error("kvengine: batch_set of %d pages failed: %s", len(keys), e)
+            return False
+        failed = sum(1 for r in results if r != 0)
+        if failed:
+            logger.warning("kvengine: %d of %d pages not written (%s)", failed, len(keys),
+                           error_name(next(r for r in results if r != 0)))
+        written_bytes = sum(v.numel() * v.element_size() for v, r in zip(values, results) if r == 0)
+        self._counters.add(written_pages=len(todo) - failed, written_bytes=written_bytes,
+                           skipped_writes=len(keys) - len(todo), failed_writes=failed)
+        return failed == 0
+
+    # ------------------------------------------------------------ the rest
+
+    def clear(self):
+        """Removes every page of this model (all ranks, dtypes and layouts) from the
+        store; other models' pages and other integrations' keys (vLLM's) stay."""
+        n = self._store.remove_by_regex(model_pattern(self.storage_config.model_name))
+        if n < 0:
+            logger.error("kvengine: clear failed: %s", error_name(n))
+        else:
+            logger.info("kvengine: cleared %d pages of %s", n, self.storage_config.model_name)
+
+    def get_stats(self):
+        """The interval's KVEngineStorageMetrics (a StorageMetrics), then reset."""
+        return self._counters.drain()
+
+    def close(self):
+        """Gives back this backend's share of the store (the last share in the process
+        closes it; other processes keep theirs).  Idempotent."""
+        if self._released:
+            return
+        self._released = True
+        if self._registered_ptr is not None:
+            self._store.unregister_buffer(self._registered_ptr)
+            self._registered_ptr = None
+        release_store(self._store_name)
