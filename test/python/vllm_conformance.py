@@ -213,30 +213,31 @@ def params(fn):
         a.kwarg is not None, defaults
 
 
-def compare_signatures(where, ours, theirs, allow_extra_optional=False):
-    """Problems of `ours` against vLLM's `theirs` (two FunctionDefs)."""
+def compare_signatures(where, ours, theirs, allow_extra_optional=False, project="vLLM"):
+    """Problems of `ours` against `theirs` (two FunctionDefs), `project`'s."""
     p1, k1, v1, kw1, d1 = params(ours)
     p2, k2, v2, kw2, d2 = params(theirs)
     problems = []
-    if allow_extra_optional:  # an override may take more, if optional, after vLLM's
+    if allow_extra_optional:  # an override may take more, if optional, after the base's
         extra = [p for p in p1[len(p2):] if p not in d1]
         if p1[:len(p2)] != p2 or extra:
-            problems.append("%s takes (%s); vLLM's takes (%s)" % (where, ", ".join(p1),
-                                                                  ", ".join(p2)))
+            problems.append("%s takes (%s); %s's takes (%s)" % (where, ", ".join(p1), project,
+                                                                ", ".join(p2)))
     elif p1 != p2 or sorted(k1) != sorted(k2):
-        problems.append("%s takes (%s%s); vLLM's takes (%s%s)" % (
-            where, ", ".join(p1), "; *, " + ", ".join(k1) if k1 else "",
+        problems.append("%s takes (%s%s); %s's takes (%s%s)" % (
+            where, ", ".join(p1), "; *, " + ", ".join(k1) if k1 else "", project,
             ", ".join(p2), "; *, " + ", ".join(k2) if k2 else ""))
     if not allow_extra_optional and (v1, kw1) != (v2, kw2):
-        problems.append("%s: *args/**kwargs %s; vLLM's %s" % (where, (v1, kw1), (v2, kw2)))
+        problems.append("%s: *args/**kwargs %s; %s's %s" % (where, (v1, kw1), project,
+                                                           (v2, kw2)))
     for name in p2 + k2:
         if (name in d1) != (name in d2):
-            problems.append("%s: parameter %s %s a default in vLLM" % (
-                where, name, "has no" if name in d2 else "has"))
+            problems.append("%s: parameter %s %s a default in %s" % (
+                where, name, "has no" if name in d2 else "has", project))
         elif name in d1 and d1[name][0] == "value" and d2[name][0] == "value" \
                 and d1[name] != d2[name]:
-            problems.append("%s: parameter %s defaults to %r; vLLM's to %r" % (
-                where, name, d1[name][1], d2[name][1]))
+            problems.append("%s: parameter %s defaults to %r; %s's to %r" % (
+                where, name, d1[name][1], project, d2[name][1]))
     return problems
 
 
