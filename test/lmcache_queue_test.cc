@@ -36,10 +36,11 @@ class LMCacheQueueTest : public ::testing::Test {
     if (db_) db_->Close();
   }
 
-  void Start(int workers = 2, bool register_buffers = false) {
+  void Start(int workers = 2, bool register_buffers = false, uint64_t part_bytes = 64 << 20) {
     QueueOptions o;
     o.workers = workers;
     o.register_buffers = register_buffers;
+    o.part_bytes = part_bytes;
     ASSERT_TRUE(LMCacheQueue::Create(db_, o, &queue_).ok());
   }
 
@@ -262,6 +263,49 @@ TEST_F(LMCacheQueueTest, RegisterBuffersOnFirstSight) {
   queue_->Close();  // unregisters what it registered
   EXPECT_TRUE(db_->RegisterBuffer(v.data(), v.size()).ok());
   EXPECT_TRUE(db_->UnregisterBuffer(v.data()).ok());
+}
+
+TEST_F(LMCacheQueueTest, BatchesCutIntoPartsKeepEveryKeysResult) {
+  Start(/*workers=*/3, /*register_buffers=*/false, /*part_bytes=*/3000);
+  std::vector<std::string> keys, values, dest;
+  std::vector<MutableSlice> src, dst;
+  for (int i = 0; i < 10; ++i) {
+    keys.push_back("p" + std::to_string(i));
+    values.push_back(test::MakeValue(100 + i, 1000));
+    dest.push_back(std::string(1000, '-'));
+  }
+  for (int i = 0; i < 10; ++i) src.push_back(Of(values[i]));
+  for (int i = 0; i < 10; ++i) dst.push_back(Of(dest[i]));
+  // Stored in four parts of at most 3 keys; key 5 is then deleted: a hole in a middle part.
+  Submit(BatchOp::kSet, keys, src);
+  BatchCompletion set = One();
+  ASSERT_TRUE(set.ok) << set.error;
+  ASSERT_TRUE(db_->Delete(WriteOptions(), "p5").ok());
+  Submit(BatchOp::kGet, keys, dst);
+  BatchCompletion get = One();
+  EXPECT_FALSE(get.ok);
+  EXPECT_NE(get.error.find("1 of 10 keys failed; first: key 'p5': not_found"), std::string::npos)
+      << get.error;
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(get.per_key[i], i == 5 ? 0 : 1) << i;
+    EXPECT_EQ(dest[i], i == 5 ? std::string(1000, '-') : values[i]) << i;
+  }
+  // A set naming a key twice is not cut: the engine refuses it whole, as uncut.
+  std::vector<std::string> dup_keys(keys);
+  dup_keys[9] = "p0";
+  Submit(BatchOp::kSet, dup_keys, src);
+  BatchCompletion dup = One();
+  EXPECT_FALSE(dup.ok);
+  EXPECT_NE(dup.error.find("set: InvalidArgument"), std::string::npos) << dup.error;
+}
+
+TEST_F(LMCacheQueueTest, AnEmptyBatchCompletes) {
+  Start();
+  Submit(BatchOp::kExists, {}, {});
+  BatchCompletion c = One();
+  EXPECT_TRUE(c.has_per_key);
+  EXPECT_TRUE(c.per_key.empty());
+  EXPECT_TRUE(c.ok) << c.error;
 }
 
 TEST_F(LMCacheQueueTest, ReplaceDbSendsLaterBatchesToTheNewStore) {

@@ -3,7 +3,7 @@
 
     PYTHONPATH=build/python /usr/bin/python3 python/bench/bench_lmcache.py
         [--chunks 8] [--layers 32] [--tokens 256] [--kv-dim 1024] [--iterations 5]
-        [--modes inproc,inproc-register,attached] [--batches 1] [--workers 4]
+        [--modes inproc,inproc-register,attached] [--batches 1] [--workers 4] [--part-mib 64]
 
 A chunk is what LMCache stores per key: K and V of every layer for 256 tokens, bf16
 (2 x layers x tokens x kv_dim x 2 bytes; 32 MiB for a 32-layer model with 8 KV heads of
@@ -74,9 +74,11 @@ def bench_mode(mode, args, keys, src, dst, chunk, memcpy_round):
         if mode == "attached":
             sock = os.path.join(path, "owner.sock")
             owner = kvengine.DB(os.path.join(path, "db"), local_listen=sock, **options)
-            plugin = KVEngineL2Plugin(attach=sock, num_workers=args.workers)
+            plugin = KVEngineL2Plugin(attach=sock, num_workers=args.workers,
+                                      part_bytes=args.part_mib << 20)
         else:
             plugin = KVEngineL2Plugin(path=os.path.join(path, "db"), num_workers=args.workers,
+                                      part_bytes=args.part_mib << 20,
                                       register_buffers=mode == "inproc-register", **options)
         try:
             failed = [0]
@@ -113,6 +115,7 @@ def main():
     ap.add_argument("--iterations", type=int, default=5)
     ap.add_argument("--batches", type=int, default=1, help="batches per round, submitted at once")
     ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--part-mib", type=int, default=64, help="the plug-in's part_bytes, MiB")
     ap.add_argument("--modes", default="inproc,inproc-register,attached")
     args = ap.parse_args()
 
@@ -125,8 +128,9 @@ def main():
         v[-64:] = bytes([i % 256]) * 64
     _dst_pool, dst = l1_pool(args.chunks, chunk, 0x22)
     print("chunk %.1f MiB (%d layers x %d tokens x %d x bf16 x K,V), %d chunks, %d batch(es), "
-          "%d workers" % (chunk / (1 << 20), args.layers, args.tokens, args.kv_dim, args.chunks,
-                          args.batches, args.workers))
+          "%d workers, parts of <= %d MiB" % (chunk / (1 << 20), args.layers, args.tokens,
+                                              args.kv_dim, args.chunks, args.batches,
+                                              args.workers, args.part_mib))
 
     def memcpy_round(a, b):
         for s, d in zip(a, b):

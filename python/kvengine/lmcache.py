@@ -39,6 +39,8 @@ class KVEngineL2Plugin(_kvengine.LMCachePlugin):
       attach            the Unix socket of a kv_server (kv_server --local_listen=...);
                         exactly one of the two.
       num_workers       threads running the batches (default 4).
+      part_bytes        a set or get larger than this is cut into parts the threads run
+                        side by side (default 64 MiB).
       register_buffers  register each buffer with the store on first sight (default
                         False; docs/lmcache.md says why).
       anything else     a kvengine option (kvengine.OPTION_NAMES), e.g.
@@ -51,7 +53,7 @@ class KVEngineL2Plugin(_kvengine.LMCachePlugin):
     """
 
     def __init__(self, path=None, attach=None, num_workers=4, register_buffers=False,
-                 **options):
+                 part_bytes=64 << 20, **options):
         if (path is None) == (attach is None):
             raise ValueError("KVEngineL2Plugin needs exactly one of path (a DB directory) "
                              "or attach (a kv_server socket)")
@@ -59,11 +61,15 @@ class KVEngineL2Plugin(_kvengine.LMCachePlugin):
             raise TypeError("num_workers must be an int")
         if not isinstance(register_buffers, bool):
             raise TypeError("register_buffers must be a bool")
+        if isinstance(part_bytes, bool) or not isinstance(part_bytes, int):
+            raise TypeError("part_bytes must be an int")
+        if part_bytes <= 0:
+            raise ValueError("part_bytes must be positive")
         path = os.fspath(path) if path is not None else None
         self._store_name = attach or path
         self._shared = acquire_store(path, attach, options)
         try:
-            super().__init__(self._shared.handle, num_workers, register_buffers)
+            super().__init__(self._shared.handle, num_workers, register_buffers, part_bytes)
         except BaseException:
             release_store(self._store_name)
             raise

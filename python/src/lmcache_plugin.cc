@@ -93,13 +93,16 @@ std::vector<std::string> KeyList(py::handle keys, const char* call) {
 
 class Plugin {
  public:
-  Plugin(StoreDbGetter db_of, py::handle store, int workers, bool register_buffers)
+  Plugin(StoreDbGetter db_of, py::handle store, int workers, bool register_buffers,
+         uint64_t part_bytes)
       : db_of_(std::move(db_of)) {
     std::shared_ptr<DB> db = db_of_(store);
     if (!db) throw py::value_error("LMCachePlugin: the store is closed");
     QueueOptions options;
     options.workers = workers;
     options.register_buffers = register_buffers;
+    if (part_bytes == 0) throw py::value_error("LMCachePlugin: part_bytes must be positive");
+    options.part_bytes = part_bytes;
     Status s = LMCacheQueue::Create(std::move(db), options, &queue_);
     if (s.IsInvalidArgument()) throw py::value_error(s.ToString());
     if (!s.ok()) throw std::runtime_error(s.ToString());
@@ -186,10 +189,12 @@ class Plugin {
 
 void BindLMCachePlugin(py::module_& m, StoreDbGetter db_of) {
   py::class_<Plugin>(m, "LMCachePlugin")
-      .def(py::init([db_of](py::handle store, int workers, bool register_buffers) {
-             return new Plugin(db_of, store, workers, register_buffers);
-           }),
-           py::arg("store"), py::arg("num_workers") = 4, py::arg("register_buffers") = false)
+      .def(py::init(
+               [db_of](py::handle store, int workers, bool register_buffers, uint64_t part_bytes) {
+                 return new Plugin(db_of, store, workers, register_buffers, part_bytes);
+               }),
+           py::arg("store"), py::arg("num_workers") = 4, py::arg("register_buffers") = false,
+           py::arg("part_bytes") = uint64_t{64} << 20)
       .def("event_fd", &Plugin::EventFd)
       .def(
           "submit_batch_set",

@@ -3,8 +3,11 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <string_view>
+#include <unordered_set>
 #include <utility>
 
 namespace kvengine {
@@ -86,12 +89,53 @@ Status LMCacheQueue::Submit(BatchRequest request, uint64_t* future_id) {
                                    std::to_string(request.buffers.size()) + " buffers for " +
                                    std::to_string(request.keys.size()) + " keys");
   }
+  auto batch = std::make_shared<Batch>();
+  batch->request = std::move(request);
+  batch->results.assign(batch->request.keys.size(), 0);
+  std::vector<Part> parts = Cut(batch);
   MutexLock l(&mu_);
   if (closing_) return Status::Aborted("the kvengine LMCache plug-in is closed");
-  *future_id = next_future_id_++;
-  queue_.push_back(Job{*future_id, std::move(request)});
-  work_cv_.NotifyOne();
+  batch->future_id = *future_id = next_future_id_++;
+  batch->parts_left = parts.size();
+  for (Part& p : parts) queue_.push_back(std::move(p));
+  if (parts.size() == 1) {
+    work_cv_.NotifyOne();
+  } else {
+    work_cv_.NotifyAll();
+  }
   return Status::OK();
+}
+
+std::vector<LMCacheQueue::Part> LMCacheQueue::Cut(const std::shared_ptr<Batch>& batch) const {
+  const BatchRequest& req = batch->request;
+  const size_t n = req.keys.size();
+  std::vector<Part> parts;
+  bool cut = false;
+  if (!req.buffers.empty()) {
+    uint64_t total = 0;
+    for (const MutableSlice& b : req.buffers) total += b.size();
+    cut = total > options_.part_bytes;
+  }
+  if (cut && req.op == BatchOp::kSet) {
+    std::unordered_set<std::string_view> seen;
+    for (const std::string& k : req.keys) cut = cut && seen.insert(k).second;
+  }
+  if (!cut) {
+    parts.push_back(Part{batch, 0, n});
+    return parts;
+  }
+  size_t begin = 0;
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (i > begin && bytes + req.buffers[i].size() > options_.part_bytes) {
+      parts.push_back(Part{batch, begin, i});
+      begin = i;
+      bytes = 0;
+    }
+    bytes += req.buffers[i].size();
+  }
+  parts.push_back(Part{batch, begin, n});
+  return parts;
 }
 
 std::vector<BatchCompletion> LMCacheQueue::Drain() {
@@ -119,22 +163,16 @@ std::shared_ptr<DB> LMCacheQueue::CurrentDb() {
 }
 
 void LMCacheQueue::Close() {
+  std::deque<Part> cancelled;
   {
     MutexLock l(&mu_);
     if (closing_) return;
     closing_ = true;
-    while (!queue_.empty()) {
-      Job job = std::move(queue_.front());
-      queue_.pop_front();
-      BatchCompletion c;
-      c.future_id = job.future_id;
-      c.error = std::string(OpName(job.request.op)) + ": the kvengine LMCache plug-in was closed";
-      c.has_per_key = job.request.op != BatchOp::kSet;
-      c.per_key.assign(c.has_per_key ? job.request.keys.size() : 0, 0);
-      c.keepalive = std::move(job.request.keepalive);
-      completed_.push_back(std::move(c));
-    }
+    cancelled.swap(queue_);
     work_cv_.NotifyAll();
+  }
+  for (const Part& part : cancelled) {
+    FinishPart(part, Status::Aborted("the kvengine LMCache plug-in was closed"));
   }
   for (auto& t : workers_) t.join();
   workers_.clear();
@@ -152,64 +190,67 @@ void LMCacheQueue::Close() {
 
 void LMCacheQueue::WorkLoop() {
   for (;;) {
-    Job job;
+    Part part;
     {
       MutexLock l(&mu_);
       while (queue_.empty() && !closing_) work_cv_.Wait(&mu_);
       if (queue_.empty()) return;  // closing, and nothing left to run
-      job = std::move(queue_.front());
+      part = std::move(queue_.front());
       queue_.pop_front();
     }
-    Complete(Run(std::move(job)));
+    FinishPart(part, RunPart(part));
   }
 }
 
-void LMCacheQueue::Complete(BatchCompletion completion) {
+void LMCacheQueue::FinishPart(const Part& part, const Status& s) {
+  Batch* batch = part.batch.get();
+  if (!s.ok()) {
+    for (size_t i = part.begin; i < part.end; ++i) batch->results[i] = s.ErrorCode();
+  }
   MutexLock l(&mu_);
-  completed_.push_back(std::move(completion));
+  if (!s.ok() && batch->error.empty()) {
+    batch->error = std::string(OpName(batch->request.op)) + ": " + s.ToString();
+  }
+  if (--batch->parts_left > 0) return;
+  completed_.push_back(Evaluate(batch));
   const uint64_t one = 1;
   ssize_t n = ::write(event_fd_, &one, sizeof(one));
   (void)n;  // EAGAIN only at a counter of 2^64-2: the fd is readable anyway
 }
 
 void LMCacheQueue::RegisterOnFirstSight(const std::shared_ptr<DB>& db,
-                                        const std::vector<MutableSlice>& buffers) {
+                                        std::span<const MutableSlice> buffers) {
   MutexLock l(&registered_mu_);
   for (const MutableSlice& b : buffers) {
     if (b.size() == 0 || !seen_.insert(b.data()).second) continue;
     // An overlap with a registered buffer (LMCache's allocator reuses its memory with
     // other boundaries) is refused; that buffer simply goes unregistered.
-    if (db->RegisterBuffer(b.data(), b.size()).ok()) {
-      registered_.emplace_back(db, b.data());
-    }
+    if (db->RegisterBuffer(b.data(), b.size()).ok()) registered_.emplace_back(db, b.data());
   }
 }
 
-BatchCompletion LMCacheQueue::Run(Job job) {
-  BatchRequest& req = job.request;
-  BatchCompletion c;
-  c.future_id = job.future_id;
-  c.keepalive = std::move(req.keepalive);
-  c.has_per_key = req.op != BatchOp::kSet;
-  c.per_key.assign(c.has_per_key ? req.keys.size() : 0, 0);
-
+// One engine call for keys [begin, end); the per-key results go to the batch's range.
+// Returns the call's own status (the whole part failed) or OK.
+Status LMCacheQueue::RunPart(const Part& part) {
+  BatchRequest& req = part.batch->request;
+  const size_t n = part.end - part.begin;
   std::shared_ptr<DB> db = CurrentDb();
-  if (options_.register_buffers) RegisterOnFirstSight(db, req.buffers);
-  std::vector<Slice> keys(req.keys.begin(), req.keys.end());
+  std::span<const MutableSlice> buffers;
+  if (!req.buffers.empty()) buffers = std::span(req.buffers).subspan(part.begin, n);
+  if (options_.register_buffers) RegisterOnFirstSight(db, buffers);
+  std::vector<Slice> keys(req.keys.begin() + part.begin, req.keys.begin() + part.end);
   std::vector<int64_t> results;
   Status s;
   switch (req.op) {
     case BatchOp::kSet: {
-      std::vector<ValueParts> values(keys.size());
-      for (size_t i = 0; i < keys.size(); ++i) {
-        values[i].emplace_back(req.buffers[i].data(), req.buffers[i].size());
-      }
+      std::vector<ValueParts> values(n);
+      for (size_t i = 0; i < n; ++i) values[i].emplace_back(buffers[i].data(), buffers[i].size());
       s = db->BatchPut(WriteOptions(), keys, values, &results);
       break;
     }
     case BatchOp::kGet: {
-      std::vector<Destination> dests(keys.size());
-      for (size_t i = 0; i < keys.size(); ++i) dests[i].push_back(req.buffers[i]);
+      std::vector<Destination> dests(n);
+      for (size_t i = 0; i < n; ++i) dests[i].push_back(buffers[i]);
       s = db->BatchGetInto(ReadOptions(), keys, dests, &results);
       break;
     }
@@ -220,14 +261,23 @@ BatchCompletion LMCacheQueue::Run(Job job) {
       s = db->BatchDelete(WriteOptions(), keys, &results);
       break;
   }
-  if (!s.ok() || results.size() != keys.size()) {
-    c.error = std::string(OpName(req.op)) + ": " +
-              (s.ok() ? std::string("the store returned no per-key results") : s.ToString());
-    return c;
-  }
-  FailureNote note(req.op, keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) {
-    const int64_t r = results[i];
+  if (s.ok() && results.size() != n) s = Status::IOError("the store returned no per-key results");
+  if (s.ok()) std::copy(results.begin(), results.end(), part.batch->results.begin() + part.begin);
+  return s;
+}
+
+// The completion LMCache reads, from every key's result.
+BatchCompletion LMCacheQueue::Evaluate(Batch* batch) {
+  BatchRequest& req = batch->request;
+  BatchCompletion c;
+  c.future_id = batch->future_id;
+  c.keepalive = std::move(req.keepalive);
+  c.has_per_key = req.op != BatchOp::kSet;
+  c.per_key.assign(c.has_per_key ? req.keys.size() : 0, 0);
+  const int64_t not_found = Status::NotFound("").ErrorCode();
+  FailureNote note(req.op, req.keys.size());
+  for (size_t i = 0; i < req.keys.size(); ++i) {
+    const int64_t r = batch->results[i];
     switch (req.op) {
       case BatchOp::kSet:
         if (r < 0) note.Add(req.keys[i], CodeText(r));
@@ -240,10 +290,8 @@ BatchCompletion LMCacheQueue::Run(Job job) {
           // filled as LMCache expects, so it does not count as loaded.
           note.Add(req.keys[i], "value is " + std::to_string(r) + " bytes, buffer " +
                                     std::to_string(req.buffers[i].size()));
-        } else if (r != Status::NotFound("").ErrorCode()) {
-          note.Add(req.keys[i], CodeText(r));
         } else {
-          note.Add(req.keys[i], "NotFound");
+          note.Add(req.keys[i], CodeText(r));
         }
         break;
       case BatchOp::kExists:
@@ -252,12 +300,13 @@ BatchCompletion LMCacheQueue::Run(Job job) {
         break;
       case BatchOp::kDelete:
         if (r == 0) c.per_key[i] = 1;
-        if (r < 0 && r != Status::NotFound("").ErrorCode()) note.Add(req.keys[i], CodeText(r));
+        if (r < 0 && r != not_found) note.Add(req.keys[i], CodeText(r));
         break;
     }
   }
-  c.ok = note.failed() == 0;
-  c.error = note.ToString();
+  c.ok = note.failed() == 0 && batch->error.empty();
+  // A part that failed whole says why in its own words; otherwise the keys that failed.
+  c.error = !batch->error.empty() ? batch->error : note.ToString();
   return c;
 }
 

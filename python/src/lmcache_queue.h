@@ -4,9 +4,14 @@
 // holds a lock shared by its store, prefetch and demux threads, so a submit that waits
 // stalls every L2 transfer of that LMCache process.  Here a submit only appends the batch
 // to a queue and returns its future id; a pool of worker threads runs the engine's batch
-// call (the one copy between the caller's buffers and the store happens there), appends
-// a completion and signals an eventfd.  Drain() resets the eventfd and hands the
-// completions over.
+// calls (the one copy between the caller's buffers and the store happens there), and the
+// last to finish appends the batch's completion and signals an eventfd.  Drain() resets
+// the eventfd and hands the completions over.
+//
+// A set or get of many bytes is cut into parts of at most `part_bytes` (whole keys), one
+// engine call each, which the workers run side by side: a 256 MiB store of eight 32 MiB
+// chunks is four calls on four threads, and an attached store's copy into its reserved
+// slots stays well within the slots' lifetime (docs/attach.md, "spare slots").
 //
 // Results, as LMCache reads them:
 //   set     ok when every key was stored (LMCache counts the whole batch); no per-key list.
@@ -26,6 +31,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_set>
@@ -69,6 +75,11 @@ struct QueueOptions {
   // (docs/lmcache.md, "Buffers").
   // Default: false
   bool register_buffers = false;
+  // Most value bytes in one engine call: a set or get batch larger than this is cut into
+  // parts that run on several workers (a key is never cut; a set naming a key twice is
+  // not cut, so that the engine refuses it whole).
+  // Default: 64 MiB
+  uint64_t part_bytes = 64ull << 20;
 };
 
 class LMCacheQueue {
@@ -85,9 +96,10 @@ class LMCacheQueue {
   // Close().
   int event_fd() const { return event_fd_; }
 
-  // Queues the batch and stores its future id; never waits for a batch.  InvalidArgument
-  // when buffers do not match keys (one per key for set/get, none otherwise); Aborted
-  // after Close().  On failure nothing is queued and request.keepalive is dropped.
+  // Queues the batch (in parts) and stores its future id; never waits for a batch.
+  // InvalidArgument when buffers do not match keys (one per key for set/get, none
+  // otherwise); Aborted after Close().  On failure nothing is queued and
+  // request.keepalive is dropped.
   Status Submit(BatchRequest request, uint64_t* future_id);
 
   // Resets the eventfd, then returns every completion finished since the last call (a
@@ -98,23 +110,34 @@ class LMCacheQueue {
   // another took over).  Batches running keep the one they started with.
   void ReplaceDb(std::shared_ptr<DB> db);
 
-  // Refuses new submits, completes the queued batches with ok=false ("closed"), waits for
-  // the running ones, stops the workers, unregisters the buffers it registered and closes
-  // the eventfd.  Completions not drained stay for Drain().  Idempotent.
+  // Refuses new submits, fails the parts still queued ("closed"), waits for the running
+  // ones (so every batch completes), stops the workers, unregisters the buffers it registered and
+  // closes the eventfd.  Completions not drained stay for Drain().  Idempotent.
   void Close();
 
  private:
-  struct Job {
-    uint64_t future_id;
+  // One submitted batch: its parts write disjoint ranges of `results`.
+  struct Batch {
+    uint64_t future_id = 0;
     BatchRequest request;
+    std::vector<int64_t> results;  // per key: the engine's result, or the part's error code
+    size_t parts_left = 0;         // GUARDED_BY(mu_) (a member of a struct the queue owns)
+    std::string error;             // the first part that failed as a whole; GUARDED_BY(mu_)
+  };
+  // Keys [begin, end) of a batch: one engine call.
+  struct Part {
+    std::shared_ptr<Batch> batch;
+    size_t begin = 0;
+    size_t end = 0;
   };
 
   LMCacheQueue(std::shared_ptr<DB> db, const QueueOptions& options, int event_fd);
+  std::vector<Part> Cut(const std::shared_ptr<Batch>& batch) const;
   void WorkLoop();
-  BatchCompletion Run(Job job);
-  void RegisterOnFirstSight(const std::shared_ptr<DB>& db,
-                            const std::vector<MutableSlice>& buffers);
-  void Complete(BatchCompletion completion);
+  Status RunPart(const Part& part);
+  void FinishPart(const Part& part, const Status& s);
+  static BatchCompletion Evaluate(Batch* batch);
+  void RegisterOnFirstSight(const std::shared_ptr<DB>& db, std::span<const MutableSlice> buffers);
   std::shared_ptr<DB> CurrentDb();
 
   const QueueOptions options_;
@@ -123,7 +146,7 @@ class LMCacheQueue {
   Mutex mu_;
   CondVar work_cv_;
   std::shared_ptr<DB> db_ GUARDED_BY(mu_);
-  std::deque<Job> queue_ GUARDED_BY(mu_);
+  std::deque<Part> queue_ GUARDED_BY(mu_);
   std::vector<BatchCompletion> completed_ GUARDED_BY(mu_);
   uint64_t next_future_id_ GUARDED_BY(mu_) = 1;
   bool closing_ GUARDED_BY(mu_) = false;
