@@ -229,6 +229,37 @@ void LMCacheQueue::RegisterOnFirstSight(const std::shared_ptr<DB>& db,
   }
 }
 
+// BatchPut of keys[i] = buffers[i].  A key that fails with Aborted (an attached store's
+// reserved slot outlived: the copy into it came too late, on a loaded host, and nothing
+// was published) is put once more.
+Status LMCacheQueue::Put(DB* db, std::span<const Slice> keys, std::span<const MutableSlice> buffers,
+                         std::vector<int64_t>* results) {
+  std::vector<ValueParts> values(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    values[i].emplace_back(buffers[i].data(), buffers[i].size());
+  }
+  Status s = db->BatchPut(WriteOptions(), keys, values, results);
+  if (!s.ok() || results->size() != keys.size()) return s;
+  const int64_t aborted = Status::Aborted("").ErrorCode();
+  std::vector<size_t> again;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if ((*results)[i] == aborted) again.push_back(i);
+  }
+  if (again.empty()) return s;
+  std::vector<Slice> retry_keys;
+  std::vector<ValueParts> retry_values;
+  for (size_t i : again) {
+    retry_keys.push_back(keys[i]);
+    retry_values.push_back(values[i]);
+  }
+  std::vector<int64_t> retry_results;
+  if (db->BatchPut(WriteOptions(), retry_keys, retry_values, &retry_results).ok() &&
+      retry_results.size() == again.size()) {
+    for (size_t j = 0; j < again.size(); ++j) (*results)[again[j]] = retry_results[j];
+  }
+  return s;
+}
+
 // One engine call for keys [begin, end); the per-key results go to the batch's range.
 // Returns the call's own status (the whole part failed) or OK.
 Status LMCacheQueue::RunPart(const Part& part) {
@@ -242,12 +273,9 @@ Status LMCacheQueue::RunPart(const Part& part) {
   std::vector<int64_t> results;
   Status s;
   switch (req.op) {
-    case BatchOp::kSet: {
-      std::vector<ValueParts> values(n);
-      for (size_t i = 0; i < n; ++i) values[i].emplace_back(buffers[i].data(), buffers[i].size());
-      s = db->BatchPut(WriteOptions(), keys, values, &results);
+    case BatchOp::kSet:
+      s = Put(db.get(), keys, buffers, &results);
       break;
-    }
     case BatchOp::kGet: {
       std::vector<Destination> dests(n);
       for (size_t i = 0; i < n; ++i) dests[i].push_back(buffers[i]);

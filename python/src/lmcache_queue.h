@@ -135,6 +135,8 @@ class LMCacheQueue {
   std::vector<Part> Cut(const std::shared_ptr<Batch>& batch) const;
   void WorkLoop();
   Status RunPart(const Part& part);
+  static Status Put(DB* db, std::span<const Slice> keys, std::span<const MutableSlice> buffers,
+                    std::vector<int64_t>* results);
   void FinishPart(const Part& part, const Status& s);
   static BatchCompletion Evaluate(Batch* batch);
   void RegisterOnFirstSight(const std::shared_ptr<DB>& db, std::span<const MutableSlice> buffers);
