@@ -77,6 +77,11 @@ class SharedStore:
             time.sleep(0.05)
 
     @property
+    def handle(self):
+        """The kvengine.DB calls go to now (a new one after a take-over)."""
+        return self._db
+
+    @property
     def attached(self):
         """The socket this process is attached through; None when it owns the store."""
         return self._db.get_property("kvengine.attached")

@@ -31,6 +31,7 @@
 #include "kvengine/options.h"
 #include "kvengine/slice.h"
 #include "kvengine/status.h"
+#include "python/src/lmcache_plugin.h"
 #include "util/perf_point.h"
 
 namespace py = pybind11;
@@ -352,6 +353,8 @@ class Store {
   }
 
   bool IsOpen() { return GetDb() != nullptr; }
+  // The DB, for the LMCache plug-in (lmcache_plugin.cc); nullptr when closed.
+  std::shared_ptr<DB> SharedDb() { return GetDb(); }
   std::string Path() { return path_; }
 
   // ------------------------------------------------------------ buffers
@@ -896,4 +899,6 @@ PYBIND11_MODULE(_kvengine, m) {
       .def("get_property", &Store::Property, py::arg("name"))
       .def("_cpp_batch_loop", &Store::CppBatchLoop, py::arg("op"), py::arg("keys"), py::arg("ptrs"),
            py::arg("sizes"), py::arg("iterations"));
+  kvengine::python::BindLMCachePlugin(m,
+                                      [](py::handle h) { return py::cast<Store&>(h).SharedDb(); });
 }

@@ -218,7 +218,7 @@ def compare_signatures(where, ours, theirs, allow_extra_optional=False, project=
     p1, k1, v1, kw1, d1 = params(ours)
     p2, k2, v2, kw2, d2 = params(theirs)
     problems = []
-    if allow_extra_optional:  # an override may take more, if optional, after vLLM's
+    if allow_extra_optional:  # an override may take more, if optional, after the base's
         extra = [p for p in p1[len(p2):] if p not in d1]
         if p1[:len(p2)] != p2 or extra:
             problems.append("%s takes (%s); %s's takes (%s)" % (where, ", ".join(p1), project,
