@@ -19,8 +19,10 @@ without its dependencies -- torch, CUDA -- is enough):
   LMCache's parameters.
 * The plug-in surface: the methods LMCache's native_plugin factory requires (its
   required_methods list) are lmcache_fakes.REQUIRED_METHODS, and every method
-  NativeConnectorL2Adapter calls on its native client (self._client.NAME) is one of
-  PLUGIN_METHODS, which test_lmcache_conformance.py checks the built plug-in has.
+  NativeConnectorL2Adapter calls on its native client (self._client.NAME, NAME on the
+  constructor parameter it keeps as self._client, and getattr(client, "NAME") for a
+  method it uses when present) is one of PLUGIN_METHODS, which
+  test_lmcache_conformance.py checks the built plug-in has.
 * What the plug-in's design rests on, in LMCache's adapter and in the stand-in alike:
   every self._client.submit_batch_* call is made inside `with self._lock:` (so a submit
   must never block), and the demux loop unpacks four fields per completion.
@@ -56,6 +58,7 @@ FAKE_CLASSES = [
     ("TensorMemoryObj", "lmcache.v1.memory_management", "TensorMemoryObj", "members"),
     ("AdapterUsage", L2 + ".base", "AdapterUsage", "subset"),
     ("L2AdapterInterface", L2 + ".base", "L2AdapterInterface", "subset"),
+    ("PersistConfig", L2 + ".config", "PersistConfig", "all"),
     ("L2AdapterConfigBase", L2 + ".config", "L2AdapterConfigBase", "subset"),
     ("L2AdaptersConfig", L2 + ".config", "L2AdaptersConfig", "all"),
     ("NativePluginL2AdapterConfig", PLUGIN, "NativePluginL2AdapterConfig", "all"),
@@ -156,21 +159,49 @@ def is_self_attr(node, attr):
         isinstance(node.value, ast.Name) and node.value.id == "self"
 
 
-def client_calls(cls):
-    """(method name, under `with self._lock`) for every self._client.NAME(...) call."""
+def client_aliases(fn):
+    """The parameters of `fn` it stores as self._client (NativeConnectorL2Adapter's
+    constructor calls native_client.event_fd() before any self._client call)."""
+    params = {a.arg for a in fn.args.args + fn.args.kwonlyargs}
+    return {node.value.id for node in ast.walk(fn)
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name)
+            and node.value.id in params and any(is_self_attr(t, "_client") for t in node.targets)}
+
+
+def client_uses(cls):
+    """(method name, under `with self._lock`, probed) for every use the adapter makes of
+    its native client's methods: self._client.NAME(...), NAME(...) on the constructor
+    parameter it keeps as self._client, and (probed=True) getattr(client, "NAME", ...) --
+    a method it calls when present."""
     out = []
 
-    def walk(node, locked):
+    def is_client(node, aliases):
+        return is_self_attr(node, "_client") or (isinstance(node, ast.Name) and
+                                                  node.id in aliases)
+
+    def walk(node, locked, aliases):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            aliases = client_aliases(node)
         if isinstance(node, ast.With):
             locked = locked or any(is_self_attr(i.context_expr, "_lock") for i in node.items)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
-                is_self_attr(node.func.value, "_client"):
-            out.append((node.func.attr, locked))
+                is_client(node.func.value, aliases):
+            out.append((node.func.attr, locked, False))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                node.func.id == "getattr" and len(node.args) >= 2 and \
+                is_client(node.args[0], aliases) and isinstance(node.args[1], ast.Constant) and \
+                isinstance(node.args[1].value, str):
+            out.append((node.args[1].value, locked, True))
         for child in ast.iter_child_nodes(node):
-            walk(child, locked)
+            walk(child, locked, aliases)
 
-    walk(cls, False)
+    walk(cls, False, set())
     return out
+
+
+def client_calls(cls):
+    """(method name, under `with self._lock`) for every call on the native client."""
+    return [(name, locked) for name, locked, probed in client_uses(cls) if not probed]
 
 
 def completion_arity(cls):
@@ -186,11 +217,11 @@ def completion_arity(cls):
 
 def adapter_facts(label, cls):
     problems = []
-    for name, locked in client_calls(cls):
+    for name, locked, probed in client_uses(cls):
         if name not in PLUGIN_METHODS:
-            problems.append("%s calls self._client.%s, which kvengine's plug-in lacks" % (
-                label, name))
-        if name.startswith("submit_batch_") and not locked:
+            problems.append("%s %s self._client.%s, which kvengine's plug-in lacks" % (
+                label, "uses, when present," if probed else "calls", name))
+        if name.startswith("submit_batch_") and not locked and not probed:
             problems.append("%s calls self._client.%s outside `with self._lock`" % (label, name))
     if not any(name.startswith("submit_batch_") for name, _ in client_calls(cls)):
         problems.append("%s: no self._client.submit_batch_* call found" % label)

@@ -232,15 +232,62 @@ def get_type_name_for_config(config):
     raise ValueError("Unregistered L2 adapter config type: %s" % type(config).__name__)
 
 
+@dataclasses.dataclass(frozen=True)
+class PersistConfig:
+    persist_enabled: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class EvictionConfig:
+    """What LMCache's lmcache.v1.distributed.config.EvictionConfig carries for an L2
+    adapter (only these three fields are set from an adapter spec)."""
+    eviction_policy: str
+    trigger_watermark: float
+    eviction_ratio: float
+
+
+@dataclasses.dataclass(frozen=True)
+class SerdeConfig:
+    """LMCache's lmcache.v1.distributed.serde.SerdeConfig as an adapter spec fills it."""
+    type: str
+    kwargs: dict
+
+
 class L2AdapterConfigBase:
     eviction_config = None
     shared = False
-    persist_config = None
+    persist_config = PersistConfig()
     serde_config = None
 
     @staticmethod
+    def _parse_serde_config(d):
+        serde = d.get("serde")
+        if serde is None:
+            return None
+        if not isinstance(serde, dict):
+            raise ValueError("'serde' must be a dict, got %s" % type(serde).__name__)
+        if not isinstance(serde.get("type"), str):
+            raise ValueError("'serde' dict must include a 'type' field")
+        return SerdeConfig(type=serde["type"], kwargs={k: v for k, v in serde.items()
+                                                        if k != "type"})
+
+    @staticmethod
+    def _parse_eviction_config(d):
+        # An adapter spec without "eviction" leaves LMCache's L2 eviction off for it.
+        eviction = d.get("eviction")
+        if eviction is None:
+            return None
+        policy = eviction.get("eviction_policy")
+        if policy not in ("LRU", "IsolatedLRU", "noop"):
+            raise ValueError("eviction.eviction_policy must be 'LRU', 'IsolatedLRU', or "
+                             "'noop', got %r" % (policy,))
+        return EvictionConfig(eviction_policy=policy,
+                              trigger_watermark=float(eviction.get("trigger_watermark", 0.8)),
+                              eviction_ratio=float(eviction.get("eviction_ratio", 0.2)))
+
+    @staticmethod
     def _parse_persist_config(d):
-        return {"persist_enabled": bool(d.get("persist_enabled", True))}
+        return PersistConfig(persist_enabled=bool(d.get("persist_enabled", True)))
 
 
 @dataclasses.dataclass
@@ -273,7 +320,9 @@ def parse_args_to_l2_adapters_config(args):
         try:
             cfg = config_cls.from_dict(d)
             cfg.shared = bool(d.get("shared", False))
+            cfg.eviction_config = L2AdapterConfigBase._parse_eviction_config(d)
             cfg.persist_config = L2AdapterConfigBase._parse_persist_config(d)
+            cfg.serde_config = L2AdapterConfigBase._parse_serde_config(d)
         except (TypeError, ValueError) as e:
             raise ValueError("--l2-adapter #%d (%r): %s" % (i + 1, type_name, e)) from e
         adapters.append(cfg)
@@ -360,7 +409,8 @@ def _object_key_to_string(key):
 
 
 def _obj_to_memoryview(obj, pad_to_physical=False):
-    if pad_to_physical and obj.get_physical_size() > obj.get_size():
+    if pad_to_physical and isinstance(obj, TensorMemoryObj) and \
+            obj.get_physical_size() > obj.get_size():
         view = (ctypes.c_ubyte * obj.get_physical_size()).from_address(obj.data_ptr)
         return memoryview(view)
     return obj.byte_array

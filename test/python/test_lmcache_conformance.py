@@ -93,3 +93,31 @@ def test_the_check_names_a_member_lmcache_lacks_and_a_signature_that_differs(tmp
     assert any("F.__init__ takes" in p and "LMCache's takes" in p for p in problems), problems
     assert any("F.describe: LMCache's NativePluginL2AdapterConfig has it" in p
                for p in problems), problems
+
+
+def test_the_check_names_what_the_constructor_calls_on_the_native_client():
+    # LMCache's adapter calls native_client.event_fd() in its constructor, before it has
+    # self._client, and probes getattr(native_client, "submit_batch_delete"): a method the
+    # plug-in lacks there must be named too (the check once looked at self._client only).
+    broken = _class("""
+        class NativeConnectorL2Adapter:
+            def __init__(self, native_client, other=None):
+                self._client = native_client
+                self._client_fd = int(native_client.event_fds())
+                self._has_scan = callable(getattr(native_client, "submit_batch_scan", None))
+                other.unrelated()
+            def submit_store_task(self, keys, objects):
+                with self._lock:
+                    self._client.submit_batch_set(keys, objects)
+            def _demux_loop(self):
+                completions = self._client.drain_completions()
+                for (future_id, ok, error, results) in completions:
+                    pass
+        """)
+    problems = lc.adapter_facts("X", broken)
+    assert "X calls self._client.event_fds, which kvengine's plug-in lacks" in problems, problems
+    assert ("X uses, when present, self._client.submit_batch_scan, which kvengine's plug-in "
+            "lacks") in problems, problems
+    assert not any("outside `with self._lock`" in p for p in problems), problems
+    assert not any("unrelated" in p for p in problems), problems
+    assert len(problems) == 2, problems

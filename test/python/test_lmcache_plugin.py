@@ -3,6 +3,8 @@
 (lmcache_fakes.py, faithful to LMCache main), driven by its NativeConnectorL2Adapter
 from separate store, lookup and delete threads, and by two LMCache processes sharing
 one store.  Real engine, real eventfds, real processes."""
+import argparse
+import json
 import multiprocessing
 import os
 import select
@@ -65,6 +67,28 @@ def test_bad_adapter_params_are_refused_by_name(db_path, params, error, match):
 def test_lmcache_rejects_a_bad_spec_before_loading_anything():
     with pytest.raises(ValueError, match="module_path"):
         lf.make_adapter_from_cli('{"type": "native_plugin", "class_name": "X"}')
+
+
+def _spec_config(spec):
+    args = lf.add_l2_adapters_args(argparse.ArgumentParser()).parse_args(
+        ["--l2-adapter", json.dumps(spec)])
+    return lf.parse_args_to_l2_adapters_config(args).adapters[0]
+
+
+def test_lmcache_eviction_is_on_only_with_an_eviction_object_in_the_spec(db_path):
+    """LMCache evicts from the plug-in (submit_batch_delete) only when the adapter spec
+    has "eviction" as well as max_capacity_gb > 0; it refuses an unknown policy."""
+    spec = json.loads(drv.spec(path=db_path, **SMALL))
+    plain = _spec_config({**spec, "max_capacity_gb": 1})
+    assert plain.eviction_config is None and plain.max_capacity_gb == 1.0
+    assert plain.persist_config.persist_enabled and plain.serde_config is None
+    evicting = _spec_config({**spec, "max_capacity_gb": 1,
+                             "eviction": {"eviction_policy": "LRU", "trigger_watermark": 0.9}})
+    assert evicting.eviction_config == lf.EvictionConfig("LRU", 0.9, 0.2)
+    with pytest.raises(ValueError, match="eviction_policy must be"):
+        _spec_config({**spec, "eviction": {"eviction_policy": "FIFO"}})
+    with pytest.raises(ValueError, match="'serde' dict must include a 'type'"):
+        _spec_config({**spec, "serde": {}})
 
 
 # ------------------------------------------------------------------ the operations
