@@ -116,6 +116,13 @@ class Engine {
   // engine with nothing to register accepts them.
   virtual Status RegisterBuffer(void* /*addr*/, size_t /*length*/) { return Status::OK(); }
   virtual Status UnregisterBuffer(void* /*addr*/) { return Status::OK(); }
+  // Starts bringing keys up from a slower tier ahead of their read (kvengine's
+  // DB::Prefetch) and stores in *started how many it started; an engine without tiers to
+  // promote between starts none.
+  virtual Status Prefetch(std::span<const Slice> /*keys*/, uint64_t* started) {
+    *started = 0;
+    return Status::OK();
+  }
   // The keys each tier has served so far; nullopt when the engine does not tell.
   virtual std::optional<TierCounts> ReadTierCounts() { return std::nullopt; }
   // One line on the RAM its index takes (printed after fill benchmarks); empty when the

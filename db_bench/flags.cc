@@ -199,6 +199,10 @@ DEFINE_double(trace_speed, 0,
 DEFINE_uint64(trace_lookahead_us, 0,
               "trace: microseconds from a request's lookup (the scheduler's BatchExists) to "
               "its load (the worker's BatchGetInto); later requests' lookups run meanwhile");
+DEFINE_bool(trace_prefetch, false,
+            "trace: after each lookup, ask the engine to bring the request's hits up from SSD "
+            "(kvengine's DB::Prefetch) ahead of the load --trace_lookahead_us later, as the "
+            "vLLM connector's scheduler does; other engines ignore it");
 DEFINE_uint64(trace_depth, 1,
               "trace: requests the scheduler may have looked up and not yet loaded (1: each "
               "request is looked up --trace_lookahead_us before its load, after the previous "
@@ -654,6 +658,7 @@ void CopyTraceFlags(const Resolved& r, BenchConfig* c) {
   t.speed = FLAGS_trace_speed;
   t.lookahead_us = FLAGS_trace_lookahead_us;
   t.depth = FLAGS_trace_depth;
+  t.prefetch = FLAGS_trace_prefetch;
   t.prefill_tokens_per_s = FLAGS_prefill_tokens_per_s;
   t.buffer_bytes = TraceBufferBytes();
   t.memory_capacity = r.kvengine.memory_capacity_bytes;

@@ -2,6 +2,7 @@
 // attached to an owner process (--attach).
 #include <signal.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -111,6 +112,12 @@ class KvengineEngine : public Engine {
     return Status::OK();
   }
 
+  Status Prefetch(std::span<const Slice> keys, uint64_t* started) override {
+    std::vector<int64_t> results;
+    Status s = db_->Prefetch(keys, &results);
+    *started = static_cast<uint64_t>(std::count(results.begin(), results.end(), 1));
+    return s;
+  }
   Status RegisterBuffer(void* addr, size_t length) override {
     return db_->RegisterBuffer(addr, length);
   }

@@ -355,7 +355,15 @@ Result Suite::RunOne(const std::string& name, Slot* slot, uint64_t salt) {
   } else if (name == "cluster_failover") {
     r = RunClusterFailover(b);
   } else if (name == "trace") {
-    r = RunTraceReplay(c_.trace, trace_, b.engine, c_.verify, c_.progress_interval);
+    LookupHook prefetch;
+    if (c_.trace.prefetch) {
+      prefetch = [engine = b.engine](const LookupPlan&, std::span<const Slice> hit_keys) {
+        uint64_t started = 0;
+        engine->Prefetch(hit_keys, &started);
+        return started;
+      };
+    }
+    r = RunTraceReplay(c_.trace, trace_, b.engine, c_.verify, c_.progress_interval, prefetch);
     r.detail_text += ideal_.text;
     r.detail_json += "," + ideal_.json;
   } else if (name == "peer_get") {

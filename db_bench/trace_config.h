@@ -24,6 +24,7 @@ struct TraceConfig {
   double speed = 0;           // 0: as fast as possible; N: timestamps / N
   uint64_t lookahead_us = 0;  // from the scheduler's lookup to the worker's load
   uint64_t depth = 1;         // requests looked up and not yet loaded, at most
+  bool prefetch = false;      // the lookup asks the engine to prefetch its hits (DB::Prefetch)
   double prefill_tokens_per_s = 0;
   uint64_t buffer_bytes = 0;  // the registered buffer loads and saves go through
   // The byte capacities of the ideal caches: the memory tier, and memory plus SSD (0:

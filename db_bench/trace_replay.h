@@ -43,11 +43,15 @@ struct LookupPlan {
   uint64_t hit_blocks = 0;        // leading blocks whose every key the lookup found
   std::vector<std::string> keys;  // every key of every block, block by block
   double lookup_at_s = 0;         // seconds since the replay began
+  uint64_t prefetched_keys = 0;   // hit keys the hook started bringing up from SSD
 };
 
 // Called right after a lookup with the keys of the request's hit blocks, in block order.
-// The place for the scheduler's prefetch of what the worker will load.
-using LookupHook = std::function<void(const LookupPlan& plan, std::span<const Slice> hit_keys)>;
+// The place for the scheduler's prefetch of what the worker will load; returns how many
+// of the keys it started bringing up from a slower tier (the request's load is then
+// reported apart, as "prefetched").
+using LookupHook =
+    std::function<uint64_t(const LookupPlan& plan, std::span<const Slice> hit_keys)>;
 
 // Replays `trace` against `engine` (open, owned by the caller) and returns the result:
 // ops are requests, the histogram is the load latency per request with hits, and
