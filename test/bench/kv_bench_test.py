@@ -461,6 +461,17 @@ def test_trace(binary, engines):
             check(t["hit_ratio_ssd"] > 0 and t["load_ssd_us"]["count"] > 0,
                   f"no SSD hits with a small memory tier: {t}")
             check("ideal_lru_memory_ssd" in ssd["kvengine"], "no memory+SSD ideal cache")
+        # The same with the lookup hook prefetching (DB::Prefetch): the requests whose hits
+        # were on SSD at the lookup are reported apart, and fewer keys come from SSD.
+        pre = trace_records(binary, ["--trace=" + path, "--memory=4MiB", "--trace_prefetch",
+                                     "--trace_lookahead_us=20000",
+                                     "--options=memory_slab_size=64KiB"], ["kvengine"], "prefetch")
+        if "kvengine" in ssd and "kvengine" in pre:
+            t = pre["kvengine"]["trace"]
+            check(t["load_prefetched_us"]["count"] > 0,
+                  f"--trace_prefetch started no read up from SSD: {t}")
+            check(t["hit_ratio_ssd"] < ssd["kvengine"]["trace"]["hit_ratio_ssd"],
+                  f"the prefetch served no SSD hit from memory: {t}")
         # Paced at 100x the timestamps: the replay lasts at least the trace's span / 100.
         with open(path) as f:
             span_s = json.loads(f.read().splitlines()[-1])["timestamp"] / 1000.0
