@@ -10,9 +10,13 @@
 //      come from it.
 //   3. OpenBuckets: every other bucket file is opened and verified (header, footer, index
 //      checksums); one that fails is quarantined.
-//   4. ReadTombstones: a torn tail of the tombstone log is ignored; a damaged stretch
-//      followed by valid records is skipped, counted, logged, and the damaged log is
-//      copied to quarantine/TOMBSTONES.damaged before step 6 rewrites it.
+//   4. ReadTombstones (before step 2): a torn tail of the tombstone log is ignored; a
+//      damaged stretch followed by valid records is skipped, counted, logged, and the
+//      damaged log is copied to quarantine/TOMBSTONES.damaged before step 6 rewrites it.
+//      The log is checked against its guard (db/tombstone_guard.h): one that lost
+//      deletes (shorter than synced, missing, an older copy, damaged) makes every value
+//      a lost delete may have covered dead (buried with a tombstone, counted in
+//      ssd.lost_delete_drops); then the checkpoint is not used and every bucket is read.
 //   5. ApplyTombstonesToCheckpoint, ReplayBuckets: the tombstones logged since the
 //      checkpoint kill the values still live in the buckets it restored; the buckets of
 //      step 3 are replayed in id order: an entry whose (key, version) has a tombstone is
@@ -86,8 +90,7 @@ void SsdTier::LoadCheckpoint(const std::vector<uint64_t>& ids, std::vector<uint6
     std::vector<Status> status(cp.buckets.size());
     ParallelFor(cp.buckets.size(), kOpenThreads, [&](size_t i) {
       const MapCheckpoint::Bucket& b = cp.buckets[i];
-      status[i] = BucketReader::Open(env_, BucketPath(b.id), file_options_, &readers[i],
-                                     /*read_index=*/false);
+      status[i] = OpenBucketReader(b.id, /*read_index=*/false, &readers[i]);
       if (!status[i].ok()) return;
       const BucketReader& r = *readers[i];
       if (r.header().bucket_id != b.id || r.file_size() != b.file_size ||
@@ -168,6 +171,18 @@ void SsdTier::LoadCheckpoint(const std::vector<uint64_t>& ids, std::vector<uint6
   checkpoint_on_disk_ = true;
   MutexLock st(&stats_mu_);
   stats_.checkpoint_keys = map_.size();
+}
+
+Status SsdTier::OpenBucketReader(uint64_t id, bool read_index,
+                                 std::unique_ptr<BucketReader>* reader) {
+  Status s = BucketReader::Open(env_, BucketPath(id), file_options_, reader, read_index);
+  if (IsTooManyOpenFiles(s)) {
+    // Something else took the descriptors the budget left: give back every bucket file
+    // no read holds (recovery's own included), and try once more.
+    file_cache_->CloseUnused();
+    s = BucketReader::Open(env_, BucketPath(id), file_options_, reader, read_index);
+  }
+  return s;
 }
 
 void SsdTier::DeadAtOpen(SsdBucket* b, uint64_t offset, uint64_t size) {
@@ -276,8 +291,15 @@ Status SsdTier::Recover() {
   std::vector<uint64_t> ids;
   Status s = ScanDirectory(&ids);
   if (!s.ok()) return s;
+  // The log first: when it lost deletes, the values they may have covered are found by
+  // reading every bucket's index (the checkpoint's map has no keys to tombstone them by).
+  std::vector<TombstoneLog::Record> records;
+  TombstoneLog::ReadReport report;
+  s = ReadTombstones(!ids.empty(), &records, &report);
+  if (!s.ok()) return s;
+  if (report.lost) lost_through_version_ = report.lost_through_version;
   std::vector<uint64_t> covered;
-  LoadCheckpoint(ids, &covered);
+  if (!report.lost) LoadCheckpoint(ids, &covered);
   std::vector<uint64_t> rest;  // the buckets the checkpoint does not cover, read in full
   std::set_difference(ids.begin(), ids.end(), covered.begin(), covered.end(),
                       std::back_inserter(rest));
@@ -285,20 +307,30 @@ Status SsdTier::Recover() {
   s = OpenBuckets(rest, &opened);
   if (!s.ok()) return s;
   base_env_->SyncDir(dir_);
-  std::vector<TombstoneLog::Record> records;
-  TombstoneLog::ReadReport report;
-  s = ReadTombstones(&records, &report);
-  if (!s.ok()) return s;
   ApplyTombstonesToCheckpoint(covered, records);
   ReplayBuckets(opened, records);
-  // The log is rewritten with the records that still cover a value, so that appends
-  // never follow a torn tail.
-  s = TombstoneLog::Create(base_env_, dir_, TombstonesLocked(), &log_);
+  if (report.lost) {
+    logger_->Logf(LogLevel::kError,
+                  "tombstone log %s/%s lost deletes (%s): %llu values that a lost delete may "
+                  "have covered (version %s) are dropped, never served; see "
+                  "docs/tombstone_log.md",
+                  dir_.c_str(), TombstoneLog::kFileName, report.lost_why.c_str(),
+                  static_cast<unsigned long long>(lost_delete_drops_),
+                  report.lost_through_version == TombstoneLog::kAllVersions
+                      ? "any"
+                      : ("<= " + std::to_string(report.lost_through_version)).c_str());
+  }
+  // The log is rewritten with the records that still cover a value (those of the values
+  // just dropped included), so that appends never follow a torn tail; its guard starts
+  // a new generation.
+  s = TombstoneLog::Create(base_env_, dir_, TombstonesLocked(), &log_, &report);
   if (!s.ok()) return s;
   MutexLock st(&stats_mu_);
   stats_.recovered_keys = map_.size();
   stats_.torn_tombstone_bytes = report.torn_bytes;
   stats_.damaged_tombstone_bytes = report.damaged_bytes;
+  stats_.lost_tombstone_logs = report.lost ? 1 : 0;
+  stats_.lost_delete_drops = lost_delete_drops_;
   return Status::OK();
 }
 
@@ -340,7 +372,7 @@ Status SsdTier::OpenBuckets(const std::vector<uint64_t>& ids,
   std::vector<std::unique_ptr<BucketReader>> readers(ids.size());
   std::vector<Status> opens(ids.size());
   ParallelFor(ids.size(), kOpenThreads, [&](size_t i) {
-    opens[i] = BucketReader::Open(env_, BucketPath(ids[i]), file_options_, &readers[i]);
+    opens[i] = OpenBucketReader(ids[i], /*read_index=*/true, &readers[i]);
     // The cache keeps the newest max_open_files open; holding every file until the end
     // would run out of descriptors with many buckets.
     if (opens[i].ok()) file_cache_->Insert(ids[i], readers[i]->TakeFile());
@@ -372,26 +404,34 @@ Status SsdTier::OpenBuckets(const std::vector<uint64_t>& ids,
   return Status::OK();
 }
 
-Status SsdTier::ReadTombstones(std::vector<TombstoneLog::Record>* records,
+Status SsdTier::ReadTombstones(bool have_buckets, std::vector<TombstoneLog::Record>* records,
                                TombstoneLog::ReadReport* report) {
   Status s = TombstoneLog::Read(base_env_, dir_, records, report);
   if (!s.ok()) return s;
+  if (!report->log_exists && have_buckets && !report->lost) {
+    // Every DB that wrote a bucket has a log (recovery creates one before any write).
+    report->lost = true;
+    report->lost_through_version = TombstoneLog::kAllVersions;
+    report->lost_why = "it is missing, but bucket files are here";
+    report->vouched.clear();
+  }
   if (report->torn_bytes > 0) {
     logger_->Logf(LogLevel::kWarn, "tombstone log: ignored a torn tail of %llu bytes",
                   static_cast<unsigned long long>(report->torn_bytes));
   }
-  if (report->damaged_bytes > 0) {
+  if ((report->damaged_bytes > 0 || report->lost) && report->log_exists) {
     // The log is rewritten at the end of recovery: the damaged one is kept, for whoever
     // can tell which deletes it held.
     std::string copy;
     s = KeepDamagedLog(&copy);
     if (!s.ok()) return s;
     logger_->Logf(LogLevel::kError,
-                  "tombstone log: %llu damaged bytes in %llu places before valid records were "
-                  "skipped; the deletes recorded there are lost and their keys may be back "
-                  "(a copy of the damaged log: %s; see docs/tombstone_log.md)",
+                  "tombstone log: %llu damaged bytes in %llu places%s; a copy of the log: %s "
+                  "(see docs/tombstone_log.md)",
                   static_cast<unsigned long long>(report->damaged_bytes),
-                  static_cast<unsigned long long>(report->damaged_stretches), copy.c_str());
+                  static_cast<unsigned long long>(report->damaged_stretches),
+                  report->lost ? (", and it lost deletes: " + report->lost_why).c_str() : "",
+                  copy.c_str());
   }
   return Status::OK();
 }
@@ -435,6 +475,12 @@ void SsdTier::ReplayEntry(SsdBucket* b, const BucketEntry& e,
                           const std::unordered_set<std::string>& dead) {
   if (dead.count(DeadKey(e.key, e.version)) != 0) {
     BuryAtOpen(b, e.key, e.version, e.offset, e.size);
+    return;
+  }
+  if (lost_through_version_ != 0 && e.version <= lost_through_version_) {
+    // A delete the log lost may have covered it: never served, buried for good.
+    BuryAtOpen(b, e.key, e.version, e.offset, e.size);
+    lost_delete_drops_++;
     return;
   }
   const KeyFingerprint fp = KeyFingerprint::Of(e.key);

@@ -6,6 +6,7 @@
 
 #include "db/map_checkpoint.h"
 #include "db/ssd_bucket.h"
+#include "env/descriptor_budget.h"
 #include "util/buffers.h"
 #include "util/config_parse.h"
 #include "util/grace_period.h"
@@ -87,8 +88,31 @@ Status SsdTier::Open(const Options& options, const std::string& dir, Env* env, L
                    why.c_str());
     }
   }
+  // Descriptors from the process limit: the cache never takes what the rest of the
+  // process needs, so that no open, read or put fails with EMFILE.
+  const DescriptorBudget budget = DescriptorBudget::Plan(env, options.max_open_files);
+  if (budget.clamped) {
+    logger->Logf(LogLevel::kWarn,
+                 "descriptor budget: RLIMIT_NOFILE is %llu with %llu in use; the engine takes "
+                 "at most %llu (a headroom of %llu left to the process): max_open_files %llu "
+                 "is clamped to %llu bucket files, %llu io_uring rings",
+                 static_cast<unsigned long long>(budget.limit),
+                 static_cast<unsigned long long>(budget.in_use),
+                 static_cast<unsigned long long>(budget.engine),
+                 static_cast<unsigned long long>(budget.headroom),
+                 static_cast<unsigned long long>(options.max_open_files),
+                 static_cast<unsigned long long>(budget.bucket_files),
+                 static_cast<unsigned long long>(budget.rings));
+  }
+  if (budget.known) SetIoUringRingLimit(budget.rings);
+  {
+    MutexLock lock(&tier->stats_mu_);
+    tier->stats_.max_open_files = budget.bucket_files;
+    tier->stats_.descriptor_limit = budget.known ? budget.limit : 0;
+    tier->stats_.descriptor_budget = budget.known ? budget.engine : 0;
+  }
   tier->file_cache_ =
-      std::make_unique<BucketFileCache>(tier->env_, tier->file_options_, options.max_open_files);
+      std::make_unique<BucketFileCache>(tier->env_, tier->file_options_, budget.bucket_files);
   const uint64_t start = env->NowMicros();
   Status s = tier->Recover();
   {
@@ -555,9 +579,13 @@ Status SsdTier::WriteBucket(const std::shared_ptr<SsdBucket>& bucket) {
       if (MapsToLocked(KeyFingerprint::Of(e.key), bucket->id, e.version)) entries.push_back(e);
     }
   }
+  // The tombstones of the older versions this bucket's values supersede are durable
+  // before it is: should the bucket be lost to damage, those versions stay dead.
+  Status s = log_->Sync();
+  if (!s.ok()) return s;
   uint64_t file_size = 0;
   std::unique_ptr<BucketReader> reader;
-  Status s = WriteBucketFile(*bucket->builder, entries, &file_size, &reader);
+  s = WriteBucketFile(*bucket->builder, entries, &file_size, &reader);
   if (!s.ok()) return s;
   MutexLock lock(&mu_);
   used_bytes_ -= bucket->builder->capacity();

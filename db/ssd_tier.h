@@ -83,11 +83,18 @@ class SsdTier {
     // Tombstone log bytes found damaged at Open (a bad stretch before valid records):
     // the deletes they held are lost.  Non-zero calls for attention.
     uint64_t damaged_tombstone_bytes = 0;
+    // 1 when the log held less than its guard says at Open (lost deletes), and the values
+    // dropped then because a lost delete may have covered them.
+    uint64_t lost_tombstone_logs = 0, lost_delete_drops = 0;
     bool io_uring = false;
     bool direct_io = false;
     // Bucket files held open now (at most max_open_files, plus any pinned by reads past
     // it) and the opens made since Open (a high rate means max_open_files is too low).
     uint64_t open_files = 0, file_opens = 0;
+    // The bucket files the cache may keep open: max_open_files, clamped at Open to the
+    // descriptor budget (env/descriptor_budget.h); the process's RLIMIT_NOFILE and the
+    // engine's share of it then (0 where the Env cannot tell).
+    uint64_t max_open_files = 0, descriptor_limit = 0, descriptor_budget = 0;
     // RAM the SSD tier's index takes (estimated from the allocator's sizes): the object
     // map and the tombstones kept for the log.  Bucket indexes stay on disk.
     uint64_t index_bytes = 0;
@@ -195,6 +202,9 @@ class SsdTier {
   // damaged is logged and counted.
   void LoadCheckpoint(const std::vector<uint64_t>& ids, std::vector<uint64_t>* covered)
       REQUIRES(mu_);
+  // Opens bucket `id`'s reader; out of descriptors (EMFILE), closes the unused cached
+  // files and tries once more.
+  Status OpenBucketReader(uint64_t id, bool read_index, std::unique_ptr<BucketReader>* reader);
   // 3. Open: opens and verifies the buckets `ids` (several at a time), each with its
   // index; one that is damaged, of an unknown format or not a file is quarantined and
   // left out.  *opened: the others, in id order.  Fails on any other error.
@@ -203,7 +213,9 @@ class SsdTier {
   // 4. Tombstones: reads the log past a torn tail and damage (logged; a damaged log is
   // copied to quarantine/ first, since it is rewritten at the end).  Fails on a file
   // that is not a log.
-  Status ReadTombstones(std::vector<TombstoneLog::Record>* records,
+  // `have_buckets`: bucket files are in the directory (then a missing log and guard
+  // mean lost deletes, not a new DB).
+  Status ReadTombstones(bool have_buckets, std::vector<TombstoneLog::Record>* records,
                         TombstoneLog::ReadReport* report);
   // 5. Replay: applies the tombstones logged after the checkpoint to the buckets it
   // restored (the deletes it does not know) and keeps every record of a restored bucket.
@@ -329,6 +341,10 @@ class SsdTier {
   std::unique_ptr<TombstoneLog> log_;
   std::unique_ptr<BucketFileCache> file_cache_;  // the open bucket files, max_open_files
   uint64_t recovered_max_version_ = 0;
+  // Open: every value of this version or lower may have lost its delete with the
+  // tombstone log's lost records (0: none lost), and how many were dropped for it.
+  uint64_t lost_through_version_ = 0;
+  uint64_t lost_delete_drops_ = 0;
   // The highest version committed or recovered, for the checkpoint.
   uint64_t max_version_ GUARDED_BY(mu_) = 0;
   // Keys in bucket files that the map checkpoint on disk does not cover (the next Open

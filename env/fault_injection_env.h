@@ -70,6 +70,9 @@ class FaultInjectionEnv : public Env {
     return base_->UnlockFile(std::move(lock));
   }
   uint64_t NowMicros() override { return base_->NowMicros(); }
+  Status GetDescriptorUse(uint64_t* limit, uint64_t* in_use) override {
+    return base_->GetDescriptorUse(limit, in_use);
+  }
 
  private:
   struct FileState {

@@ -1,6 +1,7 @@
 // PosixEnv: files through pread/pwrite, optionally O_DIRECT.
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -353,6 +354,23 @@ class PosixEnv final : public Env {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return static_cast<uint64_t>(ts.tv_sec) * 1000000 + static_cast<uint64_t>(ts.tv_nsec) / 1000;
+  }
+
+  Status GetDescriptorUse(uint64_t* limit, uint64_t* in_use) override {
+    *limit = *in_use = 0;
+    struct rlimit rl;
+    if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) return PosixError("getrlimit(RLIMIT_NOFILE)", errno);
+    *limit = rl.rlim_cur == RLIM_INFINITY ? UINT64_MAX : static_cast<uint64_t>(rl.rlim_cur);
+    // The entries of /proc/self/fd, less the one listing them.
+    DIR* d = ::opendir("/proc/self/fd");
+    if (d == nullptr) return PosixError("opendir /proc/self/fd", errno);
+    uint64_t n = 0;
+    while (const dirent* e = ::readdir(d)) {
+      if (e->d_name[0] != '.') n++;
+    }
+    ::closedir(d);
+    *in_use = n > 0 ? n - 1 : 0;
+    return Status::OK();
   }
 };
 

@@ -2,11 +2,13 @@
 // Everything else is forwarded to the base Env.
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <functional>
 #include <vector>
 
+#include "env/descriptor_budget.h"
 #include "env/multi_read.h"
 #include "kvengine/env.h"
 #include "util/perf_point.h"
@@ -34,6 +36,11 @@ constexpr unsigned kWriteDepth = 4;
 // A ring's queues are memory shared with the kernel, and a forked child inherits the
 // mapping: were the child to submit on it, parent and child would corrupt each other's
 // queues.  So a ring belongs to the process that made it, and a child makes its own.
+// The rings the process may make, and makes (DescriptorBudget's share): each holds a
+// descriptor, and every thread that submits makes one.
+std::atomic<uint64_t> g_ring_limit{UINT64_MAX};
+std::atomic<uint64_t> g_rings{0};
+
 class Ring {
  public:
   Ring() { Init(); }
@@ -49,11 +56,21 @@ class Ring {
 
  private:
   void Init() {
-    ok_ = io_uring_queue_init(kRingDepth, &ring_, 0) == 0;
     owner_ = ::getpid();
+    // Past the budget's rings this thread goes without (pread/pwrite), for good.
+    if (g_rings.fetch_add(1) >= g_ring_limit.load()) {
+      g_rings.fetch_sub(1);
+      ok_ = false;
+      return;
+    }
+    ok_ = io_uring_queue_init(kRingDepth, &ring_, 0) == 0;
+    if (!ok_) g_rings.fetch_sub(1);
   }
   void Exit() {
-    if (ok_) io_uring_queue_exit(&ring_);  // in a child: unmaps and closes its copies only
+    if (ok_) {
+      io_uring_queue_exit(&ring_);  // in a child: unmaps and closes its copies only
+      g_rings.fetch_sub(1);
+    }
     ok_ = false;
   }
   io_uring ring_;
@@ -271,6 +288,9 @@ class UringEnv final : public Env {
     return base_->UnlockFile(std::move(lock));
   }
   uint64_t NowMicros() override { return base_->NowMicros(); }
+  Status GetDescriptorUse(uint64_t* limit, uint64_t* in_use) override {
+    return base_->GetDescriptorUse(limit, in_use);
+  }
 
   Status MultiRead(ReadRequest* requests, size_t count, const ReadDone& on_done) override {
     std::vector<Op> ops;
@@ -318,12 +338,20 @@ std::unique_ptr<Env> Env::NewIoUringEnv(Env* base, std::string* why) {
   return std::make_unique<UringEnv>(base);
 }
 
+void SetIoUringRingLimit(uint64_t rings) {
+  uint64_t cur = g_ring_limit.load();
+  while (rings < cur && !g_ring_limit.compare_exchange_weak(cur, rings)) {
+  }
+}
+
 #else  // !KV_WITH_URING
 
 std::unique_ptr<Env> Env::NewIoUringEnv(Env*, std::string* why) {
   if (why != nullptr) *why = "this build has no liburing (KV_WITH_URING=OFF)";
   return nullptr;
 }
+
+void SetIoUringRingLimit(uint64_t) {}
 
 #endif
 

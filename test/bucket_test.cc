@@ -384,6 +384,9 @@ TEST(BucketFormatTest, UnknownFormatVersionsAreNotSupported) {
   }
 }
 
+// The log's header: magic, format version 2, generation (docs/tombstone_log.md).
+constexpr size_t kLogHeader = 24;
+
 TEST(TombstoneLogTest, TornTailIsNormalDamageBeforeValidRecordsIsReported) {
   test::TempDir dir;
   Env* env = Env::Default();
@@ -396,7 +399,7 @@ TEST(TombstoneLogTest, TornTailIsNormalDamageBeforeValidRecordsIsReported) {
   const std::string path = dir.Sub(TombstoneLog::kFileName);
   std::ifstream f(path, std::ios::binary);
   const std::string good(std::istreambuf_iterator<char>(f), {});
-  const size_t record = (good.size() - 16) / 6;  // keys of one length: records of one size
+  const size_t record = (good.size() - kLogHeader) / 6;  // keys of one length: records of one size
 
   std::vector<TombstoneLog::Record> records;
   TombstoneLog::ReadReport report;
@@ -416,7 +419,7 @@ TEST(TombstoneLogTest, TornTailIsNormalDamageBeforeValidRecordsIsReported) {
   for (size_t victim : {size_t{0}, size_t{2}, size_t{5}}) {  // one bad record
     for (size_t byte = 0; byte < record; byte += 3) {
       std::string image = good;
-      image[16 + victim * record + byte] ^= 0x10;
+      image[kLogHeader + victim * record + byte] ^= 0x10;
       parse(image);
       SCOPED_TRACE("record " + std::to_string(victim) + " byte " + std::to_string(byte));
       ASSERT_EQ(records.size(), 5u);
@@ -430,7 +433,7 @@ TEST(TombstoneLogTest, TornTailIsNormalDamageBeforeValidRecordsIsReported) {
     }
   }
   std::string zeroed = good;  // a stretch of zeros (a lost block) in the middle
-  std::fill(zeroed.begin() + 16 + record, zeroed.begin() + 16 + 3 * record, '\0');
+  std::fill(zeroed.begin() + kLogHeader + record, zeroed.begin() + kLogHeader + 3 * record, '\0');
   parse(zeroed);
   EXPECT_EQ(records.size(), 4u);
   EXPECT_EQ(report.damaged_bytes, 2 * record);
@@ -438,6 +441,56 @@ TEST(TombstoneLogTest, TornTailIsNormalDamageBeforeValidRecordsIsReported) {
   // Not a log at all: refused, naming the file.
   Status s = TombstoneLog::Parse(std::string(good.size(), 'x'), path, &records, &report);
   EXPECT_TRUE(s.IsCorruption() && s.ToString().find(path) != std::string::npos) << s.ToString();
+}
+
+// The guard (TOMBSTONES.guard) holds what each sync made durable: a log that lost
+// synced records is reported lost, with the highest version they may have named; a torn
+// tail past the last sync is not.
+TEST(TombstoneLogTest, GuardReportsWhatTheLogLost) {
+  test::TempDir dir;
+  Env* env = Env::Default();
+  ASSERT_TRUE(env->CreateDirIfMissing(dir.path()).ok());
+  std::unique_ptr<TombstoneLog> log;
+  ASSERT_TRUE(TombstoneLog::Create(env, dir.path(), {}, &log).ok());
+  log->Add({"a", 10, 1});
+  ASSERT_TRUE(log->Sync().ok());
+  const std::string path = dir.Sub(TombstoneLog::kFileName);
+  auto read_file = [&] {
+    std::ifstream f(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  const std::string first = read_file();
+  log->Add({"b", 30, 1});
+  log->Add({"c", 20, 2});
+  ASSERT_TRUE(log->Sync().ok());
+  ASSERT_TRUE(log->Sync().ok());  // nothing new: no guard record either
+  log.reset();
+  const std::string good = read_file();
+  std::vector<TombstoneLog::Record> records;
+  TombstoneLog::ReadReport report;
+  auto read = [&](const std::string& image) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << image;
+    ASSERT_TRUE(TombstoneLog::Read(env, dir.path(), &records, &report).ok());
+  };
+  read(good);
+  EXPECT_FALSE(report.lost) << report.lost_why;
+  EXPECT_EQ(records.size(), 3u);
+  read(good + std::string(7, 'x'));  // a torn append past the last sync
+  EXPECT_FALSE(report.lost) << report.lost_why;
+  EXPECT_EQ(report.torn_bytes, 7u);
+  read(first);  // an older copy: it lost "b" and "c"
+  EXPECT_TRUE(report.lost);
+  EXPECT_EQ(report.lost_through_version, 30u);
+  read(good.substr(0, good.size() - 1));  // its last record cut (reads as a torn tail)
+  EXPECT_TRUE(report.lost);
+  std::filesystem::remove(path);
+  ASSERT_TRUE(TombstoneLog::Read(env, dir.path(), &records, &report).ok());
+  EXPECT_TRUE(report.lost) << "a missing log";
+  read(good);
+  std::filesystem::remove(dir.Sub(TombstoneGuard::kFileName));
+  ASSERT_TRUE(TombstoneLog::Read(env, dir.path(), &records, &report).ok());
+  EXPECT_TRUE(report.lost) << "a missing guard";
+  EXPECT_EQ(report.lost_through_version, TombstoneLog::kAllVersions);
 }
 
 INSTANTIATE_TEST_SUITE_P(DirectAndBuffered, BucketTest, ::testing::Bool());

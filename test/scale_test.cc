@@ -21,14 +21,6 @@ namespace {
 
 constexpr size_t kValueSize = 512;
 
-uint64_t Stat(DB* db, const std::string& name) {
-  std::string text;
-  EXPECT_TRUE(db->GetProperty("kvengine.stats", &text));
-  const size_t pos = text.find(name + ": ");
-  if (pos == std::string::npos) return 0;
-  return std::stoull(text.substr(pos + name.size() + 2));
-}
-
 std::string Key(uint64_t i) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "scale.%012llu", static_cast<unsigned long long>(i));
@@ -63,15 +55,15 @@ TEST(ScaleTest, MillionsOfSmallValuesReopenThroughTheCheckpoint) {
   }
   ASSERT_TRUE(db->Flush().ok());
   const double fill = Seconds(start);
-  EXPECT_EQ(Stat(db.get(), "ssd.keys"), n);
-  const uint64_t per_key = Stat(db.get(), "ssd.index_bytes_per_key");
+  EXPECT_EQ(test::StatOf(db.get(), "ssd.keys"), n);
+  const uint64_t per_key = test::StatOf(db.get(), "ssd.index_bytes_per_key");
   EXPECT_LE(per_key, 48u);
   // Disk: bucket format v3 packs 512-byte values on 512-byte units.
-  const double disk = static_cast<double>(Stat(db.get(), "ssd.used_bytes")) /
-                      static_cast<double>(Stat(db.get(), "ssd.live_bytes"));
+  const double disk = static_cast<double>(test::StatOf(db.get(), "ssd.used_bytes")) /
+                      static_cast<double>(test::StatOf(db.get(), "ssd.live_bytes"));
   EXPECT_LE(disk, 1.15);
-  const uint64_t checkpoints = Stat(db.get(), "ssd.checkpoint_writes");
-  const uint64_t backlog = Stat(db.get(), "ssd.checkpoint_backlog");
+  const uint64_t checkpoints = test::StatOf(db.get(), "ssd.checkpoint_writes");
+  const uint64_t backlog = test::StatOf(db.get(), "ssd.checkpoint_backlog");
   start = std::chrono::steady_clock::now();
   ASSERT_TRUE(db->Close().ok());
   const double close = Seconds(start);
@@ -79,8 +71,8 @@ TEST(ScaleTest, MillionsOfSmallValuesReopenThroughTheCheckpoint) {
   start = std::chrono::steady_clock::now();
   ASSERT_TRUE(DB::Open(options, dir, &db).ok());
   const double open = Seconds(start);
-  EXPECT_GT(Stat(db.get(), "ssd.checkpoint_keys"), 0u);
-  EXPECT_EQ(Stat(db.get(), "ssd.keys"), n);
+  EXPECT_GT(test::StatOf(db.get(), "ssd.checkpoint_keys"), 0u);
+  EXPECT_EQ(test::StatOf(db.get(), "ssd.keys"), n);
   std::mt19937_64 rng(n);
   for (int k = 0; k < 10000; k++) {
     const uint64_t i = rng() % n;
@@ -93,9 +85,9 @@ TEST(ScaleTest, MillionsOfSmallValuesReopenThroughTheCheckpoint) {
       "value bytes; %llu map checkpoints while filling, %llu keys left to replay; close %.3f s; "
       "open %.3f s (ssd tier %.3f s)\n",
       static_cast<unsigned long long>(n), kValueSize, fill,
-      static_cast<unsigned long long>(Stat(db.get(), "ssd.index_bytes_per_key")), disk,
+      static_cast<unsigned long long>(test::StatOf(db.get(), "ssd.index_bytes_per_key")), disk,
       static_cast<unsigned long long>(checkpoints), static_cast<unsigned long long>(backlog), close,
-      open, static_cast<double>(Stat(db.get(), "ssd.open_micros")) / 1e6);
+      open, static_cast<double>(test::StatOf(db.get(), "ssd.open_micros")) / 1e6);
   if (std::getenv("KV_SCALE_FULL_SCAN") != nullptr) {
     ASSERT_TRUE(db->Close().ok());
     db.reset();
@@ -103,7 +95,7 @@ TEST(ScaleTest, MillionsOfSmallValuesReopenThroughTheCheckpoint) {
     start = std::chrono::steady_clock::now();
     ASSERT_TRUE(DB::Open(options, dir, &db).ok());
     std::printf("scale: open without the checkpoint (every bucket read): %.3f s\n", Seconds(start));
-    EXPECT_EQ(Stat(db.get(), "ssd.keys"), n);
+    EXPECT_EQ(test::StatOf(db.get(), "ssd.keys"), n);
   }
   ASSERT_TRUE(db->Close().ok());
 }

@@ -32,6 +32,15 @@ inline uint16_t FreePort() {
   return ntohs(a.sin_port);
 }
 
+// The figure `name` of db's "kvengine.stats" (0 when it has none).
+inline uint64_t StatOf(DB* db, const std::string& name) {
+  std::string text;
+  EXPECT_TRUE(db->GetProperty("kvengine.stats", &text));
+  const size_t pos = text.find(name + ": ");
+  if (pos == std::string::npos) return 0;
+  return std::stoull(text.substr(pos + name.size() + 2));
+}
+
 // A fresh directory for one test, removed when the test ends.
 class TempDir {
  public:

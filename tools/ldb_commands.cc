@@ -633,6 +633,14 @@ class VerifyCommand : public LdbCommand {
       problems.push_back(what);
       Report(what);
     }
+    if (m.tombstone_status().ok() && m.tombstone_log_lost()) {
+      const std::string what = std::string(TombstoneLog::kFileName) +
+                               ": LOST DELETES: " + m.tombstone_log_lost_why() +
+                               "; the next Open drops every value they may have covered (see "
+                               "docs/tombstone_log.md)";
+      problems.push_back(what);
+      Report(what);
+    }
     if (m.torn_tombstone_bytes() > 0) {
       warnings.push_back(std::string(TombstoneLog::kFileName) + ": torn tail of " +
                          U(m.torn_tombstone_bytes()) + " bytes (ignored by recovery)");

@@ -97,6 +97,10 @@ class DbModel {
   // Bad stretches before valid records: damage (the deletes there are lost).
   uint64_t damaged_tombstone_bytes() const { return log_report_.damaged_bytes; }
   uint64_t damaged_tombstone_stretches() const { return log_report_.damaged_stretches; }
+  // The log holds less than its guard says (TOMBSTONES.guard): Open will drop every value
+  // a lost delete may have covered.  Why, when so.
+  bool tombstone_log_lost() const { return log_report_.lost; }
+  const std::string& tombstone_log_lost_why() const { return log_report_.lost_why; }
   bool has_tombstone_log() const { return has_tombstone_log_; }
   // Whether a usable bucket of the DB still holds (key, version).
   bool TombstoneCovers(const TombstoneLog::Record& record) const;

@@ -156,6 +156,15 @@ class Env {
 
   virtual uint64_t NowMicros() = 0;
 
+  // The most descriptors this process may hold (RLIMIT_NOFILE's soft limit; UINT64_MAX
+  // when unlimited) in *limit, and how many it holds now in *in_use.  The DB sizes its
+  // own descriptor use from them at Open (env/descriptor_budget.h).  NotSupported where
+  // the Env cannot tell (the default): the DB then uses its options as given.
+  virtual Status GetDescriptorUse(uint64_t* limit, uint64_t* in_use) {
+    *limit = *in_use = 0;
+    return Status::NotSupported("descriptor limit");
+  }
+
   // Called by MultiRead, on the calling thread, as each request completes (its status
   // and bytes_read final), in completion order.
   using ReadDone = std::function<void(size_t index)>;

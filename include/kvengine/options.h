@@ -135,9 +135,11 @@ struct Options {
 
   // Most bucket files the SSD tier keeps open for reads.  Files past it are closed, least
   // recently used first (never one a read is using), and reopened when next read, so the
-  // tier can hold more buckets than the process may open descriptors.  Keep it well under
-  // the process limit (ulimit -n): the writer, the tombstone log, peers and the rest of
-  // the process need descriptors too.
+  // tier can hold more buckets than the process may open descriptors.  At Open it is
+  // clamped (and the clamp logged) to the engine's share of the process's descriptor
+  // limit (RLIMIT_NOFILE less those in use less a headroom for the rest of the process;
+  // docs/ssd_tier.md, "The descriptor budget"): the stats' ssd.max_open_files is the
+  // size in force.
   // Default: 1000
   uint64_t max_open_files = 1000;
 
