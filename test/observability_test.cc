@@ -535,6 +535,8 @@ const std::vector<std::string> kTextNames = {
     "exists_queries",
     "deletes",
     "batch_calls",
+    "removal_feed_read",
+    "removal_feed_missed",
     "errors.not_found",
     "errors.invalid_argument",
     "errors.corruption",
@@ -612,6 +614,8 @@ const std::vector<std::string> kJsonNames = {
     "exists_queries",
     "deletes",
     "batch_calls",
+    "removal_feed_read",
+    "removal_feed_missed",
     "errors.not_found",
     "errors.invalid_argument",
     "errors.corruption",
@@ -734,6 +738,12 @@ const std::vector<std::string> kPromLines = {
     "# HELP kvengine_batch_calls_total Batch calls accepted.",
     "# TYPE kvengine_batch_calls_total counter",
     "kvengine_batch_calls_total",
+    "# HELP kvengine_removal_feed_read_total Removal events handed to feed readers.",
+    "# TYPE kvengine_removal_feed_read_total counter",
+    "kvengine_removal_feed_read_total",
+    "# HELP kvengine_removal_feed_missed_total Removal events feed readers missed: overwritten in the ring before they read.",
+    "# TYPE kvengine_removal_feed_missed_total counter",
+    "kvengine_removal_feed_missed_total",
     "# HELP kvengine_errors_total Failed keys and calls, by kind of error.",
     "# TYPE kvengine_errors_total counter",
     "kvengine_errors_total{kind=\"not_found\"}",
@@ -854,7 +864,7 @@ void ExpectPromAsText(const std::vector<std::pair<std::string, std::string>>& pr
     EXPECT_EQ(value, it->second) << sample;
     checked++;
   }
-  EXPECT_EQ(checked, 30);  // 11 memory, tier hits, 9 DB-wide, 9 error kinds
+  EXPECT_EQ(checked, 32);  // 11 memory, tier hits, 9 DB-wide, 2 removal feed, 9 error kinds
 }
 
 // The three properties after RunCalls(), with the SSD tier or without.

@@ -495,6 +495,35 @@ class Store {
     return Exists(KeysFrom(keys_obj));
   }
 
+  // BatchLocate: per key 0 absent, 1 memory, 2 SSD, 3 a peer, or a negative code.
+  std::vector<int64_t> BatchLocate(py::handle keys_obj) {
+    return AskKeys(KeysFrom(keys_obj), &DB::BatchLocate);
+  }
+
+  // ReadRemovals: (events, missed, last_sequence), each event a tuple (sequence,
+  // time_micros, tier, reason, key bytes) with tier "memory" | "ssd" and reason
+  // "capacity" | "deleted"; or a negative code.
+  py::object ReadRemovals(uint64_t after, int64_t max_events) {
+    if (max_events < 0) throw py::value_error("max_events must not be negative");
+    auto db = GetDb();
+    if (!db) return py::int_(kNotOpen);
+    RemovalBatch batch;
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = db->ReadRemovals(after, static_cast<size_t>(max_events), &batch);
+    }
+    if (!s.ok()) return py::int_(s.ErrorCode());
+    py::list events;
+    for (const RemovalEvent& e : batch.events) {
+      events.append(py::make_tuple(e.sequence, e.time_micros,
+                                   e.tier == RemovalEvent::kMemory ? "memory" : "ssd",
+                                   e.reason == RemovalEvent::kCapacity ? "capacity" : "deleted",
+                                   py::bytes(e.key)));
+    }
+    return py::make_tuple(events, batch.missed, batch.last_sequence);
+  }
+
   int Remove(py::handle key_obj) {
     std::string key = KeyFrom(key_obj, "key");
     auto db = GetDb();
@@ -725,6 +754,12 @@ class Store {
   }
 
   std::vector<int64_t> Exists(const std::vector<std::string>& keys) {
+    return AskKeys(keys, &DB::BatchExists);
+  }
+
+  // A batch question about keys (BatchExists, BatchLocate): its results per key.
+  std::vector<int64_t> AskKeys(const std::vector<std::string>& keys,
+                               Status (DB::*ask)(std::span<const Slice>, std::vector<int64_t>*)) {
     auto db = GetDb();
     if (!db) return std::vector<int64_t>(keys.size(), kNotOpen);
     std::vector<Slice> slices = SlicesOf(keys);
@@ -732,7 +767,7 @@ class Store {
     Status s;
     {
       py::gil_scoped_release nogil;
-      s = db->BatchExists(slices, &results);
+      s = (db.get()->*ask)(slices, &results);
     }
     return Results(s, std::move(results), keys.size());
   }
@@ -854,6 +889,9 @@ PYBIND11_MODULE(_kvengine, m) {
            py::arg("ptrs"), py::arg("sizes") = py::none())
       .def("is_exist", &Store::IsExist, py::arg("key"))
       .def("batch_is_exist", &Store::BatchIsExist, py::arg("keys"))
+      .def("batch_locate", &Store::BatchLocate, py::arg("keys"))
+      .def("read_removals", &Store::ReadRemovals, py::arg("after") = 0,
+           py::arg("max_events") = 1024)
       .def("remove", &Store::Remove, py::arg("key"))
       .def("batch_remove", &Store::BatchRemove, py::arg("keys"))
       .def("remove_by_regex", &Store::RemoveByRegex, py::arg("pattern"))

@@ -46,6 +46,10 @@ class BlockTransfer:
     req_id: str
     block_ids: list  # one list per KV-cache group
     block_hashes: list
+    # For KV events (saves, when vLLM publishes them): the hash (hex) of the block before
+    # the first, and each block's token ids.
+    parent_hash: Optional[str] = None
+    token_ids: Optional[list] = None
 
 
 @dataclasses.dataclass
@@ -56,6 +60,9 @@ class KVEngineConnectorMetadata(KVConnectorMetadata):
     saves: list = dataclasses.field(default_factory=list)  # list[BlockTransfer]
     preempted_req_ids: list = dataclasses.field(default_factory=list)
     finished_req_ids: list = dataclasses.field(default_factory=list)
+    # The removal feed's newest sequence when the step was scheduled: every rank reads
+    # the feed up to it, so that the ranks report the same removals (events.py).
+    removals_through: Optional[int] = None
 
 
 # ------------------------------------------------------------------ keys

@@ -14,6 +14,7 @@ import kvengine
 
 from .common import (BlockTransfer, KeyScheme, KVEngineConnectorMetadata, LayoutRecords,
                      attr_of, block_id_groups)
+from .events import RemovalFeedReader
 
 logger = logging.getLogger("kvengine.vllm")
 
@@ -78,10 +79,14 @@ class KVEngineScheduler:
     db is the process's handle on the store (store.acquire_store), record adds to the
     connector's interval stats."""
 
-    def __init__(self, kv_transfer_config: Any, keys: KeyScheme, db, record):
+    def __init__(self, kv_transfer_config: Any, keys: KeyScheme, db, record, events=False):
         self._keys = keys
         self._db = db
         self._record = record
+        # KV events: the saves carry what BlockStored needs, and each step the feed's
+        # newest sequence, up to which every rank reads it (events.py).
+        self._events = events
+        self._feed = RemovalFeedReader(db, keys) if events else None
         self._kv_role = attr_of(kv_transfer_config, "kv_role", "kv_both") or "kv_both"
         self._layouts = LayoutRecords(keys)
         self._requests = {}  # req_id -> _RequestState
@@ -190,6 +195,8 @@ class KVEngineScheduler:
     # ---------------------------------------------------------------- the step's metadata
     def build_connector_meta(self, scheduler_output: Any) -> KVEngineConnectorMetadata:
         meta = KVEngineConnectorMetadata()
+        if self._feed is not None:
+            meta.removals_through = self._feed.last_sequence()
         num_scheduled = attr_of(scheduler_output, "num_scheduled_tokens", {}) or {}
         for new_req in attr_of(scheduler_output, "scheduled_new_reqs", []) or []:
             state = self._requests.get(new_req.req_id)
@@ -257,9 +264,16 @@ class KVEngineScheduler:
                    + [len(g) for g in state.block_ids])
         full = _publishable(state.request, full)
         if full > state.saved_blocks:
-            meta.saves.append(BlockTransfer(req_id,
-                                            [g[state.saved_blocks:full] for g in state.block_ids],
-                                            hashes[state.saved_blocks:full]))
+            first = state.saved_blocks
+            save = BlockTransfer(req_id, [g[first:full] for g in state.block_ids],
+                                 hashes[first:full])
+            if self._events:
+                bs = self._keys.block_size
+                tokens = list(attr_of(state.request, "all_token_ids", None)
+                              or attr_of(state.request, "prompt_token_ids", []))
+                save.parent_hash = hashes[first - 1] if first > 0 else None
+                save.token_ids = [tokens[b * bs:(b + 1) * bs] for b in range(first, full)]
+            meta.saves.append(save)
             state.saved_blocks = full
 
     # ---------------------------------------------------------------- requests and the cache

@@ -20,6 +20,7 @@ from typing import Any, Optional
 import kvengine
 
 from .common import KeyScheme, KVEngineConnectorMetadata, LayoutRecords, attr_of, block_id_groups
+from .events import BlockEvents
 from .layout import analyse_layer
 
 logger = logging.getLogger("kvengine.vllm")
@@ -101,8 +102,11 @@ class KVEngineWorker:
     the job handed to them, the store, the caches and record (the connector's interval
     stats).  The metadata of the step is passed in (None when none is bound)."""
 
-    def __init__(self, kv_cache_config: Any, extra: dict, keys: KeyScheme, db, record):
+    def __init__(self, kv_cache_config: Any, extra: dict, keys: KeyScheme, db, record,
+                 events=False):
         self._kv_cache_config = kv_cache_config
+        # KV events (events.py): the blocks this rank saved, and the feed's removals.
+        self._block_events = BlockEvents(db, keys) if events else None
         self._kv_cache_shape = extra.get("kv_cache_shape")
         self._keys = keys
         self._db = db
@@ -314,10 +318,11 @@ class KVEngineWorker:
         todo = [(ids[layer.group], h) for ids, h in plan if _in_range(layer, ids)]
         keys = [self._layer_key(layer, h) for _, h in todo]
         present = self._db.batch_is_exist(keys)
+        hashes = [h for (_, h), p in zip(todo, present) if p != 1]
         todo = [(b, k) for (b, _), k, p in zip(todo, keys, present) if p != 1]
         skipped = len(keys) - len(todo)
         if not todo:
-            return 0, 0, skipped
+            return 0, 0, skipped, set(), set()
         if self._staged:
             import torch
 
@@ -337,7 +342,9 @@ class KVEngineWorker:
         if failed:  # a lost save is a future cache miss, never wrong data
             logger.warning("kvengine: %d of %d saves of layer %s failed (%s)", len(failed),
                            len(results), layer.name, kvengine.error_name(failed[0]))
-        return len(results) - len(failed), len(failed), skipped
+        written = {h for h, r in zip(hashes, results) if r == 0}
+        failed_hashes = {h for h, r in zip(hashes, results) if r != 0}
+        return len(results) - len(failed), len(failed), skipped, written, failed_hashes
 
     def wait_for_save(self, meta: Optional[KVEngineConnectorMetadata]) -> None:
         self._finish_load()
@@ -351,9 +358,14 @@ class KVEngineWorker:
                     self._save_futures[layer.index] = self._save_executor.submit(
                         self._save_layer, layer, plan, written)
             saved = failed = skipped = 0
+            stored, failed_hashes = set(), set()
             for index in sorted(self._save_futures):
-                s, f, k = self._save_futures[index].result()
+                s, f, k, wrote, lost = self._save_futures[index].result()
                 saved, failed, skipped = saved + s, failed + f, skipped + k
+                stored |= wrote
+                failed_hashes |= lost
+            if self._block_events is not None:
+                self._announce_saves(meta, stored - failed_hashes)
             # Block counts are per position; bytes add up over the layers.
             per_block = sum(la.geometry.block_bytes for la in self._layers)
             blocks = saved // max(1, len(self._layers))
@@ -366,6 +378,23 @@ class KVEngineWorker:
         finally:
             self._save_plan = None
             self._save_futures = {}
+
+    def _announce_saves(self, meta, stored):
+        """BlockStored for each block of the step's saves in `stored`: written this step
+        on a layer at least and failed on none (a block every layer held already was
+        announced by whoever saved it)."""
+        for tr in getattr(meta, "saves", None) or ():
+            for i, h in enumerate(tr.block_hashes):
+                if h in stored:
+                    parent = tr.parent_hash if i == 0 else tr.block_hashes[i - 1]
+                    tokens = tr.token_ids[i] if tr.token_ids else []
+                    self._block_events.stored(h, parent, tokens, self._keys.block_size)
+
+    def take_kv_events(self, meta) -> list:
+        """The events of the step (see events.py); [] when KV events are off."""
+        if self._block_events is None:
+            return []
+        return self._block_events.take(getattr(meta, "removals_through", None))
 
     def shutdown(self):
         """Waits for the step's load and stops the load and save threads."""
