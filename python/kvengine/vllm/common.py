@@ -50,6 +50,7 @@ class BlockTransfer:
     # the first, and each block's token ids.
     parent_hash: Optional[str] = None
     token_ids: Optional[list] = None
+    first_block: int = 0  # the request's block at position 0 of this run
 
 
 @dataclasses.dataclass
@@ -63,6 +64,9 @@ class KVEngineConnectorMetadata(KVConnectorMetadata):
     # The removal feed's newest sequence when the step was scheduled: every rank reads
     # the feed up to it, so that the ranks report the same removals (events.py).
     removals_through: Optional[int] = None
+    # The lookup's part of the account of each sampled request scheduled this step
+    # (account.py), by request id.
+    accounts: dict = dataclasses.field(default_factory=dict)
 
 
 # ------------------------------------------------------------------ keys
