@@ -170,8 +170,8 @@ def test_kv_events_of_a_tensor_parallel_2_instance_across_processes(db_path):
     (pickled, as vLLM's executor ships it), vLLM's KVOutputAggregator merges them, the
     scheduler process's connector publishes what both ranks reported, encoded as vLLM's
     publisher encodes it."""
-    import msgpack
-
+    msgpack = pytest.importorskip(
+        "msgpack", reason="msgpack is not installed (Debian: apt-get install python3-msgpack)")
     from kvengine.vllm.events import MEDIUM_MEMORY, external_hash
 
     ctx = multiprocessing.get_context("spawn")
