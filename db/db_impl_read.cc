@@ -344,8 +344,8 @@ Status DBImpl::BatchLocate(std::span<const Slice> keys, std::vector<int64_t>* re
   return LocateBatch("batch_locate", "BatchLocate", keys, results);
 }
 
-Status DBImpl::LocateBatch(const char* log_name, const char* call,
-                           std::span<const Slice> keys, std::vector<int64_t>* results) {
+Status DBImpl::LocateBatch(const char* log_name, const char* call, std::span<const Slice> keys,
+                           std::vector<int64_t>* results) {
   CallLog log(&logger_, log_name, &errors_);
   log.Add("num_keys", keys.size());
   ReaderLock guard(&lifecycle_mu_);

@@ -444,8 +444,7 @@ uint64_t MemoryTier::EraseIf(const std::function<bool(std::string_view)>& pred) 
       for (const auto& [item, hash] : doomed) {
         UnindexLocked(shard, hash, item);
         if (removal_feed_ != nullptr) {
-          removal_feed_->Record(item->KeyString(), RemovalEvent::kMemory,
-                                RemovalEvent::kDeleted);
+          removal_feed_->Record(item->KeyString(), RemovalEvent::kMemory, RemovalEvent::kDeleted);
         }
       }
     }

@@ -2,11 +2,11 @@
 // attached to an owner process (--attach).
 #include <signal.h>
 
+#include <atomic>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
-#include <atomic>
-#include <chrono>
 #include <sstream>
 #include <thread>
 
@@ -221,8 +221,9 @@ class KvengineEngine : public Engine {
     if (!feed_reader_.joinable()) return;
     feed_stop_ = true;
     feed_reader_.join();
-    std::fprintf(stderr, "kvengine+feed: the reader got %" PRIu64 " removal events (%" PRIu64
-                 " missed)\n", feed_events_, feed_missed_);
+    std::fprintf(stderr,
+                 "kvengine+feed: the reader got %" PRIu64 " removal events (%" PRIu64 " missed)\n",
+                 feed_events_, feed_missed_);
   }
 
   Status Attach(const EngineConfig& config) {

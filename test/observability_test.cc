@@ -741,7 +741,8 @@ const std::vector<std::string> kPromLines = {
     "# HELP kvengine_removal_feed_read_total Removal events handed to feed readers.",
     "# TYPE kvengine_removal_feed_read_total counter",
     "kvengine_removal_feed_read_total",
-    "# HELP kvengine_removal_feed_missed_total Removal events feed readers missed: overwritten in the ring before they read.",
+    "# HELP kvengine_removal_feed_missed_total Removal events feed readers missed: overwritten in "
+    "the ring before they read.",
     "# TYPE kvengine_removal_feed_missed_total counter",
     "kvengine_removal_feed_missed_total",
     "# HELP kvengine_errors_total Failed keys and calls, by kind of error.",

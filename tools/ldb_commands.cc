@@ -851,9 +851,8 @@ std::vector<std::unique_ptr<LdbCommand>> AllCommands() {
 }
 
 std::vector<std::string> AllFlagNames() {
-  return {"db",    "read_only", "bucket", "file", "values", "preview_bytes", "prefix", "regex",
-          "limit", "key",       "hex",    "raw",  "out",    "json",          "options",
-          "log"};
+  return {"db",    "read_only", "bucket", "file", "values", "preview_bytes", "prefix",  "regex",
+          "limit", "key",       "hex",    "raw",  "out",    "json",          "options", "log"};
 }
 
 }  // namespace ldb

@@ -516,10 +516,9 @@ class Store {
     if (!s.ok()) return py::int_(s.ErrorCode());
     py::list events;
     for (const RemovalEvent& e : batch.events) {
-      events.append(py::make_tuple(e.sequence, e.time_micros,
-                                   e.tier == RemovalEvent::kMemory ? "memory" : "ssd",
-                                   e.reason == RemovalEvent::kCapacity ? "capacity" : "deleted",
-                                   py::bytes(e.key)));
+      events.append(py::make_tuple(
+          e.sequence, e.time_micros, e.tier == RemovalEvent::kMemory ? "memory" : "ssd",
+          e.reason == RemovalEvent::kCapacity ? "capacity" : "deleted", py::bytes(e.key)));
     }
     return py::make_tuple(events, batch.missed, batch.last_sequence);
   }
