@@ -960,6 +960,35 @@ Status AttachedDB::Prefetch(std::span<const Slice> keys, std::vector<int64_t>* r
   return CallForResults(wire::kPrefetch, meta, keys.size(), results);
 }
 
+Status AttachedDB::BatchLocate(std::span<const Slice> keys, std::vector<int64_t>* results) {
+  Status s = input::CheckBatch("BatchLocate", results, keys.size(), keys.size(), "keys", 0);
+  if (!s.ok()) return s;
+  std::string meta;
+  wire::PutKeys(&meta, keys, nullptr);
+  return CallForResults(wire::kLocate, meta, keys.size(), results);
+}
+
+Status AttachedDB::ReadRemovals(uint64_t after, size_t max_events, RemovalBatch* batch) {
+  if (batch == nullptr) return Status::InvalidArgument("ReadRemovals: batch is null");
+  *batch = RemovalBatch();
+  Checkout c(this);
+  if (!c.status().ok()) return c.status();
+  std::string meta, answer;
+  PutFixed64(&meta, after);
+  PutFixed64(&meta, max_events);
+  Status s = Call(c.get(), wire::kReadRemovals, meta, &answer);
+  if (!s.ok()) return s;
+  std::string_view in(answer);
+  Status owner;
+  if (!wire::GetBatchStatus(&in, &owner)) return Lost(c.get(), "malformed answer");
+  if (!owner.ok()) return owner;
+  if (!wire::GetRemovalBatch(&in, batch)) {
+    *batch = RemovalBatch();
+    return Lost(c.get(), "malformed answer to READ_REMOVALS");
+  }
+  return Status::OK();
+}
+
 Status AttachedDB::BatchDelete(const WriteOptions&, std::span<const Slice> keys,
                                std::vector<int64_t>* results) {
   Status s = input::CheckBatch("BatchDelete", results, keys.size(), keys.size(), "keys", 0);

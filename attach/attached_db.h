@@ -82,6 +82,10 @@ class AttachedDB final : public DB {
                       std::vector<int64_t>* results) override;
   Status BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) override;
   Status Prefetch(std::span<const Slice> keys, std::vector<int64_t>* results) override;
+  // Both answered by the owner (its BatchLocate and its removal feed, over the
+  // attach protocol's LOCATE and READ_REMOVALS).
+  Status BatchLocate(std::span<const Slice> keys, std::vector<int64_t>* results) override;
+  Status ReadRemovals(uint64_t after, size_t max_events, RemovalBatch* batch) override;
   Status BatchDelete(const WriteOptions& options, std::span<const Slice> keys,
                      std::vector<int64_t>* results) override;
   Status DeleteByRegex(const std::string& pattern, uint64_t* deleted) override;

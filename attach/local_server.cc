@@ -4,7 +4,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <unordered_map>
@@ -368,6 +370,30 @@ class LocalServer::Session {
     return AnswerLocations(h, results, locs);
   }
 
+  bool ServeReadRemovals(const wire::FrameHeader& h, std::string_view meta) {
+    uint64_t after = 0, max_events = 0;
+    if (!GetFixed64(&meta, &after) || !GetFixed64(&meta, &max_events) || !meta.empty()) {
+      return false;
+    }
+    RemovalBatch batch;
+    // The DB holds max_events to its batch limit; one past any limit is refused there.
+    Status s = db_->ReadRemovals(
+        after, static_cast<size_t>(std::min<uint64_t>(max_events, SIZE_MAX)), &batch);
+    // An answer stays well inside a frame's metadata limit: the events past it are
+    // left for the reader's next call (its cursor is the last event it got).
+    uint64_t bytes = 0;
+    size_t fit = 0;
+    for (; fit < batch.events.size(); fit++) {
+      bytes += 19 + 10 + batch.events[fit].key.size();
+      if (bytes > wire::kMaxMetaLen / 2) break;
+    }
+    batch.events.resize(fit);
+    std::string out;
+    wire::PutBatchStatus(&out, s);
+    if (s.ok()) wire::PutRemovalBatch(&out, batch);
+    return Answer(h, out);
+  }
+
   // False: the request was malformed; close the connection.
   bool Serve(const wire::FrameHeader& h, const std::string& meta_bytes) {
     std::string_view meta(meta_bytes);
@@ -423,6 +449,13 @@ class LocalServer::Session {
         wire::PutBatchStatus(&out, db_->Flush());
         return Answer(h, out);
       }
+      case wire::kLocate: {
+        if (!get_keys(false)) return false;
+        Status s = db_->BatchLocate(keys, &results);
+        return AnswerResults(h, s, results);
+      }
+      case wire::kReadRemovals:
+        return ServeReadRemovals(h, meta);
       case wire::kCompactBuckets: {
         uint64_t reclaimed = 0;
         Status s = db_->CompactBuckets(&reclaimed);

@@ -226,6 +226,27 @@ Status ClusterDB::BatchExists(std::span<const Slice> keys, std::vector<int64_t>*
   return s;
 }
 
+Status ClusterDB::BatchLocate(std::span<const Slice> keys, std::vector<int64_t>* results) {
+  Status s = base_->BatchLocate(keys, results);
+  if (!s.ok() || (!router_->Routing() && !router_->ReadThrough())) return s;
+  // A key this host lacks may be a peer's: asked as BatchExists would ask it.
+  std::vector<Slice> absent;
+  std::vector<size_t> where;
+  for (size_t i = 0; i < keys.size(); i++) {
+    if ((*results)[i] == kLocatedAbsent) {
+      absent.push_back(keys[i]);
+      where.push_back(i);
+    }
+  }
+  if (absent.empty()) return s;
+  std::vector<int64_t> remote;
+  if (!BatchExists(absent, &remote).ok()) return s;  // the local answer stands
+  for (size_t j = 0; j < where.size(); j++) {
+    if (remote[j] == 1) (*results)[where[j]] = kLocatedPeer;
+  }
+  return s;
+}
+
 Status ClusterDB::BatchDelete(const WriteOptions& options, std::span<const Slice> keys,
                               std::vector<int64_t>* results) {
   if (!router_->Routing()) return base_->BatchDelete(options, keys, results);

@@ -67,6 +67,8 @@ class ClusterDB final : public StackableDB {
                       std::span<const Destination> destinations,
                       std::vector<int64_t>* results) override;
   Status BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) override;
+  // This host's tiers (the DB below); a key only a peer holds is kLocatedPeer.
+  Status BatchLocate(std::span<const Slice> keys, std::vector<int64_t>* results) override;
   Status BatchDelete(const WriteOptions& options, std::span<const Slice> keys,
                      std::vector<int64_t>* results) override;
   Status DeleteByRegex(const std::string& pattern, uint64_t* deleted) override;

@@ -62,6 +62,7 @@ Status DBImpl::Init() {
     if (!s.ok()) return s;
   }
 
+  removal_feed_ = std::make_unique<RemovalFeed>(options_.removal_feed_capacity, env_);
   if (options_.ssd_capacity_bytes > 0) {
     s = SsdTier::Open(options_, path_, env_, &logger_, &ssd_);
     if (!s.ok()) return s;
@@ -69,6 +70,8 @@ Status DBImpl::Init() {
   }
   s = MemoryTier::Create(options_, &logger_, &version_source_, &memory_);
   if (!s.ok()) return s;
+  memory_->SetRemovalFeed(removal_feed_.get());
+  if (ssd_ != nullptr) ssd_->SetRemovalFeed(removal_feed_.get());
   if (ssd_ != nullptr) {
     offloader_ = std::make_unique<Offloader>(memory_.get(), ssd_.get());
     memory_->SetEvictionHandler(offloader_.get());
@@ -248,6 +251,25 @@ Status DBImpl::CompactBuckets(uint64_t* reclaimed_bytes) {
   Status s = CheckOpen();
   if (!s.ok() || ssd_ == nullptr) return s;
   return ssd_->CompactBuckets(reclaimed_bytes);
+}
+
+Status DBImpl::ReadRemovals(uint64_t after, size_t max_events, RemovalBatch* batch) {
+  ReaderLock guard(&lifecycle_mu_);
+  Status s = CheckOpen();
+  if (!s.ok()) return s;
+  if (batch == nullptr) return Status::InvalidArgument("ReadRemovals: batch is null");
+  if (!removal_feed_->enabled()) {
+    return Status::NotSupported("ReadRemovals: the removal feed is off (removal_feed_capacity=0)");
+  }
+  if (max_events > options_.max_batch_size) {
+    return Status::InvalidArgument("ReadRemovals: max_events " + std::to_string(max_events) +
+                                   " exceeds max_batch_size (" +
+                                   std::to_string(options_.max_batch_size) + ")");
+  }
+  removal_feed_->Read(after, max_events, batch);
+  counters_.removal_feed_read.fetch_add(batch->events.size(), std::memory_order_relaxed);
+  counters_.removal_feed_missed.fetch_add(batch->missed, std::memory_order_relaxed);
+  return Status::OK();
 }
 
 bool DBImpl::GetProperty(const std::string& name, std::string* value) {

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "db/memory_tier.h"
+#include "db/removal_feed.h"
 #include "db/shared_arena.h"
 #include "db/ssd_tier.h"
 #include "env/gpu_io.h"
@@ -68,6 +69,8 @@ class DBImpl final : public DB, public SharedArena {
   Status CompactBuckets(uint64_t* reclaimed_bytes) override;
   bool GetProperty(const std::string& name, std::string* value) override;
   void ResetPerf() override;
+  Status BatchLocate(std::span<const Slice> keys, std::vector<int64_t>* results) override;
+  Status ReadRemovals(uint64_t after, size_t max_events, RemovalBatch* batch) override;
 
   Logger* info_log() { return &logger_; }
 
@@ -120,6 +123,11 @@ class DBImpl final : public DB, public SharedArena {
   // (not valid: NotFound); releases the handle.
   Status CopyFromMemory(const Slice& key, MemoryTier::Handle* handle,
                         std::span<const MutableSlice> dest, uint64_t capacity, uint64_t* size);
+  // BatchExists and BatchLocate: (*results)[i] is the tier that holds keys[i]
+  // (LocatedTier) or a negative error; `log_name` names the call in the log, `call`
+  // in error messages.
+  Status LocateBatch(const char* log_name, const char* call, std::span<const Slice> keys,
+                     std::vector<int64_t>* results);
   Status DeleteOne(const Slice& key);
   // Reads wait for a prefetch of their keys under way (db/prefetcher.h), then tell it
   // which keys they found in memory (prefetch hits and waste).  Nothing without SSD.
@@ -183,6 +191,8 @@ class DBImpl final : public DB, public SharedArena {
   Logger logger_;
   std::unique_ptr<FileLock> lock_;
   std::atomic<uint64_t> version_source_{0};
+  // Before the tiers, which record into it, so that it outlives them.
+  std::unique_ptr<RemovalFeed> removal_feed_;
   std::unique_ptr<MemoryTier> memory_;
   std::unique_ptr<SsdTier> ssd_;  // null when ssd_capacity_bytes == 0
   std::unique_ptr<Offloader> offloader_;

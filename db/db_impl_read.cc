@@ -350,10 +350,23 @@ Status DBImpl::BatchGetInto(const ReadOptions& options, std::span<const Slice> k
 
 Status DBImpl::BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) {
   PerfPoint perf(PerfKey::db_batch_exists);
-  CallLog log(&logger_, "batch_exists", &errors_);
+  Status s = LocateBatch("batch_exists", "BatchExists", keys, results);
+  if (s.ok()) {
+    for (int64_t& r : *results) r = r > 0 ? 1 : r;
+  }
+  return s;
+}
+
+Status DBImpl::BatchLocate(std::span<const Slice> keys, std::vector<int64_t>* results) {
+  return LocateBatch("batch_locate", "BatchLocate", keys, results);
+}
+
+Status DBImpl::LocateBatch(const char* log_name, const char* call, std::span<const Slice> keys,
+                           std::vector<int64_t>* results) {
+  CallLog log(&logger_, log_name, &errors_);
   log.Add("num_keys", keys.size());
   ReaderLock guard(&lifecycle_mu_);
-  Status s = StartBatch("BatchExists", keys, keys.size(), "keys", false, results);
+  Status s = StartBatch(call, keys, keys.size(), "keys", false, results);
   if (!s.ok()) return log.Finish(s);
   counters_.exists_queries.fetch_add(keys.size(), std::memory_order_relaxed);
   // The memory tier answers for the whole batch at once (its probes overlap); the SSD
@@ -366,16 +379,16 @@ Status DBImpl::BatchExists(std::span<const Slice> keys, std::vector<int64_t>* re
     if (!key_status.ok()) {
       (*results)[i] = key_status.ErrorCode();
     } else if (in_memory[i]) {
-      (*results)[i] = 1;
+      (*results)[i] = kLocatedMemory;
       tier = "memory";
     } else if (ssd_ != nullptr && ssd_->Contains(keys[i])) {
-      (*results)[i] = 1;
+      (*results)[i] = kLocatedSsd;
       tier = "ssd";
     } else {
-      (*results)[i] = 0;
+      (*results)[i] = kLocatedAbsent;
     }
     const int64_t r = (*results)[i];
-    log.Key(i, r, -1, tier, r >= 0 ? static_cast<int>(r) : -1);
+    log.Key(i, r, -1, tier, r >= 0 ? static_cast<int>(r != 0) : -1);
   }
   return log.Finish(Status::OK(), keys);
 }

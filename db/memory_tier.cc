@@ -6,6 +6,7 @@
 #include <thread>
 #include <utility>
 
+#include "db/removal_feed.h"
 #include "util/buffers.h"
 #include "util/config_parse.h"
 #include "util/hash.h"
@@ -137,6 +138,9 @@ void MemoryTier::Evict(Item* victim) {
     }
   }
   if (dropped) {
+    if (removal_feed_ != nullptr) {
+      removal_feed_->Record(key, RemovalEvent::kMemory, RemovalEvent::kCapacity);
+    }
     evictions_.fetch_add(1, std::memory_order_relaxed);
     evicted_bytes_.fetch_add(victim->size, std::memory_order_relaxed);
     Unref(victim);  // the index's reference
@@ -378,7 +382,12 @@ bool MemoryTier::Erase(const Slice& key, const CheckHook& also) {
   {
     MutexLock lock(&shard.mu);
     item = shard.index.Find(key.view(), hash);
-    if (item != nullptr) UnindexLocked(shard, hash, item);
+    if (item != nullptr) {
+      UnindexLocked(shard, hash, item);
+      if (removal_feed_ != nullptr) {
+        removal_feed_->Record(key.view(), RemovalEvent::kMemory, RemovalEvent::kDeleted);
+      }
+    }
     if (also) found_elsewhere = also();
   }
   if (item == nullptr) return found_elsewhere;
@@ -432,7 +441,12 @@ uint64_t MemoryTier::EraseIf(const std::function<bool(std::string_view)>& pred) 
       shard.index.ForEach([&](Item* item, uint64_t hash) {
         if (pred(item->KeyString())) doomed.emplace_back(item, hash);
       });
-      for (const auto& [item, hash] : doomed) UnindexLocked(shard, hash, item);
+      for (const auto& [item, hash] : doomed) {
+        UnindexLocked(shard, hash, item);
+        if (removal_feed_ != nullptr) {
+          removal_feed_->Record(item->KeyString(), RemovalEvent::kMemory, RemovalEvent::kDeleted);
+        }
+      }
     }
     for (const auto& [item, hash] : doomed) Unref(item);
     erased += doomed.size();

@@ -32,6 +32,7 @@
 namespace kvengine {
 
 class Logger;
+class RemovalFeed;
 
 // Offered each value the memory tier is about to evict (write-back offload).
 class EvictionHandler {
@@ -124,6 +125,9 @@ class MemoryTier {
   ~MemoryTier();
 
   void SetEvictionHandler(EvictionHandler* handler) { eviction_handler_ = handler; }
+  // Where the tier announces the values it evicts or erases (not owned; outlives the
+  // tier).  Set before the tier is used.
+  void SetRemovalFeed(RemovalFeed* feed) { removal_feed_ = feed; }
 
   // Runs under the key's shard lock, the DB's per-key lock: whatever it changes in the
   // other tiers changes atomically with the memory tier for that key.
@@ -222,6 +226,7 @@ class MemoryTier {
   std::atomic<uint64_t>* const version_source_;
   std::vector<Shard> shards_;
   EvictionHandler* eviction_handler_ = nullptr;
+  RemovalFeed* removal_feed_ = nullptr;
 
   std::atomic<uint64_t> items_{0};
   std::atomic<uint64_t> value_bytes_{0};

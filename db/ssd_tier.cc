@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "db/map_checkpoint.h"
+#include "db/removal_feed.h"
 #include "db/ssd_bucket.h"
 #include "env/descriptor_budget.h"
 #include "util/buffers.h"
@@ -389,6 +390,9 @@ bool SsdTier::Erase(const Slice& key) {
   SsdLocation loc;
   if (!map_.Find(fp, &loc)) return false;
   RemoveLocked(key.ToString(), fp, loc, /*tombstone=*/true);
+  if (removal_feed_ != nullptr) {
+    removal_feed_->Record(key.view(), RemovalEvent::kSsd, RemovalEvent::kDeleted);
+  }
   return true;
 }
 
@@ -818,11 +822,15 @@ uint64_t SsdTier::EraseKeysOfLocked(const SsdBucket& bucket) {
       if (map_.Find(fp, &loc) && loc.bucket == bucket.id) {
         map_.Erase(fp);
         erased++;
+        if (removal_feed_ != nullptr) {
+          removal_feed_->Record(e.key, RemovalEvent::kSsd, RemovalEvent::kCapacity);
+        }
       }
     }
     return erased;
   }
-  // Unreadable now: the whole map is searched, so that no key keeps pointing at it.
+  // Unreadable now: the whole map is searched, so that no key keeps pointing at it.  The
+  // map keeps fingerprints, not keys: these removals cannot be announced on the feed.
   logger_->Logf(LogLevel::kWarn, "evicting bucket %llu: %s; searching the whole map",
                 static_cast<unsigned long long>(bucket.id), s.ToString().c_str());
   return map_.EraseIf([&](const SsdLocation& loc) { return loc.bucket == bucket.id; });

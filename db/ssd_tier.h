@@ -58,6 +58,8 @@
 
 namespace kvengine {
 
+class RemovalFeed;
+
 class Logger;
 
 class SsdTier {
@@ -139,6 +141,10 @@ class SsdTier {
   // Seals and writes what is pending, syncs the tombstone log, stops the threads, and
   // saves the map checkpoint (SSDMAP) for the next Open.
   Status Close();
+
+  // Where the tier announces the keys it evicts (with their bucket) or erases (not
+  // owned; outlives the tier).  Set before the tier is used.
+  void SetRemovalFeed(RemovalFeed* feed) { removal_feed_ = feed; }
 
   // The highest version found at Open; the DB hands out versions above it.
   uint64_t recovered_max_version() const { return recovered_max_version_; }
@@ -334,6 +340,7 @@ class SsdTier {
   std::unique_ptr<Env> uring_env_;  // set when io_uring is in use
   Env* env_;                        // uring_env_ or base_env_
   Logger* const logger_;
+  RemovalFeed* removal_feed_ = nullptr;
   FileOptions file_options_;
   // The image size of a bucket: bucket_size_limit, but never more than a quarter of a
   // small SSD tier, so that a few buckets always fit.

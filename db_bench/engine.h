@@ -52,6 +52,8 @@ struct EngineConfig {
   // kvengine: attach to the owner serving this socket instead of opening `path`; "child":
   // start a child process that owns a fresh DB at `path` and serves it.
   std::string attach;
+  // kvengine: a thread reads the DB's removal feed every 10 ms while it is open.
+  bool removal_feed_reader = false;
 };
 
 // Keys served by each tier, as an engine counts them (counters that only grow).

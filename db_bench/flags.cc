@@ -162,6 +162,12 @@ DEFINE_bool(compare_in_process, false,
             "With --attach: run every kvengine benchmark also on an in-process kvengine (its "
             "own DB, same --memory and --options) and print the ratio attached/kvengine per "
             "benchmark, both measured in this run");
+DEFINE_bool(compare_removal_feed, false,
+            "Run every kvengine benchmark on two in-process kvengine DBs (same --memory and "
+            "--options), the second with a thread reading its removal feed "
+            "(DB::ReadRemovals) every 10 ms -- recording on, as under the vLLM "
+            "connector with KV events -- and print the ratio kvengine+feed/kvengine per "
+            "benchmark, both measured in this run");
 DEFINE_uint64(repeat, 1,
               "Run the whole --benchmarks list this many times, one round after another, then "
               "print each figure's median over the rounds (ops/sec, the ratio to its baseline, "
@@ -633,6 +639,8 @@ void CopyCheckedFlags(BenchConfig* c) {
   c->attach = FLAGS_attach;
   c->compare_in_process = FLAGS_compare_in_process;
   if (c->compare_in_process) c->engines = {"kvengine", "attached"};
+  c->compare_removal_feed = FLAGS_compare_removal_feed;
+  if (c->compare_removal_feed) c->engines = {"kvengine", "kvengine+feed"};
   c->repeat = FLAGS_repeat;
   c->auth_token_file = FLAGS_auth_token_file;
 }

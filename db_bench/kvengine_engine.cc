@@ -3,10 +3,13 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
+#include <thread>
 
 #include "db_bench/engine.h"
 #include "db_bench/flags.h"
@@ -59,10 +62,12 @@ class KvengineEngine : public Engine {
     notes_.push_back("kvengine: memory_capacity_bytes=" + std::to_string(config.memory_budget) +
                      (config.kvengine_options.empty() ? "" : " plus --options") +
                      (config.sync ? ", sync writes" : ""));
+    if (config.removal_feed_reader) StartFeedReader();
     return s;
   }
 
   Status Close() override {
+    StopFeedReader();
     if (!db_) return Status::OK();
     Status s = db_->Close();
     db_.reset();
@@ -219,6 +224,33 @@ class KvengineEngine : public Engine {
   std::vector<std::string> Notes() const override { return notes_; }
 
  private:
+  // Reads the removal feed every 10 ms, as a vLLM worker with KV events does each
+  // step (its events are dropped: what is measured is the cost to the data path).
+  void StartFeedReader() {
+    feed_stop_ = false;
+    feed_reader_ = std::thread([this] {
+      uint64_t cursor = 0, events = 0, missed = 0;
+      kvengine::RemovalBatch batch;
+      while (!feed_stop_.load(std::memory_order_relaxed)) {
+        if (!db_->ReadRemovals(cursor, 4096, &batch).ok()) break;
+        if (!batch.events.empty()) cursor = batch.events.back().sequence;
+        events += batch.events.size();
+        missed += batch.missed;
+        if (batch.events.size() < 4096) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      feed_events_ = events;
+      feed_missed_ = missed;
+    });
+  }
+  void StopFeedReader() {
+    if (!feed_reader_.joinable()) return;
+    feed_stop_ = true;
+    feed_reader_.join();
+    std::fprintf(stderr,
+                 "kvengine+feed: the reader got %" PRIu64 " removal events (%" PRIu64 " missed)\n",
+                 feed_events_, feed_missed_);
+  }
+
   Status Attach(const EngineConfig& config) {
     std::string socket = config.attach;
     if (socket == kAttachOwnChild) {
@@ -248,6 +280,9 @@ class KvengineEngine : public Engine {
 
   std::unique_ptr<kvengine::ReadyChild> owner_;
   std::unique_ptr<kvengine::DB> db_;
+  std::thread feed_reader_;
+  std::atomic<bool> feed_stop_{false};
+  uint64_t feed_events_ = 0, feed_missed_ = 0;
   kvengine::WriteOptions write_options_;
   kvengine::ReadOptions read_options_;
   std::vector<std::string> notes_;

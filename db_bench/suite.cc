@@ -197,6 +197,7 @@ bool Suite::OpenSlot(Slot* slot, std::string* error, bool reopen) {
   ec.auth_token_file = c_.auth_token_file;
   ec.data_set_bytes = c_.num * c_.value_size;
   if (slot->name == (c_.compare_in_process ? "attached" : "kvengine")) ec.attach = c_.attach;
+  ec.removal_feed_reader = slot->name == "kvengine+feed";
   Status s = slot->engine->Open(ec);
   if (!s.ok()) {
     *error = "cannot open " + slot->name + (slot->path.empty() ? "" : " in " + slot->path) + ": " +
@@ -521,8 +522,9 @@ void Suite::RunRound(uint64_t round, uint64_t* salt_counter) {
       Emit(&per_engine[i]);
     }
     if (per_engine.size() == 2) {
-      // The attached engine over the in-process one; kvengine over RocksDB.
-      const bool attached = c_.compare_in_process;
+      // The attached engine over the in-process one, the one whose removal feed is read
+      // over the other; kvengine over RocksDB.
+      const bool attached = c_.compare_in_process || c_.compare_removal_feed;
       const Result& a = per_engine[attached ? 1 : 0];
       const Result& b = per_engine[attached ? 0 : 1];
       if (c_.json) {

@@ -12,6 +12,7 @@ packages=(
   etcd-server  # the cluster tests start a private etcd (Debian 12: 3.4)
   python3-dev pybind11-dev python3-numpy python3-pytest
   python3-prometheus-client  # vLLM's metrics path in the connector tests (prometheus_client)
+  python3-msgpack  # the vLLM connector tests encode KV event batches as vLLM's msgpack publisher does
   clang libclang-rt-14-dev  # the fuzz targets (test/fuzz): clang and its libFuzzer (Debian 12)
 )
 # torch (CPU) for the tensor and vLLM-connector tests: measured on Debian 12, 171 packages,

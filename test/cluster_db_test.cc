@@ -98,6 +98,10 @@ class Recorder final : public DB {
   Status UnregisterBuffer(void* a) override { return inner_->UnregisterBuffer(a); }
   Status Flush() override { return inner_->Flush(); }
   Status CompactBuckets(uint64_t* n) override { return inner_->CompactBuckets(n); }
+  Status BatchLocate(std::span<const Slice> k, std::vector<int64_t>* r) override {
+    Scope s(this, "BatchLocate");
+    return inner_->BatchLocate(k, r);
+  }
   bool GetProperty(const std::string& n, std::string* v) override {
     return inner_->GetProperty(n, v);
   }
@@ -249,6 +253,23 @@ TEST(ClusterDBTest, ReadThroughFillsTheLocalCacheWithoutOverwriting) {
   EXPECT_EQ(value, "bytes of b");
   EXPECT_EQ(a.local->reentries(), 0);
   EXPECT_EQ(a.top->reentries(), 0);
+  ASSERT_TRUE(a.db->Close().ok());
+  ASSERT_TRUE(b.db->Close().ok());
+}
+
+TEST(ClusterDBTest, BatchLocateNamesThePeerOfAKeyOnlyAPeerHolds) {
+  test::TempDir dir;
+  const uint16_t pa = FreePort(), pb = FreePort();
+  Host a = StartHost(dir.Sub("a"), pa, pb, PeerMode::kReadThrough);
+  Host b = StartHost(dir.Sub("b"), pb, pa, PeerMode::kReadThrough);
+  ASSERT_TRUE(b.db->Put(WriteOptions(), "only-on-b", "b").ok());
+  ASSERT_TRUE(a.db->Put(WriteOptions(), "on-a", "a").ok());
+  const std::vector<Slice> keys{"only-on-b", "on-a", "nowhere"};
+  std::vector<int64_t> results;
+  ASSERT_TRUE(a.db->BatchLocate(keys, &results).ok());
+  EXPECT_EQ(results, (std::vector<int64_t>{kLocatedPeer, kLocatedMemory, kLocatedAbsent}));
+  EXPECT_EQ(a.local->calls("BatchLocate"), 1);  // this host's tiers, once
+  EXPECT_EQ(a.local->reentries(), 0);
   ASSERT_TRUE(a.db->Close().ok());
   ASSERT_TRUE(b.db->Close().ok());
 }

@@ -541,6 +541,8 @@ const std::vector<std::string> kTextNames = {
     "prefetch_hits",
     "prefetch_wasted",
     "prefetch_dropped",
+    "removal_feed_read",
+    "removal_feed_missed",
     "errors.not_found",
     "errors.invalid_argument",
     "errors.corruption",
@@ -629,6 +631,8 @@ const std::vector<std::string> kJsonNames = {
     "prefetch_hits",
     "prefetch_wasted",
     "prefetch_dropped",
+    "removal_feed_read",
+    "removal_feed_missed",
     "errors.not_found",
     "errors.invalid_argument",
     "errors.corruption",
@@ -774,6 +778,13 @@ const std::vector<std::string> kPromLines = {
     "# HELP kvengine_prefetch_dropped_total Prefetches given up: over prefetch_max_bytes, no room in memory, or unreadable.",
     "# TYPE kvengine_prefetch_dropped_total counter",
     "kvengine_prefetch_dropped_total",
+    "# HELP kvengine_removal_feed_read_total Removal events handed to feed readers.",
+    "# TYPE kvengine_removal_feed_read_total counter",
+    "kvengine_removal_feed_read_total",
+    "# HELP kvengine_removal_feed_missed_total Removal events feed readers missed: overwritten in "
+    "the ring before they read.",
+    "# TYPE kvengine_removal_feed_missed_total counter",
+    "kvengine_removal_feed_missed_total",
     "# HELP kvengine_errors_total Failed keys and calls, by kind of error.",
     "# TYPE kvengine_errors_total counter",
     "kvengine_errors_total{kind=\"not_found\"}",
@@ -900,7 +911,7 @@ void ExpectPromAsText(const std::vector<std::pair<std::string, std::string>>& pr
     EXPECT_EQ(value, it->second) << sample;
     checked++;
   }
-  EXPECT_EQ(checked, 36);  // 11 memory, tier hits, 15 DB-wide, 9 error kinds
+  EXPECT_EQ(checked, 38);  // 11 memory, tier hits, 15 DB-wide, 2 removal feed, 9 error kinds
 }
 
 // The three properties after RunCalls(), with the SSD tier or without.

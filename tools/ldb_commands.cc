@@ -27,7 +27,10 @@ DEFINE_string(prefix, "", "scan: only keys starting with this prefix");
 DEFINE_string(regex, "",
               "scan: only keys matching this ECMAScript regex (the whole key, as in "
               "DeleteByRegex)");
-DEFINE_uint64(limit, 0, "scan: print at most this many keys (0: all)");
+DEFINE_uint64(limit, 0,
+              "scan: print at most this many keys (0: all); explain: this many slowest "
+              "requests (0: 10)");
+DEFINE_string(log, "", "explain: a file of per-request accounts (JSON lines)");
 DEFINE_string(key, "", "get, delete: the key (or give it as the argument after the command)");
 DEFINE_bool(hex, false, "get: print the whole value as a hex dump");
 DEFINE_bool(raw, false, "get: write the raw value bytes to stdout (for piping)");
@@ -851,12 +854,13 @@ std::vector<std::unique_ptr<LdbCommand>> AllCommands() {
   c.push_back(std::make_unique<PeersCommand>());
   c.push_back(std::make_unique<CompactCommand>());
   c.push_back(std::make_unique<DeleteCommand>());
+  c.push_back(NewExplainCommand());
   return c;
 }
 
 std::vector<std::string> AllFlagNames() {
-  return {"db",    "read_only", "bucket", "file", "values", "preview_bytes", "prefix", "regex",
-          "limit", "key",       "hex",    "raw",  "out",    "json",          "options"};
+  return {"db",    "read_only", "bucket", "file", "values", "preview_bytes", "prefix",  "regex",
+          "limit", "key",       "hex",    "raw",  "out",    "json",          "options", "log"};
 }
 
 }  // namespace ldb

@@ -40,6 +40,9 @@ class LdbCommand {
   virtual int DoCommand(const std::vector<std::string>& args) = 0;
 };
 
+// explain (tools/ldb_explain.cc): summarises a file of per-request accounts.
+std::unique_ptr<LdbCommand> NewExplainCommand();
+
 // Every command, in the order `kv_ldb help` lists them.
 std::vector<std::unique_ptr<LdbCommand>> AllCommands();
 

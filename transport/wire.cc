@@ -165,6 +165,46 @@ bool GetDeleteMatching(std::string_view* in, MatchMode* mode, std::string_view* 
   return true;
 }
 
+void PutRemovalBatch(std::string* dst, const RemovalBatch& batch) {
+  PutFixed64(dst, batch.missed);
+  PutFixed64(dst, batch.last_sequence);
+  PutFixed32(dst, static_cast<uint32_t>(batch.events.size()));
+  for (const RemovalEvent& e : batch.events) {
+    PutFixed64(dst, e.sequence);
+    PutFixed64(dst, e.time_micros);
+    dst->push_back(static_cast<char>(e.tier));
+    dst->push_back(static_cast<char>(e.reason));
+    PutLengthPrefixed(dst, e.key);
+  }
+}
+
+bool GetRemovalBatch(std::string_view* in, RemovalBatch* batch) {
+  uint32_t n = 0;
+  if (!GetFixed64(in, &batch->missed) || !GetFixed64(in, &batch->last_sequence) ||
+      !GetFixed32(in, &n) || n > in->size() / 19) {  // 19: the smallest event's bytes
+    return false;
+  }
+  batch->events.assign(n, RemovalEvent());
+  for (RemovalEvent& e : batch->events) {
+    std::string_view key;
+    if (!GetFixed64(in, &e.sequence) || !GetFixed64(in, &e.time_micros) || in->size() < 2) {
+      return false;
+    }
+    const uint8_t tier = static_cast<uint8_t>((*in)[0]);
+    const uint8_t reason = static_cast<uint8_t>((*in)[1]);
+    in->remove_prefix(2);
+    if ((tier != RemovalEvent::kMemory && tier != RemovalEvent::kSsd) ||
+        (reason != RemovalEvent::kCapacity && reason != RemovalEvent::kDeleted) ||
+        !GetLengthPrefixed(in, &key)) {
+      return false;
+    }
+    e.tier = static_cast<RemovalEvent::Tier>(tier);
+    e.reason = static_cast<RemovalEvent::Reason>(reason);
+    e.key.assign(key);
+  }
+  return in->empty();
+}
+
 uint64_t AuthProof(std::string_view nonce, std::string_view token) {
   // token || nonce || token, so neither a prefix nor a suffix of the input is chosen by
   // the server alone.

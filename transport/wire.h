@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvengine/db.h"
 #include "kvengine/slice.h"
 #include "kvengine/status.h"
 
@@ -64,6 +65,10 @@ enum Op : uint8_t {
   // (transport/shm_channel.h), which carries every later frame both ways; owners with
   // kFeatureChannel.
   kOpenChannel = 40,
+  // keys -> batch status, a result per key (a LocatedTier of kvengine/db.h, or an error).
+  kLocate = 41,
+  // fixed64 after, fixed64 max_events -> status, then the RemovalBatch (PutRemovalBatch).
+  kReadRemovals = 42,
 };
 // Bits of the features an owner announces in its ATTACH answer.
 constexpr uint64_t kFeatureSpares = 1;   // kCommitReserve
@@ -131,6 +136,13 @@ bool GetKeys(std::string_view* in, std::vector<std::string_view>* keys,
 // Results: uint32 count, then one fixed64 (two's complement int64) per key.
 void PutResults(std::string* dst, std::span<const int64_t> results);
 bool GetResults(std::string_view* in, std::vector<int64_t>* results);
+
+// READ_REMOVALS answer after its status: fixed64 missed, fixed64 last_sequence, uint32
+// count, then per event fixed64 sequence, fixed64 time_micros, u8 tier, u8 reason and the
+// length-prefixed key.
+void PutRemovalBatch(std::string* dst, const RemovalBatch& batch);
+// False when malformed (an unknown tier or reason, short or trailing bytes).
+bool GetRemovalBatch(std::string_view* in, RemovalBatch* batch);
 
 // DELETE_MATCHING request: u8 mode, then the length-prefixed pattern.
 void PutDeleteMatching(std::string* dst, MatchMode mode, std::string_view pattern);

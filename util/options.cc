@@ -146,6 +146,7 @@ const std::vector<OptionEntry>& Table() {
       SizeOption("max_key_size", &Options::max_key_size),
       SizeOption("max_value_size", &Options::max_value_size),
       SizeOption("max_batch_size", &Options::max_batch_size),
+      SizeOption("removal_feed_capacity", &Options::removal_feed_capacity),
       SizeOption("gpu_staging_bytes", &Options::gpu_staging_bytes),
       SizeOption("gpu_chunk_bytes", &Options::gpu_chunk_bytes),
       SizeOption("gpu_streams", &Options::gpu_streams),

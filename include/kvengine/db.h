@@ -51,6 +51,49 @@ using ValueParts = std::vector<Slice>;
 // Where BatchGetInto scatters one key's value: filled in order.
 using Destination = std::vector<MutableSlice>;
 
+// What BatchLocate answers for a key that is present: the tier that holds it (the
+// nearest, when several do).  DO NOT CHANGE THESE VALUES: attached clients and the
+// Python module receive them as numbers.
+enum LocatedTier : int64_t {
+  kLocatedAbsent = 0,
+  kLocatedMemory = 1,
+  kLocatedSsd = 2,
+  kLocatedPeer = 3,  // ClusterDB: not on this host, held by a peer
+};
+
+// One entry of the removal feed (DB::ReadRemovals): a value left a tier.
+struct RemovalEvent {
+  // The tier the value left.  DO NOT CHANGE THESE VALUES (sent to attached clients).
+  enum Tier : uint8_t { kMemory = 1, kSsd = 2 };
+  // Why.  DO NOT CHANGE THESE VALUES (sent to attached clients).
+  enum Reason : uint8_t {
+    // The tier was full: the value was evicted to make room.  From the memory tier of a
+    // DB with an SSD tier, the value went to SSD first (unless a newer write or a delete
+    // had replaced it): it is still readable there.
+    kCapacity = 1,
+    // Delete, BatchDelete, DeleteByRegex or DeleteAll removed it.
+    kDeleted = 2,
+  };
+  uint64_t sequence = 0;     // 1, 2, ... in the order the DB recorded them
+  uint64_t time_micros = 0;  // when, in microseconds since the Unix epoch (Env clock)
+  Tier tier = kMemory;
+  Reason reason = kCapacity;
+  std::string key;
+};
+
+// What one ReadRemovals call returns.
+struct RemovalBatch {
+  // The events with sequence > `after`, oldest first, at most `max_events`.
+  std::vector<RemovalEvent> events;
+  // Events after `after` that the ring no longer held (overwritten by newer ones before
+  // this reader asked): they are lost to this reader, and counted in the stats as
+  // "removal_feed.missed".
+  uint64_t missed = 0;
+  // The sequence of the newest event the DB has recorded (0: none yet).  A reader
+  // that wants only what happens from now on starts its cursor here.
+  uint64_t last_sequence = 0;
+};
+
 class DB {
  public:
   // Opens the DB in directory `path` (created when missing and create_if_missing).
@@ -179,6 +222,45 @@ class DB {
   // exceeds gc_deleted_ratio) and stores the bytes of disk space reclaimed in
   // *reclaimed_bytes (may be nullptr).  OK with nothing to do, or without an SSD tier.
   virtual Status CompactBuckets(uint64_t* reclaimed_bytes) = 0;
+
+  // Stores, in (*results)[i], where keys[i] is: a LocatedTier (kLocatedAbsent when
+  // absent), or a negative error.  BatchExists's answer, with the tier named: for
+  // accounting and tools, not for deciding what to read (a value may move between the
+  // call and the read).  Batch rules as BatchExists.
+  // Default: NotSupported (a DB implementation that does not know its tiers).
+  virtual Status BatchLocate(std::span<const Slice> keys, std::vector<int64_t>* results) {
+    (void)keys;
+    (void)results;
+    return Status::NotSupported("BatchLocate");
+  }
+
+  // ---------------------------------------------------------------- removal feed
+  // The removal feed: the DB announces each value that leaves a tier -- evicted for
+  // room, or deleted -- so that a cache-aware router, or an account of why a read
+  // missed, learns of it (docs/observability.md, "The removal feed").  The DB keeps the
+  // newest Options::removal_feed_capacity events in a ring; each reader keeps its own
+  // cursor, so any number of readers, in this process or attached ones, read the same
+  // feed without taking events from each other.
+  //
+  // Stores in *batch the events with sequence > `after` (oldest first, at most
+  // `max_events`; 0 asks only for last_sequence), how many of them the ring no longer
+  // held, and the newest sequence.  A reader passes the sequence of the last event it
+  // saw as the next `after`.  Recording starts with the DB's first ReadRemovals call:
+  // removals before it are not recorded.  One event per tier a value leaves: a delete
+  // of a value held in memory and on SSD is two events.  Overwrites are not removals;
+  // neither is a promotion.
+  //
+  // Thread-safety: as every call.  The feed is one mutex-guarded ring, taken once per
+  // removal only while recording; eviction paths never wait on a reader.
+  // NotSupported when the feed is off (removal_feed_capacity = 0) or the DB cannot
+  // report removals; InvalidArgument when max_events exceeds Options::max_batch_size.
+  // ClusterDB reports this host's tiers only; an attached client reads its owner's feed.
+  virtual Status ReadRemovals(uint64_t after, size_t max_events, RemovalBatch* batch) {
+    (void)after;
+    (void)max_events;
+    (void)batch;
+    return Status::NotSupported("ReadRemovals");
+  }
 
   // Stores a property's value in *value and returns true; false for an unknown name.
   //   "kvengine.stats"       counters and bytes per tier, as text

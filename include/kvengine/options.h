@@ -242,6 +242,15 @@ struct Options {
   // Default: 65536
   uint64_t max_batch_size = 65536;
 
+  // ---------------------------------------------------------------- removal feed
+  // Events the removal feed (DB::ReadRemovals) keeps: a ring of this many of the newest
+  // removals (a value evicted from or deleted in a tier).  The feed records nothing
+  // until the first ReadRemovals call on the DB (or an attached client's), so a DB whose
+  // feed nobody reads pays one relaxed atomic load per removal.  0 turns the feed off
+  // (ReadRemovals then returns NotSupported).
+  // Default: 65536
+  uint64_t removal_feed_capacity = 65536;
+
   // ---------------------------------------------------------------- GPU staging
   // Buffers given to puts and gets may be GPU memory (CUDA device pointers, e.g. a torch
   // tensor's data_ptr()) when kvengine is built with CUDA; see docs/gpu.md.  These size

@@ -76,6 +76,12 @@ class StackableDB : public DB {
   Status CompactBuckets(uint64_t* reclaimed_bytes) override {
     return base_->CompactBuckets(reclaimed_bytes);
   }
+  Status BatchLocate(std::span<const Slice> keys, std::vector<int64_t>* results) override {
+    return base_->BatchLocate(keys, results);
+  }
+  Status ReadRemovals(uint64_t after, size_t max_events, RemovalBatch* batch) override {
+    return base_->ReadRemovals(after, max_events, batch);
+  }
   bool GetProperty(const std::string& name, std::string* value) override {
     return base_->GetProperty(name, value);
   }

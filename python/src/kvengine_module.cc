@@ -496,7 +496,7 @@ class Store {
   // DB::Prefetch: per key 1 when its read up from SSD started, 0 when not, else negative.
   std::vector<int64_t> BatchPrefetch(py::handle keys_obj) {
     kvengine::PerfPoint perf(kvengine::PerfKey::py_batch_prefetch);
-    return KeysCall(KeysFrom(keys_obj), &DB::Prefetch);
+    return AskKeys(KeysFrom(keys_obj), &DB::Prefetch);
   }
 
   std::vector<int64_t> BatchIsExist(py::handle keys_obj) {
@@ -517,6 +517,34 @@ class Store {
       ++leading;
     }
     return leading;
+  }
+
+  // BatchLocate: per key 0 absent, 1 memory, 2 SSD, 3 a peer, or a negative code.
+  std::vector<int64_t> BatchLocate(py::handle keys_obj) {
+    return AskKeys(KeysFrom(keys_obj), &DB::BatchLocate);
+  }
+
+  // ReadRemovals: (events, missed, last_sequence), each event a tuple (sequence,
+  // time_micros, tier, reason, key bytes) with tier "memory" | "ssd" and reason
+  // "capacity" | "deleted"; or a negative code.
+  py::object ReadRemovals(uint64_t after, int64_t max_events) {
+    if (max_events < 0) throw py::value_error("max_events must not be negative");
+    auto db = GetDb();
+    if (!db) return py::int_(kNotOpen);
+    RemovalBatch batch;
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = db->ReadRemovals(after, static_cast<size_t>(max_events), &batch);
+    }
+    if (!s.ok()) return py::int_(s.ErrorCode());
+    py::list events;
+    for (const RemovalEvent& e : batch.events) {
+      events.append(py::make_tuple(
+          e.sequence, e.time_micros, e.tier == RemovalEvent::kMemory ? "memory" : "ssd",
+          e.reason == RemovalEvent::kCapacity ? "capacity" : "deleted", py::bytes(e.key)));
+    }
+    return py::make_tuple(events, batch.missed, batch.last_sequence);
   }
 
   int Remove(py::handle key_obj) {
@@ -749,14 +777,13 @@ class Store {
   }
 
   std::vector<int64_t> Exists(const std::vector<std::string>& keys) {
-    return KeysCall(keys, &DB::BatchExists);
+    return AskKeys(keys, &DB::BatchExists);
   }
 
-  // A batch call of the DB that takes only keys (BatchExists, Prefetch), without the GIL;
-  // a result per key.
-  std::vector<int64_t> KeysCall(const std::vector<std::string>& keys,
-                                Status (DB::*call)(std::span<const Slice>,
-                                                   std::vector<int64_t>*)) {
+  // A batch call of the DB that takes only keys (BatchExists, BatchLocate, Prefetch),
+  // without the GIL: its results per key.
+  std::vector<int64_t> AskKeys(const std::vector<std::string>& keys,
+                               Status (DB::*ask)(std::span<const Slice>, std::vector<int64_t>*)) {
     auto db = GetDb();
     if (!db) return std::vector<int64_t>(keys.size(), kNotOpen);
     std::vector<Slice> slices = SlicesOf(keys);
@@ -764,7 +791,7 @@ class Store {
     Status s;
     {
       py::gil_scoped_release nogil;
-      s = ((*db).*call)(slices, &results);
+      s = (db.get()->*ask)(slices, &results);
     }
     return Results(s, std::move(results), keys.size());
   }
@@ -890,6 +917,9 @@ PYBIND11_MODULE(_kvengine, m) {
            "Starts reading the keys' SSD-resident values up into memory for a read soon; "
            "per key 1 (started), 0 (not needed or not possible), or a negative error.")
       .def("batch_leading_exist", &Store::LeadingExist, py::arg("keys"))
+      .def("batch_locate", &Store::BatchLocate, py::arg("keys"))
+      .def("read_removals", &Store::ReadRemovals, py::arg("after") = 0,
+           py::arg("max_events") = 1024)
       .def("remove", &Store::Remove, py::arg("key"))
       .def("batch_remove", &Store::BatchRemove, py::arg("keys"))
       .def("remove_by_regex", &Store::RemoveByRegex, py::arg("pattern"))

@@ -38,7 +38,9 @@ def _copy_checked_modules(src, dst):
                 "vllm/distributed/kv_transfer/kv_connector/factory.py",
                 "vllm/v1/metrics/utils.py", "vllm/config/kv_transfer.py",
                 "vllm/v1/core/sched/output.py", "vllm/v1/kv_cache_interface.py",
-                "vllm/distributed/parallel_state.py"):
+                "vllm/distributed/parallel_state.py", "vllm/distributed/kv_events.py",
+                "vllm/config/kv_events.py", "vllm/v1/outputs.py",
+                "vllm/distributed/kv_transfer/kv_connector/utils.py"):
         if os.path.exists(os.path.join(src, rel)):
             os.makedirs(os.path.dirname(os.path.join(dst, rel)), exist_ok=True)
             shutil.copy(os.path.join(src, rel), os.path.join(dst, rel))
@@ -97,7 +99,16 @@ def test_the_check_names_a_renamed_member_everywhere(tmp_path):
     _rewrite(base, "def get_finished_count(", "def get_finished_total(")
     utils = os.path.join(root, "vllm/v1/metrics/utils.py")
     _rewrite(utils, "def create_metric_per_engine(", "def make_metric_per_engine(")
+    events = os.path.join(root, "vllm/distributed/kv_events.py")
+    _rewrite(events, "def get_common_events(", "def get_shared_events(")
+    _rewrite(events, "    group_idx: Optional[int] = None\n\n    def __hash__(self) -> int:\n"
+             "        return hash((tuple(self.block_hashes), self.medium",
+             "    group_idx: Optional[int] = 0\n\n    def __hash__(self) -> int:\n"
+             "        return hash((tuple(self.block_hashes), self.medium")
     problems = "\n".join(vc.run(root, ["compat"]))
+    assert "KVEventAggregator.get_common_events: vLLM's KVEventAggregator has no member" \
+        in problems, problems
+    assert "BlockRemoved.group_idx: default None; vLLM's 0" in problems, problems
     assert "KVConnectorBase_V1.get_finished_count: vLLM's KVConnectorBase_V1 has no member" \
         in problems, problems
     assert "KVConnectorBase_V1.requires_piecewise_for_cudagraph takes (cls, extra_config)" \

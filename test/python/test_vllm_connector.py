@@ -109,7 +109,7 @@ def test_is_a_connector_and_loadable_by_name(store_path):
         assert cls.requires_piecewise_for_cudagraph({}) is True
         assert cls.requires_piecewise_for_cudagraph({"path": "/x"}) is True
         assert cls.get_required_kvcache_layout(cfg) is None
-        assert c.take_events() == () and c.build_connector_worker_meta() is None
+        assert list(c.take_events()) == [] and c.build_connector_worker_meta() is None
         assert c.on_new_request(req) is None and c.bind_gpu_block_pool(None) is None
         assert c.has_pending_push_work() is False
     finally:

@@ -5,6 +5,8 @@ the path owns the store and serves the others; a block saved by one instance loa
 bit-exact into the other; when the owning instance exits, the other takes the store over
 and still loads what was saved."""
 import multiprocessing
+import pickle
+import time
 
 import pytest
 import torch
@@ -24,9 +26,10 @@ def Process(ctx, *args):
 class Instance:
     """A tensor-parallel-2 vLLM instance: scheduler process, worker processes 0 and 1."""
 
-    def __init__(self, ctx, path, engine_id):
-        self.scheduler = Process(ctx, "scheduler", path, 2, engine_id)
-        self.workers = [Process(ctx, "worker", path, 2, engine_id, r) for r in range(2)]
+    def __init__(self, ctx, path, engine_id, events=False):
+        self.scheduler = Process(ctx, "scheduler", path, 2, engine_id, None, events)
+        self.workers = [Process(ctx, "worker", path, 2, engine_id, r, events)
+                        for r in range(2)]
 
     def processes(self):
         return [self.scheduler] + self.workers
@@ -133,3 +136,41 @@ def test_connectors_attach_to_a_server_socket(db_path):
             for sched, worker, _ in instances:
                 sched.shutdown()
                 worker.shutdown()
+
+
+def test_kv_events_of_a_tensor_parallel_2_instance_across_processes(db_path):
+    """vLLM's event path across real processes: each worker process returns its output
+    (pickled, as vLLM's executor ships it), vLLM's KVOutputAggregator merges them, the
+    scheduler process's connector publishes what both ranks reported, encoded as vLLM's
+    publisher encodes it."""
+    msgpack = pytest.importorskip(
+        "msgpack", reason="msgpack is not installed (Debian: apt-get install python3-msgpack)")
+    from kvengine.vllm.events import MEDIUM_MEMORY, external_hash
+
+    ctx = multiprocessing.get_context("spawn")
+    none_hash = fk._sha256("0")
+    tokens = [(i * 17) % 32000 for i in range(2 * vp.BS + 3)]
+    hashes = fk.block_hashes(tokens, vp.BS, none_hash)
+    inst = Instance(ctx, db_path, "A", events=True)
+
+    def step(meta, compute=()):
+        outputs = [pickle.loads(w("step_output", meta, compute)) for w in inst.workers]
+        merged = fk.KVOutputAggregator(2).aggregate(outputs)
+        payload = inst.scheduler("publish", pickle.dumps(merged))
+        return msgpack.unpackb(payload, raw=False) if payload else None
+
+    try:
+        ids = [3, 4, 5]
+        _, meta = inst.scheduler("schedule", "r1", tokens, ids, none_hash)
+        batch = step(meta, list(zip(ids, hashes)))
+        events = batch["events"]
+        assert [(e["type"], e["block_hashes"], e["medium"]) for e in events] == \
+            [("BlockStored", [external_hash(bytes(h).hex())], MEDIUM_MEMORY) for h in hashes]
+        assert events[1]["parent_block_hash"] == external_hash(bytes(hashes[0]).hex())
+        assert step(inst.scheduler("idle")) is None  # nothing new: nothing published
+        assert inst.workers[1]("remove_block", hashes[0], 1) == 0
+        batch = step(inst.scheduler("idle"))
+        assert [(e["type"], e["block_hashes"], e["medium"]) for e in batch["events"]] == \
+            [("BlockRemoved", [external_hash(bytes(hashes[0]).hex())], MEDIUM_MEMORY)]
+    finally:
+        inst.close()

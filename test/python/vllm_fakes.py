@@ -90,11 +90,28 @@ class ParallelConfig:
 
 
 @dataclasses.dataclass
+class KVEventsConfig:
+    enable_kv_cache_events: bool = False
+    publisher: Optional[str] = None  # vLLM: "zmq" when events are on, else "null"
+    endpoint: str = "tcp://*:5557"
+    replay_endpoint: Optional[str] = None
+    buffer_steps: int = 10_000
+    hwm: int = 100_000
+    max_queue_size: int = 100_000
+    topic: str = ""
+
+    def __post_init__(self):
+        if self.publisher is None:
+            self.publisher = "zmq" if self.enable_kv_cache_events else "null"
+
+
+@dataclasses.dataclass
 class VllmConfig:
     model_config: Optional[ModelConfig] = None
     cache_config: CacheConfig = dataclasses.field(default_factory=CacheConfig)
     parallel_config: ParallelConfig = dataclasses.field(default_factory=ParallelConfig)
     kv_transfer_config: Optional[KVTransferConfig] = None
+    kv_events_config: Optional[KVEventsConfig] = None
 
 
 @dataclasses.dataclass
@@ -537,10 +554,12 @@ def fill_block(caches, layout, block_id, block_hash):
         view.copy_(torch.randn(view.shape, generator=g).to(cache.dtype))
 
 
-def run_worker_step(worker, meta, caches, layout, compute=()):
+def run_worker_step(worker, meta, caches, layout, compute=(), keep_bound=False):
     """One forward pass on the worker as vLLM runs it: start_load_kv, then per layer
     wait_for_layer_load, attention (here: 'computing' blocks) and save_kv_layer, then
-    wait_for_save; the metadata crosses a process boundary (pickled)."""
+    wait_for_save; the metadata crosses a process boundary (pickled).  keep_bound: the
+    metadata stays bound, for the output vLLM collects before it clears it
+    (worker_output)."""
     meta = pickle.loads(pickle.dumps(meta))
     worker.bind_connector_metadata(meta)
     worker.start_load_kv(Forward())
@@ -551,5 +570,112 @@ def run_worker_step(worker, meta, caches, layout, compute=()):
                 fill_block(caches, layout, block_id, block_hash)
         worker.save_kv_layer(name, cache, None)
     worker.wait_for_save()
-    worker.clear_connector_metadata()
+    if not keep_bound:
+        worker.clear_connector_metadata()
     return meta
+
+
+# ------------------------------------------------------------------ KV events, vLLM's path
+# vllm/v1/outputs.py: what each worker returns; vllm/distributed/kv_transfer/kv_connector/
+# utils.py: KVOutputAggregator merging the workers' outputs; the scheduler's handling in
+# vllm/v1/core/sched/scheduler.py (update_from_output), modelled by publish_events.
+
+
+@dataclasses.dataclass
+class KVConnectorOutput:
+    finished_sending: Optional[set] = None
+    finished_recving: Optional[set] = None
+    kv_connector_stats: Any = None
+    kv_cache_events: Any = None
+    kv_connector_worker_meta: Any = None
+    invalid_block_ids: set = dataclasses.field(default_factory=set)
+    expected_finished_count: int = 0
+
+    def is_empty(self):
+        return (not self.finished_sending and not self.finished_recving
+                and not self.kv_connector_stats and not self.kv_cache_events
+                and not self.invalid_block_ids and not self.kv_connector_worker_meta)
+
+
+@dataclasses.dataclass
+class ModelRunnerOutput:
+    req_ids: list
+    req_id_to_index: dict
+    kv_connector_output: Optional[KVConnectorOutput] = None
+
+
+def worker_output(connector, finished_req_ids=()):
+    """What vLLM's KVConnectorModelRunnerMixin collects from a worker's connector at the
+    end of its step (before clear_connector_metadata)."""
+    out = KVConnectorOutput()
+    out.finished_sending, out.finished_recving = connector.get_finished(set(finished_req_ids))
+    out.invalid_block_ids = connector.get_block_ids_with_load_errors()
+    out.kv_connector_stats = connector.get_kv_connector_stats()
+    out.kv_cache_events = connector.get_kv_connector_kv_cache_events()
+    out.kv_connector_worker_meta = connector.build_connector_worker_meta()
+    return ModelRunnerOutput(req_ids=[], req_id_to_index={}, kv_connector_output=out)
+
+
+class KVOutputAggregator:
+    """vLLM's merge of the workers' outputs into rank 0's (the events part as vLLM does
+    it: the first worker's object is the accumulator; each later non-empty one adds its
+    events and one worker)."""
+
+    def __init__(self, expected_finished_count: int):
+        self._recv_remaining_count = {}
+        self._send_remaining_count = {}
+        self._expected_finished_count = expected_finished_count
+
+    @classmethod
+    def from_connector(cls, connector, world_size: int):
+        return cls(connector.get_finished_count() or world_size)
+
+    def aggregate(self, outputs: list, output_rank: int = 0):
+        if not outputs[output_rank]:
+            return None
+        stats = None
+        events = None
+        invalid = set()
+        for model_runner_output in outputs:
+            kv_output = model_runner_output.kv_connector_output
+            if not kv_output:
+                continue
+            if stats is None:
+                stats = kv_output.kv_connector_stats
+            elif kv_output.kv_connector_stats:
+                stats = stats.aggregate(kv_output.kv_connector_stats)
+            if events is None:
+                events = kv_output.kv_cache_events
+            elif kv_cache_events := kv_output.kv_cache_events:
+                assert isinstance(events, type(kv_cache_events))
+                events.add_events(kv_cache_events.get_all_events())
+                events.increment_workers(1)
+            invalid |= kv_output.invalid_block_ids
+        output = outputs[output_rank]
+        output.kv_connector_output = KVConnectorOutput(
+            kv_connector_stats=stats or None, kv_cache_events=events or None,
+            invalid_block_ids=invalid,
+            expected_finished_count=self._expected_finished_count)
+        return output
+
+
+def publish_events(scheduler_connector, aggregated_output):
+    """The scheduler's end of a step (update_from_output): the connector sees the merged
+    output, then its take_events are published as one KVEventBatch, encoded as vLLM's
+    ZmqEventPublisher encodes it (msgspec's msgpack encoder).  Returns (batch, payload),
+    (None, None) when there was nothing to publish."""
+    import time
+
+    import msgpack
+
+    kv_output = aggregated_output.kv_connector_output if aggregated_output else None
+    if kv_output:
+        scheduler_connector.update_connector_output(kv_output)
+    events = None
+    connector_events = scheduler_connector.take_events()
+    if connector_events:
+        events = list(connector_events)
+    if not events:
+        return None, None
+    batch = compat.KVEventBatch(ts=time.time(), events=events)
+    return batch, msgpack.packb(compat.to_builtins(batch), use_bin_type=True)

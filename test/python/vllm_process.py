@@ -15,7 +15,7 @@ BS = 16
 LAYOUT = "flash_nhd"
 
 
-def config(path, tp_size, engine_id, tp_rank=None):
+def config(path, tp_size, engine_id, tp_rank=None, events=False):
     extra = dict(engine_id=engine_id,
                  options=dict(memory_capacity_bytes="64MiB", prefault_memory=False,
                               ssd_capacity_bytes="256MiB", apply_environment=False))
@@ -23,6 +23,7 @@ def config(path, tp_size, engine_id, tp_rank=None):
         extra["tp_rank"] = tp_rank
     cfg = fk.make_config(path, block_size=BS, **extra)
     cfg.parallel_config.tensor_parallel_size = tp_size
+    cfg.kv_events_config = fk.KVEventsConfig(enable_kv_cache_events=events)
     return cfg
 
 
@@ -32,17 +33,17 @@ def rank_hash(block_hash, rank):
     return hashlib.sha256(bytes(block_hash) + bytes([rank])).digest()
 
 
-def main(conn, role, path, tp_size, engine_id, tp_rank=None):
+def main(conn, role, path, tp_size, engine_id, tp_rank=None, events=False):
     try:
         from kvengine.vllm._vllm_compat import KVConnectorRole
         from kvengine.vllm.connector import KVEngineConnector
 
         if role == "scheduler":
-            connector = KVEngineConnector(config(path, tp_size, engine_id),
+            connector = KVEngineConnector(config(path, tp_size, engine_id, events=events),
                                           KVConnectorRole.SCHEDULER)
             caches = None
         else:
-            connector = KVEngineConnector(config(path, tp_size, engine_id, tp_rank),
+            connector = KVEngineConnector(config(path, tp_size, engine_id, tp_rank, events),
                                           KVConnectorRole.WORKER)
             caches = fk.make_caches(LAYOUT, block_size=BS)
             connector.register_kv_caches(caches)
@@ -68,6 +69,24 @@ def main(conn, role, path, tp_size, engine_id, tp_rank=None):
                 compute = [(b, rank_hash(h, tp_rank)) for b, h in compute]
                 fk.run_worker_step(connector, pickle.loads(meta), caches, LAYOUT, compute)
                 conn.send(("ok", sorted(connector.get_block_ids_with_load_errors())))
+            elif command == "idle":  # a step that schedules nothing: its metadata
+                meta = connector.build_connector_meta(fk.new_step())
+                conn.send(("ok", pickle.dumps(meta)))
+            elif command == "step_output":  # a step, then the output vLLM collects (pickled)
+                meta, compute = args
+                compute = [(b, rank_hash(h, tp_rank)) for b, h in compute]
+                fk.run_worker_step(connector, pickle.loads(meta), caches, LAYOUT, compute,
+                                   keep_bound=True)
+                out = fk.worker_output(connector)
+                connector.clear_connector_metadata()
+                conn.send(("ok", pickle.dumps(out)))
+            elif command == "publish":  # the merged output: the published payload (msgpack)
+                _, payload = fk.publish_events(connector, pickle.loads(args[0]))
+                conn.send(("ok", payload))
+            elif command == "remove_block":  # deletes one layer of a block of this rank
+                block_hash, layer = args
+                conn.send(("ok", connector._db.remove(
+                    connector.block_key(bytes(block_hash).hex(), layer))))
             elif command == "blocks":  # the bytes of these blocks, every layer
                 conn.send(("ok", [[fk.block_view(c, LAYOUT, b).contiguous().view(torch.uint8)
                                    for c in caches.values()] for b in args]))

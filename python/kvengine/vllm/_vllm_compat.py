@@ -10,10 +10,46 @@ factory, the forward context, the scheduler) is vLLM's business; test/python/vll
 models the parts the tests drive.
 """
 
+import collections
 import enum
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Optional
+
+# ------------------------------------------------------------ msgspec's shapes
+# (the Struct stand-in's methods, and to_builtins at the end of the file)
+
+
+def _struct_init(self, *args, **kwargs):
+    fields = type(self).__struct_fields__
+    if len(args) > len(fields):
+        raise TypeError("%s takes at most %d positional arguments"
+                        % (type(self).__name__, len(fields)))
+    values = dict(zip(fields, args))
+    for name, value in kwargs.items():
+        if name not in fields:
+            raise TypeError("Unexpected keyword argument '%s'" % name)
+        if name in values:
+            raise TypeError("Argument '%s' given by name and position" % name)
+        values[name] = value
+    for name in fields:
+        if name not in values:
+            if name not in type(self).__struct_defaults__:
+                raise TypeError("Missing required argument '%s'" % name)
+            values[name] = type(self).__struct_defaults__[name]
+        object.__setattr__(self, name, values[name])
+
+
+def _struct_eq(self, other):
+    if type(self) is not type(other):
+        return NotImplemented
+    return all(getattr(self, f) == getattr(other, f) for f in type(self).__struct_fields__)
+
+
+def _struct_repr(self):
+    return "%s(%s)" % (type(self).__name__, ", ".join(
+        "%s=%r" % (f, getattr(self, f)) for f in type(self).__struct_fields__))
+
 
 try:  # pragma: no cover - exercised only inside a vLLM installation
     from vllm.distributed.kv_transfer.kv_connector.v1.base import (  # noqa: F401
@@ -30,6 +66,16 @@ try:  # pragma: no cover - exercised only inside a vLLM installation
         KVConnectorStats,
     )
     from vllm.v1.metrics.utils import create_metric_per_engine  # noqa: F401
+    from vllm.distributed.kv_events import (  # noqa: F401
+        AllBlocksCleared,
+        BlockRemoved,
+        BlockStored,
+        EventBatch,
+        KVCacheEvent,
+        KVConnectorKVEvents,
+        KVEventAggregator,
+        KVEventBatch,
+    )
 
     HAVE_VLLM = True
 except ImportError:
@@ -46,6 +92,155 @@ except ImportError:
 
         class Histogram:  # noqa: D101
             pass
+
+    # ------------------------------------------- vllm/distributed/kv_events.py
+    # The KV cache events vLLM publishes (its ZMQ publisher encodes each KVEventBatch
+    # with msgspec's msgpack encoder), its aggregator of the workers' events, and the
+    # container connectors hand it.  Without msgspec, Struct stands in for
+    # msgspec.Struct: keyword options, fields from the annotations in order, defaults,
+    # equality by type and fields; to_builtins (below) gives the encoder's shape.
+
+    try:
+        from msgspec import Struct
+    except ImportError:
+        class Struct:
+            """msgspec.Struct's behaviour that the events rely on (see above)."""
+
+            def __init_subclass__(cls, **config):
+                cls.__struct_config__ = dict(getattr(cls, "__struct_config__", {}), **config)
+                fields, defaults = [], {}
+                for klass in reversed(cls.__mro__):
+                    for name in getattr(klass, "__annotations__", {}):
+                        if name.startswith("__"):
+                            continue
+                        if name not in fields:
+                            fields.append(name)
+                        if name in klass.__dict__:
+                            defaults[name] = klass.__dict__[name]
+                cls.__struct_fields__ = tuple(fields)
+                cls.__struct_defaults__ = defaults
+                cls.__init__ = _struct_init
+                cls.__eq__ = _struct_eq
+                cls.__repr__ = _struct_repr
+                if "__hash__" not in cls.__dict__:
+                    cls.__hash__ = None  # as msgspec: a mutable struct is unhashable
+
+    class KVCacheEvent(Struct, omit_defaults=True, gc=False, tag=True):
+        """Base class for all KV cache-related events"""
+
+    class EventBatch(Struct, omit_defaults=True, gc=False):
+        ts: float
+        events: list
+        data_parallel_rank: Optional[int] = None
+
+    class BlockStored(KVCacheEvent):
+        block_hashes: list
+        parent_block_hash: Any
+        token_ids: list
+        block_size: int
+        lora_id: Optional[int]
+        medium: Optional[str]
+        lora_name: Optional[str]
+        extra_keys: Optional[list] = None
+        group_idx: Optional[int] = None
+        kv_cache_spec_kind: Optional[str] = None
+        kv_cache_spec_sliding_window: Optional[int] = None
+
+        def __hash__(self) -> int:
+            return hash((tuple(self.block_hashes), self.parent_block_hash,
+                         tuple(self.token_ids), self.block_size, self.lora_id, self.medium,
+                         tuple(self.extra_keys) if self.extra_keys else None,
+                         self.group_idx, self.kv_cache_spec_kind,
+                         self.kv_cache_spec_sliding_window))
+
+    class BlockRemoved(KVCacheEvent):
+        block_hashes: list
+        medium: Optional[str]
+        group_idx: Optional[int] = None
+
+        def __hash__(self) -> int:
+            return hash((tuple(self.block_hashes), self.medium, self.group_idx))
+
+    class AllBlocksCleared(KVCacheEvent):
+        pass
+
+    class KVEventBatch(EventBatch):
+        events: list
+
+    class KVEventAggregator:
+        """Counts each event over the workers' batches; the common events are those
+        every worker reported."""
+
+        __slots__ = ("_event_counter", "_num_workers")
+
+        def __init__(self, num_workers: int) -> None:
+            if num_workers <= 0:
+                raise ValueError("num_workers must be greater than zero.")
+            self._event_counter = collections.Counter()
+            self._num_workers = num_workers
+
+        def add_events(self, events: list) -> None:
+            if not isinstance(events, list):
+                raise TypeError("events must be a list of KVCacheEvent.")
+            self._event_counter.update(events)
+
+        def get_common_events(self) -> list:
+            return [event for event, count in self._event_counter.items()
+                    if count == self._num_workers]
+
+        def get_all_events(self) -> list:
+            return list(self._event_counter.elements())
+
+        def clear_events(self) -> None:
+            self._event_counter.clear()
+
+        def increment_workers(self, count: int = 1) -> None:
+            if count <= 0:
+                raise ValueError("count must be positive.")
+            self._num_workers += count
+
+        def reset_workers(self) -> None:
+            self._num_workers = 1
+
+        def get_number_of_workers(self) -> int:
+            return self._num_workers
+
+        def __repr__(self) -> str:
+            return "<KVEventAggregator workers=%d, events=%d>" % (self._num_workers,
+                                                                  len(self._event_counter))
+
+    class KVConnectorKVEvents(ABC):
+        """What a connector's workers hand vLLM each step (KVConnectorOutput's
+        kv_cache_events); KVOutputAggregator merges the ranks' objects, the scheduler-side
+        connector aggregates them in take_events."""
+
+        @abstractmethod
+        def add_events(self, events: list) -> None:
+            raise NotImplementedError
+
+        @abstractmethod
+        def aggregate(self) -> "KVConnectorKVEvents":
+            raise NotImplementedError
+
+        @abstractmethod
+        def increment_workers(self, count: int = 1) -> None:
+            raise NotImplementedError
+
+        @abstractmethod
+        def get_all_events(self) -> list:
+            raise NotImplementedError
+
+        @abstractmethod
+        def get_number_of_workers(self) -> int:
+            raise NotImplementedError
+
+        @abstractmethod
+        def clear_events(self) -> None:
+            raise NotImplementedError
+
+        def merge(self, other: "KVConnectorKVEvents") -> "KVConnectorKVEvents":
+            self.add_events(other.get_all_events())
+            return self
 
     # -------------------------------------------------- vllm/v1/metrics/utils.py
 
@@ -302,7 +497,41 @@ except ImportError:
             return None
 
 
+def to_builtins(obj):
+    """What msgspec's encoders make of obj before the bytes (msgspec.to_builtins): a
+    struct becomes a map of its fields in order -- an array where the class says
+    array_like -- a tagged one led by its "type" (the class name), with fields equal to
+    their defaults left out where it says omit_defaults.  bytes stay bytes (msgpack's bin
+    type).  With msgspec installed (inside vLLM), msgspec's own."""
+    try:
+        import msgspec
+    except ImportError:
+        msgspec = None
+    if msgspec is not None and isinstance(obj, msgspec.Struct):  # pragma: no cover
+        return msgspec.to_builtins(obj, enc_hook=None, builtin_types=(bytes,))
+    config = getattr(type(obj), "__struct_config__", None)
+    if config is not None and hasattr(type(obj), "__struct_fields__"):
+        cls = type(obj)
+        names = [f for f in cls.__struct_fields__
+                 if not (config.get("omit_defaults") and f in cls.__struct_defaults__
+                         and getattr(obj, f) == cls.__struct_defaults__[f])]
+        values = [to_builtins(getattr(obj, f)) for f in names]
+        tag = cls.__name__ if config.get("tag") is True else config.get("tag")
+        if config.get("array_like"):
+            return ([tag] if tag else []) + values
+        out = {"type": tag} if tag else {}
+        out.update(zip(names, values))
+        return out
+    if isinstance(obj, (list, tuple)):
+        return [to_builtins(x) for x in obj]
+    if isinstance(obj, dict):
+        return {k: to_builtins(v) for k, v in obj.items()}
+    return obj
+
+
 __all__ = ["HAVE_VLLM", "KVConnectorBase_V1", "KVConnectorHandshakeMetadata",
            "KVConnectorMetadata", "KVConnectorPromMetrics", "KVConnectorRole",
            "KVConnectorStats", "KVConnectorWorkerMetadata", "SupportsHMA",
-           "create_metric_per_engine", "supports_hma"]
+           "create_metric_per_engine", "supports_hma", "AllBlocksCleared", "BlockRemoved",
+           "BlockStored", "EventBatch", "KVCacheEvent", "KVConnectorKVEvents",
+           "KVEventAggregator", "KVEventBatch", "to_builtins"]

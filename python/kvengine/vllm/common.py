@@ -42,6 +42,11 @@ class BlockTransfer:
     req_id: str
     block_ids: list  # one list per KV-cache group
     block_hashes: list
+    # For KV events (saves, when vLLM publishes them): the hash (hex) of the block before
+    # the first, and each block's token ids.
+    parent_hash: Optional[str] = None
+    token_ids: Optional[list] = None
+    first_block: int = 0  # the request's block at position 0 of this run
 
 
 @dataclasses.dataclass
@@ -52,6 +57,12 @@ class KVEngineConnectorMetadata(KVConnectorMetadata):
     saves: list = dataclasses.field(default_factory=list)  # list[BlockTransfer]
     preempted_req_ids: list = dataclasses.field(default_factory=list)
     finished_req_ids: list = dataclasses.field(default_factory=list)
+    # The removal feed's newest sequence when the step was scheduled: every rank reads
+    # the feed up to it, so that the ranks report the same removals (events.py).
+    removals_through: Optional[int] = None
+    # The lookup's part of the account of each sampled request scheduled this step
+    # (account.py), by request id.
+    accounts: dict = dataclasses.field(default_factory=dict)
 
 
 # ------------------------------------------------------------------ keys

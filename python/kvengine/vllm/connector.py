@@ -35,6 +35,8 @@ from ._vllm_compat import (HAVE_VLLM, KVConnectorBase_V1, KVConnectorMetadata,
                            KVConnectorPromMetrics, KVConnectorRole, KVConnectorStats,
                            SupportsHMA, create_metric_per_engine)
 from .common import BlockTransfer, KeyScheme, KVEngineConnectorMetadata, attr_of
+from .account import LookupAccount, RequestAccounts
+from .events import KVEngineKVEvents, events_enabled
 from .scheduler import KVEngineScheduler
 from ..shared_store import acquire_store, default_socket, release_store
 from .worker import KVEngineWorker
@@ -177,14 +179,25 @@ class KVEngineConnector(KVConnectorBase_V1, SupportsHMA):
         self._db = acquire_store(path, attach, dict(extra.get("options", {})))
         self._closed = False
         self._stats = _IntervalStats()
+        # KV events (events.py): on when vLLM publishes them.  The scheduler side keeps
+        # the workers' events of the step until take_events.
+        self._events_on = events_enabled(vllm_config, extra)
+        self._kv_cache_events: Optional[KVEngineKVEvents] = None
         self.connector_scheduler: Optional[KVEngineScheduler] = None
         self.connector_worker: Optional[KVEngineWorker] = None
+        account_path, account_rate = _account_options(extra)
         if role == KVConnectorRole.SCHEDULER:
+            lookup = LookupAccount(account_rate, self._db, keys) if account_path else None
             self.connector_scheduler = KVEngineScheduler(kv_config, keys, self._db,
-                                                         self._stats.record)
+                                                         self._stats.record, self._events_on,
+                                                         lookup)
         elif role == KVConnectorRole.WORKER:
+            # One rank writes the lines: the first of the instance.
+            writer = account_path and (keys.tp_rank, keys.pp_rank) == (0, 0)
+            accounts = RequestAccounts(account_path, True) if writer else None
             self.connector_worker = KVEngineWorker(self._kv_cache_config, extra, keys,
-                                                   self._db, self._stats.record)
+                                                   self._db, self._stats.record,
+                                                   self._events_on, accounts)
 
     def block_key(self, block_hash, layer=0, tp_rank=None, pp_rank=None):
         """The store key of one block of one layer on one rank (default: this worker's);
@@ -249,6 +262,25 @@ class KVEngineConnector(KVConnectorBase_V1, SupportsHMA):
             return None  # vLLM's answer for a connector that does not reset
         return self.connector_scheduler.reset_cache()
 
+    def update_connector_output(self, connector_output: Any):
+        """Keeps the workers' KV events of the step (vLLM's KVOutputAggregator has
+        concatenated them and counted the workers) until take_events."""
+        events = getattr(connector_output, "kv_cache_events", None)
+        if not events or not isinstance(events, KVEngineKVEvents):
+            return
+        if self._kv_cache_events is None:
+            self._kv_cache_events = events
+        else:
+            self._kv_cache_events.add_events(events.get_all_events())
+            self._kv_cache_events.increment_workers(events.get_number_of_workers())
+
+    def take_events(self):
+        """The KV events every worker reported since the last call (vLLM publishes
+        them)."""
+        if self._kv_cache_events is not None:
+            events, self._kv_cache_events = self._kv_cache_events, None
+            yield from events.aggregate().get_all_events()
+
     # ============================================================== both sides
     def get_kv_connector_stats(self) -> Optional[KVConnectorStats]:
         return self._stats.take()
@@ -297,7 +329,18 @@ class KVEngineConnector(KVConnectorBase_V1, SupportsHMA):
             self.connector_worker.wait_for_save(self._bound_metadata())
 
     def get_finished(self, finished_req_ids: set) -> tuple:
+        if self.connector_worker is not None:
+            self.connector_worker.finish_requests(finished_req_ids)
         return None, None
+
+    def get_kv_connector_kv_cache_events(self) -> Optional[KVEngineKVEvents]:
+        """This rank's KV events of the step: an object every step while events are on,
+        empty when there are none, so that vLLM counts this rank (events.py)."""
+        if self.connector_worker is None or not self._events_on:
+            return None
+        events = KVEngineKVEvents(num_workers=1)
+        events.add_events(self.connector_worker.take_kv_events(self._bound_metadata()))
+        return events
 
     def get_block_ids_with_load_errors(self) -> set:
         if self.connector_worker is None:
@@ -317,6 +360,20 @@ class KVEngineConnector(KVConnectorBase_V1, SupportsHMA):
         # nothing.  So vLLM must keep attention outside its graphs (PIECEWISE), whatever
         # kv_connector_extra_config says.
         return True
+
+
+def _account_options(extra):
+    """(path, sampling rate) of the request account from kv_connector_extra_config; the
+    path is None when the account is off (the default)."""
+    path = extra.get("request_account") or None
+    try:
+        rate = float(extra.get("request_account_sample", 1.0))
+    except (TypeError, ValueError):
+        rate = -1.0
+    if not 0.0 <= rate <= 1.0:
+        raise ValueError("kv_connector_extra_config['request_account_sample'] must be a "
+                         "number from 0 to 1, not %r" % (extra.get("request_account_sample"),))
+    return path, rate
 
 
 def register_with_factory(factory) -> None:

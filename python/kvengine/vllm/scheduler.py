@@ -17,6 +17,7 @@ import kvengine
 
 from .common import (BlockTransfer, KeyScheme, KVEngineConnectorMetadata, LayoutRecords,
                      attr_of, block_id_groups)
+from .events import RemovalFeedReader
 
 logger = logging.getLogger("kvengine.vllm")
 
@@ -33,6 +34,7 @@ FAIL_POLICY_WARNING = (
     "kv_load_failure_policy='recompute' in kv_transfer_config to recompute it instead.")
 
 _hash_seed_warned = False
+NOT_SUPPORTED = -8  # status.h
 
 
 @dataclasses.dataclass
@@ -44,6 +46,7 @@ class _RequestState:
     saved_blocks: int = 0  # blocks [0, saved_blocks) were handed to the workers to save
     local_computed_tokens: int = 0  # from get_num_new_matched_tokens
     pending_load: Optional[BlockTransfer] = None
+    account: Optional[dict] = None  # the lookup's part of a sampled request's account
 
 
 def _hash_hex(h):
@@ -81,10 +84,17 @@ class KVEngineScheduler:
     db is the process's handle on the store (store.acquire_store), record adds to the
     connector's interval stats."""
 
-    def __init__(self, kv_transfer_config: Any, keys: KeyScheme, db, record):
+    def __init__(self, kv_transfer_config: Any, keys: KeyScheme, db, record, events=False,
+                 account=None):
         self._keys = keys
         self._db = db
         self._record = record
+        # KV events: the saves carry what BlockStored needs, and each step the feed's
+        # newest sequence, up to which every rank reads it (events.py).
+        self._events = events
+        self._feed = RemovalFeedReader(db, keys) if events else None
+        # The request account (account.py): a LookupAccount, or None when it is off.
+        self._account = account
         self._kv_role = attr_of(kv_transfer_config, "kv_role", "kv_both") or "kv_both"
         self._layouts = LayoutRecords(keys)
         self._requests = {}  # req_id -> _RequestState
@@ -138,7 +148,9 @@ class KVEngineScheduler:
         start = num_computed_tokens // bs
         if start >= len(hashes):
             return 0, False
-        hit = self._present_prefix(hashes[start:])
+        accounted = self._account is not None and self._account.wants(request.request_id)
+        located = [] if accounted else None
+        hit = self._present_prefix(hashes[start:], located)
         if hit is None:
             logger.debug("kvengine: no layout published yet for engine %s",
                          self._keys.engine_id)
@@ -151,11 +163,17 @@ class KVEngineScheduler:
         new_tokens = max(0, matched - num_computed_tokens)
         self._record(lookup_tokens=max(0, num_tokens - num_computed_tokens),
                      hit_tokens=new_tokens)
+        if accounted:
+            state.account = self._account.lookup(
+                request.request_id, hashes[start:], start, bs, [k for k, _ in located],
+                [r for _, r in located], hit, max(0, num_tokens - num_computed_tokens),
+                new_tokens)
         return new_tokens, False
 
-    def _present_prefix(self, hashes):
+    def _present_prefix(self, hashes, located=None):
         """How many of the blocks, from the first, have every layer on every rank in the
-        store; None while a rank's layout is unpublished."""
+        store; None while a rank's layout is unpublished.  With `located` (a list), asks
+        where each key is (BatchLocate) and appends (keys, results) per block to it."""
         ranks = self._keys.ranks()
         layouts = [self._layouts.lookup(self._db, t, p) for t, p in ranks]
         if any(la is None for la in layouts):
@@ -165,7 +183,16 @@ class KVEngineScheduler:
         per_block = sum(n for _, n in prefixes)
         keys = [self._keys.layer_key(prefix, layer, h) for h in hashes
                 for prefix, n in prefixes for layer in range(n)]
-        present = self._db.batch_is_exist(keys)
+        if located is None:
+            present = self._db.batch_is_exist(keys)
+        else:
+            present = self._db.batch_locate(keys)
+            if present and all(r == NOT_SUPPORTED for r in present):  # an older owner
+                present = self._db.batch_is_exist(keys)
+            located.extend((keys[b * per_block:(b + 1) * per_block],
+                            present[b * per_block:(b + 1) * per_block])
+                           for b in range(len(hashes)))
+            present = [1 if r > 0 else r for r in present]
         hit = 0
         for b in range(len(hashes)):
             if all(r == 1 for r in present[b * per_block:(b + 1) * per_block]):
@@ -203,19 +230,24 @@ class KVEngineScheduler:
         last = min([last, len(hashes)] + [len(g) for g in state.block_ids])
         state.pending_load = BlockTransfer(request.request_id,
                                            [g[first:last] for g in state.block_ids],
-                                           hashes[first:last])
+                                           hashes[first:last], first_block=first)
         # Blocks loaded from the store need no save.
         state.saved_blocks = max(state.saved_blocks, last)
 
     # ---------------------------------------------------------------- the step's metadata
     def build_connector_meta(self, scheduler_output: Any) -> KVEngineConnectorMetadata:
         meta = KVEngineConnectorMetadata()
+        if self._feed is not None:
+            meta.removals_through = self._feed.last_sequence()
         num_scheduled = attr_of(scheduler_output, "num_scheduled_tokens", {}) or {}
         for new_req in attr_of(scheduler_output, "scheduled_new_reqs", []) or []:
             state = self._requests.get(new_req.req_id)
             if state is None:
                 continue  # never shown to this connector (no block hashes to work with)
             state.block_ids = block_id_groups(new_req.block_ids)
+            if state.account is not None:
+                meta.accounts[new_req.req_id] = state.account
+                state.account = None
             self._take_load(meta, state)
             tokens = new_req.num_computed_tokens + num_scheduled.get(new_req.req_id, 0)
             self._add_save(meta, state, new_req.req_id, tokens)
@@ -277,9 +309,16 @@ class KVEngineScheduler:
                    + [len(g) for g in state.block_ids])
         full = _publishable(state.request, full)
         if full > state.saved_blocks:
-            meta.saves.append(BlockTransfer(req_id,
-                                            [g[state.saved_blocks:full] for g in state.block_ids],
-                                            hashes[state.saved_blocks:full]))
+            first = state.saved_blocks
+            save = BlockTransfer(req_id, [g[first:full] for g in state.block_ids],
+                                 hashes[first:full], first_block=first)
+            if self._events:
+                bs = self._keys.block_size
+                tokens = list(attr_of(state.request, "all_token_ids", None)
+                              or attr_of(state.request, "prompt_token_ids", []))
+                save.parent_hash = hashes[first - 1] if first > 0 else None
+                save.token_ids = [tokens[b * bs:(b + 1) * bs] for b in range(first, full)]
+            meta.saves.append(save)
             state.saved_blocks = full
 
     # ---------------------------------------------------------------- requests and the cache

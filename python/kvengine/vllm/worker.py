@@ -20,6 +20,8 @@ from typing import Any, Optional
 import kvengine
 
 from .common import KeyScheme, KVEngineConnectorMetadata, LayoutRecords, attr_of, block_id_groups
+from .account import RecentRemovals
+from .events import BlockEvents
 from .layout import analyse_layer
 
 logger = logging.getLogger("kvengine.vllm")
@@ -64,6 +66,9 @@ class _LoadJob:
         self.events = [threading.Event() for _ in range(num_layers)]
         self.positions = positions  # [(block ids per group, hash hex)]
         self.errors = set()  # failed positions (indexes into positions)
+        self.codes = {}  # failed position -> the store's result (negative code, or bytes)
+        self.layer_ms = []  # per layer, ms from the start to the layer's being ready
+        self.transfers = []  # the step's loads (BlockTransfer), for the request account
         self.started = time.perf_counter()
         self.future = None
 
@@ -101,8 +106,15 @@ class KVEngineWorker:
     the job handed to them, the store, the caches and record (the connector's interval
     stats).  The metadata of the step is passed in (None when none is bound)."""
 
-    def __init__(self, kv_cache_config: Any, extra: dict, keys: KeyScheme, db, record):
+    def __init__(self, kv_cache_config: Any, extra: dict, keys: KeyScheme, db, record,
+                 events=False, accounts=None):
         self._kv_cache_config = kv_cache_config
+        # The request account (account.py): RequestAccounts and the store's recent
+        # removals, on the rank that writes it; None elsewhere or when it is off.
+        self._accounts = accounts
+        self._removals = RecentRemovals(db, keys) if accounts is not None else None
+        # KV events (events.py): the blocks this rank saved, and the feed's removals.
+        self._block_events = BlockEvents(db, keys) if events else None
         self._kv_cache_shape = extra.get("kv_cache_shape")
         self._keys = keys
         self._db = db
@@ -201,9 +213,14 @@ class KVEngineWorker:
     # ---------------------------------------------------------------- loads
     def start_load_kv(self, meta: Optional[KVEngineConnectorMetadata]) -> None:
         self._finish_load()
+        if self._accounts is not None and meta is not None:
+            for account in getattr(meta, "accounts", {}).values():
+                self._accounts.begin(dict(account, missed=list(account.get("missed", []))))
+            self._accounts.finish(getattr(meta, "finished_req_ids", None) or ())
         if meta is None or not getattr(meta, "loads", None) or not self._layers:
             return
         job = _LoadJob(len(self._layers), _positions(meta.loads))
+        job.transfers = list(meta.loads)
         job.future = self._load_executor.submit(self._run_load, job)
         self._load_job = job
 
@@ -218,6 +235,7 @@ class KVEngineWorker:
                 job.errors.update(i for i, (ids, _) in enumerate(job.positions)
                                   if not _in_range(layer, ids))
                 loaded_bytes += self._load_layer(layer, job, todo)
+                job.layer_ms.append((time.perf_counter() - job.started) * 1000.0)
                 event.set()
         finally:
             for event in job.events:  # never leave a waiter behind, even on an error
@@ -248,6 +266,7 @@ class KVEngineWorker:
             if r != want:
                 # The block may hold partial bytes: reported, so vLLM fails or recomputes it.
                 job.errors.add(i)
+                job.codes.setdefault(i, (r, keys[row]))
                 logger.warning("kvengine: load of block %s of layer %s failed (%s)",
                                job.positions[i][0], layer.name,
                                kvengine.error_name(r) if r < 0 else "%d bytes" % r)
@@ -272,6 +291,37 @@ class KVEngineWorker:
         failed = {b for i in job.errors for b in job.positions[i][0]}
         self.num_loaded_blocks += len(job.positions) - len(job.errors)
         self._load_errors |= failed
+        if self._accounts is not None:
+            self._account_load(job)
+
+    def _account_load(self, job):
+        """Each accounted request's part of a finished load job."""
+        per_block = sum(la.geometry.block_bytes for la in self._layers)
+        self._removals.refresh()
+        i = 0
+        for tr in job.transfers:
+            n = len(tr.block_hashes)
+            failures = []
+            for k in range(n):
+                if i + k in job.errors:
+                    code, key = job.codes.get(i + k, (None, None))
+                    failures.append((tr.first_block + k, tr.block_hashes[k], code,
+                                     self._failure_reason(code, key)))
+            loaded = n - len(failures)
+            self._accounts.loaded(tr.req_id, loaded, loaded * per_block, job.layer_ms, failures)
+            i += n
+
+    def _failure_reason(self, code, key):
+        if code is None:
+            return {"reason": "unreadable", "error": "block id out of range"}
+        if code == -1:  # NotFound: gone since the lookup
+            seen = self._removals.why(key)
+            if seen is not None:
+                return {"reason": "evicted", "at": seen[0], "tier": seen[1], "by": seen[2]}
+            return {"reason": "absent"}
+        if code < 0:
+            return {"reason": "unreadable", "error": kvengine.error_name(code)}
+        return {"reason": "unreadable", "error": "%d bytes, not the block's size" % code}
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         job = self._load_job
@@ -314,10 +364,11 @@ class KVEngineWorker:
         todo = [(ids[layer.group], h) for ids, h in plan if _in_range(layer, ids)]
         keys = [self._layer_key(layer, h) for _, h in todo]
         present = self._db.batch_is_exist(keys)
+        hashes = [h for (_, h), p in zip(todo, present) if p != 1]
         todo = [(b, k) for (b, _), k, p in zip(todo, keys, present) if p != 1]
         skipped = len(keys) - len(todo)
         if not todo:
-            return 0, 0, skipped
+            return 0, 0, skipped, set(), set()
         if self._staged:
             import torch
 
@@ -337,7 +388,9 @@ class KVEngineWorker:
         if failed:  # a lost save is a future cache miss, never wrong data
             logger.warning("kvengine: %d of %d saves of layer %s failed (%s)", len(failed),
                            len(results), layer.name, kvengine.error_name(failed[0]))
-        return len(results) - len(failed), len(failed), skipped
+        written = {h for h, r in zip(hashes, results) if r == 0}
+        failed_hashes = {h for h, r in zip(hashes, results) if r != 0}
+        return len(results) - len(failed), len(failed), skipped, written, failed_hashes
 
     def wait_for_save(self, meta: Optional[KVEngineConnectorMetadata]) -> None:
         self._finish_load()
@@ -351,9 +404,19 @@ class KVEngineWorker:
                     self._save_futures[layer.index] = self._save_executor.submit(
                         self._save_layer, layer, plan, written)
             saved = failed = skipped = 0
+            stored, failed_hashes = set(), set()
             for index in sorted(self._save_futures):
-                s, f, k = self._save_futures[index].result()
+                s, f, k, wrote, lost = self._save_futures[index].result()
                 saved, failed, skipped = saved + s, failed + f, skipped + k
+                stored |= wrote
+                failed_hashes |= lost
+            if self._block_events is not None:
+                self._announce_saves(meta, stored - failed_hashes)
+            if self._accounts is not None:
+                seconds = time.perf_counter() - self._save_started
+                for tr in getattr(meta, "saves", None) or ():
+                    done = sum(1 for h in tr.block_hashes if h in stored and h not in failed_hashes)
+                    self._accounts.saved(tr.req_id, done, seconds)
             # Block counts are per position; bytes add up over the layers.
             per_block = sum(la.geometry.block_bytes for la in self._layers)
             blocks = saved // max(1, len(self._layers))
@@ -367,9 +430,33 @@ class KVEngineWorker:
             self._save_plan = None
             self._save_futures = {}
 
+    def _announce_saves(self, meta, stored):
+        """BlockStored for each block of the step's saves in `stored`: written this step
+        on a layer at least and failed on none (a block every layer held already was
+        announced by whoever saved it)."""
+        for tr in getattr(meta, "saves", None) or ():
+            for i, h in enumerate(tr.block_hashes):
+                if h in stored:
+                    parent = tr.parent_hash if i == 0 else tr.block_hashes[i - 1]
+                    tokens = tr.token_ids[i] if tr.token_ids else []
+                    self._block_events.stored(h, parent, tokens, self._keys.block_size)
+
+    def take_kv_events(self, meta) -> list:
+        """The events of the step (see events.py); [] when KV events are off."""
+        if self._block_events is None:
+            return []
+        return self._block_events.take(getattr(meta, "removals_through", None))
+
     def shutdown(self):
         """Waits for the step's load and stops the load and save threads."""
         self._finish_load()
         for executor in (self._load_executor, self._save_executor):
             if executor is not None:
                 executor.shutdown(wait=True)
+        if self._accounts is not None:
+            self._accounts.close()
+
+    def finish_requests(self, req_ids):
+        """vLLM's finished requests (get_finished): their accounts are written."""
+        if self._accounts is not None:
+            self._accounts.finish(req_ids or ())
