@@ -1,5 +1,7 @@
 #include "db/memory_tier.h"
 
+#include "db/evicted_keys.h"
+
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -137,6 +139,7 @@ void MemoryTier::Evict(Item* victim) {
     }
   }
   if (dropped) {
+    if (eviction_handler_ == nullptr && evicted_keys_ != nullptr) evicted_keys_->Note(hash);
     evictions_.fetch_add(1, std::memory_order_relaxed);
     evicted_bytes_.fetch_add(victim->size, std::memory_order_relaxed);
     Unref(victim);  // the index's reference
@@ -369,7 +372,7 @@ void MemoryTier::BatchLookup(std::span<const Slice> keys, std::vector<Handle>* h
   }
 }
 
-bool MemoryTier::Erase(const Slice& key, const CheckHook& also) {
+bool MemoryTier::Erase(const Slice& key, const CheckHook& also, bool* in_memory) {
   PerfPoint perf(PerfKey::memory_erase);
   const uint64_t hash = Hash64(key.view());
   Shard& shard = ShardFor(hash);
@@ -381,6 +384,7 @@ bool MemoryTier::Erase(const Slice& key, const CheckHook& also) {
     if (item != nullptr) UnindexLocked(shard, hash, item);
     if (also) found_elsewhere = also();
   }
+  if (in_memory != nullptr) *in_memory = item != nullptr;
   if (item == nullptr) return found_elsewhere;
   Unref(item);
   return true;

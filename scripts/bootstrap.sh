@@ -13,6 +13,8 @@ packages=(
   python3-dev pybind11-dev python3-numpy python3-pytest
   python3-prometheus-client  # vLLM's metrics path in the connector tests (prometheus_client)
   clang libclang-rt-14-dev  # the fuzz targets (test/fuzz): clang and its libFuzzer (Debian 12)
+  libcpp-httplib-dev  # the metrics endpoint's HTTP server (metrics/, Options::metrics_listen)
+  prometheus  # promtool and a real Prometheus scraping kv_server in metrics_test
 )
 # torch (CPU) for the tensor and vLLM-connector tests: measured on Debian 12, 171 packages,
 # 142 MB to download, about 1.5 minutes to install.  KV_BOOTSTRAP_NO_TORCH=1 skips it
