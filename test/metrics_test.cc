@@ -440,5 +440,86 @@ TEST_F(MetricsTest, TheGrafanaDashboardCoversEveryFamilyAndNamesOnlyExportedOnes
   }
 }
 
+// ---------------------------------------------------------------- why reads failed
+
+double Prom(DB* db, const std::string& sample) {
+  std::string text;
+  EXPECT_TRUE(db->GetProperty("kvengine.stats.prometheus", &text));
+  return SampleValue(text, sample);
+}
+
+TEST_F(MetricsTest, AReadOfAKeyEvictedToMakeRoomIsToldFromAbsent) {
+  Options o = BaseOptions();
+  o.metrics_listen.clear();
+  o.memory_capacity_bytes = 4 << 20;
+  o.memory_slab_size = 1 << 20;
+  std::unique_ptr<DB> db;
+  ASSERT_TRUE(DB::Open(o, dir_.path(), &db).ok());
+  const std::string value(256 << 10, 'v');
+  for (int i = 0; i < 40; i++)
+    ASSERT_TRUE(db->Put(WriteOptions(), "k" + std::to_string(i), value).ok());
+  std::string got;
+  ASSERT_TRUE(db->Get(ReadOptions(), "k0", &got).IsNotFound());  // evicted: the oldest
+  ASSERT_TRUE(db->Get(ReadOptions(), "never", &got).IsNotFound());
+  EXPECT_EQ(Prom(db.get(), "kvengine_read_failures_total{tier=\"memory\",reason=\"evicted\"}"), 1);
+  EXPECT_EQ(Prom(db.get(), "kvengine_read_failures_total{tier=\"memory\",reason=\"absent\"}"), 1);
+  EXPECT_GT(Prom(db.get(), "kvengine_tier_evictions_total{tier=\"memory\",reason=\"capacity\"}"),
+            0);
+  // A delete forgets the eviction: the key is absent now.
+  EXPECT_TRUE(db->Delete(WriteOptions(), "k0").IsNotFound());
+  ASSERT_TRUE(db->Get(ReadOptions(), "k0", &got).IsNotFound());
+  EXPECT_EQ(Prom(db.get(), "kvengine_read_failures_total{tier=\"memory\",reason=\"absent\"}"), 2);
+}
+
+TEST_F(MetricsTest, AValueWhoseBytesFailTheirChecksumIsCountedUnreadableNotAbsent) {
+  Options o = BaseOptions();
+  o.metrics_listen.clear();
+  o.ssd_capacity_bytes = 64 << 20;
+  o.offload_policy = OffloadPolicy::kWriteThrough;
+  o.use_direct_io = false;
+  {
+    std::unique_ptr<DB> db;
+    ASSERT_TRUE(DB::Open(o, dir_.path(), &db).ok());
+    ASSERT_TRUE(db->Put(WriteOptions(), "key", std::string(1 << 20, 'x')).ok());
+    ASSERT_TRUE(db->Flush().ok());
+  }
+  // One byte in the middle of the value, in its bucket file.
+  bool corrupted = false;
+  for (const auto& f : std::filesystem::directory_iterator(dir_.path())) {
+    if (f.path().extension() != ".kvb") continue;
+    std::fstream file(f.path(), std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(static_cast<std::streamoff>(f.file_size() / 2));
+    file.put('Y');
+    corrupted = true;
+  }
+  ASSERT_TRUE(corrupted);
+  std::unique_ptr<DB> db;
+  ASSERT_TRUE(DB::Open(o, dir_.path(), &db).ok());
+  std::string got;
+  EXPECT_TRUE(db->Get(ReadOptions(), "key", &got).IsCorruption());
+  EXPECT_EQ(
+      Prom(db.get(), "kvengine_read_failures_total{tier=\"ssd\",reason=\"checksum_mismatch\"}"), 1);
+  EXPECT_EQ(Prom(db.get(), "kvengine_read_failures_total{tier=\"ssd\",reason=\"absent\"}"), 0);
+}
+
+TEST_F(MetricsTest, AReadThroughToAPeerThatIsDownIsCountedPeerDown) {
+  Options o = BaseOptions();
+  o.metrics_listen.clear();
+  o.peers = "127.0.0.1:" + std::to_string(test::FreePort());  // nobody listens there
+  o.peer_timeout_ms = 500;
+  std::unique_ptr<DB> db;
+  ASSERT_TRUE(DB::Open(o, dir_.path(), &db).ok());
+  const std::vector<std::string> keys = {"a", "b"};
+  std::vector<Slice> slices(keys.begin(), keys.end());
+  std::vector<char> buf(16);
+  std::vector<Destination> dests = {{MutableSlice(buf.data(), 8)},
+                                    {MutableSlice(buf.data() + 8, 8)}};
+  std::vector<int64_t> results;
+  ASSERT_TRUE(db->BatchGetInto(ReadOptions(), slices, dests, &results).ok());
+  EXPECT_EQ(results[0], Status::NotFound("").ErrorCode());
+  EXPECT_EQ(Prom(db.get(), "kvengine_read_failures_total{tier=\"peer\",reason=\"peer_down\"}"), 2);
+  EXPECT_EQ(Prom(db.get(), "kvengine_read_failures_total{tier=\"peer\",reason=\"absent\"}"), 0);
+}
+
 }  // namespace
 }  // namespace kvengine
