@@ -10,7 +10,10 @@
 //   OwnerDB     over the top when local_listen is set (attach/): serves the top layer
 //               to the other processes of this host, their value bytes moving through
 //               the engine's arena (db/shared_arena.h).
-// DB::Attach builds the client of another process's DB (attach/).
+//   MetricsDB   over the top when metrics_listen is set (metrics/): serves the
+//               process's metrics, health and readiness over HTTP.
+// DB::Attach builds the client of another process's DB (attach/), with a MetricsDB over
+// it when metrics_listen is set.
 //
 // A call on the DB returned enters the top layer and walks down; no layer calls one
 // above it.  This file is the only one that knows every layer (docs/design.md).
@@ -23,6 +26,7 @@
 #include "cluster/cluster_db.h"
 #include "db/db_impl.h"
 #include "kvengine/db.h"
+#include "metrics/metrics_db.h"
 #include "transport/server.h"
 #include "util/call_log.h"
 #include "util/perf_point.h"
@@ -102,12 +106,14 @@ Status DB::Open(const Options& options, const std::string& path, std::unique_ptr
   }
   std::unique_ptr<DB> top = std::move(local);
   if (s.ok() && cluster != nullptr) {
-    s = cluster->Start(std::move(top), PinForPeers(engine), engine->arena_base());
+    s = cluster->Start(std::move(top), PinForPeers(engine), engine->arena_base(),
+                       engine->peer_tier_counters());
     top = std::move(cluster);  // which owns the engine now, started or not
   }
   if (s.ok() && !effective.local_listen.empty()) {
     s = OwnerDB::Wrap(effective, path, engine, engine->info_log(), &top);
   }
+  if (s.ok() && !effective.metrics_listen.empty()) s = MetricsDB::Wrap(effective, &top);
   // Logged once every layer is up (the engine's Init configured the log).
   s = CallLog(engine->info_log(), "open", nullptr, start_nanos).Finish(std::move(s));
   if (!s.ok()) return s;  // destroying top closes every layer built
@@ -124,7 +130,12 @@ Status DB::Attach(const Options& options, const std::string& socket_path, std::u
   auto client = std::make_unique<AttachedDB>(effective, socket_path);
   s = client->Connect();
   if (!s.ok()) return s;
-  *db = std::move(client);
+  std::unique_ptr<DB> top = std::move(client);
+  if (!effective.metrics_listen.empty()) {
+    s = MetricsDB::Wrap(effective, &top);
+    if (!s.ok()) return s;
+  }
+  *db = std::move(top);
   return Status::OK();
 }
 

@@ -16,6 +16,7 @@
 #include "transport/unix_socket.h"
 #include "transport/wire.h"
 #include "util/buffers.h"
+#include "util/prometheus.h"
 #include "util/coding.h"
 #include "util/input_check.h"
 #include "util/printable.h"
@@ -605,6 +606,19 @@ Status AttachedDB::BatchPut(const WriteOptions&, std::span<const Slice> keys,
 
 Status AttachedDB::PutValues(std::span<const Slice> keys, std::span<const ValueParts> values,
                              std::vector<int64_t>* results, Status* refusal) {
+  Status s = PutValuesUncounted(keys, values, results, refusal);
+  if (results == nullptr) return s;
+  AttachedClientCounters::CountResults(s, keys.size(), *results, &counters_.puts, nullptr,
+                                       &counters_.put_failures, nullptr);
+  for (size_t i = 0; s.ok() && i < results->size() && i < values.size(); i++) {
+    if ((*results)[i] >= 0) counters_.put_bytes.fetch_add(PartsSize(values[i]));
+  }
+  return s;
+}
+
+Status AttachedDB::PutValuesUncounted(std::span<const Slice> keys,
+                                      std::span<const ValueParts> values,
+                                      std::vector<int64_t>* results, Status* refusal) {
   Status s = input::CheckBatch("BatchPut", results, keys.size(), values.size(), "values", 0);
   if (s.ok()) s = input::CheckUniqueKeys(keys);
   if (!s.ok()) return s;
@@ -866,6 +880,17 @@ Status AttachedDB::BatchGetInto(const ReadOptions&, std::span<const Slice> keys,
 
 Status AttachedDB::GetValues(std::span<const Slice> keys, std::span<const Destination> destinations,
                              std::vector<int64_t>* results, Status* refusal) {
+  Status s = GetValuesUncounted(keys, destinations, results, refusal);
+  if (results == nullptr) return s;
+  AttachedClientCounters::CountResults(s, keys.size(), *results, &counters_.gets,
+                                       &counters_.get_bytes, &counters_.get_failures,
+                                       &counters_.misses);
+  return s;
+}
+
+Status AttachedDB::GetValuesUncounted(std::span<const Slice> keys,
+                                      std::span<const Destination> destinations,
+                                      std::vector<int64_t>* results, Status* refusal) {
   Status s = input::CheckBatch("BatchGetInto", results, keys.size(), destinations.size(),
                                "destinations", 0);
   if (!s.ok()) return s;
@@ -949,6 +974,7 @@ Status AttachedDB::BatchExists(std::span<const Slice> keys, std::vector<int64_t>
   if (!s.ok()) return s;
   std::string meta;
   wire::PutKeys(&meta, keys, nullptr);
+  counters_.exists_queries.fetch_add(keys.size());
   return CallForResults(wire::kExists, meta, keys.size(), results);
 }
 
@@ -995,7 +1021,9 @@ Status AttachedDB::BatchDelete(const WriteOptions&, std::span<const Slice> keys,
   if (!s.ok()) return s;
   std::string meta;
   wire::PutKeys(&meta, keys, nullptr);
-  return CallForResults(wire::kDelete, meta, keys.size(), results);
+  s = CallForResults(wire::kDelete, meta, keys.size(), results);
+  for (size_t i = 0; s.ok() && i < results->size(); i++) counters_.deletes += (*results)[i] == 0;
+  return s;
 }
 
 Status AttachedDB::Delete(const WriteOptions& options, const Slice& key) {
@@ -1038,6 +1066,13 @@ Status AttachedDB::CompactBuckets(uint64_t* reclaimed_bytes) {
 bool AttachedDB::GetProperty(const std::string& name, std::string* value) {
   if (name == "kvengine.attached") {  // answered here: the owner does not know it
     *value = socket_path_;
+    return true;
+  }
+  if (name == "kvengine.metrics") {  // this client's own calls, and its process's perf
+    Exposition e;
+    AppendPerfFamilies(&e);
+    *value = e.Take();
+    counters_.AppendPrometheus(value);
     return true;
   }
   Checkout c(this);

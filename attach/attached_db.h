@@ -45,6 +45,7 @@
 #include <string>
 #include <vector>
 
+#include "attach/local_counters.h"
 #include "env/shared_mapping.h"
 #include "kvengine/db.h"
 #include "transport/read_validation.h"
@@ -140,6 +141,8 @@ class AttachedDB final : public DB {
   // problem (Put returns it).
   Status PutValues(std::span<const Slice> keys, std::span<const ValueParts> values,
                    std::vector<int64_t>* results, Status* refusal);
+  Status PutValuesUncounted(std::span<const Slice> keys, std::span<const ValueParts> values,
+                            std::vector<int64_t>* results, Status* refusal);
   void PlanPut(GpuIo* gpu, std::span<const Slice> keys, std::span<const ValueParts> values,
                PutPlan* plan, std::vector<int64_t>* results, Status* refusal) const;
   // BatchGetInto's steps: the client's own checks of each destination and the groups of
@@ -147,6 +150,9 @@ class AttachedDB final : public DB {
   // values and the UNPIN (GetRun).  `refusal` as for PutValues.
   Status GetValues(std::span<const Slice> keys, std::span<const Destination> destinations,
                    std::vector<int64_t>* results, Status* refusal);
+  Status GetValuesUncounted(std::span<const Slice> keys,
+                            std::span<const Destination> destinations,
+                            std::vector<int64_t>* results, Status* refusal);
   void PlanGet(GpuIo* gpu, std::span<const Slice> keys, std::span<const Destination> destinations,
                GetPlan* plan, Status* refusal) const;
   // An idle connection of the pool, or a new one.
@@ -200,6 +206,8 @@ class AttachedDB final : public DB {
 
   const Options options_;
   const std::string socket_path_;
+  // This client's own calls, for its process's metrics ("kvengine.metrics").
+  AttachedClientCounters counters_;
   Logger logger_;  // GPU staging's messages
 
   std::mutex mu_;  // guards everything below

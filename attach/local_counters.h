@@ -13,6 +13,9 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "kvengine/status.h"
 
 namespace kvengine {
 
@@ -39,6 +42,38 @@ struct LocalServerCounters {
   void AddToJson(std::string* out) const;
   // Appends one counter family kvengine_local_<name>_total each (the Prometheus text
   // exposition format 0.0.4, "kvengine.stats.prometheus").
+  void AppendPrometheus(std::string* out) const;
+};
+
+// What an attached client counts of its own calls (AttachedDB), declared once: its
+// process's metrics endpoint (Options::metrics_listen) reports them as the families
+// kvengine_client_<name>_total of the "kvengine.metrics" property, beside the process's
+// perf histograms, while the owner's endpoint covers the store.
+// X(name, Prometheus help), in the order the exposition lists them.
+#define KV_ATTACHED_CLIENT_COUNTERS(X)                                                  \
+  X(puts, "Keys this attached client stored.")                                          \
+  X(put_bytes, "Value bytes this attached client stored.")                              \
+  X(put_failures, "Keys this attached client failed to store (or whole failed calls).") \
+  X(gets, "Keys this attached client read (Get, GetInto, BatchGetInto).")              \
+  X(get_bytes, "Value bytes this attached client read.")                                \
+  X(misses, "Keys this attached client read that the store did not hold.")             \
+  X(get_failures, "Keys this attached client failed to read for another reason.")      \
+  X(exists_queries, "Keys this attached client asked about (BatchExists).")             \
+  X(deletes, "Keys this attached client removed.")
+
+struct AttachedClientCounters {
+#define KV_CLIENT_COUNTER_FIELD(name, help) std::atomic<uint64_t> name{0};
+  KV_ATTACHED_CLIENT_COUNTERS(KV_CLIENT_COUNTER_FIELD)
+#undef KV_CLIENT_COUNTER_FIELD
+
+  // Counts a batch's per-key results (>= 0: done, with that many bytes for reads; a
+  // negative code: failed) into `done`, `bytes`, and `failed` (NotFound into `missing`
+  // when given).  A call that failed as a whole counts every key failed.
+  static void CountResults(const Status& call, size_t keys, const std::vector<int64_t>& results,
+                           std::atomic<uint64_t>* done, std::atomic<uint64_t>* bytes,
+                           std::atomic<uint64_t>* failed, std::atomic<uint64_t>* missing);
+
+  // Appends one counter family kvengine_client_<name>_total each.
   void AppendPrometheus(std::string* out) const;
 };
 

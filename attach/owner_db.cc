@@ -60,7 +60,8 @@ bool OwnerDB::GetProperty(const std::string& name, std::string* value) {
     counters_.AppendText(value);
   } else if (name == "kvengine.stats.json") {
     counters_.AddToJson(value);
-  } else if (name == "kvengine.stats.prometheus" || name == "kvengine.prometheus") {
+  } else if (name == "kvengine.stats.prometheus" || name == "kvengine.prometheus" ||
+             name == "kvengine.metrics") {
     counters_.AppendPrometheus(value);
   }
   return true;

@@ -43,8 +43,10 @@ std::shared_ptr<MemoryRegistrar> ClusterDB::Registrar(std::shared_ptr<MemoryRegi
   return router_->Registrar(std::move(next));
 }
 
-Status ClusterDB::Start(std::unique_ptr<DB> local, PeerRouter::PinFn pin, const char* arena_base) {
+Status ClusterDB::Start(std::unique_ptr<DB> local, PeerRouter::PinFn pin, const char* arena_base,
+                        TierCounters* peer_tier) {
   base_ = std::move(local);
+  router_->SetTierCounters(peer_tier);
   return router_->StartServing(base_.get(), std::move(pin), arena_base);
 }
 
@@ -283,6 +285,16 @@ Status ClusterDB::DeleteAll(uint64_t* deleted) {
 }
 
 bool ClusterDB::GetProperty(const std::string& name, std::string* value) {
+  if (name == "kvengine.metrics" && value != nullptr) {
+    if (!base_->GetProperty(name, value)) return false;
+    router_->AppendPrometheus(value);
+    return true;
+  }
+  if (name == "kvengine.readiness" && value != nullptr) {
+    if (!base_->GetProperty(name, value)) return false;
+    *value += router_->Readiness();
+    return true;
+  }
   if (name != "kvengine.peers" || value == nullptr) return base_->GetProperty(name, value);
   // Answered while the DB is open, as every property.
   std::string probe;

@@ -49,7 +49,10 @@ class ClusterDB final : public StackableDB {
   // Takes the opened local DB; serves it to the peers when Options::listen is set (`pin`
   // pins a value of its memory tier, at `arena_base`, for one-sided reads) and joins the
   // membership.  Called once, before any other call.
-  Status Start(std::unique_ptr<DB> local, PeerRouter::PinFn pin, const char* arena_base);
+  // Reads of the peer tier are counted into `peer_tier` (the engine's, which outlives
+  // this ClusterDB; db/tier_counters.h).
+  Status Start(std::unique_ptr<DB> local, PeerRouter::PinFn pin, const char* arena_base,
+               TierCounters* peer_tier);
 
   // Leaves the cluster and stops serving peers (draining their requests), then closes
   // the local DB.
@@ -76,8 +79,9 @@ class ClusterDB final : public StackableDB {
 
   // Buffers, Flush, CompactBuckets and ResetPerf are the local DB's (StackableDB's
   // forwarding).
-  // "kvengine.peers" here (members, their health, the remote counters); every other
-  // property is the local DB's.
+  // "kvengine.peers" here (members, their health, the remote counters);
+  // "kvengine.readiness" is the local DB's with the cluster membership's line added;
+  // every other property is the local DB's.
   bool GetProperty(const std::string& name, std::string* value) override;
 
  private:

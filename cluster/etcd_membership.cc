@@ -77,6 +77,14 @@ class EtcdMembership final : public MembershipSource {
     }
   }
 
+  std::string Readiness() const override {
+    MutexLock lock(&mu_);
+    if (self_.empty()) return "cluster_member: ok\n";  // not serving: nothing to register
+    if (etcd_down_) return "cluster_member: not ready: etcd " + cluster_ + " unreachable\n";
+    if (lease_ == 0) return "cluster_member: not ready: registering " + self_ + " with etcd\n";
+    return "cluster_member: ok\n";
+  }
+
   std::string StatsText() const override {
     MutexLock lock(&mu_);
     std::ostringstream out;

@@ -42,6 +42,12 @@ class MembershipSource {
 
   // The source's state as "name: value" lines, for the kvengine.peers property.
   virtual std::string StatsText() const = 0;
+
+  // "cluster_member: ok" when this host is a member as far as the source can tell (a
+  // static list always; etcd once this host's key is registered under a live lease, or
+  // always for a DB that does not serve), else "cluster_member: not ready: why".  One
+  // line, for the "kvengine.readiness" property.
+  virtual std::string Readiness() const { return "cluster_member: ok\n"; }
 };
 
 // The static list of Options::peers ("host:port,host:port").  InvalidArgument when the

@@ -554,12 +554,12 @@ Status PeerRouter::BatchPut(DB* local, const WriteOptions& options, std::span<co
           return local->BatchPut(options, Pick(keys, idx), Pick(values, idx), r);
         },
         [&](const Endpoint& peer, const std::vector<size_t>& idx, std::vector<int64_t>* r) {
-          return transport_->BatchPut(peer, Pick(keys, idx), Pick(values, idx), r);
+          return RemotePut(peer, Pick(keys, idx), Pick(values, idx), r);
         });
     return Status::OK();
   }
   KV_SHARDED_BATCH(local->BatchPut(options, Pick(keys, idx), Pick(values, idx), &r),
-                   transport_->BatchPut(peer, Pick(keys, idx), Pick(values, idx), &r));
+                   RemotePut(peer, Pick(keys, idx), Pick(values, idx), &r));
 }
 
 Status PeerRouter::BatchGetInto(DB* local, const ReadOptions& options, std::span<const Slice> keys,
@@ -578,12 +578,12 @@ Status PeerRouter::BatchGetInto(DB* local, const ReadOptions& options, std::span
           return local->BatchGetInto(options, Pick(keys, idx), Pick(dests, idx), r);
         },
         [&](const Endpoint& peer, const std::vector<size_t>& idx, std::vector<int64_t>* r) {
-          return transport_->BatchGet(peer, Pick(keys, idx), Pick(dests, idx), r);
+          return RemoteGet(peer, Pick(keys, idx), Pick(dests, idx), r);
         });
     return Status::OK();
   }
   KV_SHARDED_BATCH(local->BatchGetInto(options, Pick(keys, idx), Pick(dests, idx), &r),
-                   transport_->BatchGet(peer, Pick(keys, idx), Pick(dests, idx), &r));
+                   RemoteGet(peer, Pick(keys, idx), Pick(dests, idx), &r));
 }
 
 Status PeerRouter::BatchExists(DB* local, std::span<const Slice> keys, std::vector<int64_t>* results) {
@@ -640,12 +640,75 @@ Status KeyResult(const Status& batch, const std::vector<int64_t>& r, const Endpo
 
 }  // namespace
 
+void PeerRouter::CountPeerFailure(const Status& s) {
+  // The transports say which kind of failure in their messages only ("timed out after N
+  // ms", "connect to ...", "connection closed by peer", "unavailable (...)"): this is
+  // the one place that reads them.
+  const std::string& m = s.message();
+  auto says = [&m](const char* what) { return m.find(what) != std::string::npos; };
+  ReadFailure why = ReadFailure::io_error;
+  if (s.IsCorruption()) {
+    why = ReadFailure::checksum_mismatch;
+  } else if (says("connect to ") || says("unavailable (") || says("connection closed") ||
+             says("Connection refused") || says("Connection reset") || says("Broken pipe")) {
+    why = ReadFailure::peer_down;
+  } else if (says("timed out")) {
+    why = ReadFailure::timeout;
+  }
+  peer_tier_->Failed(why);
+}
+
+Status PeerRouter::RemoteGet(const Endpoint& peer, std::span<const Slice> keys,
+                             std::span<const Destination> dests, std::vector<int64_t>* r) {
+  Status s = transport_->BatchGet(peer, keys, dests, r);
+  for (size_t j = 0; j < keys.size(); j++) {
+    const int64_t result = s.ok() && j < r->size() ? (*r)[j] : s.ErrorCode();
+    if (result >= 0) {
+      peer_tier_->Hit(static_cast<uint64_t>(result));
+    } else if (result == Status::NotFound("").ErrorCode()) {
+      peer_tier_->Add(peer_tier_->misses);
+    } else if (result != Status::BufferTooSmall("").ErrorCode()) {
+      CountPeerFailure(s.ok() ? Status::FromErrorCode(static_cast<int>(result)) : s);
+    }
+  }
+  return s;
+}
+
+Status PeerRouter::RemotePut(const Endpoint& peer, std::span<const Slice> keys,
+                             std::span<const ValueParts> values, std::vector<int64_t>* r) {
+  Status s = transport_->BatchPut(peer, keys, values, r);
+  for (size_t j = 0; s.ok() && j < r->size() && j < values.size(); j++) {
+    if ((*r)[j] >= 0) peer_tier_->Add(peer_tier_->bytes_in, PartsSize(values[j]));
+  }
+  return s;
+}
+
+void PeerRouter::AppendPrometheus(std::string* out) const {
+  size_t failing = 0;
+  {
+    MutexLock lock(&health_mu_);
+    failing = failing_.size();
+  }
+  const size_t members = Members().size() + (self_.empty() ? 0 : 1);
+  *out += "# HELP kvengine_cluster_members Members this host routes over, itself included "
+          "when it serves.\n# TYPE kvengine_cluster_members gauge\nkvengine_cluster_members " +
+          std::to_string(members) +
+          "\n# HELP kvengine_cluster_failing_members Members whose last call from this host "
+          "failed.\n# TYPE kvengine_cluster_failing_members gauge\n"
+          "kvengine_cluster_failing_members " +
+          std::to_string(failing) + "\n";
+}
+
+std::string PeerRouter::Readiness() const {
+  return membership_ != nullptr ? membership_->Readiness() : "cluster_member: ok\n";
+}
+
 Status PeerRouter::Put(const Endpoint& owner, const Slice& key, const Slice& value) {
   if (closed()) return Status::Aborted("DB is closed");
   std::vector<int64_t> r;
   const ValueParts parts{value};
-  Status s = transport_->BatchPut(owner, std::span<const Slice>(&key, 1),
-                                  std::span<const ValueParts>(&parts, 1), &r);
+  Status s = RemotePut(owner, std::span<const Slice>(&key, 1),
+                       std::span<const ValueParts>(&parts, 1), &r);
   return KeyResult(s, r, owner);
 }
 
@@ -655,7 +718,14 @@ Status PeerRouter::Get(const Endpoint& owner, const Slice& key, std::string* val
   std::vector<std::string> values;
   Status s = transport_->BatchGetOwned(owner, std::span<const Slice>(&key, 1), &values, &r);
   s = KeyResult(s, r, owner);
-  if (s.ok()) *value = std::move(values[0]);
+  if (s.ok()) {
+    *value = std::move(values[0]);
+    peer_tier_->Hit(value->size());
+  } else if (s.IsNotFound()) {
+    peer_tier_->Add(peer_tier_->misses);
+  } else {
+    CountPeerFailure(s);
+  }
   return s;
 }
 
@@ -664,8 +734,8 @@ Status PeerRouter::GetInto(const Endpoint& owner, const Slice& key, MutableSlice
   if (closed()) return Status::Aborted("DB is closed");
   std::vector<int64_t> r;
   const Destination dest{buffer};
-  Status s = transport_->BatchGet(owner, std::span<const Slice>(&key, 1),
-                                  std::span<const Destination>(&dest, 1), &r);
+  Status s = RemoteGet(owner, std::span<const Slice>(&key, 1),
+                       std::span<const Destination>(&dest, 1), &r);
   Status k = KeyResult(s, r, owner);
   if (size != nullptr) *size = k.ok() ? static_cast<size_t>(r[0]) : 0;
   return k;
@@ -763,12 +833,15 @@ void PeerRouter::ReadThroughGet(std::span<const Slice> keys, std::span<const Des
   // 1. Who has what: every peer at once; the first "present" answer claims the key.
   Mutex mu;
   std::vector<int> claimed(missing.size(), -1);
+  Status unasked;  // the first peer that could not be asked
   ForEachParallel(peers.size(), [&](size_t p) {
     std::vector<int64_t> r;
     Status s = transport_->BatchExists(peers[p], ask, &r);
     if (!s.ok()) {
       remote_errors_.fetch_add(1);
       Log(LogLevel::kInfo, "read-through: " + s.ToString());
+      MutexLock lock(&mu);
+      if (unasked.ok()) unasked = s;
       return;
     }
     MutexLock lock(&mu);
@@ -779,7 +852,14 @@ void PeerRouter::ReadThroughGet(std::span<const Slice> keys, std::span<const Des
   // 2. The bytes, from each key's claimer, straight into the caller's buffers.
   std::vector<std::vector<size_t>> by_peer(peers.size());
   for (size_t j = 0; j < missing.size(); j++) {
-    if (claimed[j] >= 0) by_peer[claimed[j]].push_back(missing[j]);
+    if (claimed[j] >= 0) {
+      by_peer[claimed[j]].push_back(missing[j]);
+    } else if (!unasked.ok()) {
+      CountPeerFailure(unasked);  // perhaps on the peer that could not be asked
+    } else {
+      peer_tier_->Add(peer_tier_->misses);
+      peer_tier_->Failed(ReadFailure::absent);
+    }
   }
   std::vector<size_t> busy;
   for (size_t p = 0; p < peers.size(); p++) {
@@ -790,7 +870,7 @@ void PeerRouter::ReadThroughGet(std::span<const Slice> keys, std::span<const Des
   ForEachParallel(busy.size(), [&](size_t b) {
     const std::vector<size_t>& idx = by_peer[busy[b]];
     std::vector<int64_t> r;
-    Status s = transport_->BatchGet(peers[busy[b]], Pick(keys, idx), Pick(dests, idx), &r);
+    Status s = RemoteGet(peers[busy[b]], Pick(keys, idx), Pick(dests, idx), &r);
     if (!s.ok()) remote_errors_.fetch_add(1);
     for (size_t j = 0; j < idx.size(); j++) {
       const size_t i = idx[j];
@@ -810,13 +890,18 @@ Status PeerRouter::ReadThroughGetString(const Slice& key, std::string* value,
                                      const PromoteFn& promote) {
   std::vector<int64_t> exists{0};
   ReadThroughExists(std::span<const Slice>(&key, 1), &exists);
-  if (exists[0] != 1) return Status::NotFound("key not found locally or on any peer");
+  if (exists[0] != 1) {
+    peer_tier_->Add(peer_tier_->misses);
+    peer_tier_->Failed(ReadFailure::absent);
+    return Status::NotFound("key not found locally or on any peer");
+  }
   for (const Endpoint& peer : Members()) {
     std::vector<int64_t> r;
     std::vector<std::string> values;
     Status s = transport_->BatchGetOwned(peer, std::span<const Slice>(&key, 1), &values, &r);
     if (!s.ok() || r.size() != 1 || r[0] < 0) continue;
     remote_hits_.fetch_add(1, std::memory_order_relaxed);
+    peer_tier_->Hit(values[0].size());
     *value = std::move(values[0]);
     if (promote && options_.promote_from_peers) {
       const Slice part(*value);

@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "db/tier_counters.h"
 #include "kvengine/db.h"
 #include "kvengine/env.h"
 #include "kvengine/options.h"
@@ -145,6 +146,15 @@ class PeerRouter {
 
   // Counters and configuration as text ("listen: host:port" first).
   std::string StatsText() const;
+  // The membership's readiness line ("kvengine.readiness").
+  std::string Readiness() const;
+  // Appends the gauges kvengine_cluster_members (the live members this host routes
+  // over, itself included when it serves) and kvengine_cluster_failing_members (those
+  // whose last call failed), Prometheus text format ("kvengine.metrics").
+  void AppendPrometheus(std::string* out) const;
+  // Where reads of the peer tier are counted (db/tier_counters.h): the engine's peer
+  // TierCounters, which outlive the router.  Set once, before any call.
+  void SetTierCounters(TierCounters* peer) { peer_tier_ = peer != nullptr ? peer : &own_tier_; }
 
  private:
   class Service;
@@ -190,6 +200,14 @@ class PeerRouter {
                           const std::function<Status(const Endpoint&, uint64_t*)>& remote,
                           uint64_t* deleted);
   void Log(LogLevel level, const std::string& line) const;
+  // transport_->BatchGet and BatchPut, counted in the peer tier's counters: per key a
+  // hit and its bytes, a miss, or a failure by reason (a failed call: every key).
+  Status RemoteGet(const Endpoint& peer, std::span<const Slice> keys,
+                   std::span<const Destination> dests, std::vector<int64_t>* r);
+  Status RemotePut(const Endpoint& peer, std::span<const Slice> keys,
+                   std::span<const ValueParts> values, std::vector<int64_t>* r);
+  // Counts one read of the peer tier that failed with `s` (not NotFound).
+  void CountPeerFailure(const Status& s);
   bool closed() const { return closed_.load(); }
 
   const Options options_;
@@ -217,6 +235,8 @@ class PeerRouter {
 
   mutable std::atomic<uint64_t> remote_gets_{0}, remote_hits_{0}, remote_errors_{0},
       remote_puts_{0}, promotions_{0};
+  TierCounters own_tier_;                  // counted when no engine's is given
+  TierCounters* peer_tier_ = &own_tier_;  // the engine's (SetTierCounters)
 };
 
 }  // namespace kvengine

@@ -18,10 +18,12 @@
 #include <mutex>
 #include <string>
 
+#include "db/evicted_keys.h"
 #include "db/memory_tier.h"
 #include "db/removal_feed.h"
 #include "db/shared_arena.h"
 #include "db/ssd_tier.h"
+#include "db/tier_counters.h"
 #include "env/gpu_io.h"
 #include "kvengine/db.h"
 #include "kvengine/env.h"
@@ -88,6 +90,12 @@ class DBImpl final : public DB, public SharedArena {
   // (cluster/: ClusterDB serves this DB to the peers).  False when memory does not hold
   // it, or -- unless `wait` -- when the key's lock is busy.
   bool LookupInMemory(const Slice& key, bool wait, MemoryTier::Handle* handle);
+  // The peer tier's counters, which the cluster layer counts (db/tier_counters.h).
+  // Lives as long as this DBImpl.
+  TierCounters* peer_tier_counters() { return &tiers_.peer; }
+
+  // "kvengine.readiness": whether this DB takes writes (docs/observability.md).
+  std::string Readiness() const;
 
  private:
   // The DB-wide counters, one per KV_COUNTER line of db/db_stats.def (which says how
@@ -98,6 +106,9 @@ class DBImpl final : public DB, public SharedArena {
   };
 
   Status CheckOpen() const REQUIRES_SHARED(lifecycle_mu_);
+  // A read of `key` that no tier could serve: counted as a miss and, on the last tier
+  // asked, as absent or evicted.
+  void CountMiss(const Slice& key);
   Status CheckKey(const Slice& key) const;
   // The start every batch call shares: the DB is open, the lists are well formed
   // (util/input_check.h; with `unique_keys`, no key twice) -- else *results (when not
@@ -212,6 +223,8 @@ class DBImpl final : public DB, public SharedArena {
 
   Counters counters_;
   ErrorCounters errors_;  // failed keys and calls by kind
+  AllTierCounters tiers_;  // per tier (db/tier_counters.h); the cluster layer counts peer
+  EvictedKeys evicted_keys_;  // what the tiers dropped lately: "evicted" vs "absent"
 };
 
 }  // namespace kvengine

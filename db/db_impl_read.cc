@@ -8,6 +8,7 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "util/hash.h"
 #include "util/input_check.h"
 #include "db/offloader.h"
 #include "db/prefetcher.h"
@@ -29,14 +30,22 @@ Status DBImpl::PinInMemory(const Slice& key, uint64_t capacity, MemoryTier::Hand
   NotePrefetchRead(key, found);
   if (!found) return Status::NotFound("key " + Printable(key));
   counters_.gets.fetch_add(1, std::memory_order_relaxed);
-  counters_.memory_hits.fetch_add(1, std::memory_order_relaxed);
   const uint64_t size = handle->value().size();
   if (size > capacity) {
     handle->Release();
     return TooSmall(key, size, capacity);
   }
+  tiers_.memory.Hit(size);
   counters_.get_bytes.fetch_add(size, std::memory_order_relaxed);
   return Status::OK();
+}
+
+void DBImpl::CountMiss(const Slice& key) {
+  counters_.misses.fetch_add(1, std::memory_order_relaxed);
+  if (ssd_ != nullptr) tiers_.ssd.Add(tiers_.ssd.misses);
+  TierCounters& last = ssd_ != nullptr ? tiers_.ssd : tiers_.memory;
+  last.Failed(evicted_keys_.Contains(Hash64(key.view())) ? ReadFailure::evicted
+                                                         : ReadFailure::absent);
 }
 
 Status DBImpl::CheckDestination(const Slice& key, std::span<const MutableSlice> dest,
@@ -65,8 +74,10 @@ Status DBImpl::GetFromMemory(const Slice& key, std::span<const MutableSlice> des
 Status DBImpl::CopyFromMemory(const Slice& key, MemoryTier::Handle* handle,
                               std::span<const MutableSlice> dest, uint64_t capacity,
                               uint64_t* size) {
-  if (!handle->valid()) return Status::NotFound("key " + Printable(key));
-  counters_.memory_hits.fetch_add(1, std::memory_order_relaxed);
+  if (!handle->valid()) {
+    tiers_.memory.Add(tiers_.memory.misses);
+    return Status::NotFound("key " + Printable(key));
+  }
   const Slice value = handle->value();
   *size = value.size();
   Status s;
@@ -74,6 +85,7 @@ Status DBImpl::CopyFromMemory(const Slice& key, MemoryTier::Handle* handle,
     s = TooSmall(key, value.size(), capacity);
   } else {
     ScatterCopy(value.data(), value.size(), dest);
+    tiers_.memory.Hit(value.size());
     counters_.get_bytes.fetch_add(value.size(), std::memory_order_relaxed);
   }
   handle->Release();
@@ -91,7 +103,7 @@ Status DBImpl::GetOne(const Slice& key, std::span<const MutableSlice> dest, uint
   s = GetFromMemory(key, dest, capacity, size);
   if (!s.IsNotFound()) return s;
   if (ssd_ == nullptr) {
-    counters_.misses.fetch_add(1, std::memory_order_relaxed);
+    CountMiss(key);
     return s;
   }
   std::vector<int64_t> result(1);
@@ -123,13 +135,13 @@ Status DBImpl::GetOneToDevice(const Slice& key, std::span<const MutableSlice> de
   if (memory_->Lookup(key, pin)) {  // host -> device straight from the arena
     NotePrefetchRead(key, true);
     counters_.gets.fetch_add(1, std::memory_order_relaxed);
-    counters_.memory_hits.fetch_add(1, std::memory_order_relaxed);
     const Slice value = pin->value();
     *size = value.size();
     if (value.size() > capacity) {
       pin->Release();
       return TooSmall(key, value.size(), capacity);
     }
+    tiers_.memory.Hit(value.size());
     *copy = copies->ToDevice("key " + Printable(key), device, value, /*in_arena=*/true, dest);
     return Status::OK();
   }
@@ -157,8 +169,8 @@ Status DBImpl::Get(const ReadOptions& options, const Slice& key, std::string* va
   NotePrefetchRead(key, in_memory);
   if (in_memory) {
     counters_.gets.fetch_add(1, std::memory_order_relaxed);
-    counters_.memory_hits.fetch_add(1, std::memory_order_relaxed);
     value->assign(handle.value().data(), handle.value().size());
+    tiers_.memory.Hit(value->size());
     counters_.get_bytes.fetch_add(value->size(), std::memory_order_relaxed);
     return log.FinishKey(Status::OK(), key, static_cast<int64_t>(value->size()), "memory");
   }
@@ -183,7 +195,8 @@ Status DBImpl::Get(const ReadOptions& options, const Slice& key, std::string* va
     if (!s.IsBufferTooSmall()) return log.FinishKey(s, key, -1, nullptr);
   }
   counters_.gets.fetch_add(1, std::memory_order_relaxed);
-  counters_.misses.fetch_add(1, std::memory_order_relaxed);
+  tiers_.memory.Add(tiers_.memory.misses);
+  CountMiss(key);
   return log.FinishKey(Status::NotFound("key " + Printable(key)), key, -1, nullptr);
 }
 
@@ -309,7 +322,7 @@ Status DBImpl::BatchGetInto(const ReadOptions& options, std::span<const Slice> k
           misses.push_back(i);  // read with the other misses, in one submission
           continue;
         }
-        counters_.misses.fetch_add(1, std::memory_order_relaxed);
+        CountMiss(keys[i]);
       }
     }
     (*results)[i] = key_status.ok() ? static_cast<int64_t>(size) : key_status.ErrorCode();
@@ -401,7 +414,7 @@ void DBImpl::ReadFromSsd(std::span<const Slice> keys, std::span<const Destinatio
     reads[j].key = keys[misses[j]];
     reads[j].dest = dests[misses[j]];
   }
-  uint64_t promotions = 0;
+  uint64_t promotions = 0, promoted_bytes = 0;
   SsdTier::ReadDone promote;
   if (options_.promote_on_read) {
     // Each value as soon as it is read, while the rest of the batch is still on its way:
@@ -414,11 +427,13 @@ void DBImpl::ReadFromSsd(std::span<const Slice> keys, std::span<const Destinatio
       if (memory_->Insert(r.key, parts, r.size, version,
                           [&] { return ssd_->HasVersion(r.key, version); })) {
         promotions++;
+        promoted_bytes += r.size;
       }
     };
   }
   ssd_->MultiGet(reads, verify, promote);
-  counters_.promotions.fetch_add(promotions, std::memory_order_relaxed);
+  tiers_.ssd.Add(tiers_.ssd.promotions, promotions);
+  tiers_.memory.Add(tiers_.memory.bytes_in, promoted_bytes);
   for (size_t j = 0; j < misses.size(); j++) {
     SsdTier::Read& r = reads[j];
     const Slice key = keys[misses[j]];
@@ -428,11 +443,13 @@ void DBImpl::ReadFromSsd(std::span<const Slice> keys, std::span<const Destinatio
       MemoryTier::Handle handle;
       Status s = memory_->Contains(key) ? GetOne(key, r.dest, &size)
                                         : Status::NotFound("key " + Printable(key));
-      if (s.IsNotFound()) counters_.misses.fetch_add(1, std::memory_order_relaxed);
+      if (s.IsNotFound()) CountMiss(key);
       (*results)[misses[j]] = s.ok() ? static_cast<int64_t>(size) : s.ErrorCode();
       continue;
     }
     if (!r.status.ok()) {
+      if (r.status.IsCorruption()) tiers_.ssd.Failed(ReadFailure::checksum_mismatch);
+      if (r.status.IsIOError()) tiers_.ssd.Failed(ReadFailure::io_error);
       if (r.status.IsCorruption() || r.status.IsIOError()) {
         logger_.Logf(LogLevel::kError, "reading key %s from SSD: %s", Printable(key).c_str(),
                      r.status.ToString().c_str());
@@ -440,7 +457,7 @@ void DBImpl::ReadFromSsd(std::span<const Slice> keys, std::span<const Destinatio
       (*results)[misses[j]] = r.status.ErrorCode();
       continue;
     }
-    counters_.ssd_hits.fetch_add(1, std::memory_order_relaxed);
+    tiers_.ssd.Hit(r.size);
     counters_.get_bytes.fetch_add(r.size, std::memory_order_relaxed);
     (*results)[misses[j]] = static_cast<int64_t>(r.size);
   }

@@ -13,42 +13,11 @@
 #include <string_view>
 
 #include "db/db_impl.h"
+#include "util/prometheus.h"
 
 namespace kvengine {
 
 namespace {
-
-class Exposition {
- public:
-  // One metric family with a single, unlabelled sample.
-  void Metric(const std::string& name, const char* type, const char* help, uint64_t value) {
-    Header(name, type, help);
-    Sample(name, "", static_cast<double>(value));
-  }
-  void Header(const std::string& name, const char* type, const char* help) {
-    out_ += "# HELP ";
-    out_ += name;
-    out_ += " ";
-    out_ += help;
-    out_ += "\n# TYPE ";
-    out_ += name;
-    out_ += " ";
-    out_ += type;
-    out_ += "\n";
-  }
-  // `labels` is "" or `{a="b",...}`.
-  void Sample(const std::string& name, const std::string& labels, double value) {
-    char buf[64];
-    std::snprintf(buf, sizeof(buf), " %.17g\n", value);
-    out_ += name;
-    out_ += labels;
-    out_ += buf;
-  }
-  std::string Take() { return std::move(out_); }
-
- private:
-  std::string out_;
-};
 
 // ---------------------------------------------------------------- the table
 
@@ -61,7 +30,6 @@ enum Output : unsigned {
   kJsonAfterErrors = 1u << 2,
   kProm = 1u << 3,
   kPromAfterNext = 1u << 4,
-  kPromTierHits = 1u << 5,
 };
 
 // A figure's value: a count, a flag or a ratio.
@@ -121,7 +89,13 @@ struct Sources {
   bool has_ssd;        // the DB has an SSD tier
   SsdTier::Stats ssd;  // zeros without it
   CounterValues counters;
+  AllTierValues tiers;
 };
+
+// Figures read from the per-tier counters (KV_FROM_TIERS).
+uint64_t MemoryHits(const AllTierValues& t) { return t.memory.hits; }
+uint64_t SsdHits(const AllTierValues& t) { return t.ssd.hits; }
+uint64_t Promotions(const AllTierValues& t) { return t.ssd.promotions + t.peer.promotions; }
 
 // Derived figures (KV_DERIVED).
 uint64_t IndexBytesPerKey(const MemoryTier::Stats& m) {
@@ -167,6 +141,23 @@ constexpr Row kRows[] = {
   {#group, CounterName(#group, #field), kind, outputs, help, false, KV_VALUE(s.counters.field)},
 #define KV_DERIVED(group, name, function, kind, outputs, help) \
   {#group, #name, kind, outputs, help, FromSsdTier(#group), KV_VALUE(function(s.group))},
+#define KV_FROM_TIERS(group, name, function, kind, outputs, help) \
+  {#group, #name, kind, outputs, help, false, KV_VALUE(function(s.tiers))},
+#include "db/db_stats.def"
+};
+
+// One KV_TIER_SAMPLE line: a sample of a family labelled by tier.
+struct TierSample {
+  const char* family;  // kvengine_<family>[_total]
+  Kind kind;
+  const char* tier;
+  const char* label;  // "" or `reason="..."`
+  const char* help;   // "" but on a family's first line
+  Value (*value)(const Sources& s);
+};
+constexpr TierSample kTierSamples[] = {
+#define KV_TIER_SAMPLE(family, kind, tier, label, value, help) \
+  {#family, kind, #tier, label, help, KV_VALUE(uint64_t{value})},
 #include "db/db_stats.def"
 };
 #undef KV_VALUE
@@ -233,32 +224,38 @@ void AppendFamilies(const Sources& s, std::string_view group, Exposition* e) {
   if (held != nullptr) AppendFamily(s, *held, e);
 }
 
-// kvengine_tier_hits_total{tier="..."}: one sample per kPromTierHits row.
-void AppendTierHits(const Sources& s, Exposition* e) {
-  bool header = false;
-  for (const Row& row : kRows) {
-    if ((row.outputs & kPromTierHits) == 0 || !row.ReportedIn(s)) continue;
-    if (!header) e->Header("kvengine_tier_hits_total", TypeName(row.kind), row.help);
-    header = true;
-    e->Sample("kvengine_tier_hits_total", "{tier=\"" + std::string(row.group) + "\"}",
-              row.value(s).AsDouble());
+// The labelled families of the KV_TIER_SAMPLE lines, each family's lines together.
+void AppendTierFamilies(const Sources& s, Exposition* e) {
+  std::string_view family;
+  std::string name;
+  for (const TierSample& t : kTierSamples) {
+    if (family != t.family) {
+      family = t.family;
+      name = "kvengine_" + std::string(family) + (t.kind == kCounter ? "_total" : "");
+      e->Header(name, TypeName(t.kind), t.help);
+    }
+    std::string labels = std::string("{tier=\"") + t.tier + "\"";
+    if (*t.label != '\0') labels += std::string(",") + t.label;
+    e->Sample(name, labels + "}", t.value(s).AsDouble());
   }
 }
 
 // `C` is DBImpl::Counters.
 template <typename C>
-Sources Collect(const MemoryTier& memory, const SsdTier* ssd, const C& counters) {
+Sources Collect(const MemoryTier& memory, const SsdTier* ssd, const C& counters,
+                const AllTierCounters& tiers) {
   return Sources{memory.GetStats(), ssd != nullptr,
-                 ssd != nullptr ? ssd->GetStats() : SsdTier::Stats(), LoadCounters(counters)};
+                 ssd != nullptr ? ssd->GetStats() : SsdTier::Stats(), LoadCounters(counters),
+                 AllTierValues::Of(tiers)};
 }
 
 }  // namespace
 
 std::string DBImpl::StatsPrometheus() const {
-  const Sources s = Collect(*memory_, ssd_.get(), counters_);
+  const Sources s = Collect(*memory_, ssd_.get(), counters_, tiers_);
   Exposition e;
   AppendFamilies(s, "memory", &e);
-  AppendTierHits(s, &e);
+  AppendTierFamilies(s, &e);
   AppendFamilies(s, "db", &e);
   AppendFamilies(s, "ssd", &e);
 
@@ -269,39 +266,12 @@ std::string DBImpl::StatsPrometheus() const {
              static_cast<double>(errors_.Get(code)));
   }
 
-  // Perf histograms as summaries, for the keys that have samples.
-  static const double kQuantiles[] = {0.5, 0.9, 0.99, 0.999};
-  e.Header("kvengine_perf_latency_seconds", "summary",
-           "Latency of each perf key (see docs/observability.md), process-wide.");
-  for (int k = 0; k < kNumPerfKeys; k++) {
-    const PerfStats d = PerfSnapshot(static_cast<PerfKey>(k));
-    if (d.count == 0) continue;
-    const std::string base =
-        std::string("key=\"") + kPerfKeys[k].name + "\",layer=\"" + kPerfKeys[k].layer + "\"";
-    const double quantile_ns[] = {d.p50_ns, d.p90_ns, d.p99_ns, d.p999_ns};
-    for (int i = 0; i < 4; i++) {
-      char label[48];
-      std::snprintf(label, sizeof(label), ",quantile=\"%g\"}", kQuantiles[i]);
-      e.Sample("kvengine_perf_latency_seconds", "{" + base + label, quantile_ns[i] / 1e9);
-    }
-    e.Sample("kvengine_perf_latency_seconds_sum", "{" + base + "}", d.sum_ns / 1e9);
-    e.Sample("kvengine_perf_latency_seconds_count", "{" + base + "}", static_cast<double>(d.count));
-  }
-  e.Header("kvengine_perf_latency_max_seconds", "gauge",
-           "Longest sample of each perf key since the last reset.");
-  for (int k = 0; k < kNumPerfKeys; k++) {
-    const PerfStats d = PerfSnapshot(static_cast<PerfKey>(k));
-    if (d.count == 0) continue;
-    e.Sample(
-        "kvengine_perf_latency_max_seconds",
-        std::string("{key=\"") + kPerfKeys[k].name + "\",layer=\"" + kPerfKeys[k].layer + "\"}",
-        d.max_ns / 1e9);
-  }
+  AppendPerfFamilies(&e);
   return e.Take();
 }
 
 std::string DBImpl::StatsText() const {
-  const Sources s = Collect(*memory_, ssd_.get(), counters_);
+  const Sources s = Collect(*memory_, ssd_.get(), counters_, tiers_);
   std::ostringstream out;
   out << "** kvengine stats **\n";
   AppendText(s, /*ssd_tier=*/false, &out);
@@ -311,7 +281,7 @@ std::string DBImpl::StatsText() const {
 }
 
 std::string DBImpl::StatsJson() const {
-  const Sources s = Collect(*memory_, ssd_.get(), counters_);
+  const Sources s = Collect(*memory_, ssd_.get(), counters_, tiers_);
   std::ostringstream out;
   out << "{\"memory\":{";
   AppendJson(s, "memory", kJson, /*first=*/true, &out);

@@ -1,6 +1,7 @@
 // DBImpl, writes: puts (from host or device memory, and an attached client's
 // reservations), deletes, and the deletes by pattern.
 #include "db/db_impl.h"
+#include "util/hash.h"
 
 #include <cinttypes>
 #include <cstring>
@@ -69,6 +70,7 @@ Status DBImpl::Publish(const Slice& key, std::span<const Slice> parts, uint64_t 
   if (s.ok()) {
     counters_.puts.fetch_add(1, std::memory_order_relaxed);
     counters_.put_bytes.fetch_add(size, std::memory_order_relaxed);
+    tiers_.memory.Add(tiers_.memory.bytes_in, size);
   } else {
     counters_.put_failures.fetch_add(1, std::memory_order_relaxed);
   }
@@ -146,9 +148,15 @@ Status DBImpl::DeleteOne(const Slice& key) {
   Status s = CheckKey(key);
   if (!s.ok()) return s;
   MemoryTier::CheckHook also_on_ssd;
-  if (ssd_ != nullptr) also_on_ssd = [&] { return ssd_->Erase(key); };
-  if (!memory_->Erase(key, also_on_ssd)) return Status::NotFound("key " + Printable(key));
+  bool on_ssd = false, in_memory = false;
+  if (ssd_ != nullptr) also_on_ssd = [&] { return on_ssd = ssd_->Erase(key); };
+  evicted_keys_.Forget(Hash64(key.view()));  // a later miss is "absent" again
+  if (!memory_->Erase(key, also_on_ssd, &in_memory)) {
+    return Status::NotFound("key " + Printable(key));
+  }
   counters_.deletes.fetch_add(1, std::memory_order_relaxed);
+  if (in_memory) tiers_.memory.Add(tiers_.memory.explicit_removals);
+  if (on_ssd) tiers_.ssd.Add(tiers_.ssd.explicit_removals);
   return Status::OK();
 }
 
@@ -259,7 +267,9 @@ Status DBImpl::FillCache(const Slice& key, std::span<const Slice> parts) {
   const uint64_t version = version_source_.fetch_add(1) + 1;
   if (memory_->Insert(key, parts, size, version,
                       [&] { return ssd_ == nullptr || !ssd_->Contains(key); })) {
-    counters_.promotions.fetch_add(1, std::memory_order_relaxed);
+    // The cluster layer's read-through promotion of a value a peer served.
+    tiers_.peer.Add(tiers_.peer.promotions);
+    tiers_.memory.Add(tiers_.memory.bytes_in, size);
   }
   return Status::OK();
 }
@@ -312,6 +322,7 @@ uint64_t DBImpl::DeleteMatching(const std::function<bool(std::string_view)>& pre
   if (ssd_ == nullptr) {
     uint64_t n = memory_->EraseIf(pred);
     counters_.deletes.fetch_add(n, std::memory_order_relaxed);
+    tiers_.memory.Add(tiers_.memory.explicit_removals, n);
     return n;
   }
   // Keys may live in either tier or both: collect them, then delete each one through

@@ -1,5 +1,7 @@
 #include "db/memory_tier.h"
 
+#include "db/evicted_keys.h"
+
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -141,6 +143,7 @@ void MemoryTier::Evict(Item* victim) {
     if (removal_feed_ != nullptr) {
       removal_feed_->Record(key, RemovalEvent::kMemory, RemovalEvent::kCapacity);
     }
+    if (eviction_handler_ == nullptr && evicted_keys_ != nullptr) evicted_keys_->Note(hash);
     evictions_.fetch_add(1, std::memory_order_relaxed);
     evicted_bytes_.fetch_add(victim->size, std::memory_order_relaxed);
     Unref(victim);  // the index's reference
@@ -373,7 +376,7 @@ void MemoryTier::BatchLookup(std::span<const Slice> keys, std::vector<Handle>* h
   }
 }
 
-bool MemoryTier::Erase(const Slice& key, const CheckHook& also) {
+bool MemoryTier::Erase(const Slice& key, const CheckHook& also, bool* in_memory) {
   PerfPoint perf(PerfKey::memory_erase);
   const uint64_t hash = Hash64(key.view());
   Shard& shard = ShardFor(hash);
@@ -390,6 +393,7 @@ bool MemoryTier::Erase(const Slice& key, const CheckHook& also) {
     }
     if (also) found_elsewhere = also();
   }
+  if (in_memory != nullptr) *in_memory = item != nullptr;
   if (item == nullptr) return found_elsewhere;
   Unref(item);
   return true;

@@ -35,6 +35,8 @@ class Logger;
 class RemovalFeed;
 
 // Offered each value the memory tier is about to evict (write-back offload).
+class EvictedKeys;
+
 class EvictionHandler {
  public:
   virtual ~EvictionHandler() = default;
@@ -128,6 +130,9 @@ class MemoryTier {
   // Where the tier announces the values it evicts or erases (not owned; outlives the
   // tier).  Set before the tier is used.
   void SetRemovalFeed(RemovalFeed* feed) { removal_feed_ = feed; }
+  // Told the hash of every key evicted without a handler to take it (the value is lost).
+  // Not owned; set before the tier is used.  nullptr: nobody is told.
+  void SetEvictedKeys(EvictedKeys* evicted) { evicted_keys_ = evicted; }
 
   // Runs under the key's shard lock, the DB's per-key lock: whatever it changes in the
   // other tiers changes atomically with the memory tier for that key.
@@ -176,7 +181,8 @@ class MemoryTier {
   void BatchLookup(std::span<const Slice> keys, std::vector<Handle>* handles);
   // Removes key; returns false when absent.  `also`, when set, runs under the key's lock
   // whether or not the key was in memory, and its result is or-ed into the return value.
-  bool Erase(const Slice& key, const CheckHook& also = nullptr);
+  // *in_memory (when not null) tells whether the memory tier held it.
+  bool Erase(const Slice& key, const CheckHook& also = nullptr, bool* in_memory = nullptr);
   // Removes every key for which pred(key) holds; returns the count.
   uint64_t EraseIf(const std::function<bool(std::string_view)>& pred);
   // Calls fn(key, size, version) for every key (no order; concurrent writes may or may
@@ -227,6 +233,7 @@ class MemoryTier {
   std::vector<Shard> shards_;
   EvictionHandler* eviction_handler_ = nullptr;
   RemovalFeed* removal_feed_ = nullptr;
+  EvictedKeys* evicted_keys_ = nullptr;
 
   std::atomic<uint64_t> items_{0};
   std::atomic<uint64_t> value_bytes_{0};

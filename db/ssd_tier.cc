@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "db/evicted_keys.h"
 #include "db/map_checkpoint.h"
 #include "db/removal_feed.h"
 #include "db/ssd_bucket.h"
@@ -810,6 +811,11 @@ Status SsdTier::MakeRoomLocked(uint64_t bytes) {
   return Status::OK();
 }
 
+Status SsdTier::WriterStatus() const {
+  MutexLock lock(&mu_);
+  return writer_error_;
+}
+
 uint64_t SsdTier::EraseKeysOfLocked(const SsdBucket& bucket) {
   uint64_t erased = 0;
   // The index is on disk only (a small read: bucket_keys_limit entries at most).
@@ -825,6 +831,7 @@ uint64_t SsdTier::EraseKeysOfLocked(const SsdBucket& bucket) {
         if (removal_feed_ != nullptr) {
           removal_feed_->Record(e.key, RemovalEvent::kSsd, RemovalEvent::kCapacity);
         }
+        if (evicted_keys_ != nullptr) evicted_keys_->Note(Hash64(e.key));
       }
     }
     return erased;

@@ -59,6 +59,7 @@
 namespace kvengine {
 
 class RemovalFeed;
+class EvictedKeys;
 
 class Logger;
 
@@ -186,6 +187,14 @@ class SsdTier {
   Status CompactBuckets(uint64_t* reclaimed);
 
   Stats GetStats() const;
+
+  // OK while the tier takes writes; the bucket writer's last failure while it keeps
+  // failing (cleared by its next success): the tier then serves reads only.
+  Status WriterStatus() const;
+
+  // Told the hash (Hash64) of every key dropped with a bucket evicted to make room.  Not
+  // owned; set before the tier is used.  nullptr: nobody is told.
+  void SetEvictedKeys(EvictedKeys* evicted) { evicted_keys_ = evicted; }
 
  private:
   // Compaction works on the map and the bucket table under mu_ (db/bucket_compactor.h).
@@ -341,6 +350,7 @@ class SsdTier {
   Env* env_;                        // uring_env_ or base_env_
   Logger* const logger_;
   RemovalFeed* removal_feed_ = nullptr;
+  EvictedKeys* evicted_keys_ = nullptr;
   FileOptions file_options_;
   // The image size of a bucket: bucket_size_limit, but never more than a quarter of a
   // small SSD tier, so that a few buckets always fit.

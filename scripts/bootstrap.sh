@@ -14,6 +14,8 @@ packages=(
   python3-prometheus-client  # vLLM's metrics path in the connector tests (prometheus_client)
   python3-msgpack  # the vLLM connector tests encode KV event batches as vLLM's msgpack publisher does
   clang libclang-rt-14-dev  # the fuzz targets (test/fuzz): clang and its libFuzzer (Debian 12)
+  libcpp-httplib-dev  # the metrics endpoint's HTTP server (metrics/, Options::metrics_listen)
+  prometheus  # promtool and a real Prometheus scraping kv_server in metrics_test
 )
 # torch (CPU) for the tensor and vLLM-connector tests: measured on Debian 12, 171 packages,
 # 142 MB to download, about 1.5 minutes to install.  KV_BOOTSTRAP_NO_TORCH=1 skips it

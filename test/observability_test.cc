@@ -1,5 +1,6 @@
 // The DB's observability: structured call logs through the callback sink, perf levels
 // chosen by option and environment, the perf / stats / Prometheus properties, reset.
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -691,7 +692,8 @@ const std::vector<std::string> kJsonSsdNames = {
     "ssd.checkpoint_writes",
     "ssd.checkpoint_backlog",
 };
-// "kvengine.stats.prometheus" (the same with or without the SSD tier), no perf samples.
+// "kvengine.stats.prometheus" without the SSD tier, no perf samples; with it, the
+// families of kPromSsdLines come before the errors' (kPromSsdAt).
 const std::vector<std::string> kPromLines = {
     "# HELP kvengine_memory_items Values held in the memory tier.",
     "# TYPE kvengine_memory_items gauge",
@@ -699,8 +701,8 @@ const std::vector<std::string> kPromLines = {
     "# HELP kvengine_memory_value_bytes Bytes of the values held in the memory tier.",
     "# TYPE kvengine_memory_value_bytes gauge",
     "kvengine_memory_value_bytes",
-    "# HELP kvengine_memory_allocated_bytes Arena bytes taken by the memory tier's values (slab "
-    "class sizes).",
+    "# HELP kvengine_memory_allocated_bytes Arena bytes taken by the memory tier's values "
+    "(slab class sizes).",
     "# TYPE kvengine_memory_allocated_bytes gauge",
     "kvengine_memory_allocated_bytes",
     "# HELP kvengine_memory_capacity_bytes Size of the memory tier's arena.",
@@ -709,7 +711,8 @@ const std::vector<std::string> kPromLines = {
     "# HELP kvengine_memory_evictions_total Values evicted from the memory tier.",
     "# TYPE kvengine_memory_evictions_total counter",
     "kvengine_memory_evictions_total",
-    "# HELP kvengine_memory_evicted_bytes_total Bytes of the values evicted from the memory tier.",
+    "# HELP kvengine_memory_evicted_bytes_total Bytes of the values evicted from the memory "
+    "tier.",
     "# TYPE kvengine_memory_evicted_bytes_total counter",
     "kvengine_memory_evicted_bytes_total",
     "# HELP kvengine_memory_eviction_refusals_total Evictions refused by the offload tier (the "
@@ -722,17 +725,65 @@ const std::vector<std::string> kPromLines = {
     "# HELP kvengine_memory_lookup_hits_total Memory tier index lookups that found the key.",
     "# TYPE kvengine_memory_lookup_hits_total counter",
     "kvengine_memory_lookup_hits_total",
-    "# HELP kvengine_memory_lookup_misses_total Memory tier index lookups that did not find the "
-    "key.",
+    "# HELP kvengine_memory_lookup_misses_total Memory tier index lookups that did not find "
+    "the key.",
     "# TYPE kvengine_memory_lookup_misses_total counter",
     "kvengine_memory_lookup_misses_total",
     "# HELP kvengine_memory_index_bytes RAM of the memory tier's index beside keys and values "
     "(item arrays, index slots).",
     "# TYPE kvengine_memory_index_bytes gauge",
     "kvengine_memory_index_bytes",
-    "# HELP kvengine_tier_hits_total Reads (Get, GetInto, batch) served per tier.",
+    "# HELP kvengine_tier_hits_total Reads served, by the tier that served them.",
     "# TYPE kvengine_tier_hits_total counter",
     "kvengine_tier_hits_total{tier=\"memory\"}",
+    "kvengine_tier_hits_total{tier=\"ssd\"}",
+    "kvengine_tier_hits_total{tier=\"peer\"}",
+    "# HELP kvengine_tier_misses_total Reads a tier was asked and did not hold the key for "
+    "(the next tier is asked).",
+    "# TYPE kvengine_tier_misses_total counter",
+    "kvengine_tier_misses_total{tier=\"memory\"}",
+    "kvengine_tier_misses_total{tier=\"ssd\"}",
+    "kvengine_tier_misses_total{tier=\"peer\"}",
+    "# HELP kvengine_tier_read_bytes_total Value bytes read out of each tier by the reads it "
+    "served.",
+    "# TYPE kvengine_tier_read_bytes_total counter",
+    "kvengine_tier_read_bytes_total{tier=\"memory\"}",
+    "kvengine_tier_read_bytes_total{tier=\"ssd\"}",
+    "kvengine_tier_read_bytes_total{tier=\"peer\"}",
+    "# HELP kvengine_tier_written_bytes_total Value bytes written into each tier: puts and "
+    "promotions (memory), offloads (ssd), puts routed to peers (peer).",
+    "# TYPE kvengine_tier_written_bytes_total counter",
+    "kvengine_tier_written_bytes_total{tier=\"memory\"}",
+    "kvengine_tier_written_bytes_total{tier=\"ssd\"}",
+    "kvengine_tier_written_bytes_total{tier=\"peer\"}",
+    "# HELP kvengine_tier_promotions_total Values read from a tier and copied into the memory "
+    "tier.",
+    "# TYPE kvengine_tier_promotions_total counter",
+    "kvengine_tier_promotions_total{tier=\"ssd\"}",
+    "kvengine_tier_promotions_total{tier=\"peer\"}",
+    "# HELP kvengine_tier_evictions_total Values that left a tier, by reason: capacity (the "
+    "tier was full: memory values go to SSD when it has room, else are dropped; SSD drops "
+    "whole buckets), explicit (deletes).",
+    "# TYPE kvengine_tier_evictions_total counter",
+    "kvengine_tier_evictions_total{tier=\"memory\",reason=\"capacity\"}",
+    "kvengine_tier_evictions_total{tier=\"memory\",reason=\"explicit\"}",
+    "kvengine_tier_evictions_total{tier=\"ssd\",reason=\"capacity\"}",
+    "kvengine_tier_evictions_total{tier=\"ssd\",reason=\"explicit\"}",
+    "# HELP kvengine_read_failures_total Reads that failed, by the tier that answered last and "
+    "why: absent, evicted (misses), checksum_mismatch, io_error, timeout, peer_down (present "
+    "but unreadable).",
+    "# TYPE kvengine_read_failures_total counter",
+    "kvengine_read_failures_total{tier=\"memory\",reason=\"absent\"}",
+    "kvengine_read_failures_total{tier=\"memory\",reason=\"evicted\"}",
+    "kvengine_read_failures_total{tier=\"ssd\",reason=\"absent\"}",
+    "kvengine_read_failures_total{tier=\"ssd\",reason=\"evicted\"}",
+    "kvengine_read_failures_total{tier=\"ssd\",reason=\"checksum_mismatch\"}",
+    "kvengine_read_failures_total{tier=\"ssd\",reason=\"io_error\"}",
+    "kvengine_read_failures_total{tier=\"peer\",reason=\"absent\"}",
+    "kvengine_read_failures_total{tier=\"peer\",reason=\"checksum_mismatch\"}",
+    "kvengine_read_failures_total{tier=\"peer\",reason=\"io_error\"}",
+    "kvengine_read_failures_total{tier=\"peer\",reason=\"timeout\"}",
+    "kvengine_read_failures_total{tier=\"peer\",reason=\"peer_down\"}",
     "# HELP kvengine_misses_total Reads of keys found in no tier.",
     "# TYPE kvengine_misses_total counter",
     "kvengine_misses_total",
@@ -796,13 +847,153 @@ const std::vector<std::string> kPromLines = {
     "kvengine_errors_total{kind=\"aborted\"}",
     "kvengine_errors_total{kind=\"not_supported\"}",
     "kvengine_errors_total{kind=\"buffer_too_small\"}",
-    "# HELP kvengine_perf_latency_seconds Latency of each perf key (see docs/observability.md), "
-    "process-wide.",
+    "# HELP kvengine_perf_latency_seconds Latency of each perf key (see "
+    "docs/observability.md), process-wide.",
     "# TYPE kvengine_perf_latency_seconds summary",
     "# HELP kvengine_perf_latency_max_seconds Longest sample of each perf key since the last "
     "reset.",
     "# TYPE kvengine_perf_latency_max_seconds gauge",
+    "# HELP kvengine_operation_latency_seconds Latency of each timed operation (a perf key: "
+    "the operation label), process-wide, in buckets that sum across processes.",
+    "# TYPE kvengine_operation_latency_seconds histogram",
 };
+const std::vector<std::string> kPromSsdLines = {
+    "# HELP kvengine_ssd_keys Keys held in the SSD tier.",
+    "# TYPE kvengine_ssd_keys gauge",
+    "kvengine_ssd_keys",
+    "# HELP kvengine_ssd_live_bytes Bytes of the live values in the SSD tier's buckets.",
+    "# TYPE kvengine_ssd_live_bytes gauge",
+    "kvengine_ssd_live_bytes",
+    "# HELP kvengine_ssd_used_bytes Bytes of bucket files the SSD tier holds (live, deleted "
+    "and padding).",
+    "# TYPE kvengine_ssd_used_bytes gauge",
+    "kvengine_ssd_used_bytes",
+    "# HELP kvengine_ssd_capacity_bytes The SSD tier's capacity (ssd_capacity_bytes).",
+    "# TYPE kvengine_ssd_capacity_bytes gauge",
+    "kvengine_ssd_capacity_bytes",
+    "# HELP kvengine_ssd_buckets Bucket files of the SSD tier.",
+    "# TYPE kvengine_ssd_buckets gauge",
+    "kvengine_ssd_buckets",
+    "# HELP kvengine_ssd_pending_buckets Buckets sealed or open but not yet written.",
+    "# TYPE kvengine_ssd_pending_buckets gauge",
+    "kvengine_ssd_pending_buckets",
+    "# HELP kvengine_ssd_deleted_bytes Bytes of deleted values still taking room in buckets.",
+    "# TYPE kvengine_ssd_deleted_bytes gauge",
+    "kvengine_ssd_deleted_bytes",
+    "# HELP kvengine_ssd_offloads_total Values written to the SSD tier.",
+    "# TYPE kvengine_ssd_offloads_total counter",
+    "kvengine_ssd_offloads_total",
+    "# HELP kvengine_ssd_offload_bytes_total Bytes of the values written to the SSD tier.",
+    "# TYPE kvengine_ssd_offload_bytes_total counter",
+    "kvengine_ssd_offload_bytes_total",
+    "# HELP kvengine_ssd_offload_failures_total Values the SSD tier refused (full, or its "
+    "writer failing).",
+    "# TYPE kvengine_ssd_offload_failures_total counter",
+    "kvengine_ssd_offload_failures_total",
+    "# HELP kvengine_ssd_reads_total Values read from the SSD tier.",
+    "# TYPE kvengine_ssd_reads_total counter",
+    "kvengine_ssd_reads_total",
+    "# HELP kvengine_ssd_read_bytes_total Bytes read from the SSD tier's values.",
+    "# TYPE kvengine_ssd_read_bytes_total counter",
+    "kvengine_ssd_read_bytes_total",
+    "# HELP kvengine_ssd_read_errors_total Reads from the SSD tier that failed (I/O error or "
+    "checksum).",
+    "# TYPE kvengine_ssd_read_errors_total counter",
+    "kvengine_ssd_read_errors_total",
+    "# HELP kvengine_ssd_bucket_writes_total Bucket files written.",
+    "# TYPE kvengine_ssd_bucket_writes_total counter",
+    "kvengine_ssd_bucket_writes_total",
+    "# HELP kvengine_ssd_bucket_write_errors_total Bucket file writes that failed (retried).",
+    "# TYPE kvengine_ssd_bucket_write_errors_total counter",
+    "kvengine_ssd_bucket_write_errors_total",
+    "# HELP kvengine_ssd_tombstones Tombstones in the tombstone log.",
+    "# TYPE kvengine_ssd_tombstones gauge",
+    "kvengine_ssd_tombstones",
+    "# HELP kvengine_ssd_evicted_buckets_total Buckets dropped to make room.",
+    "# TYPE kvengine_ssd_evicted_buckets_total counter",
+    "kvengine_ssd_evicted_buckets_total",
+    "# HELP kvengine_ssd_evicted_keys_total Keys dropped with evicted buckets.",
+    "# TYPE kvengine_ssd_evicted_keys_total counter",
+    "kvengine_ssd_evicted_keys_total",
+    "# HELP kvengine_ssd_gc_rounds_total GC rounds run.",
+    "# TYPE kvengine_ssd_gc_rounds_total counter",
+    "kvengine_ssd_gc_rounds_total",
+    "# HELP kvengine_ssd_gc_buckets_compacted_total Buckets compacted by the GC.",
+    "# TYPE kvengine_ssd_gc_buckets_compacted_total counter",
+    "kvengine_ssd_gc_buckets_compacted_total",
+    "# HELP kvengine_ssd_gc_bytes_reclaimed_total Bytes the GC gave back to the filesystem.",
+    "# TYPE kvengine_ssd_gc_bytes_reclaimed_total counter",
+    "kvengine_ssd_gc_bytes_reclaimed_total",
+    "# HELP kvengine_ssd_gc_bytes_punched_total Bytes of deleted values given back by punched "
+    "holes.",
+    "# TYPE kvengine_ssd_gc_bytes_punched_total counter",
+    "kvengine_ssd_gc_bytes_punched_total",
+    "# HELP kvengine_ssd_gc_bytes_rewritten_total Bytes of live values the GC copied into new "
+    "buckets.",
+    "# TYPE kvengine_ssd_gc_bytes_rewritten_total counter",
+    "kvengine_ssd_gc_bytes_rewritten_total",
+    "# HELP kvengine_ssd_gc_keys_lost_race_total Keys a compaction left because a write or "
+    "delete won the race.",
+    "# TYPE kvengine_ssd_gc_keys_lost_race_total counter",
+    "kvengine_ssd_gc_keys_lost_race_total",
+    "# HELP kvengine_ssd_quarantined_buckets Bucket files recovery would not trust (moved to "
+    "quarantine/).",
+    "# TYPE kvengine_ssd_quarantined_buckets gauge",
+    "kvengine_ssd_quarantined_buckets",
+    "# HELP kvengine_ssd_recovered_keys Keys the SSD tier recovered at Open.",
+    "# TYPE kvengine_ssd_recovered_keys gauge",
+    "kvengine_ssd_recovered_keys",
+    "# HELP kvengine_ssd_torn_tombstone_bytes Bytes of a torn tombstone log tail ignored at "
+    "Open.",
+    "# TYPE kvengine_ssd_torn_tombstone_bytes gauge",
+    "kvengine_ssd_torn_tombstone_bytes",
+    "# HELP kvengine_ssd_damaged_tombstone_bytes Bytes of damaged tombstone records skipped at "
+    "Open.",
+    "# TYPE kvengine_ssd_damaged_tombstone_bytes gauge",
+    "kvengine_ssd_damaged_tombstone_bytes",
+    "# HELP kvengine_ssd_io_uring 1 when the SSD tier reads and writes through io_uring.",
+    "# TYPE kvengine_ssd_io_uring gauge",
+    "kvengine_ssd_io_uring",
+    "# HELP kvengine_ssd_direct_io 1 when the SSD tier's files are opened with O_DIRECT.",
+    "# TYPE kvengine_ssd_direct_io gauge",
+    "kvengine_ssd_direct_io",
+    "# HELP kvengine_ssd_index_bytes RAM of the SSD tier's object map.",
+    "# TYPE kvengine_ssd_index_bytes gauge",
+    "kvengine_ssd_index_bytes",
+    "# HELP kvengine_ssd_open_files Bucket files open for reads.",
+    "# TYPE kvengine_ssd_open_files gauge",
+    "kvengine_ssd_open_files",
+    "# HELP kvengine_ssd_file_opens_total Bucket file opens (reopens after the open-file cache "
+    "closed one).",
+    "# TYPE kvengine_ssd_file_opens_total counter",
+    "kvengine_ssd_file_opens_total",
+    "# HELP kvengine_ssd_open_micros Microseconds the last Open spent recovering the SSD tier.",
+    "# TYPE kvengine_ssd_open_micros gauge",
+    "kvengine_ssd_open_micros",
+    "# HELP kvengine_ssd_checkpoint_keys Keys in the map checkpoint (SSDMAP) loaded at Open.",
+    "# TYPE kvengine_ssd_checkpoint_keys gauge",
+    "kvengine_ssd_checkpoint_keys",
+    "# HELP kvengine_ssd_checkpoint_rejected 1 when the map checkpoint found at Open was stale "
+    "or damaged and not used.",
+    "# TYPE kvengine_ssd_checkpoint_rejected gauge",
+    "kvengine_ssd_checkpoint_rejected",
+    "# HELP kvengine_ssd_checkpoint_writes_total Map checkpoints written.",
+    "# TYPE kvengine_ssd_checkpoint_writes_total counter",
+    "kvengine_ssd_checkpoint_writes_total",
+    "# HELP kvengine_ssd_checkpoint_backlog Keys written to buckets since the map checkpoint "
+    "on disk.",
+    "# TYPE kvengine_ssd_checkpoint_backlog gauge",
+    "kvengine_ssd_checkpoint_backlog",
+};
+const std::string kPromSsdAt = "# HELP kvengine_errors_total Failed keys and calls, by kind of error.";
+
+// kPromLines with kPromSsdLines in their place.
+std::vector<std::string> PromLinesWithSsd() {
+  std::vector<std::string> lines = kPromLines;
+  auto at = std::find(lines.begin(), lines.end(), kPromSsdAt);
+  lines.insert(at, kPromSsdLines.begin(), kPromSsdLines.end());
+  return lines;
+}
 
 std::vector<std::string> Concat(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
@@ -927,7 +1118,7 @@ void ExpectStats(DB* db, bool ssd) {
   EXPECT_EQ(Names(json_leaves), ssd ? Concat(kJsonNames, kJsonSsdNames) : kJsonNames) << json;
   ExpectJsonAsText(json_leaves, text_stats);
   const auto prom_lines = PromLines(prom);
-  EXPECT_EQ(Names(prom_lines), kPromLines) << prom;
+  EXPECT_EQ(Names(prom_lines), ssd ? PromLinesWithSsd() : kPromLines) << prom;
   ExpectPromAsText(prom_lines, text_stats);
 }
 

@@ -12,6 +12,9 @@
 // "kv_server: serving PATH to local clients on SOCKET".
 // --cluster registers the server with etcd under a lease (docs/cluster.md) and routes
 // over the cluster's live members.
+// --metrics_listen=HOST:PORT (or PORT, on loopback) serves GET /metrics (Prometheus),
+// /health, /ready and /stats.json (docs/observability.md) and prints
+// "kv_server: metrics on HOST:PORT"; port 0 picks a free port.
 // SIGTERM (or SIGINT) leaves the cluster (revokes the lease), stops accepting, drains
 // requests in flight, flushes and exits 0.
 #include <signal.h>
@@ -31,6 +34,7 @@ void Usage() {
                "usage: kv_server --db=PATH [--listen=HOST:PORT] [--transport=auto|tcp|rdma]\n"
                "                 [--local_listen=SOCKET] [--auth_token_file=F]\n"
                "                 [--options=name=value,...] [--cluster=etcd://H:P/PREFIX]\n"
+               "                 [--metrics_listen=HOST:PORT]\n"
                "       kv_server --stats=HOST:PORT [--auth_token_file=F]\n");
 }
 
@@ -68,7 +72,7 @@ int PrintStats(const std::string& where, const std::string& token_file) {
 
 int main(int argc, char** argv) {
   std::string db_path, listen = "127.0.0.1:7400", transport = "auto", token_file, options_text,
-                       stats, local_listen, cluster;
+                       stats, local_listen, cluster, metrics_listen;
   bool listen_given = false;
   for (int i = 1; i < argc; i++) {
     if (Flag(argv[i], "--listen", &listen)) {
@@ -79,7 +83,8 @@ int main(int argc, char** argv) {
         Flag(argv[i], "--transport", &transport) ||
         Flag(argv[i], "--auth_token_file", &token_file) ||
         Flag(argv[i], "--options", &options_text) || Flag(argv[i], "--stats", &stats) ||
-        Flag(argv[i], "--cluster", &cluster)) {
+        Flag(argv[i], "--cluster", &cluster) ||
+        Flag(argv[i], "--metrics_listen", &metrics_listen)) {
       continue;
     }
     if (std::strcmp(argv[i], "--help") == 0) {
@@ -115,6 +120,7 @@ int main(int argc, char** argv) {
   if (s.ok()) s = options.Set("peer_transport", transport);
   if (s.ok() && !token_file.empty()) s = options.Set("peer_auth_token_file", token_file);
   if (s.ok() && !cluster.empty()) s = options.Set("cluster", cluster);
+  if (s.ok() && !metrics_listen.empty()) s = options.Set("metrics_listen", metrics_listen);
   if (!s.ok()) {
     std::fprintf(stderr, "kv_server: %s\n", s.ToString().c_str());
     return 2;
@@ -152,6 +158,10 @@ int main(int argc, char** argv) {
   if (!local_listen.empty()) {
     std::printf("kv_server: serving %s to local clients on %s\n", db_path.c_str(),
                 local_listen.c_str());
+  }
+  std::string metrics_at;
+  if (db->GetProperty("kvengine.metrics_listen", &metrics_at)) {
+    std::printf("kv_server: metrics on %s\n", metrics_at.c_str());
   }
   std::fflush(stdout);
 

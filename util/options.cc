@@ -174,6 +174,7 @@ const std::vector<OptionEntry>& Table() {
       EnumOption("log_level", &Options::log_level, LogLevelNames),
       StringOption("log_file", &Options::log_file),
       EnumOption("perf_level", &Options::perf_level, PerfLevelNames),
+      StringOption("metrics_listen", &Options::metrics_listen),
   };
   return *table;
 }

@@ -141,6 +141,24 @@ PerfStats PerfSnapshot(PerfKey key) {
   return ToStats(MergedTicks(key), perf_internal::NanosPerTick());
 }
 
+void PerfCumulativeCounts(PerfKey key, std::span<const double> bounds_ns,
+                          std::vector<uint64_t>* cumulative, uint64_t* count, double* sum_ns) {
+  const HistogramData d = MergedTicks(key);
+  const double scale = perf_internal::NanosPerTick();
+  cumulative->assign(bounds_ns.size(), 0);
+  *count = d.count;
+  *sum_ns = static_cast<double>(d.sum) * scale;
+  if (d.count == 0) return;
+  size_t bound = 0;
+  for (int b = 0; b < HistogramBuckets::kNumBuckets && bound < bounds_ns.size(); b++) {
+    if (d.buckets[b] == 0) continue;
+    const double top_ns = static_cast<double>(HistogramBuckets::UpperBound(b) - 1) * scale;
+    while (bound < bounds_ns.size() && top_ns > bounds_ns[bound]) bound++;
+    if (bound < bounds_ns.size()) (*cumulative)[bound] += d.buckets[b];
+  }
+  for (size_t i = 1; i < cumulative->size(); i++) (*cumulative)[i] += (*cumulative)[i - 1];
+}
+
 void ResetPerf() {
   auto& slots = perf_internal::GetSlots();
   for (int s = 0; s < perf_internal::kStripes; s++) {

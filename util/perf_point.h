@@ -28,7 +28,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "kvengine/perf.h"
 #include "util/histogram.h"
@@ -131,6 +133,13 @@ struct PerfStats {
 };
 // Thread-safe.
 PerfStats PerfSnapshot(PerfKey key);
+
+// The samples of `key` at or below each of `bounds_ns` (ascending), cumulative, into
+// *cumulative (one per bound); *count and *sum_ns of all of them.  A histogram bucket
+// counts under the first bound its whole range is at or below (buckets are at most
+// 6.25% wide).  Thread-safe.
+void PerfCumulativeCounts(PerfKey key, std::span<const double> bounds_ns,
+                          std::vector<uint64_t>* cumulative, uint64_t* count, double* sum_ns);
 
 // "| key | layer | level | what it times |" markdown table of every key, in .def order
 // (the table in docs/observability.md; perf_test checks that they match).

@@ -427,6 +427,16 @@ struct Options {
   // Default: off
   PerfLevel perf_level = PerfLevel::kOff;
 
+  // Serve this process's metrics over HTTP on "HOST:PORT" ("PORT" alone: 127.0.0.1,
+  // loopback like every listener here; port 0: any free port, see the
+  // "kvengine.metrics_listen" property): GET /metrics (Prometheus text format),
+  // /health, /ready and /stats.json (docs/observability.md).  Any process that opens or
+  // attaches a DB may serve it; an attached process reports its own calls.  The
+  // endpoint answers with no authentication: give a non-loopback address only on a
+  // network the operators trust.  Empty: no endpoint.
+  // Default: ""
+  std::string metrics_listen;
+
   // ---------------------------------------------------------------- not from strings
   // Called for each log line instead of the file/stderr sink when set.  Must be
   // thread-safe.
