@@ -533,7 +533,9 @@ void LocalServer::AcceptLoop() {
 }
 
 void LocalServer::AcceptAll() {
-  while (!stopping_.load()) {
+  // At most a batch per call: the caller reaps the connections that ended in between,
+  // however fast clients keep connecting.
+  for (int batch = 0; batch < 256 && !stopping_.load(); batch++) {
     const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd >= 0) {
       if (Triage(fd)) {
@@ -543,14 +545,15 @@ void LocalServer::AcceptAll() {
       }
       continue;
     }
-    if (errno == EINTR || errno == ECONNABORTED) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+    const int err = errno;
+    if (err == EINTR || err == ECONNABORTED) continue;
+    if (err != EAGAIN && err != EWOULDBLOCK) {
       // Out of descriptors or memory: the queue stays readable, so pause instead of
       // spinning on it; the clients waiting wait in their connect.
       uint64_t held_back = 0;
       if (accept_log_.Admit(&held_back)) {
         logger_->Logf(LogLevel::kWarn, "local: accepting on %s: %s (pausing 100 ms)", path_.c_str(),
-                      std::strerror(errno));
+                      std::strerror(err));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
