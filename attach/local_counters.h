@@ -23,6 +23,9 @@ namespace kvengine {
 #define KV_LOCAL_SERVER_COUNTERS(X)                                                           \
   X(clients_accepted, "Connections of attached processes admitted.")                          \
   X(clients_refused, "Connections of attached processes refused (uid not allowed).")          \
+  X(clients_malformed,                                                                        \
+    "Connections closed for bytes that are not the attach protocol (garbage, a malformed or " \
+    "unfinished frame).")                                                                     \
   X(reservations_expired,                                                                     \
     "Slots attached clients reserved and held past local_reservation_timeout_ms.")            \
   X(reserve_requests, "RESERVE round trips of attached clients' puts.")                       \

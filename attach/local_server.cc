@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <unordered_map>
 #include <vector>
@@ -73,7 +75,9 @@ class LocalServer::Session {
                                 : ReadFrame(conn_->fd, deadline, &h, &meta, &server_->stopping_);
       }
       if (!s.ok()) {
-        if (!s.IsAborted() && s.message() != "connection closed by peer") {
+        if (s.IsCorruption() || s.message() == "receive timed out") {
+          server_->Refuse(who, s);  // garbage, or a frame begun and never finished
+        } else if (!s.IsAborted() && s.message() != "connection closed by peer") {
           server_->logger_->Logf(LogLevel::kInfo, "local: %s: %s", who.c_str(),
                                  s.ToString().c_str());
         }
@@ -82,8 +86,8 @@ class LocalServer::Session {
       last_op = h.op;
       if (!Serve(h, meta)) {
         if (answer_error_.ok()) {
-          server_->logger_->Logf(LogLevel::kWarn, "local: closing %s: malformed request (op %u)",
-                                 who.c_str(), static_cast<unsigned>(h.op));
+          server_->Refuse(
+              who, Status::Corruption("malformed request (op " + std::to_string(h.op) + ")"));
         } else {  // usually a client that exited (or was killed) before its answer
           server_->logger_->Logf(LogLevel::kInfo, "local: %s did not take its answer: %s",
                                  who.c_str(), answer_error_.ToString().c_str());
@@ -555,12 +559,38 @@ void LocalServer::Stop() {
 void LocalServer::AcceptLoop() {
   while (!stopping_.load()) {
     pollfd p{listen_fd_, POLLIN, 0};
-    if (poll(&p, 1, 100) > 0) {
-      const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd >= 0) Admit(fd);
-    }
+    if (poll(&p, 1, 100) > 0) AcceptAll();
     MutexLock lock(&mu_);
     ReapLocked();
+  }
+}
+
+void LocalServer::AcceptAll() {
+  // At most a batch per call: the caller reaps the connections that ended in between,
+  // however fast clients keep connecting.
+  for (int batch = 0; batch < 256 && !stopping_.load(); batch++) {
+    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd >= 0) {
+      if (Triage(fd)) {
+        Admit(fd);
+      } else {
+        close(fd);
+      }
+      continue;
+    }
+    const int err = errno;
+    if (err == EINTR || err == ECONNABORTED) continue;
+    if (err != EAGAIN && err != EWOULDBLOCK) {
+      // Out of descriptors or memory: the queue stays readable, so pause instead of
+      // spinning on it; the clients waiting wait in their connect.
+      uint64_t held_back = 0;
+      if (accept_log_.Admit(&held_back)) {
+        logger_->Logf(LogLevel::kWarn, "local: accepting on %s: %s (pausing 100 ms)", path_.c_str(),
+                      std::strerror(err));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return;
   }
 }
 
@@ -576,11 +606,40 @@ void LocalServer::ReapLocked() {
   }
 }
 
+bool LocalServer::Triage(int fd) {
+  pollfd p{fd, POLLIN | POLLRDHUP, 0};
+  if (poll(&p, 1, 0) <= 0) return true;  // silent and connected, as a client should be
+  if (p.revents & POLLIN) {
+    // The owner speaks first: bytes before its greeting are not the attach protocol.
+    uid_t uid = 0;
+    pid_t pid = 0;
+    PeerCredentials(fd, &uid, &pid);
+    Refuse("client pid " + std::to_string(pid) + " uid " + std::to_string(uid),
+           Status::Corruption("it sent bytes before the owner's greeting"));
+  }
+  return false;  // or hung up already: killed, or it only connected
+}
+
 void LocalServer::Admit(int fd) {
   auto conn = std::make_unique<Connection>();
   conn->fd = fd;
+  Connection* raw = conn.get();
+  {
+    MutexLock lock(&mu_);
+    connections_.push_back(std::move(conn));
+  }
+  raw->thread = std::thread([this, raw] {
+    if (Greet(raw)) {
+      Session session(this, raw);
+      session.Run();
+    }  // gives back what the client held before the connection counts as done
+    raw->done.store(true);
+  });
+}
+
+bool LocalServer::Greet(Connection* conn) {
   const Deadline deadline = DeadlineIn(options_.peer_timeout_ms);
-  Status s = PeerCredentials(fd, &conn->uid, &conn->pid);
+  Status s = PeerCredentials(conn->fd, &conn->uid, &conn->pid);
   if (s.ok() && allowed_uids_.count(conn->uid) == 0) {
     s = Status::InvalidArgument("refused: uid " + std::to_string(conn->uid) +
                                 " may not attach to " + path_);
@@ -595,25 +654,29 @@ void LocalServer::Admit(int fd) {
   PutFixed64(&meta, options_.local_reservation_timeout_ms);  // the client's copy deadline
   PutFixed64(&meta, wire::kFeatureSpares | wire::kFeatureChannel);
   PutFixed64(&meta, spare_lifetime_ms());  // the copy deadline of spares
-  Status sent = SendDescriptor(fd, s.ok() ? arena_->arena_fd() : -1, deadline);
-  if (sent.ok()) sent = SendFrame(fd, wire::kAttach, wire::kFlagResponse, 0, meta, {}, deadline);
-  if (!s.ok() || !sent.ok()) {
-    close(fd);
-    return;
+  Status sent = SendDescriptor(conn->fd, s.ok() ? arena_->arena_fd() : -1, deadline);
+  if (sent.ok()) {
+    sent = SendFrame(conn->fd, wire::kAttach, wire::kFlagResponse, 0, meta, {}, deadline);
   }
+  // A client gone before its greeting (killed, or one that only connects) costs nothing
+  // more; the acceptor closes its socket.
+  if (!s.ok() || !sent.ok()) return false;
   counters_->clients_accepted.fetch_add(1);
-  Connection* raw = conn.get();
-  {
-    MutexLock lock(&mu_);
-    connections_.push_back(std::move(conn));
-  }
-  raw->thread = std::thread([this, raw] {
-    {
-      Session session(this, raw);
-      session.Run();
-    }  // gives back what the client held before the connection counts as done
-    raw->done.store(true);
-  });
+  return true;
+}
+
+void LocalServer::Refuse(const std::string& who, const Status& why) {
+  counters_->clients_malformed.fetch_add(1, std::memory_order_relaxed);
+  uint64_t held_back = 0;
+  if (!malformed_log_.Admit(&held_back)) return;
+  logger_->Logf(
+      LogLevel::kWarn,
+      "local: closed %s on %s: malformed handshake or request: %s (and %llu more "
+      "such connections since the last line; at most one line per %lld s)",
+      who.c_str(), path_.c_str(), why.ToString().c_str(),
+      static_cast<unsigned long long>(held_back),
+      static_cast<long long>(
+          std::chrono::duration_cast<std::chrono::seconds>(malformed_log_.interval()).count()));
 }
 
 }  // namespace kvengine

@@ -22,8 +22,11 @@
 // given back; the client's later COMMIT of it fails with Aborted.  A spare is given back
 // silently after spare_lifetime_ms(): it holds arena room on speculation.
 //
-// One thread per connection: a client that stops reading stalls only its own thread
-// (and gives up after peer_timeout_ms).
+// One thread per connection, its handshake included: a client that stops reading stalls
+// only its own thread (and gives up after peer_timeout_ms), and one that sends garbage,
+// stalls in the middle of a frame or dies in its handshake delays nobody else's.  Such
+// a connection is closed, counted (local.clients_malformed) and logged at most once per
+// kRefusalLogInterval, however many there are (docs/attach.md, "Misbehaving clients").
 //
 // Thread-safety: Start and Stop from the DB's Open and Close only.
 #ifndef KVENGINE_ATTACH_LOCAL_SERVER_H_
@@ -32,6 +35,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
 #include <list>
 #include <memory>
 #include <set>
@@ -41,6 +45,7 @@
 #include "attach/local_counters.h"
 #include "kvengine/options.h"
 #include "kvengine/status.h"
+#include "util/log_limiter.h"
 #include "util/mutex.h"
 
 namespace kvengine {
@@ -73,6 +78,8 @@ class LocalServer {
     return timeout == 0 || timeout > kSpareLifetimeMs ? kSpareLifetimeMs : timeout;
   }
   static constexpr uint64_t kSpareLifetimeMs = 1000;
+  // How often a flood of refused connections may log a line.
+  static constexpr std::chrono::seconds kRefusalLogInterval{10};
 
  private:
   struct Connection;
@@ -81,7 +88,22 @@ class LocalServer {
   LocalServer(const Options& options, DB* db, SharedArena* arena, Logger* logger,
               LocalServerCounters* counters);
   void AcceptLoop();
+  // Accepts every connection waiting and hands each to a thread of its own, doing no
+  // I/O on any: a client that sends garbage, stalls or dies in its handshake delays no
+  // other, and the listener's queue empties as fast as clients fill it.
+  void AcceptAll();
+  // Sorts a connection just accepted without waiting for it: false when its client
+  // hung up already or spoke before its greeting (garbage: refused), true for one to
+  // admit.  Keeps a flood of such connections as cheap to accept as it is to make.
+  bool Triage(int fd);
   void Admit(int fd);
+  // On the connection's thread: checks the client's uid and greets it (the arena's
+  // memfd and the attach frame).  False: refused, or gone before its greeting.
+  bool Greet(Connection* conn);
+  // Counts a connection closed for bytes that are not the attach protocol (garbage, a
+  // malformed request, a frame begun and not finished in peer_timeout_ms) and logs it,
+  // at most once per kRefusalLogInterval.
+  void Refuse(const std::string& who, const Status& why);
   // Joins the threads of connections that ended.
   void ReapLocked() REQUIRES(mu_);
 
@@ -95,6 +117,8 @@ class LocalServer {
   int listen_fd_ = -1;
   std::atomic<bool> stopping_{false};
   std::thread acceptor_;
+  LogLimiter malformed_log_{kRefusalLogInterval};
+  LogLimiter accept_log_{kRefusalLogInterval};
 
   Mutex mu_;
   std::list<std::unique_ptr<Connection>> connections_ GUARDED_BY(mu_);

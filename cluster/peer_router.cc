@@ -185,6 +185,7 @@ Status PeerRouter::ServePeers(DB* db, PinFn pin, const char* arena_base) {
   so.handshake_timeout_ms = std::max<uint64_t>(1, options_.peer_handshake_timeout_ms);
   so.io_timeout_ms = std::max<uint64_t>(1, options_.peer_frame_timeout_ms);
   so.max_connections_per_address = std::max<uint64_t>(1, options_.peer_max_connections_per_address);
+  so.max_queued_bytes = options_.peer_max_queued_bytes;
   so.hash_loopback_bodies = options_.peer_hash_loopback_bodies;
   so.log = [this](LogLevel level, const std::string& line) { Log(level, line); };
   if (rdma_server_ != nullptr) {
@@ -979,7 +980,8 @@ std::string PeerRouter::StatsText() const {
   if (server_ != nullptr) {
     out << "served_requests: " << server_->requests() << "\n"
         << "rejected_frames: " << server_->rejected_frames() << "\n"
-        << "refused_auth: " << server_->refused_auth() << "\n";
+        << "refused_auth: " << server_->refused_auth() << "\n"
+        << "slow_readers_closed: " << server_->slow_readers_closed() << "\n";
   }
   return out.str();
 }

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -309,6 +310,96 @@ int DeafMain(const std::string& socket) {
   std::string meta;
   wire::PutKeys(&meta, keys, nullptr);
   for (;;) client.Send(wire::kExists, meta);  // blocks once both socket buffers are full
+}
+
+// Attaches, puts and reads a key, and closes, `count` times.  Exit 0 when every attach
+// and call succeeded; 1 with the failures counted (the first few named) otherwise.
+int AttacherMain(const std::string& socket, int count) {
+  Options options = ClientOptions();
+  options.prefault_memory = false;  // 300 attaches, each mapping the arena anew
+  int failures = 0;
+  for (int i = 0; i < count; i++) {
+    std::unique_ptr<DB> db;
+    Status s = DB::Attach(options, socket, &db);
+    const std::string key = "a" + std::to_string(getpid()) + "-" + std::to_string(i % 4);
+    std::string v;
+    if (s.ok()) s = db->Put(WriteOptions(), key, "value");
+    if (s.ok()) s = db->Get(ReadOptions(), key, &v);
+    if (s.ok() && v != "value") s = Status::Corruption("read back '" + v + "'");
+    if (s.ok()) s = db->Close();
+    if (!s.ok() && ++failures <= 3) {
+      std::fprintf(stderr, "attacher: attach %d: %s\n", i, s.ToString().c_str());
+    }
+  }
+  if (failures > 0) std::fprintf(stderr, "attacher: %d of %d failed\n", failures, count);
+  return failures > 0 ? 1 : 0;
+}
+
+// A socket connected to the owner with plain system calls (blocking), as any process of
+// the uid may; -1 when it cannot connect.
+int RawConnect(const std::string& socket) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, socket.data(), std::min(socket.size(), sizeof(addr.sun_path) - 1));
+  if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Misbehaves on the owner's socket for `seconds`, as `kind` says:
+//   garbage  connects, writes random bytes (sometimes after a zero length prefix, or a
+//            well-formed header promising more than follows) and closes, over and over
+//   halfopen holds 64 connections that never read nor write
+//   stall    holds 64 connections that each send the first half of a valid request
+//            frame (or a whole one, never reading its answer) and stop
+//   hang     connects and waits to be killed (the test kills it mid-handshake)
+int MisbehaveMain(const std::string& socket, const std::string& kind, double seconds,
+                  uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const auto end = Clock::now() + std::chrono::duration<double>(seconds);
+  std::vector<int> held;
+  while (Clock::now() < end) {
+    const int fd = RawConnect(socket);
+    if (fd < 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      continue;
+    }
+    if (kind == "hang") {
+      for (;;) pause();
+    }
+    if (kind == "garbage") {
+      std::string bytes;
+      const int shape = static_cast<int>(rng() % 3);
+      if (shape == 1) bytes.assign(4, '\0');  // a zero length prefix
+      if (shape == 2) {                       // a header that promises more than follows
+        char header[wire::kHeaderSize];
+        wire::EncodeFrameHeader(wire::kExists, 0, 1, std::string(100, 'm'), {}, header);
+        bytes.assign(header, sizeof(header));
+      }
+      for (size_t i = rng() % 256; i > 0; i--) bytes += static_cast<char>(rng());
+      [[maybe_unused]] ssize_t n = write(fd, bytes.data(), bytes.size());
+      close(fd);
+      continue;
+    }
+    if (kind == "stall") {
+      const std::string meta(64, 'k');
+      char header[wire::kHeaderSize];
+      wire::EncodeFrameHeader(wire::kOpenChannel, 0, 1, rng() % 2 ? meta : "", {}, header);
+      std::string bytes(header, sizeof(header));
+      if (!meta.empty()) bytes += meta.substr(0, 32);  // half of what the header promises
+      [[maybe_unused]] ssize_t n = write(fd, bytes.data(), bytes.size());
+    }
+    held.push_back(fd);  // halfopen, stall: kept open and silent
+    if (held.size() >= 64) {
+      std::this_thread::sleep_until(end);
+      break;
+    }
+  }
+  for (int fd : held) close(fd);
+  return 0;
 }
 
 // Serves the DB at dir on socket until killed.
@@ -1134,6 +1225,82 @@ TEST_F(AttachTest, InputChecksOfTheClientNameTheProblem) {
 
 // The owner's layer adds its server's counters to every stats property, its own and the
 // one its clients read, and a DB that serves nobody reports none.
+// Attaching processes beside a process of the same uid that misbehaves on the socket
+// (`kind`, MisbehaveMain): every legitimate attach succeeds, each connection's handshake
+// independent of the others'.  Returns the owner's log lines; *refused: its count of
+// connections closed for not speaking the protocol (local.clients_malformed).
+std::vector<std::string> AttachBesideMisbehaving(const std::string& dir, const std::string& socket,
+                                                 const std::string& kind,
+                                                 uint64_t* refused = nullptr) {
+  std::vector<std::string> lines;
+  std::mutex lines_mu;
+  Options options = OwnerOptions(socket);
+  options.log_level = LogLevel::kInfo;
+  options.log_callback = [&](LogLevel, const std::string& line) {
+    std::lock_guard<std::mutex> lock(lines_mu);
+    lines.push_back(line);
+  };
+  std::unique_ptr<DB> owner;
+  Status s = DB::Open(options, dir, &owner);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  if (!s.ok()) return lines;
+  std::vector<pid_t> bad;
+  std::thread killer;
+  if (kind == "hang") {
+    // Clients killed at random points of their handshake, one after another.
+    killer = std::thread([&socket] {
+      std::mt19937_64 rng(3);
+      const auto end = Clock::now() + std::chrono::seconds(3);
+      while (Clock::now() < end) {
+        const pid_t pid = Spawn({"--misbehave", socket, "hang", "10", "1"});
+        std::this_thread::sleep_for(std::chrono::microseconds(rng() % 20000));
+        kill(pid, SIGKILL);
+        WaitExit(pid);
+      }
+    });
+  } else {
+    for (int i = 0; i < 2; i++) {
+      bad.push_back(Spawn({"--misbehave", socket, kind, "3", std::to_string(i + 1)}));
+    }
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the neighbours get going
+  std::vector<pid_t> good;
+  for (int i = 0; i < 3; i++) good.push_back(Spawn({"--attacher", socket, "100"}));
+  for (pid_t pid : good) EXPECT_EQ(WaitExit(pid), 0) << "beside '" << kind << "'";
+  for (pid_t pid : bad) WaitExit(pid);
+  if (killer.joinable()) killer.join();
+  if (refused != nullptr) *refused = Stat(owner.get(), "local.clients_malformed");
+  EXPECT_TRUE(owner->Close().ok());
+  std::lock_guard<std::mutex> lock(lines_mu);
+  return lines;
+}
+
+int CountLines(const std::vector<std::string>& lines, const std::string& part) {
+  return static_cast<int>(std::count_if(lines.begin(), lines.end(), [&](const std::string& l) {
+    return l.find(part) != std::string::npos;
+  }));
+}
+
+TEST_F(AttachTest, GarbageOfAnotherClientBreaksNoAttach) {
+  uint64_t refused = 0;
+  const auto lines = AttachBesideMisbehaving(dir_.Sub("db"), socket_, "garbage", &refused);
+  // Refused and counted, logged once per interval (the test is shorter than one).
+  EXPECT_GT(refused, 0u);
+  EXPECT_EQ(CountLines(lines, "malformed handshake"), 1);
+}
+
+TEST_F(AttachTest, HalfOpenConnectionsBreakNoAttach) {
+  AttachBesideMisbehaving(dir_.Sub("db"), socket_, "halfopen");
+}
+
+TEST_F(AttachTest, StalledRequestsBreakNoAttach) {
+  AttachBesideMisbehaving(dir_.Sub("db"), socket_, "stall");
+}
+
+TEST_F(AttachTest, ClientsKilledMidHandshakeBreakNoAttach) {
+  AttachBesideMisbehaving(dir_.Sub("db"), socket_, "hang");
+}
+
 TEST_F(AttachTest, StatsOfTheOwnerReportTheLocalCountersInEveryFormat) {
   OpenOwner();
   std::unique_ptr<DB> db;
@@ -1148,7 +1315,8 @@ TEST_F(AttachTest, StatsOfTheOwnerReportTheLocalCountersInEveryFormat) {
     std::string error;
     EXPECT_TRUE(test::JsonChecker::Valid(json, &error)) << error << "\n" << json;
     EXPECT_NE(json.find(",\"local\":{\"clients_accepted\":1,\"clients_refused\":0,"
-                        "\"reservations_expired\":0,\"reserve_requests\":1,\"spare_commits\":0,"
+                        "\"clients_malformed\":0,\"reservations_expired\":0,\"reserve_requests\":1,"
+                        "\"spare_commits\":0,"
                         "\"shared_channels\":1}}"),
               std::string::npos)
         << json;
@@ -1189,6 +1357,11 @@ int main(int argc, char** argv) {
     if (mode == "--owner" && argc == 4) return kvengine::OwnerMain(argv[2], argv[3]);
     if (mode == "--nobody" && argc == 3) return kvengine::NobodyMain(argv[2]);
     if (mode == "--deaf" && argc == 3) return kvengine::DeafMain(argv[2]);
+    if (mode == "--attacher" && argc == 4)
+      return kvengine::AttacherMain(argv[2], std::stoi(argv[3]));
+    if (mode == "--misbehave" && argc == 6) {
+      return kvengine::MisbehaveMain(argv[2], argv[3], std::stod(argv[4]), std::stoull(argv[5]));
+    }
     if (mode == "--threaded" && argc == 5) {
       return kvengine::ThreadedMain(argv[2], std::stoi(argv[3]), std::stod(argv[4]));
     }

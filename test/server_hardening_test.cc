@@ -242,6 +242,43 @@ uint64_t DrainUntilClosed(int fd, int ms, bool* closed) {
   return total;
 }
 
+// 20 rounds of a well-behaved client beside misbehaving ones: a get of `small` (in
+// memory: answered by the poller), bit-exact, and whether it exists (by a worker); with
+// `puts`, a put too.  Each must succeed; the slowest round in seconds, or -1 at the
+// first failure.
+double SlowestGoodRound(Transport* good, const Endpoint& ep, const std::string& small, bool puts) {
+  std::vector<Slice> keys = {"small"};
+  std::string got(small.size(), '\0');
+  std::vector<Destination> dests = {{MutableSlice(got.data(), got.size())}};
+  std::vector<int64_t> results;
+  double slowest = 0;
+  for (int i = 0; i < 20; i++) {
+    const auto start = Clock::now();
+    Status s = good->BatchGet(ep, keys, dests, &results);
+    if (!s.ok() || results[0] != static_cast<int64_t>(small.size()) || got != small) {
+      ADD_FAILURE() << "round " << i << ": get " << s.ToString();
+      return -1;
+    }
+    s = good->BatchExists(ep, keys, &results);
+    if (!s.ok() || results[0] != 1) {
+      ADD_FAILURE() << "round " << i << ": exists " << s.ToString();
+      return -1;
+    }
+    if (puts) {
+      const std::string name = "put-" + std::to_string(i);
+      std::vector<Slice> put_keys = {name};
+      std::vector<ValueParts> parts = {{Slice(small)}};
+      s = good->BatchPut(ep, put_keys, parts, &results);
+      if (!s.ok() || results[0] != 0) {
+        ADD_FAILURE() << "round " << i << ": put " << s.ToString();
+        return -1;
+      }
+    }
+    slowest = std::max(slowest, SecondsSince(start));
+  }
+  return slowest;
+}
+
 TEST(ServerHardening, ReadersThatStopReadingDoNotDelayOthers) {
   Server server(TempDir("unread"), FreePort());
   ASSERT_TRUE(server.Start());
@@ -258,20 +295,8 @@ TEST(ServerHardening, ReadersThatStopReadingDoNotDelayOthers) {
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   // Meanwhile gets of a value in memory (answered by the poller) and exists (by a
   // worker) from another client are answered at once, bit-exact.
-  std::vector<Slice> keys = {"small"};
-  std::string got(small.size(), '\0');
-  std::vector<Destination> dests = {{MutableSlice(got.data(), got.size())}};
-  std::vector<int64_t> results;
-  double slowest = 0;
-  for (int i = 0; i < 20; i++) {
-    const auto start = Clock::now();
-    ASSERT_TRUE(good->BatchGet(server.endpoint(), keys, dests, &results).ok());
-    ASSERT_EQ(results[0], static_cast<int64_t>(small.size()));
-    ASSERT_TRUE(got == small);
-    ASSERT_TRUE(good->BatchExists(server.endpoint(), keys, &results).ok());
-    ASSERT_EQ(results[0], 1);
-    slowest = std::max(slowest, SecondsSince(start));
-  }
+  const double slowest = SlowestGoodRound(good.get(), server.endpoint(), small, false);
+  EXPECT_GE(slowest, 0);
   EXPECT_LT(slowest, kSanitized ? 2.0 : 0.5);
   // A stalled answer is whole once its client reads it: header, results, 8 x big.
   const int fd = unread[0]->fd();
@@ -296,6 +321,58 @@ TEST(ServerHardening, ReadersThatStopReadingDoNotDelayOthers) {
     ASSERT_TRUE(ReadFully(fd, &iov, deadline, nullptr).ok());
     ASSERT_TRUE(value == big) << "copy " << i;
   }
+  EXPECT_TRUE(server.Alive());
+}
+
+// The value of "name: N" in the server's "kvengine.peers" text; ~0 when absent.
+uint64_t PeerStat(Transport* client, const Endpoint& ep, const std::string& name) {
+  std::string text;
+  if (!client->GetProperty(ep, "kvengine.peers", &text).ok()) return ~0ull;
+  const size_t at = text.find(name + ": ");
+  return at == std::string::npos ? ~0ull : std::stoull(text.substr(at + name.size() + 2));
+}
+
+// 32 authenticated peers that never read their answers (more than the server's 8
+// workers): answers are queued and written as the sockets take them, so none holds a
+// worker, and another client's gets, exists, puts and properties see no failure and
+// their usual latency.  The half that keeps asking goes past max_queued_bytes and is
+// closed, counted; the half that asked once keeps its answer queued, whole.
+TEST(ServerHardening, PeersThatNeverReadHoldNoWorker) {
+  Server server(TempDir("neverread"), FreePort());
+  server.set_options(",ssd_capacity_bytes=0,peer_max_queued_bytes=100MiB");
+  ASSERT_TRUE(server.Start());
+  auto good = NewClient("", 2000);
+  std::mt19937_64 rng(13);
+  const std::string big = RandomValue(&rng, 8 << 20);
+  const std::string small = RandomValue(&rng, 64 << 10);
+  PutOne(good.get(), server.endpoint(), "big", big);
+  PutOne(good.get(), server.endpoint(), "small", small);
+  // Each asks for 64 MiB (big, 8 times); the second 16 ask twice more.
+  std::vector<std::unique_ptr<RawConn>> unread;
+  for (int i = 0; i < 32; i++) {
+    unread.push_back(UnreadGet(server.endpoint(), "big", 8, 8 << 20));
+    if (i >= 16) {
+      const uint64_t capacity = 8 << 20;
+      for (int j = 0; j < 2; j++) unread.back()->Send(wire::kGet, KeysMeta("big", 8, &capacity));
+    }
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const double slowest = SlowestGoodRound(good.get(), server.endpoint(), small, true);
+  EXPECT_GE(slowest, 0);
+  EXPECT_LT(slowest, kSanitized ? 2.0 : 0.5);
+  EXPECT_EQ(PeerStat(good.get(), server.endpoint(), "slow_readers_closed"), 16u);
+  for (int i = 16; i < 32; i++) {
+    bool closed = false;
+    DrainUntilClosed(unread[i]->fd(), 5000, &closed);
+    EXPECT_TRUE(closed) << i;
+  }
+  // One that asked once still has its answer, whole: header, results, 8 x big.
+  wire::FrameHeader h;
+  std::string meta;
+  uint64_t body_len = 0;
+  RawConn& first = *unread[0];
+  ASSERT_TRUE(first.Read(&h, &meta, &body_len));
+  EXPECT_EQ(body_len, 8 * big.size());
   EXPECT_TRUE(server.Alive());
 }
 

@@ -8,11 +8,13 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <random>
 #include <thread>
@@ -24,6 +26,7 @@
 #include "transport/read_validation.h"
 #include "transport/shm_channel.h"
 #include "transport/socket_util.h"
+#include "transport/unix_socket.h"
 #include "transport/wire.h"
 #include "util/hash.h"
 
@@ -403,6 +406,58 @@ TEST(FrameReader, PipelinedFramesReadAheadComeOutWholeInOrder) {
 
 // Loopback is decided on the addresses a host resolves to, every one of them: a name
 // that merely starts with "127." may resolve anywhere (or nowhere).
+// A Unix listener whose queue of connections not yet accepted is full: ConnectUnix waits
+// for room until its deadline and then fails naming it, never handing back a socket that
+// is not connected (whose first recvmsg failed with EINVAL: issue 30); once the listener
+// accepts, the waiting connect completes.
+TEST(UnixSocket, ConnectToAFullQueueWaitsForRoomOrFails) {
+  test::TempDir dir;
+  std::filesystem::create_directories(dir.path());
+  const std::string path = dir.Sub("s.sock");
+  int listener = -1;
+  ASSERT_TRUE(ListenUnix(path, 0600, "", &listener).ok());
+  std::vector<int> queued;  // fills the queue: nobody accepts them
+  for (;;) {
+    const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      ASSERT_EQ(errno, EAGAIN);
+      close(fd);
+      break;
+    }
+    queued.push_back(fd);
+    ASSERT_LT(queued.size(), 100000u);
+  }
+  int fd = -1;
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s = ConnectUnix(path, DeadlineIn(300), &fd);
+  EXPECT_TRUE(s.IsIOError()) << s.ToString();
+  EXPECT_NE(s.ToString().find("stayed full"), std::string::npos) << s.ToString();
+  EXPECT_EQ(fd, -1);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(250));
+  // A listener that is alive with a full queue is not taken for a dead owner's file.
+  int second = -1;
+  EXPECT_TRUE(ListenUnix(path, 0600, "", &second).IsBusy());
+  // Room made while a connect waits: it completes, connected.
+  std::thread acceptor([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const int accepted = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+    EXPECT_GE(accepted, 0);
+    if (accepted >= 0) close(accepted);
+  });
+  s = ConnectUnix(path, DeadlineIn(5000), &fd);
+  acceptor.join();
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  sockaddr_un peer{};
+  socklen_t len = sizeof(peer);
+  EXPECT_EQ(getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len), 0) << strerror(errno);
+  close(fd);
+  for (int q : queued) close(q);
+  close(listener);
+}
+
 TEST(Endpoint, LoopbackDecidedByResolvedAddresses) {
   for (const char* host : {"127.0.0.1", "127.1.2.3", "::1", "::ffff:127.0.0.1", "localhost"}) {
     EXPECT_TRUE((Endpoint{host, 7400}.IsLoopback())) << host;

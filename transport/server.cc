@@ -1,6 +1,7 @@
 #include "transport/server.h"
 
 #include <arpa/inet.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -20,6 +21,7 @@
 #include "transport/wire.h"
 #include "util/coding.h"
 #include "util/hash.h"
+#include "util/log_limiter.h"
 #include "util/mutex.h"
 
 namespace kvengine {
@@ -35,12 +37,14 @@ constexpr auto kSweepInterval = std::chrono::milliseconds(50);
 // pinning a larger one's values would keep it from the other connections for long.
 constexpr uint32_t kMaxMetaServedHere = 64 << 10;
 
-// An answer the poller began to write and a worker finishes: the socket would not take
-// it whole at once, and the poller never waits for a client.
-struct PendingAnswer {
-  std::unique_ptr<GetAnswer> answer;  // keeps the values the frame's body names pinned
+// How often a flood of connections closed for one reason may log a line.
+constexpr auto kRefusalLogInterval = std::chrono::seconds(10);
+
+// An answer on its way out: written as far as the socket takes it, the rest when the
+// socket is writable again, never waiting for the client.
+struct QueuedAnswer {
+  std::unique_ptr<GetAnswer> answer;  // a GET's: keeps the values its body names valid
   std::unique_ptr<OutFrame> frame;
-  Deadline deadline;  // for the client to take the rest
 };
 
 struct Conn {
@@ -52,7 +56,12 @@ struct Conn {
   bool authed = false;
   Deadline handshake_deadline = kNever;
   FrameReader frame;  // the request arriving; driven by whoever holds the connection
-  std::unique_ptr<PendingAnswer> pending;  // set only while handed to a worker
+  // Answers not written whole yet, in the order of their requests, and their bytes not
+  // written; driven by whoever holds the connection.  The client must take more of
+  // them by out_deadline.
+  std::deque<QueuedAnswer> out;
+  uint64_t out_bytes = 0;
+  Deadline out_deadline = kNever;
   // Held under the server's mu_ (the analysis cannot name another object's mutex
   // here; every access is inside a MutexLock on it).  Busy: queued for or held by a
   // worker (disarmed in epoll); otherwise only the poller touches it, and may close it
@@ -164,6 +173,7 @@ class TcpServer final : public TransportServer {
     cv_.NotifyAll();
     for (auto& w : workers_) w.join();  // each finishes the request it is serving
     workers_.clear();
+    DrainAnswers();
     // Nothing else runs now; the lock is for the analysis' sake.
     MutexLock lock(&mu_);
     for (Conn* c : conns_) {
@@ -184,6 +194,7 @@ class TcpServer final : public TransportServer {
   uint64_t requests() const override { return requests_.load(); }
   uint64_t rejected_frames() const override { return rejected_.load(); }
   uint64_t refused_auth() const override { return refused_auth_.load(); }
+  uint64_t slow_readers_closed() const override { return slow_readers_closed_.load(); }
 
  private:
   void Log(LogLevel level, const std::string& line) {
@@ -330,12 +341,19 @@ class TcpServer final : public TransportServer {
   }
 
   void RefuseOverCap(const std::string& peer) {
-    const Deadline now = SteadyClock::now();
-    if (now < next_cap_log_) return;  // at most one line a second
-    next_cap_log_ = now + std::chrono::seconds(1);
+    uint64_t held_back = 0;
+    if (!cap_log_.Admit(&held_back)) return;
     Log(LogLevel::kWarn, "refused connection from " + peer + ": its address holds " +
                              std::to_string(options_.max_connections_per_address) +
-                             " connections (max_connections_per_address)");
+                             " connections (max_connections_per_address)" +
+                             HeldBack(held_back, "such refusals"));
+  }
+
+  // ", and N more <what> since the last line" for a line a LogLimiter let through.
+  static std::string HeldBack(uint64_t held_back, const std::string& what) {
+    return held_back == 0
+               ? std::string()
+               : "; and " + std::to_string(held_back) + " more " + what + " since the last line";
   }
 
   // Closes the idle connections past their deadline: a handshake or a frame that took
@@ -355,12 +373,17 @@ class TcpServer final : public TransportServer {
       }
     }
     for (Conn* c : overdue) {
-      Log(LogLevel::kInfo,
-          "closing connection from " + c->peer + ": " +
-              (c->authed
-                   ? "a frame took longer than " + std::to_string(options_.io_timeout_ms) + " ms"
-                   : "no authentication within " + std::to_string(options_.handshake_timeout_ms) +
-                         " ms"));
+      if (!c->out.empty() && c->out_deadline <= now) {
+        SlowReader(c, "it took none of its answers' bytes for " +
+                          std::to_string(options_.io_timeout_ms) + " ms");
+      } else {
+        Log(LogLevel::kInfo,
+            "closing connection from " + c->peer + ": " +
+                (c->authed
+                     ? "a frame took longer than " + std::to_string(options_.io_timeout_ms) + " ms"
+                     : "no authentication within " + std::to_string(options_.handshake_timeout_ms) +
+                           " ms"));
+      }
       close(c->fd);
       c->frame.Reset(&bodies_);
       delete c;
@@ -377,7 +400,7 @@ class TcpServer final : public TransportServer {
         c = ready_.front();
         ready_.pop_front();
       }
-      if (FinishPending(c) && ServeAvailable(c)) {
+      if (Flush(c) && ServeAvailable(c)) {
         Rearm(c);
       } else {
         CloseConn(c);
@@ -399,8 +422,8 @@ class TcpServer final : public TransportServer {
 
   // Answers c's next request on the poller when it is a small GET whose values are all
   // in the memory tier: no I/O and no waiting, and the answer written only as far as the
-  // socket takes it now (a worker writes the rest), so a slow or stalled client never
-  // holds the poller.  Anything else -- other ops, values on SSD, large requests,
+  // socket takes it now (the rest once it is writable), so a slow or stalled client
+  // never holds the poller.  Anything else -- other ops, values on SSD, large requests,
   // connections not yet authenticated -- goes to the workers.
   // REQUIRES: c in the poller's hands (not busy).
   void ServeHere(Conn* c) {
@@ -421,6 +444,7 @@ class TcpServer final : public TransportServer {
 
   Next TryServeHere(Conn* c) {
     if (!c->authed) return Next::kWorker;
+    if (!Flush(c)) return Next::kClose;
     FrameReader::Progress progress;
     if (!ReadRequest(c, /*header_only=*/true, &progress)) return Next::kClose;
     if (!c->frame.header_done()) return Next::kWait;
@@ -439,42 +463,95 @@ class TcpServer final : public TransportServer {
     if (!answer->FromMemory(keys, capacity)) return Next::kWorker;
     requests_.fetch_add(1);
     c->frame.Reset(&bodies_);
-    auto frame = std::make_unique<OutFrame>(h.op, AnswerFlags(h), h.request_id, answer->TakeMeta(),
-                                            answer->body());
-    Status s = frame->WriteAvailable(c->fd);
-    if (!s.ok()) {
-      Log(LogLevel::kInfo, "answering " + c->peer + ": " + s.ToString());
-      return Next::kClose;
-    }
+    std::string answer_meta = answer->TakeMeta();
+    if (!Answer(c, h, std::move(answer_meta), std::move(answer))) return Next::kClose;
     // Bytes of a next request read ahead would wait unseen by epoll: a worker takes them.
-    if (frame->done()) return c->frame.buffered() > 0 ? Next::kWorker : Next::kWait;
-    c->pending.reset(
-        new PendingAnswer{std::move(answer), std::move(frame), DeadlineIn(options_.io_timeout_ms)});
-    return Next::kWorker;
+    return c->frame.buffered() > 0 ? Next::kWorker : Next::kWait;
   }
 
-  // Writes the rest of an answer the poller began.  False: close the connection.
-  bool FinishPending(Conn* c) {
-    if (c->pending == nullptr) return true;
-    Status s = c->pending->frame->WriteRest(c->fd, c->pending->deadline);
-    c->pending.reset();
-    if (!s.ok()) Log(LogLevel::kInfo, "answering " + c->peer + ": " + s.ToString());
-    return s.ok();
+  // Writes what the socket takes of c's queued answers, in order, without waiting.
+  // False: close the connection.  REQUIRES: c held by this thread (busy), or the poller.
+  bool Flush(Conn* c) {
+    while (!c->out.empty()) {
+      OutFrame* frame = c->out.front().frame.get();
+      const uint64_t before = frame->left();
+      Status s = frame->WriteAvailable(c->fd);
+      if (!s.ok()) {
+        Log(LogLevel::kInfo, "answering " + c->peer + ": " + s.ToString());
+        return false;
+      }
+      c->out_bytes -= before - frame->left();
+      if (frame->left() != before) c->out_deadline = DeadlineIn(options_.io_timeout_ms);
+      if (!frame->done()) return true;  // the socket is full: more when it is writable
+      c->out.pop_front();
+    }
+    c->out_deadline = kNever;
+    return true;
   }
 
-  // Hands c back to the poller, with the deadline of whatever it is waiting for.
+  // Queues an answer behind c's others and writes what the socket takes.  An answer
+  // that would take the bytes c has not read past max_queued_bytes closes the
+  // connection instead (the first answer waiting may be of any size).  False: close it.
+  bool Queue(Conn* c, std::unique_ptr<OutFrame> frame, std::unique_ptr<GetAnswer> answer) {
+    const uint64_t bytes = frame->left();
+    if (!c->out.empty() && c->out_bytes + bytes > options_.max_queued_bytes) {
+      SlowReader(c, std::to_string(c->out_bytes + bytes) +
+                        " bytes of answers not taken would exceed max_queued_bytes (" +
+                        std::to_string(options_.max_queued_bytes) + ")");
+      return false;
+    }
+    if (c->out.empty()) c->out_deadline = DeadlineIn(options_.io_timeout_ms);
+    c->out_bytes += bytes;
+    c->out.push_back({std::move(answer), std::move(frame)});
+    return Flush(c);
+  }
+
+  // Counts a connection closed for not reading its answers, and logs it at most once per
+  // kRefusalLogInterval.
+  void SlowReader(const Conn* c, const std::string& why) {
+    slow_readers_closed_.fetch_add(1);
+    uint64_t held_back = 0;
+    if (!slow_reader_log_.Admit(&held_back)) return;
+    Log(LogLevel::kWarn, "closing connection from " + c->peer + ": " + why +
+                             HeldBack(held_back, "connections closed for not reading"));
+  }
+
+  // At Stop, once no worker runs: writes the answers still queued, for every connection
+  // at once, until they are written or io_timeout_ms passes.
+  void DrainAnswers() {
+    const Deadline deadline = DeadlineIn(options_.io_timeout_ms);
+    std::vector<Conn*> waiting;
+    {
+      MutexLock lock(&mu_);  // nothing else runs now; the lock is for the analysis' sake
+      waiting.assign(conns_.begin(), conns_.end());
+    }
+    std::vector<pollfd> fds;
+    while (SteadyClock::now() < deadline) {
+      std::erase_if(waiting, [this](Conn* c) { return !Flush(c) || c->out.empty(); });
+      if (waiting.empty()) return;
+      fds.clear();
+      for (Conn* c : waiting) fds.push_back({c->fd, POLLOUT, 0});
+      const auto ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
+      poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(1, ms.count())));
+    }
+  }
+
+  // Hands c back to the poller, with the deadline of whatever it is waiting for: more of
+  // a request, room for its answers (EPOLLOUT), authentication.
   void Rearm(Conn* c) {
     Deadline deadline = kNever;
     if (c->frame.in_progress()) {
       deadline = c->frame.started() + std::chrono::milliseconds(options_.io_timeout_ms);
     }
+    if (!c->out.empty()) deadline = std::min(deadline, c->out_deadline);
     if (!c->authed) deadline = std::min(deadline, c->handshake_deadline);
     MutexLock lock(&mu_);
     c->busy = false;
     c->deadline = deadline;
     if (stopping_.load()) return;  // Stop() closes it
     epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLONESHOT | EPOLLRDHUP;
+    ev.events = EPOLLIN | EPOLLONESHOT | EPOLLRDHUP | (c->out.empty() ? 0u : EPOLLOUT);
     ev.data.ptr = c;
     epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c->fd, &ev);
   }
@@ -538,13 +615,15 @@ class TcpServer final : public TransportServer {
     return wire::kFlagResponse | (h.flags & wire::kFlagBodyUnhashed);
   }
 
-  // Answers request h.
-  bool Answer(Conn* c, const wire::FrameHeader& h, const std::string& meta,
-              std::span<const Slice> body = {}) {
-    Status s = SendFrame(c->fd, h.op, AnswerFlags(h), h.request_id, meta, body,
-                         DeadlineIn(options_.io_timeout_ms));
-    if (!s.ok()) Log(LogLevel::kInfo, "answering " + c->peer + ": " + s.ToString());
-    return s.ok();
+  // Answers request h: queued behind c's earlier answers, written as the socket takes
+  // it.  A GET's `answer` names the body and keeps its bytes valid until written.
+  bool Answer(Conn* c, const wire::FrameHeader& h, std::string meta,
+              std::unique_ptr<GetAnswer> answer = nullptr) {
+    const std::span<const Slice> body =
+        answer != nullptr ? answer->body() : std::span<const Slice>();
+    auto frame =
+        std::make_unique<OutFrame>(h.op, AnswerFlags(h), h.request_id, std::move(meta), body);
+    return Queue(c, std::move(frame), std::move(answer));
   }
 
   bool AnswerResults(Conn* c, const wire::FrameHeader& h, const Status& s,
@@ -597,9 +676,10 @@ class TcpServer final : public TransportServer {
       }
       case wire::kGet: {
         if (!get_keys(true)) return Reject(c, "undecodable get request");
-        GetAnswer answer(service_);
-        answer.Build(keys, extra);
-        return Answer(c, h, answer.TakeMeta(), answer.body());
+        auto answer = std::make_unique<GetAnswer>(service_);
+        answer->Build(keys, extra);
+        std::string meta_out = answer->TakeMeta();
+        return Answer(c, h, std::move(meta_out), std::move(answer));
       }
       case wire::kPut: {
         if (!get_keys(true)) return Reject(c, "undecodable put request");
@@ -697,9 +777,10 @@ class TcpServer final : public TransportServer {
   bool accept_paused_ = false;
   bool accept_trouble_logged_ = false;
   Deadline accept_resume_{};
-  Deadline next_cap_log_{};
 
-  std::atomic<uint64_t> requests_{0}, rejected_{0}, refused_auth_{0};
+  LogLimiter cap_log_{std::chrono::seconds(1)};
+  LogLimiter slow_reader_log_{kRefusalLogInterval};
+  std::atomic<uint64_t> requests_{0}, rejected_{0}, refused_auth_{0}, slow_readers_closed_{0};
 };
 
 }  // namespace

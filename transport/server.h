@@ -5,18 +5,23 @@
 // (transport/frame_reader.h), answers every whole frame in it in order, and hands it
 // back to the poller -- so a slow or stalled client never holds a worker, requests
 // pipelined on one connection are answered in order, and different connections are
-// served in parallel.  Of each batch of readable connections the poller serves one
-// itself when its request is a small GET of values all in the memory tier (no I/O,
-// nothing to wait for; the answer is written as far as the socket takes it and a
-// worker writes the rest): the common call is spared a hand-over to a worker and its
-// wake-up, and the others go to the workers at once.  The poller closes a connection
+// served in parallel.  Answers are never waited on either: each is queued on its
+// connection and written as far as the socket takes it, the rest when epoll reports
+// the socket writable (EPOLLOUT), so a client that does not read its answers holds no
+// thread.  Its queue is bounded: an answer that would take the bytes it has not read
+// past max_queued_bytes closes the connection, counted (slow_readers_closed) and
+// logged at most once per 10 s; so does taking nothing for io_timeout_ms.  Of each
+// batch of readable connections the poller serves one itself when its request is a
+// small GET of values all in the memory tier (no I/O, nothing to wait for): the common
+// call is spared a hand-over to a worker and its wake-up, and the others go to the
+// workers at once.  The poller closes a connection
 // that has not authenticated within handshake_timeout_ms, or whose frame began and is
 // not whole within io_timeout_ms.  Before authentication only a small AUTH frame is
 // accepted.  A malformed frame (bad magic, checksum, limits, undecodable message)
 // closes that connection only, logged.  A well-formed frame with an op this build does
 // not know (a newer client) is answered with NotSupported and the connection kept.
 // Stop() drains: it stops accepting, lets every request already received finish and be
-// answered, then closes the connections.
+// answered (queued answers written within io_timeout_ms), then closes the connections.
 #ifndef KVENGINE_TRANSPORT_SERVER_H_
 #define KVENGINE_TRANSPORT_SERVER_H_
 
@@ -72,8 +77,12 @@ struct ServerOptions {
   // Required of every client when non-empty (see wire::AuthProof).
   std::string auth_token;
   // Longest the server waits for the rest of a frame it began to receive, or for a
-  // client to take an answer.
+  // client to take any more bytes of its answers.
   uint64_t io_timeout_ms = 10000;
+  // Bytes of answers one connection may have waiting for its client to read them; an
+  // answer that would take it past this closes the connection.  The first answer
+  // waiting is never refused, whatever its size (up to the frame limit).
+  uint64_t max_queued_bytes = 256ull << 20;
   // Longest a client may take from connecting to authenticating.
   uint64_t handshake_timeout_ms = 5000;
   // Connections one client IP may hold; further ones are closed at accept.
@@ -108,6 +117,8 @@ class TransportServer {
   virtual uint64_t requests() const = 0;
   virtual uint64_t rejected_frames() const = 0;
   virtual uint64_t refused_auth() const = 0;
+  // Connections closed for not reading their answers (max_queued_bytes, io_timeout_ms).
+  virtual uint64_t slow_readers_closed() const = 0;
 };
 
 }  // namespace kvengine

@@ -201,7 +201,8 @@ void GatherFrame(uint8_t op, uint16_t flags, uint64_t request_id, std::string_vi
 // Writes what the socket takes of (*iov)[*first...] without waiting (MSG_DONTWAIT: never
 // blocks, whatever the descriptor's mode), advancing *first and the iovecs.  OK when
 // everything went or the socket is full.
-Status WriteSome(int fd, std::vector<iovec>* iov, size_t* first) {
+// *sent (when given) grows by the bytes written.
+Status WriteSome(int fd, std::vector<iovec>* iov, size_t* first, uint64_t* sent = nullptr) {
   while (*first < iov->size()) {
     const int count = static_cast<int>(std::min<size_t>(iov->size() - *first, IOV_MAX));
     msghdr msg;
@@ -211,6 +212,7 @@ Status WriteSome(int fd, std::vector<iovec>* iov, size_t* first) {
     const ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
       Consume(iov, first, static_cast<size_t>(n));
+      if (sent != nullptr) *sent += static_cast<uint64_t>(n);
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
@@ -252,12 +254,14 @@ OutFrame::OutFrame(uint8_t op, uint16_t flags, uint64_t request_id, std::string 
                    std::span<const Slice> body)
     : meta_(std::move(meta)) {
   GatherFrame(op, flags, request_id, meta_, body, header_, &iov_);
+  for (const iovec& v : iov_) left_ += v.iov_len;
 }
 
-Status OutFrame::WriteAvailable(int fd) { return WriteSome(fd, &iov_, &first_); }
-
-Status OutFrame::WriteRest(int fd, Deadline deadline) {
-  return WriteBy(fd, &iov_, &first_, deadline);
+Status OutFrame::WriteAvailable(int fd) {
+  uint64_t sent = 0;
+  Status s = WriteSome(fd, &iov_, &first_, &sent);
+  left_ -= sent;
+  return s;
 }
 
 namespace {

@@ -50,9 +50,9 @@ Status SendFrame(int fd, uint8_t op, uint16_t flags, uint64_t request_id, const 
                  std::span<const Slice> body, Deadline deadline);
 
 // One frame on its way out, encoded once and written in as many pieces as the socket
-// takes: a thread that must never wait on a client (the server's poller) writes what
-// fits now, and a thread that may wait, within a deadline, writes the rest.  The body's
-// bytes are not copied: they must stay valid until the frame is written or dropped.
+// takes, never waiting: a server queues its answers as OutFrames and writes more of them
+// whenever the socket has room (transport/server.h).  The body's bytes are not copied:
+// they must stay valid until the frame is written or dropped.
 class OutFrame {
  public:
   OutFrame(uint8_t op, uint16_t flags, uint64_t request_id, std::string meta,
@@ -62,15 +62,16 @@ class OutFrame {
 
   // Writes what the socket takes without waiting.  IOError on a closed socket.
   Status WriteAvailable(int fd);
-  // Writes the rest by `deadline`.  IOError on a closed socket or the deadline.
-  Status WriteRest(int fd, Deadline deadline);
   bool done() const { return first_ >= iov_.size(); }
+  // Bytes not written yet.
+  uint64_t left() const { return left_; }
 
  private:
   char header_[wire::kHeaderSize];
   const std::string meta_;
   std::vector<iovec> iov_;
   size_t first_ = 0;  // iov_[first_] is the next to write
+  uint64_t left_ = 0;
 };
 // Reads exactly the bytes of iov by `deadline`, feeding them to `hasher` (may be null).
 // `stop`, when set and true while no byte has been read yet, gives up with Aborted.

@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -105,12 +106,13 @@ Status ListenUnix(const std::string& path, mode_t mode, const std::string& group
     s = ResolveGroup(group, &gid);
     if (!s.ok()) return s;
   }
-  // A socket file nobody accepts on is the leftover of a dead owner: replace it.
-  int probe = -1;
-  if (ConnectUnix(path, DeadlineIn(200), &probe).ok()) {
-    close(probe);
-    return Status::Busy("unix socket " + path, "another process is serving it");
-  }
+  // A socket file nobody listens on is the leftover of a dead owner: replace it.  A
+  // listener whose queue is full (EAGAIN) is alive.
+  const int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (probe < 0) return SysError("socket", errno);
+  const bool served = connect(probe, addr.get(), addr.size()) == 0 || errno == EAGAIN;
+  close(probe);
+  if (served) return Status::Busy("unix socket " + path, "another process is serving it");
   unlink(path.c_str());
   const int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (sock < 0) return SysError("socket", errno);
@@ -140,24 +142,43 @@ Status ConnectUnix(const std::string& path, Deadline deadline, int* fd) {
   UnixAddress addr;
   Status s = addr.Init(path);
   if (!s.ok()) return s;
-  const int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  // Blocking while it connects, non-blocking after.  A Unix socket's connect is never
+  // "in progress": it is made at once, or -- the listener's queue of connections not
+  // yet accepted is full -- fails with EAGAIN and leaves the socket unconnected.  A
+  // non-blocking socket polled for POLLOUT after that EAGAIN looks ready, and its
+  // first recvmsg fails with EINVAL (issue 30: clients flooding the owner's queue
+  // broke other clients' attach).  A blocking connect instead waits in the kernel for
+  // room in the queue, for at most the time left (SO_SNDTIMEO bounds it).
+  const int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (sock < 0) return SysError("socket", errno);
-  if (connect(sock, addr.get(), addr.size()) != 0) {
-    if (errno != EAGAIN && errno != EINPROGRESS) {
-      const int err = errno;
-      close(sock);
-      return SysError("connect", err);
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::microseconds>(deadline - SteadyClock::now());
+    if (left.count() <= 0) {
+      s = Status::IOError("connect " + path,
+                          "timed out: its queue of connections waiting to be accepted stayed full");
+      break;
     }
-    s = WaitFor(sock, POLLOUT, deadline);
-    int err = 0;
-    socklen_t len = sizeof(err);
-    if (s.ok() && getsockopt(sock, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err != 0) {
-      s = SysError("connect", err);
+    timeval wait{static_cast<time_t>(left.count() / 1000000),
+                 static_cast<suseconds_t>(left.count() % 1000000)};
+    if (setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &wait, sizeof(wait)) != 0) {
+      s = SysError("SO_SNDTIMEO", errno);
+      break;
     }
-    if (!s.ok()) {
-      close(sock);
-      return s;
+    if (connect(sock, addr.get(), addr.size()) == 0) break;
+    if (errno != EAGAIN && errno != EINTR) {  // EAGAIN: the wait ran out; the loop decides
+      s = SysError("connect", errno);
+      break;
     }
+  }
+  const timeval forever{0, 0};
+  if (s.ok() && (setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &forever, sizeof(forever)) != 0 ||
+                 fcntl(sock, F_SETFL, fcntl(sock, F_GETFL) | O_NONBLOCK) != 0)) {
+    s = SysError("setting up the connection to " + path, errno);
+  }
+  if (!s.ok()) {
+    close(sock);
+    return s;
   }
   *fd = sock;
   return Status::OK();

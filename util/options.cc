@@ -161,6 +161,7 @@ const std::vector<OptionEntry>& Table() {
       SizeOption("peer_handshake_timeout_ms", &Options::peer_handshake_timeout_ms),
       SizeOption("peer_frame_timeout_ms", &Options::peer_frame_timeout_ms),
       SizeOption("peer_max_connections_per_address", &Options::peer_max_connections_per_address),
+      SizeOption("peer_max_queued_bytes", &Options::peer_max_queued_bytes),
       BoolOption("peer_hash_loopback_bodies", &Options::peer_hash_loopback_bodies),
       BoolOption("promote_from_peers", &Options::promote_from_peers),
       StringOption("local_listen", &Options::local_listen),

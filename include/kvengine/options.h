@@ -336,6 +336,14 @@ struct Options {
   // Default: 128
   uint64_t peer_max_connections_per_address = 128;
 
+  // Serving: bytes of answers one connection may have queued and not yet read by its
+  // client.  Answers are written as the socket takes them, never waited on; an answer
+  // that would take a connection's unread bytes past this closes it (counted in
+  // "kvengine.peers" as slow_readers_closed, logged at most once per 10 s).  The first
+  // answer waiting is never refused, whatever its size.
+  // Default: 256 MiB
+  uint64_t peer_max_queued_bytes = 256ull << 20;
+
   // Hash value bodies in peer frames on loopback connections too, both as a client and
   // serving.  Off: between processes of one host (loopback TCP) the frame checksum
   // covers headers and metadata only, as value bytes there never leave this host's
