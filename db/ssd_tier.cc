@@ -244,9 +244,11 @@ void SsdTier::Commit(Ticket* ticket, uint64_t version) {
   const KeyFingerprint fp = KeyFingerprint::Of(ticket->key_);
   SsdLocation cur;
   if (map_.Find(fp, &cur)) {
-    if (cur.version > version) {
+    if (cur.version >= version) {
       // A newer value already won (cannot happen under the caller's key lock, but a
-      // stale commit must never replace it).
+      // stale commit must never replace it), or this very write is already here: a Flush
+      // and an eviction both staged it.  Keep the copy that is there: a tombstone names
+      // the write, not the copy, so tombstoning it would bury this one too at Open.
       b->staging--;
       b->total_bytes += ticket->size_;
       b->deleted_bytes += ticket->size_;
