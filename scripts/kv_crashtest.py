@@ -175,6 +175,11 @@ class Run:
     def sleep_random(self):
         time.sleep(self.rng.uniform(self.args.kill_min_s, self.args.kill_max_s))
 
+    def progress(self, done):
+        if done % 25 == 0 and done < self.args.rounds:
+            print("kv_crashtest %s %s: %d of %d rounds" % (self.policy, self.args.mode, done,
+                                                          self.args.rounds), flush=True)
+
     def run(self):
         if self.args.mode == "peer":
             self.start_server()
@@ -197,7 +202,8 @@ class Run:
         return self.report()
 
     def run_solo(self):
-        for _ in range(self.args.rounds):
+        for done in range(self.args.rounds):
+            self.progress(done)
             p = self.start_solo()
             self.sleep_random()
             self.check_alive([p])
@@ -207,7 +213,8 @@ class Run:
     def run_attach(self):
         owner = self.start_owner()
         clients = [self.start_client(i) for i in range(self.args.clients)]
-        for _ in range(self.args.rounds):
+        for done in range(self.args.rounds):
+            self.progress(done)
             self.sleep_random()
             self.check_alive([owner] + clients)
             if self.args.clients == 0 or self.rng.random() < 0.5:
