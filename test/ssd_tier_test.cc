@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <map>
 #include <random>
 #include <thread>
@@ -498,6 +499,36 @@ TEST(SsdTierCommitTest, TheSameVersionCommittedTwiceSurvivesReopen) {
     EXPECT_TRUE(tier->HasVersion("k", 7)) << "open " << open;
     ASSERT_TRUE(tier->Close().ok());
   }
+}
+
+// Staging threads that waited for a writer that was behind could find the open bucket
+// filled by another meanwhile; the retry then called Stage again with the tier's mutex
+// still held and the thread deadlocked on itself, and every other thread with it (found
+// by kv_stress: an attach owner under SSD pressure stopped answering).  Values of 60% of
+// a bucket, write-through, from more threads than sealed buckets may wait.
+TEST_F(SsdTierTest, StagingRacesForTheLastRoomWithoutDeadlock) {
+  options_.offload_policy = OffloadPolicy::kWriteThrough;
+  options_.memory_capacity_bytes = 8 << 20;
+  options_.bucket_size_limit = 1 << 20;
+  Open();
+  const std::string value = test::MakeValue(1, 600 << 10);
+  auto work = std::async(std::launch::async, [&] {
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 8; t++) {
+      threads.emplace_back([&, t] {
+        for (int i = 0; i < 60; i++) {
+          Status s = db_->Put(WriteOptions(), "race." + std::to_string(t * 1000 + i % 10), value);
+          EXPECT_TRUE(s.ok() || s.IsNoSpace()) << s.ToString();
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+  });
+  if (work.wait_for(std::chrono::seconds(120)) != std::future_status::ready) {
+    std::fprintf(stderr, "StagingRacesForTheLastRoomWithoutDeadlock: puts stuck for 120 s\n");
+    std::_Exit(1);  // the threads are deadlocked: nothing can join them
+  }
+  EXPECT_EQ(Get("race.0").size(), value.size());
 }
 
 TEST_F(SsdTierTest, WriteThroughPersistsEveryFlushedPut) {
