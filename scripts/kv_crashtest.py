@@ -39,6 +39,10 @@ import threading
 import time
 
 READY = "kv_stress: ready"
+# After killing a process whose DB lives on elsewhere (an attach client, kv_stress beside
+# its peer), how long to let the requests it had sent land before it restarts and reads
+# its keys back (docs/kv_stress.md, "Roles and modes").
+LATE_REQUESTS_S = 0.3
 
 
 def free_port():
@@ -120,12 +124,16 @@ class Run:
             self.common.append("--zipf")
         self.common += extra
         self.server = None
+        self.procs = []  # every process started, killed whatever happens
+        self.rounds_done = 0
         self.server_port = None
         self.listen_port = None
 
     def stress(self, name, role_args):
         argv = [self.args.kv_stress] + self.common + role_args
-        return Proc(name, argv, READY)
+        p = Proc(name, argv, READY)
+        self.procs.append(p)
+        return p
 
     def start_owner(self):
         workers = self.args.threads * (1 + self.args.clients)
@@ -192,6 +200,8 @@ class Run:
         except RuntimeError as e:
             self.problems.append(str(e))
         finally:
+            for p in self.procs:
+                p.kill()
             if self.server is not None:
                 self.check_alive([self.server])
                 self.server.p.send_signal(signal.SIGTERM)
@@ -209,6 +219,9 @@ class Run:
             self.check_alive([p])
             p.kill()
             self.note_failures([p])
+            self.rounds_done += 1
+            if self.args.mode == "peer":
+                time.sleep(LATE_REQUESTS_S)
 
     def run_attach(self):
         owner = self.start_owner()
@@ -217,6 +230,7 @@ class Run:
             self.progress(done)
             self.sleep_random()
             self.check_alive([owner] + clients)
+            self.rounds_done += 1
             if self.args.clients == 0 or self.rng.random() < 0.5:
                 for p in clients + [owner]:  # clients first: they would see the owner die
                     p.kill()
@@ -227,6 +241,7 @@ class Run:
                 i = self.rng.randrange(self.args.clients)
                 clients[i].kill()
                 self.note_failures([clients[i]])
+                time.sleep(LATE_REQUESTS_S)
                 clients[i] = self.start_client(i)
         for p in clients + [owner]:
             p.kill()
@@ -255,12 +270,12 @@ class Run:
         line = ("kv_crashtest %s %s%s: %d rounds, %d ops, %d verified reads, %d lost, %d wrong, "
                 "%d resurrected (%d errors, %d refused, %d dropped, %d flushes)" %
                 (self.policy, self.args.mode, " ssd_pressure" if self.args.ssd_pressure else "",
-                 self.args.rounds, get("ops"), get("verified_reads"), get("lost"), get("wrong"),
+                 self.rounds_done, get("ops"), get("verified_reads"), get("lost"), get("wrong"),
                  get("resurrected"), get("errors"), get("refused"), get("dropped"),
                  get("flushes")))
         print(line, flush=True)
         bad = get("lost") + get("wrong") + get("resurrected") + get("errors")
-        if bad or self.problems or "ops" not in c:
+        if bad or self.problems or "ops" not in c or self.rounds_done < self.args.rounds:
             for p in self.problems[:40]:
                 print("  " + p, flush=True)
             if "ops" not in c:
