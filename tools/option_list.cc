@@ -1,5 +1,7 @@
 #include "tools/option_list.h"
 
+#include <algorithm>
+
 namespace kvengine {
 
 Status SetOptionList(const std::string& list, Options* options) {
