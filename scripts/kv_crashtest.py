@@ -183,6 +183,10 @@ class Run:
     def sleep_random(self):
         time.sleep(self.rng.uniform(self.args.kill_min_s, self.args.kill_max_s))
 
+    def out_of_time(self):
+        d = self.args.deadline_s
+        return d > 0 and time.time() - self.args.started > d
+
     def progress(self, done):
         if done % 25 == 0 and done < self.args.rounds:
             print("kv_crashtest %s %s: %d of %d rounds" % (self.policy, self.args.mode, done,
@@ -213,6 +217,8 @@ class Run:
 
     def run_solo(self):
         for done in range(self.args.rounds):
+            if self.out_of_time():
+                break
             self.progress(done)
             p = self.start_solo()
             self.sleep_random()
@@ -227,6 +233,8 @@ class Run:
         owner = self.start_owner()
         clients = [self.start_client(i) for i in range(self.args.clients)]
         for done in range(self.args.rounds):
+            if self.out_of_time():
+                break
             self.progress(done)
             self.sleep_random()
             self.check_alive([owner] + clients)
@@ -275,7 +283,10 @@ class Run:
                  get("flushes")))
         print(line, flush=True)
         bad = get("lost") + get("wrong") + get("resurrected") + get("errors")
-        if bad or self.problems or "ops" not in c or self.rounds_done < self.args.rounds:
+        if self.rounds_done < self.args.rounds:
+            print("  stopped at the deadline after %d of %d rounds" % (self.rounds_done,
+                                                                      self.args.rounds), flush=True)
+        if bad or self.problems or "ops" not in c or self.rounds_done == 0:
             for p in self.problems[:40]:
                 print("  " + p, flush=True)
             if "ops" not in c:
@@ -315,6 +326,9 @@ def main():
     ap.add_argument("--kill_max_s", type=float, default=-1)
     ap.add_argument("--ready_timeout", type=float, default=120)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--deadline_s", type=float, default=0,
+                    help="start no round after this many seconds from the start (the "
+                         "summary then says how many ran); 0: none")
     ap.add_argument("--dir", default="")
     ap.add_argument("--keep", action="store_true", help="keep the directories")
     args, extra = ap.parse_known_args()
@@ -330,6 +344,7 @@ def main():
     if args.kill_max_s < 0:
         args.kill_max_s = 5.0 if L else 1.5
     args.seed = args.seed or int(time.time())
+    args.started = time.time()
     if args.mode == "peer" and not args.kv_server:
         ap.error("--mode=peer needs --kv_server")
     made_dir = not args.dir
