@@ -260,7 +260,10 @@ int Main() {
     // What was read back is the state from here on: make it durable.
     const std::vector<uint32_t> snapshot = state->SnapshotLo();
     s = db->Flush();
-    if (s.ok()) state->CommitFlush(snapshot);
+    if (s.ok()) {
+      state->CommitFlush(snapshot);
+      state->Add(Counter::kFlushes);
+    }
   }
   if (s.ok() && !FLAGS_verify_only) s = RunWorkers(db.get(), state.get(), space, &log, config);
   const Status closed = db->Close();
