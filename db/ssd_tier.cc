@@ -185,7 +185,7 @@ Status SsdTier::Stage(const Slice& key, std::span<const Slice> parts, uint64_t s
   PerfPoint perf(PerfKey::ssd_offload);
   std::shared_ptr<SsdBucket> bucket;
   uint64_t offset = 0;
-  {
+  for (;;) {  // once, but again when another thread took the open bucket's last room
     MutexLock lock(&mu_);
     if (stopping_) return Status::Aborted("SSD tier is closed");
     if (!SsdIndex::Fits(SsdLocation{next_bucket_id_, 0, size, 0, 0})) {
@@ -243,12 +243,15 @@ Status SsdTier::Stage(const Slice& key, std::span<const Slice> parts, uint64_t s
       }
     }
     if (!open_->builder->Reserve(size, &offset)) {
-      // Raced with another staging thread for the last room: seal and let the caller retry.
+      // Another staging thread took the last room while this one waited for the writer
+      // (the wait lets go of mu_): seal it and start again.  Not by calling Stage here:
+      // mu_ is held, and taking it again deadlocked the thread on itself.
       SealOpenLocked();
-      return Stage(key, parts, size, ticket);
+      continue;
     }
     bucket = open_;
     bucket->staging++;
+    break;
   }
   char* dst = bucket->builder->MutableData(offset);
   for (const Slice& p : parts) {
@@ -270,9 +273,11 @@ void SsdTier::Commit(Ticket* ticket, uint64_t version) {
   const KeyFingerprint fp = KeyFingerprint::Of(ticket->key_);
   SsdLocation cur;
   if (map_.Find(fp, &cur)) {
-    if (cur.version > version) {
+    if (cur.version >= version) {
       // A newer value already won (cannot happen under the caller's key lock, but a
-      // stale commit must never replace it).
+      // stale commit must never replace it), or this very write is already here: a Flush
+      // and an eviction both staged it.  Keep the copy that is there: a tombstone names
+      // the write, not the copy, so tombstoning it would bury this one too at Open.
       b->staging--;
       b->total_bytes += ticket->size_;
       b->deleted_bytes += ticket->size_;

@@ -26,6 +26,7 @@
 
 #include "kvengine/db.h"
 #include "kvengine/transport.h"
+#include "tools/option_list.h"
 
 namespace {
 
@@ -102,17 +103,7 @@ int main(int argc, char** argv) {
   }
 
   kvengine::Options options;
-  kvengine::Status s;
-  while (s.ok() && !options_text.empty()) {
-    const size_t comma = options_text.find(',');
-    const std::string item = options_text.substr(0, comma);
-    options_text = comma == std::string::npos ? "" : options_text.substr(comma + 1);
-    const size_t eq = item.find('=');
-    if (item.empty()) continue;
-    s = eq == std::string::npos
-            ? kvengine::Status::InvalidArgument("--options item '" + item + "' lacks '='")
-            : options.Set(item.substr(0, eq), item.substr(eq + 1));
-  }
+  kvengine::Status s = kvengine::SetOptionList(options_text, &options);
   // --local_listen alone serves local clients only.
   if (!local_listen.empty() && !listen_given) listen.clear();
   if (s.ok()) s = options.Set("listen", listen);
