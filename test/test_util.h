@@ -69,20 +69,6 @@ class TempDir {
   std::filesystem::path path_;
 };
 
-// The value of one "name: value" line of db's "kvengine.stats" (a test failure when the
-// line is missing).
-inline uint64_t StatOf(DB* db, const std::string& name) {
-  std::string text;
-  EXPECT_TRUE(db->GetProperty("kvengine.stats", &text));
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(name + ": ", 0) == 0) return std::stoull(line.substr(name.size() + 2));
-  }
-  ADD_FAILURE() << "no stat " << name;
-  return 0;
-}
-
 // A value of `size` bytes determined by (seed, size); CheckValue recognises it.
 inline std::string MakeValue(uint64_t seed, size_t size) {
   std::string v(size, '\0');
