@@ -109,6 +109,31 @@ def test_get_stats_is_sglangs_storage_metrics_drained(db_path):
     c.detach_storage_backend()
 
 
+@pytest.mark.parametrize("on", [True, False])
+def test_batch_exists_prefetches_the_hit_pages_from_ssd(db_path, on):
+    """After a restart the pages are on SSD only: the hit query (batch_exists) starts
+    reading them up (DB::Prefetch), so the transfer that follows finds them in memory;
+    the extra-config key "prefetch": false turns it off."""
+    ssd = dict(ssd_capacity_bytes="64MiB", use_direct_io=False, promote_on_read=False)
+    a, ha = controller({"path": db_path}, **ssd)
+    _, saved = backup(a, ha, TOKENS)
+    a.detach_storage_backend()  # the last user: the store closes, its pages go to SSD
+    fk.set_parallel(0, 1)
+    dev, hb = fk.make_pools("mha", "page_first", torch.bfloat16, page_size=PAGE)
+    fk.fill_random(hb, 2)
+    extra = dict(fk.kvengine_extra_config(path=db_path, **dict(SMALL, **ssd)), prefetch=on)
+    b = fk.make_controller(dev, hb, extra)
+    done, got = prefetch(b, hb, TOKENS + [1])
+    assert done == 4 * PAGE and got == saved
+    stats = b.storage_backend._store.stats()
+    if on:
+        assert stats["prefetch_requested"] == 4 and stats["prefetch_hits"] == 4
+        assert stats["ssd_hits"] == 0
+    else:
+        assert stats["prefetch_requested"] == 0 and stats["ssd_hits"] == 4
+    b.detach_storage_backend()
+
+
 def test_clear_removes_this_models_pages_only(db_path):
     a, ha = controller({"path": db_path})
     fk.set_parallel(0, 1)

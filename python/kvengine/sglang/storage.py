@@ -63,6 +63,9 @@ class KVEngineHiCacheStorage(HiCacheStorage):
         # Which keys SGLang's lookups (batch_exists, exists) are about: the controller
         # moves pages zero-copy with interface_v1, else as flat pages (the copy path).
         self._zero_copy = bool(extra.get("interface_v1"))
+        # batch_exists runs in SGLang's prefetch thread before the pages are read: the
+        # store starts bringing the hits up from SSD then (DB::Prefetch; docs/sglang.md).
+        self._prefetch = bool(extra.get("prefetch", True))
         if not self._zero_copy:
             logger.warning("kvengine: 'interface_v1' is not set in the extra config, so "
                            "SGLang will move pages through its copy path (batch_get / "
@@ -209,8 +212,9 @@ class KVEngineHiCacheStorage(HiCacheStorage):
         """How many pages, from the first, this rank's store has: one engine call."""
         if len(keys) == 0 or self._keys is None:
             return 0
+        lookup = self._lookup_keys(keys)
         try:
-            n = self._store.batch_leading_exist(self._lookup_keys(keys))
+            n = self._store.batch_leading_exist(lookup)
         except Exception as e:  # noqa: BLE001 -- the prefetch thread must live on
             logger.error("kvengine: batch_exists of %d pages failed: %s", len(keys), e)
             return 0
@@ -219,7 +223,17 @@ class KVEngineHiCacheStorage(HiCacheStorage):
                            "asked (%s); counting none", len(keys), error_name(n))
             n = 0
         self._counters.add(lookup_pages=len(keys), hit_pages=n)
+        if n > 0 and self._prefetch:
+            self._start_prefetch(lookup[:n])
         return n
+
+    def _start_prefetch(self, keys):
+        """The hit pages are read soon: the store starts bringing those on SSD up now.  A
+        hint only; a failure changes nothing but the read's speed."""
+        try:
+            self._store.batch_prefetch(keys)
+        except Exception as e:  # noqa: BLE001 -- an older module, or a store gone away
+            logger.debug("kvengine: prefetch not started: %s", e)
 
     def exists(self, key):
         if self._keys is None:
