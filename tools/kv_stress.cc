@@ -18,7 +18,9 @@
 #include <gflags/gflags.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -71,6 +73,29 @@ using kvengine::DB;
 using kvengine::Options;
 using kvengine::Status;
 using namespace kvengine::stress;
+
+// A restarted client's keys (workers [worker_base, worker_base + threads)) whose last
+// operation was in doubt when its predecessor was killed (lo < hi), with their ten-key
+// groups: see WorkloadConfig::left_alone.
+void LeaveInDoubtKeysAlone(const ExpectedState& state, const KeySpace& space,
+                           uint32_t worker_base, uint32_t threads, WorkloadConfig* config) {
+  config->left_alone.assign(state.keys(), false);
+  uint64_t groups = 0;
+  for (uint32_t w = worker_base; w < worker_base + threads; w++) {
+    for (uint32_t group = space.Begin(w); group < space.End(w); group += 10) {
+      const uint32_t end = std::min(group + 10, space.End(w));
+      bool in_doubt = false;
+      for (uint32_t k = group; k < end; k++) in_doubt = in_doubt || state.Lo(k) < state.Hi(k);
+      if (!in_doubt) continue;
+      groups++;
+      for (uint32_t k = group; k < end; k++) config->left_alone[k] = true;
+    }
+  }
+  if (groups > 0) {
+    std::fprintf(stderr, "kv_stress: %" PRIu64 " ten-key groups in doubt are left alone\n",
+                 groups);
+  }
+}
 
 constexpr int kExitOk = 0, kExitFailures = 1, kExitUsage = 2;
 
@@ -249,7 +274,9 @@ int Main() {
     return kExitFailures;
   }
   if (is_client) {
-    // Beside a live owner: this process's keys as the killed client left them.
+    // Beside a live owner: this process's keys as the killed client left them.  Those
+    // whose last operation was in doubt (and their ten-key groups) are left alone.
+    LeaveInDoubtKeysAlone(*state, space, FLAGS_worker_base, FLAGS_threads, &config);
     VerifyAndResolve(db.get(), state.get(), space, &log, space.Begin(FLAGS_worker_base),
                      space.End(FLAGS_worker_base + FLAGS_threads - 1), false, config.may_drop,
                      config.value_max);

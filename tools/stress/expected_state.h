@@ -99,6 +99,7 @@ class ExpectedState {
 
   // ---- readers
   uint32_t Lo(uint32_t key) const { return Load(key, kLo); }
+  uint32_t Hi(uint32_t key) const { return Load(key, kHi); }
   uint32_t Durable(uint32_t key) const { return Load(key, kDurable); }
   // "lo L hi H durable D del X" of a key, for failure messages.
   std::string Describe(uint32_t key) const;

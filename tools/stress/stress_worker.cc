@@ -129,7 +129,22 @@ OpKind StressWorker::PickOp() {
   return OpKind::kGet;
 }
 
-uint32_t StressWorker::OwnKey() { return space_->Begin(worker_) + own_.Next(rng_); }
+uint32_t StressWorker::OwnKey() {
+  uint32_t key = space_->Begin(worker_) + own_.Next(rng_);
+  // Keys left alone (WorkloadConfig::left_alone) are skipped; a few tries, then any key
+  // of the worker that is not left alone, else the first choice.
+  for (int tries = 0; tries < 16 && LeftAlone(key); tries++) {
+    key = space_->Begin(worker_) + own_.Next(rng_);
+  }
+  for (uint32_t k = space_->Begin(worker_); LeftAlone(key) && k < space_->End(worker_); k++) {
+    if (!LeftAlone(k)) key = k;
+  }
+  return key;
+}
+
+bool StressWorker::LeftAlone(uint32_t key) const {
+  return key < config_.left_alone.size() && config_.left_alone[key];
+}
 
 uint32_t StressWorker::AnyKey() {
   const auto w = static_cast<uint32_t>(rng_() % space_->workers());
