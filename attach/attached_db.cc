@@ -16,10 +16,10 @@
 #include "transport/unix_socket.h"
 #include "transport/wire.h"
 #include "util/buffers.h"
-#include "util/prometheus.h"
 #include "util/coding.h"
 #include "util/input_check.h"
 #include "util/printable.h"
+#include "util/prometheus.h"
 
 namespace kvengine {
 

@@ -150,8 +150,7 @@ class AttachedDB final : public DB {
   // values and the UNPIN (GetRun).  `refusal` as for PutValues.
   Status GetValues(std::span<const Slice> keys, std::span<const Destination> destinations,
                    std::vector<int64_t>* results, Status* refusal);
-  Status GetValuesUncounted(std::span<const Slice> keys,
-                            std::span<const Destination> destinations,
+  Status GetValuesUncounted(std::span<const Slice> keys, std::span<const Destination> destinations,
                             std::vector<int64_t>* results, Status* refusal);
   void PlanGet(GpuIo* gpu, std::span<const Slice> keys, std::span<const Destination> destinations,
                GetPlan* plan, Status* refusal) const;

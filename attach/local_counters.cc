@@ -43,8 +43,7 @@ void LocalServerCounters::AppendPrometheus(std::string* out) const {
 
 void AttachedClientCounters::CountResults(const Status& call, size_t keys,
                                           const std::vector<int64_t>& results,
-                                          std::atomic<uint64_t>* done,
-                                          std::atomic<uint64_t>* bytes,
+                                          std::atomic<uint64_t>* done, std::atomic<uint64_t>* bytes,
                                           std::atomic<uint64_t>* failed,
                                           std::atomic<uint64_t>* missing) {
   if (!call.ok() || results.size() != keys) {

@@ -57,10 +57,10 @@ struct LocalServerCounters {
   X(puts, "Keys this attached client stored.")                                          \
   X(put_bytes, "Value bytes this attached client stored.")                              \
   X(put_failures, "Keys this attached client failed to store (or whole failed calls).") \
-  X(gets, "Keys this attached client read (Get, GetInto, BatchGetInto).")              \
+  X(gets, "Keys this attached client read (Get, GetInto, BatchGetInto).")               \
   X(get_bytes, "Value bytes this attached client read.")                                \
-  X(misses, "Keys this attached client read that the store did not hold.")             \
-  X(get_failures, "Keys this attached client failed to read for another reason.")      \
+  X(misses, "Keys this attached client read that the store did not hold.")              \
+  X(get_failures, "Keys this attached client failed to read for another reason.")       \
   X(exists_queries, "Keys this attached client asked about (BatchExists).")             \
   X(deletes, "Keys this attached client removed.")
 

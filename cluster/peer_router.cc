@@ -62,9 +62,7 @@ class PeerRouter::Service final : public PeerService {
   Status DeleteByRegex(const std::string& pattern, uint64_t* deleted) override {
     return db_->DeleteByRegex(pattern, deleted);
   }
-  Status DeleteAll(uint64_t* deleted) override {
-    return db_->DeleteAll(deleted);
-  }
+  Status DeleteAll(uint64_t* deleted) override { return db_->DeleteAll(deleted); }
   bool GetProperty(const std::string& name, std::string* value) override {
     if (name != "kvengine.peers" || value == nullptr) return db_->GetProperty(name, value);
     *value = router_->StatsText();
@@ -100,7 +98,8 @@ class PeerRouter::Chain final : public MemoryRegistrar {
   std::vector<std::shared_ptr<MemoryRegistrar>> all_;
 };
 
-PeerRouter::PeerRouter(const Options& options, Logger* logger) : options_(options), logger_(logger) {}
+PeerRouter::PeerRouter(const Options& options, Logger* logger)
+    : options_(options), logger_(logger) {}
 
 PeerRouter::~PeerRouter() { Close(); }
 
@@ -108,7 +107,8 @@ void PeerRouter::Log(LogLevel level, const std::string& line) const {
   if (logger_ != nullptr) logger_->Write(level, line);
 }
 
-Status PeerRouter::Open(const Options& options, Logger* logger, std::unique_ptr<PeerRouter>* result) {
+Status PeerRouter::Open(const Options& options, Logger* logger,
+                        std::unique_ptr<PeerRouter>* result) {
   result->reset();
   if (options.peers.empty() && options.listen.empty() && options.cluster.empty()) {
     return Status::OK();
@@ -273,8 +273,8 @@ bool PeerRouter::RemoteOwner(const Slice& key, Endpoint* owner) const {
 }
 
 void PeerRouter::Partition(std::span<const Slice> keys, std::vector<Endpoint>* members,
-                        std::vector<std::vector<size_t>>* groups,
-                        std::vector<size_t>* local_idx) const {
+                           std::vector<std::vector<size_t>>* groups,
+                           std::vector<size_t>* local_idx) const {
   *members = Members();
   groups->assign(members->size(), {});
   std::vector<std::string> names;
@@ -322,7 +322,7 @@ std::vector<std::string> PeerRouter::OwnersOf(const Slice& key) const {
 }
 
 void PeerRouter::RunGroups(std::vector<OwnerGroup>* groups, const LocalGroupFn& local,
-                        const RemoteGroupFn& remote) {
+                           const RemoteGroupFn& remote) {
   ForEachParallel(groups->size(), [&](size_t g) {
     OwnerGroup& group = (*groups)[g];
     Status s;
@@ -361,8 +361,8 @@ Group* GroupFor(std::vector<Group>* groups, const std::string& owner) {
 }  // namespace
 
 void PeerRouter::AskInOrder(std::span<const Slice> keys, std::vector<int64_t>* results,
-                         const std::function<bool(int64_t)>& done, const LocalGroupFn& local,
-                         const RemoteGroupFn& remote) {
+                            const std::function<bool(int64_t)>& done, const LocalGroupFn& local,
+                            const RemoteGroupFn& remote) {
   const int64_t kNotFound = Status::NotFound("").ErrorCode();
   const std::vector<std::vector<std::string>> owners = OwnersOfAll(keys);
   results->assign(keys.size(), kNotFound);
@@ -388,7 +388,7 @@ void PeerRouter::AskInOrder(std::span<const Slice> keys, std::vector<int64_t>* r
 }
 
 void PeerRouter::SendToAll(std::span<const Slice> keys, std::vector<int64_t>* results,
-                        const LocalGroupFn& local, const RemoteGroupFn& remote) {
+                           const LocalGroupFn& local, const RemoteGroupFn& remote) {
   const int64_t kNotFound = Status::NotFound("").ErrorCode();
   const std::vector<std::vector<std::string>> owners = OwnersOfAll(keys);
   std::vector<OwnerGroup> groups;
@@ -435,7 +435,8 @@ Status PeerRouter::PutReplicated(DB* local, const Slice& key, const Slice& value
   return OneResult(s, r);
 }
 
-Status PeerRouter::GetIntoReplicated(DB* local, const Slice& key, MutableSlice buffer, size_t* size) {
+Status PeerRouter::GetIntoReplicated(DB* local, const Slice& key, MutableSlice buffer,
+                                     size_t* size) {
   std::vector<int64_t> r;
   const Destination dest{buffer};
   Status s = BatchGetInto(local, ReadOptions(), std::span<const Slice>(&key, 1),
@@ -452,7 +453,7 @@ Status PeerRouter::DeleteReplicated(DB* local, const Slice& key) {
 }
 
 Status PeerRouter::FromFirstOwner(const Slice& key, const std::function<Status()>& local,
-                               const std::function<Status(const Endpoint&)>& remote) {
+                                  const std::function<Status(const Endpoint&)>& remote) {
   if (closed()) return Status::Aborted("DB is closed");
   for (const std::string& owner : OwnersOf(key)) {
     Status s;
@@ -541,7 +542,7 @@ std::vector<T> Pick(std::span<const T> all, const std::vector<size_t>& idx) {
   } while (0)
 
 Status PeerRouter::BatchPut(DB* local, const WriteOptions& options, std::span<const Slice> keys,
-                         std::span<const ValueParts> values, std::vector<int64_t>* results) {
+                            std::span<const ValueParts> values, std::vector<int64_t>* results) {
   // The owners check the rest (sizes, the batch limit) of their own share.
   Status s = input::CheckBatch("BatchPut", results, keys.size(), values.size(), "values", 0);
   if (s.ok()) s = input::CheckUniqueKeys(keys);
@@ -564,9 +565,9 @@ Status PeerRouter::BatchPut(DB* local, const WriteOptions& options, std::span<co
 }
 
 Status PeerRouter::BatchGetInto(DB* local, const ReadOptions& options, std::span<const Slice> keys,
-                             std::span<const Destination> dests, std::vector<int64_t>* results) {
-  Status s = input::CheckBatch("BatchGetInto", results, keys.size(), dests.size(),
-                               "destinations", 0);
+                                std::span<const Destination> dests, std::vector<int64_t>* results) {
+  Status s =
+      input::CheckBatch("BatchGetInto", results, keys.size(), dests.size(), "destinations", 0);
   if (!s.ok()) return s;
   remote_gets_.fetch_add(keys.size(), std::memory_order_relaxed);
   if (Replicated()) {
@@ -587,7 +588,8 @@ Status PeerRouter::BatchGetInto(DB* local, const ReadOptions& options, std::span
                    RemoteGet(peer, Pick(keys, idx), Pick(dests, idx), &r));
 }
 
-Status PeerRouter::BatchExists(DB* local, std::span<const Slice> keys, std::vector<int64_t>* results) {
+Status PeerRouter::BatchExists(DB* local, std::span<const Slice> keys,
+                               std::vector<int64_t>* results) {
   Status checked = input::CheckBatch("BatchExists", results, keys.size(), keys.size(), "keys", 0);
   if (!checked.ok()) return checked;
   if (Replicated()) {
@@ -609,7 +611,7 @@ Status PeerRouter::BatchExists(DB* local, std::span<const Slice> keys, std::vect
 }
 
 Status PeerRouter::BatchDelete(DB* local, const WriteOptions& options, std::span<const Slice> keys,
-                            std::vector<int64_t>* results) {
+                               std::vector<int64_t>* results) {
   Status checked = input::CheckBatch("BatchDelete", results, keys.size(), keys.size(), "keys", 0);
   if (!checked.ok()) return checked;
   if (Replicated()) {
@@ -691,13 +693,14 @@ void PeerRouter::AppendPrometheus(std::string* out) const {
     failing = failing_.size();
   }
   const size_t members = Members().size() + (self_.empty() ? 0 : 1);
-  *out += "# HELP kvengine_cluster_members Members this host routes over, itself included "
-          "when it serves.\n# TYPE kvengine_cluster_members gauge\nkvengine_cluster_members " +
-          std::to_string(members) +
-          "\n# HELP kvengine_cluster_failing_members Members whose last call from this host "
-          "failed.\n# TYPE kvengine_cluster_failing_members gauge\n"
-          "kvengine_cluster_failing_members " +
-          std::to_string(failing) + "\n";
+  *out +=
+      "# HELP kvengine_cluster_members Members this host routes over, itself included "
+      "when it serves.\n# TYPE kvengine_cluster_members gauge\nkvengine_cluster_members " +
+      std::to_string(members) +
+      "\n# HELP kvengine_cluster_failing_members Members whose last call from this host "
+      "failed.\n# TYPE kvengine_cluster_failing_members gauge\n"
+      "kvengine_cluster_failing_members " +
+      std::to_string(failing) + "\n";
 }
 
 std::string PeerRouter::Readiness() const {
@@ -708,8 +711,8 @@ Status PeerRouter::Put(const Endpoint& owner, const Slice& key, const Slice& val
   if (closed()) return Status::Aborted("DB is closed");
   std::vector<int64_t> r;
   const ValueParts parts{value};
-  Status s = RemotePut(owner, std::span<const Slice>(&key, 1),
-                       std::span<const ValueParts>(&parts, 1), &r);
+  Status s =
+      RemotePut(owner, std::span<const Slice>(&key, 1), std::span<const ValueParts>(&parts, 1), &r);
   return KeyResult(s, r, owner);
 }
 
@@ -731,12 +734,12 @@ Status PeerRouter::Get(const Endpoint& owner, const Slice& key, std::string* val
 }
 
 Status PeerRouter::GetInto(const Endpoint& owner, const Slice& key, MutableSlice buffer,
-                        size_t* size) {
+                           size_t* size) {
   if (closed()) return Status::Aborted("DB is closed");
   std::vector<int64_t> r;
   const Destination dest{buffer};
-  Status s = RemoteGet(owner, std::span<const Slice>(&key, 1),
-                       std::span<const Destination>(&dest, 1), &r);
+  Status s =
+      RemoteGet(owner, std::span<const Slice>(&key, 1), std::span<const Destination>(&dest, 1), &r);
   Status k = KeyResult(s, r, owner);
   if (size != nullptr) *size = k.ok() ? static_cast<size_t>(r[0]) : 0;
   return k;
@@ -779,8 +782,8 @@ Status PeerRouter::DeleteAll(DB* local, uint64_t* deleted) {
 }
 
 Status PeerRouter::DeleteEverywhere(const char* what, const std::function<Status(uint64_t*)>& local,
-                                 const std::function<Status(const Endpoint&, uint64_t*)>& remote,
-                                 uint64_t* deleted) {
+                                    const std::function<Status(const Endpoint&, uint64_t*)>& remote,
+                                    uint64_t* deleted) {
   if (closed()) return Status::Aborted("DB is closed");
   const std::vector<Endpoint> peers = Members();
   // Slot 0 is this host; slot j > 0 is peers[j - 1].
@@ -821,7 +824,7 @@ Status PeerRouter::DeleteEverywhere(const char* what, const std::function<Status
 }
 
 void PeerRouter::ReadThroughGet(std::span<const Slice> keys, std::span<const Destination> dests,
-                             std::vector<int64_t>* results, const PromoteFn& promote) {
+                                std::vector<int64_t>* results, const PromoteFn& promote) {
   const int64_t kNotFound = Status::NotFound("").ErrorCode();
   std::vector<size_t> missing;
   for (size_t i = 0; i < keys.size(); i++) {
@@ -888,7 +891,7 @@ void PeerRouter::ReadThroughGet(std::span<const Slice> keys, std::span<const Des
 }
 
 Status PeerRouter::ReadThroughGetString(const Slice& key, std::string* value,
-                                     const PromoteFn& promote) {
+                                        const PromoteFn& promote) {
   std::vector<int64_t> exists{0};
   ReadThroughExists(std::span<const Slice>(&key, 1), &exists);
   if (exists[0] != 1) {

@@ -289,7 +289,8 @@ Status DBImpl::BatchGetInto(const ReadOptions& options, std::span<const Slice> k
   AwaitPrefetch(host_keys);
   std::vector<MemoryTier::Handle> pinned;
   memory_->BatchLookup(host_keys, &pinned);
-  if (prefetcher_ != nullptr) {
+  // Only while a prefetched value is followed: otherwise a batch pays one load, no vector.
+  if (prefetcher_ != nullptr && prefetcher_->following()) {
     std::vector<bool> found(pinned.size());
     for (size_t j = 0; j < pinned.size(); j++) found[j] = pinned[j].valid();
     prefetcher_->NoteReads(host_keys, found);

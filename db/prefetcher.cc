@@ -11,8 +11,8 @@ constexpr size_t kJobsPerLoad = 64;
 constexpr uint64_t kBytesPerLoad = 64ull << 20;
 }  // namespace
 
-Prefetcher::Prefetcher(MemoryTier* memory, SsdTier* ssd, uint64_t max_bytes,
-                       bool verify_checksums, const Counters& counters)
+Prefetcher::Prefetcher(MemoryTier* memory, SsdTier* ssd, uint64_t max_bytes, bool verify_checksums,
+                       const Counters& counters)
     : memory_(memory),
       ssd_(ssd),
       max_bytes_(max_bytes),

@@ -77,8 +77,10 @@ class Prefetcher {
   // for the first time counts a hit; one found gone counts wasted.  Cheap when no
   // prefetched value is followed.
   void NoteReads(std::span<const Slice> keys, const std::vector<bool>& found);
+  // Whether a prefetched value is followed (NoteReads has anything to do): one relaxed load.
+  bool following() const { return unread_count_.load(std::memory_order_relaxed) != 0; }
   void NoteRead(const Slice& key, bool found) {
-    if (unread_count_.load(std::memory_order_relaxed) == 0) return;
+    if (!following()) return;
     NoteReads(std::span<const Slice>(&key, 1), std::vector<bool>{found});
   }
 
