@@ -146,9 +146,24 @@ class DBImpl final : public DB, public SharedArena {
   void AwaitPrefetch(const Slice& key);
   void NotePrefetchRead(const Slice& key, bool found);
   // Reads the keys that missed the memory tier from SSD (one submission) and promotes
-  // them by policy.  misses[i] indexes keys/dests/results.
+  // them by policy.  misses[i] indexes keys/dests/results.  A key SSD does not hold
+  // either goes to ResolveMiss when `resolve`; otherwise its result is NotFound's code.
   void ReadFromSsd(std::span<const Slice> keys, std::span<const Destination> dests,
-                   const std::vector<size_t>& misses, std::vector<int64_t>* results, bool verify);
+                   const std::vector<size_t>& misses, std::vector<int64_t>* results, bool verify,
+                   bool resolve = true);
+  // Where a key is at one instant.  Both tiers are asked under the memory tier's lock of
+  // the key, which every move of a key between the tiers holds (a put that retires the
+  // SSD copy, an offload that publishes one, a delete of both): a lookup in memory and
+  // then one on SSD can each miss a value that an overwrite or an eviction moved between
+  // them, but this never does.  *size is the value's size where it is.
+  enum class Place { kAbsent, kMemory, kSsd };
+  Place PlaceOf(const Slice& key, uint64_t* size);
+  // A read that missed memory and then SSD: the key is absent only if PlaceOf says so;
+  // else it moved between the two looks and is read again where it is now.  A key that
+  // moves on every look (kMaxMoves times) is answered Busy, never absent.
+  static constexpr int kMaxMoves = 8;
+  Status ResolveMiss(const Slice& key, std::span<const MutableSlice> dest, bool verify,
+                     uint64_t* size);
   // Removes every key matching pred from every tier; returns the count.
   uint64_t DeleteMatching(const std::function<bool(std::string_view)>& pred);
   // DeleteByRegex and DeleteAll after their checks: DeleteMatching(pred); stores the

@@ -174,19 +174,28 @@ Status DBImpl::Get(const ReadOptions& options, const Slice& key, std::string* va
     counters_.get_bytes.fetch_add(value->size(), std::memory_order_relaxed);
     return log.FinishKey(Status::OK(), key, static_cast<int64_t>(value->size()), "memory");
   }
-  // Not in memory: size the string from the SSD location, then read into it.  A value
-  // replaced meanwhile by a larger one is retried.
+  // Not in memory: size the string from where the value is, then read into it.  A
+  // value replaced meanwhile by a larger one, or moved between the tiers, is retried.
   (void)options;
-  for (int attempt = 0; attempt < 8; attempt++) {
-    SsdLocation loc;
-    if (ssd_ == nullptr || !ssd_->Locate(key, &loc)) {
-      if (!memory_->Lookup(key, &handle)) break;
+  for (int move = 0; move < kMaxMoves; move++) {
+    uint64_t size = 0;
+    const Place place = PlaceOf(key, &size);
+    if (place == Place::kAbsent) {
+      counters_.gets.fetch_add(1, std::memory_order_relaxed);
+      tiers_.memory.Add(tiers_.memory.misses);
+      CountMiss(key);
+      return log.FinishKey(Status::NotFound("key " + Printable(key)), key, -1, nullptr);
+    }
+    if (place == Place::kMemory) {
+      if (!memory_->Lookup(key, &handle)) continue;  // evicted meanwhile
+      counters_.gets.fetch_add(1, std::memory_order_relaxed);
       value->assign(handle.value().data(), handle.value().size());
+      tiers_.memory.Hit(value->size());
+      counters_.get_bytes.fetch_add(value->size(), std::memory_order_relaxed);
       return log.FinishKey(Status::OK(), key, static_cast<int64_t>(value->size()), "memory");
     }
-    value->resize(loc.size);
+    value->resize(size);
     MutableSlice buf(value->data(), value->size());
-    uint64_t size = 0;
     s = GetOne(key, std::span<const MutableSlice>(&buf, 1), &size);
     if (s.ok()) {
       value->resize(size);
@@ -194,10 +203,8 @@ Status DBImpl::Get(const ReadOptions& options, const Slice& key, std::string* va
     }
     if (!s.IsBufferTooSmall()) return log.FinishKey(s, key, -1, nullptr);
   }
-  counters_.gets.fetch_add(1, std::memory_order_relaxed);
-  tiers_.memory.Add(tiers_.memory.misses);
-  CountMiss(key);
-  return log.FinishKey(Status::NotFound("key " + Printable(key)), key, -1, nullptr);
+  return log.FinishKey(Status::Busy("key " + Printable(key) + " kept moving while it was read"),
+                       key, -1, nullptr);
 }
 
 Status DBImpl::GetInto(const ReadOptions&, const Slice& key, MutableSlice buffer,
@@ -239,17 +246,8 @@ Status DBImpl::GetValueSize(const Slice& key, uint64_t* size) {
   if (!s.ok()) return s;
   s = CheckKey(key);
   if (!s.ok()) return s;
-  MemoryTier::Handle handle;
-  if (memory_->Lookup(key, &handle)) {
-    *size = handle.value().size();
-    return Status::OK();
-  }
-  SsdLocation loc;
-  if (ssd_ != nullptr && ssd_->Locate(key, &loc)) {
-    *size = loc.size;
-    return Status::OK();
-  }
-  return Status::NotFound("key " + Printable(key));
+  if (PlaceOf(key, size) == Place::kAbsent) return Status::NotFound("key " + Printable(key));
+  return Status::OK();
 }
 
 Status DBImpl::BatchGetInto(const ReadOptions& options, std::span<const Slice> keys,
@@ -399,7 +397,13 @@ Status DBImpl::LocateBatch(const char* log_name, const char* call, std::span<con
       (*results)[i] = kLocatedSsd;
       tier = "ssd";
     } else {
-      (*results)[i] = kLocatedAbsent;
+      // Missed twice: asked again under the key's lock, in case it moved between tiers.
+      uint64_t size = 0;
+      const Place place = ssd_ != nullptr ? PlaceOf(keys[i], &size) : Place::kAbsent;
+      (*results)[i] = place == Place::kMemory ? kLocatedMemory
+                      : place == Place::kSsd  ? kLocatedSsd
+                                              : kLocatedAbsent;
+      tier = place == Place::kMemory ? "memory" : place == Place::kSsd ? "ssd" : nullptr;
     }
     const int64_t r = (*results)[i];
     log.Key(i, r, -1, tier, r >= 0 ? static_cast<int>(r != 0) : -1);
@@ -409,7 +413,7 @@ Status DBImpl::LocateBatch(const char* log_name, const char* call, std::span<con
 
 void DBImpl::ReadFromSsd(std::span<const Slice> keys, std::span<const Destination> dests,
                          const std::vector<size_t>& misses, std::vector<int64_t>* results,
-                         bool verify) {
+                         bool verify, bool resolve) {
   std::vector<SsdTier::Read> reads(misses.size());
   for (size_t j = 0; j < misses.size(); j++) {
     reads[j].key = keys[misses[j]];
@@ -439,12 +443,8 @@ void DBImpl::ReadFromSsd(std::span<const Slice> keys, std::span<const Destinatio
     SsdTier::Read& r = reads[j];
     const Slice key = keys[misses[j]];
     if (r.status.IsNotFound()) {
-      // Promoted or written into memory while we looked: read it from there.
       uint64_t size = 0;
-      MemoryTier::Handle handle;
-      Status s = memory_->Contains(key) ? GetOne(key, r.dest, &size)
-                                        : Status::NotFound("key " + Printable(key));
-      if (s.IsNotFound()) CountMiss(key);
+      Status s = resolve ? ResolveMiss(key, r.dest, verify, &size) : r.status;
       (*results)[misses[j]] = s.ok() ? static_cast<int64_t>(size) : s.ErrorCode();
       continue;
     }
@@ -462,6 +462,55 @@ void DBImpl::ReadFromSsd(std::span<const Slice> keys, std::span<const Destinatio
     counters_.get_bytes.fetch_add(r.size, std::memory_order_relaxed);
     (*results)[misses[j]] = static_cast<int64_t>(r.size);
   }
+}
+
+DBImpl::Place DBImpl::PlaceOf(const Slice& key, uint64_t* size) {
+  Place place = Place::kAbsent;
+  *size = 0;
+  // The memory tier's key lock, then the SSD tier's: the order Publish keeps.
+  memory_->WithKeyLocked(key, [&](uint64_t version, uint64_t in_memory) {
+    SsdLocation loc;
+    if (version != 0) {
+      place = Place::kMemory;
+      *size = in_memory;
+    } else if (ssd_ != nullptr && ssd_->Locate(key, &loc)) {
+      place = Place::kSsd;
+      *size = loc.size;
+    }
+  });
+  return place;
+}
+
+Status DBImpl::ResolveMiss(const Slice& key, std::span<const MutableSlice> dest, bool verify,
+                           uint64_t* size) {
+  *size = 0;
+  uint64_t capacity = 0;
+  for (const MutableSlice& d : dest) capacity += d.size();
+  for (int move = 0; move < kMaxMoves; move++) {
+    uint64_t found_size = 0;
+    const Place place = PlaceOf(key, &found_size);
+    if (place == Place::kAbsent) {
+      CountMiss(key);
+      return Status::NotFound("key " + Printable(key));
+    }
+    Status s;
+    if (place == Place::kMemory) {
+      MemoryTier::Handle handle;
+      memory_->Lookup(key, &handle);
+      s = CopyFromMemory(key, &handle, dest, capacity, size);
+    } else {
+      std::vector<int64_t> result(1);
+      const Destination where(dest.begin(), dest.end());
+      ReadFromSsd(std::span<const Slice>(&key, 1), std::span<const Destination>(&where, 1), {0},
+                  &result, verify, /*resolve=*/false);
+      if (result[0] >= 0) *size = static_cast<uint64_t>(result[0]);
+      s = result[0] >= 0 ? Status::OK()
+                         : Status::FromErrorCode(static_cast<int>(result[0]),
+                                                 "key " + Printable(key));
+    }
+    if (!s.IsNotFound()) return s;  // read (or failed) where it is now
+  }
+  return Status::Busy("key " + Printable(key) + " kept moving between tiers while it was read");
 }
 
 Status DBImpl::Prefetch(std::span<const Slice> keys, std::vector<int64_t>* results) {

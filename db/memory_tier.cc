@@ -426,12 +426,17 @@ bool MemoryTier::Insert(const Slice& key, std::span<const Slice> parts, uint64_t
   return false;
 }
 
-void MemoryTier::WithKeyLocked(const Slice& key, const std::function<void(uint64_t)>& fn) {
+void MemoryTier::WithKeyLocked(const Slice& key,
+                               const std::function<void(uint64_t, uint64_t)>& fn) {
   const uint64_t hash = Hash64(key.view());
   Shard& shard = ShardFor(hash);
   MutexLock lock(&shard.mu);
   const Item* item = shard.index.Find(key.view(), hash);
-  fn(item == nullptr ? 0 : item->version);
+  if (item == nullptr) {
+    fn(0, 0);
+  } else {
+    fn(item->version, item->size);
+  }
 }
 
 uint64_t MemoryTier::EraseIf(const std::function<bool(std::string_view)>& pred) {

@@ -160,9 +160,10 @@ class MemoryTier {
   bool Insert(const Slice& key, std::span<const Slice> parts, uint64_t size, uint64_t version,
               const CheckHook& still_valid);
 
-  // Calls fn with the version of key's value in memory (0 when absent) under the key's
-  // lock.
-  void WithKeyLocked(const Slice& key, const std::function<void(uint64_t version)>& fn);
+  // Calls fn with the version and size of key's value in memory (both 0 when absent)
+  // under the key's lock.
+  void WithKeyLocked(const Slice& key,
+                     const std::function<void(uint64_t version, uint64_t size)>& fn);
 
   // Pins the value of key into *handle.  Returns false when absent.
   bool Lookup(const Slice& key, Handle* handle);

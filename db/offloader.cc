@@ -14,7 +14,7 @@ Status Offloader::Persist(const Slice& key, const Slice& value, uint64_t version
   Status s = ssd_->Stage(key, std::span<const Slice>(&value, 1), value.size(), &ticket);
   if (!s.ok()) return s;
   bool current = false;
-  memory_->WithKeyLocked(key, [&](uint64_t in_memory) {
+  memory_->WithKeyLocked(key, [&](uint64_t in_memory, uint64_t) {
     current = in_memory == version;
     if (current) ssd_->Commit(&ticket, version);
   });

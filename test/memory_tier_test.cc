@@ -346,7 +346,7 @@ TEST_F(MemoryTierTest, TryLookupDoesNotWaitForTheKeysLock) {
   EXPECT_EQ(h.value().ToString(), "value");
   h.Release();
   bool while_locked = true;
-  tier_->WithKeyLocked("k", [&](uint64_t) {
+  tier_->WithKeyLocked("k", [&](uint64_t, uint64_t) {
     std::thread other([&] {
       MemoryTier::Handle o;
       while_locked = tier_->TryLookup("k", &o);

@@ -109,5 +109,82 @@ TEST(StressTest, MixedOperationsNeverReturnTornValues) {
   ASSERT_TRUE(db->Close().ok());
 }
 
+// A key that is only ever overwritten is never absent, while each overwrite moves it from
+// SSD (where eviction put the previous version) to memory: a read that missed memory
+// before the put and looked on SSD after it found neither copy (kv_stress, issue #30:
+// "saw absent" on keys being rewritten in write_back).  Every read path is tried.
+TEST(StressTest, AKeyMovingBetweenTiersIsNeverReadAbsent) {
+  test::TempDir dir;
+  Options o;
+  o.apply_environment = false;
+  o.memory_capacity_bytes = 2 << 20;  // room for about two values: each put evicts
+  o.memory_slab_size = 1 << 20;
+  o.offload_policy = OffloadPolicy::kWriteBack;
+  o.log_level = LogLevel::kError;
+  std::unique_ptr<DB> db;
+  ASSERT_TRUE(DB::Open(o, dir.path(), &db).ok());
+  const std::string key = "moving";
+  const std::string value(600 << 10, 'm');
+  ASSERT_TRUE(db->Put(WriteOptions(), key, value).ok());
+
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> reads{0}, absent{0}, failed{0}, puts{0};
+  std::vector<std::thread> threads;
+  threads.emplace_back([&] {  // the writer: the key, then a filler that evicts it
+    const std::string filler(600 << 10, 'f');
+    for (uint64_t i = 0; !stop.load(std::memory_order_relaxed); i++) {
+      // NoSpace: the readers pinned what eviction would have taken; the put is refused.
+      for (const std::string& k : {key, "filler." + std::to_string(i % 4)}) {
+        Status s = db->Put(WriteOptions(), k, k == key ? value : filler);
+        if (s.ok()) {
+          puts++;
+        } else if (!s.IsNoSpace()) {
+          failed++;
+        }
+      }
+    }
+  });
+  for (int way = 0; way < 4; way++) {
+    threads.emplace_back([&, way] {
+      std::string got;
+      std::vector<char> buf(value.size());
+      while (!stop.load(std::memory_order_relaxed)) {
+        Status s;
+        bool present = true;
+        if (way == 0) {
+          std::vector<int64_t> r;
+          s = db->BatchExists(std::vector<Slice>{key}, &r);
+          present = s.ok() && r[0] == 1;
+        } else if (way == 1) {
+          s = db->Get(ReadOptions(), key, &got);
+          present = !s.IsNotFound();
+        } else if (way == 2) {
+          size_t n = 0;
+          s = db->GetInto(ReadOptions(), key, MutableSlice(buf.data(), buf.size()), &n);
+          present = !s.IsNotFound();
+        } else {
+          uint64_t n = 0;
+          s = db->GetValueSize(key, &n);
+          present = !s.IsNotFound();
+        }
+        if (!present) absent++;
+        reads++;
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::duration<double>(StressSeconds()));
+  stop = true;
+  for (auto& t : threads) t.join();
+  std::printf("moving key: %llu puts, %llu reads, %llu absent\n",
+              static_cast<unsigned long long>(puts.load()),
+              static_cast<unsigned long long>(reads.load()),
+              static_cast<unsigned long long>(absent.load()));
+  EXPECT_EQ(absent.load(), 0u);
+  EXPECT_EQ(failed.load(), 0u);
+  EXPECT_GT(reads.load(), 0u);
+  EXPECT_GT(puts.load(), 0u);
+  ASSERT_TRUE(db->Close().ok());
+}
+
 }  // namespace
 }  // namespace kvengine
