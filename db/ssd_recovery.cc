@@ -8,7 +8,8 @@
 //      directory, the buckets it lists are opened with their header and footer read,
 //      not their indexes (verified when they were written), and the map and their counts
 //      come from it.
-//   3. OpenBuckets: every other bucket file is opened and verified (header, footer, index
+//   3. OpenBuckets (called by ReplayBuckets, step 5, a window of buckets at a time):
+//      every other bucket file is opened and verified (header, footer, index
 //      checksums); one that fails is quarantined.
 //   4. ReadTombstones (before step 2): a torn tail of the tombstone log is ignored; a
 //      damaged stretch followed by valid records is skipped, counted, logged, and the
@@ -19,7 +20,8 @@
 //      ssd.lost_delete_drops); then the checkpoint is not used and every bucket is read.
 //   5. ApplyTombstonesToCheckpoint, ReplayBuckets: the tombstones logged since the
 //      checkpoint kill the values still live in the buckets it restored; the buckets of
-//      step 3 are replayed in id order: an entry whose (key, version) has a tombstone is
+//      step 3 are replayed in id order, each window's indexes dropped once replayed (the
+//      open holds a window's entries, not every bucket's): an entry whose (key, version) has a tombstone is
 //      dead; otherwise the highest version of a key wins, and an older one it supersedes
 //      gets a tombstone so that it can never come back.  Two copies of one version (a
 //      crash in the middle of a compaction) keep the newer bucket's; the other copy is
@@ -53,6 +55,8 @@ std::string DeadKey(std::string_view key, uint64_t version) {
 // Bucket files are opened and verified by this many threads: the reads of one are
 // small and dependent, so several in flight keep the disk busy.
 constexpr int kOpenThreads = 4;
+// Buckets whose indexes are held at once while they are replayed (ReplayBuckets).
+constexpr size_t kReplayWindow = 4 * kOpenThreads;
 
 // Calls fn(i) for i in [0, n) on `threads` threads.
 void ParallelFor(size_t n, int threads, const std::function<void(size_t)>& fn) {
@@ -303,12 +307,10 @@ Status SsdTier::Recover() {
   std::vector<uint64_t> rest;  // the buckets the checkpoint does not cover, read in full
   std::set_difference(ids.begin(), ids.end(), covered.begin(), covered.end(),
                       std::back_inserter(rest));
-  std::vector<std::shared_ptr<SsdBucket>> opened;
-  s = OpenBuckets(rest, &opened);
-  if (!s.ok()) return s;
-  base_env_->SyncDir(dir_);
   ApplyTombstonesToCheckpoint(covered, records);
-  ReplayBuckets(opened, records);
+  s = ReplayBuckets(rest, records);
+  if (!s.ok()) return s;
+  base_env_->SyncDir(dir_);  // the buckets quarantined meanwhile
   if (report.lost) {
     logger_->Logf(LogLevel::kError,
                   "tombstone log %s/%s lost deletes (%s): %llu values that a lost delete may "
@@ -436,30 +438,40 @@ Status SsdTier::ReadTombstones(bool have_buckets, std::vector<TombstoneLog::Reco
   return Status::OK();
 }
 
-void SsdTier::ReplayBuckets(const std::vector<std::shared_ptr<SsdBucket>>& opened,
-                            const std::vector<TombstoneLog::Record>& records) {
+Status SsdTier::ReplayBuckets(const std::vector<uint64_t>& ids,
+                             const std::vector<TombstoneLog::Record>& records) {
   std::unordered_set<std::string> dead;
   for (const auto& r : records) {
     dead.insert(DeadKey(r.key, r.version));
     recovered_max_version_ = std::max(recovered_max_version_, r.version);
   }
-  for (const auto& b : opened) {
-    buckets_[b->id] = b;
-    used_bytes_ += b->file_size;
-    checkpoint_backlog_ += b->reader->entries().size();  // not covered by a checkpoint
-    for (const BucketEntry& e : b->reader->entries()) {
-      recovered_max_version_ = std::max(recovered_max_version_, e.version);
-      b->keys++;
-      b->total_bytes += e.size;
-      ReplayEntry(b.get(), e, dead);
+  // A window of buckets at a time: their indexes are read in parallel and dropped once
+  // replayed, so that an open that reads every bucket (no checkpoint, or one that lost
+  // its log) holds the entries of kReplayWindow buckets, not of all of them.
+  for (size_t first = 0; first < ids.size(); first += kReplayWindow) {
+    const size_t last = std::min(ids.size(), first + kReplayWindow);
+    std::vector<std::shared_ptr<SsdBucket>> opened;
+    Status s = OpenBuckets(std::vector<uint64_t>(ids.begin() + first, ids.begin() + last), &opened);
+    if (!s.ok()) return s;
+    for (const auto& b : opened) {
+      buckets_[b->id] = b;
+      used_bytes_ += b->file_size;
+      checkpoint_backlog_ += b->reader->entries().size();  // not covered by a checkpoint
+      for (const BucketEntry& e : b->reader->entries()) {
+        recovered_max_version_ = std::max(recovered_max_version_, e.version);
+        b->keys++;
+        b->total_bytes += e.size;
+        ReplayEntry(b.get(), e, dead);
+      }
+      b->reader->DropEntries();  // the map holds what reads need; the index stays on disk
     }
-    b->reader->DropEntries();  // the map holds what reads need; the index stays on disk
   }
   // Duplicates whose key ended up elsewhere (a newer version) are not needed.
   for (auto it = duplicates_.begin(); it != duplicates_.end();) {
     SsdLocation loc;
     it = map_.Find(KeyFingerprint::Of(it->first), &loc) ? std::next(it) : duplicates_.erase(it);
   }
+  return Status::OK();
 }
 
 void SsdTier::BuryAtOpen(SsdBucket* in, const std::string& key, uint64_t version,

@@ -9,10 +9,12 @@
 #include "db/removal_feed.h"
 #include "db/ssd_bucket.h"
 #include "env/descriptor_budget.h"
+#include "env/heap_release.h"
 #include "util/buffers.h"
 #include "util/config_parse.h"
 #include "util/grace_period.h"
 #include "util/hash.h"
+#include "util/huge_array.h"
 #include "util/logging.h"
 #include "util/mutex.h"
 #include "util/perf_point.h"
@@ -117,6 +119,8 @@ Status SsdTier::Open(const Options& options, const std::string& dir, Env* env, L
       std::make_unique<BucketFileCache>(tier->env_, tier->file_options_, budget.bucket_files);
   const uint64_t start = env->NowMicros();
   Status s = tier->Recover();
+  // Recovery's bucket indexes, read on several threads and dropped: not kept resident.
+  ReleaseFreeHeap();
   {
     MutexLock lock(&tier->stats_mu_);
     tier->stats_.open_micros = env->NowMicros() - start;
@@ -990,16 +994,18 @@ Status SsdTier::MaybeWriteCheckpointWhileRunning() {
   const uint64_t start = env_->NowMicros();
   MapCheckpoint::Writer writer(base_env_, dir_);
   Status s = writer.Begin(cp);
-  std::vector<char> copy;
   for (size_t i = 0; s.ok() && i < SsdIndex::kShardCount; i++) {
     SsdIndex::ShardImage image;
+    HugeArray<char> copy;  // a mapping of its own: unmapped, not left in the heap, after
     {
       MutexLock lock(&mu_);
       if (stopping_) return Status::Aborted("SSD tier is closing");
       image = map_.GetShardImage(i);
-      copy.assign(image.slots, image.slots + image.capacity * SsdIndex::kSlotBytes);
+      const size_t bytes = image.capacity * SsdIndex::kSlotBytes;
+      copy = NewZeroedHugeArray<char>(bytes);
+      if (bytes > 0) std::memcpy(copy.get(), image.slots, bytes);
     }
-    image.slots = copy.data();
+    image.slots = copy.get();
     s = writer.AddShard(image);
   }
   if (!s.ok()) return s;

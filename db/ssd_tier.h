@@ -237,11 +237,11 @@ class SsdTier {
   void ApplyTombstonesToCheckpoint(const std::vector<uint64_t>& covered,
                                    const std::vector<TombstoneLog::Record>& records)
       REQUIRES(mu_);
-  // ... then replays the buckets `opened` in id order into the map: a (key, version)
-  // with a tombstone is dead, the highest version of a key wins, an older one gets a
-  // tombstone.
-  void ReplayBuckets(const std::vector<std::shared_ptr<SsdBucket>>& opened,
-                     const std::vector<TombstoneLog::Record>& records) REQUIRES(mu_);
+  // ... then opens the buckets `ids` (OpenBuckets, a window at a time) and replays
+  // them in id order into the map: a (key, version) with a tombstone is dead, the
+  // highest version of a key wins, an older one gets a tombstone.  Fails as OpenBuckets.
+  Status ReplayBuckets(const std::vector<uint64_t>& ids,
+                       const std::vector<TombstoneLog::Record>& records) REQUIRES(mu_);
   // One entry of bucket b; `dead` holds the (key, version) of every tombstone, encoded
   // as ssd_recovery.cc's DeadKey.
   void ReplayEntry(SsdBucket* b, const BucketEntry& e, const std::unordered_set<std::string>& dead)
