@@ -21,15 +21,16 @@
 //   5. ApplyTombstonesToCheckpoint, ReplayBuckets: the tombstones logged since the
 //      checkpoint kill the values still live in the buckets it restored; the buckets of
 //      step 3 are replayed in id order, each window's indexes dropped once replayed (the
-//      open holds a window's entries, not every bucket's): an entry whose (key, version) has a tombstone is
-//      dead; otherwise the highest version of a key wins, and an older one it supersedes
-//      gets a tombstone so that it can never come back.  Two copies of one version (a
+//      open holds a window's entries, not every bucket's): an entry whose (key, version) has a
+//      tombstone is dead; otherwise the highest version of a key wins, and an older one it
+//      supersedes gets a tombstone so that it can never come back.  Two copies of one version (a
 //      crash in the middle of a compaction) keep the newer bucket's; the other copy is
 //      remembered so that a later delete tombstones both.
 //   6. The log is rewritten with the tombstones that still cover a value in some bucket.
 #include <algorithm>
 #include <atomic>
 #include <functional>
+#include <future>
 #include <set>
 #include <thread>
 #include <unordered_set>
@@ -369,20 +370,25 @@ Status SsdTier::ScanDirectory(std::vector<uint64_t>* ids) {
   return Status::OK();
 }
 
-Status SsdTier::OpenBuckets(const std::vector<uint64_t>& ids,
-                            std::vector<std::shared_ptr<SsdBucket>>* opened) {
-  std::vector<std::unique_ptr<BucketReader>> readers(ids.size());
-  std::vector<Status> opens(ids.size());
-  ParallelFor(ids.size(), kOpenThreads, [&](size_t i) {
-    opens[i] = OpenBucketReader(ids[i], /*read_index=*/true, &readers[i]);
+SsdTier::OpenedReaders SsdTier::ReadBuckets(std::vector<uint64_t> ids) {
+  OpenedReaders r;
+  r.ids = std::move(ids);
+  r.readers.resize(r.ids.size());
+  r.status.resize(r.ids.size());
+  ParallelFor(r.ids.size(), kOpenThreads, [&](size_t i) {
+    r.status[i] = OpenBucketReader(r.ids[i], /*read_index=*/true, &r.readers[i]);
     // The cache keeps the newest max_open_files open; holding every file until the end
     // would run out of descriptors with many buckets.
-    if (opens[i].ok()) file_cache_->Insert(ids[i], readers[i]->TakeFile());
+    if (r.status[i].ok()) file_cache_->Insert(r.ids[i], r.readers[i]->TakeFile());
   });
-  for (size_t i = 0; i < ids.size(); i++) {
-    const uint64_t id = ids[i];
-    std::unique_ptr<BucketReader> reader = std::move(readers[i]);
-    Status s = opens[i];
+  return r;
+}
+
+Status SsdTier::OpenBuckets(OpenedReaders read, std::vector<std::shared_ptr<SsdBucket>>* opened) {
+  for (size_t i = 0; i < read.ids.size(); i++) {
+    const uint64_t id = read.ids[i];
+    std::unique_ptr<BucketReader> reader = std::move(read.readers[i]);
+    Status s = read.status[i];
     if (s.ok() && reader->header().bucket_id != id) {
       s = Status::Corruption(BucketPath(id),
                              "header names bucket " + std::to_string(reader->header().bucket_id));
@@ -439,7 +445,7 @@ Status SsdTier::ReadTombstones(bool have_buckets, std::vector<TombstoneLog::Reco
 }
 
 Status SsdTier::ReplayBuckets(const std::vector<uint64_t>& ids,
-                             const std::vector<TombstoneLog::Record>& records) {
+                              const std::vector<TombstoneLog::Record>& records) {
   std::unordered_set<std::string> dead;
   for (const auto& r : records) {
     dead.insert(DeadKey(r.key, r.version));
@@ -447,12 +453,26 @@ Status SsdTier::ReplayBuckets(const std::vector<uint64_t>& ids,
   }
   // A window of buckets at a time: their indexes are read in parallel and dropped once
   // replayed, so that an open that reads every bucket (no checkpoint, or one that lost
-  // its log) holds the entries of kReplayWindow buckets, not of all of them.
-  for (size_t first = 0; first < ids.size(); first += kReplayWindow) {
+  // its log) holds the entries of two windows (the one replayed, the next one being
+  // read meanwhile), not of every bucket.
+  auto read_window = [this, &ids](size_t first) {
     const size_t last = std::min(ids.size(), first + kReplayWindow);
+    std::vector<uint64_t> window(ids.begin() + first, ids.begin() + last);
+    return std::async(std::launch::async, [this, w = std::move(window)]() mutable {
+      return ReadBuckets(std::move(w));
+    });
+  };
+  std::future<OpenedReaders> next;
+  if (!ids.empty()) next = read_window(0);
+  for (size_t first = 0; first < ids.size(); first += kReplayWindow) {
+    OpenedReaders read = next.get();
+    if (first + kReplayWindow < ids.size()) next = read_window(first + kReplayWindow);
     std::vector<std::shared_ptr<SsdBucket>> opened;
-    Status s = OpenBuckets(std::vector<uint64_t>(ids.begin() + first, ids.begin() + last), &opened);
-    if (!s.ok()) return s;
+    Status s = OpenBuckets(std::move(read), &opened);
+    if (!s.ok()) {
+      if (next.valid()) next.wait();  // its threads use this tier
+      return s;
+    }
     for (const auto& b : opened) {
       buckets_[b->id] = b;
       used_bytes_ += b->file_size;
@@ -474,8 +494,8 @@ Status SsdTier::ReplayBuckets(const std::vector<uint64_t>& ids,
   return Status::OK();
 }
 
-void SsdTier::BuryAtOpen(SsdBucket* in, const std::string& key, uint64_t version,
-                         uint64_t offset, uint64_t size) {
+void SsdTier::BuryAtOpen(SsdBucket* in, const std::string& key, uint64_t version, uint64_t offset,
+                         uint64_t size) {
   // A dead value's blocks may still be allocated (a crash before its hole was punched):
   // the first GC round punches again; a hole punched twice costs nothing.
   in->deleted_bytes += size;

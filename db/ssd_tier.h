@@ -220,11 +220,18 @@ class SsdTier {
   // Opens bucket `id`'s reader; out of descriptors (EMFILE), closes the unused cached
   // files and tries once more.
   Status OpenBucketReader(uint64_t id, bool read_index, std::unique_ptr<BucketReader>* reader);
-  // 3. Open: opens and verifies the buckets `ids` (several at a time), each with its
-  // index; one that is damaged, of an unknown format or not a file is quarantined and
-  // left out.  *opened: the others, in id order.  Fails on any other error.
-  Status OpenBuckets(const std::vector<uint64_t>& ids,
-                     std::vector<std::shared_ptr<SsdBucket>>* opened) REQUIRES(mu_);
+  // 3. Open: ReadBuckets opens and verifies the buckets `ids` (several at a time), each
+  // with its index, touching nothing but the file cache (so it may run beside a replay);
+  // then OpenBuckets quarantines and leaves out one that is damaged, of an unknown format
+  // or not a file.  *opened: the others, in id order.  Fails on any other error.
+  struct OpenedReaders {
+    std::vector<uint64_t> ids;
+    std::vector<std::unique_ptr<BucketReader>> readers;
+    std::vector<Status> status;
+  };
+  OpenedReaders ReadBuckets(std::vector<uint64_t> ids);
+  Status OpenBuckets(OpenedReaders read, std::vector<std::shared_ptr<SsdBucket>>* opened)
+      REQUIRES(mu_);
   // 4. Tombstones: reads the log past a torn tail and damage (logged; a damaged log is
   // copied to quarantine/ first, since it is rewritten at the end).  Fails on a file
   // that is not a log.
@@ -235,8 +242,7 @@ class SsdTier {
   // 5. Replay: applies the tombstones logged after the checkpoint to the buckets it
   // restored (the deletes it does not know) and keeps every record of a restored bucket.
   void ApplyTombstonesToCheckpoint(const std::vector<uint64_t>& covered,
-                                   const std::vector<TombstoneLog::Record>& records)
-      REQUIRES(mu_);
+                                   const std::vector<TombstoneLog::Record>& records) REQUIRES(mu_);
   // ... then opens the buckets `ids` (OpenBuckets, a window at a time) and replays
   // them in id order into the map: a (key, version) with a tombstone is dead, the
   // highest version of a key wins, an older one gets a tombstone.  Fails as OpenBuckets.
@@ -374,11 +380,11 @@ class SsdTier {
   std::shared_ptr<ImagePool> image_pool_;
 
   mutable Mutex mu_;
-  CondVar writer_cv_;   // sealed buckets to write, or stop
-  CondVar written_cv_;  // a bucket was written (or failed), staging done
+  CondVar writer_cv_;             // sealed buckets to write, or stop
+  CondVar written_cv_;            // a bucket was written (or failed), staging done
   SsdIndex map_ GUARDED_BY(mu_);  // the object map
   std::map<uint64_t, std::shared_ptr<SsdBucket>> buckets_ GUARDED_BY(mu_);  // not retired
-  std::shared_ptr<SsdBucket> open_ GUARDED_BY(mu_);            // accepting Stage(), or null
+  std::shared_ptr<SsdBucket> open_ GUARDED_BY(mu_);                // accepting Stage(), or null
   std::deque<std::shared_ptr<SsdBucket>> sealed_ GUARDED_BY(mu_);  // waiting for the writer
   // Tombstones kept for the log, by bucket.
   std::unordered_map<uint64_t, std::vector<TombstoneLog::Record>> tombstones_ GUARDED_BY(mu_);
@@ -395,7 +401,7 @@ class SsdTier {
   CondVar gc_cv_;
   bool gc_stop_ GUARDED_BY(gc_mu_) = false;
 
-  GracePeriod readers_;          // MultiGet calls, for PunchDeadExtents
+  GracePeriod readers_;                             // MultiGet calls, for PunchDeadExtents
   bool punch_supported_ GUARDED_BY(gc_mu_) = true;  // cleared when the filesystem refuses
 
   mutable Mutex stats_mu_;
