@@ -203,6 +203,7 @@ class Run:
             self.final_verify()
         except RuntimeError as e:
             self.problems.append(str(e))
+            self.dump_stacks()
         finally:
             for p in self.procs:
                 p.kill()
@@ -214,6 +215,24 @@ class Run:
                 except subprocess.TimeoutExpired:
                     self.server.kill()
         return self.report()
+
+    def dump_stacks(self):
+        """A process that stopped answering: every live process's threads, for whoever
+        looks into it (gdb where it is installed), in the run's directory, kept."""
+        if shutil.which("gdb") is None:
+            return
+        path = os.path.join(self.dir, "stacks-%d.txt" % int(time.time()))
+        with open(path, "w") as out:
+            for p in self.procs + ([self.server] if self.server is not None else []):
+                if not p.alive():
+                    continue
+                out.write("==== %s (pid %d)\n" % (p.name, p.p.pid))
+                out.flush()
+                subprocess.run(["gdb", "-p", str(p.p.pid), "-batch", "-ex",
+                                "thread apply all bt"], stdout=out, stderr=subprocess.STDOUT,
+                               timeout=120)
+        self.args.keep = True
+        self.problems.append("the stacks of every live process: " + path)
 
     def run_solo(self):
         for done in range(self.args.rounds):
