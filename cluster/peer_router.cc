@@ -37,10 +37,13 @@ void ForEachParallel(size_t n, const std::function<void(size_t)>& fn) {
 // The local DB as the peer server sees it; "kvengine.peers" is the router's own.
 class PeerRouter::Service final : public PeerService {
  public:
-  Service(const PeerRouter* router, DB* db, PinFn pin, const char* arena)
-      : router_(router), db_(db), pin_(std::move(pin)), arena_(arena) {}
+  Service(const PeerRouter* router, DB* db, PinFn pin, ServedFn served, const char* arena)
+      : router_(router), db_(db), pin_(std::move(pin)), served_(std::move(served)), arena_(arena) {}
   bool Pin(const Slice& key, PinnedValue* out) override { return pin_ && pin_(key, true, out); }
   bool TryPin(const Slice& key, PinnedValue* out) override { return pin_ && pin_(key, false, out); }
+  void ServedFromMemory(uint64_t values, uint64_t bytes) override {
+    if (served_) served_(values, bytes);
+  }
   const char* ArenaBase() const override { return arena_; }
   Status GetValueSize(const Slice& key, uint64_t* size) override {
     return db_->GetValueSize(key, size);
@@ -73,6 +76,7 @@ class PeerRouter::Service final : public PeerService {
   const PeerRouter* const router_;
   DB* const db_;
   const PinFn pin_;
+  const ServedFn served_;
   const char* const arena_;
 };
 
@@ -167,9 +171,9 @@ std::shared_ptr<MemoryRegistrar> PeerRouter::Registrar(std::shared_ptr<MemoryReg
   return std::make_shared<Chain>(std::move(all));
 }
 
-Status PeerRouter::StartServing(DB* db, PinFn pin, const char* arena_base) {
+Status PeerRouter::StartServing(DB* db, PinFn pin, ServedFn served, const char* arena_base) {
   if (!self_.empty()) {
-    Status s = ServePeers(db, std::move(pin), arena_base);
+    Status s = ServePeers(db, std::move(pin), std::move(served), arena_base);
     if (!s.ok()) return s;
   }
   // Members are known from here on: a source that registers this host does so once it
@@ -178,8 +182,8 @@ Status PeerRouter::StartServing(DB* db, PinFn pin, const char* arena_base) {
       self_, [this](std::vector<Endpoint> members) { SetMembers(std::move(members)); });
 }
 
-Status PeerRouter::ServePeers(DB* db, PinFn pin, const char* arena_base) {
-  service_ = std::make_unique<Service>(this, db, std::move(pin), arena_base);
+Status PeerRouter::ServePeers(DB* db, PinFn pin, ServedFn served, const char* arena_base) {
+  service_ = std::make_unique<Service>(this, db, std::move(pin), std::move(served), arena_base);
   ServerOptions so;
   so.auth_token = token_;
   so.handshake_timeout_ms = std::max<uint64_t>(1, options_.peer_handshake_timeout_ms);

@@ -60,6 +60,10 @@ class PeerRouter {
   // transport/server.h).  False when the memory tier does not hold it, or -- unless
   // `wait` -- when its lock is busy.
   using PinFn = std::function<bool(const Slice& key, bool wait, PinnedValue* out)>;
+  // Counts `values` reads (of `bytes` bytes) the server's poller answered from values it
+  // pinned without waiting: a PinFn call with !wait counts nothing, since the poller
+  // gives its pins up when a key of the batch is missing and a worker pins them again.
+  using ServedFn = std::function<void(uint64_t values, uint64_t bytes)>;
   // Offers a value read from a peer for promotion into the local memory tier.
   using PromoteFn =
       std::function<void(const Slice& key, std::span<const Slice> parts, uint64_t size)>;
@@ -75,8 +79,9 @@ class PeerRouter {
   std::shared_ptr<MemoryRegistrar> Registrar(std::shared_ptr<MemoryRegistrar> next);
 
   // Starts serving `local` (the DB below ClusterDB) when Options::listen is set, then
-  // starts the membership source.  `pin` reads local's memory tier for one-sided reads.
-  Status StartServing(DB* local, PinFn pin, const char* arena_base);
+  // starts the membership source.  `pin` reads local's memory tier for one-sided reads;
+  // `served` counts the GETs the server answered from such pins alone.
+  Status StartServing(DB* local, PinFn pin, ServedFn served, const char* arena_base);
   // Stops accepting and drains requests in flight.  Idempotent.  Calls to peers fail
   // with Aborted afterwards.
   void Close();
@@ -160,7 +165,7 @@ class PeerRouter {
   class Service;
   class Chain;
   PeerRouter(const Options& options, Logger* logger);
-  Status ServePeers(DB* db, PinFn pin, const char* arena_base);
+  Status ServePeers(DB* db, PinFn pin, ServedFn served, const char* arena_base);
   std::vector<Endpoint> Members() const;
   // Splits keys by owner: groups[j] for members[j]; local_idx for this host.
   void Partition(std::span<const Slice> keys, std::vector<Endpoint>* members,

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -446,6 +447,38 @@ double Prom(DB* db, const std::string& sample) {
   std::string text;
   EXPECT_TRUE(db->GetProperty("kvengine.stats.prometheus", &text));
   return SampleValue(text, sample);
+}
+
+// A peer's GETs of values in memory are counted once each: those the server's poller
+// answers alone (every key in memory), and those it gives up on (a key missing) and a
+// worker answers after pinning them again.
+TEST_F(MetricsTest, APeerServersGetsFromMemoryAreCountedOnceEach) {
+  Options o = BaseOptions();
+  o.metrics_listen.clear();
+  const uint16_t port = test::FreePort();
+  o.listen = "127.0.0.1:" + std::to_string(port);
+  std::unique_ptr<DB> db;
+  ASSERT_TRUE(DB::Open(o, dir_.path(), &db).ok());
+  for (int i = 0; i < 8; i++)
+    ASSERT_TRUE(db->Put(WriteOptions(), "k" + std::to_string(i), std::string(100, 'v')).ok());
+  auto client = NewClient();
+  const Endpoint peer{"127.0.0.1", port};
+  auto get = [&](std::vector<std::string> keys, int found) {
+    // Time for the worker that answered the last request to leave the connection to
+    // the poller: a request arriving while the worker still reads is the worker's.
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::vector<Slice> slices(keys.begin(), keys.end());
+    std::vector<std::string> values;
+    std::vector<int64_t> r;
+    ASSERT_TRUE(client->BatchGetOwned(peer, slices, &values, &r).ok());
+    EXPECT_EQ(std::count(r.begin(), r.end(), 100), found);
+  };
+  get({"k0", "k1", "k2", "k3", "k4"}, 5);  // the poller's
+  get({"k5", "k6", "missing"}, 2);         // the poller's attempt, then a worker's
+  get({"k7", "k7"}, 2);                    // one value, read once
+  EXPECT_EQ(Prom(db.get(), "kvengine_tier_hits_total{tier=\"memory\"}"), 8);
+  EXPECT_EQ(Prom(db.get(), "kvengine_tier_read_bytes_total{tier=\"memory\"}"), 800);
+  EXPECT_EQ(Prom(db.get(), "kvengine_gets_total"), 8);
 }
 
 TEST_F(MetricsTest, AReadOfAKeyEvictedToMakeRoomIsToldFromAbsent) {
