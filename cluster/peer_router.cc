@@ -647,6 +647,15 @@ Status KeyResult(const Status& batch, const std::vector<int64_t>& r, const Endpo
 
 }  // namespace
 
+void PeerRouter::CountNotRead(const Status& why) {
+  if (!why.ok()) {
+    CountPeerFailure(why);
+    return;
+  }
+  peer_tier_->Add(peer_tier_->misses);
+  peer_tier_->Failed(ReadFailure::absent);
+}
+
 void PeerRouter::CountPeerFailure(const Status& s) {
   // The transports say which kind of failure in their messages only ("timed out after N
   // ms", "connect to ...", "connection closed by peer", "unavailable (...)"): this is
@@ -862,11 +871,8 @@ void PeerRouter::ReadThroughGet(std::span<const Slice> keys, std::span<const Des
   for (size_t j = 0; j < missing.size(); j++) {
     if (claimed[j] >= 0) {
       by_peer[claimed[j]].push_back(missing[j]);
-    } else if (!unasked.ok()) {
-      CountPeerFailure(unasked);  // perhaps on the peer that could not be asked
     } else {
-      peer_tier_->Add(peer_tier_->misses);
-      peer_tier_->Failed(ReadFailure::absent);
+      CountNotRead(unasked);  // perhaps on the peer that could not be asked
     }
   }
   std::vector<size_t> busy;
@@ -897,17 +903,21 @@ void PeerRouter::ReadThroughGet(std::span<const Slice> keys, std::span<const Des
 Status PeerRouter::ReadThroughGetString(const Slice& key, std::string* value,
                                         const PromoteFn& promote) {
   std::vector<int64_t> exists{0};
-  ReadThroughExists(std::span<const Slice>(&key, 1), &exists);
+  Status failed;  // the first peer that could not be asked, or could not be read
+  ReadThroughExists(std::span<const Slice>(&key, 1), &exists, &failed);
   if (exists[0] != 1) {
-    peer_tier_->Add(peer_tier_->misses);
-    peer_tier_->Failed(ReadFailure::absent);
+    CountNotRead(failed);
     return Status::NotFound("key not found locally or on any peer");
   }
   for (const Endpoint& peer : Members()) {
     std::vector<int64_t> r;
     std::vector<std::string> values;
     Status s = transport_->BatchGetOwned(peer, std::span<const Slice>(&key, 1), &values, &r);
-    if (!s.ok() || r.size() != 1 || r[0] < 0) continue;
+    s = KeyResult(s, r, peer);
+    if (!s.ok()) {
+      if (!s.IsNotFound() && failed.ok()) failed = s;
+      continue;
+    }
     remote_hits_.fetch_add(1, std::memory_order_relaxed);
     peer_tier_->Hit(values[0].size());
     *value = std::move(values[0]);
@@ -918,10 +928,12 @@ Status PeerRouter::ReadThroughGetString(const Slice& key, std::string* value,
     }
     return Status::OK();
   }
+  CountNotRead(failed);  // the holder failed, or let the key go meanwhile
   return Status::NotFound("key not found locally or on any peer");
 }
 
-void PeerRouter::ReadThroughExists(std::span<const Slice> keys, std::vector<int64_t>* results) {
+void PeerRouter::ReadThroughExists(std::span<const Slice> keys, std::vector<int64_t>* results,
+                                   Status* unasked) {
   std::vector<size_t> absent;
   for (size_t i = 0; i < keys.size(); i++) {
     if ((*results)[i] == 0) absent.push_back(i);
@@ -932,11 +944,13 @@ void PeerRouter::ReadThroughExists(std::span<const Slice> keys, std::vector<int6
   Mutex mu;
   ForEachParallel(peers.size(), [&](size_t p) {
     std::vector<int64_t> r;
-    if (!transport_->BatchExists(peers[p], ask, &r).ok()) {
+    Status s = transport_->BatchExists(peers[p], ask, &r);
+    MutexLock lock(&mu);
+    if (!s.ok()) {
       remote_errors_.fetch_add(1);
+      if (unasked != nullptr && unasked->ok()) *unasked = s;
       return;
     }
-    MutexLock lock(&mu);
     for (size_t j = 0; j < r.size() && j < absent.size(); j++) {
       if (r[j] == 1) (*results)[absent[j]] = 1;
     }

@@ -144,8 +144,10 @@ class PeerRouter {
                       std::vector<int64_t>* results, const PromoteFn& promote);
   // As ReadThroughGet for one key into a string; NotFound when no peer has it.
   Status ReadThroughGetString(const Slice& key, std::string* value, const PromoteFn& promote);
-  // Sets to 1 the keys whose result is 0 that a peer holds.
-  void ReadThroughExists(std::span<const Slice> keys, std::vector<int64_t>* results);
+  // Sets to 1 the keys whose result is 0 that a peer holds.  *unasked (when given): why
+  // the first peer that could not be asked failed; OK when every peer answered.
+  void ReadThroughExists(std::span<const Slice> keys, std::vector<int64_t>* results,
+                         Status* unasked = nullptr);
   // The size of key's value on the first peer found to hold it; NotFound when none does.
   Status ReadThroughValueSize(const Slice& key, uint64_t* size);
 
@@ -213,6 +215,10 @@ class PeerRouter {
                    std::span<const ValueParts> values, std::vector<int64_t>* r);
   // Counts one read of the peer tier that failed with `s` (not NotFound).
   void CountPeerFailure(const Status& s);
+  // Counts one read that no peer served: a miss, absent, when `why` is OK (every peer
+  // that was asked said it has no such key), else a failure for `why` (the first peer
+  // that could not be asked or read).
+  void CountNotRead(const Status& why);
   bool closed() const { return closed_.load(); }
 
   const Options options_;
