@@ -545,18 +545,26 @@ TEST_F(MetricsTest, ASingleKeyReadOfAKeyTheSsdTierEvictedIsToldFromAbsent) {
   EXPECT_EQ(Prom(db.get(), Failures("memory", "absent")), 0);
 }
 
-TEST_F(MetricsTest, AValueWhoseBytesFailTheirChecksumIsCountedUnreadableNotAbsent) {
-  Options o = BaseOptions();
+// Options of a DB whose value "key" (1 MiB) StoreKeyOnSsd writes to its SSD tier.
+Options SsdOptions(Options o) {
   o.metrics_listen.clear();
   o.ssd_capacity_bytes = 64 << 20;
   o.offload_policy = OffloadPolicy::kWriteThrough;
   o.use_direct_io = false;
-  {
-    std::unique_ptr<DB> db;
-    ASSERT_TRUE(DB::Open(o, dir_.path(), &db).ok());
-    ASSERT_TRUE(db->Put(WriteOptions(), "key", std::string(1 << 20, 'x')).ok());
-    ASSERT_TRUE(db->Flush().ok());
-  }
+  return o;
+}
+
+// Stores "key" on SSD, and closes the DB: opened again, "key" is on SSD only.
+void StoreKeyOnSsd(const Options& o, const std::string& path) {
+  std::unique_ptr<DB> db;
+  ASSERT_TRUE(DB::Open(o, path, &db).ok());
+  ASSERT_TRUE(db->Put(WriteOptions(), "key", std::string(1 << 20, 'x')).ok());
+  ASSERT_TRUE(db->Flush().ok());
+}
+
+TEST_F(MetricsTest, AValueWhoseBytesFailTheirChecksumIsCountedUnreadableNotAbsent) {
+  const Options o = SsdOptions(BaseOptions());
+  StoreKeyOnSsd(o, dir_.path());
   // One byte in the middle of the value, in its bucket file.
   bool corrupted = false;
   for (const auto& f : std::filesystem::directory_iterator(dir_.path())) {
@@ -575,22 +583,13 @@ TEST_F(MetricsTest, AValueWhoseBytesFailTheirChecksumIsCountedUnreadableNotAbsen
 }
 
 TEST_F(MetricsTest, AValueWhoseReadFailsOnDiskIsCountedIoErrorNotAbsent) {
-  Options o = BaseOptions();
-  o.metrics_listen.clear();
-  o.ssd_capacity_bytes = 64 << 20;
-  o.offload_policy = OffloadPolicy::kWriteThrough;
-  o.use_direct_io = false;
+  Options o = SsdOptions(BaseOptions());
   o.use_io_uring = false;  // reads through the Env, where the fault is
-  {
-    std::unique_ptr<DB> db;
-    ASSERT_TRUE(DB::Open(o, dir_.path(), &db).ok());
-    ASSERT_TRUE(db->Put(WriteOptions(), "key", std::string(1 << 20, 'x')).ok());
-    ASSERT_TRUE(db->Flush().ok());
-  }
+  StoreKeyOnSsd(o, dir_.path());
   FaultInjectionEnv env(Env::Default());
   o.env = &env;
   std::unique_ptr<DB> db;
-  ASSERT_TRUE(DB::Open(o, dir_.path(), &db).ok());  // "key" is on SSD only now
+  ASSERT_TRUE(DB::Open(o, dir_.path(), &db).ok());
   std::string value;
   env.FailAfter(FaultInjectionEnv::Op::kRead, 1);
   Status s = db->Get(ReadOptions(), "key", &value);
