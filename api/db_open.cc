@@ -106,8 +106,10 @@ Status DB::Open(const Options& options, const std::string& path, std::unique_ptr
   }
   std::unique_ptr<DB> top = std::move(local);
   if (s.ok() && cluster != nullptr) {
-    s = cluster->Start(std::move(top), PinForPeers(engine), engine->arena_base(),
-                       engine->peer_tier_counters());
+    s = cluster->Start(
+        std::move(top), PinForPeers(engine),
+        [engine](uint64_t values, uint64_t bytes) { engine->CountServedFromMemory(values, bytes); },
+        engine->arena_base(), engine->peer_tier_counters());
     top = std::move(cluster);  // which owns the engine now, started or not
   }
   if (s.ok() && !effective.local_listen.empty()) {

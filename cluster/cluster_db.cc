@@ -43,11 +43,12 @@ std::shared_ptr<MemoryRegistrar> ClusterDB::Registrar(std::shared_ptr<MemoryRegi
   return router_->Registrar(std::move(next));
 }
 
-Status ClusterDB::Start(std::unique_ptr<DB> local, PeerRouter::PinFn pin, const char* arena_base,
+Status ClusterDB::Start(std::unique_ptr<DB> local, PeerRouter::PinFn pin,
+                        PeerRouter::ServedFn served, const char* arena_base,
                         TierCounters* peer_tier) {
   base_ = std::move(local);
   router_->SetTierCounters(peer_tier);
-  return router_->StartServing(base_.get(), std::move(pin), arena_base);
+  return router_->StartServing(base_.get(), std::move(pin), std::move(served), arena_base);
 }
 
 Status ClusterDB::Close() {

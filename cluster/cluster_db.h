@@ -47,12 +47,13 @@ class ClusterDB final : public StackableDB {
   std::shared_ptr<MemoryRegistrar> Registrar(std::shared_ptr<MemoryRegistrar> next);
 
   // Takes the opened local DB; serves it to the peers when Options::listen is set (`pin`
-  // pins a value of its memory tier, at `arena_base`, for one-sided reads) and joins the
-  // membership.  Called once, before any other call.
+  // pins a value of its memory tier, at `arena_base`, for one-sided reads; `served` counts
+  // the GETs answered from such pins alone) and joins the membership.  Called once,
+  // before any other call.
   // Reads of the peer tier are counted into `peer_tier` (the engine's, which outlives
   // this ClusterDB; db/tier_counters.h).
-  Status Start(std::unique_ptr<DB> local, PeerRouter::PinFn pin, const char* arena_base,
-               TierCounters* peer_tier);
+  Status Start(std::unique_ptr<DB> local, PeerRouter::PinFn pin, PeerRouter::ServedFn served,
+               const char* arena_base, TierCounters* peer_tier);
 
   // Leaves the cluster and stops serving peers (draining their requests), then closes
   // the local DB.

@@ -37,10 +37,13 @@ void ForEachParallel(size_t n, const std::function<void(size_t)>& fn) {
 // The local DB as the peer server sees it; "kvengine.peers" is the router's own.
 class PeerRouter::Service final : public PeerService {
  public:
-  Service(const PeerRouter* router, DB* db, PinFn pin, const char* arena)
-      : router_(router), db_(db), pin_(std::move(pin)), arena_(arena) {}
+  Service(const PeerRouter* router, DB* db, PinFn pin, ServedFn served, const char* arena)
+      : router_(router), db_(db), pin_(std::move(pin)), served_(std::move(served)), arena_(arena) {}
   bool Pin(const Slice& key, PinnedValue* out) override { return pin_ && pin_(key, true, out); }
   bool TryPin(const Slice& key, PinnedValue* out) override { return pin_ && pin_(key, false, out); }
+  void ServedFromMemory(uint64_t values, uint64_t bytes) override {
+    if (served_) served_(values, bytes);
+  }
   const char* ArenaBase() const override { return arena_; }
   Status GetValueSize(const Slice& key, uint64_t* size) override {
     return db_->GetValueSize(key, size);
@@ -73,6 +76,7 @@ class PeerRouter::Service final : public PeerService {
   const PeerRouter* const router_;
   DB* const db_;
   const PinFn pin_;
+  const ServedFn served_;
   const char* const arena_;
 };
 
@@ -167,9 +171,9 @@ std::shared_ptr<MemoryRegistrar> PeerRouter::Registrar(std::shared_ptr<MemoryReg
   return std::make_shared<Chain>(std::move(all));
 }
 
-Status PeerRouter::StartServing(DB* db, PinFn pin, const char* arena_base) {
+Status PeerRouter::StartServing(DB* db, PinFn pin, ServedFn served, const char* arena_base) {
   if (!self_.empty()) {
-    Status s = ServePeers(db, std::move(pin), arena_base);
+    Status s = ServePeers(db, std::move(pin), std::move(served), arena_base);
     if (!s.ok()) return s;
   }
   // Members are known from here on: a source that registers this host does so once it
@@ -178,8 +182,8 @@ Status PeerRouter::StartServing(DB* db, PinFn pin, const char* arena_base) {
       self_, [this](std::vector<Endpoint> members) { SetMembers(std::move(members)); });
 }
 
-Status PeerRouter::ServePeers(DB* db, PinFn pin, const char* arena_base) {
-  service_ = std::make_unique<Service>(this, db, std::move(pin), arena_base);
+Status PeerRouter::ServePeers(DB* db, PinFn pin, ServedFn served, const char* arena_base) {
+  service_ = std::make_unique<Service>(this, db, std::move(pin), std::move(served), arena_base);
   ServerOptions so;
   so.auth_token = token_;
   so.handshake_timeout_ms = std::max<uint64_t>(1, options_.peer_handshake_timeout_ms);
@@ -643,6 +647,15 @@ Status KeyResult(const Status& batch, const std::vector<int64_t>& r, const Endpo
 
 }  // namespace
 
+void PeerRouter::CountNotRead(const Status& why) {
+  if (!why.ok()) {
+    CountPeerFailure(why);
+    return;
+  }
+  peer_tier_->Add(peer_tier_->misses);
+  peer_tier_->Failed(ReadFailure::absent);
+}
+
 void PeerRouter::CountPeerFailure(const Status& s) {
   // The transports say which kind of failure in their messages only ("timed out after N
   // ms", "connect to ...", "connection closed by peer", "unavailable (...)"): this is
@@ -858,11 +871,8 @@ void PeerRouter::ReadThroughGet(std::span<const Slice> keys, std::span<const Des
   for (size_t j = 0; j < missing.size(); j++) {
     if (claimed[j] >= 0) {
       by_peer[claimed[j]].push_back(missing[j]);
-    } else if (!unasked.ok()) {
-      CountPeerFailure(unasked);  // perhaps on the peer that could not be asked
     } else {
-      peer_tier_->Add(peer_tier_->misses);
-      peer_tier_->Failed(ReadFailure::absent);
+      CountNotRead(unasked);  // perhaps on the peer that could not be asked
     }
   }
   std::vector<size_t> busy;
@@ -893,17 +903,21 @@ void PeerRouter::ReadThroughGet(std::span<const Slice> keys, std::span<const Des
 Status PeerRouter::ReadThroughGetString(const Slice& key, std::string* value,
                                         const PromoteFn& promote) {
   std::vector<int64_t> exists{0};
-  ReadThroughExists(std::span<const Slice>(&key, 1), &exists);
+  Status failed;  // the first peer that could not be asked, or could not be read
+  ReadThroughExists(std::span<const Slice>(&key, 1), &exists, &failed);
   if (exists[0] != 1) {
-    peer_tier_->Add(peer_tier_->misses);
-    peer_tier_->Failed(ReadFailure::absent);
+    CountNotRead(failed);
     return Status::NotFound("key not found locally or on any peer");
   }
   for (const Endpoint& peer : Members()) {
     std::vector<int64_t> r;
     std::vector<std::string> values;
     Status s = transport_->BatchGetOwned(peer, std::span<const Slice>(&key, 1), &values, &r);
-    if (!s.ok() || r.size() != 1 || r[0] < 0) continue;
+    s = KeyResult(s, r, peer);
+    if (!s.ok()) {
+      if (!s.IsNotFound() && failed.ok()) failed = s;
+      continue;
+    }
     remote_hits_.fetch_add(1, std::memory_order_relaxed);
     peer_tier_->Hit(values[0].size());
     *value = std::move(values[0]);
@@ -914,10 +928,12 @@ Status PeerRouter::ReadThroughGetString(const Slice& key, std::string* value,
     }
     return Status::OK();
   }
+  CountNotRead(failed);  // the holder failed, or let the key go meanwhile
   return Status::NotFound("key not found locally or on any peer");
 }
 
-void PeerRouter::ReadThroughExists(std::span<const Slice> keys, std::vector<int64_t>* results) {
+void PeerRouter::ReadThroughExists(std::span<const Slice> keys, std::vector<int64_t>* results,
+                                   Status* unasked) {
   std::vector<size_t> absent;
   for (size_t i = 0; i < keys.size(); i++) {
     if ((*results)[i] == 0) absent.push_back(i);
@@ -928,11 +944,13 @@ void PeerRouter::ReadThroughExists(std::span<const Slice> keys, std::vector<int6
   Mutex mu;
   ForEachParallel(peers.size(), [&](size_t p) {
     std::vector<int64_t> r;
-    if (!transport_->BatchExists(peers[p], ask, &r).ok()) {
+    Status s = transport_->BatchExists(peers[p], ask, &r);
+    MutexLock lock(&mu);
+    if (!s.ok()) {
       remote_errors_.fetch_add(1);
+      if (unasked != nullptr && unasked->ok()) *unasked = s;
       return;
     }
-    MutexLock lock(&mu);
     for (size_t j = 0; j < r.size() && j < absent.size(); j++) {
       if (r[j] == 1) (*results)[absent[j]] = 1;
     }

@@ -60,6 +60,10 @@ class PeerRouter {
   // transport/server.h).  False when the memory tier does not hold it, or -- unless
   // `wait` -- when its lock is busy.
   using PinFn = std::function<bool(const Slice& key, bool wait, PinnedValue* out)>;
+  // Counts `values` reads (of `bytes` bytes) the server's poller answered from values it
+  // pinned without waiting: a PinFn call with !wait counts nothing, since the poller
+  // gives its pins up when a key of the batch is missing and a worker pins them again.
+  using ServedFn = std::function<void(uint64_t values, uint64_t bytes)>;
   // Offers a value read from a peer for promotion into the local memory tier.
   using PromoteFn =
       std::function<void(const Slice& key, std::span<const Slice> parts, uint64_t size)>;
@@ -75,8 +79,9 @@ class PeerRouter {
   std::shared_ptr<MemoryRegistrar> Registrar(std::shared_ptr<MemoryRegistrar> next);
 
   // Starts serving `local` (the DB below ClusterDB) when Options::listen is set, then
-  // starts the membership source.  `pin` reads local's memory tier for one-sided reads.
-  Status StartServing(DB* local, PinFn pin, const char* arena_base);
+  // starts the membership source.  `pin` reads local's memory tier for one-sided reads;
+  // `served` counts the GETs the server answered from such pins alone.
+  Status StartServing(DB* local, PinFn pin, ServedFn served, const char* arena_base);
   // Stops accepting and drains requests in flight.  Idempotent.  Calls to peers fail
   // with Aborted afterwards.
   void Close();
@@ -139,8 +144,10 @@ class PeerRouter {
                       std::vector<int64_t>* results, const PromoteFn& promote);
   // As ReadThroughGet for one key into a string; NotFound when no peer has it.
   Status ReadThroughGetString(const Slice& key, std::string* value, const PromoteFn& promote);
-  // Sets to 1 the keys whose result is 0 that a peer holds.
-  void ReadThroughExists(std::span<const Slice> keys, std::vector<int64_t>* results);
+  // Sets to 1 the keys whose result is 0 that a peer holds.  *unasked (when given): why
+  // the first peer that could not be asked failed; OK when every peer answered.
+  void ReadThroughExists(std::span<const Slice> keys, std::vector<int64_t>* results,
+                         Status* unasked = nullptr);
   // The size of key's value on the first peer found to hold it; NotFound when none does.
   Status ReadThroughValueSize(const Slice& key, uint64_t* size);
 
@@ -160,7 +167,7 @@ class PeerRouter {
   class Service;
   class Chain;
   PeerRouter(const Options& options, Logger* logger);
-  Status ServePeers(DB* db, PinFn pin, const char* arena_base);
+  Status ServePeers(DB* db, PinFn pin, ServedFn served, const char* arena_base);
   std::vector<Endpoint> Members() const;
   // Splits keys by owner: groups[j] for members[j]; local_idx for this host.
   void Partition(std::span<const Slice> keys, std::vector<Endpoint>* members,
@@ -208,6 +215,10 @@ class PeerRouter {
                    std::span<const ValueParts> values, std::vector<int64_t>* r);
   // Counts one read of the peer tier that failed with `s` (not NotFound).
   void CountPeerFailure(const Status& s);
+  // Counts one read that no peer served: a miss, absent, when `why` is OK (every peer
+  // that was asked said it has no such key), else a failure for `why` (the first peer
+  // that could not be asked or read).
+  void CountNotRead(const Status& why);
   bool closed() const { return closed_.load(); }
 
   const Options options_;

@@ -144,18 +144,21 @@ Status DBImpl::Close() {
 
 bool DBImpl::LookupInMemory(const Slice& key, bool wait, MemoryTier::Handle* handle) {
   if (!(wait ? memory_->Lookup(key, handle) : memory_->TryLookup(key, handle))) return false;
-  // A peer's server reads the value pinned: a read served by the memory tier, counted
-  // here for the pins that are always served (`wait`: the server's worker answering a
-  // GET).  The poller's attempt (!wait) gives its pins up when a key of the batch is
-  // not in memory, and the worker pins them again: it is not counted, so a batch the
-  // poller answers alone is missing from the counts (docs/observability.md).  A miss
-  // goes on to the ordinary read path, which counts it.
-  if (!wait) return true;
-  const uint64_t size = handle->value().size();
-  counters_.gets.fetch_add(1, std::memory_order_relaxed);
-  counters_.get_bytes.fetch_add(size, std::memory_order_relaxed);
-  tiers_.memory.Hit(size);
+  // A peer's server reads the value pinned: a read served by the memory tier.  The
+  // server's worker (`wait`) always serves what it pins: counted here.  The poller's
+  // attempt (!wait) gives its pins up when a key of the batch is not in memory, and a
+  // worker pins them again: counted by CountServedFromMemory once the poller answers,
+  // so that every read is counted once.  A miss goes on to the ordinary read path,
+  // which counts it.
+  if (wait) CountServedFromMemory(1, handle->value().size());
   return true;
+}
+
+void DBImpl::CountServedFromMemory(uint64_t values, uint64_t bytes) {
+  counters_.gets.fetch_add(values, std::memory_order_relaxed);
+  counters_.get_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  tiers_.memory.Add(tiers_.memory.hits, values);
+  tiers_.memory.Add(tiers_.memory.bytes_out, bytes);
 }
 
 Status DBImpl::CheckOpen() const {

@@ -89,7 +89,13 @@ class DBImpl final : public DB, public SharedArena {
   // Pins key's value in the memory tier into *handle, for a peer's one-sided read
   // (cluster/: ClusterDB serves this DB to the peers).  False when memory does not hold
   // it, or -- unless `wait` -- when the key's lock is busy.
+  // Counted as a read the memory tier served only with `wait` (see db_impl.cc): the
+  // peer server counts what it answers from pins taken without waiting through
+  // CountServedFromMemory, once it is sure to answer from them.
   bool LookupInMemory(const Slice& key, bool wait, MemoryTier::Handle* handle);
+  // `values` reads of `bytes` value bytes served from the memory tier by pins that
+  // LookupInMemory(wait=false) took.
+  void CountServedFromMemory(uint64_t values, uint64_t bytes);
   // The peer tier's counters, which the cluster layer counts (db/tier_counters.h).
   // Lives as long as this DBImpl.
   TierCounters* peer_tier_counters() { return &tiers_.peer; }

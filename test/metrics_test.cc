@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -448,6 +449,54 @@ double Prom(DB* db, const std::string& sample) {
   return SampleValue(text, sample);
 }
 
+std::string Failures(const char* tier, const char* reason) {
+  return std::string("kvengine_read_failures_total{tier=\"") + tier + "\",reason=\"" + reason +
+         "\"}";
+}
+
+// Reads `key` once with Get and once with GetInto; each must fail as `failed` says.
+void GetAndGetInto(DB* db, const std::string& key, bool (Status::*failed)() const) {
+  std::string value;
+  Status s = db->Get(ReadOptions(), key, &value);
+  EXPECT_TRUE((s.*failed)()) << "Get: " << s.ToString();
+  std::vector<char> buffer(2 << 20);
+  size_t size = 0;
+  s = db->GetInto(ReadOptions(), key, MutableSlice(buffer.data(), buffer.size()), &size);
+  EXPECT_TRUE((s.*failed)()) << "GetInto: " << s.ToString();
+}
+
+// A peer's GETs of values in memory are counted once each: those the server's poller
+// answers alone (every key in memory), and those it gives up on (a key missing) and a
+// worker answers after pinning them again.
+TEST_F(MetricsTest, APeerServersGetsFromMemoryAreCountedOnceEach) {
+  Options o = BaseOptions();
+  o.metrics_listen.clear();
+  const uint16_t port = test::FreePort();
+  o.listen = "127.0.0.1:" + std::to_string(port);
+  std::unique_ptr<DB> db;
+  ASSERT_TRUE(DB::Open(o, dir_.path(), &db).ok());
+  for (int i = 0; i < 8; i++)
+    ASSERT_TRUE(db->Put(WriteOptions(), "k" + std::to_string(i), std::string(100, 'v')).ok());
+  auto client = NewClient();
+  const Endpoint peer{"127.0.0.1", port};
+  auto get = [&](std::vector<std::string> keys, int found) {
+    // Time for the worker that answered the last request to leave the connection to
+    // the poller: a request arriving while the worker still reads is the worker's.
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::vector<Slice> slices(keys.begin(), keys.end());
+    std::vector<std::string> values;
+    std::vector<int64_t> r;
+    ASSERT_TRUE(client->BatchGetOwned(peer, slices, &values, &r).ok());
+    EXPECT_EQ(std::count(r.begin(), r.end(), 100), found);
+  };
+  get({"k0", "k1", "k2", "k3", "k4"}, 5);  // the poller's
+  get({"k5", "k6", "missing"}, 2);         // the poller's attempt, then a worker's
+  get({"k7", "k7"}, 2);                    // one value, read once
+  EXPECT_EQ(Prom(db.get(), "kvengine_tier_hits_total{tier=\"memory\"}"), 8);
+  EXPECT_EQ(Prom(db.get(), "kvengine_tier_read_bytes_total{tier=\"memory\"}"), 800);
+  EXPECT_EQ(Prom(db.get(), "kvengine_gets_total"), 8);
+}
+
 TEST_F(MetricsTest, AReadOfAKeyEvictedToMakeRoomIsToldFromAbsent) {
   Options o = BaseOptions();
   o.metrics_listen.clear();
@@ -459,30 +508,63 @@ TEST_F(MetricsTest, AReadOfAKeyEvictedToMakeRoomIsToldFromAbsent) {
   for (int i = 0; i < 40; i++)
     ASSERT_TRUE(db->Put(WriteOptions(), "k" + std::to_string(i), value).ok());
   std::string got;
-  ASSERT_TRUE(db->Get(ReadOptions(), "k0", &got).IsNotFound());  // evicted: the oldest
-  ASSERT_TRUE(db->Get(ReadOptions(), "never", &got).IsNotFound());
-  EXPECT_EQ(Prom(db.get(), "kvengine_read_failures_total{tier=\"memory\",reason=\"evicted\"}"), 1);
-  EXPECT_EQ(Prom(db.get(), "kvengine_read_failures_total{tier=\"memory\",reason=\"absent\"}"), 1);
+  GetAndGetInto(db.get(), "k0", &Status::IsNotFound);  // evicted: the oldest
+  GetAndGetInto(db.get(), "never", &Status::IsNotFound);
+  EXPECT_EQ(Prom(db.get(), Failures("memory", "evicted")), 2);
+  EXPECT_EQ(Prom(db.get(), Failures("memory", "absent")), 2);
   EXPECT_GT(Prom(db.get(), "kvengine_tier_evictions_total{tier=\"memory\",reason=\"capacity\"}"),
             0);
   // A delete forgets the eviction: the key is absent now.
   EXPECT_TRUE(db->Delete(WriteOptions(), "k0").IsNotFound());
   ASSERT_TRUE(db->Get(ReadOptions(), "k0", &got).IsNotFound());
-  EXPECT_EQ(Prom(db.get(), "kvengine_read_failures_total{tier=\"memory\",reason=\"absent\"}"), 2);
+  EXPECT_EQ(Prom(db.get(), Failures("memory", "absent")), 3);
 }
 
-TEST_F(MetricsTest, AValueWhoseBytesFailTheirChecksumIsCountedUnreadableNotAbsent) {
+// With an SSD tier the SSD tier answers last: a key its bucket eviction dropped is
+// "evicted" there, for Get and GetInto alike.
+TEST_F(MetricsTest, ASingleKeyReadOfAKeyTheSsdTierEvictedIsToldFromAbsent) {
   Options o = BaseOptions();
+  o.metrics_listen.clear();
+  o.memory_capacity_bytes = 1 << 20;
+  o.memory_slab_size = 64 << 10;
+  o.ssd_capacity_bytes = 2 << 20;
+  o.ssd_eviction = SsdEviction::kFifo;
+  o.bucket_keys_limit = 4;
+  o.bucket_size_limit = 1 << 20;
+  o.gc_interval_ms = 0;
+  o.promote_on_read = false;
+  std::unique_ptr<DB> db;
+  ASSERT_TRUE(DB::Open(o, dir_.path(), &db).ok());
+  for (int i = 0; i < 64; i++)
+    ASSERT_TRUE(db->Put(WriteOptions(), "k" + std::to_string(i), std::string(64 << 10, 'v')).ok());
+  ASSERT_TRUE(db->Flush().ok());
+  GetAndGetInto(db.get(), "k0", &Status::IsNotFound);  // the oldest bucket's: dropped
+  GetAndGetInto(db.get(), "never", &Status::IsNotFound);
+  EXPECT_EQ(Prom(db.get(), Failures("ssd", "evicted")), 2);
+  EXPECT_EQ(Prom(db.get(), Failures("ssd", "absent")), 2);
+  EXPECT_EQ(Prom(db.get(), Failures("memory", "absent")), 0);
+}
+
+// Options of a DB whose value "key" (1 MiB) StoreKeyOnSsd writes to its SSD tier.
+Options SsdOptions(Options o) {
   o.metrics_listen.clear();
   o.ssd_capacity_bytes = 64 << 20;
   o.offload_policy = OffloadPolicy::kWriteThrough;
   o.use_direct_io = false;
-  {
-    std::unique_ptr<DB> db;
-    ASSERT_TRUE(DB::Open(o, dir_.path(), &db).ok());
-    ASSERT_TRUE(db->Put(WriteOptions(), "key", std::string(1 << 20, 'x')).ok());
-    ASSERT_TRUE(db->Flush().ok());
-  }
+  return o;
+}
+
+// Stores "key" on SSD, and closes the DB: opened again, "key" is on SSD only.
+void StoreKeyOnSsd(const Options& o, const std::string& path) {
+  std::unique_ptr<DB> db;
+  ASSERT_TRUE(DB::Open(o, path, &db).ok());
+  ASSERT_TRUE(db->Put(WriteOptions(), "key", std::string(1 << 20, 'x')).ok());
+  ASSERT_TRUE(db->Flush().ok());
+}
+
+TEST_F(MetricsTest, AValueWhoseBytesFailTheirChecksumIsCountedUnreadableNotAbsent) {
+  const Options o = SsdOptions(BaseOptions());
+  StoreKeyOnSsd(o, dir_.path());
   // One byte in the middle of the value, in its bucket file.
   bool corrupted = false;
   for (const auto& f : std::filesystem::directory_iterator(dir_.path())) {
@@ -495,11 +577,76 @@ TEST_F(MetricsTest, AValueWhoseBytesFailTheirChecksumIsCountedUnreadableNotAbsen
   ASSERT_TRUE(corrupted);
   std::unique_ptr<DB> db;
   ASSERT_TRUE(DB::Open(o, dir_.path(), &db).ok());
-  std::string got;
-  EXPECT_TRUE(db->Get(ReadOptions(), "key", &got).IsCorruption());
-  EXPECT_EQ(
-      Prom(db.get(), "kvengine_read_failures_total{tier=\"ssd\",reason=\"checksum_mismatch\"}"), 1);
-  EXPECT_EQ(Prom(db.get(), "kvengine_read_failures_total{tier=\"ssd\",reason=\"absent\"}"), 0);
+  GetAndGetInto(db.get(), "key", &Status::IsCorruption);
+  EXPECT_EQ(Prom(db.get(), Failures("ssd", "checksum_mismatch")), 2);
+  EXPECT_EQ(Prom(db.get(), Failures("ssd", "absent")), 0);
+}
+
+TEST_F(MetricsTest, AValueWhoseReadFailsOnDiskIsCountedIoErrorNotAbsent) {
+  Options o = SsdOptions(BaseOptions());
+  o.use_io_uring = false;  // reads through the Env, where the fault is
+  StoreKeyOnSsd(o, dir_.path());
+  FaultInjectionEnv env(Env::Default());
+  o.env = &env;
+  std::unique_ptr<DB> db;
+  ASSERT_TRUE(DB::Open(o, dir_.path(), &db).ok());
+  std::string value;
+  env.FailAfter(FaultInjectionEnv::Op::kRead, 1);
+  Status s = db->Get(ReadOptions(), "key", &value);
+  EXPECT_TRUE(s.IsIOError()) << s.ToString();
+  std::vector<char> buffer(2 << 20);
+  size_t size = 0;
+  env.FailAfter(FaultInjectionEnv::Op::kRead, 1);
+  s = db->GetInto(ReadOptions(), "key", MutableSlice(buffer.data(), buffer.size()), &size);
+  EXPECT_TRUE(s.IsIOError()) << s.ToString();
+  EXPECT_EQ(env.injected_failures(), 2);
+  EXPECT_EQ(Prom(db.get(), Failures("ssd", "io_error")), 2);
+  EXPECT_EQ(Prom(db.get(), Failures("ssd", "absent")), 0);
+  ASSERT_TRUE(db->Get(ReadOptions(), "key", &value).ok());  // the fault was once
+}
+
+// A single-key read-through (Get, GetInto) to a peer that is down, or that takes the
+// connection and never answers, counts peer_down or timeout on the peer tier, not
+// absent (the read still answers NotFound: the key may be absent).  A fresh DB for each
+// read: a transport backs off a peer that failed, and says so ("unavailable").
+TEST_F(MetricsTest, ASingleKeyReadThroughToAPeerDownOrSilentCountsWhy) {
+  const int silent = socket(AF_INET, SOCK_STREAM, 0);  // listens, never accepts
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(silent, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(listen(silent, 16), 0);
+  socklen_t len = sizeof(a);
+  getsockname(silent, reinterpret_cast<sockaddr*>(&a), &len);
+  struct Case {
+    std::string peer;
+    const char* reason;
+  };
+  const Case cases[] = {{"127.0.0.1:" + std::to_string(test::FreePort()), "peer_down"},
+                        {"127.0.0.1:" + std::to_string(ntohs(a.sin_port)), "timeout"}};
+  for (const Case& c : cases) {
+    for (bool into : {false, true}) {
+      SCOPED_TRACE(std::string(c.reason) + (into ? " GetInto" : " Get"));
+      Options o = BaseOptions();
+      o.metrics_listen.clear();
+      o.peers = c.peer;
+      o.peer_timeout_ms = 300;
+      std::unique_ptr<DB> db;
+      ASSERT_TRUE(DB::Open(o, dir_.path(), &db).ok());
+      std::string value;
+      std::vector<char> buffer(64);
+      size_t size = 0;
+      const Status s =
+          into ? db->GetInto(ReadOptions(), "k", MutableSlice(buffer.data(), buffer.size()), &size)
+               : db->Get(ReadOptions(), "k", &value);
+      EXPECT_TRUE(s.IsNotFound()) << s.ToString();
+      EXPECT_EQ(Prom(db.get(), Failures("peer", c.reason)), 1);
+      EXPECT_EQ(Prom(db.get(), Failures("peer", "absent")), 0);
+      db.reset();
+      std::filesystem::remove_all(dir_.path());
+    }
+  }
+  close(silent);
 }
 
 TEST_F(MetricsTest, AReadThroughToAPeerThatIsDownIsCountedPeerDown) {

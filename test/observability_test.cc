@@ -763,7 +763,8 @@ const std::vector<std::string> kPromLines = {
     "kvengine_tier_promotions_total{tier=\"peer\"}",
     "# HELP kvengine_tier_evictions_total Values that left a tier, by reason: capacity (the "
     "tier was full: memory values go to SSD when it has room, else are dropped; SSD drops "
-    "whole buckets), explicit (deletes).",
+    "whole buckets), explicit (deletes). No reason watermark: no tier evicts ahead of need "
+    "(the SSD GC above gc_high_watermark_ratio reclaims deleted values only).",
     "# TYPE kvengine_tier_evictions_total counter",
     "kvengine_tier_evictions_total{tier=\"memory\",reason=\"capacity\"}",
     "kvengine_tier_evictions_total{tier=\"memory\",reason=\"explicit\"}",

@@ -165,6 +165,49 @@ TEST_F(RemovalFeedTest, EvictionsFromMemoryAndSsdAndDeletesOfBoth) {
   EXPECT_EQ(memory_events, in_memory);
 }
 
+// The Prometheus sample `name` (exactly as written) of db's exposition, or -1.
+double Sample(DB* db, const std::string& name) {
+  std::string text;
+  EXPECT_TRUE(db->GetProperty("kvengine.stats.prometheus", &text));
+  const size_t at = text.find("\n" + name + " ");
+  if (at == std::string::npos) return -1;
+  return std::strtod(text.c_str() + at + name.size() + 2, nullptr);
+}
+
+// kvengine_tier_evictions_total{tier,reason} counts what the feed announces, reason by
+// reason: capacity evictions of the memory tier (onto SSD) and of the SSD tier (whole
+// buckets), and deletes in each tier.  No tier has a watermark eviction.
+TEST_F(RemovalFeedTest, EachTiersEvictionsByReasonAreWhatTheFeedAnnounces) {
+  options_.ssd_capacity_bytes = 2 << 20;
+  options_.ssd_eviction = SsdEviction::kFifo;
+  Open();
+  EXPECT_TRUE(Drain(db_.get()).empty());
+  for (int i = 0; i < 64; i++) Put("k" + std::to_string(i));
+  ASSERT_TRUE(db_->Flush().ok());  // k48..k63: in memory and on SSD
+  ASSERT_TRUE(db_->Delete(WriteOptions(), "k63").ok());  // both tiers
+  Put("fresh");  // memory only: write_back has not offloaded it
+  ASSERT_TRUE(db_->Delete(WriteOptions(), "fresh").ok());
+  std::map<std::string, int> announced;
+  for (const auto& e : Drain(db_.get())) {
+    announced[std::string(e.tier == RemovalEvent::kMemory ? "memory" : "ssd") +
+              (e.reason == RemovalEvent::kCapacity ? ",capacity" : ",explicit")]++;
+  }
+  EXPECT_EQ(announced["memory,capacity"], 48);  // "fresh" took the slot k63 left
+  EXPECT_GT(announced["ssd,capacity"], 0);
+  EXPECT_EQ(announced["memory,explicit"], 2);  // k63, fresh
+  EXPECT_EQ(announced["ssd,explicit"], 1);     // k63
+  for (const char* tier : {"memory", "ssd"}) {
+    for (const char* reason : {"capacity", "explicit"}) {
+      const std::string sample = std::string("kvengine_tier_evictions_total{tier=\"") + tier +
+                                 "\",reason=\"" + reason + "\"}";
+      EXPECT_EQ(Sample(db_.get(), sample), announced[std::string(tier) + "," + reason]) << sample;
+    }
+    EXPECT_EQ(Sample(db_.get(), std::string("kvengine_tier_evictions_total{tier=\"") + tier +
+                                    "\",reason=\"watermark\"}"),
+              -1);
+  }
+}
+
 TEST_F(RemovalFeedTest, AReaderBehindTheRingIsToldHowManyItMissed) {
   options_.ssd_capacity_bytes = 0;
   options_.removal_feed_capacity = 4;

@@ -47,6 +47,14 @@ bool GetAnswer::FromMemory(std::span<const Slice> keys, std::span<const uint64_t
     pinned_.clear();  // unpinned now, not when the answer is dropped
     return false;
   }
+  // Served from these pins whatever follows: counted once, as a worker counts its Pins.
+  uint64_t values = 0, bytes = 0;
+  for (size_t i = 0; i < keys.size(); i++) {
+    if (first_[i] != i) continue;
+    values++;
+    bytes += pinned_[i].size;
+  }
+  service_->ServedFromMemory(values, bytes);
   if (FitsOneFrame(capacity)) Assemble(capacity);
   return true;
 }

@@ -58,6 +58,11 @@ class PeerService {
   // Pin without waiting for any lock (false also when the value's is busy): for the
   // server's poller, which must never wait.
   virtual bool TryPin(const Slice& key, PinnedValue* out) = 0;
+  // The poller answered a GET from TryPin's pins alone: `values` distinct values of
+  // `bytes` bytes, to be counted as reads served.  TryPin counts nothing itself, since
+  // the poller gives its pins up when a key is missing and a worker pins them again
+  // with Pin.  Default: not counted.
+  virtual void ServedFromMemory(uint64_t /*values*/, uint64_t /*bytes*/) {}
   // The start of the memory tier's arena (locations are offsets from it); may be null.
   virtual const char* ArenaBase() const = 0;
   virtual Status GetValueSize(const Slice& key, uint64_t* size) = 0;
