@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -302,6 +303,44 @@ TEST(DescriptorBudgetTest, AnOwnerRefusesAttachedClientsPastItsShare) {
   }
 }
 
+// An explicit local_max_connections: the connection past it is refused with Busy
+// naming the cap; a client whose pool the owner holds to one connection runs calls of
+// four threads at once over it, none failing.
+TEST(DescriptorBudgetTest, AnExplicitCapOfAttachedConnections) {
+  test::TempDir dir;
+  std::filesystem::create_directories(dir.path());
+  Options o = ManyBuckets(dir.path());
+  o.local_max_connections = 1;
+  std::unique_ptr<DB> db;
+  ASSERT_TRUE(DB::Open(o, dir.path(), &db).ok());
+  ASSERT_TRUE(db->Put(WriteOptions(), Key(1), Value(1)).ok());
+  Options client;
+  client.apply_environment = false;
+  std::unique_ptr<DB> first, second;
+  ASSERT_TRUE(DB::Attach(client, o.local_listen, &first).ok());
+  Status s = DB::Attach(client, o.local_listen, &second);
+  EXPECT_TRUE(s.IsBusy()) << s.ToString();
+  EXPECT_NE(s.message().find("serves 1 attached connections"), std::string::npos) << s.ToString();
+  EXPECT_EQ(test::StatOf(db.get(), "local.clients_over_budget"), 1u);
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 4; t++) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 50; i++) {
+        std::string got;
+        const std::string key = "t" + std::to_string(t) + "-" + std::to_string(i);
+        Status st = first->Put(WriteOptions(), key, Value(i));
+        if (st.ok()) st = first->Get(ReadOptions(), key, &got);
+        if (!st.ok() || got != Value(i)) failures++;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  first.reset();
+  ASSERT_TRUE(db->Close().ok());
+}
+
 // ---------------------------------------------------------------- peers
 #ifdef KV_SERVER_PATH
 // The verdict of a handshake with the server (no token), or IOError when it closed
@@ -336,9 +375,12 @@ Status Handshake(int fd) {
 // A kv_server under `limit` with `conns` connections at once, more than its share: those
 // past it get a Busy verdict naming the budget, the admitted ones are served, a real
 // client is told Busy too, and once connections close a new one is served.
-void ServerUnderALimit(rlim_t limit, int conns) {
+// With `options`, exactly `expect_admitted` are admitted (when not 0).
+void ServerUnderALimit(rlim_t limit, int conns, const std::string& options = "",
+                       size_t expect_admitted = 0) {
   Server server(TempDir("budget" + std::to_string(limit)), FreePort());
   server.set_fd_limit(limit);
+  if (!options.empty()) server.set_options(",ssd_capacity_bytes=0," + options);
   ASSERT_TRUE(server.Start());
   std::vector<int> admitted;
   int refused = 0;
@@ -358,6 +400,9 @@ void ServerUnderALimit(rlim_t limit, int conns) {
   }
   ASSERT_GT(admitted.size(), 0u);
   EXPECT_GT(refused, 0) << admitted.size() << " admitted of " << conns;
+  if (expect_admitted != 0) {
+    EXPECT_EQ(admitted.size(), expect_admitted);
+  }
   // The admitted ones are served.
   for (int fd : admitted) {
     std::string meta;
@@ -380,7 +425,9 @@ void ServerUnderALimit(rlim_t limit, int conns) {
     EXPECT_TRUE(s.ok()) << s.ToString();
   }
   // Full, it keeps the headroom its budget leaves to the rest of the process.
-  EXPECT_LT(OpenDescriptors(server.pid()), limit - 8);
+  if (limit != 0) {
+    EXPECT_LT(OpenDescriptors(server.pid()), limit - 8);
+  }
   // A real client while the server is full: Busy, as the server put it.
   auto client = NewClient("", 2000);
   std::vector<Slice> keys = {"k"};
@@ -408,6 +455,8 @@ void ServerUnderALimit(rlim_t limit, int conns) {
 TEST(DescriptorBudgetTest, AKvServerRefusesConnectionsPastItsShare) {
   ServerUnderALimit(64, 16);
   ServerUnderALimit(256, 80);
+  // An explicit cap, under the process's own (high) limit.
+  ServerUnderALimit(0, 6, "peer_max_connections=3", 3);
 }
 #endif  // KV_SERVER_PATH
 
