@@ -145,7 +145,7 @@ Status AttachedDB::Acquire(std::unique_ptr<Connection>* conn) {
         retired.push_back(std::move(c));
         open_--;
       }
-      if (open_ < kMaxConnections) break;
+      if (open_ < max_open_) break;
       released_.wait(lock);
     }
     open_++;
@@ -155,12 +155,19 @@ Status AttachedDB::Acquire(std::unique_ptr<Connection>* conn) {
   c->generation = generation;
   Status s = Open(c.get());
   if (!s.ok()) {
+    bool wait_for_one = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
       open_--;
+      // The owner serves as many connections as its descriptor budget allows: this
+      // client makes do with those it has.
+      if (s.IsBusy() && open_ > 0) {
+        max_open_ = open_;
+        wait_for_one = true;
+      }
     }
     released_.notify_one();
-    return s;
+    return wait_for_one ? Acquire(conn) : s;
   }
   *conn = std::move(c);
   return Status::OK();

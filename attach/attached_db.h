@@ -22,6 +22,10 @@
 // Connections: a pool of up to kMaxConnections, one per call in flight (a call holds one
 // from start to end: a put's RESERVE and COMMIT, a get's PIN and UNPIN go over the same
 // connection, which owns the reservations and pins); more concurrent calls wait for one.
+// An owner at its cap of connections (Options::local_max_connections, its descriptor
+// budget) refuses a new one with Busy: the first connection's refusal is what
+// DB::Attach returns; a later one lowers the pool's size to the connections it has, and
+// the call waits for one of them instead of failing.
 // The arena is mapped once and shared by the connections that received the same memfd;
 // it is unmapped with the last of them.  After a failure the pool's idle connections
 // are dropped with the failed one: the next call connects afresh.
@@ -214,6 +218,7 @@ class AttachedDB final : public DB {
   bool closed_ = false;
   std::vector<std::unique_ptr<Connection>> idle_;
   size_t open_ = 0;                    // connections idle or in use
+  size_t max_open_ = kMaxConnections;  // lowered when the owner refuses one (Busy)
   uint64_t generation_ = 0;            // bumped by every loss: older idle connections are retired
   std::weak_ptr<ArenaMapping> arena_;  // the connections' mapping, while one holds it
   RegionMap registered_buffers_;       // RegisterBuffer's regions (the caller's own memory)

@@ -23,6 +23,9 @@ namespace kvengine {
 #define KV_LOCAL_SERVER_COUNTERS(X)                                                           \
   X(clients_accepted, "Connections of attached processes admitted.")                          \
   X(clients_refused, "Connections of attached processes refused (uid not allowed).")          \
+  X(clients_over_budget,                                                                      \
+    "Connections of attached processes refused past local_max_connections (the owner's "      \
+    "descriptor budget).")                                                                    \
   X(clients_malformed,                                                                        \
     "Connections closed for bytes that are not the attach protocol (garbage, a malformed or " \
     "unfinished frame).")                                                                     \

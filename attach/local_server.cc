@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "db/shared_arena.h"
+#include "env/descriptor_budget.h"
 #include "kvengine/db.h"
 #include "transport/busy_poll.h"
 #include "transport/db_ops.h"
@@ -525,8 +526,23 @@ Status LocalServer::Start(const Options& options, DB* db, SharedArena* arena, Lo
       static_cast<mode_t>(std::strtoul(options.local_listen_mode.c_str(), nullptr, 8));
   Status s = ListenUnix(server->path_, mode, options.local_listen_group, &server->listen_fd_);
   if (!s.ok()) return s;
+  const DescriptorBudget budget = DescriptorBudget::Plan(
+      options.env != nullptr ? options.env : Env::Default(), options.max_open_files);
+  bool clamped = false;
+  server->max_connections_ = budget.ConnectionCap(
+      options.local_max_connections, kDescriptorsPerConnection, !options.listen.empty(), &clamped);
+  if (clamped) {
+    logger->Logf(LogLevel::kWarn,
+                 "local_max_connections %llu clamped to %llu: the descriptor budget "
+                 "(RLIMIT_NOFILE %llu, %llu in use) holds no more",
+                 static_cast<unsigned long long>(options.local_max_connections),
+                 static_cast<unsigned long long>(server->max_connections_),
+                 static_cast<unsigned long long>(budget.limit),
+                 static_cast<unsigned long long>(budget.in_use));
+  }
   server->acceptor_ = std::thread([raw = server.get()] { raw->AcceptLoop(); });
-  logger->Logf(LogLevel::kInfo, "serving local clients on %s", server->path_.c_str());
+  logger->Logf(LogLevel::kInfo, "serving local clients on %s (at most %llu connections)",
+               server->path_.c_str(), static_cast<unsigned long long>(server->max_connections_));
   *result = std::move(server);
   return Status::OK();
 }
@@ -571,10 +587,13 @@ void LocalServer::AcceptAll() {
   for (int batch = 0; batch < 256 && !stopping_.load(); batch++) {
     const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd >= 0) {
-      if (Triage(fd)) {
-        Admit(fd);
-      } else {
+      if (!Triage(fd)) {
         close(fd);
+      } else if (!HasRoom()) {
+        RefuseOverBudget(fd);
+        close(fd);
+      } else {
+        Admit(fd);
       }
       continue;
     }
@@ -637,6 +656,48 @@ void LocalServer::Admit(int fd) {
   });
 }
 
+bool LocalServer::HasRoom() {
+  MutexLock lock(&mu_);
+  ReapLocked();  // a connection that ended frees its room now, not at the next poll
+  return connections_.size() < max_connections_;
+}
+
+void LocalServer::RefuseOverBudget(int fd) {
+  counters_->clients_over_budget.fetch_add(1, std::memory_order_relaxed);
+  const std::string why = "the owner at " + path_ + " serves " + std::to_string(max_connections_) +
+                          " attached connections, its descriptor budget "
+                          "(local_max_connections); raise ulimit -n";
+  // A fresh socket's buffer takes the few bytes of a greeting at once; the short
+  // deadline only bounds the acceptor's wait should it not.
+  SendGreeting(fd, Status::Busy(why), DeadlineIn(kOverBudgetGreetingMs));
+  uint64_t held_back = 0;
+  if (!over_budget_log_.Admit(&held_back)) return;
+  uid_t uid = 0;
+  pid_t pid = 0;
+  PeerCredentials(fd, &uid, &pid);
+  logger_->Logf(
+      LogLevel::kWarn,
+      "local: refused client pid %d uid %u: %s (and %llu more such connections since "
+      "the last line; at most one line per %lld s)",
+      static_cast<int>(pid), static_cast<unsigned>(uid), why.c_str(),
+      static_cast<unsigned long long>(held_back),
+      static_cast<long long>(
+          std::chrono::duration_cast<std::chrono::seconds>(over_budget_log_.interval()).count()));
+}
+
+Status LocalServer::SendGreeting(int fd, const Status& s, Deadline deadline) {
+  // The arena's memfd goes with the answer only to an accepted client.
+  std::string meta;
+  wire::PutBatchStatus(&meta, s);
+  PutFixed64(&meta, s.ok() ? arena_->arena_size() : 0);
+  PutFixed64(&meta, options_.local_reservation_timeout_ms);  // the client's copy deadline
+  PutFixed64(&meta, wire::kFeatureSpares | wire::kFeatureChannel);
+  PutFixed64(&meta, spare_lifetime_ms());  // the copy deadline of spares
+  Status sent = SendDescriptor(fd, s.ok() ? arena_->arena_fd() : -1, deadline);
+  if (sent.ok()) sent = SendFrame(fd, wire::kAttach, wire::kFlagResponse, 0, meta, {}, deadline);
+  return sent;
+}
+
 bool LocalServer::Greet(Connection* conn) {
   const Deadline deadline = DeadlineIn(options_.peer_timeout_ms);
   Status s = PeerCredentials(conn->fd, &conn->uid, &conn->pid);
@@ -647,17 +708,7 @@ bool LocalServer::Greet(Connection* conn) {
     logger_->Logf(LogLevel::kWarn, "local: refused pid %d uid %u on %s: not an allowed uid",
                   static_cast<int>(conn->pid), static_cast<unsigned>(conn->uid), path_.c_str());
   }
-  // The arena's memfd goes with the answer only to an accepted client.
-  std::string meta;
-  wire::PutBatchStatus(&meta, s);
-  PutFixed64(&meta, s.ok() ? arena_->arena_size() : 0);
-  PutFixed64(&meta, options_.local_reservation_timeout_ms);  // the client's copy deadline
-  PutFixed64(&meta, wire::kFeatureSpares | wire::kFeatureChannel);
-  PutFixed64(&meta, spare_lifetime_ms());  // the copy deadline of spares
-  Status sent = SendDescriptor(conn->fd, s.ok() ? arena_->arena_fd() : -1, deadline);
-  if (sent.ok()) {
-    sent = SendFrame(conn->fd, wire::kAttach, wire::kFlagResponse, 0, meta, {}, deadline);
-  }
+  const Status sent = SendGreeting(conn->fd, s, deadline);
   // A client gone before its greeting (killed, or one that only connects) costs nothing
   // more; the acceptor closes its socket.
   if (!s.ok() || !sent.ok()) return false;

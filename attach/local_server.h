@@ -28,6 +28,13 @@
 // a connection is closed, counted (local.clients_malformed) and logged at most once per
 // kRefusalLogInterval, however many there are (docs/attach.md, "Misbehaving clients").
 //
+// The connections served at once are capped (Options::local_max_connections, sized by
+// default from the descriptor budget, env/descriptor_budget.h): past the cap a new
+// connection is greeted with Busy, naming the cap, and closed at once by the acceptor,
+// which waits for nobody; counted (local.clients_over_budget) and logged at most once
+// per kRefusalLogInterval.  So the owner never runs out of descriptors for the clients
+// it serves, its bucket files and its own calls.
+//
 // Thread-safety: Start and Stop from the DB's Open and Close only.
 #ifndef KVENGINE_ATTACH_LOCAL_SERVER_H_
 #define KVENGINE_ATTACH_LOCAL_SERVER_H_
@@ -45,6 +52,7 @@
 #include "attach/local_counters.h"
 #include "kvengine/options.h"
 #include "kvengine/status.h"
+#include "transport/socket_util.h"
 #include "util/log_limiter.h"
 #include "util/mutex.h"
 
@@ -80,6 +88,13 @@ class LocalServer {
   static constexpr uint64_t kSpareLifetimeMs = 1000;
   // How often a flood of refused connections may log a line.
   static constexpr std::chrono::seconds kRefusalLogInterval{10};
+  // What one connection costs the owner: its socket, and a memfd while its shared
+  // channel is set up.
+  static constexpr uint64_t kDescriptorsPerConnection = 2;
+  // Longest the acceptor waits to greet a connection it refuses.
+  static constexpr uint64_t kOverBudgetGreetingMs = 50;
+  // The most connections served at once.
+  uint64_t max_connections() const { return max_connections_; }
 
  private:
   struct Connection;
@@ -97,6 +112,12 @@ class LocalServer {
   // admit.  Keeps a flood of such connections as cheap to accept as it is to make.
   bool Triage(int fd);
   void Admit(int fd);
+  // False when the connections served fill the cap.
+  bool HasRoom();
+  // Greets a connection past the cap with Busy and counts it; the caller closes it.
+  void RefuseOverBudget(int fd);
+  // Sends the attach greeting: `s`, and when it is OK the arena's memfd and size.
+  Status SendGreeting(int fd, const Status& s, Deadline deadline);
   // On the connection's thread: checks the client's uid and greets it (the arena's
   // memfd and the attach frame).  False: refused, or gone before its greeting.
   bool Greet(Connection* conn);
@@ -115,10 +136,12 @@ class LocalServer {
   const std::string path_;
   std::set<uid_t> allowed_uids_;
   int listen_fd_ = -1;
+  uint64_t max_connections_ = 0;  // set by Start
   std::atomic<bool> stopping_{false};
   std::thread acceptor_;
   LogLimiter malformed_log_{kRefusalLogInterval};
   LogLimiter accept_log_{kRefusalLogInterval};
+  LogLimiter over_budget_log_{kRefusalLogInterval};
 
   Mutex mu_;
   std::list<std::unique_ptr<Connection>> connections_ GUARDED_BY(mu_);

@@ -7,6 +7,7 @@
 #include "cluster/etcd_membership.h"
 #include "cluster/membership.h"
 #include "cluster/rendezvous.h"
+#include "env/descriptor_budget.h"
 #include "transport/rdma.h"
 #include "transport/server.h"
 #include "transport/wire.h"
@@ -182,6 +183,22 @@ Status PeerRouter::StartServing(DB* db, PinFn pin, ServedFn served, const char* 
       self_, [this](std::vector<Endpoint> members) { SetMembers(std::move(members)); });
 }
 
+uint64_t PeerRouter::ServingConnectionCap() {
+  const DescriptorBudget budget = DescriptorBudget::Plan(
+      options_.env != nullptr ? options_.env : Env::Default(), options_.max_open_files);
+  bool clamped = false;
+  const uint64_t cap = budget.ConnectionCap(options_.peer_max_connections, 1,
+                                            !options_.local_listen.empty(), &clamped);
+  if (clamped) {
+    Log(LogLevel::kWarn, "peer_max_connections " + std::to_string(options_.peer_max_connections) +
+                             " clamped to " + std::to_string(cap) +
+                             ": the descriptor budget (RLIMIT_NOFILE " +
+                             std::to_string(budget.limit) + ", " + std::to_string(budget.in_use) +
+                             " in use) holds no more");
+  }
+  return cap;
+}
+
 Status PeerRouter::ServePeers(DB* db, PinFn pin, ServedFn served, const char* arena_base) {
   service_ = std::make_unique<Service>(this, db, std::move(pin), std::move(served), arena_base);
   ServerOptions so;
@@ -190,6 +207,7 @@ Status PeerRouter::ServePeers(DB* db, PinFn pin, ServedFn served, const char* ar
   so.io_timeout_ms = std::max<uint64_t>(1, options_.peer_frame_timeout_ms);
   so.max_connections_per_address = std::max<uint64_t>(1, options_.peer_max_connections_per_address);
   so.max_queued_bytes = options_.peer_max_queued_bytes;
+  so.max_connections = ServingConnectionCap();
   so.hash_loopback_bodies = options_.peer_hash_loopback_bodies;
   so.log = [this](LogLevel level, const std::string& line) { Log(level, line); };
   if (rdma_server_ != nullptr) {
@@ -1002,7 +1020,8 @@ std::string PeerRouter::StatsText() const {
     out << "served_requests: " << server_->requests() << "\n"
         << "rejected_frames: " << server_->rejected_frames() << "\n"
         << "refused_auth: " << server_->refused_auth() << "\n"
-        << "slow_readers_closed: " << server_->slow_readers_closed() << "\n";
+        << "slow_readers_closed: " << server_->slow_readers_closed() << "\n"
+        << "refused_over_budget: " << server_->refused_over_budget() << "\n";
   }
   return out.str();
 }

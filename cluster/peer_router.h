@@ -168,6 +168,9 @@ class PeerRouter {
   class Chain;
   PeerRouter(const Options& options, Logger* logger);
   Status ServePeers(DB* db, PinFn pin, ServedFn served, const char* arena_base);
+  // The server's cap on connections: peer_max_connections within the descriptor
+  // budget (env/descriptor_budget.h), logged when clamped.
+  uint64_t ServingConnectionCap();
   std::vector<Endpoint> Members() const;
   // Splits keys by owner: groups[j] for members[j]; local_idx for this host.
   void Partition(std::span<const Slice> keys, std::vector<Endpoint>* members,

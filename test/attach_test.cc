@@ -1315,7 +1315,8 @@ TEST_F(AttachTest, StatsOfTheOwnerReportTheLocalCountersInEveryFormat) {
     std::string error;
     EXPECT_TRUE(test::JsonChecker::Valid(json, &error)) << error << "\n" << json;
     EXPECT_NE(json.find(",\"local\":{\"clients_accepted\":1,\"clients_refused\":0,"
-                        "\"clients_malformed\":0,\"reservations_expired\":0,\"reserve_requests\":1,"
+                        "\"clients_over_budget\":0,\"clients_malformed\":0,\"reservations_"
+                        "expired\":0,\"reserve_requests\":1,"
                         "\"spare_commits\":0,"
                         "\"shared_channels\":1}}"),
               std::string::npos)

@@ -1,18 +1,27 @@
 // The descriptor budget (env/descriptor_budget.h): a process with a low RLIMIT_NOFILE
 // opens, reads and writes a DB of thousands of bucket files with the default
-// max_open_files, and no call fails with EMFILE.  Each case runs in a child process
-// (EXPECT_EXIT) that lowers its own limit; a failure prints what failed and exits 1.
+// max_open_files, and no call fails with EMFILE; an owner serving attached processes and
+// a kv_server serving peers refuse the connections past their share with Busy, and the
+// ones they admit see no failure.  Each case runs in a child process (EXPECT_EXIT, or
+// the kv_server) that lowers its own limit; a failure prints what failed and exits 1.
 #include <dirent.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kvengine/db.h"
 #include "test/test_util.h"
+#ifdef KV_SERVER_PATH
+#include "test/peer_harness.h"
+#endif
 
 namespace kvengine {
 namespace {
@@ -32,12 +41,14 @@ void LowerLimit(rlim_t limit) {
   if (setrlimit(RLIMIT_NOFILE, &rl) != 0) Fail("setrlimit", Status::IOError("failed"));
 }
 
-uint64_t OpenDescriptors() {
+// Of this process (less the directory's own), or of process `pid`.
+uint64_t OpenDescriptors(pid_t pid = 0) {
   uint64_t n = 0;
-  DIR* d = opendir("/proc/self/fd");
+  DIR* d = opendir(pid == 0 ? "/proc/self/fd" : ("/proc/" + std::to_string(pid) + "/fd").c_str());
+  if (d == nullptr) return ~0ull;
   while (const dirent* e = readdir(d)) n += e->d_name[0] != '.';
   closedir(d);
-  return n - 1;
+  return pid == 0 ? n - 1 : n;
 }
 
 // Every put in a bucket of its own, the default max_open_files (1000), an owner's socket.
@@ -105,10 +116,17 @@ void ReadAll(DB* db, int keys, const std::string& when) {
   {
     Options client;
     client.apply_environment = false;
-    std::vector<std::unique_ptr<DB>> clients(4);
-    for (auto& c : clients) {
+    // Four attach; those past the owner's share of connections (one under 64: each
+    // costs it two descriptors) are refused with Busy.
+    std::vector<std::unique_ptr<DB>> clients;
+    for (int i = 0; i < 4; i++) {
+      std::unique_ptr<DB> c;
       s = DB::Attach(client, o.local_listen, &c);
-      if (!s.ok()) Fail("attach", s);
+      if (s.ok()) {
+        clients.push_back(std::move(c));
+      } else if (!s.IsBusy() || clients.empty()) {
+        Fail("attach", s);
+      }
     }
     for (int i = 0; i < to; i += 7) {
       std::string got;
@@ -131,6 +149,316 @@ void ReadAll(DB* db, int keys, const std::string& when) {
   if (!s.ok()) Fail("final close", s);
   std::_Exit(0);
 }
+
+// ---------------------------------------------------------------- attached clients
+// An attaching process: waits for its go (a byte on `go`), attaches, reports
+// "A <i>" (admitted) or "R <i> <status>" (refused) on `report`, then, admitted, puts
+// and reads keys of its own and reads the owner's, reports "D <i>" or "F <i> <what>",
+// and holds its connection until its go pipe closes.
+[[noreturn]] void AttachingClient(int i, const std::string& path, int go, int report) {
+  auto say = [&](const std::string& line) {
+    const std::string l = line + "\n";  // one write, under PIPE_BUF: never interleaved
+    if (write(report, l.data(), l.size()) != static_cast<ssize_t>(l.size())) std::_Exit(2);
+  };
+  char c;
+  if (read(go, &c, 1) != 1) std::_Exit(0);
+  Options o;
+  o.apply_environment = false;
+  std::unique_ptr<DB> db;
+  Status s = DB::Attach(o, path, &db);
+  if (!s.ok()) {
+    say("R " + std::to_string(i) + " " + s.ToString());
+    std::_Exit(0);
+  }
+  say("A " + std::to_string(i));
+  std::string failure;
+  for (int j = 0; j < 20 && failure.empty(); j++) {
+    const std::string key = "c" + std::to_string(i) + "-" + std::to_string(j);
+    std::string got;
+    s = db->Put(WriteOptions(), key, Value(j));
+    if (s.ok()) s = db->Get(ReadOptions(), key, &got);
+    if (s.ok() && got != Value(j)) s = Status::Corruption("wrong bytes");
+    if (s.ok()) s = db->Get(ReadOptions(), Key(j), &got);
+    if (s.ok() && got != Value(j)) s = Status::Corruption("wrong bytes of the owner's key");
+    if (!s.ok()) failure = key + ": " + s.ToString();
+  }
+  say((failure.empty() ? "D " : "F ") + std::to_string(i) + " " + failure);
+  read(go, &c, 1);  // until the owner closes it
+  db.reset();
+  std::_Exit(0);
+}
+
+std::vector<std::string> ReadLines(int fd, size_t n) {
+  std::vector<std::string> lines;
+  std::string line;
+  char c;
+  while (lines.size() < n && read(fd, &c, 1) == 1) {
+    if (c != '\n') {
+      line += c;
+    } else {
+      lines.push_back(line);
+      line.clear();
+    }
+  }
+  return lines;
+}
+
+// Under `limit`: an owner with `clients` processes attaching at once, more than its
+// share of connections.  Those past the share are refused with Busy, naming the budget;
+// the admitted ones put and read with no failure; nobody sees EMFILE; the owner's
+// descriptors stay within its budget, and a connection is admitted again once others
+// closed.
+[[noreturn]] void OwnerUnderALimit(const std::string& dir, rlim_t limit, int clients) {
+  LowerLimit(limit);
+  Options o = ManyBuckets(dir);
+  // Forked before the DB starts a thread; each waits for its go.
+  int report[2];
+  if (pipe(report) != 0) Fail("pipe", Status::IOError("failed"));
+  std::vector<int> go;
+  std::vector<pid_t> pids;
+  for (int i = 0; i < clients; i++) {
+    int p[2];
+    if (pipe(p) != 0) Fail("pipe", Status::IOError("failed"));
+    const pid_t pid = fork();
+    if (pid == 0) {
+      for (int fd : go) close(fd);
+      close(p[1]);
+      close(report[0]);
+      AttachingClient(i, o.local_listen, p[0], report[1]);
+    }
+    close(p[0]);
+    go.push_back(p[1]);
+    pids.push_back(pid);
+  }
+  close(report[1]);
+  std::unique_ptr<DB> db;
+  Status s = DB::Open(o, dir, &db);
+  if (!s.ok()) Fail("open", s);
+  for (int i = 0; i < 20; i++) {
+    s = db->Put(WriteOptions(), Key(i), Value(i));
+    if (!s.ok()) Fail("put " + Key(i), s);
+  }
+  for (int fd : go) {
+    if (write(fd, "g", 1) != 1) Fail("go", Status::IOError("failed"));
+  }
+  int admitted = 0, refused = 0;
+  for (const std::string& line : ReadLines(report[0], clients)) {
+    if (line[0] == 'A') {
+      admitted++;
+    } else if (line.find("Busy") == std::string::npos ||
+               line.find("descriptor budget") == std::string::npos ||
+               line.find("ulimit -n") == std::string::npos) {
+      Fail("attach: " + line, Status::InvalidArgument("not the budget's refusal"));
+    } else {
+      refused++;
+    }
+  }
+  if (admitted + refused != clients || admitted == 0 || refused == 0) {
+    Fail(std::to_string(admitted) + " admitted, " + std::to_string(refused) + " refused of " +
+             std::to_string(clients),
+         Status::InvalidArgument("the share did not hold"));
+  }
+  for (const std::string& line : ReadLines(report[0], admitted)) {
+    if (line[0] != 'D') Fail("admitted client: " + line, Status::IOError("failed"));
+  }
+  CheckBudget(db.get(), limit, "with attached clients");
+  if (test::StatOf(db.get(), "local.clients_over_budget") != static_cast<uint64_t>(refused)) {
+    Fail("local.clients_over_budget", Status::InvalidArgument("not the refusals counted"));
+  }
+  for (int fd : go) close(fd);  // the admitted ones detach and exit
+  for (pid_t pid : pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      Fail("client process " + std::to_string(pid), Status::IOError("did not exit cleanly"));
+    }
+  }
+  close(report[0]);
+  // Their connections closed: one more is admitted once the owner's threads saw them
+  // end (they wake within 100 ms).
+  Options client;
+  client.apply_environment = false;
+  std::unique_ptr<DB> again;
+  for (int attempt = 0; attempt < 50; attempt++) {
+    s = DB::Attach(client, o.local_listen, &again);
+    if (!s.IsBusy()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (!s.ok()) Fail("attach after the others left", s);
+  std::string got;
+  s = again->Get(ReadOptions(), Key(3), &got);
+  if (!s.ok() || got != Value(3)) Fail("get after the others left", s);
+  again.reset();
+  s = db->Close();
+  if (!s.ok()) Fail("close", s);
+  std::_Exit(0);
+}
+
+TEST(DescriptorBudgetTest, AnOwnerRefusesAttachedClientsPastItsShare) {
+  for (const auto& [limit, clients] : {std::pair<rlim_t, int>{64, 8}, {256, 48}}) {
+    test::TempDir dir;
+    std::filesystem::create_directories(dir.path());
+    EXPECT_EXIT(OwnerUnderALimit(dir.path(), limit, clients), ::testing::ExitedWithCode(0), "")
+        << "RLIMIT_NOFILE " << limit;
+  }
+}
+
+// An explicit local_max_connections: the connection past it is refused with Busy
+// naming the cap; a client whose pool the owner holds to one connection runs calls of
+// four threads at once over it, none failing.
+TEST(DescriptorBudgetTest, AnExplicitCapOfAttachedConnections) {
+  test::TempDir dir;
+  std::filesystem::create_directories(dir.path());
+  Options o = ManyBuckets(dir.path());
+  o.local_max_connections = 1;
+  std::unique_ptr<DB> db;
+  ASSERT_TRUE(DB::Open(o, dir.path(), &db).ok());
+  ASSERT_TRUE(db->Put(WriteOptions(), Key(1), Value(1)).ok());
+  Options client;
+  client.apply_environment = false;
+  std::unique_ptr<DB> first, second;
+  ASSERT_TRUE(DB::Attach(client, o.local_listen, &first).ok());
+  Status s = DB::Attach(client, o.local_listen, &second);
+  EXPECT_TRUE(s.IsBusy()) << s.ToString();
+  EXPECT_NE(s.message().find("serves 1 attached connections"), std::string::npos) << s.ToString();
+  EXPECT_EQ(test::StatOf(db.get(), "local.clients_over_budget"), 1u);
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 4; t++) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 50; i++) {
+        std::string got;
+        const std::string key = "t" + std::to_string(t) + "-" + std::to_string(i);
+        Status st = first->Put(WriteOptions(), key, Value(i));
+        if (st.ok()) st = first->Get(ReadOptions(), key, &got);
+        if (!st.ok() || got != Value(i)) failures++;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  first.reset();
+  ASSERT_TRUE(db->Close().ok());
+}
+
+// ---------------------------------------------------------------- peers
+#ifdef KV_SERVER_PATH
+// The verdict of a handshake with the server (no token), or IOError when it closed
+// the connection without one.
+Status Handshake(int fd) {
+  const Deadline deadline = DeadlineIn(3000);
+  for (uint8_t want : {wire::kChallenge, wire::kAuth}) {
+    char header[wire::kHeaderSize];
+    std::vector<iovec> iov{{header, sizeof(header)}};
+    wire::FrameHeader h;
+    Status s = ReadFully(fd, &iov, deadline, nullptr);
+    if (s.ok()) s = wire::FrameHeader::DecodeFrom(header, &h);
+    if (!s.ok()) return Status::IOError("no answer", s.ToString());
+    if (h.op != want) return Status::Corruption("unexpected frame");
+    std::string meta(h.meta_len, '\0');
+    iov = {{meta.data(), meta.size()}};
+    s = ReadFully(fd, &iov, deadline, nullptr);
+    if (!s.ok()) return Status::IOError("no answer", s.ToString());
+    if (want == wire::kChallenge) {
+      s = SendFrame(fd, wire::kAuth, 0, 0, "", {}, deadline);
+      if (!s.ok() && !s.IsIOError()) return s;  // one past the cap may be closed already
+      continue;
+    }
+    std::string_view in(meta);
+    Status verdict;
+    if (!wire::GetBatchStatus(&in, &verdict)) return Status::Corruption("malformed verdict");
+    return verdict;
+  }
+  return Status::OK();
+}
+
+// A kv_server under `limit` with `conns` connections at once, more than its share: those
+// past it get a Busy verdict naming the budget, the admitted ones are served, a real
+// client is told Busy too, and once connections close a new one is served.
+// With `options`, exactly `expect_admitted` are admitted (when not 0).
+void ServerUnderALimit(rlim_t limit, int conns, const std::string& options = "",
+                       size_t expect_admitted = 0) {
+  Server server(TempDir("budget" + std::to_string(limit)), FreePort());
+  server.set_fd_limit(limit);
+  if (!options.empty()) server.set_options(",ssd_capacity_bytes=0," + options);
+  ASSERT_TRUE(server.Start());
+  std::vector<int> admitted;
+  int refused = 0;
+  for (int i = 0; i < conns; i++) {
+    int fd = -1;
+    ASSERT_TRUE(ConnectTcp(server.endpoint(), DeadlineIn(3000), &fd).ok());
+    const Status verdict = Handshake(fd);
+    if (verdict.ok()) {
+      admitted.push_back(fd);
+      continue;
+    }
+    EXPECT_TRUE(verdict.IsBusy()) << verdict.ToString();
+    EXPECT_NE(verdict.message().find("descriptor budget"), std::string::npos) << verdict.ToString();
+    EXPECT_NE(verdict.message().find("ulimit -n"), std::string::npos) << verdict.ToString();
+    refused++;
+    close(fd);
+  }
+  ASSERT_GT(admitted.size(), 0u);
+  EXPECT_GT(refused, 0) << admitted.size() << " admitted of " << conns;
+  if (expect_admitted != 0) {
+    EXPECT_EQ(admitted.size(), expect_admitted);
+  }
+  // The admitted ones are served.
+  for (int fd : admitted) {
+    std::string meta;
+    const std::vector<Slice> keys = {"k"};
+    wire::PutKeys(&meta, keys, nullptr);
+    ASSERT_TRUE(SendFrame(fd, wire::kExists, 0, 7, meta, {}, DeadlineIn(3000)).ok());
+  }
+  for (int fd : admitted) {
+    char header[wire::kHeaderSize];
+    std::vector<iovec> iov{{header, sizeof(header)}};
+    wire::FrameHeader h;
+    ASSERT_TRUE(ReadFully(fd, &iov, DeadlineIn(3000), nullptr).ok());
+    ASSERT_TRUE(wire::FrameHeader::DecodeFrom(header, &h).ok());
+    std::string answer(h.meta_len, '\0');
+    iov = {{answer.data(), answer.size()}};
+    ASSERT_TRUE(ReadFully(fd, &iov, DeadlineIn(3000), nullptr).ok());
+    std::string_view in(answer);
+    Status s;
+    ASSERT_TRUE(wire::GetBatchStatus(&in, &s));
+    EXPECT_TRUE(s.ok()) << s.ToString();
+  }
+  // Full, it keeps the headroom its budget leaves to the rest of the process.
+  if (limit != 0) {
+    EXPECT_LT(OpenDescriptors(server.pid()), limit - 8);
+  }
+  // A real client while the server is full: Busy, as the server put it.
+  auto client = NewClient("", 2000);
+  std::vector<Slice> keys = {"k"};
+  std::vector<int64_t> results;
+  Status s = client->BatchExists(server.endpoint(), keys, &results);
+  EXPECT_TRUE(s.IsBusy()) << s.ToString();
+  for (int fd : admitted) close(fd);
+  // Room again: served, and the refusals counted.
+  auto again = NewClient("", 2000);
+  bool served = false;
+  for (int attempt = 0; attempt < 50 && !served; attempt++) {
+    served = again->BatchExists(server.endpoint(), keys, &results).ok();
+    if (!served) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(served);
+  std::string text;
+  ASSERT_TRUE(again->GetProperty(server.endpoint(), "kvengine.peers", &text).ok());
+  // (The retries above may have been refused too, before the server saw the others go.)
+  const size_t at = text.find("refused_over_budget: ");
+  ASSERT_NE(at, std::string::npos) << text;
+  EXPECT_GE(std::stoull(text.substr(at + 21)), static_cast<uint64_t>(refused + 1)) << text;
+  EXPECT_TRUE(server.Alive());
+}
+
+TEST(DescriptorBudgetTest, AKvServerRefusesConnectionsPastItsShare) {
+  ServerUnderALimit(64, 16);
+  ServerUnderALimit(256, 80);
+  // An explicit cap, under the process's own (high) limit.
+  ServerUnderALimit(0, 6, "peer_max_connections=3", 3);
+}
+#endif  // KV_SERVER_PATH
 
 TEST(DescriptorBudgetTest, ThousandsOfBucketsUnderLowLimits) {
   test::TempDir dir;

@@ -39,6 +39,8 @@ constexpr uint32_t kMaxMetaServedHere = 64 << 10;
 
 // How often a flood of connections closed for one reason may log a line.
 constexpr auto kRefusalLogInterval = std::chrono::seconds(10);
+// Longest the poller waits to tell a connection past max_connections why it is closed.
+constexpr uint64_t kOverBudgetAnswerMs = 50;
 
 // An answer on its way out: written as far as the socket takes it, the rest when the
 // socket is writable again, never waiting for the client.
@@ -195,6 +197,7 @@ class TcpServer final : public TransportServer {
   uint64_t rejected_frames() const override { return rejected_.load(); }
   uint64_t refused_auth() const override { return refused_auth_.load(); }
   uint64_t slow_readers_closed() const override { return slow_readers_closed_.load(); }
+  uint64_t refused_over_budget() const override { return refused_over_budget_.load(); }
 
  private:
   void Log(LogLevel level, const std::string& line) {
@@ -262,6 +265,12 @@ class TcpServer final : public TransportServer {
       c->fd = fd;
       PeerAddress(fd, &c->address, &c->peer, &c->loopback);
       c->frame.AllowUnhashedBodies(UnhashedBodiesAllowed(c));
+      if (!HasRoom()) {
+        RefuseOverBudget(c);
+        close(fd);
+        delete c;
+        continue;
+      }
       if (!AdmitAddress(c->address)) {
         RefuseOverCap(c->peer);
         close(fd);
@@ -333,6 +342,36 @@ class TcpServer final : public TransportServer {
     if (n >= options_.max_connections_per_address) return false;
     n++;
     return true;
+  }
+
+  // False when the connections held fill max_connections.
+  bool HasRoom() {
+    if (options_.max_connections == 0) return true;
+    MutexLock lock(&mu_);
+    return conns_.size() < options_.max_connections;
+  }
+
+  // Tells a connection past max_connections why it is closed, as far as the handshake
+  // lets a server speak first: the challenge (no token asked: the verdict comes
+  // whatever the proof), then a Busy verdict, both taken at once by a fresh socket's
+  // buffer (the short deadline only bounds the poller's wait should they not be).
+  void RefuseOverBudget(Conn* c) {
+    refused_over_budget_.fetch_add(1, std::memory_order_relaxed);
+    const std::string why = "the server serves " + std::to_string(options_.max_connections) +
+                            " connections, its descriptor budget (peer_max_connections); "
+                            "raise ulimit -n";
+    const Deadline deadline = DeadlineIn(kOverBudgetAnswerMs);
+    std::string challenge(wire::kNonceSize, '\0');
+    challenge.push_back(0);
+    std::string verdict;
+    wire::PutBatchStatus(&verdict, Status::Busy(why));
+    if (SendFrame(c->fd, wire::kChallenge, wire::kFlagResponse, 0, challenge, {}, deadline).ok()) {
+      SendFrame(c->fd, wire::kAuth, wire::kFlagResponse, 0, verdict, {}, deadline);
+    }
+    uint64_t held_back = 0;
+    if (!over_budget_log_.Admit(&held_back)) return;
+    Log(LogLevel::kWarn,
+        "refused connection from " + c->peer + ": " + why + HeldBack(held_back, "such refusals"));
   }
 
   void ForgetAddressLocked(const std::string& address) REQUIRES(mu_) {
@@ -780,7 +819,9 @@ class TcpServer final : public TransportServer {
 
   LogLimiter cap_log_{std::chrono::seconds(1)};
   LogLimiter slow_reader_log_{kRefusalLogInterval};
-  std::atomic<uint64_t> requests_{0}, rejected_{0}, refused_auth_{0}, slow_readers_closed_{0};
+  LogLimiter over_budget_log_{kRefusalLogInterval};
+  std::atomic<uint64_t> requests_{0}, rejected_{0}, refused_auth_{0}, slow_readers_closed_{0},
+      refused_over_budget_{0};
 };
 
 }  // namespace

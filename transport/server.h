@@ -20,6 +20,8 @@
 // accepted.  A malformed frame (bad magic, checksum, limits, undecodable message)
 // closes that connection only, logged.  A well-formed frame with an op this build does
 // not know (a newer client) is answered with NotSupported and the connection kept.
+// Past max_connections a new connection is refused at accept with a Busy verdict,
+// counted (refused_over_budget) and logged at most once per 10 s.
 // Stop() drains: it stops accepting, lets every request already received finish and be
 // answered (queued answers written within io_timeout_ms), then closes the connections.
 #ifndef KVENGINE_TRANSPORT_SERVER_H_
@@ -92,6 +94,11 @@ struct ServerOptions {
   uint64_t handshake_timeout_ms = 5000;
   // Connections one client IP may hold; further ones are closed at accept.
   uint64_t max_connections_per_address = 128;
+  // Connections all clients together may hold (the server's share of the descriptor
+  // budget, env/descriptor_budget.h); 0: no cap.  A connection past it is sent the
+  // challenge and then a Busy verdict naming the cap, and closed at once: its client's
+  // handshake fails with that Busy.
+  uint64_t max_connections = 0;
   // Idle put-body memory kept for reuse, across all connections.
   uint64_t kept_body_bytes = 64ull << 20;
   // Worker threads.
@@ -124,6 +131,8 @@ class TransportServer {
   virtual uint64_t refused_auth() const = 0;
   // Connections closed for not reading their answers (max_queued_bytes, io_timeout_ms).
   virtual uint64_t slow_readers_closed() const = 0;
+  // Connections refused for max_connections (the descriptor budget).
+  virtual uint64_t refused_over_budget() const = 0;
 };
 
 }  // namespace kvengine

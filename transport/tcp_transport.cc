@@ -183,6 +183,8 @@ class TcpConnection {
         std::string_view in(meta);
         Status verdict;
         if (!wire::GetBatchStatus(&in, &verdict)) return Status::Corruption("malformed verdict");
+        // A server at its cap of connections (its descriptor budget) says so with Busy.
+        if (verdict.IsBusy()) return verdict;
         if (!verdict.ok()) {
           return Status::InvalidArgument("peer refused authentication: " + verdict.message());
         }
@@ -494,9 +496,11 @@ Status TcpTransport::Call(const Endpoint& peer, uint8_t op, const std::string& m
   if (s.ok()) s = conn->Call(op, meta, body, sink);
   if (s.ok()) return s;
   // Name the peer; connection-level failures are IOErrors (a refused token stays
-  // InvalidArgument, a closed server's answer keeps its code).
+  // InvalidArgument, a server at its cap of connections Busy, a closed server's answer
+  // keeps its code).
   const std::string what = "peer " + peer.ToString() + ": " + s.message();
-  if (s.IsInvalidArgument() || s.IsAborted() || s.IsNotSupported() || s.IsNotFound()) {
+  if (s.IsInvalidArgument() || s.IsAborted() || s.IsNotSupported() || s.IsNotFound() ||
+      s.IsBusy()) {
     return Status::FromErrorCode(s.ErrorCode(), what);
   }
   if (s.IsCorruption()) return Status::Corruption(what);

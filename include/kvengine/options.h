@@ -336,6 +336,16 @@ struct Options {
   // Default: 128
   uint64_t peer_max_connections_per_address = 128;
 
+  // Serving: connections all clients together may hold at once.  Each costs a socket,
+  // counted in the engine's share of the process's descriptor limit (docs/ssd_tier.md,
+  // "The descriptor budget"): past the cap a new connection is refused at once with
+  // Busy ("... its descriptor budget; raise ulimit -n"), counted in "kvengine.peers"
+  // as refused_over_budget and logged at most once per 10 s; the connections held are
+  // served as before.  0: sized from the budget (a quarter of the engine's share, half
+  // of that when local_listen is set too).  A larger value is clamped to that size.
+  // Default: 0
+  uint64_t peer_max_connections = 0;
+
   // Serving: bytes of answers one connection may have queued and not yet read by its
   // client.  Answers are written as the socket takes them, never waited on; an answer
   // that would take a connection's unread bytes past this closes it (counted in
@@ -395,6 +405,18 @@ struct Options {
   // connection closes.
   // Default: 30000
   uint64_t local_reservation_timeout_ms = 30000;
+
+  // Connections of attached clients the owner serves at once (a client process opens
+  // one per call it has in flight).  Each costs the owner a socket and, while its shared
+  // channel is set up, a memfd, counted in the engine's share of the process's
+  // descriptor limit (docs/ssd_tier.md, "The descriptor budget"): past the cap a new
+  // connection is refused at once with Busy ("the owner serves N attached connections,
+  // its descriptor budget; raise ulimit -n"), which DB::Attach returns; counted
+  // (local.clients_over_budget) and logged at most once per 10 s.  0: sized from the
+  // budget (a quarter of the engine's share, half of that when `listen` is set too).
+  // A larger value is clamped to that size.
+  // Default: 0
+  uint64_t local_max_connections = 0;
 
   // Longest a thread waiting on a local socket -- an attached client for its answer,
   // the owner's thread of a connection for the next request -- polls without sleeping
