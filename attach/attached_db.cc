@@ -642,22 +642,45 @@ Status AttachedDB::PutValuesUncounted(std::span<const Slice> keys,
   // one (no round trip), else reserved now.
   s = TakeSlots(c.get(), plan.keys, plan.sizes, &plan.slots);
   if (s.ok()) s = PutRun(this, c.get(), values, plan, results).Run();
+  // A value whose copy missed its slot's deadline (a host that stalled the copier, a
+  // batch bigger than half the owner's timeout can copy) was not published: it goes
+  // again into slots reserved now, as long as each round gets some of them in, rather
+  // than fail a put the owner would take.  Only keys answered Aborted: any other
+  // outcome is final.
+  const int64_t aborted = Status::Aborted("").ErrorCode();
+  for (size_t late = SIZE_MAX; s.ok();) {
+    PutPlan again;
+    for (size_t j = 0; j < plan.keys.size(); j++) {
+      if ((*results)[plan.index[j]] != aborted) continue;
+      again.index.push_back(plan.index[j]);
+      again.keys.push_back(plan.keys[j]);
+      again.sizes.push_back(plan.sizes[j]);
+      again.devices.push_back(plan.devices[j]);
+    }
+    if (again.keys.empty() || again.keys.size() >= late) break;  // all in, or no progress
+    late = again.keys.size();
+    s = TakeSlots(c.get(), again.keys, again.sizes, &again.slots, /*fresh=*/true);
+    if (s.ok()) s = PutRun(this, c.get(), values, again, results).Run();
+    plan = std::move(again);
+  }
   // Whether the owner published them is unknown: every key of the batch fails.
   if (!s.ok()) results->clear();
   return s;
 }
 
 Status AttachedDB::TakeSlots(Connection* conn, const std::vector<Slice>& keys,
-                             const std::vector<uint64_t>& sizes, std::vector<Slot>* slots) {
+                             const std::vector<uint64_t>& sizes, std::vector<Slot>* slots,
+                             bool fresh) {
   slots->assign(keys.size(), Slot());
   const Clock::time_point now = Clock::now();
   std::vector<Slice> need_keys;
   std::vector<uint64_t> need_sizes;
   std::vector<size_t> need;
   for (size_t j = 0; j < keys.size(); j++) {
-    auto spare = std::find_if(conn->spares.begin(), conn->spares.end(), [&](const Slot& x) {
-      return x.size == sizes[j] && now < x.copy_deadline;
-    });
+    auto spare = fresh ? conn->spares.end()
+                       : std::find_if(conn->spares.begin(), conn->spares.end(), [&](const Slot& x) {
+                           return x.size == sizes[j] && now < x.copy_deadline;
+                         });
     if (spare != conn->spares.end()) {
       (*slots)[j] = *spare;
       conn->spares.erase(spare);

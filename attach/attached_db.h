@@ -186,9 +186,11 @@ class AttachedDB final : public DB {
   // Sends a request without waiting for an answer (UNPIN is one-way; Post registers
   // the answer of the others).  A failure drops the connection.
   Status Send(Connection* conn, uint8_t op, const std::string& meta);
-  // A slot of sizes[j] for keys[j]: a spare of conn when it has one, else reserved.
+  // A slot of sizes[j] for keys[j]: a spare of conn when it has one (unless `fresh`),
+  // else reserved now.
   Status TakeSlots(Connection* conn, const std::vector<Slice>& keys,
-                   const std::vector<uint64_t>& sizes, std::vector<Slot>* slots);
+                   const std::vector<uint64_t>& sizes, std::vector<Slot>* slots,
+                   bool fresh = false);
   // Publishes slots `ids` under `keys` with a plain COMMIT (owners without spares; the
   // others take COMMIT_RESERVE groups, BatchPut).
   Status CommitSlots(Connection* conn, const std::vector<Slice>& keys,

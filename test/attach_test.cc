@@ -869,6 +869,38 @@ TEST_F(AttachTest, PutThatOutlivesItsReservationFailsCleanly) {
   EXPECT_TRUE(db->Put(WriteOptions(), "k", std::string(4096, 'x')).ok());
 }
 
+// A batch whose copies take longer than half the owner's reservation timeout: the values
+// copied too late go again into slots reserved then, until every one is in, rather than
+// fail puts the owner would take (under load a stalled client lost puts this way; the
+// SGLang and LMCache back ends retried them once themselves).
+TEST_F(AttachTest, ValuesCopiedTooLateGoAgainIntoNewSlots) {
+  Options options = OwnerOptions(socket_);
+  options.memory_capacity_bytes = 256ull << 20;
+  options.local_reservation_timeout_ms = 20;  // 10 ms to copy a batch of 128 MiB: too short
+  ASSERT_TRUE(DB::Open(options, dir_.Sub("db"), &owner_).ok());
+  std::unique_ptr<DB> db;
+  ASSERT_TRUE(DB::Attach(ClientOptions(), socket_, &db).ok());
+  const size_t kValues = 512, kSize = 256 << 10;
+  std::mt19937_64 rng(7);
+  std::vector<std::string> keys, values;
+  for (size_t i = 0; i < kValues; i++) {
+    keys.push_back("late." + std::to_string(i));
+    values.push_back(ValueFor(keys.back(), rng, kSize));
+  }
+  std::vector<Slice> key_slices(keys.begin(), keys.end());
+  std::vector<ValueParts> parts;
+  for (const std::string& v : values) parts.push_back({Slice(v)});
+  std::vector<int64_t> results;
+  ASSERT_TRUE(db->BatchPut(WriteOptions(), key_slices, parts, &results).ok());
+  for (size_t i = 0; i < kValues; i++) {
+    ASSERT_EQ(results[i], 0) << keys[i] << ": "
+                             << Status::FromErrorCode(static_cast<int>(results[i])).ToString();
+    std::string got;
+    ASSERT_TRUE(owner_->Get(ReadOptions(), keys[i], &got).ok()) << keys[i];
+    ASSERT_TRUE(ValueIsFor(keys[i], got.data(), got.size())) << keys[i];
+  }
+}
+
 // A client that sends requests and never reads the answers stalls only its own
 // connection: another client's calls keep being answered promptly meanwhile.
 TEST_F(AttachTest, ClientThatStopsReadingStallsOnlyItself) {
