@@ -216,6 +216,17 @@ class Run:
                     self.server.kill()
         return self.report()
 
+    def dump_stacks_on_timeout(self, clients):
+        """A client whose request timed out: the owner was stuck for 10 s or more, and may
+        still be; its threads' stacks are dumped once per run, while they may show why."""
+        if getattr(self, "stacks_dumped", False):
+            return
+        if any("timed out" in l for p in clients for l in p.failures()):
+            self.stacks_dumped = True
+            self.dump_stacks()
+            self.problems.pop()  # noted by the summary of errors already
+            print("  a request timed out: stacks in %s" % self.dir, flush=True)
+
     def dump_stacks(self):
         """A process that stopped answering: every live process's threads, for whoever
         looks into it (gdb where it is installed), in the run's directory, kept."""
@@ -257,6 +268,7 @@ class Run:
             self.progress(done)
             self.sleep_random()
             self.check_alive([owner] + clients)
+            self.dump_stacks_on_timeout(clients)
             self.rounds_done += 1
             if self.args.clients == 0 or self.rng.random() < 0.5:
                 for p in clients + [owner]:  # clients first: they would see the owner die
