@@ -46,7 +46,7 @@ Status DBImpl::Publish(const Slice& key, std::span<const Slice> parts, uint64_t 
   Status s;
   SsdTier::Ticket ticket;
   if (ssd_ != nullptr && options_.offload_policy == OffloadPolicy::kWriteThrough) {
-    s = ssd_->Stage(key, parts, size, &ticket);
+    s = ssd_->Stage(key, parts, size, &ticket, SsdTier::StageWait::kPut);
     if (!s.ok()) {
       counters_.put_failures.fetch_add(1, std::memory_order_relaxed);
       return s;

@@ -28,8 +28,11 @@ class Offloader final : public EvictionHandler {
   bool OnEvict(const Slice& key, const Slice& value, uint64_t version) override;
 
   // OK when the value is safe on SSD (staged; durable once its bucket is written), or
-  // memory no longer holds that version; the error of Stage otherwise.
-  Status Persist(const Slice& key, const Slice& value, uint64_t version);
+  // memory no longer holds that version; the error of Stage otherwise.  `wait`: how long
+  // staging may wait for a writer that is behind (SsdTier::StageWait; an eviction runs
+  // inside a put and waits as a put does).
+  Status Persist(const Slice& key, const Slice& value, uint64_t version,
+                 SsdTier::StageWait wait = SsdTier::StageWait::kFlush);
 
  private:
   MemoryTier* const memory_;

@@ -28,8 +28,6 @@ constexpr size_t kMaxSealedBuckets = 3;
 // Bucket writers: while one syncs, renames and verifies its file, the other keeps the
 // disk busy with data.
 constexpr int kWriterThreads = 2;
-// How long Stage() waits for the writer before it gives up with NoSpace.
-constexpr auto kStageWait = std::chrono::seconds(10);
 // How long the writer waits before retrying a bucket whose write failed.
 constexpr auto kWriteRetryDelay = std::chrono::milliseconds(200);
 }  // namespace
@@ -184,8 +182,8 @@ std::string SsdTier::BucketPath(uint64_t id) const { return dir_ + "/" + BucketF
 
 // ------------------------------------------------------------------ staging and the map
 
-Status SsdTier::Stage(const Slice& key, std::span<const Slice> parts, uint64_t size,
-                      Ticket* ticket) {
+Status SsdTier::Stage(const Slice& key, std::span<const Slice> parts, uint64_t size, Ticket* ticket,
+                      StageWait wait) {
   PerfPoint perf(PerfKey::ssd_offload);
   std::shared_ptr<SsdBucket> bucket;
   uint64_t offset = 0;
@@ -210,8 +208,15 @@ Status SsdTier::Stage(const Slice& key, std::span<const Slice> parts, uint64_t s
     auto has_room = [&]() REQUIRES(mu_) {
       return sealed_.size() < kMaxSealedBuckets || stopping_ || out_of_descriptors();
     };
-    const auto stage_deadline = std::chrono::steady_clock::now() + kStageWait;
+    const auto now = std::chrono::steady_clock::now();
+    const bool put = wait == StageWait::kPut;
+    const auto stage_deadline = !put                          ? now + kFlushStageWait
+                                : now < puts_skip_wait_until_ ? now
+                                                              : now + kPutStageWait;
     while (!has_room() && written_cv_.WaitUntil(&mu_, stage_deadline)) {
+    }
+    if (put && !has_room() && stage_deadline > now) {
+      puts_skip_wait_until_ = std::chrono::steady_clock::now() + kBehindBackoff;
     }
     if (!has_room() || out_of_descriptors()) {
       MutexLock s(&stats_mu_);

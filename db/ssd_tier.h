@@ -150,9 +150,21 @@ class SsdTier {
   // The highest version found at Open; the DB hands out versions above it.
   uint64_t recovered_max_version() const { return recovered_max_version_; }
 
+  // How long Stage may wait for a bucket writer that is behind.  A put's staging (a
+  // write-through put, an eviction that makes room for a put) runs inside a call its
+  // caller waits on -- an attached client's request, whose peer_timeout_ms is 2 s by
+  // default -- so it waits at most kPutStageWait, and not at all for kBehindBackoff
+  // after a put's wait ran out: the put fails NoSpace soon, as a cache put should,
+  // rather than stall past its caller's timeout.  Flush waits up to kFlushStageWait.
+  enum class StageWait { kPut, kFlush };
+  static constexpr std::chrono::milliseconds kPutStageWait{500};
+  static constexpr std::chrono::milliseconds kBehindBackoff{100};
+  static constexpr std::chrono::milliseconds kFlushStageWait{10000};
+
   // Copies the value into the open bucket.  NoSpace when the tier is full and may not
-  // evict (or the writer keeps failing); nothing changes then.
-  Status Stage(const Slice& key, std::span<const Slice> parts, uint64_t size, Ticket* ticket);
+  // evict, or the writer is behind past `wait` (or keeps failing); nothing changes then.
+  Status Stage(const Slice& key, std::span<const Slice> parts, uint64_t size, Ticket* ticket,
+               StageWait wait = StageWait::kFlush);
   // Publishes a staged value as key's SSD value with `version`, superseding (and
   // tombstoning) an older one.  REQUIRES: the caller holds key's lock.
   void Commit(Ticket* ticket, uint64_t version);
@@ -392,6 +404,9 @@ class SsdTier {
   // during compaction): a tombstone of the key must name those buckets too.
   std::unordered_map<std::string, std::vector<uint64_t>> duplicates_ GUARDED_BY(mu_);
   uint64_t next_bucket_id_ GUARDED_BY(mu_) = 1;
+  // Until when a put's Stage does not wait for a writer that is behind (kBehindBackoff
+  // after a put's wait ran out).
+  std::chrono::steady_clock::time_point puts_skip_wait_until_ GUARDED_BY(mu_){};
   uint64_t used_bytes_ GUARDED_BY(mu_) = 0;
   uint64_t access_clock_ GUARDED_BY(mu_) = 0;
   bool stopping_ GUARDED_BY(mu_) = false;

@@ -541,6 +541,41 @@ TEST_F(SsdTierTest, StagingRacesForTheLastRoomWithoutDeadlock) {
   EXPECT_EQ(Get("race.0").size(), value.size());
 }
 
+// A put whose staging finds the bucket writer behind (here: every bucket write fails
+// for a full disk, so sealed buckets pile up) fails NoSpace within SsdTier::kPutStageWait
+// -- a put runs inside a call its caller waits on, an attached client's request with a
+// 2 s timeout by default -- where it waited 10 s before; a Flush still waits longer.
+TEST_F(SsdTierTest, APutDoesNotWaitLongForAWriterThatIsBehind) {
+  UseFaultEnvWriteThrough();
+  options_.bucket_size_limit = 256 << 10;
+  Open();
+  fault_env_.SetSpaceLimit(fault_env_.bytes_written());  // no bucket write succeeds now
+  const std::string value = test::MakeValue(1, 100 << 10);
+  int refused = 0;
+  auto slowest = std::chrono::steady_clock::duration::zero();
+  for (int i = 0; i < 40; i++) {
+    const auto start = std::chrono::steady_clock::now();
+    Status s = db_->Put(WriteOptions(), "behind." + std::to_string(i), value);
+    slowest = std::max(slowest, std::chrono::steady_clock::now() - start);
+    if (!s.ok()) {
+      EXPECT_TRUE(s.IsNoSpace()) << s.ToString();
+      refused++;
+    }
+  }
+  EXPECT_GT(refused, 0);
+  EXPECT_LT(slowest, std::chrono::milliseconds(2000))
+      << std::chrono::duration_cast<std::chrono::milliseconds>(slowest).count() << " ms";
+  fault_env_.SetSpaceLimit(UINT64_MAX);  // the writer catches up; puts are taken again
+  Status s;
+  for (int attempt = 0; attempt < 100; attempt++) {
+    s = db_->Put(WriteOptions(), "after", value);
+    if (s.ok()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(Get("after") == value);
+}
+
 TEST_F(SsdTierTest, WriteThroughPersistsEveryFlushedPut) {
   options_.offload_policy = OffloadPolicy::kWriteThrough;
   options_.memory_capacity_bytes = 16 << 20;
