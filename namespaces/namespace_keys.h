@@ -82,14 +82,20 @@ class MappedBatch {
 // Runs `call(keys, others, results)` (a batch call of the DB below) on the keys `rule`
 // accepts, with their entries of `others` (values, destinations; empty for calls without),
 // and stores in *results the whole batch's: the refused keys fail with their error.
-// The batch's own checks (lists of equal size, results not null) come first.
+// The batch's own checks (lists of equal size, results not null) come first; a batch that
+// fails them goes down as it is, to be refused there.
 template <class T, class Call>
 Status RunBatch(const char* name, const NamespaceKeys& rule, std::span<const Slice> keys,
                 std::span<const T> others, bool has_others, std::vector<int64_t>* results,
                 Call call) {
   Status s = input::CheckBatch(name, results, keys.size(), has_others ? others.size() : keys.size(),
                                has_others ? "values or destinations" : "keys", 0);
-  if (!s.ok()) return s;
+  if (!s.ok()) {
+    // Malformed as a whole: the DB below refuses it too (db.h: nothing changes), and
+    // counts and logs the refusal as it does every other.
+    Status below = call(keys, others, results);
+    return below.ok() ? s : below;
+  }
   MappedBatch mapped(rule, keys);
   if (mapped.complete()) return call(mapped.kept(), others, results);
   const std::vector<T> picked = mapped.Select(others);
