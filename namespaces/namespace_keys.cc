@@ -1,6 +1,7 @@
 #include "namespaces/namespace_keys.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "util/input_check.h"
 #include "util/namespace_key.h"
@@ -10,14 +11,27 @@ namespace kvengine {
 NamespaceKeys::NamespaceKeys(uint64_t id, uint64_t max_key_size)
     : prefix_(ns::Prefix(id)), id_(id), max_key_size_(max_key_size) {}
 
-Status NamespaceKeys::ToInternal(const Slice& key, std::string* internal) const {
-  if (is_default()) return input::CheckDefaultNamespaceKey(key);
-  Status s = input::CheckNamespacedKey(key, max_key_size_);
-  if (!s.ok()) return s;
-  internal->reserve(prefix_.size() + key.size());
-  internal->assign(prefix_);
-  internal->append(key.data(), key.size());
-  return Status::OK();
+void PrefixedKey::Assign(const std::string& prefix, const Slice& key) {
+  const size_t size = prefix.size() + key.size();
+  char* out = inline_;
+  if (size > sizeof(inline_)) {
+    heap_.resize(size);
+    out = heap_.data();
+  }
+  std::memcpy(out, prefix.data(), prefix.size());
+  if (key.size() > 0) std::memcpy(out + prefix.size(), key.data(), key.size());
+  slice_ = Slice(out, size);
+}
+
+Status NamespaceKeys::Check(const Slice& key) const {
+  return is_default() ? input::CheckDefaultNamespaceKey(key)
+                      : input::CheckNamespacedKey(key, max_key_size_);
+}
+
+Status NamespaceKeys::ToInternal(const Slice& key, PrefixedKey* internal) const {
+  Status s = Check(key);
+  if (s.ok()) internal->Assign(prefix_, key);
+  return s;
 }
 
 bool NamespaceKeys::FromInternal(const std::string& internal, std::string* key) const {
@@ -45,18 +59,36 @@ MappedBatch::MappedBatch(const NamespaceKeys& rule, std::span<const Slice> keys)
     return;
   }
   kept_.reserve(keys.size());
-  if (!rule.is_default()) storage_.resize(keys.size());
+  index_.reserve(keys.size());
+  // The accepted keys' internal forms go into one buffer, sized first so that it never
+  // moves; their slices are taken once it is full.
+  std::vector<size_t> offsets;
   for (size_t i = 0; i < keys.size(); i++) {
-    std::string* internal = rule.is_default() ? nullptr : &storage_[i];
-    Status s = rule.ToInternal(keys[i], internal);
+    Status s = rule.Check(keys[i]);
     if (!s.ok()) {
       if (refused_.empty()) refused_.assign(keys.size(), 0);
       refused_[i] = s.ErrorCode();
       complete_ = false;
       continue;
     }
-    kept_.push_back(rule.is_default() ? keys[i] : Slice(*internal));
     index_.push_back(i);
+  }
+  if (rule.is_default()) {
+    for (size_t i : index_) kept_.push_back(keys[i]);
+    return;
+  }
+  size_t total = 0;
+  for (size_t i : index_) total += rule.prefix().size() + keys[i].size();
+  storage_.reserve(total);
+  offsets.reserve(index_.size());
+  for (size_t i : index_) {
+    offsets.push_back(storage_.size());
+    storage_.append(rule.prefix());
+    storage_.append(keys[i].data(), keys[i].size());
+  }
+  for (size_t j = 0; j < index_.size(); j++) {
+    const size_t end = j + 1 < offsets.size() ? offsets[j + 1] : storage_.size();
+    kept_.emplace_back(storage_.data() + offsets[j], end - offsets[j]);
   }
 }
 

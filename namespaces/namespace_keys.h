@@ -22,6 +22,22 @@
 
 namespace kvengine {
 
+// A key with its namespace's prefix: in the object itself when short (the usual case: no
+// allocation per call), on the heap otherwise.
+class PrefixedKey {
+ public:
+  PrefixedKey() = default;
+  PrefixedKey(const PrefixedKey&) = delete;
+  PrefixedKey& operator=(const PrefixedKey&) = delete;
+  void Assign(const std::string& prefix, const Slice& key);
+  Slice slice() const { return slice_; }
+
+ private:
+  char inline_[128];
+  std::string heap_;
+  Slice slice_;
+};
+
 class NamespaceKeys {
  public:
   // The default namespace's rule: a key passes as it is unless it is namespaced.
@@ -32,9 +48,10 @@ class NamespaceKeys {
   bool is_default() const { return prefix_.empty(); }
   const std::string& prefix() const { return prefix_; }
 
-  // Checks `key` and, for a namespace, stores its internal form in *internal (the default
-  // namespace leaves *internal alone: the key is its own internal form).
-  Status ToInternal(const Slice& key, std::string* internal) const;
+  // Checks `key` as a key given to this namespace.
+  Status Check(const Slice& key) const;
+  // Checks `key` and stores its internal form in *internal.
+  Status ToInternal(const Slice& key, PrefixedKey* internal) const;
   // Whether an internal key belongs here; stores the key as this namespace's user sees it.
   bool FromInternal(const std::string& internal, std::string* key) const;
   // Stores in *pattern the DeleteByRegex pattern for a user's pattern (InvalidArgument
@@ -52,6 +69,8 @@ class NamespaceKeys {
 class MappedBatch {
  public:
   MappedBatch(const NamespaceKeys& rule, std::span<const Slice> keys);
+  MappedBatch(const MappedBatch&) = delete;  // kept() points into storage_
+  MappedBatch& operator=(const MappedBatch&) = delete;
   // Whether every key was accepted (then kept()[i] is keys[i]'s internal form).
   bool complete() const { return complete_; }
   // The keys for the DB below: the batch's own when the rule is the default namespace's
@@ -73,7 +92,7 @@ class MappedBatch {
   const std::span<const Slice> original_;
   bool passthrough_ = false;
   bool complete_ = true;
-  std::vector<std::string> storage_;  // internal forms (a namespace's rule)
+  std::string storage_;  // the internal forms, one after another (a namespace's rule)
   std::vector<Slice> kept_;
   std::vector<size_t> index_;     // index_[j]: the batch position of kept_[j]
   std::vector<int64_t> refused_;  // per batch position: 0 or the key's error code

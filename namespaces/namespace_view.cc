@@ -22,10 +22,10 @@ Status NamespaceView::WithBase(Fn fn) {
 
 template <class Fn>
 Status NamespaceView::WithKey(const Slice& key, Fn fn) {
-  std::string internal;
+  PrefixedKey internal;
   Status s = state_->keys.ToInternal(key, &internal);
   if (!s.ok()) return s;
-  return WithBase([&](DB* base) { return fn(base, Slice(internal)); });
+  return WithBase([&](DB* base) { return fn(base, internal.slice()); });
 }
 
 template <class T, class Call>
