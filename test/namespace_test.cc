@@ -581,5 +581,46 @@ TEST_F(NamespaceTest, DeleteAllBeforeAndAfterTheFirstNamespace) {
   ASSERT_TRUE(a_->Get(ReadOptions(), "k", &v).ok());
 }
 
+// An attached client is the owner's default namespace: it cannot name a namespace's key
+// on the arena path (put, get) nor through the owner's calls (exists, delete), and its
+// DeleteAll spares the namespace's keys.  Namespaces themselves are not served to
+// attached clients yet: NotSupported.
+TEST(NamespaceAttachTest, AnAttachedClientIsTheDefaultNamespace) {
+  test::TempDir dir;
+  std::filesystem::create_directories(dir.path());
+  const std::string socket = dir.Sub("db") + "/kv.sock";
+  Options owner_options = SsdOptions();
+  owner_options.ssd_capacity_bytes = 0;
+  owner_options.prefault_memory = false;
+  owner_options.local_listen = socket;
+  std::unique_ptr<DB> owner, a, client;
+  Status s = DB::Open(owner_options, dir.Sub("db"), &owner);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_TRUE(owner->CreateNamespace("a", NamespaceOptions(), &a).ok());
+  ASSERT_TRUE(a->Put(WriteOptions(), "k", "a's").ok());
+  Options client_options;
+  client_options.apply_environment = false;
+  client_options.peer_timeout_ms = 2000;
+  ASSERT_TRUE(DB::Attach(client_options, socket, &client).ok());
+  const std::string internal = ns::Prefix(ns::IdOf("a")) + "k";
+  EXPECT_TRUE(client->Put(WriteOptions(), internal, "overwrite").IsInvalidArgument());
+  std::string v;
+  EXPECT_TRUE(client->Get(ReadOptions(), internal, &v).IsInvalidArgument());
+  EXPECT_TRUE(client->Delete(WriteOptions(), internal).IsInvalidArgument());
+  std::vector<Slice> keys = {Slice(internal)};
+  std::vector<int64_t> results;
+  ASSERT_TRUE(client->BatchExists(keys, &results).ok());
+  EXPECT_EQ(results[0], Status::InvalidArgument("").ErrorCode());
+  ASSERT_TRUE(client->Put(WriteOptions(), "k", "default's").ok());
+  uint64_t deleted = 0;
+  ASSERT_TRUE(client->DeleteAll(&deleted).ok());
+  EXPECT_EQ(deleted, 1u);
+  ASSERT_TRUE(a->Get(ReadOptions(), "k", &v).ok());
+  EXPECT_EQ(v, "a's");
+  std::unique_ptr<DB> h;
+  EXPECT_TRUE(client->OpenNamespace("a", &h).IsNotSupported());
+  ASSERT_TRUE(client->Close().ok());
+}
+
 }  // namespace
 }  // namespace kvengine
