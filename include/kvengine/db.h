@@ -21,7 +21,9 @@
 // A key that fails does not affect the other keys of the batch.
 //
 // Input rules, checked before anything changes:
-//   * a key is 1 to Options::max_key_size bytes (any bytes);
+//   * a key is 1 to Options::max_key_size bytes (any bytes), except that a key of the
+//     default namespace does not start with byte 0xFE and a key given to a namespace's
+//     handle is at most max_key_size - 9 bytes (see "namespaces" below);
 //   * a value is 0 to Options::max_value_size bytes and must fit in the memory tier;
 //   * a null buffer is only allowed with length 0;
 //   * a batch has at most Options::max_batch_size keys, and its lists have equal sizes;
