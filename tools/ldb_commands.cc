@@ -431,7 +431,9 @@ class ScanCommand : public LdbCommand {
            "  With --namespace only that namespace's keys, as its user sees them (--prefix\n"
            "  and --regex apply to those).";
   }
-  std::vector<std::string> Flags() const override { return {"namespace", "prefix", "regex", "limit", "json"}; }
+  std::vector<std::string> Flags() const override {
+    return {"namespace", "prefix", "regex", "limit", "json"};
+  }
 
   int DoCommand(const std::vector<std::string>&) override {
     ByteRegex re;  // matches as DB::DeleteByRegex does
@@ -609,8 +611,7 @@ class NamespacesCommand : public LdbCommand {
       for (size_t i = 0; i < records.size(); i++) {
         const NamespaceInfo& r = records[i];
         out += (i > 0 ? "," : "") + std::string("{\"name\":") + JsonString(r.name) +
-               ",\"id\":" + U(r.id) +
-               ",\"memory_quota_bytes\":" + U(r.options.memory_quota_bytes) +
+               ",\"id\":" + U(r.id) + ",\"memory_quota_bytes\":" + U(r.options.memory_quota_bytes) +
                ",\"ssd_quota_bytes\":" + U(r.options.ssd_quota_bytes) +
                ",\"weight\":" + U(r.options.weight) +
                ",\"dropping\":" + (r.dropping ? "true" : "false") +
@@ -620,15 +621,14 @@ class NamespacesCommand : public LdbCommand {
                   out.c_str(), default_keys, orphans);
       return kExitOk;
     }
-    std::printf("%-20s %-18s %14s %14s %6s %-8s %8s\n", "name", "id", "memory_quota",
-                "ssd_quota", "weight", "state", "ssd_keys");
+    std::printf("%-20s %-18s %14s %14s %6s %-8s %8s\n", "name", "id", "memory_quota", "ssd_quota",
+                "weight", "state", "ssd_keys");
     std::printf("%-20s %-18s %14s %14s %6s %-8s %8" PRIu64 "\n", "default", "-", "-", "-", "1",
                 "live", default_keys);
     for (const NamespaceInfo& r : records) {
-      std::printf("%-20s %-18s %14" PRIu64 " %14" PRIu64 " %6u %-8s %8" PRIu64 "\n",
-                  r.name.c_str(), Hex64(r.id).c_str(), r.options.memory_quota_bytes,
-                  r.options.ssd_quota_bytes, r.options.weight, r.dropping ? "dropping" : "live",
-                  keys_by_id[r.id]);
+      std::printf("%-20s %-18s %14" PRIu64 " %14" PRIu64 " %6u %-8s %8" PRIu64 "\n", r.name.c_str(),
+                  Hex64(r.id).c_str(), r.options.memory_quota_bytes, r.options.ssd_quota_bytes,
+                  r.options.weight, r.dropping ? "dropping" : "live", keys_by_id[r.id]);
     }
     std::printf("%zu namespaces besides the default; %" PRIu64 " orphan keys\n", records.size(),
                 orphans);
@@ -990,8 +990,9 @@ std::vector<std::unique_ptr<LdbCommand>> AllCommands() {
 }
 
 std::vector<std::string> AllFlagNames() {
-  return {"db",    "read_only", "bucket", "file", "values", "preview_bytes", "prefix",  "regex",
-          "limit", "key",       "hex",    "raw",  "out",    "json",          "options", "log", "namespace"};
+  return {"db",     "read_only", "bucket",  "file", "values",   "preview_bytes",
+          "prefix", "regex",     "limit",   "key",  "hex",      "raw",
+          "out",    "json",      "options", "log",  "namespace"};
 }
 
 }  // namespace ldb

@@ -35,18 +35,18 @@ Status CheckDefaultNamespaceKey(const Slice& key) {
 Status CheckNamespacedKey(const Slice& key, uint64_t max_key_size) {
   const uint64_t limit = max_key_size > ns::kPrefixSize ? max_key_size - ns::kPrefixSize : 0;
   if (key.size() > limit) {
-    return Status::InvalidArgument("key of " + std::to_string(key.size()) +
-                                   " bytes exceeds a namespace's limit of " + std::to_string(limit) +
-                                   " (max_key_size less the " + std::to_string(ns::kPrefixSize) +
-                                   "-byte namespace prefix): " + Printable(key));
+    return Status::InvalidArgument(
+        "key of " + std::to_string(key.size()) + " bytes exceeds a namespace's limit of " +
+        std::to_string(limit) + " (max_key_size less the " + std::to_string(ns::kPrefixSize) +
+        "-byte namespace prefix): " + Printable(key));
   }
   return CheckKey(key, limit);
 }
 
 Status CheckNamespaceName(std::string_view name) {
   const auto allowed = [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '.' || c == '_' || c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == '-';
   };
   if (name.empty() || name.size() > 64) {
     return Status::InvalidArgument("namespace name of " + std::to_string(name.size()) +
@@ -54,7 +54,8 @@ Status CheckNamespaceName(std::string_view name) {
   }
   for (char c : name) {
     if (!allowed(c)) {
-      return Status::InvalidArgument("namespace name " + Printable(Slice(name.data(), name.size())) +
+      return Status::InvalidArgument("namespace name " +
+                                     Printable(Slice(name.data(), name.size())) +
                                      ": only letters, digits, '.', '_' and '-' are allowed");
     }
   }

@@ -306,10 +306,10 @@ class DB {
   // Prefetch, GetValueSize, BatchGetInto, Put, BatchPut, Delete, BatchDelete,
   // DeleteByRegex (its pattern matches the key as the namespace's user sees it),
   // DeleteAll and ReadRemovals (its events, with its keys) of a handle touch only its
-  // namespace.  The calls of the DB itself are those of the default namespace, which
-  // every DB has: they never see the keys of a namespace, and refuse with
-  // InvalidArgument a key whose first byte is 0xFE (that byte starts the keys of
-  // namespaces).  Flush, CompactBuckets, RegisterBuffer, GetProperty and ResetPerf act on
+  // namespace; its GetProperty("kvengine.namespace") is the namespace's name.  The calls of the DB
+  // itself are those of the default namespace, which every DB has: they never see the keys of a
+  // namespace, and refuse with InvalidArgument a key whose first byte is 0xFE (that byte starts the
+  // keys of namespaces).  Flush, CompactBuckets, RegisterBuffer, GetProperty and ResetPerf act on
   // the whole DB from any handle.
   //
   // The registry of namespaces (name, id, options) is a file of the DB directory,
