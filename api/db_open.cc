@@ -7,6 +7,8 @@
 //   ClusterDB   over it when peers, a cluster or a listen address are configured
 //               (cluster/): routes keys to their owners, reads through to peers, and
 //               serves the DBImpl to the peers.
+//   NamespaceDB over it, always (namespaces/): the DB directory's namespace registry,
+//               the namespaces' handles, and the default namespace's key rule.
 //   OwnerDB     over the top when local_listen is set (attach/): serves the top layer
 //               to the other processes of this host, their value bytes moving through
 //               the engine's arena (db/shared_arena.h).
@@ -27,6 +29,7 @@
 #include "db/db_impl.h"
 #include "kvengine/db.h"
 #include "metrics/metrics_db.h"
+#include "namespaces/namespace_db.h"
 #include "transport/server.h"
 #include "util/call_log.h"
 #include "util/perf_point.h"
@@ -105,6 +108,7 @@ Status DB::Open(const Options& options, const std::string& path, std::unique_ptr
     RemoveLocalSocketRecord(env, path);
   }
   std::unique_ptr<DB> top = std::move(local);
+  const bool clustered = cluster != nullptr;  // peers may send keys of any namespace
   if (s.ok() && cluster != nullptr) {
     s = cluster->Start(
         std::move(top), PinForPeers(engine),
@@ -112,6 +116,7 @@ Status DB::Open(const Options& options, const std::string& path, std::unique_ptr
         engine->arena_base(), engine->peer_tier_counters());
     top = std::move(cluster);  // which owns the engine now, started or not
   }
+  if (s.ok()) s = NamespaceDB::Wrap(effective, path, clustered, &top);
   if (s.ok() && !effective.local_listen.empty()) {
     s = OwnerDB::Wrap(effective, path, engine, engine->info_log(), &top);
   }

@@ -31,7 +31,10 @@ namespace {
 template <typename Buffer>
 Status CheckBuffers(GpuIo* gpu, const Slice& key, const std::vector<Buffer>& buffers,
                     const char* what, int* device) {
-  Status s = CheckNoNullBuffer(key, buffers, what);
+  // The owner's arena path (reserve, commit, pin) does not pass through its NamespaceDB:
+  // the default namespace's key rule is checked here too.
+  Status s = input::CheckDefaultNamespaceKey(key);
+  if (s.ok()) s = CheckNoNullBuffer(key, buffers, what);
   if (!s.ok()) return s;
   s = gpu->Scan(std::span<const Buffer>(buffers), device);
   return s.ok() ? s : ForKey(key, s);

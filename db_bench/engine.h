@@ -54,6 +54,9 @@ struct EngineConfig {
   std::string attach;
   // kvengine: a thread reads the DB's removal feed every 10 ms while it is open.
   bool removal_feed_reader = false;
+  // kvengine: every call goes through the handle of this namespace (created when the DB
+  // lacks it; DB::CreateNamespace) instead of the DB itself.  Empty: the DB.
+  std::string namespace_name;
 };
 
 // Keys served by each tier, as an engine counts them (counters that only grow).

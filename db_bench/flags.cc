@@ -168,6 +168,11 @@ DEFINE_bool(compare_removal_feed, false,
             "(DB::ReadRemovals) every 10 ms -- recording on, as under the vLLM "
             "connector with KV events -- and print the ratio kvengine+feed/kvengine per "
             "benchmark, both measured in this run");
+DEFINE_bool(compare_namespace, false,
+            "Run every kvengine benchmark on two in-process kvengine DBs (same --memory and "
+            "--options), the second used through the handle of a namespace "
+            "(DB::CreateNamespace: every key carries its 9-byte prefix), and print the ratio "
+            "kvengine+ns/kvengine per benchmark, both measured in this run");
 DEFINE_uint64(repeat, 1,
               "Run the whole --benchmarks list this many times, one round after another, then "
               "print each figure's median over the rounds (ops/sec, the ratio to its baseline, "
@@ -536,6 +541,12 @@ const FlagRule kSetupRules[] = {
     {"compare_in_process",
      [](const Resolved&) { return !FLAGS_compare_in_process || !FLAGS_attach.empty(); },
      "only with --attach"},
+    {"compare_namespace",
+     [](const Resolved&) {
+       return !FLAGS_compare_namespace ||
+              (FLAGS_attach.empty() && !FLAGS_compare_removal_feed && FLAGS_engine == "kvengine");
+     },
+     "only with --engine=kvengine, and not with --attach or --compare_removal_feed"},
     {"repeat", [](const Resolved&) { return InRange<uint64_t>(FLAGS_repeat, 1, 1000); },
      "must be in [1, 1000]"},
 };
@@ -641,6 +652,8 @@ void CopyCheckedFlags(BenchConfig* c) {
   if (c->compare_in_process) c->engines = {"kvengine", "attached"};
   c->compare_removal_feed = FLAGS_compare_removal_feed;
   if (c->compare_removal_feed) c->engines = {"kvengine", "kvengine+feed"};
+  c->compare_namespace = FLAGS_compare_namespace;
+  if (c->compare_namespace) c->engines = {"kvengine", "kvengine+ns"};
   c->repeat = FLAGS_repeat;
   c->auth_token_file = FLAGS_auth_token_file;
 }

@@ -58,6 +58,7 @@ class KvengineEngine : public Engine {
     Status s = EngineOptions(config, &options);
     if (!s.ok()) return s;
     s = kvengine::DB::Open(options, config.path, &db_);
+    if (s.ok() && !config.namespace_name.empty()) s = OpenNamespace(config.namespace_name);
     if (!s.ok()) return s;
     notes_.push_back("kvengine: memory_capacity_bytes=" + std::to_string(config.memory_budget) +
                      (config.kvengine_options.empty() ? "" : " plus --options") +
@@ -68,6 +69,8 @@ class KvengineEngine : public Engine {
 
   Status Close() override {
     StopFeedReader();
+    ns_.reset();
+    calls_ = nullptr;
     if (!db_) return Status::OK();
     Status s = db_->Close();
     db_.reset();
@@ -77,26 +80,26 @@ class KvengineEngine : public Engine {
   }
 
   Status Put(const Slice& key, const Slice& value) override {
-    return db_->Put(write_options_, key, value);
+    return Calls()->Put(write_options_, key, value);
   }
   Status GetInto(const Slice& key, MutableSlice buffer, size_t* size) override {
-    return db_->GetInto(read_options_, key, buffer, size);
+    return Calls()->GetInto(read_options_, key, buffer, size);
   }
-  Status Delete(const Slice& key) override { return db_->Delete(write_options_, key); }
+  Status Delete(const Slice& key) override { return Calls()->Delete(write_options_, key); }
 
   Status BatchPut(std::span<const Slice> keys, std::span<const ValueParts> values,
                   std::vector<int64_t>* results) override {
-    return db_->BatchPut(write_options_, keys, values, results);
+    return Calls()->BatchPut(write_options_, keys, values, results);
   }
   Status BatchGetInto(std::span<const Slice> keys, std::span<const Destination> destinations,
                       std::vector<int64_t>* results) override {
-    return db_->BatchGetInto(read_options_, keys, destinations, results);
+    return Calls()->BatchGetInto(read_options_, keys, destinations, results);
   }
   Status BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) override {
-    return db_->BatchExists(keys, results);
+    return Calls()->BatchExists(keys, results);
   }
   Status BatchDelete(std::span<const Slice> keys, std::vector<int64_t>* results) override {
-    return db_->BatchDelete(write_options_, keys, results);
+    return Calls()->BatchDelete(write_options_, keys, results);
   }
   bool DeleteReportsAbsent() const override { return true; }
 
@@ -119,14 +122,14 @@ class KvengineEngine : public Engine {
 
   Status Prefetch(std::span<const Slice> keys, uint64_t* started) override {
     std::vector<int64_t> results;
-    Status s = db_->Prefetch(keys, &results);
+    Status s = Calls()->Prefetch(keys, &results);
     *started = static_cast<uint64_t>(std::count(results.begin(), results.end(), 1));
     return s;
   }
   Status RegisterBuffer(void* addr, size_t length) override {
-    return db_->RegisterBuffer(addr, length);
+    return Calls()->RegisterBuffer(addr, length);
   }
-  Status UnregisterBuffer(void* addr) override { return db_->UnregisterBuffer(addr); }
+  Status UnregisterBuffer(void* addr) override { return Calls()->UnregisterBuffer(addr); }
 
   // From the stats text (and the peers' when the DB is in a cluster): two property calls,
   // so this is read outside the timed calls.
@@ -279,7 +282,22 @@ class KvengineEngine : public Engine {
   }
 
   std::unique_ptr<kvengine::ReadyChild> owner_;
+  // The DB the workload's calls go to: db_, or the handle of --compare_namespace's
+  // namespace.
+  kvengine::DB* Calls() const { return calls_ != nullptr ? calls_ : db_.get(); }
+  // Creates (or, in a DB that has it, opens) namespace `name`; its handle takes the calls.
+  Status OpenNamespace(const std::string& name) {
+    Status s = db_->CreateNamespace(name, kvengine::NamespaceOptions(), &ns_);
+    if (s.IsInvalidArgument()) s = db_->OpenNamespace(name, &ns_);
+    if (!s.ok()) return s;
+    calls_ = ns_.get();
+    notes_.push_back("kvengine+ns: every call through the handle of namespace '" + name + "'");
+    return s;
+  }
+
   std::unique_ptr<kvengine::DB> db_;
+  std::unique_ptr<kvengine::DB> ns_;
+  kvengine::DB* calls_ = nullptr;
   std::thread feed_reader_;
   std::atomic<bool> feed_stop_{false};
   uint64_t feed_events_ = 0, feed_missed_ = 0;

@@ -198,6 +198,7 @@ bool Suite::OpenSlot(Slot* slot, std::string* error, bool reopen) {
   ec.data_set_bytes = c_.num * c_.value_size;
   if (slot->name == (c_.compare_in_process ? "attached" : "kvengine")) ec.attach = c_.attach;
   ec.removal_feed_reader = slot->name == "kvengine+feed";
+  if (slot->name == "kvengine+ns") ec.namespace_name = "bench";
   Status s = slot->engine->Open(ec);
   if (!s.ok()) {
     *error = "cannot open " + slot->name + (slot->path.empty() ? "" : " in " + slot->path) + ": " +
@@ -523,8 +524,9 @@ void Suite::RunRound(uint64_t round, uint64_t* salt_counter) {
     }
     if (per_engine.size() == 2) {
       // The attached engine over the in-process one, the one whose removal feed is read
-      // over the other; kvengine over RocksDB.
-      const bool attached = c_.compare_in_process || c_.compare_removal_feed;
+      // (or that is used through a namespace) over the other; kvengine over RocksDB.
+      const bool attached =
+          c_.compare_in_process || c_.compare_removal_feed || c_.compare_namespace;
       const Result& a = per_engine[attached ? 1 : 0];
       const Result& b = per_engine[attached ? 0 : 1];
       if (c_.json) {

@@ -2,9 +2,6 @@
 // the memory tier (write_back) reach SSD buckets, and a process killed right after a
 // completed Flush() reopens with them bit-exact.  (crash_test.cc kills at random points;
 // these tests pin down each promise on its own.)
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <sstream>
 
@@ -59,34 +56,18 @@ void ExpectAllThere(DB* db) {
 
 TEST(DurabilityTest, WriteBackFlushSurvivesSigkill) {
   test::TempDir dir;
-  int fds[2];
-  ASSERT_EQ(pipe(fds), 0);
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    close(fds[0]);
+  const int rc = test::KillAfter([&] {
     std::unique_ptr<DB> db;
-    if (!DB::Open(RoomyWriteBack(), dir.path(), &db).ok()) _exit(3);
+    if (!DB::Open(RoomyWriteBack(), dir.path(), &db).ok()) return 3;
     for (int i = 0; i < kValues; i++) {
-      if (!db->Put(WriteOptions(), Key(i), test::MakeValue(i, ValueSize(i))).ok()) _exit(4);
+      if (!db->Put(WriteOptions(), Key(i), test::MakeValue(i, ValueSize(i))).ok()) return 4;
     }
     for (int i = 0; i < kValues; i += 5) {
-      if (!db->Delete(WriteOptions(), Key(i)).ok()) _exit(5);
+      if (!db->Delete(WriteOptions(), Key(i)).ok()) return 5;
     }
-    if (!db->Flush().ok()) _exit(6);
-    char ack = 1;
-    if (write(fds[1], &ack, 1) != 1) _exit(7);
-    pause();  // killed here, never closed
-    _exit(8);
-  }
-  close(fds[1]);
-  char ack = 0;
-  ASSERT_EQ(read(fds[0], &ack, 1), 1) << "the child failed before its Flush completed";
-  close(fds[0]);
-  kill(pid, SIGKILL);
-  int wstatus = 0;
-  waitpid(pid, &wstatus, 0);
-  ASSERT_TRUE(WIFSIGNALED(wstatus));
+    return db->Flush().ok() ? 0 : 6;
+  });
+  ASSERT_EQ(rc, 0) << "the child failed before its Flush completed";
 
   std::unique_ptr<DB> db;
   ASSERT_TRUE(DB::Open(RoomyWriteBack(), dir.path(), &db).ok());

@@ -4,12 +4,15 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -18,6 +21,35 @@
 #include "kvengine/db.h"
 
 namespace kvengine::test {
+
+// Runs `work` in a forked child and kills it with SIGKILL once work returned 0: the
+// state a crash leaves right after it.  work returns 0, or an exit code that says which
+// step failed.  Returns the child's failing exit code (the child was not killed then),
+// or 0 when it was killed as planned.
+inline int KillAfter(const std::function<int()>& work) {
+  int fds[2];
+  if (pipe(fds) != 0) return -1;
+  const pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    close(fds[0]);
+    const int rc = work();
+    if (rc != 0) _exit(rc);
+    char ack = 1;
+    if (write(fds[1], &ack, 1) != 1) _exit(100);
+    pause();  // killed here, never closed
+    _exit(101);
+  }
+  close(fds[1]);
+  char ack = 0;
+  const bool reported = read(fds[0], &ack, 1) == 1;
+  close(fds[0]);
+  if (reported) kill(pid, SIGKILL);
+  int wstatus = 0;
+  waitpid(pid, &wstatus, 0);
+  if (reported) return WIFSIGNALED(wstatus) ? 0 : -1;
+  return WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1;
+}
 
 // A loopback TCP port free a moment ago, for a server a test starts.
 inline uint16_t FreePort() {

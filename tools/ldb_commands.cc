@@ -5,13 +5,18 @@
 #include <cinttypes>
 #include <cstdio>
 #include <ctime>
+#include <map>
+#include <set>
 
 #include "kvengine/db.h"
 #include "kvengine/env.h"
 #include "kvengine/options.h"
+#include "namespaces/namespace_keys.h"
+#include "namespaces/namespace_registry.h"
 #include "tools/ldb_model.h"
 #include "util/byte_regex.h"
 #include "util/config_parse.h"
+#include "util/namespace_key.h"
 
 DEFINE_string(db, "", "The DB directory (required by every command but dump_bucket --file)");
 DEFINE_bool(
@@ -38,6 +43,10 @@ DEFINE_string(out, "", "get: write the raw value bytes to this file");
 DEFINE_bool(json, false,
             "list_buckets, scan, tombstones, verify, stats: print one JSON object instead of "
             "aligned text");
+DEFINE_string(namespace, "",
+              "scan, get: the keys of this namespace only, shown as its user sees them "
+              "(\"default\": the default namespace's; unset: every key as stored, a "
+              "namespace's with its 9-byte prefix)");
 DEFINE_string(options, "",
               "stats, compact, delete: kvengine options for DB::Open, as name=value,... "
               "(anything Options::Set accepts)");
@@ -131,6 +140,46 @@ bool KeyArg(const char* cmd, const std::vector<std::string>& args, std::string* 
   }
   return true;
 }
+
+// Which keys --namespace names: every key as stored (unset), or one namespace's, mapped
+// as NamespaceKeys maps them (namespaces/namespace_keys.h).
+class NamespaceScope {
+ public:
+  // Returns 0 or the exit code (after printing why): an unknown name, a damaged registry.
+  int Resolve(const char* cmd, Env* env) {
+    if (FLAGS_namespace.empty() || FLAGS_namespace == "default") {
+      all_ = FLAGS_namespace.empty();
+      return kExitOk;
+    }
+    NamespaceRecords records;
+    Status s = LoadNamespaceRegistry(env, FLAGS_db, &records);
+    if (!s.ok()) return Fail(cmd, s.ToString());
+    for (const NamespaceInfo& r : records) {
+      if (r.name == FLAGS_namespace) {
+        rule_ = NamespaceKeys(r.id, UINT64_MAX);
+        all_ = false;
+        return kExitOk;
+      }
+    }
+    return Fail(cmd, "no namespace '" + FLAGS_namespace + "' in " + FLAGS_db, kExitUsage);
+  }
+  // The stored key of the user's `key`.
+  std::string Internal(const std::string& key) const {
+    return rule_.is_default() ? key : rule_.prefix() + key;
+  }
+  // Whether the stored key `internal` is in scope; stores the key its user sees.
+  bool Contains(const std::string& internal, std::string* key) const {
+    if (all_) {
+      *key = internal;
+      return true;
+    }
+    return rule_.FromInternal(internal, key);
+  }
+
+ private:
+  bool all_ = true;
+  NamespaceKeys rule_;  // the default namespace's unless a name was given
+};
 
 // ---------------------------------------------------------------- list_buckets
 
@@ -375,12 +424,16 @@ class ScanCommand : public LdbCommand {
  public:
   const char* Name() const override { return "scan"; }
   const char* Help() const override {
-    return "scan --db=DIR [--prefix=P] [--regex=R] [--limit=N] [--json]\n"
+    return "scan --db=DIR [--namespace=NAME] [--prefix=P] [--regex=R] [--limit=N] [--json]\n"
            "  The live keys in key order, each as\n"
            "    'key' tier:ssd bucket:B size:S version:V\n"
-           "  (offline, only the SSD tier exists: the memory tier dies with its process).";
+           "  (offline, only the SSD tier exists: the memory tier dies with its process).\n"
+           "  With --namespace only that namespace's keys, as its user sees them (--prefix\n"
+           "  and --regex apply to those).";
   }
-  std::vector<std::string> Flags() const override { return {"prefix", "regex", "limit", "json"}; }
+  std::vector<std::string> Flags() const override {
+    return {"namespace", "prefix", "regex", "limit", "json"};
+  }
 
   int DoCommand(const std::vector<std::string>&) override {
     ByteRegex re;  // matches as DB::DeleteByRegex does
@@ -390,13 +443,17 @@ class ScanCommand : public LdbCommand {
     }
     OfflineDb db;
     if (int rc = db.Open(Name()); rc != kExitOk) return rc;
+    NamespaceScope scope;
+    if (int rc = scope.Resolve(Name(), db.env()); rc != kExitOk) return rc;
+    const std::string start = scope.Internal(FLAGS_prefix);
     const auto& live = db.model().live();
-    auto it = FLAGS_prefix.empty() ? live.begin() : live.lower_bound(FLAGS_prefix);
+    auto it = start.empty() ? live.begin() : live.lower_bound(start);
     uint64_t shown = 0;
     std::string json = "{\"keys\":[";
     for (; it != live.end(); ++it) {
-      const std::string& key = it->first;
-      if (!key.starts_with(FLAGS_prefix)) break;
+      if (!it->first.starts_with(start)) break;
+      std::string key;
+      if (!scope.Contains(it->first, &key)) continue;
       if (!FLAGS_regex.empty() && !re.Matches(key)) continue;
       if (FLAGS_limit > 0 && shown >= FLAGS_limit) break;
       const BucketEntry& e = *it->second.entry;
@@ -425,14 +482,16 @@ class GetCommand : public LdbCommand {
  public:
   const char* Name() const override { return "get"; }
   const char* Help() const override {
-    return "get --db=DIR (KEY | --key=KEY) [--hex | --raw | --out=FILE] [--preview_bytes=N]\n"
+    return "get --db=DIR [--namespace=NAME] (KEY | --key=KEY) [--hex | --raw | --out=FILE]\n"
+           "    [--preview_bytes=N]\n"
            "  The value of a live key, its checksum verified. By default one line of value\n"
            "  info and a hex preview; --hex a full hex dump; --raw the bytes to stdout;\n"
            "  --out=FILE the bytes to a file. Exit code 1 when the key is absent or the\n"
-           "  value fails its checksum (nothing is written then).";
+           "  value fails its checksum (nothing is written then). With --namespace, KEY is\n"
+           "  that namespace's key.";
   }
   std::vector<std::string> Flags() const override {
-    return {"key", "hex", "raw", "out", "preview_bytes"};
+    return {"namespace", "key", "hex", "raw", "out", "preview_bytes"};
   }
   size_t MaxArgs() const override { return 1; }
 
@@ -445,7 +504,13 @@ class GetCommand : public LdbCommand {
     }
     OfflineDb db;
     if (int rc = db.Open(Name()); rc != kExitOk) return rc;
-    auto it = db.model().live().find(key);
+    NamespaceScope scope;
+    if (int rc = scope.Resolve(Name(), db.env()); rc != kExitOk) return rc;
+    std::string ignored;
+    if (!scope.Contains(scope.Internal(key), &ignored)) {
+      return Fail(Name(), "key " + PrintableKey(key) + " is not a key of the default namespace");
+    }
+    auto it = db.model().live().find(scope.Internal(key));
     if (it == db.model().live().end()) {
       return Fail(Name(), "key " + PrintableKey(key) + " not found");
     }
@@ -503,6 +568,71 @@ class GetCommand : public LdbCommand {
       }
       std::printf("%08zx  %s |%s|\n", off, hex.c_str(), text.c_str());
     }
+  }
+};
+
+// ---------------------------------------------------------------- namespaces
+
+class NamespacesCommand : public LdbCommand {
+ public:
+  const char* Name() const override { return "namespaces"; }
+  const char* Help() const override {
+    return "namespaces --db=DIR [--json]\n"
+           "  The namespace registry (NAMESPACES: docs/namespace_format.md): each namespace's\n"
+           "  name, id, quotas, weight and state (live, or dropping: a DropNamespace that did\n"
+           "  not finish), and its live keys on SSD; the default namespace's, and keys of\n"
+           "  namespaces the registry does not know (orphans: written by a peer, or left by a\n"
+           "  lost registry). Exit code 1 when the registry is damaged.";
+  }
+  std::vector<std::string> Flags() const override { return {"json"}; }
+
+  int DoCommand(const std::vector<std::string>&) override {
+    OfflineDb db;
+    if (int rc = db.Open(Name()); rc != kExitOk) return rc;
+    NamespaceRecords records;
+    Status s = LoadNamespaceRegistry(db.env(), FLAGS_db, &records);
+    if (!s.ok()) return Fail(Name(), s.ToString());
+    std::map<uint64_t, uint64_t> keys_by_id;
+    uint64_t default_keys = 0, orphans = 0;
+    for (const auto& [key, where] : db.model().live()) {
+      if (ns::IsNamespaced(key) && key.size() >= ns::kPrefixSize) {
+        keys_by_id[ns::IdOfKey(key)]++;
+      } else if (!ns::IsNamespaced(key)) {
+        default_keys++;
+      } else {
+        orphans++;  // too short to carry an id
+      }
+    }
+    std::set<uint64_t> known;
+    for (const NamespaceInfo& r : records) known.insert(r.id);
+    for (const auto& [id, n] : keys_by_id) orphans += known.count(id) > 0 ? 0 : n;
+    if (FLAGS_json) {
+      std::string out = "{\"namespaces\":[";
+      for (size_t i = 0; i < records.size(); i++) {
+        const NamespaceInfo& r = records[i];
+        out += (i > 0 ? "," : "") + std::string("{\"name\":") + JsonString(r.name) +
+               ",\"id\":" + U(r.id) + ",\"memory_quota_bytes\":" + U(r.options.memory_quota_bytes) +
+               ",\"ssd_quota_bytes\":" + U(r.options.ssd_quota_bytes) +
+               ",\"weight\":" + U(r.options.weight) +
+               ",\"dropping\":" + (r.dropping ? "true" : "false") +
+               ",\"ssd_keys\":" + U(keys_by_id[r.id]) + "}";
+      }
+      std::printf("%s],\"default_ssd_keys\":%" PRIu64 ",\"orphan_ssd_keys\":%" PRIu64 "}\n",
+                  out.c_str(), default_keys, orphans);
+      return kExitOk;
+    }
+    std::printf("%-20s %-18s %14s %14s %6s %-8s %8s\n", "name", "id", "memory_quota", "ssd_quota",
+                "weight", "state", "ssd_keys");
+    std::printf("%-20s %-18s %14s %14s %6s %-8s %8" PRIu64 "\n", "default", "-", "-", "-", "1",
+                "live", default_keys);
+    for (const NamespaceInfo& r : records) {
+      std::printf("%-20s %-18s %14" PRIu64 " %14" PRIu64 " %6u %-8s %8" PRIu64 "\n", r.name.c_str(),
+                  Hex64(r.id).c_str(), r.options.memory_quota_bytes, r.options.ssd_quota_bytes,
+                  r.options.weight, r.dropping ? "dropping" : "live", keys_by_id[r.id]);
+    }
+    std::printf("%zu namespaces besides the default; %" PRIu64 " orphan keys\n", records.size(),
+                orphans);
+    return kExitOk;
   }
 };
 
@@ -848,6 +978,7 @@ std::vector<std::unique_ptr<LdbCommand>> AllCommands() {
   c.push_back(std::make_unique<DumpBucketCommand>());
   c.push_back(std::make_unique<ScanCommand>());
   c.push_back(std::make_unique<GetCommand>());
+  c.push_back(std::make_unique<NamespacesCommand>());
   c.push_back(std::make_unique<TombstonesCommand>());
   c.push_back(std::make_unique<VerifyCommand>());
   c.push_back(std::make_unique<StatsCommand>());
@@ -859,8 +990,9 @@ std::vector<std::unique_ptr<LdbCommand>> AllCommands() {
 }
 
 std::vector<std::string> AllFlagNames() {
-  return {"db",    "read_only", "bucket", "file", "values", "preview_bytes", "prefix",  "regex",
-          "limit", "key",       "hex",    "raw",  "out",    "json",          "options", "log"};
+  return {"db",     "read_only", "bucket",  "file", "values",   "preview_bytes",
+          "prefix", "regex",     "limit",   "key",  "hex",      "raw",
+          "out",    "json",      "options", "log",  "namespace"};
 }
 
 }  // namespace ldb

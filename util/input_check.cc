@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "util/config_parse.h"
+#include "util/namespace_key.h"
 #include "util/printable.h"
 
 namespace kvengine::input {
@@ -16,6 +17,51 @@ Status CheckKey(const Slice& key, uint64_t max_key_size) {
     return Status::InvalidArgument("key of " + std::to_string(key.size()) +
                                    " bytes exceeds max_key_size (" + std::to_string(max_key_size) +
                                    "): " + Printable(key));
+  }
+  return Status::OK();
+}
+
+Status CheckDefaultNamespaceKey(const Slice& key) {
+  // (A null key is CheckKey's to refuse.)
+  if (key.data() == nullptr || !ns::IsNamespaced(std::string_view(key.data(), key.size()))) {
+    return Status::OK();
+  }
+  return Status::InvalidArgument(
+      "key " + Printable(key) +
+      " starts with byte 0xfe, which the default namespace refuses: keys of that byte belong to "
+      "namespaces (DB::CreateNamespace; docs/namespace_format.md)");
+}
+
+Status CheckNamespacedKey(const Slice& key, uint64_t max_key_size) {
+  const uint64_t limit = max_key_size > ns::kPrefixSize ? max_key_size - ns::kPrefixSize : 0;
+  if (key.size() > limit) {
+    return Status::InvalidArgument(
+        "key of " + std::to_string(key.size()) + " bytes exceeds a namespace's limit of " +
+        std::to_string(limit) + " (max_key_size less the " + std::to_string(ns::kPrefixSize) +
+        "-byte namespace prefix): " + Printable(key));
+  }
+  return CheckKey(key, limit);
+}
+
+Status CheckNamespaceName(std::string_view name) {
+  const auto allowed = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == '-';
+  };
+  if (name.empty() || name.size() > 64) {
+    return Status::InvalidArgument("namespace name of " + std::to_string(name.size()) +
+                                   " bytes: a name is 1 to 64 bytes");
+  }
+  for (char c : name) {
+    if (!allowed(c)) {
+      return Status::InvalidArgument("namespace name " +
+                                     Printable(Slice(name.data(), name.size())) +
+                                     ": only letters, digits, '.', '_' and '-' are allowed");
+    }
+  }
+  if (name == "default") {
+    return Status::InvalidArgument(
+        "namespace name 'default' is reserved: it names the namespace of the calls without one");
   }
   return Status::OK();
 }

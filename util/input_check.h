@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string_view>
 
 #include "kvengine/slice.h"
 #include "kvengine/status.h"
@@ -24,6 +25,19 @@ Status CheckKey(const Slice& key, uint64_t max_key_size);
 
 // A value of `size` bytes is at most max_value_size.
 Status CheckValueSize(const Slice& key, uint64_t size, uint64_t max_value_size);
+
+// A key of the default namespace does not start with the byte of namespaced keys (0xFE,
+// util/namespace_key.h): such a key could match, overwrite or delete a key of a namespace.
+Status CheckDefaultNamespaceKey(const Slice& key);
+
+// A key given to a namespace's handle: 1 byte to max_key_size less the namespace's key
+// prefix (util/namespace_key.h), so that the key stored fits max_key_size.
+Status CheckNamespacedKey(const Slice& key, uint64_t max_key_size);
+
+// A namespace's name: 1 to 64 bytes of letters, digits, '.', '_' and '-' (it appears in
+// messages, kv_ldb flags and, later, metric labels), and not "default", the name of the
+// namespace every DB has.
+Status CheckNamespaceName(std::string_view name);
 
 // A batch call's lists: `results` is not null, the `others` (values or destinations,
 // named by `what`) are as many as the keys, and there are at most max_batch_size keys

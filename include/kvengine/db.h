@@ -21,7 +21,9 @@
 // A key that fails does not affect the other keys of the batch.
 //
 // Input rules, checked before anything changes:
-//   * a key is 1 to Options::max_key_size bytes (any bytes);
+//   * a key is 1 to Options::max_key_size bytes (any bytes), except that a key of the
+//     default namespace does not start with byte 0xFE and a key given to a namespace's
+//     handle is at most max_key_size - 9 bytes (see "namespaces" below);
 //   * a value is 0 to Options::max_value_size bytes and must fit in the memory tier;
 //   * a null buffer is only allowed with length 0;
 //   * a batch has at most Options::max_batch_size keys, and its lists have equal sizes;
@@ -92,6 +94,40 @@ struct RemovalBatch {
   // The sequence of the newest event the DB has recorded (0: none yet).  A reader
   // that wants only what happens from now on starts its cursor here.
   uint64_t last_sequence = 0;
+};
+
+// The options of a namespace (DB::CreateNamespace), kept in the DB's namespace registry
+// and reported by ListNamespaces.
+//
+// NOT YET ENFORCED: the quotas and the weight are stored, survive restarts and are
+// reported, but nothing evicts or refuses by them yet.  Enforcement -- a namespace over
+// its quota evicts its own values first, the tier evicts from the namespaces most over
+// their weighted share first, a put that cannot fit a hard quota fails NoSpace for that
+// namespace only -- is the next step (issue #29, item 2) and will read these fields as
+// they are.
+struct NamespaceOptions {
+  // Bytes of the memory tier the namespace's values may occupy.  0: no quota.
+  // Default: 0
+  uint64_t memory_quota_bytes = 0;
+  // Bytes of the SSD tier the namespace's values may occupy.  0: no quota.
+  // Default: 0
+  uint64_t ssd_quota_bytes = 0;
+  // The namespace's share of a tier under pressure, relative to the other namespaces
+  // (the default namespace weighs 1).  1 to 1000.
+  // Default: 1
+  uint32_t weight = 1;
+};
+
+// One namespace, as ListNamespaces reports it.
+struct NamespaceInfo {
+  std::string name;
+  // The id its keys carry inside the DB (docs/namespace_format.md).
+  uint64_t id = 0;
+  NamespaceOptions options;
+  // A DropNamespace began and did not finish (the process died, or the DB below failed):
+  // the namespace cannot be opened or created again until DropNamespace is called again,
+  // which finishes it.
+  bool dropping = false;
 };
 
 class DB {
@@ -260,6 +296,69 @@ class DB {
     (void)max_events;
     (void)batch;
     return Status::NotSupported("ReadRemovals");
+  }
+
+  // ---------------------------------------------------------------- namespaces
+  // A namespace is a keyspace of its own inside the DB (RocksDB's column families, in the
+  // shape of a view): the handle CreateNamespace and OpenNamespace return is itself a DB,
+  // with this whole API, whose keys are the namespace's.  A key of one namespace never
+  // matches, overwrites or deletes a key of another: Get, BatchExists, BatchLocate,
+  // Prefetch, GetValueSize, BatchGetInto, Put, BatchPut, Delete, BatchDelete,
+  // DeleteByRegex (its pattern matches the key as the namespace's user sees it),
+  // DeleteAll and ReadRemovals (its events, with its keys) of a handle touch only its
+  // namespace; its GetProperty("kvengine.namespace") is the namespace's name.  The calls of the DB
+  // itself are those of the default namespace, which every DB has: they never see the keys of a
+  // namespace, and refuse with InvalidArgument a key whose first byte is 0xFE (that byte starts the
+  // keys of namespaces).  Flush, CompactBuckets, RegisterBuffer, GetProperty and ResetPerf act on
+  // the whole DB from any handle.
+  //
+  // The registry of namespaces (name, id, options) is a file of the DB directory,
+  // replaced atomically at each change: namespaces survive a restart and a crash, and a
+  // damaged registry fails DB::Open with Corruption (docs/namespace_format.md).  A
+  // namespace costs no RAM per key beyond its 9 bytes of key prefix.
+  //
+  // Handles: any number per namespace, each usable from many threads at once.  A handle
+  // may outlive its DB (its calls then return Aborted) and the namespace (after
+  // DropNamespace its calls return Aborted naming it); Close() on a handle releases the
+  // handle only.  In sharded mode (ClusterDB) each host keeps its own registry; a
+  // namespace's id derives from its name, so hosts that create the same name agree on its
+  // keys.  An attached client (DB::Attach) has no namespaces yet: NotSupported.
+  //
+  // Names: 1 to 64 bytes of letters, digits, '.', '_', '-'; "default" is reserved.
+
+  // Registers a new namespace and stores a handle to it in *handle.  InvalidArgument for
+  // a bad name or options, or a name that exists already (OpenNamespace opens it);
+  // the registry's write error otherwise (nothing registered).
+  virtual Status CreateNamespace(const std::string& name, const NamespaceOptions& options,
+                                 std::unique_ptr<DB>* handle) {
+    (void)name;
+    (void)options;
+    handle->reset();
+    return Status::NotSupported("CreateNamespace: this DB has no namespace registry");
+  }
+  // Stores a handle to the existing namespace `name` in *handle.  NotFound when there is
+  // none; Aborted while it is being dropped.
+  virtual Status OpenNamespace(const std::string& name, std::unique_ptr<DB>* handle) {
+    (void)name;
+    handle->reset();
+    return Status::NotSupported("OpenNamespace: this DB has no namespace registry");
+  }
+  // Removes every key of namespace `name`, in every tier (in sharded mode, on every
+  // member, as DeleteByRegex does), makes the removal durable (Flush), then its
+  // registration; stores the count of keys removed in *deleted (may be nullptr).  Its
+  // open handles fail with Aborted from the start of the call.  When the removal fails
+  // the namespace stays registered as `dropping` and a later DropNamespace finishes it.
+  // NotFound when there is no such namespace.
+  virtual Status DropNamespace(const std::string& name, uint64_t* deleted) {
+    (void)name;
+    (void)deleted;
+    return Status::NotSupported("DropNamespace: this DB has no namespace registry");
+  }
+  // Stores every registered namespace in *namespaces, by name (the default namespace is
+  // not listed).
+  virtual Status ListNamespaces(std::vector<NamespaceInfo>* namespaces) {
+    (void)namespaces;
+    return Status::NotSupported("ListNamespaces: this DB has no namespace registry");
   }
 
   // Stores a property's value in *value and returns true; false for an unknown name.

@@ -82,6 +82,19 @@ class StackableDB : public DB {
   Status ReadRemovals(uint64_t after, size_t max_events, RemovalBatch* batch) override {
     return base_->ReadRemovals(after, max_events, batch);
   }
+  Status CreateNamespace(const std::string& name, const NamespaceOptions& options,
+                         std::unique_ptr<DB>* handle) override {
+    return base_->CreateNamespace(name, options, handle);
+  }
+  Status OpenNamespace(const std::string& name, std::unique_ptr<DB>* handle) override {
+    return base_->OpenNamespace(name, handle);
+  }
+  Status DropNamespace(const std::string& name, uint64_t* deleted) override {
+    return base_->DropNamespace(name, deleted);
+  }
+  Status ListNamespaces(std::vector<NamespaceInfo>* namespaces) override {
+    return base_->ListNamespaces(namespaces);
+  }
   bool GetProperty(const std::string& name, std::string* value) override {
     return base_->GetProperty(name, value);
   }

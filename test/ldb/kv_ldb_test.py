@@ -522,6 +522,59 @@ def test_descriptors(root):
           f"get under 48 descriptors: rc {p.returncode} {p.stderr[-200:]}")
 
 
+# ---------------------------------------------------------------- namespaces
+
+def test_namespaces(root):
+    db = os.path.join(root, "db")
+    p = subprocess.run([MAKE_DB, "namespaces", db], capture_output=True, text=True, timeout=60)
+    if p.returncode != 0:
+        sys.exit(f"ldb_make_db failed: {p.stderr}")
+    spaces = {}
+    for line in p.stdout.splitlines():
+        _, name, key, size, seed = line.split()
+        spaces.setdefault(name, {})[key] = (int(size), int(seed))
+
+    rc, out, err = run(["namespaces", f"--db={db}", "--json"])
+    check(rc == 0, f"namespaces --json: rc {rc} {err}")
+    listed = json.loads(out)
+    names = [n["name"] for n in listed["namespaces"]]
+    check(names == ["tenant-a", "tenant-b"], f"namespaces lists {names}")
+    a = listed["namespaces"][0]
+    check(a["memory_quota_bytes"] == 1 << 20 and a["weight"] == 2 and not a["dropping"],
+          f"tenant-a's options: {a}")
+    check([n["ssd_keys"] for n in listed["namespaces"]] == [5, 3], f"ssd keys: {listed}")
+    check(listed["default_ssd_keys"] == 5 and listed["orphan_ssd_keys"] == 0, f"{listed}")
+    rc, out, _ = run(["namespaces", f"--db={db}"])
+    check(rc == 0 and "tenant-a" in out and "dropping" not in out, f"namespaces text: {out}")
+
+    # scan and get within each namespace: its keys, as its user sees them, its values.
+    for name, keys in spaces.items():
+        rc, out, err = run(["scan", f"--db={db}", f"--namespace={name}", "--json"])
+        check(rc == 0, f"scan --namespace={name}: rc {rc} {err}")
+        got = sorted(k["key"] for k in json.loads(out)["keys"])
+        check(got == sorted(keys), f"scan --namespace={name}: {got}")
+        for key, (size, seed) in keys.items():
+            rc, out, err = run(["get", f"--db={db}", f"--namespace={name}", key, "--raw"],
+                               binary_out=True)
+            check(rc == 0 and out == value(seed, size), f"get --namespace={name} {key}: rc {rc}")
+    rc, out, _ = run(["scan", f"--db={db}", "--namespace=tenant-a", "--regex=ns\\.[34]", "--json"])
+    check(sorted(k["key"] for k in json.loads(out)["keys"]) == ["ns.3", "ns.4"],
+          f"scan --regex in a namespace: {out}")
+    rc, out, _ = run(["scan", f"--db={db}", "--json"])
+    check(json.loads(out)["count"] == 13, f"scan of every stored key: {out}")
+    rc, _, err = run(["get", f"--db={db}", "--namespace=tenant-b", "ns.4"])
+    check(rc == 1 and "not found" in err, f"get of a key tenant-b lacks: rc {rc} {err}")
+    rc, _, err = run(["scan", f"--db={db}", "--namespace=nobody"])
+    check(rc == 2 and "no namespace 'nobody'" in err, f"scan of an unknown namespace: {rc} {err}")
+
+    # A damaged registry is an error, never a guess.
+    flip(os.path.join(db, "NAMESPACES"), 20)
+    rc, _, err = run(["namespaces", f"--db={db}"])
+    check(rc == 1 and "damaged" in err, f"namespaces over a damaged registry: rc {rc} {err}")
+    rc, _, err = run(["scan", f"--db={db}", "--namespace=tenant-a"])
+    check(rc == 1 and "damaged" in err, f"scan over a damaged registry: rc {rc} {err}")
+
+
 def main():
     global KV_LDB, MAKE_DB
     if len(sys.argv) != 4:
@@ -529,7 +582,7 @@ def main():
     KV_LDB, MAKE_DB, mode = sys.argv[1:]
     tests = {"offline": test_offline, "corrupt": test_corrupt, "errors": test_errors,
              "lock": test_lock, "online": test_online,
-             "descriptors": test_descriptors}
+             "descriptors": test_descriptors, "namespaces": test_namespaces}
     if mode not in tests:
         sys.exit(f"unknown mode {mode}")
     root = tempfile.mkdtemp(prefix=f"kv_ldb_{mode}_")

@@ -4,6 +4,7 @@
 //                              live KEY SIZE SEED     a key that must be live
 //                              deleted KEY            a key that was deleted
 //                              superseded KEY         a key whose first version was overwritten
+//   ldb_make_db namespaces DIR   a DB with two namespaces besides the default (below)
 //   ldb_make_db hold DIR     opens the DB, prints "ready", and keeps it open (holding its
 //                            LOCK) until stdin reaches end of file
 //
@@ -111,15 +112,50 @@ int Hold(const std::string& dir) {
 
 }  // namespace
 
+// Three keyspaces holding the same keys: the default namespace and "tenant-a" the keys
+// ns.0 .. ns.4, "tenant-b" ns.0 .. ns.2 (tenant-a's key i: seed 100 + i; tenant-b's:
+// 200 + i; the default's: 300 + i; every value 64 + i bytes); prints them as
+//   ns NAMESPACE KEY SIZE SEED
+int CreateNamespaces(const std::string& dir) {
+  std::unique_ptr<kvengine::DB> db, a, b;
+  if (Check(kvengine::DB::Open(TestOptions(), dir, &db), "open")) return 1;
+  kvengine::NamespaceOptions quota;
+  quota.memory_quota_bytes = 1 << 20;
+  quota.weight = 2;
+  if (Check(db->CreateNamespace("tenant-a", quota, &a), "create tenant-a")) return 1;
+  if (Check(db->CreateNamespace("tenant-b", kvengine::NamespaceOptions(), &b), "create tenant-b"))
+    return 1;
+  const struct {
+    const char* name;
+    kvengine::DB* db;
+    int keys;
+    int seed;
+  } spaces[] = {
+      {"default", db.get(), 5, 300}, {"tenant-a", a.get(), 5, 100}, {"tenant-b", b.get(), 3, 200}};
+  for (const auto& space : spaces) {
+    for (int i = 0; i < space.keys; i++) {
+      const std::string key = "ns." + std::to_string(i);
+      const size_t size = 64 + static_cast<size_t>(i);
+      if (Check(space.db->Put(kvengine::WriteOptions(), key, Value(space.seed + i, size)), "put"))
+        return 1;
+      std::printf("ns %s %s %zu %d\n", space.name, key.c_str(), size, space.seed + i);
+    }
+  }
+  a.reset();
+  b.reset();
+  return Check(db->Close(), "close");
+}
+
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::fprintf(stderr, "usage: ldb_make_db create|many|hold DIR\n");
+    std::fprintf(stderr, "usage: ldb_make_db create|many|namespaces|hold DIR\n");
     return 2;
   }
   const std::string mode = argv[1];
   if (mode == "create") return Create(argv[2]);
   if (mode == "hold") return Hold(argv[2]);
   if (mode == "many") return CreateMany(argv[2], 300);
+  if (mode == "namespaces") return CreateNamespaces(argv[2]);
   std::fprintf(stderr, "ldb_make_db: unknown mode '%s'\n", mode.c_str());
   return 2;
 }

@@ -1,0 +1,119 @@
+// NamespaceDB: the layer that gives a DB its namespaces (include/kvengine/db.h,
+// "namespaces").
+//
+// It sits over the engine (DBImpl) or the cluster router (ClusterDB), below OwnerDB and
+// MetricsDB, and does three jobs:
+//   * keeps the registry of namespaces (namespaces/namespace_registry.h), loaded at Open
+//     (a damaged registry fails it) and rewritten atomically at each change;
+//   * hands out handles (NamespaceView), which map their keys into their namespace and
+//     call the DB below directly;
+//   * is the default namespace: its own calls refuse namespaced keys (0xFE first) and
+//     never touch them -- DeleteAll and DeleteByRegex match only the default namespace's
+//     keys, ReadRemovals reports only its events.
+// Why a view and not a handle argument on every call (RocksDB's ColumnFamilyHandle*):
+// docs/design.md, "Namespaces".
+//
+// Thread-safety: every call from any thread.  admin_mu_ serialises the changes of the
+// registry (held through a drop's deletion); mu_ guards the registry in memory.
+#ifndef KVENGINE_NAMESPACES_NAMESPACE_DB_H_
+#define KVENGINE_NAMESPACES_NAMESPACE_DB_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvengine/env.h"
+#include "kvengine/options.h"
+#include "kvengine/stackable_db.h"
+#include "namespaces/namespace_keys.h"
+#include "namespaces/namespace_registry.h"
+#include "namespaces/namespace_view.h"
+#include "util/mutex.h"
+#include "util/thread_annotations.h"
+
+namespace kvengine {
+
+class NamespaceDB : public StackableDB {
+ public:
+  // Loads the registry of the DB directory `path` and puts a NamespaceDB over *top.
+  // `foreign_keys`: whether namespaced keys may reach the DB below from elsewhere (peers
+  // of a cluster), so that DeleteAll of the default namespace must always spare them.
+  // On failure returns the registry's error and leaves *top as it was.
+  static Status Wrap(const Options& options, const std::string& path, bool foreign_keys,
+                     std::unique_ptr<DB>* top);
+  ~NamespaceDB() override;
+
+  // Detaches every namespace's handles (their calls then fail Aborted), then closes the
+  // DB below.
+  Status Close() override;
+
+  // ---- the default namespace: keys checked, namespaced ones refused or spared
+  Status Put(const WriteOptions& options, const Slice& key, const Slice& value) override;
+  Status Get(const ReadOptions& options, const Slice& key, std::string* value) override;
+  Status GetInto(const ReadOptions& options, const Slice& key, MutableSlice buffer,
+                 size_t* value_size) override;
+  Status Delete(const WriteOptions& options, const Slice& key) override;
+  Status GetValueSize(const Slice& key, uint64_t* size) override;
+  Status BatchPut(const WriteOptions& options, std::span<const Slice> keys,
+                  std::span<const ValueParts> values, std::vector<int64_t>* results) override;
+  Status BatchGetInto(const ReadOptions& options, std::span<const Slice> keys,
+                      std::span<const Destination> destinations,
+                      std::vector<int64_t>* results) override;
+  Status BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) override;
+  Status BatchDelete(const WriteOptions& options, std::span<const Slice> keys,
+                     std::vector<int64_t>* results) override;
+  Status BatchLocate(std::span<const Slice> keys, std::vector<int64_t>* results) override;
+  Status Prefetch(std::span<const Slice> keys, std::vector<int64_t>* results) override;
+  Status DeleteByRegex(const std::string& pattern, uint64_t* deleted) override;
+  Status DeleteAll(uint64_t* deleted) override;
+  Status ReadRemovals(uint64_t after, size_t max_events, RemovalBatch* batch) override;
+
+  // ---- namespaces
+  Status CreateNamespace(const std::string& name, const NamespaceOptions& options,
+                         std::unique_ptr<DB>* handle) override;
+  Status OpenNamespace(const std::string& name, std::unique_ptr<DB>* handle) override;
+  Status DropNamespace(const std::string& name, uint64_t* deleted) override;
+  Status ListNamespaces(std::vector<NamespaceInfo>* namespaces) override;
+
+ private:
+  NamespaceDB(std::unique_ptr<DB> base, Env* env, std::string dir, uint64_t max_key_size,
+              bool foreign_keys, NamespaceRecords records);
+
+  // Marks the DB closed and detaches every namespace's handles.
+  void DetachAll() EXCLUDES(mu_);
+  // The registry's record of `name`, or null.
+  const NamespaceInfo* Find(const std::string& name) const REQUIRES(mu_);
+  // Writes `records` and makes them the registry in memory.
+  Status Commit(NamespaceRecords records) REQUIRES(mu_);
+  // A handle of the registered namespace `record`.
+  std::unique_ptr<DB> NewHandle(const NamespaceInfo& record) REQUIRES(mu_);
+  // Sets (or clears) the dropping mark of `name` in the registry.
+  Status MarkDropping(const std::string& name, uint64_t* id) EXCLUDES(mu_);
+  // Removes `name` from the registry.
+  Status Unregister(const std::string& name) EXCLUDES(mu_);
+
+  Env* const env_;
+  const std::string dir_;
+  const uint64_t max_key_size_;
+  const bool foreign_keys_;
+  const NamespaceKeys default_keys_;
+
+  Mutex admin_mu_ ACQUIRED_BEFORE(mu_);
+  Mutex mu_;
+  NamespaceRecords records_ GUARDED_BY(mu_);
+  // The shared state of each namespace a handle was made for.
+  std::map<std::string, std::shared_ptr<NamespaceState>> states_ GUARDED_BY(mu_);
+  bool closed_ GUARDED_BY(mu_) = false;
+
+  // DeleteAll of the default namespace may clear everything below while no namespace can
+  // hold keys there: no namespace registered yet and none from peers.  The first
+  // CreateNamespace turns that off for good, after the DeleteAlls in flight (which hold
+  // this shared) end.
+  SharedMutex delete_all_mu_;
+  bool namespaced_keys_possible_ GUARDED_BY(delete_all_mu_);
+};
+
+}  // namespace kvengine
+
+#endif  // KVENGINE_NAMESPACES_NAMESPACE_DB_H_

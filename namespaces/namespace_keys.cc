@@ -1,0 +1,112 @@
+#include "namespaces/namespace_keys.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "util/input_check.h"
+#include "util/namespace_key.h"
+
+namespace kvengine {
+
+NamespaceKeys::NamespaceKeys(uint64_t id, uint64_t max_key_size)
+    : prefix_(ns::Prefix(id)), id_(id), max_key_size_(max_key_size) {}
+
+void PrefixedKey::Assign(const std::string& prefix, const Slice& key) {
+  const size_t size = prefix.size() + key.size();
+  char* out = inline_;
+  if (size > sizeof(inline_)) {
+    heap_.resize(size);
+    out = heap_.data();
+  }
+  std::memcpy(out, prefix.data(), prefix.size());
+  if (key.size() > 0) std::memcpy(out + prefix.size(), key.data(), key.size());
+  slice_ = Slice(out, size);
+}
+
+Status NamespaceKeys::Check(const Slice& key) const {
+  return is_default() ? input::CheckDefaultNamespaceKey(key)
+                      : input::CheckNamespacedKey(key, max_key_size_);
+}
+
+Status NamespaceKeys::ToInternal(const Slice& key, PrefixedKey* internal) const {
+  Status s = Check(key);
+  if (s.ok()) internal->Assign(prefix_, key);
+  return s;
+}
+
+bool NamespaceKeys::FromInternal(const std::string& internal, std::string* key) const {
+  if (is_default()) {
+    if (ns::IsNamespaced(internal)) return false;
+    *key = internal;
+    return true;
+  }
+  if (!internal.starts_with(prefix_)) return false;
+  key->assign(internal, prefix_.size());
+  return true;
+}
+
+Status NamespaceKeys::Pattern(const std::string& user_pattern, std::string* pattern) const {
+  if (!is_default()) return ns::PatternInNamespace(id_, user_pattern, pattern);
+  *pattern = ns::PatternInDefault(user_pattern);
+  return Status::OK();
+}
+
+MappedBatch::MappedBatch(const NamespaceKeys& rule, std::span<const Slice> keys) : original_(keys) {
+  if (rule.is_default() && std::none_of(keys.begin(), keys.end(), [](const Slice& k) {
+        return k.data() != nullptr && ns::IsNamespaced(std::string_view(k.data(), k.size()));
+      })) {
+    passthrough_ = true;  // the common case: nothing to map, nothing refused
+    return;
+  }
+  kept_.reserve(keys.size());
+  index_.reserve(keys.size());
+  // The accepted keys' internal forms go into one buffer, sized first so that it never
+  // moves; their slices are taken once it is full.
+  std::vector<size_t> offsets;
+  for (size_t i = 0; i < keys.size(); i++) {
+    Status s = rule.Check(keys[i]);
+    if (!s.ok()) {
+      if (refused_.empty()) refused_.assign(keys.size(), 0);
+      refused_[i] = s.ErrorCode();
+      complete_ = false;
+      continue;
+    }
+    index_.push_back(i);
+  }
+  if (rule.is_default()) {
+    for (size_t i : index_) kept_.push_back(keys[i]);
+    return;
+  }
+  size_t total = 0;
+  for (size_t i : index_) total += rule.prefix().size() + keys[i].size();
+  storage_.reserve(total);
+  offsets.reserve(index_.size());
+  for (size_t i : index_) {
+    offsets.push_back(storage_.size());
+    storage_.append(rule.prefix());
+    storage_.append(keys[i].data(), keys[i].size());
+  }
+  for (size_t j = 0; j < index_.size(); j++) {
+    const size_t end = j + 1 < offsets.size() ? offsets[j + 1] : storage_.size();
+    kept_.emplace_back(storage_.data() + offsets[j], end - offsets[j]);
+  }
+}
+
+void MappedBatch::Merge(const std::vector<int64_t>& sub, std::vector<int64_t>* results) const {
+  results->assign(refused_.begin(), refused_.end());
+  for (size_t j = 0; j < index_.size() && j < sub.size(); j++) (*results)[index_[j]] = sub[j];
+}
+
+void FilterRemovals(const NamespaceKeys& rule, RemovalBatch* batch) {
+  std::vector<RemovalEvent> kept;
+  kept.reserve(batch->events.size());
+  for (RemovalEvent& e : batch->events) {
+    std::string key;
+    if (!rule.FromInternal(e.key, &key)) continue;
+    e.key = std::move(key);
+    kept.push_back(std::move(e));
+  }
+  batch->events = std::move(kept);
+}
+
+}  // namespace kvengine

@@ -1,0 +1,167 @@
+#include "namespaces/namespace_registry.h"
+
+#include <algorithm>
+#include <memory>
+#include <set>
+
+#include "util/coding.h"
+#include "util/hash.h"
+#include "util/input_check.h"
+
+namespace kvengine {
+
+namespace {
+
+// DO NOT CHANGE: part of the on-disk format (docs/namespace_format.md).
+constexpr uint64_t kRegistryMagic = 0x31474552534e564bull;  // "KVNSREG1" read as bytes
+constexpr uint32_t kRegistryFormatVersion = 1;
+enum RecordState : uint8_t { kLive = 0, kDropping = 1 };
+constexpr size_t kHeaderSize = 8 + 4 + 4;  // magic, version, count
+constexpr size_t kChecksumSize = 8;
+constexpr uint32_t kMaxWeight = 1000;
+
+// Decodes one record; a message naming the problem when it does not parse.
+bool DecodeRecord(std::string_view* in, NamespaceInfo* info, std::string* problem) {
+  std::string_view name;
+  uint64_t memory_quota, ssd_quota;
+  uint32_t weight;
+  if (!GetLengthPrefixed(in, &name) || !GetFixed64(in, &info->id) ||
+      !GetFixed64(in, &memory_quota) || !GetFixed64(in, &ssd_quota) || !GetFixed32(in, &weight) ||
+      in->empty()) {
+    *problem = "truncated record";
+    return false;
+  }
+  const auto state = static_cast<uint8_t>(in->front());
+  in->remove_prefix(1);
+  info->name.assign(name);
+  info->options.memory_quota_bytes = memory_quota;
+  info->options.ssd_quota_bytes = ssd_quota;
+  info->options.weight = weight;
+  info->dropping = state == kDropping;
+  Status s = input::CheckNamespaceName(info->name);
+  if (s.ok()) s = CheckNamespaceOptions(info->options);
+  if (!s.ok()) {
+    *problem = s.ToString();
+    return false;
+  }
+  if (state != kLive && state != kDropping) {
+    *problem = "namespace '" + info->name + "' has unknown state " + std::to_string(state);
+    return false;
+  }
+  return true;
+}
+
+// The records' names and ids are each unique; a message naming the first repeat.
+bool CheckUnique(const NamespaceRecords& records, std::string* problem) {
+  std::set<std::string> names;
+  std::set<uint64_t> ids;
+  for (const NamespaceInfo& r : records) {
+    if (!names.insert(r.name).second) {
+      *problem = "namespace '" + r.name + "' appears twice";
+      return false;
+    }
+    if (!ids.insert(r.id).second) {
+      *problem = "namespace '" + r.name + "' repeats the id of another";
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+Status CheckNamespaceOptions(const NamespaceOptions& options) {
+  if (options.weight < 1 || options.weight > kMaxWeight) {
+    return Status::InvalidArgument("namespace weight " + std::to_string(options.weight) +
+                                   ": a weight is 1 to " + std::to_string(kMaxWeight));
+  }
+  return Status::OK();
+}
+
+std::string EncodeNamespaceRegistry(const NamespaceRecords& records) {
+  std::string data;
+  PutFixed64(&data, kRegistryMagic);
+  PutFixed32(&data, kRegistryFormatVersion);
+  PutFixed32(&data, static_cast<uint32_t>(records.size()));
+  for (const NamespaceInfo& r : records) {
+    PutLengthPrefixed(&data, r.name);
+    PutFixed64(&data, r.id);
+    PutFixed64(&data, r.options.memory_quota_bytes);
+    PutFixed64(&data, r.options.ssd_quota_bytes);
+    PutFixed32(&data, r.options.weight);
+    data.push_back(static_cast<char>(r.dropping ? kDropping : kLive));
+  }
+  PutFixed64(&data, Hash64(data));
+  return data;
+}
+
+Status DecodeNamespaceRegistry(std::string_view data, const std::string& what,
+                               NamespaceRecords* records) {
+  records->clear();
+  const auto damaged = [&what](const std::string& problem) {
+    return Status::Corruption(
+        "namespace registry " + what + " is damaged: " + problem,
+        "the DB refuses to open rather than guess which keys belong to which namespace; "
+        "restore the file from a backup (docs/namespace_format.md)");
+  };
+  if (data.size() < kHeaderSize + kChecksumSize) {
+    return damaged("only " + std::to_string(data.size()) + " bytes");
+  }
+  std::string_view in = data;
+  uint64_t magic, checksum;
+  uint32_t version, count;
+  GetFixed64(&in, &magic);
+  GetFixed32(&in, &version);
+  GetFixed32(&in, &count);
+  if (magic != kRegistryMagic) return damaged("bad magic");
+  if (version != kRegistryFormatVersion) {
+    return damaged("format version " + std::to_string(version) + ", this build reads " +
+                   std::to_string(kRegistryFormatVersion));
+  }
+  std::string_view tail = data.substr(data.size() - kChecksumSize);
+  GetFixed64(&tail, &checksum);
+  if (checksum != Hash64(data.substr(0, data.size() - kChecksumSize))) {
+    return damaged("checksum mismatch");
+  }
+  if (count > kMaxNamespaces) return damaged(std::to_string(count) + " namespaces");
+  in.remove_suffix(kChecksumSize);
+  NamespaceRecords parsed(count);
+  std::string problem;
+  for (NamespaceInfo& r : parsed) {
+    if (!DecodeRecord(&in, &r, &problem)) return damaged(problem);
+  }
+  if (!in.empty()) return damaged(std::to_string(in.size()) + " bytes after the last record");
+  if (!CheckUnique(parsed, &problem)) return damaged(problem);
+  *records = std::move(parsed);
+  return Status::OK();
+}
+
+Status LoadNamespaceRegistry(Env* env, const std::string& dir, NamespaceRecords* records) {
+  records->clear();
+  const std::string path = dir + "/" + kNamespaceRegistryFile;
+  if (!env->FileExists(path)) return Status::OK();
+  std::string data;
+  Status s = ReadFileToString(env, path, &data);
+  if (!s.ok()) return Status::IOError("cannot read namespace registry " + path, s.ToString());
+  return DecodeNamespaceRegistry(data, path, records);
+}
+
+Status SaveNamespaceRegistry(Env* env, const std::string& dir, const NamespaceRecords& records) {
+  const std::string path = dir + "/" + kNamespaceRegistryFile;
+  const std::string tmp = path + ".tmp";
+  const std::string data = EncodeNamespaceRegistry(records);
+  std::unique_ptr<WritableFile> file;
+  Status s = env->NewWritableFile(tmp, FileOptions(), &file);
+  if (s.ok()) s = file->Append(Slice(data));
+  if (s.ok()) s = file->Sync();
+  if (s.ok()) s = file->Close();
+  if (s.ok()) s = env->RenameFile(tmp, path);
+  if (s.ok()) s = env->SyncDir(dir);
+  if (!s.ok()) {
+    if (env->FileExists(tmp)) env->RemoveFile(tmp);
+    return Status::IOError("cannot write namespace registry " + path, s.ToString());
+  }
+  return Status::OK();
+}
+
+}  // namespace kvengine

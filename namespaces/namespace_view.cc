@@ -1,0 +1,180 @@
+#include "namespaces/namespace_view.h"
+
+#include "util/byte_regex.h"
+#include "util/input_check.h"
+
+namespace kvengine {
+
+namespace {
+// For the batch calls without a list beside the keys.
+const std::span<const int> kNoOthers;
+}  // namespace
+
+template <class Fn>
+Status NamespaceView::WithBase(Fn fn) {
+  if (closed_.load(std::memory_order_acquire)) {
+    return Status::Aborted("the handle of namespace '" + state_->name + "' is closed");
+  }
+  ReaderLock l(&state_->mu);
+  if (state_->base == nullptr) return Status::Aborted(state_->gone);
+  return fn(state_->base);
+}
+
+template <class Fn>
+Status NamespaceView::WithKey(const Slice& key, Fn fn) {
+  PrefixedKey internal;
+  Status s = state_->keys.ToInternal(key, &internal);
+  if (!s.ok()) return s;
+  return WithBase([&](DB* base) { return fn(base, internal.slice()); });
+}
+
+template <class T, class Call>
+Status NamespaceView::Batch(const char* name, std::span<const Slice> keys,
+                            std::span<const T> others, bool has_others,
+                            std::vector<int64_t>* results, Call call) {
+  return WithBase([&](DB* base) {
+    return RunBatch(name, state_->keys, keys, others, has_others, results,
+                    [&](std::span<const Slice> k, std::span<const T> o, std::vector<int64_t>* r) {
+                      return call(base, k, o, r);
+                    });
+  });
+}
+
+Status NamespaceView::Close() {
+  closed_.store(true, std::memory_order_release);
+  return Status::OK();
+}
+
+Status NamespaceView::Put(const WriteOptions& options, const Slice& key, const Slice& value) {
+  return WithKey(key, [&](DB* base, const Slice& k) { return base->Put(options, k, value); });
+}
+
+Status NamespaceView::Get(const ReadOptions& options, const Slice& key, std::string* value) {
+  return WithKey(key, [&](DB* base, const Slice& k) { return base->Get(options, k, value); });
+}
+
+Status NamespaceView::GetInto(const ReadOptions& options, const Slice& key, MutableSlice buffer,
+                              size_t* value_size) {
+  return WithKey(
+      key, [&](DB* base, const Slice& k) { return base->GetInto(options, k, buffer, value_size); });
+}
+
+Status NamespaceView::Delete(const WriteOptions& options, const Slice& key) {
+  return WithKey(key, [&](DB* base, const Slice& k) { return base->Delete(options, k); });
+}
+
+Status NamespaceView::GetValueSize(const Slice& key, uint64_t* size) {
+  return WithKey(key, [&](DB* base, const Slice& k) { return base->GetValueSize(k, size); });
+}
+
+Status NamespaceView::BatchPut(const WriteOptions& options, std::span<const Slice> keys,
+                               std::span<const ValueParts> values, std::vector<int64_t>* results) {
+  // Named here as the user gave them (the DB below would name the internal keys).
+  Status s = input::CheckUniqueKeys(keys);
+  if (!s.ok()) return s;
+  return Batch("BatchPut", keys, values, true, results,
+               [&](DB* base, auto k, auto v, auto r) { return base->BatchPut(options, k, v, r); });
+}
+
+Status NamespaceView::BatchGetInto(const ReadOptions& options, std::span<const Slice> keys,
+                                   std::span<const Destination> destinations,
+                                   std::vector<int64_t>* results) {
+  return Batch(
+      "BatchGetInto", keys, destinations, true, results,
+      [&](DB* base, auto k, auto d, auto r) { return base->BatchGetInto(options, k, d, r); });
+}
+
+Status NamespaceView::BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) {
+  return Batch("BatchExists", keys, kNoOthers, false, results,
+               [](DB* base, auto k, auto, auto r) { return base->BatchExists(k, r); });
+}
+
+Status NamespaceView::BatchDelete(const WriteOptions& options, std::span<const Slice> keys,
+                                  std::vector<int64_t>* results) {
+  return Batch("BatchDelete", keys, kNoOthers, false, results,
+               [&](DB* base, auto k, auto, auto r) { return base->BatchDelete(options, k, r); });
+}
+
+Status NamespaceView::BatchLocate(std::span<const Slice> keys, std::vector<int64_t>* results) {
+  return Batch("BatchLocate", keys, kNoOthers, false, results,
+               [](DB* base, auto k, auto, auto r) { return base->BatchLocate(k, r); });
+}
+
+Status NamespaceView::Prefetch(std::span<const Slice> keys, std::vector<int64_t>* results) {
+  return Batch("Prefetch", keys, kNoOthers, false, results,
+               [](DB* base, auto k, auto, auto r) { return base->Prefetch(k, r); });
+}
+
+Status NamespaceView::DeleteByRegex(const std::string& pattern, uint64_t* deleted) {
+  // Compiled on its own first: a pattern that does not (say, one that closes a group it
+  // did not open) could otherwise escape the namespace's group.
+  ByteRegex alone;
+  Status s = alone.Compile(pattern);
+  if (!s.ok()) return s;
+  std::string inside;
+  s = state_->keys.Pattern(pattern, &inside);
+  if (!s.ok()) return s;
+  return WithBase([&](DB* base) { return base->DeleteByRegex(inside, deleted); });
+}
+
+Status NamespaceView::DeleteAll(uint64_t* deleted) {
+  return DeleteByRegex("[\\x00-\\xff]*", deleted);
+}
+
+Status NamespaceView::ReadRemovals(uint64_t after, size_t max_events, RemovalBatch* batch) {
+  return WithBase([&](DB* base) {
+    Status s = base->ReadRemovals(after, max_events, batch);
+    if (s.ok()) FilterRemovals(state_->keys, batch);
+    return s;
+  });
+}
+
+Status NamespaceView::RegisterBuffer(void* addr, size_t length) {
+  return WithBase([&](DB* base) { return base->RegisterBuffer(addr, length); });
+}
+
+Status NamespaceView::UnregisterBuffer(void* addr) {
+  return WithBase([&](DB* base) { return base->UnregisterBuffer(addr); });
+}
+
+Status NamespaceView::Flush() {
+  return WithBase([](DB* base) { return base->Flush(); });
+}
+
+Status NamespaceView::CompactBuckets(uint64_t* reclaimed_bytes) {
+  return WithBase([&](DB* base) { return base->CompactBuckets(reclaimed_bytes); });
+}
+
+bool NamespaceView::GetProperty(const std::string& name, std::string* value) {
+  if (name == "kvengine.namespace") {
+    *value = state_->name;
+    return true;
+  }
+  bool found = false;
+  WithBase([&](DB* base) {
+    found = base->GetProperty(name, value);
+    return Status::OK();
+  });
+  return found;
+}
+
+Status NamespaceView::CreateNamespace(const std::string&, const NamespaceOptions&,
+                                      std::unique_ptr<DB>* handle) {
+  handle->reset();
+  return Status::InvalidArgument("namespaces do not nest: create namespaces on the DB");
+}
+
+Status NamespaceView::OpenNamespace(const std::string&, std::unique_ptr<DB>* handle) {
+  handle->reset();
+  return Status::InvalidArgument("namespaces do not nest: open namespaces on the DB");
+}
+
+Status NamespaceView::DropNamespace(const std::string&, uint64_t*) {
+  return Status::InvalidArgument("namespaces do not nest: drop namespaces on the DB");
+}
+
+Status NamespaceView::ListNamespaces(std::vector<NamespaceInfo>*) {
+  return Status::InvalidArgument("namespaces do not nest: list namespaces on the DB");
+}
+
+}  // namespace kvengine

@@ -1,0 +1,108 @@
+// NamespaceView: the handle of one namespace (DB::CreateNamespace, DB::OpenNamespace), a
+// DB whose keys are the namespace's.
+//
+// Each call maps its keys into the namespace (namespaces/namespace_keys.h) and forwards
+// it to the DB below NamespaceDB -- DBImpl, or ClusterDB, which routes the namespaced keys
+// like any other -- and maps what comes back (removal events) out of it.  The view holds
+// no data and no per-key state.
+//
+// Thread-safety: every call may come from many threads at once.  NamespaceState's shared
+// lock is held through each call, so that DropNamespace and the DB's Close wait for the
+// calls in flight and later calls find the namespace gone (Aborted) instead of a DB that
+// no longer exists.
+#ifndef KVENGINE_NAMESPACES_NAMESPACE_VIEW_H_
+#define KVENGINE_NAMESPACES_NAMESPACE_VIEW_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvengine/db.h"
+#include "namespaces/namespace_keys.h"
+#include "util/mutex.h"
+#include "util/thread_annotations.h"
+
+namespace kvengine {
+
+// One namespace, shared by NamespaceDB and every handle of it.
+struct NamespaceState {
+  NamespaceState(std::string name_in, uint64_t id, uint64_t max_key_size, DB* base_in)
+      : name(std::move(name_in)), keys(id, max_key_size), base(base_in) {}
+
+  // Makes later calls of the handles fail Aborted(why); waits for the calls in flight.
+  void Detach(const std::string& why) {
+    WriterLock l(&mu);
+    base = nullptr;
+    gone = why;
+  }
+
+  const std::string name;
+  const NamespaceKeys keys;
+  SharedMutex mu;
+  DB* base GUARDED_BY(mu);          // the DB below NamespaceDB; null once detached
+  std::string gone GUARDED_BY(mu);  // why it was detached
+};
+
+class NamespaceView : public DB {
+ public:
+  explicit NamespaceView(std::shared_ptr<NamespaceState> state) : state_(std::move(state)) {}
+
+  // Releases this handle only: the DB and the namespace stay.
+  Status Close() override;
+
+  Status Put(const WriteOptions& options, const Slice& key, const Slice& value) override;
+  Status Get(const ReadOptions& options, const Slice& key, std::string* value) override;
+  Status GetInto(const ReadOptions& options, const Slice& key, MutableSlice buffer,
+                 size_t* value_size) override;
+  Status Delete(const WriteOptions& options, const Slice& key) override;
+  Status GetValueSize(const Slice& key, uint64_t* size) override;
+  Status BatchPut(const WriteOptions& options, std::span<const Slice> keys,
+                  std::span<const ValueParts> values, std::vector<int64_t>* results) override;
+  Status BatchGetInto(const ReadOptions& options, std::span<const Slice> keys,
+                      std::span<const Destination> destinations,
+                      std::vector<int64_t>* results) override;
+  Status BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) override;
+  Status BatchDelete(const WriteOptions& options, std::span<const Slice> keys,
+                     std::vector<int64_t>* results) override;
+  Status BatchLocate(std::span<const Slice> keys, std::vector<int64_t>* results) override;
+  Status Prefetch(std::span<const Slice> keys, std::vector<int64_t>* results) override;
+  Status DeleteByRegex(const std::string& pattern, uint64_t* deleted) override;
+  Status DeleteAll(uint64_t* deleted) override;
+  Status ReadRemovals(uint64_t after, size_t max_events, RemovalBatch* batch) override;
+
+  // The whole DB's.
+  Status RegisterBuffer(void* addr, size_t length) override;
+  Status UnregisterBuffer(void* addr) override;
+  Status Flush() override;
+  Status CompactBuckets(uint64_t* reclaimed_bytes) override;
+  // The whole DB's properties, and "kvengine.namespace": this handle's namespace name.
+  bool GetProperty(const std::string& name, std::string* value) override;
+
+  // A namespace has no namespaces of its own: InvalidArgument.
+  Status CreateNamespace(const std::string& name, const NamespaceOptions& options,
+                         std::unique_ptr<DB>* handle) override;
+  Status OpenNamespace(const std::string& name, std::unique_ptr<DB>* handle) override;
+  Status DropNamespace(const std::string& name, uint64_t* deleted) override;
+  Status ListNamespaces(std::vector<NamespaceInfo>* namespaces) override;
+
+ private:
+  // Runs fn(base) under the namespace's shared lock; Aborted when the handle is closed
+  // or the namespace gone.
+  template <class Fn>
+  Status WithBase(Fn fn);
+  // A single-key call: fn(base, internal key).
+  template <class Fn>
+  Status WithKey(const Slice& key, Fn fn);
+  // A batch call of the DB below on the mapped keys.
+  template <class T, class Call>
+  Status Batch(const char* name, std::span<const Slice> keys, std::span<const T> others,
+               bool has_others, std::vector<int64_t>* results, Call call);
+
+  const std::shared_ptr<NamespaceState> state_;
+  std::atomic<bool> closed_{false};
+};
+
+}  // namespace kvengine
+
+#endif  // KVENGINE_NAMESPACES_NAMESPACE_VIEW_H_

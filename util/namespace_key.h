@@ -1,0 +1,60 @@
+// How a namespace's keys are stored: the internal key encoding of DB namespaces
+// (docs/namespace_format.md, "Keys").
+//
+// A key of namespace N is stored, in every tier and on the wire to peers, as
+//   0xFE | N's id (8 bytes, big-endian) | the key as the namespace's user gave it
+// and a key of the default namespace as itself.  The default namespace refuses keys whose
+// first byte is 0xFE (input::CheckDefaultNamespaceKey), so the two never meet: a key of
+// one namespace never matches, overwrites or deletes a key of another.  The id is the
+// XXH3-64 of the namespace's name, recorded in the registry at CreateNamespace (so two
+// hosts of a cluster that create the same name agree on its keys).
+//
+// DO NOT CHANGE kMarker or the layout: they are part of the keys stored on SSD.
+#ifndef KVENGINE_UTIL_NAMESPACE_KEY_H_
+#define KVENGINE_UTIL_NAMESPACE_KEY_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "kvengine/status.h"
+
+namespace kvengine::ns {
+
+inline constexpr unsigned char kMarker = 0xFE;
+inline constexpr size_t kPrefixSize = 1 + 8;
+
+// Whether `key` is in the reserved space of namespaced keys.
+inline bool IsNamespaced(std::string_view key) {
+  return !key.empty() && static_cast<unsigned char>(key[0]) == kMarker;
+}
+
+// The id a new namespace called `name` gets.
+uint64_t IdOf(std::string_view name);
+
+// The bytes every key of namespace `id` starts with.
+std::string Prefix(uint64_t id);
+
+// The id of a namespaced key's prefix.  REQUIRES: IsNamespaced(key), key.size() >= kPrefixSize.
+uint64_t IdOfKey(std::string_view key);
+
+// Stores in *pattern a DeleteByRegex pattern (whole-key, util/byte_regex.h) matching
+// exactly the keys of namespace `id` whose user part matches `user_pattern`.
+// REQUIRES: user_pattern compiles on its own (checked by the caller, so that no pattern
+// can close the group and match outside the namespace).
+// The user part is matched after the prefix, so the assertions about what precedes a
+// position would see the prefix: a leading '^' is dropped (the match is of the whole key
+// anyway), and any other '^', '\b' or '\B' outside a class is InvalidArgument.
+Status PatternInNamespace(uint64_t id, std::string_view user_pattern, std::string* pattern);
+
+// The same for the default namespace: the keys that match `user_pattern` and are not
+// namespaced.  REQUIRES as above.
+std::string PatternInDefault(std::string_view user_pattern);
+
+// Every key of namespace `id`.
+std::string AllKeysOfNamespace(uint64_t id);
+
+}  // namespace kvengine::ns
+
+#endif  // KVENGINE_UTIL_NAMESPACE_KEY_H_
