@@ -875,12 +875,12 @@ TEST_F(AttachTest, PutThatOutlivesItsReservationFailsCleanly) {
 // SGLang and LMCache back ends retried them once themselves).
 TEST_F(AttachTest, ValuesCopiedTooLateGoAgainIntoNewSlots) {
   Options options = OwnerOptions(socket_);
-  options.memory_capacity_bytes = 256ull << 20;
-  options.local_reservation_timeout_ms = 20;  // 10 ms to copy a batch of 128 MiB: too short
+  options.memory_capacity_bytes = 512ull << 20;
+  options.local_reservation_timeout_ms = 50;  // 25 ms to copy a batch of 256 MiB: too short
   ASSERT_TRUE(DB::Open(options, dir_.Sub("db"), &owner_).ok());
   std::unique_ptr<DB> db;
   ASSERT_TRUE(DB::Attach(ClientOptions(), socket_, &db).ok());
-  const size_t kValues = 512, kSize = 256 << 10;
+  const size_t kValues = 1024, kSize = 256 << 10;
   std::mt19937_64 rng(7);
   std::vector<std::string> keys, values;
   for (size_t i = 0; i < kValues; i++) {
