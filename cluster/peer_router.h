@@ -185,7 +185,8 @@ class PeerRouter {
   using LocalGroupFn = std::function<Status(const std::vector<size_t>& idx, std::vector<int64_t>*)>;
   using RemoteGroupFn = std::function<Status(const Endpoint& owner, const std::vector<size_t>& idx,
                                              std::vector<int64_t>*)>;
-  // Runs every group at once: this host's through `local`, the others' through `remote`.  A failed call fills its keys' results with its error code.
+  // Runs every group at once: this host's through `local`, the others' through `remote`.  A failed
+  // call fills its keys' results with its error code.
   void RunGroups(std::vector<OwnerGroup>* groups, const LocalGroupFn& local,
                  const RemoteGroupFn& remote);
   // Each key's owners for one batch (one member snapshot for all).
@@ -205,7 +206,8 @@ class PeerRouter {
                         const std::function<Status(const Endpoint&)>& remote);
   bool IsSelf(const std::string& owner) const { return owner.empty() || owner == self_; }
 
-  // Runs `local` and `remote` for every member, in parallel; sums the counts.  `what` names the call in the error.
+  // Runs `local` and `remote` for every member, in parallel; sums the counts.  `what` names the
+  // call in the error.
   Status DeleteEverywhere(const char* what, const std::function<Status(uint64_t*)>& local,
                           const std::function<Status(const Endpoint&, uint64_t*)>& remote,
                           uint64_t* deleted);
@@ -249,7 +251,7 @@ class PeerRouter {
 
   mutable std::atomic<uint64_t> remote_gets_{0}, remote_hits_{0}, remote_errors_{0},
       remote_puts_{0}, promotions_{0};
-  TierCounters own_tier_;                  // counted when no engine's is given
+  TierCounters own_tier_;                 // counted when no engine's is given
   TierCounters* peer_tier_ = &own_tier_;  // the engine's (SetTierCounters)
 };
 

@@ -9,14 +9,14 @@
 #include <sstream>
 #include <unordered_set>
 
-#include "util/input_check.h"
 #include "db/offloader.h"
 #include "db/prefetcher.h"
 #include "env/gpu_io.h"
 #include "util/buffers.h"
-#include "util/printable.h"
 #include "util/byte_regex.h"
 #include "util/config_parse.h"
+#include "util/input_check.h"
+#include "util/printable.h"
 
 namespace kvengine {
 
@@ -108,7 +108,7 @@ Status DBImpl::Close() {
   }
   closed_ = true;
   if (memory_ == nullptr && lock_ == nullptr) return Status::OK();  // Init failed early
-  if (prefetcher_ != nullptr) prefetcher_->Stop();  // it reads and writes the tiers
+  if (prefetcher_ != nullptr) prefetcher_->Stop();                  // it reads and writes the tiers
   const auto user_buffers = registered_buffers_.TakeAll();
   if (options_.memory_registrar) {
     for (const auto& [start, length] : user_buffers) {
@@ -323,7 +323,8 @@ std::string DBImpl::Readiness() const {
     const Status writer = ssd_->WriterStatus();
     out += writer.ok() ? "ssd_writable: ok\n"
                        : "ssd_writable: not ready: SSD tier is read-only, its bucket writer "
-                         "failing: " + writer.ToString() + "\n";
+                         "failing: " +
+                             writer.ToString() + "\n";
   }
   return out;
 }

@@ -119,9 +119,8 @@ class DBImpl final : public DB, public SharedArena {
   // The start every batch call shares: the DB is open, the lists are well formed
   // (util/input_check.h; with `unique_keys`, no key twice) -- else *results (when not
   // null) is left empty -- then the call is counted and *results has a slot per key.
-  Status StartBatch(const char* call, std::span<const Slice> keys, size_t others,
-                    const char* what, bool unique_keys, std::vector<int64_t>* results)
-      REQUIRES_SHARED(lifecycle_mu_);
+  Status StartBatch(const char* call, std::span<const Slice> keys, size_t others, const char* what,
+                    bool unique_keys, std::vector<int64_t>* results) REQUIRES_SHARED(lifecycle_mu_);
   Status PutOne(const Slice& key, std::span<const Slice> parts);
   Status CheckValueSize(const Slice& key, uint64_t size) const;
   // Stores a checked value in the tiers: `parts` (total `size` bytes), already copied
@@ -214,7 +213,8 @@ class DBImpl final : public DB, public SharedArena {
   Status PersistMemoryAbove(uint64_t watermark);
   std::string StatsText() const;
   std::string StatsJson() const;
-  // Prometheus text exposition of the stats and perf histograms (db/db_impl_stats.cc, from the table db/db_stats.def).
+  // Prometheus text exposition of the stats and perf histograms (db/db_impl_stats.cc, from the
+  // table db/db_stats.def).
   std::string StatsPrometheus() const;
 
   Options options_;
@@ -229,9 +229,9 @@ class DBImpl final : public DB, public SharedArena {
   std::unique_ptr<SsdTier> ssd_;  // null when ssd_capacity_bytes == 0
   std::unique_ptr<Offloader> offloader_;
   std::unique_ptr<Prefetcher> prefetcher_;  // with the SSD tier only
-  std::unique_ptr<GpuIo> gpu_;  // after memory_: it page-locks memory_'s arena
+  std::unique_ptr<GpuIo> gpu_;              // after memory_: it page-locks memory_'s arena
 
-  Mutex flush_mu_;  // one Flush at a time
+  Mutex flush_mu_;                                      // one Flush at a time
   uint64_t flushed_through_ GUARDED_BY(flush_mu_) = 0;  // versions made durable by Flush
 
   // One Close at a time, held for all of it.
@@ -243,8 +243,8 @@ class DBImpl final : public DB, public SharedArena {
   RegionMap registered_buffers_;  // RegisterBuffer's regions
 
   Counters counters_;
-  ErrorCounters errors_;  // failed keys and calls by kind
-  AllTierCounters tiers_;  // per tier (db/tier_counters.h); the cluster layer counts peer
+  ErrorCounters errors_;      // failed keys and calls by kind
+  AllTierCounters tiers_;     // per tier (db/tier_counters.h); the cluster layer counts peer
   EvictedKeys evicted_keys_;  // what the tiers dropped lately: "evicted" vs "absent"
 };
 

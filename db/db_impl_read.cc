@@ -1,22 +1,21 @@
 // DBImpl, reads: gets into host or device buffers, exists, value sizes, and the pins of
 // values in memory an attached client reads through.
-#include "db/db_impl.h"
-
 #include <cinttypes>
 #include <cstring>
 #include <set>
 #include <sstream>
 #include <unordered_set>
 
-#include "util/hash.h"
-#include "util/input_check.h"
+#include "db/db_impl.h"
 #include "db/offloader.h"
 #include "db/prefetcher.h"
 #include "env/gpu_io.h"
 #include "util/buffers.h"
-#include "util/printable.h"
 #include "util/byte_regex.h"
 #include "util/config_parse.h"
+#include "util/hash.h"
+#include "util/input_check.h"
+#include "util/printable.h"
 
 namespace kvengine {
 
@@ -257,8 +256,7 @@ Status DBImpl::BatchGetInto(const ReadOptions& options, std::span<const Slice> k
   CallLog log(&logger_, "batch_get_into", &errors_);
   log.Add("num_keys", keys.size());
   ReaderLock guard(&lifecycle_mu_);
-  Status s =
-      StartBatch("BatchGetInto", keys, destinations.size(), "destinations", false, results);
+  Status s = StartBatch("BatchGetInto", keys, destinations.size(), "destinations", false, results);
   if (!s.ok()) return log.Finish(s);
   std::vector<size_t> misses;
   // Where each key was served from and the size of a value too big for its buffers: the
@@ -504,9 +502,9 @@ Status DBImpl::ResolveMiss(const Slice& key, std::span<const MutableSlice> dest,
       ReadFromSsd(std::span<const Slice>(&key, 1), std::span<const Destination>(&where, 1), {0},
                   &result, verify, /*resolve=*/false);
       if (result[0] >= 0) *size = static_cast<uint64_t>(result[0]);
-      s = result[0] >= 0 ? Status::OK()
-                         : Status::FromErrorCode(static_cast<int>(result[0]),
-                                                 "key " + Printable(key));
+      s = result[0] >= 0
+              ? Status::OK()
+              : Status::FromErrorCode(static_cast<int>(result[0]), "key " + Printable(key));
     }
     if (!s.IsNotFound()) return s;  // read (or failed) where it is now
   }

@@ -1,21 +1,20 @@
 // DBImpl, writes: puts (from host or device memory, and an attached client's
 // reservations), deletes, and the deletes by pattern.
-#include "db/db_impl.h"
-#include "util/hash.h"
-
 #include <cinttypes>
 #include <cstring>
 #include <set>
 #include <sstream>
 #include <unordered_set>
 
-#include "util/input_check.h"
+#include "db/db_impl.h"
 #include "db/offloader.h"
 #include "env/gpu_io.h"
 #include "util/buffers.h"
-#include "util/printable.h"
 #include "util/byte_regex.h"
 #include "util/config_parse.h"
+#include "util/hash.h"
+#include "util/input_check.h"
+#include "util/printable.h"
 
 namespace kvengine {
 
