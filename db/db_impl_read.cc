@@ -391,13 +391,13 @@ Status DBImpl::LocateBatch(const char* log_name, const char* call, std::span<con
     } else if (in_memory[i]) {
       (*results)[i] = kLocatedMemory;
       tier = "memory";
-    } else if (ssd_ != nullptr && ssd_->Contains(keys[i])) {
-      (*results)[i] = kLocatedSsd;
-      tier = "ssd";
+    } else if (ssd_ == nullptr) {
+      (*results)[i] = kLocatedAbsent;
     } else {
-      // Missed twice: asked again under the key's lock, in case it moved between tiers.
+      // Not in memory a moment ago: both tiers asked under the key's lock, so that a key
+      // moving between them is not missed by both looks.
       uint64_t size = 0;
-      const Place place = ssd_ != nullptr ? PlaceOf(keys[i], &size) : Place::kAbsent;
+      const Place place = PlaceOf(keys[i], &size);
       (*results)[i] = place == Place::kMemory ? kLocatedMemory
                       : place == Place::kSsd  ? kLocatedSsd
                                               : kLocatedAbsent;

@@ -203,7 +203,9 @@ class Run:
             self.final_verify()
         except RuntimeError as e:
             self.problems.append(str(e))
-            self.dump_stacks()
+            path = self.dump_stacks()
+            if path is not None:
+                self.problems.append("the stacks of every live process: " + path)
         finally:
             for p in self.procs:
                 p.kill()
@@ -223,15 +225,16 @@ class Run:
             return
         if any("timed out" in l for p in clients for l in p.failures()):
             self.stacks_dumped = True
-            self.dump_stacks()
-            self.problems.pop()  # noted by the summary of errors already
-            print("  a request timed out: stacks in %s" % self.dir, flush=True)
+            path = self.dump_stacks()
+            if path is not None:
+                print("  a request timed out: stacks in %s" % path, flush=True)
 
     def dump_stacks(self):
         """A process that stopped answering: every live process's threads, for whoever
-        looks into it (gdb where it is installed), in the run's directory, kept."""
+        looks into it (gdb where it is installed), in the run's directory, kept.  Returns
+        the file's path (None without gdb)."""
         if shutil.which("gdb") is None:
-            return
+            return None
         path = os.path.join(self.dir, "stacks-%d.txt" % int(time.time()))
         with open(path, "w") as out:
             for p in self.procs + ([self.server] if self.server is not None else []):
@@ -243,7 +246,7 @@ class Run:
                                 "thread apply all bt"], stdout=out, stderr=subprocess.STDOUT,
                                timeout=120)
         self.args.keep = True
-        self.problems.append("the stacks of every live process: " + path)
+        return path
 
     def run_solo(self):
         for done in range(self.args.rounds):

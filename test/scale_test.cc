@@ -11,7 +11,6 @@
 // one reads the child's resident memory (/proc/PID/status: VmRSS once open, VmHWM for the
 // peak during the open) less that of a child that opened an empty DB with the same
 // options (the memory tier's arena, the libraries).
-#include <malloc.h>
 #include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -74,12 +73,6 @@ Resident OpenInChildAndMeasure(const Options& options, const std::string& dir) {
       said[0] = test::StatOf(db.get(), "ssd.keys");
       said[1] = test::StatOf(db.get(), "ssd.index_bytes_per_key");
     }
-    if (std::getenv("KV_SCALE_SMAPS") != nullptr) {
-      if (std::getenv("KV_SCALE_TRIM") != nullptr) malloc_trim(0);
-      const struct mallinfo2 mi = mallinfo2();
-      std::fprintf(stderr, "child heap: %zu arena, %zu mmapped, %zu in use, %zu free\n", mi.arena,
-                   mi.hblkhd, mi.uordblks, mi.fordblks);
-    }
     if (write(ready[1], said, sizeof(said)) != sizeof(said)) _exit(1);
     char c;
     (void)!read(done[0], &c, 1);  // the parent has read our memory (or died)
@@ -102,10 +95,6 @@ Resident OpenInChildAndMeasure(const Options& options, const std::string& dir) {
     const std::string now = status();
     r.rss = StatusKiB(now, "VmRSS") << 10;
     r.peak = std::max({r.peak, r.rss, StatusKiB(now, "VmHWM") << 10});
-    if (const char* keep = std::getenv("KV_SCALE_SMAPS")) {  // where the memory is
-      std::ifstream smaps("/proc/" + std::to_string(pid) + "/smaps");
-      std::ofstream(std::string(keep) + "." + std::to_string(r.keys)) << smaps.rdbuf();
-    }
   }
   close(done[1]);
   close(ready[0]);
