@@ -149,8 +149,6 @@ NamespaceUsage::Report NamespaceUsage::ReportOf(const Slot& slot, std::string na
   r.weight = slot.weight.load(std::memory_order_relaxed);
   r.memory_bytes = slot.bytes[kMemory].load(std::memory_order_relaxed);
   r.memory_items = slot.items[kMemory].load(std::memory_order_relaxed);
-  r.ssd_bytes = slot.bytes[kSsd].load(std::memory_order_relaxed);
-  r.ssd_items = slot.items[kSsd].load(std::memory_order_relaxed);
 #define KV_NS_COPY(field, help) r.field = slot.field.load(std::memory_order_relaxed);
 #define KV_NS_SKIP(field, help)
   KV_NAMESPACE_FIGURES(KV_NS_SKIP, KV_NS_COPY)
@@ -179,7 +177,7 @@ std::vector<NamespaceUsage::Report> NamespaceUsage::Reports() const {
     out.push_back(ReportOf(slot, it != names_.end() ? it->second : IdName(id)));
   });
   const Report other = ReportOf(other_, "other");
-  if (other.memory_items != 0 || other.ssd_items != 0 || other.hits != 0 || other.misses != 0) {
+  if (other.memory_items != 0 || other.hits != 0 || other.misses != 0) {
     out.push_back(other);
   }
   return out;

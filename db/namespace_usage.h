@@ -9,7 +9,12 @@
 // (Forget).  A namespace the table was never told of -- keys a peer sent -- is counted
 // all the same, named by its id, with no quota and weight 1.
 //
-// What the tiers do with it:
+// The memory tier charges and enforces; the SSD tier does not yet (its index keeps key
+// fingerprints, not keys, so a bucket evicted whole or a map restored from its checkpoint
+// cannot say whose bytes they were without reading every bucket's index): ssd_quota_bytes
+// is stored and reported, not enforced.
+//
+// What the memory tier does with it:
 //   * a put into a namespace at its tier quota first evicts that namespace's own
 //     coldest values (memory tier: MemoryTier::MakeQuotaRoom); when it has none to
 //     evict, the put fails NoSpace for that namespace only;
@@ -49,12 +54,9 @@ struct Item;
 #define KV_NAMESPACE_FIGURES(NS_GAUGE, NS_COUNTER)                                         \
   NS_GAUGE(memory_bytes, "Value bytes the namespace holds in the memory tier.")            \
   NS_GAUGE(memory_items, "Values the namespace holds in the memory tier.")                 \
-  NS_GAUGE(ssd_bytes, "Value bytes the namespace holds in the SSD tier.")                  \
-  NS_GAUGE(ssd_items, "Values the namespace holds in the SSD tier.")                       \
   NS_COUNTER(hits, "Reads of the namespace's keys that found a value.")                    \
   NS_COUNTER(misses, "Reads of the namespace's keys found in no tier.")                    \
   NS_COUNTER(memory_evictions, "Values of the namespace evicted from the memory tier.")    \
-  NS_COUNTER(ssd_evictions, "Values of the namespace dropped from the SSD tier for room.") \
   NS_COUNTER(quota_evictions, "Values evicted to keep the namespace within a tier quota.") \
   NS_COUNTER(quota_rejections, "Puts refused because the namespace's quota left no room.")
 

@@ -95,6 +95,25 @@ TEST(NamespaceQuotaTest, ANamespaceOverItsQuotaEvictsOnlyItsOwnValues) {
   EXPECT_TRUE(hot->Get(ReadOptions(), "k0", &v).IsNotFound());
 }
 
+TEST(NamespaceQuotaTest, WithAnSsdTierTheQuotaEvictionsOffloadAndEveryValueReadsBack) {
+  test::TempDir dir;
+  Options o = MemoryOnly(32 << 20);
+  o.ssd_capacity_bytes = 256 << 20;
+  o.offload_policy = OffloadPolicy::kWriteBack;
+  std::unique_ptr<DB> db;
+  ASSERT_TRUE(DB::Open(o, dir.path(), &db).ok());
+  NamespaceOptions limited;
+  limited.memory_quota_bytes = 2 << 20;
+  std::unique_ptr<DB> ns;
+  ASSERT_TRUE(db->CreateNamespace("ns", limited, &ns).ok());
+  Fill(ns.get(), 'n', 600);  // 9.4 MiB through a 2 MiB quota
+  EXPECT_LE(Figure(db.get(), "ns", "memory_bytes"), 2 << 20);
+  EXPECT_GE(Figure(db.get(), "ns", "quota_evictions"), 400);
+  EXPECT_EQ(Held(ns.get(), 'n', 600), 600);  // from SSD; promotion keeps to the quota
+  EXPECT_LE(Figure(db.get(), "ns", "memory_bytes"), 2 << 20);
+  EXPECT_EQ(Figure(db.get(), "ns", "hits"), 600);
+}
+
 TEST(NamespaceQuotaTest, APutThatCannotFitItsQuotaFailsForThatNamespaceOnly) {
   test::TempDir dir;
   Options o = MemoryOnly(32 << 20);
