@@ -23,6 +23,9 @@ namespace {
 constexpr int kMaxAllocationAttempts = 4096;
 // A read's first bytes prefetched by Lookup (larger values stream in behind them).
 constexpr uint64_t kPrefetchValueBytes = 512;
+// A quota's eviction gives up after this many searches in a row find none of the
+// namespace's values (each looks SlabAllocator::kRankScan values deep per class).
+constexpr int kQuotaSearches = 64;
 }  // namespace
 
 void MemoryTier::Handle::Release() {
@@ -138,14 +141,19 @@ Status MemoryTier::MakeQuotaRoom(const Slice& key, uint64_t size) {
   // memory_eviction=none promises that nothing is evicted, for a quota either.
   const bool may_evict = options_.memory_eviction != MemoryEviction::kNone;
   std::vector<Item*> victims;
+  int fruitless = 0;  // searches in a row that found none of the namespace's values
   for (int attempt = 0; may_evict && size <= quota && attempt < kMaxAllocationAttempts;
        attempt++) {
     if (ns->Fits(NamespaceUsage::kMemory, size)) return Status::OK();
     victims.clear();
     if (!allocator_.PickVictimWhere(
             size, [&](const Item& item) { return usage_->OfItem(item) == ns; }, &victims)) {
-      break;
+      // Each search moves the other namespaces' values it passed out of the next one's
+      // way: look again, deeper each time, before concluding there are none.
+      if (++fruitless >= kQuotaSearches) break;
+      continue;
     }
+    fruitless = 0;
     for (Item* victim : victims) Evict(victim);
     ns->quota_evictions.fetch_add(victims.size(), std::memory_order_relaxed);
   }

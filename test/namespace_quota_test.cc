@@ -5,7 +5,9 @@
 // evicts from the namespace most over its weighted share, so a cold namespace within
 // its share keeps its values while a hot one churns; the per-namespace counters say so
 // in the stats, the JSON and Prometheus; quotas survive a reopen.
+#include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -195,6 +197,47 @@ TEST(NamespaceQuotaTest, AHeavierWeightKeepsALargerShare) {
   const double b_bytes = static_cast<double>(Figure(db.get(), "b", "memory_bytes"));
   EXPECT_GT(a_bytes / b_bytes, 2.0) << a_bytes << " " << b_bytes;
   EXPECT_LT(a_bytes / b_bytes, 4.5) << a_bytes << " " << b_bytes;
+}
+
+TEST(NamespaceQuotaTest, TheAccountStaysExactUnderConcurrentChurn) {
+  test::TempDir dir;
+  std::unique_ptr<DB> db;
+  ASSERT_TRUE(DB::Open(MemoryOnly(16 << 20), dir.path(), &db).ok());
+  NamespaceOptions limited;
+  limited.memory_quota_bytes = 3 << 20;
+  std::unique_ptr<DB> a, b;
+  ASSERT_TRUE(db->CreateNamespace("a", limited, &a).ok());
+  ASSERT_TRUE(db->CreateNamespace("b", NamespaceOptions(), &b).ok());
+  constexpr int kKeysPerNs = 800;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; t++) {
+    DB* target = t % 2 == 0 ? a.get() : b.get();
+    threads.emplace_back([target, t] {
+      std::string v;
+      for (int n = 0; n < 1500; n++) {
+        const int i = (n * 7 + t * 13) % kKeysPerNs;
+        const std::string key = "k" + std::to_string(i);
+        if (n % 5 == 4) {
+          Status s = target->Delete(WriteOptions(), key);
+          EXPECT_TRUE(s.ok() || s.IsNotFound()) << s.ToString();
+        } else if (n % 3 == 2) {
+          Status s = target->Get(ReadOptions(), key, &v);
+          EXPECT_TRUE(s.ok() || s.IsNotFound()) << s.ToString();
+        } else {
+          Status s = target->Put(WriteOptions(), key, Value('x', i));
+          EXPECT_TRUE(s.ok()) << s.ToString();
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  // Each namespace's items and bytes are exactly what it holds.
+  for (auto [name, handle] : {std::pair{"a", a.get()}, std::pair{"b", b.get()}}) {
+    const int held = Held(handle, 'x', kKeysPerNs);
+    EXPECT_EQ(Figure(db.get(), name, "memory_items"), held) << name;
+    EXPECT_EQ(Figure(db.get(), name, "memory_bytes"), held * int64_t{kValueSize}) << name;
+  }
+  EXPECT_LE(Figure(db.get(), "a", "memory_bytes"), (3 << 20) + 4 * int64_t{kValueSize});
 }
 
 TEST(NamespaceQuotaTest, TheCountersAreInTheJsonAndPrometheusAndQuotasSurviveAReopen) {
