@@ -5,7 +5,9 @@
 // evicts from the namespace most over its weighted share, so a cold namespace within
 // its share keeps its values while a hot one churns; the per-namespace counters say so
 // in the stats, the JSON and Prometheus; quotas survive a reopen.
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -272,6 +274,17 @@ TEST(NamespaceQuotaTest, TheCountersAreInTheJsonAndPrometheusAndQuotasSurviveARe
   EXPECT_NE(prom.find("kvengine_namespace_misses_total{namespace=\"tenant-a\"} 1\n"),
             std::string::npos)
       << prom;
+  if (std::system("command -v promtool >/dev/null 2>&1") == 0) {
+    const std::string file = dir.path() + "/metrics.txt", out = dir.path() + "/promtool.out";
+    std::ofstream(file) << prom;
+    const int rc =
+        std::system(("promtool check metrics < '" + file + "' > '" + out + "' 2>&1").c_str());
+    std::ifstream in(out);
+    const std::string report((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+    EXPECT_EQ(rc, 0) << report;
+    EXPECT_EQ(report, "") << report;  // not even a lint warning
+  }
 
   ns.reset();
   ASSERT_TRUE(db->Close().ok());
