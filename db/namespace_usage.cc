@@ -174,7 +174,13 @@ std::vector<NamespaceUsage::Report> NamespaceUsage::Reports() const {
   ForEachUsed([&](const Slot& slot) {
     const uint64_t id = slot.id.load(std::memory_order_relaxed);
     auto it = names_.find(id);
-    out.push_back(ReportOf(slot, it != names_.end() ? it->second : IdName(id)));
+    if (it != names_.end()) {
+      out.push_back(ReportOf(slot, it->second));
+    } else if (slot.items[kMemory].load(std::memory_order_relaxed) != 0) {
+      // Not registered here (a peer's keys) but holding values; a dropped namespace
+      // that holds nothing more is not reported.
+      out.push_back(ReportOf(slot, IdName(id)));
+    }
   });
   const Report other = ReportOf(other_, "other");
   if (other.memory_items != 0 || other.hits != 0 || other.misses != 0) {

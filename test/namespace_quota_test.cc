@@ -286,6 +286,16 @@ TEST(NamespaceQuotaTest, TheCountersAreInTheJsonAndPrometheusAndQuotasSurviveARe
     EXPECT_EQ(report, "") << report;  // not even a lint warning
   }
 
+  // A dropped namespace leaves the figures with its keys.
+  std::unique_ptr<DB> gone;
+  ASSERT_TRUE(db->CreateNamespace("gone", NamespaceOptions(), &gone).ok());
+  Fill(gone.get(), 'g', 2);
+  EXPECT_EQ(Figure(db.get(), "gone", "memory_items"), 2);
+  ASSERT_TRUE(db->DropNamespace("gone", nullptr).ok());
+  ASSERT_TRUE(db->GetProperty("kvengine.stats", &json));
+  EXPECT_EQ(json.find("gone"), std::string::npos) << json;
+  EXPECT_EQ(json.find("id:"), std::string::npos) << json;
+
   ns.reset();
   ASSERT_TRUE(db->Close().ok());
   ASSERT_TRUE(DB::Open(o, dir.path(), &db).ok());
