@@ -168,13 +168,17 @@ std::string NamespaceUsage::NameOf(const Slot* slot) const {
 
 std::vector<NamespaceUsage::Report> NamespaceUsage::Reports() const {
   std::vector<Report> out;
-  MutexLock l(&names_mu_);
-  if (names_.empty() && used_.load(std::memory_order_acquire) == 0) return out;
+  std::map<uint64_t, std::string> names;
+  {
+    MutexLock l(&names_mu_);
+    names = names_;
+  }
+  if (names.empty() && used_.load(std::memory_order_acquire) == 0) return out;
   out.push_back(ReportOf(default_, "default"));
   ForEachUsed([&](const Slot& slot) {
     const uint64_t id = slot.id.load(std::memory_order_relaxed);
-    auto it = names_.find(id);
-    if (it != names_.end()) {
+    auto it = names.find(id);
+    if (it != names.end()) {
       out.push_back(ReportOf(slot, it->second));
     } else if (slot.items[kMemory].load(std::memory_order_relaxed) != 0) {
       // Not registered here (a peer's keys) but holding values; a dropped namespace
