@@ -28,7 +28,6 @@ import os
 import re
 
 from ._vllm_compat import (BlockRemoved, BlockStored, KVConnectorKVEvents, KVEventAggregator)
-from .common import regex_escape
 
 logger = logging.getLogger("kvengine.vllm")
 
@@ -108,9 +107,7 @@ class RemovalFeedReader:
 
     def __init__(self, db, keys):
         self._db = db
-        self._pattern = re.compile(
-            regex_escape(keys.key_model) + r"@[^/]*@bs%d@tp\d+of%d@pp\d+of%d/L\d+/([0-9a-f]+)$"
-            % (keys.block_size, keys.tp_size, keys.pp_size))
+        self._pattern = re.compile(keys.block_key_pattern())
         self.missed = 0
         self.cursor = self.last_sequence()
         if self.cursor is None:
