@@ -1,5 +1,6 @@
 """Namespaces through the Python module (docs/python.md, "Namespaces"), on a real DB."""
 import gc
+import os
 import threading
 
 import numpy as np
@@ -203,3 +204,31 @@ def test_calls_racing_the_db_close_never_crash(db_path):
     for t in threads:
         t.join()
     assert codes <= {0, kvengine.ABORTED} and kvengine.ABORTED in codes
+
+
+def test_an_attached_process_gets_a_namespace_or_a_clear_refusal(db_path):
+    """shared_store.acquire_store(namespace=...) in a process attached to the owner: the
+    attach protocol has no namespaces yet, so the refusal must name the namespace and
+    the socket (and never touch the default keyspace); once attach carries namespaces,
+    the namespace's keys must stay its own."""
+    from test_attach import OWNER_OPTIONS, run_child
+    sock = os.path.join(os.path.dirname(db_path), os.path.basename(db_path) + ".sock")
+    with kvengine.DB(db_path, local_listen=sock, **OWNER_OPTIONS) as owner:
+        owner.put("k", b"default")
+        out = run_child("""
+            import sys, kvengine
+            from kvengine import shared_store
+            try:
+                ns = shared_store.acquire_store(None, sys.argv[1], {}, "tenant-x")
+            except kvengine.Error as e:
+                assert e.code == kvengine.NOT_SUPPORTED, e
+                assert "tenant-x" in str(e) and sys.argv[1] in str(e), str(e)
+                assert sys.argv[1] not in shared_store._stores  # released
+                print("refused")
+            else:
+                assert ns.get("k") == b"" and ns.put("k", b"ns") == 0
+                shared_store.release_store(sys.argv[1], ns)
+                print("served")
+            """, sock)
+        assert out.strip() in ("refused", "served")
+        assert owner.read("k") == b"default"
