@@ -17,6 +17,8 @@ import logging
 from typing import Optional
 
 from .. import regex_escape
+from ..fingerprint import check_fingerprint as _check_fingerprint
+from ..fingerprint import config_fields, fingerprint_of
 from ._vllm_compat import HAVE_VLLM, KVConnectorMetadata, KVConnectorRole
 
 logger = logging.getLogger("kvengine.vllm")
@@ -76,39 +78,10 @@ class KVEngineConnectorMetadata(KVConnectorMetadata):
 
 # ------------------------------------------------------------------ keys
 
-# The fields of a model's config (vLLM's hf_text_config, a transformers PretrainedConfig)
-# that change what its KV cache holds for the same tokens: the attention geometry, the
-# position encoding, the latent (MLA) shape, quantisation.  Absent fields are skipped.
-HF_KV_FIELDS = ("model_type", "num_hidden_layers", "num_attention_heads",
-                "num_key_value_heads", "head_dim", "hidden_size", "rope_theta",
-                "rope_scaling", "rope_parameters", "partial_rotary_factor", "rotary_dim",
-                "max_position_embeddings", "position_embedding_type", "sliding_window",
-                "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
-                "quantization_config")
-
-
-def fingerprint_of(parts: dict) -> str:
-    """The fingerprint of a description (a JSON-able dict): 16 hex digits of its SHA-256."""
-    text = json.dumps(parts, sort_keys=True, default=str, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def config_fields(config, names=HF_KV_FIELDS) -> dict:
-    """The fields `names` that `config` (an object or a dict) has and are not None."""
-    out = {}
-    for name in names:
-        value = config.get(name) if isinstance(config, dict) else attr_of(config, name)
-        if value is not None:
-            if hasattr(value, "to_dict"):  # transformers' quantization config objects
-                value = value.to_dict()
-            out[name] = value
-    return out
-
-
 def model_fingerprint(vllm_config, dtype, block_size, tp_size, pp_size) -> tuple:
     """(fingerprint, description) of what makes this instance's bytes reusable: the
     model (name as vLLM loads it, and revision), KV dtype, block size, TP/PP, whether it
-    uses MLA, its quantisation, and the config fields of HF_KV_FIELDS."""
+    uses MLA, its quantisation, and the config fields of fingerprint.HF_KV_FIELDS."""
     model_config = attr_of(vllm_config, "model_config")
     hf = attr_of(model_config, "hf_text_config") or attr_of(model_config, "hf_config")
     parts = {
@@ -221,36 +194,12 @@ def _this_rank(extra, role):
 
 def check_fingerprint(db, keys: KeyScheme) -> Optional[str]:
     """Compares this instance's fingerprint with the one recorded in the store for its
-    model name and shape, then records its own.  A different one -- another model, a new
-    revision or a changed config behind the same name -- is logged at warning, naming both
-    fingerprints and the fields that differ; the blocks saved under it are misses (the key
-    carries the fingerprint), never bytes.  Called once per instance, by its scheduler
-    side.  Returns the old fingerprint when it differed, else None."""
-    record_key = keys.fingerprint_record_key()
-    parts = json.loads(json.dumps(keys.fingerprint_parts, default=str))
-    mine = ("%s\n%s" % (keys.fingerprint, json.dumps(parts, sort_keys=True))).encode()
-    raw = bytes(db.get(record_key))
-    old = None
-    if raw and raw != mine:
-        try:
-            old_fp, old_json = raw.decode().split("\n", 1)
-            old_parts = json.loads(old_json)
-        except ValueError:
-            old_fp, old_parts = raw[:16].decode("ascii", "replace"), {}
-        if old_fp != keys.fingerprint:
-            old = old_fp
-            changed = sorted(k for k in set(old_parts) | set(parts)
-                             if old_parts.get(k) != parts.get(k))
-            logger.warning(
-                "kvengine: the model behind %s changed since this store last saw it: "
-                "fingerprint %s, was %s (differs in: %s). The blocks saved before are "
-                "misses (their keys carry the old fingerprint), never reused.",
-                keys.key_model, keys.fingerprint, old_fp, ", ".join(changed) or "unknown")
-    if raw != mine:
-        rc = db.put(record_key, mine)
-        if rc != 0:
-            logger.warning("kvengine: could not record the model fingerprint (%d)", rc)
-    return old
+    model name and shape, then records its own (fingerprint.check_fingerprint): a change
+    -- another model, a new revision or a changed config behind the same name -- is one
+    warning naming both; the blocks saved under the old one are misses (the key carries
+    the fingerprint), never bytes.  Called once per instance, by its scheduler side."""
+    return _check_fingerprint(db, keys.fingerprint_record_key(), keys.key_model,
+                              keys.fingerprint, keys.fingerprint_parts, logger)
 
 
 class LayoutRecords:
