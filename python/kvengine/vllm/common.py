@@ -83,7 +83,9 @@ def model_fingerprint(vllm_config, dtype, block_size, tp_size, pp_size) -> tuple
     model (name as vLLM loads it, and revision), KV dtype, block size, TP/PP, whether it
     uses MLA, its quantisation, and the config fields of fingerprint.HF_KV_FIELDS."""
     model_config = attr_of(vllm_config, "model_config")
-    hf = attr_of(model_config, "hf_text_config") or attr_of(model_config, "hf_config")
+    hf = attr_of(model_config, "hf_text_config")
+    if hf is None:
+        hf = attr_of(model_config, "hf_config")
     parts = {
         "model": attr_of(model_config, "model"),
         "revision": attr_of(model_config, "revision"),
