@@ -58,6 +58,9 @@ class BlockTransfer:
     first_block: int = 0  # the request's block at position 0 of this run
     # The request's tenant (tenant_of): its blocks' keys carry it; None for none.
     tenant: Optional[str] = None
+    # For KV events (saves): the request's LoRA adapter (lora_int_id, lora_name), as
+    # vLLM's BlockStored carries it; None without one.
+    lora: Optional[tuple] = None
 
 
 @dataclasses.dataclass

@@ -324,6 +324,9 @@ class KVEngineScheduler:
                               or attr_of(state.request, "prompt_token_ids", []))
                 save.parent_hash = hashes[first - 1] if first > 0 else None
                 save.token_ids = [tokens[b * bs:(b + 1) * bs] for b in range(first, full)]
+                lora = attr_of(state.request, "lora_request")
+                if lora is not None:
+                    save.lora = (attr_of(lora, "lora_int_id"), attr_of(lora, "lora_name"))
             meta.saves.append(save)
             state.saved_blocks = full
 

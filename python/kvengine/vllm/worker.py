@@ -443,7 +443,8 @@ class KVEngineWorker:
                 if h in stored:
                     parent = tr.parent_hash if i == 0 else tr.block_hashes[i - 1]
                     tokens = tr.token_ids[i] if tr.token_ids else []
-                    self._block_events.stored(h, parent, tokens, self._keys.block_size)
+                    self._block_events.stored(h, parent, tokens, self._keys.block_size,
+                                              getattr(tr, "lora", None))
 
     def take_kv_events(self, meta) -> list:
         """The events of the step (see events.py); [] when KV events are off."""
