@@ -161,8 +161,11 @@ class HotColdRun {
     if (s.ok()) {
       cold_found_++;
       const Slice want = b_.pool->For(id);
-      if (c_.verify && (size != want.size() || std::memcmp(buffer_.data(), want.data(), size))) {
+      if (!c_.verify) return;
+      if (size != want.size() || std::memcmp(buffer_.data(), want.data(), size) != 0) {
         Fail("cold key '" + key_ + "': the bytes read differ from the bytes written");
+      } else {
+        r_.verified++;
       }
       return;
     }
