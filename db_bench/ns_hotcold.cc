@@ -203,7 +203,13 @@ class HotColdRun {
       r_.ops++;
       r_.keys++;
       r_.bytes += key.size() + value.size();
-      if (!s.ok()) Fail("hot's put of " + key + ": " + s.ToString());
+      if (s.IsNoSpace()) {
+        // A quota's refusal is the engine's answer, not a failure of the run: counted and
+        // reported (the namespace counts it too, in quota_rejections).
+        if (hot_refused_++ == 0) first_refusal_ = key + ": " + s.ToString();
+      } else if (!s.ok()) {
+        Fail("hot's put of " + key + ": " + s.ToString());
+      }
       if ((id + 1) % c_.ns_cold_read_every == 0) ColdRead(&rng);
     }
     r_.seconds = put_seconds;
@@ -224,15 +230,22 @@ class HotColdRun {
     r_.lookups = cold_reads_;
     r_.found = cold_found_;
     r_.note = Printf("hot puts; cold memory hit ratio %.3f", ColdHitRatio());
-    r_.detail_text =
+    if (hot_refused_ > 0) {
+      r_.note += Printf("; %" PRIu64 " hot puts refused NoSpace", hot_refused_);
+      r_.detail_text += "  hot puts refused NoSpace: " + std::to_string(hot_refused_) +
+                        "; the first, " + first_refusal_ + "\n";
+    }
+    r_.detail_text +=
         Printf("  cold: %" PRIu64 " keys (%.1f MiB), %" PRIu64 " reads during the churn: %" PRIu64
                " served by memory, %" PRIu64 " found, %" PRIu64 " put back after a miss\n",
                plan_.cold_keys, Mib(plan_.cold_keys * c_.value_size), cold_reads_,
                cold_memory_hits_, cold_found_, cold_refills_);
-    r_.detail_json = Printf(
-        "\"cold_keys\":%" PRIu64 ",\"cold_reads\":%" PRIu64 ",\"cold_memory_hits\":%" PRIu64
-        ",\"cold_found\":%" PRIu64 ",\"cold_refills\":%" PRIu64 ",\"memory_evictions\":%" PRIu64,
-        plan_.cold_keys, cold_reads_, cold_memory_hits_, cold_found_, cold_refills_, evictions);
+    r_.detail_json =
+        Printf("\"cold_keys\":%" PRIu64 ",\"cold_reads\":%" PRIu64 ",\"cold_memory_hits\":%" PRIu64
+               ",\"cold_found\":%" PRIu64 ",\"cold_refills\":%" PRIu64
+               ",\"memory_evictions\":%" PRIu64 ",\"hot_refused\":%" PRIu64,
+               plan_.cold_keys, cold_reads_, cold_memory_hits_, cold_found_, cold_refills_,
+               evictions, hot_refused_);
     if (config_.namespaces) {
       r_.detail_text += "  " + cold.Text("cold") + "\n  " + hot.Text("hot") + "\n";
       r_.detail_json += ",\"namespaces\":{" + cold.Json("cold") + "," + hot.Json("hot") + "}";
@@ -257,6 +270,8 @@ class HotColdRun {
   std::string key_;
   std::unique_ptr<kvengine::DB> db_, cold_, hot_;
   uint64_t cold_reads_ = 0, cold_found_ = 0, cold_memory_hits_ = 0, cold_refills_ = 0;
+  uint64_t hot_refused_ = 0;  // hot puts that failed NoSpace
+  std::string first_refusal_;
   Result r_;
 };
 

@@ -558,8 +558,11 @@ def test_ns_hotcold(binary, engines):
         check(ns.get("cold", {}).get("hits") == r["cold_reads"], f"{config}: {ns.get('cold')}")
         hot = ns.get("hot", {})
         check(hot.get("memory_evictions", 0) > 0, f"{config}: hot evicted nothing: {hot}")
+        check(hot.get("quota_rejections") == r["hot_refused"],
+              f"{config}: {r['hot_refused']} hot puts refused, the namespace counted {hot}")
         if config == "quotas":
             check(hot.get("quota_evictions", 0) > 0, f"quotas: no quota evictions: {hot}")
+            check(r["hot_refused"] == 0, f"quotas: {r['hot_refused']} hot puts refused")
             check(hot.get("memory_bytes", 1 << 30) <= 8 << 20, f"quotas: hot over 8 MiB: {hot}")
         else:
             check(hot.get("quota_evictions") == 0, f"shares: quota evictions: {hot}")
