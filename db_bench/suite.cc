@@ -544,6 +544,10 @@ void Suite::RunRound(uint64_t round, uint64_t* salt_counter) {
       }
       std::fflush(stdout);
       samples_[name + " " + a.engine + "/" + b.engine].push_back(EngineRatio(a, b));
+      if (EngineCpuRatio(a, b) > 0) {
+        samples_[name + " " + a.engine + "/" + b.engine + " per CPU second"].push_back(
+            EngineCpuRatio(a, b));
+      }
     }
   }
 }

@@ -2,7 +2,7 @@
 """Smoke tests of kv_bench, run by CTest.
 
   kv_bench_test.py KV_BENCH {json|text|threads|bad_flags|peer|peer_server|attach|trace|
-                             ns_hotcold}
+                             namespaces}
                    [--rocksdb] [--kv_server=KV_SERVER]
 
 json:      every benchmark on every engine with tiny sizes and --json; every record must
@@ -18,10 +18,12 @@ attach:    the kvengine benchmarks from a client attached to an owner: --attach 
            child kv_bench owns the DB; gone after the run) and --attach=SOCKET (a
            kv_server --local_listen); every value verified; a socket nobody serves fails
            with a clear message.
-ns_hotcold: --benchmarks=ns_hotcold at a tiny size (JSON and text): the three
+namespaces: --benchmarks=ns_hotcold at a tiny size (JSON and text): the three
            configurations' records and the ratios; cold's reads all served by memory with
            fair shares and with quotas, not all with the prefix alone; the per-namespace
-           evictions where they belong; skipped with a note on RocksDB alone.
+           evictions where they belong; skipped with a note on RocksDB alone.  Then
+           --compare_namespace: both engines' records, their CPU seconds, and the ratio
+           record with the ratio per CPU second.
 trace:     --benchmarks=trace on a generated conversation trace (a tiny model shape):
            every engine's figures present and sane (no errors, bytes verified, hits at
            most the infinite cache's, the tiers' shares adding up to the loaded share),
@@ -82,8 +84,8 @@ def check_records(recs, engines, benchmarks):
         for e in engines:
             check((b, e) in seen, f"no record for {b} on {e}")
         if len(engines) == 2:
-            ratio = f"ratio_{engines[-1]}_over_{engines[0]}" if "attached" in engines \
-                else "ratio_kvengine_over_rocksdb"
+            ratio = "ratio_kvengine_over_rocksdb" if engines[-1] == "rocksdb" \
+                else f"ratio_{engines[-1]}_over_{engines[0]}"
             check(any(r.get("engine") == "both" and r["benchmark"] == b and
                       ratio in r for r in recs),
                   f"no ratio record for {b}")
@@ -527,7 +529,7 @@ HOTCOLD = ["--benchmarks=ns_hotcold", "--memory=16MiB", "--value_size=16384", "-
            "--progress_interval=0"]
 
 
-def test_ns_hotcold(binary, engines):
+def test_namespaces(binary, engines):
     code, out, err = run(binary, HOTCOLD + ["--json"])
     check(code == 0, f"ns_hotcold --json exited {code}: {err[-500:]!r}")
     recs = {r["engine"]: r for r in records(out)}
@@ -585,6 +587,18 @@ def test_ns_hotcold(binary, engines):
         check(code == 0 and "ns_hotcold   : skipped: namespaces are kvengine's" in out,
               f"ns_hotcold on RocksDB: exit {code}, {out!r}")
 
+    code, out, err = run(binary, TINY + ["--benchmarks=fillseq,readrandom",
+                                         "--compare_namespace", "--json"])
+    check(code == 0, f"--compare_namespace exited {code}: {err[-500:]!r}")
+    recs = records(out)
+    check_records(recs, ["kvengine", "kvengine+ns"], ["fillseq", "readrandom"])
+    for r in recs:
+        if r.get("engine") == "both":
+            check(r.get("cpu_ratio_kvengine+ns_over_kvengine", 0) > 0,
+                  f"no ratio per CPU second: {r}")
+        else:
+            check(r.get("cpu_seconds", 0) > 0, f"no CPU seconds: {r}")
+
 
 def main():
     binary, mode = sys.argv[1], sys.argv[2]
@@ -592,7 +606,7 @@ def main():
     kv_server = next((a.split("=", 1)[1] for a in sys.argv[3:] if a.startswith("--kv_server=")),
                      None)
     tests = {"json": test_json, "text": test_text, "threads": test_threads,
-             "bad_flags": test_bad_flags, "trace": test_trace, "ns_hotcold": test_ns_hotcold}
+             "bad_flags": test_bad_flags, "trace": test_trace, "namespaces": test_namespaces}
     peer_tests = {"peer": test_peer, "peer_server": test_peer_server, "attach": test_attach}
     if mode in peer_tests:
         peer_tests[mode](binary, engines, kv_server)
