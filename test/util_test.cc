@@ -25,6 +25,7 @@
 #include "util/huge_block_pool.h"
 #include "util/input_check.h"
 #include "util/numa_arena.h"
+#include "util/printable.h"
 #include "util/region_map.h"
 #include "util/stream_copy.h"
 #include "util/worker_thread.h"
@@ -174,6 +175,21 @@ TEST(OptionsTest, Validate) {
   o = Options();
   o.index_shards = 0;
   EXPECT_TRUE(o.Validate().IsInvalidArgument());
+}
+
+TEST(PrintableTest, EscapesUnprintableBytesQuotesAndBackslashesAndCutsAt64) {
+  EXPECT_EQ(Printable(Slice("layer.0")), "'layer.0'");
+  EXPECT_EQ(Printable(Slice("")), "''");
+  EXPECT_EQ(Printable(Slice("a\0b", 3)), "'a\\x00b'");
+  EXPECT_EQ(Printable(Slice("\xfe\x7f\x1f\x20~\\'")), "'\\xfe\\x7f\\x1f ~\\x5c\\x27'");
+  std::string all;
+  for (int c = 0; c < 256; c++) all += static_cast<char>(c);
+  const std::string shown = Printable(Slice(all));
+  EXPECT_EQ(shown.substr(0, 9), "'\\x00\\x01");
+  EXPECT_NE(shown.find("\\x1e\\x1f !\"#$%&\\x27()"), std::string::npos) << shown;
+  EXPECT_EQ(shown.substr(shown.size() - 8), "<=>?...'");  // bytes 0 to 63, then "..."
+  EXPECT_EQ(Printable(Slice(std::string(64, 'k'))), "'" + std::string(64, 'k') + "'");
+  EXPECT_EQ(Printable(Slice(std::string(65, 'k'))), "'" + std::string(64, 'k') + "...'");
 }
 
 TEST(HashTest, SameValuesAsPlainXxh3) {
