@@ -509,6 +509,28 @@ TEST(InputCheckTest, EachRuleNamesTheProblem) {
   EXPECT_TRUE(input::CheckUniqueKeys(std::span<const Slice>(keys.data(), 2)).ok());
 }
 
+// Batches past the table kept on the stack, and the key named: the first one, in batch
+// order, that an earlier key repeats.
+TEST(InputCheckTest, UniqueKeysInBatchesOfAnySize) {
+  for (size_t n : {2, 3, 64, 127, 128, 129, 1000, 5000}) {
+    std::vector<std::string> names;
+    for (size_t i = 0; i < n; i++) names.push_back("key-" + std::to_string(i));
+    names.push_back(std::string("\0", 1));
+    names.push_back("");
+    std::vector<Slice> keys(names.begin(), names.end());
+    EXPECT_TRUE(input::CheckUniqueKeys(keys).ok()) << n;
+    keys.push_back(Slice(names[n / 2]));
+    keys.push_back(Slice(names[0]));
+    EXPECT_EQ(input::CheckUniqueKeys(keys).message(),
+              "BatchPut names key '" + names[n / 2] + "' more than once; nothing was written")
+        << n;
+    keys.insert(keys.begin() + 1, Slice(""));  // now the empty key repeats first
+    EXPECT_EQ(input::CheckUniqueKeys(keys).message(),
+              "BatchPut names key '' more than once; nothing was written")
+        << n;
+  }
+}
+
 TEST(RegionMapTest, RefusesOverlapsAndGivesBackWhatItHolds) {
   RegionMap map;
   char buf[64];
