@@ -56,6 +56,7 @@ struct NsHotColdOutcome {
   std::vector<Result> results;
   double cold_hit_ratio_shares = 0, cold_hit_ratio_quotas = 0;
   double hot_puts_shares = 0, hot_puts_quotas = 0;
+  double hot_puts_cpu_shares = 0, hot_puts_cpu_quotas = 0;  // per CPU second of the puts
   bool baseline_hits = false;  // the prefix run's cold reads hit at all
   std::string text, json;
 };

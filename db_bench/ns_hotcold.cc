@@ -191,7 +191,8 @@ class HotColdRun {
     const uint64_t memory_hits_before = StatLine(stats, "memory.hits");
     std::string key;
     const auto wall_start = Clock::now();
-    double put_seconds = 0;
+    const double cpu_start = ThreadCpuSeconds();
+    double put_seconds = 0, cold_cpu = 0;
     for (uint64_t id = 0; id < c_.num; id++) {
       Key('h', space, id, &key);
       const Slice value = b_.pool->For(plan_.cold_keys + id);
@@ -210,9 +211,15 @@ class HotColdRun {
       } else if (!s.ok()) {
         Fail("hot's put of " + key + ": " + s.ToString());
       }
-      if ((id + 1) % c_.ns_cold_read_every == 0) ColdRead(&rng);
+      if ((id + 1) % c_.ns_cold_read_every == 0) {
+        const double cold_start = ThreadCpuSeconds();
+        ColdRead(&rng);
+        cold_cpu += ThreadCpuSeconds() - cold_start;
+      }
     }
     r_.seconds = put_seconds;
+    // The hot puts' CPU time: the loop's less the cold reads' (and their put-backs).
+    r_.cpu_seconds = ThreadCpuSeconds() - cpu_start - cold_cpu;
     r_.wall_seconds = std::chrono::duration<double>(Clock::now() - wall_start).count();
     db_->GetProperty("kvengine.stats", &stats);
     // Only the cold tenant reads, so the memory tier's hits in this span are its.
@@ -291,36 +298,42 @@ NsHotColdOutcome RunNsHotCold(const BenchContext& b, bool reverse) {
   const NsHotColdPlan plan = PlanNsHotCold(*b.config);
   NsHotColdOutcome out;
   out.results.resize(3);
-  double hit_ratio[3] = {}, put_rate[3] = {};
+  double hit_ratio[3] = {}, put_rate[3] = {}, put_cpu_rate[3] = {};
   for (size_t k = 0; k < 3; k++) {
     const size_t i = reverse ? 2 - k : k;
     HotColdRun run(b, kConfigs[i], plan);
     out.results[i] = run.Run();
     hit_ratio[i] = run.ColdHitRatio();
     put_rate[i] = out.results[i].OpsPerSec();
+    put_cpu_rate[i] = out.results[i].OpsPerCpuSecond();
   }
   auto ratio = [](double a, double base) { return base > 0 ? a / base : 0; };
   out.cold_hit_ratio_shares = ratio(hit_ratio[1], hit_ratio[0]);
   out.cold_hit_ratio_quotas = ratio(hit_ratio[2], hit_ratio[0]);
   out.hot_puts_shares = ratio(put_rate[1], put_rate[0]);
   out.hot_puts_quotas = ratio(put_rate[2], put_rate[0]);
+  out.hot_puts_cpu_shares = ratio(put_cpu_rate[1], put_cpu_rate[0]);
+  out.hot_puts_cpu_quotas = ratio(put_cpu_rate[2], put_cpu_rate[0]);
   // A baseline of no hits at all has no ratio: say so rather than print 0 or infinity.
   auto shown = [&](double r) { return hit_ratio[0] > 0 ? Printf("%.2fx", r) : std::string("n/a"); };
   out.text = Printf(
       "%-12s : cold memory hit ratio shares/prefix %s, quotas/prefix %s (%.3f, %.3f vs %.3f); "
-      "hot puts ops/sec shares/prefix %.2fx, quotas/prefix %.2fx (%.0f, %.0f vs %.0f)",
+      "hot puts ops/sec shares/prefix %.2fx, quotas/prefix %.2fx (%.0f, %.0f vs %.0f); per "
+      "CPU second shares/prefix %.2fx, quotas/prefix %.2fx",
       "ns_hotcold", shown(out.cold_hit_ratio_shares).c_str(),
       shown(out.cold_hit_ratio_quotas).c_str(), hit_ratio[1], hit_ratio[2], hit_ratio[0],
-      out.hot_puts_shares, out.hot_puts_quotas, put_rate[1], put_rate[2], put_rate[0]);
+      out.hot_puts_shares, out.hot_puts_quotas, put_rate[1], put_rate[2], put_rate[0],
+      out.hot_puts_cpu_shares, out.hot_puts_cpu_quotas);
   out.json = Printf(
       "{\"benchmark\":\"ns_hotcold\",\"engine\":\"ratios\",\"cold_hit_ratio\":{\"prefix\":%.4f,"
       "\"shares\":%.4f,\"quotas\":%.4f},\"hot_puts_per_sec\":{\"prefix\":%.1f,\"shares\":%.1f,"
       "\"quotas\":%.1f},\"cold_hit_ratio_shares_over_prefix\":%.4f,"
       "\"cold_hit_ratio_quotas_over_prefix\":%.4f,\"hot_puts_shares_over_prefix\":%.4f,"
-      "\"hot_puts_quotas_over_prefix\":%.4f}",
+      "\"hot_puts_quotas_over_prefix\":%.4f,\"hot_puts_per_cpu_second_shares_over_prefix\":%.4f,"
+      "\"hot_puts_per_cpu_second_quotas_over_prefix\":%.4f}",
       hit_ratio[0], hit_ratio[1], hit_ratio[2], put_rate[0], put_rate[1], put_rate[2],
       out.cold_hit_ratio_shares, out.cold_hit_ratio_quotas, out.hot_puts_shares,
-      out.hot_puts_quotas);
+      out.hot_puts_quotas, out.hot_puts_cpu_shares, out.hot_puts_cpu_quotas);
   out.baseline_hits = hit_ratio[0] > 0;
   return out;
 }

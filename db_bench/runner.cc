@@ -17,12 +17,13 @@ namespace kvbench {
 namespace {
 double Micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
 
+}  // namespace
+
 double ThreadCpuSeconds() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
 }
-}  // namespace
 
 ThreadContext::ThreadContext(uint64_t tid, const RunSpec& spec, std::atomic<uint64_t>* progress)
     : tid_(tid),

@@ -92,6 +92,9 @@ class ThreadContext {
 
 using OpFn = std::function<void(ThreadContext&)>;
 
+// The calling thread's CPU time so far, in seconds (CLOCK_THREAD_CPUTIME_ID).
+double ThreadCpuSeconds();
+
 // For each thread, calls make_worker(ctx) on that thread before the clock starts (to
 // allocate its buffers) and then the returned function while ctx.More().
 Result RunParallel(const RunSpec& spec, const std::function<OpFn(ThreadContext&)>& make_worker);

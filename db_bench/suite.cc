@@ -578,6 +578,8 @@ void Suite::RunNsHotColdRound(uint64_t round, uint64_t salt) {
   }
   samples_["ns_hotcold hot puts shares/prefix"].push_back(out.hot_puts_shares);
   samples_["ns_hotcold hot puts quotas/prefix"].push_back(out.hot_puts_quotas);
+  samples_["ns_hotcold hot puts shares/prefix per CPU second"].push_back(out.hot_puts_cpu_shares);
+  samples_["ns_hotcold hot puts quotas/prefix per CPU second"].push_back(out.hot_puts_cpu_quotas);
 }
 
 void Suite::PrintMedians() {

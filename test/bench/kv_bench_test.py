@@ -572,6 +572,11 @@ def test_namespaces(binary, engines):
     check(ratios.get("cold_hit_ratio_shares_over_prefix", 0) > 1,
           f"no cold hit ratio shares/prefix above 1: {ratios}")
     check(ratios.get("hot_puts_shares_over_prefix", 0) > 0, f"no hot put ratio: {ratios}")
+    check(ratios.get("hot_puts_per_cpu_second_quotas_over_prefix", 0) > 0,
+          f"no hot put ratio per CPU second: {ratios}")
+    for config in ("prefix", "shares", "quotas"):
+        r = recs.get("kvengine+" + config, {})
+        check(r.get("cpu_seconds", 0) > 0, f"{config}: no CPU seconds of the hot puts")
 
     code, out, err = run(binary, HOTCOLD + ["--ns_cold_quota=4MiB", "--ns_hot_quota=6MiB"])
     check(code == 0, f"ns_hotcold (text) exited {code}: {err[-500:]!r}")
