@@ -1,5 +1,5 @@
 // ns_hotcold: two tenants on one memory tier, one cold and one hot (issue #29 item 6;
-// docs/benchmarks.md, "ns_hotcold").
+// docs/benchmarks.md, "Namespaces, second pass").
 //
 // The cold tenant writes a working set that fits its share of the tier; then the hot
 // tenant puts --num new keys, far more than the tier holds, and every
