@@ -108,6 +108,8 @@ class TenantTable {
  public:
   // `entries` as ReadTenantTokens gives them (one unnamed entry: the old form).
   explicit TenantTable(const std::vector<TenantEntry>& entries);
+  TenantTable(const TenantTable&) = delete;  // its Tenants point to it
+  TenantTable& operator=(const TenantTable&) = delete;
   // The old form: one token, every namespace.
   static std::vector<TenantEntry> OldForm(const std::string& token);
 
