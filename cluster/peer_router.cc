@@ -68,6 +68,12 @@ class PeerRouter::Service final : public PeerService {
   }
   Status DeleteAll(uint64_t* deleted) override { return db_->DeleteAll(deleted); }
   bool GetProperty(const std::string& name, std::string* value) override {
+    if (name == "kvengine.metrics" && value != nullptr) {
+      // As ClusterDB answers it: the router's families too.
+      if (!db_->GetProperty(name, value)) return false;
+      router_->AppendPrometheus(value);
+      return true;
+    }
     if (name != "kvengine.peers" || value == nullptr) return db_->GetProperty(name, value);
     *value = router_->StatsText();
     return true;
@@ -138,8 +144,11 @@ Status PeerRouter::Open(const Options& options, Logger* logger,
     if (!s.ok()) return Status::InvalidArgument("option listen", s.message());
   }
   if (!options.peer_auth_token_file.empty()) {
-    s = ReadAuthTokenFile(options.peer_auth_token_file, &env->token_);
+    // This host presents the file's first tenant (or its one token) when it calls peers,
+    // and requires one of its tenants' tokens of its own clients.
+    s = ReadTenantTokens(options.peer_auth_token_file, &env->tenants_);
     if (!s.ok()) return s;
+    env->token_ = env->tenants_[0].token;
   }
   if (!options.listen.empty() && !env->listen_.IsLoopback() && env->token_.empty()) {
     return Status::InvalidArgument("listening on " + env->listen_.ToString() +
@@ -147,6 +156,7 @@ Status PeerRouter::Open(const Options& options, Logger* logger,
   }
   TransportOptions t;
   t.auth_token = env->token_;
+  if (!env->tenants_.empty()) t.auth_tenant = env->tenants_[0].name;
   t.timeout_ms = std::max<uint64_t>(1, options.peer_timeout_ms);
   t.hash_loopback_bodies = options.peer_hash_loopback_bodies;
   t.log = [logger](LogLevel level, const std::string& line) {
@@ -202,7 +212,7 @@ uint64_t PeerRouter::ServingConnectionCap() {
 Status PeerRouter::ServePeers(DB* db, PinFn pin, ServedFn served, const char* arena_base) {
   service_ = std::make_unique<Service>(this, db, std::move(pin), std::move(served), arena_base);
   ServerOptions so;
-  so.auth_token = token_;
+  so.tenants = tenants_;
   so.handshake_timeout_ms = std::max<uint64_t>(1, options_.peer_handshake_timeout_ms);
   so.io_timeout_ms = std::max<uint64_t>(1, options_.peer_frame_timeout_ms);
   so.max_connections_per_address = std::max<uint64_t>(1, options_.peer_max_connections_per_address);
@@ -732,6 +742,15 @@ void PeerRouter::AppendPrometheus(std::string* out) const {
       "failed.\n# TYPE kvengine_cluster_failing_members gauge\n"
       "kvengine_cluster_failing_members " +
       std::to_string(failing) + "\n";
+  if (server_ == nullptr) return;
+  *out +=
+      "# HELP kvengine_peer_permission_denied_total Peer requests refused for naming a "
+      "namespace their tenant is not bound to, by tenant.\n"
+      "# TYPE kvengine_peer_permission_denied_total counter\n";
+  for (const auto& [tenant, refused] : server_->permission_denied_by_tenant()) {
+    *out += "kvengine_peer_permission_denied_total{tenant=\"" + tenant + "\"} " +
+            std::to_string(refused) + "\n";
+  }
 }
 
 std::string PeerRouter::Readiness() const {
@@ -1021,7 +1040,11 @@ std::string PeerRouter::StatsText() const {
         << "rejected_frames: " << server_->rejected_frames() << "\n"
         << "refused_auth: " << server_->refused_auth() << "\n"
         << "slow_readers_closed: " << server_->slow_readers_closed() << "\n"
-        << "refused_over_budget: " << server_->refused_over_budget() << "\n";
+        << "refused_over_budget: " << server_->refused_over_budget() << "\n"
+        << "permission_denied: " << server_->permission_denied() << "\n";
+    for (const auto& [tenant, refused] : server_->permission_denied_by_tenant()) {
+      if (!tenant.empty()) out << "permission_denied." << tenant << ": " << refused << "\n";
+    }
   }
   return out.str();
 }

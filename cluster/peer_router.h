@@ -44,6 +44,7 @@
 #include "kvengine/env.h"
 #include "kvengine/options.h"
 #include "kvengine/transport.h"
+#include "transport/tenant_tokens.h"
 #include "util/mutex.h"
 
 namespace kvengine {
@@ -228,7 +229,8 @@ class PeerRouter {
 
   const Options options_;
   Logger* const logger_;
-  std::string token_;
+  std::string token_;                // the credential presented to peers
+  std::vector<TenantEntry> tenants_;  // of peer_auth_token_file; required when serving
   Endpoint listen_;
   std::string self_;  // listen_ as text; "" when not serving
   std::unique_ptr<Transport> transport_;

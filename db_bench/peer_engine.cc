@@ -41,7 +41,7 @@ class PeerEngine : public Engine {
     kvengine::TransportOptions to;
     Status s;
     if (!config.auth_token_file.empty()) {
-      s = kvengine::ReadAuthTokenFile(config.auth_token_file, &to.auth_token);
+      s = kvengine::ReadAuthTokenFile(config.auth_token_file, &to.auth_token, &to.auth_tenant);
     }
     if (s.ok()) {
       s = config.peer.empty() ? StartServer(config) : Endpoint::Parse(config.peer, &endpoint_);

@@ -128,10 +128,28 @@ class Server {
   pid_t pid_ = -1;
 };
 
+// The options of a DB in this process that calls the servers `peers` (none: a DB of its
+// own, memory only) over TCP.
+inline Options ClientOptions(const std::string& peers, PeerMode mode) {
+  Options o;
+  o.apply_environment = false;
+  o.memory_capacity_bytes = 64 << 20;
+  o.prefault_memory = false;
+  o.ssd_capacity_bytes = 0;
+  o.log_level = LogLevel::kOff;
+  o.peers = peers;
+  o.peer_mode = mode;
+  o.peer_timeout_ms = 1000;
+  o.peer_transport = PeerTransport::kTcp;
+  return o;
+}
+
 inline std::unique_ptr<Transport> NewClient(const std::string& token = "",
-                                            uint64_t timeout_ms = 3000) {
+                                            uint64_t timeout_ms = 3000,
+                                            const std::string& tenant = "") {
   TransportOptions o;
   o.auth_token = token;
+  o.auth_tenant = tenant;
   o.timeout_ms = timeout_ms;
   o.log = [](LogLevel, const std::string&) {};
   std::unique_ptr<Transport> t;
@@ -148,22 +166,28 @@ inline std::string RandomValue(std::mt19937_64* rng, size_t size) {
   return v;
 }
 
-// A hand-driven connection to a server: authenticates (no token), then sends frames the
-// test builds, valid checksums included, so they reach the request decoders.
+// A hand-driven connection to a server: authenticates (with `token` of `tenant` when
+// given, else none), then sends frames the test builds, valid checksums included, so
+// they reach the request decoders.  ok() is false when the server refused it.
 class RawConn {
  public:
-  explicit RawConn(const Endpoint& ep, uint64_t timeout_ms = 3000) : timeout_ms_(timeout_ms) {
+  explicit RawConn(const Endpoint& ep, uint64_t timeout_ms = 3000, const std::string& token = "",
+                   const std::string& tenant = "")
+      : timeout_ms_(timeout_ms) {
     ok_ = ConnectTcp(ep, DeadlineIn(timeout_ms_), &fd_).ok();
     wire::FrameHeader h;
     std::string meta;
-    ok_ = ok_ && Read(&h, &meta) && h.op == wire::kChallenge;
-    ok_ = ok_ && Send(wire::kAuth, "") && Read(&h, &meta) && h.op == wire::kAuth;
+    ok_ = ok_ && Read(&h, &meta) && h.op == wire::kChallenge && meta.size() > wire::kNonceSize;
+    std::string auth;
+    if (ok_ && !token.empty()) {
+      wire::PutAuth(&auth, wire::AuthProof(meta.substr(0, wire::kNonceSize), token), tenant);
+    }
+    ok_ = ok_ && Send(wire::kAuth, auth) && Read(&h, &meta) && h.op == wire::kAuth;
     // The verdict, then the features the server offers (none from older servers).
     std::string_view in(meta);
     Status verdict;
-    if (ok_ && wire::GetBatchStatus(&in, &verdict) && in.size() == 4) {
-      features_ = DecodeFixed32(in.data());
-    }
+    ok_ = ok_ && wire::GetBatchStatus(&in, &verdict) && verdict.ok();
+    if (ok_ && in.size() == 4) features_ = DecodeFixed32(in.data());
   }
   ~RawConn() {
     if (fd_ >= 0) close(fd_);

@@ -34,20 +34,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-Options ClientOptions(const std::string& peers, PeerMode mode) {
-  Options o;
-  o.apply_environment = false;
-  o.memory_capacity_bytes = 64 << 20;
-  o.prefault_memory = false;
-  o.ssd_capacity_bytes = 0;
-  o.log_level = LogLevel::kOff;
-  o.peers = peers;
-  o.peer_mode = mode;
-  o.peer_timeout_ms = 1000;
-  o.peer_transport = PeerTransport::kTcp;
-  return o;
-}
-
 TEST(PeerTest, PipelinedBatchesBitExactFrom64Threads) {
   Server server(TempDir("pipelined"), FreePort());
   server.set_options(",ssd_capacity_bytes=0,memory_capacity_bytes=512MiB");  // no eviction

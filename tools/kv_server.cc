@@ -50,7 +50,7 @@ int PrintStats(const std::string& where, const std::string& token_file) {
   kvengine::Endpoint ep;
   kvengine::Status s = kvengine::Endpoint::Parse(where, &ep);
   kvengine::TransportOptions t;
-  if (s.ok() && !token_file.empty()) s = kvengine::ReadAuthTokenFile(token_file, &t.auth_token);
+  if (s.ok() && !token_file.empty()) s = kvengine::ReadAuthTokenFile(token_file, &t.auth_token, &t.auth_tenant);
   std::unique_ptr<kvengine::Transport> transport;
   if (s.ok()) s = kvengine::Transport::Create("tcp", t, &transport);
   std::string text;

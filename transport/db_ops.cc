@@ -7,17 +7,23 @@ namespace kvengine {
 
 namespace {
 
-// The keys of an EXISTS, DELETE or VALUE_SIZE request: its whole metadata.
-bool GetKeysOnly(std::string_view meta, std::vector<Slice>* keys) {
-  std::vector<std::string_view> views;
-  if (!wire::GetKeys(&meta, &views, nullptr) || !meta.empty()) return false;
-  keys->assign(views.begin(), views.end());
-  return true;
-}
-
 void PutResultsAnswer(const Status& s, const std::vector<int64_t>& results, std::string* answer) {
   wire::PutBatchStatus(answer, s);
   wire::PutResults(answer, s.ok() ? results : std::vector<int64_t>());
+}
+
+// The keys of an EXISTS, DELETE, VALUE_SIZE or PREFETCH request: its whole metadata.
+// False when malformed.  A request the target does not admit is answered here with the
+// refusal (*refused set).
+bool GetKeysOnly(DbOpsTarget* target, std::string_view meta, std::vector<Slice>* keys,
+                 bool* refused, std::string* answer) {
+  std::vector<std::string_view> views;
+  if (!wire::GetKeys(&meta, &views, nullptr) || !meta.empty()) return false;
+  keys->assign(views.begin(), views.end());
+  Status s = target->Admit(*keys);
+  *refused = !s.ok();
+  if (*refused) PutResultsAnswer(s, {}, answer);
+  return true;
 }
 
 }  // namespace
@@ -84,24 +90,26 @@ const char* DbOpName(uint8_t op) {
 bool ServeDbOp(DbOpsTarget* target, uint8_t op, std::string_view meta, std::string* answer) {
   std::vector<Slice> keys;
   std::vector<int64_t> results;
+  bool refused = false;
   switch (op) {
     case wire::kExists: {
-      if (!GetKeysOnly(meta, &keys)) return false;
-      PutResultsAnswer(target->BatchExists(keys, &results), results, answer);
+      if (!GetKeysOnly(target, meta, &keys, &refused, answer)) return false;
+      if (!refused) PutResultsAnswer(target->BatchExists(keys, &results), results, answer);
       return true;
     }
     case wire::kDelete: {
-      if (!GetKeysOnly(meta, &keys)) return false;
-      PutResultsAnswer(target->BatchDelete(keys, &results), results, answer);
+      if (!GetKeysOnly(target, meta, &keys, &refused, answer)) return false;
+      if (!refused) PutResultsAnswer(target->BatchDelete(keys, &results), results, answer);
       return true;
     }
     case wire::kPrefetch: {
-      if (!GetKeysOnly(meta, &keys)) return false;
-      PutResultsAnswer(target->Prefetch(keys, &results), results, answer);
+      if (!GetKeysOnly(target, meta, &keys, &refused, answer)) return false;
+      if (!refused) PutResultsAnswer(target->Prefetch(keys, &results), results, answer);
       return true;
     }
     case wire::kValueSize: {
-      if (!GetKeysOnly(meta, &keys)) return false;
+      if (!GetKeysOnly(target, meta, &keys, &refused, answer)) return false;
+      if (refused) return true;
       results.resize(keys.size());
       for (size_t i = 0; i < keys.size(); i++) {
         uint64_t size = 0;
@@ -115,10 +123,12 @@ bool ServeDbOp(DbOpsTarget* target, uint8_t op, std::string_view meta, std::stri
       std::string_view name;
       if (!GetLengthPrefixed(&meta, &name) || !meta.empty()) return false;
       std::string value;
-      const bool known = target->GetProperty(std::string(name), &value);
-      wire::PutBatchStatus(answer,
-                           known ? Status::OK() : Status::NotFound("unknown property", name));
-      PutLengthPrefixed(answer, known ? value : "");
+      Status s = target->AdmitProperty(std::string(name));
+      if (s.ok() && !target->GetProperty(std::string(name), &value)) {
+        s = Status::NotFound("unknown property", name);
+      }
+      wire::PutBatchStatus(answer, s);
+      PutLengthPrefixed(answer, s.ok() ? value : "");
       return true;
     }
     case wire::kDeleteMatching: {

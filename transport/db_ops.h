@@ -11,6 +11,8 @@
 //                                                hosts that succeeded removed)
 //   PREFETCH         keys                     -> batch status, a result per key (1: its
 //                                                read up from SSD started, 0: not)
+// A request the target does not admit (DbOpsTarget::Admit) is answered with the refusal
+// as its batch status and no results (PROPERTY: the refusal and "").
 // A server hands a request of one of these ops to ServeDbOp and sends the answer back;
 // its own ops (puts, gets, pins, leases) it decodes itself.
 #ifndef KVENGINE_TRANSPORT_DB_OPS_H_
@@ -45,6 +47,11 @@ class DbOpsTarget {
     results->assign(keys.size(), 0);
     return Status::OK();
   }
+  // Whether the caller may name `keys` (EXISTS, DELETE, VALUE_SIZE, PREFETCH) or read
+  // property `name`.  A refusal (PermissionDenied) is the request's answer, and nothing
+  // runs.  By default everything is admitted.
+  virtual Status Admit(std::span<const Slice> /*keys*/) { return Status::OK(); }
+  virtual Status AdmitProperty(const std::string& /*name*/) { return Status::OK(); }
 };
 
 // The ops run against a kvengine::DB, which must outlive it (deletes with the default

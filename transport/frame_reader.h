@@ -52,8 +52,9 @@ class BodyPool {
 // owner (one worker at a time) drives it.
 class FrameReader {
  public:
-  // Largest metadata of the only frame accepted before authentication (AUTH: a proof).
-  static constexpr uint32_t kMaxAuthMetaLen = 64;
+  // Largest metadata of the only frame accepted before authentication (AUTH: a proof of
+  // 8 bytes and a tenant's name of at most 64, its length one varint byte).
+  static constexpr uint32_t kMaxAuthMetaLen = 8 + 1 + 64;
 
   enum class Progress {
     kNone,      // nothing of a frame has arrived

@@ -19,6 +19,7 @@
 #include "transport/get_answer.h"
 #include "transport/socket_util.h"
 #include "transport/wire.h"
+#include "util/byte_regex.h"
 #include "util/coding.h"
 #include "util/hash.h"
 #include "util/log_limiter.h"
@@ -56,6 +57,9 @@ struct Conn {
   bool loopback = false;  // the client's address is a loopback one
   std::string nonce;
   bool authed = false;
+  // The tenant the connection proved (set once, at authentication); null when the
+  // server requires no token: every namespace.
+  const Tenant* tenant = nullptr;
   Deadline handshake_deadline = kNever;
   FrameReader frame;  // the request arriving; driven by whoever holds the connection
   // Answers not written whole yet, in the order of their requests, and their bytes not
@@ -96,11 +100,53 @@ void PeerAddress(int fd, std::string* address, std::string* peer, bool* loopback
   *peer = *address + ":" + std::to_string(port);
 }
 
-// The ops every server answers alike (transport/db_ops.h), run against the service: a
-// peer's pattern is held to the peer protocol's limit before anything is removed.
+// The requests refused for their tenant's namespaces: counted, and logged at most once
+// per kRefusalLogInterval.
+class Refusals {
+ public:
+  using LogFn = std::function<void(LogLevel, const std::string&)>;
+  explicit Refusals(LogFn log) : log_(std::move(log)) {}
+  // Counts a refusal `s` of `tenant`'s request from `peer`; returns `s`.
+  Status Note(const Tenant* tenant, const std::string& peer, const Status& s) {
+    total_.fetch_add(1, std::memory_order_relaxed);
+    tenant->CountRefused();
+    uint64_t held_back = 0;
+    if (log_limit_.Admit(&held_back)) {
+      log_(LogLevel::kWarn, "refused a request of " + peer + ": " + s.message() +
+                                (held_back == 0 ? std::string()
+                                                : "; and " + std::to_string(held_back) +
+                                                      " more such refusals since the last line"));
+    }
+    return s;
+  }
+  uint64_t total() const { return total_.load(std::memory_order_relaxed); }
+
+ private:
+  const LogFn log_;
+  LogLimiter log_limit_{kRefusalLogInterval};
+  std::atomic<uint64_t> total_{0};
+};
+
+// The ops every server answers alike (transport/db_ops.h), run against the service for
+// one connection: its tenant may name only keys of its namespaces, and its deletes by
+// pattern touch only those; a peer's pattern is held to the peer protocol's limit before
+// anything is removed.
 class ServiceOps final : public DbOpsTarget {
  public:
-  explicit ServiceOps(PeerService* service) : service_(service) {}
+  // `tenant` null: every namespace.
+  ServiceOps(PeerService* service, const Tenant* tenant, Refusals* refusals,
+             const std::string& peer)
+      : service_(service), tenant_(tenant), refusals_(refusals), peer_(peer) {}
+  Status Admit(std::span<const Slice> keys) override {
+    if (tenant_ == nullptr) return Status::OK();
+    Status s = tenant_->Permit(keys);
+    return s.ok() ? s : refusals_->Note(tenant_, peer_, s);
+  }
+  Status AdmitProperty(const std::string& name) override {
+    if (tenant_ == nullptr) return Status::OK();
+    Status s = tenant_->PermitProperty(name);
+    return s.ok() ? s : refusals_->Note(tenant_, peer_, s);
+  }
   Status BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) override {
     return service_->BatchExists(keys, results);
   }
@@ -116,15 +162,28 @@ class ServiceOps final : public DbOpsTarget {
                                      " bytes exceeds the limit of " +
                                      std::to_string(wire::kMaxPatternLen));
     }
-    return service_->DeleteByRegex(pattern, deleted);
+    if (tenant_ == nullptr || tenant_->unrestricted()) {
+      return service_->DeleteByRegex(pattern, deleted);
+    }
+    // Compiled on its own first, so that it cannot close the group Restrict puts it in.
+    ByteRegex alone;
+    Status s = alone.Compile(pattern);
+    if (!s.ok()) return s;
+    return service_->DeleteByRegex(tenant_->Restrict(pattern), deleted);
   }
-  Status DeleteAll(uint64_t* deleted) override { return service_->DeleteAll(deleted); }
+  Status DeleteAll(uint64_t* deleted) override {
+    if (tenant_ == nullptr || tenant_->unrestricted()) return service_->DeleteAll(deleted);
+    return service_->DeleteByRegex(tenant_->Restrict("[\\x00-\\xff]*"), deleted);
+  }
   bool GetProperty(const std::string& name, std::string* value) override {
     return service_->GetProperty(name, value);
   }
 
  private:
   PeerService* const service_;
+  const Tenant* const tenant_;
+  Refusals* const refusals_;
+  const std::string& peer_;
 };
 
 class TcpServer final : public TransportServer {
@@ -132,7 +191,10 @@ class TcpServer final : public TransportServer {
   TcpServer(const ServerOptions& options, PeerService* service)
       : options_(options),
         service_(service),
-        ops_(service),
+        tenants_(!options.tenants.empty()      ? options.tenants
+                 : !options.auth_token.empty() ? TenantTable::OldForm(options.auth_token)
+                                               : std::vector<TenantEntry>()),
+        refusals_([this](LogLevel level, const std::string& line) { Log(level, line); }),
         leases_(std::chrono::milliseconds(options.lease_ttl_ms)),
         bodies_(options.kept_body_bytes) {}
   ~TcpServer() override { Stop(); }
@@ -198,6 +260,12 @@ class TcpServer final : public TransportServer {
   uint64_t refused_auth() const override { return refused_auth_.load(); }
   uint64_t slow_readers_closed() const override { return slow_readers_closed_.load(); }
   uint64_t refused_over_budget() const override { return refused_over_budget_.load(); }
+  uint64_t permission_denied() const override { return refusals_.total(); }
+  std::vector<std::pair<std::string, uint64_t>> permission_denied_by_tenant() const override {
+    std::vector<std::pair<std::string, uint64_t>> out;
+    for (const auto& t : tenants_.tenants()) out.emplace_back(t->name(), t->refused());
+    return out;
+  }
 
  private:
   void Log(LogLevel level, const std::string& line) {
@@ -286,10 +354,12 @@ class TcpServer final : public TransportServer {
           std::memcpy(&c->nonce[i], &r, 4);
         }
       }
-      // The challenge: nonce and whether a token is required.  A fresh socket's send
-      // buffer takes these few bytes at once.
+      // The challenge: nonce, whether a token is required and, when it is, that a
+      // tenant's name is read (clients built before tenants take any bit for
+      // "required").  A fresh socket's send buffer takes these few bytes at once.
       std::string meta = c->nonce;
-      meta.push_back(options_.auth_token.empty() ? 0 : 1);
+      meta.push_back(static_cast<char>(
+          tenants_.required() ? wire::kChallengeTokenRequired | wire::kChallengeTakesTenant : 0));
       if (!SendFrame(fd, wire::kChallenge, wire::kFlagResponse, 0, meta, {},
                      DeadlineIn(options_.io_timeout_ms))
                .ok()) {
@@ -499,6 +569,8 @@ class TcpServer final : public TransportServer {
     }
     const std::vector<Slice> keys(key_views.begin(), key_views.end());
     auto answer = std::make_unique<GetAnswer>(service_);
+    // A request its tenant may not make goes to a worker, which refuses it.
+    if (c->tenant != nullptr && !c->tenant->Permit(keys).ok()) return Next::kWorker;
     if (!answer->FromMemory(keys, capacity)) return Next::kWorker;
     requests_.fetch_add(1);
     c->frame.Reset(&bodies_);
@@ -673,10 +745,58 @@ class TcpServer final : public TransportServer {
     return Answer(c, h, out);
   }
 
+  // Answers c's AUTH request: binds c to the tenant its proof proves, or refuses it
+  // (counted, logged) and closes the connection.  Every refusal reads alike, whatever
+  // was wrong with the name or the token, so that it tells nothing of what exists.
+  bool Authenticate(Conn* c, const wire::FrameHeader& h, std::string_view meta) {
+    bool has_proof = false;
+    uint64_t proof = 0;
+    std::string_view name;
+    const bool decoded = wire::GetAuth(meta, &has_proof, &proof, &name);
+    const Tenant* tenant = nullptr;
+    if (decoded && has_proof) tenant = tenants_.Authenticate(c->nonce, name, proof);
+    std::string out;
+    if (tenants_.required() && tenant == nullptr) {
+      refused_auth_.fetch_add(1);
+      Log(LogLevel::kWarn, "refused peer " + c->peer + ": " +
+                               (!decoded    ? "malformed auth request"
+                                : has_proof ? "wrong auth token"
+                                            : "no auth token"));
+      wire::PutBatchStatus(
+          &out, Status::InvalidArgument("authentication refused",
+                                        has_proof ? "wrong token" : "a token is required"));
+      Answer(c, h, out);
+      return false;
+    }
+    c->authed = true;
+    c->tenant = tenant;
+    wire::PutBatchStatus(&out, Status::OK());
+    if (UnhashedBodiesAllowed(c)) PutFixed32(&out, wire::kFeatureLoopbackUnhashed);
+    return Answer(c, h, out);
+  }
+
+  // OK when c's tenant may name every key; else the refusal, counted and logged.
+  Status Permit(const Conn* c, std::span<const Slice> keys) {
+    if (c->tenant == nullptr) return Status::OK();
+    Status s = c->tenant->Permit(keys);
+    return s.ok() ? s : refusals_.Note(c->tenant, c->peer, s);
+  }
+
+  // One-sided RDMA reads reach the whole arena, every namespace's values: only a
+  // connection free to use every namespace may set them up.
+  Status RdmaAllowed(const Conn* c) {
+    if (c->tenant == nullptr || c->tenant->unrestricted()) return Status::OK();
+    return refusals_.Note(c->tenant, c->peer,
+                          Status::PermissionDenied("tenant '" + c->tenant->name() +
+                                                   "' may not read over RDMA: one-sided reads "
+                                                   "reach every namespace's values"));
+  }
+
   bool Dispatch(Conn* c, const wire::FrameHeader& h, std::string_view meta, const char* body) {
     if (IsDbOp(h.op)) {
       std::string out;
-      if (!ServeDbOp(&ops_, h.op, meta, &out)) {
+      ServiceOps ops(service_, c->tenant, &refusals_, c->peer);
+      if (!ServeDbOp(&ops, h.op, meta, &out)) {
         return Reject(c, std::string("undecodable ") + DbOpName(h.op) + " request");
       }
       return Answer(c, h, out);
@@ -693,28 +813,11 @@ class TcpServer final : public TransportServer {
     };
     std::vector<int64_t> results;
     switch (h.op) {
-      case wire::kAuth: {
-        uint64_t proof = 0;
-        const bool has_proof = meta.size() == 8 && GetFixed64(&meta, &proof);
-        std::string out;
-        if (!options_.auth_token.empty() &&
-            (!has_proof || proof != wire::AuthProof(c->nonce, options_.auth_token))) {
-          refused_auth_.fetch_add(1);
-          Log(LogLevel::kWarn, "refused peer " + c->peer + ": " +
-                                   (has_proof ? "wrong auth token" : "no auth token"));
-          wire::PutBatchStatus(
-              &out, Status::InvalidArgument("authentication refused",
-                                            has_proof ? "wrong token" : "a token is required"));
-          Answer(c, h, out);
-          return false;
-        }
-        c->authed = true;
-        wire::PutBatchStatus(&out, Status::OK());
-        if (UnhashedBodiesAllowed(c)) PutFixed32(&out, wire::kFeatureLoopbackUnhashed);
-        return Answer(c, h, out);
-      }
+      case wire::kAuth:
+        return Authenticate(c, h, meta);
       case wire::kGet: {
         if (!get_keys(true)) return Reject(c, "undecodable get request");
+        if (Status s = Permit(c, keys); !s.ok()) return AnswerResults(c, h, s, results);
         auto answer = std::make_unique<GetAnswer>(service_);
         answer->Build(keys, extra);
         std::string meta_out = answer->TakeMeta();
@@ -728,6 +831,7 @@ class TcpServer final : public TransportServer {
           total += n;
         }
         if (total != h.body_len) return Reject(c, "put sizes do not add up to the body");
+        if (Status s = Permit(c, keys); !s.ok()) return AnswerResults(c, h, s, results);
         std::vector<ValueParts> values(keys.size());
         uint64_t off = 0;
         for (size_t i = 0; i < keys.size(); i++) {
@@ -739,6 +843,11 @@ class TcpServer final : public TransportServer {
       }
       case wire::kLookup: {
         if (!get_keys(false)) return Reject(c, "undecodable lookup request");
+        if (Status s = Permit(c, keys); !s.ok()) {
+          std::string out;
+          wire::PutBatchStatus(&out, s);
+          return Answer(c, h, out);
+        }
         std::vector<RemoteLocation> locs(keys.size());
         results.assign(keys.size(), 0);
         const char* base = service_->ArenaBase();
@@ -774,8 +883,11 @@ class TcpServer final : public TransportServer {
       }
       case wire::kRdmaConnect: {
         std::string theirs, out;
-        Status s = options_.rdma_connect ? options_.rdma_connect(meta, &theirs)
-                                         : Status::NotSupported("this server does not serve RDMA");
+        Status s = RdmaAllowed(c);
+        if (s.ok()) {
+          s = options_.rdma_connect ? options_.rdma_connect(meta, &theirs)
+                                    : Status::NotSupported("this server does not serve RDMA");
+        }
         wire::PutBatchStatus(&out, s);
         PutLengthPrefixed(&out, theirs);
         return Answer(c, h, out);
@@ -795,7 +907,8 @@ class TcpServer final : public TransportServer {
 
   const ServerOptions options_;
   PeerService* const service_;
-  ServiceOps ops_;  // the ops every server answers alike, over service_
+  const TenantTable tenants_;  // empty: no token required
+  Refusals refusals_;
   LeaseTable leases_;
   BodyPool bodies_;
   int listen_fd_ = -1, epoll_fd_ = -1, wake_fd_ = -1;

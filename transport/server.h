@@ -34,12 +34,14 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kvengine/db.h"
 #include "kvengine/options.h"
 #include "kvengine/transport.h"
 #include "transport/read_validation.h"
+#include "transport/tenant_tokens.h"
 
 namespace kvengine {
 
@@ -81,8 +83,14 @@ class PeerService {
 };
 
 struct ServerOptions {
-  // Required of every client when non-empty (see wire::AuthProof).
+  // Required of every client when non-empty (see wire::AuthProof); who proves it may use
+  // every namespace.  Ignored when `tenants` is not empty.
   std::string auth_token;
+  // The tenants of a token file (transport/tenant_tokens.h): every client must prove one
+  // tenant's token, and each request of its connection may name only keys of that
+  // tenant's namespaces; others are refused with PermissionDenied naming the namespace,
+  // counted (permission_denied, per tenant) and logged at most once per 10 s.
+  std::vector<TenantEntry> tenants;
   // Longest the server waits for the rest of a frame it began to receive, or for a
   // client to take any more bytes of its answers.
   uint64_t io_timeout_ms = 10000;
@@ -133,6 +141,11 @@ class TransportServer {
   virtual uint64_t slow_readers_closed() const = 0;
   // Connections refused for max_connections (the descriptor budget).
   virtual uint64_t refused_over_budget() const = 0;
+  // Requests refused for naming a namespace their connection's tenant is not bound to
+  // (or a property such a tenant may not read), in all and per tenant name (in the
+  // order of the token file; "" for a token of the old form).
+  virtual uint64_t permission_denied() const = 0;
+  virtual std::vector<std::pair<std::string, uint64_t>> permission_denied_by_tenant() const = 0;
 };
 
 }  // namespace kvengine

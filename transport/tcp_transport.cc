@@ -146,7 +146,7 @@ class TcpConnection {
   ~TcpConnection() { close(fd_); }
 
   // Reads the challenge, proves the token, reads the verdict.
-  Status Handshake(const std::string& token, Deadline deadline) {
+  Status Handshake(const std::string& token, const std::string& tenant, Deadline deadline) {
     char header[wire::kHeaderSize];
     wire::FrameHeader h;
     std::string meta;
@@ -168,16 +168,20 @@ class TcpConnection {
       if (hasher.Digest() != h.checksum) return Status::Corruption("handshake checksum mismatch");
       if (step == 0) {
         if (meta.size() != wire::kNonceSize + 1) return Status::Corruption("malformed challenge");
-        const bool required = meta.back() != 0;
-        if (required && token.empty()) {
+        // Servers built before tenants send 1 for "required".
+        const uint8_t bits = static_cast<uint8_t>(meta.back());
+        if ((bits & wire::kChallengeTokenRequired) != 0 && token.empty()) {
           return Status::InvalidArgument("peer requires an auth token and none is configured");
         }
-        std::string proof;
+        std::string auth;
         if (!token.empty()) {
-          PutFixed64(&proof,
-                     wire::AuthProof(std::string_view(meta).substr(0, wire::kNonceSize), token));
+          // The tenant's name only to servers that read it (others refuse the request).
+          const bool named = (bits & wire::kChallengeTakesTenant) != 0;
+          wire::PutAuth(&auth,
+                        wire::AuthProof(std::string_view(meta).substr(0, wire::kNonceSize), token),
+                        named ? tenant : std::string());
         }
-        s = SendFrame(fd_, wire::kAuth, 0, 0, proof, {}, deadline);
+        s = SendFrame(fd_, wire::kAuth, 0, 0, auth, {}, deadline);
         if (!s.ok()) return s;
       } else {
         std::string_view in(meta);
@@ -470,7 +474,7 @@ Status TcpTransport::Connection(const Endpoint& peer, std::shared_ptr<TcpConnect
   if (s.ok()) {
     c = std::make_shared<TcpConnection>(fd, options_.timeout_ms,
                                         !options_.hash_loopback_bodies && PeerIsLoopback(fd));
-    s = c->Handshake(options_.auth_token, deadline);
+    s = c->Handshake(options_.auth_token, options_.auth_tenant, deadline);
   }
   if (!s.ok()) {
     p->backoff_ms = p->backoff_ms == 0
@@ -497,10 +501,10 @@ Status TcpTransport::Call(const Endpoint& peer, uint8_t op, const std::string& m
   if (s.ok()) return s;
   // Name the peer; connection-level failures are IOErrors (a refused token stays
   // InvalidArgument, a server at its cap of connections Busy, a closed server's answer
-  // keeps its code).
+  // keeps its code, and so does a refusal of the connection's tenant).
   const std::string what = "peer " + peer.ToString() + ": " + s.message();
   if (s.IsInvalidArgument() || s.IsAborted() || s.IsNotSupported() || s.IsNotFound() ||
-      s.IsBusy()) {
+      s.IsBusy() || s.IsPermissionDenied()) {
     return Status::FromErrorCode(s.ErrorCode(), what);
   }
   if (s.IsCorruption()) return Status::Corruption(what);

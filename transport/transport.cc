@@ -1,23 +1,18 @@
 // Transport::Create: the choice between TCP and RDMA.
 #include "kvengine/transport.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "transport/rdma.h"
 #include "transport/tcp_transport.h"
+#include "transport/tenant_tokens.h"
 
 namespace kvengine {
 
-Status ReadAuthTokenFile(const std::string& path, std::string* token) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::InvalidArgument("cannot read auth token file " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string t = ss.str();
-  while (!t.empty() && (t.back() == '\n' || t.back() == '\r' || t.back() == ' ')) t.pop_back();
-  if (t.empty()) return Status::InvalidArgument("auth token file " + path + " is empty");
-  *token = std::move(t);
+Status ReadAuthTokenFile(const std::string& path, std::string* token, std::string* tenant) {
+  std::vector<TenantEntry> entries;
+  Status s = ReadTenantTokens(path, &entries);
+  if (!s.ok()) return s;
+  *token = entries[0].token;
+  if (tenant != nullptr) *tenant = entries[0].name;
   return Status::OK();
 }
 

@@ -94,7 +94,7 @@ bool GetBatchStatus(std::string_view* in, Status* s) {
   std::string_view msg;
   if (!GetFixed32(in, &code) || !GetLengthPrefixed(in, &msg)) return false;
   const int c = static_cast<int32_t>(code);
-  if (c > 0 || c < -9) return false;
+  if (c > 0 || c < -static_cast<int>(Status::kLastCode)) return false;
   *s = c == 0 ? Status::OK() : Status::FromErrorCode(c, msg);
   return true;
 }
@@ -213,6 +213,21 @@ uint64_t AuthProof(std::string_view nonce, std::string_view token) {
   h.Update(nonce.data(), nonce.size());
   h.Update(token.data(), token.size());
   return h.Digest();
+}
+
+void PutAuth(std::string* dst, uint64_t proof, std::string_view tenant) {
+  PutFixed64(dst, proof);
+  if (!tenant.empty()) PutLengthPrefixed(dst, tenant);
+}
+
+bool GetAuth(std::string_view meta, bool* has_proof, uint64_t* proof, std::string_view* tenant) {
+  *has_proof = false;
+  *tenant = {};
+  if (meta.empty()) return true;
+  if (!GetFixed64(&meta, proof)) return false;
+  *has_proof = true;
+  if (meta.empty()) return true;
+  return GetLengthPrefixed(&meta, tenant) && meta.empty() && !tenant->empty();
 }
 
 }  // namespace wire

@@ -157,6 +157,21 @@ bool GetDeleteMatching(std::string_view* in, MatchMode* mode, std::string_view* 
 inline constexpr size_t kNonceSize = 16;
 uint64_t AuthProof(std::string_view nonce, std::string_view token);
 
+// CHALLENGE (server -> client): the nonce, then one byte of these bits.  Clients built
+// before kChallengeTakesTenant read any non-zero byte as "a token is required".
+inline constexpr uint8_t kChallengeTokenRequired = 1;
+// The server reads a tenant's name after the proof (transport/tenant_tokens.h); sent
+// only with kChallengeTokenRequired.
+inline constexpr uint8_t kChallengeTakesTenant = 2;
+
+// AUTH request (client -> server): empty (no token), or fixed64 AuthProof(nonce,
+// token), then -- to a server whose challenge has kChallengeTakesTenant, from a client
+// that has one -- the length-prefixed name of the tenant the token is of.
+void PutAuth(std::string* dst, uint64_t proof, std::string_view tenant);
+// False when malformed (a proof cut short, a name cut short, trailing bytes).  An empty
+// request stores has_proof = false.
+bool GetAuth(std::string_view meta, bool* has_proof, uint64_t* proof, std::string_view* tenant);
+
 }  // namespace wire
 }  // namespace kvengine
 

@@ -46,28 +46,39 @@ Status CheckNamespacedKey(const Slice& key, uint64_t max_key_size) {
   return CheckKey(key, limit);
 }
 
-Status CheckNamespaceName(std::string_view name) {
+namespace {
+// The rule of namespace and tenant names: 1 to 64 bytes of letters, digits, '.', '_', '-'.
+Status CheckName(const char* what, std::string_view name) {
   const auto allowed = [](char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
            c == '_' || c == '-';
   };
   if (name.empty() || name.size() > 64) {
-    return Status::InvalidArgument("namespace name of " + std::to_string(name.size()) +
+    return Status::InvalidArgument(std::string(what) + " name of " + std::to_string(name.size()) +
                                    " bytes: a name is 1 to 64 bytes");
   }
   for (char c : name) {
     if (!allowed(c)) {
-      return Status::InvalidArgument("namespace name " +
+      return Status::InvalidArgument(std::string(what) + " name " +
                                      Printable(Slice(name.data(), name.size())) +
                                      ": only letters, digits, '.', '_' and '-' are allowed");
     }
   }
+  return Status::OK();
+}
+}  // namespace
+
+Status CheckNamespaceName(std::string_view name) {
+  Status s = CheckName("namespace", name);
+  if (!s.ok()) return s;
   if (name == "default") {
     return Status::InvalidArgument(
         "namespace name 'default' is reserved: it names the namespace of the calls without one");
   }
   return Status::OK();
 }
+
+Status CheckTenantName(std::string_view name) { return CheckName("tenant", name); }
 
 Status CheckValueSize(const Slice& key, uint64_t size, uint64_t max_value_size) {
   if (size > max_value_size) {

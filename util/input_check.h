@@ -39,6 +39,11 @@ Status CheckNamespacedKey(const Slice& key, uint64_t max_key_size);
 // namespace every DB has.
 Status CheckNamespaceName(std::string_view name);
 
+// A tenant's name in a peer token file (transport/tenant_tokens.h): 1 to 64 bytes of
+// letters, digits, '.', '_' and '-', as a namespace's (it appears in messages, logs and
+// the kvengine_peer_permission_denied_total{tenant} label).
+Status CheckTenantName(std::string_view name);
+
 // A batch call's lists: `results` is not null, the `others` (values or destinations,
 // named by `what`) are as many as the keys, and there are at most max_batch_size keys
 // (when max_batch_size is 0 the count is not limited here: a layer that forwards the

@@ -57,7 +57,7 @@ Status PatternInNamespace(uint64_t id, std::string_view user_pattern, std::strin
                                      "': '^' is supported in a namespace only at the start");
     }
   }
-  *pattern = Escaped(Prefix(id)) + "(?:" + std::string(p) + ")";
+  *pattern = PrefixPattern(id) + "(?:" + std::string(p) + ")";
   return Status::OK();
 }
 
@@ -65,6 +65,8 @@ std::string PatternInDefault(std::string_view user_pattern) {
   return "(?=[^\\xfe])(?:" + std::string(user_pattern) + ")";
 }
 
-std::string AllKeysOfNamespace(uint64_t id) { return Escaped(Prefix(id)) + "[\\x00-\\xff]*"; }
+std::string AllKeysOfNamespace(uint64_t id) { return PrefixPattern(id) + "[\\x00-\\xff]*"; }
+
+std::string PrefixPattern(uint64_t id) { return Escaped(Prefix(id)); }
 
 }  // namespace kvengine::ns

@@ -55,6 +55,9 @@ std::string PatternInDefault(std::string_view user_pattern);
 // Every key of namespace `id`.
 std::string AllKeysOfNamespace(uint64_t id);
 
+// Regex text (util/byte_regex.h) that matches exactly the bytes of Prefix(id).
+std::string PrefixPattern(uint64_t id);
+
 }  // namespace kvengine::ns
 
 #endif  // KVENGINE_UTIL_NAMESPACE_KEY_H_

@@ -310,8 +310,14 @@ struct Options {
   // Default: ""
   std::string listen;
 
-  // A file holding the shared secret peers prove at connect (both ways: required of
-  // clients when serving, offered to peers when calling them).  Empty: none.
+  // The token file peers prove at connect (both ways: required of clients when serving,
+  // offered to peers when calling them), in one of two forms (docs/transport.md, "Tenant
+  // tokens"): one shared secret, the whole file (who proves it may use every
+  // namespace); or "kvengine-tokens 1" and lines "tenant NAME TOKEN NAMESPACE..." (a
+  // namespace's name, "default", or "*" for all), when a client's requests may name
+  // only keys of its tenant's namespaces (others: PermissionDenied) and this host
+  // presents the first tenant to its peers.  A malformed file fails Open with
+  // InvalidArgument naming the line.  Empty: none.
   // Default: ""
   std::string peer_auth_token_file;
 

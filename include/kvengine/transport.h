@@ -57,17 +57,27 @@ struct Endpoint {
   bool operator==(const Endpoint& o) const { return host == o.host && port == o.port; }
 };
 
-// Reads the shared secret held in the file at `path` (Options::peer_auth_token_file,
-// kv_server --auth_token_file, kv_bench --auth_token_file): the whole file, trailing
-// newlines and spaces dropped.  On failure (the file cannot be read, or holds no token)
-// returns InvalidArgument naming the file and leaves *token unchanged.
-Status ReadAuthTokenFile(const std::string& path, std::string* token);
+// Reads the credential a client presents from the token file at `path`
+// (Options::peer_auth_token_file, kv_server --auth_token_file, kv_bench
+// --auth_token_file; the format is in docs/transport.md, "Tenant tokens"): in the old
+// form, the whole file, trailing newlines and spaces dropped, is the token (and *tenant,
+// when given, is set to ""); in a file of tenants ("kvengine-tokens 1" first), the first
+// tenant's token and name.  On failure (the file cannot be read, holds no token, or a
+// line of tenants is malformed) returns InvalidArgument naming the file and the line,
+// and leaves *token and *tenant unchanged.
+Status ReadAuthTokenFile(const std::string& path, std::string* token,
+                         std::string* tenant = nullptr);
 
 struct TransportOptions {
   // The shared secret that proves this client may talk to peers that require one (see
   // docs/transport.md: a challenge-response over XXH3; it authenticates, it does not
   // encrypt).  Empty: no token is offered, and peers that require one refuse us.
   std::string auth_token;
+  // The tenant `auth_token` is of (a token file of tenants), sent with the proof to
+  // servers that read it, so that the server checks that tenant's token only.  Empty:
+  // none sent (the old form), and such a server tries every tenant's token.
+  // Default: ""
+  std::string auth_tenant;
 
   // Longest a call waits for its peer (connect, send, answer) before it fails the
   // batch with IOError naming the peer.
