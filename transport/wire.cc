@@ -94,7 +94,7 @@ bool GetBatchStatus(std::string_view* in, Status* s) {
   std::string_view msg;
   if (!GetFixed32(in, &code) || !GetLengthPrefixed(in, &msg)) return false;
   const int c = static_cast<int32_t>(code);
-  if (c > 0 || c < -9) return false;
+  if (c > 0 || c < -static_cast<int>(Status::kLastCode)) return false;
   *s = c == 0 ? Status::OK() : Status::FromErrorCode(c, msg);
   return true;
 }

@@ -38,7 +38,7 @@ namespace kvengine {
 // Failed key operations by Status code (errors by kind, for the statistics).
 class ErrorCounters {
  public:
-  static constexpr int kNumCodes = static_cast<int>(Status::Code::kBufferTooSmall) + 1;
+  static constexpr int kNumCodes = static_cast<int>(Status::kLastCode) + 1;
   // `error_code` is a negative batch result (Status::ErrorCode()); others are ignored.
   void Add(int64_t error_code) {
     if (error_code < 0 && -error_code < kNumCodes) {

@@ -31,7 +31,7 @@ Status& Status::operator=(const Status& other) {
 Status Status::FromErrorCode(int error_code, std::string_view msg) {
   int code = -error_code;
   if (code == 0) return OK();
-  if (code < 0 || code > static_cast<int>(Code::kBufferTooSmall)) {
+  if (code < 0 || code > static_cast<int>(kLastCode)) {
     return InvalidArgument("unknown error code " + std::to_string(error_code), msg);
   }
   return Status(static_cast<Code>(code), msg, {});
@@ -61,6 +61,8 @@ const char* Status::CodeName(Code code) {
       return "not_supported";
     case Code::kBufferTooSmall:
       return "buffer_too_small";
+    case Code::kPermissionDenied:
+      return "permission_denied";
   }
   return "unknown";
 }
@@ -69,7 +71,8 @@ std::string Status::ToString() const {
   if (ok()) return "OK";
   static const char* const kTitles[] = {
       "OK",      "NotFound", "InvalidArgument", "Corruption",   "IOError",
-      "NoSpace", "Busy",     "Aborted",         "NotSupported", "BufferTooSmall"};
+      "NoSpace", "Busy",     "Aborted",         "NotSupported", "BufferTooSmall",
+      "PermissionDenied"};
   std::string result = kTitles[static_cast<int>(state_->code)];
   result += ": ";
   result += state_->message;

@@ -18,6 +18,9 @@
 //   -8 NotSupported     the build or machine lacks the feature (no CUDA, no RDMA ...)
 //   -9 BufferTooSmall   the caller's buffer cannot hold the value; the message (and, for
 //                       GetInto, *value_size) reports the size needed
+//  -10 PermissionDenied the caller's credentials do not allow the call (a peer's tenant
+//                       token or an attached client's binding does not name the key's
+//                       namespace); nothing was changed; the message names the namespace
 //
 // Thread-safety: a Status is a value; distinct objects may be used from distinct threads.
 #ifndef KVENGINE_STATUS_H_
@@ -43,6 +46,7 @@ class Status {
     kAborted = 7,
     kNotSupported = 8,
     kBufferTooSmall = 9,
+    kPermissionDenied = 10,
   };
 
   Status() noexcept = default;
@@ -79,9 +83,14 @@ class Status {
   static Status BufferTooSmall(std::string_view msg, std::string_view msg2 = {}) {
     return Status(Code::kBufferTooSmall, msg, msg2);
   }
+  static Status PermissionDenied(std::string_view msg, std::string_view msg2 = {}) {
+    return Status(Code::kPermissionDenied, msg, msg2);
+  }
   // Builds a status from a code returned by ErrorCode() (or a batch result).  Unknown
   // codes become InvalidArgument naming the code.
   static Status FromErrorCode(int error_code, std::string_view msg = {});
+  // The highest code (the codes run 0..kLastCode without gaps).
+  static constexpr Code kLastCode = Code::kPermissionDenied;
 
   bool ok() const { return state_ == nullptr; }
   bool IsNotFound() const { return code() == Code::kNotFound; }
@@ -93,9 +102,10 @@ class Status {
   bool IsAborted() const { return code() == Code::kAborted; }
   bool IsNotSupported() const { return code() == Code::kNotSupported; }
   bool IsBufferTooSmall() const { return code() == Code::kBufferTooSmall; }
+  bool IsPermissionDenied() const { return code() == Code::kPermissionDenied; }
 
   Code code() const { return state_ ? state_->code : Code::kOk; }
-  // 0 for OK, else the negated code (-1 NotFound ... -9 BufferTooSmall).
+  // 0 for OK, else the negated code (-1 NotFound ... -10 PermissionDenied).
   int ErrorCode() const { return -static_cast<int>(code()); }
   // The message alone, without the code name ("" for OK).
   const std::string& message() const;
