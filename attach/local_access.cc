@@ -125,7 +125,7 @@ Status LocalAccess::Parse(const std::string& spec, uid_t owner_uid, LocalAccess*
   parsed.owner_uid_ = owner_uid;
   std::string_view rest(spec);
   while (!rest.empty()) {
-    const size_t comma = rest.find(',');
+    const size_t comma = rest.find_first_of(",;");
     const std::string_view entry = rest.substr(0, comma);
     rest.remove_prefix(comma == std::string_view::npos ? rest.size() : comma + 1);
     if (entry.empty()) continue;

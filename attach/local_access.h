@@ -2,7 +2,8 @@
 // namespaces each may use (Options::local_allowed_uids; docs/attach.md, "Who may attach,
 // and to what").
 //
-// The option is a list of entries separated by ',':
+// The option is a list of entries separated by ',' (or ';', for where the option sits
+// inside a comma-separated list itself, as in kv_server --options=...):
 //   entry     := principal [ '=' grant ]
 //   principal := N | 'uid:' N | 'gid:' N        (a plain N is a uid)
 //   grant     := scope { '+' scope }

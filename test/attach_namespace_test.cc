@@ -16,12 +16,16 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "attach/local_access.h"
 #include "gtest/gtest.h"
 #include "kvengine/db.h"
 #include "test/test_util.h"
+#ifdef KV_SERVER_PATH
+#include "test/peer_harness.h"
+#endif
 #include "util/namespace_key.h"
 
 namespace kvengine {
@@ -29,8 +33,8 @@ namespace {
 
 // uid 1001: tenantA only; uid 1002: tenantB and the default namespace; group 3000 (a
 // supplementary group of uid 1003): tenantE, with admin; uid 1004: a plain entry, as
-// before maps existed: everything, admin.
-constexpr char kGrants[] = "uid:1001=tenantA,uid:1002=tenantB+default,gid:3000=tenantE+@admin,1004";
+// before maps existed: everything, admin.  (';' separates entries as ',' does.)
+constexpr char kGrants[] = "uid:1001=tenantA,uid:1002=tenantB+default;gid:3000=tenantE+@admin,1004";
 
 // An owner serving `socket`, granting kGrants.
 Options OwnerOptions(const std::string& socket) {
@@ -258,6 +262,20 @@ int UnnamedMain(const std::string& socket, const std::string& out) {
   return c.Report(out);
 }
 
+// uid 1001 against one kv_server's two trust domains: refused on `a` (no grant there),
+// served on `b`.
+int DomainsMain(const std::string& a, const std::string& b, const std::string& out) {
+  if (!DropTo(1001, {})) return 3;
+  Checks c;
+  std::unique_ptr<DB> db;
+  Status s = DB::Attach(ClientOptions(), a, &db);
+  c.Expect(!s.ok() && s.message().find("refused: uid 1001") != std::string::npos,
+           "attach to the other domain: " + s.ToString());
+  c.ExpectOk(DB::Attach(ClientOptions(), b, &db), "attach to its domain");
+  if (db != nullptr) c.ExpectOk(db->Put(WriteOptions(), "from-1001", "v"), "Put");
+  return c.Report(out);
+}
+
 // The child's report: its refusals, or -1 (and the failure in *text).
 int Refusals(const std::string& path, std::string* text) {
   std::ifstream in(path);
@@ -402,6 +420,55 @@ TEST_F(AttachNamespaceTest, AnUnnamedUidIsRefused) {
   EXPECT_EQ(LogLines("local_allowed_uids names neither its uid nor its groups"), 1);
 }
 
+// ------------------------------------------------------------------ trust domains
+
+#ifdef KV_SERVER_PATH
+// One kv_server serving two trust domains (docs/attach.md): two directories, arenas and
+// sockets, each with its own options and grant.  A client of one socket sees nothing of
+// the other's store; uid 1001, granted on one only, is refused by the other.
+TEST(KvServerDomainsTest, TwoArenas) {
+  test::TempDir dir;
+  std::filesystem::create_directories(dir.path());
+  chmod(dir.path().c_str(), 0755);
+  const std::string sa = dir.Sub("a.sock"), sb = dir.Sub("b.sock");
+  Server server(dir.Sub("a"), test::FreePort(),
+                {"--local_listen=" + sa, "--db=" + dir.Sub("b"), "--local_listen=" + sb,
+                 "--options=memory_capacity_bytes=32MiB,prefault_memory=false,ssd_capacity_"
+                 "bytes=0,log_level=error,local_listen_mode=0666,local_allowed_uids=uid:1001=*"});
+  server.set_options(",ssd_capacity_bytes=0,local_listen_mode=0666");
+  ASSERT_TRUE(server.Start());
+  std::unique_ptr<DB> a, b;
+  ASSERT_TRUE(DB::Attach(ClientOptions(), sa, &a).ok());
+  // The second DB opens after the first's "serving" line.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!DB::Attach(ClientOptions(), sb, &b).ok() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE(a->Put(WriteOptions(), "k", "in a").ok());
+  std::string v;
+  EXPECT_TRUE(b->Get(ReadOptions(), "k", &v).IsNotFound());
+  EXPECT_EQ(Stat(a.get(), "memory.capacity_bytes"), 64ull << 20);
+  EXPECT_EQ(Stat(b.get(), "memory.capacity_bytes"), 32ull << 20);
+  if (geteuid() == 0) {
+    const std::string report = dir.Sub("report");
+    std::ofstream(report).close();
+    chmod(report.c_str(), 0666);
+    EXPECT_EQ(test::WaitExit(test::SpawnSelf({"--domains", sa, sb, report})), 0);
+    std::string text;
+    EXPECT_EQ(Refusals(report, &text), 0) << text;
+    EXPECT_TRUE(b->Get(ReadOptions(), "from-1001", &v).ok());
+    EXPECT_TRUE(a->Get(ReadOptions(), "from-1001", &v).IsNotFound());
+  }
+  a.reset();
+  b.reset();
+  kill(server.pid(), SIGTERM);  // both DBs drain and close
+  int status = -1;
+  ASSERT_TRUE(server.Wait(&status));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+#endif  // KV_SERVER_PATH
+
 // ------------------------------------------------------------------ the grammar
 
 TEST(LocalAccessTest, BadEntriesFailOpenNamingTheEntry) {
@@ -469,6 +536,7 @@ int main(int argc, char** argv) {
     if (mode == "--group-admin" && argc == 4) return kvengine::GroupAdminMain(argv[2], argv[3]);
     if (mode == "--plain" && argc == 4) return kvengine::PlainMain(argv[2], argv[3]);
     if (mode == "--unnamed" && argc == 4) return kvengine::UnnamedMain(argv[2], argv[3]);
+    if (mode == "--domains" && argc == 5) return kvengine::DomainsMain(argv[2], argv[3], argv[4]);
   }
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();

@@ -391,7 +391,8 @@ struct Options {
   std::string local_listen_group;
 
   // Who, besides the owner's own uid and root (always allowed, to everything), may
-  // attach, and to which namespaces: entries separated by ','
+  // attach, and to which namespaces: entries separated by ',' (or ';', which kv_server's
+  // comma-separated --options=... needs)
   //   entry     := principal [ '=' grant ]
   //   principal := N | 'uid:' N | 'gid:' N          (a plain N is a uid)
   //   grant     := scope { '+' scope }
