@@ -47,8 +47,11 @@ AttachedDB::AttachedDB(const Options& options, std::string socket_path, std::str
     : options_(options),
       socket_path_(std::move(socket_path)),
       namespace_(std::move(name_space)),
-      rule_(namespace_.empty() ? NamespaceKeys()
-                               : NamespaceKeys(ns::IdOf(namespace_), options.max_key_size)) {
+      // The size limit is the owner's (it checks again): the client's own check is only
+      // of what every owner refuses.
+      rule_(namespace_.empty()
+                ? NamespaceKeys()
+                : NamespaceKeys(ns::IdOf(namespace_), std::numeric_limits<uint64_t>::max())) {
   // A log file that cannot be opened leaves stderr, the default.
   Status ignored = logger_.Configure(options_);
   (void)ignored;

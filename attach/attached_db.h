@@ -43,7 +43,8 @@
 // the owner maps them into the namespace -- the client's own check of a key is only
 // there to fail early.  A handle has its own pool of connections and outlives the DB it
 // came from; its calls fail PermissionDenied when the owner's grant does not cover its
-// namespace, Aborted once the namespace was dropped.  ListNamespaces lists the
+// namespace, Aborted once the namespace was dropped (NotFound on a connection opened
+// after the drop).  ListNamespaces lists the
 // namespaces this process may use.
 //
 // Thread-safety: all methods are thread-safe; calls of different threads run at once,
