@@ -420,6 +420,40 @@ TEST_F(AttachNamespaceTest, AnUnnamedUidIsRefused) {
   EXPECT_EQ(LogLines("local_allowed_uids names neither its uid nor its groups"), 1);
 }
 
+// A namespace's value only on SSD reaches an attached handle through the owner's staging
+// read, which goes through the namespace too: each namespace reads its own "k".
+TEST(AttachNamespaceSsdTest, AValueOnSsdIsReadThroughItsNamespace) {
+  test::TempDir dir;
+  std::filesystem::create_directories(dir.Sub("db"));
+  Options o = OwnerOptions(dir.Sub("db") + "/kv.sock");
+  o.memory_capacity_bytes = 8 << 20;
+  o.ssd_capacity_bytes = 64 << 20;
+  o.offload_policy = OffloadPolicy::kWriteThrough;
+  o.log_level = LogLevel::kError;
+  std::unique_ptr<DB> owner, a;
+  ASSERT_TRUE(DB::Open(o, dir.Sub("db"), &owner).ok());
+  ASSERT_TRUE(owner->CreateNamespace("a", NamespaceOptions(), &a).ok());
+  ASSERT_TRUE(a->Put(WriteOptions(), "k", "a's").ok());
+  ASSERT_TRUE(owner->Put(WriteOptions(), "k", "default's").ok());
+  ASSERT_TRUE(owner->Flush().ok());
+  a.reset();
+  ASSERT_TRUE(owner->Close().ok());
+  ASSERT_TRUE(DB::Open(o, dir.Sub("db"), &owner).ok());  // the memory tier starts empty
+  std::unique_ptr<DB> client, h;
+  ASSERT_TRUE(DB::Attach(ClientOptions(), o.local_listen, &client).ok());
+  ASSERT_TRUE(client->OpenNamespace("a", &h).ok());
+  std::vector<Slice> keys{"k"};
+  std::vector<int64_t> r;
+  ASSERT_TRUE(h->BatchLocate(keys, &r).ok());
+  EXPECT_EQ(r[0], kLocatedSsd);
+  std::string v;
+  ASSERT_TRUE(h->Get(ReadOptions(), "k", &v).ok());
+  EXPECT_EQ(v, "a's");
+  ASSERT_TRUE(client->Get(ReadOptions(), "k", &v).ok());
+  EXPECT_EQ(v, "default's");
+  ASSERT_TRUE(owner->Close().ok());
+}
+
 // ------------------------------------------------------------------ trust domains
 
 #ifdef KV_SERVER_PATH
