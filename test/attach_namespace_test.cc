@@ -101,7 +101,8 @@ void UseOwnNamespace(DB* h, const std::string& mine, const std::string& other, C
   c->ExpectOk(h->GetValueSize("shared", &size), "GetValueSize");
   c->Expect(size == Value(mine, "shared").size(), "GetValueSize size");
 
-  const std::vector<Slice> keys{"k1", "shared", "only-" + other};
+  const std::string only_other = "only-" + other;  // the slices below point into it
+  const std::vector<Slice> keys{"k1", "shared", only_other};
   char b[3][64];
   std::vector<Destination> dests;
   for (auto& buf : b) dests.push_back({MutableSlice(buf, sizeof(buf))});
@@ -125,7 +126,7 @@ void UseOwnNamespace(DB* h, const std::string& mine, const std::string& other, C
   c->ExpectOk(h->BatchPut(WriteOptions(), put_keys, values, &r), "BatchPut");
   c->Expect(r == std::vector<int64_t>{0, 0}, "BatchPut results");
   c->ExpectOk(h->Delete(WriteOptions(), "k1"), "Delete k1");
-  const std::vector<Slice> gone{"only-" + other};
+  const std::vector<Slice> gone{only_other};
   c->ExpectOk(h->BatchDelete(WriteOptions(), gone, &r), "BatchDelete");
   c->Expect(r.size() == 1 && r[0] == Status::NotFound("").ErrorCode(), "BatchDelete of only-other");
   uint64_t deleted = 0;
