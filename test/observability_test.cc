@@ -553,6 +553,7 @@ const std::vector<std::string> kTextNames = {
     "errors.aborted",
     "errors.not_supported",
     "errors.buffer_too_small",
+    "errors.permission_denied",
 };
 // ... and the SSD tier's, after them when it is there.
 const std::vector<std::string> kTextSsdNames = {
@@ -643,6 +644,7 @@ const std::vector<std::string> kJsonNames = {
     "errors.aborted",
     "errors.not_supported",
     "errors.buffer_too_small",
+    "errors.permission_denied",
     "ssd_hits",
     "promotions",
 };
@@ -848,6 +850,7 @@ const std::vector<std::string> kPromLines = {
     "kvengine_errors_total{kind=\"aborted\"}",
     "kvengine_errors_total{kind=\"not_supported\"}",
     "kvengine_errors_total{kind=\"buffer_too_small\"}",
+    "kvengine_errors_total{kind=\"permission_denied\"}",
     "# HELP kvengine_perf_latency_seconds Latency of each perf key (see "
     "docs/observability.md), process-wide.",
     "# TYPE kvengine_perf_latency_seconds summary",
@@ -1118,7 +1121,7 @@ void ExpectPromAsText(const std::vector<std::pair<std::string, std::string>>& pr
     EXPECT_EQ(value, it->second) << sample;
     checked++;
   }
-  EXPECT_EQ(checked, 38);  // 11 memory, tier hits, 15 DB-wide, 2 removal feed, 9 error kinds
+  EXPECT_EQ(checked, 39);  // 11 memory, tier hits, 15 DB-wide, 2 removal feed, 10 error kinds
 }
 
 // The three properties after RunCalls(), with the SSD tier or without.

@@ -49,6 +49,12 @@ TEST(StatusTest, CodesAndMessages) {
   Status copy = s;
   EXPECT_EQ(copy.ToString(), s.ToString());
   EXPECT_STREQ(Status::CodeName(Status::Code::kIOError), "io_error");
+  // PermissionDenied travels as -10 (batch results, the peer protocol's batch status).
+  Status denied = Status::PermissionDenied("namespace 'b'");
+  EXPECT_EQ(denied.ErrorCode(), -10);
+  EXPECT_EQ(denied.ToString(), "PermissionDenied: namespace 'b'");
+  EXPECT_TRUE(Status::FromErrorCode(-10).IsPermissionDenied());
+  EXPECT_STREQ(Status::CodeName(Status::Code::kPermissionDenied), "permission_denied");
 }
 
 TEST(ConfigParseTest, Sizes) {

@@ -874,7 +874,7 @@ PYBIND11_MODULE(_kvengine, m) {
   });
 
   py::dict codes;
-  for (int c = 0; c <= static_cast<int>(Status::Code::kBufferTooSmall); ++c) {
+  for (int c = 0; c <= static_cast<int>(Status::kLastCode); ++c) {
     codes[py::int_(-c)] = Status::CodeName(static_cast<Status::Code>(c));
   }
   m.attr("ERROR_CODES") = codes;
