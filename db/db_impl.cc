@@ -63,6 +63,9 @@ Status DBImpl::Init() {
   }
 
   removal_feed_ = std::make_unique<RemovalFeed>(options_.removal_feed_capacity, env_);
+  namespace_usage_ = std::make_unique<NamespaceUsage>(
+      options_.memory_capacity_bytes / options_.memory_slab_size * options_.memory_slab_size,
+      options_.ssd_capacity_bytes);
   if (options_.ssd_capacity_bytes > 0) {
     s = SsdTier::Open(options_, path_, env_, &logger_, &ssd_);
     if (!s.ok()) return s;
@@ -74,6 +77,7 @@ Status DBImpl::Init() {
   memory_->SetRemovalFeed(removal_feed_.get());
   if (ssd_ != nullptr) ssd_->SetRemovalFeed(removal_feed_.get());
   memory_->SetEvictedKeys(&evicted_keys_);
+  memory_->SetNamespaceUsage(namespace_usage_.get());
   if (ssd_ != nullptr) {
     offloader_ = std::make_unique<Offloader>(memory_.get(), ssd_.get());
     memory_->SetEvictionHandler(offloader_.get());

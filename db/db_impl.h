@@ -99,6 +99,10 @@ class DBImpl final : public DB, public SharedArena {
   // The peer tier's counters, which the cluster layer counts (db/tier_counters.h).
   // Lives as long as this DBImpl.
   TierCounters* peer_tier_counters() { return &tiers_.peer; }
+  // What each namespace holds and may hold in the tiers: the namespace layer sets the
+  // registered namespaces' names and limits in it (db/namespace_usage.h).  Valid once
+  // Init succeeded, for the DB's life.
+  NamespaceUsage* namespace_usage() { return namespace_usage_.get(); }
 
   // "kvengine.readiness": whether this DB takes writes (docs/observability.md).
   std::string Readiness() const;
@@ -112,6 +116,8 @@ class DBImpl final : public DB, public SharedArena {
   };
 
   Status CheckOpen() const REQUIRES_SHARED(lifecycle_mu_);
+  // A read of `key` that `tier` served (`size` bytes), counted there and for its namespace.
+  void CountHit(TierCounters& tier, const Slice& key, uint64_t size);
   // A read of `key` that no tier could serve: counted as a miss and, on the last tier
   // asked, as absent or evicted.
   void CountMiss(const Slice& key);
@@ -225,6 +231,7 @@ class DBImpl final : public DB, public SharedArena {
   std::atomic<uint64_t> version_source_{0};
   // Before the tiers, which record into it, so that it outlives them.
   std::unique_ptr<RemovalFeed> removal_feed_;
+  std::unique_ptr<NamespaceUsage> namespace_usage_;  // the same: the tiers charge it
   std::unique_ptr<MemoryTier> memory_;
   std::unique_ptr<SsdTier> ssd_;  // null when ssd_capacity_bytes == 0
   std::unique_ptr<Offloader> offloader_;

@@ -34,13 +34,21 @@ Status DBImpl::PinInMemory(const Slice& key, uint64_t capacity, MemoryTier::Hand
     handle->Release();
     return TooSmall(key, size, capacity);
   }
-  tiers_.memory.Hit(size);
+  CountHit(tiers_.memory, key, size);
   counters_.get_bytes.fetch_add(size, std::memory_order_relaxed);
   return Status::OK();
 }
 
+void DBImpl::CountHit(TierCounters& tier, const Slice& key, uint64_t size) {
+  tier.Hit(size);
+  NamespaceUsage::Slot* ns = namespace_usage_->Of(key.view());
+  ns->Count(ns->hits);
+}
+
 void DBImpl::CountMiss(const Slice& key) {
   counters_.misses.fetch_add(1, std::memory_order_relaxed);
+  NamespaceUsage::Slot* ns = namespace_usage_->Of(key.view());
+  ns->Count(ns->misses);
   if (ssd_ != nullptr) tiers_.ssd.Add(tiers_.ssd.misses);
   TierCounters& last = ssd_ != nullptr ? tiers_.ssd : tiers_.memory;
   last.Failed(evicted_keys_.Contains(Hash64(key.view())) ? ReadFailure::evicted
@@ -84,7 +92,7 @@ Status DBImpl::CopyFromMemory(const Slice& key, MemoryTier::Handle* handle,
     s = TooSmall(key, value.size(), capacity);
   } else {
     ScatterCopy(value.data(), value.size(), dest);
-    tiers_.memory.Hit(value.size());
+    CountHit(tiers_.memory, key, value.size());
     counters_.get_bytes.fetch_add(value.size(), std::memory_order_relaxed);
   }
   handle->Release();
@@ -140,7 +148,7 @@ Status DBImpl::GetOneToDevice(const Slice& key, std::span<const MutableSlice> de
       pin->Release();
       return TooSmall(key, value.size(), capacity);
     }
-    tiers_.memory.Hit(value.size());
+    CountHit(tiers_.memory, key, value.size());
     *copy = copies->ToDevice("key " + Printable(key), device, value, /*in_arena=*/true, dest);
     return Status::OK();
   }
@@ -169,7 +177,7 @@ Status DBImpl::Get(const ReadOptions& options, const Slice& key, std::string* va
   if (in_memory) {
     counters_.gets.fetch_add(1, std::memory_order_relaxed);
     value->assign(handle.value().data(), handle.value().size());
-    tiers_.memory.Hit(value->size());
+    CountHit(tiers_.memory, key, value->size());
     counters_.get_bytes.fetch_add(value->size(), std::memory_order_relaxed);
     return log.FinishKey(Status::OK(), key, static_cast<int64_t>(value->size()), "memory");
   }
@@ -189,7 +197,7 @@ Status DBImpl::Get(const ReadOptions& options, const Slice& key, std::string* va
       if (!memory_->Lookup(key, &handle)) continue;  // evicted meanwhile
       counters_.gets.fetch_add(1, std::memory_order_relaxed);
       value->assign(handle.value().data(), handle.value().size());
-      tiers_.memory.Hit(value->size());
+      CountHit(tiers_.memory, key, value->size());
       counters_.get_bytes.fetch_add(value->size(), std::memory_order_relaxed);
       return log.FinishKey(Status::OK(), key, static_cast<int64_t>(value->size()), "memory");
     }
@@ -456,7 +464,7 @@ void DBImpl::ReadFromSsd(std::span<const Slice> keys, std::span<const Destinatio
       (*results)[misses[j]] = r.status.ErrorCode();
       continue;
     }
-    tiers_.ssd.Hit(r.size);
+    CountHit(tiers_.ssd, key, r.size);
     counters_.get_bytes.fetch_add(r.size, std::memory_order_relaxed);
     (*results)[misses[j]] = static_cast<int64_t>(r.size);
   }

@@ -249,6 +249,71 @@ Sources Collect(const MemoryTier& memory, const SsdTier* ssd, const C& counters,
                  AllTierValues::Of(tiers)};
 }
 
+// ---------------------------------------------------------------- namespaces
+
+// One per-namespace figure: its name, kind, help and where a Report keeps it.
+struct NamespaceFigure {
+  const char* name;
+  Kind kind;
+  const char* help;
+  uint64_t (*value)(const NamespaceUsage::Report& r);
+};
+
+const NamespaceFigure kNamespaceFigures[] = {
+    {"memory_quota_bytes", kGauge, "The namespace's memory tier quota (0: none).",
+     [](const NamespaceUsage::Report& r) { return r.memory_quota_bytes; }},
+    {"ssd_quota_bytes", kGauge, "The namespace's SSD tier quota (0: none).",
+     [](const NamespaceUsage::Report& r) { return r.ssd_quota_bytes; }},
+    {"weight", kGauge, "The namespace's weight in the tiers' fair shares.",
+     [](const NamespaceUsage::Report& r) { return uint64_t{r.weight}; }},
+#define KV_NS_GAUGE_ROW(field, help) \
+  {#field, kGauge, help, [](const NamespaceUsage::Report& r) { return r.field; }},
+#define KV_NS_COUNTER_ROW(field, help) \
+  {#field, kCounter, help, [](const NamespaceUsage::Report& r) { return r.field; }},
+    KV_NAMESPACE_FIGURES(KV_NS_GAUGE_ROW, KV_NS_COUNTER_ROW)
+#undef KV_NS_GAUGE_ROW
+#undef KV_NS_COUNTER_ROW
+};
+
+// "namespace.NAME.figure: value" lines.
+void AppendNamespaceText(const std::vector<NamespaceUsage::Report>& reports,
+                         std::ostringstream* out) {
+  for (const NamespaceUsage::Report& r : reports) {
+    for (const NamespaceFigure& f : kNamespaceFigures) {
+      *out << "namespace." << r.name << "." << f.name << ": " << f.value(r) << "\n";
+    }
+  }
+}
+
+// `,"namespaces":{"NAME":{"figure":value,...},...}`; nothing without namespaces.
+void AppendNamespaceJson(const std::vector<NamespaceUsage::Report>& reports,
+                         std::ostringstream* out) {
+  if (reports.empty()) return;
+  *out << ",\"namespaces\":{";
+  for (size_t i = 0; i < reports.size(); i++) {
+    *out << (i == 0 ? "" : ",") << "\"" << reports[i].name << "\":{";
+    for (size_t j = 0; j < std::size(kNamespaceFigures); j++) {
+      const NamespaceFigure& f = kNamespaceFigures[j];
+      *out << (j == 0 ? "" : ",") << "\"" << f.name << "\":" << f.value(reports[i]);
+    }
+    *out << "}";
+  }
+  *out << "}";
+}
+
+// kvengine_namespace_figure[_total]{namespace="NAME"}, a family per figure.
+void AppendNamespaceFamilies(const std::vector<NamespaceUsage::Report>& reports, Exposition* e) {
+  if (reports.empty()) return;
+  for (const NamespaceFigure& f : kNamespaceFigures) {
+    const std::string name =
+        std::string("kvengine_namespace_") + f.name + (f.kind == kCounter ? "_total" : "");
+    e->Header(name, TypeName(f.kind), f.help);
+    for (const NamespaceUsage::Report& r : reports) {
+      e->Sample(name, "{namespace=\"" + r.name + "\"}", static_cast<double>(f.value(r)));
+    }
+  }
+}
+
 }  // namespace
 
 std::string DBImpl::StatsPrometheus() const {
@@ -265,6 +330,7 @@ std::string DBImpl::StatsPrometheus() const {
     e.Sample("kvengine_errors_total", std::string("{kind=\"") + Status::CodeName(code) + "\"}",
              static_cast<double>(errors_.Get(code)));
   }
+  AppendNamespaceFamilies(namespace_usage_->Reports(), &e);
 
   AppendPerfFamilies(&e);
   return e.Take();
@@ -277,6 +343,7 @@ std::string DBImpl::StatsText() const {
   AppendText(s, /*ssd_tier=*/false, &out);
   out << errors_.ToText();
   AppendText(s, /*ssd_tier=*/true, &out);
+  AppendNamespaceText(namespace_usage_->Reports(), &out);
   return out.str();
 }
 
@@ -294,6 +361,7 @@ std::string DBImpl::StatsJson() const {
     AppendJson(s, "ssd", kJson, /*first=*/true, &out);
     out << "}";
   }
+  AppendNamespaceJson(namespace_usage_->Reports(), &out);
   out << "}";
   return out.str();
 }

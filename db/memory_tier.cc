@@ -23,6 +23,9 @@ namespace {
 constexpr int kMaxAllocationAttempts = 4096;
 // A read's first bytes prefetched by Lookup (larger values stream in behind them).
 constexpr uint64_t kPrefetchValueBytes = 512;
+// A quota's eviction gives up after this many searches in a row find none of the
+// namespace's values (each looks SlabAllocator::kRankScan values deep per class).
+constexpr int kQuotaSearches = 64;
 }  // namespace
 
 void MemoryTier::Handle::Release() {
@@ -75,12 +78,14 @@ void MemoryTier::IndexLocked(Shard& shard, uint64_t hash, Item* item) {
   index_slot_bytes_.fetch_add(shard.index.bytes() - before, std::memory_order_relaxed);
   items_.fetch_add(1, std::memory_order_relaxed);
   value_bytes_.fetch_add(item->size, std::memory_order_relaxed);
+  if (usage_ != nullptr) usage_->OfItem(*item)->Add(NamespaceUsage::kMemory, item->size);
 }
 
 void MemoryTier::UnindexLocked(Shard& shard, uint64_t hash, Item* item) {
   shard.index.Erase(hash, item);
   items_.fetch_sub(1, std::memory_order_relaxed);
   value_bytes_.fetch_sub(item->size, std::memory_order_relaxed);
+  if (usage_ != nullptr) usage_->OfItem(*item)->Sub(NamespaceUsage::kMemory, item->size);
 }
 
 Item* MemoryTier::AllocateWithEviction(uint64_t size, Status* status) {
@@ -97,7 +102,7 @@ Item* MemoryTier::AllocateWithEviction(uint64_t size, Status* status) {
       return nullptr;
     }
     victims.clear();
-    if (!allocator_.PickVictims(size, &victims)) break;
+    if (!PickVictims(size, &victims)) break;
     for (Item* victim : victims) Evict(victim);
     // Victims pinned by readers free their room only when the reader is done.
     if (victims.empty() || attempt > 16) std::this_thread::yield();
@@ -107,6 +112,59 @@ Item* MemoryTier::AllocateWithEviction(uint64_t size, Status* status) {
                             ": the values that could be evicted are in use or refused by the "
                             "offload tier");
   return nullptr;
+}
+
+bool MemoryTier::PickVictims(uint64_t size, std::vector<Item*>* victims) {
+  if (usage_ == nullptr) return allocator_.PickVictims(size, victims);
+  usage_->Refresh(NamespaceUsage::kMemory);
+  NamespaceUsage::Slot* most = usage_->MostOver(NamespaceUsage::kMemory);
+  if (!usage_->Shared(NamespaceUsage::kMemory) || most == nullptr) {
+    return allocator_.PickVictims(size, victims);
+  }
+  // 2: the namespace most over its share; 1: another over its share; 0: under it.
+  return allocator_.PickRankedVictims(
+      size,
+      [&](const Item& item) {
+        NamespaceUsage::Slot* ns = usage_->OfItem(item);
+        if (ns == most) return 2;
+        return ns->pressure[NamespaceUsage::kMemory].load(std::memory_order_relaxed) > 1000 ? 1
+                                                                                           : 0;
+      },
+      /*enough=*/2, victims);
+}
+
+Status MemoryTier::MakeQuotaRoom(const Slice& key, uint64_t size) {
+  if (usage_ == nullptr) return Status::OK();
+  NamespaceUsage::Slot* ns = usage_->Of(key.view());
+  const uint64_t quota = ns->quota[NamespaceUsage::kMemory].load(std::memory_order_relaxed);
+  if (quota == 0 || ns->Fits(NamespaceUsage::kMemory, size)) return Status::OK();
+  // memory_eviction=none promises that nothing is evicted, for a quota either.
+  const bool may_evict = options_.memory_eviction != MemoryEviction::kNone;
+  std::vector<Item*> victims;
+  int fruitless = 0;  // searches in a row that found none of the namespace's values
+  for (int attempt = 0; may_evict && size <= quota && attempt < kMaxAllocationAttempts;
+       attempt++) {
+    if (ns->Fits(NamespaceUsage::kMemory, size)) return Status::OK();
+    victims.clear();
+    if (!allocator_.PickVictimWhere(
+            size, [&](const Item& item) { return usage_->OfItem(item) == ns; }, &victims)) {
+      // Each search moves the other namespaces' values it passed out of the next one's
+      // way: look again, deeper each time, before concluding there are none.
+      if (++fruitless >= kQuotaSearches) break;
+      continue;
+    }
+    fruitless = 0;
+    for (Item* victim : victims) Evict(victim);
+    ns->quota_evictions.fetch_add(victims.size(), std::memory_order_relaxed);
+  }
+  ns->Count(ns->quota_rejections);
+  rejected_puts_.fetch_add(1, std::memory_order_relaxed);
+  return Status::NoSpace(
+      "namespace " + usage_->NameOf(ns) + " is at its memory quota (" +
+      FormatSize(ns->bytes[NamespaceUsage::kMemory].load(std::memory_order_relaxed)) + " of " +
+      FormatSize(quota) + "): " +
+      (size > quota ? "a value of " + FormatSize(size) + " can never fit it"
+                    : "none of its values can be evicted for one of " + FormatSize(size)));
 }
 
 void MemoryTier::Evict(Item* victim) {
@@ -146,6 +204,10 @@ void MemoryTier::Evict(Item* victim) {
     if (eviction_handler_ == nullptr && evicted_keys_ != nullptr) evicted_keys_->Note(hash);
     evictions_.fetch_add(1, std::memory_order_relaxed);
     evicted_bytes_.fetch_add(victim->size, std::memory_order_relaxed);
+    if (usage_ != nullptr) {
+      NamespaceUsage::Slot* ns = usage_->OfItem(*victim);
+      ns->Count(ns->memory_evictions);
+    }
     Unref(victim);  // the index's reference
   }
   Unref(victim);  // the pin PickVictims took
@@ -180,8 +242,11 @@ Status MemoryTier::Reserve(uint64_t size, Reservation* reservation) {
 Status MemoryTier::Put(const Slice& key, std::span<const Slice> parts, uint64_t size,
                        uint64_t* version, const VersionHook& published) {
   PerfPoint perf(PerfKey::memory_put);
+  // The namespace's own values make room for it first, before any other's are evicted.
+  Status s = MakeQuotaRoom(key, size);
+  if (!s.ok()) return s;
   Reservation reservation;
-  Status s = Reserve(size, &reservation);
+  s = Reserve(size, &reservation);
   if (!s.ok()) return s;
   GatherCopy(parts, size, reservation.data());
   return Commit(key, &reservation, version, published);
@@ -194,6 +259,10 @@ Status MemoryTier::Commit(const Slice& key, Reservation* reservation, uint64_t* 
     return Status::InvalidArgument("key of " + std::to_string(key.size()) +
                                    " bytes is longer than the memory tier holds");
   }
+  // Checked again for the puts that reserved before their key was known (attached
+  // clients, copies from a device); a plain Put made its room already.
+  Status s = MakeQuotaRoom(key, reservation->size());
+  if (!s.ok()) return s;
   Item* item = reservation->item_;
   reservation->item_ = nullptr;  // its reference is the index's from here on
   allocator_.SetKey(item, key.view());
@@ -402,6 +471,10 @@ bool MemoryTier::Erase(const Slice& key, const CheckHook& also, bool* in_memory)
 bool MemoryTier::Insert(const Slice& key, std::span<const Slice> parts, uint64_t size,
                         uint64_t version, const CheckHook& still_valid) {
   if (size > allocator_.capacity() || size > Item::kMaxSize || key.size() > Item::kMaxKeySize) {
+    return false;
+  }
+  // A promotion never pushes its namespace over its quota.
+  if (usage_ != nullptr && !usage_->Of(key.view())->Fits(NamespaceUsage::kMemory, size)) {
     return false;
   }
   Status ignored;

@@ -22,6 +22,7 @@
 
 #include "db/item.h"
 #include "db/key_index.h"
+#include "db/namespace_usage.h"
 #include "db/slab_allocator.h"
 #include "kvengine/options.h"
 #include "kvengine/slice.h"
@@ -133,6 +134,10 @@ class MemoryTier {
   // Told the hash of every key evicted without a handler to take it (the value is lost).
   // Not owned; set before the tier is used.  nullptr: nobody is told.
   void SetEvictedKeys(EvictedKeys* evicted) { evicted_keys_ = evicted; }
+  // Where the tier charges each value to its namespace, and reads the namespaces'
+  // quotas and fair shares (not owned; outlives the tier).  Set before the tier is
+  // used.  nullptr: no namespaces, plain recency.
+  void SetNamespaceUsage(NamespaceUsage* usage) { usage_ = usage; }
 
   // Runs under the key's shard lock, the DB's per-key lock: whatever it changes in the
   // other tiers changes atomically with the memory tier for that key.
@@ -212,6 +217,12 @@ class MemoryTier {
   template <typename Fn>
   void ProbeBatch(std::span<const Slice> keys, Fn&& found);
   Item* AllocateWithEviction(uint64_t size, Status* status);
+  // Picks the victims of one eviction round for room of `size`: by recency, or, while
+  // several namespaces hold values, from the namespace most over its fair share first.
+  bool PickVictims(uint64_t size, std::vector<Item*>* victims);
+  // Evicts values of `key`'s namespace until `size` more bytes fit its memory quota.
+  // NoSpace, naming the namespace, when they cannot.
+  Status MakeQuotaRoom(const Slice& key, uint64_t size);
   // Lookup, or TryLookup when !wait.
   bool Pin(const Slice& key, bool wait, Handle* handle);
   void Evict(Item* victim);
@@ -235,6 +246,7 @@ class MemoryTier {
   EvictionHandler* eviction_handler_ = nullptr;
   RemovalFeed* removal_feed_ = nullptr;
   EvictedKeys* evicted_keys_ = nullptr;
+  NamespaceUsage* usage_ = nullptr;
 
   std::atomic<uint64_t> items_{0};
   std::atomic<uint64_t> value_bytes_{0};

@@ -323,7 +323,6 @@ bool SlabAllocator::WillRelink(const Item* item) const {
 }
 
 void SlabAllocator::Touch(Item* item) {
-  SizeClass& c = classes_[item->size_class];
   // An item relinked in the list's current epoch -- among the last lru_size relinks --
   // stays where it is (as CacheLib's "LRU refresh time", in relinks rather than
   // seconds): a read of a warm item then costs no mutex and no write to its neighbours,
@@ -333,6 +332,11 @@ void SlabAllocator::Touch(Item* item) {
   // be stale: the cost is a relink more or fewer.
   if (!WillRelink(item)) return;
   MutexLock lock(&mu_);
+  RelinkHot(item);
+}
+
+void SlabAllocator::RelinkHot(Item* item) {
+  SizeClass& c = classes_[item->size_class];
   Item* head = &c.lru;
   Unlink(item);
   Link(item, Next(head));
@@ -374,6 +378,68 @@ bool SlabAllocator::PickVictims(uint64_t size, std::vector<Item*>* victims) {
   }
   const uint64_t needed = size <= slab_size_ ? 1 : (size + slab_size_ - 1) / slab_size_;
   return ReclaimWindow(needed, victims) || victims->size() > before;
+}
+
+bool SlabAllocator::PickRankedVictims(uint64_t size, const VictimRank& rank, int enough,
+                                     std::vector<Item*>* victims) {
+  if (size <= slab_size_) {
+    MutexLock lock(&mu_);
+    const size_t before = victims->size();
+    Item* head = &classes_[ClassFor(size)].lru;
+    Item* best = nullptr;
+    int best_rank = 0;
+    size_t seen = 0;
+    for (Item* it = Prev(head), *prev; it != head && seen < kRankScan; it = prev, seen++) {
+      prev = Prev(it);
+      if (it->refs.load(std::memory_order_relaxed) == 0) continue;  // being freed
+      const int r = rank(*it);
+      if (r == 0) {
+        // Protected: moved to the hot end, out of the way of the next search, or the cold
+        // end would fill with protected values and hide the others from it.
+        RelinkHot(it);
+      } else if (r > best_rank) {
+        best = it;
+        best_rank = r;
+        if (r >= enough) break;
+      }
+    }
+    if (best != nullptr) {
+      PinAndCollect(best, victims);
+      if (victims->size() > before) return true;
+    }
+  }
+  return PickVictims(size, victims);
+}
+
+bool SlabAllocator::PickVictimWhere(uint64_t size, const std::function<bool(const Item&)>& wanted,
+                                    std::vector<Item*>* victims) {
+  MutexLock lock(&mu_);
+  const size_t before = victims->size();
+  const int classes = static_cast<int>(class_sizes_.size()) + 1;  // the last: runs
+  const int first = size <= slab_size_ ? ClassFor(size) : classes - 1;
+  for (int n = 0; n < classes; n++) {
+    Item* head = &classes_[(first + n) % classes].lru;
+    size_t seen = 0;
+    for (Item* it = Prev(head), *prev; it != head && seen < kRankScan; it = prev, seen++) {
+      prev = Prev(it);
+      if (it->refs.load(std::memory_order_relaxed) == 0) continue;  // being freed
+      if (!wanted(*it)) {
+        RelinkHot(it);  // as in PickRankedVictims: out of the next search's way
+        continue;
+      }
+      PinAndCollect(it, victims);
+      if (victims->size() > before) return true;
+    }
+  }
+  return false;
+}
+
+bool SlabAllocator::ClaimVictim(Item* item, std::vector<Item*>* victims) {
+  MutexLock lock(&mu_);
+  if (!item->in_lru()) return false;
+  const size_t before = victims->size();
+  PinAndCollect(item, victims);
+  return victims->size() > before;
 }
 
 bool SlabAllocator::ReclaimWindow(uint64_t slab_count, std::vector<Item*>* victims) {

@@ -17,6 +17,7 @@
 #define KVENGINE_DB_SLAB_ALLOCATOR_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -65,6 +66,26 @@ class SlabAllocator {
   // can be evicted.  The caller removes the victims from the index and unpins them; room
   // appears when their last reference drops.
   bool PickVictims(uint64_t size, std::vector<Item*>* victims);
+  // How much a value should go before others (higher: sooner; 0: by recency alone).
+  using VictimRank = std::function<int(const Item& item)>;
+  // PickVictims, but of the coldest kRankScan values of the class the one ranked
+  // highest goes first (the first of rank >= `enough` ends the search); recency decides
+  // when every value there ranks 0.  The values of rank 0 it passes are moved to the
+  // hot end (a second chance, as CLOCK gives), so that the next search sees others.
+  bool PickRankedVictims(uint64_t size, const VictimRank& rank, int enough,
+                         std::vector<Item*>* victims);
+  // Pins and unlinks, as PickVictims does, the coldest value for which `wanted` holds,
+  // looking kRankScan values deep into the class of `size` and then into every other
+  // class; the values it passes are moved to the hot end, as PickRankedVictims' are.
+  // False when none is found there.
+  bool PickVictimWhere(uint64_t size, const std::function<bool(const Item&)>& wanted,
+                       std::vector<Item*>* victims);
+  // Pins and unlinks `item` as a victim, as PickVictims does.  False when it is not in
+  // the LRU (being evicted or freed already).  REQUIRES: the item is indexed, under its
+  // shard's lock (so it cannot be freed meanwhile).
+  bool ClaimVictim(Item* item, std::vector<Item*>* victims);
+  // How deep PickRankedVictims and PickVictimWhere look into a class's cold end.
+  static constexpr size_t kRankScan = 512;
 
   uint64_t slab_size() const { return slab_size_; }
   uint64_t capacity() const { return num_slabs_ * slab_size_; }
@@ -96,6 +117,8 @@ class SlabAllocator {
   void NewItems(int cls, Slab* slab);
   void ReleaseSlab(uint32_t index);
   void Unlink(Item* item);
+  // Moves a linked item to the hot end of its class's LRU.
+  void RelinkHot(Item* item) REQUIRES(mu_);
   void PinAndCollect(Item* item, std::vector<Item*>* victims);
   bool ReclaimWindow(uint64_t slab_count, std::vector<Item*>* victims);
 

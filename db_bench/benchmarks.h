@@ -41,6 +41,30 @@ Result RunVllm(const BenchContext& b, VllmKind kind);
 Result RunClusterFailover(const BenchContext& b);
 
 Result RunGcChurn(const BenchContext& b);
+
+// ns_hotcold (db_bench/ns_hotcold.cc): the sizes its three configurations share.
+struct NsHotColdPlan {
+  uint64_t cold_keys = 0;   // --ns_cold_keys, or a quarter of the memory tier's worth
+  uint64_t cold_quota = 0;  // bytes: --ns_cold_quota, or half the memory tier
+  uint64_t hot_quota = 0;   // bytes: --ns_hot_quota, or the tier less cold's quota
+};
+NsHotColdPlan PlanNsHotCold(const BenchConfig& c);
+// Its results: one per configuration (prefix, shares, quotas), and the ratios of the cold
+// tenant's memory hit ratios and of the hot tenant's put throughputs, shares/prefix and
+// quotas/prefix (0 when the prefix run had none), as a text line and a JSON object.
+struct NsHotColdOutcome {
+  std::vector<Result> results;
+  double cold_hit_ratio_shares = 0, cold_hit_ratio_quotas = 0;
+  double hot_puts_shares = 0, hot_puts_quotas = 0;
+  double hot_puts_cpu_shares = 0, hot_puts_cpu_quotas = 0;  // per CPU second of the puts
+  bool baseline_hits = false;  // the prefix run's cold reads hit at all
+  std::string text, json;
+};
+// Opens its own in-process kvengine DBs (with --memory and --options, memory only unless
+// --options gives an SSD tier) in raw_dir, one after another -- in the opposite order
+// with `reverse` -- and b.engine is not used.
+NsHotColdOutcome RunNsHotCold(const BenchContext& b, bool reverse);
+
 // Deletes --compact_delete_fraction of the keys (untimed), flushes, then times the
 // engine's garbage collection run to completion; MB/s are bytes reclaimed per second.
 Result RunCompact(const BenchContext& b);

@@ -136,6 +136,11 @@ class Engine {
 };
 
 std::unique_ptr<Engine> NewKvengineEngine();
+// kvengine's options for `config`: memory_capacity_bytes from memory_budget, then
+// kvengine_options in order, over what *options holds already.
+Status KvengineOptions(const EngineConfig& config, kvengine::Options* options);
+// The value of line "name: value" of a "kvengine.stats" text; 0 when absent.
+uint64_t StatLine(const std::string& stats, const std::string& name);
 // The owner child of --attach (argv: "--serve_attached", SOCKET, PATH, name=value...):
 // opens the DB at PATH with those options and local_listen=SOCKET, prints "ready" on
 // stdout, and serves until its stdin closes (kv_bench exited).  The exit status.

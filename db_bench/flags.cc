@@ -73,6 +73,15 @@ DEFINE_string(benchmarks, "memcpy,rawwrite,rawread,vllm_write,vllm_exist,vllm_ge
               "latency per request and the prefill the hits saved (--prefill_tokens_per_s); "
               "one thread, the whole trace, whatever --threads and --duration say; see "
               "docs/benchmarks.md\n"
+              "  ns_hotcold   two tenants on one memory tier (kvengine only; one thread): cold "
+              "writes --ns_cold_keys values, then hot puts --num new keys while cold reads one "
+              "of its keys at random every --ns_cold_read_every hot puts (putting it back "
+              "after a miss, --ns_cold_refill); run three times on fresh in-process DBs of "
+              "--memory (memory only unless --options gives an SSD tier): tenants told apart "
+              "by a key prefix in the default namespace (plain recency), namespaces with fair "
+              "shares, namespaces with memory quotas (--ns_cold_quota, --ns_hot_quota); "
+              "reports cold's memory hit ratio, hot's put throughput, the per-namespace "
+              "evictions, and the ratios shares/prefix and quotas/prefix\n"
               "  cluster_failover  with --cluster and 2+ replicas: SIGKILL --failover_pid (the "
               "member --failover_member), then read every key it held; reports the time from "
               "the kill to the first successful read and each read's latency\n"
@@ -237,6 +246,20 @@ DEFINE_double(prefill_tokens_per_s, 250000,
               "trace: the prefill rate the hits are priced at (default: Qwen2.5-0.5B on one "
               "H100 SXM, estimated as 25% of its 989 TFLOPS dense BF16 over 2 * 0.49e9 FLOPs "
               "per token; give your own measured rate)");
+DEFINE_uint64(ns_cold_keys, 0,
+              "ns_hotcold: the cold tenant's working set, in values of --value_size (0: as "
+              "many as fill a quarter of --memory). Default: 0");
+DEFINE_uint64(ns_cold_read_every, 16,
+              "ns_hotcold: hot puts per cold read (the cold tenant's read rate). Default: 16");
+DEFINE_bool(ns_cold_refill, true,
+            "ns_hotcold: a cold read that misses puts its value back, as a cache's client "
+            "does after recomputing it. Default: true");
+DEFINE_string(ns_cold_quota, "",
+              "ns_hotcold: the cold namespace's memory quota in its quotas run (a size such as "
+              "64MiB; empty: half of --memory). Default: empty");
+DEFINE_string(ns_hot_quota, "",
+              "ns_hotcold: the hot namespace's memory quota in its quotas run (empty: --memory "
+              "less the cold quota). Default: empty");
 DEFINE_double(progress_interval, 5,
               "Seconds between progress lines on stderr during a benchmark (0: none)");
 
@@ -249,7 +272,8 @@ const std::vector<std::string>& KnownBenchmarks() {
       "vllm_get",    "vllm_all",     "gc_churn",    "compact",          "peer_put",
       "peer_get",    "memcpy",       "memcpy_read", "memcpy_layers",    "memcpy_layers_read",
       "rawwrite",    "rawread",      "rawrandread", "rawsocket",        "rawstream",
-      "rawexist",    "rawlookup",    "reopen",      "cluster_failover", "trace"};
+      "rawexist",    "rawlookup",    "reopen",      "cluster_failover", "trace",
+      "ns_hotcold"};
   return names;
 }
 
@@ -478,6 +502,46 @@ const FlagRule kTraceRules[] = {
      }},
 };
 
+// --ns_cold_quota or --ns_hot_quota in bytes: 0 when empty, UINT64_MAX when it does not
+// parse or is 0.
+uint64_t QuotaBytes(const std::string& text) {
+  if (text.empty()) return 0;
+  uint64_t bytes = 0;
+  return kvengine::ParseSize(text, &bytes).ok() && bytes > 0 ? bytes : UINT64_MAX;
+}
+
+// The cold tenant's working set in values (--ns_cold_keys, or a quarter of --memory).
+uint64_t ColdKeys(const Resolved& r) {
+  return FLAGS_ns_cold_keys > 0
+             ? FLAGS_ns_cold_keys
+             : std::max<uint64_t>(r.config->memory_budget / 4 / FLAGS_value_size, 1);
+}
+
+// Rules of ns_hotcold's flags (checked only when it runs, once --num is resolved).
+const FlagRule kNsHotColdRules[] = {
+    {"ns_cold_read_every",
+     [](const Resolved&) { return InRange<uint64_t>(FLAGS_ns_cold_read_every, 1, 1'000'000'000); },
+     "must be in [1, 1000000000]"},
+    {"ns_cold_quota", [](const Resolved&) { return QuotaBytes(FLAGS_ns_cold_quota) != UINT64_MAX; },
+     "must be a size such as 64MiB, at least 1 byte"},
+    {"ns_hot_quota", [](const Resolved&) { return QuotaBytes(FLAGS_ns_hot_quota) != UINT64_MAX; },
+     "must be a size such as 64MiB, at least 1 byte"},
+    {"ns_cold_quota",
+     [](const Resolved& r) { return QuotaBytes(FLAGS_ns_cold_quota) < r.config->memory_budget; },
+     "must be less than --memory (a quota the tier cannot fill limits nothing)"},
+    {"ns_cold_keys",
+     [](const Resolved& r) { return ColdKeys(r) * FLAGS_value_size <= r.config->memory_budget; },
+     [](const Resolved& r) {
+       return "the cold working set (" + Str(ColdKeys(r)) + " values of " + Str(FLAGS_value_size) +
+              " bytes) does not fit --memory";
+     }},
+    {"key_size", [](const Resolved& r) { return KeyDigits(ColdKeys(r)) <= FLAGS_key_size; },
+     [](const Resolved& r) {
+       return "too short for the cold tenant's " + Str(ColdKeys(r)) + " keys (needs " +
+              Str(KeyDigits(ColdKeys(r))) + ")";
+     }},
+};
+
 // Rules against kvengine's limits, once its options are resolved.
 const FlagRule kLimitRules[] = {
     {"value_size", [](const Resolved& r) { return FLAGS_value_size <= r.kvengine.max_value_size; },
@@ -656,6 +720,11 @@ void CopyCheckedFlags(BenchConfig* c) {
   if (c->compare_namespace) c->engines = {"kvengine", "kvengine+ns"};
   c->repeat = FLAGS_repeat;
   c->auth_token_file = FLAGS_auth_token_file;
+  c->ns_cold_keys = FLAGS_ns_cold_keys;
+  c->ns_cold_read_every = FLAGS_ns_cold_read_every;
+  c->ns_cold_refill = FLAGS_ns_cold_refill;
+  c->ns_cold_quota = QuotaBytes(FLAGS_ns_cold_quota);
+  c->ns_hot_quota = QuotaBytes(FLAGS_ns_hot_quota);
 }
 
 // The trace benchmark's flags, checked, into config->trace.
@@ -698,6 +767,9 @@ bool ValidateFlags(BenchConfig* c, std::string* error) {
   const bool trace =
       std::find(c->benchmarks.begin(), c->benchmarks.end(), "trace") != c->benchmarks.end();
   if (trace && !CheckRules(kTraceRules, r, error)) return false;
+  const bool hotcold =
+      std::find(c->benchmarks.begin(), c->benchmarks.end(), "ns_hotcold") != c->benchmarks.end();
+  if (hotcold && !CheckRules(kNsHotColdRules, r, error)) return false;
   CopyCheckedFlags(c);
   CopyTraceFlags(r, c);
   return true;

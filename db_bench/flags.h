@@ -55,13 +55,22 @@ struct BenchConfig {
   std::string auth_token_file;  // readable and not empty when set
   // kvengine attached to an owner: its socket, or kAttachOwnChild to start one.
   std::string attach;
-  bool compare_in_process = false;  // --attach: an in-process kvengine beside the attached one
+  bool compare_in_process = false;    // --attach: an in-process kvengine beside the attached one
   bool compare_namespace = false;     // a kvengine used through a namespace, beside one
   bool compare_removal_feed = false;  // a kvengine whose removal feed is read, beside one
-  uint64_t repeat = 1;              // rounds of the whole benchmark list
-  std::string failover_member;      // cluster_failover: HOST:PORT of the member to kill
-  int64_t failover_pid = 0;         // cluster_failover: its process id
-  TraceConfig trace;                // the trace benchmark
+  uint64_t repeat = 1;                // rounds of the whole benchmark list
+  std::string failover_member;        // cluster_failover: HOST:PORT of the member to kill
+  int64_t failover_pid = 0;           // cluster_failover: its process id
+  TraceConfig trace;                  // the trace benchmark
+  // ns_hotcold (checked when it runs): the cold working set in values (0: a quarter of
+  // the memory budget's worth), hot puts per cold read, whether a cold miss puts the value
+  // back, and the quotas run's memory quotas in bytes (0: half the budget for cold, the
+  // rest for hot).
+  uint64_t ns_cold_keys = 0;
+  uint64_t ns_cold_read_every = 16;
+  bool ns_cold_refill = true;
+  uint64_t ns_cold_quota = 0;
+  uint64_t ns_hot_quota = 0;
 };
 
 // --attach given alone: kv_bench starts the owner itself.

@@ -19,16 +19,6 @@
 namespace kvbench {
 namespace {
 
-// The DB's options from the engine config: memory budget, then --options in order.
-Status EngineOptions(const EngineConfig& config, kvengine::Options* options) {
-  Status s = options->Set("memory_capacity_bytes", std::to_string(config.memory_budget));
-  for (const auto& [name, value] : config.kvengine_options) {
-    if (s.ok()) s = options->Set(name, value);
-  }
-  options->create_if_missing = !config.use_existing;
-  return s;
-}
-
 // The owner process --attach starts: kv_bench re-executed (ServeAttached), holding the
 // DB until its stdin closes.
 Status StartOwner(const EngineConfig& config, const std::string& socket,
@@ -55,7 +45,7 @@ class KvengineEngine : public Engine {
     write_options_.sync = config.sync;
     if (!config.attach.empty()) return Attach(config);
     kvengine::Options options;
-    Status s = EngineOptions(config, &options);
+    Status s = KvengineOptions(config, &options);
     if (!s.ok()) return s;
     s = kvengine::DB::Open(options, config.path, &db_);
     if (s.ok() && !config.namespace_name.empty()) s = OpenNamespace(config.namespace_name);
@@ -137,10 +127,10 @@ class KvengineEngine : public Engine {
     std::string text;
     if (!db_->GetProperty("kvengine.stats", &text)) return std::nullopt;
     TierCounts t;
-    t.memory = StatIn(text, "memory.hits");
-    t.ssd = StatIn(text, "ssd.hits");
+    t.memory = StatLine(text, "memory.hits");
+    t.ssd = StatLine(text, "ssd.hits");
     std::string peers;
-    if (db_->GetProperty("kvengine.peers", &peers)) t.peer = StatIn("\n" + peers, "remote_hits");
+    if (db_->GetProperty("kvengine.peers", &peers)) t.peer = StatLine("\n" + peers, "remote_hits");
     return t;
   }
 
@@ -149,7 +139,7 @@ class KvengineEngine : public Engine {
     // and an attached DB asks its owner).
     std::string text;
     if (!db_->GetProperty("kvengine.stats", &text)) text.clear();
-    auto stat = [&](const std::string& name) { return StatIn(text, name); };
+    auto stat = [&](const std::string& name) { return StatLine(text, name); };
     // The memory tier's index first (item descriptors and hash slots, not the keys), on
     // a line of its own.
     const uint64_t memory_keys = stat("memory.items");
@@ -193,13 +183,7 @@ class KvengineEngine : public Engine {
   uint64_t StatValue(const std::string& name) {
     std::string text;
     if (!db_->GetProperty("kvengine.stats", &text)) return 0;
-    return StatIn(text, name);
-  }
-  // The same, from a stats text already fetched.
-  static uint64_t StatIn(const std::string& text, const std::string& name) {
-    const size_t at = text.find("\n" + name + ": ");
-    if (at == std::string::npos) return 0;
-    return std::strtoull(text.c_str() + at + name.size() + 3, nullptr, 10);
+    return StatLine(text, name);
   }
 
   // The stats text is "name: value" per line; the GC's counter is the first whose name
@@ -309,6 +293,22 @@ class KvengineEngine : public Engine {
 }  // namespace
 
 std::unique_ptr<Engine> NewKvengineEngine() { return std::make_unique<KvengineEngine>(); }
+
+Status KvengineOptions(const EngineConfig& config, kvengine::Options* options) {
+  Status s = options->Set("memory_capacity_bytes", std::to_string(config.memory_budget));
+  for (const auto& [name, value] : config.kvengine_options) {
+    if (s.ok()) s = options->Set(name, value);
+  }
+  options->create_if_missing = !config.use_existing;
+  return s;
+}
+
+uint64_t StatLine(const std::string& stats, const std::string& name) {
+  const std::string line = "\n" + name + ": ";
+  const size_t at = stats.find(line);
+  if (at == std::string::npos) return 0;
+  return std::strtoull(stats.c_str() + at + line.size(), nullptr, 10);
+}
 
 int ServeAttached(int argc, char** argv) {
   if (argc < 4) {

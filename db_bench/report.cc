@@ -102,6 +102,7 @@ std::string FormatJson(const Result& r, bool with_histogram) {
   j += ",\"ops_per_sec\":" + Num(r.OpsPerSec());
   j += ",\"seconds\":" + Num(r.seconds);
   j += ",\"wall_seconds\":" + Num(r.wall_seconds);
+  if (r.cpu_seconds > 0) j += ",\"cpu_seconds\":" + Num(r.cpu_seconds);
   j += Printf(",\"operations\":%" PRIu64 ",\"keys\":%" PRIu64 ",\"bytes\":%" PRIu64, r.ops, r.keys,
               r.bytes);
   j += ",\"mb_per_sec\":" + Num(r.MBPerSec());
@@ -138,16 +139,30 @@ double EngineRatio(const Result& a, const Result& b) {
   return b.OpsPerSec() > 0 ? a.OpsPerSec() / b.OpsPerSec() : 0;
 }
 
+double EngineCpuRatio(const Result& a, const Result& b) {
+  return a.OpsPerCpuSecond() > 0 && b.OpsPerCpuSecond() > 0
+             ? a.OpsPerCpuSecond() / b.OpsPerCpuSecond()
+             : 0;
+}
+
 std::string FormatRatioLine(const Result& a, const Result& b) {
-  return Printf("%-12s : %s/%s %.2fx ops/sec (%.1f vs %.1f)", a.benchmark.c_str(), a.engine.c_str(),
-                b.engine.c_str(), EngineRatio(a, b), a.OpsPerSec(), b.OpsPerSec());
+  std::string line =
+      Printf("%-12s : %s/%s %.2fx ops/sec (%.1f vs %.1f)", a.benchmark.c_str(), a.engine.c_str(),
+             b.engine.c_str(), EngineRatio(a, b), a.OpsPerSec(), b.OpsPerSec());
+  const double cpu = EngineCpuRatio(a, b);
+  if (cpu > 0) line += Printf(", %.2fx ops per CPU second", cpu);
+  return line;
 }
 
 std::string FormatRatioJson(const Result& a, const Result& b) {
   return "{\"benchmark\":\"" + JsonEscape(a.benchmark) + "\",\"engine\":\"both\"" + ",\"ratio_" +
          a.engine + "_over_" + b.engine + "\":" + Num(EngineRatio(a, b)) + ",\"" + a.engine +
          "_ops_per_sec\":" + Num(a.OpsPerSec()) + ",\"" + b.engine +
-         "_ops_per_sec\":" + Num(b.OpsPerSec()) + "}";
+         "_ops_per_sec\":" + Num(b.OpsPerSec()) +
+         (EngineCpuRatio(a, b) > 0
+              ? ",\"cpu_ratio_" + a.engine + "_over_" + b.engine + "\":" + Num(EngineCpuRatio(a, b))
+              : std::string()) +
+         "}";
 }
 
 }  // namespace kvbench

@@ -20,6 +20,11 @@ struct Result {
   uint64_t bytes = 0;     // bytes moved (keys and values)
   double seconds = 0;     // time inside the timed calls (the slowest thread's)
   double wall_seconds = 0;
+  // The CPU time of the benchmark's threads over their operations (all threads together;
+  // 0 when not measured): unlike `seconds`, not stretched by waits for a core on a loaded
+  // machine.  It counts kv_bench's own work per operation too (key formatting, checking
+  // the bytes), the same for every engine, and none of the engine's background threads.
+  double cpu_seconds = 0;
   uint64_t threads = 1;
   // Lookups: how many keys were expected and how many were found (when counted).
   bool counts_found = false;
@@ -45,6 +50,9 @@ struct Result {
 
   double MicrosPerOp() const { return ops ? seconds * 1e6 / static_cast<double>(ops) : 0; }
   double OpsPerSec() const { return seconds > 0 ? static_cast<double>(ops) / seconds : 0; }
+  double OpsPerCpuSecond() const {
+    return cpu_seconds > 0 ? static_cast<double>(ops) / cpu_seconds : 0;
+  }
   double MBPerSec() const {
     return seconds > 0 ? static_cast<double>(bytes) / 1048576.0 / seconds : 0;
   }
@@ -57,6 +65,8 @@ std::string FormatLine(const Result& r);
 std::string FormatJson(const Result& r, bool with_histogram);
 // a's ops/sec over b's (0 when b has none): the engines of one benchmark.
 double EngineRatio(const Result& a, const Result& b);
+// The same per CPU second of the benchmark's threads (0 when either was not measured).
+double EngineCpuRatio(const Result& a, const Result& b);
 // "vllm_get     : kvengine/rocksdb 12.34x ops/sec (812 vs 65.8)", named by the engines.
 std::string FormatRatioLine(const Result& a, const Result& b);
 // {"benchmark":..,"engine":"both","ratio_A_over_B":..,"A_ops_per_sec":..,"B_ops_per_sec":..}

@@ -1,5 +1,7 @@
 #include "db_bench/runner.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
@@ -14,7 +16,14 @@ namespace kvbench {
 
 namespace {
 double Micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
+
 }  // namespace
+
+double ThreadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
 
 ThreadContext::ThreadContext(uint64_t tid, const RunSpec& spec, std::atomic<uint64_t>* progress)
     : tid_(tid),
@@ -56,6 +65,7 @@ void ThreadContext::MergeInto(Result* r) const {
   r->errors += errors_;
   if (r->first_error.empty()) r->first_error = first_error_;
   r->seconds = std::max(r->seconds, busy_us_ / 1e6);
+  r->cpu_seconds += cpu_seconds_;
   r->hist.Merge(hist_);
   for (int i = 0; i < 3; i++) r->kind_hist[i].Merge(extra[i]);
 }
@@ -81,8 +91,10 @@ Result RunParallel(const RunSpec& spec, const std::function<OpFn(ThreadContext&)
       OpFn op = make_worker(ctx);
       ready.count_down();
       go.wait();
+      const double cpu_start = ThreadCpuSeconds();
       while (ctx.More()) op(ctx);
       if (ctx.on_finish) ctx.on_finish(ctx);
+      ctx.SetCpuSeconds(ThreadCpuSeconds() - cpu_start);
       kvengine::MutexLock lock(&line.mu);
       line.finished++;
       line.cv.NotifyAll();

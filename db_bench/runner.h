@@ -65,6 +65,9 @@ class ThreadContext {
 
   // Set by the runner.
   void SetDeadline(Clock::time_point deadline) { deadline_ = deadline; }
+  // The CPU time this thread spent from its first operation to its last (its own work
+  // and the engine's on this thread, not its waits for a core).
+  void SetCpuSeconds(double seconds) { cpu_seconds_ = seconds; }
   void MergeInto(Result* r) const;
 
   Histogram extra[3];  // per-kind histograms for benchmarks that mix kinds (gc_churn)
@@ -84,9 +87,13 @@ class ThreadContext {
   uint64_t lookups_ = 0, found_ = 0, verified_ = 0, errors_ = 0;
   std::string first_error_;
   double busy_us_ = 0;
+  double cpu_seconds_ = 0;
 };
 
 using OpFn = std::function<void(ThreadContext&)>;
+
+// The calling thread's CPU time so far, in seconds (CLOCK_THREAD_CPUTIME_ID).
+double ThreadCpuSeconds();
 
 // For each thread, calls make_worker(ctx) on that thread before the clock starts (to
 // allocate its buffers) and then the returned function while ctx.More().

@@ -58,6 +58,10 @@ class Suite {
   // One pass over --benchmarks; *salt_counter numbers the benchmarks across rounds.
   // Even rounds (counted from 1) run the engines in the opposite order.
   void RunRound(uint64_t round, uint64_t* salt_counter);
+  // ns_hotcold, once per round whatever the engines (its own in-process kvengine DBs);
+  // skipped with a note when --engine names no kvengine.  Even rounds run its
+  // configurations in the opposite order.
+  void RunNsHotColdRound(uint64_t round, uint64_t salt);
   // --repeat: each figure's median over the rounds.
   void PrintMedians();
   void Cleanup();

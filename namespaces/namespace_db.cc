@@ -15,25 +15,34 @@ constexpr char kEveryDefaultKey[] = "[^\\xfe][\\x00-\\xff]*";
 }  // namespace
 
 Status NamespaceDB::Wrap(const Options& options, const std::string& path, bool foreign_keys,
-                         std::unique_ptr<DB>* top) {
+                         NamespaceUsage* usage, std::unique_ptr<DB>* top) {
   Env* const env = options.env != nullptr ? options.env : Env::Default();
   NamespaceRecords records;
   Status s = LoadNamespaceRegistry(env, path, &records);
   if (!s.ok()) return s;
   top->reset(new NamespaceDB(std::move(*top), env, path, options.max_key_size, foreign_keys,
-                             std::move(records)));
+                             usage, std::move(records)));
   return Status::OK();
 }
 
 NamespaceDB::NamespaceDB(std::unique_ptr<DB> base, Env* env, std::string dir, uint64_t max_key_size,
-                         bool foreign_keys, NamespaceRecords records)
+                         bool foreign_keys, NamespaceUsage* usage, NamespaceRecords records)
     : StackableDB(std::move(base)),
       env_(env),
       dir_(std::move(dir)),
       max_key_size_(max_key_size),
       foreign_keys_(foreign_keys),
+      usage_(usage),
       records_(std::move(records)),
-      namespaced_keys_possible_(foreign_keys_ || !records_.empty()) {}
+      namespaced_keys_possible_(foreign_keys_ || !records_.empty()) {
+  for (const NamespaceInfo& record : records_) SetLimits(record);
+}
+
+void NamespaceDB::SetLimits(const NamespaceInfo& record) {
+  if (usage_ == nullptr) return;
+  usage_->SetLimits(record.id, record.name, record.options.memory_quota_bytes,
+                    record.options.ssd_quota_bytes, record.options.weight);
+}
 
 NamespaceDB::~NamespaceDB() { DetachAll(); }
 
@@ -187,6 +196,9 @@ Status NamespaceDB::CreateNamespace(const std::string& name, const NamespaceOpti
                                    " namespaces");
   }
   NamespaceInfo record{name, ns::IdOf(name), options, false};
+  if (record.id == 0) {  // the engine's accounting keeps 0 for "no namespace"
+    return Status::InvalidArgument("namespace name '" + name + "' hashes to id 0: choose another name");
+  }
   for (const NamespaceInfo& r : records_) {
     if (r.id == record.id) {
       return Status::InvalidArgument("namespace name '" + name + "' hashes to the id of '" +
@@ -200,6 +212,7 @@ Status NamespaceDB::CreateNamespace(const std::string& name, const NamespaceOpti
               record);
   s = Commit(std::move(next));
   if (!s.ok()) return s;
+  SetLimits(record);
   *handle = NewHandle(record);
   return Status::OK();
 }
@@ -272,7 +285,9 @@ Status NamespaceDB::DropNamespace(const std::string& name, uint64_t* deleted) {
         "DropNamespace '" + name + "' did not finish (" + s.ToString() +
             "); it stays registered as dropping: DropNamespace again finishes it");
   }
-  return Unregister(name);
+  s = Unregister(name);
+  if (s.ok() && usage_ != nullptr) usage_->Forget(id);
+  return s;
 }
 
 Status NamespaceDB::ListNamespaces(std::vector<NamespaceInfo>* namespaces) {

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "db/namespace_usage.h"
 #include "kvengine/env.h"
 #include "kvengine/options.h"
 #include "kvengine/stackable_db.h"
@@ -39,9 +40,12 @@ class NamespaceDB : public StackableDB {
   // Loads the registry of the DB directory `path` and puts a NamespaceDB over *top.
   // `foreign_keys`: whether namespaced keys may reach the DB below from elsewhere (peers
   // of a cluster), so that DeleteAll of the default namespace must always spare them.
+  // `usage`: the engine's accounting of the namespaces (db/namespace_usage.h), told each
+  // registered namespace's name, quotas and weight, which the tiers then enforce; not
+  // owned, outlives the NamespaceDB; null when there is no local engine to tell.
   // On failure returns the registry's error and leaves *top as it was.
   static Status Wrap(const Options& options, const std::string& path, bool foreign_keys,
-                     std::unique_ptr<DB>* top);
+                     NamespaceUsage* usage, std::unique_ptr<DB>* top);
   ~NamespaceDB() override;
 
   // Detaches every namespace's handles (their calls then fail Aborted), then closes the
@@ -78,7 +82,9 @@ class NamespaceDB : public StackableDB {
 
  private:
   NamespaceDB(std::unique_ptr<DB> base, Env* env, std::string dir, uint64_t max_key_size,
-              bool foreign_keys, NamespaceRecords records);
+              bool foreign_keys, NamespaceUsage* usage, NamespaceRecords records);
+  // Tells the engine the limits of `record`.
+  void SetLimits(const NamespaceInfo& record);
 
   // Marks the DB closed and detaches every namespace's handles.
   void DetachAll() EXCLUDES(mu_);
@@ -97,6 +103,7 @@ class NamespaceDB : public StackableDB {
   const std::string dir_;
   const uint64_t max_key_size_;
   const bool foreign_keys_;
+  NamespaceUsage* const usage_;  // may be null
   const NamespaceKeys default_keys_;
 
   Mutex admin_mu_ ACQUIRED_BEFORE(mu_);

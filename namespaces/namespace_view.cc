@@ -1,5 +1,7 @@
 #include "namespaces/namespace_view.h"
 
+#include "util/printable.h"
+
 #include "util/byte_regex.h"
 #include "util/input_check.h"
 
@@ -25,7 +27,18 @@ Status NamespaceView::WithKey(const Slice& key, Fn fn) {
   PrefixedKey internal;
   Status s = state_->keys.ToInternal(key, &internal);
   if (!s.ok()) return s;
-  return WithBase([&](DB* base) { return fn(base, internal.slice()); });
+  s = WithBase([&](DB* base) { return fn(base, internal.slice()); });
+  if (s.ok()) return s;
+  // The layers below name the key as they store it, prefix and all: name it as the
+  // namespace's user gave it, and the namespace.
+  std::string message = s.message();
+  const std::string stored = Printable(internal.slice());
+  if (size_t at = message.find(stored); at != std::string::npos) {
+    message.replace(at, stored.size(),
+                    Printable(key) + " (namespace " + state_->name + ")");
+    return Status::FromErrorCode(s.ErrorCode(), message);
+  }
+  return s;
 }
 
 template <class T, class Call>

@@ -122,6 +122,8 @@ class Run:
             self.common.append("--ssd_bytes=%d" % args.ssd_pressure_bytes)
         if args.zipf:
             self.common.append("--zipf")
+        if args.namespaces:
+            self.common.append("--namespaces=%d" % args.namespaces)
         self.common += extra
         self.server = None
         self.procs = []  # every process started, killed whatever happens
@@ -356,6 +358,9 @@ def main():
     ap.add_argument("--ssd_pressure_bytes", type=int, default=0,
                     help="default 64 MiB, long 512 MiB")
     ap.add_argument("--zipf", action="store_true")
+    ap.add_argument("--namespaces", type=int, default=0,
+                    help="kv_stress --namespaces: the keys spread over the default namespace "
+                         "and this many more")
     ap.add_argument("--kill_min_s", type=float, default=-1)
     ap.add_argument("--kill_max_s", type=float, default=-1)
     ap.add_argument("--ready_timeout", type=float, default=120)

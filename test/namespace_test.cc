@@ -100,6 +100,21 @@ class NamespaceTest : public ::testing::Test {
   std::unique_ptr<DB> db_, a_, b_;
 };
 
+TEST_F(NamespaceTest, AnErrorNamesTheKeyAsItsUserGaveIt) {
+  CreateBoth();
+  std::string v;
+  Status s = a_->Get(ReadOptions(), "missing", &v);
+  ASSERT_TRUE(s.IsNotFound()) << s.ToString();
+  EXPECT_EQ(s.ToString(), "NotFound: key 'missing' (namespace a)");
+  char small[1];
+  size_t size = 0;
+  ASSERT_TRUE(a_->Put(WriteOptions(), "k", "value").ok());
+  s = a_->GetInto(ReadOptions(), "k", MutableSlice(small, sizeof(small)), &size);
+  EXPECT_TRUE(s.IsBufferTooSmall()) << s.ToString();
+  EXPECT_NE(s.ToString().find("'k' (namespace a)"), std::string::npos) << s.ToString();
+  EXPECT_EQ(s.ToString().find("\\xfe"), std::string::npos) << s.ToString();
+}
+
 TEST_F(NamespaceTest, ReadsSeeOnlyTheirNamespace) {
   CreateBoth();
   Fill();

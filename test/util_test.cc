@@ -25,6 +25,7 @@
 #include "util/huge_block_pool.h"
 #include "util/input_check.h"
 #include "util/numa_arena.h"
+#include "util/printable.h"
 #include "util/region_map.h"
 #include "util/stream_copy.h"
 #include "util/worker_thread.h"
@@ -180,6 +181,21 @@ TEST(OptionsTest, Validate) {
   o = Options();
   o.index_shards = 0;
   EXPECT_TRUE(o.Validate().IsInvalidArgument());
+}
+
+TEST(PrintableTest, EscapesUnprintableBytesQuotesAndBackslashesAndCutsAt64) {
+  EXPECT_EQ(Printable(Slice("layer.0")), "'layer.0'");
+  EXPECT_EQ(Printable(Slice("")), "''");
+  EXPECT_EQ(Printable(Slice("a\0b", 3)), "'a\\x00b'");
+  EXPECT_EQ(Printable(Slice("\xfe\x7f\x1f\x20~\\'")), "'\\xfe\\x7f\\x1f ~\\x5c\\x27'");
+  std::string all;
+  for (int c = 0; c < 256; c++) all += static_cast<char>(c);
+  const std::string shown = Printable(Slice(all));
+  EXPECT_EQ(shown.substr(0, 9), "'\\x00\\x01");
+  EXPECT_NE(shown.find("\\x1e\\x1f !\"#$%&\\x27()"), std::string::npos) << shown;
+  EXPECT_EQ(shown.substr(shown.size() - 8), "<=>?...'");  // bytes 0 to 63, then "..."
+  EXPECT_EQ(Printable(Slice(std::string(64, 'k'))), "'" + std::string(64, 'k') + "'");
+  EXPECT_EQ(Printable(Slice(std::string(65, 'k'))), "'" + std::string(64, 'k') + "...'");
 }
 
 TEST(HashTest, SameValuesAsPlainXxh3) {
@@ -497,6 +513,28 @@ TEST(InputCheckTest, EachRuleNamesTheProblem) {
   EXPECT_EQ(input::CheckUniqueKeys(keys).message(),
             "BatchPut names key 'a' more than once; nothing was written");
   EXPECT_TRUE(input::CheckUniqueKeys(std::span<const Slice>(keys.data(), 2)).ok());
+}
+
+// Batches past the table kept on the stack, and the key named: the first one, in batch
+// order, that an earlier key repeats.
+TEST(InputCheckTest, UniqueKeysInBatchesOfAnySize) {
+  for (size_t n : {2, 3, 64, 127, 128, 129, 1000, 5000}) {
+    std::vector<std::string> names;
+    for (size_t i = 0; i < n; i++) names.push_back("key-" + std::to_string(i));
+    names.push_back(std::string("\0", 1));
+    names.push_back("");
+    std::vector<Slice> keys(names.begin(), names.end());
+    EXPECT_TRUE(input::CheckUniqueKeys(keys).ok()) << n;
+    keys.push_back(Slice(names[n / 2]));
+    keys.push_back(Slice(names[0]));
+    EXPECT_EQ(input::CheckUniqueKeys(keys).message(),
+              "BatchPut names key '" + names[n / 2] + "' more than once; nothing was written")
+        << n;
+    keys.insert(keys.begin() + 1, Slice(""));  // now the empty key repeats first
+    EXPECT_EQ(input::CheckUniqueKeys(keys).message(),
+              "BatchPut names key '' more than once; nothing was written")
+        << n;
+  }
 }
 
 TEST(RegionMapTest, RefusesOverlapsAndGivesBackWhatItHolds) {

@@ -30,6 +30,7 @@
 #include "tools/option_list.h"
 #include "tools/stress/expected_state.h"
 #include "tools/stress/key_space.h"
+#include "tools/stress/keyspaces.h"
 #include "tools/stress/stress_worker.h"
 
 DEFINE_string(db, "", "DB directory (owner and solo roles)");
@@ -66,6 +67,10 @@ DEFINE_string(peer, "",
               "HOST:PORT of a kv_server: sharded mode between it and this DB "
               "(then --listen is required, the same at every restart)");
 DEFINE_string(listen, "", "this DB's listen address in peer mode");
+DEFINE_uint32(namespaces, 0,
+              "spread the workers' keys over the default namespace and this many "
+              "namespaces, stress-1..stress-N (worker w: keyspace w % (N+1)), and probe "
+              "that no keyspace sees another's keys; the same at every restart");
 
 namespace {
 
@@ -194,16 +199,17 @@ uint64_t Failures(const ExpectedState& state) {
 }
 
 // Runs this process's workers until the duration passes (forever when 0).
-Status RunWorkers(DB* db, ExpectedState* state, const KeySpace& space, FailureLog* log,
-                  const WorkloadConfig& config) {
+Status RunWorkers(const Keyspaces& keyspaces, ExpectedState* state, const KeySpace& space,
+                  FailureLog* log, const WorkloadConfig& config) {
   std::vector<std::unique_ptr<StressWorker>> workers;
   const uint64_t seed =
       FLAGS_seed != 0
           ? FLAGS_seed
           : static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   for (uint32_t t = 0; t < FLAGS_threads; t++) {
-    workers.push_back(std::make_unique<StressWorker>(db, state, &space, log, FLAGS_worker_base + t,
-                                                     config, seed * 1000003 + t));
+    workers.push_back(std::make_unique<StressWorker>(&keyspaces, state, &space, log,
+                                                     FLAGS_worker_base + t, config,
+                                                     seed * 1000003 + t));
     Status s = workers.back()->Prepare();
     if (!s.ok()) return s;
   }
@@ -273,16 +279,22 @@ int Main() {
     std::fprintf(stderr, "kv_stress: cannot open the DB: %s\n", s.ToString().c_str());
     return kExitFailures;
   }
+  std::unique_ptr<Keyspaces> keyspaces;
+  s = Keyspaces::Open(db.get(), &space, FLAGS_namespaces, /*create=*/!is_client, &keyspaces);
+  if (!s.ok()) {
+    std::fprintf(stderr, "kv_stress: cannot open the keyspaces: %s\n", s.ToString().c_str());
+    return kExitFailures;
+  }
   if (is_client) {
     // Beside a live owner: this process's keys as the killed client left them.  Those
     // whose last operation was in doubt (and their ten-key groups) are left alone.
     LeaveInDoubtKeysAlone(*state, space, FLAGS_worker_base, FLAGS_threads, &config);
-    VerifyAndResolve(db.get(), state.get(), space, &log, space.Begin(FLAGS_worker_base),
+    VerifyAndResolve(*keyspaces, state.get(), space, &log, space.Begin(FLAGS_worker_base),
                      space.End(FLAGS_worker_base + FLAGS_threads - 1), false, config.may_drop,
                      config.value_max);
   } else if (!created) {
-    VerifyAndResolve(db.get(), state.get(), space, &log, 0, space.keys(), true, config.may_drop,
-                     config.value_max);
+    VerifyAndResolve(*keyspaces, state.get(), space, &log, 0, space.keys(), true,
+                     config.may_drop, config.value_max);
     state->Add(Counter::kRounds);
     // What was read back is the state from here on: make it durable.
     const std::vector<uint32_t> snapshot = state->SnapshotLo();
@@ -292,7 +304,8 @@ int Main() {
       state->Add(Counter::kFlushes);
     }
   }
-  if (s.ok() && !FLAGS_verify_only) s = RunWorkers(db.get(), state.get(), space, &log, config);
+  if (s.ok() && !FLAGS_verify_only) s = RunWorkers(*keyspaces, state.get(), space, &log, config);
+  keyspaces.reset();
   const Status closed = db->Close();
   if (s.ok()) s = closed;
   if (!s.ok()) {

@@ -1,6 +1,6 @@
 #include "util/printable.h"
 
-#include <cstdio>
+#include <algorithm>
 
 namespace kvengine {
 
@@ -21,19 +21,26 @@ Status FirstNullBuffer(const Slice& key, std::span<const Buffer> buffers, const 
 }  // namespace
 
 std::string Printable(const Slice& key) {
+  // Every read that misses names its key in its NotFound, and a namespace's keys begin
+  // with nine unprintable bytes: escaped by table, not by snprintf (which cost a
+  // namespace's readrandom at 37% misses about a tenth of its CPU time).
+  static constexpr char kHex[] = "0123456789abcdef";
+  const size_t shown = std::min<size_t>(key.size(), 64);
   std::string out;
-  for (size_t i = 0; i < key.size() && i < 64; i++) {
-    unsigned char c = static_cast<unsigned char>(key[i]);
+  out.reserve(shown * 4 + 5);
+  out += '\'';
+  for (size_t i = 0; i < shown; i++) {
+    const unsigned char c = static_cast<unsigned char>(key[i]);
     if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'') {
       out += static_cast<char>(c);
     } else {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\x%02x", c);
-      out += buf;
+      const char escaped[4] = {'\\', 'x', kHex[c >> 4], kHex[c & 0xf]};
+      out.append(escaped, sizeof(escaped));
     }
   }
   if (key.size() > 64) out += "...";
-  return "'" + out + "'";
+  out += '\'';
+  return out;
 }
 
 Status ForKey(const Slice& key, const Status& s) {

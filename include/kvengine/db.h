@@ -97,14 +97,20 @@ struct RemovalBatch {
 };
 
 // The options of a namespace (DB::CreateNamespace), kept in the DB's namespace registry
-// and reported by ListNamespaces.
+// and reported by ListNamespaces and, with what each namespace holds, hits, misses and
+// evictions, in the stats ("namespace.NAME.*" lines, the JSON's "namespaces" object,
+// Prometheus families kvengine_namespace_* with a `namespace` label).
 //
-// NOT YET ENFORCED: the quotas and the weight are stored, survive restarts and are
-// reported, but nothing evicts or refuses by them yet.  Enforcement -- a namespace over
-// its quota evicts its own values first, the tier evicts from the namespaces most over
-// their weighted share first, a put that cannot fit a hard quota fails NoSpace for that
-// namespace only -- is the next step (issue #29, item 2) and will read these fields as
-// they are.
+// The memory tier enforces them: a put into a namespace at its memory quota first
+// evicts that namespace's own coldest values (with the SSD tier, write_back, they are
+// offloaded as any eviction's are), and fails NoSpace, naming the namespace, when none
+// can go (memory_eviction=none, every value in use) or the value is larger than the
+// quota; other namespaces' puts go on.  When the tier is full, values are evicted first
+// from the namespace most over its fair share (the tier split by weight among the
+// namespaces that hold values in it), so a namespace within its share keeps its values
+// while another churns.  Concurrent puts may overshoot a quota by the values being
+// committed at that moment.  The SSD tier does not enforce ssd_quota_bytes yet: it is
+// stored and reported only (docs/design.md, "Namespaces: quotas and fair shares").
 struct NamespaceOptions {
   // Bytes of the memory tier the namespace's values may occupy.  0: no quota.
   // Default: 0

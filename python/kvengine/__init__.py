@@ -28,7 +28,7 @@ import os
 from . import _kvengine
 from ._kvengine import CUDA_BUILD, ERROR_CODES, OPTION_NAMES, Error
 
-__all__ = ["DB", "open", "attach", "Error", "ERROR_CODES", "OPTION_NAMES", "CUDA_BUILD", "check",
+__all__ = ["DB", "Namespace", "open", "attach", "Error", "ERROR_CODES", "OPTION_NAMES", "CUDA_BUILD", "check",
            "error_name", "regex_escape"]
 __version__ = "0.1.0"
 
@@ -191,6 +191,69 @@ class DB(_kvengine.Store):
         """The options in force ("kvengine.options") as a dict of strings."""
         text = self.get_property("kvengine.options")
         return _parse_lines(text) if text else {}
+
+    # -------------------------------------------------------------- namespaces
+    def create_namespace(self, name, memory_quota_bytes=0, ssd_quota_bytes=0, weight=1):
+        """Registers namespace name (docs/python.md, "Namespaces") and returns a handle on
+        it: a Namespace, with this whole API, whose keys are the namespace's.  Quotas are
+        bytes (0: none); weight is its share under pressure, 1 to 1000.  Raises
+        kvengine.Error (INVALID_ARGUMENT for a bad name or weight or a name that exists,
+        NOT_SUPPORTED on an attached store, ABORTED when closed)."""
+        handle = Namespace()
+        self._create_namespace(handle, name, memory_quota_bytes, ssd_quota_bytes, weight)
+        return handle
+
+    def open_namespace(self, name):
+        """A handle on the existing namespace name; kvengine.Error (NOT_FOUND when there
+        is none, ABORTED while it is being dropped)."""
+        handle = Namespace()
+        self._open_namespace(handle, name)
+        return handle
+
+    def open_or_create_namespace(self, name, memory_quota_bytes=0, ssd_quota_bytes=0,
+                                 weight=1):
+        """A handle on namespace name, created with these options when it does not exist
+        (an existing namespace keeps its own options).  Two processes may race to create
+        it: the loser opens the winner's."""
+        for _ in range(2):
+            try:
+                return self.open_namespace(name)
+            except Error as e:
+                if e.code != NOT_FOUND:
+                    raise
+            try:
+                return self.create_namespace(name, memory_quota_bytes, ssd_quota_bytes, weight)
+            except Error as e:
+                # Created meanwhile (INVALID_ARGUMENT "exists"): open it on the next round.
+                if e.code != INVALID_ARGUMENT or not any(
+                        n["name"] == name for n in self.list_namespaces()):
+                    raise
+        return self.open_namespace(name)
+
+
+class Namespace(DB):
+    """A handle on one namespace of a DB (DB.create_namespace, DB.open_namespace): the
+    DB's whole API, whose keys are the namespace's alone -- a key here never matches,
+    overwrites or deletes a key of the DB's default namespace or of another namespace,
+    and remove_all / remove_by_regex / read_removals see only this namespace.  flush,
+    register_buffer, get_property and stats() are the whole DB's.
+
+    close() releases this handle only.  A handle outlives its DB and its namespace
+    safely: once the DB is closed or the namespace dropped, its calls return ABORTED (the
+    raising forms raise kvengine.Error)."""
+
+    @property
+    def name(self):
+        """The namespace's name."""
+        return self.namespace_name
+
+    def setup(self, path, **options):
+        raise TypeError("a namespace's handle comes from DB.create_namespace or "
+                        "DB.open_namespace; it does not open a path")
+
+    def __repr__(self):
+        state = "open" if self.is_open else "closed"
+        return "kvengine.Namespace(%r in %r, %s)" % (self.name, self.path, state)
 
 
 def open(path, **options):  # noqa: A001 -- the module's constructor, as in dbm.open

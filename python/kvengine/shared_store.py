@@ -16,6 +16,7 @@ logger = logging.getLogger("kvengine.shared_store")
 
 IO_ERROR = -4  # kvengine's IOError code: what an attached store's calls return when its
 #                owner is gone
+NOT_SUPPORTED = -8
 
 
 def default_socket(path):
@@ -81,6 +82,12 @@ class SharedStore:
         """The kvengine.DB calls go to now (a new one after a take-over)."""
         return self._db
 
+    def current(self):
+        """(handle, generation): the handle calls go to now, and how many take-overs
+        happened before it (a namespace's handle is re-opened on each new one)."""
+        with self._lock:
+            return self._db, self._generation
+
     @property
     def attached(self):
         """The socket this process is attached through; None when it owns the store."""
@@ -127,14 +134,70 @@ class SharedStore:
             return self._db.close()
 
 
+class SharedNamespace:
+    """A namespace of a SharedStore (docs/python.md, "Namespaces"), with the DB's methods:
+    opened, or created with `options` (memory_quota_bytes, ssd_quota_bytes, weight) when
+    missing, and opened again on the store's new handle after a take-over.  Raises
+    kvengine.Error when the namespace cannot be had (an attached store: NOT_SUPPORTED)."""
+
+    def __init__(self, shared, name, options=None):
+        self._shared = shared
+        self.name = name
+        self._options = dict(options or {})
+        self._lock = threading.Lock()
+        self._handle, self._generation = None, None
+        try:
+            self._current()
+        except kvengine.Error as e:
+            if e.code == NOT_SUPPORTED and shared.attached:
+                e.args = ("namespace %r: this process is attached to the store's owner (%s), "
+                          "and an attached client cannot open a namespace (%s)"
+                          % (name, shared.attached, e),)
+            raise
+
+    def _current(self):
+        """(the namespace's handle on the store's handle now, that handle's generation)."""
+        db, generation = self._shared.current()
+        with self._lock:
+            if self._handle is None or generation != self._generation:
+                # An old handle is dropped, not closed: other threads may be in a call on it.
+                self._handle = db.open_or_create_namespace(self.name, **self._options)
+                self._generation = generation
+            return self._handle, generation
+
+    @property
+    def handle(self):
+        """The kvengine.Namespace calls go to now."""
+        return self._current()[0]
+
+    def __getattr__(self, name):
+        method_name = name
+
+        def call(*args):
+            handle, generation = self._current()
+            result = getattr(handle, method_name)(*args)
+            if _lost_owner(result) and self._shared._take_over(generation):
+                result = getattr(self._current()[0], method_name)(*args)
+            return result
+
+        return call
+
+    def close(self):
+        """Releases the namespace's handle (the store stays open)."""
+        with self._lock:
+            handle, self._handle = self._handle, None
+        return handle.close() if handle is not None else 0
+
+
 _stores_lock = threading.Lock()
 _stores = {}  # path or socket -> [SharedStore, users]
 
 
-def acquire_store(path, attach, options):
+def acquire_store(path, attach, options, namespace=None, namespace_options=None):
     """This process's handle on the store at path (or served on the attach socket): the
-    first caller opens or attaches it, later ones share it.  Each call is matched by one
-    release_store(attach or path)."""
+    first caller opens or attaches it, later ones share it.  With `namespace`, a
+    SharedNamespace of it instead (opened, or created with namespace_options).  Each call
+    is matched by one release_store(attach or path, handle)."""
     name = attach or path
     with _stores_lock:
         entry = _stores.get(name)
@@ -142,11 +205,41 @@ def acquire_store(path, attach, options):
             entry = [SharedStore(path, attach, options), 0]
             _stores[name] = entry
         entry[1] += 1
-        return entry[0]
+        store = entry[0]
+    if namespace is None:
+        return store
+    try:
+        return SharedNamespace(store, namespace, namespace_options)
+    except BaseException:
+        release_store(name)
+        raise
 
 
-def release_store(name):
-    """Gives back one acquire_store's share of the handle; the last share closes it."""
+def namespace_config(extra, where):
+    """(namespace, its options) from an integration's extra config: "namespace" (a name,
+    or None for the store's default keyspace) and "namespace_options" (memory_quota_bytes,
+    ssd_quota_bytes, weight: used when the namespace is created).  ValueError naming
+    `where` for a bad one."""
+    name = extra.get("namespace")
+    options = extra.get("namespace_options") or {}
+    if name is not None and (not isinstance(name, str) or not name):
+        raise ValueError("%s['namespace'] must be a namespace name (str), not %r"
+                         % (where, name))
+    allowed = ("memory_quota_bytes", "ssd_quota_bytes", "weight")
+    if not isinstance(options, dict) or set(options) - set(allowed):
+        raise ValueError("%s['namespace_options'] must be an object with only %s, not %r"
+                         % (where, ", ".join(allowed), options))
+    if options and name is None:
+        raise ValueError("%s['namespace_options'] given without %s['namespace']"
+                         % (where, where))
+    return name, dict(options)
+
+
+def release_store(name, handle=None):
+    """Gives back one acquire_store's share of the handle (closing `handle` first when
+    it is a SharedNamespace); the last share closes the store."""
+    if isinstance(handle, SharedNamespace):
+        handle.close()
     with _stores_lock:
         entry = _stores.get(name)
         if entry is None:

@@ -319,7 +319,9 @@ class Store {
       db = std::move(db_);
     }
     if (db) {
+      std::vector<uintptr_t> buffers = HandleBuffers();
       py::gil_scoped_release nogil;
+      UnregisterAll(db.get(), buffers);
       db->Close();
     }
   }
@@ -339,9 +341,13 @@ class Store {
   int Close() {
     std::shared_ptr<DB> db = GetDb();
     if (!db) return 0;
+    // A namespace's handle closes only itself while the DB lives on: the buffers it
+    // registered (whole-DB registrations) are unregistered before their pins go.
+    std::vector<uintptr_t> buffers = HandleBuffers();
     Status s;
     {
       py::gil_scoped_release nogil;
+      UnregisterAll(db.get(), buffers);
       s = db->Close();
     }
     {
@@ -353,6 +359,10 @@ class Store {
   }
 
   bool IsOpen() { return GetDb() != nullptr; }
+  // The namespace's name for a namespace's handle; None for a DB.
+  py::object Namespace() {
+    return namespace_.empty() ? py::none() : py::object(py::str(namespace_));
+  }
   // The DB, for the LMCache plug-in (lmcache_plugin.cc); nullptr when closed.
   std::shared_ptr<DB> SharedDb() { return GetDb(); }
   std::string Path() { return path_; }
@@ -477,15 +487,7 @@ class Store {
 
   int64_t GetSize(py::handle key_obj) {
     std::string key = KeyFrom(key_obj, "key");
-    auto db = GetDb();
-    if (!db) return kNotOpen;
-    uint64_t size = 0;
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      s = db->GetValueSize(key, &size);
-    }
-    return s.ok() ? static_cast<int64_t>(size) : s.ErrorCode();
+    return Count([&](DB* db, uint64_t* size) { return db->GetValueSize(key, size); });
   }
 
   int64_t IsExist(py::handle key_obj) {
@@ -575,27 +577,11 @@ class Store {
   }
 
   int64_t RemoveByRegex(const std::string& pattern) {
-    auto db = GetDb();
-    if (!db) return kNotOpen;
-    uint64_t n = 0;
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      s = db->DeleteByRegex(pattern, &n);
-    }
-    return s.ok() ? static_cast<int64_t>(n) : s.ErrorCode();
+    return Count([&](DB* db, uint64_t* n) { return db->DeleteByRegex(pattern, n); });
   }
 
   int64_t RemoveAll() {
-    auto db = GetDb();
-    if (!db) return kNotOpen;
-    uint64_t n = 0;
-    Status s;
-    {
-      py::gil_scoped_release nogil;
-      s = db->DeleteAll(&n);
-    }
-    return s.ok() ? static_cast<int64_t>(n) : s.ErrorCode();
+    return Count([](DB* db, uint64_t* n) { return db->DeleteAll(n); });
   }
 
   int Flush() {
@@ -621,6 +607,66 @@ class Store {
     }
     if (!found) return py::none();
     return py::str(value);
+  }
+
+  // ------------------------------------------------------------ namespaces
+  // Creates namespace `name` and makes `into` (a store not open) its handle.  Raises
+  // ValueError for a negative quota or a weight out of range of uint32, kvengine.Error for
+  // the engine's refusal (a bad name or weight, a name that exists, a closed store, an
+  // attached store: NotSupported).
+  void CreateNamespace(Store& into, py::handle name_obj, py::handle memory_quota,
+                       py::handle ssd_quota, py::handle weight) {
+    std::string name = NameFrom(name_obj);
+    NamespaceOptions options;
+    options.memory_quota_bytes = UnsignedFrom(memory_quota, "memory_quota_bytes");
+    options.ssd_quota_bytes = UnsignedFrom(ssd_quota, "ssd_quota_bytes");
+    uint64_t w = UnsignedFrom(weight, "weight");
+    if (w > std::numeric_limits<uint32_t>::max()) throw py::value_error("weight is out of range");
+    options.weight = static_cast<uint32_t>(w);
+    BindNamespace(into, name, [&](DB* db, std::unique_ptr<DB>* handle) {
+      return db->CreateNamespace(name, options, handle);
+    });
+  }
+
+  // Makes `into` a handle of the existing namespace `name`; kvengine.Error (NotFound ...)
+  // otherwise.
+  void OpenNamespace(Store& into, py::handle name_obj) {
+    std::string name = NameFrom(name_obj);
+    BindNamespace(into, name, [&](DB* db, std::unique_ptr<DB>* handle) {
+      return db->OpenNamespace(name, handle);
+    });
+  }
+
+  // The number of keys removed with the namespace, or a negative code.
+  int64_t DropNamespace(py::handle name_obj) {
+    std::string name = NameFrom(name_obj);
+    return Count([&](DB* db, uint64_t* n) { return db->DropNamespace(name, n); });
+  }
+
+  // One dict per registered namespace (name, id, memory_quota_bytes, ssd_quota_bytes,
+  // weight, dropping); kvengine.Error when the store cannot list them.
+  py::list ListNamespaces() {
+    auto db = GetDb();
+    if (!db) throw ToError(Status::Aborted("the store is not open"));
+    std::vector<NamespaceInfo> infos;
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = db->ListNamespaces(&infos);
+    }
+    if (!s.ok()) throw ToError(s);
+    py::list out;
+    for (const NamespaceInfo& info : infos) {
+      py::dict d;
+      d["name"] = info.name;
+      d["id"] = info.id;
+      d["memory_quota_bytes"] = info.options.memory_quota_bytes;
+      d["ssd_quota_bytes"] = info.options.ssd_quota_bytes;
+      d["weight"] = info.options.weight;
+      d["dropping"] = info.dropping;
+      out.append(d);
+    }
+    return out;
   }
 
   // ------------------------------------------------------------ batches
@@ -765,6 +811,64 @@ class Store {
     return db_;
   }
 
+  // A call of the DB that reports a count, fn(db, &count), without the GIL: the count, or
+  // the negative code.
+  template <class Fn>
+  int64_t Count(Fn fn) {
+    auto db = GetDb();
+    if (!db) return kNotOpen;
+    uint64_t n = 0;
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = fn(db.get(), &n);
+    }
+    return s.ok() ? static_cast<int64_t>(n) : s.ErrorCode();
+  }
+
+  static std::string NameFrom(py::handle h) {
+    if (!PyUnicode_Check(h.ptr())) {
+      throw py::type_error("a namespace name must be str, not " +
+                           std::string(py::str(py::type::handle_of(h).attr("__name__"))));
+    }
+    return py::cast<std::string>(h);
+  }
+
+  // Runs make(db, &handle) without the GIL and makes `into` that handle.
+  template <class Make>
+  void BindNamespace(Store& into, const std::string& name, Make make) {
+    if (&into == this || into.GetDb() != nullptr) {
+      throw py::value_error("a namespace's handle must be a new, unopened store");
+    }
+    auto db = GetDb();
+    if (!db) throw ToError(Status::Aborted("the store is not open"));
+    std::unique_ptr<DB> handle;
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = make(db.get(), &handle);
+    }
+    if (!s.ok()) throw ToError(s);
+    std::lock_guard<std::mutex> l(into.mu_);
+    into.db_ = std::shared_ptr<DB>(std::move(handle));
+    into.path_ = path_;
+    into.namespace_ = name;
+  }
+
+  // The buffers a namespace's handle registered (none for a DB, whose Close ends every
+  // registration).  With the GIL held.
+  std::vector<uintptr_t> HandleBuffers() const {
+    std::vector<uintptr_t> out;
+    if (!namespace_.empty()) {
+      for (const auto& entry : registered_) out.push_back(entry.first);
+    }
+    return out;
+  }
+
+  static void UnregisterAll(DB* db, const std::vector<uintptr_t>& buffers) {
+    for (uintptr_t addr : buffers) db->UnregisterBuffer(reinterpret_cast<void*>(addr));
+  }
+
   int PutRegion(const std::string& key, Region r) {
     auto db = GetDb();
     if (!db) return kNotOpen;
@@ -842,6 +946,7 @@ class Store {
   std::mutex mu_;  // guards db_ (calls copy it, then run without the lock or the GIL)
   std::shared_ptr<DB> db_;
   std::string path_;
+  std::string namespace_;  // set once, before the handle is shared: its namespace's name
   // Buffers registered through register_buffer(obj): pinned until unregistered or closed.
   // Touched with the GIL held only.
   std::map<uintptr_t, std::unique_ptr<Pins>> registered_;
@@ -927,6 +1032,15 @@ PYBIND11_MODULE(_kvengine, m) {
       .def("get_size", &Store::GetSize, py::arg("key"))
       .def("flush", &Store::Flush)
       .def("get_property", &Store::Property, py::arg("name"))
+      .def_property_readonly("namespace_name", &Store::Namespace)
+      .def("_create_namespace", &Store::CreateNamespace, py::arg("into"), py::arg("name"),
+           py::arg("memory_quota_bytes"), py::arg("ssd_quota_bytes"), py::arg("weight"))
+      .def("_open_namespace", &Store::OpenNamespace, py::arg("into"), py::arg("name"))
+      .def("drop_namespace", &Store::DropNamespace, py::arg("name"),
+           "Removes namespace name and every key of it. Returns the number of keys "
+           "removed, or a negative error code.")
+      .def("list_namespaces", &Store::ListNamespaces,
+           "The registered namespaces, one dict each (the default namespace is not listed).")
       .def("_cpp_batch_loop", &Store::CppBatchLoop, py::arg("op"), py::arg("keys"), py::arg("ptrs"),
            py::arg("sizes"), py::arg("iterations"));
   kvengine::python::BindLMCachePlugin(m,

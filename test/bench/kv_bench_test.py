@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Smoke tests of kv_bench, run by CTest.
 
-  kv_bench_test.py KV_BENCH {json|text|threads|bad_flags|peer|peer_server}
+  kv_bench_test.py KV_BENCH {json|text|threads|bad_flags|peer|peer_server|attach|trace|
+                             namespaces}
                    [--rocksdb] [--kv_server=KV_SERVER]
 
 json:      every benchmark on every engine with tiny sizes and --json; every record must
@@ -17,6 +18,12 @@ attach:    the kvengine benchmarks from a client attached to an owner: --attach 
            child kv_bench owns the DB; gone after the run) and --attach=SOCKET (a
            kv_server --local_listen); every value verified; a socket nobody serves fails
            with a clear message.
+namespaces: --benchmarks=ns_hotcold at a tiny size (JSON and text): the three
+           configurations' records and the ratios; cold's reads all served by memory with
+           fair shares and with quotas, not all with the prefix alone; the per-namespace
+           evictions where they belong; skipped with a note on RocksDB alone.  Then
+           --compare_namespace: both engines' records, their CPU seconds, and the ratio
+           record with the ratio per CPU second.
 trace:     --benchmarks=trace on a generated conversation trace (a tiny model shape):
            every engine's figures present and sane (no errors, bytes verified, hits at
            most the infinite cache's, the tiers' shares adding up to the loaded share),
@@ -77,8 +84,8 @@ def check_records(recs, engines, benchmarks):
         for e in engines:
             check((b, e) in seen, f"no record for {b} on {e}")
         if len(engines) == 2:
-            ratio = f"ratio_{engines[-1]}_over_{engines[0]}" if "attached" in engines \
-                else "ratio_kvengine_over_rocksdb"
+            ratio = "ratio_kvengine_over_rocksdb" if engines[-1] == "rocksdb" \
+                else f"ratio_{engines[-1]}_over_{engines[0]}"
             check(any(r.get("engine") == "both" and r["benchmark"] == b and
                       ratio in r for r in recs),
                   f"no ratio record for {b}")
@@ -212,6 +219,11 @@ def test_bad_flags(binary, engines):
         (["--benchmarks=trace", "--trace_generate=agent", "--trace_keys=block",
           "--head_dim=65536", "--kv_heads=4096"], "max_value_size"),
         (["--benchmarks=trace", "--trace=/nonexistent/trace.jsonl"], "/nonexistent/trace.jsonl"),
+        (["--benchmarks=ns_hotcold", "--ns_cold_read_every=0"], "--ns_cold_read_every"),
+        (["--benchmarks=ns_hotcold", "--ns_cold_quota=lots"], "--ns_cold_quota"),
+        (["--benchmarks=ns_hotcold", "--ns_hot_quota=0"], "--ns_hot_quota"),
+        (["--benchmarks=ns_hotcold", "--ns_cold_quota=64MiB"], "--ns_cold_quota"),
+        (["--benchmarks=ns_hotcold", "--ns_cold_keys=9000"], "--ns_cold_keys"),
     ]
     if len(engines) == 2:
         bad.append((["--engine=rocksdb", "--rocksdb_options=bogus_opt=1",
@@ -513,13 +525,93 @@ def test_trace(binary, engines):
         check(code != 0 and "--trace" in err, f"trace without a trace: exit {code}, {err!r}")
 
 
+HOTCOLD = ["--benchmarks=ns_hotcold", "--memory=16MiB", "--value_size=16384", "--num=4096",
+           "--progress_interval=0"]
+
+
+def test_namespaces(binary, engines):
+    code, out, err = run(binary, HOTCOLD + ["--json"])
+    check(code == 0, f"ns_hotcold --json exited {code}: {err[-500:]!r}")
+    recs = {r["engine"]: r for r in records(out)}
+    for config in ("prefix", "shares", "quotas"):
+        r = recs.get("kvengine+" + config)
+        check(r is not None, f"no ns_hotcold record for {config}")
+        if r is None:
+            continue
+        check(r["errors"] == 0, f"{config}: {r['errors']} errors: {r.get('first_error')}")
+        check(r["operations"] == 4096, f"{config}: {r['operations']} hot puts, not 4096")
+        check(r["cold_keys"] == 256, f"{config}: cold has {r['cold_keys']} keys, not 256")
+        check(r["cold_reads"] == 4096 // 16, f"{config}: {r['cold_reads']} cold reads")
+        check(r["verified"] == r["cold_found"], f"{config}: verified {r['verified']} of "
+              f"{r['cold_found']}")
+        check(r["memory_evictions"] > 0, f"{config}: the hot tenant did not churn")
+        if config == "prefix":
+            # Plain recency: a cold key read once per 4096 hot puts on average is evicted
+            # more often than not.
+            check(r["cold_memory_hits"] < r["cold_reads"] // 2,
+                  f"prefix: cold kept {r['cold_memory_hits']} of {r['cold_reads']} hits")
+            check("namespaces" not in r, "prefix: namespace figures without namespaces")
+            continue
+        check(r["cold_memory_hits"] == r["cold_reads"],
+              f"{config}: cold {r['cold_memory_hits']} memory hits of {r['cold_reads']}")
+        ns = r.get("namespaces", {})
+        check(ns.get("cold", {}).get("memory_evictions") == 0,
+              f"{config}: cold lost values: {ns.get('cold')}")
+        check(ns.get("cold", {}).get("hits") == r["cold_reads"], f"{config}: {ns.get('cold')}")
+        hot = ns.get("hot", {})
+        check(hot.get("memory_evictions", 0) > 0, f"{config}: hot evicted nothing: {hot}")
+        check(hot.get("quota_rejections") == r["hot_refused"],
+              f"{config}: {r['hot_refused']} hot puts refused, the namespace counted {hot}")
+        if config == "quotas":
+            check(hot.get("quota_evictions", 0) > 0, f"quotas: no quota evictions: {hot}")
+            check(r["hot_refused"] == 0, f"quotas: {r['hot_refused']} hot puts refused")
+            check(hot.get("memory_bytes", 1 << 30) <= 8 << 20, f"quotas: hot over 8 MiB: {hot}")
+        else:
+            check(hot.get("quota_evictions") == 0, f"shares: quota evictions: {hot}")
+    ratios = recs.get("ratios", {})
+    check(ratios.get("cold_hit_ratio_shares_over_prefix", 0) > 1,
+          f"no cold hit ratio shares/prefix above 1: {ratios}")
+    check(ratios.get("hot_puts_shares_over_prefix", 0) > 0, f"no hot put ratio: {ratios}")
+    check(ratios.get("hot_puts_per_cpu_second_quotas_over_prefix", 0) > 0,
+          f"no hot put ratio per CPU second: {ratios}")
+    for config in ("prefix", "shares", "quotas"):
+        r = recs.get("kvengine+" + config, {})
+        check(r.get("cpu_seconds", 0) > 0, f"{config}: no CPU seconds of the hot puts")
+
+    code, out, err = run(binary, HOTCOLD + ["--ns_cold_quota=4MiB", "--ns_hot_quota=6MiB"])
+    check(code == 0, f"ns_hotcold (text) exited {code}: {err[-500:]!r}")
+    for config in ("prefix", "shares", "quotas"):
+        line = next((l for l in out.splitlines() if l.startswith(f"ns_hotcold[{config}]")), "")
+        check(LINE.match(line) is not None, f"no {config} result line in db_bench's format")
+    check("quotas: cold 4.0 MiB, hot 6.0 MiB" in out, "the quotas given are not reported")
+    check(re.search(r"^ns_hotcold +: cold memory hit ratio shares/prefix [0-9.]+x, "
+                    r"quotas/prefix [0-9.]+x .*hot puts ops/sec shares/prefix", out, re.M),
+          f"no ratio line: {out[-600:]!r}")
+    if "rocksdb" in engines:
+        code, out, err = run(binary, HOTCOLD + ["--engine=rocksdb"])
+        check(code == 0 and "ns_hotcold   : skipped: namespaces are kvengine's" in out,
+              f"ns_hotcold on RocksDB: exit {code}, {out!r}")
+
+    code, out, err = run(binary, TINY + ["--benchmarks=fillseq,readrandom",
+                                         "--compare_namespace", "--json"])
+    check(code == 0, f"--compare_namespace exited {code}: {err[-500:]!r}")
+    recs = records(out)
+    check_records(recs, ["kvengine", "kvengine+ns"], ["fillseq", "readrandom"])
+    for r in recs:
+        if r.get("engine") == "both":
+            check(r.get("cpu_ratio_kvengine+ns_over_kvengine", 0) > 0,
+                  f"no ratio per CPU second: {r}")
+        else:
+            check(r.get("cpu_seconds", 0) > 0, f"no CPU seconds: {r}")
+
+
 def main():
     binary, mode = sys.argv[1], sys.argv[2]
     engines = ["kvengine", "rocksdb"] if "--rocksdb" in sys.argv[3:] else ["kvengine"]
     kv_server = next((a.split("=", 1)[1] for a in sys.argv[3:] if a.startswith("--kv_server=")),
                      None)
     tests = {"json": test_json, "text": test_text, "threads": test_threads,
-             "bad_flags": test_bad_flags, "trace": test_trace}
+             "bad_flags": test_bad_flags, "trace": test_trace, "namespaces": test_namespaces}
     peer_tests = {"peer": test_peer, "peer_server": test_peer_server, "attach": test_attach}
     if mode in peer_tests:
         peer_tests[mode](binary, engines, kv_server)

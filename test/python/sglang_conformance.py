@@ -46,6 +46,7 @@ FAKE_CLASSES = [
     ("StorageBackendFactory", _MEM + ".storage.backend_factory", "StorageBackendFactory",
      "subset"),
     ("KVCache", _MEM + ".memory_pool", "KVCache", "subset"),
+    ("ServerArgs", "sglang.srt.server_args", "ServerArgs", "subset"),
     ("MHATokenToKVPool", _MEM + ".memory_pool", "MHATokenToKVPool", "subset"),
     ("MLATokenToKVPool", _MEM + ".memory_pool", "MLATokenToKVPool", "subset"),
     ("HostKVCache", _MEM + ".pool_host.base", "HostKVCache", "subset"),
@@ -61,6 +62,7 @@ FAKE_CLASSES = [
 FAKE_FUNCTIONS = [
     ("get_hash_str", _MEM + ".utils", "get_hash_str"),
     ("get_parallel", "sglang.srt.runtime_context", "get_parallel"),
+    ("get_global_server_args", "sglang.srt.server_args", "get_global_server_args"),
 ]
 # Module-level names the fakes mirror: (name, SGLang module).
 FAKE_CONSTANTS = [("STORAGE_BATCH_SIZE", _MEM + ".hicache_storage")]

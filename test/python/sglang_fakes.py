@@ -22,6 +22,7 @@ storage path depends on:
   threads would, and does the min all-reduce over ranks the prefetch thread does.
 """
 
+import dataclasses
 import hashlib
 import importlib
 import threading
@@ -84,6 +85,31 @@ class _Parallel:
 
 
 _parallel = _Parallel()
+
+
+@dataclasses.dataclass
+class ServerArgs:
+    """sglang/srt/server_args.py: the fields the backend's fingerprint reads."""
+
+    model_path: str
+    revision: Optional[str] = None
+    json_model_override_args: str = "{}"
+    dtype: str = "auto"
+    quantization: Optional[str] = None
+    kv_cache_dtype: str = "auto"
+
+
+_server_args = None  # what the scheduler publishes (set_server_args below)
+
+
+def get_global_server_args():
+    """This process's ServerArgs (SGLang: published by the scheduler at start)."""
+    return _server_args
+
+
+def set_server_args(args):
+    global _server_args
+    _server_args = args
 
 
 def get_parallel():

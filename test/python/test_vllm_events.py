@@ -131,6 +131,21 @@ def test_saved_blocks_are_announced_once_with_their_chain(db_path, tp):
         inst.close()
 
 
+def test_a_lora_requests_blocks_are_announced_with_its_adapter(db_path):
+    """vLLM's BlockStored names the request's LoRA adapter (lora_id, lora_name), as its
+    own block pool does; a salted request's blocks, under their own keys, announce too."""
+    inst = Instance(db_path)
+    try:
+        lora = fk.LoRARequest("sql-lora", 7, "/loras/sql")
+        req = fk.Request("r1", tokens(2 * BS), BS, inst.none_hash, lora_request=lora,
+                         cache_salt="tenant-1")
+        events = stored(inst.step(new=[(req, [4, 5])]))
+        assert [e["block_hashes"] for e in events] == [[ext(h)] for h in req.block_hashes]
+        assert all(e["lora_id"] == 7 and e["lora_name"] == "sql-lora" for e in events)
+    finally:
+        inst.close()
+
+
 @pytest.mark.parametrize("tp", [1, 2])
 def test_deleted_block_of_any_rank_is_removed_from_memory(db_path, tp):
     inst = Instance(db_path, tp=tp)

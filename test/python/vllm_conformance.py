@@ -46,6 +46,7 @@ SKIPPED = 77
 FAKE_CLASSES = [
     ("KVTransferConfig", "vllm.config.kv_transfer", "KVTransferConfig", "subset"),
     ("ModelConfig", "vllm.config.model", "ModelConfig", "subset"),
+    ("LoRARequest", "vllm.lora.request", "LoRARequest", "subset"),
     ("CacheConfig", "vllm.config.cache", "CacheConfig", "subset"),
     ("ParallelConfig", "vllm.config.parallel", "ParallelConfig", "subset"),
     ("VllmConfig", "vllm.config.vllm", "VllmConfig", "subset"),

@@ -15,6 +15,7 @@ import hashlib
 import importlib
 import os
 import pickle
+import types
 import uuid
 from typing import Any, Optional
 
@@ -73,6 +74,23 @@ class KVTransferConfig:
 class ModelConfig:
     model: str = "Qwen/Qwen3-0.6B"
     dtype: Any = torch.float16
+    # vLLM: loaded from the model's config.json (get_config) in __post_init__, with
+    # hf_overrides applied; make_config sets them from HF_CONFIG.
+    hf_config: Any = dataclasses.field(init=False)
+    hf_text_config: Any = dataclasses.field(init=False)
+    revision: Optional[str] = None
+    quantization: Optional[str] = None
+    hf_overrides: Any = dataclasses.field(default_factory=dict)
+
+
+# The transformers config of a Llama-3-8B-shaped model: the fields vLLM's ModelConfig
+# reads from hf_text_config (what make_config gives ModelConfig.hf_config).
+HF_CONFIG = dict(model_type="llama", architectures=["LlamaForCausalLM"], num_hidden_layers=32,
+                 num_attention_heads=32, num_key_value_heads=8, head_dim=128, hidden_size=4096,
+                 rope_theta=500000.0, max_position_embeddings=8192, vocab_size=128256,
+                 rope_scaling={"rope_type": "llama3", "factor": 8.0,
+                               "original_max_position_embeddings": 8192},
+                 torch_dtype="bfloat16", transformers_version="4.57.0")
 
 
 @dataclasses.dataclass
@@ -134,15 +152,20 @@ class KVCacheConfig:
 
 
 def make_config(path, model="meta-llama/Llama-3-8B", block_size=16, dtype=torch.float16,
-                policy="fail", **extra):
-    """A VllmConfig as `vllm serve --kv-transfer-config` makes it for this connector."""
+                policy="fail", revision=None, hf_overrides=None, **extra):
+    """A VllmConfig as `vllm serve --kv-transfer-config` makes it for this connector; the
+    model's config is HF_CONFIG with hf_overrides applied, as vLLM applies them."""
     extra = dict(extra, path=path)
     extra.setdefault("options", dict(memory_capacity_bytes="64MiB", prefault_memory=False))
     transfer = KVTransferConfig(kv_connector="KVEngineConnector", kv_role="kv_both",
                                 kv_connector_module_path="kvengine.vllm.connector",
                                 kv_connector_extra_config=extra, kv_load_failure_policy=policy)
-    return VllmConfig(ModelConfig(model=model, dtype=dtype), CacheConfig(block_size=block_size),
-                      ParallelConfig(), transfer)
+    model_config = ModelConfig(model=model, dtype=dtype, revision=revision,
+                               hf_overrides=dict(hf_overrides or {}))
+    hf = types.SimpleNamespace(**dict(HF_CONFIG, **model_config.hf_overrides))
+    model_config.hf_config = model_config.hf_text_config = hf
+    return VllmConfig(model_config, CacheConfig(block_size=block_size), ParallelConfig(),
+                      transfer)
 
 
 # ------------------------------------------------------------------ block hashes
@@ -158,17 +181,32 @@ def init_none_hash(environ=None):
     return os.urandom(32) if seed is None else _sha256(seed)
 
 
-def block_hashes(token_ids, block_size, none_hash):
+def block_hashes(token_ids, block_size, none_hash, lora_name=None, cache_salt=None):
+    """vLLM's chained block hashes, with its extra keys (generate_block_hash_extra_keys):
+    the LoRA name in every block, the cache salt in the first."""
     hashes, parent = [], none_hash
     for i in range(len(token_ids) // block_size):
         chunk = tuple(token_ids[i * block_size:(i + 1) * block_size])
-        parent = _sha256((parent, chunk, None))
+        extra = ([lora_name] if lora_name else []) + (
+            [cache_salt] if i == 0 and cache_salt else [])
+        parent = _sha256((parent, chunk, tuple(extra) if extra else None))
         hashes.append(parent)
     return hashes
 
 
+@dataclasses.dataclass
+class LoRARequest:
+    """vllm/lora/request.py (a msgspec.Struct there)."""
+
+    lora_name: str
+    lora_int_id: int
+    lora_path: str = ""
+    base_model_name: Optional[str] = None
+
+
 class Request:
-    def __init__(self, request_id, prompt_token_ids, block_size, none_hash):
+    def __init__(self, request_id, prompt_token_ids, block_size, none_hash, cache_salt=None,
+                 lora_request=None):
         self.request_id = request_id
         self.prompt_token_ids = list(prompt_token_ids)
         self.all_token_ids = list(prompt_token_ids)
@@ -176,7 +214,8 @@ class Request:
         self.mm_features = []
         self.sampling_params = None
         self.pooling_params = None
-        self.lora_request = None
+        self.lora_request = lora_request
+        self.cache_salt = cache_salt
         self.prompt_embeds = None
         self.status = "WAITING"
         self._block_size = block_size
@@ -186,7 +225,9 @@ class Request:
         self.update_block_hashes()
 
     def update_block_hashes(self):
-        self.block_hashes = block_hashes(self.all_token_ids, self._block_size, self._none_hash)
+        lora = self.lora_request.lora_name if self.lora_request else None
+        self.block_hashes = block_hashes(self.all_token_ids, self._block_size, self._none_hash,
+                                         lora, self.cache_salt)
         self.num_publishable_block_hashes = len(self.block_hashes)
 
     @property

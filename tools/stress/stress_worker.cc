@@ -61,9 +61,11 @@ void FailureLog::Error(const Status& s, const std::string& what) {
 
 // ------------------------------------------------------------------ StressWorker
 
-StressWorker::StressWorker(DB* db, ExpectedState* state, const KeySpace* space, FailureLog* log,
-                           uint32_t worker, const WorkloadConfig& config, uint64_t seed)
-    : db_(db),
+StressWorker::StressWorker(const Keyspaces* keyspaces, ExpectedState* state,
+                           const KeySpace* space, FailureLog* log, uint32_t worker,
+                           const WorkloadConfig& config, uint64_t seed)
+    : ks_(keyspaces),
+      mine_(keyspaces->OfWorker(worker)),
       state_(state),
       space_(space),
       log_(log),
@@ -76,14 +78,14 @@ StressWorker::StressWorker(DB* db, ExpectedState* state, const KeySpace* space, 
 }
 
 StressWorker::~StressWorker() {
-  if (registered_) db_->UnregisterBuffer(read_buf_.data());
+  if (registered_) ks_->db()->UnregisterBuffer(read_buf_.data());
 }
 
 Status StressWorker::Prepare() {
   if (weight_total_ == 0) return Status::InvalidArgument("every operation weight is 0");
   write_buf_.resize(config_.batch_max * config_.value_max);
   read_buf_.resize(config_.batch_max * config_.value_max);
-  Status s = db_->RegisterBuffer(read_buf_.data(), read_buf_.size());
+  Status s = ks_->db()->RegisterBuffer(read_buf_.data(), read_buf_.size());
   registered_ = s.ok();
   return s;
 }
@@ -152,6 +154,47 @@ uint32_t StressWorker::AnyKey() {
   return space_->Begin(w) + any_worker_.Next(rng_) % n;
 }
 
+std::vector<uint32_t> StressWorker::BatchReadKeys(uint32_t n) {
+  std::vector<uint32_t> keys;
+  if (ks_->count() == 1) {
+    for (uint32_t i = 0; i < n; i++) keys.push_back(rng_() % 2 == 0 ? OwnKey() : AnyKey());
+    return keys;
+  }
+  const bool own = rng_() % 2 == 0;
+  const uint32_t w = own ? worker_ : static_cast<uint32_t>(rng_() % space_->workers());
+  const uint32_t width = space_->End(w) - space_->Begin(w);
+  for (uint32_t i = 0; i < n; i++) {
+    keys.push_back(own ? OwnKey() : space_->Begin(w) + any_worker_.Next(rng_) % width);
+  }
+  return keys;
+}
+
+void StressWorker::ProbeIsolation(uint32_t key) {
+  const uint32_t owner = space_->WorkerOf(key);
+  DB* const other = ks_->Other(owner, rng_());
+  const std::string where = "key " + space_->Name(key) + " of keyspace " +
+                            ks_->NameOf(ks_->OfKey(key)) + " through keyspace " +
+                            ks_->NameOf(other);
+  std::string value;
+  Status s = other->Get(ReadOptions(), space_->Name(key), &value);
+  if (!s.IsNotFound()) {
+    log_->Error(s.ok() ? Status::Corruption("found a value of " + std::to_string(value.size()) +
+                                            " bytes")
+                       : s,
+                "isolation: read of " + where);
+  }
+  if (owner != worker_) return;  // a delete only of this worker's own keys' names
+  std::vector<uint32_t> group;
+  const uint32_t first = key - space_->Begin(owner);
+  const std::string pattern = space_->TenKeyPattern(owner, first - first % 10, &group);
+  uint64_t deleted = 0;
+  s = other->DeleteByRegex(pattern, &deleted);
+  if (!s.ok() || deleted != 0) {
+    log_->Error(s.ok() ? Status::Corruption("deleted " + std::to_string(deleted) + " keys") : s,
+                "isolation: delete by pattern " + pattern + " of " + where);
+  }
+}
+
 size_t StressWorker::PickSize() {
   // Log-uniform: as many values of 1-4 KiB as of 1-4 MiB.
   const double lo = std::log(static_cast<double>(config_.value_min));
@@ -178,7 +221,7 @@ void StressWorker::Put() {
   const size_t size = PickSize();
   const uint32_t version = state_->BeginPut(key);
   FillValue(key, version, size, write_buf_.data());
-  const Status s = db_->Put(WriteOptions(), space_->Name(key), Slice(write_buf_.data(), size));
+  const Status s = mine_->Put(WriteOptions(), space_->Name(key), Slice(write_buf_.data(), size));
   FinishWrite(key, version, s, false, "put");
 }
 
@@ -213,7 +256,7 @@ void StressWorker::BatchPut() {
   }
   for (const auto& name : names) key_slices.emplace_back(name);
   std::vector<int64_t> results;
-  const Status s = db_->BatchPut(WriteOptions(), key_slices, values, &results);
+  const Status s = mine_->BatchPut(WriteOptions(), key_slices, values, &results);
   for (size_t i = 0; i < keys.size(); i++) {
     FinishWrite(keys[i], versions[i], s.ok() ? ResultStatus(results[i]) : s, false, "batch put");
   }
@@ -221,17 +264,19 @@ void StressWorker::BatchPut() {
 
 void StressWorker::Get() {
   const uint32_t key = rng_() % 2 == 0 ? OwnKey() : AnyKey();
+  if (ks_->count() > 1 && rng_() % 8 == 0) ProbeIsolation(key);
+  DB* const db = ks_->OfKey(key);
   const uint32_t floor = state_->Lo(key);
   Observation seen;
   Status s;
   if (rng_() % 2 == 0) {
     size_t size = 0;
-    s = db_->GetInto(ReadOptions(), space_->Name(key),
+    s = db->GetInto(ReadOptions(), space_->Name(key),
                      MutableSlice(read_buf_.data(), config_.value_max), &size);
     if (s.ok()) seen = ReadValue(key, read_buf_.data(), size);
   } else {
     std::string value;
-    s = db_->Get(ReadOptions(), space_->Name(key), &value);
+    s = db->Get(ReadOptions(), space_->Name(key), &value);
     if (s.ok()) seen = ReadValue(key, value.data(), value.size());
   }
   state_->Add(Counter::kOps);
@@ -249,9 +294,9 @@ void StressWorker::BatchGet() {
   std::vector<uint32_t> keys, floors;
   std::vector<std::string> names;
   std::vector<Destination> dest;
+  keys = BatchReadKeys(n);
   for (uint32_t i = 0; i < n; i++) {
-    keys.push_back(rng_() % 2 == 0 ? OwnKey() : AnyKey());
-    names.push_back(space_->Name(keys.back()));
+    names.push_back(space_->Name(keys[i]));
     char* at = read_buf_.data() + i * config_.value_max;
     const size_t cut = rng_() % (config_.value_max + 1);  // two adjacent slices
     dest.push_back({MutableSlice(at, cut), MutableSlice(at + cut, config_.value_max - cut)});
@@ -259,7 +304,7 @@ void StressWorker::BatchGet() {
   for (uint32_t k : keys) floors.push_back(state_->Lo(k));
   std::vector<Slice> key_slices(names.begin(), names.end());
   std::vector<int64_t> results;
-  const Status s = db_->BatchGetInto(ReadOptions(), key_slices, dest, &results);
+  const Status s = ks_->OfKey(keys[0])->BatchGetInto(ReadOptions(), key_slices, dest, &results);
   state_->Add(Counter::kOps, n);
   if (!s.ok()) return log_->Error(s, "batch get");
   for (uint32_t i = 0; i < n; i++) {
@@ -284,14 +329,14 @@ void StressWorker::Exists() {
   const uint32_t n = 1 + static_cast<uint32_t>(rng_() % config_.batch_max);
   std::vector<uint32_t> keys, floors;
   std::vector<std::string> names;
+  keys = BatchReadKeys(n);
   for (uint32_t i = 0; i < n; i++) {
-    keys.push_back(rng_() % 2 == 0 ? OwnKey() : AnyKey());
-    names.push_back(space_->Name(keys.back()));
-    floors.push_back(state_->Lo(keys.back()));
+    names.push_back(space_->Name(keys[i]));
+    floors.push_back(state_->Lo(keys[i]));
   }
   std::vector<Slice> key_slices(names.begin(), names.end());
   std::vector<int64_t> results;
-  const Status s = db_->BatchExists(key_slices, &results);
+  const Status s = ks_->OfKey(keys[0])->BatchExists(key_slices, &results);
   state_->Add(Counter::kOps, n);
   if (!s.ok()) return log_->Error(s, "exists");
   for (uint32_t i = 0; i < n; i++) {
@@ -311,13 +356,13 @@ void StressWorker::Delete() {
   const uint32_t key = OwnKey();
   const uint32_t version = state_->BeginDelete(key);
   if (rng_() % 2 == 0) {
-    FinishWrite(key, version, db_->Delete(WriteOptions(), space_->Name(key)), true, "delete");
+    FinishWrite(key, version, mine_->Delete(WriteOptions(), space_->Name(key)), true, "delete");
     return;
   }
   const std::string name = space_->Name(key);
   const Slice k(name);
   std::vector<int64_t> results;
-  const Status s = db_->BatchDelete(WriteOptions(), std::span<const Slice>(&k, 1), &results);
+  const Status s = mine_->BatchDelete(WriteOptions(), std::span<const Slice>(&k, 1), &results);
   FinishWrite(key, version, s.ok() ? ResultStatus(results[0]) : s, true, "batch delete");
 }
 
@@ -328,7 +373,7 @@ void StressWorker::DeleteMatching() {
   std::vector<uint32_t> versions;
   for (uint32_t k : keys) versions.push_back(state_->BeginDelete(k));
   uint64_t deleted = 0;
-  const Status s = db_->DeleteByRegex(pattern, &deleted);
+  const Status s = mine_->DeleteByRegex(pattern, &deleted);
   for (size_t i = 0; i < keys.size(); i++) {
     FinishWrite(keys[i], versions[i], s, true, "delete matching");
   }
@@ -340,7 +385,7 @@ void StressWorker::DeleteMatching() {
 
 void StressWorker::Flush() {
   const std::vector<uint32_t> snapshot = state_->SnapshotLo();
-  const Status s = db_->Flush();
+  const Status s = ks_->db()->Flush();
   state_->Add(Counter::kOps);
   if (s.ok()) {
     state_->CommitFlush(snapshot);
@@ -354,7 +399,8 @@ void StressWorker::Flush() {
 
 // ------------------------------------------------------------------ VerifyAndResolve
 
-uint64_t VerifyAndResolve(DB* db, ExpectedState* state, const KeySpace& space, FailureLog* log,
+uint64_t VerifyAndResolve(const Keyspaces& keyspaces, ExpectedState* state, const KeySpace& space,
+                          FailureLog* log,
                           uint32_t begin, uint32_t end, bool after_crash, bool may_drop,
                           size_t value_max) {
   std::vector<char> buf(value_max);
@@ -364,7 +410,8 @@ uint64_t VerifyAndResolve(DB* db, ExpectedState* state, const KeySpace& space, F
     size_t size = 0;
     Status s;
     for (int attempt = 0; attempt < 100; attempt++) {  // NoSpace: see ReadRefused
-      s = db->GetInto(ReadOptions(), space.Name(key), MutableSlice(buf.data(), buf.size()), &size);
+      s = keyspaces.OfKey(key)->GetInto(ReadOptions(), space.Name(key),
+                                        MutableSlice(buf.data(), buf.size()), &size);
       if (!s.IsNoSpace()) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }

@@ -24,6 +24,7 @@
 #include "kvengine/db.h"
 #include "tools/stress/expected_state.h"
 #include "tools/stress/key_space.h"
+#include "tools/stress/keyspaces.h"
 
 namespace kvengine::stress {
 
@@ -78,8 +79,8 @@ class FailureLog {
 class StressWorker {
  public:
   // None owned; all outlive the worker.
-  StressWorker(DB* db, ExpectedState* state, const KeySpace* space, FailureLog* log,
-               uint32_t worker, const WorkloadConfig& config, uint64_t seed);
+  StressWorker(const Keyspaces* keyspaces, ExpectedState* state, const KeySpace* space,
+               FailureLog* log, uint32_t worker, const WorkloadConfig& config, uint64_t seed);
   ~StressWorker();
   // Allocates the worker's buffers and registers the read buffer with the DB.
   Status Prepare();
@@ -91,6 +92,12 @@ class StressWorker {
   uint32_t OwnKey();
   bool LeftAlone(uint32_t key) const;
   uint32_t AnyKey();
+  // The keys of a batch read: each own or any (one keyspace), or all of one worker, own
+  // or any (several keyspaces: a batch call goes to one of them).
+  std::vector<uint32_t> BatchReadKeys(uint32_t n);
+  // With several keyspaces, now and then: `key` read and deleted by its pattern through
+  // another keyspace must find nothing there.
+  void ProbeIsolation(uint32_t key);
   size_t PickSize();
   void Put();
   void BatchPut();
@@ -103,7 +110,8 @@ class StressWorker {
   // Acknowledges a write that returned `s` (NotFound counts as done for deletes).
   void FinishWrite(uint32_t key, uint32_t version, const Status& s, bool is_delete, const char* op);
 
-  DB* db_;
+  const Keyspaces* ks_;
+  DB* mine_;  // the keyspace of this worker's keys
   ExpectedState* state_;
   const KeySpace* space_;
   FailureLog* log_;
@@ -122,7 +130,7 @@ class StressWorker {
 // floor after a crash of the DB (`after_crash`), else the acknowledged one (a client
 // restarted beside a live owner).  Then makes each observation the key's state
 // (ExpectedState::Resolve).  Returns the number of failures (also counted and printed).
-uint64_t VerifyAndResolve(DB* db, ExpectedState* state, const KeySpace& space, FailureLog* log,
+uint64_t VerifyAndResolve(const Keyspaces& keyspaces, ExpectedState* state, const KeySpace& space, FailureLog* log,
                           uint32_t begin, uint32_t end, bool after_crash, bool may_drop,
                           size_t value_max);
 

@@ -1,7 +1,7 @@
 """How the SGLang backend spells a page's key (docs/sglang.md, "Keys and values").
 
-    sglang/<model>@<dtype>@<kind><geometry>@<layout>@ps<page size>@<ranks>/<page hash>
-    e.g. sglang/meta-llama--Llama-3-8B@bfloat16@mhaL32H8D128@page_first@ps64@tp0of2@pp0of1/9f2c...
+    sglang/<model>@<dtype>@<kind><geometry>@<layout>@ps<page size>@<ranks>@m<fingerprint>/<page hash>
+    e.g. sglang/meta-llama--Llama-3-8B@bfloat16@mhaL32H8D128@page_first@ps64@tp0of2@pp0of1@m3c1f0e9a2b7d4410/9f2c...
 
 <ranks> is tp<r>of<n>@pp<r>of<n> for MHA (each tensor-parallel rank stores its own
 heads) and pp<r>of<n> for MLA (one latent cache that every rank holds alike: rank 0
@@ -15,9 +15,17 @@ SGLang pages and vLLM blocks in one store never collide.
 Pages written through the copy path (set/batch_set with flat tensors) are SGLang's
 "flat data page", whose byte order differs from the zero-copy value's for MHA
 layer_first pools, so they carry the layout "flat-<layout>".
+
+The fingerprint (model_fingerprint) hashes what the key does not spell out but the bytes
+depend on: the model's path and revision, its quantisation and KV cache dtype (from
+SGLang's server args), and the KV fields of its config.json.
 """
 
+import json
+
 from .. import regex_escape
+from ..fingerprint import config_fields, fingerprint_of, read_config_json
+from ._sglang_compat import HAVE_SGLANG
 
 NAMESPACE = "sglang"
 
@@ -45,6 +53,62 @@ def geometry(pool, is_mla):
     return "mhaL%dH%dD%d" % (pool.layer_num, pool.head_num, pool.head_dim)
 
 
+def server_args():
+    """SGLang's server args of this process (model_path, revision, dtype ...); None
+    outside SGLang or before they are published."""
+    if not HAVE_SGLANG:
+        return None
+    try:  # pragma: no cover - only inside an SGLang installation
+        from sglang.srt.server_args import get_global_server_args
+
+        return get_global_server_args()
+    except Exception:  # noqa: BLE001 -- not published in this process
+        return None
+
+
+def model_config(model_path, revision, override_args):
+    """The model's config.json fields (fingerprint.read_config_json), with SGLang's
+    --json-model-override-args applied as SGLang applies them."""
+    config = read_config_json(model_path, revision)
+    if override_args:
+        try:
+            overrides = json.loads(override_args) if isinstance(override_args, str) \
+                else dict(override_args)
+            config.update(overrides)
+        except (TypeError, ValueError):
+            pass
+    return config
+
+
+def model_fingerprint(config, pool, dtype, args=None):
+    """(fingerprint, description) of what makes this instance's pages reusable: the
+    model name, path and revision, dtype and KV cache dtype, quantisation, page geometry
+    and layout, page size, parallel shape, and the config fields of
+    fingerprint.HF_KV_FIELDS."""
+    def arg(name):
+        return getattr(args, name, None) if args is not None else None
+
+    model_path = arg("model_path") or config.model_name
+    revision = arg("revision")
+    parts = {
+        "model": config.model_name,
+        "model_path": model_path,
+        "revision": revision,
+        "dtype": _dtype_name(dtype),
+        "kv_cache_dtype": arg("kv_cache_dtype"),
+        "quantization": arg("quantization"),
+        "geometry": geometry(pool, config.is_mla_model),
+        "layout": pool.layout,
+        "page_size": pool.page_size,
+        "tp": config.tp_size,
+        "pp": config.pp_size,
+        "cp": config.attn_cp_size,
+        "config": config_fields(model_config(model_path, revision,
+                                             arg("json_model_override_args"))),
+    }
+    return fingerprint_of(parts), parts
+
+
 class PageKeys:
     """The keys of one backend instance's pages, from its storage config and host pool."""
 
@@ -58,9 +122,13 @@ class PageKeys:
             ranks = "tp%dof%d@%s" % (config.tp_rank, config.tp_size, ranks)
         if config.attn_cp_size > 1:
             ranks += "@cp%dof%d" % (config.attn_cp_rank, config.attn_cp_size)
-        self._head = "%s/%s@%s@%s" % (NAMESPACE, model_tag(config.model_name),
-                                      _dtype_name(dtype), geometry(pool, config.is_mla_model))
-        self._tail = "@ps%d@%s/" % (pool.page_size, ranks)
+        self.fingerprint, self.fingerprint_parts = model_fingerprint(config, pool, dtype,
+                                                                     server_args())
+        self.name = "%s/%s@%s" % (NAMESPACE, model_tag(config.model_name), _dtype_name(dtype))
+        self.fingerprint_record_key = "%s@ps%d@tp%d@pp%d@cp%d/fingerprint" % (
+            self.name, pool.page_size, config.tp_size, config.pp_size, config.attn_cp_size)
+        self._head = "%s@%s" % (self.name, geometry(pool, config.is_mla_model))
+        self._tail = "@ps%d@%s@m%s/" % (pool.page_size, ranks, self.fingerprint)
         self.prefix = "%s@%s%s" % (self._head, pool.layout, self._tail)
         self.flat_prefix = "%s@flat-%s%s" % (self._head, pool.layout, self._tail)
 

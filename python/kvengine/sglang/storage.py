@@ -24,7 +24,8 @@ import logging
 import time
 
 from .. import error_name
-from ..shared_store import acquire_store, release_store
+from ..fingerprint import check_fingerprint
+from ..shared_store import acquire_store, namespace_config, release_store
 from ._sglang_compat import HiCacheStorage
 from .keys import PageKeys, model_pattern
 from .metrics import StorageCounters
@@ -71,9 +72,13 @@ class KVEngineHiCacheStorage(HiCacheStorage):
                            "SGLang will move pages through its copy path (batch_get / "
                            "batch_set of flat pages) instead of zero copy; set "
                            "\"interface_v1\": 1")
+        namespace, namespace_options = namespace_config(
+            extra, "hicache-storage-backend-extra-config")
         self.storage_config = storage_config
         self._store_name = attach or path
-        self._store = acquire_store(path, attach, options)
+        # With "namespace", every page of this instance lives in that namespace of the
+        # store (created when missing): docs/sglang.md, "Tenants and namespaces".
+        self._store = acquire_store(path, attach, options, namespace, namespace_options)
         self._released = False
         self._counters = StorageCounters(bool(storage_config.enable_storage_metrics))
         self._keys = None
@@ -90,6 +95,12 @@ class KVEngineHiCacheStorage(HiCacheStorage):
 
         super().register_mem_pool_host(mem_pool_host)
         self._keys = PageKeys(self.storage_config, mem_pool_host)
+        config = self.storage_config
+        if (config.tp_rank, config.pp_rank, config.attn_cp_rank) == (0, 0, 0):
+            # One rank of the instance compares the model's fingerprint with the store's
+            # record of it and warns once when it changed (docs/sglang.md).
+            check_fingerprint(self._store, self._keys.fingerprint_record_key, self._keys.name,
+                              self._keys.fingerprint, self._keys.fingerprint_parts, logger)
         one_page = torch.arange(mem_pool_host.page_size, dtype=torch.int64)
         self._page_bytes = int(sum(mem_pool_host.get_page_buffer_meta(one_page)[1]))
         buffer = getattr(mem_pool_host, "kv_buffer", None)
@@ -324,4 +335,4 @@ class KVEngineHiCacheStorage(HiCacheStorage):
         if self._registered_ptr is not None:
             self._store.unregister_buffer(self._registered_ptr)
             self._registered_ptr = None
-        release_store(self._store_name)
+        release_store(self._store_name, self._store)

@@ -1,18 +1,27 @@
 """What the connector's scheduler side and worker side share: the metadata one sends the
 other each step, and how both spell a block's keys (docs/vllm.md, "Keys and values").
 
-    <model>@<dtype>@<layout tag>@bs<block_size>@tp<r>of<n>@pp<r>of<n>/L<layer>/<block hash>
+    <model>@<dtype>@<layout tag>@bs<block_size>@tp<r>of<n>@pp<r>of<n>@m<fingerprint>[@t<tenant>]/L<layer>/<block hash>
 
 The layout tag is known only to the workers (it comes from the registered tensors); each
 worker publishes it under its engine's id (LayoutRecords) and the scheduler side reads it
-back before its first lookup, so both sides build the same keys.
+back before its first lookup, so both sides build the same keys.  The fingerprint
+(model_fingerprint) is a hash of what makes a block's bytes reusable besides what the key
+spells out; the tenant (tenant_of) a hash of the request's cache_salt and LoRA name.
 """
 
 import dataclasses
+import hashlib
+import json
+import logging
 from typing import Optional
 
 from .. import regex_escape
+from ..fingerprint import check_fingerprint as _check_fingerprint
+from ..fingerprint import config_fields, fingerprint_of
 from ._vllm_compat import HAVE_VLLM, KVConnectorMetadata, KVConnectorRole
+
+logger = logging.getLogger("kvengine.vllm")
 
 
 def attr_of(obj, name, default=None):
@@ -47,6 +56,11 @@ class BlockTransfer:
     parent_hash: Optional[str] = None
     token_ids: Optional[list] = None
     first_block: int = 0  # the request's block at position 0 of this run
+    # The request's tenant (tenant_of): its blocks' keys carry it; None for none.
+    tenant: Optional[str] = None
+    # For KV events (saves): the request's LoRA adapter (lora_int_id, lora_name), as
+    # vLLM's BlockStored carries it; None without one.
+    lora: Optional[tuple] = None
 
 
 @dataclasses.dataclass
@@ -67,6 +81,43 @@ class KVEngineConnectorMetadata(KVConnectorMetadata):
 
 # ------------------------------------------------------------------ keys
 
+def model_fingerprint(vllm_config, dtype, block_size, tp_size, pp_size) -> tuple:
+    """(fingerprint, description) of what makes this instance's bytes reusable: the
+    model (name as vLLM loads it, and revision), KV dtype, block size, TP/PP, whether it
+    uses MLA, its quantisation, and the config fields of fingerprint.HF_KV_FIELDS."""
+    model_config = attr_of(vllm_config, "model_config")
+    hf = attr_of(model_config, "hf_text_config")
+    if hf is None:
+        hf = attr_of(model_config, "hf_config")
+    parts = {
+        "model": attr_of(model_config, "model"),
+        "revision": attr_of(model_config, "revision"),
+        "dtype": dtype,
+        "block_size": block_size,
+        "tp": tp_size,
+        "pp": pp_size,
+        "quantization": attr_of(model_config, "quantization"),
+        "config": config_fields(hf) if hf is not None else {},
+    }
+    try:
+        parts["use_mla"] = bool(attr_of(model_config, "use_mla", False))
+    except Exception:  # noqa: BLE001 -- a property that needs vLLM's platform state
+        pass
+    return fingerprint_of(parts), parts
+
+
+def tenant_of(request) -> Optional[str]:
+    """The tenant a request's blocks belong to: 16 hex digits of a hash of its cache_salt
+    and LoRA adapter name (vLLM folds both into its block hashes, and so into a prefix
+    only tenants with the same pair share); None when it has neither.  Hashed, so the salt
+    -- a secret, in vLLM's threat model -- never appears in a key, a log or kv_ldb."""
+    salt = attr_of(request, "cache_salt")
+    lora = attr_of(attr_of(request, "lora_request"), "lora_name")
+    if salt is None and lora is None:
+        return None
+    text = json.dumps(["kvengine-tenant", salt, lora])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
 
 class KeyScheme:
     """The parts of every key of one vLLM instance, from its config: model and dtype,
@@ -84,6 +135,8 @@ class KeyScheme:
         self.tp_size = int(attr_of(parallel_config, "tensor_parallel_size", 1))
         self.pp_size = int(attr_of(parallel_config, "pipeline_parallel_size", 1))
         self.key_model = "%s@%s" % (str(model).replace("/", "--"), dtype)
+        self.fingerprint, self.fingerprint_parts = model_fingerprint(
+            vllm_config, dtype, self.block_size, self.tp_size, self.pp_size)
         # The instance's id, shared by its scheduler and its workers (vLLM: a uuid per
         # instance unless set); it names the layout record the workers publish.
         self.engine_id = str(extra.get("engine_id")
@@ -94,23 +147,38 @@ class KeyScheme:
         """Every (tp, pp) rank of the instance: the ranks a block must be stored on."""
         return [(t, p) for p in range(self.pp_size) for t in range(self.tp_size)]
 
-    def rank_prefix(self, tag, tp, pp):
-        return "%s@%s@bs%d@tp%dof%d@pp%dof%d" % (self.key_model, tag, self.block_size, tp,
-                                                self.tp_size, pp, self.pp_size)
+    def rank_prefix(self, tag, tp, pp, tenant=None):
+        prefix = "%s@%s@bs%d@tp%dof%d@pp%dof%d@m%s" % (
+            self.key_model, tag, self.block_size, tp, self.tp_size, pp, self.pp_size,
+            self.fingerprint)
+        return prefix if tenant is None else "%s@t%s" % (prefix, tenant)
 
     def layer_key(self, prefix, layer, block_hash):
         """The key of one block of one layer, under a rank_prefix."""
         return "%s/L%d/%s" % (prefix, layer, block_hash)
 
     def layout_record_key(self, tp, pp):
-        return "%s@bs%d@tp%dof%d@pp%dof%d/engine-layout/%s" % (
+        return "%s@bs%d@tp%dof%d@pp%dof%d@m%s/engine-layout/%s" % (
             self.key_model, self.block_size, tp, self.tp_size, pp, self.pp_size,
-            self.engine_id)
+            self.fingerprint, self.engine_id)
+
+    def fingerprint_record_key(self):
+        """The record of the fingerprint last seen for this model name, dtype, block size
+        and parallel shape (instances that differ in those may share a store at once)."""
+        return "%s@bs%d@tp%d@pp%d/fingerprint" % (self.key_model, self.block_size,
+                                                   self.tp_size, self.pp_size)
 
     def model_blocks_pattern(self):
-        """A regex matching, whole, every block key of this model and dtype (every rank
-        and layout), and no layout record."""
+        """A regex matching, whole, every block key of this model and dtype (every rank,
+        layout, fingerprint and tenant), and no record."""
         return regex_escape(self.key_model) + "@[^/]*/L[0-9]+/.*"
+
+    def block_key_pattern(self):
+        """A regex matching, whole, a block key of this instance (any rank, layout and
+        tenant; this fingerprint), its block hash as group 1."""
+        return (regex_escape(self.key_model)
+                + r"@[^/]*@bs%d@tp\d+of%d@pp\d+of%d@m%s(?:@t[0-9a-f]+)?/L\d+/([0-9a-f]+)$"
+                % (self.block_size, self.tp_size, self.pp_size, self.fingerprint))
 
 
 def _this_rank(extra, role):
@@ -127,6 +195,16 @@ def _this_rank(extra, role):
         except Exception:  # noqa: BLE001 -- not initialized: single rank
             pass
     return int(tp or 0), int(pp or 0)
+
+
+def check_fingerprint(db, keys: KeyScheme) -> Optional[str]:
+    """Compares this instance's fingerprint with the one recorded in the store for its
+    model name and shape, then records its own (fingerprint.check_fingerprint): a change
+    -- another model, a new revision or a changed config behind the same name -- is one
+    warning naming both; the blocks saved under the old one are misses (the key carries
+    the fingerprint), never bytes.  Called once per instance, by its scheduler side."""
+    return _check_fingerprint(db, keys.fingerprint_record_key(), keys.key_model,
+                              keys.fingerprint, keys.fingerprint_parts, logger)
 
 
 class LayoutRecords:

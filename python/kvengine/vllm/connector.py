@@ -8,7 +8,8 @@ Load it in vLLM with (docs/vllm.md)
         "kv_role": "kv_both",
         "kv_load_failure_policy": "recompute",
         "kv_connector_extra_config": {"path": "/var/lib/kvcache",
-                                      "options": {"memory_capacity_bytes": "64GiB"}},
+                                      "options": {"memory_capacity_bytes": "64GiB"},
+                                      "namespace": "team-a"},   # optional
     }
 
 What it stores: one key per vLLM block, per attention layer, per tensor/pipeline rank.  The
@@ -38,7 +39,7 @@ from .common import BlockTransfer, KeyScheme, KVEngineConnectorMetadata, attr_of
 from .account import LookupAccount, RequestAccounts
 from .events import KVEngineKVEvents, events_enabled
 from .scheduler import KVEngineScheduler
-from ..shared_store import acquire_store, default_socket, release_store
+from ..shared_store import acquire_store, default_socket, namespace_config, release_store
 from .worker import KVEngineWorker
 
 __all__ = ["KVEngineConnector", "KVEngineConnectorMetadata", "KVEngineConnectorStats",
@@ -175,8 +176,12 @@ class KVEngineConnector(KVConnectorBase_V1, SupportsHMA):
         if not path and not attach:
             raise ValueError("KVEngineConnector needs kv_connector_extra_config['path'] "
                              "(or ['attach'], the socket of a kv_server)")
+        namespace, namespace_options = namespace_config(extra, "kv_connector_extra_config")
         self._store_name = attach or path
-        self._db = acquire_store(path, attach, dict(extra.get("options", {})))
+        # With "namespace", every key of this instance lives in that namespace of the store
+        # (created when missing): docs/vllm.md, "Tenants and namespaces".
+        self._db = acquire_store(path, attach, dict(extra.get("options", {})), namespace,
+                                 namespace_options)
         self._closed = False
         self._stats = _IntervalStats()
         # KV events (events.py): on when vLLM publishes them.  The scheduler side keeps
@@ -199,11 +204,12 @@ class KVEngineConnector(KVConnectorBase_V1, SupportsHMA):
                                                    self._db, self._stats.record,
                                                    self._events_on, accounts)
 
-    def block_key(self, block_hash, layer=0, tp_rank=None, pp_rank=None):
-        """The store key of one block of one layer on one rank (default: this worker's);
-        None while that rank's layout is unknown."""
+    def block_key(self, block_hash, layer=0, tp_rank=None, pp_rank=None, tenant=None):
+        """The store key of one block of one layer on one rank (default: this worker's)
+        for a tenant (common.tenant_of of its request; None: no cache_salt, no LoRA); None
+        while that rank's layout is unknown."""
         side = self.connector_worker or self.connector_scheduler
-        return side.block_key(block_hash, layer, tp_rank, pp_rank)
+        return side.block_key(block_hash, layer, tp_rank, pp_rank, tenant)
 
     # The worker's counters since start (0 on the scheduler side).
     @property
@@ -301,7 +307,7 @@ class KVEngineConnector(KVConnectorBase_V1, SupportsHMA):
         self._closed = True
         if self.connector_worker is not None:
             self.connector_worker.shutdown()
-        release_store(self._store_name)
+        release_store(self._store_name, self._db)
 
     # ============================================================== worker side
     def _bound_metadata(self) -> Optional[KVEngineConnectorMetadata]:

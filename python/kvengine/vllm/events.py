@@ -28,7 +28,6 @@ import os
 import re
 
 from ._vllm_compat import (BlockRemoved, BlockStored, KVConnectorKVEvents, KVEventAggregator)
-from .common import regex_escape
 
 logger = logging.getLogger("kvengine.vllm")
 
@@ -108,9 +107,7 @@ class RemovalFeedReader:
 
     def __init__(self, db, keys):
         self._db = db
-        self._pattern = re.compile(
-            regex_escape(keys.key_model) + r"@[^/]*@bs%d@tp\d+of%d@pp\d+of%d/L\d+/([0-9a-f]+)$"
-            % (keys.block_size, keys.tp_size, keys.pp_size))
+        self._pattern = re.compile(keys.block_key_pattern())
         self.missed = 0
         self.cursor = self.last_sequence()
         if self.cursor is None:
@@ -161,18 +158,21 @@ class BlockEvents:
         self._db = db
         self._reader = RemovalFeedReader(db, keys)
         self._max_blocks = max_blocks
-        # hash hex -> [event hash, parent event hash, token ids, block size, media set]
+        # hash hex -> [event hash, parent event hash, token ids, block size, media set,
+        #              (lora id, lora name) or None]
         self._announced = collections.OrderedDict()
         self._pending = []
 
-    def stored(self, hash_hex, parent_hex, token_ids, block_size):
+    def stored(self, hash_hex, parent_hex, token_ids, block_size, lora=None):
+        """A block this rank saved; lora: its request's (lora_int_id, lora_name)."""
         ext = external_hash(hash_hex)
         parent = external_hash(parent_hex)
         tokens = list(token_ids or ())
-        self._pending.append(self._stored_event(ext, parent, tokens, block_size, MEDIUM_MEMORY))
+        self._pending.append(self._stored_event(ext, parent, tokens, block_size, MEDIUM_MEMORY,
+                                                lora))
         entry = self._announced.get(hash_hex)
         if entry is None:
-            self._announced[hash_hex] = [ext, parent, tokens, block_size, {"memory"}]
+            self._announced[hash_hex] = [ext, parent, tokens, block_size, {"memory"}, lora]
         else:
             entry[4].add("memory")
             self._announced.move_to_end(hash_hex)
@@ -180,10 +180,11 @@ class BlockEvents:
             self._announced.popitem(last=False)
 
     @staticmethod
-    def _stored_event(ext, parent, tokens, block_size, medium):
+    def _stored_event(ext, parent, tokens, block_size, medium, lora=None):
+        lora_id, lora_name = lora if lora is not None else (None, None)
         return BlockStored(block_hashes=[ext], parent_block_hash=parent, token_ids=tokens,
-                           block_size=block_size, lora_id=None, medium=medium,
-                           lora_name=None)
+                           block_size=block_size, lora_id=lora_id, medium=medium,
+                           lora_name=lora_name)
 
     def take(self, through=None) -> list:
         """This step's events: the saves recorded, then the removals read up to
@@ -200,7 +201,7 @@ class BlockEvents:
                 if located and located[0] == LOCATED_SSD:  # offloaded, not dropped
                     entry[4].add("ssd")
                     self._pending.append(self._stored_event(entry[0], entry[1], entry[2],
-                                                            entry[3], MEDIUM_SSD))
+                                                            entry[3], MEDIUM_SSD, entry[5]))
             if not entry[4]:
                 del self._announced[hash_hex]
         events, self._pending = self._pending, []

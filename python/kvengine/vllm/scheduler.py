@@ -16,7 +16,7 @@ from typing import Any, Optional
 import kvengine
 
 from .common import (BlockTransfer, KeyScheme, KVEngineConnectorMetadata, LayoutRecords,
-                     attr_of, block_id_groups)
+                     attr_of, block_id_groups, check_fingerprint, tenant_of)
 from .events import RemovalFeedReader
 
 logger = logging.getLogger("kvengine.vllm")
@@ -47,6 +47,7 @@ class _RequestState:
     local_computed_tokens: int = 0  # from get_num_new_matched_tokens
     pending_load: Optional[BlockTransfer] = None
     account: Optional[dict] = None  # the lookup's part of a sampled request's account
+    tenant: Optional[str] = None  # tenant_of(request)
 
 
 def _hash_hex(h):
@@ -101,6 +102,7 @@ class KVEngineScheduler:
         extra = attr_of(kv_transfer_config, "kv_connector_extra_config", None) or {}
         self._prefetch = bool(extra.get("prefetch", True))
         self._warn_at_start(kv_transfer_config)
+        check_fingerprint(db, keys)
 
     def _warn_at_start(self, kv_transfer_config):
         global _hash_seed_warned
@@ -119,21 +121,24 @@ class KVEngineScheduler:
     def _is_producer(self):
         return self._kv_role in ("kv_producer", "kv_both")
 
-    def block_key(self, block_hash, layer=0, tp_rank=None, pp_rank=None):
+    def block_key(self, block_hash, layer=0, tp_rank=None, pp_rank=None, tenant=None):
         """The store key of one block of one layer on one rank (default: this process's,
-        rank 0 unless kv_connector_extra_config names one); None while that rank's layout
-        is unknown."""
+        rank 0 unless kv_connector_extra_config names one) for a tenant (tenant_of; None:
+        requests with no cache_salt and no LoRA); None while that rank's layout is
+        unknown."""
         tp = self._keys.tp_rank if tp_rank is None else tp_rank
         pp = self._keys.pp_rank if pp_rank is None else pp_rank
         layout = self._layouts.lookup(self._db, tp, pp)
         if layout is None:
             return None
-        return self._keys.layer_key(self._keys.rank_prefix(layout[0], tp, pp), layer, block_hash)
+        return self._keys.layer_key(self._keys.rank_prefix(layout[0], tp, pp, tenant), layer,
+                                    block_hash)
 
     def _state(self, request):
         state = self._requests.get(request.request_id)
         if state is None:
-            state = self._requests[request.request_id] = _RequestState(request=request)
+            state = self._requests[request.request_id] = _RequestState(
+                request=request, tenant=tenant_of(request))
         state.request = request
         return state
 
@@ -150,7 +155,7 @@ class KVEngineScheduler:
             return 0, False
         accounted = self._account is not None and self._account.wants(request.request_id)
         located = [] if accounted else None
-        hit = self._present_prefix(hashes[start:], located)
+        hit = self._present_prefix(hashes[start:], state.tenant, located)
         if hit is None:
             logger.debug("kvengine: no layout published yet for engine %s",
                          self._keys.engine_id)
@@ -170,15 +175,15 @@ class KVEngineScheduler:
                 new_tokens)
         return new_tokens, False
 
-    def _present_prefix(self, hashes, located=None):
-        """How many of the blocks, from the first, have every layer on every rank in the
-        store; None while a rank's layout is unpublished.  With `located` (a list), asks
+    def _present_prefix(self, hashes, tenant, located=None):
+        """How many of the tenant's blocks, from the first, have every layer on every rank
+        in the store; None while a rank's layout is unpublished.  With `located` (a list), asks
         where each key is (BatchLocate) and appends (keys, results) per block to it."""
         ranks = self._keys.ranks()
         layouts = [self._layouts.lookup(self._db, t, p) for t, p in ranks]
         if any(la is None for la in layouts):
             return None
-        prefixes = [(self._keys.rank_prefix(tag, t, p), n)
+        prefixes = [(self._keys.rank_prefix(tag, t, p, tenant), n)
                     for (t, p), (tag, n) in zip(ranks, layouts)]
         per_block = sum(n for _, n in prefixes)
         keys = [self._keys.layer_key(prefix, layer, h) for h in hashes
@@ -230,7 +235,8 @@ class KVEngineScheduler:
         last = min([last, len(hashes)] + [len(g) for g in state.block_ids])
         state.pending_load = BlockTransfer(request.request_id,
                                            [g[first:last] for g in state.block_ids],
-                                           hashes[first:last], first_block=first)
+                                           hashes[first:last], first_block=first,
+                                           tenant=state.tenant)
         # Blocks loaded from the store need no save.
         state.saved_blocks = max(state.saved_blocks, last)
 
@@ -311,13 +317,16 @@ class KVEngineScheduler:
         if full > state.saved_blocks:
             first = state.saved_blocks
             save = BlockTransfer(req_id, [g[first:full] for g in state.block_ids],
-                                 hashes[first:full], first_block=first)
+                                 hashes[first:full], first_block=first, tenant=state.tenant)
             if self._events:
                 bs = self._keys.block_size
                 tokens = list(attr_of(state.request, "all_token_ids", None)
                               or attr_of(state.request, "prompt_token_ids", []))
                 save.parent_hash = hashes[first - 1] if first > 0 else None
                 save.token_ids = [tokens[b * bs:(b + 1) * bs] for b in range(first, full)]
+                lora = attr_of(state.request, "lora_request")
+                if lora is not None:
+                    save.lora = (attr_of(lora, "lora_int_id"), attr_of(lora, "lora_name"))
             meta.saves.append(save)
             state.saved_blocks = full
 

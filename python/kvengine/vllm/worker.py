@@ -64,7 +64,7 @@ class _LoadJob:
 
     def __init__(self, num_layers, positions):
         self.events = [threading.Event() for _ in range(num_layers)]
-        self.positions = positions  # [(block ids per group, hash hex)]
+        self.positions = positions  # [(block ids per group, hash hex, tenant)]
         self.errors = set()  # failed positions (indexes into positions)
         self.codes = {}  # failed position -> the store's result (negative code, or bytes)
         self.layer_ms = []  # per layer, ms from the start to the layer's being ready
@@ -74,12 +74,14 @@ class _LoadJob:
 
 
 def _positions(transfers):
-    """[(block ids per group, hash hex)] of the transfers, one per block position."""
+    """[(block ids per group, hash hex, tenant)] of the transfers, one per block
+    position."""
     out = []
     for tr in transfers:
         groups = block_id_groups(tr.block_ids)
+        tenant = getattr(tr, "tenant", None)
         for i, h in enumerate(tr.block_hashes):
-            out.append(([g[i] for g in groups], h))
+            out.append(([g[i] for g in groups], h, tenant))
     return out
 
 
@@ -131,7 +133,7 @@ class KVEngineWorker:
         self._load_executor = None
         self._save_executor = None
         self._load_job = None
-        self._save_plan = None  # this step's [(block ids per group, hash hex)] to save
+        self._save_plan = None  # this step's [(block ids per group, hash hex, tenant)] to save
         self._save_futures = {}  # layer index -> Future
         self._save_started = None
         self._load_errors = set()
@@ -140,9 +142,9 @@ class KVEngineWorker:
         self.num_skipped_saves = 0
 
     # ---------------------------------------------------------------- keys and caches
-    def block_key(self, block_hash, layer=0, tp_rank=None, pp_rank=None):
-        """The store key of one block of one layer on one rank (default: this worker's);
-        None while that rank's layout is unknown."""
+    def block_key(self, block_hash, layer=0, tp_rank=None, pp_rank=None, tenant=None):
+        """The store key of one block of one layer on one rank (default: this worker's)
+        for a tenant (common.tenant_of); None while that rank's layout is unknown."""
         tp = self._keys.tp_rank if tp_rank is None else tp_rank
         pp = self._keys.pp_rank if pp_rank is None else pp_rank
         if (tp, pp) == (self._keys.tp_rank, self._keys.pp_rank) and self._layout_tag is not None:
@@ -151,10 +153,12 @@ class KVEngineWorker:
             layout = self._layouts.lookup(self._db, tp, pp)
         if layout is None:
             return None
-        return self._keys.layer_key(self._keys.rank_prefix(layout[0], tp, pp), layer, block_hash)
+        return self._keys.layer_key(self._keys.rank_prefix(layout[0], tp, pp, tenant), layer,
+                                    block_hash)
 
-    def _layer_key(self, layer, block_hash):
-        prefix = self._keys.rank_prefix(self._layout_tag, self._keys.tp_rank, self._keys.pp_rank)
+    def _layer_key(self, layer, block_hash, tenant=None):
+        prefix = self._keys.rank_prefix(self._layout_tag, self._keys.tp_rank, self._keys.pp_rank,
+                                        tenant)
         return self._keys.layer_key(prefix, layer.index, block_hash)
 
     def register_kv_caches(self, kv_caches: dict) -> None:
@@ -230,9 +234,9 @@ class KVEngineWorker:
         loaded_bytes = 0
         try:
             for layer, event in zip(self._layers, job.events):
-                todo = [i for i, (ids, _) in enumerate(job.positions)
+                todo = [i for i, (ids, _, _) in enumerate(job.positions)
                         if i not in job.errors and _in_range(layer, ids)]
-                job.errors.update(i for i, (ids, _) in enumerate(job.positions)
+                job.errors.update(i for i, (ids, _, _) in enumerate(job.positions)
                                   if not _in_range(layer, ids))
                 loaded_bytes += self._load_layer(layer, job, todo)
                 job.layer_ms.append((time.perf_counter() - job.started) * 1000.0)
@@ -249,7 +253,7 @@ class KVEngineWorker:
     def _load_layer(self, layer, job, todo):
         if not todo:
             return 0
-        keys = [self._layer_key(layer, job.positions[i][1]) for i in todo]
+        keys = [self._layer_key(layer, job.positions[i][1], job.positions[i][2]) for i in todo]
         want = layer.geometry.block_bytes
         if self._staged:
             import torch
@@ -361,11 +365,11 @@ class KVEngineWorker:
         `written`, a CUDA event, marks the end of the work that wrote them."""
         if written is not None:
             written.synchronize()
-        todo = [(ids[layer.group], h) for ids, h in plan if _in_range(layer, ids)]
-        keys = [self._layer_key(layer, h) for _, h in todo]
+        todo = [(ids[layer.group], h, t) for ids, h, t in plan if _in_range(layer, ids)]
+        keys = [self._layer_key(layer, h, t) for _, h, t in todo]
         present = self._db.batch_is_exist(keys)
-        hashes = [h for (_, h), p in zip(todo, present) if p != 1]
-        todo = [(b, k) for (b, _), k, p in zip(todo, keys, present) if p != 1]
+        hashes = [h for (_, h, _), p in zip(todo, present) if p != 1]
+        todo = [(b, k) for (b, _, _), k, p in zip(todo, keys, present) if p != 1]
         skipped = len(keys) - len(todo)
         if not todo:
             return 0, 0, skipped, set(), set()
@@ -439,7 +443,8 @@ class KVEngineWorker:
                 if h in stored:
                     parent = tr.parent_hash if i == 0 else tr.block_hashes[i - 1]
                     tokens = tr.token_ids[i] if tr.token_ids else []
-                    self._block_events.stored(h, parent, tokens, self._keys.block_size)
+                    self._block_events.stored(h, parent, tokens, self._keys.block_size,
+                                              getattr(tr, "lora", None))
 
     def take_kv_events(self, meta) -> list:
         """The events of the step (see events.py); [] when KV events are off."""

@@ -1,0 +1,196 @@
+#include "db/namespace_usage.h"
+
+#include <chrono>
+#include <cstdio>
+
+#include "db/item.h"
+#include "util/namespace_key.h"
+
+namespace kvengine {
+
+namespace {
+// A probe gives up after this many taken slots and counts the namespace as "other".
+constexpr size_t kMaxProbe = 64;
+// Pressures are recomputed at most this often per tier (an eviction round asks each time).
+constexpr int64_t kRefreshNanos = 200 * 1000;
+
+int64_t NowNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string IdName(uint64_t id) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "id:%016llx", static_cast<unsigned long long>(id));
+  return buf;
+}
+}  // namespace
+
+NamespaceUsage::NamespaceUsage(uint64_t memory_capacity, uint64_t ssd_capacity)
+    : capacity_{memory_capacity, ssd_capacity},
+      slots_(new Slot[kSlots]),
+      claimed_(new std::atomic<Slot*>[kSlots + 1]) {
+  for (size_t i = 0; i <= kSlots; i++) claimed_[i].store(nullptr, std::memory_order_relaxed);
+}
+
+NamespaceUsage::Slot* NamespaceUsage::Of(std::string_view key) {
+  if (!ns::IsNamespaced(key) || key.size() < ns::kPrefixSize) return &default_;
+  return OfId(ns::IdOfKey(key));
+}
+
+NamespaceUsage::Slot* NamespaceUsage::OfItem(const Item& item) {
+  if (item.key_size < ns::kPrefixSize ||
+      static_cast<unsigned char>(item.key_head[0]) != ns::kMarker) {
+    return &default_;
+  }
+  static_assert(Item::kKeyHead >= ns::kPrefixSize, "the prefix is in the item");
+  return OfId(ns::IdOfKey(std::string_view(item.key_head, ns::kPrefixSize)));
+}
+
+NamespaceUsage::Slot* NamespaceUsage::OfId(uint64_t id) {
+  if (id == 0) return &other_;  // never registered; keeps 0 meaning "free"
+  return Probe(id);
+}
+
+NamespaceUsage::Slot* NamespaceUsage::Probe(uint64_t id) {
+  // The id is a hash already (XXH3 of the name): its low bits pick the slot.
+  size_t index = static_cast<size_t>(id) & (kSlots - 1);
+  for (size_t n = 0; n < kMaxProbe; n++, index = (index + 1) & (kSlots - 1)) {
+    Slot& slot = slots_[index];
+    uint64_t seen = slot.id.load(std::memory_order_acquire);
+    if (seen == id) return &slot;
+    if (seen == 0 && slot.id.compare_exchange_strong(seen, id, std::memory_order_acq_rel)) {
+      claimed_[used_.fetch_add(1, std::memory_order_acq_rel)].store(&slot,
+                                                                    std::memory_order_release);
+      return &slot;
+    }
+    if (seen == id) return &slot;  // another thread claimed it for the same id
+  }
+  return &other_;
+}
+
+template <typename Fn>
+void NamespaceUsage::ForEachUsed(Fn&& fn) const {
+  const size_t used = used_.load(std::memory_order_acquire);
+  for (size_t i = 0; i < used && i < kSlots; i++) {
+    const Slot* slot = claimed_[i].load(std::memory_order_acquire);
+    if (slot != nullptr) fn(*slot);
+  }
+}
+
+void NamespaceUsage::SetLimits(uint64_t id, const std::string& name, uint64_t memory_quota_bytes,
+                               uint64_t ssd_quota_bytes, uint32_t weight) {
+  Slot* slot = OfId(id);
+  if (slot == &other_) return;  // the table is full: counted, not limited
+  slot->quota[kMemory].store(memory_quota_bytes, std::memory_order_relaxed);
+  slot->quota[kSsd].store(ssd_quota_bytes, std::memory_order_relaxed);
+  slot->weight.store(weight == 0 ? 1 : weight, std::memory_order_relaxed);
+  MutexLock l(&names_mu_);
+  names_[id] = name;
+}
+
+void NamespaceUsage::Forget(uint64_t id) {
+  Slot* slot = OfId(id);
+  if (slot == &other_) return;
+  slot->quota[kMemory].store(0, std::memory_order_relaxed);
+  slot->quota[kSsd].store(0, std::memory_order_relaxed);
+  slot->weight.store(1, std::memory_order_relaxed);
+  MutexLock l(&names_mu_);
+  names_.erase(id);
+}
+
+void NamespaceUsage::Refresh(Tier tier) {
+  const int64_t now = NowNanos();
+  if (now - last_refresh_nanos_[tier].load(std::memory_order_relaxed) < kRefreshNanos) return;
+  if (!refresh_mu_.TryLock()) return;
+  MutexLock l(&refresh_mu_, std::adopt_lock);
+  last_refresh_nanos_[tier].store(now, std::memory_order_relaxed);
+  // The fair share of a namespace holding something: the tier split by weight among
+  // those that do.
+  uint64_t total_weight = 0;
+  uint32_t active = 0;
+  auto visit = [&](auto&& fn) {
+    fn(default_);
+    fn(other_);
+    ForEachUsed([&](const Slot& slot) { fn(const_cast<Slot&>(slot)); });
+  };
+  visit([&](Slot& slot) {
+    if (slot.bytes[tier].load(std::memory_order_relaxed) == 0) return;
+    total_weight += slot.weight.load(std::memory_order_relaxed);
+    active++;
+  });
+  active_[tier].store(active, std::memory_order_relaxed);
+  Slot* most = nullptr;
+  uint32_t most_pressure = 1000;  // only a namespace over its share is "most over"
+  visit([&](Slot& slot) {
+    const uint64_t bytes = slot.bytes[tier].load(std::memory_order_relaxed);
+    uint32_t pressure = 0;
+    if (bytes != 0 && total_weight != 0 && capacity_[tier] != 0) {
+      const double share = static_cast<double>(capacity_[tier]) *
+                           slot.weight.load(std::memory_order_relaxed) / total_weight;
+      const double p = 1000.0 * static_cast<double>(bytes) / share;
+      pressure = p > 4e9 ? 4000000000u : static_cast<uint32_t>(p);
+    }
+    slot.pressure[tier].store(pressure, std::memory_order_relaxed);
+    if (pressure > most_pressure) {
+      most_pressure = pressure;
+      most = &slot;
+    }
+  });
+  most_over_[tier].store(most, std::memory_order_relaxed);
+}
+
+NamespaceUsage::Report NamespaceUsage::ReportOf(const Slot& slot, std::string name) const {
+  Report r;
+  r.name = std::move(name);
+  r.memory_quota_bytes = slot.quota[kMemory].load(std::memory_order_relaxed);
+  r.ssd_quota_bytes = slot.quota[kSsd].load(std::memory_order_relaxed);
+  r.weight = slot.weight.load(std::memory_order_relaxed);
+  r.memory_bytes = slot.bytes[kMemory].load(std::memory_order_relaxed);
+  r.memory_items = slot.items[kMemory].load(std::memory_order_relaxed);
+#define KV_NS_COPY(field, help) r.field = slot.field.load(std::memory_order_relaxed);
+#define KV_NS_SKIP(field, help)
+  KV_NAMESPACE_FIGURES(KV_NS_SKIP, KV_NS_COPY)
+#undef KV_NS_COPY
+#undef KV_NS_SKIP
+  return r;
+}
+
+std::string NamespaceUsage::NameOf(const Slot* slot) const {
+  if (slot == &default_) return "default";
+  if (slot == &other_) return "other";
+  const uint64_t id = slot->id.load(std::memory_order_relaxed);
+  MutexLock l(&names_mu_);
+  auto it = names_.find(id);
+  return it != names_.end() ? it->second : IdName(id);
+}
+
+std::vector<NamespaceUsage::Report> NamespaceUsage::Reports() const {
+  std::vector<Report> out;
+  std::map<uint64_t, std::string> names;
+  {
+    MutexLock l(&names_mu_);
+    names = names_;
+  }
+  if (names.empty() && used_.load(std::memory_order_acquire) == 0) return out;
+  out.push_back(ReportOf(default_, "default"));
+  ForEachUsed([&](const Slot& slot) {
+    const uint64_t id = slot.id.load(std::memory_order_relaxed);
+    auto it = names.find(id);
+    if (it != names.end()) {
+      out.push_back(ReportOf(slot, it->second));
+    } else if (slot.items[kMemory].load(std::memory_order_relaxed) != 0) {
+      // Not registered here (a peer's keys) but holding values; a dropped namespace
+      // that holds nothing more is not reported.
+      out.push_back(ReportOf(slot, IdName(id)));
+    }
+  });
+  const Report other = ReportOf(other_, "other");
+  if (other.memory_items != 0 || other.hits != 0 || other.misses != 0) {
+    out.push_back(other);
+  }
+  return out;
+}
+
+}  // namespace kvengine

@@ -1,0 +1,173 @@
+// NamespaceUsage: what each namespace holds in the engine's tiers, the limits it must
+// keep there (NamespaceOptions' quotas and weight), and its counters (issue #29:
+// quotas and fair eviction; docs/design.md, "Namespaces: quotas and fair shares").
+//
+// The engine knows a namespace only by the id its keys carry (util/namespace_key.h):
+// every key is charged, as it enters or leaves a tier, to the namespace its first nine
+// bytes name, or to the default namespace.  The namespace layer (NamespaceDB) tells the
+// table each registered namespace's name and limits (SetLimits) and when one is dropped
+// (Forget).  A namespace the table was never told of -- keys a peer sent -- is counted
+// all the same, named by its id, with no quota and weight 1.
+//
+// The memory tier charges and enforces; the SSD tier does not yet (its index keeps key
+// fingerprints, not keys, so a bucket evicted whole or a map restored from its checkpoint
+// cannot say whose bytes they were without reading every bucket's index): ssd_quota_bytes
+// is stored and reported, not enforced.
+//
+// What the memory tier does with it:
+//   * a put into a namespace at its tier quota first evicts that namespace's own
+//     coldest values (memory tier: MemoryTier::MakeQuotaRoom); when it has none to
+//     evict, the put fails NoSpace for that namespace only;
+//   * when a tier is full, its victims come first from the namespaces most over their
+//     fair share: the tier's capacity split by weight among the namespaces that hold
+//     something there (Pressure()).
+//
+// Cost: one array slot per namespace (kSlots of them, ~1 MiB, touched only as used), no
+// RAM per key.  Finding a key's slot is a branch for the default namespace and one
+// probe of an open-addressed table for the others; counting is relaxed atomics.
+//
+// Thread-safety: every method from any thread.  Slots are claimed by CAS and never
+// freed (a dropped namespace's slot keeps its counters until its id is seen again);
+// names are guarded by names_mu_.
+#ifndef KVENGINE_DB_NAMESPACE_USAGE_H_
+#define KVENGINE_DB_NAMESPACE_USAGE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "util/mutex.h"
+#include "util/thread_annotations.h"
+
+namespace kvengine {
+
+struct Item;
+
+// The per-namespace figures, each one line: NS_GAUGE figures are what a namespace holds
+// now, NS_COUNTER figures only grow.  Reported in "kvengine.stats" (namespace.NAME.field),
+// the JSON's "namespaces" object and Prometheus (kvengine_namespace_field[_total] with
+// a namespace label); see db/db_impl_stats.cc.
+#define KV_NAMESPACE_FIGURES(NS_GAUGE, NS_COUNTER)                                         \
+  NS_GAUGE(memory_bytes, "Value bytes the namespace holds in the memory tier.")            \
+  NS_GAUGE(memory_items, "Values the namespace holds in the memory tier.")                 \
+  NS_COUNTER(hits, "Reads of the namespace's keys that found a value.")                    \
+  NS_COUNTER(misses, "Reads of the namespace's keys found in no tier.")                    \
+  NS_COUNTER(memory_evictions, "Values of the namespace evicted from the memory tier.")    \
+  NS_COUNTER(quota_evictions, "Values evicted to keep the namespace within a tier quota.") \
+  NS_COUNTER(quota_rejections, "Puts refused because the namespace's quota left no room.")
+
+class NamespaceUsage {
+ public:
+  enum Tier : int { kMemory = 0, kSsd = 1 };
+  static constexpr int kTiers = 2;
+  // Namespaces the table tells apart; more (possible only with foreign keys: the
+  // registry holds at most 4096) are counted together as "other".
+  static constexpr size_t kSlots = 8192;
+
+  struct Slot {
+    std::atomic<uint64_t> id{0};  // 0: free (an id of 0 is never registered)
+    std::atomic<uint64_t> bytes[kTiers] = {};
+    std::atomic<uint64_t> items[kTiers] = {};
+#define KV_NS_COUNTER_FIELD(field, help) std::atomic<uint64_t> field{0};
+#define KV_NS_SKIP(field, help)
+    KV_NAMESPACE_FIGURES(KV_NS_SKIP, KV_NS_COUNTER_FIELD)
+#undef KV_NS_COUNTER_FIELD
+#undef KV_NS_SKIP
+    std::atomic<uint64_t> quota[kTiers] = {};  // 0: none
+    std::atomic<uint32_t> weight{1};
+    // Set by Refresh: bytes over fair share, in thousandths (1000: exactly its share).
+    std::atomic<uint32_t> pressure[kTiers] = {};
+
+    void Add(Tier tier, uint64_t size) {
+      bytes[tier].fetch_add(size, std::memory_order_relaxed);
+      items[tier].fetch_add(1, std::memory_order_relaxed);
+    }
+    void Sub(Tier tier, uint64_t size) {
+      bytes[tier].fetch_sub(size, std::memory_order_relaxed);
+      items[tier].fetch_sub(1, std::memory_order_relaxed);
+    }
+    void Count(std::atomic<uint64_t>& counter) { counter.fetch_add(1, std::memory_order_relaxed); }
+    // Whether `size` more bytes fit the namespace's quota in `tier`.
+    bool Fits(Tier tier, uint64_t size) const {
+      const uint64_t q = quota[tier].load(std::memory_order_relaxed);
+      return q == 0 || bytes[tier].load(std::memory_order_relaxed) + size <= q;
+    }
+  };
+
+  // One namespace's figures, copied (for the stats).
+  struct Report {
+    std::string name;
+    uint64_t memory_quota_bytes = 0, ssd_quota_bytes = 0;
+    uint32_t weight = 1;
+#define KV_NS_REPORT_FIELD(field, help) uint64_t field = 0;
+    KV_NAMESPACE_FIGURES(KV_NS_REPORT_FIELD, KV_NS_REPORT_FIELD)
+#undef KV_NS_REPORT_FIELD
+  };
+
+  // `capacity[t]`: the bytes of tier t that fair shares divide (0: no such tier).
+  NamespaceUsage(uint64_t memory_capacity, uint64_t ssd_capacity);
+  NamespaceUsage(const NamespaceUsage&) = delete;
+  NamespaceUsage& operator=(const NamespaceUsage&) = delete;
+
+  // The slot of the namespace of a stored key.
+  Slot* Of(std::string_view key);
+  // The slot of the namespace of an item in the memory tier.  REQUIRES: the item's key
+  // is set (it is published, pinned or reserved with its key).
+  Slot* OfItem(const Item& item);
+  Slot* OfId(uint64_t id);
+  Slot* default_slot() { return &default_; }
+
+  // The namespace layer's: the name, quotas and weight of a registered namespace.
+  void SetLimits(uint64_t id, const std::string& name, uint64_t memory_quota_bytes,
+                 uint64_t ssd_quota_bytes, uint32_t weight) EXCLUDES(names_mu_);
+  // Namespace `id` was dropped: its limits go, its counters stay (its keys are gone).
+  void Forget(uint64_t id) EXCLUDES(names_mu_);
+
+  // Recomputes every namespace's pressure in `tier` from what each holds now.  Cheap
+  // enough to call once per eviction round; a round that finds another running skips.
+  void Refresh(Tier tier) EXCLUDES(refresh_mu_);
+  // Whether more than one namespace holds something in `tier`: only then is fairness
+  // a question (the default namespace alone evicts by plain recency).
+  bool Shared(Tier tier) const { return active_[tier].load(std::memory_order_relaxed) > 1; }
+  // The slot most over its fair share in `tier` at the last Refresh (null: none over).
+  Slot* MostOver(Tier tier) const { return most_over_[tier].load(std::memory_order_relaxed); }
+
+  // The name `slot` is reported by: "default", a registered name, "id:<hex>" or "other".
+  std::string NameOf(const Slot* slot) const EXCLUDES(names_mu_);
+
+  // Every namespace that was registered or holds or held something, the default first.
+  // Empty while only the default namespace was ever seen, so that a DB without
+  // namespaces reports nothing new.
+  std::vector<Report> Reports() const EXCLUDES(names_mu_);
+
+ private:
+  Slot* Probe(uint64_t id);
+  Report ReportOf(const Slot& slot, std::string name) const;
+  // The slots claimed so far, in claim order, the default's first (null: being claimed).
+  template <typename Fn>
+  void ForEachUsed(Fn&& fn) const;
+
+  const uint64_t capacity_[kTiers];
+  Slot default_;
+  Slot other_;  // namespaces beyond kSlots
+  std::unique_ptr<Slot[]> slots_;
+  // claimed_[0, used_) are the slots claimed, in claim order.
+  std::unique_ptr<std::atomic<Slot*>[]> claimed_;
+  std::atomic<size_t> used_{0};
+  std::atomic<int64_t> last_refresh_nanos_[kTiers] = {};
+  std::atomic<uint32_t> active_[kTiers] = {};
+  std::atomic<Slot*> most_over_[kTiers] = {};
+
+  Mutex refresh_mu_;
+  mutable Mutex names_mu_;
+  // Registered namespaces' names, by id (the others are named by their id).
+  std::map<uint64_t, std::string> names_ GUARDED_BY(names_mu_);
+};
+
+}  // namespace kvengine
+
+#endif  // KVENGINE_DB_NAMESPACE_USAGE_H_
