@@ -455,6 +455,33 @@ TEST(AttachNamespaceSsdTest, AValueOnSsdIsReadThroughItsNamespace) {
   ASSERT_TRUE(owner->Close().ok());
 }
 
+// An attached handle's puts are charged to its namespace (the owner maps their keys
+// before it reserves and commits): its memory quota holds, by evicting its own values,
+// and the default namespace's value stays.
+TEST(AttachNamespaceQuotaTest, AnAttachedHandlesPutsKeepToItsQuota) {
+  test::TempDir dir;
+  std::filesystem::create_directories(dir.Sub("db"));
+  Options o = OwnerOptions(dir.Sub("db") + "/kv.sock");
+  std::unique_ptr<DB> owner, client, h;
+  ASSERT_TRUE(DB::Open(o, dir.Sub("db"), &owner).ok());
+  ASSERT_TRUE(owner->Put(WriteOptions(), "keep", std::string(256 << 10, 'd')).ok());
+  NamespaceOptions quota;
+  quota.memory_quota_bytes = 1 << 20;
+  ASSERT_TRUE(DB::Attach(ClientOptions(), o.local_listen, &client).ok());
+  ASSERT_TRUE(client->CreateNamespace("q", quota, &h).ok());
+  const std::string value(256 << 10, 'q');
+  for (int i = 0; i < 16; i++) {
+    ASSERT_TRUE(h->Put(WriteOptions(), "v" + std::to_string(i), value).ok()) << i;
+  }
+  EXPECT_LE(Stat(owner.get(), "namespace.q.memory_bytes"), 1u << 20);
+  EXPECT_GT(Stat(owner.get(), "namespace.q.memory_bytes"), 0u);
+  EXPECT_GT(Stat(owner.get(), "namespace.q.quota_evictions"), 0u);
+  std::string v;
+  EXPECT_TRUE(h->Get(ReadOptions(), "v15", &v).ok());
+  EXPECT_TRUE(owner->Get(ReadOptions(), "keep", &v).ok());
+  ASSERT_TRUE(owner->Close().ok());
+}
+
 // ------------------------------------------------------------------ trust domains
 
 #ifdef KV_SERVER_PATH
