@@ -7,6 +7,7 @@
 #include <limits>
 #include <unordered_set>
 
+#include "attach/namespace_wire.h"
 #include "env/gpu_io.h"
 #include "env/owned_fd.h"
 #include "env/shared_mapping.h"
@@ -18,6 +19,7 @@
 #include "util/buffers.h"
 #include "util/coding.h"
 #include "util/input_check.h"
+#include "util/namespace_key.h"
 #include "util/printable.h"
 #include "util/prometheus.h"
 
@@ -29,11 +31,10 @@ namespace {
 // none null with a length ("value" or "destination" buffer i of key K is null ...), all
 // on one CUDA device, stored in *device (-1: host memory).
 template <typename Buffer>
-Status CheckBuffers(GpuIo* gpu, const Slice& key, const std::vector<Buffer>& buffers,
-                    const char* what, int* device) {
-  // The owner's arena path (reserve, commit, pin) does not pass through its NamespaceDB:
-  // the default namespace's key rule is checked here too.
-  Status s = input::CheckDefaultNamespaceKey(key);
+Status CheckBuffers(GpuIo* gpu, const NamespaceKeys& rule, const Slice& key,
+                    const std::vector<Buffer>& buffers, const char* what, int* device) {
+  // The owner checks the key again (and maps it into the namespace): this only fails early.
+  Status s = rule.Check(key);
   if (s.ok()) s = CheckNoNullBuffer(key, buffers, what);
   if (!s.ok()) return s;
   s = gpu->Scan(std::span<const Buffer>(buffers), device);
@@ -42,8 +43,15 @@ Status CheckBuffers(GpuIo* gpu, const Slice& key, const std::vector<Buffer>& buf
 
 }  // namespace
 
-AttachedDB::AttachedDB(const Options& options, std::string socket_path)
-    : options_(options), socket_path_(std::move(socket_path)) {
+AttachedDB::AttachedDB(const Options& options, std::string socket_path, std::string name_space)
+    : options_(options),
+      socket_path_(std::move(socket_path)),
+      namespace_(std::move(name_space)),
+      // The size limit is the owner's (it checks again): the client's own check is only
+      // of what every owner refuses.
+      rule_(namespace_.empty()
+                ? NamespaceKeys()
+                : NamespaceKeys(ns::IdOf(namespace_), std::numeric_limits<uint64_t>::max())) {
   // A log file that cannot be opened leaves stderr, the default.
   Status ignored = logger_.Configure(options_);
   (void)ignored;
@@ -236,7 +244,25 @@ Status AttachedDB::Open(Connection* conn) {
     s = OpenChannel(conn, deadline);
     if (!s.ok()) return s;
   }
-  return MapArena(conn, arena_fd.get(), file, size);
+  s = MapArena(conn, arena_fd.get(), file, size);
+  if (!s.ok() || namespace_.empty()) return s;
+  return UseNamespace(conn);
+}
+
+Status AttachedDB::UseNamespace(Connection* conn) {
+  std::string meta, answer;
+  PutLengthPrefixed(&meta, namespace_);
+  Status s = Call(conn, wire::kUseNamespace, meta, &answer);
+  if (!s.ok()) return s;
+  std::string_view in(answer);
+  Status owner;
+  uint64_t id = 0;
+  if (!wire::GetBatchStatus(&in, &owner)) return Lost(conn, "malformed answer to USE_NAMESPACE");
+  if (!owner.ok()) return owner;  // the connection closes with the failed Open
+  if (!GetFixed64(&in, &id) || id != ns::IdOf(namespace_)) {
+    return Lost(conn, "malformed answer to USE_NAMESPACE");
+  }
+  return Status::OK();
 }
 
 Status AttachedDB::MapArena(Connection* conn, int fd, const SharedMapping::FileId& file,
@@ -596,7 +622,7 @@ void AttachedDB::PlanPut(GpuIo* gpu, std::span<const Slice> keys,
                          std::vector<int64_t>* results, Status* refusal) const {
   for (size_t i = 0; i < keys.size(); i++) {
     int device = -1;
-    Status s = CheckBuffers(gpu, keys[i], values[i], "value", &device);
+    Status s = CheckBuffers(gpu, rule_, keys[i], values[i], "value", &device);
     if (!s.ok()) {
       (*results)[i] = s.ErrorCode();
       if (refusal != nullptr && refusal->ok()) *refusal = s;
@@ -883,7 +909,7 @@ void AttachedDB::PlanGet(GpuIo* gpu, std::span<const Slice> keys,
   plan->refused.assign(keys.size(), 0);
   plan->devices.assign(keys.size(), -1);
   for (size_t i = 0; i < keys.size(); i++) {
-    Status s = CheckBuffers(gpu, keys[i], destinations[i], "destination", &plan->devices[i]);
+    Status s = CheckBuffers(gpu, rule_, keys[i], destinations[i], "destination", &plan->devices[i]);
     if (!s.ok()) {
       plan->refused[i] = s.ErrorCode();  // still pinned, with no room: the owner's answer
       if (refusal != nullptr && refusal->ok()) *refusal = s;
@@ -1101,6 +1127,10 @@ bool AttachedDB::GetProperty(const std::string& name, std::string* value) {
     *value = socket_path_;
     return true;
   }
+  if (name == "kvengine.namespace" && !namespace_.empty()) {
+    *value = namespace_;
+    return true;
+  }
   if (name == "kvengine.metrics") {  // this client's own calls, and its process's perf
     Exposition e;
     AppendPerfFamilies(&e);
@@ -1131,6 +1161,72 @@ Status AttachedDB::RegisterBuffer(void* addr, size_t length) {
 Status AttachedDB::UnregisterBuffer(void* addr) {
   if (registered_buffers_.Remove(addr) == 0) {
     return Status::NotFound("UnregisterBuffer: no registered buffer starts at this address");
+  }
+  return Status::OK();
+}
+
+}  // namespace kvengine
+
+namespace kvengine {
+
+// ------------------------------------------------------------------ namespaces
+
+Status AttachedDB::NotNested(const char* call) const {
+  if (namespace_.empty()) return Status::OK();
+  return Status::InvalidArgument(std::string("namespaces do not nest: ") + call +
+                                 " on the DB, not on the handle of namespace '" + namespace_ + "'");
+}
+
+Status AttachedDB::CreateNamespace(const std::string& name, const NamespaceOptions& options,
+                                   std::unique_ptr<DB>* handle) {
+  handle->reset();
+  Status s = NotNested("CreateNamespace");
+  if (!s.ok()) return s;
+  std::string meta;
+  wire::PutCreateNamespace(&meta, name, options);
+  s = CallForCount(wire::kCreateNamespace, meta, nullptr);
+  return s.ok() ? OpenNamespace(name, handle) : s;
+}
+
+Status AttachedDB::OpenNamespace(const std::string& name, std::unique_ptr<DB>* handle) {
+  handle->reset();
+  Status s = NotNested("OpenNamespace");
+  // Checked here too: an empty name would bind the handle to the default namespace.
+  if (s.ok()) s = input::CheckNamespaceName(name);
+  if (!s.ok()) return s;
+  auto db = std::make_unique<AttachedDB>(options_, socket_path_, name);
+  s = db->Connect();  // its first connection, bound to the namespace, or the refusal
+  if (!s.ok()) return s;
+  *handle = std::move(db);
+  return Status::OK();
+}
+
+Status AttachedDB::DropNamespace(const std::string& name, uint64_t* deleted) {
+  if (deleted != nullptr) *deleted = 0;
+  Status s = NotNested("DropNamespace");
+  if (!s.ok()) return s;
+  std::string meta;
+  PutLengthPrefixed(&meta, name);
+  return CallForCount(wire::kDropNamespace, meta, deleted);
+}
+
+Status AttachedDB::ListNamespaces(std::vector<NamespaceInfo>* namespaces) {
+  if (namespaces == nullptr) return Status::InvalidArgument("ListNamespaces: result is null");
+  namespaces->clear();
+  Status s = NotNested("ListNamespaces");
+  if (!s.ok()) return s;
+  Checkout c(this);
+  if (!c.status().ok()) return c.status();
+  std::string answer;
+  s = Call(c.get(), wire::kListNamespaces, "", &answer);
+  if (!s.ok()) return s;
+  std::string_view in(answer);
+  Status owner;
+  if (!wire::GetBatchStatus(&in, &owner)) return Lost(c.get(), "malformed answer");
+  if (!owner.ok()) return owner;
+  if (!wire::GetNamespaceList(&in, namespaces) || !in.empty()) {
+    namespaces->clear();
+    return Lost(c.get(), "malformed answer to LIST_NAMESPACES");
   }
   return Status::OK();
 }

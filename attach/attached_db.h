@@ -35,6 +35,18 @@
 // get copies its pinned value -> device, both straight by DMA once the mapping is
 // page-locked (cudaHostRegister, on first use), else through the staging ring.
 //
+// Namespaces: CreateNamespace, OpenNamespace, DropNamespace and ListNamespaces are the
+// owner's, checked there against this process's credentials (Options::local_allowed_uids
+// of the owner; docs/attach.md, "Namespaces and credentials").  The handle of a namespace
+// is another AttachedDB on the same socket whose connections are bound to the namespace
+// as they open (USE_NAMESPACE): the client sends the keys as its caller gave them, and
+// the owner maps them into the namespace -- the client's own check of a key is only
+// there to fail early.  A handle has its own pool of connections and outlives the DB it
+// came from; its calls fail PermissionDenied when the owner's grant does not cover its
+// namespace, Aborted once the namespace was dropped (NotFound on a connection opened
+// after the drop).  ListNamespaces lists the
+// namespaces this process may use.
+//
 // Thread-safety: all methods are thread-safe; calls of different threads run at once,
 // each on its own connection.
 #ifndef KVENGINE_ATTACH_ATTACHED_DB_H_
@@ -52,6 +64,7 @@
 #include "attach/local_counters.h"
 #include "env/shared_mapping.h"
 #include "kvengine/db.h"
+#include "namespaces/namespace_keys.h"
 #include "transport/read_validation.h"
 #include "transport/socket_util.h"
 #include "util/logging.h"
@@ -66,7 +79,9 @@ class AttachedDB final : public DB {
   // Connections one client opens to its owner at most.
   static constexpr size_t kMaxConnections = 16;
 
-  AttachedDB(const Options& options, std::string socket_path);
+  // A client of the owner at `socket_path`, in namespace `name_space` ("": the default
+  // namespace; a namespace's handles come from OpenNamespace).
+  AttachedDB(const Options& options, std::string socket_path, std::string name_space = "");
   ~AttachedDB() override;
 
   // Connects to the owner (the pool's first connection); IOError naming the socket when
@@ -99,7 +114,17 @@ class AttachedDB final : public DB {
   Status UnregisterBuffer(void* addr) override;
   Status Flush() override;
   Status CompactBuckets(uint64_t* reclaimed_bytes) override;
+  // "kvengine.attached": the socket path; "kvengine.namespace": a handle's namespace;
+  // the others the owner's.
   bool GetProperty(const std::string& name, std::string* value) override;
+
+  // The owner's, checked there (see above); a namespace's handle has none of its own
+  // (InvalidArgument: namespaces do not nest).
+  Status CreateNamespace(const std::string& name, const NamespaceOptions& options,
+                         std::unique_ptr<DB>* handle) override;
+  Status OpenNamespace(const std::string& name, std::unique_ptr<DB>* handle) override;
+  Status DropNamespace(const std::string& name, uint64_t* deleted) override;
+  Status ListNamespaces(std::vector<NamespaceInfo>* namespaces) override;
 
  private:
   struct ArenaMapping;
@@ -168,6 +193,10 @@ class AttachedDB final : public DB {
   // Gives conn the mapping of the arena `fd` (`file`, `size` bytes): the one the other
   // connections share when it is the same arena, else a new one, which they will share.
   Status MapArena(Connection* conn, int fd, const SharedMapping::FileId& file, uint64_t size);
+  // Binds conn to namespace_ (wire::kUseNamespace): the owner's refusal, or OK.
+  Status UseNamespace(Connection* conn);
+  // InvalidArgument when this is a namespace's handle: namespaces do not nest.
+  Status NotNested(const char* call) const;
   // Asks the owner for conn's shared channel (wire::kOpenChannel) and maps it.
   Status OpenChannel(Connection* conn, Deadline deadline);
   // Sends one request on conn and reads its answer's metadata (after the answers of
@@ -211,6 +240,8 @@ class AttachedDB final : public DB {
 
   const Options options_;
   const std::string socket_path_;
+  const std::string namespace_;  // "": the default namespace
+  const NamespaceKeys rule_;     // namespace_'s keys, for the client's own early check
   // This client's own calls, for its process's metrics ("kvengine.metrics").
   AttachedClientCounters counters_;
   Logger logger_;  // GPU staging's messages

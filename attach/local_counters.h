@@ -34,7 +34,10 @@ namespace kvengine {
   X(reserve_requests, "RESERVE round trips of attached clients' puts.")                       \
   X(spare_commits, "Values attached clients put into spare slots (a put in one round trip).") \
   X(shared_channels,                                                                          \
-    "Connections of attached processes that carry their frames through shared memory.")
+    "Connections of attached processes that carry their frames through shared memory.")       \
+  X(namespace_refusals,                                                                       \
+    "Requests of attached processes refused (PermissionDenied) for a namespace their "        \
+    "credentials do not grant (local_allowed_uids).")
 
 struct LocalServerCounters {
 #define KV_LOCAL_COUNTER_FIELD(name, help) std::atomic<uint64_t> name{0};

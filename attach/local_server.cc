@@ -14,9 +14,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "attach/namespace_wire.h"
 #include "db/shared_arena.h"
 #include "env/descriptor_budget.h"
 #include "kvengine/db.h"
+#include "namespaces/namespace_keys.h"
+#include "namespaces/namespace_view.h"
 #include "transport/busy_poll.h"
 #include "transport/db_ops.h"
 #include "transport/read_validation.h"
@@ -26,6 +29,7 @@
 #include "util/coding.h"
 #include "util/logging.h"
 #include "util/mutex.h"
+#include "util/namespace_key.h"
 #include "util/printable.h"
 
 namespace kvengine {
@@ -36,12 +40,39 @@ namespace {
 // commits or releases runs out, instead of the arena.
 constexpr size_t kMaxHeldPerConnection = 1u << 20;
 
+// Whether a request of `op` reads or changes keys of the connection's namespace (the
+// others -- properties, Flush, CompactBuckets, the channel, UNPIN of the connection's own
+// pins, the namespace requests, checked on their own -- are not about its keys).
+bool TouchesKeys(uint8_t op) {
+  switch (op) {
+    case wire::kExists:
+    case wire::kDelete:
+    case wire::kValueSize:
+    case wire::kDeleteMatching:
+    case wire::kPrefetch:
+    case wire::kReserve:
+    case wire::kCommit:
+    case wire::kCommitReserve:
+    case wire::kPin:
+    case wire::kLocate:
+    case wire::kReadRemovals:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// How a namespace is named in messages ("": the default namespace).
+std::string NamespaceName(const std::string& name) {
+  return name.empty() ? "the default namespace" : "namespace '" + name + "'";
+}
+
 }  // namespace
 
 struct LocalServer::Connection {
   int fd = -1;
-  uid_t uid = 0;
-  pid_t pid = 0;
+  LocalPeer peer;    // its process's credentials, from the kernel
+  LocalGrant grant;  // what local_allowed_uids lets it do
   std::thread thread;
   std::atomic<bool> done{false};
 };
@@ -53,15 +84,17 @@ class LocalServer::Session {
   Session(LocalServer* server, Connection* conn)
       : server_(server),
         db_(server->db_),
-        ops_(server->db_),
         arena_(server->arena_),
         conn_(conn),
         base_(server->arena_->arena_base()),
-        busy_poll_(server->options_.local_busy_poll_us) {}
+        busy_poll_(server->options_.local_busy_poll_us),
+        who_("attached client pid " + std::to_string(conn->peer.pid) + " uid " +
+             std::to_string(conn->peer.uid)) {
+    Bind("", nullptr);  // the default namespace, or refused when the grant lacks it
+  }
 
   void Run() {
-    const std::string who =
-        "attached client pid " + std::to_string(conn_->pid) + " uid " + std::to_string(conn_->uid);
+    const std::string& who = who_;
     uint8_t last_op = 0;  // the op of the request served last (0: none yet)
     for (;;) {
       // Idle clients may wait forever; a frame once begun must arrive within the timeout.
@@ -172,7 +205,7 @@ class LocalServer::Session {
         LogLevel::kWarn,
         "local: attached client pid %d held %zu reserved slots longer than "
         "local_reservation_timeout_ms (%llu): given back",
-        static_cast<int>(conn_->pid), expired,
+        static_cast<int>(conn_->peer.pid), expired,
         static_cast<unsigned long long>(server_->options_.local_reservation_timeout_ms));
   }
 
@@ -241,7 +274,10 @@ class LocalServer::Session {
                   RemoteLocation* loc) {
     if (Full()) return HeldTooMuch().ErrorCode();
     MemoryTier::Reservation r;
-    Status s = arena_->Reserve(key, size, &r);
+    Status s =
+        key == nullptr
+            ? arena_->Reserve(nullptr, size, &r)
+            : WithArenaKey(*key, [&](const Slice& k) { return arena_->Reserve(&k, size, &r); });
     if (!s.ok()) return s.ErrorCode();
     const uint64_t id = ++next_id_;
     *loc = {OffsetOf(r.data()), size, 0, id};
@@ -270,7 +306,10 @@ class LocalServer::Session {
                 .ErrorCode();
         continue;
       }
-      (*results)[i] = arena_->Commit(keys[i], &it->second.slot).ErrorCode();
+      Held& slot = it->second;
+      (*results)[i] = WithArenaKey(keys[i], [&](const Slice& k) {
+                        return arena_->Commit(k, &slot.slot);
+                      }).ErrorCode();
       if (held == &spares_ && (*results)[i] == 0) {
         server_->counters_->spare_commits.fetch_add(1, std::memory_order_relaxed);
       }
@@ -283,28 +322,29 @@ class LocalServer::Session {
   // it -- read through the DB served into room of its own (lease->staging).
   // BufferTooSmall when it is larger than `capacity`.
   Status Pin(const Slice& key, uint64_t capacity, Lease* lease, Slice* value) {
-    Status s = arena_->PinInMemory(key, capacity, &lease->handle);
+    Status s = WithArenaKey(
+        key, [&](const Slice& k) { return arena_->PinInMemory(k, capacity, &lease->handle); });
     if (s.ok()) *value = lease->handle.value();
     if (!s.IsNotFound()) return s;
     return ReadIntoStaging(key, capacity, &lease->staging, value);
   }
 
-  // Reads key's value through the DB served (SSD, peers; promoted by its policy) into a
-  // reservation of the arena that only this client sees.  The value may change size
-  // between the size and the read: then it is read again.
+  // Reads key's value through the connection's namespace (SSD, peers; promoted by its
+  // policy) into a reservation of the arena that only this client sees.  The value may
+  // change size between the size and the read: then it is read again.
   Status ReadIntoStaging(const Slice& key, uint64_t capacity, MemoryTier::Reservation* staging,
                          Slice* value) {
     for (int attempt = 0; attempt < 4; attempt++) {
       uint64_t size = 0;
-      Status s = db_->GetValueSize(key, &size);
+      Status s = served_->GetValueSize(key, &size);
       if (!s.ok()) return s;
       if (size > capacity) return TooSmall(key, size, capacity);
-      s = arena_->Reserve(&key, size, staging);
+      s = WithArenaKey(key, [&](const Slice& k) { return arena_->Reserve(&k, size, staging); });
       if (!s.ok()) return s;
       std::vector<Destination> dest(1);
       dest[0].emplace_back(staging->data(), size);
       std::vector<int64_t> result;
-      s = db_->BatchGetInto(ReadOptions(), std::span<const Slice>(&key, 1), dest, &result);
+      s = served_->BatchGetInto(ReadOptions(), std::span<const Slice>(&key, 1), dest, &result);
       if (!s.ok()) return s;
       if (result[0] >= 0) {
         *value = Slice(staging->data(), static_cast<size_t>(result[0]));
@@ -382,7 +422,7 @@ class LocalServer::Session {
     }
     RemovalBatch batch;
     // The DB holds max_events to its batch limit; one past any limit is refused there.
-    Status s = db_->ReadRemovals(
+    Status s = served_->ReadRemovals(
         after, static_cast<size_t>(std::min<uint64_t>(max_events, SIZE_MAX)), &batch);
     // An answer stays well inside a frame's metadata limit: the events past it are
     // left for the reader's next call (its cursor is the last event it got).
@@ -399,12 +439,151 @@ class LocalServer::Session {
     return Answer(h, out);
   }
 
+  // ---- namespaces
+
+  // Runs fn(key as the arena knows it) for `key`, a key of the connection's namespace:
+  // checked and mapped by the owner's own rule (never the client's), and, in a
+  // namespace, under its guard, so that a DropNamespace cannot run between the mapping
+  // and what fn publishes or pins.
+  template <class Fn>
+  Status WithArenaKey(const Slice& key, Fn fn) {
+    if (view_ == nullptr) {
+      Status s = default_rule_.Check(key);
+      return s.ok() ? fn(key) : s;
+    }
+    return view_->Guarded([&](const NamespaceKeys& rule) {
+      PrefixedKey internal;
+      Status s = rule.ToInternal(key, &internal);
+      return s.ok() ? fn(internal.slice()) : s;
+    });
+  }
+
+  // The PermissionDenied of a client whose grant lacks namespace `name`.
+  Status Refusal(const std::string& name, const char* why = "may not use") const {
+    return Status::PermissionDenied(
+        "uid " + std::to_string(conn_->peer.uid) + " " + why + " " + NamespaceName(name) + " of " +
+        server_->path_ + " (local_allowed_uids grants it " + conn_->grant.ToString() + ")");
+  }
+
+  // Makes `name` the connection's namespace ("": the default one); stores its id in *id
+  // (0 for the default).  A namespace outside the grant is refused, the connection left
+  // where it was; the default namespace outside the grant binds, refusing every request
+  // with keys.
+  Status Bind(const std::string& name, uint64_t* id) {
+    if (name.empty()) {
+      namespace_.clear();
+      handle_.reset();
+      view_ = nullptr;
+      served_ = db_;
+      denied_ = conn_->grant.Allows("") ? Status::OK() : Refusal("");
+      if (id != nullptr) *id = 0;
+      return Status::OK();
+    }
+    if (!conn_->grant.Allows(name)) return Refusal(name);
+    std::unique_ptr<DB> handle;
+    Status s = db_->OpenNamespace(name, &handle);
+    if (!s.ok()) return s;
+    auto* view = dynamic_cast<NamespaceView*>(handle.get());
+    if (view == nullptr) return Status::NotSupported("the DB served has no namespace views");
+    namespace_ = name;
+    handle_ = std::move(handle);
+    view_ = view;
+    served_ = view;
+    denied_ = Status::OK();
+    if (id != nullptr) *id = ns::IdOf(name);
+    return Status::OK();
+  }
+
+  // Answers a request refused whole for its namespace, in the shape of its op's answer
+  // (every client reads the status first and stops at an error), and counts it.
+  bool AnswerRefused(const wire::FrameHeader& h, const Status& why) {
+    server_->Deny(who_, why);
+    std::string out;
+    wire::PutBatchStatus(&out, why);
+    switch (h.op) {
+      case wire::kExists:
+      case wire::kDelete:
+      case wire::kValueSize:
+      case wire::kPrefetch:
+      case wire::kLocate:
+      case wire::kCommit:
+        wire::PutResults(&out, {});
+        break;
+      case wire::kDeleteMatching:
+        PutFixed64(&out, 0);
+        break;
+      default:  // RESERVE, PIN, COMMIT_RESERVE, READ_REMOVALS: the status alone
+        break;
+    }
+    return Answer(h, out);
+  }
+
+  // The answer of a namespace request: its status and one fixed64; a PermissionDenied
+  // counted and logged.
+  bool AnswerNamespace(const wire::FrameHeader& h, const Status& s, uint64_t n) {
+    if (s.IsPermissionDenied()) server_->Deny(who_, s);
+    std::string out;
+    wire::PutBatchStatus(&out, s);
+    PutFixed64(&out, n);
+    return Answer(h, out);
+  }
+
+  bool ServeUse(const wire::FrameHeader& h, std::string_view meta) {
+    std::string_view name;
+    if (!GetLengthPrefixed(&meta, &name) || !meta.empty()) return false;
+    uint64_t id = 0;
+    Status s = Bind(std::string(name), &id);
+    return AnswerNamespace(h, s, id);
+  }
+
+  // Whether the grant lets the client create or drop `name`.
+  Status MayAdminister(const std::string& name) const {
+    if (!conn_->grant.Allows(name)) return Refusal(name, "may not create or drop");
+    if (!conn_->grant.admin) return Refusal(name, "(no @admin) may not create or drop");
+    return Status::OK();
+  }
+
+  bool ServeCreate(const wire::FrameHeader& h, std::string_view meta) {
+    std::string name;
+    NamespaceOptions options;
+    if (!wire::GetCreateNamespace(&meta, &name, &options) || !meta.empty()) return false;
+    Status s = MayAdminister(name);
+    std::unique_ptr<DB> handle;  // released at once: the client's USE opens its own
+    if (s.ok()) s = db_->CreateNamespace(name, options, &handle);
+    return AnswerNamespace(h, s, s.ok() ? ns::IdOf(name) : 0);
+  }
+
+  bool ServeDrop(const wire::FrameHeader& h, std::string_view meta) {
+    std::string_view name;
+    if (!GetLengthPrefixed(&meta, &name) || !meta.empty()) return false;
+    Status s = MayAdminister(std::string(name));
+    uint64_t deleted = 0;
+    if (s.ok()) s = db_->DropNamespace(std::string(name), &deleted);
+    return AnswerNamespace(h, s, deleted);
+  }
+
+  // The registered namespaces the grant lets the client use; the others it never sees.
+  bool ServeList(const wire::FrameHeader& h) {
+    std::vector<NamespaceInfo> all, granted;
+    Status s = db_->ListNamespaces(&all);
+    for (NamespaceInfo& n : all) {
+      if (conn_->grant.Allows(n.name)) granted.push_back(std::move(n));
+    }
+    std::string out;
+    wire::PutBatchStatus(&out, s);
+    if (s.ok()) wire::PutNamespaceList(&out, granted);
+    return Answer(h, out);
+  }
+
   // False: the request was malformed; close the connection.
   bool Serve(const wire::FrameHeader& h, const std::string& meta_bytes) {
     std::string_view meta(meta_bytes);
+    if (!denied_.ok() && TouchesKeys(h.op)) return AnswerRefused(h, denied_);
     if (IsDbOp(h.op)) {  // exists, deletes, value sizes, properties: as the peer server
+      // Properties are the whole DB's, the owner's local counters included.
+      DbOpsOverDB ops(h.op == wire::kProperty ? db_ : served_);
       std::string out;
-      return ServeDbOp(&ops_, h.op, meta, &out) && Answer(h, out);
+      return ServeDbOp(&ops, h.op, meta, &out) && Answer(h, out);
     }
     std::vector<std::string_view> views;
     std::vector<uint64_t> extra;
@@ -456,11 +635,19 @@ class LocalServer::Session {
       }
       case wire::kLocate: {
         if (!get_keys(false)) return false;
-        Status s = db_->BatchLocate(keys, &results);
+        Status s = served_->BatchLocate(keys, &results);
         return AnswerResults(h, s, results);
       }
       case wire::kReadRemovals:
         return ServeReadRemovals(h, meta);
+      case wire::kUseNamespace:
+        return ServeUse(h, meta);
+      case wire::kCreateNamespace:
+        return ServeCreate(h, meta);
+      case wire::kDropNamespace:
+        return ServeDrop(h, meta);
+      case wire::kListNamespaces:
+        return meta.empty() && ServeList(h);
       case wire::kCompactBuckets: {
         uint64_t reclaimed = 0;
         Status s = db_->CompactBuckets(&reclaimed);
@@ -479,12 +666,22 @@ class LocalServer::Session {
   }
 
   LocalServer* const server_;
-  DB* const db_;
-  DbOpsOverDB ops_;  // the requests every server answers alike, over db_
+  DB* const db_;  // the whole DB: its default namespace, properties, namespace requests
   SharedArena* const arena_;
   Connection* const conn_;
   const char* const base_;
   BusyPollPredictor busy_poll_;
+  const std::string who_;  // the client, in messages
+  // The namespace the connection's requests are in (Bind): its name ("": the default
+  // namespace), its handle (null for the default one), the DB its requests go to (db_ or
+  // the handle), and, when the grant lacks it, the PermissionDenied every request with
+  // keys is answered.
+  std::string namespace_;
+  std::unique_ptr<DB> handle_;
+  NamespaceView* view_ = nullptr;  // handle_, for the arena path (Guarded)
+  DB* served_ = nullptr;
+  Status denied_;
+  const NamespaceKeys default_rule_;
   std::unique_ptr<ShmChannel> channel_;  // once the client opened one: every frame
   uint64_t next_id_ = 0;
   Status answer_error_;                    // why the last answer could not be sent
@@ -508,23 +705,11 @@ LocalServer::~LocalServer() { Stop(); }
 Status LocalServer::Start(const Options& options, DB* db, SharedArena* arena, Logger* logger,
                           LocalServerCounters* counters, std::unique_ptr<LocalServer>* result) {
   std::unique_ptr<LocalServer> server(new LocalServer(options, db, arena, logger, counters));
-  server->allowed_uids_ = {geteuid(), 0};
-  std::string_view uids(options.local_allowed_uids);
-  while (!uids.empty()) {
-    const size_t comma = uids.find(',');
-    const std::string one(uids.substr(0, comma));
-    uids.remove_prefix(comma == std::string_view::npos ? uids.size() : comma + 1);
-    if (one.empty()) continue;
-    char* end = nullptr;
-    const unsigned long uid = std::strtoul(one.c_str(), &end, 10);
-    if (*end != '\0') {
-      return Status::InvalidArgument("local_allowed_uids: '" + one + "' is not a uid");
-    }
-    server->allowed_uids_.insert(static_cast<uid_t>(uid));
-  }
+  Status s = LocalAccess::Parse(options.local_allowed_uids, geteuid(), &server->access_);
+  if (!s.ok()) return s;
   const mode_t mode =
       static_cast<mode_t>(std::strtoul(options.local_listen_mode.c_str(), nullptr, 8));
-  Status s = ListenUnix(server->path_, mode, options.local_listen_group, &server->listen_fd_);
+  s = ListenUnix(server->path_, mode, options.local_listen_group, &server->listen_fd_);
   if (!s.ok()) return s;
   const DescriptorBudget budget = DescriptorBudget::Plan(
       options.env != nullptr ? options.env : Env::Default(), options.max_open_files);
@@ -700,13 +885,16 @@ Status LocalServer::SendGreeting(int fd, const Status& s, Deadline deadline) {
 
 bool LocalServer::Greet(Connection* conn) {
   const Deadline deadline = DeadlineIn(options_.peer_timeout_ms);
-  Status s = PeerCredentials(conn->fd, &conn->uid, &conn->pid);
-  if (s.ok() && allowed_uids_.count(conn->uid) == 0) {
-    s = Status::InvalidArgument("refused: uid " + std::to_string(conn->uid) +
+  Status s = LocalPeer::Of(conn->fd, &conn->peer);
+  if (s.ok() && !access_.Admit(conn->peer, &conn->grant)) {
+    s = Status::InvalidArgument("refused: uid " + std::to_string(conn->peer.uid) +
                                 " may not attach to " + path_);
     counters_->clients_refused.fetch_add(1);
-    logger_->Logf(LogLevel::kWarn, "local: refused pid %d uid %u on %s: not an allowed uid",
-                  static_cast<int>(conn->pid), static_cast<unsigned>(conn->uid), path_.c_str());
+    logger_->Logf(LogLevel::kWarn,
+                  "local: refused pid %d uid %u gid %u on %s: local_allowed_uids names "
+                  "neither its uid nor its groups",
+                  static_cast<int>(conn->peer.pid), static_cast<unsigned>(conn->peer.uid),
+                  static_cast<unsigned>(conn->peer.gid), path_.c_str());
   }
   const Status sent = SendGreeting(conn->fd, s, deadline);
   // A client gone before its greeting (killed, or one that only connects) costs nothing
@@ -716,18 +904,28 @@ bool LocalServer::Greet(Connection* conn) {
   return true;
 }
 
+void LocalServer::LogLimited(LogLimiter* limiter, const std::string& line, const char* events) {
+  uint64_t held_back = 0;
+  if (!limiter->Admit(&held_back)) return;
+  logger_->Logf(LogLevel::kWarn,
+                "%s (and %llu more such %s since the last line; at most one line per %lld s)",
+                line.c_str(), static_cast<unsigned long long>(held_back), events,
+                static_cast<long long>(
+                    std::chrono::duration_cast<std::chrono::seconds>(limiter->interval()).count()));
+}
+
+void LocalServer::Deny(const std::string& who, const Status& why) {
+  counters_->namespace_refusals.fetch_add(1, std::memory_order_relaxed);
+  LogLimited(&denied_log_, "local: refused a request of " + who + ": " + why.ToString(),
+             "refusals");
+}
+
 void LocalServer::Refuse(const std::string& who, const Status& why) {
   counters_->clients_malformed.fetch_add(1, std::memory_order_relaxed);
-  uint64_t held_back = 0;
-  if (!malformed_log_.Admit(&held_back)) return;
-  logger_->Logf(
-      LogLevel::kWarn,
-      "local: closed %s on %s: malformed handshake or request: %s (and %llu more "
-      "such connections since the last line; at most one line per %lld s)",
-      who.c_str(), path_.c_str(), why.ToString().c_str(),
-      static_cast<unsigned long long>(held_back),
-      static_cast<long long>(
-          std::chrono::duration_cast<std::chrono::seconds>(malformed_log_.interval()).count()));
+  LogLimited(&malformed_log_,
+             "local: closed " + who + " on " + path_ +
+                 ": malformed handshake or request: " + why.ToString(),
+             "connections");
 }
 
 }  // namespace kvengine

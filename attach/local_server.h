@@ -1,9 +1,11 @@
 // LocalServer: serves a DB to the other processes of this host (DB::Attach), on a Unix
 // domain socket, with value bytes moving through the shared arena (docs/attach.md).
 //
-// At connect the peer's credentials (SO_PEERCRED) are checked against the allowed uids
-// (the owner's, root's and Options::local_allowed_uids); a refused client is told why
-// and logged.  An accepted one receives the arena's memfd once (SCM_RIGHTS), usually
+// At connect the peer's credentials (SO_PEERCRED, SO_PEERGROUPS) are checked against
+// Options::local_allowed_uids (attach/local_access.h): a client no entry names (and not
+// the owner's uid or root) is refused, told why and logged; an admitted one gets the
+// grant of the entries that name it -- the namespaces it may use, and whether it may
+// create and drop them.  An accepted one receives the arena's memfd once (SCM_RIGHTS), usually
 // asks for a shared channel (OPEN_CHANNEL: every later frame goes through rings in
 // shared memory, transport/shm_channel.h) and then sends requests, answered in order
 // (frames of the peer protocol, wire.h; a client may pipeline them):
@@ -14,9 +16,18 @@
 //   PIN     keys        -> arena offsets of the values, pinned; the client copies out
 //   UNPIN   lease ids   (one-way)
 // and plain requests for the rest (exists, deletes, value sizes, properties, Flush,
-// CompactBuckets).  Every connection owns its reservations and pins: when it closes
-// (the client exits or is killed) they are given back, so a dead client never leaks
-// arena space and never leaves a partial value visible.
+// CompactBuckets).  A connection's requests are in the default namespace until it sends
+// USE_NAMESPACE, which binds it to a namespace of its grant: from then on the owner maps
+// its keys into that namespace (its NamespaceView: the client's own mapping is never
+// trusted), and DeleteAll, DeleteByRegex and READ_REMOVALS see that namespace only.
+// CREATE/DROP/LIST_NAMESPACES are checked against the grant alike.  A request outside
+// the grant -- any request with keys on a connection whose grant lacks the default
+// namespace, USE/CREATE/DROP of a namespace the grant does not name, CREATE/DROP without
+// '@admin' -- fails PermissionDenied naming the namespace, changes nothing, and is
+// counted (local.namespace_refusals) and logged at most once per kRefusalLogInterval.
+// Flush, CompactBuckets and properties are the whole DB's, from any connection.  Every connection
+// owns its reservations and pins: when it closes (the client exits or is killed) they are given
+// back, so a dead client never leaks arena space and never leaves a partial value visible.
 //
 // A slot reserved and not committed within Options::local_reservation_timeout_ms is
 // given back; the client's later COMMIT of it fails with Aborted.  A spare is given back
@@ -49,6 +60,7 @@
 #include <string>
 #include <thread>
 
+#include "attach/local_access.h"
 #include "attach/local_counters.h"
 #include "kvengine/options.h"
 #include "kvengine/status.h"
@@ -121,6 +133,12 @@ class LocalServer {
   // On the connection's thread: checks the client's uid and greets it (the arena's
   // memfd and the attach frame).  False: refused, or gone before its greeting.
   bool Greet(Connection* conn);
+  // Logs `line` at warn, at most once per `limiter`'s interval, with the count of the
+  // `events` held back since the last line.
+  void LogLimited(LogLimiter* limiter, const std::string& line, const char* events);
+  // Counts and logs (at most once per kRefusalLogInterval) a request refused for its
+  // namespace: `why` is the PermissionDenied the client is answered.
+  void Deny(const std::string& who, const Status& why);
   // Counts a connection closed for bytes that are not the attach protocol (garbage, a
   // malformed request, a frame begun and not finished in peer_timeout_ms) and logs it,
   // at most once per kRefusalLogInterval.
@@ -134,7 +152,7 @@ class LocalServer {
   Logger* const logger_;
   LocalServerCounters* const counters_;
   const std::string path_;
-  std::set<uid_t> allowed_uids_;
+  LocalAccess access_;  // Options::local_allowed_uids
   int listen_fd_ = -1;
   uint64_t max_connections_ = 0;  // set by Start
   std::atomic<bool> stopping_{false};
@@ -142,6 +160,7 @@ class LocalServer {
   LogLimiter malformed_log_{kRefusalLogInterval};
   LogLimiter accept_log_{kRefusalLogInterval};
   LogLimiter over_budget_log_{kRefusalLogInterval};
+  LogLimiter denied_log_{kRefusalLogInterval};
 
   Mutex mu_;
   std::list<std::unique_ptr<Connection>> connections_ GUARDED_BY(mu_);

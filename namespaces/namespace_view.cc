@@ -171,6 +171,10 @@ bool NamespaceView::GetProperty(const std::string& name, std::string* value) {
   return found;
 }
 
+Status NamespaceView::Guarded(const std::function<Status(const NamespaceKeys&)>& fn) {
+  return WithBase([&](DB*) { return fn(state_->keys); });
+}
+
 Status NamespaceView::CreateNamespace(const std::string&, const NamespaceOptions&,
                                       std::unique_ptr<DB>* handle) {
   handle->reset();

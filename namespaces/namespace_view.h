@@ -14,6 +14,7 @@
 #define KVENGINE_NAMESPACES_NAMESPACE_VIEW_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -85,6 +86,14 @@ class NamespaceView : public DB {
   Status OpenNamespace(const std::string& name, std::unique_ptr<DB>* handle) override;
   Status DropNamespace(const std::string& name, uint64_t* deleted) override;
   Status ListNamespaces(std::vector<NamespaceInfo>* namespaces) override;
+
+  // Runs fn(the namespace's key rule) as one of this handle's calls runs: the namespace
+  // cannot be dropped meanwhile (DropNamespace waits), and fn does not run -- Aborted,
+  // as the handle's calls -- once the handle is closed or the namespace gone.  For a
+  // caller that reaches the namespace's keys by a path of its own: the owner's shared
+  // arena, which an attached client's puts and pins take (attach/local_server.cc).
+  // fn must not call this handle.
+  Status Guarded(const std::function<Status(const NamespaceKeys&)>& fn);
 
  private:
   // Runs fn(base) under the namespace's shared lock; Aborted when the handle is closed

@@ -30,31 +30,15 @@
 #include "transport/unix_socket.h"
 #include "transport/wire.h"
 #include "util/coding.h"
+#include "util/namespace_key.h"
 
 namespace kvengine {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string self_exe;  // this binary, for the children
-
-Options OwnerOptions(const std::string& socket) {
-  Options o;
-  o.apply_environment = false;
-  o.memory_capacity_bytes = 64ull << 20;
-  o.memory_slab_size = 1ull << 20;
-  o.prefault_memory = false;
-  o.ssd_capacity_bytes = 0;
-  o.local_listen = socket;
-  return o;
-}
-
-Options ClientOptions() {
-  Options o;
-  o.apply_environment = false;
-  o.peer_timeout_ms = 2000;
-  return o;
-}
+Options OwnerOptions(const std::string& socket) { return test::AttachOwnerOptions(socket); }
+Options ClientOptions() { return test::AttachClientOptions(); }
 
 // A value that names its key and carries its own checksum: bytes [0, 8) FNV-1a of the
 // rest, [8, 16) the key's hash.  A torn, mixed or misdirected read fails ValueIsFor.
@@ -97,23 +81,8 @@ uint64_t AllocatedOnceSettled(DB* db) {
   return Stat(db, "memory.allocated_bytes");
 }
 
-pid_t Spawn(const std::vector<std::string>& args) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    std::vector<char*> argv{const_cast<char*>(self_exe.c_str())};
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(self_exe.c_str(), argv.data());
-    _exit(127);
-  }
-  return pid;
-}
-
-int WaitExit(pid_t pid) {
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
+pid_t Spawn(const std::vector<std::string>& args) { return test::SpawnSelf(args); }
+using test::WaitExit;
 
 // A client speaking the attach protocol frame by frame (docs/attach.md), to behave as
 // DB::Attach never does: reserve and go idle, send and never read.
@@ -737,6 +706,27 @@ TEST_F(AttachTest, IdleReservationsAreReclaimed) {
   EXPECT_EQ(client.Commit("late", id + 1000), Status::InvalidArgument("").ErrorCode());
 }
 
+// The owner checks the keys of the arena path itself: a client that skips its own check
+// (this raw one) cannot reserve or commit a namespace's internal key (0xFE, id, key)
+// from the default namespace.  Before the owner checked, the slot was published inside
+// namespace "a".
+TEST_F(AttachTest, TheOwnerChecksArenaKeysItself) {
+  OpenOwner();
+  std::unique_ptr<DB> a;
+  ASSERT_TRUE(owner_->CreateNamespace("a", NamespaceOptions(), &a).ok());
+  const std::string forged = ns::Prefix(ns::IdOf("a")) + "k";
+  RawClient client;
+  ASSERT_TRUE(client.Connect(socket_).ok());
+  char* slot = nullptr;
+  uint64_t id = 0;
+  EXPECT_TRUE(client.Reserve(forged, 8, &slot, &id).IsInvalidArgument());
+  ASSERT_TRUE(client.Reserve("plain", 8, &slot, &id).ok());
+  std::memcpy(slot, "12345678", 8);
+  EXPECT_EQ(client.Commit(forged, id), Status::InvalidArgument("").ErrorCode());
+  std::string v;
+  EXPECT_TRUE(a->Get(ReadOptions(), "k", &v).IsNotFound());
+}
+
 // Puts of one shape (a vLLM request's layers) take one round trip each: the COMMIT of
 // one reserves the slots of the next, which copies into them without a RESERVE.  A put
 // of another shape reserves again and gives the unused spares back; a client that goes
@@ -1350,7 +1340,7 @@ TEST_F(AttachTest, StatsOfTheOwnerReportTheLocalCountersInEveryFormat) {
                         "\"clients_over_budget\":0,\"clients_malformed\":0,\"reservations_"
                         "expired\":0,\"reserve_requests\":1,"
                         "\"spare_commits\":0,"
-                        "\"shared_channels\":1}}"),
+                        "\"shared_channels\":1,\"namespace_refusals\":0}}"),
               std::string::npos)
         << json;
     ASSERT_TRUE(reader->GetProperty("kvengine.stats.prometheus", &prom));
@@ -1377,10 +1367,6 @@ TEST_F(AttachTest, StatsOfTheOwnerReportTheLocalCountersInEveryFormat) {
 }  // namespace kvengine
 
 int main(int argc, char** argv) {
-  kvengine::self_exe = "/proc/self/exe";
-  char path[4096];
-  const ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
-  if (n > 0) kvengine::self_exe.assign(path, static_cast<size_t>(n));
   if (argc >= 2) {
     const std::string mode = argv[1];
     if (mode == "--worker" && argc == 5) {

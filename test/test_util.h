@@ -16,6 +16,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "kvengine/db.h"
@@ -62,6 +63,54 @@ inline uint16_t FreePort() {
   getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
   close(fd);
   return ntohs(a.sin_port);
+}
+
+// An owner for the attach tests: a 64 MiB memory tier, no SSD tier, serving `socket`.
+inline Options AttachOwnerOptions(const std::string& socket) {
+  Options o;
+  o.apply_environment = false;
+  o.memory_capacity_bytes = 64ull << 20;
+  o.memory_slab_size = 1ull << 20;
+  o.prefault_memory = false;
+  o.ssd_capacity_bytes = 0;
+  o.local_listen = socket;
+  return o;
+}
+
+// An attached client for the attach tests: every call bounded by 2 s.
+inline Options AttachClientOptions() {
+  Options o;
+  o.apply_environment = false;
+  o.peer_timeout_ms = 2000;
+  return o;
+}
+
+// This binary's path, for tests whose children are this binary re-executed.
+inline std::string SelfExe() {
+  char path[4096];
+  const ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+  return n > 0 ? std::string(path, static_cast<size_t>(n)) : "/proc/self/exe";
+}
+
+// Forks and re-executes this binary with `args`, which its main dispatches on.
+inline pid_t SpawnSelf(const std::vector<std::string>& args) {
+  const std::string exe = SelfExe();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    std::vector<char*> argv{const_cast<char*>(exe.c_str())};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(exe.c_str(), argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// Waits for the child `pid`: its exit code, or 128 + the signal that ended it.
+inline int WaitExit(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 // The figure `name` of db's "kvengine.stats" (0 when it has none).

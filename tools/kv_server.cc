@@ -17,12 +17,23 @@
 // "kv_server: metrics on HOST:PORT"; port 0 picks a free port.
 // SIGTERM (or SIGINT) leaves the cluster (revokes the lease), stops accepting, drains
 // requests in flight, flushes and exits 0.
+//
+// Several trust domains (docs/attach.md, "Namespaces and credentials"): every further
+// --db=PATH starts another DB this server serves to local clients only, with its own
+// directory, arena and socket; the --local_listen (required) and --options that follow it
+// are that DB's, so each has its own local_allowed_uids and memory budget:
+//   kv_server --db=/data/a --local_listen=/run/kv/a.sock --options=local_allowed_uids=1001
+//             --db=/data/b --local_listen=/run/kv/b.sock --options=local_allowed_uids=1002
+// A client of one socket never receives another's arena.  --listen, --cluster and
+// --metrics_listen belong to the first DB.  (Separate processes under separate uids are
+// the stronger separation: one process holds every domain's arena.)
 #include <signal.h>
 
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kvengine/db.h"
 #include "kvengine/transport.h"
@@ -36,6 +47,7 @@ void Usage() {
                "                 [--local_listen=SOCKET] [--auth_token_file=F]\n"
                "                 [--options=name=value,...] [--cluster=etcd://H:P/PREFIX]\n"
                "                 [--metrics_listen=HOST:PORT]\n"
+               "                 [--db=PATH --local_listen=SOCKET [--options=...]]...\n"
                "       kv_server --stats=HOST:PORT [--auth_token_file=F]\n");
 }
 
@@ -69,22 +81,52 @@ int PrintStats(const std::string& where, const std::string& token_file) {
   return 0;
 }
 
+// One DB the server serves: its directory, and the flags that are its own.
+struct Served {
+  std::string path, local_listen, options_text;
+  std::unique_ptr<kvengine::DB> db;
+};
+
+// The DBs after the first: local clients only, each on its own socket.
+kvengine::Status OpenLocalOnly(Served* served) {
+  kvengine::Options options;
+  kvengine::Status s = kvengine::SetOptionList(served->options_text, &options);
+  if (s.ok() && served->local_listen.empty()) {
+    s = kvengine::Status::InvalidArgument("--db=" + served->path +
+                                          " (not the first) needs its own --local_listen");
+  }
+  if (s.ok()) s = options.Set("listen", "");
+  if (s.ok()) s = options.Set("local_listen", served->local_listen);
+  if (s.ok()) s = kvengine::DB::Open(options, served->path, &served->db);
+  if (s.ok()) {
+    std::printf("kv_server: serving %s to local clients on %s\n", served->path.c_str(),
+                served->local_listen.c_str());
+  }
+  return s;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string db_path, listen = "127.0.0.1:7400", transport = "auto", token_file, options_text,
-                       stats, local_listen, cluster, metrics_listen;
+  std::string listen = "127.0.0.1:7400", transport = "auto", token_file, stats, cluster,
+              metrics_listen, path;
   bool listen_given = false;
+  std::vector<Served> served(1);  // --local_listen and --options go to the last --db's
   for (int i = 1; i < argc; i++) {
     if (Flag(argv[i], "--listen", &listen)) {
       listen_given = true;
       continue;
     }
-    if (Flag(argv[i], "--db", &db_path) || Flag(argv[i], "--local_listen", &local_listen) ||
+    if (Flag(argv[i], "--db", &path)) {
+      if (!served.back().path.empty()) served.emplace_back();
+      served.back().path = path;
+      continue;
+    }
+    if (Flag(argv[i], "--local_listen", &served.back().local_listen) ||
         Flag(argv[i], "--transport", &transport) ||
         Flag(argv[i], "--auth_token_file", &token_file) ||
-        Flag(argv[i], "--options", &options_text) || Flag(argv[i], "--stats", &stats) ||
-        Flag(argv[i], "--cluster", &cluster) ||
+        Flag(argv[i], "--options", &served.back().options_text) ||
+        Flag(argv[i], "--stats", &stats) || Flag(argv[i], "--cluster", &cluster) ||
         Flag(argv[i], "--metrics_listen", &metrics_listen)) {
       continue;
     }
@@ -97,13 +139,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (!stats.empty()) return PrintStats(stats, token_file);
-  if (db_path.empty()) {
+  if (served[0].path.empty()) {
     Usage();
     return 2;
   }
+  const std::string& db_path = served[0].path;
+  const std::string& local_listen = served[0].local_listen;
 
   kvengine::Options options;
-  kvengine::Status s = kvengine::SetOptionList(options_text, &options);
+  kvengine::Status s = kvengine::SetOptionList(served[0].options_text, &options);
   // --local_listen alone serves local clients only.
   if (!local_listen.empty() && !listen_given) listen.clear();
   if (s.ok()) s = options.Set("listen", listen);
@@ -125,7 +169,7 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  std::unique_ptr<kvengine::DB> db;
+  std::unique_ptr<kvengine::DB>& db = served[0].db;
   s = kvengine::DB::Open(options, db_path, &db);
   if (!s.ok()) {
     std::fprintf(stderr, "kv_server: cannot open %s: %s\n", db_path.c_str(), s.ToString().c_str());
@@ -154,16 +198,28 @@ int main(int argc, char** argv) {
   if (db->GetProperty("kvengine.metrics_listen", &metrics_at)) {
     std::printf("kv_server: metrics on %s\n", metrics_at.c_str());
   }
+  for (size_t i = 1; i < served.size(); i++) {
+    s = OpenLocalOnly(&served[i]);
+    if (!s.ok()) {
+      std::fprintf(stderr, "kv_server: cannot open %s: %s\n", served[i].path.c_str(),
+                   s.ToString().c_str());
+      return 1;  // the DBs opened before close as the process exits
+    }
+  }
   std::fflush(stdout);
 
   int sig = 0;
   sigwait(&stop, &sig);
   std::fprintf(stderr, "kv_server: signal %d: draining\n", sig);
-  s = db->Close();  // stops accepting, drains requests in flight, flushes the SSD tier
-  if (!s.ok()) {
-    std::fprintf(stderr, "kv_server: close: %s\n", s.ToString().c_str());
-    return 1;
+  int rc = 0;
+  for (auto it = served.rbegin(); it != served.rend(); ++it) {
+    s = it->db->Close();  // stops accepting, drains requests in flight, flushes the SSD tier
+    if (!s.ok()) {
+      std::fprintf(stderr, "kv_server: close %s: %s\n", it->path.c_str(), s.ToString().c_str());
+      rc = 1;
+    }
   }
+  if (rc != 0) return rc;
   std::fprintf(stderr, "kv_server: stopped\n");
   return 0;
 }

@@ -69,6 +69,13 @@ enum Op : uint8_t {
   kLocate = 41,
   // fixed64 after, fixed64 max_events -> status, then the RemovalBatch (PutRemovalBatch).
   kReadRemovals = 42,
+  // Namespaces (attach/namespace_wire.h): each checked against the client's grant
+  // (Options::local_allowed_uids).  USE binds the connection to a namespace: its later
+  // requests are that namespace's.
+  kUseNamespace = 43,     // name ("": the default namespace) -> status, fixed64 id
+  kCreateNamespace = 44,  // name, NamespaceOptions -> status, fixed64 id
+  kDropNamespace = 45,    // name -> status, fixed64 keys removed
+  kListNamespaces = 46,   // -> status, the namespaces the client may use
 };
 // Bits of the features an owner announces in its ATTACH answer.
 constexpr uint64_t kFeatureSpares = 1;   // kCommitReserve

@@ -328,7 +328,9 @@ class DB {
   // DropNamespace its calls return Aborted naming it); Close() on a handle releases the
   // handle only.  In sharded mode (ClusterDB) each host keeps its own registry; a
   // namespace's id derives from its name, so hosts that create the same name agree on its
-  // keys.  An attached client (DB::Attach) has no namespaces yet: NotSupported.
+  // keys.  An attached client (DB::Attach) has its owner's namespaces, as far as the
+  // owner's Options::local_allowed_uids grants its credentials: a namespace outside its
+  // grant fails PermissionDenied naming it (docs/attach.md).
   //
   // Names: 1 to 64 bytes of letters, digits, '.', '_', '-'; "default" is reserved.
 

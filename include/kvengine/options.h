@@ -396,9 +396,26 @@ struct Options {
   // Default: ""
   std::string local_listen_group;
 
-  // Uids, besides the owner's own and root's (always allowed), that may attach:
-  // "1001,1002".  Every connection's peer credentials (SO_PEERCRED) are checked; others
-  // are refused and logged.
+  // Who, besides the owner's own uid and root (always allowed, to everything), may
+  // attach, and to which namespaces: entries separated by ',' (or ';', which kv_server's
+  // comma-separated --options=... needs)
+  //   entry     := principal [ '=' grant ]
+  //   principal := N | 'uid:' N | 'gid:' N          (a plain N is a uid)
+  //   grant     := scope { '+' scope }
+  //   scope     := NAME | 'default' | '*' | '@admin'
+  // NAME is a namespace, 'default' the default namespace, '*' every namespace (the
+  // default one included), '@admin' lets the client create and drop the namespaces its
+  // grant names.  An entry without '=' grants '*+@admin', so a plain list of uids
+  // ("1001,1002") means what it always did.  Examples: "uid:1001=tenantA+tenantB",
+  // "gid:2000=*", "uid:1002=tenantC+@admin".  A gid entry matches a client whose primary
+  // or supplementary group it is; several matching entries add up.  The credentials are
+  // the kernel's (SO_PEERCRED, SO_PEERGROUPS), checked at every connection: a client no
+  // entry names is refused and logged; a request outside its grant fails
+  // PermissionDenied naming the namespace, counted (local.namespace_refusals) and logged.
+  // A namespace protects against mistakes and other tenants' calls, not against a
+  // client's own process, which maps the whole arena read-write (docs/attach.md,
+  // "Namespaces and credentials"; separate trust domains need separate owners).
+  // A malformed entry fails DB::Open with InvalidArgument naming it.
   // Default: ""
   std::string local_allowed_uids;
 
