@@ -392,6 +392,10 @@ std::set<std::string> ExportedFamilies(const test::TempDir& dir, const Options& 
   Options c = base;
   EXPECT_TRUE(DB::Attach(c, o.local_listen, &client).ok());
   EXPECT_TRUE(owner->Put(WriteOptions(), "k", "v").ok());
+  // With a namespace, the per-namespace families.
+  std::unique_ptr<DB> tenant;
+  EXPECT_TRUE(owner->CreateNamespace("tenant", NamespaceOptions(), &tenant).ok());
+  EXPECT_TRUE(tenant->Put(WriteOptions(), "k", "v").ok());
   std::set<std::string> families;
   for (DB* db : {owner.get(), client.get()}) {
     const Answer a = Fetch(MetricsAddress(db), "/metrics");
