@@ -64,8 +64,7 @@ Status DBImpl::Init() {
 
   removal_feed_ = std::make_unique<RemovalFeed>(options_.removal_feed_capacity, env_);
   namespace_usage_ = std::make_unique<NamespaceUsage>(
-      options_.memory_capacity_bytes / options_.memory_slab_size * options_.memory_slab_size,
-      options_.ssd_capacity_bytes);
+      options_.memory_capacity_bytes / options_.memory_slab_size * options_.memory_slab_size);
   if (options_.ssd_capacity_bytes > 0) {
     s = SsdTier::Open(options_, path_, env_, &logger_, &ssd_);
     if (!s.ok()) return s;

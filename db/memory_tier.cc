@@ -1,13 +1,12 @@
 #include "db/memory_tier.h"
 
-#include "db/evicted_keys.h"
-
 #include <algorithm>
 #include <cstring>
 #include <string>
 #include <thread>
 #include <utility>
 
+#include "db/evicted_keys.h"
 #include "db/removal_feed.h"
 #include "util/buffers.h"
 #include "util/config_parse.h"
@@ -78,14 +77,14 @@ void MemoryTier::IndexLocked(Shard& shard, uint64_t hash, Item* item) {
   index_slot_bytes_.fetch_add(shard.index.bytes() - before, std::memory_order_relaxed);
   items_.fetch_add(1, std::memory_order_relaxed);
   value_bytes_.fetch_add(item->size, std::memory_order_relaxed);
-  if (usage_ != nullptr) usage_->OfItem(*item)->Add(NamespaceUsage::kMemory, item->size);
+  if (usage_ != nullptr) usage_->OfItem(*item)->Add(item->size);
 }
 
 void MemoryTier::UnindexLocked(Shard& shard, uint64_t hash, Item* item) {
   shard.index.Erase(hash, item);
   items_.fetch_sub(1, std::memory_order_relaxed);
   value_bytes_.fetch_sub(item->size, std::memory_order_relaxed);
-  if (usage_ != nullptr) usage_->OfItem(*item)->Sub(NamespaceUsage::kMemory, item->size);
+  if (usage_ != nullptr) usage_->OfItem(*item)->Sub(item->size);
 }
 
 Item* MemoryTier::AllocateWithEviction(uint64_t size, Status* status) {
@@ -116,9 +115,9 @@ Item* MemoryTier::AllocateWithEviction(uint64_t size, Status* status) {
 
 bool MemoryTier::PickVictims(uint64_t size, std::vector<Item*>* victims) {
   if (usage_ == nullptr) return allocator_.PickVictims(size, victims);
-  usage_->Refresh(NamespaceUsage::kMemory);
-  NamespaceUsage::Slot* most = usage_->MostOver(NamespaceUsage::kMemory);
-  if (!usage_->Shared(NamespaceUsage::kMemory) || most == nullptr) {
+  usage_->Refresh();
+  NamespaceUsage::Slot* most = usage_->MostOver();
+  if (!usage_->Shared() || most == nullptr) {
     return allocator_.PickVictims(size, victims);
   }
   // 2: the namespace most over its share; 1: another over its share; 0: under it.
@@ -127,8 +126,7 @@ bool MemoryTier::PickVictims(uint64_t size, std::vector<Item*>* victims) {
       [&](const Item& item) {
         NamespaceUsage::Slot* ns = usage_->OfItem(item);
         if (ns == most) return 2;
-        return ns->pressure[NamespaceUsage::kMemory].load(std::memory_order_relaxed) > 1000 ? 1
-                                                                                           : 0;
+        return ns->pressure.load(std::memory_order_relaxed) > 1000 ? 1 : 0;
       },
       /*enough=*/2, victims);
 }
@@ -136,15 +134,14 @@ bool MemoryTier::PickVictims(uint64_t size, std::vector<Item*>* victims) {
 Status MemoryTier::MakeQuotaRoom(const Slice& key, uint64_t size) {
   if (usage_ == nullptr) return Status::OK();
   NamespaceUsage::Slot* ns = usage_->Of(key.view());
-  const uint64_t quota = ns->quota[NamespaceUsage::kMemory].load(std::memory_order_relaxed);
-  if (quota == 0 || ns->Fits(NamespaceUsage::kMemory, size)) return Status::OK();
+  const uint64_t quota = ns->quota.load(std::memory_order_relaxed);
+  if (quota == 0 || ns->Fits(size)) return Status::OK();
   // memory_eviction=none promises that nothing is evicted, for a quota either.
   const bool may_evict = options_.memory_eviction != MemoryEviction::kNone;
   std::vector<Item*> victims;
   int fruitless = 0;  // searches in a row that found none of the namespace's values
-  for (int attempt = 0; may_evict && size <= quota && attempt < kMaxAllocationAttempts;
-       attempt++) {
-    if (ns->Fits(NamespaceUsage::kMemory, size)) return Status::OK();
+  for (int attempt = 0; may_evict && size <= quota && attempt < kMaxAllocationAttempts; attempt++) {
+    if (ns->Fits(size)) return Status::OK();
     victims.clear();
     if (!allocator_.PickVictimWhere(
             size, [&](const Item& item) { return usage_->OfItem(item) == ns; }, &victims)) {
@@ -161,8 +158,7 @@ Status MemoryTier::MakeQuotaRoom(const Slice& key, uint64_t size) {
   rejected_puts_.fetch_add(1, std::memory_order_relaxed);
   return Status::NoSpace(
       "namespace " + usage_->NameOf(ns) + " is at its memory quota (" +
-      FormatSize(ns->bytes[NamespaceUsage::kMemory].load(std::memory_order_relaxed)) + " of " +
-      FormatSize(quota) + "): " +
+      FormatSize(ns->bytes.load(std::memory_order_relaxed)) + " of " + FormatSize(quota) + "): " +
       (size > quota ? "a value of " + FormatSize(size) + " can never fit it"
                     : "none of its values can be evicted for one of " + FormatSize(size)));
 }
@@ -249,20 +245,27 @@ Status MemoryTier::Put(const Slice& key, std::span<const Slice> parts, uint64_t 
   s = Reserve(size, &reservation);
   if (!s.ok()) return s;
   GatherCopy(parts, size, reservation.data());
-  return Commit(key, &reservation, version, published);
+  return CommitWithinQuota(key, &reservation, version, published);
 }
 
 Status MemoryTier::Commit(const Slice& key, Reservation* reservation, uint64_t* version,
                           const VersionHook& published) {
+  // The puts that reserved before their key was known (attached clients, copies from a
+  // device) make their namespace's room now.
+  if (reservation->valid() && key.size() <= Item::kMaxKeySize) {
+    Status s = MakeQuotaRoom(key, reservation->size());
+    if (!s.ok()) return s;
+  }
+  return CommitWithinQuota(key, reservation, version, published);
+}
+
+Status MemoryTier::CommitWithinQuota(const Slice& key, Reservation* reservation, uint64_t* version,
+                                     const VersionHook& published) {
   if (!reservation->valid()) return Status::InvalidArgument("commit of an empty reservation");
   if (key.size() > Item::kMaxKeySize) {
     return Status::InvalidArgument("key of " + std::to_string(key.size()) +
                                    " bytes is longer than the memory tier holds");
   }
-  // Checked again for the puts that reserved before their key was known (attached
-  // clients, copies from a device); a plain Put made its room already.
-  Status s = MakeQuotaRoom(key, reservation->size());
-  if (!s.ok()) return s;
   Item* item = reservation->item_;
   reservation->item_ = nullptr;  // its reference is the index's from here on
   allocator_.SetKey(item, key.view());
@@ -474,7 +477,7 @@ bool MemoryTier::Insert(const Slice& key, std::span<const Slice> parts, uint64_t
     return false;
   }
   // A promotion never pushes its namespace over its quota.
-  if (usage_ != nullptr && !usage_->Of(key.view())->Fits(NamespaceUsage::kMemory, size)) {
+  if (usage_ != nullptr && !usage_->Of(key.view())->Fits(size)) {
     return false;
   }
   Status ignored;

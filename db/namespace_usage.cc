@@ -27,8 +27,8 @@ std::string IdName(uint64_t id) {
 }
 }  // namespace
 
-NamespaceUsage::NamespaceUsage(uint64_t memory_capacity, uint64_t ssd_capacity)
-    : capacity_{memory_capacity, ssd_capacity},
+NamespaceUsage::NamespaceUsage(uint64_t memory_capacity)
+    : capacity_(memory_capacity),
       slots_(new Slot[kSlots]),
       claimed_(new std::atomic<Slot*>[kSlots + 1]) {
   for (size_t i = 0; i <= kSlots; i++) claimed_[i].store(nullptr, std::memory_order_relaxed);
@@ -83,8 +83,8 @@ void NamespaceUsage::SetLimits(uint64_t id, const std::string& name, uint64_t me
                                uint64_t ssd_quota_bytes, uint32_t weight) {
   Slot* slot = OfId(id);
   if (slot == &other_) return;  // the table is full: counted, not limited
-  slot->quota[kMemory].store(memory_quota_bytes, std::memory_order_relaxed);
-  slot->quota[kSsd].store(ssd_quota_bytes, std::memory_order_relaxed);
+  slot->quota.store(memory_quota_bytes, std::memory_order_relaxed);
+  slot->ssd_quota.store(ssd_quota_bytes, std::memory_order_relaxed);
   slot->weight.store(weight == 0 ? 1 : weight, std::memory_order_relaxed);
   MutexLock l(&names_mu_);
   names_[id] = name;
@@ -93,19 +93,19 @@ void NamespaceUsage::SetLimits(uint64_t id, const std::string& name, uint64_t me
 void NamespaceUsage::Forget(uint64_t id) {
   Slot* slot = OfId(id);
   if (slot == &other_) return;
-  slot->quota[kMemory].store(0, std::memory_order_relaxed);
-  slot->quota[kSsd].store(0, std::memory_order_relaxed);
+  slot->quota.store(0, std::memory_order_relaxed);
+  slot->ssd_quota.store(0, std::memory_order_relaxed);
   slot->weight.store(1, std::memory_order_relaxed);
   MutexLock l(&names_mu_);
   names_.erase(id);
 }
 
-void NamespaceUsage::Refresh(Tier tier) {
+void NamespaceUsage::Refresh() {
   const int64_t now = NowNanos();
-  if (now - last_refresh_nanos_[tier].load(std::memory_order_relaxed) < kRefreshNanos) return;
+  if (now - last_refresh_nanos_.load(std::memory_order_relaxed) < kRefreshNanos) return;
   if (!refresh_mu_.TryLock()) return;
   MutexLock l(&refresh_mu_, std::adopt_lock);
-  last_refresh_nanos_[tier].store(now, std::memory_order_relaxed);
+  last_refresh_nanos_.store(now, std::memory_order_relaxed);
   // The fair share of a namespace holding something: the tier split by weight among
   // those that do.
   uint64_t total_weight = 0;
@@ -116,39 +116,39 @@ void NamespaceUsage::Refresh(Tier tier) {
     ForEachUsed([&](const Slot& slot) { fn(const_cast<Slot&>(slot)); });
   };
   visit([&](Slot& slot) {
-    if (slot.bytes[tier].load(std::memory_order_relaxed) == 0) return;
+    if (slot.bytes.load(std::memory_order_relaxed) == 0) return;
     total_weight += slot.weight.load(std::memory_order_relaxed);
     active++;
   });
-  active_[tier].store(active, std::memory_order_relaxed);
+  active_.store(active, std::memory_order_relaxed);
   Slot* most = nullptr;
   uint32_t most_pressure = 1000;  // only a namespace over its share is "most over"
   visit([&](Slot& slot) {
-    const uint64_t bytes = slot.bytes[tier].load(std::memory_order_relaxed);
+    const uint64_t bytes = slot.bytes.load(std::memory_order_relaxed);
     uint32_t pressure = 0;
-    if (bytes != 0 && total_weight != 0 && capacity_[tier] != 0) {
-      const double share = static_cast<double>(capacity_[tier]) *
+    if (bytes != 0 && total_weight != 0 && capacity_ != 0) {
+      const double share = static_cast<double>(capacity_) *
                            slot.weight.load(std::memory_order_relaxed) / total_weight;
       const double p = 1000.0 * static_cast<double>(bytes) / share;
       pressure = p > 4e9 ? 4000000000u : static_cast<uint32_t>(p);
     }
-    slot.pressure[tier].store(pressure, std::memory_order_relaxed);
+    slot.pressure.store(pressure, std::memory_order_relaxed);
     if (pressure > most_pressure) {
       most_pressure = pressure;
       most = &slot;
     }
   });
-  most_over_[tier].store(most, std::memory_order_relaxed);
+  most_over_.store(most, std::memory_order_relaxed);
 }
 
 NamespaceUsage::Report NamespaceUsage::ReportOf(const Slot& slot, std::string name) const {
   Report r;
   r.name = std::move(name);
-  r.memory_quota_bytes = slot.quota[kMemory].load(std::memory_order_relaxed);
-  r.ssd_quota_bytes = slot.quota[kSsd].load(std::memory_order_relaxed);
+  r.memory_quota_bytes = slot.quota.load(std::memory_order_relaxed);
+  r.ssd_quota_bytes = slot.ssd_quota.load(std::memory_order_relaxed);
   r.weight = slot.weight.load(std::memory_order_relaxed);
-  r.memory_bytes = slot.bytes[kMemory].load(std::memory_order_relaxed);
-  r.memory_items = slot.items[kMemory].load(std::memory_order_relaxed);
+  r.memory_bytes = slot.bytes.load(std::memory_order_relaxed);
+  r.memory_items = slot.items.load(std::memory_order_relaxed);
 #define KV_NS_COPY(field, help) r.field = slot.field.load(std::memory_order_relaxed);
 #define KV_NS_SKIP(field, help)
   KV_NAMESPACE_FIGURES(KV_NS_SKIP, KV_NS_COPY)
@@ -180,7 +180,7 @@ std::vector<NamespaceUsage::Report> NamespaceUsage::Reports() const {
     auto it = names.find(id);
     if (it != names.end()) {
       out.push_back(ReportOf(slot, it->second));
-    } else if (slot.items[kMemory].load(std::memory_order_relaxed) != 0) {
+    } else if (slot.items.load(std::memory_order_relaxed) != 0) {
       // Not registered here (a peer's keys) but holding values; a dropped namespace
       // that holds nothing more is not reported.
       out.push_back(ReportOf(slot, IdName(id)));

@@ -9,10 +9,10 @@
 // (Forget).  A namespace the table was never told of -- keys a peer sent -- is counted
 // all the same, named by its id, with no quota and weight 1.
 //
-// The memory tier charges and enforces; the SSD tier does not yet (its index keeps key
+// Only the memory tier is charged and enforced: the SSD tier's index keeps key
 // fingerprints, not keys, so a bucket evicted whole or a map restored from its checkpoint
-// cannot say whose bytes they were without reading every bucket's index): ssd_quota_bytes
-// is stored and reported, not enforced.
+// cannot say whose bytes they were without reading every bucket's index.  The SSD quota
+// is kept for the report alone.
 //
 // What the memory tier does with it:
 //   * a put into a namespace at its tier quota first evicts that namespace's own
@@ -62,39 +62,39 @@ struct Item;
 
 class NamespaceUsage {
  public:
-  enum Tier : int { kMemory = 0, kSsd = 1 };
-  static constexpr int kTiers = 2;
   // Namespaces the table tells apart; more (possible only with foreign keys: the
   // registry holds at most 4096) are counted together as "other".
   static constexpr size_t kSlots = 8192;
 
   struct Slot {
     std::atomic<uint64_t> id{0};  // 0: free (an id of 0 is never registered)
-    std::atomic<uint64_t> bytes[kTiers] = {};
-    std::atomic<uint64_t> items[kTiers] = {};
+    // What the namespace holds in the memory tier.
+    std::atomic<uint64_t> bytes{0};
+    std::atomic<uint64_t> items{0};
 #define KV_NS_COUNTER_FIELD(field, help) std::atomic<uint64_t> field{0};
 #define KV_NS_SKIP(field, help)
     KV_NAMESPACE_FIGURES(KV_NS_SKIP, KV_NS_COUNTER_FIELD)
 #undef KV_NS_COUNTER_FIELD
 #undef KV_NS_SKIP
-    std::atomic<uint64_t> quota[kTiers] = {};  // 0: none
+    std::atomic<uint64_t> quota{0};      // memory quota; 0: none
+    std::atomic<uint64_t> ssd_quota{0};  // reported only
     std::atomic<uint32_t> weight{1};
     // Set by Refresh: bytes over fair share, in thousandths (1000: exactly its share).
-    std::atomic<uint32_t> pressure[kTiers] = {};
+    std::atomic<uint32_t> pressure{0};
 
-    void Add(Tier tier, uint64_t size) {
-      bytes[tier].fetch_add(size, std::memory_order_relaxed);
-      items[tier].fetch_add(1, std::memory_order_relaxed);
+    void Add(uint64_t size) {
+      bytes.fetch_add(size, std::memory_order_relaxed);
+      items.fetch_add(1, std::memory_order_relaxed);
     }
-    void Sub(Tier tier, uint64_t size) {
-      bytes[tier].fetch_sub(size, std::memory_order_relaxed);
-      items[tier].fetch_sub(1, std::memory_order_relaxed);
+    void Sub(uint64_t size) {
+      bytes.fetch_sub(size, std::memory_order_relaxed);
+      items.fetch_sub(1, std::memory_order_relaxed);
     }
     void Count(std::atomic<uint64_t>& counter) { counter.fetch_add(1, std::memory_order_relaxed); }
-    // Whether `size` more bytes fit the namespace's quota in `tier`.
-    bool Fits(Tier tier, uint64_t size) const {
-      const uint64_t q = quota[tier].load(std::memory_order_relaxed);
-      return q == 0 || bytes[tier].load(std::memory_order_relaxed) + size <= q;
+    // Whether `size` more bytes fit the namespace's memory quota.
+    bool Fits(uint64_t size) const {
+      const uint64_t q = quota.load(std::memory_order_relaxed);
+      return q == 0 || bytes.load(std::memory_order_relaxed) + size <= q;
     }
   };
 
@@ -108,8 +108,8 @@ class NamespaceUsage {
 #undef KV_NS_REPORT_FIELD
   };
 
-  // `capacity[t]`: the bytes of tier t that fair shares divide (0: no such tier).
-  NamespaceUsage(uint64_t memory_capacity, uint64_t ssd_capacity);
+  // `memory_capacity`: the bytes of the memory tier that fair shares divide.
+  explicit NamespaceUsage(uint64_t memory_capacity);
   NamespaceUsage(const NamespaceUsage&) = delete;
   NamespaceUsage& operator=(const NamespaceUsage&) = delete;
 
@@ -127,14 +127,15 @@ class NamespaceUsage {
   // Namespace `id` was dropped: its limits go, its counters stay (its keys are gone).
   void Forget(uint64_t id) EXCLUDES(names_mu_);
 
-  // Recomputes every namespace's pressure in `tier` from what each holds now.  Cheap
-  // enough to call once per eviction round; a round that finds another running skips.
-  void Refresh(Tier tier) EXCLUDES(refresh_mu_);
-  // Whether more than one namespace holds something in `tier`: only then is fairness
-  // a question (the default namespace alone evicts by plain recency).
-  bool Shared(Tier tier) const { return active_[tier].load(std::memory_order_relaxed) > 1; }
-  // The slot most over its fair share in `tier` at the last Refresh (null: none over).
-  Slot* MostOver(Tier tier) const { return most_over_[tier].load(std::memory_order_relaxed); }
+  // Recomputes every namespace's pressure from what each holds now, at most every
+  // 200 us: cheap enough to call once per eviction round; a round that finds another
+  // running skips.
+  void Refresh() EXCLUDES(refresh_mu_);
+  // Whether more than one namespace holds values: only then is fairness a question (the
+  // default namespace alone evicts by plain recency).
+  bool Shared() const { return active_.load(std::memory_order_relaxed) > 1; }
+  // The slot most over its fair share at the last Refresh (null: none over).
+  Slot* MostOver() const { return most_over_.load(std::memory_order_relaxed); }
 
   // The name `slot` is reported by: "default", a registered name, "id:<hex>" or "other".
   std::string NameOf(const Slot* slot) const EXCLUDES(names_mu_);
@@ -151,16 +152,16 @@ class NamespaceUsage {
   template <typename Fn>
   void ForEachUsed(Fn&& fn) const;
 
-  const uint64_t capacity_[kTiers];
+  const uint64_t capacity_;
   Slot default_;
   Slot other_;  // namespaces beyond kSlots
   std::unique_ptr<Slot[]> slots_;
   // claimed_[0, used_) are the slots claimed, in claim order.
   std::unique_ptr<std::atomic<Slot*>[]> claimed_;
   std::atomic<size_t> used_{0};
-  std::atomic<int64_t> last_refresh_nanos_[kTiers] = {};
-  std::atomic<uint32_t> active_[kTiers] = {};
-  std::atomic<Slot*> most_over_[kTiers] = {};
+  std::atomic<int64_t> last_refresh_nanos_{0};
+  std::atomic<uint32_t> active_{0};
+  std::atomic<Slot*> most_over_{nullptr};
 
   Mutex refresh_mu_;
   mutable Mutex names_mu_;

@@ -69,21 +69,14 @@ Status TombstoneGuard::Read(Env* env, const std::string& dir, Contents* contents
 Status TombstoneGuard::Create(Env* env, const std::string& dir, const std::vector<State>& states,
                               std::unique_ptr<TombstoneGuard>* result) {
   result->reset();
-  const std::string path = dir + "/" + kFileName;
-  const std::string tmp = path + ".tmp";
   std::string data;
   PutFixed64(&data, kGuardMagic);
   PutFixed32(&data, kGuardFormatVersion);
   PutFixed32(&data, 0);
   for (const State& st : states) Encode(st, &data);
+  Status s = ReplaceFileAtomically(env, dir, kFileName, Slice(data));
   std::unique_ptr<WritableFile> file;
-  Status s = env->NewWritableFile(tmp, FileOptions(), &file);
-  if (s.ok()) s = file->Append(Slice(data));
-  if (s.ok()) s = file->Sync();
-  if (s.ok()) s = file->Close();
-  if (s.ok()) s = env->RenameFile(tmp, path);
-  if (s.ok()) s = env->SyncDir(dir);
-  if (s.ok()) s = env->NewAppendableFile(path, &file);
+  if (s.ok()) s = env->NewAppendableFile(dir + "/" + kFileName, &file);
   if (!s.ok()) return s;
   result->reset(new TombstoneGuard(std::move(file), data.size()));
   return Status::OK();

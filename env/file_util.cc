@@ -28,4 +28,19 @@ Status ReadFileToString(Env* env, const std::string& path, std::string* data) {
   return Status::OK();
 }
 
+Status ReplaceFileAtomically(Env* env, const std::string& dir, const std::string& name,
+                             const Slice& data) {
+  const std::string path = dir + "/" + name;
+  const std::string tmp = path + ".tmp";
+  std::unique_ptr<WritableFile> file;
+  Status s = env->NewWritableFile(tmp, FileOptions(), &file);
+  if (s.ok()) s = file->Append(data);
+  if (s.ok()) s = file->Sync();
+  if (s.ok()) s = file->Close();
+  if (s.ok()) s = env->RenameFile(tmp, path);
+  if (s.ok()) s = env->SyncDir(dir);
+  if (!s.ok() && env->FileExists(tmp)) env->RemoveFile(tmp);
+  return s;
+}
+
 }  // namespace kvengine

@@ -147,19 +147,11 @@ Status LoadNamespaceRegistry(Env* env, const std::string& dir, NamespaceRecords*
 }
 
 Status SaveNamespaceRegistry(Env* env, const std::string& dir, const NamespaceRecords& records) {
-  const std::string path = dir + "/" + kNamespaceRegistryFile;
-  const std::string tmp = path + ".tmp";
-  const std::string data = EncodeNamespaceRegistry(records);
-  std::unique_ptr<WritableFile> file;
-  Status s = env->NewWritableFile(tmp, FileOptions(), &file);
-  if (s.ok()) s = file->Append(Slice(data));
-  if (s.ok()) s = file->Sync();
-  if (s.ok()) s = file->Close();
-  if (s.ok()) s = env->RenameFile(tmp, path);
-  if (s.ok()) s = env->SyncDir(dir);
+  Status s =
+      ReplaceFileAtomically(env, dir, kNamespaceRegistryFile, EncodeNamespaceRegistry(records));
   if (!s.ok()) {
-    if (env->FileExists(tmp)) env->RemoveFile(tmp);
-    return Status::IOError("cannot write namespace registry " + path, s.ToString());
+    return Status::IOError("cannot write namespace registry " + dir + "/" + kNamespaceRegistryFile,
+                           s.ToString());
   }
   return Status::OK();
 }

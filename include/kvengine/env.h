@@ -190,6 +190,12 @@ class Env {
 // such as a directory's records.  NotFound when it does not exist.
 Status ReadFileToString(Env* env, const std::string& path, std::string* data);
 
+// Replaces dir/name with `data` so that a crash leaves the old file or the new one, never
+// a mixture: written to dir/name.tmp, synced, renamed over dir/name, the directory
+// synced.  On failure the temporary file is removed and the old file stays.
+Status ReplaceFileAtomically(Env* env, const std::string& dir, const std::string& name,
+                             const Slice& data);
+
 // Told about memory that peers may need to reach directly (the RDMA transport registers
 // each region with the NIC).  Implementations must be thread-safe.
 class MemoryRegistrar {
