@@ -229,7 +229,7 @@ class PeerRouter {
 
   const Options options_;
   Logger* const logger_;
-  std::string token_;                // the credential presented to peers
+  std::string token_;                 // the credential presented to peers
   std::vector<TenantEntry> tenants_;  // of peer_auth_token_file; required when serving
   Endpoint listen_;
   std::string self_;  // listen_ as text; "" when not serving

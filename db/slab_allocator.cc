@@ -381,7 +381,7 @@ bool SlabAllocator::PickVictims(uint64_t size, std::vector<Item*>* victims) {
 }
 
 bool SlabAllocator::PickRankedVictims(uint64_t size, const VictimRank& rank, int enough,
-                                     std::vector<Item*>* victims) {
+                                      std::vector<Item*>* victims) {
   if (size <= slab_size_) {
     MutexLock lock(&mu_);
     const size_t before = victims->size();
@@ -389,7 +389,7 @@ bool SlabAllocator::PickRankedVictims(uint64_t size, const VictimRank& rank, int
     Item* best = nullptr;
     int best_rank = 0;
     size_t seen = 0;
-    for (Item* it = Prev(head), *prev; it != head && seen < kRankScan; it = prev, seen++) {
+    for (Item *it = Prev(head), *prev; it != head && seen < kRankScan; it = prev, seen++) {
       prev = Prev(it);
       if (it->refs.load(std::memory_order_relaxed) == 0) continue;  // being freed
       const int r = rank(*it);
@@ -420,7 +420,7 @@ bool SlabAllocator::PickVictimWhere(uint64_t size, const std::function<bool(cons
   for (int n = 0; n < classes; n++) {
     Item* head = &classes_[(first + n) % classes].lru;
     size_t seen = 0;
-    for (Item* it = Prev(head), *prev; it != head && seen < kRankScan; it = prev, seen++) {
+    for (Item *it = Prev(head), *prev; it != head && seen < kRankScan; it = prev, seen++) {
       prev = Prev(it);
       if (it->refs.load(std::memory_order_relaxed) == 0) continue;  // being freed
       if (!wanted(*it)) {

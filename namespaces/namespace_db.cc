@@ -20,8 +20,8 @@ Status NamespaceDB::Wrap(const Options& options, const std::string& path, bool f
   NamespaceRecords records;
   Status s = LoadNamespaceRegistry(env, path, &records);
   if (!s.ok()) return s;
-  top->reset(new NamespaceDB(std::move(*top), env, path, options.max_key_size, foreign_keys,
-                             usage, std::move(records)));
+  top->reset(new NamespaceDB(std::move(*top), env, path, options.max_key_size, foreign_keys, usage,
+                             std::move(records)));
   return Status::OK();
 }
 
@@ -197,7 +197,8 @@ Status NamespaceDB::CreateNamespace(const std::string& name, const NamespaceOpti
   }
   NamespaceInfo record{name, ns::IdOf(name), options, false};
   if (record.id == 0) {  // the engine's accounting keeps 0 for "no namespace"
-    return Status::InvalidArgument("namespace name '" + name + "' hashes to id 0: choose another name");
+    return Status::InvalidArgument("namespace name '" + name +
+                                   "' hashes to id 0: choose another name");
   }
   for (const NamespaceInfo& r : records_) {
     if (r.id == record.id) {

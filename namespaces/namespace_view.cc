@@ -1,9 +1,8 @@
 #include "namespaces/namespace_view.h"
 
-#include "util/printable.h"
-
 #include "util/byte_regex.h"
 #include "util/input_check.h"
+#include "util/printable.h"
 
 namespace kvengine {
 
@@ -34,8 +33,7 @@ Status NamespaceView::WithKey(const Slice& key, Fn fn) {
   std::string message = s.message();
   const std::string stored = Printable(internal.slice());
   if (size_t at = message.find(stored); at != std::string::npos) {
-    message.replace(at, stored.size(),
-                    Printable(key) + " (namespace " + state_->name + ")");
+    message.replace(at, stored.size(), Printable(key) + " (namespace " + state_->name + ")");
     return Status::FromErrorCode(s.ErrorCode(), message);
   }
   return s;
