@@ -428,6 +428,7 @@ void BucketCompactor::ValidateAndSwap(Group* group, uint64_t* reclaimed, uint64_
   }
   uint64_t old_bytes = 0;
   for (const auto& old : group->olds) {
+    tier_->DropTallyLocked(old.get());  // empty unless restored approximately
     tier_->buckets_.erase(old->id);
     tier_->used_bytes_ -= old->allocated_bytes();
     old_bytes += old->allocated_bytes();
@@ -452,9 +453,12 @@ void BucketCompactor::SwapSurvivorsLocked(Group* group, uint64_t* lost) {
     const SsdLocation here{fresh->id, e.offset, e.size, e.version, e.checksum};
     // Compare and swap: old location -> new, only if the key still maps to the old
     // bucket with the same version; a concurrent delete or overwrite wins.
-    if (tier_->MapsToLocked(fp, group->olds[group->written_source[i]]->id, e.version)) {
+    SsdBucket* old = group->olds[group->written_source[i]].get();
+    if (tier_->MapsToLocked(fp, old->id, e.version)) {
       tier_->map_.Put(fp, here);
       fresh->live_keys++;
+      tier_->TallyLocked(old, e.key, e.size, /*add=*/false);
+      tier_->TallyLocked(fresh, e.key, e.size, /*add=*/true);
     } else {
       fresh->deleted_bytes += e.size;
       tier_->TombstoneLocked(e.key, here);

@@ -66,7 +66,7 @@ Status DBImpl::Init() {
   namespace_usage_ = std::make_unique<NamespaceUsage>(
       options_.memory_capacity_bytes / options_.memory_slab_size * options_.memory_slab_size);
   if (options_.ssd_capacity_bytes > 0) {
-    s = SsdTier::Open(options_, path_, env_, &logger_, &ssd_);
+    s = SsdTier::Open(options_, path_, env_, &logger_, &ssd_, namespace_usage_.get());
     if (!s.ok()) return s;
     ssd_->SetEvictedKeys(&evicted_keys_);  // before any put can make it evict
     version_source_.store(ssd_->recovered_max_version());
@@ -250,12 +250,29 @@ Status DBImpl::PersistMemoryAbove(uint64_t watermark) {
   });
   uint64_t failed = 0;
   Status first_error;
-  for (const std::string& key : keys) {
+  std::vector<std::pair<std::string, uint64_t>> persisted;
+  for (std::string& key : keys) {
     MemoryTier::Handle handle;
     if (!memory_->Lookup(key, &handle)) continue;  // deleted or evicted (to SSD) meanwhile
     Status s = offloader_->Persist(key, handle.value(), handle.version());
     if (!s.ok()) {
       if (failed++ == 0) first_error = s;
+    } else {
+      persisted.emplace_back(std::move(key), handle.version());
+    }
+  }
+  // A value staged early in this Flush may have been evicted from SSD by a later one: its
+  // namespace's SSD quota, or a tier smaller than what memory holds, made room with it.
+  // Still the value memory holds, it is not durable: the Flush says so.
+  for (const auto& [key, version] : persisted) {
+    if (ssd_->HasVersion(key, version)) continue;
+    MemoryTier::Handle handle;
+    if (!memory_->Lookup(key, &handle) || handle.version() != version) continue;
+    if (failed++ == 0) {
+      first_error = Status::NoSpace(
+          "the value of key " + Printable(key) +
+          " left the SSD tier before the Flush ended (evicted to make room: its namespace's "
+          "SSD quota, or the tier, is smaller than what memory holds)");
     }
   }
   if (failed == 0) return Status::OK();

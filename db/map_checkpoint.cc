@@ -17,12 +17,13 @@ static_assert(std::endian::native == std::endian::little,
 
 constexpr uint64_t kMagic = 0x50414d445353564bull;  // "KVSSDMAP" read little-endian
 // Version 2: slot offsets count 512-byte units (version 1: 4096-byte units), the table
-// follows the shards and a footer ends the file (a writer streams it), flags.  A
-// version 1 checkpoint is not used: the next Open scans the buckets.
-constexpr uint32_t kFormatVersion = 2;
+// follows the shards and a footer ends the file (a writer streams it), flags.  Version
+// 3: each bucket record ends with its tally per namespace.  An older checkpoint is not
+// used: the next Open scans the buckets (once).
+constexpr uint32_t kFormatVersion = 3;
 constexpr size_t kHeaderSize = 48;
 constexpr size_t kFooterSize = 40;
-constexpr size_t kBucketRecordWords = 11;
+constexpr size_t kBucketRecordWords = 12;
 constexpr size_t kShardHeaderSize = 24;
 
 Status ReadExactly(const RandomAccessFile& file, uint64_t offset, size_t n, char* dst) {
@@ -84,13 +85,19 @@ Status MapCheckpoint::Writer::Finish(const std::vector<Bucket>& buckets) {
   for (const Bucket& b : buckets) {
     for (uint64_t v : {b.id, b.file_size, b.created_micros, b.format_version, b.keys, b.live_keys,
                        b.total_bytes, b.deleted_bytes, b.punched_bytes, b.punched_value_bytes,
-                       static_cast<uint64_t>(b.dead_extents.size())}) {
+                       static_cast<uint64_t>(b.dead_extents.size()),
+                       static_cast<uint64_t>(b.namespaces.size())}) {
       PutFixed64(&table, v);
     }
     for (const Extent& e : b.dead_extents) {
       PutFixed64(&table, e.offset);
       PutFixed64(&table, e.length);
       PutFixed64(&table, e.value_size);
+    }
+    for (const NamespaceTally& t : b.namespaces) {
+      PutFixed64(&table, t.id);
+      PutFixed64(&table, t.bytes);
+      PutFixed64(&table, t.items);
     }
   }
   PutFixed64(&table, Hash64(table));
@@ -181,13 +188,28 @@ Status MapCheckpoint::Read(Env* env, const std::string& dir, int threads, Conten
     for (uint64_t& v : w) {
       if (!GetFixed64(&in, &v)) return corrupt("bucket table truncated");
     }
-    Bucket b{w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8], w[9], {}};
+    Bucket b{w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8], w[9], {}, {}};
     if (w[10] > in.size() / 24) return corrupt("bucket table truncated");
     b.dead_extents.resize(w[10]);
     for (Extent& e : b.dead_extents) {
       GetFixed64(&in, &e.offset);
       GetFixed64(&in, &e.length);
       GetFixed64(&in, &e.value_size);
+    }
+    if (w[11] > in.size() / 24) return corrupt("bucket table truncated");
+    b.namespaces.resize(w[11]);
+    uint64_t tally_bytes = 0, tally_items = 0;
+    for (NamespaceTally& t : b.namespaces) {
+      GetFixed64(&in, &t.id);
+      GetFixed64(&in, &t.bytes);
+      GetFixed64(&in, &t.items);
+      tally_bytes += t.bytes;
+      tally_items += t.items;
+    }
+    // A table that passed its checksum yet counts more than its bucket holds was
+    // written wrong: not trusted.
+    if (tally_bytes > b.total_bytes || tally_items > b.keys) {
+      return corrupt("bucket " + std::to_string(b.id) + "'s namespace tally exceeds its counts");
     }
     contents->buckets.push_back(std::move(b));
   }

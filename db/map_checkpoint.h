@@ -10,7 +10,8 @@
 //     so a load is a read and a hash per shard, in parallel, no key re-inserted;
 //   - the bucket table: for each bucket on disk, its id, file size, creation time (from
 //     its header: a file of that id written again would not match), counts, and the dead
-//     extents not yet punched; one checksum over the table;
+//     extents not yet punched, and its live values' bytes and count per namespace; one
+//     checksum over the table;
 //   - a footer: the table's size and bucket count, the key count, a checksum, the magic.
 //
 // The checkpoint says what the buckets it lists held.  The SSD tier checks it against
@@ -44,6 +45,10 @@ class MapCheckpoint {
   struct Extent {
     uint64_t offset = 0, length = 0, value_size = 0;
   };
+  // What a bucket's live values are per namespace (SsdBucket::namespaces).
+  struct NamespaceTally {
+    uint64_t id = 0, bytes = 0, items = 0;
+  };
   // One bucket on disk, as SsdBucket counts it.
   struct Bucket {
     uint64_t id = 0;
@@ -53,6 +58,7 @@ class MapCheckpoint {
     uint64_t keys = 0, live_keys = 0, total_bytes = 0, deleted_bytes = 0;
     uint64_t punched_bytes = 0, punched_value_bytes = 0;
     std::vector<Extent> dead_extents;  // not punched yet
+    std::vector<NamespaceTally> namespaces;
   };
   // Flags.
   // Written while the DB ran: its shards were copied one at a time, so the map may name

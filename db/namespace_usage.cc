@@ -149,6 +149,8 @@ NamespaceUsage::Report NamespaceUsage::ReportOf(const Slot& slot, std::string na
   r.weight = slot.weight.load(std::memory_order_relaxed);
   r.memory_bytes = slot.bytes.load(std::memory_order_relaxed);
   r.memory_items = slot.items.load(std::memory_order_relaxed);
+  r.ssd_bytes = slot.ssd_bytes.load(std::memory_order_relaxed);
+  r.ssd_items = slot.ssd_items.load(std::memory_order_relaxed);
 #define KV_NS_COPY(field, help) r.field = slot.field.load(std::memory_order_relaxed);
 #define KV_NS_SKIP(field, help)
   KV_NAMESPACE_FIGURES(KV_NS_SKIP, KV_NS_COPY)
@@ -180,14 +182,15 @@ std::vector<NamespaceUsage::Report> NamespaceUsage::Reports() const {
     auto it = names.find(id);
     if (it != names.end()) {
       out.push_back(ReportOf(slot, it->second));
-    } else if (slot.items.load(std::memory_order_relaxed) != 0) {
+    } else if (slot.items.load(std::memory_order_relaxed) != 0 ||
+               slot.ssd_items.load(std::memory_order_relaxed) != 0) {
       // Not registered here (a peer's keys) but holding values; a dropped namespace
       // that holds nothing more is not reported.
       out.push_back(ReportOf(slot, IdName(id)));
     }
   });
   const Report other = ReportOf(other_, "other");
-  if (other.memory_items != 0 || other.hits != 0 || other.misses != 0) {
+  if (other.memory_items != 0 || other.ssd_items != 0 || other.hits != 0 || other.misses != 0) {
     out.push_back(other);
   }
   return out;

@@ -9,18 +9,18 @@
 // (Forget).  A namespace the table was never told of -- keys a peer sent -- is counted
 // all the same, named by its id, with no quota and weight 1.
 //
-// Only the memory tier is charged and enforced: the SSD tier's index keeps key
-// fingerprints, not keys, so a bucket evicted whole or a map restored from its checkpoint
-// cannot say whose bytes they were without reading every bucket's index.  The SSD quota
-// is kept for the report alone.
-//
-// What the memory tier does with it:
+// What the tiers do with it:
 //   * a put into a namespace at its tier quota first evicts that namespace's own
-//     coldest values (memory tier: MemoryTier::MakeQuotaRoom); when it has none to
-//     evict, the put fails NoSpace for that namespace only;
+//     coldest values (memory tier: MemoryTier::MakeQuotaRoom; SSD tier:
+//     SsdTier::MakeNamespaceRoomLocked); when it has none to evict, the put fails
+//     NoSpace for that namespace only;
 //   * when a tier is full, its victims come first from the namespaces most over their
 //     fair share: the tier's capacity split by weight among the namespaces that hold
-//     something there (Pressure()).
+//     something there (the memory tier: Refresh() and MostOver(); the SSD tier, which
+//     evicts whole buckets, works its shares out from its buckets' tallies).
+// The SSD tier charges the ssd_* figures from per-bucket tallies (SsdBucket::namespaces):
+// its index keeps key fingerprints, not keys, so what a bucket evicted whole held is
+// read from its tally, not from the keys.
 //
 // Cost: one array slot per namespace (kSlots of them, ~1 MiB, touched only as used), no
 // RAM per key.  Finding a key's slot is a branch for the default namespace and one
@@ -54,9 +54,12 @@ struct Item;
 #define KV_NAMESPACE_FIGURES(NS_GAUGE, NS_COUNTER)                                         \
   NS_GAUGE(memory_bytes, "Value bytes the namespace holds in the memory tier.")            \
   NS_GAUGE(memory_items, "Values the namespace holds in the memory tier.")                 \
+  NS_GAUGE(ssd_bytes, "Value bytes the namespace holds in the SSD tier.")                  \
+  NS_GAUGE(ssd_items, "Values the namespace holds in the SSD tier.")                       \
   NS_COUNTER(hits, "Reads of the namespace's keys that found a value.")                    \
   NS_COUNTER(misses, "Reads of the namespace's keys found in no tier.")                    \
   NS_COUNTER(memory_evictions, "Values of the namespace evicted from the memory tier.")    \
+  NS_COUNTER(ssd_evictions, "Values of the namespace dropped with SSD buckets evicted.")   \
   NS_COUNTER(quota_evictions, "Values evicted to keep the namespace within a tier quota.") \
   NS_COUNTER(quota_rejections, "Puts refused because the namespace's quota left no room.")
 
@@ -76,8 +79,11 @@ class NamespaceUsage {
     KV_NAMESPACE_FIGURES(KV_NS_SKIP, KV_NS_COUNTER_FIELD)
 #undef KV_NS_COUNTER_FIELD
 #undef KV_NS_SKIP
+    // What the namespace holds in the SSD tier (the sum of its buckets' tallies).
+    std::atomic<uint64_t> ssd_bytes{0};
+    std::atomic<uint64_t> ssd_items{0};
     std::atomic<uint64_t> quota{0};      // memory quota; 0: none
-    std::atomic<uint64_t> ssd_quota{0};  // reported only
+    std::atomic<uint64_t> ssd_quota{0};  // SSD quota; 0: none
     std::atomic<uint32_t> weight{1};
     // Set by Refresh: bytes over fair share, in thousandths (1000: exactly its share).
     std::atomic<uint32_t> pressure{0};

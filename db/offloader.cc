@@ -5,7 +5,11 @@
 namespace kvengine {
 
 bool Offloader::OnEvict(const Slice& key, const Slice& value, uint64_t version) {
-  return Persist(key, value, version, SsdTier::StageWait::kPut).ok();
+  if (Persist(key, value, version, SsdTier::StageWait::kPut).ok()) return true;
+  // Refused by its namespace's SSD quota (a value larger than it, or none of the
+  // namespace's own values to drop for it): kept in memory it would stay there for good,
+  // so it goes, like a value evicted without an SSD tier.
+  return ssd_->OverNamespaceQuota(key, value.size());
 }
 
 Status Offloader::Persist(const Slice& key, const Slice& value, uint64_t version,

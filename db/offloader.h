@@ -24,7 +24,8 @@ class Offloader final : public EvictionHandler {
   Offloader(MemoryTier* memory, SsdTier* ssd) : memory_(memory), ssd_(ssd) {}
 
   // The memory tier's eviction hook: true when the value may leave memory (it is safe
-  // on SSD, or stale); false leaves it in memory (SSD full or failing).
+  // on SSD, or stale, or its namespace's SSD quota refuses it); false leaves it in
+  // memory (SSD full or failing).
   bool OnEvict(const Slice& key, const Slice& value, uint64_t version) override;
 
   // OK when the value is safe on SSD (staged; durable once its bucket is written), or

@@ -41,6 +41,21 @@ struct SsdBucket {
   uint64_t punched_value_bytes = 0;  // of deleted_bytes
   uint64_t keys = 0;
   uint64_t live_keys = 0;
+  // The live values' bytes and count per namespace (the id in their keys; 0: the default
+  // namespace), which the SSD tier's per-namespace figures and quotas add up
+  // (db/ssd_namespaces.cc).  A bucket holds one or a few namespaces' values: a short
+  // list, searched in order.
+  struct NamespaceTally {
+    uint64_t id = 0;
+    uint64_t bytes = 0;
+    uint64_t items = 0;
+  };
+  std::vector<NamespaceTally> namespaces;
+  // A bucket restored from a partial checkpoint, whose counts (live_keys, and
+  // `live_bytes`) were taken from the map: its tally is scaled to add up to them, each
+  // namespace keeping its proportion (an approximation, gone with the bucket); with no
+  // tally to scale, the default namespace's.  Defined in db/ssd_namespaces.cc.
+  void FitNamespacesTo(uint64_t live_bytes);
   uint64_t last_access = 0;  // SsdTier's access clock, for LRU choices
   bool compacting = false;
   bool write_failed = false;

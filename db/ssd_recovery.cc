@@ -132,6 +132,9 @@ void SsdTier::LoadCheckpoint(const std::vector<uint64_t>& ids, std::vector<uint6
     b->punched_bytes = r.punched_bytes;
     b->punched_value_bytes = r.punched_value_bytes;
     b->last_access = r.id;
+    for (const MapCheckpoint::NamespaceTally& t : r.namespaces) {
+      b->namespaces.push_back({t.id, t.bytes, t.items});
+    }
     b->reader = std::move(readers[i]);
     buckets_[r.id] = b;
     used_bytes_ += r.file_size - r.punched_bytes;
@@ -169,8 +172,11 @@ void SsdTier::LoadCheckpoint(const std::vector<uint64_t>& ids, std::vector<uint6
       b->live_keys = live[id].keys;
       b->deleted_bytes = b->total_bytes >= live[id].bytes ? b->total_bytes - live[id].bytes : 0;
       b->punched_value_bytes = std::min(b->punched_value_bytes, b->deleted_bytes);
+      b->FitNamespacesTo(live[id].bytes);
     }
   }
+  // The namespaces' figures from the tallies, now that they hold what the map does.
+  for (uint64_t id : *covered) AddTallyToUsageLocked(*buckets_.at(id));
   next_bucket_id_ = std::max(next_bucket_id_, cp.next_bucket_id);
   recovered_max_version_ = std::max(recovered_max_version_, cp.max_version);
   checkpoint_on_disk_ = true;
@@ -229,6 +235,7 @@ void SsdTier::ApplyTombstonesToCheckpoint(const std::vector<uint64_t>& covered,
     if (map_.Find(fp, &loc) && loc.bucket == r.bucket && loc.version == r.version) {
       b->deleted_bytes += loc.size;
       b->live_keys--;
+      TallyLocked(b, r.key, loc.size, /*add=*/false);
       DeadAtOpen(b, loc.offset, loc.size);
       map_.Erase(fp);
     }
@@ -521,6 +528,7 @@ void SsdTier::ReplayEntry(SsdBucket* b, const BucketEntry& e,
   if (!map_.Find(fp, &cur)) {
     map_.Put(fp, here);
     b->live_keys++;
+    TallyLocked(b, e.key, e.size, /*add=*/true);
     return;
   }
   if (e.version < cur.version) {  // superseded: dead here for good
@@ -529,6 +537,7 @@ void SsdTier::ReplayEntry(SsdBucket* b, const BucketEntry& e,
   }
   SsdBucket* loser = buckets_.at(cur.bucket).get();
   loser->live_keys--;
+  TallyLocked(loser, e.key, cur.size, /*add=*/false);
   if (e.version > cur.version) {
     BuryAtOpen(loser, e.key, cur.version, cur.offset, cur.size);
   } else {
@@ -537,6 +546,7 @@ void SsdTier::ReplayEntry(SsdBucket* b, const BucketEntry& e,
   }
   map_.Put(fp, here);
   b->live_keys++;
+  TallyLocked(b, e.key, e.size, /*add=*/true);
 }
 
 }  // namespace kvengine

@@ -77,9 +77,14 @@ SsdTier::SsdTier(const Options& options, std::string dir, Env* env, Logger* logg
 }
 
 Status SsdTier::Open(const Options& options, const std::string& dir, Env* env, Logger* logger,
-                     std::unique_ptr<SsdTier>* result) {
+                     std::unique_ptr<SsdTier>* result, NamespaceUsage* usage) {
   result->reset();
   std::unique_ptr<SsdTier> tier(new SsdTier(options, dir, env, logger));
+  if (usage == nullptr) {
+    tier->own_usage_ = std::make_unique<NamespaceUsage>(options.memory_capacity_bytes);
+    usage = tier->own_usage_.get();
+  }
+  tier->usage_ = usage;
   if (options.use_io_uring) {
     std::string why;
     tier->uring_env_ = Env::NewIoUringEnv(env, &why);
@@ -194,6 +199,11 @@ Status SsdTier::Stage(const Slice& key, std::span<const Slice> parts, uint64_t s
       return Status::NoSpace("a value of " + std::to_string(size) +
                              " bytes does not fit the SSD tier's map (4 GiB - 1 at most)");
     }
+    if (Status q = MakeNamespaceRoomLocked(key.view(), size); !q.ok()) {
+      MutexLock st(&stats_mu_);
+      stats_.offload_failures++;
+      return q;
+    }
     // A value that does not fit the open bucket seals it; one larger than
     // bucket_size_limit gets a bucket of its own.
     if (open_ != nullptr && (!open_->builder->Fits(size) ||
@@ -302,17 +312,18 @@ void SsdTier::Commit(Ticket* ticket, uint64_t version) {
   e.size = ticket->size_;
   e.version = version;
   e.checksum = ticket->checksum_;
-  b->staged.push_back(e);
   b->keys++;
   b->live_keys++;
   b->total_bytes += e.size;
+  TallyLocked(b, e.key, e.size, /*add=*/true);
+  b->staged.push_back(std::move(e));
   b->staging--;
   max_version_ = std::max(max_version_, version);
-  map_.Put(fp, SsdLocation{b->id, e.offset, e.size, version, e.checksum});
+  map_.Put(fp, SsdLocation{b->id, ticket->offset_, ticket->size_, version, ticket->checksum_});
   {
     MutexLock s(&stats_mu_);
     stats_.offloads++;
-    stats_.offload_bytes += e.size;
+    stats_.offload_bytes += ticket->size_;
   }
   if (b == open_.get() && b->keys >= options_.bucket_keys_limit) SealOpenLocked();
   written_cv_.NotifyAll();  // a sealed bucket may be waiting for its last ticket
@@ -362,6 +373,7 @@ void SsdTier::RemoveLocked(const std::string& key, const KeyFingerprint& fp, con
   if (b != buckets_.end()) {
     b->second->deleted_bytes += loc.size;
     b->second->live_keys--;
+    TallyLocked(b->second.get(), key, loc.size, /*add=*/false);
   }
   if (tombstone) TombstoneLocked(key, loc);
   map_.Erase(fp);
@@ -781,28 +793,11 @@ Status SsdTier::MakeRoomLocked(uint64_t bytes) {
         FormatSize(options_.ssd_capacity_bytes) + ") and may not evict (" +
         (options_.disable_ssd_eviction ? "disable_ssd_eviction" : "ssd_eviction=none") + ")");
   }
-  // Drop whole buckets, coldest (lru) or oldest (fifo) first, until the room is there.
-  std::vector<std::shared_ptr<SsdBucket>> victims;
+  // Drop whole buckets, coldest (lru) or oldest (fifo) first -- fair shares permitting
+  // -- until the room is there.
+  std::vector<std::shared_ptr<SsdBucket>> victims = PickEvictionVictimsLocked(bytes);
   uint64_t freed = 0;
-  while (used_bytes_ + bytes > options_.ssd_capacity_bytes + freed) {
-    std::shared_ptr<SsdBucket> victim;
-    for (const auto& [id, b] : buckets_) {
-      if (b->state != SsdBucket::State::kOnDisk || b->compacting) continue;
-      // A bucket with reads in flight is not evicted: retiring it would wait for them,
-      // and the thread asking for room may be the reader (a promotion while the rest of
-      // its batch is still being read).
-      if (b->readers.load(std::memory_order_acquire) != 0) continue;
-      if (std::find(victims.begin(), victims.end(), b) != victims.end()) continue;
-      if (victim == nullptr ||
-          (options_.ssd_eviction == SsdEviction::kLru ? b->last_access < victim->last_access
-                                                      : b->id < victim->id)) {
-        victim = b;
-      }
-    }
-    if (victim == nullptr) break;
-    victims.push_back(victim);
-    freed += victim->allocated_bytes();
-  }
+  for (const auto& v : victims) freed += v->allocated_bytes();
   if (used_bytes_ + bytes > options_.ssd_capacity_bytes + freed) {
     return Status::NoSpace("SSD tier is full (" + FormatSize(used_bytes_) + " of " +
                            FormatSize(options_.ssd_capacity_bytes) +
@@ -811,6 +806,8 @@ Status SsdTier::MakeRoomLocked(uint64_t bytes) {
   uint64_t evicted_keys = 0;
   for (const auto& v : victims) {
     evicted_keys += EraseKeysOfLocked(*v);  // gone with their bucket: no tombstones needed
+    CountBucketEvictionsLocked(*v);
+    DropTallyLocked(v.get());
     buckets_.erase(v->id);
     used_bytes_ -= v->allocated_bytes();
   }
@@ -939,6 +936,9 @@ static MapCheckpoint::Bucket CheckpointRecord(const SsdBucket& b) {
   r.punched_value_bytes = b.punched_value_bytes;
   for (const SsdBucket::Extent& e : b.dead_extents) {
     r.dead_extents.push_back({e.offset, e.length, e.value_size});
+  }
+  for (const SsdBucket::NamespaceTally& t : b.namespaces) {
+    r.namespaces.push_back({t.id, t.bytes, t.items});
   }
   return r;
 }

@@ -46,6 +46,7 @@
 #include "db/bucket_compactor.h"
 #include "db/bucket_file_cache.h"
 #include "db/map_checkpoint.h"
+#include "db/namespace_usage.h"
 #include "db/ssd_index.h"
 #include "db/tombstone_log.h"
 #include "kvengine/env.h"
@@ -134,9 +135,11 @@ class SsdTier {
     Status status;         // out: OK, NotFound, BufferTooSmall, Corruption, IOError
   };
 
-  // Opens (recovering) the SSD tier in `dir`.
+  // Opens (recovering) the SSD tier in `dir`.  `usage` (not owned; outlives the tier):
+  // the table the tier charges its values to, per namespace, and whose SSD quotas and
+  // weights it keeps; null: a table of its own (no quotas).
   static Status Open(const Options& options, const std::string& dir, Env* env, Logger* logger,
-                     std::unique_ptr<SsdTier>* result);
+                     std::unique_ptr<SsdTier>* result, NamespaceUsage* usage = nullptr);
   ~SsdTier();
 
   // Seals and writes what is pending, syncs the tombstone log, stops the threads, and
@@ -162,7 +165,9 @@ class SsdTier {
   static constexpr std::chrono::milliseconds kFlushStageWait{10000};
 
   // Copies the value into the open bucket.  NoSpace when the tier is full and may not
-  // evict, or the writer is behind past `wait` (or keeps failing); nothing changes then.
+  // evict, or the writer is behind past `wait` (or keeps failing), or the key's
+  // namespace is at its SSD quota and none of its own values can make room (its values
+  // that can are dropped first, coldest buckets first); nothing else changes then.
   Status Stage(const Slice& key, std::span<const Slice> parts, uint64_t size, Ticket* ticket,
                StageWait wait = StageWait::kFlush);
   // Publishes a staged value as key's SSD value with `version`, superseding (and
@@ -203,6 +208,9 @@ class SsdTier {
   // OK while the tier takes writes; the bucket writer's last failure while it keeps
   // failing (cleared by its next success): the tier then serves reads only.
   Status WriterStatus() const;
+
+  // Whether `size` more bytes of key's namespace would pass its SSD quota now.
+  bool OverNamespaceQuota(const Slice& key, uint64_t size);
 
   // Told the hash (Hash64) of every key dropped with a bucket evicted to make room.  Not
   // owned; set before the tier is used.  nullptr: nobody is told.
@@ -310,6 +318,31 @@ class SsdTier {
   void SealOpenLocked() REQUIRES(mu_);
   // Releases mu_ while it retires the buckets it evicts, and takes it again.
   Status MakeRoomLocked(uint64_t bytes) REQUIRES(mu_);
+  // ---------------------------------------------------------------- namespaces
+  // ssd_namespaces.cc (issue #29): per-bucket tallies of live values by namespace, the
+  // namespace figures they add up to, SSD quotas, and fair shares in bucket evictions.
+  NamespaceUsage::Slot* NamespaceSlot(uint64_t id);
+  // A live value of `key` (size bytes) enters (`add`) or leaves bucket b: its tally and
+  // its namespace's ssd_bytes and ssd_items follow.
+  void TallyLocked(SsdBucket* b, std::string_view key, uint64_t size, bool add) REQUIRES(mu_);
+  // Bucket b leaves the table: its namespaces lose what its tally holds.
+  void DropTallyLocked(SsdBucket* b) REQUIRES(mu_);
+  // A bucket restored from the checkpoint: its tally counts for its namespaces.
+  void AddTallyToUsageLocked(const SsdBucket& b) REQUIRES(mu_);
+  // Every bucket, coldest (lru) or oldest (fifo) first.
+  std::vector<std::shared_ptr<SsdBucket>> EvictionOrderLocked() const REQUIRES(mu_);
+  // Before key's value of `size` bytes is staged: when its namespace would pass its SSD
+  // quota, drops the namespace's own values, coldest buckets first (each one's index
+  // read), until it is a sixteenth of the quota under what the value needs.  NoSpace,
+  // naming the namespace, when the value is larger than the quota or nothing of the
+  // namespace can go.
+  Status MakeNamespaceRoomLocked(std::string_view key, uint64_t size) REQUIRES(mu_);
+  // The buckets on disk to evict for `bytes` more: the coldest first, but while
+  // namespaces share the tier, of the few coldest the one holding most of the namespace
+  // most over its fair share.  Fewer when not enough can go.
+  std::vector<std::shared_ptr<SsdBucket>> PickEvictionVictimsLocked(uint64_t bytes) REQUIRES(mu_);
+  // Bucket b is evicted: each namespace counts the values it loses with it.
+  void CountBucketEvictionsLocked(const SsdBucket& b) REQUIRES(mu_);
   void TombstoneLocked(const std::string& key, const SsdLocation& loc) REQUIRES(mu_);
   // Queues the blocks of a dead value in `bucket` (on disk) for the next GC round to
   // punch a hole over, when gc_punch_holes is on.
@@ -367,6 +400,8 @@ class SsdTier {
   std::unique_ptr<Env> uring_env_;  // set when io_uring is in use
   Env* env_;                        // uring_env_ or base_env_
   Logger* const logger_;
+  std::unique_ptr<NamespaceUsage> own_usage_;  // when Open was given none
+  NamespaceUsage* usage_ = nullptr;            // never null once open
   RemovalFeed* removal_feed_ = nullptr;
   EvictedKeys* evicted_keys_ = nullptr;
   FileOptions file_options_;

@@ -101,16 +101,21 @@ struct RemovalBatch {
 // evictions, in the stats ("namespace.NAME.*" lines, the JSON's "namespaces" object,
 // Prometheus families kvengine_namespace_* with a `namespace` label).
 //
-// The memory tier enforces them: a put into a namespace at its memory quota first
-// evicts that namespace's own coldest values (with the SSD tier, write_back, they are
+// Both tiers enforce them.  A put into a namespace at its memory quota first evicts
+// that namespace's own coldest values (with the SSD tier, write_back, they are
 // offloaded as any eviction's are), and fails NoSpace, naming the namespace, when none
 // can go (memory_eviction=none, every value in use) or the value is larger than the
-// quota; other namespaces' puts go on.  When the tier is full, values are evicted first
-// from the namespace most over its fair share (the tier split by weight among the
-// namespaces that hold values in it), so a namespace within its share keeps its values
-// while another churns.  Concurrent puts may overshoot a quota by the values being
-// committed at that moment.  The SSD tier does not enforce ssd_quota_bytes yet: it is
-// stored and reported only (docs/design.md, "Namespaces: quotas and fair shares").
+// quota; other namespaces' puts go on.  A value going to SSD (write_through puts,
+// write_back evictions, Flush) of a namespace at its SSD quota first drops that
+// namespace's own values from its coldest buckets; when it cannot, a write_through put
+// fails NoSpace naming the namespace, a write_back eviction drops the value instead of
+// offloading it, and Flush fails NoSpace for the values that did not stay on SSD.
+// When a tier is full, it evicts first from the namespace most over its fair share (the
+// tier split by weight among the namespaces that hold values in it), so a namespace
+// within its share keeps its values while another churns; the SSD tier evicts whole
+// buckets, so there the choice is the bucket holding most of that namespace among the
+// few coldest.  Concurrent puts may overshoot a quota by the values being committed at
+// that moment (docs/design.md, "Namespaces: quotas and fair shares").
 struct NamespaceOptions {
   // Bytes of the memory tier the namespace's values may occupy.  0: no quota.
   // Default: 0
