@@ -193,6 +193,42 @@ Status OpenDb(const Options& options, std::unique_ptr<DB>* db) {
   return s;
 }
 
+// After a reopen: the namespaces' SSD figures (per-bucket tallies, restored from the
+// map checkpoint or the buckets' indexes) add up to the SSD tier's own key and byte
+// counts.  Empty when they do, or when there is nothing to compare (no SSD tier, no
+// namespace).
+std::string NamespaceFiguresDisagree(DB* db) {
+  std::string text;
+  if (!db->GetProperty("kvengine.stats", &text)) return "";
+  int64_t keys = -1, live = -1, items = 0, bytes = 0;
+  bool any = false;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(at, end - at);
+    at = end + 1;
+    const size_t colon = line.find(": ");
+    if (colon == std::string::npos) continue;
+    const std::string name = line.substr(0, colon);
+    const int64_t value = std::strtoll(line.c_str() + colon + 2, nullptr, 10);
+    auto ends_with = [&](const char* suffix) {
+      const size_t n = std::strlen(suffix);
+      return name.size() > n && name.compare(name.size() - n, n, suffix) == 0;
+    };
+    if (name == "ssd.keys") keys = value;
+    if (name == "ssd.live_bytes") live = value;
+    if (name.rfind("namespace.", 0) == 0 && ends_with(".ssd_items")) {
+      items += value;
+      any = true;
+    }
+    if (name.rfind("namespace.", 0) == 0 && ends_with(".ssd_bytes")) bytes += value;
+  }
+  if (!any || keys < 0 || (items == keys && bytes == live)) return "";
+  return "the namespaces hold " + std::to_string(items) + " values (" + std::to_string(bytes) +
+         " bytes) on SSD, the tier " + std::to_string(keys) + " (" + std::to_string(live) + ")";
+}
+
 uint64_t Failures(const ExpectedState& state) {
   return state.Get(Counter::kLost) + state.Get(Counter::kWrong) + state.Get(Counter::kResurrected) +
          state.Get(Counter::kErrors);
@@ -293,6 +329,9 @@ int Main() {
                      space.End(FLAGS_worker_base + FLAGS_threads - 1), false, config.may_drop,
                      config.value_max);
   } else if (!created) {
+    if (const std::string why = NamespaceFiguresDisagree(db.get()); !why.empty()) {
+      log.Error(Status::Corruption("namespace figures after the reopen", why), "reopen");
+    }
     VerifyAndResolve(*keyspaces, state.get(), space, &log, 0, space.keys(), true,
                      config.may_drop, config.value_max);
     state->Add(Counter::kRounds);
