@@ -42,10 +42,6 @@ uint64_t SubtractClamped(uint64_t* from, uint64_t n) {
 // A namespace over its quota gives back this much of the quota more than the put needs
 // (reading a bucket's index for one value at a time would cost a read per put).
 constexpr uint64_t kQuotaSlackDivisor = 16;
-// How many of the coldest buckets a fair-share eviction looks at for the one holding
-// most of the namespace most over its share: beyond a few, recency would stop counting.
-constexpr size_t kFairScan = 8;
-
 }  // namespace
 
 NamespaceUsage::Slot* SsdTier::NamespaceSlot(uint64_t id) {
@@ -233,12 +229,12 @@ std::vector<std::shared_ptr<SsdBucket>> SsdTier::PickEvictionVictimsLocked(uint6
   std::vector<std::shared_ptr<SsdBucket>> victims;
   uint64_t freed = 0;
   while (used_bytes_ + bytes > options_.ssd_capacity_bytes + freed && !candidates.empty()) {
-    // The namespace most over its fair share (the capacity split by weight among the
-    // namespaces holding something here); none while one namespace holds everything.
-    uint64_t most = 0;
-    double most_ratio = 1.0;
-    bool over = false;
-    if (std::count_if(held.begin(), held.end(), [](const auto& h) { return h.second != 0; }) > 1) {
+    // The namespaces over their fair share (the capacity split by weight among the
+    // namespaces holding something here); none unless two or more hold something.
+    const bool shared =
+        std::count_if(held.begin(), held.end(), [](const auto& h) { return h.second != 0; }) > 1;
+    std::vector<uint64_t> over;
+    if (shared) {
       uint64_t total_weight = 0;
       for (const auto& [nid, n] : held) {
         if (n != 0) total_weight += NamespaceSlot(nid)->weight.load(std::memory_order_relaxed);
@@ -248,26 +244,27 @@ std::vector<std::shared_ptr<SsdBucket>> SsdTier::PickEvictionVictimsLocked(uint6
         const double share = static_cast<double>(options_.ssd_capacity_bytes) *
                              NamespaceSlot(nid)->weight.load(std::memory_order_relaxed) /
                              static_cast<double>(total_weight);
-        const double ratio = static_cast<double>(n) / std::max(share, 1.0);
-        if (ratio > most_ratio) {
-          most_ratio = ratio;
-          most = nid;
-          over = true;
-        }
+        if (static_cast<double>(n) > share) over.push_back(nid);
       }
     }
-    // The coldest bucket, or among the kFairScan coldest the one holding most of the
-    // namespace most over its share.
+    // The coldest bucket; but while namespaces share the tier, the one whose eviction
+    // costs the namespaces within their share least for the room it gives -- holding
+    // mostly values of namespaces over theirs, or dead values (a quota's evictions leave
+    // them) -- the colder on a tie.  All of them are looked at (one pass per bucket
+    // evicted, over a few entries each): a cold namespace's buckets are the oldest, and a
+    // window of the coldest would see nothing else.
     size_t pick = 0;
-    if (over) {
-      uint64_t best = 0;
-      for (size_t i = 0; i < std::min(kFairScan, candidates.size()); i++) {
-        uint64_t mine = 0;
+    if (shared) {
+      double least = 0;
+      for (size_t i = 0; i < candidates.size(); i++) {
+        uint64_t within = 0;  // live bytes of namespaces within their share
         for (const auto& t : candidates[i]->namespaces) {
-          if (t.id == most) mine = t.bytes;
+          if (std::find(over.begin(), over.end(), t.id) == over.end()) within += t.bytes;
         }
-        if (mine > best) {
-          best = mine;
+        const double cost = static_cast<double>(within) / static_cast<double>(std::max<uint64_t>(
+                                                              candidates[i]->allocated_bytes(), 1));
+        if (i == 0 || cost < least) {
+          least = cost;
           pick = i;
         }
       }

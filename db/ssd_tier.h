@@ -338,8 +338,8 @@ class SsdTier {
   // namespace can go.
   Status MakeNamespaceRoomLocked(std::string_view key, uint64_t size) REQUIRES(mu_);
   // The buckets on disk to evict for `bytes` more: the coldest first, but while
-  // namespaces share the tier, of the few coldest the one holding most of the namespace
-  // most over its fair share.  Fewer when not enough can go.
+  // namespaces share the tier, the one holding the fewest live bytes of namespaces within
+  // their fair share for its size.  Fewer when not enough can go.
   std::vector<std::shared_ptr<SsdBucket>> PickEvictionVictimsLocked(uint64_t bytes) REQUIRES(mu_);
   // Bucket b is evicted: each namespace counts the values it loses with it.
   void CountBucketEvictionsLocked(const SsdBucket& b) REQUIRES(mu_);

@@ -43,15 +43,18 @@ Result RunClusterFailover(const BenchContext& b);
 Result RunGcChurn(const BenchContext& b);
 
 // ns_hotcold (db_bench/ns_hotcold.cc): the sizes its three configurations share.
+// The tier is the memory tier, or the SSD tier with --ns_hotcold_ssd.
 struct NsHotColdPlan {
-  uint64_t cold_keys = 0;   // --ns_cold_keys, or a quarter of the memory tier's worth
-  uint64_t cold_quota = 0;  // bytes: --ns_cold_quota, or half the memory tier
+  uint64_t cold_keys = 0;   // --ns_cold_keys, or a quarter of the tier's worth
+  uint64_t cold_quota = 0;  // bytes: --ns_cold_quota, or half the tier
   uint64_t hot_quota = 0;   // bytes: --ns_hot_quota, or the tier less cold's quota
+  bool ssd = false;         // the tenants share the SSD tier (--ns_hotcold_ssd)
 };
 NsHotColdPlan PlanNsHotCold(const BenchConfig& c);
 // Its results: one per configuration (prefix, shares, quotas), and the ratios of the cold
-// tenant's memory hit ratios and of the hot tenant's put throughputs, shares/prefix and
-// quotas/prefix (0 when the prefix run had none), as a text line and a JSON object.
+// tenant's hit ratios (memory hits; with --ns_hotcold_ssd, reads found in any tier) and
+// of the hot tenant's put throughputs, shares/prefix and quotas/prefix (0 when the prefix
+// run had none), as a text line and a JSON object.
 struct NsHotColdOutcome {
   std::vector<Result> results;
   double cold_hit_ratio_shares = 0, cold_hit_ratio_quotas = 0;

@@ -73,7 +73,8 @@ DEFINE_string(benchmarks, "memcpy,rawwrite,rawread,vllm_write,vllm_exist,vllm_ge
               "latency per request and the prefill the hits saved (--prefill_tokens_per_s); "
               "one thread, the whole trace, whatever --threads and --duration say; see "
               "docs/benchmarks.md\n"
-              "  ns_hotcold   two tenants on one memory tier (kvengine only; one thread): cold "
+              "  ns_hotcold   two tenants on one memory tier, or the SSD tier with "
+              "--ns_hotcold_ssd (kvengine only; one thread): cold "
               "writes --ns_cold_keys values, then hot puts --num new keys while cold reads one "
               "of its keys at random every --ns_cold_read_every hot puts (putting it back "
               "after a miss, --ns_cold_refill); run three times on fresh in-process DBs of "
@@ -260,6 +261,13 @@ DEFINE_string(ns_cold_quota, "",
 DEFINE_string(ns_hot_quota, "",
               "ns_hotcold: the hot namespace's memory quota in its quotas run (empty: --memory "
               "less the cold quota). Default: empty");
+DEFINE_string(ns_hotcold_ssd, "",
+              "ns_hotcold on the SSD tier: its capacity (a size such as 512MiB). The cold "
+              "working set, the quotas (SSD quotas then: --ns_cold_quota, --ns_hot_quota) and "
+              "the fair shares are of the SSD tier, which takes the memory tier's evictions "
+              "(write_back); keep --memory small, so that the SSD tier serves cold's reads: "
+              "the cold hit ratio then counts the reads found in any tier. Empty: the memory "
+              "tier alone. Default: empty");
 DEFINE_double(progress_interval, 5,
               "Seconds between progress lines on stderr during a benchmark (0: none)");
 
@@ -510,11 +518,19 @@ uint64_t QuotaBytes(const std::string& text) {
   return kvengine::ParseSize(text, &bytes).ok() && bytes > 0 ? bytes : UINT64_MAX;
 }
 
-// The cold tenant's working set in values (--ns_cold_keys, or a quarter of --memory).
+// --ns_hotcold_ssd in bytes: 0 when empty, UINT64_MAX when it does not parse or is 0.
+uint64_t NsSsdBytes() { return QuotaBytes(FLAGS_ns_hotcold_ssd); }
+
+// The tier ns_hotcold's tenants share: --ns_hotcold_ssd's SSD tier, or --memory.
+uint64_t NsTier(const Resolved& r) {
+  const uint64_t ssd = NsSsdBytes();
+  return ssd != 0 && ssd != UINT64_MAX ? ssd : r.config->memory_budget;
+}
+
+// The cold tenant's working set in values (--ns_cold_keys, or a quarter of the tier).
 uint64_t ColdKeys(const Resolved& r) {
-  return FLAGS_ns_cold_keys > 0
-             ? FLAGS_ns_cold_keys
-             : std::max<uint64_t>(r.config->memory_budget / 4 / FLAGS_value_size, 1);
+  return FLAGS_ns_cold_keys > 0 ? FLAGS_ns_cold_keys
+                                : std::max<uint64_t>(NsTier(r) / 4 / FLAGS_value_size, 1);
 }
 
 // Rules of ns_hotcold's flags (checked only when it runs, once --num is resolved).
@@ -526,14 +542,15 @@ const FlagRule kNsHotColdRules[] = {
      "must be a size such as 64MiB, at least 1 byte"},
     {"ns_hot_quota", [](const Resolved&) { return QuotaBytes(FLAGS_ns_hot_quota) != UINT64_MAX; },
      "must be a size such as 64MiB, at least 1 byte"},
-    {"ns_cold_quota",
-     [](const Resolved& r) { return QuotaBytes(FLAGS_ns_cold_quota) < r.config->memory_budget; },
-     "must be less than --memory (a quota the tier cannot fill limits nothing)"},
-    {"ns_cold_keys",
-     [](const Resolved& r) { return ColdKeys(r) * FLAGS_value_size <= r.config->memory_budget; },
+    {"ns_hotcold_ssd", [](const Resolved&) { return NsSsdBytes() != UINT64_MAX; },
+     "must be a size such as 512MiB, at least 1 byte"},
+    {"ns_cold_quota", [](const Resolved& r) { return QuotaBytes(FLAGS_ns_cold_quota) < NsTier(r); },
+     "must be less than the tier's size, --memory or --ns_hotcold_ssd (a quota the tier "
+     "cannot fill limits nothing)"},
+    {"ns_cold_keys", [](const Resolved& r) { return ColdKeys(r) * FLAGS_value_size <= NsTier(r); },
      [](const Resolved& r) {
        return "the cold working set (" + Str(ColdKeys(r)) + " values of " + Str(FLAGS_value_size) +
-              " bytes) does not fit --memory";
+              " bytes) does not fit the tier (--memory, or --ns_hotcold_ssd)";
      }},
     {"key_size", [](const Resolved& r) { return KeyDigits(ColdKeys(r)) <= FLAGS_key_size; },
      [](const Resolved& r) {
@@ -725,6 +742,7 @@ void CopyCheckedFlags(BenchConfig* c) {
   c->ns_cold_refill = FLAGS_ns_cold_refill;
   c->ns_cold_quota = QuotaBytes(FLAGS_ns_cold_quota);
   c->ns_hot_quota = QuotaBytes(FLAGS_ns_hot_quota);
+  c->ns_ssd = NsSsdBytes() == UINT64_MAX ? 0 : NsSsdBytes();
 }
 
 // The trace benchmark's flags, checked, into config->trace.

@@ -71,6 +71,11 @@ struct BenchConfig {
   bool ns_cold_refill = true;
   uint64_t ns_cold_quota = 0;
   uint64_t ns_hot_quota = 0;
+  // ns_hotcold on the SSD tier: its capacity in bytes (0: the memory tier alone).  The
+  // working set, the quotas (SSD quotas then) and the shares are of it.
+  uint64_t ns_ssd = 0;
+  // The tier ns_hotcold's tenants share: ns_ssd when set, else the memory budget.
+  uint64_t NsTier() const { return ns_ssd != 0 ? ns_ssd : memory_budget; }
 };
 
 // --attach given alone: kv_bench starts the owner itself.

@@ -1,5 +1,7 @@
-// ns_hotcold: two tenants on one memory tier, one cold and one hot (issue #29 item 6;
-// docs/benchmarks.md, "Namespaces, second pass").
+// ns_hotcold: two tenants on one tier, one cold and one hot (issue #29 item 6;
+// docs/benchmarks.md, "Namespaces, second pass").  The tier is the memory tier, or with
+// --ns_hotcold_ssd the SSD tier behind a small memory tier (write_back): then the quotas
+// are SSD quotas, and a cold read counts as a hit when it finds its value in any tier.
 //
 // The cold tenant writes a working set that fits its share of the tier; then the hot
 // tenant puts --num new keys, far more than the tier holds, and every
@@ -42,6 +44,7 @@ constexpr Config kConfigs[] = {
 struct TenantFigures {
   uint64_t memory_bytes = 0, memory_evictions = 0, quota_evictions = 0, quota_rejections = 0;
   uint64_t hits = 0, misses = 0;
+  uint64_t ssd_bytes = 0, ssd_evictions = 0;
 
   void Read(const std::string& stats, const std::string& ns) {
     auto figure = [&](const char* field) {
@@ -53,19 +56,23 @@ struct TenantFigures {
     quota_rejections = figure("quota_rejections");
     hits = figure("hits");
     misses = figure("misses");
+    ssd_bytes = figure("ssd_bytes");
+    ssd_evictions = figure("ssd_evictions");
   }
   std::string Text(const char* ns) const {
-    return Printf(
-        "%s: memory_bytes %" PRIu64 ", memory_evictions %" PRIu64 ", quota_evictions %" PRIu64
-        ", quota_rejections %" PRIu64 ", hits %" PRIu64 ", misses %" PRIu64,
-        ns, memory_bytes, memory_evictions, quota_evictions, quota_rejections, hits, misses);
+    return Printf("%s: memory_bytes %" PRIu64 ", memory_evictions %" PRIu64 ", ssd_bytes %" PRIu64
+                  ", ssd_evictions %" PRIu64 ", quota_evictions %" PRIu64
+                  ", quota_rejections %" PRIu64 ", hits %" PRIu64 ", misses %" PRIu64,
+                  ns, memory_bytes, memory_evictions, ssd_bytes, ssd_evictions, quota_evictions,
+                  quota_rejections, hits, misses);
   }
   std::string Json(const char* ns) const {
     return Printf("\"%s\":{\"memory_bytes\":%" PRIu64 ",\"memory_evictions\":%" PRIu64
+                  ",\"ssd_bytes\":%" PRIu64 ",\"ssd_evictions\":%" PRIu64
                   ",\"quota_evictions\":%" PRIu64 ",\"quota_rejections\":%" PRIu64
                   ",\"hits\":%" PRIu64 ",\"misses\":%" PRIu64 "}",
-                  ns, memory_bytes, memory_evictions, quota_evictions, quota_rejections, hits,
-                  misses);
+                  ns, memory_bytes, memory_evictions, ssd_bytes, ssd_evictions, quota_evictions,
+                  quota_rejections, hits, misses);
   }
 };
 
@@ -99,9 +106,11 @@ class HotColdRun {
     return r_;
   }
 
-  // Cold reads the memory tier served, over cold reads during the churn.
+  // Cold reads the memory tier served (any tier, on the SSD tier), over cold reads
+  // during the churn.
   double ColdHitRatio() const {
-    return cold_reads_ ? static_cast<double>(cold_memory_hits_) / cold_reads_ : 0;
+    const uint64_t hits = plan_.ssd ? cold_found_ : cold_memory_hits_;
+    return cold_reads_ ? static_cast<double>(hits) / cold_reads_ : 0;
   }
 
  private:
@@ -116,12 +125,16 @@ class HotColdRun {
     ec.memory_budget = c_.memory_budget;
     ec.kvengine_options = c_.kvengine_options;
     Status s = KvengineOptions(ec, &options);
+    if (plan_.ssd) {
+      options.ssd_capacity_bytes = c_.ns_ssd;
+      options.offload_policy = kvengine::OffloadPolicy::kWriteBack;
+    }
     if (s.ok()) s = kvengine::DB::Open(options, dir, &db_);
     if (!s.ok() || !config_.namespaces) return s;
     kvengine::NamespaceOptions cold, hot;
     if (config_.quotas) {
-      cold.memory_quota_bytes = plan_.cold_quota;
-      hot.memory_quota_bytes = plan_.hot_quota;
+      (plan_.ssd ? cold.ssd_quota_bytes : cold.memory_quota_bytes) = plan_.cold_quota;
+      (plan_.ssd ? hot.ssd_quota_bytes : hot.memory_quota_bytes) = plan_.hot_quota;
     }
     s = db_->CreateNamespace("cold", cold, &cold_);
     if (s.ok()) s = db_->CreateNamespace("hot", hot, &hot_);
@@ -236,7 +249,8 @@ class HotColdRun {
     r_.counts_found = true;
     r_.lookups = cold_reads_;
     r_.found = cold_found_;
-    r_.note = Printf("hot puts; cold memory hit ratio %.3f", ColdHitRatio());
+    r_.note = Printf("hot puts; cold %s hit ratio %.3f", plan_.ssd ? "any-tier" : "memory",
+                     ColdHitRatio());
     if (hot_refused_ > 0) {
       r_.note += Printf("; %" PRIu64 " hot puts refused NoSpace", hot_refused_);
       r_.detail_text += "  hot puts refused NoSpace: " + std::to_string(hot_refused_) +
@@ -250,15 +264,16 @@ class HotColdRun {
     r_.detail_json =
         Printf("\"cold_keys\":%" PRIu64 ",\"cold_reads\":%" PRIu64 ",\"cold_memory_hits\":%" PRIu64
                ",\"cold_found\":%" PRIu64 ",\"cold_refills\":%" PRIu64
-               ",\"memory_evictions\":%" PRIu64 ",\"hot_refused\":%" PRIu64,
+               ",\"memory_evictions\":%" PRIu64 ",\"hot_refused\":%" PRIu64 ",\"tier\":\"%s\"",
                plan_.cold_keys, cold_reads_, cold_memory_hits_, cold_found_, cold_refills_,
-               evictions, hot_refused_);
+               evictions, hot_refused_, plan_.ssd ? "ssd" : "memory");
     if (config_.namespaces) {
       r_.detail_text += "  " + cold.Text("cold") + "\n  " + hot.Text("hot") + "\n";
       r_.detail_json += ",\"namespaces\":{" + cold.Json("cold") + "," + hot.Json("hot") + "}";
       if (config_.quotas) {
-        r_.detail_text += Printf("  quotas: cold %.1f MiB, hot %.1f MiB\n", Mib(plan_.cold_quota),
-                                 Mib(plan_.hot_quota));
+        r_.detail_text +=
+            Printf("  %squotas: cold %.1f MiB, hot %.1f MiB\n", plan_.ssd ? "SSD " : "",
+                   Mib(plan_.cold_quota), Mib(plan_.hot_quota));
       }
     } else {
       r_.detail_text += Printf("  no namespaces: %" PRIu64
@@ -286,7 +301,8 @@ class HotColdRun {
 
 NsHotColdPlan PlanNsHotCold(const BenchConfig& c) {
   NsHotColdPlan p;
-  const uint64_t tier = c.memory_budget;
+  const uint64_t tier = c.NsTier();
+  p.ssd = c.ns_ssd != 0;
   p.cold_keys =
       c.ns_cold_keys > 0 ? c.ns_cold_keys : std::max<uint64_t>(tier / 4 / c.value_size, 1);
   p.cold_quota = c.ns_cold_quota > 0 ? c.ns_cold_quota : tier / 2;
@@ -317,10 +333,10 @@ NsHotColdOutcome RunNsHotCold(const BenchContext& b, bool reverse) {
   // A baseline of no hits at all has no ratio: say so rather than print 0 or infinity.
   auto shown = [&](double r) { return hit_ratio[0] > 0 ? Printf("%.2fx", r) : std::string("n/a"); };
   out.text = Printf(
-      "%-12s : cold memory hit ratio shares/prefix %s, quotas/prefix %s (%.3f, %.3f vs %.3f); "
+      "%-12s : cold %s hit ratio shares/prefix %s, quotas/prefix %s (%.3f, %.3f vs %.3f); "
       "hot puts ops/sec shares/prefix %.2fx, quotas/prefix %.2fx (%.0f, %.0f vs %.0f); per "
       "CPU second shares/prefix %.2fx, quotas/prefix %.2fx",
-      "ns_hotcold", shown(out.cold_hit_ratio_shares).c_str(),
+      "ns_hotcold", plan.ssd ? "any-tier" : "memory", shown(out.cold_hit_ratio_shares).c_str(),
       shown(out.cold_hit_ratio_quotas).c_str(), hit_ratio[1], hit_ratio[2], hit_ratio[0],
       out.hot_puts_shares, out.hot_puts_quotas, put_rate[1], put_rate[2], put_rate[0],
       out.hot_puts_cpu_shares, out.hot_puts_cpu_quotas);

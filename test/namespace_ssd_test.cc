@@ -112,6 +112,20 @@ class NamespaceSsdTest : public ::testing::Test {
     EXPECT_EQ(items, Stat(db_.get(), "ssd.keys"));
     EXPECT_EQ(bytes, Stat(db_.get(), "ssd.live_bytes"));
   }
+  // Opens a 24 MiB tier, writes 3 MiB to b (the cold namespace), then 62 MiB of new keys
+  // to a (the hot one), flushed.
+  void ColdThenHot() {
+    options_.ssd_capacity_bytes = 24 << 20;
+    options_.gc_interval_ms = 0;
+    Open();
+    for (int i = 0; i < 200; i++) Put("b", "k" + std::to_string(i), Value('b', i));
+    ASSERT_TRUE(db_->Flush().ok());
+    for (int i = 0; i < 4000; i++) {
+      Status s = ns("a")->Put(WriteOptions(), "k" + std::to_string(i), Value('a', i));
+      ASSERT_TRUE(s.ok()) << i << ": " << s.ToString();
+    }
+    ASSERT_TRUE(db_->Flush().ok());
+  }
   // A mix of puts, overwrites of other sizes and deletes over the three namespaces.
   void Churn(int rounds, int seed) {
     for (int n = 0; n < rounds; n++) {
@@ -435,18 +449,24 @@ TEST_F(NamespaceSsdTest, WriteBackOffloadsKeepTheSsdQuotaAndNeverStickInMemory) 
 // its share first, so a cold namespace within its share keeps its values on SSD while a
 // hot one churns, though its buckets are the oldest.
 TEST_F(NamespaceSsdTest, UnderPressureTheNamespaceMostOverItsShareLosesBucketsFirst) {
-  options_.ssd_capacity_bytes = 24 << 20;
-  options_.gc_interval_ms = 0;
-  Open();
-  for (int i = 0; i < 200; i++) Put("b", "k" + std::to_string(i), Value('b', i));  // 3 MiB
-  ASSERT_TRUE(db_->Flush().ok());
-  for (int i = 0; i < 4000; i++) {  // 62 MiB through a 24 MiB tier
-    ASSERT_TRUE(ns("a")->Put(WriteOptions(), "k" + std::to_string(i), Value('a', i)).ok()) << i;
-  }
-  ASSERT_TRUE(db_->Flush().ok());
+  ColdThenHot();
   EXPECT_EQ(Figure(db_.get(), "b", "ssd_items"), 200);
   EXPECT_EQ(Figure(db_.get(), "b", "ssd_evictions"), 0);
   EXPECT_GT(Figure(db_.get(), "a", "ssd_evictions"), 2000);
+  ExpectFiguresAddUp();
+}
+
+// A namespace held to its SSD quota leaves dead values in its buckets (until the GC
+// punches or compacts them), which fill the tier all the same: the buckets evicted for
+// room are those, not a cold namespace's older but live ones, though nobody is over
+// their share.
+TEST_F(NamespaceSsdTest, TheDeadValuesAQuotaLeavesGoBeforeAColdNamespacesBuckets) {
+  ns_options_["a"].ssd_quota_bytes = 8 << 20;  // 62 MiB of puts through it
+  ColdThenHot();
+  EXPECT_LE(Figure(db_.get(), "a", "ssd_bytes"), 8 << 20);
+  EXPECT_GT(Stat(db_.get(), "ssd.evicted_buckets"), 0) << "the dead values filled the tier";
+  EXPECT_EQ(Figure(db_.get(), "b", "ssd_items"), 200);
+  EXPECT_EQ(Figure(db_.get(), "b", "ssd_evictions"), 0);
   ExpectFiguresAddUp();
 }
 

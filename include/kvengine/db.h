@@ -113,8 +113,8 @@ struct RemovalBatch {
 // When a tier is full, it evicts first from the namespace most over its fair share (the
 // tier split by weight among the namespaces that hold values in it), so a namespace
 // within its share keeps its values while another churns; the SSD tier evicts whole
-// buckets, so there the choice is the bucket holding most of that namespace among the
-// few coldest.  Concurrent puts may overshoot a quota by the values being committed at
+// buckets, so there the choice is the bucket holding the fewest live bytes of namespaces
+// within their share.  Concurrent puts may overshoot a quota by the values being committed at
 // that moment (docs/design.md, "Namespaces: quotas and fair shares").
 struct NamespaceOptions {
   // Bytes of the memory tier the namespace's values may occupy.  0: no quota.

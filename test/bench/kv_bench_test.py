@@ -21,7 +21,8 @@ attach:    the kvengine benchmarks from a client attached to an owner: --attach 
 namespaces: --benchmarks=ns_hotcold at a tiny size (JSON and text): the three
            configurations' records and the ratios; cold's reads all served by memory with
            fair shares and with quotas, not all with the prefix alone; the per-namespace
-           evictions where they belong; skipped with a note on RocksDB alone.  Then
+           evictions where they belong; skipped with a note on RocksDB alone; on the SSD
+           tier (--ns_hotcold_ssd) the hot tenant's SSD quota holds.  Then
            --compare_namespace: both engines' records, their CPU seconds, and the ratio
            record with the ratio per CPU second.
 trace:     --benchmarks=trace on a generated conversation trace (a tiny model shape):
@@ -224,6 +225,7 @@ def test_bad_flags(binary, engines):
         (["--benchmarks=ns_hotcold", "--ns_hot_quota=0"], "--ns_hot_quota"),
         (["--benchmarks=ns_hotcold", "--ns_cold_quota=64MiB"], "--ns_cold_quota"),
         (["--benchmarks=ns_hotcold", "--ns_cold_keys=9000"], "--ns_cold_keys"),
+        (["--benchmarks=ns_hotcold", "--ns_hotcold_ssd=lots"], "--ns_hotcold_ssd"),
     ]
     if len(engines) == 2:
         bad.append((["--engine=rocksdb", "--rocksdb_options=bogus_opt=1",
@@ -587,6 +589,28 @@ def test_namespaces(binary, engines):
     check(re.search(r"^ns_hotcold +: cold memory hit ratio shares/prefix [0-9.]+x, "
                     r"quotas/prefix [0-9.]+x .*hot puts ops/sec shares/prefix", out, re.M),
           f"no ratio line: {out[-600:]!r}")
+    # On the SSD tier: the quotas are SSD quotas, which hold; every value found is checked.
+    code, out, err = run(binary, ["--benchmarks=ns_hotcold", "--memory=4MiB",
+                                  "--ns_hotcold_ssd=32MiB", "--value_size=16384", "--num=4096",
+                                  "--options=bucket_size_limit=1048576",
+                                  "--ns_cold_read_every=64", "--progress_interval=0", "--json"])
+    check(code == 0, f"ns_hotcold --ns_hotcold_ssd exited {code}: {err[-500:]!r}")
+    recs = {r["engine"]: r for r in records(out)}
+    for config in ("prefix", "shares", "quotas"):
+        r = recs.get("kvengine+" + config, {})
+        check(r.get("tier") == "ssd", f"ssd {config}: {r}")
+        check(r.get("errors") == 0, f"ssd {config}: {r.get('errors')}: {r.get('first_error')}")
+        check(r.get("verified") == r.get("cold_found"), f"ssd {config}: not all verified: {r}")
+    shares = recs.get("kvengine+shares", {}).get("namespaces", {})
+    check(shares.get("hot", {}).get("ssd_evictions", 0) > 0, f"ssd shares: hot kept all: {shares}")
+    check(shares.get("cold", {}).get("ssd_bytes", 0) > 0, f"ssd shares: cold not on SSD: {shares}")
+    quotas = recs.get("kvengine+quotas", {})
+    hot = quotas.get("namespaces", {}).get("hot", {})
+    check(0 < hot.get("ssd_bytes", 0) <= 16 << 20, f"ssd quotas: hot over its 16 MiB: {hot}")
+    check(hot.get("quota_evictions", 0) > 0, f"ssd quotas: no quota evictions: {hot}")
+    check(quotas.get("hot_refused") == 0, f"ssd quotas: hot puts refused: {quotas}")
+    check("cold_hit_ratio_quotas_over_prefix" in recs.get("ratios", {}), "ssd: no ratios")
+
     if "rocksdb" in engines:
         code, out, err = run(binary, HOTCOLD + ["--engine=rocksdb"])
         check(code == 0 and "ns_hotcold   : skipped: namespaces are kvengine's" in out,
