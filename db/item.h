@@ -22,7 +22,7 @@
 // 96 B (the unused slots of a slab not yet full add their items).  So it holds only
 // what cannot be derived:
 //   - the key: its head in the item, its rest (keys over 16 bytes) pointed to, not a
-//     std::string (32 B);
+//     std::string (32 B); a namespace's key without its 9-byte prefix (below);
 //   - no hash: the index slot keeps it, and the rare unindexing that has no lookup at
 //     hand (an eviction) hashes the key again;
 //   - no value pointer or slot number: SlabAllocator::DataOf computes the value's address
@@ -33,6 +33,19 @@
 //   - sizes as bit-fields, within the limits Options::Validate enforces.
 // Fields written under different locks are never packed into one memory location (a
 // bit-field's word is one), so each lock guards what it guarded before.
+//
+// Namespaces.  A key of a namespace is 0xFE | its 8-byte id | the user's key
+// (util/namespace_key.h).  Stored whole, a 16-byte user key's 25 bytes would overflow
+// the 16 bytes of key room: a key-arena block per key (8 or 16 more bytes of RAM,
+// allocated under the allocator's mutex on each put) and one more dependent read on
+// each compare; 100-byte puts of 16-byte keys cost 0.69-0.75x per CPU second in a
+// namespace (docs/benchmarks.md).  So an item stores such a key's user part exactly as
+// it stores a default-namespace key, and the namespace as a 16-bit tag (NamespaceTags,
+// db/namespace_tags.h) in the top 16 bits of the key-rest pointer's word, which user
+// pointers below 2^48 leave free.  RAM per key is then the default namespace's for every
+// key size, and KeyString() and KeySize() give the whole internal key, prefix included,
+// so that everything above the item sees the bytes it saw before.  An id that gets no
+// tag (the table full) leaves its keys stored whole, untagged, as before.
 #ifndef KVENGINE_DB_ITEM_H_
 #define KVENGINE_DB_ITEM_H_
 

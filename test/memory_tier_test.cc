@@ -597,6 +597,30 @@ TEST_F(MemoryTierTest, NamespacedKeysWithoutATagStayCorrect) {
   EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
 }
 
+// A namespace costs no key RAM (db/item.h): the same user keys take the same key-arena
+// and index bytes in a namespace as in the default namespace, at every key size around
+// the item's 16 bytes of key room.  (Stored whole, a 16-byte user key's 25 bytes took an
+// arena block each.)
+TEST_F(MemoryTierTest, ANamespaceTakesTheKeyRamOfTheDefaultNamespace) {
+  const std::string prefix = ns::Prefix(ns::IdOf("key-ram"));
+  for (size_t len : {7, 8, 16, 17, 32, 40}) {
+    MemoryTier::Stats stats[2];
+    for (int in_namespace = 0; in_namespace < 2; in_namespace++) {
+      Open(64 * kSlab);
+      for (int i = 0; i < 5000; i++) {
+        std::string user = std::to_string(i);
+        user.resize(len, '.');
+        ASSERT_TRUE(Put((in_namespace ? prefix : "") + user, "v").ok());
+      }
+      stats[in_namespace] = tier_->GetStats();
+      ASSERT_EQ(stats[in_namespace].items, 5000u);
+      tier_.reset();
+    }
+    EXPECT_EQ(stats[1].key_arena_bytes, stats[0].key_arena_bytes) << len << "-byte keys";
+    EXPECT_EQ(stats[1].index_bytes, stats[0].index_bytes) << len << "-byte keys";
+  }
+}
+
 TEST_F(MemoryTierTest, EraseIfAndForEach) {
   Open(16 * kSlab);
   for (int i = 0; i < 10; i++) ASSERT_TRUE(Put("layer." + std::to_string(i), "x").ok());
