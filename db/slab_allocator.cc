@@ -279,20 +279,27 @@ void SlabAllocator::Unlink(Item* item) {
 }
 
 void SlabAllocator::SetKey(Item* item, std::string_view key) {
-  // A key of a namespace that has a tag is stored without its prefix (db/item.h).
-  uint16_t tag = 0;
-  if (ns::IsNamespaced(key) && key.size() >= ns::kPrefixSize) {
-    tag = NamespaceTags::Global().Intern(ns::IdOfKey(key));
+  if (__builtin_expect(ns::IsNamespaced(key) && key.size() >= ns::kPrefixSize, 0)) {
+    SetNamespacedKey(item, key);
+    return;
   }
-  std::string_view stored = tag != 0 ? key.substr(ns::kPrefixSize) : key;
-  char* rest = AllocateKeyRest(stored.size());
-  if (tag != 0 && !Item::Taggable(rest)) {  // no room for the tag beside this pointer
-    FreeKeyRest(rest, stored.size());
-    tag = 0;
-    stored = key;
-    rest = AllocateKeyRest(stored.size());
+  // A key of up to 16 bytes needs no block (and no call).
+  item->SetKeyBytes(key, key.size() > Item::kKeyHead ? AllocateKeyRest(key.size()) : nullptr);
+}
+
+void SlabAllocator::SetNamespacedKey(Item* item, std::string_view key) {
+  // Stored without its prefix when the namespace has a tag (db/item.h), else whole.
+  const uint16_t tag = NamespaceTags::Global().Intern(ns::IdOfKey(key));
+  if (tag != 0) {
+    const std::string_view user = key.substr(ns::kPrefixSize);
+    char* rest = AllocateKeyRest(user.size());
+    if (Item::Taggable(rest)) {
+      item->SetKeyBytes(user, rest, tag);
+      return;
+    }
+    FreeKeyRest(rest, user.size());  // no room for the tag beside this pointer
   }
-  item->SetKeyBytes(stored, rest, tag);
+  item->SetKeyBytes(key, AllocateKeyRest(key.size()));
 }
 
 char* SlabAllocator::AllocateKeyRest(size_t stored_key_size) {
