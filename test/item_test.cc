@@ -51,6 +51,18 @@ TEST(NamespaceTagsTest, AnIdKeepsItsTagAndTagsNameTheirIds) {
   EXPECT_EQ(tags->IdOf(t1), uint64_t{2} << 16);
 }
 
+// The id a tagged item compares (db/item.h) is the one the prefix was written with.
+TEST(NamespaceTagsTest, APrefixGivesBackItsId) {
+  for (uint64_t id : {uint64_t{1}, uint64_t{0x0102030405060708}, ~uint64_t{0},
+                      uint64_t{0x8000000000000000}, ns::IdOf("a")}) {
+    const std::string prefix = ns::Prefix(id);
+    ASSERT_EQ(prefix.size(), ns::kPrefixSize);
+    EXPECT_EQ(static_cast<unsigned char>(prefix[0]), ns::kMarker);
+    EXPECT_EQ(ns::IdOfKey(prefix + "user"), id);
+    EXPECT_EQ(static_cast<unsigned char>(prefix[1]), id >> 56);  // big-endian: key order
+  }
+}
+
 TEST(NamespaceTagsTest, ThreadsInterningTheSameIdsAgree) {
   auto tags = std::make_unique<NamespaceTags>();
   constexpr int kThreads = 8, kShared = 2000, kOwn = 200;

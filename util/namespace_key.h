@@ -13,8 +13,10 @@
 #ifndef KVENGINE_UTIL_NAMESPACE_KEY_H_
 #define KVENGINE_UTIL_NAMESPACE_KEY_H_
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 
@@ -45,8 +47,9 @@ std::string Prefix(uint64_t id);
 // The id of a namespaced key's prefix.  REQUIRES: IsNamespaced(key), key.size() >= kPrefixSize.
 // Inline: the memory tier compares it with a tagged item's id on every lookup (db/item.h).
 inline uint64_t IdOfKey(std::string_view key) {
-  uint64_t id = 0;
-  for (size_t i = 0; i < 8; i++) id = (id << 8) | static_cast<unsigned char>(key[1 + i]);
+  uint64_t id;
+  std::memcpy(&id, key.data() + 1, sizeof(id));
+  if constexpr (std::endian::native == std::endian::little) id = __builtin_bswap64(id);
   return id;
 }
 
