@@ -190,6 +190,25 @@ TEST_F(ItemKeyTest, ATaggedItemEqualsOnlyItsOwnInternalKey) {
   EXPECT_EQ(allocator_->allocated_bytes(), 0u);
 }
 
+// A user key too long for the arena's pools has its rest on the heap: freed through the
+// masked pointer by Free, and by the allocator's destructor (LeakSanitizer checks both).
+TEST_F(ItemKeyTest, ATaggedKeyWithItsRestOnTheHeap) {
+  const std::string key = ns::Prefix(ns::IdOf("item-test-heap")) +
+                          UserKey(KeyArena::kMaxPooledKey + Item::kKeyHead + 100);
+  Item* freed = WithKey(key);
+  Item* kept = WithKey(key + "x");
+  for (Item* item : {freed, kept}) {
+    ASSERT_NE(item->NamespaceTag(), 0);
+    EXPECT_TRUE(Item::Taggable(item->KeyRest()));
+    EXPECT_EQ(item->KeyString().size(), item->KeySize());
+  }
+  EXPECT_TRUE(freed->KeyEquals(key));
+  EXPECT_FALSE(freed->KeyEquals(key + "x"));
+  EXPECT_TRUE(kept->KeyEquals(key + "x"));
+  EXPECT_EQ(kept->KeyString(), key + "x");
+  allocator_->Free(freed);
+}
+
 TEST_F(ItemKeyTest, KeysThatOnlyLookNamespacedAreStoredWhole) {
   // Shorter than a prefix, or 0xFE-led in a default-looking key: no tag, all bytes kept.
   for (const std::string& key :
