@@ -22,7 +22,7 @@
 // 96 B (the unused slots of a slab not yet full add their items).  So it holds only
 // what cannot be derived:
 //   - the key: its head in the item, its rest (keys over 16 bytes) pointed to, not a
-//     std::string (32 B);
+//     std::string (32 B); a namespace's key without its 9-byte prefix (below);
 //   - no hash: the index slot keeps it, and the rare unindexing that has no lookup at
 //     hand (an eviction) hashes the key again;
 //   - no value pointer or slot number: SlabAllocator::DataOf computes the value's address
@@ -33,6 +33,19 @@
 //   - sizes as bit-fields, within the limits Options::Validate enforces.
 // Fields written under different locks are never packed into one memory location (a
 // bit-field's word is one), so each lock guards what it guarded before.
+//
+// Namespaces.  A key of a namespace is 0xFE | its 8-byte id | the user's key
+// (util/namespace_key.h).  Stored whole, a 16-byte user key's 25 bytes would overflow
+// the 16 bytes of key room: a key-arena block per key (8 or 16 more bytes of RAM,
+// allocated under the allocator's mutex on each put) and one more dependent read on
+// each compare; 100-byte puts of 16-byte keys cost 0.69-0.75x per CPU second in a
+// namespace (docs/benchmarks.md).  So an item stores such a key's user part exactly as
+// it stores a default-namespace key, and the namespace as a 16-bit tag (NamespaceTags,
+// db/namespace_tags.h) in the top 16 bits of the key-rest pointer's word, which user
+// pointers below 2^48 leave free.  RAM per key is then the default namespace's for every
+// key size, and KeyString() and KeySize() give the whole internal key, prefix included,
+// so that everything above the item sees the bytes it saw before.  An id that gets no
+// tag (the table full) leaves its keys stored whole, untagged, as before.
 #ifndef KVENGINE_DB_ITEM_H_
 #define KVENGINE_DB_ITEM_H_
 
@@ -42,6 +55,9 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+
+#include "db/namespace_tags.h"
+#include "util/namespace_key.h"
 
 namespace kvengine {
 
@@ -57,12 +73,15 @@ struct alignas(64) Item {
 
   // Written by the putting thread before the item is published (the key through
   // SlabAllocator::SetKey); read-only afterwards until the item is freed
-  // (SlabAllocator::Free drops the key).
-  char key_head[kKeyHead] = {};  // the key's first min(key_size, 16) bytes
-  char* key_rest = nullptr;      // the other key_size - 16 bytes; null for a short key
+  // (SlabAllocator::Free drops the key).  The stored key is the whole key, or for a key
+  // of a tagged namespace its user part (the key less its ns::kPrefixSize prefix).
+  char key_head[kKeyHead] = {};  // the stored key's first min(stored_key_size, 16) bytes
+  // The stored key's other stored_key_size - 16 bytes (null for a short one) in the low
+  // kTagShift bits, the namespace's tag (NamespaceTags; 0: none) in the bits above.
+  uintptr_t key_rest_word = 0;
   uint64_t version = 0;
   uint64_t size : 43 = 0;  // value bytes
-  uint64_t key_size : 21 = 0;
+  uint64_t stored_key_size : 21 = 0;
 
   // LRU links.  Written under the allocator's mutex; atomic (always relaxed) so that a
   // reader may prefetch an item's neighbours before Touch relinks it, and Touch may see
@@ -80,33 +99,61 @@ struct alignas(64) Item {
   // 1 per index reference + 1 per pin.  The item is freed when it drops to 0.
   std::atomic<uint32_t> refs{0};
 
-  // Bytes of the key beyond the item (in the KeyArena): 0 for a key of up to 16 bytes.
-  static uint64_t RestSize(uint64_t key_size) {
-    return key_size > kKeyHead ? key_size - kKeyHead : 0;
+  // Bits of key_rest_word below the tag: x86-64 and aarch64 Linux user pointers are
+  // under 2^48 (SlabAllocator::SetKey checks each one and stores a key untagged if not).
+  static constexpr int kTagShift = 48;
+  static constexpr uintptr_t kRestMask = (uintptr_t{1} << kTagShift) - 1;
+  static bool Taggable(const char* rest) {
+    return (reinterpret_cast<uintptr_t>(rest) & ~kRestMask) == 0;
   }
-  // Whether the item's key is `key`: compared in the item, and at key_rest only for a
-  // key over 16 bytes whose head matched.
+
+  // Bytes of a stored key beyond the item (in the KeyArena): 0 for one of up to 16 bytes.
+  static uint64_t RestSize(uint64_t stored_key_size) {
+    return stored_key_size > kKeyHead ? stored_key_size - kKeyHead : 0;
+  }
+  char* KeyRest() const { return reinterpret_cast<char*>(key_rest_word & kRestMask); }
+  // The tag of the item's namespace; 0 for the default namespace and untagged ones.
+  uint16_t NamespaceTag() const { return static_cast<uint16_t>(key_rest_word >> kTagShift); }
+  // The size of the key the item stores (see key_head) and of the key it is (with the
+  // namespace's prefix).
+  uint64_t StoredKeySize() const { return stored_key_size; }
+  uint64_t KeySize() const { return stored_key_size + (NamespaceTag() != 0 ? ns::kPrefixSize : 0); }
+
+  // Whether the item's key is `key` (the whole internal key): compared in the item, and
+  // at KeyRest() only for a stored key over 16 bytes whose head matched.  An untagged
+  // item (every key of the default namespace) takes one branch more than the plain
+  // compare; a tagged one compares the prefix against its tag's id first.
   bool KeyEquals(std::string_view key) const {
-    if (key.size() != key_size) return false;
-    const size_t head = std::min<size_t>(key.size(), kKeyHead);
-    if (head != 0 && std::memcmp(key_head, key.data(), head) != 0) return false;
-    return key.size() <= kKeyHead ||
-           std::memcmp(key_rest, key.data() + kKeyHead, key.size() - kKeyHead) == 0;
+    if (__builtin_expect(key_rest_word > kRestMask, 0)) return TaggedKeyEquals(key);
+    return StoredKeyEquals(key, reinterpret_cast<const char*>(key_rest_word));
   }
-  // A copy of the key (its two pieces joined), for the few callers that need it whole.
+  // A copy of the whole key (its prefix and two pieces joined), for the few callers
+  // that need it whole.
   std::string KeyString() const {
-    std::string key(key_head, std::min<size_t>(key_size, kKeyHead));
-    if (key_size > kKeyHead) key.append(key_rest, key_size - kKeyHead);
+    const uint16_t tag = NamespaceTag();
+    std::string key(KeySize(), '\0');
+    if (tag != 0) ns::EncodePrefix(NamespaceTags::Global().IdOf(tag), key.data());
+    char* stored = key.data() + (key.size() - stored_key_size);
+    std::memcpy(stored, key_head, std::min<size_t>(stored_key_size, kKeyHead));
+    if (stored_key_size > kKeyHead) {
+      std::memcpy(stored + kKeyHead, KeyRest(), stored_key_size - kKeyHead);
+    }
     return key;
   }
-  // Stores key in the item, its rest at `rest` (RestSize(key.size()) bytes; unused for
-  // a short key).  REQUIRES: the item has no key.
-  void SetKeyBytes(std::string_view key, char* rest) {
-    key_size = key.size();
-    const size_t head = std::min<size_t>(key.size(), kKeyHead);
-    if (head != 0) std::memcpy(key_head, key.data(), head);
-    key_rest = key.size() > kKeyHead ? rest : nullptr;
-    if (key_rest != nullptr) std::memcpy(key_rest, key.data() + kKeyHead, key.size() - kKeyHead);
+  // Stores `stored` (the whole key, or with a tag the user part) in the item, its rest
+  // at `rest` (RestSize(stored.size()) bytes; unused for a short key).
+  // REQUIRES: the item has no key; Taggable(rest) if tag != 0.
+  void SetKeyBytes(std::string_view stored, char* rest, uint16_t tag = 0) {
+    stored_key_size = stored.size();
+    const size_t head = std::min<size_t>(stored.size(), kKeyHead);
+    if (head != 0) std::memcpy(key_head, stored.data(), head);
+    if (stored.size() <= kKeyHead) rest = nullptr;
+    if (rest != nullptr) std::memcpy(rest, stored.data() + kKeyHead, stored.size() - kKeyHead);
+    key_rest_word = reinterpret_cast<uintptr_t>(rest) | uintptr_t{tag} << kTagShift;
+  }
+  void ClearKey() {
+    key_rest_word = 0;
+    stored_key_size = 0;
   }
   bool in_lru() const { return lru_prev.load(std::memory_order_relaxed) != nullptr; }
   static constexpr uintptr_t kEpochMask = 63;
@@ -117,6 +164,22 @@ struct alignas(64) Item {
   uint32_t lru_epoch() const {
     const uintptr_t raw = reinterpret_cast<uintptr_t>(lru_prev.load(std::memory_order_relaxed));
     return static_cast<uint32_t>(raw & kEpochMask);
+  }
+
+ private:
+  // Whether the stored key, with its rest at `rest`, is `stored`.
+  bool StoredKeyEquals(std::string_view stored, const char* rest) const {
+    if (stored.size() != stored_key_size) return false;
+    const size_t head = std::min<size_t>(stored.size(), kKeyHead);
+    if (head != 0 && std::memcmp(key_head, stored.data(), head) != 0) return false;
+    return stored.size() <= kKeyHead ||
+           std::memcmp(rest, stored.data() + kKeyHead, stored.size() - kKeyHead) == 0;
+  }
+  // KeyEquals of a tagged item: `key` is its tag's id's prefix, then the stored bytes.
+  bool TaggedKeyEquals(std::string_view key) const {
+    if (key.size() != stored_key_size + ns::kPrefixSize || !ns::IsNamespaced(key)) return false;
+    if (ns::IdOfKey(key) != NamespaceTags::Global().IdOf(NamespaceTag())) return false;
+    return StoredKeyEquals(key.substr(ns::kPrefixSize), KeyRest());
   }
 };
 

@@ -13,6 +13,7 @@
 #include "util/hash.h"
 #include "util/logging.h"
 #include "util/mutex.h"
+#include "util/namespace_key.h"
 #include "util/perf_point.h"
 
 namespace kvengine {
@@ -404,14 +405,19 @@ void MemoryTier::ProbeBatch(std::span<const Slice> keys, Fn&& found) {
     each_locked([&](Shard& shard, uint32_t i) {
       if (const Item* item = shard.index.FirstWithHash(hashes[i])) __builtin_prefetch(item);
     });
-    // A key of up to 16 bytes is compared in its item (db/item.h); only a longer one's
-    // rest is one more read, prefetched in a stage of its own.
+    // A key of up to 16 bytes (beyond its namespace's prefix, in a tagged namespace) is
+    // compared in its item (db/item.h); only a longer one's rest is one more read,
+    // prefetched in a stage of its own.
     bool long_keys = false;
-    for (size_t g = first; g < end; g++) long_keys |= view(order[g]).size() > Item::kKeyHead;
+    for (size_t g = first; g < end; g++) {
+      const std::string_view key = view(order[g]);
+      const bool prefixed = ns::IsNamespaced(key) && key.size() >= ns::kPrefixSize;
+      long_keys |= key.size() - (prefixed ? ns::kPrefixSize : 0) > Item::kKeyHead;
+    }
     if (long_keys) {
       each_locked([&](Shard& shard, uint32_t i) {
         const Item* item = shard.index.FirstWithHash(hashes[i]);
-        if (item != nullptr && item->key_rest != nullptr) __builtin_prefetch(item->key_rest);
+        if (item != nullptr && item->KeyRest() != nullptr) __builtin_prefetch(item->KeyRest());
       });
     }
     each_locked([&](Shard& shard, uint32_t i) {

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "db/item.h"
+#include "db/namespace_tags.h"
 #include "util/namespace_key.h"
 
 namespace kvengine {
@@ -40,7 +41,10 @@ NamespaceUsage::Slot* NamespaceUsage::Of(std::string_view key) {
 }
 
 NamespaceUsage::Slot* NamespaceUsage::OfItem(const Item& item) {
-  if (item.key_size < ns::kPrefixSize ||
+  // A tagged item stores its key without the prefix (db/item.h); an untagged one of a
+  // namespace still starts with it.
+  if (const uint16_t tag = item.NamespaceTag()) return OfId(NamespaceTags::Global().IdOf(tag));
+  if (item.StoredKeySize() < ns::kPrefixSize ||
       static_cast<unsigned char>(item.key_head[0]) != ns::kMarker) {
     return &default_;
   }

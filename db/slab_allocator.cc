@@ -6,6 +6,9 @@
 #include <memory>
 #include <type_traits>
 
+#include "db/namespace_tags.h"
+#include "util/namespace_key.h"
+
 namespace kvengine {
 
 namespace {
@@ -104,8 +107,8 @@ SlabAllocator::~SlabAllocator() {
   for (Slab& slab : slabs_) {
     for (uint32_t i = 0; i < slab.item_count; i++) {
       const Item& item = slab.items[i];
-      const size_t rest = Item::RestSize(item.key_size);
-      if (rest > KeyArena::kMaxPooledKey) keys_.Free(item.key_rest, rest);
+      const size_t rest = Item::RestSize(item.StoredKeySize());
+      if (rest > KeyArena::kMaxPooledKey) keys_.Free(item.KeyRest(), rest);
     }
   }
 }
@@ -276,21 +279,47 @@ void SlabAllocator::Unlink(Item* item) {
 }
 
 void SlabAllocator::SetKey(Item* item, std::string_view key) {
-  char* rest = nullptr;
-  if (const size_t n = Item::RestSize(key.size()); n > 0) {
-    MutexLock lock(&mu_);
-    rest = keys_.Allocate(n);
+  if (__builtin_expect(ns::IsNamespaced(key) && key.size() >= ns::kPrefixSize, 0)) {
+    SetNamespacedKey(item, key);
+    return;
   }
-  item->SetKeyBytes(key, rest);
+  // A key of up to 16 bytes needs no block (and no call).
+  item->SetKeyBytes(key, key.size() > Item::kKeyHead ? AllocateKeyRest(key.size()) : nullptr);
+}
+
+void SlabAllocator::SetNamespacedKey(Item* item, std::string_view key) {
+  // Stored without its prefix when the namespace has a tag (db/item.h), else whole.
+  const uint16_t tag = NamespaceTags::Global().Intern(ns::IdOfKey(key));
+  if (tag != 0) {
+    const std::string_view user = key.substr(ns::kPrefixSize);
+    char* rest = AllocateKeyRest(user.size());
+    if (Item::Taggable(rest)) {
+      item->SetKeyBytes(user, rest, tag);
+      return;
+    }
+    FreeKeyRest(rest, user.size());  // no room for the tag beside this pointer
+  }
+  item->SetKeyBytes(key, AllocateKeyRest(key.size()));
+}
+
+char* SlabAllocator::AllocateKeyRest(size_t stored_key_size) {
+  const size_t n = Item::RestSize(stored_key_size);
+  if (n == 0) return nullptr;
+  MutexLock lock(&mu_);
+  return keys_.Allocate(n);
+}
+
+void SlabAllocator::FreeKeyRest(char* rest, size_t stored_key_size) {
+  MutexLock lock(&mu_);
+  keys_.Free(rest, Item::RestSize(stored_key_size));
 }
 
 void SlabAllocator::Free(Item* item) {
   MutexLock lock(&mu_);
   assert(item->refs.load() == 0);
   Unlink(item);
-  keys_.Free(item->key_rest, Item::RestSize(item->key_size));
-  item->key_rest = nullptr;
-  item->key_size = 0;
+  keys_.Free(item->KeyRest(), Item::RestSize(item->StoredKeySize()));
+  item->ClearKey();
   const uint32_t index = item->slab;
   Slab& slab = slabs_[index];
   if (slab.cls == static_cast<int>(class_sizes_.size())) {  // a run

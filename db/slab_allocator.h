@@ -46,8 +46,9 @@ class SlabAllocator {
   // item is allocated (its slab's item array, the class sizes).
   // REQUIRES: the caller holds a reference to the item, or its reservation.
   char* DataOf(const Item* item) const;
-  // Gives the item a copy of key.  REQUIRES: the item is allocated, not published and
-  // has no key; key.size() <= Item::kMaxKeySize.
+  // Gives the item a copy of key: for a key of a namespace that NamespaceTags tags, its
+  // user part and the tag (db/item.h), else the whole key.  REQUIRES: the item is
+  // allocated, not published and has no key; key.size() <= Item::kMaxKeySize.
   void SetKey(Item* item, std::string_view key);
   // Returns the item's room and drops its key.  REQUIRES: refs == 0 and no one else
   // references the item.
@@ -120,6 +121,11 @@ class SlabAllocator {
   // Moves a linked item to the hot end of its class's LRU.
   void RelinkHot(Item* item) REQUIRES(mu_);
   void PinAndCollect(Item* item, std::vector<Item*>* victims);
+  // SetKey of a key that starts with a namespace's prefix.
+  void SetNamespacedKey(Item* item, std::string_view key);
+  // The KeyArena block for the rest of a stored key (nullptr for one of up to 16 bytes).
+  char* AllocateKeyRest(size_t stored_key_size) EXCLUDES(mu_);
+  void FreeKeyRest(char* rest, size_t stored_key_size) EXCLUDES(mu_);
   bool ReclaimWindow(uint64_t slab_count, std::vector<Item*>* victims);
 
   char* const base_;

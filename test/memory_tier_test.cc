@@ -9,11 +9,14 @@
 
 #include "db/key_arena.h"
 #include "db/key_index.h"
+#include "db/namespace_tags.h"
+#include "db/namespace_usage.h"
 #include "db/slab_allocator.h"
 #include "gtest/gtest.h"
 #include "test/test_util.h"
 #include "util/hash.h"
 #include "util/logging.h"
+#include "util/namespace_key.h"
 
 namespace kvengine {
 namespace {
@@ -51,6 +54,9 @@ class MemoryTierTest : public ::testing::Test {
     }
     return names;
   }
+
+  // Defined with the namespace tests below.
+  void CheckNamespacedKeysBesideDefaultOnes(uint64_t id_a, uint64_t id_b);
 
   Logger logger_;
   std::atomic<uint64_t> versions_{0};
@@ -474,6 +480,145 @@ TEST_F(MemoryTierTest, EvictionHandlerSeesValuesAndMayRefuse) {
   EXPECT_TRUE(s.IsNoSpace()) << s.ToString();
   for (int i = 1; i <= 4; i++) EXPECT_EQ(Get("k" + std::to_string(i)), v);
   EXPECT_GT(tier_->GetStats().eviction_refusals, 0u);
+}
+
+// The same user keys of 1 to 40 bytes in the default namespace and in namespaces a and
+// b: a namespace's items store the user part beside a tag (db/item.h), or the whole key
+// when no tag is left, and either way every call tells the three apart, hands back
+// whole keys (ForEach, EraseIf, the eviction handler) and charges the right namespace.
+void MemoryTierTest::CheckNamespacedKeysBesideDefaultOnes(uint64_t id_a, uint64_t id_b) {
+  const uint64_t capacity = 16 * kSlab;  // 4096 values of the smallest class
+  Open(capacity);
+  MemoryTier* tier = tier_.get();
+  NamespaceUsage usage(capacity);
+  tier->SetNamespaceUsage(&usage);
+  RefusingHandler evicted;
+  tier->SetEvictionHandler(&evicted);
+  const std::string prefix[3] = {"", ns::Prefix(id_a), ns::Prefix(id_b)};
+  NamespaceUsage::Slot* slot[3] = {usage.default_slot(), usage.OfId(id_a), usage.OfId(id_b)};
+  auto user = [](size_t len) {
+    std::string k(len, 'a');
+    for (size_t i = 0; i < len; i++) k[i] = static_cast<char>('a' + (i * 7 + len) % 26);
+    return k;
+  };
+  std::map<std::string, std::string> held;  // what the tier must hold
+  uint64_t bytes[3] = {};
+  auto put = [&](int s, const std::string& key, std::string value) {
+    ASSERT_TRUE(Put(key, value).ok()) << s << " " << key.size();
+    auto [it, fresh] = held.try_emplace(key, value);
+    if (!fresh) bytes[s] -= it->second.size();
+    it->second = std::move(value);
+    bytes[s] += it->second.size();
+  };
+  auto check = [&](const char* phase) {
+    SCOPED_TRACE(phase);
+    for (const auto& [key, value] : held) ASSERT_EQ(Get(key), value) << key.size();
+    std::set<std::string> seen;
+    tier->ForEach([&](std::string_view k, uint64_t, uint64_t) { seen.insert(std::string(k)); });
+    EXPECT_EQ(seen.size(), held.size());
+    for (const auto& [key, value] : held) EXPECT_EQ(seen.count(key), 1u) << key.size();
+    for (int s = 0; s < 3; s++) EXPECT_EQ(slot[s]->bytes.load(), bytes[s]) << "namespace " << s;
+  };
+  for (int s = 0; s < 3; s++) {
+    for (size_t len = 1; len <= 40; len++) {
+      put(s, prefix[s] + user(len), std::string(len + 50 * s, static_cast<char>('0' + s)));
+    }
+  }
+  check("put");
+  const std::string other = ns::Prefix(ns::IdOf("never-stored"));
+  for (size_t len = 1; len <= 40; len++) {
+    EXPECT_EQ(Get(other + user(len)), "<absent>");
+    EXPECT_EQ(Get(prefix[1] + user(len) + "x"), "<absent>");
+    EXPECT_EQ(Get(prefix[2] + user(len).substr(1)), "<absent>");
+  }
+  for (size_t len = 1; len <= 40; len++) put(1, prefix[1] + user(len), "a new value");
+  check("overwrite");
+  for (size_t len = 1; len <= 40; len += 2) {
+    EXPECT_TRUE(tier->Erase(prefix[2] + user(len)));
+    bytes[2] -= held[prefix[2] + user(len)].size();
+    held.erase(prefix[2] + user(len));
+  }
+  check("erase");
+  EXPECT_EQ(tier->EraseIf([&](std::string_view k) { return k.starts_with(prefix[1]); }), 40u);
+  std::erase_if(held, [&](const auto& kv) { return kv.first.starts_with(prefix[1]); });
+  bytes[1] = 0;
+  check("erase_if");
+  // Eviction hashes each victim's key again (MemoryTier::Evict): b's new keys push the
+  // others out, and the handler is offered whole keys the tier held.
+  std::set<std::string> ever;
+  for (const auto& [key, value] : held) ever.insert(key);
+  const std::string value(200, 'e');
+  for (int i = 0; i < 6000; i++) {
+    const std::string key = prefix[2] + "evict-" + std::to_string(i);
+    ever.insert(key);
+    ASSERT_TRUE(Put(key, value).ok()) << i;
+  }
+  EXPECT_GE(evicted.offered.size(), 1900u);
+  for (const std::string& key : evicted.offered) {
+    ASSERT_EQ(ever.count(key), 1u) << "offered a key never stored";
+    EXPECT_EQ(Get(key), "<absent>");
+  }
+  uint64_t items = 0;
+  tier->ForEach([&](std::string_view k, uint64_t, uint64_t) {
+    items++;
+    EXPECT_EQ(ever.count(std::string(k)), 1u);
+  });
+  EXPECT_EQ(tier->GetStats().items, items);
+  uint64_t charged = 0, charged_bytes = 0;
+  for (int s = 0; s < 3; s++) {
+    charged += slot[s]->items.load();
+    charged_bytes += slot[s]->bytes.load();
+  }
+  EXPECT_EQ(charged, items);
+  EXPECT_EQ(charged_bytes, tier->GetStats().value_bytes);
+  EXPECT_EQ(tier->EraseIf([](std::string_view) { return true; }), items);
+  for (int s = 0; s < 3; s++) EXPECT_EQ(slot[s]->bytes.load(), 0u) << "namespace " << s;
+  tier_.reset();  // before `usage` and `evicted`
+}
+
+TEST_F(MemoryTierTest, NamespacedKeysOfEveryLengthBesideDefaultOnes) {
+  CheckNamespacedKeysBesideDefaultOnes(ns::IdOf("mixed-a"), ns::IdOf("mixed-b"));
+  EXPECT_NE(NamespaceTags::Global().Intern(ns::IdOf("mixed-a")), 0);  // they were tagged
+}
+
+// With the process's tag table full, a new namespace's keys are stored whole (the
+// layout of every key before tags) and everything above holds the same.  The table is
+// filled in a child process, so that no other test sees it full.
+TEST_F(MemoryTierTest, NamespacedKeysWithoutATagStayCorrect) {
+  auto child = [this] {
+    NamespaceTags& tags = NamespaceTags::Global();
+    std::mt19937_64 rng(9);
+    while (tags.size() < NamespaceTags::kMaxTags) tags.Intern(rng());
+    const uint64_t a = ns::IdOf("untagged-a"), b = ns::IdOf("untagged-b");
+    if (tags.Intern(a) != 0 || tags.Intern(b) != 0) std::exit(2);
+    CheckNamespacedKeysBesideDefaultOnes(a, b);
+    std::exit(::testing::Test::HasFailure() ? 1 : 0);
+  };
+  EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
+}
+
+// A namespace costs no key RAM (db/item.h): the same user keys take the same key-arena
+// and index bytes in a namespace as in the default namespace, at every key size around
+// the item's 16 bytes of key room.  (Stored whole, a 16-byte user key's 25 bytes took an
+// arena block each.)
+TEST_F(MemoryTierTest, ANamespaceTakesTheKeyRamOfTheDefaultNamespace) {
+  const std::string prefix = ns::Prefix(ns::IdOf("key-ram"));
+  for (size_t len : {7, 8, 16, 17, 32, 40}) {
+    MemoryTier::Stats stats[2];
+    for (int in_namespace = 0; in_namespace < 2; in_namespace++) {
+      Open(64 * kSlab);
+      for (int i = 0; i < 5000; i++) {
+        std::string user = std::to_string(i);
+        user.resize(len, '.');
+        ASSERT_TRUE(Put((in_namespace ? prefix : "") + user, "v").ok());
+      }
+      stats[in_namespace] = tier_->GetStats();
+      ASSERT_EQ(stats[in_namespace].items, 5000u);
+      tier_.reset();
+    }
+    EXPECT_EQ(stats[1].key_arena_bytes, stats[0].key_arena_bytes) << len << "-byte keys";
+    EXPECT_EQ(stats[1].index_bytes, stats[0].index_bytes) << len << "-byte keys";
+  }
 }
 
 TEST_F(MemoryTierTest, EraseIfAndForEach) {

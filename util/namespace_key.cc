@@ -24,15 +24,8 @@ uint64_t IdOf(std::string_view name) { return Hash64(name); }
 
 std::string Prefix(uint64_t id) {
   std::string p(kPrefixSize, '\0');
-  p[0] = static_cast<char>(kMarker);
-  for (size_t i = 0; i < 8; i++) p[1 + i] = static_cast<char>(id >> (56 - 8 * i));
+  EncodePrefix(id, p.data());
   return p;
-}
-
-uint64_t IdOfKey(std::string_view key) {
-  uint64_t id = 0;
-  for (size_t i = 0; i < 8; i++) id = (id << 8) | static_cast<unsigned char>(key[1 + i]);
-  return id;
 }
 
 Status PatternInNamespace(uint64_t id, std::string_view user_pattern, std::string* pattern) {

@@ -13,8 +13,10 @@
 #ifndef KVENGINE_UTIL_NAMESPACE_KEY_H_
 #define KVENGINE_UTIL_NAMESPACE_KEY_H_
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 
@@ -33,11 +35,23 @@ inline bool IsNamespaced(std::string_view key) {
 // The id a new namespace called `name` gets.
 uint64_t IdOf(std::string_view name);
 
-// The bytes every key of namespace `id` starts with.
+// Writes the kPrefixSize bytes every key of namespace `id` starts with at dst.
+inline void EncodePrefix(uint64_t id, char* dst) {
+  dst[0] = static_cast<char>(kMarker);
+  for (size_t i = 0; i < 8; i++) dst[1 + i] = static_cast<char>(id >> (56 - 8 * i));
+}
+
+// The same bytes as a string.
 std::string Prefix(uint64_t id);
 
 // The id of a namespaced key's prefix.  REQUIRES: IsNamespaced(key), key.size() >= kPrefixSize.
-uint64_t IdOfKey(std::string_view key);
+// Inline: the memory tier compares it with a tagged item's id on every lookup (db/item.h).
+inline uint64_t IdOfKey(std::string_view key) {
+  uint64_t id;
+  std::memcpy(&id, key.data() + 1, sizeof(id));
+  if constexpr (std::endian::native == std::endian::little) id = __builtin_bswap64(id);
+  return id;
+}
 
 // Stores in *pattern a DeleteByRegex pattern (whole-key, util/byte_regex.h) matching
 // exactly the keys of namespace `id` whose user part matches `user_pattern`.
