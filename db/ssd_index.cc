@@ -100,6 +100,27 @@ struct SsdIndex::Shard {
     count--;
   }
 
+  // Whether the key at `pos` (not empty) lies where InsertNew and EraseAt keep keys, so
+  // that FindPos finds it: along a run of full slots the homes never decrease (a key is
+  // at most one step farther from its home than the key before it, and at its home
+  // after an empty slot), and no key is there twice (the same key has the same home, so
+  // an earlier copy would be in the run of keys sharing it just before; a run longer
+  // than kMaxSameHome is not believed: at these loads one past 20 keys has a chance
+  // under 1e-18, and the limit keeps this check linear whatever a file holds).
+  static constexpr uint64_t kMaxSameHome = 64;
+  bool PlacedAsInserted(uint64_t pos) const {
+    const uint64_t distance = Distance(pos);
+    if (distance == 0) return true;
+    uint64_t prev = pos == 0 ? capacity - 1 : pos - 1;
+    if (slots[prev].empty() || distance > Distance(prev) + 1) return false;
+    for (uint64_t d = distance, run = 0; !slots[prev].empty() && Distance(prev) + 1 == d;
+         d--, prev = prev == 0 ? capacity - 1 : prev - 1) {
+      if (slots[prev].key == slots[pos].key || ++run > kMaxSameHome) return false;
+      if (d == 1) break;  // prev is at the shared home: nothing before it shares it
+    }
+    return true;
+  }
+
   void Resize(uint64_t new_capacity) {
     HugeArray<Slot> old = std::move(slots);
     const uint64_t old_capacity = capacity;
@@ -237,14 +258,15 @@ char* SsdIndex::ResetShard(size_t shard, uint64_t capacity) {
 bool SsdIndex::AdoptShard(size_t shard, uint64_t count) {
   Shard& s = shards_[shard];
   uint64_t found = 0;
-  bool foreign = false;
+  bool foreign = false, misplaced = false;
   for (uint64_t pos = 0; pos < s.capacity; pos++) {
     const Slot& slot = s.slots[pos];
     if (slot.empty()) continue;
     found++;
     foreign |= (slot.key.low >> (64 - kShardBits)) != shard;
+    misplaced |= !s.PlacedAsInserted(pos);
   }
-  if (found != count || foreign) {
+  if (found != count || foreign || misplaced) {
     s.capacity = 0;
     s.slots.reset();
     s.count = 0;
