@@ -215,6 +215,14 @@ Status MapCheckpoint::Read(Env* env, const std::string& dir, int threads, Conten
     contents->buckets.push_back(std::move(b));
   }
   if (!in.empty()) return corrupt("bucket table has trailing bytes");
+  // A bucket listed twice would be loaded twice (its tallies counted twice).
+  std::vector<uint64_t> ids;
+  ids.reserve(contents->buckets.size());
+  for (const Bucket& b : contents->buckets) ids.push_back(b.id);
+  std::sort(ids.begin(), ids.end());
+  if (auto twice = std::adjacent_find(ids.begin(), ids.end()); twice != ids.end()) {
+    return corrupt("bucket " + std::to_string(*twice) + " listed twice");
+  }
 
   // The shards' places, then their slots read and verified in parallel.
   struct ShardPlace {

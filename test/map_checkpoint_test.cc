@@ -1,7 +1,8 @@
-// MapCheckpoint's file on its own (db/map_checkpoint.*): what Write stores Read returns,
-// and bucket records whose namespace tallies count more than the bucket holds are
-// refused, however large the tallies.  (ssd_tier_test's MapCheckpointTest covers the
-// checkpoint as the SSD tier uses it; test/fuzz/map_checkpoint_fuzzer.cc the rest.)
+// MapCheckpoint's file on its own (db/map_checkpoint.*): what Write stores Read returns;
+// bucket records whose namespace tallies count more than the bucket holds are refused,
+// however large the tallies, and so is a table listing a bucket twice.  (ssd_tier_test's
+// MapCheckpointTest covers the checkpoint as the SSD tier uses it;
+// test/fuzz/map_checkpoint_fuzzer.cc the rest.)
 #include "db/map_checkpoint.h"
 
 #include <cstdint>
@@ -98,6 +99,18 @@ TEST_F(MapCheckpointFileTest, TalliesWhoseSumWrapsPast2To64AreRefused) {
   const uint64_t half = uint64_t{1} << 63;
   ExpectRefused({{0, half, 5}, {42, half, 5}});
   ExpectRefused({{0, 500, half}, {42, 500, half + 1}});
+}
+
+// Regression: a table listing one bucket twice was accepted, and the SSD tier loaded it
+// twice (its namespace tallies added to the namespaces' figures twice).
+TEST_F(MapCheckpointFileTest, ABucketListedTwiceIsRefused) {
+  contents_.buckets.push_back(contents_.buckets[0]);
+  MapCheckpoint::Contents contents;
+  SsdIndex map;
+  const Status s = WriteThenRead(&contents, &map);
+  EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+  EXPECT_NE(s.ToString().find("bucket 1 listed twice"), std::string::npos) << s.ToString();
+  EXPECT_EQ(map.size(), 0u);
 }
 
 }  // namespace

@@ -8,21 +8,23 @@
 //                  sizes place them, so that the checks behind the checksums (shard
 //                  sizes, the slots' placement, bucket records, namespace tallies) see
 //                  the fuzzer's fields.
-//     Whatever Read accepts must be what its contract says (every bucket's tallies add up
-//     to at most its total bytes and keys, every key the map lists is found where it
-//     lies) and must be written again by Write byte for byte, reading back to the same
-//     contents and map.
+//     Whatever Read accepts must be what its contract says (no bucket listed twice,
+//     every bucket's tallies add up to at most its total bytes and keys, every key the
+//     map lists is found where it lies, no more slots than the file holds) and must be
+//     written again by Write byte for byte, reading back to the same contents and map.
 //   bit 0 set:   the rest chooses contents (buckets with dead extents and namespace
 //                tallies within their counts, flags) and keys put into (and some erased
 //                from) an SsdIndex, written by Write or by a Writer, then perhaps cut
 //                short or one byte flipped.  Undamaged, Read must return exactly what was
-//                written; damaged, either exactly that or an error, never another map:
+//                written (or refuse it when it lists a bucket twice); damaged, either
+//                exactly that or an error, never another map:
 //                the header, each shard's slots, the table and the footer have checksums,
 //                and the shard counts are checked against the slots and the footer.
 //   bit 2:       Read verifies the shards on 3 threads instead of 1.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -101,7 +103,9 @@ bool SameContents(const MapCheckpoint::Contents& a, const MapCheckpoint::Content
 
 // What Read promises of whatever it accepts.
 void CheckAccepted(const MapCheckpoint::Contents& contents, const SsdIndex& map) {
+  std::set<uint64_t> ids;
   for (const MapCheckpoint::Bucket& b : contents.buckets) {
+    FUZZ_CHECK(ids.insert(b.id).second, "bucket " + std::to_string(b.id) + " listed twice");
     unsigned __int128 bytes = 0, items = 0;  // no wrap: the sums a reader must bound
     for (const MapCheckpoint::NamespaceTally& t : b.namespaces) {
       bytes += t.bytes;
@@ -153,6 +157,9 @@ void CheckRawFile(std::string file, bool reseal, int threads) {
     FUZZ_CHECK(map.size() == 0 && Entries(map).empty(), "a rejected checkpoint left keys");
     return;
   }
+  // The slots come from the file: never more of them than it holds.
+  FUZZ_CHECK(map.MemoryBytes() <= SsdIndex().MemoryBytes() + file.size(),
+             "the map takes more memory than the file holds");
   CheckAccepted(contents, map);
 
   env.Clear();
@@ -244,7 +251,12 @@ void CheckWrittenFile(FuzzedDataProvider& in, int threads) {
   written.max_version = in.ConsumeIntegral<uint64_t>();
   written.flags = in.ConsumeBool() ? in.ConsumeIntegral<uint32_t>() : MapCheckpoint::kPartial;
   const size_t buckets = in.ConsumeIntegralInRange<size_t>(0, 6);
-  for (size_t i = 0; i < buckets; i++) written.buckets.push_back(MakeBucket(in));
+  std::set<uint64_t> ids;  // a table listing a bucket twice is written wrong: refused
+  for (size_t i = 0; i < buckets; i++) {
+    written.buckets.push_back(MakeBucket(in));
+    ids.insert(written.buckets.back().id);
+  }
+  const bool listed_twice = ids.size() != written.buckets.size();
   SsdIndex map;
   FillMap(in, &map);
   const std::vector<Entry> entries = Entries(map);
@@ -261,6 +273,10 @@ void CheckWrittenFile(FuzzedDataProvider& in, int threads) {
   MapCheckpoint::Contents contents;
   SsdIndex read;
   s = MapCheckpoint::Read(&env, kDir, threads, &contents, &read);
+  if (listed_twice) {
+    FUZZ_CHECK(!s.ok(), "a table listing a bucket twice is accepted");
+    return;
+  }
   if (file == whole) FUZZ_CHECK(s.ok(), "an undamaged checkpoint is refused: " + s.ToString());
   if (!s.ok()) {
     FUZZ_CHECK(read.size() == 0 && Entries(read).empty(), "a rejected checkpoint left keys");
