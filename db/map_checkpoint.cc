@@ -198,22 +198,31 @@ Status MapCheckpoint::Read(Env* env, const std::string& dir, int threads, Conten
     }
     if (w[11] > in.size() / 24) return corrupt("bucket table truncated");
     b.namespaces.resize(w[11]);
-    uint64_t tally_bytes = 0, tally_items = 0;
+    // A table that passed its checksum yet counts more than its bucket holds was
+    // written wrong: not trusted.  What is left of the counts is tracked rather than
+    // the tallies summed, so that no sum can wrap past 2^64 and look small.
+    uint64_t bytes_left = b.total_bytes, items_left = b.keys;
     for (NamespaceTally& t : b.namespaces) {
       GetFixed64(&in, &t.id);
       GetFixed64(&in, &t.bytes);
       GetFixed64(&in, &t.items);
-      tally_bytes += t.bytes;
-      tally_items += t.items;
-    }
-    // A table that passed its checksum yet counts more than its bucket holds was
-    // written wrong: not trusted.
-    if (tally_bytes > b.total_bytes || tally_items > b.keys) {
-      return corrupt("bucket " + std::to_string(b.id) + "'s namespace tally exceeds its counts");
+      if (t.bytes > bytes_left || t.items > items_left) {
+        return corrupt("bucket " + std::to_string(b.id) + "'s namespace tally exceeds its counts");
+      }
+      bytes_left -= t.bytes;
+      items_left -= t.items;
     }
     contents->buckets.push_back(std::move(b));
   }
   if (!in.empty()) return corrupt("bucket table has trailing bytes");
+  // A bucket listed twice would be loaded twice (its tallies counted twice).
+  std::vector<uint64_t> ids;
+  ids.reserve(contents->buckets.size());
+  for (const Bucket& b : contents->buckets) ids.push_back(b.id);
+  std::sort(ids.begin(), ids.end());
+  if (auto twice = std::adjacent_find(ids.begin(), ids.end()); twice != ids.end()) {
+    return corrupt("bucket " + std::to_string(*twice) + " listed twice");
+  }
 
   // The shards' places, then their slots read and verified in parallel.
   struct ShardPlace {

@@ -100,6 +100,49 @@ struct SsdIndex::Shard {
     count--;
   }
 
+  // Whether the slots (filled from a file) hold `expected` keys, each of shard `index`
+  // and lying where InsertNew and EraseAt keep keys, so that FindPos finds it: along a
+  // run of full slots the homes never decrease (a key is at most one step farther from
+  // its home than the key before it, and at its home after an empty slot), and no key
+  // is there twice (the same key has the same home, so an earlier copy would be among
+  // the keys sharing that home just before it).  Refused too, though Put never leaves
+  // them: a shard with no empty slot (it grows first), and more than kMaxSameHome keys
+  // sharing a home (at these loads a chance under 1e-90 a home; the limit keeps this
+  // check linear whatever a file holds).  One pass, from an empty slot.
+  static constexpr uint64_t kMaxSameHome = 64;
+  bool HoldsAsInserted(size_t index, uint64_t expected) const {
+    if (capacity == 0) return expected == 0;
+    uint64_t pos = 0;
+    while (!slots[pos].empty()) {
+      if (++pos == capacity) return false;
+    }
+    // The distance of the key before pos, plus one; 0 after an empty slot.  (No branches
+    // on what the keys hold: they would be mispredicted half the time.)
+    uint64_t prev_plus_one = 0;
+    uint64_t run = 0;  // the keys before pos sharing its home
+    uint64_t found = 0;
+    bool wrong = false;
+    for (uint64_t i = 0; i < capacity; i++, pos = Next(pos)) {
+      const Slot& slot = slots[pos];
+      if (slot.empty()) {
+        prev_plus_one = 0;
+        continue;
+      }
+      found++;
+      wrong |= (slot.key.low >> (64 - kShardBits)) != index;
+      const uint64_t distance = Distance(pos);
+      wrong |= distance > prev_plus_one;
+      run = distance != 0 && distance == prev_plus_one ? run + 1 : 0;
+      if (run > kMaxSameHome) return false;
+      for (uint64_t back = 0, q = pos; back < run; back++) {
+        q = q == 0 ? capacity - 1 : q - 1;
+        wrong |= slots[q].key == slot.key;
+      }
+      prev_plus_one = distance + 1;
+    }
+    return !wrong && found == expected;
+  }
+
   void Resize(uint64_t new_capacity) {
     HugeArray<Slot> old = std::move(slots);
     const uint64_t old_capacity = capacity;
@@ -236,15 +279,7 @@ char* SsdIndex::ResetShard(size_t shard, uint64_t capacity) {
 
 bool SsdIndex::AdoptShard(size_t shard, uint64_t count) {
   Shard& s = shards_[shard];
-  uint64_t found = 0;
-  bool foreign = false;
-  for (uint64_t pos = 0; pos < s.capacity; pos++) {
-    const Slot& slot = s.slots[pos];
-    if (slot.empty()) continue;
-    found++;
-    foreign |= (slot.key.low >> (64 - kShardBits)) != shard;
-  }
-  if (found != count || foreign) {
+  if (!s.HoldsAsInserted(shard, count)) {
     s.capacity = 0;
     s.slots.reset();
     s.count = 0;

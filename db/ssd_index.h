@@ -94,7 +94,8 @@ class SsdIndex {
   // stale until RecountSize().
   char* ResetShard(size_t shard, uint64_t capacity);
   // After the caller filled ResetShard's slots: true when they hold `count` keys, each
-  // of this shard; otherwise false and the shard is emptied.
+  // of this shard, found where it lies (placed as Put places keys, none twice);
+  // otherwise false and the shard is emptied.
   bool AdoptShard(size_t shard, uint64_t count);
   void RecountSize();
   // RAM taken by the slots and the shard table.

@@ -3,6 +3,7 @@
 #include "db/ssd_index.h"
 
 #include <algorithm>
+#include <cstring>
 #include <random>
 #include <string>
 #include <unordered_map>
@@ -85,6 +86,89 @@ TEST(SsdIndexTest, LocationsThatDoNotFitAreRefused) {
   EXPECT_FALSE(SsdIndex::Fits(SsdLocation{uint64_t{1} << 32, 4096, 1, 1, 1}));
   EXPECT_FALSE(SsdIndex::Fits(SsdLocation{1, 4097, 1, 1, 1}));
   EXPECT_FALSE(SsdIndex::Fits(SsdLocation{1, 4096 + 256, 1, 1, 1}));
+}
+
+// Shard images as MapCheckpoint stores them, changed the way a damaged (or made-up) file
+// that passed its checksums could hold them, and adopted by a fresh index.
+class AdoptShardTest : public ::testing::Test {
+ protected:
+  static constexpr size_t kShard = 5;
+  AdoptShardTest() {
+    for (uint64_t i = 0; i < 2000; i++) {
+      index_.Put(KeyFingerprint::Of("key" + std::to_string(i)), LocationFor(i, i));
+    }
+    const SsdIndex::ShardImage image = index_.GetShardImage(kShard);
+    capacity_ = image.capacity;
+    slots_.assign(image.slots, image.capacity * SsdIndex::kSlotBytes);
+  }
+  char* Slot(uint64_t pos) { return slots_.data() + pos * SsdIndex::kSlotBytes; }
+  bool Empty(uint64_t pos) {
+    return std::all_of(Slot(pos), Slot(pos) + 16, [](char c) { return c == 0; });
+  }
+  uint64_t Home(uint64_t pos) {
+    uint64_t high;
+    std::memcpy(&high, Slot(pos) + 8, 8);
+    return static_cast<uint64_t>((static_cast<unsigned __int128>(high) * capacity_) >> 64);
+  }
+  // A full slot whose next one is empty (no wrap), or capacity_.
+  uint64_t FullBeforeEmpty() {
+    for (uint64_t pos = 0; pos + 1 < capacity_; pos++) {
+      if (!Empty(pos) && Empty(pos + 1)) return pos;
+    }
+    return capacity_;
+  }
+  bool Adopt() {
+    SsdIndex fresh;
+    std::memcpy(fresh.ResetShard(kShard, capacity_), slots_.data(), slots_.size());
+    const uint64_t count = index_.GetShardImage(kShard).count;
+    const bool adopted = fresh.AdoptShard(kShard, count + duplicates_);
+    if (adopted) {  // what was adopted must be usable: every key found where it lies
+      fresh.RecountSize();
+      fresh.ForEach([&](const KeyFingerprint& key, const SsdLocation& l) {
+        SsdLocation got;
+        EXPECT_TRUE(fresh.Find(key, &got));
+        EXPECT_EQ(got.offset, l.offset);
+      });
+    }
+    return adopted;
+  }
+
+  SsdIndex index_;
+  uint64_t capacity_ = 0;
+  std::string slots_;
+  uint64_t duplicates_ = 0;
+};
+
+TEST_F(AdoptShardTest, TheShardAsWrittenIsAdopted) { EXPECT_TRUE(Adopt()); }
+
+// Regression: AdoptShard checked only the key count and the shard of each key, so a key
+// lying past its probe sequence was adopted and never found again (nor erased).
+TEST_F(AdoptShardTest, AKeyMovedPastAnEmptySlotIsRefused) {
+  const uint64_t pos = FullBeforeEmpty();
+  ASSERT_LT(pos, capacity_);
+  std::memcpy(Slot(pos + 1), Slot(pos), SsdIndex::kSlotBytes);
+  std::memset(Slot(pos), 0, SsdIndex::kSlotBytes);
+  EXPECT_FALSE(Adopt());
+}
+
+TEST_F(AdoptShardTest, AKeyHeldTwiceIsRefused) {
+  const uint64_t pos = FullBeforeEmpty();
+  ASSERT_LT(pos, capacity_);
+  std::memcpy(Slot(pos + 1), Slot(pos), SsdIndex::kSlotBytes);
+  duplicates_ = 1;
+  EXPECT_FALSE(Adopt());
+}
+
+TEST_F(AdoptShardTest, KeysOutOfHomeOrderAreRefused) {
+  uint64_t pos = 0;
+  while (pos + 1 < capacity_ && (Empty(pos) || Empty(pos + 1) || Home(pos) == Home(pos + 1))) {
+    pos++;
+  }
+  ASSERT_LT(pos + 1, capacity_);
+  std::string first(Slot(pos), SsdIndex::kSlotBytes);
+  std::memcpy(Slot(pos), Slot(pos + 1), SsdIndex::kSlotBytes);
+  std::memcpy(Slot(pos + 1), first.data(), SsdIndex::kSlotBytes);
+  EXPECT_FALSE(Adopt());
 }
 
 }  // namespace

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "db/map_checkpoint.h"
+#include "db/ssd_index.h"
 #include "db/tombstone_log.h"
 #include "kvengine/options.h"
 #include "table/bucket_builder.h"
@@ -125,6 +127,78 @@ void TombstoneSeeds(const fs::path& root) {
   out.Write("structured", 1, Filler(256, 3));
 }
 
+std::string WriteMapCheckpoint(const MapCheckpoint::Contents& contents, const SsdIndex& map) {
+  fuzz::MemoryEnv env;
+  Check(MapCheckpoint::Write(&env, "/db", contents, map), "map checkpoint");
+  return *env.GetFile(std::string("/db/") + MapCheckpoint::kFileName);
+}
+
+// A map checkpoint as the SSD tier writes it at Close (or, kPartial, while it runs): `keys`
+// keys spread over `buckets` buckets, each bucket with a dead extent per two keys and its
+// live values split between the default namespace and a named one.
+std::string MakeMapCheckpoint(size_t keys, size_t buckets, uint32_t flags) {
+  MapCheckpoint::Contents contents;
+  contents.flags = flags;
+  contents.next_bucket_id = buckets + 1;
+  contents.max_version = 100 + keys;
+  SsdIndex map;
+  for (size_t i = 0; i < keys; i++) {
+    const uint64_t bucket = 1 + i % buckets;
+    map.Put(KeyFingerprint::Of("llama@tp0/layer." + std::to_string(i)),
+            SsdLocation{bucket, kBucketHeaderSize + (i / buckets) * 8192, 5000, 100 + i,
+                        Hash64(Filler(16, i))});
+  }
+  for (size_t id = 1; id <= buckets; id++) {
+    MapCheckpoint::Bucket b;
+    b.id = id;
+    b.created_micros = 1700000000000000 + id;
+    b.format_version = 2;
+    b.keys = (keys + buckets - id) / buckets;
+    b.live_keys = b.keys;
+    b.total_bytes = b.keys * 5000;
+    b.file_size = kBucketHeaderSize + b.keys * 8192 + 4096;
+    for (uint64_t e = 0; e < b.keys / 2; e++) {
+      b.dead_extents.push_back({kBucketHeaderSize + e * 8192, 8192, 5000});
+      b.deleted_bytes += 5000;
+      b.live_keys--;
+    }
+    const uint64_t named = b.live_keys / 2;
+    b.namespaces.push_back({0, (b.live_keys - named) * 5000, b.live_keys - named});
+    if (named > 0) b.namespaces.push_back({0x6c6c616d61000001ull, named * 5000, named});
+    contents.buckets.push_back(b);
+  }
+  return WriteMapCheckpoint(contents, map);
+}
+
+// One bucket whose counts are at the top of their range, its tallies adding up to them:
+// a tally changed upwards tests that their sum cannot wrap.
+std::string MakeMapCheckpointOfHugeCounts() {
+  MapCheckpoint::Contents contents;
+  MapCheckpoint::Bucket b;
+  b.id = 1;
+  b.keys = b.live_keys = b.total_bytes = UINT64_MAX;
+  b.namespaces.push_back({0, uint64_t{1} << 63, uint64_t{1} << 62});
+  b.namespaces.push_back({7, (uint64_t{1} << 63) - 1, (uint64_t{3} << 62) - 1});
+  contents.buckets.push_back(b);
+  return WriteMapCheckpoint(contents, SsdIndex());
+}
+
+void MapCheckpointSeeds(const fs::path& root) {
+  SeedWriter out(root, "map_checkpoint");
+  const std::string empty = MakeMapCheckpoint(0, 0, 0);
+  const std::string ten = MakeMapCheckpoint(10, 3, 0);
+  const std::string partial = MakeMapCheckpoint(6, 2, MapCheckpoint::kPartial);
+  out.Write("empty_map", 0, empty);
+  out.Write("ten_keys_three_buckets", 0, ten);
+  out.Write("partial_six_keys", 0, partial);
+  // Bit 1: resealed, so that changed fields reach the checks behind the checksums.
+  out.Write("ten_keys_three_buckets_resealed", 2, ten);
+  out.Write("partial_six_keys_resealed_threads", 6, partial);
+  out.Write("huge_counts_resealed", 2, MakeMapCheckpointOfHugeCounts());
+  out.Write("structured", 1, Filler(512, 4));
+  out.Write("structured_threads", 5, Filler(1024, 5));
+}
+
 std::string Header(uint8_t op, uint16_t flags, const std::string& meta, uint64_t body_len) {
   wire::FrameHeader h;
   h.op = op;
@@ -225,6 +299,7 @@ int main(int argc, char** argv) {
   const std::filesystem::path root(argv[1]);
   kvengine::BucketSeeds(root);
   kvengine::TombstoneSeeds(root);
+  kvengine::MapCheckpointSeeds(root);
   kvengine::WireSeeds(root);
   kvengine::ServerSeeds(root);
   kvengine::OptionSeeds(root);

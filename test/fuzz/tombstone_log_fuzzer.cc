@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "db/tombstone_log.h"
+#include "test/fuzz/damage.h"
 #include "test/fuzz/fuzz_check.h"
 #include "test/fuzz/memory_env.h"
 
@@ -118,11 +119,7 @@ void CheckWrittenLog(FuzzedDataProvider& in) {
 
   std::string file = *env.GetFile(LogPath());
   const std::string whole = file;
-  if (in.ConsumeBool()) file.resize(in.ConsumeIntegralInRange<size_t>(0, file.size()));
-  if (!file.empty() && in.ConsumeBool()) {
-    file[in.ConsumeIntegralInRange<size_t>(0, file.size() - 1)] ^=
-        static_cast<char>(in.ConsumeIntegralInRange<int>(1, 255));
-  }
+  fuzz::TearAndFlip(in, &file);
   env.SetFile(LogPath(), file);
   std::vector<TombstoneLog::Record> records;
   uint64_t torn = 0;
