@@ -148,31 +148,46 @@ void SsdTier::LoadCheckpoint(const std::vector<uint64_t>& ids, std::vector<uint6
   if (prune) {
     // Keys only in the buckets the table lists and the directory holds; the counts from
     // the map itself (a running DB's table counted them before its shards were copied).
-    // One pass over the map, bucket ids looked up in a flat table.
-    uint64_t max_id = 0;
-    for (uint64_t id : *covered) max_id = std::max(max_id, id);
+    // One pass over the map, bucket ids looked up in a flat table from the lowest: ids
+    // are dense (each bucket takes the next).  Ids spread wider than the table would be
+    // worth (a damaged header's next id, say) are looked up in their sorted list
+    // instead, so that no id sizes an allocation.
+    std::vector<uint64_t> ids(*covered);
+    std::sort(ids.begin(), ids.end());
+    const uint64_t lowest = ids.empty() ? 0 : ids.front();
+    const bool flat = ids.empty() || ids.back() - lowest < 4 * ids.size() + 4096;
     struct Live {
       bool listed = false;
       uint64_t keys = 0, bytes = 0;
     };
-    std::vector<Live> live(covered->empty() ? 0 : max_id + 1);
-    for (uint64_t id : *covered) live[id].listed = true;
+    std::vector<Live> live(flat ? (ids.empty() ? 0 : ids.back() - lowest + 1) : ids.size());
+    auto live_of = [&](uint64_t id) -> Live* {
+      if (flat) {
+        if (id < lowest || id - lowest >= live.size()) return nullptr;
+        return &live[id - lowest];
+      }
+      auto it = std::lower_bound(ids.begin(), ids.end(), id);
+      return it != ids.end() && *it == id ? &live[it - ids.begin()] : nullptr;
+    };
+    for (uint64_t id : ids) live_of(id)->listed = true;
     std::vector<KeyFingerprint> doomed;
     map_.ForEach([&](const KeyFingerprint& key, const SsdLocation& l) {
-      if (l.bucket >= live.size() || !live[l.bucket].listed) {
+      Live* in = live_of(l.bucket);
+      if (in == nullptr || !in->listed) {
         doomed.push_back(key);
         return;
       }
-      live[l.bucket].keys++;
-      live[l.bucket].bytes += l.size;
+      in->keys++;
+      in->bytes += l.size;
     });
     for (const KeyFingerprint& key : doomed) map_.Erase(key);
-    for (uint64_t id : *covered) {
+    for (uint64_t id : ids) {
       SsdBucket* b = buckets_.at(id).get();
-      b->live_keys = live[id].keys;
-      b->deleted_bytes = b->total_bytes >= live[id].bytes ? b->total_bytes - live[id].bytes : 0;
+      const Live& l = *live_of(id);
+      b->live_keys = l.keys;
+      b->deleted_bytes = b->total_bytes >= l.bytes ? b->total_bytes - l.bytes : 0;
       b->punched_value_bytes = std::min(b->punched_value_bytes, b->deleted_bytes);
-      b->FitNamespacesTo(live[id].bytes);
+      b->FitNamespacesTo(l.bytes);
     }
   }
   // The namespaces' figures from the tallies, now that they hold what the map does.
