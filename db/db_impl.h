@@ -138,7 +138,8 @@ class DBImpl final : public DB, public SharedArena {
   // Checks dest's buffers and stores their total size in *capacity.
   Status CheckDestination(const Slice& key, std::span<const MutableSlice> dest,
                           uint64_t* capacity) const;
-  // Copies key's value from the memory tier only; NotFound when it is not there.
+  // Copies key's value from the memory tier only; NotFound (without a message: a miss in
+  // memory is most often no answer yet, and naming the key costs) when it is not there.
   Status GetFromMemory(const Slice& key, std::span<const MutableSlice> dest, uint64_t capacity,
                        uint64_t* size);
   // The same for a value the memory tier has already looked up and pinned into *handle
@@ -171,7 +172,8 @@ class DBImpl final : public DB, public SharedArena {
   Place PlaceOf(const Slice& key, uint64_t* size);
   // A read that missed memory and then SSD: the key is absent only if PlaceOf says so;
   // else it moved between the two looks and is read again where it is now.  A key that
-  // moves on every look (kMaxMoves times) is answered Busy, never absent.
+  // moves on every look (kMaxMoves times) is answered Busy, never absent.  NotFound has
+  // no message: ReadFromSsd keeps its code only.
   static constexpr int kMaxMoves = 8;
   Status ResolveMiss(const Slice& key, std::span<const MutableSlice> dest, bool verify,
                      uint64_t* size);

@@ -83,7 +83,7 @@ Status DBImpl::CopyFromMemory(const Slice& key, MemoryTier::Handle* handle,
                               uint64_t* size) {
   if (!handle->valid()) {
     tiers_.memory.Add(tiers_.memory.misses);
-    return Status::NotFound("key " + Printable(key));
+    return Status::NotFound({});  // said to callers only, who name the key if they answer it
   }
   const Slice value = handle->value();
   *size = value.size();
@@ -111,7 +111,7 @@ Status DBImpl::GetOne(const Slice& key, std::span<const MutableSlice> dest, uint
   if (!s.IsNotFound()) return s;
   if (ssd_ == nullptr) {
     CountMiss(key);
-    return s;
+    return Status::NotFound("key " + Printable(key));
   }
   std::vector<int64_t> result(1);
   const Destination where(dest.begin(), dest.end());
@@ -497,7 +497,7 @@ Status DBImpl::ResolveMiss(const Slice& key, std::span<const MutableSlice> dest,
     const Place place = PlaceOf(key, &found_size);
     if (place == Place::kAbsent) {
       CountMiss(key);
-      return Status::NotFound("key " + Printable(key));
+      return Status::NotFound({});  // its caller keeps the code only
     }
     Status s;
     if (place == Place::kMemory) {

@@ -58,9 +58,14 @@ class NamespaceKeys {
   // for the few a namespace cannot carry: util/namespace_key.h).  REQUIRES: it compiled
   // on its own.
   Status Pattern(const std::string& user_pattern, std::string* pattern) const;
+  // The layers below name a key as they store it (Printable: quoted, prefix and all): a
+  // status of a call on `key` that names its internal form comes back naming `key` as
+  // the namespace's user gave it, and the namespace `name`; any other status as it is.
+  Status NameUserKey(Status s, const Slice& key, const std::string& name) const;
 
  private:
   std::string prefix_;
+  std::string quoted_prefix_;  // how Printable begins an internal key of this namespace
   uint64_t id_ = 0;
   uint64_t max_key_size_ = 0;
 };

@@ -28,15 +28,7 @@ Status NamespaceView::WithKey(const Slice& key, Fn fn) {
   if (!s.ok()) return s;
   s = WithBase([&](DB* base) { return fn(base, internal.slice()); });
   if (s.ok()) return s;
-  // The layers below name the key as they store it, prefix and all: name it as the
-  // namespace's user gave it, and the namespace.
-  std::string message = s.message();
-  const std::string stored = Printable(internal.slice());
-  if (size_t at = message.find(stored); at != std::string::npos) {
-    message.replace(at, stored.size(), Printable(key) + " (namespace " + state_->name + ")");
-    return Status::FromErrorCode(s.ErrorCode(), message);
-  }
-  return s;
+  return state_->keys.NameUserKey(std::move(s), key, state_->name);
 }
 
 template <class T, class Call>

@@ -57,6 +57,28 @@ TEST_F(DBTest, PutGetDelete) {
   EXPECT_TRUE(db_->GetValueSize("k", &size).IsNotFound());
 }
 
+// A read that misses names its key, whether the memory tier or the SSD tier below it
+// answers last (the internal misses on the way carry no message: they are not answers).
+TEST_F(DBTest, AMissNamesItsKeyWithOrWithoutAnSsdTier) {
+  for (uint64_t ssd : {uint64_t{0}, uint64_t{64} << 20}) {
+    options_.ssd_capacity_bytes = ssd;
+    Reopen();
+    ASSERT_TRUE(db_->Put(wo_, "present", "v").ok());
+    std::string v;
+    EXPECT_EQ(db_->Get(ro_, "missing", &v).ToString(), "NotFound: key 'missing'") << ssd;
+    char buf[8];
+    size_t size = 0;
+    EXPECT_EQ(db_->GetInto(ro_, "missing\x01", MutableSlice(buf, sizeof(buf)), &size).ToString(),
+              "NotFound: key 'missing\\x01'")
+        << ssd;
+    std::vector<Slice> keys = {Slice("missing"), Slice("present")};
+    std::vector<Destination> dests = {{MutableSlice(buf, 4)}, {MutableSlice(buf + 4, 4)}};
+    std::vector<int64_t> results;
+    ASSERT_TRUE(db_->BatchGetInto(ro_, keys, dests, &results).ok());
+    EXPECT_EQ(results, (std::vector<int64_t>{Status::NotFound("").ErrorCode(), 1})) << ssd;
+  }
+}
+
 TEST_F(DBTest, EmptyValueAndBinaryKeys) {
   ASSERT_TRUE(db_->Put(wo_, "empty", Slice("", 0)).ok());
   EXPECT_EQ(Get("empty"), "");
@@ -453,8 +475,8 @@ TEST_F(DBTest, CacheFillStoresOnlyWhatTheDBDoesNotHold) {
   fill.fill_cache = true;
   const std::vector<Slice> keys{"present", "absent", ""};
   const std::string a = "stale copy", b = "a peer's copy";
-  const std::vector<ValueParts> values{{Slice(a)}, {Slice(b.data(), 2), Slice(b.data() + 2, b.size() - 2)},
-                                       {Slice(a)}};
+  const std::vector<ValueParts> values{
+      {Slice(a)}, {Slice(b.data(), 2), Slice(b.data() + 2, b.size() - 2)}, {Slice(a)}};
   std::vector<int64_t> results;
   ASSERT_TRUE(db_->BatchPut(fill, keys, values, &results).ok());
   EXPECT_EQ(results[0], 0);  // kept the local value, not an error

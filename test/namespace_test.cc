@@ -8,9 +8,11 @@
 
 #include "gtest/gtest.h"
 #include "kvengine/db.h"
+#include "namespaces/namespace_keys.h"
 #include "namespaces/namespace_registry.h"
 #include "test/test_util.h"
 #include "util/namespace_key.h"
+#include "util/printable.h"
 
 namespace kvengine {
 namespace {
@@ -113,6 +115,36 @@ TEST_F(NamespaceTest, AnErrorNamesTheKeyAsItsUserGaveIt) {
   EXPECT_TRUE(s.IsBufferTooSmall()) << s.ToString();
   EXPECT_NE(s.ToString().find("'k' (namespace a)"), std::string::npos) << s.ToString();
   EXPECT_EQ(s.ToString().find("\\xfe"), std::string::npos) << s.ToString();
+}
+
+// The rewrite the handle's errors go through, on messages made the way the layers below
+// make them: the internal key as Printable shows it, whatever bytes the key holds and
+// however long it is; a message naming another key, or none, comes back as it was.
+TEST(NamespaceKeysTest, NameUserKeyRenamesOnlyThisKeysInternalForm) {
+  const NamespaceKeys keys(ns::IdOf("a"), 4096);
+  const auto internal = [&](const std::string& key) { return keys.prefix() + key; };
+  const auto renamed = [&](const std::string& key, const std::string& message) {
+    return keys.NameUserKey(Status::NotFound(message), Slice(key), "a").ToString();
+  };
+  for (const std::string& key :
+       {std::string("k"), std::string("q'uo\\te"), std::string("\x00\xfe\x01", 3),
+        std::string(54, 'x'), std::string(55, 'y'), std::string(56, 'z'), std::string(64, 'w'),
+        std::string(200, 'v'), std::string()}) {
+    const std::string stored = Printable(Slice(internal(key)));
+    EXPECT_EQ(renamed(key, "key " + stored + " gone"),
+              "NotFound: key " + Printable(Slice(key)) + " (namespace a) gone")
+        << Printable(Slice(key));
+    // Another key of the same namespace is left as the layer below named it (where
+    // Printable tells the two apart: not past the bytes it shows).
+    const std::string other = Printable(Slice(internal(key + "2")));
+    if (other != stored) {
+      EXPECT_EQ(renamed(key, "key " + other), "NotFound: key " + other) << Printable(Slice(key));
+    }
+  }
+  EXPECT_EQ(renamed("k", "no key named"), "NotFound: no key named");
+  EXPECT_EQ(renamed("k", "cut " + Printable(Slice(internal("k"))).substr(0, 12)),
+            "NotFound: cut " + Printable(Slice(internal("k"))).substr(0, 12));
+  EXPECT_TRUE(keys.NameUserKey(Status::OK(), Slice("k"), "a").ok());
 }
 
 TEST_F(NamespaceTest, ReadsSeeOnlyTheirNamespace) {

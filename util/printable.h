@@ -11,9 +11,15 @@
 
 namespace kvengine {
 
-// The key quoted, at most 64 of its bytes, the unprintable ones (and quotes and
-// backslashes) escaped as \xNN: 'layer.0\x00' or 'aaaa...'.
+// How many of a key's bytes Printable shows.
+constexpr size_t kPrintableKeyBytes = 64;
+
+// The key quoted, at most kPrintableKeyBytes of its bytes, the unprintable ones (and
+// quotes and backslashes) escaped as \xNN: 'layer.0\x00' or 'aaaa...'.  No quote appears
+// between the two that enclose it.
 std::string Printable(const Slice& key);
+// The same, appended to *out.
+void AppendPrintable(const Slice& key, std::string* out);
 
 // `s` (an error about one key's buffers, say) with the key named: "key 'k': ...".
 Status ForKey(const Slice& key, const Status& s);
