@@ -43,8 +43,8 @@ Status NamespaceKeys::NameUserKey(Status s, const Slice& key, const std::string&
   const std::string& message = s.message();
   // A read that misses comes here (a third of readrandom's gets), so this finds the
   // internal key by its quoted prefix and its closing quote (Printable escapes every
-  // quote inside) and checks that what lies between is this key as it builds the new
-  // message: one key printed, one string allocated.
+  // quote inside), checks that what lies between shows this key, and keeps those bytes
+  // as the user's key is shown: no key printed again, one string built.
   const size_t at = message.find(quoted_prefix_);
   if (at == std::string::npos) return s;
   const size_t rest = at + quoted_prefix_.size();
@@ -52,22 +52,16 @@ Status NamespaceKeys::NameUserKey(Status s, const Slice& key, const std::string&
   if (end == std::string::npos) return s;
   constexpr std::string_view kBefore = " (namespace ";
   std::string named;
-  named.reserve(message.size() + 4 * std::min<size_t>(key.size(), kPrintableKeyBytes) +
-                kBefore.size() + name.size() + 8);
-  named.append(message, 0, at);
-  const size_t shown_at = named.size();
-  AppendPrintable(key, &named);
-  // After its prefix, Printable shows the internal key's bytes as it shows the user's,
-  // unless the prefix pushed some of them past the bytes it shows.
-  bool names_key;
+  named.reserve(message.size() + kBefore.size() + name.size() + 2);
   if (prefix_.size() + key.size() <= kPrintableKeyBytes) {
-    names_key =
-        message.compare(rest, end - rest, named, shown_at + 1, named.size() - shown_at - 2) == 0;
-  } else {
+    const std::string_view shown(message.data() + rest, end - rest);
+    if (!ShowsWholeKey(shown, key)) return s;
+    named.append(message, 0, at).append("'").append(shown).append("'");
+  } else {  // the prefix pushed some of the key past the bytes Printable shows
     const std::string stored = Printable(Slice(prefix_ + key.ToString()));
-    names_key = message.compare(at, stored.size(), stored) == 0;
+    if (message.compare(at, stored.size(), stored) != 0) return s;
+    named.append(message, 0, at).append(Printable(key));
   }
-  if (!names_key) return s;
   named.append(kBefore).append(name).append(")").append(message, end + 1);
   return Status::FromErrorCode(s.ErrorCode(), named);
 }

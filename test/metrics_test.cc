@@ -541,7 +541,8 @@ TEST_F(MetricsTest, ASingleKeyReadOfAKeyTheSsdTierEvictedIsToldFromAbsent) {
   ASSERT_TRUE(DB::Open(o, dir_.path(), &db).ok());
   for (int i = 0; i < 64; i++)
     ASSERT_TRUE(db->Put(WriteOptions(), "k" + std::to_string(i), std::string(64 << 10, 'v')).ok());
-  ASSERT_TRUE(db->Flush().ok());
+  const Status flushed = db->Flush();
+  ASSERT_TRUE(flushed.ok()) << flushed.ToString();
   GetAndGetInto(db.get(), "k0", &Status::IsNotFound);  // the oldest bucket's: dropped
   GetAndGetInto(db.get(), "never", &Status::IsNotFound);
   EXPECT_EQ(Prom(db.get(), Failures("ssd", "evicted")), 2);

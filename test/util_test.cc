@@ -198,6 +198,29 @@ TEST(PrintableTest, EscapesUnprintableBytesQuotesAndBackslashesAndCutsAt64) {
   EXPECT_EQ(Printable(Slice(std::string(65, 'k'))), "'" + std::string(64, 'k') + "...'");
 }
 
+// ShowsWholeKey agrees with Printable: every key of up to 64 bytes is shown by what
+// Printable prints between its quotes and by nothing else close to it.
+TEST(PrintableTest, ShowsWholeKeyIsPrintablesInverse) {
+  std::mt19937_64 rng(11);
+  for (int round = 0; round < 2000; round++) {
+    std::string key(rng() % 65, '\0');
+    for (char& c : key) c = static_cast<char>(rng() % 4 == 0 ? rng() : 'a' + rng() % 26);
+    const std::string shown = Printable(Slice(key));
+    const std::string_view inside(shown.data() + 1, shown.size() - 2);
+    ASSERT_TRUE(ShowsWholeKey(inside, Slice(key))) << shown;
+    if (!key.empty()) {
+      EXPECT_FALSE(ShowsWholeKey(inside.substr(0, inside.size() - 1), Slice(key))) << shown;
+      std::string other = key;
+      other[rng() % other.size()] ^= static_cast<char>(1 + rng() % 255);
+      EXPECT_FALSE(ShowsWholeKey(inside, Slice(other))) << shown;
+    }
+    EXPECT_FALSE(ShowsWholeKey(std::string(inside) + "x", Slice(key))) << shown;
+  }
+  EXPECT_TRUE(ShowsWholeKey("a\\x27b", Slice("a'b")));
+  EXPECT_FALSE(ShowsWholeKey("a'b", Slice("a'b")));  // a quote is always escaped
+  EXPECT_FALSE(ShowsWholeKey(std::string(64, 'k') + "...", Slice(std::string(65, 'k'))));
+}
+
 TEST(HashTest, SameValuesAsPlainXxh3) {
   // Bucket files and frames store these checksums: the run-time dispatched XXH3 must
   // give the reference implementation's values for every length class.

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "kvengine/slice.h"
 #include "kvengine/status.h"
@@ -20,6 +21,10 @@ constexpr size_t kPrintableKeyBytes = 64;
 std::string Printable(const Slice& key);
 // The same, appended to *out.
 void AppendPrintable(const Slice& key, std::string* out);
+// Whether `shown` is what Printable shows between its quotes for the whole of `key` (a
+// key of at most kPrintableKeyBytes): checks a key named in a message without printing
+// it again.
+bool ShowsWholeKey(std::string_view shown, const Slice& key);
 
 // `s` (an error about one key's buffers, say) with the key named: "key 'k': ...".
 Status ForKey(const Slice& key, const Status& s);
