@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <optional>
 
 #include "db/evicted_keys.h"
 #include "db/map_checkpoint.h"
@@ -192,7 +193,10 @@ Status SsdTier::Stage(const Slice& key, std::span<const Slice> parts, uint64_t s
   PerfPoint perf(PerfKey::ssd_offload);
   std::shared_ptr<SsdBucket> bucket;
   uint64_t offset = 0;
-  for (;;) {  // once, but again when another thread took the open bucket's last room
+  std::optional<std::chrono::steady_clock::time_point> deadline;  // the first look's
+  // Once, but again when another thread took the open bucket's last room, or when the
+  // room to open a bucket is held by buckets the writer has yet to write.
+  for (;;) {
     MutexLock lock(&mu_);
     if (stopping_) return Status::Aborted("SSD tier is closed");
     if (!SsdIndex::Fits(SsdLocation{next_bucket_id_, 0, size, 0, 0})) {
@@ -220,9 +224,12 @@ Status SsdTier::Stage(const Slice& key, std::span<const Slice> parts, uint64_t s
     };
     const auto now = std::chrono::steady_clock::now();
     const bool put = wait == StageWait::kPut;
-    const auto stage_deadline = !put                          ? now + kFlushStageWait
-                                : now < puts_skip_wait_until_ ? now
-                                                              : now + kPutStageWait;
+    if (!deadline) {
+      deadline = !put                          ? now + kFlushStageWait
+                 : now < puts_skip_wait_until_ ? now
+                                               : now + kPutStageWait;
+    }
+    const auto stage_deadline = *deadline;
     while (!has_room() && written_cv_.WaitUntil(&mu_, stage_deadline)) {
     }
     if (put && !has_room() && stage_deadline > now) {
@@ -244,6 +251,15 @@ Status SsdTier::Stage(const Slice& key, std::span<const Slice> parts, uint64_t s
       const uint64_t capacity =
           std::max<uint64_t>(bucket_bytes_, kBucketHeaderSize + RoundUpTo(size, kBucketAlignment));
       Status s = MakeRoomLocked(capacity);
+      if (!s.ok() && may_evict() && !sealed_.empty() && writer_error_.ok() && !stopping_ &&
+          std::chrono::steady_clock::now() < stage_deadline) {
+        // What could be evicted is in buckets the writer has not written yet (a slow or
+        // busy disk, a small tier): they can go once written, so this waits for the
+        // writer, as the backpressure above does, instead of failing a Flush or a put
+        // that only a writer behind kept from fitting.
+        written_cv_.WaitUntil(&mu_, stage_deadline);
+        continue;
+      }
       if (!s.ok()) {
         MutexLock st(&stats_mu_);
         stats_.offload_failures++;
@@ -785,9 +801,7 @@ Status SsdTier::Flush() {
 
 Status SsdTier::MakeRoomLocked(uint64_t bytes) {
   if (used_bytes_ + bytes <= options_.ssd_capacity_bytes) return Status::OK();
-  const bool may_evict =
-      !options_.disable_ssd_eviction && options_.ssd_eviction != SsdEviction::kNone;
-  if (!may_evict) {
+  if (!may_evict()) {
     return Status::NoSpace(
         "SSD tier is full (" + FormatSize(used_bytes_) + " of " +
         FormatSize(options_.ssd_capacity_bytes) + ") and may not evict (" +

@@ -165,7 +165,8 @@ class SsdTier {
   static constexpr std::chrono::milliseconds kFlushStageWait{10000};
 
   // Copies the value into the open bucket.  NoSpace when the tier is full and may not
-  // evict, or the writer is behind past `wait` (or keeps failing), or the key's
+  // evict, or the writer is behind past `wait` (or keeps failing) -- with a backlog, or
+  // with the room a new bucket needs held by buckets it has yet to write -- or the key's
   // namespace is at its SSD quota and none of its own values can make room (its values
   // that can are dropped first, coldest buckets first); nothing else changes then.
   Status Stage(const Slice& key, std::span<const Slice> parts, uint64_t size, Ticket* ticket,
@@ -318,6 +319,10 @@ class SsdTier {
   void SealOpenLocked() REQUIRES(mu_);
   // Releases mu_ while it retires the buckets it evicts, and takes it again.
   Status MakeRoomLocked(uint64_t bytes) REQUIRES(mu_);
+  // Whether the options let the tier evict buckets to make room.
+  bool may_evict() const {
+    return !options_.disable_ssd_eviction && options_.ssd_eviction != SsdEviction::kNone;
+  }
   // ---------------------------------------------------------------- namespaces
   // ssd_namespaces.cc (issue #29): per-bucket tallies of live values by namespace, the
   // namespace figures they add up to, SSD quotas, and fair shares in bucket evictions.

@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
 namespace kvengine {
 
@@ -72,6 +73,9 @@ void FaultInjectionEnv::FailAfter(Op op, int n) {
 
 Status FaultInjectionEnv::MaybeFail(Op op, const std::string& what) {
   if (!active_ && op != Op::kRead) return Status::IOError("filesystem inactive", what);
+  if (const int64_t delay = write_delay_us_.load(); delay > 0 && op != Op::kRead) {
+    std::this_thread::sleep_for(std::chrono::microseconds(delay));
+  }
   std::lock_guard<std::mutex> lock(mu_);
   int& c = countdown_[static_cast<int>(op)];
   if (c > 0 && --c == 0) {

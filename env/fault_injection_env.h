@@ -8,6 +8,7 @@
 //   * SetFilesystemActive(false): from now on nothing reaches the disk: writes, syncs,
 //     renames, removals and punched holes fail with IOError (the moment of a power cut; the DB can
 //     then be closed without its shutdown writes landing).
+//   * SetWriteDelay(d): every write and sync first waits d (a slow or busy disk).
 //   * DropUnsyncedData(): what a power cut does: every file written through this Env
 //     loses what was appended after its last Sync, and files never synced disappear.
 //
@@ -16,6 +17,7 @@
 #define KVENGINE_ENV_FAULT_INJECTION_ENV_H_
 
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <string>
@@ -33,6 +35,7 @@ class FaultInjectionEnv : public Env {
   void FailAfter(Op op, int n);
   void SetSpaceLimit(uint64_t bytes) { space_limit_ = bytes; }
   void SetFilesystemActive(bool active) { active_ = active; }
+  void SetWriteDelay(std::chrono::microseconds delay) { write_delay_us_ = delay.count(); }
   Status DropUnsyncedData();
   uint64_t bytes_written() const { return bytes_written_; }
   int injected_failures() const { return injected_failures_; }
@@ -88,6 +91,7 @@ class FaultInjectionEnv : public Env {
   std::atomic<uint64_t> bytes_written_{0};
   std::atomic<int> injected_failures_{0};
   std::atomic<bool> active_{true};
+  std::atomic<int64_t> write_delay_us_{0};
 };
 
 }  // namespace kvengine

@@ -5,6 +5,7 @@
 
 #include <sstream>
 
+#include "env/fault_injection_env.h"
 #include "gtest/gtest.h"
 #include "kvengine/db.h"
 #include "test/test_util.h"
@@ -143,6 +144,37 @@ TEST(DurabilityTest, FlushIntoAFullSsdTierSaysHowManyFailed) {
   }
   EXPECT_FALSE(db->Close().ok());  // Close reports the same shortfall, and still closes
   EXPECT_TRUE(db->Close().ok());
+}
+
+// Values of over a third of a small tier, on a disk slower than the puts: the room a new
+// bucket needs is held by buckets the writer has not written yet, which cannot be evicted
+// before they are. The put waits for the writer (within its own wait) and succeeds,
+// rather than failing NoSpace "nothing on disk can be evicted yet".
+TEST(DurabilityTest, APutWaitsForAWriterBehindInsteadOfFindingNoRoom) {
+  test::TempDir dir;
+  FaultInjectionEnv env(Env::Default());
+  Options o = RoomyWriteBack();
+  o.env = &env;
+  o.use_direct_io = false;  // every write through env, which delays them
+  o.use_io_uring = false;
+  o.offload_policy = OffloadPolicy::kWriteThrough;
+  o.ssd_capacity_bytes = 2 << 20;
+  o.ssd_eviction = SsdEviction::kFifo;
+  o.gc_interval_ms = 0;
+  std::unique_ptr<DB> db;
+  ASSERT_TRUE(DB::Open(o, dir.path(), &db).ok());
+  env.SetWriteDelay(std::chrono::milliseconds(40));
+  const size_t kSize = 700 << 10;  // a bucket of its own, over a third of the tier
+  for (int i = 0; i < 8; i++) {
+    const Status s = db->Put(WriteOptions(), Key(i), test::MakeValue(i, kSize));
+    ASSERT_TRUE(s.ok()) << i << ": " << s.ToString();
+  }
+  const Status flushed = db->Flush();
+  EXPECT_TRUE(flushed.ok()) << flushed.ToString();
+  env.SetWriteDelay(std::chrono::microseconds(0));
+  std::string got;
+  ASSERT_TRUE(db->Get(ReadOptions(), Key(7), &got).ok());
+  EXPECT_TRUE(got == test::MakeValue(7, kSize));
 }
 
 }  // namespace
