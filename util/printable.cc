@@ -20,20 +20,30 @@ Status FirstNullBuffer(const Slice& key, std::span<const Buffer> buffers, const 
   return Status::OK();
 }
 
-constexpr char kHex[] = "0123456789abcdef";
-
-// Whether Printable shows a byte as itself (else as \xNN), by table: one load a byte
-// instead of four compares (a namespace's miss checks its key's bytes this way).
-constexpr std::array<bool, 256> kShownPlain = [] {
-  std::array<bool, 256> plain{};
-  for (int c = 0x20; c < 0x7f; c++) plain[c] = c != '\\' && c != '\'';
-  return plain;
-}();
-bool ShownPlain(unsigned char c) { return kShownPlain[c]; }
+// Writes how Printable shows byte c -- itself, or \xNN for an unprintable byte, a quote
+// or a backslash (by table: one load a byte instead of four compares) -- to out, and
+// returns how many characters that is (1 or 4).
+inline size_t ShowByte(unsigned char c, char* out) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  static constexpr std::array<bool, 256> kPlain = [] {
+    std::array<bool, 256> plain{};
+    for (int b = 0x20; b < 0x7f; b++) plain[b] = b != '\\' && b != '\'';
+    return plain;
+  }();
+  if (kPlain[c]) {
+    out[0] = static_cast<char>(c);
+    return 1;
+  }
+  out[0] = '\\';
+  out[1] = 'x';
+  out[2] = kHex[c >> 4];
+  out[3] = kHex[c & 0xf];
+  return 4;
+}
 
 }  // namespace
 
-void AppendPrintable(const Slice& key, std::string* out) {
+std::string Printable(const Slice& key) {
   // Every read that misses names its key in its NotFound, and a namespace's keys begin
   // with nine unprintable bytes: escaped by table into a buffer on the stack, then copied
   // once (snprintf cost a namespace's readrandom at 37% misses about a tenth of its CPU
@@ -42,49 +52,28 @@ void AppendPrintable(const Slice& key, std::string* out) {
   char* end = text;
   *end++ = '\'';
   const size_t shown = std::min<size_t>(key.size(), kPrintableKeyBytes);
-  for (size_t i = 0; i < shown; i++) {
-    const unsigned char c = static_cast<unsigned char>(key[i]);
-    if (ShownPlain(c)) {
-      *end++ = static_cast<char>(c);
-    } else {
-      end[0] = '\\';
-      end[1] = 'x';
-      end[2] = kHex[c >> 4];
-      end[3] = kHex[c & 0xf];
-      end += 4;
-    }
-  }
+  for (size_t i = 0; i < shown; i++) end += ShowByte(static_cast<unsigned char>(key[i]), end);
   if (key.size() > kPrintableKeyBytes) {
     std::memcpy(end, "...", 3);
     end += 3;
   }
   *end++ = '\'';
-  out->append(text, end);
+  return std::string(text, end);
 }
 
 bool ShowsWholeKey(std::string_view shown, const Slice& key) {
   if (key.size() > kPrintableKeyBytes) return false;
   size_t at = 0;
   for (size_t i = 0; i < key.size(); i++) {
-    const unsigned char c = static_cast<unsigned char>(key[i]);
-    if (ShownPlain(c)) {
-      if (at == shown.size() || shown[at] != static_cast<char>(c)) return false;
-      at++;
-    } else {
-      if (shown.size() - at < 4 || shown[at] != '\\' || shown[at + 1] != 'x' ||
-          shown[at + 2] != kHex[c >> 4] || shown[at + 3] != kHex[c & 0xf]) {
-        return false;
-      }
-      at += 4;
+    char byte[4];
+    const size_t n = ShowByte(static_cast<unsigned char>(key[i]), byte);
+    if (shown.size() - at < n) return false;
+    for (size_t j = 0; j < n; j++) {
+      if (shown[at + j] != byte[j]) return false;
     }
+    at += n;
   }
   return at == shown.size();
-}
-
-std::string Printable(const Slice& key) {
-  std::string out;
-  AppendPrintable(key, &out);
-  return out;
 }
 
 Status ForKey(const Slice& key, const Status& s) {

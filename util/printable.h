@@ -19,8 +19,6 @@ constexpr size_t kPrintableKeyBytes = 64;
 // quotes and backslashes) escaped as \xNN: 'layer.0\x00' or 'aaaa...'.  No quote appears
 // between the two that enclose it.
 std::string Printable(const Slice& key);
-// The same, appended to *out.
-void AppendPrintable(const Slice& key, std::string* out);
 // Whether `shown` is what Printable shows between its quotes for the whole of `key` (a
 // key of at most kPrintableKeyBytes): checks a key named in a message without printing
 // it again.
