@@ -122,6 +122,11 @@ class DBImpl final : public DB, public SharedArena {
   // asked, as absent or evicted.
   void CountMiss(const Slice& key);
   Status CheckKey(const Slice& key) const;
+  // The NotFound a call on `key` answers.  A namespaced key's is bare: only the
+  // namespace's handle knows the name its user calls the key and the namespace by, and
+  // it names them (namespaces/namespace_view.cc), so nothing is printed twice on a path
+  // where a third of readrandom's gets end.
+  static Status Missing(const Slice& key);
   // The start every batch call shares: the DB is open, the lists are well formed
   // (util/input_check.h; with `unique_keys`, no key twice) -- else *results (when not
   // null) is left empty -- then the call is counted and *results has a slot per key.

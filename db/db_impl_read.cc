@@ -15,6 +15,7 @@
 #include "util/config_parse.h"
 #include "util/hash.h"
 #include "util/input_check.h"
+#include "util/namespace_key.h"
 #include "util/printable.h"
 
 namespace kvengine {
@@ -27,7 +28,7 @@ Status DBImpl::PinInMemory(const Slice& key, uint64_t capacity, MemoryTier::Hand
   AwaitPrefetch(key);
   const bool found = memory_->Lookup(key, handle);
   NotePrefetchRead(key, found);
-  if (!found) return Status::NotFound("key " + Printable(key));
+  if (!found) return Missing(key);
   counters_.gets.fetch_add(1, std::memory_order_relaxed);
   const uint64_t size = handle->value().size();
   if (size > capacity) {
@@ -37,6 +38,11 @@ Status DBImpl::PinInMemory(const Slice& key, uint64_t capacity, MemoryTier::Hand
   CountHit(tiers_.memory, key, size);
   counters_.get_bytes.fetch_add(size, std::memory_order_relaxed);
   return Status::OK();
+}
+
+Status DBImpl::Missing(const Slice& key) {
+  if (ns::IsNamespaced(key.view())) return Status::NotFound({});
+  return KeyNotFound(key);
 }
 
 void DBImpl::CountHit(TierCounters& tier, const Slice& key, uint64_t size) {
@@ -111,7 +117,7 @@ Status DBImpl::GetOne(const Slice& key, std::span<const MutableSlice> dest, uint
   if (!s.IsNotFound()) return s;
   if (ssd_ == nullptr) {
     CountMiss(key);
-    return Status::NotFound("key " + Printable(key));
+    return Missing(key);
   }
   std::vector<int64_t> result(1);
   const Destination where(dest.begin(), dest.end());
@@ -126,6 +132,7 @@ Status DBImpl::GetOne(const Slice& key, std::span<const MutableSlice> dest, uint
     if (ssd_->Locate(key, &loc)) *size = loc.size;
     return TooSmall(key, *size, capacity);
   }
+  if (result[0] == -static_cast<int>(Status::Code::kNotFound)) return Missing(key);
   return Status::FromErrorCode(static_cast<int>(result[0]), "key " + Printable(key));
 }
 
@@ -191,7 +198,7 @@ Status DBImpl::Get(const ReadOptions& options, const Slice& key, std::string* va
       counters_.gets.fetch_add(1, std::memory_order_relaxed);
       tiers_.memory.Add(tiers_.memory.misses);
       CountMiss(key);
-      return log.FinishKey(Status::NotFound("key " + Printable(key)), key, -1, nullptr);
+      return log.FinishKey(Missing(key), key, -1, nullptr);
     }
     if (place == Place::kMemory) {
       if (!memory_->Lookup(key, &handle)) continue;  // evicted meanwhile
@@ -253,7 +260,7 @@ Status DBImpl::GetValueSize(const Slice& key, uint64_t* size) {
   if (!s.ok()) return s;
   s = CheckKey(key);
   if (!s.ok()) return s;
-  if (PlaceOf(key, size) == Place::kAbsent) return Status::NotFound("key " + Printable(key));
+  if (PlaceOf(key, size) == Place::kAbsent) return Missing(key);
   return Status::OK();
 }
 

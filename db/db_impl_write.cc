@@ -151,7 +151,7 @@ Status DBImpl::DeleteOne(const Slice& key) {
   if (ssd_ != nullptr) also_on_ssd = [&] { return on_ssd = ssd_->Erase(key); };
   evicted_keys_.Forget(Hash64(key.view()));  // a later miss is "absent" again
   if (!memory_->Erase(key, also_on_ssd, &in_memory)) {
-    return Status::NotFound("key " + Printable(key));
+    return Missing(key);
   }
   counters_.deletes.fetch_add(1, std::memory_order_relaxed);
   if (in_memory) tiers_.memory.Add(tiers_.memory.explicit_removals);

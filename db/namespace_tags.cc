@@ -5,7 +5,7 @@ namespace kvengine {
 // Constant-initialized: zero pages in the BSS, touched only where a tag is used.
 constinit NamespaceTags NamespaceTags::global_;
 
-uint16_t NamespaceTags::Intern(uint64_t id) {
+uint16_t NamespaceTags::InternSlow(uint64_t id) {
   if (id == 0) return 0;  // 0 marks a free slot
   // The id is a hash already (XXH3 of the namespace's name): its low bits pick the slot.
   size_t index = static_cast<size_t>(id) & (kSlots - 1);

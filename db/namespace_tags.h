@@ -43,13 +43,23 @@ class NamespaceTags {
 
   // The tag of `id`: the one it has, else a new one; 0 when id is 0 or no tag is left
   // within its probe (the caller stores the key untagged).
-  uint16_t Intern(uint64_t id);
+  uint16_t Intern(uint64_t id) {
+    // The usual case, inline (every put of a namespace's key asks): the id is in its
+    // home slot.  Slot 0 is never a tag, so id 0 (home 0) goes the long way too.
+    const size_t home = static_cast<size_t>(id) & (kSlots - 1);
+    if (home != 0 && slots_[home].load(std::memory_order_acquire) == id) {
+      return static_cast<uint16_t>(home);
+    }
+    return InternSlow(id);
+  }
   // The id tagged `tag`; 0 for tag 0 or a tag never handed out.
   uint64_t IdOf(uint16_t tag) const { return slots_[tag].load(std::memory_order_relaxed); }
   // Tags handed out so far.
   size_t size() const { return used_.load(std::memory_order_relaxed); }
 
  private:
+  uint16_t InternSlow(uint64_t id);
+
   static NamespaceTags global_;
 
   std::atomic<uint64_t> slots_[kSlots] = {};  // slot 0 stays 0: tag 0 is "no tag"

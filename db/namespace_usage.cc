@@ -35,11 +35,6 @@ NamespaceUsage::NamespaceUsage(uint64_t memory_capacity)
   for (size_t i = 0; i <= kSlots; i++) claimed_[i].store(nullptr, std::memory_order_relaxed);
 }
 
-NamespaceUsage::Slot* NamespaceUsage::Of(std::string_view key) {
-  if (!ns::IsNamespaced(key) || key.size() < ns::kPrefixSize) return &default_;
-  return OfId(ns::IdOfKey(key));
-}
-
 NamespaceUsage::Slot* NamespaceUsage::OfItem(const Item& item) {
   // A tagged item stores its key without the prefix (db/item.h); an untagged one of a
   // namespace still starts with it.
@@ -52,7 +47,7 @@ NamespaceUsage::Slot* NamespaceUsage::OfItem(const Item& item) {
   return OfId(ns::IdOfKey(std::string_view(item.key_head, ns::kPrefixSize)));
 }
 
-NamespaceUsage::Slot* NamespaceUsage::OfId(uint64_t id) {
+NamespaceUsage::Slot* NamespaceUsage::OfIdSlow(uint64_t id) {
   if (id == 0) return &other_;  // never registered; keeps 0 meaning "free"
   return Probe(id);
 }

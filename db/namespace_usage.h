@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "util/mutex.h"
+#include "util/namespace_key.h"
 #include "util/thread_annotations.h"
 
 namespace kvengine {
@@ -120,11 +121,20 @@ class NamespaceUsage {
   NamespaceUsage& operator=(const NamespaceUsage&) = delete;
 
   // The slot of the namespace of a stored key.
-  Slot* Of(std::string_view key);
+  Slot* Of(std::string_view key) {
+    if (!ns::IsNamespaced(key) || key.size() < ns::kPrefixSize) return &default_;
+    return OfId(ns::IdOfKey(key));
+  }
   // The slot of the namespace of an item in the memory tier.  REQUIRES: the item's key
   // is set (it is published, pinned or reserved with its key).
   Slot* OfItem(const Item& item);
-  Slot* OfId(uint64_t id);
+  Slot* OfId(uint64_t id) {
+    // The usual case, inline (every put and read of a namespace's key asks): the id is
+    // in its home slot.  Id 0 is never in a slot (0 marks a free one).
+    Slot& home = slots_[static_cast<size_t>(id) & (kSlots - 1)];
+    if (id != 0 && home.id.load(std::memory_order_acquire) == id) return &home;
+    return OfIdSlow(id);
+  }
   Slot* default_slot() { return &default_; }
 
   // The namespace layer's: the name, quotas and weight of a registered namespace.
@@ -152,6 +162,7 @@ class NamespaceUsage {
   std::vector<Report> Reports() const EXCLUDES(names_mu_);
 
  private:
+  Slot* OfIdSlow(uint64_t id);
   Slot* Probe(uint64_t id);
   Report ReportOf(const Slot& slot, std::string name) const;
   // The slots claimed so far, in claim order, the default's first (null: being claimed).

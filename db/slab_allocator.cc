@@ -279,27 +279,22 @@ void SlabAllocator::Unlink(Item* item) {
 }
 
 void SlabAllocator::SetKey(Item* item, std::string_view key) {
+  // A key of a namespace with a tag is stored without its prefix (db/item.h).
+  std::string_view stored = key;
+  uint16_t tag = 0;
   if (__builtin_expect(ns::IsNamespaced(key) && key.size() >= ns::kPrefixSize, 0)) {
-    SetNamespacedKey(item, key);
-    return;
+    tag = NamespaceTags::Global().Intern(ns::IdOfKey(key));
+    if (tag != 0) stored = key.substr(ns::kPrefixSize);
   }
-  // A key of up to 16 bytes needs no block (and no call).
-  item->SetKeyBytes(key, key.size() > Item::kKeyHead ? AllocateKeyRest(key.size()) : nullptr);
-}
-
-void SlabAllocator::SetNamespacedKey(Item* item, std::string_view key) {
-  // Stored without its prefix when the namespace has a tag (db/item.h), else whole.
-  const uint16_t tag = NamespaceTags::Global().Intern(ns::IdOfKey(key));
-  if (tag != 0) {
-    const std::string_view user = key.substr(ns::kPrefixSize);
-    char* rest = AllocateKeyRest(user.size());
-    if (Item::Taggable(rest)) {
-      item->SetKeyBytes(user, rest, tag);
-      return;
-    }
-    FreeKeyRest(rest, user.size());  // no room for the tag beside this pointer
+  // A stored key of up to 16 bytes needs no block (and no call).
+  char* rest = Item::RestSize(stored.size()) != 0 ? AllocateKeyRest(stored.size()) : nullptr;
+  if (__builtin_expect(tag != 0 && !Item::Taggable(rest), 0)) {
+    FreeKeyRest(rest, stored.size());  // no room for the tag beside this pointer: whole
+    tag = 0;
+    stored = key;
+    rest = AllocateKeyRest(key.size());
   }
-  item->SetKeyBytes(key, AllocateKeyRest(key.size()));
+  item->SetKeyBytes(stored, rest, tag);
 }
 
 char* SlabAllocator::AllocateKeyRest(size_t stored_key_size) {

@@ -121,8 +121,6 @@ class SlabAllocator {
   // Moves a linked item to the hot end of its class's LRU.
   void RelinkHot(Item* item) REQUIRES(mu_);
   void PinAndCollect(Item* item, std::vector<Item*>* victims);
-  // SetKey of a key that starts with a namespace's prefix.
-  void SetNamespacedKey(Item* item, std::string_view key);
   // The KeyArena block for the rest of a stored key (nullptr for one of up to 16 bytes).
   char* AllocateKeyRest(size_t stored_key_size) EXCLUDES(mu_);
   void FreeKeyRest(char* rest, size_t stored_key_size) EXCLUDES(mu_);

@@ -11,6 +11,8 @@ namespace kvengine {
 
 NamespaceKeys::NamespaceKeys(uint64_t id, uint64_t max_key_size)
     : prefix_(ns::Prefix(id)), id_(id), max_key_size_(max_key_size) {
+  const uint64_t limit = max_key_size > ns::kPrefixSize ? max_key_size - ns::kPrefixSize : 0;
+  short_key_limit_ = std::min<uint64_t>(limit, PrefixedKey::kInlineKey);
   quoted_prefix_ = Printable(prefix_);
   quoted_prefix_.pop_back();  // the closing quote: a key follows
 }
@@ -19,8 +21,8 @@ void PrefixedKey::Assign(const std::string& prefix, const Slice& key) {
   const size_t size = prefix.size() + key.size();
   char* out = inline_;
   if (size > sizeof(inline_)) {
-    heap_.resize(size);
-    out = heap_.data();
+    heap_ = std::make_unique_for_overwrite<char[]>(size);
+    out = heap_.get();
   }
   std::memcpy(out, prefix.data(), prefix.size());
   if (key.size() > 0) std::memcpy(out + prefix.size(), key.data(), key.size());
@@ -32,7 +34,7 @@ Status NamespaceKeys::Check(const Slice& key) const {
                       : input::CheckNamespacedKey(key, max_key_size_);
 }
 
-Status NamespaceKeys::ToInternal(const Slice& key, PrefixedKey* internal) const {
+Status NamespaceKeys::ToInternalSlow(const Slice& key, PrefixedKey* internal) const {
   Status s = Check(key);
   if (s.ok()) internal->Assign(prefix_, key);
   return s;
@@ -41,6 +43,8 @@ Status NamespaceKeys::ToInternal(const Slice& key, PrefixedKey* internal) const 
 Status NamespaceKeys::NameUserKey(Status s, const Slice& key, const std::string& name) const {
   if (s.ok() || is_default()) return s;
   const std::string& message = s.message();
+  // The engine's miss of a namespaced key comes bare (DBImpl::Missing): named here once.
+  if (s.IsNotFound() && message.empty()) return KeyNotFound(key, name);
   // A read that misses comes here (a third of readrandom's gets), so this finds the
   // internal key by its quoted prefix and its closing quote (Printable escapes every
   // quote inside), checks that what lies between shows this key, and keeps those bytes

@@ -11,6 +11,8 @@
 #define KVENGINE_NAMESPACES_NAMESPACE_KEYS_H_
 
 #include <cstdint>
+#include <cstring>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -19,6 +21,7 @@
 #include "kvengine/slice.h"
 #include "kvengine/status.h"
 #include "util/input_check.h"
+#include "util/namespace_key.h"
 
 namespace kvengine {
 
@@ -30,11 +33,19 @@ class PrefixedKey {
   PrefixedKey(const PrefixedKey&) = delete;
   PrefixedKey& operator=(const PrefixedKey&) = delete;
   void Assign(const std::string& prefix, const Slice& key);
+  // The same for a key that fits inline after a prefix of ns::kPrefixSize bytes: two
+  // copies, one of a size known here, on the path of every call of a namespace's handle.
+  void AssignShort(const char* prefix, const Slice& key) {
+    std::memcpy(inline_, prefix, ns::kPrefixSize);
+    std::memcpy(inline_ + ns::kPrefixSize, key.data(), key.size());
+    slice_ = Slice(inline_, ns::kPrefixSize + key.size());
+  }
+  static constexpr size_t kInlineKey = 128 - ns::kPrefixSize;  // the key AssignShort takes
   Slice slice() const { return slice_; }
 
  private:
   char inline_[128];
-  std::string heap_;
+  std::unique_ptr<char[]> heap_;  // null unless the key did not fit inline_
   Slice slice_;
 };
 
@@ -51,7 +62,15 @@ class NamespaceKeys {
   // Checks `key` as a key given to this namespace.
   Status Check(const Slice& key) const;
   // Checks `key` and stores its internal form in *internal.
-  Status ToInternal(const Slice& key, PrefixedKey* internal) const;
+  Status ToInternal(const Slice& key, PrefixedKey* internal) const {
+    // The usual key -- not empty, not null, within the limit and short -- takes the
+    // inline path; every other goes through Check, which says what is wrong with it.
+    if (key.size() - 1 < short_key_limit_ && key.data() != nullptr) {
+      internal->AssignShort(prefix_.data(), key);
+      return Status::OK();
+    }
+    return ToInternalSlow(key, internal);
+  }
   // Whether an internal key belongs here; stores the key as this namespace's user sees it.
   bool FromInternal(const std::string& internal, std::string* key) const;
   // Stores in *pattern the DeleteByRegex pattern for a user's pattern (InvalidArgument
@@ -64,7 +83,13 @@ class NamespaceKeys {
   Status NameUserKey(Status s, const Slice& key, const std::string& name) const;
 
  private:
+  Status ToInternalSlow(const Slice& key, PrefixedKey* internal) const;
+
   std::string prefix_;
+  // A namespace's keys of 1 to short_key_limit_ bytes pass ToInternal's inline path: the
+  // smaller of its limit and PrefixedKey::kInlineKey (0 for the default namespace, whose
+  // keys never come here).
+  uint64_t short_key_limit_ = 0;
   std::string quoted_prefix_;  // how Printable begins an internal key of this namespace
   uint64_t id_ = 0;
   uint64_t max_key_size_ = 0;

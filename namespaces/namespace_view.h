@@ -6,10 +6,10 @@
 // like any other -- and maps what comes back (removal events) out of it.  The view holds
 // no data and no per-key state.
 //
-// Thread-safety: every call may come from many threads at once.  NamespaceState's shared
-// lock is held through each call, so that DropNamespace and the DB's Close wait for the
-// calls in flight and later calls find the namespace gone (Aborted) instead of a DB that
-// no longer exists.
+// Thread-safety: every call may come from many threads at once.  Each call is inside
+// NamespaceState's gate (util/call_gate.h) until it returns, so that DropNamespace and
+// the DB's Close wait for the calls in flight and later calls find the namespace gone
+// (Aborted) instead of a DB that no longer exists.
 #ifndef KVENGINE_NAMESPACES_NAMESPACE_VIEW_H_
 #define KVENGINE_NAMESPACES_NAMESPACE_VIEW_H_
 
@@ -21,6 +21,7 @@
 
 #include "kvengine/db.h"
 #include "namespaces/namespace_keys.h"
+#include "util/call_gate.h"
 #include "util/mutex.h"
 #include "util/thread_annotations.h"
 
@@ -33,16 +34,25 @@ struct NamespaceState {
 
   // Makes later calls of the handles fail Aborted(why); waits for the calls in flight.
   void Detach(const std::string& why) {
-    WriterLock l(&mu);
-    base = nullptr;
-    gone = why;
+    {
+      MutexLock l(&gone_mu);
+      gone = why;
+    }
+    calls.Close();
+  }
+  // Why calls are refused.  REQUIRES: calls.closed().
+  std::string Gone() const {
+    MutexLock l(&gone_mu);
+    return gone;
   }
 
   const std::string name;
   const NamespaceKeys keys;
-  SharedMutex mu;
-  DB* base GUARDED_BY(mu);          // the DB below NamespaceDB; null once detached
-  std::string gone GUARDED_BY(mu);  // why it was detached
+  // The DB below NamespaceDB: to be called only by a call inside `calls`.
+  DB* const base;
+  CallGate calls;
+  mutable Mutex gone_mu;
+  std::string gone GUARDED_BY(gone_mu);  // why it was detached
 };
 
 class NamespaceView : public DB {
@@ -96,8 +106,10 @@ class NamespaceView : public DB {
   Status Guarded(const std::function<Status(const NamespaceKeys&)>& fn);
 
  private:
-  // Runs fn(base) under the namespace's shared lock; Aborted when the handle is closed
-  // or the namespace gone.
+  // Why a call is refused: the handle is closed, or the namespace gone.
+  Status Refusal() const;
+  // Runs fn(base) inside the namespace's gate; Aborted when the handle is closed or the
+  // namespace gone.
   template <class Fn>
   Status WithBase(Fn fn);
   // A single-key call: fn(base, internal key).

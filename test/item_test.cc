@@ -251,6 +251,26 @@ TEST_F(ItemKeyTest, BothLayoutsOfANamespacesKeyAreChargedToIt) {
   allocator_->Free(tagged);
 }
 
+// OfId answers from the id's home slot inline, and probes past it otherwise: ids that
+// share a home slot keep slots of their own, and id 0 (never a namespace's) is "other".
+TEST(NamespaceUsageTest, IdsSharingAHomeSlotKeepSlotsOfTheirOwn) {
+  NamespaceUsage usage(1 << 20);
+  const uint64_t home = 5;
+  std::vector<NamespaceUsage::Slot*> slots;
+  for (uint64_t k = 1; k <= 4; k++) slots.push_back(usage.OfId(home + k * NamespaceUsage::kSlots));
+  for (size_t i = 0; i < slots.size(); i++) {
+    EXPECT_EQ(slots[i]->id.load(), home + (i + 1) * NamespaceUsage::kSlots);
+    EXPECT_EQ(usage.OfId(home + (i + 1) * NamespaceUsage::kSlots), slots[i]);  // again: same
+    for (size_t j = 0; j < i; j++) EXPECT_NE(slots[i], slots[j]);
+  }
+  NamespaceUsage::Slot* other = usage.OfId(0);
+  EXPECT_EQ(usage.OfId(0), other);
+  EXPECT_NE(other, usage.default_slot());
+  for (NamespaceUsage::Slot* slot : slots) EXPECT_NE(other, slot);
+  EXPECT_EQ(usage.Of(ns::Prefix(home + NamespaceUsage::kSlots) + "k"), slots[0]);
+  EXPECT_EQ(usage.Of("k"), usage.default_slot());
+}
+
 TEST_F(ItemKeyTest, A16ByteUserKeyTakesNoArenaBlockInANamespace) {
   const std::string prefix = ns::Prefix(ns::IdOf("item-test-ram"));
   std::vector<Item*> items{WithKey("first")};  // the slab's item array, mapped once

@@ -53,7 +53,7 @@ Status CheckName(const char* what, std::string_view name) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
            c == '_' || c == '-';
   };
-  if (name.empty() || name.size() > 64) {
+  if (name.empty() || name.size() > kMaxNameBytes) {
     return Status::InvalidArgument(std::string(what) + " name of " + std::to_string(name.size()) +
                                    " bytes: a name is 1 to 64 bytes");
   }

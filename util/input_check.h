@@ -34,6 +34,9 @@ Status CheckDefaultNamespaceKey(const Slice& key);
 // prefix (util/namespace_key.h), so that the key stored fits max_key_size.
 Status CheckNamespacedKey(const Slice& key, uint64_t max_key_size);
 
+// The longest name of a namespace or a tenant.
+inline constexpr size_t kMaxNameBytes = 64;
+
 // A namespace's name: 1 to 64 bytes of letters, digits, '.', '_' and '-' (it appears in
 // messages, kv_ldb flags and, later, metric labels), and not "default", the name of the
 // namespace every DB has.

@@ -4,6 +4,8 @@
 #include <array>
 #include <cstring>
 
+#include "util/input_check.h"
+
 namespace kvengine {
 
 namespace {
@@ -41,6 +43,22 @@ inline size_t ShowByte(unsigned char c, char* out) {
   return 4;
 }
 
+// The most Printable writes: a quote, 64 bytes of 4 characters, "..." and a quote.
+constexpr size_t kMaxPrintable = 1 + kPrintableKeyBytes * 4 + 3 + 1;
+
+// Writes Printable(key) at out (room for kMaxPrintable bytes); returns its end.
+char* PrintTo(const Slice& key, char* out) {
+  *out++ = '\'';
+  const size_t shown = std::min<size_t>(key.size(), kPrintableKeyBytes);
+  for (size_t i = 0; i < shown; i++) out += ShowByte(static_cast<unsigned char>(key[i]), out);
+  if (key.size() > kPrintableKeyBytes) {
+    std::memcpy(out, "...", 3);
+    out += 3;
+  }
+  *out++ = '\'';
+  return out;
+}
+
 }  // namespace
 
 std::string Printable(const Slice& key) {
@@ -48,17 +66,25 @@ std::string Printable(const Slice& key) {
   // with nine unprintable bytes: escaped by table into a buffer on the stack, then copied
   // once (snprintf cost a namespace's readrandom at 37% misses about a tenth of its CPU
   // time; appending byte by byte, a few hundred instructions a key).
-  char text[kPrintableKeyBytes * 4 + 5];
+  char text[kMaxPrintable];
+  return std::string(text, PrintTo(key, text));
+}
+
+Status KeyNotFound(const Slice& key, std::string_view namespace_name) {
+  // A third of readrandom's gets end here: the message is written on the stack and
+  // copied once, into the status (no string per piece).
+  constexpr std::string_view kKey = "key ", kIn = " (namespace ", kOut = ")";
+  char text[kKey.size() + kMaxPrintable + kIn.size() + input::kMaxNameBytes + kOut.size()];
   char* end = text;
-  *end++ = '\'';
-  const size_t shown = std::min<size_t>(key.size(), kPrintableKeyBytes);
-  for (size_t i = 0; i < shown; i++) end += ShowByte(static_cast<unsigned char>(key[i]), end);
-  if (key.size() > kPrintableKeyBytes) {
-    std::memcpy(end, "...", 3);
-    end += 3;
+  end = std::copy(kKey.begin(), kKey.end(), end);
+  end = PrintTo(key, end);
+  if (!namespace_name.empty()) {
+    namespace_name = namespace_name.substr(0, input::kMaxNameBytes);  // names are 1 to 64 bytes
+    end = std::copy(kIn.begin(), kIn.end(), end);
+    end = std::copy(namespace_name.begin(), namespace_name.end(), end);
+    end = std::copy(kOut.begin(), kOut.end(), end);
   }
-  *end++ = '\'';
-  return std::string(text, end);
+  return Status::NotFound(std::string_view(text, static_cast<size_t>(end - text)));
 }
 
 bool ShowsWholeKey(std::string_view shown, const Slice& key) {

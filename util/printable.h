@@ -19,6 +19,9 @@ constexpr size_t kPrintableKeyBytes = 64;
 // quotes and backslashes) escaped as \xNN: 'layer.0\x00' or 'aaaa...'.  No quote appears
 // between the two that enclose it.
 std::string Printable(const Slice& key);
+// NotFound naming `key`: "key 'k'", or in a namespace "key 'k' (namespace n)" (a name
+// of at most 64 bytes, as every namespace's is).
+Status KeyNotFound(const Slice& key, std::string_view namespace_name = {});
 // Whether `shown` is what Printable shows between its quotes for the whole of `key` (a
 // key of at most kPrintableKeyBytes): checks a key named in a message without printing
 // it again.

@@ -9,22 +9,31 @@ const std::string& EmptyString() {
 }
 }  // namespace
 
-Status::Status(Code code, std::string_view msg, std::string_view msg2)
-    : state_(std::make_unique<State>()) {
-  state_->code = code;
-  state_->message.reserve(msg.size() + (msg2.empty() ? 0 : msg2.size() + 2));
-  state_->message.append(msg);
-  if (!msg2.empty()) {
-    state_->message.append(": ");
-    state_->message.append(msg2);
+Status::Status(Code code, std::string_view msg, std::string_view msg2) {
+  if (msg.empty() && msg2.empty()) {
+    rep_ = static_cast<uintptr_t>(code);
+    return;
   }
+  auto* state = new State{code, {}};
+  state->message.reserve(msg.size() + (msg2.empty() ? 0 : msg2.size() + 2));
+  state->message.append(msg);
+  if (!msg2.empty()) {
+    state->message.append(": ");
+    state->message.append(msg2);
+  }
+  rep_ = reinterpret_cast<uintptr_t>(state);
 }
 
 Status::Status(const Status& other)
-    : state_(other.state_ ? std::make_unique<State>(*other.state_) : nullptr) {}
+    : rep_(other.has_state() ? reinterpret_cast<uintptr_t>(new State(*other.state())) : other.rep_) {}
 
 Status& Status::operator=(const Status& other) {
-  if (this != &other) state_ = other.state_ ? std::make_unique<State>(*other.state_) : nullptr;
+  if (this != &other) {
+    const uintptr_t copy =
+        other.has_state() ? reinterpret_cast<uintptr_t>(new State(*other.state())) : other.rep_;
+    Release();
+    rep_ = copy;
+  }
   return *this;
 }
 
@@ -37,7 +46,9 @@ Status Status::FromErrorCode(int error_code, std::string_view msg) {
   return Status(static_cast<Code>(code), msg, {});
 }
 
-const std::string& Status::message() const { return state_ ? state_->message : EmptyString(); }
+const std::string& Status::message() const {
+  return has_state() ? state()->message : EmptyString();
+}
 
 const char* Status::CodeName(Code code) {
   switch (code) {
@@ -73,9 +84,9 @@ std::string Status::ToString() const {
       "OK",      "NotFound", "InvalidArgument", "Corruption",   "IOError",
       "NoSpace", "Busy",     "Aborted",         "NotSupported", "BufferTooSmall",
       "PermissionDenied"};
-  std::string result = kTitles[static_cast<int>(state_->code)];
+  std::string result = kTitles[static_cast<int>(code())];
   result += ": ";
-  result += state_->message;
+  result += message();
   return result;
 }
 
