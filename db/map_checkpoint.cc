@@ -189,6 +189,13 @@ Status MapCheckpoint::Read(Env* env, const std::string& dir, int threads, Conten
       if (!GetFixed64(&in, &v)) return corrupt("bucket table truncated");
     }
     Bucket b{w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8], w[9], {}, {}};
+    // Counts no bucket can have (a table written wrong, yet checksummed): the SSD tier
+    // subtracts one from the other (dead values, live bytes), and would wrap.
+    if (b.live_keys > b.keys || b.deleted_bytes > b.total_bytes || b.punched_bytes > b.file_size) {
+      return corrupt("bucket " + std::to_string(b.id) +
+                     "'s counts contradict each other (more live values than values, more "
+                     "deleted bytes than value bytes, or more punched bytes than the file)");
+    }
     if (w[10] > in.size() / 24) return corrupt("bucket table truncated");
     b.dead_extents.resize(w[10]);
     for (Extent& e : b.dead_extents) {

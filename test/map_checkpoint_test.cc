@@ -1,6 +1,7 @@
 // MapCheckpoint's file on its own (db/map_checkpoint.*): what Write stores Read returns;
 // bucket records whose namespace tallies count more than the bucket holds are refused,
-// however large the tallies, and so is a table listing a bucket twice.  (ssd_tier_test's
+// however large the tallies, and so are a table listing a bucket twice and a record
+// whose counts contradict each other.  (ssd_tier_test's
 // MapCheckpointTest covers the checkpoint as the SSD tier uses it;
 // test/fuzz/map_checkpoint_fuzzer.cc the rest.)
 #include "db/map_checkpoint.h"
@@ -111,6 +112,33 @@ TEST_F(MapCheckpointFileTest, ABucketListedTwiceIsRefused) {
   EXPECT_TRUE(s.IsCorruption()) << s.ToString();
   EXPECT_NE(s.ToString().find("bucket 1 listed twice"), std::string::npos) << s.ToString();
   EXPECT_EQ(map.size(), 0u);
+}
+
+// A record whose counts contradict each other (checksummed, yet written wrong) is
+// refused: the SSD tier subtracts them (live bytes, dead values) and would wrap.
+TEST_F(MapCheckpointFileTest, ABucketsContradictoryCountsAreRefused) {
+  const MapCheckpoint::Bucket good = contents_.buckets[1];
+  for (int which = 0; which < 3; which++) {
+    MapCheckpoint::Bucket& b = contents_.buckets[1];
+    b = good;
+    if (which == 0) b.live_keys = b.keys + 1;
+    if (which == 1) b.deleted_bytes = b.total_bytes + 1;
+    if (which == 2) b.punched_bytes = b.file_size + 4096;
+    MapCheckpoint::Contents contents;
+    SsdIndex map;
+    const Status s = WriteThenRead(&contents, &map);
+    EXPECT_TRUE(s.IsCorruption()) << which << ": " << s.ToString();
+    EXPECT_NE(s.ToString().find("bucket 2's counts contradict each other"), std::string::npos)
+        << s.ToString();
+    EXPECT_EQ(map.size(), 0u);
+  }
+  contents_.buckets[1] = good;  // and at their limits, accepted
+  contents_.buckets[1].live_keys = good.keys;
+  contents_.buckets[1].deleted_bytes = good.total_bytes;
+  contents_.buckets[1].punched_bytes = good.file_size;
+  MapCheckpoint::Contents contents;
+  SsdIndex map;
+  EXPECT_TRUE(WriteThenRead(&contents, &map).ok());
 }
 
 }  // namespace

@@ -2,9 +2,12 @@
 // namespaces and the default one hold the same user keys, and every call of one touches
 // only its own; DropNamespace removes only its keys, in memory and on SSD, across a
 // reopen; the registry survives a reopen and a kill -9, and a damaged one fails Open.
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include "gtest/gtest.h"
 #include "kvengine/db.h"
@@ -409,6 +412,55 @@ TEST_F(NamespaceTest, HandlesShareTheirNamespaceAndOutliveTheDb) {
   EXPECT_TRUE(a_->Put(WriteOptions(), "k", "v").IsAborted());
   EXPECT_TRUE(db_ == nullptr);
   Open();
+}
+
+// Calls racing a drop and the DB's Close through the handle's gate: each call either
+// runs whole on a live DB or is refused Aborted, none runs once the drop has begun
+// removing the namespace's keys, and the DB is gone only after the last call in flight
+// (TSan and ASan builds run this too).
+TEST_F(NamespaceTest, CallsRacingADropAndACloseRunWholeOrAreRefused) {
+  CreateBoth();
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok{0}, refused{0}, other{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 3; t++) {
+    DB* handle = t == 2 ? b_.get() : a_.get();
+    callers.emplace_back([&, handle, t] {
+      std::string v;
+      for (int i = 0; !stop.load(); i++) {
+        const std::string key = "r" + std::to_string(t) + "-" + std::to_string(i % 64);
+        Status s = i % 2 == 0 ? handle->Put(WriteOptions(), key, "value")
+                              : handle->Get(ReadOptions(), key, &v);
+        if (s.ok() || s.IsNotFound()) {
+          ok.fetch_add(1);
+        } else if (s.IsAborted()) {
+          refused.fetch_add(1);
+        } else {
+          other.fetch_add(1);
+          ADD_FAILURE() << s.ToString();
+        }
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  uint64_t deleted = 0;
+  ASSERT_TRUE(db_->DropNamespace("a", &deleted).ok());
+  std::string v;
+  EXPECT_TRUE(a_->Get(ReadOptions(), "r0-0", &v).IsAborted());  // gone, for good
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  ASSERT_TRUE(db_->Close().ok());  // b's caller still running
+  EXPECT_TRUE(b_->Get(ReadOptions(), "r2-0", &v).IsAborted());
+  stop = true;
+  for (auto& t : callers) t.join();
+  EXPECT_GT(ok.load(), 0);
+  EXPECT_GT(refused.load(), 0);
+  EXPECT_EQ(other.load(), 0);
+  db_.reset();
+  Open();
+  std::vector<NamespaceInfo> names;
+  ASSERT_TRUE(db_->ListNamespaces(&names).ok());
+  ASSERT_EQ(names.size(), 1u);  // a's drop finished; b kept what its calls put
+  EXPECT_EQ(names[0].name, "b");
 }
 
 TEST_F(NamespaceTest, DropRemovesOnlyItsKeysInEveryTierAcrossReopen) {
