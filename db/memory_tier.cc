@@ -133,7 +133,7 @@ bool MemoryTier::PickVictims(uint64_t size, std::vector<Item*>* victims) {
 }
 
 Status MemoryTier::MakeQuotaRoom(const Slice& key, uint64_t size) {
-  if (usage_ == nullptr) return Status::OK();
+  if (usage_ == nullptr || !usage_->AnyMemoryQuota()) return Status::OK();
   NamespaceUsage::Slot* ns = usage_->Of(key.view());
   const uint64_t quota = ns->quota.load(std::memory_order_relaxed);
   if (quota == 0 || ns->Fits(size)) return Status::OK();

@@ -82,6 +82,7 @@ void NamespaceUsage::SetLimits(uint64_t id, const std::string& name, uint64_t me
                                uint64_t ssd_quota_bytes, uint32_t weight) {
   Slot* slot = OfId(id);
   if (slot == &other_) return;  // the table is full: counted, not limited
+  if (memory_quota_bytes != 0) memory_quotas_.store(true, std::memory_order_relaxed);
   slot->quota.store(memory_quota_bytes, std::memory_order_relaxed);
   slot->ssd_quota.store(ssd_quota_bytes, std::memory_order_relaxed);
   slot->weight.store(weight == 0 ? 1 : weight, std::memory_order_relaxed);

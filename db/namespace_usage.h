@@ -147,6 +147,9 @@ class NamespaceUsage {
   // 200 us: cheap enough to call once per eviction round; a round that finds another
   // running skips.
   void Refresh() EXCLUDES(refresh_mu_);
+  // Whether any namespace was ever given a memory quota: until one is, a put has no
+  // quota to look up (never false again once true).
+  bool AnyMemoryQuota() const { return memory_quotas_.load(std::memory_order_relaxed); }
   // Whether more than one namespace holds values: only then is fairness a question (the
   // default namespace alone evicts by plain recency).
   bool Shared() const { return active_.load(std::memory_order_relaxed) > 1; }
@@ -178,6 +181,7 @@ class NamespaceUsage {
   std::atomic<size_t> used_{0};
   std::atomic<int64_t> last_refresh_nanos_{0};
   std::atomic<uint32_t> active_{0};
+  std::atomic<bool> memory_quotas_{false};
   std::atomic<Slot*> most_over_{nullptr};
 
   Mutex refresh_mu_;

@@ -30,11 +30,10 @@ Status NamespaceView::WithKey(const Slice& key, Fn fn) {
   // WithBase written out: this is every single-key call's path, where one level of
   // call fewer shows (docs/benchmarks.md, "What a namespace costs a put and a get").
   PrefixedKey internal;
-  Status s = state_->keys.ToInternal(key, &internal);
-  if (!s.ok()) return s;
+  if (Status bad = state_->keys.ToInternal(key, &internal); !bad.ok()) return bad;
   CallGateEntry inside(&state_->calls);
   if (!inside.entered() || closed_.load(std::memory_order_acquire)) return Refusal();
-  s = fn(state_->base, internal.slice());
+  Status s = fn(state_->base, internal.slice());
   if (s.ok()) return s;
   return state_->keys.NameUserKey(std::move(s), key, state_->name);
 }
