@@ -195,7 +195,7 @@ MapCheckpoint::Bucket MakeBucket(FuzzedDataProvider& in) {
   b.live_keys = in.ConsumeIntegralInRange<uint64_t>(0, b.keys);
   b.total_bytes = in.ConsumeIntegral<uint64_t>();
   b.deleted_bytes = in.ConsumeIntegralInRange<uint64_t>(0, b.total_bytes);
-  b.punched_bytes = in.ConsumeIntegral<uint64_t>();
+  b.punched_bytes = in.ConsumeIntegralInRange<uint64_t>(0, b.file_size);
   b.punched_value_bytes = in.ConsumeIntegral<uint64_t>();
   b.dead_extents.resize(in.ConsumeIntegralInRange<size_t>(0, 4));
   for (MapCheckpoint::Extent& e : b.dead_extents) {
