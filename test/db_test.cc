@@ -342,6 +342,41 @@ TEST_F(DBTest, PropertiesTextAndJson) {
   EXPECT_FALSE(db_->GetProperty("kvengine.nonsense", &text));
 }
 
+// The keys' own RAM is reported beside the index's: 16 B in each item, and the key
+// arena's chunks for the bytes of longer keys.
+TEST_F(DBTest, KeyArenaBytesCountTheKeysOwnRoom) {
+  options_.ssd_capacity_bytes = 0;
+  Reopen();
+  auto stat = [this](const std::string& name) -> uint64_t {
+    std::string text;
+    EXPECT_TRUE(db_->GetProperty("kvengine.stats", &text));
+    const size_t at = text.find("\n" + name + ": ");
+    if (at == std::string::npos) {
+      ADD_FAILURE() << "no stat " << name;
+      return 0;
+    }
+    return std::stoull(text.substr(at + name.size() + 3));
+  };
+  ASSERT_TRUE(db_->Put(wo_, "short", "v").ok());
+  const uint64_t heads = stat("memory.key_arena_bytes");
+  EXPECT_GE(heads, Item::kKeyHead);  // the item array of the slab in use
+  for (int i = 0; i < 100; i++) {
+    ASSERT_TRUE(db_->Put(wo_, "short" + std::to_string(i), "v").ok());
+  }
+  EXPECT_EQ(stat("memory.key_arena_bytes"), heads);  // short keys: no arena
+  ASSERT_TRUE(db_->Put(wo_, std::string(40, 'L'), "v").ok());
+  const uint64_t with_long = stat("memory.key_arena_bytes");
+  EXPECT_GT(with_long, heads);  // a chunk mapped for its 24 bytes beyond the item
+  std::string json;
+  ASSERT_TRUE(db_->GetProperty("kvengine.stats.json", &json));
+  EXPECT_NE(json.find("\"key_arena_bytes\":" + std::to_string(with_long)), std::string::npos)
+      << json;
+  std::string prom;
+  ASSERT_TRUE(db_->GetProperty("kvengine.stats.prometheus", &prom));
+  EXPECT_NE(prom.find("kvengine_memory_key_arena_bytes " + std::to_string(with_long)),
+            std::string::npos);
+}
+
 // The memory tier's RAM per key beside keys and values (issue #16: at most 96 B): an
 // Item per slot of each slab in use plus the index shards' slots.  100k keys over 64
 // shards leave the slots ~38% full, next to the worst case (just after a growth).

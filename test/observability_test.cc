@@ -527,6 +527,7 @@ const std::vector<std::string> kTextNames = {
     "memory.lookup_misses",
     "memory.index_bytes",
     "memory.index_bytes_per_key",
+    "memory.key_arena_bytes",
     "misses",
     "puts",
     "put_bytes",
@@ -618,6 +619,7 @@ const std::vector<std::string> kJsonNames = {
     "memory.lookup_misses",
     "memory.index_bytes",
     "memory.index_bytes_per_key",
+    "memory.key_arena_bytes",
     "misses",
     "puts",
     "put_bytes",
@@ -735,6 +737,10 @@ const std::vector<std::string> kPromLines = {
     "(item arrays, index slots).",
     "# TYPE kvengine_memory_index_bytes gauge",
     "kvengine_memory_index_bytes",
+    "# HELP kvengine_memory_key_arena_bytes RAM mapped for the bytes of keys beyond the 16 an "
+    "item holds (the key arena).",
+    "# TYPE kvengine_memory_key_arena_bytes gauge",
+    "kvengine_memory_key_arena_bytes",
     "# HELP kvengine_tier_hits_total Reads served, by the tier that served them.",
     "# TYPE kvengine_tier_hits_total counter",
     "kvengine_tier_hits_total{tier=\"memory\"}",
@@ -1121,7 +1127,7 @@ void ExpectPromAsText(const std::vector<std::pair<std::string, std::string>>& pr
     EXPECT_EQ(value, it->second) << sample;
     checked++;
   }
-  EXPECT_EQ(checked, 39);  // 11 memory, tier hits, 15 DB-wide, 2 removal feed, 10 error kinds
+  EXPECT_EQ(checked, 40);  // 12 memory, tier hits, 15 DB-wide, 2 removal feed, 10 error kinds
 }
 
 // The three properties after RunCalls(), with the SSD tier or without.
