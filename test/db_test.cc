@@ -35,6 +35,17 @@ class DBTest : public ::testing::Test {
     Status s = db_->Get(ReadOptions(), key, &v);
     return s.ok() ? v : s.IsNotFound() ? "<absent>" : s.ToString();
   }
+  // The figure `name` of "kvengine.stats".
+  uint64_t Stat(const std::string& name) {
+    std::string text;
+    EXPECT_TRUE(db_->GetProperty("kvengine.stats", &text));
+    const size_t at = text.find("\n" + name + ": ");
+    if (at == std::string::npos) {
+      ADD_FAILURE() << "no stat " << name;
+      return 0;
+    }
+    return std::stoull(text.substr(at + name.size() + 3));
+  }
 
   test::TempDir dir_;
   Options options_ = SmallOptions();
@@ -347,16 +358,7 @@ TEST_F(DBTest, PropertiesTextAndJson) {
 TEST_F(DBTest, KeyArenaBytesCountTheKeysOwnRoom) {
   options_.ssd_capacity_bytes = 0;
   Reopen();
-  auto stat = [this](const std::string& name) -> uint64_t {
-    std::string text;
-    EXPECT_TRUE(db_->GetProperty("kvengine.stats", &text));
-    const size_t at = text.find("\n" + name + ": ");
-    if (at == std::string::npos) {
-      ADD_FAILURE() << "no stat " << name;
-      return 0;
-    }
-    return std::stoull(text.substr(at + name.size() + 3));
-  };
+  auto stat = [this](const std::string& name) { return Stat(name); };
   ASSERT_TRUE(db_->Put(wo_, "short", "v").ok());
   const uint64_t heads = stat("memory.key_arena_bytes");
   EXPECT_GE(heads, Item::kKeyHead);  // the item array of the slab in use
@@ -384,16 +386,7 @@ TEST_F(DBTest, MemoryIndexBytesPerKey) {
   options_.memory_capacity_bytes = 64 << 20;  // 1 MiB slabs: 4096 values of 100 B each
   options_.ssd_capacity_bytes = 0;
   Reopen();
-  auto stat = [this](const std::string& name) -> uint64_t {
-    std::string text;
-    EXPECT_TRUE(db_->GetProperty("kvengine.stats", &text));
-    const size_t at = text.find("\n" + name + ": ");
-    if (at == std::string::npos) {
-      ADD_FAILURE() << "no stat " << name;
-      return 0;
-    }
-    return std::stoull(text.substr(at + name.size() + 3));
-  };
+  auto stat = [this](const std::string& name) { return Stat(name); };
   constexpr int kKeys = 100000;
   auto key = [](int i) {
     char buf[16];
