@@ -517,8 +517,10 @@ Status DBImpl::ResolveMiss(const Slice& key, std::span<const MutableSlice> dest,
       ReadFromSsd(std::span<const Slice>(&key, 1), std::span<const Destination>(&where, 1), {0},
                   &result, verify, /*resolve=*/false);
       if (result[0] >= 0) *size = static_cast<uint64_t>(result[0]);
-      s = result[0] >= 0
-              ? Status::OK()
+      // A NotFound is looked again, never answered: not worth naming the key.
+      s = result[0] >= 0 ? Status::OK()
+          : result[0] == -static_cast<int>(Status::Code::kNotFound)
+              ? Status::NotFound({})
               : Status::FromErrorCode(static_cast<int>(result[0]), "key " + Printable(key));
     }
     if (!s.IsNotFound()) return s;  // read (or failed) where it is now

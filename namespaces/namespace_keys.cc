@@ -45,7 +45,7 @@ Status NamespaceKeys::NameUserKey(Status s, const Slice& key, const std::string&
   const std::string& message = s.message();
   // The engine's miss of a namespaced key comes bare (DBImpl::Missing): named here once.
   if (s.IsNotFound() && message.empty()) return KeyNotFound(key, name);
-  // A read that misses comes here (a third of readrandom's gets), so this finds the
+  // Any other error naming the key (a buffer too small, a peer's answer): this finds the
   // internal key by its quoted prefix and its closing quote (Printable escapes every
   // quote inside), checks that what lies between shows this key, and keeps those bytes
   // as the user's key is shown: no key printed again, one string built.

@@ -829,13 +829,16 @@ const std::vector<std::string> kPromLines = {
     "# HELP kvengine_prefetched_total Values Prefetch brought into the memory tier.",
     "# TYPE kvengine_prefetched_total counter",
     "kvengine_prefetched_total",
-    "# HELP kvengine_prefetch_hits_total Prefetched values a later read found in memory (once each).",
+    "# HELP kvengine_prefetch_hits_total Prefetched values a later read found in memory (once "
+    "each).",
     "# TYPE kvengine_prefetch_hits_total counter",
     "kvengine_prefetch_hits_total",
-    "# HELP kvengine_prefetch_wasted_total Prefetched values that left memory unread (evicted or deleted).",
+    "# HELP kvengine_prefetch_wasted_total Prefetched values that left memory unread (evicted or "
+    "deleted).",
     "# TYPE kvengine_prefetch_wasted_total counter",
     "kvengine_prefetch_wasted_total",
-    "# HELP kvengine_prefetch_dropped_total Prefetches given up: over prefetch_max_bytes, no room in memory, or unreadable.",
+    "# HELP kvengine_prefetch_dropped_total Prefetches given up: over prefetch_max_bytes, no room "
+    "in memory, or unreadable.",
     "# TYPE kvengine_prefetch_dropped_total counter",
     "kvengine_prefetch_dropped_total",
     "# HELP kvengine_removal_feed_read_total Removal events handed to feed readers.",
@@ -961,10 +964,12 @@ const std::vector<std::string> kPromSsdLines = {
     "Open.",
     "# TYPE kvengine_ssd_damaged_tombstone_bytes gauge",
     "kvengine_ssd_damaged_tombstone_bytes",
-    "# HELP kvengine_ssd_lost_tombstone_logs 1 when the tombstone log at Open was shorter than, or other than, what its guard recorded (deletes may be lost).",
+    "# HELP kvengine_ssd_lost_tombstone_logs 1 when the tombstone log at Open was shorter than, or "
+    "other than, what its guard recorded (deletes may be lost).",
     "# TYPE kvengine_ssd_lost_tombstone_logs gauge",
     "kvengine_ssd_lost_tombstone_logs",
-    "# HELP kvengine_ssd_lost_delete_drops Values dropped at Open because a lost tombstone might have deleted them.",
+    "# HELP kvengine_ssd_lost_delete_drops Values dropped at Open because a lost tombstone might "
+    "have deleted them.",
     "# TYPE kvengine_ssd_lost_delete_drops gauge",
     "kvengine_ssd_lost_delete_drops",
     "# HELP kvengine_ssd_io_uring 1 when the SSD tier reads and writes through io_uring.",
@@ -983,13 +988,15 @@ const std::vector<std::string> kPromSsdLines = {
     "closed one).",
     "# TYPE kvengine_ssd_file_opens_total counter",
     "kvengine_ssd_file_opens_total",
-    "# HELP kvengine_ssd_max_open_files Bucket files the open-file cache may hold (max_open_files within the descriptor budget).",
+    "# HELP kvengine_ssd_max_open_files Bucket files the open-file cache may hold (max_open_files "
+    "within the descriptor budget).",
     "# TYPE kvengine_ssd_max_open_files gauge",
     "kvengine_ssd_max_open_files",
     "# HELP kvengine_ssd_descriptor_limit The process's descriptor limit (RLIMIT_NOFILE) at Open.",
     "# TYPE kvengine_ssd_descriptor_limit gauge",
     "kvengine_ssd_descriptor_limit",
-    "# HELP kvengine_ssd_descriptor_budget Descriptors the engine allows itself at Open (docs/reliability.md).",
+    "# HELP kvengine_ssd_descriptor_budget Descriptors the engine allows itself at Open "
+    "(docs/reliability.md).",
     "# TYPE kvengine_ssd_descriptor_budget gauge",
     "kvengine_ssd_descriptor_budget",
     "# HELP kvengine_ssd_open_micros Microseconds the last Open spent recovering the SSD tier.",
@@ -1010,7 +1017,8 @@ const std::vector<std::string> kPromSsdLines = {
     "# TYPE kvengine_ssd_checkpoint_backlog gauge",
     "kvengine_ssd_checkpoint_backlog",
 };
-const std::string kPromSsdAt = "# HELP kvengine_errors_total Failed keys and calls, by kind of error.";
+const std::string kPromSsdAt =
+    "# HELP kvengine_errors_total Failed keys and calls, by kind of error.";
 
 // kPromLines with kPromSsdLines in their place.
 std::vector<std::string> PromLinesWithSsd() {

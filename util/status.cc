@@ -24,13 +24,15 @@ Status::Status(Code code, std::string_view msg, std::string_view msg2) {
   rep_ = reinterpret_cast<uintptr_t>(state);
 }
 
-Status::Status(const Status& other)
-    : rep_(other.has_state() ? reinterpret_cast<uintptr_t>(new State(*other.state())) : other.rep_) {}
+uintptr_t Status::CopyOf(const Status& other) {
+  return other.has_state() ? reinterpret_cast<uintptr_t>(new State(*other.state())) : other.rep_;
+}
+
+Status::Status(const Status& other) : rep_(CopyOf(other)) {}
 
 Status& Status::operator=(const Status& other) {
   if (this != &other) {
-    const uintptr_t copy =
-        other.has_state() ? reinterpret_cast<uintptr_t>(new State(*other.state())) : other.rep_;
+    const uintptr_t copy = CopyOf(other);
     Release();
     rep_ = copy;
   }
@@ -81,9 +83,8 @@ const char* Status::CodeName(Code code) {
 std::string Status::ToString() const {
   if (ok()) return "OK";
   static const char* const kTitles[] = {
-      "OK",      "NotFound", "InvalidArgument", "Corruption",   "IOError",
-      "NoSpace", "Busy",     "Aborted",         "NotSupported", "BufferTooSmall",
-      "PermissionDenied"};
+      "OK",   "NotFound", "InvalidArgument", "Corruption",     "IOError",         "NoSpace",
+      "Busy", "Aborted",  "NotSupported",    "BufferTooSmall", "PermissionDenied"};
   std::string result = kTitles[static_cast<int>(code())];
   result += ": ";
   result += message();

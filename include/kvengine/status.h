@@ -133,6 +133,8 @@ class Status {
 
   bool has_state() const { return rep_ > static_cast<uintptr_t>(kLastCode); }
   State* state() const { return reinterpret_cast<State*>(rep_); }
+  // A copy of other's rep_: its own State when other has one.
+  static uintptr_t CopyOf(const Status& other);
   void Release() {
     if (has_state()) delete state();
   }
