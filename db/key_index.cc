@@ -11,7 +11,15 @@ constexpr int kInitialLog2 = 4;  // 16 slots: a shard of a small DB stays small
 KeyIndex::KeyIndex()
     : slots_(NewZeroedHugeArray<Slot>(size_t{1} << kInitialLog2)),
       mask_((size_t{1} << kInitialLog2) - 1),
-      shift_(64 - kInitialLog2) {}
+      shift_(64 - kInitialLog2) {
+  PublishHint();
+}
+
+void KeyIndex::PublishHint() {
+  const uintptr_t base = reinterpret_cast<uintptr_t>(&slots_[0]);
+  prefetch_hint_.store((base & kHintBaseMask) | uintptr_t(shift_) << kHintShiftBit,
+                       std::memory_order_relaxed);
+}
 
 void KeyIndex::Insert(uint64_t hash, Item* item) {
   // At most 70% full: linear probing's runs stay short (a miss reads ~6 slots, two
@@ -51,6 +59,7 @@ void KeyIndex::Grow() {
   slots_ = NewZeroedHugeArray<Slot>(old_capacity * 2);
   mask_ = old_capacity * 2 - 1;
   shift_--;
+  PublishHint();
   for (size_t i = 0; i < old_capacity; i++) {
     if (old[i].item == nullptr) continue;
     size_t j = Home(old[i].hash);

@@ -17,6 +17,7 @@
 #ifndef KVENGINE_DB_KEY_INDEX_H_
 #define KVENGINE_DB_KEY_INDEX_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -54,7 +55,21 @@ class KeyIndex {
     }
   }
   // Asks the CPU to bring the home slot of `hash` into cache (a batch's first stage).
-  void PrefetchHome(uint64_t hash) const { __builtin_prefetch(&slots_[Home(hash)]); }
+  void PrefetchHome(uint64_t hash) const { __builtin_prefetch(HomeAddress(hash)); }
+  // The same from any thread, without the shard's lock: a put prefetches its slot before
+  // it copies its value, so that the miss overlaps the copy instead of following the
+  // lock.  The address comes from a hint that Grow may have made stale; a stale one
+  // costs a useless prefetch, never a fault, and nothing is read through it.
+  void PrefetchHomeUnlocked(uint64_t hash) const { __builtin_prefetch(HintedHome(hash)); }
+  // The home slot's address (under the lock), and the one the hint gives (without it):
+  // the same while no Grow runs.
+  const void* HomeAddress(uint64_t hash) const { return &slots_[Home(hash)]; }
+  const void* HintedHome(uint64_t hash) const {
+    const uintptr_t hint = prefetch_hint_.load(std::memory_order_relaxed);
+    const int shift = static_cast<int>(hint >> kHintShiftBit);
+    const uintptr_t base = hint & kHintBaseMask;
+    return reinterpret_cast<const void*>(base + (hash >> shift) * sizeof(Slot));
+  }
   // The first item whose hash equals `hash`, without comparing keys, or nullptr: a
   // batch's second stage, which then prefetches the item and its key bytes.
   Item* FirstWithHash(uint64_t hash) const {
@@ -86,11 +101,20 @@ class KeyIndex {
 
   size_t Home(uint64_t hash) const { return static_cast<size_t>(hash >> shift_); }
   void Grow();
+  // Stores the slots' address and shift_ in prefetch_hint_ (after each change).
+  void PublishHint();
+
+  // prefetch_hint_: the slot array's address in the low 56 bits (user addresses are
+  // below 2^56 even with 5-level paging), shift_ above them, in one word so that a
+  // reader sees a pair that once was true.
+  static constexpr int kHintShiftBit = 56;
+  static constexpr uintptr_t kHintBaseMask = (uintptr_t{1} << kHintShiftBit) - 1;
 
   HugeArray<Slot> slots_;
   size_t mask_ = 0;  // capacity - 1; the capacity is a power of two
   int shift_ = 0;    // 64 - log2(capacity)
   size_t size_ = 0;
+  std::atomic<uintptr_t> prefetch_hint_{0};
 };
 
 }  // namespace kvengine

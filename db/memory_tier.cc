@@ -242,11 +242,16 @@ Status MemoryTier::Put(const Slice& key, std::span<const Slice> parts, uint64_t 
   // The namespace's own values make room for it first, before any other's are evicted.
   Status s = MakeQuotaRoom(key, size);
   if (!s.ok()) return s;
+  // Hashed first and the index slot prefetched, so that the slot's cache miss overlaps
+  // the reservation and the copy instead of following the shard lock (at 32-byte keys a
+  // namespace's 41-byte key made the put 0.89x per CPU second: docs/benchmarks.md).
+  const uint64_t hash = Hash64(key.view());
+  ShardFor(hash).index.PrefetchHomeUnlocked(hash);
   Reservation reservation;
   s = Reserve(size, &reservation);
   if (!s.ok()) return s;
   GatherCopy(parts, size, reservation.data());
-  return CommitWithinQuota(key, &reservation, version, published);
+  return CommitWithinQuota(key, hash, &reservation, version, published);
 }
 
 Status MemoryTier::Commit(const Slice& key, Reservation* reservation, uint64_t* version,
@@ -257,11 +262,11 @@ Status MemoryTier::Commit(const Slice& key, Reservation* reservation, uint64_t* 
     Status s = MakeQuotaRoom(key, reservation->size());
     if (!s.ok()) return s;
   }
-  return CommitWithinQuota(key, reservation, version, published);
+  return CommitWithinQuota(key, Hash64(key.view()), reservation, version, published);
 }
 
-Status MemoryTier::CommitWithinQuota(const Slice& key, Reservation* reservation, uint64_t* version,
-                                     const VersionHook& published) {
+Status MemoryTier::CommitWithinQuota(const Slice& key, uint64_t hash, Reservation* reservation,
+                                     uint64_t* version, const VersionHook& published) {
   if (!reservation->valid()) return Status::InvalidArgument("commit of an empty reservation");
   if (key.size() > Item::kMaxKeySize) {
     return Status::InvalidArgument("key of " + std::to_string(key.size()) +
@@ -270,7 +275,6 @@ Status MemoryTier::CommitWithinQuota(const Slice& key, Reservation* reservation,
   Item* item = reservation->item_;
   reservation->item_ = nullptr;  // its reference is the index's from here on
   allocator_.SetKey(item, key.view());
-  const uint64_t hash = Hash64(key.view());
 
   Item* replaced = nullptr;
   {

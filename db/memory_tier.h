@@ -223,9 +223,9 @@ class MemoryTier {
   // Evicts values of `key`'s namespace until `size` more bytes fit its memory quota.
   // NoSpace, naming the namespace, when they cannot.
   Status MakeQuotaRoom(const Slice& key, uint64_t size);
-  // Commit, once MakeQuotaRoom made the room.
-  Status CommitWithinQuota(const Slice& key, Reservation* reservation, uint64_t* version,
-                           const VersionHook& published);
+  // Commit, once MakeQuotaRoom made the room; `hash` is Hash64(key).
+  Status CommitWithinQuota(const Slice& key, uint64_t hash, Reservation* reservation,
+                           uint64_t* version, const VersionHook& published);
   // Lookup, or TryLookup when !wait.
   bool Pin(const Slice& key, bool wait, Handle* handle);
   void Evict(Item* victim);

@@ -179,6 +179,28 @@ TEST(KeyIndexTest, MatchesAMapUnderRandomInsertsAndErases) {
   }
 }
 
+// A put prefetches its slot without the shard's lock, from a hint the index keeps: the
+// hint must follow the table through every growth, or the prefetch fetches freed memory.
+TEST(KeyIndexTest, TheUnlockedHintFollowsTheTableAsItGrows) {
+  std::vector<Item> items(5000);
+  KeyIndex index;
+  std::mt19937_64 rng(11);
+  size_t grown = 0;
+  size_t bytes = index.bytes();
+  for (Item& item : items) {
+    index.Insert(rng(), &item);
+    if (index.bytes() != bytes) {
+      bytes = index.bytes();
+      grown++;
+    }
+    for (int probe = 0; probe < 4; probe++) {
+      const uint64_t h = rng();
+      ASSERT_EQ(index.HintedHome(h), index.HomeAddress(h)) << "after " << index.size() << " keys";
+    }
+  }
+  EXPECT_GE(grown, 3u);  // the check ran across several tables
+}
+
 TEST_F(MemoryTierTest, BatchContainsAgreesWithContains) {
   Open(64 * kSlab);
   std::vector<std::string> names = PutAllButEveryThird(300);
