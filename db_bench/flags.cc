@@ -188,7 +188,8 @@ DEFINE_uint64(repeat, 1,
               "print each figure's median over the rounds (ops/sec, the ratio to its baseline, "
               "and the ratio between engines): shared machines are noisy.  Even rounds run "
               "the engines in the opposite order, so an even count cancels any edge of going "
-              "first");
+              "first; each ratio between engines is also given order-balanced: the median "
+              "over pairs of rounds of each pair's geometric mean");
 DEFINE_string(cluster, "",
               "Run the kvengine engine as a client of a cluster: "
               "etcd://HOST:PORT[,HOST:PORT...]/PREFIX (docs/cluster.md). Its DB serves no one "

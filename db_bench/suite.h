@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -63,6 +64,8 @@ class Suite {
   // configurations in the opposite order.
   void RunNsHotColdRound(uint64_t round, uint64_t salt);
   // --repeat: each figure's median over the rounds.
+  // Records one round's ratio of two engines run in alternating order (samples_).
+  void AddAlternating(const std::string& figure, double ratio);
   void PrintMedians();
   void Cleanup();
   // The engines' slots, then the peer's.
@@ -80,6 +83,9 @@ class Suite {
   std::map<std::string, double> baseline_mbps_;
   // Every figure of every round, by name ("vllm_get[attached] / memcpy_layers_read").
   std::map<std::string, std::vector<double>> samples_;
+  // The samples_ that compare two engines run in an order that alternates round by
+  // round: PrintMedians also reports them order-balanced (see there).
+  std::set<std::string> alternating_;
   uint64_t errors_ = 0;
   bool cleaned_ = false;
 };

@@ -33,6 +33,7 @@ trace:     --benchmarks=trace on a generated conversation trace (a tiny model sh
            line refused with its line number.
 """
 import json
+import math
 import os
 import re
 import signal
@@ -390,6 +391,17 @@ def test_attach(binary, engines, kv_server):
                    "vllm_get[kvengine] / memcpy_layers_read"]:
         check(figure in medians and medians[figure]["median_of"] == 2 and
               medians[figure]["value"] > 0, f"no median of 2 rounds for {figure}: {medians!r}")
+    # The engines' ratio once more, order-balanced: the geometric mean of the two rounds,
+    # which ran the engines in opposite orders.  Figures that do not alternate have none.
+    rounds = [r["ratio_attached_over_kvengine"] for r in recs
+              if r.get("benchmark") == "vllm_get" and r.get("engine") == "both"]
+    balanced = medians.get("vllm_get attached/kvengine, order-balanced")
+    check(len(rounds) == 2 and balanced is not None and balanced["median_of"] == 1 and
+          balanced["of"] == "pairs of rounds" and
+          abs(balanced["value"] - math.sqrt(rounds[0] * rounds[1])) <= 1e-3 * balanced["value"],
+          f"no order-balanced ratio of the two rounds {rounds}: {balanced!r}")
+    check("vllm_get[kvengine] / memcpy_layers_read, order-balanced" not in medians,
+          "a figure whose order does not alternate was order-balanced")
     rc, out, err = run(binary, TINY + ["--benchmarks=fillseq", "--compare_in_process"])
     check(rc != 0 and "--attach" in err, f"--compare_in_process without --attach: {rc} {err!r}")
     with tempfile.TemporaryDirectory() as tmp:
