@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cinttypes>
+#include <cmath>
 #include <ctime>
 #include <filesystem>
 #include <fstream>

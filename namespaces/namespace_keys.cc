@@ -94,11 +94,9 @@ MappedBatch::MappedBatch(const NamespaceKeys& rule, std::span<const Slice> keys)
     passthrough_ = true;  // the common case: nothing to map, nothing refused
     return;
   }
+  if (!rule.is_default() && MapShort(rule, keys)) return;
   kept_.reserve(keys.size());
   index_.reserve(keys.size());
-  // The accepted keys' internal forms go into one buffer, sized first so that it never
-  // moves; their slices are taken once it is full.
-  std::vector<size_t> offsets;
   for (size_t i = 0; i < keys.size(); i++) {
     Status s = rule.Check(keys[i]);
     if (!s.ok()) {
@@ -115,17 +113,34 @@ MappedBatch::MappedBatch(const NamespaceKeys& rule, std::span<const Slice> keys)
   }
   size_t total = 0;
   for (size_t i : index_) total += rule.prefix().size() + keys[i].size();
-  storage_.reserve(total);
-  offsets.reserve(index_.size());
+  storage_.reset(new char[total]);
+  char* at = storage_.get();
   for (size_t i : index_) {
-    offsets.push_back(storage_.size());
-    storage_.append(rule.prefix());
-    storage_.append(keys[i].data(), keys[i].size());
+    std::memcpy(at, rule.prefix().data(), rule.prefix().size());
+    std::memcpy(at + rule.prefix().size(), keys[i].data(), keys[i].size());
+    kept_.emplace_back(at, rule.prefix().size() + keys[i].size());
+    at += kept_.back().size();
   }
-  for (size_t j = 0; j < index_.size(); j++) {
-    const size_t end = j + 1 < offsets.size() ? offsets[j + 1] : storage_.size();
-    kept_.emplace_back(storage_.data() + offsets[j], end - offsets[j]);
+}
+
+bool MappedBatch::MapShort(const NamespaceKeys& rule, std::span<const Slice> keys) {
+  // A vLLM request's 32 keys pass here: one pass to size the buffer, one to fill it,
+  // and no call per key.
+  size_t total = 0;
+  for (const Slice& key : keys) {
+    if (!rule.IsShort(key)) return false;
+    total += ns::kPrefixSize + key.size();
   }
+  storage_.reset(new char[total]);
+  kept_.resize(keys.size());
+  char* at = storage_.get();
+  for (size_t i = 0; i < keys.size(); i++) {
+    std::memcpy(at, rule.prefix().data(), ns::kPrefixSize);
+    std::memcpy(at + ns::kPrefixSize, keys[i].data(), keys[i].size());
+    kept_[i] = Slice(at, ns::kPrefixSize + keys[i].size());
+    at += kept_[i].size();
+  }
+  return true;  // every key kept, in order: index_ is not needed
 }
 
 void MappedBatch::Merge(const std::vector<int64_t>& sub, std::vector<int64_t>* results) const {

@@ -63,13 +63,19 @@ class NamespaceKeys {
   Status Check(const Slice& key) const;
   // Checks `key` and stores its internal form in *internal.
   Status ToInternal(const Slice& key, PrefixedKey* internal) const {
-    // The usual key -- not empty, not null, within the limit and short -- takes the
-    // inline path; every other goes through Check, which says what is wrong with it.
-    if (key.size() - 1 < short_key_limit_ && key.data() != nullptr) {
+    // The usual key takes the inline path; every other goes through Check, which says
+    // what is wrong with it.
+    if (IsShort(key)) {
       internal->AssignShort(prefix_.data(), key);
       return Status::OK();
     }
     return ToInternalSlow(key, internal);
+  }
+  // Whether `key` is a usual one of a namespace -- not empty, not null, within the limit
+  // and short (PrefixedKey::kInlineKey) -- which needs no other check.  Never for the
+  // default namespace.
+  bool IsShort(const Slice& key) const {
+    return key.size() - 1 < short_key_limit_ && key.data() != nullptr;
   }
   // Whether an internal key belongs here; stores the key as this namespace's user sees it.
   bool FromInternal(const std::string& internal, std::string* key) const;
@@ -122,9 +128,13 @@ class MappedBatch {
   const std::span<const Slice> original_;
   bool passthrough_ = false;
   bool complete_ = true;
-  std::string storage_;  // the internal forms, one after another (a namespace's rule)
+  // Maps a batch of short keys (NamespaceKeys::IsShort) of a namespace; false, with
+  // nothing done, when one is not.
+  bool MapShort(const NamespaceKeys& rule, std::span<const Slice> keys);
+
+  std::unique_ptr<char[]> storage_;  // the internal forms, one after another (a namespace's)
   std::vector<Slice> kept_;
-  std::vector<size_t> index_;     // index_[j]: the batch position of kept_[j]
+  std::vector<size_t> index_;     // index_[j]: the batch position of kept_[j] (when !complete_)
   std::vector<int64_t> refused_;  // per batch position: 0 or the key's error code
 };
 

@@ -79,11 +79,22 @@ Status NamespaceView::GetValueSize(const Slice& key, uint64_t* size) {
 
 Status NamespaceView::BatchPut(const WriteOptions& options, std::span<const Slice> keys,
                                std::span<const ValueParts> values, std::vector<int64_t>* results) {
-  // Named here as the user gave them (the DB below would name the internal keys).
-  Status s = input::CheckUniqueKeys(keys);
-  if (!s.ok()) return s;
-  return Batch("BatchPut", keys, values, true, results,
-               [&](DB* base, auto k, auto v, auto r) { return base->BatchPut(options, k, v, r); });
+  // A batch that names a key twice is refused whole, the key named as the user gave it.
+  // The DB below checks its keys (before it writes any) and names them with their
+  // prefix: its refusal is worded again here, so a usual batch is checked once.  Keys
+  // refused here are not passed down, so a batch with any is checked here first.
+  return Batch("BatchPut", keys, values, true, results, [&](DB* base, auto k, auto v, auto r) {
+    if (k.size() != keys.size()) {
+      Status s = input::CheckUniqueKeys(keys);
+      if (!s.ok()) return s;
+    }
+    Status s = base->BatchPut(options, k, v, r);
+    if (s.IsInvalidArgument()) {
+      Status named = input::CheckUniqueKeys(keys);
+      if (!named.ok()) return named;
+    }
+    return s;
+  });
 }
 
 Status NamespaceView::BatchGetInto(const ReadOptions& options, std::span<const Slice> keys,
