@@ -52,14 +52,21 @@ Status DBImpl::Publish(const Slice& key, std::span<const Slice> parts, uint64_t 
     }
   }
   MemoryTier::VersionHook published;
+  // What the hook needs, reached through one pointer: a lambda that captured its three
+  // references would not fit std::function's inline room, and every put would allocate.
+  struct PublishTo {
+    SsdTier* ssd;
+    SsdTier::Ticket* ticket;
+    const Slice* key;
+  } to{ssd_.get(), &ticket, &key};
   if (ssd_ != nullptr) {
     // Under the key's lock: the SSD copy of this version is published, or an older SSD
     // value is retired (and tombstoned), atomically with the memory tier.
-    published = [&](uint64_t version) {
-      if (ticket.valid()) {
-        ssd_->Commit(&ticket, version);
+    published = [to = &to](uint64_t version) {
+      if (to->ticket->valid()) {
+        to->ssd->Commit(to->ticket, version);
       } else {
-        ssd_->EraseOlderThan(key, version);
+        to->ssd->EraseOlderThan(*to->key, version);
       }
     };
   }
@@ -148,7 +155,15 @@ Status DBImpl::DeleteOne(const Slice& key) {
   if (!s.ok()) return s;
   MemoryTier::CheckHook also_on_ssd;
   bool on_ssd = false, in_memory = false;
-  if (ssd_ != nullptr) also_on_ssd = [&] { return on_ssd = ssd_->Erase(key); };
+  // One pointer captured, as Publish's hook does, so that the hook does not allocate.
+  struct EraseFrom {
+    SsdTier* ssd;
+    const Slice* key;
+    bool* on_ssd;
+  } from{ssd_.get(), &key, &on_ssd};
+  if (ssd_ != nullptr) {
+    also_on_ssd = [from = &from] { return *from->on_ssd = from->ssd->Erase(*from->key); };
+  }
   evicted_keys_.Forget(Hash64(key.view()));  // a later miss is "absent" again
   if (!memory_->Erase(key, also_on_ssd, &in_memory)) {
     return Missing(key);
