@@ -545,8 +545,10 @@ void Suite::RunRound(uint64_t round, uint64_t* salt_counter) {
       }
       std::fflush(stdout);
       const std::string ratio = name + " " + a.engine + "/" + b.engine;
-      AddAlternating(ratio, EngineRatio(a, b));
-      if (EngineCpuRatio(a, b) > 0) AddAlternating(ratio + " per CPU second", EngineCpuRatio(a, b));
+      AddAlternating(ratio, round, EngineRatio(a, b));
+      if (EngineCpuRatio(a, b) > 0) {
+        AddAlternating(ratio + " per CPU second", round, EngineCpuRatio(a, b));
+      }
     }
   }
 }
@@ -572,25 +574,31 @@ void Suite::RunNsHotColdRound(uint64_t round, uint64_t salt) {
   std::printf("%s\n", c_.json ? out.json.c_str() : out.text.c_str());
   std::fflush(stdout);
   if (out.baseline_hits) {
-    AddAlternating("ns_hotcold cold hit ratio shares/prefix", out.cold_hit_ratio_shares);
-    AddAlternating("ns_hotcold cold hit ratio quotas/prefix", out.cold_hit_ratio_quotas);
+    AddAlternating("ns_hotcold cold hit ratio shares/prefix", round, out.cold_hit_ratio_shares);
+    AddAlternating("ns_hotcold cold hit ratio quotas/prefix", round, out.cold_hit_ratio_quotas);
   }
-  AddAlternating("ns_hotcold hot puts shares/prefix", out.hot_puts_shares);
-  AddAlternating("ns_hotcold hot puts quotas/prefix", out.hot_puts_quotas);
-  AddAlternating("ns_hotcold hot puts shares/prefix per CPU second", out.hot_puts_cpu_shares);
-  AddAlternating("ns_hotcold hot puts quotas/prefix per CPU second", out.hot_puts_cpu_quotas);
+  AddAlternating("ns_hotcold hot puts shares/prefix", round, out.hot_puts_shares);
+  AddAlternating("ns_hotcold hot puts quotas/prefix", round, out.hot_puts_quotas);
+  AddAlternating("ns_hotcold hot puts shares/prefix per CPU second", round,
+                 out.hot_puts_cpu_shares);
+  AddAlternating("ns_hotcold hot puts quotas/prefix per CPU second", round,
+                 out.hot_puts_cpu_quotas);
 }
 
-void Suite::AddAlternating(const std::string& figure, double ratio) {
+void Suite::AddAlternating(const std::string& figure, uint64_t round, double ratio) {
   samples_[figure].push_back(ratio);
-  alternating_.insert(figure);
+  alternating_[figure][round] = ratio;
 }
 
-// The geometric mean of each pair of rounds (round 2k, 2k+1) of an alternating ratio.
-static std::vector<double> OrderBalanced(const std::vector<double>& ratios) {
+// The geometric mean of each pair of rounds 2k-1 and 2k (rounds count from 1: the
+// engines in both orders) of an alternating ratio, by round; a round without its
+// partner (a figure some round did not give) is left out.
+static std::vector<double> OrderBalanced(const std::map<uint64_t, double>& by_round) {
   std::vector<double> pairs;
-  for (size_t i = 0; i + 1 < ratios.size(); i += 2) {
-    pairs.push_back(std::sqrt(ratios[i] * ratios[i + 1]));
+  for (const auto& [round, ratio] : by_round) {
+    if (round % 2 == 0) continue;
+    const auto partner = by_round.find(round + 1);
+    if (partner != by_round.end()) pairs.push_back(std::sqrt(ratio * partner->second));
   }
   return pairs;
 }
@@ -618,8 +626,10 @@ void Suite::PrintMedians() {
     // this VM whichever engine ran second lost 10-15%, so the rounds' ratios fall in two
     // clusters and their median lands anywhere between.  Each pair's geometric mean
     // cancels the order.
-    if (alternating_.count(what) != 0 && values.size() >= 2) {
-      print(what + ", order-balanced", OrderBalanced(values), "pairs of rounds");
+    const auto by_round = alternating_.find(what);
+    if (by_round != alternating_.end()) {
+      const std::vector<double> pairs = OrderBalanced(by_round->second);
+      if (!pairs.empty()) print(what + ", order-balanced", pairs, "pairs of rounds");
     }
   }
   std::fflush(stdout);

@@ -64,8 +64,8 @@ class Suite {
   // configurations in the opposite order.
   void RunNsHotColdRound(uint64_t round, uint64_t salt);
   // --repeat: each figure's median over the rounds.
-  // Records one round's ratio of two engines run in alternating order (samples_).
-  void AddAlternating(const std::string& figure, double ratio);
+  // Records round `round`'s ratio of two engines run in alternating order (samples_).
+  void AddAlternating(const std::string& figure, uint64_t round, double ratio);
   void PrintMedians();
   void Cleanup();
   // The engines' slots, then the peer's.
@@ -84,8 +84,8 @@ class Suite {
   // Every figure of every round, by name ("vllm_get[attached] / memcpy_layers_read").
   std::map<std::string, std::vector<double>> samples_;
   // The samples_ that compare two engines run in an order that alternates round by
-  // round: PrintMedians also reports them order-balanced (see there).
-  std::set<std::string> alternating_;
+  // round, by round: PrintMedians also reports them order-balanced (see there).
+  std::map<std::string, std::map<uint64_t, double>> alternating_;
   uint64_t errors_ = 0;
   bool cleaned_ = false;
 };

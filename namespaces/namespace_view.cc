@@ -1,5 +1,7 @@
 #include "namespaces/namespace_view.h"
 
+#include <algorithm>
+
 #include "util/byte_regex.h"
 #include "util/input_check.h"
 #include "util/printable.h"
@@ -82,12 +84,14 @@ Status NamespaceView::BatchPut(const WriteOptions& options, std::span<const Slic
   // A batch that names a key twice is refused whole, the key named as the user gave it.
   // The DB below checks its keys (before it writes any) and names them with their
   // prefix: its refusal is worded again here, so a usual batch is checked once.  Keys
-  // refused here are not passed down, so a batch with any is checked here first.
+  // refused here never go down (nor, when all are, does the call), so a batch with any
+  // key that is not a usual one is checked here first.
+  const NamespaceKeys& rule = state_->keys;
+  if (!std::all_of(keys.begin(), keys.end(), [&](const Slice& k) { return rule.IsShort(k); })) {
+    Status s = input::CheckUniqueKeys(keys);
+    if (!s.ok()) return s;
+  }
   return Batch("BatchPut", keys, values, true, results, [&](DB* base, auto k, auto v, auto r) {
-    if (k.size() != keys.size()) {
-      Status s = input::CheckUniqueKeys(keys);
-      if (!s.ok()) return s;
-    }
     Status s = base->BatchPut(options, k, v, r);
     if (s.IsInvalidArgument()) {
       Status named = input::CheckUniqueKeys(keys);

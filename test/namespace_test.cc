@@ -344,6 +344,12 @@ TEST_F(NamespaceTest, NamespaceKeysAreCheckedAsGiven) {
   s = a_->BatchPut(WriteOptions(), keys, values, &results);
   EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
   EXPECT_EQ(s.message(), "BatchPut names key 'dup2' more than once; nothing was written");
+  // And so is one whose keys are all refused here, twice the same (none goes down).
+  keys = {Slice(""), Slice("")};
+  values = {{Slice("x")}, {Slice("y")}};
+  s = a_->BatchPut(WriteOptions(), keys, values, &results);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_EQ(s.message(), "BatchPut names key '' more than once; nothing was written");
   std::string v;
   EXPECT_TRUE(a_->Get(ReadOptions(), "dup", &v).IsNotFound());
   EXPECT_TRUE(a_->Get(ReadOptions(), "dup2", &v).IsNotFound());
