@@ -32,7 +32,13 @@ class SeedWriter {
  public:
   SeedWriter(const fs::path& root, const std::string& target) : dir_(root / target) {
     fs::create_directories(dir_);
-    for (const auto& entry : fs::directory_iterator(dir_)) fs::remove(entry.path());
+    // Seeds named *_format_vN were written by earlier versions of the writers, which
+    // cannot make them any more: they stay, for the readers' old-format paths.
+    for (const auto& entry : fs::directory_iterator(dir_)) {
+      if (entry.path().filename().string().find("_format_v") == std::string::npos) {
+        fs::remove(entry.path());
+      }
+    }
   }
   void Write(const std::string& name, char mode, const std::string& bytes) {
     std::ofstream out(dir_ / name, std::ios::binary);
