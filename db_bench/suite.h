@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -63,9 +62,9 @@ class Suite {
   // skipped with a note when --engine names no kvengine.  Even rounds run its
   // configurations in the opposite order.
   void RunNsHotColdRound(uint64_t round, uint64_t salt);
-  // --repeat: each figure's median over the rounds.
   // Records round `round`'s ratio of two engines run in alternating order (samples_).
   void AddAlternating(const std::string& figure, uint64_t round, double ratio);
+  // --repeat: each figure's median over the rounds.
   void PrintMedians();
   void Cleanup();
   // The engines' slots, then the peer's.

@@ -17,16 +17,13 @@ NamespaceKeys::NamespaceKeys(uint64_t id, uint64_t max_key_size)
   quoted_prefix_.pop_back();  // the closing quote: a key follows
 }
 
-void PrefixedKey::Assign(const std::string& prefix, const Slice& key) {
-  const size_t size = prefix.size() + key.size();
+void PrefixedKey::Assign(const char* prefix, const Slice& key) {
   char* out = inline_;
-  if (size > sizeof(inline_)) {
-    heap_ = std::make_unique_for_overwrite<char[]>(size);
+  if (ns::kPrefixSize + key.size() > sizeof(inline_)) {
+    heap_ = std::make_unique_for_overwrite<char[]>(ns::kPrefixSize + key.size());
     out = heap_.get();
   }
-  std::memcpy(out, prefix.data(), prefix.size());
-  if (key.size() > 0) std::memcpy(out + prefix.size(), key.data(), key.size());
-  slice_ = Slice(out, size);
+  slice_ = Slice(out, WritePrefixed(out, prefix, key));
 }
 
 Status NamespaceKeys::Check(const Slice& key) const {
@@ -36,7 +33,7 @@ Status NamespaceKeys::Check(const Slice& key) const {
 
 Status NamespaceKeys::ToInternalSlow(const Slice& key, PrefixedKey* internal) const {
   Status s = Check(key);
-  if (s.ok()) internal->Assign(prefix_, key);
+  if (s.ok()) internal->Assign(prefix_.data(), key);
   return s;
 }
 
@@ -112,13 +109,11 @@ MappedBatch::MappedBatch(const NamespaceKeys& rule, std::span<const Slice> keys)
     return;
   }
   size_t total = 0;
-  for (size_t i : index_) total += rule.prefix().size() + keys[i].size();
+  for (size_t i : index_) total += ns::kPrefixSize + keys[i].size();
   storage_.reset(new char[total]);
   char* at = storage_.get();
   for (size_t i : index_) {
-    std::memcpy(at, rule.prefix().data(), rule.prefix().size());
-    std::memcpy(at + rule.prefix().size(), keys[i].data(), keys[i].size());
-    kept_.emplace_back(at, rule.prefix().size() + keys[i].size());
+    kept_.emplace_back(at, WritePrefixed(at, rule.prefix().data(), keys[i]));
     at += kept_.back().size();
   }
 }
@@ -132,13 +127,11 @@ bool MappedBatch::MapShort(const NamespaceKeys& rule, std::span<const Slice> key
     total += ns::kPrefixSize + key.size();
   }
   storage_.reset(new char[total]);
-  kept_.resize(keys.size());
+  kept_.reserve(keys.size());
   char* at = storage_.get();
-  for (size_t i = 0; i < keys.size(); i++) {
-    std::memcpy(at, rule.prefix().data(), ns::kPrefixSize);
-    std::memcpy(at + ns::kPrefixSize, keys[i].data(), keys[i].size());
-    kept_[i] = Slice(at, ns::kPrefixSize + keys[i].size());
-    at += kept_[i].size();
+  for (const Slice& key : keys) {
+    kept_.emplace_back(at, WritePrefixed(at, rule.prefix().data(), key));
+    at += kept_.back().size();
   }
   return true;  // every key kept, in order: index_ is not needed
 }

@@ -25,6 +25,15 @@
 
 namespace kvengine {
 
+// Writes a namespace's `prefix` (ns::kPrefixSize bytes) and then `key` at `out`: a
+// key's internal form.  Two copies, one of a size known here.  Returns the bytes
+// written.  REQUIRES: key is not null (a checked key).
+inline size_t WritePrefixed(char* out, const char* prefix, const Slice& key) {
+  std::memcpy(out, prefix, ns::kPrefixSize);
+  std::memcpy(out + ns::kPrefixSize, key.data(), key.size());
+  return ns::kPrefixSize + key.size();
+}
+
 // A key with its namespace's prefix: in the object itself when short (the usual case: no
 // allocation per call), on the heap otherwise.
 class PrefixedKey {
@@ -32,13 +41,12 @@ class PrefixedKey {
   PrefixedKey() = default;
   PrefixedKey(const PrefixedKey&) = delete;
   PrefixedKey& operator=(const PrefixedKey&) = delete;
-  void Assign(const std::string& prefix, const Slice& key);
-  // The same for a key that fits inline after a prefix of ns::kPrefixSize bytes: two
-  // copies, one of a size known here, on the path of every call of a namespace's handle.
+  // REQUIRES: as WritePrefixed.
+  void Assign(const char* prefix, const Slice& key);
+  // The same for a key known to fit inline (kInlineKey), on the path of every call of a
+  // namespace's handle.
   void AssignShort(const char* prefix, const Slice& key) {
-    std::memcpy(inline_, prefix, ns::kPrefixSize);
-    std::memcpy(inline_ + ns::kPrefixSize, key.data(), key.size());
-    slice_ = Slice(inline_, ns::kPrefixSize + key.size());
+    slice_ = Slice(inline_, WritePrefixed(inline_, prefix, key));
   }
   static constexpr size_t kInlineKey = 128 - ns::kPrefixSize;  // the key AssignShort takes
   Slice slice() const { return slice_; }
