@@ -19,6 +19,7 @@
 #include "util/buffers.h"
 #include "util/coding.h"
 #include "util/input_check.h"
+#include "util/key_pattern.h"
 #include "util/namespace_key.h"
 #include "util/printable.h"
 #include "util/prometheus.h"
@@ -1102,6 +1103,10 @@ Status AttachedDB::Delete(const WriteOptions& options, const Slice& key) {
 }
 
 Status AttachedDB::DeleteByRegex(const std::string& pattern, uint64_t* deleted) {
+  // Refused here too, so that a pattern the owner would refuse is not sent at all.
+  KeyPattern re;
+  Status s = re.Compile(pattern);
+  if (!s.ok()) return s;
   std::string meta;
   wire::PutDeleteMatching(&meta, wire::kMatchRegex, pattern);
   return CallForCount(wire::kDeleteMatching, meta, deleted);

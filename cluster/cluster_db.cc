@@ -3,7 +3,7 @@
 #include <utility>
 
 #include "env/gpu_staging.h"
-#include "util/byte_regex.h"
+#include "util/key_pattern.h"
 #include "util/input_check.h"
 #include "util/perf_point.h"
 
@@ -264,7 +264,7 @@ Status ClusterDB::DeleteByRegex(const std::string& pattern, uint64_t* deleted) {
   PerfPoint perf(PerfKey::db_delete_by_regex);
   CallLog log(&logger_, "delete_by_regex", &errors_);
   // Checked before anything is sent to a peer: a bad pattern removes nothing anywhere.
-  ByteRegex re;
+  KeyPattern re;
   Status s = re.Compile(pattern);
   if (!s.ok()) return log.Finish(std::move(s));
   uint64_t n = 0;  // on failure: what the members that succeeded removed

@@ -11,7 +11,6 @@
 #include "db/prefetcher.h"
 #include "env/gpu_io.h"
 #include "util/buffers.h"
-#include "util/byte_regex.h"
 #include "util/config_parse.h"
 #include "util/hash.h"
 #include "util/input_check.h"

@@ -10,7 +10,7 @@
 #include "db/offloader.h"
 #include "env/gpu_io.h"
 #include "util/buffers.h"
-#include "util/byte_regex.h"
+#include "util/key_pattern.h"
 #include "util/config_parse.h"
 #include "util/hash.h"
 #include "util/input_check.h"
@@ -307,7 +307,7 @@ Status DBImpl::DeleteByRegex(const std::string& pattern, uint64_t* deleted) {
   PerfPoint perf(PerfKey::db_delete_by_regex);
   CallLog log(&logger_, "delete_by_regex", &errors_);
   // Checked before anything is sent to a peer: a bad pattern removes nothing anywhere.
-  ByteRegex re;
+  KeyPattern re;
   Status s = re.Compile(pattern);
   if (!s.ok()) return log.Finish(std::move(s));
   return DeleteWhere(
@@ -333,23 +333,28 @@ Status DBImpl::DeleteWhere(CallLog* log, const std::function<bool(std::string_vi
 }
 
 uint64_t DBImpl::DeleteMatching(const std::function<bool(std::string_view)>& pred) {
-  if (ssd_ == nullptr) {
-    uint64_t n = memory_->EraseIf(pred);
-    counters_.deletes.fetch_add(n, std::memory_order_relaxed);
-    tiers_.memory.Add(tiers_.memory.explicit_removals, n);
-    return n;
-  }
-  // Keys may live in either tier or both: collect them, then delete each one through
-  // the per-key path so both tiers change together.
-  std::set<std::string> doomed;
-  memory_->ForEach([&](std::string_view key, uint64_t, uint64_t) {
-    if (pred(key)) doomed.emplace(key);
-  });
-  ssd_->ForEachKey([&](const std::string& key) {
-    if (pred(key)) doomed.insert(key);
-  });
+  // The keys are copied a memory shard at a time (then the SSD tier's), and matched with
+  // no lock held: a slow pattern costs its caller, while every other call waits at most
+  // for one shard's keys to be copied.  Each match is then deleted through the per-key
+  // path, so that both tiers change together.  A key in both tiers is deleted from both
+  // by the memory pass and not listed by the SSD tier after; a key written again while
+  // the call runs may or may not be removed, as with a Delete racing a Put.
   uint64_t n = 0;
-  for (const std::string& key : doomed) n += DeleteOne(key).ok();
+  std::vector<std::string> keys;
+  const auto delete_matches = [&] {
+    for (const std::string& key : keys) {
+      if (pred(key)) n += DeleteOne(key).ok();
+    }
+    keys.clear();
+  };
+  for (size_t shard = 0; shard < memory_->shard_count(); shard++) {
+    memory_->CopyKeys(shard, &keys);
+    delete_matches();
+  }
+  if (ssd_ != nullptr) {
+    ssd_->ForEachKey([&](const std::string& key) { keys.push_back(key); });
+    delete_matches();
+  }
   return n;
 }
 

@@ -525,28 +525,12 @@ void MemoryTier::WithKeyLocked(const Slice& key,
   }
 }
 
-uint64_t MemoryTier::EraseIf(const std::function<bool(std::string_view)>& pred) {
-  PerfPoint perf(PerfKey::memory_erase_if);
-  uint64_t erased = 0;
-  std::vector<std::pair<Item*, uint64_t>> doomed;  // item, hash
-  for (Shard& shard : shards_) {
-    doomed.clear();
-    {
-      MutexLock lock(&shard.mu);
-      shard.index.ForEach([&](Item* item, uint64_t hash) {
-        if (pred(item->KeyString())) doomed.emplace_back(item, hash);
-      });
-      for (const auto& [item, hash] : doomed) {
-        UnindexLocked(shard, hash, item);
-        if (removal_feed_ != nullptr) {
-          removal_feed_->Record(item->KeyString(), RemovalEvent::kMemory, RemovalEvent::kDeleted);
-        }
-      }
-    }
-    for (const auto& [item, hash] : doomed) Unref(item);
-    erased += doomed.size();
-  }
-  return erased;
+void MemoryTier::CopyKeys(size_t shard_index, std::vector<std::string>* keys) {
+  PerfPoint perf(PerfKey::memory_copy_keys);
+  Shard& shard = shards_[shard_index];
+  MutexLock lock(&shard.mu);
+  keys->reserve(keys->size() + shard.index.size());
+  shard.index.ForEach([&](const Item* item, uint64_t) { keys->emplace_back(item->KeyString()); });
 }
 
 void MemoryTier::ForEach(const std::function<void(std::string_view, uint64_t, uint64_t)>& fn) {

@@ -173,8 +173,8 @@ class MemoryTier {
   // Pins the value of key into *handle.  Returns false when absent.
   bool Lookup(const Slice& key, Handle* handle);
   // Lookup that never waits for the key's lock: false also when another thread holds
-  // it (a shard's lock can be held for long: DeleteByRegex matches a whole shard's
-  // keys under it).  For threads that must not wait, the peer server's poller.
+  // it.  For threads that must not wait even the short holds (a shard's keys copied
+  // by CopyKeys, an eviction round): the peer server's poller.
   bool TryLookup(const Slice& key, Handle* handle);
   bool Contains(const Slice& key);
   // Contains() of every key at once: (*found)[i] is 1 when keys[i] is in memory, else
@@ -189,8 +189,13 @@ class MemoryTier {
   // whether or not the key was in memory, and its result is or-ed into the return value.
   // *in_memory (when not null) tells whether the memory tier held it.
   bool Erase(const Slice& key, const CheckHook& also = nullptr, bool* in_memory = nullptr);
-  // Removes every key for which pred(key) holds; returns the count.
-  uint64_t EraseIf(const std::function<bool(std::string_view)>& pred);
+  // The number of index shards: CopyKeys' `shard` runs over [0, shard_count()).
+  size_t shard_count() const { return shards_.size(); }
+  // Appends the keys of index shard `shard` to *keys, copied under the shard's lock with
+  // nothing else done there.  DeleteByRegex matches them afterwards holding no lock, so
+  // that a slow pattern costs its caller and not the shard's readers and writers, who
+  // wait at most for one shard's keys to be copied.
+  void CopyKeys(size_t shard, std::vector<std::string>* keys);
   // Calls fn(key, size, version) for every key (no order; concurrent writes may or may
   // not be seen).
   void ForEach(const std::function<void(std::string_view, uint64_t, uint64_t)>& fn);

@@ -68,6 +68,17 @@ struct NsHotColdOutcome {
 // with `reverse` -- and b.engine is not used.
 NsHotColdOutcome RunNsHotCold(const BenchContext& b, bool reverse);
 
+// delete_regex (db_bench/delete_regex.cc): another client's BatchExists latency beside
+// one DeleteByRegex of half of --num keys, and alone before it, on an in-process kvengine
+// DB of its own (memory only unless --options gives an SSD tier); b.engine is not used.
+struct DeleteRegexOutcome {
+  std::string error;    // set when the run failed: nothing else is
+  double p99_ratio = 0;  // the reader's P99 beside the delete over its P99 alone
+  uint64_t wrong = 0;    // reader calls that failed or answered wrong
+  std::string text, json;
+};
+DeleteRegexOutcome RunDeleteRegex(const BenchContext& b);
+
 // Deletes --compact_delete_fraction of the keys (untimed), flushes, then times the
 // engine's garbage collection run to completion; MB/s are bytes reclaimed per second.
 Result RunCompact(const BenchContext& b);

@@ -83,6 +83,10 @@ DEFINE_string(benchmarks, "memcpy,rawwrite,rawread,vllm_write,vllm_exist,vllm_ge
               "shares, namespaces with memory quotas (--ns_cold_quota, --ns_hot_quota); "
               "reports cold's memory hit ratio, hot's put throughput, the per-namespace "
               "evictions, and the ratios shares/prefix and quotas/prefix\n"
+              "  delete_regex one client's DeleteByRegex of half of --num keys beside another's "
+              "BatchExists of --batch_size random keys (kvengine only; an in-process DB of "
+              "its own): the reader's P50/P99/P99.9/max beside the delete and alone for "
+              "--duration seconds before it, and their ratios\n"
               "  cluster_failover  with --cluster and 2+ replicas: SIGKILL --failover_pid (the "
               "member --failover_member), then read every key it held; reports the time from "
               "the kill to the first successful read and each read's latency\n"
@@ -282,7 +286,7 @@ const std::vector<std::string>& KnownBenchmarks() {
       "peer_get",    "memcpy",       "memcpy_read", "memcpy_layers",    "memcpy_layers_read",
       "rawwrite",    "rawread",      "rawrandread", "rawsocket",        "rawstream",
       "rawexist",    "rawlookup",    "reopen",      "cluster_failover", "trace",
-      "ns_hotcold"};
+      "ns_hotcold",  "delete_regex"};
   return names;
 }
 

@@ -162,7 +162,7 @@ bool Suite::OpenEngines(std::string* error) {
   // ns_hotcold opens DBs of its own.
   const bool any_engine =
       std::any_of(c_.benchmarks.begin(), c_.benchmarks.end(), [](const std::string& b) {
-        return !IsBaseline(b) && !IsPeerBenchmark(b) && b != "ns_hotcold";
+        return !IsBaseline(b) && !IsPeerBenchmark(b) && b != "ns_hotcold" && b != "delete_regex";
       });
   if (!any_engine) return true;
   for (auto& slot : slots_) {
@@ -522,6 +522,10 @@ void Suite::RunRound(uint64_t round, uint64_t* salt_counter) {
       RunNsHotColdRound(round, salt);
       continue;
     }
+    if (name == "delete_regex") {
+      RunDeleteRegexRound(round, salt);
+      continue;
+    }
     // Every other round runs the engines in the opposite order: on the development VM
     // whichever ran second was 10-15% slower, attached or in-process alike
     // (docs/benchmarks.md, "Sixth pass"), so a fixed order biases the ratio.
@@ -553,22 +557,29 @@ void Suite::RunRound(uint64_t round, uint64_t* salt_counter) {
   }
 }
 
-void Suite::RunNsHotColdRound(uint64_t round, uint64_t salt) {
+bool Suite::OwnKvengineDb(const std::string& name, const std::string& what, uint64_t salt,
+                          BenchContext* b) {
   if (std::find(c_.engines.begin(), c_.engines.end(), "kvengine") == c_.engines.end()) {
-    const std::string why = "namespaces are kvengine's (--engine=" + c_.engines.front() + ")";
+    const std::string why = what + " kvengine's (--engine=" + c_.engines.front() + ")";
     if (c_.json) {
-      std::printf("{\"benchmark\":\"ns_hotcold\",\"skipped\":\"%s\"}\n", JsonEscape(why).c_str());
+      std::printf("{\"benchmark\":\"%s\",\"skipped\":\"%s\"}\n", name.c_str(),
+                  JsonEscape(why).c_str());
     } else {
-      std::printf("%-12s : skipped: %s\n", "ns_hotcold", why.c_str());
+      std::printf("%-12s : skipped: %s\n", name.c_str(), why.c_str());
     }
-    return;
+    return false;
   }
+  b->config = &c_;
+  b->pool = pool_.get();
+  b->label = name;
+  b->raw_dir = root_;
+  b->seed_salt = salt;
+  return true;
+}
+
+void Suite::RunNsHotColdRound(uint64_t round, uint64_t salt) {
   BenchContext b;
-  b.config = &c_;
-  b.pool = pool_.get();
-  b.label = "ns_hotcold";
-  b.raw_dir = root_;
-  b.seed_salt = salt;
+  if (!OwnKvengineDb("ns_hotcold", "namespaces are", salt, &b)) return;
   NsHotColdOutcome out = RunNsHotCold(b, round % 2 == 0);  // as the engines alternate
   for (Result& r : out.results) Emit(&r);
   std::printf("%s\n", c_.json ? out.json.c_str() : out.text.c_str());
@@ -583,6 +594,21 @@ void Suite::RunNsHotColdRound(uint64_t round, uint64_t salt) {
                  out.hot_puts_cpu_shares);
   AddAlternating("ns_hotcold hot puts quotas/prefix per CPU second", round,
                  out.hot_puts_cpu_quotas);
+}
+
+void Suite::RunDeleteRegexRound(uint64_t round, uint64_t salt) {
+  BenchContext b;
+  if (!OwnKvengineDb("delete_regex", "DeleteByRegex is", salt, &b)) return;
+  const DeleteRegexOutcome out = RunDeleteRegex(b);
+  if (!out.error.empty()) {
+    errors_++;
+    std::fprintf(stderr, "kv_bench: delete_regex: %s\n", out.error.c_str());
+    return;
+  }
+  if (out.wrong > 0) errors_ += out.wrong;
+  std::printf("%s%s", c_.json ? out.json.c_str() : out.text.c_str(), c_.json ? "\n" : "");
+  std::fflush(stdout);
+  AddAlternating("delete_regex BatchExists P99 beside/alone", round, out.p99_ratio);
 }
 
 void Suite::AddAlternating(const std::string& figure, uint64_t round, double ratio) {

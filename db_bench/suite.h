@@ -61,7 +61,13 @@ class Suite {
   // ns_hotcold, once per round whatever the engines (its own in-process kvengine DBs);
   // skipped with a note when --engine names no kvengine.  Even rounds run its
   // configurations in the opposite order.
+  // The benchmarks that open kvengine DBs of their own: false, after a "skipped" line,
+  // when kvengine is not among --engine; else *b set for `name`.
+  bool OwnKvengineDb(const std::string& name, const std::string& what, uint64_t salt,
+                     BenchContext* b);
   void RunNsHotColdRound(uint64_t round, uint64_t salt);
+  // delete_regex (kvengine only): its outcome, and its ratio among the alternating figures.
+  void RunDeleteRegexRound(uint64_t round, uint64_t salt);
   // Records round `round`'s ratio of two engines run in alternating order (samples_).
   void AddAlternating(const std::string& figure, uint64_t round, double ratio);
   // --repeat: each figure's median over the rounds.

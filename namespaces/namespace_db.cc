@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "util/byte_regex.h"
+#include "util/key_pattern.h"
 #include "util/input_check.h"
 #include "util/namespace_key.h"
 
@@ -128,8 +128,7 @@ Status NamespaceDB::Prefetch(std::span<const Slice> keys, std::vector<int64_t>* 
 }
 
 Status NamespaceDB::DeleteByRegex(const std::string& pattern, uint64_t* deleted) {
-  ByteRegex alone;  // on its own first: see NamespaceView::DeleteByRegex
-  Status s = alone.Compile(pattern);
+  Status s = KeyPattern::Check(pattern);  // on its own first: see NamespaceView::DeleteByRegex
   if (!s.ok()) return s;
   std::string in_default;
   s = default_keys_.Pattern(pattern, &in_default);

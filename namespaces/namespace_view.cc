@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "util/byte_regex.h"
+#include "util/key_pattern.h"
 #include "util/input_check.h"
 #include "util/printable.h"
 
@@ -131,10 +131,9 @@ Status NamespaceView::Prefetch(std::span<const Slice> keys, std::vector<int64_t>
 }
 
 Status NamespaceView::DeleteByRegex(const std::string& pattern, uint64_t* deleted) {
-  // Compiled on its own first: a pattern that does not (say, one that closes a group it
-  // did not open) could otherwise escape the namespace's group.
-  ByteRegex alone;
-  Status s = alone.Compile(pattern);
+  // Checked on its own first: a pattern that does not compile (say, one that closes a
+  // group it did not open) could otherwise escape the namespace's group.
+  Status s = KeyPattern::Check(pattern);
   if (!s.ok()) return s;
   std::string inside;
   s = state_->keys.Pattern(pattern, &inside);

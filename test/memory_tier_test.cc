@@ -2,6 +2,7 @@
 #include "db/memory_tier.h"
 
 #include <cstring>
+#include <functional>
 #include <map>
 #include <random>
 #include <set>
@@ -22,6 +23,19 @@ namespace kvengine {
 namespace {
 
 constexpr uint64_t kSlab = 64 << 10;
+
+// Erases every key of the tier that pred holds for, as DBImpl::DeleteMatching does: the
+// keys copied shard by shard, matched with no lock held, then erased one by one.
+uint64_t EraseIf(MemoryTier* tier, const std::function<bool(std::string_view)>& pred) {
+  uint64_t erased = 0;
+  std::vector<std::string> keys;
+  for (size_t shard = 0; shard < tier->shard_count(); shard++) {
+    keys.clear();
+    tier->CopyKeys(shard, &keys);
+    for (const std::string& key : keys) erased += pred(key) && tier->Erase(key);
+  }
+  return erased;
+}
 
 class MemoryTierTest : public ::testing::Test {
  protected:
@@ -268,7 +282,7 @@ TEST_F(MemoryTierTest, KeyBytesDoNotGrowUnderChurn) {
   EXPECT_LE(churned.key_arena_bytes, bound);
   EXPECT_GT(churned.evictions, filled.evictions + 10000);
 
-  EXPECT_GT(tier_->EraseIf([](std::string_view) { return true; }), 0u);
+  EXPECT_GT(EraseIf(tier_.get(), [](std::string_view) { return true; }), 0u);
   EXPECT_EQ(tier_->GetStats().items, 0u);
   EXPECT_LE(tier_->GetStats().key_arena_bytes, 4u * (2u << 20));  // one spare per class
   // Left to the tier's destructor: a pooled key and one on the heap (LeakSanitizer).
@@ -342,7 +356,7 @@ TEST_F(MemoryTierTest, KeysShortAndLongAroundTheItemsKeyRoom) {
   std::set<std::string> seen;
   tier_->ForEach([&](std::string_view k, uint64_t, uint64_t) { seen.insert(std::string(k)); });
   EXPECT_EQ(seen, std::set<std::string>(keys.begin(), keys.end()));
-  EXPECT_EQ(tier_->EraseIf([](std::string_view k) { return k.size() > 16 && k[0] == 'x'; }), 24u);
+  EXPECT_EQ(EraseIf(tier_.get(), [](std::string_view k) { return k.size() > 16 && k[0] == 'x'; }), 24u);
   EXPECT_FALSE(tier_->Contains('x' + std::string(19, 'k')));
   EXPECT_TRUE(tier_->Contains('x' + std::string(15, 'k')));
 }
@@ -507,7 +521,7 @@ TEST_F(MemoryTierTest, EvictionHandlerSeesValuesAndMayRefuse) {
 // The same user keys of 1 to 40 bytes in the default namespace and in namespaces a and
 // b: a namespace's items store the user part beside a tag (db/item.h), or the whole key
 // when no tag is left, and either way every call tells the three apart, hands back
-// whole keys (ForEach, EraseIf, the eviction handler) and charges the right namespace.
+// whole keys (ForEach, CopyKeys, the eviction handler) and charges the right namespace.
 void MemoryTierTest::CheckNamespacedKeysBesideDefaultOnes(uint64_t id_a, uint64_t id_b) {
   const uint64_t capacity = 16 * kSlab;  // 4096 values of the smallest class
   Open(capacity);
@@ -561,7 +575,7 @@ void MemoryTierTest::CheckNamespacedKeysBesideDefaultOnes(uint64_t id_a, uint64_
     held.erase(prefix[2] + user(len));
   }
   check("erase");
-  EXPECT_EQ(tier->EraseIf([&](std::string_view k) { return k.starts_with(prefix[1]); }), 40u);
+  EXPECT_EQ(EraseIf(tier, [&](std::string_view k) { return k.starts_with(prefix[1]); }), 40u);
   std::erase_if(held, [&](const auto& kv) { return kv.first.starts_with(prefix[1]); });
   bytes[1] = 0;
   check("erase_if");
@@ -593,7 +607,7 @@ void MemoryTierTest::CheckNamespacedKeysBesideDefaultOnes(uint64_t id_a, uint64_
   }
   EXPECT_EQ(charged, items);
   EXPECT_EQ(charged_bytes, tier->GetStats().value_bytes);
-  EXPECT_EQ(tier->EraseIf([](std::string_view) { return true; }), items);
+  EXPECT_EQ(EraseIf(tier, [](std::string_view) { return true; }), items);
   for (int s = 0; s < 3; s++) EXPECT_EQ(slot[s]->bytes.load(), 0u) << "namespace " << s;
   tier_.reset();  // before `usage` and `evicted`
 }
@@ -643,14 +657,14 @@ TEST_F(MemoryTierTest, ANamespaceTakesTheKeyRamOfTheDefaultNamespace) {
   }
 }
 
-TEST_F(MemoryTierTest, EraseIfAndForEach) {
+TEST_F(MemoryTierTest, CopyKeysAndForEach) {
   Open(16 * kSlab);
   for (int i = 0; i < 10; i++) ASSERT_TRUE(Put("layer." + std::to_string(i), "x").ok());
   ASSERT_TRUE(Put("other", "y").ok());
   uint64_t n = 0;
   tier_->ForEach([&](std::string_view, uint64_t, uint64_t) { n++; });
   EXPECT_EQ(n, 11u);
-  EXPECT_EQ(tier_->EraseIf([](std::string_view k) { return k.starts_with("layer."); }), 10u);
+  EXPECT_EQ(EraseIf(tier_.get(), [](std::string_view k) { return k.starts_with("layer."); }), 10u);
   EXPECT_TRUE(tier_->Contains("other"));
   EXPECT_EQ(tier_->GetStats().items, 1u);
 }
@@ -687,7 +701,7 @@ TEST_F(MemoryTierTest, ConcurrentPutsAndReadsKeepAccounting) {
   auto st = tier_->GetStats();
   EXPECT_EQ(st.items, items);
   EXPECT_EQ(st.value_bytes, bytes);
-  tier_->EraseIf([](std::string_view) { return true; });
+  EraseIf(tier_.get(), [](std::string_view) { return true; });
   EXPECT_EQ(tier_->GetStats().allocated_bytes, 0u);  // nothing leaked
 }
 

@@ -16,7 +16,7 @@
 #include "test/peer_harness.h"
 #include "transport/tenant_tokens.h"
 #include "transport/wire.h"
-#include "util/byte_regex.h"
+#include "util/key_pattern.h"
 #include "util/namespace_key.h"
 
 namespace kvengine {
@@ -459,7 +459,7 @@ TEST(TenantTokensTest, PermitAndRestrictKeepToTheTenantsNamespaces) {
                                                                  {beta, b, true},
                                                                  {beta, "k", true},
                                                                  {beta, a, false}}) {
-    ByteRegex re;
+    KeyPattern re;
     ASSERT_TRUE(re.Compile(tenant->Restrict("[\\x00-\\xff]*k")).ok());
     EXPECT_EQ(re.Matches(key), want) << tenant->name() << " " << key;
   }

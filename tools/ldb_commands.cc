@@ -14,7 +14,7 @@
 #include "namespaces/namespace_keys.h"
 #include "namespaces/namespace_registry.h"
 #include "tools/ldb_model.h"
-#include "util/byte_regex.h"
+#include "util/key_pattern.h"
 #include "util/config_parse.h"
 #include "util/namespace_key.h"
 
@@ -30,7 +30,7 @@ DEFINE_bool(values, false,
 DEFINE_uint64(preview_bytes, 32, "dump_bucket --values, get: bytes of each value shown in hex");
 DEFINE_string(prefix, "", "scan: only keys starting with this prefix");
 DEFINE_string(regex, "",
-              "scan: only keys matching this ECMAScript regex (the whole key, as in "
+              "scan: only keys matching this RE2 regex (the whole key, as in "
               "DeleteByRegex)");
 DEFINE_uint64(limit, 0,
               "scan: print at most this many keys (0: all); explain: this many slowest "
@@ -436,9 +436,10 @@ class ScanCommand : public LdbCommand {
   }
 
   int DoCommand(const std::vector<std::string>&) override {
-    ByteRegex re;  // matches as DB::DeleteByRegex does
+    KeyPattern re;  // matches as DB::DeleteByRegex does
     if (!FLAGS_regex.empty()) {
-      Status s = re.Compile(FLAGS_regex);
+      Status s = KeyPattern::Check(FLAGS_regex);
+      if (s.ok()) s = re.Compile(FLAGS_regex);
       if (!s.ok()) return Fail(Name(), "bad --regex: " + s.ToString(), kExitUsage);
     }
     OfflineDb db;

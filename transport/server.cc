@@ -19,7 +19,7 @@
 #include "transport/get_answer.h"
 #include "transport/socket_util.h"
 #include "transport/wire.h"
-#include "util/byte_regex.h"
+#include "util/key_pattern.h"
 #include "util/coding.h"
 #include "util/hash.h"
 #include "util/log_limiter.h"
@@ -166,7 +166,7 @@ class ServiceOps final : public DbOpsTarget {
       return service_->DeleteByRegex(pattern, deleted);
     }
     // Compiled on its own first, so that it cannot close the group Restrict puts it in.
-    ByteRegex alone;
+    KeyPattern alone;
     Status s = alone.Compile(pattern);
     if (!s.ok()) return s;
     return service_->DeleteByRegex(tenant_->Restrict(pattern), deleted);

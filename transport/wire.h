@@ -17,6 +17,7 @@
 #include "kvengine/db.h"
 #include "kvengine/slice.h"
 #include "kvengine/status.h"
+#include "util/key_pattern.h"
 
 namespace kvengine {
 namespace wire {
@@ -29,10 +30,11 @@ inline constexpr size_t kHeaderSize = 40;
 inline constexpr uint32_t kMaxMetaLen = 64u << 20;
 inline constexpr uint64_t kMaxBodyLen = 4ull << 30;
 inline constexpr uint32_t kMaxKeysPerRequest = 1u << 20;
-// A DELETE_MATCHING pattern longer than this is refused (InvalidArgument) by both ends:
-// std::regex compiles and matches by recursion, so a huge pattern could exhaust a
-// server worker's stack.
-inline constexpr uint32_t kMaxPatternLen = 4096;
+// A DELETE_MATCHING pattern longer than this is refused (InvalidArgument) by both ends
+// before it is compiled: patterns travel scoped to namespaces, so the limit is the
+// scoped one (util/key_pattern.h), and a user's own pattern is held to the shorter
+// KeyPattern::kMaxLength by the layer that scopes it.
+inline constexpr uint32_t kMaxPatternLen = KeyPattern::kMaxScopedLength;
 
 enum Op : uint8_t {
   kChallenge = 1,        // server -> client at connect: nonce, whether a token is required
@@ -87,7 +89,7 @@ constexpr uint64_t kFeatureChannel = 2;  // kOpenChannel
 // DELETE_MATCHING's match mode (the first byte of its metadata).
 enum MatchMode : uint8_t {
   kMatchAll = 0,    // every key; the pattern must be empty
-  kMatchRegex = 1,  // keys the ECMAScript pattern matches whole
+  kMatchRegex = 1,  // keys the pattern (util/key_pattern.h) matches whole
 };
 inline constexpr uint16_t kFlagResponse = 1;
 // The frame's checksum covers the header and the metadata only; its body is not hashed.

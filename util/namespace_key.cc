@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "util/hash.h"
+#include "util/key_pattern.h"
 
 namespace kvengine::ns {
 
@@ -36,9 +37,9 @@ Status PatternInNamespace(uint64_t id, std::string_view user_pattern, std::strin
     const char c = p[i];
     if (c == '\\') {
       const char next = i + 1 < p.size() ? p[i + 1] : '\0';
-      if (!in_class && (next == 'b' || next == 'B')) {
-        return Status::InvalidArgument("pattern '" + std::string(user_pattern) +
-                                       "': \\b and \\B are not supported in a namespace");
+      if (!in_class && (next == 'b' || next == 'B' || next == 'A')) {
+        return Status::InvalidArgument("pattern " + KeyPattern::Shown(user_pattern),
+                                       "\\A, \\b and \\B are not supported in a namespace");
       }
       i++;  // the escaped character
     } else if (in_class) {
@@ -46,8 +47,8 @@ Status PatternInNamespace(uint64_t id, std::string_view user_pattern, std::strin
     } else if (c == '[') {
       in_class = true;
     } else if (c == '^') {
-      return Status::InvalidArgument("pattern '" + std::string(user_pattern) +
-                                     "': '^' is supported in a namespace only at the start");
+      return Status::InvalidArgument("pattern " + KeyPattern::Shown(user_pattern),
+                                     "'^' is supported in a namespace only at the start");
     }
   }
   *pattern = PrefixPattern(id) + "(?:" + std::string(p) + ")";

@@ -53,13 +53,13 @@ inline uint64_t IdOfKey(std::string_view key) {
   return id;
 }
 
-// Stores in *pattern a DeleteByRegex pattern (whole-key, util/byte_regex.h) matching
+// Stores in *pattern a DeleteByRegex pattern (whole-key, util/key_pattern.h) matching
 // exactly the keys of namespace `id` whose user part matches `user_pattern`.
 // REQUIRES: user_pattern compiles on its own (checked by the caller, so that no pattern
 // can close the group and match outside the namespace).
 // The user part is matched after the prefix, so the assertions about what precedes a
 // position would see the prefix: a leading '^' is dropped (the match is of the whole key
-// anyway), and any other '^', '\b' or '\B' outside a class is InvalidArgument.
+// anyway), and any other '^', '\A', '\b' or '\B' outside a class is InvalidArgument.
 Status PatternInNamespace(uint64_t id, std::string_view user_pattern, std::string* pattern);
 
 // The same for the default namespace: the keys that match `user_pattern` and are not
@@ -69,7 +69,7 @@ std::string PatternInDefault(std::string_view user_pattern);
 // Every key of namespace `id`.
 std::string AllKeysOfNamespace(uint64_t id);
 
-// Regex text (util/byte_regex.h) that matches exactly the bytes of Prefix(id).
+// Regex text (util/key_pattern.h) that matches exactly the bytes of Prefix(id).
 std::string PrefixPattern(uint64_t id);
 
 }  // namespace kvengine::ns

@@ -208,12 +208,16 @@ class DB {
   virtual Status BatchDelete(const WriteOptions& options, std::span<const Slice> keys,
                              std::vector<int64_t>* results) = 0;
 
-  // Removes every key that matches `pattern` (ECMAScript std::regex, whole key) and
-  // stores the count in *deleted (may be nullptr).  InvalidArgument for a malformed
-  // pattern (nothing removed anywhere).  The matcher does not backtrack (libstdc++'s
-  // polynomial mode): no pattern takes exponential time and no key is too long for it,
-  // but back-references are refused with InvalidArgument.  Keys and pattern are matched
-  // as bytes 0..255: "[\x80-\xff]" is the high half, "[\x00-\xff]*" every key.
+  // Removes every key that matches `pattern` (RE2 syntax, whole key) and stores the
+  // count in *deleted (may be nullptr).  InvalidArgument, naming the pattern and why,
+  // for a pattern that is empty, longer than 4096 bytes, malformed, or whose compiled
+  // form exceeds RE2's memory budget (4 MiB) — nothing is removed anywhere then.  RE2
+  // matches in time linear in the key and never recurses on the pattern, so no pattern
+  // crashes or stalls the DB; back-references and lookarounds (RE2 has neither) are
+  // refused.  Keys and pattern are matched as bytes 0..255:
+  // "[\x80-\xff]" is the high half, "[\x00-\xff]*" every key.  No lock is held while
+  // keys are matched: the keys are copied a shard at a time and matched after, so other
+  // calls wait at most for one shard's keys to be copied (docs/reliability.md).
   virtual Status DeleteByRegex(const std::string& pattern, uint64_t* deleted) = 0;
   // Removes every key; stores the count in *deleted (may be nullptr).
   //
@@ -222,8 +226,8 @@ class DB {
   // on), and *deleted is the sum.  When a member fails (unreachable, timed out, or its
   // own error) the call returns IOError naming each failed member and its error, and
   // *deleted still holds the sum of the counts of the hosts that succeeded: those keys
-  // are gone, and a retry removes the rest.  A pattern longer than 4096 bytes is refused
-  // with InvalidArgument before anything is removed (the peer protocol's limit).  A
+  // are gone, and a retry removes the rest.  A pattern refused by the checks above is
+  // refused before anything is removed anywhere.  A
   // member may take up to peer_timeout_ms to answer, deletes included.
   virtual Status DeleteAll(uint64_t* deleted) = 0;
 

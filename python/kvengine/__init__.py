@@ -53,8 +53,8 @@ def error_name(code):
 
 
 def regex_escape(text):
-    """text with the ECMAScript regex metacharacters escaped (the syntax of
-    remove_by_regex), so that it matches itself."""
+    """text with the regex metacharacters escaped (remove_by_regex takes RE2's
+    syntax), so that it matches itself."""
     return "".join("\\" + c if c in "\\^$.|?*+()[]{}" else c for c in text)
 
 

@@ -16,7 +16,6 @@
 #include <unistd.h>
 
 #include <map>
-#include <regex>
 #include <string>
 #include <vector>
 
@@ -25,6 +24,7 @@
 #include "transport/socket_util.h"
 #include "transport/wire.h"
 #include "util/coding.h"
+#include "util/key_pattern.h"
 #include "util/mutex.h"
 
 namespace kvengine {
@@ -94,17 +94,11 @@ class MemoryService final : public PeerService {
     return Status::OK();
   }
   Status DeleteByRegex(const std::string& pattern, uint64_t* deleted) override {
-    std::regex re;
-    try {
-      re = std::regex(pattern, std::regex::ECMAScript | std::regex::optimize |
-                                   std::regex_constants::__polynomial);
-    } catch (const std::regex_error& e) {
-      return Status::InvalidArgument("malformed regex", e.what());
-    }
+    kvengine::KeyPattern re;
+    Status s = re.Compile(pattern);
+    if (!s.ok()) return s;
     kvengine::MutexLock lock(&mu_);
-    *deleted = std::erase_if(values_, [&re](const auto& kv) {
-      return std::regex_match(kv.first.begin(), kv.first.end(), re);
-    });
+    *deleted = std::erase_if(values_, [&re](const auto& kv) { return re.Matches(kv.first); });
     return Status::OK();
   }
   Status DeleteAll(uint64_t* deleted) override {
