@@ -52,6 +52,7 @@ TEST(KeyPatternTest, RefusalsAreInvalidArgumentNamingThePatternShortenedAndWhy) 
       {"(", "malformed"},
       {"a)|(b", "malformed"},
       {"(a)\\1", "malformed"},
+      {"a\\Qb)", "its \\Q quote is not ended by \\E"},
       {"a(?=b)", "lookaheads and lookbehinds are not supported"},
       {"(?=a)a", "lookaheads and lookbehinds are not supported"},
       {"(?:a?){16000}", "invalid repetition size"},

@@ -90,7 +90,14 @@ Status KeyPattern::Check(std::string_view pattern) {
   // longer lead once scoped, and mean something else in a namespace than outside.
   if (pattern.starts_with(kLookahead)) return Refuse(pattern, kNoLookarounds);
   KeyPattern compiled;
-  return compiled.Compile(pattern);
+  Status s = compiled.Compile(pattern);
+  if (!s.ok()) return s;
+  // The layers put a user's pattern in a group, after its scope: the only pattern that
+  // compiles alone but not there quotes the group's end (`\Q` without `\E`).
+  if (!compiled.Compile("(?:" + std::string(pattern) + ")").ok()) {
+    return Refuse(pattern, "its \\Q quote is not ended by \\E");
+  }
+  return Status::OK();
 }
 
 Status KeyPattern::Compile(std::string_view pattern) {

@@ -294,6 +294,30 @@ void OptionSeeds(const fs::path& root) {
   }
 }
 
+// The key_pattern target: a pattern and keys as FuzzedDataProvider's strings (a
+// backslash doubled, "\\n" ending each), behind the mode byte.
+void KeyPatternSeeds(const fs::path& root) {
+  SeedWriter out(root, "key_pattern");
+  auto provided = [](const std::string& s) {
+    std::string bytes;
+    for (char c : s) bytes += c == '\\' ? std::string("\\\\") : std::string(1, c);
+    return bytes + "\\n";
+  };
+  const std::vector<std::vector<std::string>> seeds = {
+      {"layer\\.[0-9]+", "layer.17", "layer.x", "xlayer.1"},
+      {"[\\x00-\\xff]*k[12]", "k1", "\xfe\x01k2", "k3"},
+      {"kvbench-model@[^/]*/L[0-9]+/.*", "kvbench-model@tp0/L3/ab", "other"},
+      {"^(a|b)*c$", "ababc", "abab"},
+      {"(?:a?){16000}", "aaaa"},
+      {"[[:alpha:]]+\\Qa.b\\E", "xa.b", "xaxb"},
+  };
+  for (size_t i = 0; i < seeds.size(); i++) {
+    std::string bytes;
+    for (const std::string& s : seeds[i]) bytes += provided(s);
+    out.Write("pattern" + std::to_string(i), static_cast<char>(i % 4), bytes);
+  }
+}
+
 }  // namespace
 }  // namespace kvengine
 
@@ -309,5 +333,6 @@ int main(int argc, char** argv) {
   kvengine::WireSeeds(root);
   kvengine::ServerSeeds(root);
   kvengine::OptionSeeds(root);
+  kvengine::KeyPatternSeeds(root);
   return 0;
 }
