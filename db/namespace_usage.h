@@ -10,13 +10,17 @@
 // all the same, named by its id, with no quota and weight 1.
 //
 // What the tiers do with it:
+//   * every reservation of the memory tier is charged to its namespace as it is made
+//     (Slot::reserved, until it commits or is given back), so what a namespace holds
+//     against its quota and its share is its values and its reservations;
 //   * a put into a namespace at its tier quota first evicts that namespace's own
 //     coldest values (memory tier: MemoryTier::MakeQuotaRoom; SSD tier:
 //     SsdTier::MakeNamespaceRoomLocked); when it has none to evict, the put fails
 //     NoSpace for that namespace only;
 //   * when a tier is full, its victims come first from the namespaces most over their
-//     fair share: the tier's capacity split by weight among the namespaces that hold
-//     something there (the memory tier: Refresh() and MostOver(); the SSD tier, which
+//     fair share (in the memory tier: the putter's own first when it is over, and never
+//     a namespace within its share while anybody is over): the tier's capacity split by
+//     weight among the namespaces that hold something there (the memory tier: Refresh() and MostOver(); the SSD tier, which
 //     evicts whole buckets, works its shares out from its buckets' tallies).
 // The SSD tier charges the ssd_* figures from per-bucket tallies (SsdBucket::namespaces):
 // its index keeps key fingerprints, not keys, so what a bucket evicted whole held is
