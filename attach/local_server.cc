@@ -274,10 +274,11 @@ class LocalServer::Session {
                   RemoteLocation* loc) {
     if (Full()) return HeldTooMuch().ErrorCode();
     MemoryTier::Reservation r;
+    // A spare is charged to the connection's namespace, a keyed slot to its key's.
     Status s =
         key == nullptr
-            ? arena_->Reserve(nullptr, size, &r)
-            : WithArenaKey(*key, [&](const Slice& k) { return arena_->Reserve(&k, size, &r); });
+            ? arena_->ReserveSpare(view_ == nullptr ? 0 : ns::IdOf(namespace_), size, &r)
+            : WithArenaKey(*key, [&](const Slice& k) { return arena_->Reserve(k, size, &r); });
     if (!s.ok()) return s.ErrorCode();
     const uint64_t id = ++next_id_;
     *loc = {OffsetOf(r.data()), size, 0, id};
@@ -339,7 +340,7 @@ class LocalServer::Session {
       Status s = served_->GetValueSize(key, &size);
       if (!s.ok()) return s;
       if (size > capacity) return TooSmall(key, size, capacity);
-      s = WithArenaKey(key, [&](const Slice& k) { return arena_->Reserve(&k, size, staging); });
+      s = WithArenaKey(key, [&](const Slice& k) { return arena_->Reserve(k, size, staging); });
       if (!s.ok()) return s;
       std::vector<Destination> dest(1);
       dest[0].emplace_back(staging->data(), size);

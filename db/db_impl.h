@@ -81,7 +81,9 @@ class DBImpl final : public DB, public SharedArena {
   char* arena_base() const override { return memory_->arena_base(); }
   uint64_t arena_size() const override { return memory_->arena_size(); }
   int arena_fd() const override { return memory_->arena().fd(); }
-  Status Reserve(const Slice* key, uint64_t size, MemoryTier::Reservation* reservation) override;
+  Status Reserve(const Slice& key, uint64_t size, MemoryTier::Reservation* reservation) override;
+  Status ReserveSpare(uint64_t namespace_id, uint64_t size,
+                      MemoryTier::Reservation* reservation) override;
   Status Commit(const Slice& key, MemoryTier::Reservation* reservation) override;
   Status PinInMemory(const Slice& key, uint64_t capacity, MemoryTier::Handle* handle) override;
 
