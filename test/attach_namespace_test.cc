@@ -22,6 +22,7 @@
 #include "attach/local_access.h"
 #include "gtest/gtest.h"
 #include "kvengine/db.h"
+#include "test/json_check.h"
 #include "test/raw_attach_client.h"
 #include "test/test_util.h"
 #ifdef KV_SERVER_PATH
@@ -387,6 +388,69 @@ int QuotaAttackMain(const std::string& socket, const std::string& scenario, cons
   return c.Report(out);
 }
 
+// uid 1001 (tenantA only, no '@admin'): every property, its JSON and Prometheus forms,
+// ListNamespaces and its namespace's removal feed show its own namespace and nothing of
+// the others' (issue #45): no name, figure or count of tenantB or tenantC, no DB-wide
+// totals, and no option naming who may connect.  The owner removed one key of tenantA
+// and `others` keys of the other namespaces.
+int FiguresMain(const std::string& socket, int others, const std::string& out) {
+  if (!DropTo(1001, {})) return 3;
+  Checks c;
+  std::unique_ptr<DB> db, h;
+  Status s = DB::Attach(ClientOptions(), socket, &db);
+  if (!s.ok()) return 2;
+  auto shows_nothing_else = [&c](const std::string& what, const std::string& text) {
+    for (const char* leak : {"tenantB", "tenantC", "local_allowed_uids", "uid:100", "1002",
+                             "memory.items", "kvengine_memory_items", "local.", "kvengine_local",
+                             "\"memory\"", "\"local\""}) {
+      c.Expect(text.find(leak) == std::string::npos, what + " shows " + leak + ": " + text);
+    }
+  };
+  std::string text;
+  c.Expect(db->GetProperty("kvengine.stats", &text), "kvengine.stats");
+  shows_nothing_else("kvengine.stats", text);
+  c.Expect(text.find("namespace.tenantA.memory_items: 2\n") != std::string::npos,
+           "kvengine.stats lacks tenantA's figures: " + text);
+  c.Expect(db->GetProperty("kvengine.stats.json", &text), "kvengine.stats.json");
+  shows_nothing_else("kvengine.stats.json", text);
+  std::string error;
+  c.Expect(test::JsonChecker::Valid(text, &error), "kvengine.stats.json: " + error + ": " + text);
+  c.Expect(text.find("{\"namespaces\":{\"tenantA\":{") == 0, "kvengine.stats.json: " + text);
+  for (const char* prom : {"kvengine.stats.prometheus", "kvengine.prometheus", "kvengine.metrics"}) {
+    c.Expect(db->GetProperty(prom, &text), prom);
+    shows_nothing_else(prom, text);
+    // kvengine.metrics is the client's own counters (answered by the client itself).
+    if (std::string(prom) != "kvengine.metrics") {
+      c.Expect(text.find("kvengine_namespace_memory_items{namespace=\"tenantA\"} 2\n") !=
+                   std::string::npos,
+               std::string(prom) + " lacks tenantA's figures: " + text);
+    }
+  }
+  c.Expect(db->GetProperty("kvengine.options", &text), "kvengine.options");
+  shows_nothing_else("kvengine.options", text);
+  c.Expect(text.find("memory_capacity_bytes=") != std::string::npos, "kvengine.options: " + text);
+  c.Expect(db->GetProperty("kvengine.readiness", &text), "kvengine.readiness");
+  // The perf histograms and the peers' state count every tenant's calls.
+  for (const char* whole : {"kvengine.perf", "kvengine.perf.json", "kvengine.peers"}) {
+    c.Expect(!db->GetProperty(whole, &text), std::string(whole) + " answered: " + text);
+  }
+  std::vector<NamespaceInfo> listed;
+  c.ExpectOk(db->ListNamespaces(&listed), "ListNamespaces");
+  c.Expect(listed.size() == 1 && listed[0].name == "tenantA", "ListNamespaces shows another's");
+  c.ExpectOk(db->OpenNamespace("tenantA", &h), "OpenNamespace tenantA");
+  if (h != nullptr) {
+    RemovalBatch feed;
+    c.ExpectOk(h->ReadRemovals(0, 100, &feed), "ReadRemovals");
+    c.Expect(feed.last_sequence == 1 && feed.missed == 0 && feed.events.size() == 1 &&
+                 feed.events[0].sequence == 1 && feed.events[0].key == "k1",
+             "tenantA's feed counts the others' " + std::to_string(others) +
+                 " removals: last_sequence " + std::to_string(feed.last_sequence));
+    c.Expect(h->GetProperty("kvengine.stats", &text), "kvengine.stats of the handle");
+    shows_nothing_else("kvengine.stats of the handle", text);
+  }
+  return c.Report(out);
+}
+
 // The child's report: its refusals, or -1 (and the failure in *text).
 int Refusals(const std::string& path, std::string* text) {
   std::ifstream in(path);
@@ -517,6 +581,31 @@ TEST_F(AttachNamespaceTest, TenantsReachOnlyTheirOwnKeysWhateverTheCall) {
   EXPECT_NE(
       prom.find("\nkvengine_local_namespace_refusals_total " + std::to_string(refusals) + "\n"),
       std::string::npos);
+}
+
+// A client without '@admin' reads its own namespace's figures only, in every form a
+// property has, and its namespace's removal feed numbers its own events (issue #45);
+// the owner still sees the whole DB.
+TEST_F(AttachNamespaceTest, AClientSeesOnlyItsOwnNamespacesFigures) {
+  std::unique_ptr<DB> a, b, c;
+  Fill("tenantA", &a);
+  Fill("tenantB", &b);
+  Fill("tenantC", &c);
+  RemovalBatch feed;
+  ASSERT_TRUE(a->ReadRemovals(0, 0, &feed).ok());  // the feed records from here on
+  ASSERT_TRUE(b->Delete(WriteOptions(), "k1").ok());
+  ASSERT_TRUE(b->Delete(WriteOptions(), "shared").ok());
+  ASSERT_TRUE(c->Delete(WriteOptions(), "k1").ok());
+  ASSERT_TRUE(a->Delete(WriteOptions(), "k1").ok());
+  int refusals = 0;
+  RunChildren({{"--figures", socket_, "3"}}, &refusals);
+  EXPECT_EQ(refusals, 0);
+  std::string text;
+  ASSERT_TRUE(owner_->GetProperty("kvengine.stats", &text));
+  EXPECT_NE(text.find("namespace.tenantB.memory_items: 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("local.clients_accepted: "), std::string::npos) << text;
+  ASSERT_TRUE(owner_->GetProperty("kvengine.options", &text));
+  EXPECT_NE(text.find(std::string("local_allowed_uids=") + kGrants), std::string::npos) << text;
 }
 
 // A supplementary group's grant, with admin: the client creates, uses and drops its own
@@ -825,6 +914,9 @@ int main(int argc, char** argv) {
     }
     if (mode == "--group-admin" && argc == 4) return kvengine::GroupAdminMain(argv[2], argv[3]);
     if (mode == "--plain" && argc == 4) return kvengine::PlainMain(argv[2], argv[3]);
+    if (mode == "--figures" && argc == 5) {
+      return kvengine::FiguresMain(argv[2], std::stoi(argv[3]), argv[4]);
+    }
     if (mode == "--unnamed" && argc == 4) return kvengine::UnnamedMain(argv[2], argv[3]);
     if (mode == "--domains" && argc == 5) return kvengine::DomainsMain(argv[2], argv[3], argv[4]);
     if (mode == "--quota-fill-b" && argc == 4) return kvengine::QuotaFillBMain(argv[2], argv[3]);
