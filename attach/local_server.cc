@@ -22,6 +22,7 @@
 #include "namespaces/namespace_view.h"
 #include "transport/busy_poll.h"
 #include "transport/db_ops.h"
+#include "transport/figure_scope.h"
 #include "transport/read_validation.h"
 #include "transport/shm_channel.h"
 #include "transport/unix_socket.h"
@@ -62,6 +63,14 @@ bool TouchesKeys(uint8_t op) {
   }
 }
 
+// What a client may see of the DB's figures (properties): the whole DB's with a grant of
+// every namespace and '@admin' (the owner's uid, root, a plain entry), else only its
+// namespaces' (transport/figure_scope.h; docs/attach.md, "What a client sees of the DB").
+FigureScope FiguresOf(const LocalGrant& grant, uid_t uid) {
+  if (grant.every && grant.admin) return FigureScope();
+  return FigureScope::Of("uid " + std::to_string(uid), grant.every, grant.names);
+}
+
 // How a namespace is named in messages ("": the default namespace).
 std::string NamespaceName(const std::string& name) {
   return name.empty() ? "the default namespace" : "namespace '" + name + "'";
@@ -89,7 +98,8 @@ class LocalServer::Session {
         base_(server->arena_->arena_base()),
         busy_poll_(server->options_.local_busy_poll_us),
         who_("attached client pid " + std::to_string(conn->peer.pid) + " uid " +
-             std::to_string(conn->peer.uid)) {
+             std::to_string(conn->peer.uid)),
+        figures_(FiguresOf(conn->grant, conn->peer.uid)) {
     Bind("", nullptr);  // the default namespace, or refused when the grant lacks it
   }
 
@@ -274,10 +284,11 @@ class LocalServer::Session {
                   RemoteLocation* loc) {
     if (Full()) return HeldTooMuch().ErrorCode();
     MemoryTier::Reservation r;
+    // A spare is charged to the connection's namespace, a keyed slot to its key's.
     Status s =
         key == nullptr
-            ? arena_->Reserve(nullptr, size, &r)
-            : WithArenaKey(*key, [&](const Slice& k) { return arena_->Reserve(&k, size, &r); });
+            ? arena_->ReserveSpare(view_ == nullptr ? 0 : ns::IdOf(namespace_), size, &r)
+            : WithArenaKey(*key, [&](const Slice& k) { return arena_->Reserve(k, size, &r); });
     if (!s.ok()) return s.ErrorCode();
     const uint64_t id = ++next_id_;
     *loc = {OffsetOf(r.data()), size, 0, id};
@@ -339,7 +350,7 @@ class LocalServer::Session {
       Status s = served_->GetValueSize(key, &size);
       if (!s.ok()) return s;
       if (size > capacity) return TooSmall(key, size, capacity);
-      s = WithArenaKey(key, [&](const Slice& k) { return arena_->Reserve(&k, size, staging); });
+      s = WithArenaKey(key, [&](const Slice& k) { return arena_->Reserve(k, size, staging); });
       if (!s.ok()) return s;
       std::vector<Destination> dest(1);
       dest[0].emplace_back(staging->data(), size);
@@ -580,8 +591,9 @@ class LocalServer::Session {
     std::string_view meta(meta_bytes);
     if (!denied_.ok() && TouchesKeys(h.op)) return AnswerRefused(h, denied_);
     if (IsDbOp(h.op)) {  // exists, deletes, value sizes, properties: as the peer server
-      // Properties are the whole DB's, the owner's local counters included.
-      DbOpsOverDB ops(h.op == wire::kProperty ? db_ : served_);
+      // Properties are the whole DB's, the owner's local counters included, cut to what
+      // the grant may see.
+      DbOpsOverDB ops(h.op == wire::kProperty ? db_ : served_, &figures_);
       std::string out;
       return ServeDbOp(&ops, h.op, meta, &out) && Answer(h, out);
     }
@@ -672,6 +684,7 @@ class LocalServer::Session {
   const char* const base_;
   BusyPollPredictor busy_poll_;
   const std::string who_;  // the client, in messages
+  const FigureScope figures_;  // what the grant may see of the DB's figures
   // The namespace the connection's requests are in (Bind): its name ("": the default
   // namespace), its handle (null for the default one), the DB its requests go to (db_ or
   // the handle), and, when the grant lacks it, the PermissionDenied every request with

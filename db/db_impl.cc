@@ -290,6 +290,18 @@ Status DBImpl::CompactBuckets(uint64_t* reclaimed_bytes) {
 }
 
 Status DBImpl::ReadRemovals(uint64_t after, size_t max_events, RemovalBatch* batch) {
+  return ReadFeed(max_events, batch,
+                  [&] { removal_feed_->Read(after, max_events, batch); });
+}
+
+Status DBImpl::ReadNamespaceRemovals(uint64_t id, uint64_t after, size_t max_events,
+                                     RemovalBatch* batch) {
+  return ReadFeed(max_events, batch,
+                  [&] { removal_feed_->ReadNamespace(id, after, max_events, batch); });
+}
+
+Status DBImpl::ReadFeed(size_t max_events, RemovalBatch* batch,
+                        const std::function<void()>& read) {
   ReaderLock guard(&lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return s;
@@ -302,7 +314,7 @@ Status DBImpl::ReadRemovals(uint64_t after, size_t max_events, RemovalBatch* bat
                                    " exceeds max_batch_size (" +
                                    std::to_string(options_.max_batch_size) + ")");
   }
-  removal_feed_->Read(after, max_events, batch);
+  read();
   counters_.removal_feed_read.fetch_add(batch->events.size(), std::memory_order_relaxed);
   counters_.removal_feed_missed.fetch_add(batch->missed, std::memory_order_relaxed);
   return Status::OK();

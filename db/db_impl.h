@@ -13,6 +13,7 @@
 #define KVENGINE_DB_DB_IMPL_H_
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -38,7 +39,7 @@ namespace kvengine {
 class Offloader;
 class Prefetcher;
 
-class DBImpl final : public DB, public SharedArena {
+class DBImpl final : public DB, public SharedArena, public NamespaceRemovals {
  public:
   DBImpl(const Options& options, std::string path);
   ~DBImpl() override;
@@ -72,7 +73,11 @@ class DBImpl final : public DB, public SharedArena {
   bool GetProperty(const std::string& name, std::string* value) override;
   void ResetPerf() override;
   Status BatchLocate(std::span<const Slice> keys, std::vector<int64_t>* results) override;
+  // The whole DB's feed: every namespace's events, numbered in one sequence.
   Status ReadRemovals(uint64_t after, size_t max_events, RemovalBatch* batch) override;
+  // NamespaceRemovals (db/removal_feed.h): one namespace's, numbered among its own.
+  Status ReadNamespaceRemovals(uint64_t id, uint64_t after, size_t max_events,
+                               RemovalBatch* batch) override;
 
   Logger* info_log() { return &logger_; }
 
@@ -81,7 +86,9 @@ class DBImpl final : public DB, public SharedArena {
   char* arena_base() const override { return memory_->arena_base(); }
   uint64_t arena_size() const override { return memory_->arena_size(); }
   int arena_fd() const override { return memory_->arena().fd(); }
-  Status Reserve(const Slice* key, uint64_t size, MemoryTier::Reservation* reservation) override;
+  Status Reserve(const Slice& key, uint64_t size, MemoryTier::Reservation* reservation) override;
+  Status ReserveSpare(uint64_t namespace_id, uint64_t size,
+                      MemoryTier::Reservation* reservation) override;
   Status Commit(const Slice& key, MemoryTier::Reservation* reservation) override;
   Status PinInMemory(const Slice& key, uint64_t capacity, MemoryTier::Handle* handle) override;
 
@@ -108,6 +115,8 @@ class DBImpl final : public DB, public SharedArena {
   std::string Readiness() const;
 
  private:
+  // A read of the feed: checks the DB and the arguments, runs `read`, counts what it gave.
+  Status ReadFeed(size_t max_events, RemovalBatch* batch, const std::function<void()>& read);
   // The DB-wide counters, one per KV_COUNTER line of db/db_stats.def (which says how
   // the stats report each); relaxed atomics.
   struct Counters {

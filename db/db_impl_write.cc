@@ -14,6 +14,7 @@
 #include "util/config_parse.h"
 #include "util/hash.h"
 #include "util/input_check.h"
+#include "util/namespace_key.h"
 #include "util/printable.h"
 
 namespace kvengine {
@@ -83,14 +84,25 @@ Status DBImpl::Publish(const Slice& key, std::span<const Slice> parts, uint64_t 
   return s;
 }
 
-Status DBImpl::Reserve(const Slice* key, uint64_t size, MemoryTier::Reservation* reservation) {
+Status DBImpl::Reserve(const Slice& key, uint64_t size, MemoryTier::Reservation* reservation) {
   ReaderLock guard(&lifecycle_mu_);
   Status s = CheckOpen();
-  if (s.ok() && key != nullptr) s = CheckKey(*key);
-  if (s.ok()) s = CheckValueSize(key != nullptr ? *key : Slice("(a spare slot)"), size);
-  if (s.ok()) s = memory_->Reserve(size, reservation);
+  if (s.ok()) s = CheckKey(key);
+  if (s.ok()) s = CheckValueSize(key, size);
+  if (s.ok()) s = memory_->Reserve(key, size, MemoryTier::QuotaRoom::kEvictOwn, reservation);
   if (!s.ok()) counters_.put_failures.fetch_add(1, std::memory_order_relaxed);
   return s;
+}
+
+Status DBImpl::ReserveSpare(uint64_t namespace_id, uint64_t size,
+                            MemoryTier::Reservation* reservation) {
+  ReaderLock guard(&lifecycle_mu_);
+  Status s = CheckOpen();
+  if (s.ok()) s = CheckValueSize(Slice("(a spare slot)"), size);
+  if (!s.ok()) return s;
+  // The namespace's prefix alone names it (MemoryTier::Reserve); "" the default one.
+  const std::string charge_to = namespace_id == 0 ? std::string() : ns::Prefix(namespace_id);
+  return memory_->Reserve(charge_to, size, MemoryTier::QuotaRoom::kNoEvict, reservation);
 }
 
 Status DBImpl::Commit(const Slice& key, MemoryTier::Reservation* reservation) {
@@ -122,7 +134,7 @@ Status DBImpl::StartPutFromDevice(const Slice& key, std::span<const Slice> parts
     size += parts[i].size();
   }
   if (s.ok()) s = CheckValueSize(key, size);
-  if (s.ok()) s = memory_->Reserve(size, &put->room);
+  if (s.ok()) s = memory_->Reserve(key, size, MemoryTier::QuotaRoom::kEvictOwn, &put->room);
   if (!s.ok()) return s;
   put->size = size;
   put->copy = copies->FromDevice("key " + Printable(key), device, parts, put->room.data(), size);

@@ -88,7 +88,8 @@ void MemoryTier::UnindexLocked(Shard& shard, uint64_t hash, Item* item) {
   if (usage_ != nullptr) usage_->OfItem(*item)->Sub(item->size);
 }
 
-Item* MemoryTier::AllocateWithEviction(uint64_t size, Status* status) {
+Item* MemoryTier::AllocateWithEviction(uint64_t size, NamespaceUsage::Slot* putter,
+                                       Status* status) {
   PerfPoint perf(PerfKey::memory_allocate);
   std::vector<Item*> victims;
   for (int attempt = 0; attempt < kMaxAllocationAttempts; attempt++) {
@@ -102,47 +103,80 @@ Item* MemoryTier::AllocateWithEviction(uint64_t size, Status* status) {
       return nullptr;
     }
     victims.clear();
-    if (!PickVictims(size, &victims)) break;
+    if (!PickVictims(size, putter, &victims)) break;
     for (Item* victim : victims) Evict(victim);
     // Victims pinned by readers free their room only when the reader is done.
     if (victims.empty() || attempt > 16) std::this_thread::yield();
   }
   rejected_puts_.fetch_add(1, std::memory_order_relaxed);
-  *status = Status::NoSpace("memory tier cannot make room for a value of " + FormatSize(size) +
-                            ": the values that could be evicted are in use or refused by the "
-                            "offload tier");
+  *status = Status::NoSpace(
+      "memory tier cannot make room for a value of " + FormatSize(size) +
+      (putter != nullptr && usage_ != nullptr ? " of namespace " + usage_->NameOf(putter) : "") +
+      ": the values that could be evicted are in use, refused by the offload tier, or of "
+      "namespaces within their fair share of it");
   return nullptr;
 }
 
-bool MemoryTier::PickVictims(uint64_t size, std::vector<Item*>* victims) {
+bool MemoryTier::PickVictims(uint64_t size, NamespaceUsage::Slot* putter,
+                             std::vector<Item*>* victims) {
   if (usage_ == nullptr) return allocator_.PickVictims(size, victims);
   usage_->Refresh();
   NamespaceUsage::Slot* most = usage_->MostOver();
-  if (!usage_->Shared() || most == nullptr) {
+  // A putter over its share pays for its room itself, and while anybody is over their
+  // share, nobody within theirs pays for it: the class of the room holding no value of
+  // a namespace over its share used to fall back to the coldest values -- anybody's
+  // (issue #45: a tenant's 64 KiB puts pushed out another's values of that class while
+  // the tier was full of a third one's 1 MiB values).
+  const bool putter_over =
+      putter != nullptr && putter->pressure.load(std::memory_order_relaxed) > 1000;
+  if (!usage_->Shared() || (most == nullptr && !putter_over)) {
     return allocator_.PickVictims(size, victims);
   }
-  // 2: the namespace most over its share; 1: another over its share; 0: under it.
-  return allocator_.PickRankedVictims(
-      size,
-      [&](const Item& item) {
-        NamespaceUsage::Slot* ns = usage_->OfItem(item);
-        if (ns == most) return 2;
-        return ns->pressure.load(std::memory_order_relaxed) > 1000 ? 1 : 0;
-      },
-      /*enough=*/2, victims);
+  // 3: the putter's own, when it is over its share; 2: the namespace most over its
+  // share; 1: another over its share; 0: within it.
+  if (allocator_.PickRankedVictims(
+          size,
+          [&](const Item& item) {
+            NamespaceUsage::Slot* ns = usage_->OfItem(item);
+            if (putter_over && ns == putter) return 3;
+            if (ns == most) return 2;
+            return ns->pressure.load(std::memory_order_relaxed) > 1000 ? 1 : 0;
+          },
+          /*enough=*/putter_over ? 3 : 2, victims)) {
+    return true;
+  }
+  // None over its share holds a value that can go.  The pressures may be up to 200 us
+  // old: when, as things are now, nobody is over, the coldest go after all.
+  usage_->Refresh(/*force=*/true);
+  const bool still_over =
+      usage_->MostOver() != nullptr ||
+      (putter != nullptr && putter->pressure.load(std::memory_order_relaxed) > 1000);
+  return !still_over && allocator_.PickVictims(size, victims);
 }
 
-Status MemoryTier::MakeQuotaRoom(const Slice& key, uint64_t size) {
-  if (usage_ == nullptr || !usage_->AnyMemoryQuota()) return Status::OK();
-  NamespaceUsage::Slot* ns = usage_->Of(key.view());
+Status MemoryTier::ChargeQuota(NamespaceUsage::Slot* ns, uint64_t size, QuotaRoom room) {
   const uint64_t quota = ns->quota.load(std::memory_order_relaxed);
-  if (quota == 0 || ns->Fits(size)) return Status::OK();
-  // memory_eviction=none promises that nothing is evicted, for a quota either.
-  const bool may_evict = options_.memory_eviction != MemoryEviction::kNone;
+  // A put of a value larger than the quota, or a namespace whose values cannot go
+  // (memory_eviction=none promises that nothing is evicted, for a quota either).
+  const bool may_evict = room == QuotaRoom::kEvictOwn &&
+                         options_.memory_eviction != MemoryEviction::kNone && size <= quota;
+  // The room MakeQuotaRoom made can be taken by a concurrent reservation of the same
+  // namespace before this one is charged: then it looks again, a few times.
+  for (int attempt = 0; attempt < 8; attempt++) {
+    if (ns->TryReserve(size)) return Status::OK();
+    if (!may_evict || !MakeQuotaRoom(ns, size)) break;
+  }
+  if (room == QuotaRoom::kNoEvict) {  // a spare: given up silently, not a refused put
+    return Status::NoSpace("namespace " + usage_->NameOf(ns) + " has no room for a spare slot");
+  }
+  return QuotaRefusal(ns, size);
+}
+
+bool MemoryTier::MakeQuotaRoom(NamespaceUsage::Slot* ns, uint64_t size) {
   std::vector<Item*> victims;
   int fruitless = 0;  // searches in a row that found none of the namespace's values
-  for (int attempt = 0; may_evict && size <= quota && attempt < kMaxAllocationAttempts; attempt++) {
-    if (ns->Fits(size)) return Status::OK();
+  for (int attempt = 0; attempt < kMaxAllocationAttempts; attempt++) {
+    if (ns->Fits(size)) return true;
     victims.clear();
     if (!allocator_.PickVictimWhere(
             size, [&](const Item& item) { return usage_->OfItem(item) == ns; }, &victims)) {
@@ -155,13 +189,26 @@ Status MemoryTier::MakeQuotaRoom(const Slice& key, uint64_t size) {
     for (Item* victim : victims) Evict(victim);
     ns->quota_evictions.fetch_add(victims.size(), std::memory_order_relaxed);
   }
+  return ns->Fits(size);
+}
+
+Status MemoryTier::QuotaRefusal(NamespaceUsage::Slot* ns, uint64_t size) {
+  const uint64_t quota = ns->quota.load(std::memory_order_relaxed);
   ns->Count(ns->quota_rejections);
   rejected_puts_.fetch_add(1, std::memory_order_relaxed);
-  return Status::NoSpace(
-      "namespace " + usage_->NameOf(ns) + " is at its memory quota (" +
-      FormatSize(ns->bytes.load(std::memory_order_relaxed)) + " of " + FormatSize(quota) + "): " +
+  const uint64_t reserved = ns->reserved.load(std::memory_order_relaxed);
+  Status s = Status::NoSpace(
+      "namespace " + usage_->NameOf(ns) + " is at its memory quota (" + FormatSize(ns->Held()) +
+      " of " + FormatSize(quota) + (reserved != 0 ? ", " + FormatSize(reserved) + " reserved" : "") +
+      "): " +
       (size > quota ? "a value of " + FormatSize(size) + " can never fit it"
                     : "none of its values can be evicted for one of " + FormatSize(size)));
+  uint64_t held_back = 0;
+  if (logger_ != nullptr && quota_log_.Admit(&held_back)) {
+    logger_->Logf(LogLevel::kWarn, "memory tier: refused: %s (%llu more refusals held back)",
+                  s.ToString().c_str(), static_cast<unsigned long long>(held_back));
+  }
+  return s;
 }
 
 void MemoryTier::Evict(Item* victim) {
@@ -210,45 +257,62 @@ void MemoryTier::Evict(Item* victim) {
   Unref(victim);  // the pin PickVictims took
 }
 
+void MemoryTier::Reservation::Uncharge() {
+  if (charged_ != nullptr) {
+    charged_->Unreserve(item_->size);
+    charged_ = nullptr;
+  }
+}
+
 void MemoryTier::Reservation::Abandon() {
   if (item_ != nullptr) {
+    Uncharge();
     tier_->Unref(item_);  // the reservation's reference: never published, so freed
     item_ = nullptr;
   }
 }
 
-Status MemoryTier::Reserve(uint64_t size, Reservation* reservation) {
+Status MemoryTier::Reserve(const Slice& key, uint64_t size, QuotaRoom room,
+                           Reservation* reservation) {
   reservation->Abandon();
   if (size > allocator_.capacity() || size > Item::kMaxSize) {
     return Status::InvalidArgument(
         "value of " + FormatSize(size) + " is larger than the memory tier (" +
         FormatSize(std::min(allocator_.capacity(), Item::kMaxSize)) + ")");
   }
+  // Charged before the room is made: the namespace's own values make room for it first,
+  // before any other's are evicted, and its reservations count while room is made.
+  NamespaceUsage::Slot* ns = usage_ != nullptr ? usage_->Of(key.view()) : nullptr;
+  if (ns != nullptr) {
+    Status s = ChargeQuota(ns, size, room);
+    if (!s.ok()) return s;
+  }
   Status s;
-  Item* item = AllocateWithEviction(size, &s);
-  if (item == nullptr) return s;
+  Item* item = AllocateWithEviction(size, ns, &s);
+  if (item == nullptr) {
+    if (ns != nullptr) ns->Unreserve(size);
+    return s;
+  }
   item->size = size;
   // The reservation's reference; it becomes the index's at Commit.  Not in the LRU, so
   // eviction never picks it.
   item->refs.store(1, std::memory_order_relaxed);
   reservation->tier_ = this;
   reservation->item_ = item;
+  reservation->charged_ = ns;
   return Status::OK();
 }
 
 Status MemoryTier::Put(const Slice& key, std::span<const Slice> parts, uint64_t size,
                        uint64_t* version, const VersionHook& published) {
   PerfPoint perf(PerfKey::memory_put);
-  // The namespace's own values make room for it first, before any other's are evicted.
-  Status s = MakeQuotaRoom(key, size);
-  if (!s.ok()) return s;
   // Hashed first and the index slot prefetched, so that the slot's cache miss overlaps
   // the reservation and the copy instead of following the shard lock (at 32-byte keys a
   // namespace's 41-byte key made the put 0.89x per CPU second: docs/benchmarks.md).
   const uint64_t hash = Hash64(key.view());
   ShardFor(hash).index.PrefetchHomeUnlocked(hash);
   Reservation reservation;
-  s = Reserve(size, &reservation);
+  Status s = Reserve(key, size, QuotaRoom::kEvictOwn, &reservation);
   if (!s.ok()) return s;
   GatherCopy(parts, size, reservation.data());
   return CommitWithinQuota(key, hash, &reservation, version, published);
@@ -256,11 +320,16 @@ Status MemoryTier::Put(const Slice& key, std::span<const Slice> parts, uint64_t 
 
 Status MemoryTier::Commit(const Slice& key, Reservation* reservation, uint64_t* version,
                           const VersionHook& published) {
-  // The puts that reserved before their key was known (attached clients, copies from a
-  // device) make their namespace's room now.
-  if (reservation->valid() && key.size() <= Item::kMaxKeySize) {
-    Status s = MakeQuotaRoom(key, reservation->size());
-    if (!s.ok()) return s;
+  // A reservation made for another namespace (a spare of a connection that has since
+  // changed namespace) is charged to key's now, making room there as a put would.
+  if (usage_ != nullptr && reservation->valid() && key.size() <= Item::kMaxKeySize) {
+    NamespaceUsage::Slot* ns = usage_->Of(key.view());
+    if (reservation->charged_ != ns) {
+      Status s = ChargeQuota(ns, reservation->size(), QuotaRoom::kEvictOwn);
+      if (!s.ok()) return s;
+      reservation->Uncharge();
+      reservation->charged_ = ns;
+    }
   }
   return CommitWithinQuota(key, Hash64(key.view()), reservation, version, published);
 }
@@ -273,7 +342,9 @@ Status MemoryTier::CommitWithinQuota(const Slice& key, uint64_t hash, Reservatio
                                    " bytes is longer than the memory tier holds");
   }
   Item* item = reservation->item_;
+  NamespaceUsage::Slot* charged = reservation->charged_;
   reservation->item_ = nullptr;  // its reference is the index's from here on
+  reservation->charged_ = nullptr;
   allocator_.SetKey(item, key.view());
 
   Item* replaced = nullptr;
@@ -284,6 +355,9 @@ Status MemoryTier::CommitWithinQuota(const Slice& key, uint64_t hash, Reservatio
     replaced = shard.index.Find(key.view(), hash);
     if (replaced != nullptr) UnindexLocked(shard, hash, replaced);  // the same key: the same hash
     IndexLocked(shard, hash, item);
+    // The value is charged now (IndexLocked), the reservation no more: in this order
+    // the namespace never looks to hold less than it does.
+    if (charged != nullptr) charged->Unreserve(item->size);
     if (version != nullptr) *version = item->version;
     // Linked while the shard lock is held so a concurrent delete cannot free the item
     // before it is in the LRU.
@@ -486,13 +560,16 @@ bool MemoryTier::Insert(const Slice& key, std::span<const Slice> parts, uint64_t
   if (size > allocator_.capacity() || size > Item::kMaxSize || key.size() > Item::kMaxKeySize) {
     return false;
   }
-  // A promotion never pushes its namespace over its quota.
-  if (usage_ != nullptr && !usage_->Of(key.view())->Fits(size)) {
+  // A promotion never pushes its namespace over its quota: charged as a reservation
+  // that evicts nothing of its namespace, until it is indexed.
+  NamespaceUsage::Slot* ns = usage_ != nullptr ? usage_->Of(key.view()) : nullptr;
+  if (ns != nullptr && !ns->TryReserve(size)) return false;
+  Status ignored;
+  Item* item = AllocateWithEviction(size, ns, &ignored);
+  if (item == nullptr) {  // no room: the value stays where it is
+    if (ns != nullptr) ns->Unreserve(size);
     return false;
   }
-  Status ignored;
-  Item* item = AllocateWithEviction(size, &ignored);
-  if (item == nullptr) return false;  // no room: the value stays where it is
   GatherCopy(parts, size, allocator_.DataOf(item));
   allocator_.SetKey(item, key.view());
   const uint64_t hash = Hash64(key.view());
@@ -504,10 +581,12 @@ bool MemoryTier::Insert(const Slice& key, std::span<const Slice> parts, uint64_t
     if (shard.index.Find(key.view(), hash) == nullptr && still_valid()) {
       item->version = version;
       IndexLocked(shard, hash, item);
+      if (ns != nullptr) ns->Unreserve(size);
       allocator_.Touch(item);
       return true;
     }
   }
+  if (ns != nullptr) ns->Unreserve(size);
   Unref(item);  // frees it: it was never published
   return false;
 }

@@ -27,6 +27,7 @@
 #include "kvengine/options.h"
 #include "kvengine/slice.h"
 #include "kvengine/status.h"
+#include "util/log_limiter.h"
 #include "util/mutex.h"
 #include "util/numa_arena.h"
 
@@ -90,35 +91,54 @@ class MemoryTier {
   // Room for one value that nobody can see yet: the first half of a put made in two
   // steps, for attached clients that copy the bytes in themselves (db/shared_arena.h).
   // The caller fills data() and then Commit()s the reservation; a reservation destroyed
-  // uncommitted gives its room back.
+  // uncommitted gives its room back.  From Reserve to Commit or Abandon its bytes are
+  // charged to the namespace it was reserved for (NamespaceUsage::Slot::reserved): they
+  // count against its quota and its fair share as its values do.
   class Reservation {
    public:
     Reservation() = default;
     ~Reservation() { Abandon(); }
     Reservation(const Reservation&) = delete;
     Reservation& operator=(const Reservation&) = delete;
-    Reservation(Reservation&& other) noexcept : tier_(other.tier_), item_(other.item_) {
+    Reservation(Reservation&& other) noexcept
+        : tier_(other.tier_), item_(other.item_), charged_(other.charged_) {
       other.item_ = nullptr;
+      other.charged_ = nullptr;
     }
     Reservation& operator=(Reservation&& other) noexcept {
       if (this != &other) {
         Abandon();
         tier_ = other.tier_;
         item_ = other.item_;
+        charged_ = other.charged_;
         other.item_ = nullptr;
+        other.charged_ = nullptr;
       }
       return *this;
     }
     bool valid() const { return item_ != nullptr; }
     char* data() const { return tier_->allocator_.DataOf(item_); }
     uint64_t size() const { return item_->size; }
-    // Gives the room back (no-op when already committed or abandoned).
+    // Gives the room back, and its namespace's charge (no-op when already committed or
+    // abandoned).
     void Abandon();
 
    private:
     friend class MemoryTier;
+    // Drops the namespace's charge (at Commit: its value is charged instead).
+    void Uncharge();
     MemoryTier* tier_ = nullptr;
     Item* item_ = nullptr;
+    NamespaceUsage::Slot* charged_ = nullptr;  // null: charged to no namespace
+  };
+
+  // How a reservation makes room under its namespace's memory quota.
+  enum class QuotaRoom {
+    // A put's: the namespace's own coldest values are evicted until it fits.
+    kEvictOwn,
+    // A slot reserved ahead of a put that may never come (an attached client's spare):
+    // refused, evicting nothing of its namespace, when it does not fit as things are.
+    kNoEvict,
   };
 
   // Maps the arena and builds the index.  `version_source` hands out versions; it is
@@ -155,7 +175,15 @@ class MemoryTier {
   // Put in two steps: Reserve room for `size` bytes (evicting as Put does; same errors),
   // then Commit the filled reservation under key, which publishes it exactly as Put
   // would (version, `published` hook, replaced value unpublished).
-  Status Reserve(uint64_t size, Reservation* reservation);
+  //
+  // The reservation is charged to the namespace `key` names (its first nine bytes,
+  // util/namespace_key.h: ns::Prefix(id) alone names namespace id; any other key, the
+  // empty one included, the default namespace) until it is committed or abandoned.
+  // NoSpace naming the namespace and its quota when the room would take the namespace
+  // past its memory quota and `room` lets nothing of it go (or nothing can); room in a
+  // full tier is made as for a put of that namespace (PickVictims).  Commit under a key
+  // of another namespace moves the charge, making room there as a put would.
+  Status Reserve(const Slice& key, uint64_t size, QuotaRoom room, Reservation* reservation);
   Status Commit(const Slice& key, Reservation* reservation, uint64_t* version,
                 const VersionHook& published = nullptr);
 
@@ -221,14 +249,24 @@ class MemoryTier {
   // misses overlap, each stage locking each shard of the wave once (one at a time).
   template <typename Fn>
   void ProbeBatch(std::span<const Slice> keys, Fn&& found);
-  Item* AllocateWithEviction(uint64_t size, Status* status);
+  // Allocates room for `size` bytes, evicting to make it; `putter` is the namespace the
+  // room is for (null: none known).
+  Item* AllocateWithEviction(uint64_t size, NamespaceUsage::Slot* putter, Status* status);
   // Picks the victims of one eviction round for room of `size`: by recency, or, while
-  // several namespaces hold values, from the namespace most over its fair share first.
-  bool PickVictims(uint64_t size, std::vector<Item*>* victims);
-  // Evicts values of `key`'s namespace until `size` more bytes fit its memory quota.
-  // NoSpace, naming the namespace, when they cannot.
-  Status MakeQuotaRoom(const Slice& key, uint64_t size);
-  // Commit, once MakeQuotaRoom made the room; `hash` is Hash64(key).
+  // several namespaces hold values, from the namespaces over their fair share first --
+  // the putter's own first when it is over its share, and then never a namespace within
+  // its share (false rather than one of those: the put fails NoSpace).
+  bool PickVictims(uint64_t size, NamespaceUsage::Slot* putter, std::vector<Item*>* victims);
+  // Charges `size` bytes of reservation to `ns` within its memory quota, evicting its
+  // own coldest values first when `room` allows.  NoSpace naming the namespace and its
+  // quota, counted and logged, when it cannot.
+  Status ChargeQuota(NamespaceUsage::Slot* ns, uint64_t size, QuotaRoom room);
+  // Evicts values of `ns` until `size` more bytes fit its memory quota.  False when none
+  // could go.
+  bool MakeQuotaRoom(NamespaceUsage::Slot* ns, uint64_t size);
+  // The NoSpace of a value of `size` refused by `ns`'s quota, counted and logged.
+  Status QuotaRefusal(NamespaceUsage::Slot* ns, uint64_t size);
+  // Commit, once the reservation is charged to key's namespace; `hash` is Hash64(key).
   Status CommitWithinQuota(const Slice& key, uint64_t hash, Reservation* reservation,
                            uint64_t* version, const VersionHook& published);
   // Lookup, or TryLookup when !wait.
@@ -255,6 +293,7 @@ class MemoryTier {
   RemovalFeed* removal_feed_ = nullptr;
   EvictedKeys* evicted_keys_ = nullptr;
   NamespaceUsage* usage_ = nullptr;
+  LogLimiter quota_log_{std::chrono::seconds(10)};  // the quota refusals' warnings
 
   std::atomic<uint64_t> items_{0};
   std::atomic<uint64_t> value_bytes_{0};

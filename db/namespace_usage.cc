@@ -100,14 +100,18 @@ void NamespaceUsage::Forget(uint64_t id) {
   names_.erase(id);
 }
 
-void NamespaceUsage::Refresh() {
+void NamespaceUsage::Refresh(bool force) {
   const int64_t now = NowNanos();
-  if (now - last_refresh_nanos_.load(std::memory_order_relaxed) < kRefreshNanos) return;
-  if (!refresh_mu_.TryLock()) return;
+  if (!force) {
+    if (now - last_refresh_nanos_.load(std::memory_order_relaxed) < kRefreshNanos) return;
+    if (!refresh_mu_.TryLock()) return;
+  } else {
+    refresh_mu_.Lock();
+  }
   MutexLock l(&refresh_mu_, std::adopt_lock);
   last_refresh_nanos_.store(now, std::memory_order_relaxed);
-  // The fair share of a namespace holding something: the tier split by weight among
-  // those that do.
+  // The fair share of a namespace holding something -- values or reservations -- the
+  // tier split by weight among those that do.
   uint64_t total_weight = 0;
   uint32_t active = 0;
   auto visit = [&](auto&& fn) {
@@ -116,7 +120,7 @@ void NamespaceUsage::Refresh() {
     ForEachUsed([&](const Slot& slot) { fn(const_cast<Slot&>(slot)); });
   };
   visit([&](Slot& slot) {
-    if (slot.bytes.load(std::memory_order_relaxed) == 0) return;
+    if (slot.Held() == 0) return;
     total_weight += slot.weight.load(std::memory_order_relaxed);
     active++;
   });
@@ -124,7 +128,7 @@ void NamespaceUsage::Refresh() {
   Slot* most = nullptr;
   uint32_t most_pressure = 1000;  // only a namespace over its share is "most over"
   visit([&](Slot& slot) {
-    const uint64_t bytes = slot.bytes.load(std::memory_order_relaxed);
+    const uint64_t bytes = slot.Held();
     uint32_t pressure = 0;
     if (bytes != 0 && total_weight != 0 && capacity_ != 0) {
       const double share = static_cast<double>(capacity_) *
@@ -151,6 +155,7 @@ NamespaceUsage::Report NamespaceUsage::ReportOf(const Slot& slot, std::string na
   r.memory_items = slot.items.load(std::memory_order_relaxed);
   r.ssd_bytes = slot.ssd_bytes.load(std::memory_order_relaxed);
   r.ssd_items = slot.ssd_items.load(std::memory_order_relaxed);
+  r.memory_reserved_bytes = slot.reserved.load(std::memory_order_relaxed);
 #define KV_NS_COPY(field, help) r.field = slot.field.load(std::memory_order_relaxed);
 #define KV_NS_SKIP(field, help)
   KV_NAMESPACE_FIGURES(KV_NS_SKIP, KV_NS_COPY)

@@ -10,13 +10,17 @@
 // all the same, named by its id, with no quota and weight 1.
 //
 // What the tiers do with it:
+//   * every reservation of the memory tier is charged to its namespace as it is made
+//     (Slot::reserved, until it commits or is given back), so what a namespace holds
+//     against its quota and its share is its values and its reservations;
 //   * a put into a namespace at its tier quota first evicts that namespace's own
 //     coldest values (memory tier: MemoryTier::MakeQuotaRoom; SSD tier:
 //     SsdTier::MakeNamespaceRoomLocked); when it has none to evict, the put fails
 //     NoSpace for that namespace only;
 //   * when a tier is full, its victims come first from the namespaces most over their
-//     fair share: the tier's capacity split by weight among the namespaces that hold
-//     something there (the memory tier: Refresh() and MostOver(); the SSD tier, which
+//     fair share (in the memory tier: the putter's own first when it is over, and never
+//     a namespace within its share while anybody is over): the tier's capacity split by
+//     weight among the namespaces that hold something there (the memory tier: Refresh() and MostOver(); the SSD tier, which
 //     evicts whole buckets, works its shares out from its buckets' tallies).
 // The SSD tier charges the ssd_* figures from per-bucket tallies (SsdBucket::namespaces):
 // its index keeps key fingerprints, not keys, so what a bucket evicted whole held is
@@ -57,12 +61,15 @@ struct Item;
   NS_GAUGE(memory_items, "Values the namespace holds in the memory tier.")                 \
   NS_GAUGE(ssd_bytes, "Value bytes the namespace holds in the SSD tier.")                  \
   NS_GAUGE(ssd_items, "Values the namespace holds in the SSD tier.")                       \
+  NS_GAUGE(memory_reserved_bytes,                                                          \
+           "Memory tier bytes reserved for the namespace's puts not yet committed.")       \
   NS_COUNTER(hits, "Reads of the namespace's keys that found a value.")                    \
   NS_COUNTER(misses, "Reads of the namespace's keys found in no tier.")                    \
   NS_COUNTER(memory_evictions, "Values of the namespace evicted from the memory tier.")    \
   NS_COUNTER(ssd_evictions, "Values of the namespace dropped with SSD buckets evicted.")   \
   NS_COUNTER(quota_evictions, "Values evicted to keep the namespace within a tier quota.") \
-  NS_COUNTER(quota_rejections, "Puts refused because the namespace's quota left no room.")
+  NS_COUNTER(quota_rejections,                                                             \
+             "Puts and reservations refused because the namespace's quota left no room.")
 
 class NamespaceUsage {
  public:
@@ -72,9 +79,12 @@ class NamespaceUsage {
 
   struct Slot {
     std::atomic<uint64_t> id{0};  // 0: free (an id of 0 is never registered)
-    // What the namespace holds in the memory tier.
+    // What the namespace holds in the memory tier: values published, and room reserved
+    // for its puts not yet committed (MemoryTier::Reservation), which its quota and its
+    // share count as held -- a tenant holding reservations holds the memory.
     std::atomic<uint64_t> bytes{0};
     std::atomic<uint64_t> items{0};
+    std::atomic<uint64_t> reserved{0};
 #define KV_NS_COUNTER_FIELD(field, help) std::atomic<uint64_t> field{0};
 #define KV_NS_SKIP(field, help)
     KV_NAMESPACE_FIGURES(KV_NS_SKIP, KV_NS_COUNTER_FIELD)
@@ -98,11 +108,26 @@ class NamespaceUsage {
       items.fetch_sub(1, std::memory_order_relaxed);
     }
     void Count(std::atomic<uint64_t>& counter) { counter.fetch_add(1, std::memory_order_relaxed); }
+    // What the quota and the fair share count: values and reservations.
+    uint64_t Held() const {
+      return bytes.load(std::memory_order_relaxed) + reserved.load(std::memory_order_relaxed);
+    }
     // Whether `size` more bytes fit the namespace's memory quota.
     bool Fits(uint64_t size) const {
       const uint64_t q = quota.load(std::memory_order_relaxed);
-      return q == 0 || bytes.load(std::memory_order_relaxed) + size <= q;
+      return q == 0 || Held() + size <= q;
     }
+    // Charges a reservation of `size` bytes when it fits the quota, as one step (a CAS),
+    // so that concurrent reservations cannot together pass it.  False: it does not fit.
+    bool TryReserve(uint64_t size) {
+      const uint64_t q = quota.load(std::memory_order_relaxed);
+      uint64_t r = reserved.load(std::memory_order_relaxed);
+      do {
+        if (q != 0 && bytes.load(std::memory_order_relaxed) + r + size > q) return false;
+      } while (!reserved.compare_exchange_weak(r, r + size, std::memory_order_relaxed));
+      return true;
+    }
+    void Unreserve(uint64_t size) { reserved.fetch_sub(size, std::memory_order_relaxed); }
   };
 
   // One namespace's figures, copied (for the stats).
@@ -145,13 +170,14 @@ class NamespaceUsage {
 
   // Recomputes every namespace's pressure from what each holds now, at most every
   // 200 us: cheap enough to call once per eviction round; a round that finds another
-  // running skips.
-  void Refresh() EXCLUDES(refresh_mu_);
+  // running skips.  `force`: now, waiting for one running (for a round about to give up
+  // on pressures that may be stale).
+  void Refresh(bool force = false) EXCLUDES(refresh_mu_);
   // Whether any namespace was ever given a memory quota: until one is, a put has no
   // quota to look up (never false again once true).
   bool AnyMemoryQuota() const { return memory_quotas_.load(std::memory_order_relaxed); }
-  // Whether more than one namespace holds values: only then is fairness a question (the
-  // default namespace alone evicts by plain recency).
+  // Whether more than one namespace holds values or reservations: only then is fairness
+  // a question (the default namespace alone evicts by plain recency).
   bool Shared() const { return active_.load(std::memory_order_relaxed) > 1; }
   // The slot most over its fair share at the last Refresh (null: none over).
   Slot* MostOver() const { return most_over_.load(std::memory_order_relaxed); }

@@ -36,10 +36,19 @@ class SharedArena {
 
   // Reserves room for a value of `size` bytes in the arena, invisible to every reader,
   // evicting as a put would.  `key` is the key whose value the room is for, checked as
-  // a put's key and size are; null for a spare slot, reserved before the key of the
-  // put that will fill it is known.  A failure counts as a failed put.  Giving up the
-  // reservation (destroying it) gives the room back.
-  virtual Status Reserve(const Slice* key, uint64_t size, MemoryTier::Reservation* reservation) = 0;
+  // a put's key and size are.  The room is charged to key's namespace from now until it
+  // is committed or given back: NoSpace naming the namespace and its quota when it would
+  // take the namespace past its memory quota and none of the namespace's own values can
+  // be evicted for it (MemoryTier::Reserve).  A failure counts as a failed put.  Giving
+  // up the reservation (destroying it) gives the room back, and the charge.
+  virtual Status Reserve(const Slice& key, uint64_t size, MemoryTier::Reservation* reservation) = 0;
+
+  // Reserve of a spare slot, before the key of the put that will fill it is known:
+  // charged to namespace `namespace_id` (0: the default namespace), and refused rather
+  // than evict any of that namespace's values for its quota (a spare may never be
+  // used).  Not counted as a failed put.
+  virtual Status ReserveSpare(uint64_t namespace_id, uint64_t size,
+                              MemoryTier::Reservation* reservation) = 0;
 
   // Publishes a reservation the caller filled as a put of its bytes under `key`, exactly
   // as a local put: key and size checked (a spare's key is seen here first), a new

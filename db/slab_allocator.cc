@@ -432,7 +432,23 @@ bool SlabAllocator::PickRankedVictims(uint64_t size, const VictimRank& rank, int
       if (victims->size() > before) return true;
     }
   }
-  return PickVictims(size, victims);
+  {
+    MutexLock lock(&mu_);
+    const uint64_t needed = size <= slab_size_ ? 1 : (size + slab_size_ - 1) / slab_size_;
+    if (ReclaimWindow(needed, victims, &rank)) return true;
+  }
+  return PickVictimWhere(size, [&rank](const Item& item) { return rank(item) > 0; }, victims);
+}
+
+bool SlabAllocator::AllRanked(const Slab& slab, const VictimRank& rank) const {
+  const uint32_t slots = slab.cls < static_cast<int>(class_sizes_.size()) ? slab.carved : 1;
+  for (uint32_t slot = 0; slot < slots; slot++) {
+    const Item& item = slab.items[slot];
+    if (item.in_lru() && item.refs.load(std::memory_order_relaxed) != 0 && rank(item) == 0) {
+      return false;
+    }
+  }
+  return true;
 }
 
 bool SlabAllocator::PickVictimWhere(uint64_t size, const std::function<bool(const Item&)>& wanted,
@@ -466,7 +482,8 @@ bool SlabAllocator::ClaimVictim(Item* item, std::vector<Item*>* victims) {
   return victims->size() > before;
 }
 
-bool SlabAllocator::ReclaimWindow(uint64_t slab_count, std::vector<Item*>* victims) {
+bool SlabAllocator::ReclaimWindow(uint64_t slab_count, std::vector<Item*>* victims,
+                                  const VictimRank* rank) {
   const uint64_t n = slabs_.size();
   if (slab_count > n) return false;
   // The window whose most recent touch is oldest: its values are all cold.
@@ -479,6 +496,14 @@ bool SlabAllocator::ReclaimWindow(uint64_t slab_count, std::vector<Item*>* victi
       const Slab& owner = s.cls == kRunSlab ? slabs_[s.run_head] : s;
       if (s.cls != kFreeSlab) newest = std::max(newest, owner.last_touch);
       any_draining |= owner.draining && s.cls != kFreeSlab;
+    }
+    if (rank != nullptr && !any_draining && newest < best_touch) {
+      for (uint64_t i = start; i < start + slab_count && !any_draining; i++) {
+        const Slab& s = slabs_[i];
+        if (s.cls == kFreeSlab) continue;
+        // A window holding a value of rank 0 is passed over (counted as draining).
+        any_draining = !AllRanked(s.cls == kRunSlab ? slabs_[s.run_head] : s, *rank);
+      }
     }
     if (!any_draining && newest < best_touch) {
       best_touch = newest;

@@ -69,10 +69,13 @@ class SlabAllocator {
   bool PickVictims(uint64_t size, std::vector<Item*>* victims);
   // How much a value should go before others (higher: sooner; 0: by recency alone).
   using VictimRank = std::function<int(const Item& item)>;
-  // PickVictims, but of the coldest kRankScan values of the class the one ranked
-  // highest goes first (the first of rank >= `enough` ends the search); recency decides
-  // when every value there ranks 0.  The values of rank 0 it passes are moved to the
-  // hot end (a second chance, as CLOCK gives), so that the next search sees others.
+  // PickVictims, but only values ranked above 0: of the coldest kRankScan values of the
+  // class the one ranked highest goes first (the first of rank >= `enough` ends the
+  // search).  When the class holds none, the coldest window of slabs holding no value of
+  // rank 0 is reclaimed, else one value ranked above 0 of another class goes (its slab
+  // comes back once it is empty); false when there is none -- never one of rank 0.  The
+  // values of rank 0 it passes are moved to the hot end (a second chance, as CLOCK
+  // gives), so that the next search sees others.
   bool PickRankedVictims(uint64_t size, const VictimRank& rank, int enough,
                          std::vector<Item*>* victims);
   // Pins and unlinks, as PickVictims does, the coldest value for which `wanted` holds,
@@ -124,7 +127,13 @@ class SlabAllocator {
   // The KeyArena block for the rest of a stored key (nullptr for one of up to 16 bytes).
   char* AllocateKeyRest(size_t stored_key_size) EXCLUDES(mu_);
   void FreeKeyRest(char* rest, size_t stored_key_size) EXCLUDES(mu_);
-  bool ReclaimWindow(uint64_t slab_count, std::vector<Item*>* victims);
+  // Drains the window of `slab_count` slabs touched least recently; with `rank`, only a
+  // window none of whose values ranks 0 (each slab's values are looked at: paid only by
+  // PickRankedVictims when the class has none ranked).
+  bool ReclaimWindow(uint64_t slab_count, std::vector<Item*>* victims,
+                     const VictimRank* rank = nullptr) REQUIRES(mu_);
+  // Whether every value in the slab (a class slab or a run's head) ranks above 0.
+  bool AllRanked(const Slab& slab, const VictimRank& rank) const REQUIRES(mu_);
 
   char* const base_;
   const uint64_t slab_size_;

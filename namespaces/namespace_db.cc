@@ -15,24 +15,27 @@ constexpr char kEveryDefaultKey[] = "[^\\xfe][\\x00-\\xff]*";
 }  // namespace
 
 Status NamespaceDB::Wrap(const Options& options, const std::string& path, bool foreign_keys,
-                         NamespaceUsage* usage, std::unique_ptr<DB>* top) {
+                         NamespaceUsage* usage, NamespaceRemovals* removals,
+                         std::unique_ptr<DB>* top) {
   Env* const env = options.env != nullptr ? options.env : Env::Default();
   NamespaceRecords records;
   Status s = LoadNamespaceRegistry(env, path, &records);
   if (!s.ok()) return s;
   top->reset(new NamespaceDB(std::move(*top), env, path, options.max_key_size, foreign_keys, usage,
-                             std::move(records)));
+                             removals, std::move(records)));
   return Status::OK();
 }
 
 NamespaceDB::NamespaceDB(std::unique_ptr<DB> base, Env* env, std::string dir, uint64_t max_key_size,
-                         bool foreign_keys, NamespaceUsage* usage, NamespaceRecords records)
+                         bool foreign_keys, NamespaceUsage* usage, NamespaceRemovals* removals,
+                         NamespaceRecords records)
     : StackableDB(std::move(base)),
       env_(env),
       dir_(std::move(dir)),
       max_key_size_(max_key_size),
       foreign_keys_(foreign_keys),
       usage_(usage),
+      removals_(removals),
       records_(std::move(records)),
       namespaced_keys_possible_(foreign_keys_ || !records_.empty()) {
   for (const NamespaceInfo& record : records_) SetLimits(record);
@@ -142,7 +145,7 @@ Status NamespaceDB::DeleteAll(uint64_t* deleted) {
 }
 
 Status NamespaceDB::ReadRemovals(uint64_t after, size_t max_events, RemovalBatch* batch) {
-  Status s = base_->ReadRemovals(after, max_events, batch);
+  Status s = removals_->ReadNamespaceRemovals(0, after, max_events, batch);
   if (s.ok()) FilterRemovals(default_keys_, batch);
   return s;
 }
@@ -165,7 +168,8 @@ Status NamespaceDB::Commit(NamespaceRecords records) {
 std::unique_ptr<DB> NamespaceDB::NewHandle(const NamespaceInfo& record) {
   std::shared_ptr<NamespaceState>& state = states_[record.name];
   if (state == nullptr) {
-    state = std::make_shared<NamespaceState>(record.name, record.id, max_key_size_, base_.get());
+    state = std::make_shared<NamespaceState>(record.name, record.id, max_key_size_, base_.get(),
+                                             removals_);
   }
   return std::make_unique<NamespaceView>(state);
 }

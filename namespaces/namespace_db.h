@@ -9,7 +9,7 @@
 //     call the DB below directly;
 //   * is the default namespace: its own calls refuse namespaced keys (0xFE first) and
 //     never touch them -- DeleteAll and DeleteByRegex match only the default namespace's
-//     keys, ReadRemovals reports only its events.
+//     keys, ReadRemovals reports only its events, numbered among its own.
 // Why a view and not a handle argument on every call (RocksDB's ColumnFamilyHandle*):
 // docs/design.md, "Namespaces".
 //
@@ -43,9 +43,12 @@ class NamespaceDB : public StackableDB {
   // `usage`: the engine's accounting of the namespaces (db/namespace_usage.h), told each
   // registered namespace's name, quotas and weight, which the tiers then enforce; not
   // owned, outlives the NamespaceDB; null when there is no local engine to tell.
+  // `removals`: the engine's removal feed, read per namespace (db/removal_feed.h); not
+  // owned, outlives the NamespaceDB.
   // On failure returns the registry's error and leaves *top as it was.
   static Status Wrap(const Options& options, const std::string& path, bool foreign_keys,
-                     NamespaceUsage* usage, std::unique_ptr<DB>* top);
+                     NamespaceUsage* usage, NamespaceRemovals* removals,
+                     std::unique_ptr<DB>* top);
   ~NamespaceDB() override;
 
   // Detaches every namespace's handles (their calls then fail Aborted), then closes the
@@ -82,7 +85,8 @@ class NamespaceDB : public StackableDB {
 
  private:
   NamespaceDB(std::unique_ptr<DB> base, Env* env, std::string dir, uint64_t max_key_size,
-              bool foreign_keys, NamespaceUsage* usage, NamespaceRecords records);
+              bool foreign_keys, NamespaceUsage* usage, NamespaceRemovals* removals,
+              NamespaceRecords records);
   // Tells the engine the limits of `record`.
   void SetLimits(const NamespaceInfo& record);
 
@@ -104,6 +108,7 @@ class NamespaceDB : public StackableDB {
   const uint64_t max_key_size_;
   const bool foreign_keys_;
   NamespaceUsage* const usage_;  // may be null
+  NamespaceRemovals* const removals_;
   const NamespaceKeys default_keys_;
 
   Mutex admin_mu_ ACQUIRED_BEFORE(mu_);

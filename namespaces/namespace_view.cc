@@ -146,8 +146,9 @@ Status NamespaceView::DeleteAll(uint64_t* deleted) {
 }
 
 Status NamespaceView::ReadRemovals(uint64_t after, size_t max_events, RemovalBatch* batch) {
-  return WithBase([&](DB* base) {
-    Status s = base->ReadRemovals(after, max_events, batch);
+  // The engine's feed numbers the namespace's events among its own (db/removal_feed.h).
+  return WithBase([&](DB* /*base*/) {
+    Status s = state_->removals->ReadNamespaceRemovals(state_->id, after, max_events, batch);
     if (s.ok()) FilterRemovals(state_->keys, batch);
     return s;
   });

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "db/removal_feed.h"
 #include "kvengine/db.h"
 #include "namespaces/namespace_keys.h"
 #include "util/call_gate.h"
@@ -29,8 +30,13 @@ namespace kvengine {
 
 // One namespace, shared by NamespaceDB and every handle of it.
 struct NamespaceState {
-  NamespaceState(std::string name_in, uint64_t id, uint64_t max_key_size, DB* base_in)
-      : name(std::move(name_in)), keys(id, max_key_size), base(base_in) {}
+  NamespaceState(std::string name_in, uint64_t id_in, uint64_t max_key_size, DB* base_in,
+                 NamespaceRemovals* removals_in)
+      : name(std::move(name_in)),
+        id(id_in),
+        keys(id_in, max_key_size),
+        base(base_in),
+        removals(removals_in) {}
 
   // Makes later calls of the handles fail Aborted(why); waits for the calls in flight.
   void Detach(const std::string& why) {
@@ -47,9 +53,12 @@ struct NamespaceState {
   }
 
   const std::string name;
+  const uint64_t id;
   const NamespaceKeys keys;
-  // The DB below NamespaceDB: to be called only by a call inside `calls`.
+  // The DB below NamespaceDB, and its engine's removal feed: to be called only by a call
+  // inside `calls`.
   DB* const base;
+  NamespaceRemovals* const removals;
   CallGate calls;
   mutable Mutex gone_mu;
   std::string gone GUARDED_BY(gone_mu);  // why it was detached

@@ -22,6 +22,8 @@
 #include "attach/local_access.h"
 #include "gtest/gtest.h"
 #include "kvengine/db.h"
+#include "test/json_check.h"
+#include "test/raw_attach_client.h"
 #include "test/test_util.h"
 #ifdef KV_SERVER_PATH
 #include "test/peer_harness.h"
@@ -277,6 +279,178 @@ int DomainsMain(const std::string& a, const std::string& b, const std::string& o
   return c.Report(out);
 }
 
+// ------------------------------------------------------------------ quotas bound reservations
+
+// Issue #45 item 3: tenant B's values, and what tenant A (memory quota kQuotaA) sends.
+constexpr uint64_t kQuotaA = 16 << 20;
+constexpr int kBValues = 24;
+constexpr uint64_t kMiB = 1 << 20;
+
+// B's value i: sizes 16 KiB to 512 KiB (5 MiB in all), every byte derived from i.
+std::string BValue(int i) {
+  static const size_t kSizes[] = {16 << 10, 64 << 10, 256 << 10, 512 << 10};
+  std::string v(kSizes[i % 4], '\0');
+  for (size_t j = 0; j < v.size(); j++) v[j] = static_cast<char>((j * 131 + i * 7) >> 3);
+  return v;
+}
+
+// uid 1002: puts B's values into tenantB.
+int QuotaFillBMain(const std::string& socket, const std::string& out) {
+  if (!DropTo(1002, {})) return 3;
+  Checks c;
+  std::unique_ptr<DB> db, b;
+  if (!DB::Attach(ClientOptions(), socket, &db).ok()) return 2;
+  c.ExpectOk(db->OpenNamespace("tenantB", &b), "OpenNamespace tenantB");
+  for (int i = 0; b != nullptr && i < kBValues; i++) {
+    c.ExpectOk(b->Put(WriteOptions(), "b" + std::to_string(i), BValue(i)), "Put b" + std::to_string(i));
+  }
+  return c.Report(out);
+}
+
+// `results` are OK for the first `ok` keys and NoSpace for the rest.
+void ExpectFirstFit(const std::vector<int64_t>& results, size_t ok, const std::string& what,
+                    Checks* c) {
+  size_t fit = 0, refused = 0;
+  for (size_t i = 0; i < results.size(); i++) {
+    if (results[i] == 0 && i == fit) fit++;
+    if (results[i] == Status::NoSpace("").ErrorCode() && i >= ok) refused++;
+  }
+  c->Expect(fit == ok && fit + refused == results.size(),
+            what + ": " + std::to_string(fit) + " keys in before the first refusal and " +
+                std::to_string(refused) + " refused NoSpace past the quota, of " +
+                std::to_string(results.size()) + " (expected " + std::to_string(ok) + " in)");
+}
+
+// A stats figure seen from an attached client (the stats are the whole DB's).
+uint64_t ClientStat(DB* db, const std::string& name) {
+  std::string text;
+  if (!db->GetProperty("kvengine.stats", &text)) return ~0ull;
+  const size_t at = text.find("\n" + name + ": ");
+  return at == std::string::npos ? ~0ull : std::stoull(text.substr(at + name.size() + 3));
+}
+
+// uid 1001, bound to tenantA (quota kQuotaA), tries `scenario` on the owner.
+int QuotaAttackMain(const std::string& socket, const std::string& scenario, const std::string& out) {
+  if (!DropTo(1001, {})) return 3;
+  Checks c;
+  std::unique_ptr<DB> db, a;
+  if (!DB::Attach(ClientOptions(), socket, &db).ok()) return 2;
+  c.ExpectOk(db->OpenNamespace("tenantA", &a), "OpenNamespace tenantA");
+  if (a == nullptr) return c.Report(out);
+  auto batch = [&](const std::string& prefix, int n, size_t size, std::vector<int64_t>* r) {
+    std::vector<std::string> names;
+    for (int i = 0; i < n; i++) names.push_back(prefix + std::to_string(i));
+    const std::vector<Slice> keys(names.begin(), names.end());
+    const std::string value(size, prefix[0]);
+    const std::vector<ValueParts> values(n, ValueParts{value});
+    c.ExpectOk(a->BatchPut(WriteOptions(), keys, values, r), "BatchPut " + prefix);
+  };
+  std::vector<int64_t> r;
+  if (scenario == "batch") {
+    // One batch of 90 x 1 MiB over a 16 MiB quota: 16 in, 74 refused.  Again, at its
+    // quota: its own values make room for 16 more.
+    batch("x", 90, kMiB, &r);
+    ExpectFirstFit(r, kQuotaA / kMiB, "the first 90 x 1 MiB batch", &c);
+    batch("y", 90, kMiB, &r);
+    ExpectFirstFit(r, kQuotaA / kMiB, "the second 90 x 1 MiB batch", &c);
+  } else if (scenario == "reserve") {
+    // 90 RESERVEs of 1 MiB held uncommitted: 16 charged to tenantA, 74 refused.
+    test::RawClient raw;
+    c.ExpectOk(raw.Connect(socket), "raw connect");
+    c.ExpectOk(raw.Use("tenantA"), "raw USE tenantA");
+    std::vector<int64_t> reserved;
+    for (int i = 0; i < 90; i++) {
+      char* slot = nullptr;
+      uint64_t id = 0;
+      reserved.push_back(raw.Reserve("r" + std::to_string(i), kMiB, &slot, &id).ErrorCode());
+    }
+    ExpectFirstFit(reserved, kQuotaA / kMiB, "90 reservations of 1 MiB", &c);
+    const uint64_t charged = ClientStat(db.get(), "namespace.tenantA.memory_reserved_bytes");
+    c.Expect(charged == kQuotaA, "tenantA's reservations charged " + std::to_string(charged));
+    // While they are held, a put of tenantA has no room either.
+    c.Expect(a->Put(WriteOptions(), "p", std::string(kMiB, 'p')).IsNoSpace(),
+             "a put while tenantA's reservations fill its quota");
+  } else if (scenario == "single") {
+    // Single 1 MiB puts: each in, by evicting tenantA's own; then 300 x 64 KiB: the 256
+    // that fit 16 MiB in, the rest refused.
+    for (int i = 0; i < 40; i++) {
+      c.ExpectOk(a->Put(WriteOptions(), "s" + std::to_string(i), std::string(kMiB, 's')),
+                 "Put s" + std::to_string(i));
+    }
+    batch("t", 300, 64 << 10, &r);
+    ExpectFirstFit(r, kQuotaA / (64 << 10), "the 300 x 64 KiB batch", &c);
+  } else {
+    return 4;
+  }
+  const uint64_t held = ClientStat(db.get(), "namespace.tenantA.memory_bytes") +
+                        ClientStat(db.get(), "namespace.tenantA.memory_reserved_bytes");
+  c.Expect(held <= kQuotaA, "tenantA holds " + std::to_string(held) + " bytes");
+  return c.Report(out);
+}
+
+// uid 1001 (tenantA only, no '@admin'): every property, its JSON and Prometheus forms,
+// ListNamespaces and its namespace's removal feed show its own namespace and nothing of
+// the others' (issue #45): no name, figure or count of tenantB or tenantC, no DB-wide
+// totals, and no option naming who may connect.  The owner removed one key of tenantA
+// and `others` keys of the other namespaces.
+int FiguresMain(const std::string& socket, int others, const std::string& out) {
+  if (!DropTo(1001, {})) return 3;
+  Checks c;
+  std::unique_ptr<DB> db, h;
+  Status s = DB::Attach(ClientOptions(), socket, &db);
+  if (!s.ok()) return 2;
+  auto shows_nothing_else = [&c](const std::string& what, const std::string& text) {
+    for (const char* leak : {"tenantB", "tenantC", "local_allowed_uids", "uid:100", "1002",
+                             "memory.items", "kvengine_memory_items", "local.", "kvengine_local",
+                             "\"memory\"", "\"local\""}) {
+      c.Expect(text.find(leak) == std::string::npos, what + " shows " + leak + ": " + text);
+    }
+  };
+  std::string text;
+  c.Expect(db->GetProperty("kvengine.stats", &text), "kvengine.stats");
+  shows_nothing_else("kvengine.stats", text);
+  c.Expect(text.find("namespace.tenantA.memory_items: 2\n") != std::string::npos,
+           "kvengine.stats lacks tenantA's figures: " + text);
+  c.Expect(db->GetProperty("kvengine.stats.json", &text), "kvengine.stats.json");
+  shows_nothing_else("kvengine.stats.json", text);
+  std::string error;
+  c.Expect(test::JsonChecker::Valid(text, &error), "kvengine.stats.json: " + error + ": " + text);
+  c.Expect(text.find("{\"namespaces\":{\"tenantA\":{") == 0, "kvengine.stats.json: " + text);
+  for (const char* prom : {"kvengine.stats.prometheus", "kvengine.prometheus", "kvengine.metrics"}) {
+    c.Expect(db->GetProperty(prom, &text), prom);
+    shows_nothing_else(prom, text);
+    // kvengine.metrics is the client's own counters (answered by the client itself).
+    if (std::string(prom) != "kvengine.metrics") {
+      c.Expect(text.find("kvengine_namespace_memory_items{namespace=\"tenantA\"} 2\n") !=
+                   std::string::npos,
+               std::string(prom) + " lacks tenantA's figures: " + text);
+    }
+  }
+  c.Expect(db->GetProperty("kvengine.options", &text), "kvengine.options");
+  shows_nothing_else("kvengine.options", text);
+  c.Expect(text.find("memory_capacity_bytes=") != std::string::npos, "kvengine.options: " + text);
+  c.Expect(db->GetProperty("kvengine.readiness", &text), "kvengine.readiness");
+  // The perf histograms and the peers' state count every tenant's calls.
+  for (const char* whole : {"kvengine.perf", "kvengine.perf.json", "kvengine.peers"}) {
+    c.Expect(!db->GetProperty(whole, &text), std::string(whole) + " answered: " + text);
+  }
+  std::vector<NamespaceInfo> listed;
+  c.ExpectOk(db->ListNamespaces(&listed), "ListNamespaces");
+  c.Expect(listed.size() == 1 && listed[0].name == "tenantA", "ListNamespaces shows another's");
+  c.ExpectOk(db->OpenNamespace("tenantA", &h), "OpenNamespace tenantA");
+  if (h != nullptr) {
+    RemovalBatch feed;
+    c.ExpectOk(h->ReadRemovals(0, 100, &feed), "ReadRemovals");
+    c.Expect(feed.last_sequence == 1 && feed.missed == 0 && feed.events.size() == 1 &&
+                 feed.events[0].sequence == 1 && feed.events[0].key == "k1",
+             "tenantA's feed counts the others' " + std::to_string(others) +
+                 " removals: last_sequence " + std::to_string(feed.last_sequence));
+    c.Expect(h->GetProperty("kvengine.stats", &text), "kvengine.stats of the handle");
+    shows_nothing_else("kvengine.stats of the handle", text);
+  }
+  return c.Report(out);
+}
+
 // The child's report: its refusals, or -1 (and the failure in *text).
 int Refusals(const std::string& path, std::string* text) {
   std::ifstream in(path);
@@ -289,22 +463,45 @@ uint64_t Stat(DB* db, const std::string& name) { return test::StatOf(db, name); 
 
 // ------------------------------------------------------------------ tests
 
+// An owner's directory, socket and log lines, for the fixtures whose clients run under
+// other uids.
+struct TenantOwner {
+  // The owner's options: its directory reachable by the clients' uids (the grant, not
+  // the file mode, is what is tested), a socket any uid may connect to, every log line
+  // at `level` or above kept.
+  Options MakeOptions(LogLevel level) {
+    std::filesystem::create_directories(dir.Sub("db"));
+    chmod(dir.path().c_str(), 0755);
+    chmod(dir.Sub("db").c_str(), 0755);
+    Options o = OwnerOptions(socket);
+    o.local_listen_mode = "0666";
+    o.log_level = level;
+    o.log_callback = [this](LogLevel, const std::string& line) {
+      std::lock_guard<std::mutex> lock(lines_mu);
+      lines.push_back(line);
+    };
+    return o;
+  }
+  // The lines logged so far that contain `part`.
+  int LogLines(const std::string& part) {
+    std::lock_guard<std::mutex> lock(lines_mu);
+    return static_cast<int>(std::count_if(lines.begin(), lines.end(), [&](const std::string& l) {
+      return l.find(part) != std::string::npos;
+    }));
+  }
+
+  test::TempDir dir;
+  const std::string socket = dir.Sub("db") + "/kv.sock";
+  std::mutex lines_mu;
+  std::vector<std::string> lines;
+};
+
 class AttachNamespaceTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "needs root to run clients as other uids";
-    std::filesystem::create_directories(dir_.Sub("db"));
-    // Reachable by the clients' uids: the grant, not the file mode, is what is tested.
-    chmod(dir_.path().c_str(), 0755);
-    chmod(dir_.Sub("db").c_str(), 0755);
-    Options o = OwnerOptions(socket_);
-    o.local_listen_mode = "0666";
-    o.log_level = LogLevel::kInfo;
-    o.log_callback = [this](LogLevel, const std::string& line) {
-      std::lock_guard<std::mutex> lock(lines_mu_);
-      lines_.push_back(line);
-    };
-    Status s = DB::Open(o, dir_.Sub("db"), &owner_);
+    Options o = host_.MakeOptions(LogLevel::kInfo);
+    Status s = DB::Open(o, host_.dir.Sub("db"), &owner_);
     ASSERT_TRUE(s.ok()) << s.ToString();
   }
   void TearDown() override {
@@ -319,18 +516,12 @@ class AttachNamespaceTest : public ::testing::Test {
       ASSERT_TRUE((*h)->Put(WriteOptions(), k, Value(name, k)).ok());
     }
   }
-  int LogLines(const std::string& part) {
-    std::lock_guard<std::mutex> lock(lines_mu_);
-    return static_cast<int>(std::count_if(lines_.begin(), lines_.end(), [&](const std::string& l) {
-      return l.find(part) != std::string::npos;
-    }));
-  }
   // Runs the children at once; their refusals added up, or a failure.
   void RunChildren(const std::vector<std::vector<std::string>>& children, int* refusals) {
     std::vector<pid_t> pids;
     for (size_t i = 0; i < children.size(); i++) {
       std::vector<std::string> args = children[i];
-      const std::string report = dir_.Sub("child" + std::to_string(i));
+      const std::string report = host_.dir.Sub("child" + std::to_string(i));
       std::ofstream(report).close();
       chmod(report.c_str(), 0666);  // written by the child's uid
       args.push_back(report);
@@ -340,17 +531,14 @@ class AttachNamespaceTest : public ::testing::Test {
     for (size_t i = 0; i < pids.size(); i++) {
       EXPECT_EQ(test::WaitExit(pids[i]), 0) << children[i][0];
       std::string text;
-      const int n = Refusals(dir_.Sub("child" + std::to_string(i)), &text);
+      const int n = Refusals(host_.dir.Sub("child" + std::to_string(i)), &text);
       EXPECT_GE(n, 0) << children[i][0] << ": " << text;
       *refusals += std::max(n, 0);
     }
   }
 
-  test::TempDir dir_;
-  const std::string socket_ = dir_.Sub("db") + "/kv.sock";
+  TenantOwner host_;
   std::unique_ptr<DB> owner_;
-  std::mutex lines_mu_;
-  std::vector<std::string> lines_;
 };
 
 // Two tenants with different credentials at once on one owner with two namespaces (and a
@@ -368,13 +556,13 @@ TEST_F(AttachNamespaceTest, TenantsReachOnlyTheirOwnKeysWhateverTheCall) {
   RemovalBatch feed;
   ASSERT_TRUE(owner_->ReadRemovals(0, 0, &feed).ok());  // the feed records from here on
   int refusals = 0;
-  RunChildren({{"--tenant", socket_, "1001", "tenantA", "tenantB"},
-               {"--tenant", socket_, "1002", "tenantB", "tenantA"}},
+  RunChildren({{"--tenant", host_.socket, "1001", "tenantA", "tenantB"},
+               {"--tenant", host_.socket, "1002", "tenantB", "tenantA"}},
               &refusals);
   EXPECT_GT(refusals, 13);  // A: every call of the default namespace, and admin
   EXPECT_EQ(Stat(owner_.get(), "local.namespace_refusals"), static_cast<uint64_t>(refusals));
-  EXPECT_GE(LogLines("refused a request of attached client"), 1);
-  EXPECT_GE(LogLines("PermissionDenied: uid 100"), 1);
+  EXPECT_GE(host_.LogLines("refused a request of attached client"), 1);
+  EXPECT_GE(host_.LogLines("PermissionDenied: uid 100"), 1);
   // Each tenant emptied its own namespace and (B) the default one; tenantC is untouched.
   std::vector<Slice> keys{"k1", "shared", "only-tenantC"};
   std::vector<int64_t> r;
@@ -395,18 +583,43 @@ TEST_F(AttachNamespaceTest, TenantsReachOnlyTheirOwnKeysWhateverTheCall) {
       std::string::npos);
 }
 
+// A client without '@admin' reads its own namespace's figures only, in every form a
+// property has, and its namespace's removal feed numbers its own events (issue #45);
+// the owner still sees the whole DB.
+TEST_F(AttachNamespaceTest, AClientSeesOnlyItsOwnNamespacesFigures) {
+  std::unique_ptr<DB> a, b, c;
+  Fill("tenantA", &a);
+  Fill("tenantB", &b);
+  Fill("tenantC", &c);
+  RemovalBatch feed;
+  ASSERT_TRUE(a->ReadRemovals(0, 0, &feed).ok());  // the feed records from here on
+  ASSERT_TRUE(b->Delete(WriteOptions(), "k1").ok());
+  ASSERT_TRUE(b->Delete(WriteOptions(), "shared").ok());
+  ASSERT_TRUE(c->Delete(WriteOptions(), "k1").ok());
+  ASSERT_TRUE(a->Delete(WriteOptions(), "k1").ok());
+  int refusals = 0;
+  RunChildren({{"--figures", socket_, "3"}}, &refusals);
+  EXPECT_EQ(refusals, 0);
+  std::string text;
+  ASSERT_TRUE(owner_->GetProperty("kvengine.stats", &text));
+  EXPECT_NE(text.find("namespace.tenantB.memory_items: 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("local.clients_accepted: "), std::string::npos) << text;
+  ASSERT_TRUE(owner_->GetProperty("kvengine.options", &text));
+  EXPECT_NE(text.find(std::string("local_allowed_uids=") + kGrants), std::string::npos) << text;
+}
+
 // A supplementary group's grant, with admin: the client creates, uses and drops its own
 // namespace and nothing else; a plain uid entry still allows everything.
 TEST_F(AttachNamespaceTest, AGroupGrantsItsNamespacesAndAPlainUidEverything) {
   std::unique_ptr<DB> a;
   Fill("tenantA", &a);
   int refusals = 0;
-  RunChildren({{"--group-admin", socket_}}, &refusals);
+  RunChildren({{"--group-admin", host_.socket}}, &refusals);
   EXPECT_EQ(refusals, 3);
   EXPECT_EQ(Stat(owner_.get(), "local.namespace_refusals"), 3u);
   std::unique_ptr<DB> h;
   EXPECT_TRUE(owner_->OpenNamespace("tenantE", &h).IsNotFound());  // dropped by the client
-  RunChildren({{"--plain", socket_}}, &refusals);
+  RunChildren({{"--plain", host_.socket}}, &refusals);
   EXPECT_EQ(refusals, 0);
   std::string v;
   ASSERT_TRUE(owner_->Get(ReadOptions(), "plain", &v).ok());
@@ -416,9 +629,9 @@ TEST_F(AttachNamespaceTest, AGroupGrantsItsNamespacesAndAPlainUidEverything) {
 // A uid that no entry names (nor a group of it) cannot attach at all.
 TEST_F(AttachNamespaceTest, AnUnnamedUidIsRefused) {
   int refusals = 0;
-  RunChildren({{"--unnamed", socket_}}, &refusals);
+  RunChildren({{"--unnamed", host_.socket}}, &refusals);
   EXPECT_EQ(Stat(owner_.get(), "local.clients_refused"), 1u);
-  EXPECT_EQ(LogLines("local_allowed_uids names neither its uid nor its groups"), 1);
+  EXPECT_EQ(host_.LogLines("local_allowed_uids names neither its uid nor its groups"), 1);
 }
 
 // A namespace's value only on SSD reaches an attached handle through the owner's staging
@@ -481,6 +694,110 @@ TEST(AttachNamespaceQuotaTest, AnAttachedHandlesPutsKeepToItsQuota) {
   EXPECT_TRUE(owner->Get(ReadOptions(), "keep", &v).ok());
   ASSERT_TRUE(owner->Close().ok());
 }
+
+// Issue #45 item 3, "quotas bound reservations", with real clients under two uids: tenant
+// B (uid 1002) holds 24 values, 5 MiB, well within its share; the default namespace fills
+// the rest of a 96 MiB tier (most over its share).  Tenant A (uid 1001, a 16 MiB memory
+// quota) then sends a scenario: whatever it is, every value of B stays in memory,
+// bit-exact, and A's keys past its quota fail NoSpace, which the owner logs naming
+// tenantA and its quota.  With and without an SSD tier (memory only: an eviction
+// deletes for good).
+class AttachQuotaTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root to run clients as other uids";
+    Options o = host_.MakeOptions(LogLevel::kWarn);
+    o.memory_capacity_bytes = 96 << 20;
+    if (GetParam()) {
+      o.ssd_capacity_bytes = 512 << 20;
+      o.offload_policy = OffloadPolicy::kWriteBack;
+    }
+    ASSERT_TRUE(DB::Open(o, host_.dir.Sub("db"), &owner_).ok());
+    NamespaceOptions quota;
+    quota.memory_quota_bytes = kQuotaA;
+    std::unique_ptr<DB> h;
+    ASSERT_TRUE(owner_->CreateNamespace("tenantA", quota, &h).ok());
+    ASSERT_TRUE(owner_->CreateNamespace("tenantB", NamespaceOptions(), &b_).ok());
+    ASSERT_EQ(RunChild({"--quota-fill-b", host_.socket}), "ok 0");
+    // The default namespace's values, newer than B's, fill the tier but for 2 MiB.
+    const std::string filler(kMiB, 'f');
+    for (int i = 0; Stat(owner_.get(), "memory.allocated_bytes") + 3 * kMiB <= o.memory_capacity_bytes;
+         i++) {
+      ASSERT_TRUE(owner_->Put(WriteOptions(), "f" + std::to_string(i), filler).ok());
+    }
+    ExpectBInMemory("after the filler");
+  }
+  void TearDown() override {
+    b_.reset();
+    if (owner_ != nullptr) {
+      EXPECT_TRUE(owner_->Close().ok());
+    }
+  }
+  // Runs this binary as a child with `args` and a report file; its report.
+  std::string RunChild(std::vector<std::string> args) {
+    const std::string report = host_.dir.Sub("report" + std::to_string(children_++));
+    std::ofstream(report).close();
+    chmod(report.c_str(), 0666);
+    args.push_back(report);
+    EXPECT_EQ(test::WaitExit(test::SpawnSelf(args)), 0) << args[0];
+    std::ifstream in(report);
+    std::string text;
+    std::getline(in, text);
+    return text;
+  }
+  // Every value of B is in the memory tier, bit-exact.
+  void ExpectBInMemory(const std::string& when) {
+    std::vector<std::string> names;
+    for (int i = 0; i < kBValues; i++) names.push_back("b" + std::to_string(i));
+    const std::vector<Slice> keys(names.begin(), names.end());
+    std::vector<int64_t> where;
+    ASSERT_TRUE(b_->BatchLocate(keys, &where).ok());
+    int in_memory = 0;
+    for (int i = 0; i < kBValues; i++) {
+      in_memory += where[i] == kLocatedMemory;
+      std::string v;
+      Status s = b_->Get(ReadOptions(), names[i], &v);
+      EXPECT_TRUE(s.ok() && v == BValue(i)) << when << ": b" << i << ": " << s.ToString();
+    }
+    EXPECT_EQ(in_memory, kBValues) << when;
+    EXPECT_EQ(Stat(owner_.get(), "namespace.tenantB.memory_evictions"), 0u) << when;
+  }
+  void Attack(const std::string& scenario) {
+    EXPECT_EQ(RunChild({"--quota-attack", host_.socket, scenario}), "ok 0") << scenario;
+    ExpectBInMemory("after tenantA's " + scenario);
+    EXPECT_LE(Stat(owner_.get(), "namespace.tenantA.memory_bytes"), kQuotaA);
+    EXPECT_GT(Stat(owner_.get(), "namespace.tenantA.quota_rejections"), 0u);
+    EXPECT_GE(host_.LogLines("namespace tenantA is at its memory quota"), 1) << scenario;
+  }
+
+  TenantOwner host_;
+  std::unique_ptr<DB> owner_, b_;
+  int children_ = 0;
+};
+
+// (a) One batch of 90 x 1 MiB over the 16 MiB quota, twice.
+TEST_P(AttachQuotaTest, ABatchPastTheQuotaFailsForItsKeysPastItAlone) { Attack("batch"); }
+
+// (b) 90 RESERVEs of 1 MiB held uncommitted: charged to tenantA as they are made
+// (memory_reserved_bytes), refused past its quota, given back with the connection.
+TEST_P(AttachQuotaTest, HeldReservationsAreChargedToTheirNamespace) {
+  Attack("reserve");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (Stat(owner_.get(), "namespace.tenantA.memory_reserved_bytes") != 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(Stat(owner_.get(), "namespace.tenantA.memory_reserved_bytes"), 0u);
+}
+
+// (c) Single 1 MiB puts (each in: tenantA's own values make room), then one batch of
+// 300 x 64 KiB (the 256 that fit the quota in).
+TEST_P(AttachQuotaTest, SinglePutsAndSmallValuesKeepToTheQuota) { Attack("single"); }
+
+INSTANTIATE_TEST_SUITE_P(Tiers, AttachQuotaTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "WithSsd" : "MemoryOnly");
+                         });
 
 // ------------------------------------------------------------------ trust domains
 
@@ -597,8 +914,15 @@ int main(int argc, char** argv) {
     }
     if (mode == "--group-admin" && argc == 4) return kvengine::GroupAdminMain(argv[2], argv[3]);
     if (mode == "--plain" && argc == 4) return kvengine::PlainMain(argv[2], argv[3]);
+    if (mode == "--figures" && argc == 5) {
+      return kvengine::FiguresMain(argv[2], std::stoi(argv[3]), argv[4]);
+    }
     if (mode == "--unnamed" && argc == 4) return kvengine::UnnamedMain(argv[2], argv[3]);
     if (mode == "--domains" && argc == 5) return kvengine::DomainsMain(argv[2], argv[3], argv[4]);
+    if (mode == "--quota-fill-b" && argc == 4) return kvengine::QuotaFillBMain(argv[2], argv[3]);
+    if (mode == "--quota-attack" && argc == 5) {
+      return kvengine::QuotaAttackMain(argv[2], argv[3], argv[4]);
+    }
   }
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();

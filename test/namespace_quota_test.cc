@@ -178,6 +178,36 @@ TEST(NamespaceQuotaTest, UnderPressureTheNamespaceMostOverItsShareLosesValuesFir
   EXPECT_EQ(Figure(db.get(), "cold", "memory_bytes"), 256 * int64_t{kValueSize});
 }
 
+// Issue #45: the tier full of one namespace's 1 MiB values (over its share), a second
+// namespace's 64 KiB puts (within its share) must not push out a third's 64 KiB values
+// (within its share) because the 64 KiB class holds none of the namespace over its
+// share: the room comes from that namespace's slabs.  Before, the class fell back to
+// plain recency and the third lost its values.
+TEST(NamespaceQuotaTest, ANamespaceWithinItsShareKeepsItsValuesWhateverTheirSizeClass) {
+  test::TempDir dir;
+  std::unique_ptr<DB> db;
+  ASSERT_TRUE(DB::Open(MemoryOnly(32 << 20), dir.path(), &db).ok());
+  std::unique_ptr<DB> small, putter;
+  ASSERT_TRUE(db->CreateNamespace("small", NamespaceOptions(), &small).ok());
+  ASSERT_TRUE(db->CreateNamespace("putter", NamespaceOptions(), &putter).ok());
+  const std::string block(64 << 10, 's');
+  for (int i = 0; i < 16; i++) {  // the oldest values of the tier, 1 MiB in all
+    ASSERT_TRUE(small->Put(WriteOptions(), "k" + std::to_string(i), block).ok());
+  }
+  const std::string big(1 << 20, 'd');
+  for (int i = 0; Figure(db.get(), "default", "memory_bytes") < (29 << 20); i++) {
+    ASSERT_TRUE(db->Put(WriteOptions(), "d" + std::to_string(i), big).ok());
+  }
+  const std::string mine(64 << 10, 'p');
+  for (int i = 0; i < 100; i++) {  // 6.25 MiB, within a third of the tier
+    ASSERT_TRUE(putter->Put(WriteOptions(), "p" + std::to_string(i), mine).ok()) << i;
+  }
+  EXPECT_EQ(Figure(db.get(), "small", "memory_evictions"), 0);
+  EXPECT_EQ(Figure(db.get(), "small", "memory_items"), 16);
+  EXPECT_EQ(Figure(db.get(), "putter", "memory_items"), 100);
+  EXPECT_GT(Figure(db.get(), "default", "memory_evictions"), 0);
+}
+
 TEST(NamespaceQuotaTest, AHeavierWeightKeepsALargerShare) {
   test::TempDir dir;
   std::unique_ptr<DB> db;

@@ -14,6 +14,7 @@
 #include "kvengine/db.h"
 #include "kvengine/transport.h"
 #include "test/peer_harness.h"
+#include "transport/figure_scope.h"
 #include "transport/tenant_tokens.h"
 #include "transport/wire.h"
 #include "util/key_pattern.h"
@@ -129,6 +130,30 @@ uint64_t PeersStat(Transport* ops, const Endpoint& ep, const std::string& name) 
   return std::stoull(text.substr(at + tag.size()));
 }
 
+// What `t`, a tenant of namespace `mine`, reads of the server's properties: `mine`'s
+// figures, nothing of `others` (nor the DB's totals, nor the token file or the tenants'
+// tokens).
+void ExpectOnlyItsOwnFigures(Transport* t, const Endpoint& ep, const std::string& mine,
+                             const std::vector<std::string>& others) {
+  for (const char* name : {"kvengine.stats", "kvengine.stats.json", "kvengine.prometheus",
+                           "kvengine.metrics", "kvengine.options"}) {
+    std::string text;
+    Status s = t->GetProperty(ep, name, &text);
+    ASSERT_TRUE(s.ok()) << name << ": " << s.ToString();
+    for (const std::string& other : others) {
+      EXPECT_EQ(text.find("\"" + other + "\""), std::string::npos) << name << ": " << text;
+      EXPECT_EQ(text.find("namespace." + other + "."), std::string::npos) << name << ": " << text;
+    }
+    for (const char* leak : {"tok-", "tokens", "peer_auth_token_file", "memory.items",
+                             "kvengine_memory_items", "permission_denied"}) {
+      EXPECT_EQ(text.find(leak), std::string::npos) << name << " shows " << leak << ": " << text;
+    }
+    if (std::string(name) != "kvengine.options") {
+      EXPECT_NE(text.find(mine), std::string::npos) << name << ": " << text;
+    }
+  }
+}
+
 TEST(PeerTenantTest, EachTenantReadsAndDeletesOnlyItsOwnKeys) {
   TenantServer ts("tenants");
   ASSERT_TRUE(ts.server().Start());
@@ -174,10 +199,19 @@ TEST(PeerTenantTest, EachTenantReadsAndDeletesOnlyItsOwnKeys) {
   EXPECT_EQ(r[2], Status::NotFound("").ErrorCode());  // not even alpha's own key of that batch
   PutAll(alpha.get(), ep, {a3}, "alpha's");
 
-  // A tenant's properties are refused: they describe every tenant's keys.
+  // A tenant's properties show its namespaces' figures only (the same cut as an attached
+  // client's, transport/figure_scope.h); one that describes the whole DB is refused.
   std::string text;
-  s = alpha->GetProperty(ep, "kvengine.stats", &text);
+  ExpectOnlyItsOwnFigures(alpha.get(), ep, "ns-a", {"ns-b", "default"});
+  ExpectOnlyItsOwnFigures(beta.get(), ep, "ns-b", {"ns-a"});
+  s = alpha->GetProperty(ep, "kvengine.perf", &text);
   EXPECT_TRUE(s.IsPermissionDenied()) << s.ToString();
+  EXPECT_NE(s.message().find("tenant 'alpha'"), std::string::npos) << s.ToString();
+  // The operator's token reads the whole DB.
+  ASSERT_TRUE(ops->GetProperty(ep, "kvengine.stats", &text).ok());
+  EXPECT_NE(text.find("namespace.ns-b.memory_items: 1\n"), std::string::npos) << text;
+  ASSERT_TRUE(ops->GetProperty(ep, "kvengine.options", &text).ok());
+  EXPECT_NE(text.find("peer_auth_token_file="), std::string::npos) << text;
 
   // Deletes by pattern and DeleteAll touch the tenant's namespaces only.
   uint64_t deleted = 0;
@@ -397,6 +431,60 @@ TEST(PeerTenantTest, TheOldSingleTokenFileStillMeansEveryNamespace) {
 }
 
 // ---------------------------------------------------------------- the parser
+
+// The cut itself, on answers shaped as the DB gives them: names with dots, a namespace
+// only a peer's keys named (id:<hex>), the default one, and every form of a property.
+TEST(FigureScopeTest, CutsEachFormToTheScopesNamespaces) {
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(ns::IdOf("x.y")));
+  const std::string foreign = std::string("id:") + hex;
+  const FigureScope scope = FigureScope::Of("uid 7", false, {"a.b", "x.y", ""});
+  EXPECT_TRUE(scope.Shows("a.b") && scope.Shows("default") && scope.Shows(foreign));
+  EXPECT_FALSE(scope.Shows("a") || scope.Shows("id:0000000000000001") || scope.Shows("id:"));
+  std::string text = "** kvengine stats **\nmemory.items: 9\nnamespace.a.b.hits: 1\n"
+                     "namespace.a.hits: 2\nnamespace.default.hits: 3\nnamespace." +
+                     foreign + ".hits: 4\nnamespace.id:0000000000000001.hits: 5\nlocal.x: 6\n";
+  ASSERT_TRUE(scope.Admit("kvengine.stats").ok());
+  scope.Filter("kvengine.stats", &text);
+  EXPECT_EQ(text, "** kvengine stats **\nnamespace.a.b.hits: 1\nnamespace.default.hits: 3\n"
+                  "namespace." + foreign + ".hits: 4\n");
+  text = "{\"memory\":{\"items\":9},\"namespaces\":{\"a\":{\"hits\":2},\"a.b\":{\"hits\":1,"
+         "\"misses\":0},\"default\":{\"hits\":3}},\"local\":{\"x\":6}}";
+  scope.Filter("kvengine.stats.json", &text);
+  EXPECT_EQ(text, "{\"namespaces\":{\"a.b\":{\"hits\":1,\"misses\":0},\"default\":{\"hits\":3}}}");
+  text = "{\"memory\":{\"items\":9}}";  // a DB without namespaces
+  scope.Filter("kvengine.stats.json", &text);
+  EXPECT_EQ(text, "{}");
+  text = "# HELP kvengine_memory_items Items.\n# TYPE kvengine_memory_items gauge\n"
+         "kvengine_memory_items 9\n# HELP kvengine_namespace_hits_total Hits.\n"
+         "# TYPE kvengine_namespace_hits_total counter\n"
+         "kvengine_namespace_hits_total{namespace=\"a\"} 2\n"
+         "kvengine_namespace_hits_total{namespace=\"a.b\"} 1\n";
+  scope.Filter("kvengine.prometheus", &text);
+  EXPECT_EQ(text, "# HELP kvengine_namespace_hits_total Hits.\n"
+                  "# TYPE kvengine_namespace_hits_total counter\n"
+                  "kvengine_namespace_hits_total{namespace=\"a.b\"} 1\n");
+  text = "memory_capacity_bytes=1\nlocal_allowed_uids=uid:1=a\npeer_auth_token_file=/t\n"
+         "peers=h:1\ncluster=etcd://u:p@h\nlisten=h:2\nmetrics_listen=3\nlog_file=/l\n"
+         "local_listen_group=g\nmax_key_size=4";
+  scope.Filter("kvengine.options", &text);
+  EXPECT_EQ(text, "memory_capacity_bytes=1\nmax_key_size=4\n");
+  const Status s = scope.Admit("kvengine.perf");
+  EXPECT_TRUE(s.IsPermissionDenied());
+  EXPECT_NE(s.message().find("uid 7"), std::string::npos) << s.ToString();
+  EXPECT_TRUE(scope.Admit("kvengine.some_future_property").IsPermissionDenied());
+  // The whole DB's scope reads everything as it is.
+  const FigureScope whole;
+  text = "local_allowed_uids=uid:1=a\n";
+  ASSERT_TRUE(whole.Admit("kvengine.perf").ok());
+  whole.Filter("kvengine.options", &text);
+  EXPECT_EQ(text, "local_allowed_uids=uid:1=a\n");
+  // Every namespace without the whole DB: every namespace's figures, no totals.
+  const FigureScope every = FigureScope::Of("uid 8", true, {});
+  text = "memory.items: 9\nnamespace.a.hits: 2\n";
+  every.Filter("kvengine.stats", &text);
+  EXPECT_EQ(text, "namespace.a.hits: 2\n");
+}
 
 TEST(TenantTokensTest, ParsesTenantsAndTheOldForm) {
   std::vector<TenantEntry> e;

@@ -12,6 +12,7 @@
 #include "kvengine/db.h"
 #include "kvengine/env.h"
 #include "test/test_util.h"
+#include "util/namespace_key.h"
 
 namespace kvengine {
 namespace {
@@ -303,6 +304,99 @@ TEST(RemovalFeedRingTest, KeepsTheNewestCapacityEvents) {
   feed.Read(5, 10, &batch);
   EXPECT_TRUE(batch.events.empty());
   EXPECT_EQ(feed.recorded(), 5u);
+}
+
+// Each namespace's events are numbered among its own (issue #45): a reader of one
+// namespace -- a tenant -- learns nothing of how many removals the others made, from its
+// events' numbers, last_sequence or missed; the whole feed still numbers them all.
+TEST(RemovalFeedRingTest, NumbersEachNamespacesEventsAmongItsOwn) {
+  RemovalFeed feed(5, Env::Default());
+  RemovalBatch batch;
+  const uint64_t a = ns::IdOf("tenantA"), b = ns::IdOf("tenantB");
+  feed.ReadNamespace(a, 0, 10, &batch);  // starts the recording
+  EXPECT_EQ(batch.last_sequence, 0u);
+  const std::string pa = ns::Prefix(a), pb = ns::Prefix(b);
+  // b b a b d a b: a's are the 3rd and 6th of the whole feed, its 1st and 2nd.
+  for (const std::string& key : {pb + "1", pb + "2", pa + "1", pb + "3", std::string("d"),
+                                 pa + "2", pb + "4"}) {
+    feed.Record(key, RemovalEvent::kMemory, RemovalEvent::kDeleted);
+  }
+  feed.ReadNamespace(a, 0, 10, &batch);
+  EXPECT_EQ(batch.last_sequence, 2u);
+  EXPECT_EQ(batch.missed, 0u);  // the ring lost b's, not a's
+  ASSERT_EQ(batch.events.size(), 2u);
+  EXPECT_EQ(batch.events[0].sequence, 1u);
+  EXPECT_EQ(batch.events[0].key, pa + "1");
+  EXPECT_EQ(batch.events[1].sequence, 2u);
+  EXPECT_EQ(batch.events[1].key, pa + "2");
+  feed.ReadNamespace(a, 1, 10, &batch);
+  ASSERT_EQ(batch.events.size(), 1u);
+  EXPECT_EQ(batch.events[0].key, pa + "2");
+  // The default namespace (keys without the prefix) has its own numbering too.
+  feed.ReadNamespace(0, 0, 10, &batch);
+  ASSERT_EQ(batch.events.size(), 1u);
+  EXPECT_EQ(batch.events[0].sequence, 1u);
+  EXPECT_EQ(batch.events[0].key, "d");
+  // b's 4 events: the ring (5 slots) lost its first two.
+  feed.ReadNamespace(b, 0, 1, &batch);
+  EXPECT_EQ(batch.missed, 2u);
+  EXPECT_EQ(batch.last_sequence, 4u);
+  ASSERT_EQ(batch.events.size(), 1u);
+  EXPECT_EQ(batch.events[0].sequence, 3u);
+  EXPECT_EQ(batch.events[0].key, pb + "3");
+  // The whole feed: every event, numbered in one sequence.
+  feed.Read(0, 10, &batch);
+  EXPECT_EQ(batch.last_sequence, 7u);
+  EXPECT_EQ(batch.missed, 2u);
+  ASSERT_EQ(batch.events.size(), 5u);
+  EXPECT_EQ(batch.events[0].sequence, 3u);
+  // Once a namespace's events have all left the ring, its numbering goes on from where
+  // it was, so that no reader's cursor is passed by a restart.
+  for (int i = 0; i < 4; i++) feed.Record(pb + "x", RemovalEvent::kSsd, RemovalEvent::kCapacity);
+  feed.ReadNamespace(a, 2, 10, &batch);
+  EXPECT_TRUE(batch.events.empty());
+  EXPECT_EQ(batch.last_sequence, 2u);
+  feed.Record(pa + "3", RemovalEvent::kMemory, RemovalEvent::kDeleted);
+  feed.ReadNamespace(a, 2, 10, &batch);
+  ASSERT_EQ(batch.events.size(), 1u);
+  EXPECT_EQ(batch.events[0].sequence, 3u);
+  feed.ReadNamespace(ns::IdOf("nobody"), 0, 10, &batch);
+  EXPECT_TRUE(batch.events.empty());
+  EXPECT_EQ(batch.last_sequence, 0u);
+}
+
+// Through the DB: a namespace's handle and the DB itself (the default namespace) read
+// their own events numbered 1, 2, ... whatever the others removed.
+TEST_F(RemovalFeedTest, ANamespaceReadsItsOwnNumbering) {
+  options_.ssd_capacity_bytes = 0;
+  Open();
+  std::unique_ptr<DB> a, b;
+  ASSERT_TRUE(db_->CreateNamespace("tenantA", NamespaceOptions(), &a).ok());
+  ASSERT_TRUE(db_->CreateNamespace("tenantB", NamespaceOptions(), &b).ok());
+  RemovalBatch batch;
+  ASSERT_TRUE(a->ReadRemovals(0, 0, &batch).ok());  // starts the recording
+  for (int i = 0; i < 5; i++) {
+    const std::string k = "k" + std::to_string(i);
+    ASSERT_TRUE(b->Put(WriteOptions(), k, "v").ok());
+    ASSERT_TRUE(b->Delete(WriteOptions(), k).ok());
+  }
+  ASSERT_TRUE(a->Put(WriteOptions(), "mine", "v").ok());
+  ASSERT_TRUE(a->Delete(WriteOptions(), "mine").ok());
+  ASSERT_TRUE(db_->Put(WriteOptions(), "dflt", "v").ok());
+  ASSERT_TRUE(db_->Delete(WriteOptions(), "dflt").ok());
+  ASSERT_TRUE(a->ReadRemovals(0, 100, &batch).ok());
+  EXPECT_EQ(batch.last_sequence, 1u);  // not 6: b's five are not a's business
+  ASSERT_EQ(batch.events.size(), 1u);
+  EXPECT_EQ(batch.events[0].sequence, 1u);
+  EXPECT_EQ(batch.events[0].key, "mine");
+  ASSERT_TRUE(b->ReadRemovals(3, 100, &batch).ok());
+  EXPECT_EQ(batch.last_sequence, 5u);
+  ASSERT_EQ(batch.events.size(), 2u);
+  EXPECT_EQ(batch.events[0].key, "k3");
+  ASSERT_TRUE(db_->ReadRemovals(0, 100, &batch).ok());
+  EXPECT_EQ(batch.last_sequence, 1u);
+  ASSERT_EQ(batch.events.size(), 1u);
+  EXPECT_EQ(batch.events[0].key, "dflt");
 }
 
 }  // namespace

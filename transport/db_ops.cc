@@ -46,6 +46,15 @@ Status DbOpsOverDB::DeleteByRegex(const std::string& pattern, uint64_t* deleted)
 
 Status DbOpsOverDB::DeleteAll(uint64_t* deleted) { return db_->DeleteAll(deleted); }
 
+const FigureScope& DbOpsTarget::figures() const {
+  static const FigureScope* const whole = new FigureScope();
+  return *whole;
+}
+
+const FigureScope& DbOpsOverDB::figures() const {
+  return figures_ != nullptr ? *figures_ : DbOpsTarget::figures();
+}
+
 bool DbOpsOverDB::GetProperty(const std::string& name, std::string* value) {
   return db_->GetProperty(name, value);
 }
@@ -127,6 +136,7 @@ bool ServeDbOp(DbOpsTarget* target, uint8_t op, std::string_view meta, std::stri
       if (s.ok() && !target->GetProperty(std::string(name), &value)) {
         s = Status::NotFound("unknown property", name);
       }
+      if (s.ok()) target->figures().Filter(std::string(name), &value);
       wire::PutBatchStatus(answer, s);
       PutLengthPrefixed(answer, s.ok() ? value : "");
       return true;

@@ -12,7 +12,9 @@
 //   PREFETCH         keys                     -> batch status, a result per key (1: its
 //                                                read up from SSD started, 0: not)
 // A request the target does not admit (DbOpsTarget::Admit) is answered with the refusal
-// as its batch status and no results (PROPERTY: the refusal and "").
+// as its batch status and no results (PROPERTY: the refusal and "").  A PROPERTY's
+// answer is cut to the target's FigureScope (transport/figure_scope.h): what the
+// client's grant or tenant may see of the DB.
 // A server hands a request of one of these ops to ServeDbOp and sends the answer back;
 // its own ops (puts, gets, pins, leases) it decodes itself.
 #ifndef KVENGINE_TRANSPORT_DB_OPS_H_
@@ -27,6 +29,7 @@
 #include "kvengine/db.h"
 #include "kvengine/slice.h"
 #include "kvengine/status.h"
+#include "transport/figure_scope.h"
 
 namespace kvengine {
 
@@ -47,18 +50,24 @@ class DbOpsTarget {
     results->assign(keys.size(), 0);
     return Status::OK();
   }
-  // Whether the caller may name `keys` (EXISTS, DELETE, VALUE_SIZE, PREFETCH) or read
-  // property `name`.  A refusal (PermissionDenied) is the request's answer, and nothing
-  // runs.  By default everything is admitted.
+  // Whether the caller may name `keys` (EXISTS, DELETE, VALUE_SIZE, PREFETCH).  A refusal
+  // (PermissionDenied) is the request's answer, and nothing runs.  By default everything
+  // is admitted.
   virtual Status Admit(std::span<const Slice> /*keys*/) { return Status::OK(); }
-  virtual Status AdmitProperty(const std::string& /*name*/) { return Status::OK(); }
+  // What the caller may see of the DB's figures: a property outside it is refused
+  // (AdmitProperty: figures().Admit by default), one inside it cut to it.  By default the
+  // whole DB's.
+  virtual const FigureScope& figures() const;
+  virtual Status AdmitProperty(const std::string& name) { return figures().Admit(name); }
 };
 
 // The ops run against a kvengine::DB, which must outlive it (deletes with the default
 // WriteOptions).
 class DbOpsOverDB final : public DbOpsTarget {
  public:
-  explicit DbOpsOverDB(DB* db) : db_(db) {}
+  // `figures` (not owned, outlives it): what the caller may see; null: the whole DB.
+  explicit DbOpsOverDB(DB* db, const FigureScope* figures = nullptr)
+      : db_(db), figures_(figures) {}
   Status BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) override;
   Status BatchDelete(std::span<const Slice> keys, std::vector<int64_t>* results) override;
   Status GetValueSize(const Slice& key, uint64_t* size) override;
@@ -66,9 +75,11 @@ class DbOpsOverDB final : public DbOpsTarget {
   Status DeleteAll(uint64_t* deleted) override;
   bool GetProperty(const std::string& name, std::string* value) override;
   Status Prefetch(std::span<const Slice> keys, std::vector<int64_t>* results) override;
+  const FigureScope& figures() const override;
 
  private:
   DB* const db_;
+  const FigureScope* const figures_;
 };
 
 // Whether `op` (wire::Op) is one ServeDbOp answers.

@@ -142,10 +142,14 @@ class ServiceOps final : public DbOpsTarget {
     Status s = tenant_->Permit(keys);
     return s.ok() ? s : refusals_->Note(tenant_, peer_, s);
   }
+  // A tenant's properties are cut to its namespaces' figures (FigureScope, the same as
+  // for attached clients); a property outside them is a refusal, counted.
+  const FigureScope& figures() const override {
+    return tenant_ != nullptr ? tenant_->figures() : DbOpsTarget::figures();
+  }
   Status AdmitProperty(const std::string& name) override {
-    if (tenant_ == nullptr) return Status::OK();
-    Status s = tenant_->PermitProperty(name);
-    return s.ok() ? s : refusals_->Note(tenant_, peer_, s);
+    Status s = figures().Admit(name);
+    return s.ok() || tenant_ == nullptr ? s : refusals_->Note(tenant_, peer_, s);
   }
   Status BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) override {
     return service_->BatchExists(keys, results);

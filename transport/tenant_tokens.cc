@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "transport/wire.h"
@@ -153,6 +154,11 @@ Tenant::Tenant(const TenantEntry& entry, const TenantTable* table)
       table_(table) {
   for (const std::string& n : entry.namespaces) ids_.push_back(ns::IdOf(n));
   std::sort(ids_.begin(), ids_.end());
+  if (!every_namespace_) {
+    std::set<std::string> names(entry.namespaces.begin(), entry.namespaces.end());
+    if (default_namespace_) names.insert("");
+    figures_ = FigureScope::Of("tenant '" + name_ + "'", false, names);
+  }
 }
 
 bool Tenant::Allows(const Slice& key) const {
@@ -194,12 +200,6 @@ std::string Tenant::Restrict(const std::string& pattern) const {
   // Bound to nothing a key can have: a lookahead nothing passes.
   if (ahead.empty()) ahead = "[^\\x00-\\xff]";
   return "(?=" + ahead + ")(?:" + pattern + ")";
-}
-
-Status Tenant::PermitProperty(const std::string& name) const {
-  if (every_namespace_) return Status::OK();
-  return Status::PermissionDenied("tenant '" + name_ + "' may not read property '" + name +
-                                  "': properties describe the whole DB ('*' tenants only)");
 }
 
 // ---------------------------------------------------------------- TenantTable

@@ -33,6 +33,7 @@
 
 #include "kvengine/slice.h"
 #include "kvengine/status.h"
+#include "transport/figure_scope.h"
 
 namespace kvengine {
 
@@ -82,10 +83,9 @@ class Tenant {
   // keys) within the tenant's namespaces only.  REQUIRES: `pattern` compiles on its own
   // (so that it cannot close the group it is put in), !unrestricted().
   std::string Restrict(const std::string& pattern) const;
-  // OK when the tenant may read DB property `name`: only a tenant of every namespace
-  // may (the properties describe the whole DB, every tenant's keys); else
-  // PermissionDenied naming the tenant.
-  Status PermitProperty(const std::string& name) const;
+  // What the tenant may see of the DB's figures (properties): a tenant of every
+  // namespace the whole DB's, any other its namespaces' only (transport/figure_scope.h).
+  const FigureScope& figures() const { return figures_; }
 
   // Requests refused to this tenant.
   uint64_t refused() const { return refused_.load(std::memory_order_relaxed); }
@@ -99,6 +99,7 @@ class Tenant {
   const bool every_namespace_;
   const bool default_namespace_;
   std::vector<uint64_t> ids_;  // sorted: the named namespaces' ids
+  FigureScope figures_;
   const TenantTable* const table_;
   mutable std::atomic<uint64_t> refused_{0};
 };

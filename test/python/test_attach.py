@@ -40,6 +40,56 @@ def test_attach_by_socket_and_by_path(db_path):
         assert owner.read("from-path") == b"p"
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the client as another uid")
+def test_a_tenants_client_sees_only_its_own_namespaces_figures(db_path):
+    """A client under uid 1001, granted tenant-a only (no '@admin'), reads its namespace's
+    figures and removal feed and nothing of tenant-b (docs/attach.md, "What a client sees
+    of the DB")."""
+    import tempfile
+    sock_dir = tempfile.mkdtemp(prefix="kv-figures-")
+    os.chmod(sock_dir, 0o755)
+    sock = os.path.join(sock_dir, "kv.sock")
+    with kvengine.DB(db_path, local_listen=sock, local_listen_mode="0666",
+                     local_allowed_uids="uid:1001=tenant-a", **OWNER_OPTIONS) as owner:
+        a = owner.create_namespace("tenant-a")
+        b = owner.create_namespace("tenant-b")
+        assert a.read_removals(0, 0)[2] == 0  # the feed records from here on
+        for i in range(5):
+            b.put("b%d" % i, b"bb")
+            b.remove("b%d" % i)
+        a.put("mine", b"aa")
+        a.put("gone", b"aa")
+        a.remove("gone")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        code = textwrap.dedent("""
+            import sys, kvengine
+            db = kvengine.attach(sys.argv[1])
+            stats = db.stats()
+            assert list(stats) == ["namespaces"], stats
+            assert list(stats["namespaces"]) == ["tenant-a"], stats
+            assert stats["namespaces"]["tenant-a"]["memory_items"] == 1, stats
+            for name in ("kvengine.stats", "kvengine.stats.json", "kvengine.prometheus"):
+                text = db.get_property(name)
+                assert "tenant-a" in text and "tenant-b" not in text, (name, text)
+            options = db.options()
+            assert "memory_capacity_bytes" in options, options
+            assert "local_allowed_uids" not in options, options
+            assert db.get_property("kvengine.perf") is None
+            assert [n["name"] for n in db.list_namespaces()] == ["tenant-a"]
+            a = db.open_namespace("tenant-a")
+            events, missed, last = a.read_removals()
+            assert (missed, last) == (0, 1), (events, missed, last)
+            assert [(e[0], e[4]) for e in events] == [(1, b"gone")], events
+            print("ok")
+            """)
+        out = subprocess.run([sys.executable, "-c", code, sock], env=env, user=1001,
+                             group=1001, extra_groups=[], capture_output=True, text=True,
+                             timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "ok"
+        assert "tenant-b" in owner.get_property("kvengine.stats")
+
+
 def test_attach_without_owner_raises(db_path):
     with pytest.raises(kvengine.Error):
         kvengine.attach(db_path + ".nothing.sock")
