@@ -11,7 +11,9 @@
 //               the namespaces' handles, and the default namespace's key rule.
 //   OwnerDB     over the top when local_listen is set (attach/): serves the top layer
 //               to the other processes of this host, their value bytes moving through
-//               the engine's arena (db/shared_arena.h).
+//               the engine's arena (db/shared_arena.h), whose puts enter the top of
+//               the arena's stack (ClusterDB's when there is one: routed to their
+//               owners) as every put enters the top of the DB stack.
 //   MetricsDB   over the top when metrics_listen is set (metrics/): serves the
 //               process's metrics, health and readiness over HTTP.
 // DB::Attach builds the client of another process's DB (attach/), with a MetricsDB over
@@ -108,10 +110,14 @@ Status DB::Open(const Options& options, const std::string& path, std::unique_ptr
     RemoveLocalSocketRecord(env, path);
   }
   std::unique_ptr<DB> top = std::move(local);
+  // The top of the arena's stack (db/shared_arena.h): an attached client's put enters
+  // there, as every put enters the top of the DB stack.
+  SharedArena* arena = engine;
   const bool clustered = cluster != nullptr;  // peers may send keys of any namespace
   if (s.ok() && cluster != nullptr) {
+    arena = cluster.get();
     s = cluster->Start(
-        std::move(top), PinForPeers(engine),
+        std::move(top), engine, PinForPeers(engine),
         [engine](uint64_t values, uint64_t bytes) { engine->CountServedFromMemory(values, bytes); },
         engine->arena_base(), engine->peer_tier_counters());
     top = std::move(cluster);  // which owns the engine now, started or not
@@ -119,7 +125,7 @@ Status DB::Open(const Options& options, const std::string& path, std::unique_ptr
   if (s.ok()) s = NamespaceDB::Wrap(effective, path, clustered, engine->namespace_usage(), engine,
                                      &top);
   if (s.ok() && !effective.local_listen.empty()) {
-    s = OwnerDB::Wrap(effective, path, engine, engine->info_log(), &top);
+    s = OwnerDB::Wrap(effective, path, arena, engine->info_log(), &top);
   }
   if (s.ok() && !effective.metrics_listen.empty()) s = MetricsDB::Wrap(effective, &top);
   // Logged once every layer is up (the engine's Init configured the log).

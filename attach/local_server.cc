@@ -297,11 +297,20 @@ class LocalServer::Session {
     return kLookupPinned;
   }
 
-  // Publishes the slots `ids` (reservations or spares) under `keys`.
+  // Publishes the slots `ids` (reservations or spares) under `keys`, as one put of the
+  // DB served: through the top of the arena's stack (db/shared_arena.h), which sends
+  // each key to its owners when the DB is a cluster's.
   void Commit(const std::vector<Slice>& keys, const std::vector<uint64_t>& ids,
               std::vector<int64_t>* results) {
     ExpireReservations();  // exactly at the timeout, not at the next poll
     results->assign(keys.size(), 0);
+    struct Found {
+      size_t index;
+      std::map<uint64_t, Held>* held;
+      std::map<uint64_t, Held>::iterator it;
+    };
+    std::vector<Found> found;
+    std::set<uint64_t> named_ids;  // a slot named twice is published once
     for (size_t i = 0; i < keys.size(); i++) {
       std::map<uint64_t, Held>* held = &reservations_;
       auto it = held->find(ids[i]);
@@ -309,7 +318,7 @@ class LocalServer::Session {
         held = &spares_;
         it = held->find(ids[i]);
       }
-      if (it == held->end()) {
+      if (it == held->end() || !named_ids.insert(ids[i]).second) {
         const bool expired = expired_ids_.erase(ids[i]) != 0;
         (*results)[i] =
             (expired ? Status::Aborted("the reserved slot was given back at its timeout")
@@ -317,14 +326,28 @@ class LocalServer::Session {
                 .ErrorCode();
         continue;
       }
-      Held& slot = it->second;
-      (*results)[i] = WithArenaKey(keys[i], [&](const Slice& k) {
-                        return arena_->Commit(k, &slot.slot);
-                      }).ErrorCode();
-      if (held == &spares_ && (*results)[i] == 0) {
+      found.push_back({i, held, it});
+    }
+    std::vector<Slice> named;
+    std::vector<MemoryTier::Reservation*> slots;
+    for (const Found& f : found) {
+      named.push_back(keys[f.index]);
+      slots.push_back(&f.it->second.slot);
+    }
+    std::vector<int64_t> r;
+    WithArenaKeys(named, &r, [&](std::span<const Slice> k, std::span<const size_t> idx,
+                                 std::vector<int64_t>* out) {
+      std::vector<MemoryTier::Reservation*> picked;
+      for (size_t j : idx) picked.push_back(slots[j]);
+      arena_->Commit(k, picked, out);
+    });
+    for (size_t j = 0; j < found.size(); j++) {
+      const Found& f = found[j];
+      (*results)[f.index] = r[j];
+      if (f.held == &spares_ && r[j] == 0) {
         server_->counters_->spare_commits.fetch_add(1, std::memory_order_relaxed);
       }
-      held->erase(it);  // abandons it when the commit failed
+      f.held->erase(f.it);  // gives back what was not published here
     }
   }
 
@@ -467,6 +490,35 @@ class LocalServer::Session {
       Status s = rule.ToInternal(key, &internal);
       return s.ok() ? fn(internal.slice()) : s;
     });
+  }
+
+  // WithArenaKey for a batch: fn(mapped keys, their indexes in `keys`, their results)
+  // once, for the keys that pass the rule, inside one guard; (*results)[i] gets each
+  // key's result, or why it was refused.
+  template <class Fn>
+  void WithArenaKeys(std::span<const Slice> keys, std::vector<int64_t>* results, Fn fn) {
+    results->assign(keys.size(), 0);
+    auto map_and_run = [&](const NamespaceKeys& rule) {
+      std::unique_ptr<PrefixedKey[]> internal(new PrefixedKey[keys.size()]);
+      std::vector<Slice> mapped;
+      std::vector<size_t> idx;
+      for (size_t i = 0; i < keys.size(); i++) {
+        Status s = rule.is_default() ? rule.Check(keys[i]) : rule.ToInternal(keys[i], &internal[i]);
+        if (!s.ok()) {
+          (*results)[i] = s.ErrorCode();
+          continue;
+        }
+        mapped.push_back(rule.is_default() ? keys[i] : internal[i].slice());
+        idx.push_back(i);
+      }
+      if (mapped.empty()) return Status::OK();
+      std::vector<int64_t> out;
+      fn(std::span<const Slice>(mapped), std::span<const size_t>(idx), &out);
+      for (size_t j = 0; j < idx.size(); j++) (*results)[idx[j]] = out[j];
+      return Status::OK();
+    };
+    Status s = view_ == nullptr ? map_and_run(default_rule_) : view_->Guarded(map_and_run);
+    if (!s.ok()) results->assign(keys.size(), s.ErrorCode());
   }
 
   // The PermissionDenied of a client whose grant lacks namespace `name`.

@@ -43,10 +43,11 @@ std::shared_ptr<MemoryRegistrar> ClusterDB::Registrar(std::shared_ptr<MemoryRegi
   return router_->Registrar(std::move(next));
 }
 
-Status ClusterDB::Start(std::unique_ptr<DB> local, PeerRouter::PinFn pin,
+Status ClusterDB::Start(std::unique_ptr<DB> local, SharedArena* arena, PeerRouter::PinFn pin,
                         PeerRouter::ServedFn served, const char* arena_base,
                         TierCounters* peer_tier) {
   base_ = std::move(local);
+  SetArenaBelow(arena);
   router_->SetTierCounters(peer_tier);
   return router_->StartServing(base_.get(), std::move(pin), std::move(served), arena_base);
 }
@@ -283,6 +284,60 @@ Status ClusterDB::DeleteAll(uint64_t* deleted) {
   if (deleted != nullptr) *deleted = n;
   log.Add("deleted", n);
   return log.Finish(std::move(s));
+}
+
+void ClusterDB::Commit(std::span<const Slice> keys,
+                       std::span<MemoryTier::Reservation* const> slots,
+                       std::vector<int64_t>* results) {
+  SharedArena* const engine = arena_below();
+  if (!router_->Routing()) return engine->Commit(keys, slots, results);
+  PerfPoint perf(PerfKey::db_batch_put);
+  CallLog log(&logger_, "commit", &errors_);
+  log.Add("num_keys", keys.size());
+  // Keys the engine would refuse stay there, for its error.
+  std::vector<size_t> routed, kept;
+  for (size_t i = 0; i < keys.size(); i++) (Routable(keys[i]) ? routed : kept).push_back(i);
+  results->assign(keys.size(), 0);
+  auto commit_locally = [&](const std::vector<size_t>& idx, std::vector<int64_t>* r) {
+    std::vector<Slice> k;
+    std::vector<MemoryTier::Reservation*> v;
+    for (size_t i : idx) {
+      k.push_back(keys[i]);
+      v.push_back(slots[i]);
+    }
+    engine->Commit(k, v, r);
+    return Status::OK();
+  };
+  if (!kept.empty()) {
+    std::vector<int64_t> r;
+    commit_locally(kept, &r);
+    for (size_t j = 0; j < kept.size(); j++) (*results)[kept[j]] = r[j];
+  }
+  if (routed.empty()) {
+    log.Finish(Status::OK());
+    return;
+  }
+  std::vector<Slice> k;
+  std::vector<ValueParts> values;
+  for (size_t i : routed) {
+    k.push_back(keys[i]);
+    values.push_back({Slice(slots[i]->data(), slots[i]->size())});
+  }
+  std::vector<int64_t> r;
+  Status s = router_->BatchPutLocalLast(
+      k, values,
+      [&](const std::vector<size_t>& idx, std::vector<int64_t>* out) {
+        std::vector<size_t> mine;
+        for (size_t j : idx) mine.push_back(routed[j]);
+        return commit_locally(mine, out);
+      },
+      &r);
+  for (size_t j = 0; j < routed.size(); j++) {
+    const size_t i = routed[j];
+    (*results)[i] = s.ok() && j < r.size() ? r[j] : s.ErrorCode();
+    log.Key(i, (*results)[i], static_cast<int64_t>(values[j][0].size()), "replicas");
+  }
+  log.Finish(std::move(s), keys);
 }
 
 bool ClusterDB::GetProperty(const std::string& name, std::string* value) {

@@ -16,6 +16,12 @@
 //   replicated    sharded with a cluster or cluster_replicas > 1: R owners per key.
 // See cluster/peer_router.h for the details of each mode and docs/cluster.md.
 //
+// An attached client's put (its arena slots, db/shared_arena.h) is a put of this layer
+// too: ClusterDB is also the StackableArena over the engine's arena, and its Commit
+// sends each key to its owners as BatchPut does -- a key this host owns is published in
+// place (zero-copy), a key another member owns is sent from the slot the client filled,
+// and the slot given back.  The owner's local server is handed ClusterDB's arena.
+//
 // Peers' requests are served by the local DB (PeerRouter's server), not by ClusterDB:
 // a request that reaches this host is answered here and never forwarded.
 //
@@ -27,6 +33,7 @@
 #include <string>
 
 #include "cluster/peer_router.h"
+#include "db/shared_arena.h"
 #include "kvengine/db.h"
 #include "kvengine/stackable_db.h"
 #include "util/call_log.h"
@@ -34,7 +41,7 @@
 
 namespace kvengine {
 
-class ClusterDB final : public StackableDB {
+class ClusterDB final : public StackableDB, public StackableArena {
  public:
   // Parses the peer options and creates the transports, before the local DB is opened:
   // the local DB's arena must be registered with them (Registrar).  Stores nullptr in
@@ -46,14 +53,15 @@ class ClusterDB final : public StackableDB {
   // null): the local DB's Options::memory_registrar.
   std::shared_ptr<MemoryRegistrar> Registrar(std::shared_ptr<MemoryRegistrar> next);
 
-  // Takes the opened local DB; serves it to the peers when Options::listen is set (`pin`
+  // Takes the opened local DB and its engine's arena (`arena`, which outlives this
+  // ClusterDB: the arena below this layer's); serves it to the peers when Options::listen is set (`pin`
   // pins a value of its memory tier, at `arena_base`, for one-sided reads; `served` counts
   // the GETs answered from such pins alone) and joins the membership.  Called once,
   // before any other call.
   // Reads of the peer tier are counted into `peer_tier` (the engine's, which outlives
   // this ClusterDB; db/tier_counters.h).
-  Status Start(std::unique_ptr<DB> local, PeerRouter::PinFn pin, PeerRouter::ServedFn served,
-               const char* arena_base, TierCounters* peer_tier);
+  Status Start(std::unique_ptr<DB> local, SharedArena* arena, PeerRouter::PinFn pin,
+               PeerRouter::ServedFn served, const char* arena_base, TierCounters* peer_tier);
 
   // Leaves the cluster and stops serving peers (draining their requests), then closes
   // the local DB.
@@ -77,6 +85,16 @@ class ClusterDB final : public StackableDB {
                      std::vector<int64_t>* results) override;
   Status DeleteByRegex(const std::string& pattern, uint64_t* deleted) override;
   Status DeleteAll(uint64_t* deleted) override;
+
+  // The arena's commit (SharedArena::Commit) as a BatchPut of the slots' bytes: each
+  // key to its R owners, OK when the first owner that took it did; a key no owner took
+  // fails with the first owner's error (IOError when it could not be reached; logged
+  // naming it), never OK.  This host's share is published in place, after every other
+  // owner has been answered (a published slot may be reused at once).  Keys the local
+  // DB would refuse, and every key when this DB does not route, go to the engine's
+  // arena as they are.  Reserve, ReserveSpare and PinInMemory are the engine's.
+  void Commit(std::span<const Slice> keys, std::span<MemoryTier::Reservation* const> slots,
+              std::vector<int64_t>* results) override;
 
   // Buffers, Flush, CompactBuckets and ResetPerf are the local DB's (StackableDB's
   // forwarding).

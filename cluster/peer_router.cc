@@ -354,9 +354,8 @@ std::vector<std::string> PeerRouter::OwnersOf(const Slice& key) const {
 }
 
 void PeerRouter::RunGroups(std::vector<OwnerGroup>* groups, const LocalGroupFn& local,
-                           const RemoteGroupFn& remote) {
-  ForEachParallel(groups->size(), [&](size_t g) {
-    OwnerGroup& group = (*groups)[g];
+                           const RemoteGroupFn& remote, bool local_last) {
+  auto run = [&](OwnerGroup& group) {
     Status s;
     if (IsSelf(group.owner)) {
       s = local(group.idx, &group.r);
@@ -375,7 +374,15 @@ void PeerRouter::RunGroups(std::vector<OwnerGroup>* groups, const LocalGroupFn& 
       group.r.resize(group.idx.size(), code);
       if (!s.ok()) std::fill(group.r.begin(), group.r.end(), code);
     }
-  });
+  };
+  if (!local_last) {
+    ForEachParallel(groups->size(), [&](size_t g) { run((*groups)[g]); });
+    return;
+  }
+  std::vector<OwnerGroup*> remotes, locals;
+  for (OwnerGroup& g : *groups) (IsSelf(g.owner) ? locals : remotes).push_back(&g);
+  ForEachParallel(remotes.size(), [&](size_t g) { run(*remotes[g]); });
+  for (OwnerGroup* g : locals) run(*g);
 }
 
 namespace {
@@ -420,14 +427,15 @@ void PeerRouter::AskInOrder(std::span<const Slice> keys, std::vector<int64_t>* r
 }
 
 void PeerRouter::SendToAll(std::span<const Slice> keys, std::vector<int64_t>* results,
-                           const LocalGroupFn& local, const RemoteGroupFn& remote) {
+                           const LocalGroupFn& local, const RemoteGroupFn& remote,
+                           bool local_last) {
   const int64_t kNotFound = Status::NotFound("").ErrorCode();
   const std::vector<std::vector<std::string>> owners = OwnersOfAll(keys);
   std::vector<OwnerGroup> groups;
   for (size_t i = 0; i < keys.size(); i++) {
     for (const std::string& o : owners[i]) GroupFor(&groups, o)->idx.push_back(i);
   }
-  RunGroups(&groups, local, remote);
+  RunGroups(&groups, local, remote, local_last);
   // Each key's answers in its owners' order.
   std::vector<std::vector<int64_t>> answers(keys.size());
   for (size_t i = 0; i < keys.size(); i++) answers[i].resize(owners[i].size(), kNotFound);
@@ -594,6 +602,21 @@ Status PeerRouter::BatchPut(DB* local, const WriteOptions& options, std::span<co
   }
   KV_SHARDED_BATCH(local->BatchPut(options, Pick(keys, idx), Pick(values, idx), &r),
                    RemotePut(peer, Pick(keys, idx), Pick(values, idx), &r));
+}
+
+Status PeerRouter::BatchPutLocalLast(std::span<const Slice> keys,
+                                     std::span<const ValueParts> values,
+                                     const LocalGroupFn& local_put,
+                                     std::vector<int64_t>* results) {
+  if (closed()) return Status::Aborted("DB is closed");
+  remote_puts_.fetch_add(keys.size(), std::memory_order_relaxed);
+  // One owner per key (R = 1) or R: the same walk, this host's share last.
+  SendToAll(keys, results, local_put,
+            [&](const Endpoint& peer, const std::vector<size_t>& idx, std::vector<int64_t>* r) {
+              return RemotePut(peer, Pick(keys, idx), Pick(values, idx), r);
+            },
+            /*local_last=*/true);
+  return Status::OK();
 }
 
 Status PeerRouter::BatchGetInto(DB* local, const ReadOptions& options, std::span<const Slice> keys,

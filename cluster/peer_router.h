@@ -121,6 +121,16 @@ class PeerRouter {
   Status BatchExists(DB* local, std::span<const Slice> keys, std::vector<int64_t>* results);
   Status BatchDelete(DB* local, const WriteOptions& options, std::span<const Slice> keys,
                      std::vector<int64_t>* results);
+  // This host's share of a batch call: keys[idx[j]] answered into (*r)[j].
+  using LocalGroupFn = std::function<Status(const std::vector<size_t>& idx, std::vector<int64_t>*)>;
+  // BatchPut whose share for this host is stored by `local_put`, called only once every
+  // other owner's share has been sent and answered: `values` may be the very bytes
+  // local_put publishes in place (an attached client's arena slots, ClusterDB::Commit),
+  // which may be reused as soon as they are published.  Results as BatchPut's: a key's
+  // is its first owner's success, else its first owner's error (IOError when that owner
+  // could not be reached).  Keys may repeat; the owners check the values.
+  Status BatchPutLocalLast(std::span<const Slice> keys, std::span<const ValueParts> values,
+                           const LocalGroupFn& local_put, std::vector<int64_t>* results);
   // Single keys on a remote owner; the status names the peer.
   Status Put(const Endpoint& owner, const Slice& key, const Slice& value);
   Status Get(const Endpoint& owner, const Slice& key, std::string* value);
@@ -183,13 +193,13 @@ class PeerRouter {
     std::vector<size_t> idx;
     std::vector<int64_t> r;
   };
-  using LocalGroupFn = std::function<Status(const std::vector<size_t>& idx, std::vector<int64_t>*)>;
   using RemoteGroupFn = std::function<Status(const Endpoint& owner, const std::vector<size_t>& idx,
                                              std::vector<int64_t>*)>;
   // Runs every group at once: this host's through `local`, the others' through `remote`.  A failed
-  // call fills its keys' results with its error code.
+  // call fills its keys' results with its error code.  With `local_last`, this host's
+  // group runs only after every other group has been answered.
   void RunGroups(std::vector<OwnerGroup>* groups, const LocalGroupFn& local,
-                 const RemoteGroupFn& remote);
+                 const RemoteGroupFn& remote, bool local_last = false);
   // Each key's owners for one batch (one member snapshot for all).
   std::vector<std::vector<std::string>> OwnersOfAll(std::span<const Slice> keys) const;
   // Asks each key its owners in order, one rank at a time, until `done(result)`; keys
@@ -200,7 +210,7 @@ class PeerRouter {
   // Sends each key to all its owners; a key's result is the first owner's success, else
   // NotFound when one answered NotFound, else the first owner's error.
   void SendToAll(std::span<const Slice> keys, std::vector<int64_t>* results,
-                 const LocalGroupFn& local, const RemoteGroupFn& remote);
+                 const LocalGroupFn& local, const RemoteGroupFn& remote, bool local_last = false);
   // Asks key's owners in order (this host through `local`) until one answers OK;
   // NotFound when none does.
   Status FromFirstOwner(const Slice& key, const std::function<Status()>& local,

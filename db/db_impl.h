@@ -89,7 +89,8 @@ class DBImpl final : public DB, public SharedArena, public NamespaceRemovals {
   Status Reserve(const Slice& key, uint64_t size, MemoryTier::Reservation* reservation) override;
   Status ReserveSpare(uint64_t namespace_id, uint64_t size,
                       MemoryTier::Reservation* reservation) override;
-  Status Commit(const Slice& key, MemoryTier::Reservation* reservation) override;
+  void Commit(std::span<const Slice> keys, std::span<MemoryTier::Reservation* const> slots,
+              std::vector<int64_t>* results) override;
   Status PinInMemory(const Slice& key, uint64_t capacity, MemoryTier::Handle* handle) override;
 
   // ---------------------------------------------------------------- peers
@@ -142,6 +143,8 @@ class DBImpl final : public DB, public SharedArena, public NamespaceRemovals {
   Status StartBatch(const char* call, std::span<const Slice> keys, size_t others, const char* what,
                     bool unique_keys, std::vector<int64_t>* results) REQUIRES_SHARED(lifecycle_mu_);
   Status PutOne(const Slice& key, std::span<const Slice> parts);
+  // Publishes one filled reservation of the arena under key (SharedArena::Commit).
+  Status CommitOne(const Slice& key, MemoryTier::Reservation* reservation);
   Status CheckValueSize(const Slice& key, uint64_t size) const;
   // Stores a checked value in the tiers: `parts` (total `size` bytes), already copied
   // into `reserved` when it is not null.

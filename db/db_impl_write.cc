@@ -105,7 +105,13 @@ Status DBImpl::ReserveSpare(uint64_t namespace_id, uint64_t size,
   return memory_->Reserve(charge_to, size, MemoryTier::QuotaRoom::kNoEvict, reservation);
 }
 
-Status DBImpl::Commit(const Slice& key, MemoryTier::Reservation* reservation) {
+void DBImpl::Commit(std::span<const Slice> keys, std::span<MemoryTier::Reservation* const> slots,
+                    std::vector<int64_t>* results) {
+  results->assign(keys.size(), 0);
+  for (size_t i = 0; i < keys.size(); i++) (*results)[i] = CommitOne(keys[i], slots[i]).ErrorCode();
+}
+
+Status DBImpl::CommitOne(const Slice& key, MemoryTier::Reservation* reservation) {
   PerfPoint perf(PerfKey::db_put_one);
   ReaderLock guard(&lifecycle_mu_);
   Status s = CheckOpen();

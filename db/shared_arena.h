@@ -10,12 +10,25 @@
 // DB may be a layer above the engine (a cluster router), so that a value only a peer
 // holds is read the way a local caller would read it.
 //
-// DBImpl implements it.  Thread-safety: every method may be called from any number of
-// threads at once; after the DB is closed they fail with Aborted.
+// The commit is a put, and a put enters at the top of the owner's stack: the arena
+// interfaces stack as the DBs do (StackableArena below, RocksDB's StackableDB shape).
+// DBImpl implements the arena itself and publishes into its own tiers; ClusterDB is a
+// StackableArena over it that overrides Commit alone, sending each key to its owners
+// (the keys another member owns from the very slot the client filled, this host's
+// published in place).  The namespace layer's part -- mapping a key into its namespace
+// under the namespace's guard, so that a drop cannot slip between mapping and
+// publication -- is NamespaceView::Guarded, which the local server calls around
+// Reserve, Commit and PinInMemory.  The local server is handed the top of this stack
+// (api/db_open.cc).
+//
+// Thread-safety: every method may be called from any number of threads at once; after
+// the DB is closed they fail with Aborted.
 #ifndef KVENGINE_DB_SHARED_ARENA_H_
 #define KVENGINE_DB_SHARED_ARENA_H_
 
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "db/memory_tier.h"
 #include "kvengine/slice.h"
@@ -50,18 +63,54 @@ class SharedArena {
   virtual Status ReserveSpare(uint64_t namespace_id, uint64_t size,
                               MemoryTier::Reservation* reservation) = 0;
 
-  // Publishes a reservation the caller filled as a put of its bytes under `key`, exactly
-  // as a local put: key and size checked (a spare's key is seen here first), a new
-  // version, SSD write-through or the retirement of older SSD copies, counters.  On
-  // failure nothing is published, and what is left of the reservation the caller gives
-  // back by destroying it.
-  virtual Status Commit(const Slice& key, MemoryTier::Reservation* reservation) = 0;
+  // Publishes reservations the caller filled, slots[i] under keys[i], as a put of their
+  // bytes would be published by the layer this arena belongs to: by the engine exactly
+  // as a local put (keys and sizes checked -- a spare's key is seen here first --, a new
+  // version, SSD write-through or the retirement of older SSD copies, counters); by a
+  // cluster router to each key's owners, as its BatchPut.  (*results)[i] is 0 or the
+  // error code of keys[i]'s put (a key fails alone).  A slot published in place is
+  // consumed; every other (its key failed, or another host took the bytes) is left to
+  // the caller, who gives it back by destroying it.  REQUIRES: keys.size() ==
+  // slots.size(), every slot valid and filled.
+  virtual void Commit(std::span<const Slice> keys, std::span<MemoryTier::Reservation* const> slots,
+                      std::vector<int64_t>* results) = 0;
 
   // Pins key's value where it is in the memory tier into *handle, counted as a get
   // served from memory: its bytes stay unchanged until the handle is released.
   // NotFound when the memory tier does not hold it (the caller reads it through the DB
   // instead); BufferTooSmall, nothing pinned, when it is larger than `capacity`.
   virtual Status PinInMemory(const Slice& key, uint64_t capacity, MemoryTier::Handle* handle) = 0;
+};
+
+// A SharedArena over another one that forwards every call to it: a layer of the owner's
+// stack derives from it and overrides what it changes (ClusterDB: Commit).
+class StackableArena : public SharedArena {
+ public:
+  // `below` (not owned) must be set, by the constructor or SetArenaBelow, before any call.
+  explicit StackableArena(SharedArena* below = nullptr) : below_(below) {}
+  void SetArenaBelow(SharedArena* below) { below_ = below; }
+  SharedArena* arena_below() const { return below_; }
+
+  char* arena_base() const override { return below_->arena_base(); }
+  uint64_t arena_size() const override { return below_->arena_size(); }
+  int arena_fd() const override { return below_->arena_fd(); }
+  Status Reserve(const Slice& key, uint64_t size, MemoryTier::Reservation* reservation) override {
+    return below_->Reserve(key, size, reservation);
+  }
+  Status ReserveSpare(uint64_t namespace_id, uint64_t size,
+                      MemoryTier::Reservation* reservation) override {
+    return below_->ReserveSpare(namespace_id, size, reservation);
+  }
+  void Commit(std::span<const Slice> keys, std::span<MemoryTier::Reservation* const> slots,
+              std::vector<int64_t>* results) override {
+    below_->Commit(keys, slots, results);
+  }
+  Status PinInMemory(const Slice& key, uint64_t capacity, MemoryTier::Handle* handle) override {
+    return below_->PinInMemory(key, capacity, handle);
+  }
+
+ private:
+  SharedArena* below_;
 };
 
 }  // namespace kvengine

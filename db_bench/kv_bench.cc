@@ -26,6 +26,7 @@
 
 #include "db_bench/engine.h"
 #include "db_bench/flags.h"
+#include "db_bench/stop_signals.h"
 #include "db_bench/suite.h"
 
 int main(int argc, char** argv) {
@@ -69,6 +70,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kv_bench: %s\nRun kv_bench --help for every flag.\n", error.c_str());
     return 1;
   }
+  kvbench::BlockStopSignals();  // before the suite starts any thread
   kvbench::Suite suite(std::move(config));
   return suite.Run();
 }

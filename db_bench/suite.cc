@@ -1,6 +1,7 @@
 #include "db_bench/suite.h"
 
 #include <stdlib.h>
+#include <sys/statvfs.h>
 
 #include <algorithm>
 #include <chrono>
@@ -13,6 +14,7 @@
 #include <set>
 #include <thread>
 
+#include "db_bench/stop_signals.h"
 #include "kvengine/transport.h"
 
 namespace kvbench {
@@ -86,6 +88,7 @@ bool Suite::PrepareDirectories(std::string* error) {
     }
     root_ = tmpl;
     remove_root_ = true;
+    RemoveOnStop(root_);
   } else {
     root_ = c_.db;
     fs::create_directories(root_, ec);
@@ -155,6 +158,33 @@ bool Suite::PrepareTrace(std::string* error) {
     return false;
   }
   ideal_ = ComputeIdealCaches(t, trace_);
+  return true;
+}
+
+bool Suite::FitSsdToDisk(std::string* error) {
+  if (!remove_root_) return true;  // --db=DIR: the user's directory, the user's sizes
+  EngineConfig config;
+  config.memory_budget = c_.memory_budget;
+  config.kvengine_options = c_.kvengine_options;
+  kvengine::Options options;
+  Status s = KvengineOptions(config, &options);
+  if (!s.ok()) {
+    *error = "--options: " + s.ToString();
+    return false;
+  }
+  struct statvfs fs_stats;
+  if (::statvfs(root_.c_str(), &fs_stats) != 0) return true;  // not known: left as it is
+  const uint64_t free_bytes = static_cast<uint64_t>(fs_stats.f_bavail) * fs_stats.f_frsize;
+  // Half the free space, shared by every kvengine DB of the run, and RocksDB's beside.
+  const uint64_t dbs = std::max<uint64_t>(1, slots_.size());
+  const uint64_t limit = free_bytes / 2 / dbs;
+  if (options.ssd_capacity_bytes <= limit) return true;
+  ssd_note_ = "ssd_capacity_bytes lowered from " + Mib(options.ssd_capacity_bytes) + " to " +
+              Mib(limit) + ", half the free space of " + root_ + " (" + Mib(free_bytes) +
+              ") shared by " + std::to_string(dbs) +
+              " DB(s): a temporary DB must not fill its disk (--db=DIR keeps your sizes)";
+  c_.kvengine_options.emplace_back("ssd_capacity_bytes", std::to_string(limit));
+  c_.trace.ssd_capacity = std::min(c_.trace.ssd_capacity, limit);
   return true;
 }
 
@@ -250,7 +280,8 @@ void Suite::PrintHeader() {
                  Mib(t.BytesPerBlock()).c_str(), t.block_tokens, t.KeysPerBlock());
   }
   std::fprintf(info_, "DB:         %s%s\n", root_.c_str(),
-               remove_root_ ? " (temporary, removed after)" : "");
+               remove_root_ ? " (temporary, removed after, or when stopped by a signal)" : "");
+  if (!ssd_note_.empty()) std::fprintf(info_, "Note:       %s\n", ssd_note_.c_str());
   bool local_engine = false;
   for (const Slot* slot : AllSlots()) {
     if (!slot->engine) continue;
@@ -471,7 +502,8 @@ void Suite::Emit(Result* r) {
 
 int Suite::Run() {
   std::string error;
-  if (!PrepareDirectories(&error) || !PrepareTrace(&error) || !OpenEngines(&error) ||
+  if (!PrepareDirectories(&error) || !FitSsdToDisk(&error) || !PrepareTrace(&error) ||
+      !OpenEngines(&error) ||
       !OpenPeer(&error)) {
     std::fprintf(stderr, "kv_bench: %s\n", error.c_str());
     return 1;
@@ -677,7 +709,10 @@ void Suite::Cleanup() {
   if (!root_.empty()) {
     for (const auto& f : RawFiles(root_, c_.threads)) fs::remove(f, ec);
   }
-  if (remove_root_) fs::remove_all(root_, ec);
+  if (remove_root_) {
+    RemoveOnStop("");
+    fs::remove_all(root_, ec);
+  }
 }
 
 }  // namespace kvbench

@@ -41,6 +41,9 @@ class Suite {
   };
 
   bool PrepareDirectories(std::string* error);
+  // A temporary DB's SSD tier at most half its disk's free space (shared by the run's
+  // DBs): lowered, with a note in the header, when --options (or the default) ask more.
+  bool FitSsdToDisk(std::string* error);
   // The trace benchmark's trace: read from --trace, or generated and written there (or
   // into the DB directory); and the ideal caches' figures on it.
   bool PrepareTrace(std::string* error);
@@ -80,6 +83,7 @@ class Suite {
   FILE* info_;  // the header, notes: stdout, or stderr with --json
   std::string root_;
   bool remove_root_ = false;
+  std::string ssd_note_;  // FitSsdToDisk's note, when it lowered the capacity
   std::vector<Slot> slots_;
   Slot peer_;  // the peer of peer_put/peer_get; its engine is open only when they run
   std::unique_ptr<ValuePool> pool_;

@@ -170,7 +170,7 @@ Host StartHost(const std::string& dir, uint16_t port, uint16_t peer_port, PeerMo
   std::unique_ptr<ClusterDB> cluster;
   EXPECT_TRUE(ClusterDB::Create(o, &cluster).ok());
   EXPECT_NE(cluster, nullptr);
-  EXPECT_TRUE(cluster->Start(std::move(local), nullptr, nullptr, nullptr, nullptr).ok());
+  EXPECT_TRUE(cluster->Start(std::move(local), nullptr, nullptr, nullptr, nullptr, nullptr).ok());
   auto top = std::make_unique<Recorder>("top", std::move(cluster));
   h.top = top.get();
   h.db = std::move(top);

@@ -5,15 +5,19 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
+#include <tuple>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "cluster/etcd_client.h"
+#include "cluster/rendezvous.h"
 #include "kvengine/db.h"
 #include "test/peer_harness.h"
 
@@ -534,6 +538,288 @@ TEST_F(ClusterTest, AMemberThatRefusesConnectionsCostsOnlyMisses) {
   EXPECT_GT(misses, 30);
   EXPECT_EQ(hits + misses, 300);
 }
+
+// ---------------------------------------------------------------- placement (issue 50)
+// Three kv_server members, each also serving its host's processes on a local socket
+// (docs/attach.md), with static peers or on etcd, R = 1 or 2.  After writes through every
+// door -- attached processes (BatchPut through RESERVE/COMMIT, spares included, single
+// Puts), to two members' sockets, and a cluster client that is no member -- every member
+// is asked for its own keys (a peer's request is answered from its own tiers) and each
+// key must be on exactly its R rendezvous owners.  Deletes, DeleteByRegex and DeleteAll
+// through an attached process must leave the keys on no member.
+class PlacementTest : public ::testing::TestWithParam<std::tuple<bool, int>> {
+ protected:
+  bool on_etcd() const { return std::get<0>(GetParam()); }
+  int replicas() const { return std::get<1>(GetParam()); }
+
+  void SetUp() override {
+    if (on_etcd() && EtcdBinary().empty()) GTEST_SKIP() << "etcd is not installed";
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    for (char& c : name) c = c == '/' ? '_' : c;
+    dir_ = TempDir(name);
+    if (on_etcd()) {
+      etcd_ = std::make_unique<Etcd>(dir_);
+      ASSERT_TRUE(etcd_->Start()) << "etcd did not start; see " << dir_ << "/etcd.log";
+    }
+    std::vector<uint16_t> ports;
+    for (int m = 0; m < kMembers; m++) {
+      ports.push_back(FreePort());
+      members_.push_back("127.0.0.1:" + std::to_string(ports.back()));
+    }
+    std::string all;
+    for (const std::string& m : members_) all += (all.empty() ? "" : ",") + m;
+    // Static peers reach kv_server through the environment: --options splits at commas.
+    if (!on_etcd()) setenv("KVENGINE_PEERS", all.c_str(), 1);
+    for (int m = 0; m < kMembers; m++) {
+      std::vector<std::string> extra = {"--local_listen=" + Socket(m)};
+      if (on_etcd()) extra.push_back("--cluster=etcd://" + etcd_->address() + "/place");
+      servers_.push_back(std::make_unique<Server>(dir_ + "/m" + std::to_string(m), ports[m], extra));
+      servers_.back()->set_options(",ssd_capacity_bytes=0,peer_mode=sharded,peer_timeout_ms=2000,"
+                                   "cluster_lease_ttl_ms=2000,cluster_replicas=" +
+                                   std::to_string(replicas()));
+      ASSERT_TRUE(servers_.back()->Start()) << "member " << m;
+    }
+    unsetenv("KVENGINE_PEERS");
+    // Every member routes over all three before anything is written.
+    auto t = NewClient("", 1000);
+    for (int m = 0; m < kMembers; m++) {
+      ASSERT_TRUE(WaitFor(
+          [&] {
+            std::string text;
+            return t->GetProperty(servers_[m]->endpoint(), "kvengine.peers", &text).ok() &&
+                   text.find("\npeers: " + std::to_string(kMembers - 1) + "\n") !=
+                       std::string::npos;
+          },
+          10000))
+          << "member " << m << " never saw the others";
+    }
+  }
+  void TearDown() override {
+    servers_.clear();
+    etcd_.reset();
+  }
+
+  std::string Socket(int m) const { return dir_ + "/m" + std::to_string(m) + ".sock"; }
+
+  std::unique_ptr<DB> Attach(int m) {
+    std::unique_ptr<DB> db;
+    Options o;
+    o.apply_environment = false;
+    EXPECT_TRUE(DB::Attach(o, Socket(m), &db).ok());
+    return db;
+  }
+
+  // A client of the cluster that is no member (kv_server's own clients: kv_bench
+  // --cluster, a DB opened with peers).
+  std::unique_ptr<DB> ClusterClient() {
+    Options o = ClientOptions("", PeerMode::kSharded);
+    o.cluster_replicas = replicas();
+    if (on_etcd()) {
+      o.cluster = "etcd://" + etcd_->address() + "/place";
+    } else {
+      for (const std::string& m : members_) o.peers += (o.peers.empty() ? "" : ",") + m;
+    }
+    std::unique_ptr<DB> db;
+    EXPECT_TRUE(DB::Open(o, dir_ + "/client", &db).ok());
+    if (on_etcd()) {
+      EXPECT_TRUE(WaitFor(
+          [&] {
+            std::string text;
+            db->GetProperty("kvengine.peers", &text);
+            return text.find("\npeers: " + std::to_string(kMembers) + "\n") != std::string::npos;
+          },
+          10000));
+    }
+    return db;
+  }
+
+  // Puts names through `db` in one BatchPut; every key must succeed.
+  void BatchPut(DB* db, const std::vector<std::string>& names) {
+    std::vector<Slice> keys(names.begin(), names.end());
+    std::vector<std::string> values;
+    for (const std::string& n : names) values.push_back(ValueOf(n, 4096 + n.size() * 64));
+    std::vector<ValueParts> parts;
+    for (const std::string& v : values) parts.push_back({Slice(v)});
+    std::vector<int64_t> r;
+    ASSERT_TRUE(db->BatchPut(WriteOptions(), keys, parts, &r).ok());
+    for (size_t i = 0; i < r.size(); i++) ASSERT_EQ(r[i], 0) << names[i];
+  }
+
+  // Which members hold each key in their own tiers.
+  std::vector<std::set<std::string>> Holders(const std::vector<std::string>& names) {
+    std::vector<Slice> keys(names.begin(), names.end());
+    std::vector<std::set<std::string>> held(names.size());
+    auto t = NewClient("", 2000);
+    for (int m = 0; m < kMembers; m++) {
+      std::vector<int64_t> r;
+      EXPECT_TRUE(t->BatchExists(servers_[m]->endpoint(), keys, &r).ok()) << members_[m];
+      for (size_t i = 0; i < r.size(); i++) {
+        if (r[i] == 1) held[i].insert(members_[m]);
+      }
+    }
+    return held;
+  }
+
+  // Each key is on exactly its R rendezvous owners, and its value reads bit-exact
+  // through every member's socket.
+  void ExpectPlaced(const std::vector<std::string>& names) {
+    const std::vector<std::set<std::string>> held = Holders(names);
+    int misplaced = 0;
+    for (size_t i = 0; i < names.size(); i++) {
+      const std::vector<std::string> owners = TopOwners(names[i], members_, replicas());
+      const std::set<std::string> want(owners.begin(), owners.end());
+      if (held[i] != want && misplaced++ < 5) {
+        std::string got;
+        for (const std::string& h : held[i]) got += h + " ";
+        ADD_FAILURE() << names[i] << " is on { " << got << "}, its owners are " << owners[0]
+                      << (owners.size() > 1 ? " and " + owners[1] : "");
+      }
+    }
+    EXPECT_EQ(misplaced, 0) << "of " << names.size() << " keys";
+    for (int m = 0; m < kMembers; m++) {
+      std::unique_ptr<DB> db = Attach(m);
+      for (const std::string& n : names) {
+        std::string v;
+        ASSERT_TRUE(db->Get(ReadOptions(), n, &v).ok()) << n << " through member " << m;
+        ASSERT_EQ(v, ValueOf(n, 4096 + n.size() * 64)) << n;
+      }
+    }
+  }
+
+  // No member holds any of names.
+  void ExpectGone(const std::vector<std::string>& names) {
+    const std::vector<std::set<std::string>> held = Holders(names);
+    for (size_t i = 0; i < names.size(); i++) {
+      EXPECT_TRUE(held[i].empty()) << names[i] << " is still on " << *held[i].begin();
+    }
+  }
+
+  static std::vector<std::string> Names(const std::string& prefix, int n) {
+    std::vector<std::string> names;
+    for (int i = 0; i < n; i++) names.push_back(prefix + std::to_string(i));
+    return names;
+  }
+
+  static constexpr int kMembers = 3;
+  std::string dir_;
+  std::unique_ptr<Etcd> etcd_;
+  std::vector<std::string> members_;
+  std::vector<std::unique_ptr<Server>> servers_;
+};
+
+TEST_P(PlacementTest, EveryWriteReachesItsOwnersWhateverTheDoor) {
+  std::vector<std::string> all;
+  auto add = [&all](const std::vector<std::string>& names) {
+    all.insert(all.end(), names.begin(), names.end());
+  };
+  {
+    // Attached to member 0: a batch (RESERVE, copy, COMMIT_RESERVE), a second batch of
+    // the same shape (committed into the spares the first reserved), single puts.
+    std::unique_ptr<DB> a0 = Attach(0);
+    const std::vector<std::string> batch = Names("att0/layer.", 32);
+    const std::vector<std::string> spares = Names("att0/next.", 32);
+    const std::vector<std::string> singles = Names("att0/one.", 16);
+    BatchPut(a0.get(), batch);
+    BatchPut(a0.get(), spares);
+    for (const std::string& n : singles) {
+      ASSERT_TRUE(a0->Put(WriteOptions(), n, ValueOf(n, 4096 + n.size() * 64)).ok()) << n;
+    }
+    add(batch);
+    add(spares);
+    add(singles);
+    // Attached to member 2, another host's door.
+    std::unique_ptr<DB> a2 = Attach(2);
+    const std::vector<std::string> other = Names("att2/layer.", 48);
+    BatchPut(a2.get(), other);
+    add(other);
+  }
+  {
+    // A client of the cluster that is not a member.
+    std::unique_ptr<DB> client = ClusterClient();
+    const std::vector<std::string> names = Names("client/layer.", 48);
+    BatchPut(client.get(), names);
+    add(names);
+  }
+  ExpectPlaced(all);
+
+  // Deletes through an attached process reach every owner.
+  std::unique_ptr<DB> a1 = Attach(1);
+  const std::vector<std::string> batch = Names("att0/layer.", 32);
+  for (int i = 0; i < 4; i++) ASSERT_TRUE(a1->Delete(WriteOptions(), batch[i]).ok()) << batch[i];
+  const std::vector<std::string> deleted_one(batch.begin(), batch.begin() + 4);
+  const std::vector<std::string> batch_deleted(batch.begin() + 4, batch.begin() + 12);
+  std::vector<Slice> keys(batch_deleted.begin(), batch_deleted.end());
+  std::vector<int64_t> r;
+  ASSERT_TRUE(a1->BatchDelete(WriteOptions(), keys, &r).ok());
+  uint64_t deleted = 0;
+  ASSERT_TRUE(a1->DeleteByRegex("att2/.*", &deleted).ok());
+  EXPECT_EQ(deleted, 48u * replicas());  // counted on every member that held one
+  ExpectGone(deleted_one);
+  ExpectGone(batch_deleted);
+  ExpectGone(Names("att2/layer.", 48));
+  const std::vector<std::string> kept = Names("client/layer.", 48);
+  ExpectPlaced(kept);
+  ASSERT_TRUE(a1->DeleteAll(&deleted).ok());
+  ExpectGone(all);
+}
+
+// An attached put of a key whose every owner is down fails with IOError, never OK; a key
+// with an owner alive is stored there.
+TEST_P(PlacementTest, AnAttachedPutWithNoOwnerReachableFails) {
+  servers_[1]->Kill(SIGKILL);
+  std::unique_ptr<DB> a0 = Attach(0);
+  const std::vector<std::string> names = Names("down/layer.", 48);
+  std::vector<Slice> keys(names.begin(), names.end());
+  std::vector<std::string> values;
+  std::vector<ValueParts> parts;
+  for (const std::string& n : names) values.push_back(ValueOf(n, 8192));
+  for (const std::string& v : values) parts.push_back({Slice(v)});
+  std::vector<int64_t> r;
+  ASSERT_TRUE(a0->BatchPut(WriteOptions(), keys, parts, &r).ok());
+  int failed = 0;
+  for (size_t i = 0; i < names.size(); i++) {
+    const std::vector<std::string> owners = TopOwners(names[i], members_, replicas());
+    const bool reachable = std::any_of(owners.begin(), owners.end(),
+                                       [&](const std::string& o) { return o != members_[1]; });
+    if (reachable) {
+      EXPECT_EQ(r[i], 0) << names[i];
+    } else {
+      EXPECT_EQ(r[i], Status::IOError("").ErrorCode()) << names[i] << " is owned by the dead member";
+      failed++;
+    }
+  }
+  if (replicas() == 1) {
+    EXPECT_GT(failed, 0);
+  }
+  // None of the failed keys was kept anywhere in its owner's stead.
+  const std::vector<std::set<std::string>> held = [&] {
+    std::vector<std::set<std::string>> out(names.size());
+    auto t = NewClient("", 2000);
+    for (int m : {0, 2}) {
+      std::vector<int64_t> e;
+      EXPECT_TRUE(t->BatchExists(servers_[m]->endpoint(), keys, &e).ok());
+      for (size_t i = 0; i < e.size(); i++) {
+        if (e[i] == 1) out[i].insert(members_[m]);
+      }
+    }
+    return out;
+  }();
+  for (size_t i = 0; i < names.size(); i++) {
+    std::vector<std::string> owners = TopOwners(names[i], members_, replicas());
+    std::set<std::string> want;
+    for (const std::string& o : owners) {
+      if (o != members_[1]) want.insert(o);
+    }
+    EXPECT_EQ(held[i], want) << names[i];
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(StaticAndEtcd, PlacementTest,
+                         ::testing::Combine(::testing::Bool(), ::testing::Values(1, 2)),
+                         [](const ::testing::TestParamInfo<std::tuple<bool, int>>& info) {
+                           return std::string(std::get<0>(info.param) ? "Etcd" : "Static") +
+                                  "R" + std::to_string(std::get<1>(info.param));
+                         });
 
 }  // namespace
 }  // namespace kvengine

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,6 +26,11 @@ Status ReadyChild::Start(const std::vector<std::string>& args, int timeout_ms) {
   argv.push_back(nullptr);
   pid_ = fork();
   if (pid_ == 0) {
+    // The child starts with no signal blocked, whatever the parent blocks (kv_bench
+    // blocks its stop signals to wait for them in a thread of its own).
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
     dup2(to_child[0], 0);
     dup2(from_child[1], 1);
     execv("/proc/self/exe", argv.data());

@@ -15,12 +15,14 @@ BS = 16
 LAYOUT = "flash_nhd"
 
 
-def config(path, tp_size, engine_id, tp_rank=None, events=False):
+def config(path, tp_size, engine_id, tp_rank=None, events=False, attach=None):
     extra = dict(engine_id=engine_id,
                  options=dict(memory_capacity_bytes="64MiB", prefault_memory=False,
                               ssd_capacity_bytes="256MiB", apply_environment=False))
     if tp_rank is not None:
         extra["tp_rank"] = tp_rank
+    if attach is not None:  # deployment (a): a kv_server's socket
+        extra["attach"] = attach
     cfg = fk.make_config(path, block_size=BS, **extra)
     cfg.parallel_config.tensor_parallel_size = tp_size
     cfg.kv_events_config = fk.KVEventsConfig(enable_kv_cache_events=events)
@@ -33,17 +35,18 @@ def rank_hash(block_hash, rank):
     return hashlib.sha256(bytes(block_hash) + bytes([rank])).digest()
 
 
-def main(conn, role, path, tp_size, engine_id, tp_rank=None, events=False):
+def main(conn, role, path, tp_size, engine_id, tp_rank=None, events=False, attach=None):
     try:
         from kvengine.vllm._vllm_compat import KVConnectorRole
         from kvengine.vllm.connector import KVEngineConnector
 
         if role == "scheduler":
-            connector = KVEngineConnector(config(path, tp_size, engine_id, events=events),
-                                          KVConnectorRole.SCHEDULER)
+            connector = KVEngineConnector(
+                config(path, tp_size, engine_id, events=events, attach=attach),
+                KVConnectorRole.SCHEDULER)
             caches = None
         else:
-            connector = KVEngineConnector(config(path, tp_size, engine_id, tp_rank, events),
+            connector = KVEngineConnector(config(path, tp_size, engine_id, tp_rank, events, attach),
                                           KVConnectorRole.WORKER)
             caches = fk.make_caches(LAYOUT, block_size=BS)
             connector.register_kv_caches(caches)
@@ -87,6 +90,9 @@ def main(conn, role, path, tp_size, engine_id, tp_rank=None, events=False):
                 block_hash, layer = args
                 conn.send(("ok", connector._db.remove(
                     connector.block_key(bytes(block_hash).hex(), layer))))
+            elif command == "keys":  # this rank's keys of these blocks, every layer
+                conn.send(("ok", [connector.block_key(bytes(h).hex(), layer)
+                                  for h in args[0] for layer in range(len(caches))]))
             elif command == "blocks":  # the bytes of these blocks, every layer
                 conn.send(("ok", [[fk.block_view(c, LAYOUT, b).contiguous().view(torch.uint8)
                                    for c in caches.values()] for b in args]))
