@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "attach/staging_window.h"
 #include "env/gpu_io.h"
 #include "env/gpu_staging.h"
 #include "gtest/gtest.h"
@@ -997,6 +998,71 @@ TEST_F(AttachTest, DeviceBuffersOfAnAttachedClient) {
   ASSERT_EQ(r[0], static_cast<int64_t>(expected.size()));
   EXPECT_TRUE(device_dst + host_tail.substr(0, 1000) == expected);
   EXPECT_GE(copied.load() - before, 300u << 10);
+  db.reset();
+  owner_.reset();
+  GpuIo::SetHooksForTesting(nullptr);
+}
+
+// The window is handed out front to back and emptied by the release of its last room;
+// an idle one gives its pages back (they read zeros), a held one never does.
+TEST(StagingWindowTest, RoundsFillItAndIdleOnesGiveTheirPagesBack) {
+  std::unique_ptr<StagingWindow> window;
+  int memfd = -1;
+  ASSERT_TRUE(StagingWindow::Create(&window, &memfd).ok());
+  close(memfd);
+  uint64_t a = 1, b = 1, c = 1;
+  ASSERT_TRUE(window->Take(StagingWindow::kBytes - 4096, &a));
+  ASSERT_TRUE(window->Take(4096, &b));
+  EXPECT_EQ(a, 0u);
+  EXPECT_EQ(b, StagingWindow::kBytes - 4096);
+  EXPECT_FALSE(window->Take(1, &c));  // full: the key waits for another round
+  window->Release();
+  EXPECT_FALSE(window->Take(1, &c));  // one room still held
+  std::memset(window->base(), 'x', 4096);
+  std::this_thread::sleep_for(StagingWindow::kIdleRelease + std::chrono::milliseconds(100));
+  window->ReleaseIfIdle();
+  EXPECT_EQ(window->base()[0], 'x');  // held: kept
+  window->Release();
+  ASSERT_TRUE(window->Take(StagingWindow::kBytes, &c));  // empty again
+  EXPECT_EQ(c, 0u);
+  window->Release();
+  window->ReleaseIfIdle();
+  EXPECT_EQ(window->base()[0], 'x');  // not idle long enough
+  std::this_thread::sleep_for(StagingWindow::kIdleRelease + std::chrono::milliseconds(100));
+  window->ReleaseIfIdle();
+  EXPECT_EQ(window->base()[0], 0);  // given back
+}
+
+// A value only on SSD read into a device buffer: the copy goes from the connection's
+// staging window, which is not the arena (so not page-locked as the arena is).
+TEST_F(AttachTest, DeviceBufferReadsAValueOnlyOnSsdThroughTheWindow) {
+  std::string device_src(300 << 10, 0), device_dst(300 << 10, 0);
+  std::mt19937_64 rng(4);
+  for (char& c : device_src) c = static_cast<char>(rng());
+  std::vector<HostCopier*> copiers;
+  const GpuIo::Hooks hooks =
+      DeviceHooks({&device_src, &device_dst}, &copiers, HostCopier::Faults());
+  GpuIo::SetHooksForTesting(&hooks);
+  OpenSsdOwner();
+  const std::string value(device_src.data(), 300 << 10);
+  ASSERT_TRUE(owner_->Put(WriteOptions(), "gpu-key", value).ok());
+  // 24 MiB of its size class through a 16 MiB arena: gpu-key goes to SSD.
+  for (int i = 0; i < 80; i++) {
+    ASSERT_TRUE(owner_->Put(WriteOptions(), "filler-" + std::to_string(i),
+                            std::string(300 << 10, static_cast<char>(i)))
+                    .ok());
+  }
+  std::vector<Slice> keys{"gpu-key"};
+  std::vector<int64_t> r;
+  ASSERT_TRUE(owner_->BatchLocate(keys, &r).ok());
+  ASSERT_EQ(r[0], kLocatedSsd);
+  std::unique_ptr<DB> db;
+  ASSERT_TRUE(DB::Attach(ClientOptions(), socket_, &db).ok());
+  std::vector<Destination> dests{{MutableSlice(device_dst.data(), device_dst.size())}};
+  ASSERT_TRUE(db->BatchGetInto(ReadOptions(), keys, dests, &r).ok());
+  ASSERT_EQ(r[0], static_cast<int64_t>(value.size()));
+  EXPECT_TRUE(device_dst == value);
+  EXPECT_EQ(Stat(owner_.get(), "local.window_staged_values"), 1u);
   db.reset();
   owner_.reset();
   GpuIo::SetHooksForTesting(nullptr);
