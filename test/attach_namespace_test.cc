@@ -598,7 +598,7 @@ TEST_F(AttachNamespaceTest, AClientSeesOnlyItsOwnNamespacesFigures) {
   ASSERT_TRUE(c->Delete(WriteOptions(), "k1").ok());
   ASSERT_TRUE(a->Delete(WriteOptions(), "k1").ok());
   int refusals = 0;
-  RunChildren({{"--figures", socket_, "3"}}, &refusals);
+  RunChildren({{"--figures", host_.socket, "3"}}, &refusals);
   EXPECT_EQ(refusals, 0);
   std::string text;
   ASSERT_TRUE(owner_->GetProperty("kvengine.stats", &text));
