@@ -93,6 +93,9 @@ struct AttachedDB::Connection {
   std::vector<Slot> spares;  // reserved for this connection's next put
   // Owners with wire::kFeatureChannel: every frame after the greeting goes through it.
   std::unique_ptr<ShmChannel> channel;
+  // Owners with wire::kFeatureStaging: where the owner reads this connection's pins of
+  // values that are not in memory (PIN locations marked wire::kPinInWindow).
+  std::unique_ptr<SharedMapping> window;
   // Requests sent and not yet answered, oldest first, with where their answers go.
   struct Posted {
     uint8_t op;
@@ -241,6 +244,10 @@ Status AttachedDB::Open(Connection* conn) {
       GetFixed64(&in, &spare_lifetime_ms)) {
     conn->spare_lifetime_ms = spare_lifetime_ms;
   }
+  if (features & wire::kFeatureStaging) {  // on the socket: before the channel
+    s = OpenStaging(conn, deadline);
+    if (!s.ok()) return s;
+  }
   if ((features & wire::kFeatureChannel) && options_.local_shared_channel) {
     s = OpenChannel(conn, deadline);
     if (!s.ok()) return s;
@@ -290,27 +297,51 @@ Status AttachedDB::MapArena(Connection* conn, int fd, const SharedMapping::FileI
   return Status::OK();
 }
 
-Status AttachedDB::OpenChannel(Connection* conn, Deadline deadline) {
+Status AttachedDB::RequestRegion(Connection* conn, uint8_t op, Deadline deadline, OwnedFd* memfd,
+                                 Status* owner, std::string* rest) {
   const uint64_t id = ++conn->next_request;
-  Status s = SendFrame(conn->socket.get(), wire::kOpenChannel, 0, id, "", {}, deadline);
+  Status s = SendFrame(conn->socket.get(), op, 0, id, "", {}, deadline);
   int received = -1;
   if (s.ok()) s = ReceiveDescriptor(conn->socket.get(), deadline, &received);
-  const OwnedFd memfd(received);  // closed on every path: the mapping keeps the region
+  memfd->Reset(received);  // the caller's to close: a mapping keeps the region
   wire::FrameHeader h;
-  std::string meta;
-  if (s.ok()) s = ReadFrame(conn->socket.get(), deadline, &h, &meta);
-  std::string_view in(meta);
-  Status owner;
-  if (s.ok() &&
-      (h.op != wire::kOpenChannel || h.request_id != id || !wire::GetBatchStatus(&in, &owner))) {
-    s = Status::Corruption("malformed answer to OPEN_CHANNEL");
+  if (s.ok()) s = ReadFrame(conn->socket.get(), deadline, &h, rest);
+  std::string_view in(*rest);
+  if (s.ok() && (h.op != op || h.request_id != id || !wire::GetBatchStatus(&in, owner))) {
+    s = Status::Corruption("malformed answer to op " + std::to_string(op));
   }
+  if (s.ok()) *rest = std::string(in);
+  return s;
+}
+
+Status AttachedDB::OpenChannel(Connection* conn, Deadline deadline) {
+  OwnedFd memfd;
+  Status owner;
+  std::string rest;
+  Status s = RequestRegion(conn, wire::kOpenChannel, deadline, &memfd, &owner, &rest);
   if (s.ok() && owner.ok()) {
     s = !memfd.valid() ? Status::Corruption("no shared channel was passed")
                        : ShmChannel::Attach(memfd.get(), conn->socket.get(),
                                             options_.local_busy_poll_us, &conn->channel);
   }
   // An owner that could not set one up (out of memory) serves the socket as before.
+  return s.ok() ? Status::OK() : Lost(conn, s.ToString());
+}
+
+Status AttachedDB::OpenStaging(Connection* conn, Deadline deadline) {
+  OwnedFd memfd;
+  Status owner;
+  std::string rest;
+  Status s = RequestRegion(conn, wire::kOpenStaging, deadline, &memfd, &owner, &rest);
+  std::string_view in(rest);
+  uint64_t size = 0;
+  if (s.ok() && owner.ok()) {
+    // Not prefaulted: the window's pages exist only while the owner stages values in it.
+    s = !memfd.valid() || !GetFixed64(&in, &size)
+            ? Status::Corruption("no staging window was passed")
+            : SharedMapping::Map(memfd.get(), size, false, &conn->window);
+  }
+  // An owner that could not make one (out of memory) stages in the arena, as before.
   return s.ok() ? Status::OK() : Lost(conn, s.ToString());
 }
 
@@ -855,6 +886,10 @@ class AttachedDB::GetRun {
     return Status::OK();
   }
 
+  // The keys the owner answered wire::kPinLater: its staging window was full of this
+  // batch's values, so they are read in another round, after the UNPIN.
+  const std::vector<size_t>& later() const { return later_; }
+
  private:
   // Waits for the answer to group g's PIN and decodes it.
   Status ReadPins(size_t g, std::vector<int64_t>* pinned, std::vector<RemoteLocation>* locs) {
@@ -872,21 +907,34 @@ class AttachedDB::GetRun {
     return Status::OK();
   }
 
-  // Copies key i's value, pinned at `loc` (pinned: 0) or not (its error code), into its
-  // destination, and adds its lease to the UNPIN.  A failure is the connection's.
+  // Copies key i's value, pinned at `loc` (pinned: 0) or not (its error code, or
+  // kPinLater), into its destination, and adds its lease to the UNPIN.  A failure is
+  // the connection's.
   Status CopyOut(size_t i, int64_t pinned, const RemoteLocation& loc) {
-    if (pinned < 0) {
+    if (pinned == wire::kPinLater && plan_.refused[i] == 0) {
+      later_.push_back(i);
+      return Status::OK();
+    }
+    if (pinned != kLookupPinned) {
       (*results_)[i] = plan_.refused[i] != 0 ? plan_.refused[i] : pinned;
       return Status::OK();
     }
-    const char* src = conn_->arena->At(loc.offset, loc.size);
+    // In the connection's staging window (a value read from SSD or a peer), or in place
+    // in the arena.
+    const bool in_window = loc.version == wire::kPinInWindow;
+    if (in_window && conn_->window == nullptr) return db_->Lost(conn_, "no staging window");
+    const char* src = in_window ? (loc.offset <= conn_->window->size() &&
+                                           loc.size <= conn_->window->size() - loc.offset
+                                       ? conn_->window->base() + loc.offset
+                                       : nullptr)
+                                : conn_->arena->At(loc.offset, loc.size);
     if (src == nullptr) return db_->Lost(conn_, "value outside the arena");
     if (plan_.refused[i] != 0) {
       (*results_)[i] = plan_.refused[i];
     } else if (plan_.devices[i] >= 0) {  // host -> device straight from the arena
       queued_.emplace_back(
           i, device_copies_.ToDevice(keys_[i].ToString(), plan_.devices[i], Slice(src, loc.size),
-                                     true, destinations_[i]));
+                                     !in_window, destinations_[i]));
       (*results_)[i] = static_cast<int64_t>(loc.size);
     } else {
       ScatterCopy(src, loc.size, destinations_[i]);
@@ -908,6 +956,7 @@ class AttachedDB::GetRun {
   std::vector<std::pair<size_t, size_t>> queued_;  // (key, device copy)
   std::string unpin_;                              // the UNPIN request, growing
   uint32_t leases_ = 0;
+  std::vector<size_t> later_;  // keys for another round
 };
 
 void AttachedDB::PlanGet(GpuIo* gpu, std::span<const Slice> keys,
@@ -966,6 +1015,47 @@ Status AttachedDB::GetValuesUncounted(std::span<const Slice> keys,
   if (!c.status().ok()) return c.status();
   GpuIo* gpu = c.get()->arena->gpu.get();
   gpu->BeginBatch();
+  // In rounds: the keys the owner could not stage in this connection's window with the
+  // round's other values go again, once the round's pins are released.  Every round
+  // reads at least one of them unless values keep changing size under the reads.
+  std::vector<int64_t> round_results;
+  std::vector<size_t> later;
+  s = GetRound(c.get(), gpu, keys, destinations, refusal, &round_results, &later);
+  if (!s.ok()) return s;
+  *results = std::move(round_results);
+  std::vector<size_t> todo = later;  // indices into keys
+  for (int stalls = 0; !todo.empty();) {
+    std::vector<Slice> round_keys;
+    std::vector<Destination> round_dest;
+    for (size_t i : todo) {
+      round_keys.push_back(keys[i]);
+      round_dest.push_back(destinations[i]);
+    }
+    s = GetRound(c.get(), gpu, round_keys, round_dest, nullptr, &round_results, &later);
+    if (!s.ok()) {
+      results->clear();
+      return s;
+    }
+    stalls = later.size() == todo.size() ? stalls + 1 : 0;
+    std::vector<size_t> next;
+    for (size_t k = 0; k < todo.size(); k++) (*results)[todo[k]] = round_results[k];
+    for (size_t k : later) next.push_back(todo[k]);
+    todo = std::move(next);
+    if (stalls >= kMaxStalledRounds) {
+      for (size_t i : todo) {
+        (*results)[i] = Status::Busy("key " + Printable(keys[i]) +
+                                     " kept changing size while it was read")
+                            .ErrorCode();
+      }
+      break;
+    }
+  }
+  return Status::OK();
+}
+
+Status AttachedDB::GetRound(Connection* conn, GpuIo* gpu, std::span<const Slice> keys,
+                            std::span<const Destination> destinations, Status* refusal,
+                            std::vector<int64_t>* results, std::vector<size_t>* later) {
   GetPlan plan;
   PlanGet(gpu, keys, destinations, &plan, refusal);
   // Every group's pins are asked for at once.
@@ -974,11 +1064,13 @@ Status AttachedDB::GetValuesUncounted(std::span<const Slice> keys,
     wire::PutKeys(&metas[g], keys.subspan(plan.bounds[g], plan.bounds[g + 1] - plan.bounds[g]),
                   plan.capacity.data() + plan.bounds[g]);
   }
-  s = PostAll(c.get(), wire::kPin, metas, &answers);
+  Status s = PostAll(conn, wire::kPin, metas, &answers);
   if (!s.ok()) return s;
   results->assign(keys.size(), 0);
-  s = GetRun(this, c.get(), keys, destinations, plan, &answers, results).Run();
+  GetRun run(this, conn, keys, destinations, plan, &answers, results);
+  s = run.Run();
   if (!s.ok()) results->clear();
+  *later = run.later();
   return s;
 }
 

@@ -4,7 +4,8 @@
 // over that Unix socket and maps the owner's memory-tier arena (received once per
 // connection), so value bytes move once, between the caller's buffers and the arena:
 //   BatchPut      RESERVE slots -> copy the parts in -> COMMIT (published as a local put)
-//   BatchGetInto  PIN the values -> copy them out -> UNPIN
+//   BatchGetInto  PIN the values -> copy them out -> UNPIN, in rounds when the values not
+//                 in memory fill the connection's staging window (attach/staging_window.h)
 // Requests and answers go through a shared channel (transport/shm_channel.h) when the
 // owner offers one, and a batch's commits and pins are pipelined with its copies.
 // Everything else is a plain request.  Results, error codes and properties are the
@@ -62,6 +63,7 @@
 #include <vector>
 
 #include "attach/local_counters.h"
+#include "env/owned_fd.h"
 #include "env/shared_mapping.h"
 #include "kvengine/db.h"
 #include "namespaces/namespace_keys.h"
@@ -183,6 +185,15 @@ class AttachedDB final : public DB {
                             std::vector<int64_t>* results, Status* refusal);
   void PlanGet(GpuIo* gpu, std::span<const Slice> keys, std::span<const Destination> destinations,
                GetPlan* plan, Status* refusal) const;
+  // One round of a BatchGetInto on conn: PlanGet, the PINs, GetRun.  The keys the owner
+  // answered wire::kPinLater (its staging window full) are left out of *results and
+  // listed, by index, in *later: the caller reads them in another round.
+  Status GetRound(Connection* conn, GpuIo* gpu, std::span<const Slice> keys,
+                  std::span<const Destination> destinations, Status* refusal,
+                  std::vector<int64_t>* results, std::vector<size_t>* later);
+  // Rounds in a row in which no key could be staged before a BatchGetInto gives up on
+  // its remaining keys (Busy): only values that keep changing size make one.
+  static constexpr int kMaxStalledRounds = 4;
   // An idle connection of the pool, or a new one.
   Status Acquire(std::unique_ptr<Connection>* conn);
   // Back to the pool, or closed when it failed, the DB closed or connections failed
@@ -197,8 +208,16 @@ class AttachedDB final : public DB {
   Status UseNamespace(Connection* conn);
   // InvalidArgument when this is a namespace's handle: namespaces do not nest.
   Status NotNested(const char* call) const;
+  // Sends `op` on conn's socket and reads its answer there, before any channel: a memfd
+  // alongside (into *memfd; invalid when none came), the owner's status (*owner) and the
+  // rest of the answer's metadata (*rest).  A transport failure or an answer that is not
+  // op's is returned.
+  Status RequestRegion(Connection* conn, uint8_t op, Deadline deadline, OwnedFd* memfd,
+                       Status* owner, std::string* rest);
   // Asks the owner for conn's shared channel (wire::kOpenChannel) and maps it.
   Status OpenChannel(Connection* conn, Deadline deadline);
+  // Asks the owner for conn's staging window (wire::kOpenStaging) and maps it.
+  Status OpenStaging(Connection* conn, Deadline deadline);
   // Sends one request on conn and reads its answer's metadata (after the answers of
   // the requests posted before it).  Any transport failure drops the connection and
   // returns IOError naming the socket.

@@ -35,6 +35,12 @@ namespace kvengine {
   X(spare_commits, "Values attached clients put into spare slots (a put in one round trip).") \
   X(shared_channels,                                                                          \
     "Connections of attached processes that carry their frames through shared memory.")       \
+  X(staging_windows,                                                                          \
+    "Connections of attached processes given a staging window for values not in memory.")     \
+  X(window_staged_values,                                                                     \
+    "Values read from SSD or a peer into attached clients' staging windows.")                 \
+  X(window_deferred_keys,                                                                     \
+    "Keys of attached reads answered in a later round: their staging window was full.")       \
   X(namespace_refusals,                                                                       \
     "Requests of attached processes refused (PermissionDenied) for a namespace their "        \
     "credentials do not grant (local_allowed_uids).")

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "attach/namespace_wire.h"
+#include "attach/staging_window.h"
 #include "db/shared_arena.h"
 #include "env/descriptor_budget.h"
 #include "kvengine/db.h"
@@ -144,9 +145,14 @@ class LocalServer::Session {
  private:
   using Clock = std::chrono::steady_clock;
 
+  // TakeWindowRoom's answer for a value the window can never hold: it is staged in the
+  // arena instead (ReadIntoStaging).  Never sent.
+  static constexpr int64_t kLargerThanWindow = 3;
+
   struct Lease {
     MemoryTier::Handle handle;
     MemoryTier::Reservation staging;
+    bool in_window = false;  // its value is in window_, which it holds room of
   };
 
   struct Held {  // a reserved slot not yet committed
@@ -164,6 +170,7 @@ class LocalServer::Session {
             channel_->WaitForFrame(last_op, DeadlineIn(100), &server_->stopping_, first, &arrived);
         if (!s.ok() || arrived) return s;
         ExpireReservations();
+        if (window_ != nullptr) window_->ReleaseIfIdle();
       }
     }
     const auto began = BusyPollPredictor::Clock::now();
@@ -180,6 +187,7 @@ class LocalServer::Session {
         return Status::OK();
       }
       ExpireReservations();
+      if (window_ != nullptr) window_->ReleaseIfIdle();
     }
   }
 
@@ -228,6 +236,19 @@ class LocalServer::Session {
     return answer_error_.ok();
   }
 
+  // Answers h on the socket (before any channel): `memfd` alongside (closed here; -1:
+  // none), then `out`.  False when the client did not take it.
+  bool AnswerWithRegion(const wire::FrameHeader& h, int memfd, const std::string& out) {
+    const Deadline deadline = DeadlineIn(server_->options_.peer_timeout_ms);
+    answer_error_ = SendDescriptor(conn_->fd, memfd, deadline);
+    if (memfd >= 0) close(memfd);
+    if (answer_error_.ok()) {
+      answer_error_ =
+          SendFrame(conn_->fd, h.op, wire::kFlagResponse, h.request_id, out, {}, deadline);
+    }
+    return answer_error_.ok();
+  }
+
   // Sets up the connection's shared channel and answers on the socket, the memfd
   // alongside; every later frame goes through the channel.
   bool OpenChannel(const wire::FrameHeader& h) {
@@ -235,19 +256,29 @@ class LocalServer::Session {
     int memfd = -1;
     Status s =
         ShmChannel::Create(conn_->fd, server_->options_.local_busy_poll_us, &channel, &memfd);
-    const Deadline deadline = DeadlineIn(server_->options_.peer_timeout_ms);
     std::string out;
     wire::PutBatchStatus(&out, s);
-    answer_error_ = SendDescriptor(conn_->fd, memfd, deadline);
-    if (memfd >= 0) close(memfd);
-    if (answer_error_.ok()) {
-      answer_error_ =
-          SendFrame(conn_->fd, h.op, wire::kFlagResponse, h.request_id, out, {}, deadline);
-    }
-    if (!answer_error_.ok()) return false;
+    if (!AnswerWithRegion(h, memfd, out)) return false;
     if (channel != nullptr) {
       channel_ = std::move(channel);
       server_->counters_->shared_channels.fetch_add(1, std::memory_order_relaxed);
+    }
+    return true;
+  }
+
+  // Sets up the connection's staging window (StagingWindow) and answers on the socket,
+  // the memfd and the window's size alongside: the client asks before its channel.
+  bool OpenStaging(const wire::FrameHeader& h) {
+    std::unique_ptr<StagingWindow> window;
+    int memfd = -1;
+    Status s = StagingWindow::Create(&window, &memfd);
+    std::string out;
+    wire::PutBatchStatus(&out, s);
+    PutFixed64(&out, s.ok() ? window->size() : 0);
+    if (!AnswerWithRegion(h, memfd, out)) return false;
+    if (window != nullptr) {
+      window_ = std::move(window);
+      server_->counters_->staging_windows.fetch_add(1, std::memory_order_relaxed);
     }
     return true;
   }
@@ -351,20 +382,9 @@ class LocalServer::Session {
     }
   }
 
-  // Makes key's value readable by the client at *value, inside the arena: pinned where
-  // it is in the memory tier (lease->handle), or -- when only the SSD tier or a peer has
-  // it -- read through the DB served into room of its own (lease->staging).
-  // BufferTooSmall when it is larger than `capacity`.
-  Status Pin(const Slice& key, uint64_t capacity, Lease* lease, Slice* value) {
-    Status s = WithArenaKey(
-        key, [&](const Slice& k) { return arena_->PinInMemory(k, capacity, &lease->handle); });
-    if (s.ok()) *value = lease->handle.value();
-    if (!s.IsNotFound()) return s;
-    return ReadIntoStaging(key, capacity, &lease->staging, value);
-  }
-
   // Reads key's value through the connection's namespace (SSD, peers; promoted by its
-  // policy) into a reservation of the arena that only this client sees.  The value may
+  // policy) into a reservation of the arena that only this client sees: for clients
+  // without a staging window, and values larger than the window.  The value may
   // change size between the size and the read: then it is read again.
   Status ReadIntoStaging(const Slice& key, uint64_t capacity, MemoryTier::Reservation* staging,
                          Slice* value) {
@@ -424,11 +444,17 @@ class LocalServer::Session {
     return Answer(h, out);
   }
 
-  // Pins keys[i] for a destination of capacities[i] bytes, each under a lease of its own.
+  // Pins keys[i] for a destination of capacities[i] bytes, each under a lease of its own:
+  // in place when the memory tier holds it, else read through the DB -- into the
+  // connection's staging window when it has one and the value fits there (the keys of
+  // the request in one batch read, so the DB reads them together), else into the arena
+  // (Pin).  A key whose value would fit the window but not its room left is answered
+  // kPinLater: the client asks again once it released this round's pins.
   bool ServePins(const wire::FrameHeader& h, const std::vector<Slice>& keys,
                  const std::vector<uint64_t>& capacities) {
     std::vector<int64_t> results(keys.size(), 0);
     std::vector<RemoteLocation> locs(keys.size());
+    std::vector<size_t> staged;  // keys read into the window, below
     for (size_t i = 0; i < keys.size(); i++) {
       if (Full()) {
         results[i] = HeldTooMuch().ErrorCode();
@@ -436,17 +462,99 @@ class LocalServer::Session {
       }
       const uint64_t id = ++next_id_;
       Lease& lease = leases_[id];
+      Status s = WithArenaKey(keys[i], [&](const Slice& k) {
+        return arena_->PinInMemory(k, capacities[i], &lease.handle);
+      });
+      if (s.IsNotFound() && window_ != nullptr) {
+        results[i] = TakeWindowRoom(keys[i], capacities[i], id, &lease, &locs[i]);
+        if (results[i] == kLookupPinned) {
+          staged.push_back(i);
+          continue;
+        }
+        if (results[i] != kLargerThanWindow) {
+          DropLease(id);
+          continue;
+        }
+      }
       Slice value;
-      Status s = Pin(keys[i], capacities[i], &lease, &value);
+      if (s.ok()) {
+        value = lease.handle.value();
+      } else if (s.IsNotFound()) {
+        s = ReadIntoStaging(keys[i], capacities[i], &lease.staging, &value);
+      }
       if (!s.ok()) {
         results[i] = s.ErrorCode();
-        leases_.erase(id);
+        DropLease(id);
         continue;
       }
       results[i] = kLookupPinned;  // the size travels in the location
       locs[i] = {OffsetOf(value.data()), value.size(), 0, id};
     }
+    ReadIntoWindow(keys, staged, &results, &locs);
     return AnswerLocations(h, results, locs);
+  }
+
+  // Room in the window for key's value, held by lease `id`: kLookupPinned with *loc
+  // its place (the value read later, ReadIntoWindow); kPinLater when the room left is
+  // too small; kLargerThanWindow when the value is larger than the whole window;
+  // or the error code of its size (NotFound, BufferTooSmall beyond `capacity`).
+  int64_t TakeWindowRoom(const Slice& key, uint64_t capacity, uint64_t id, Lease* lease,
+                         RemoteLocation* loc) {
+    uint64_t size = 0;
+    Status s = served_->GetValueSize(key, &size);
+    if (!s.ok()) return s.ErrorCode();
+    if (size > capacity) return TooSmall(key, size, capacity).ErrorCode();
+    if (size > window_->size()) return kLargerThanWindow;
+    uint64_t offset = 0;
+    if (!window_->Take(size, &offset)) {
+      server_->counters_->window_deferred_keys.fetch_add(1, std::memory_order_relaxed);
+      return wire::kPinLater;
+    }
+    lease->in_window = true;
+    *loc = {offset, size, wire::kPinInWindow, id};
+    return kLookupPinned;
+  }
+
+  // Reads the values of keys[staged[j]] through the connection's namespace (SSD, peers;
+  // promoted by its policy) into the window rooms their locations name, in one batch.
+  // A value that grew since it was sized is answered kPinLater (sized again next
+  // round); one that shrank has its location's size cut.
+  void ReadIntoWindow(const std::vector<Slice>& keys, const std::vector<size_t>& staged,
+                      std::vector<int64_t>* results, std::vector<RemoteLocation>* locs) {
+    if (staged.empty()) return;
+    std::vector<Slice> batch;
+    std::vector<Destination> dest(staged.size());
+    for (size_t j = 0; j < staged.size(); j++) {
+      const RemoteLocation& loc = (*locs)[staged[j]];
+      batch.push_back(keys[staged[j]]);
+      dest[j].emplace_back(window_->base() + loc.offset, loc.size);
+    }
+    std::vector<int64_t> got;
+    const Status s = served_->BatchGetInto(ReadOptions(), batch, dest, &got);
+    uint64_t read = 0;
+    for (size_t j = 0; j < staged.size(); j++) {
+      const size_t i = staged[j];
+      RemoteLocation& loc = (*locs)[i];
+      const int64_t r = s.ok() ? got[j] : s.ErrorCode();
+      if (r >= 0) {
+        loc.size = static_cast<uint64_t>(r);
+        read++;
+        continue;
+      }
+      (*results)[i] = r == Status::BufferTooSmall("").ErrorCode() ? wire::kPinLater : r;
+      DropLease(loc.lease);
+      loc = RemoteLocation();
+    }
+    server_->counters_->window_staged_values.fetch_add(read, std::memory_order_relaxed);
+  }
+
+  // Releases lease `id` (a client's UNPIN, or a pin that failed): its pin, its staging
+  // reservation, or its room of the window.
+  void DropLease(uint64_t id) {
+    auto it = leases_.find(id);
+    if (it == leases_.end()) return;
+    if (it->second.in_window) window_->Release();
+    leases_.erase(it);
   }
 
   bool ServeReadRemovals(const wire::FrameHeader& h, std::string_view meta) {
@@ -686,12 +794,14 @@ class LocalServer::Session {
         for (uint32_t i = 0; i < n; i++) {
           uint64_t id = 0;
           GetFixed64(&meta, &id);
-          leases_.erase(id);
+          DropLease(id);
         }
         return true;  // one-way
       }
       case wire::kOpenChannel:
         return meta.empty() && channel_ == nullptr && OpenChannel(h);  // asked once
+      case wire::kOpenStaging:  // once, on the socket: before the channel
+        return meta.empty() && channel_ == nullptr && window_ == nullptr && OpenStaging(h);
       case wire::kFlush: {
         std::string out;
         wire::PutBatchStatus(&out, db_->Flush());
@@ -748,6 +858,7 @@ class LocalServer::Session {
   Status denied_;
   const NamespaceKeys default_rule_;
   std::unique_ptr<ShmChannel> channel_;  // once the client opened one: every frame
+  std::unique_ptr<StagingWindow> window_;  // once the client opened one (OPEN_STAGING)
   uint64_t next_id_ = 0;
   Status answer_error_;                    // why the last answer could not be sent
   std::map<uint64_t, Held> reservations_;  // by id: oldest first
@@ -941,7 +1052,7 @@ Status LocalServer::SendGreeting(int fd, const Status& s, Deadline deadline) {
   wire::PutBatchStatus(&meta, s);
   PutFixed64(&meta, s.ok() ? arena_->arena_size() : 0);
   PutFixed64(&meta, options_.local_reservation_timeout_ms);  // the client's copy deadline
-  PutFixed64(&meta, wire::kFeatureSpares | wire::kFeatureChannel);
+  PutFixed64(&meta, wire::kFeatureSpares | wire::kFeatureChannel | wire::kFeatureStaging);
   PutFixed64(&meta, spare_lifetime_ms());  // the copy deadline of spares
   Status sent = SendDescriptor(fd, s.ok() ? arena_->arena_fd() : -1, deadline);
   if (sent.ok()) sent = SendFrame(fd, wire::kAttach, wire::kFlagResponse, 0, meta, {}, deadline);

@@ -13,7 +13,11 @@
 //   COMMIT  slot ids    -> each slot published exactly as a local put
 //   COMMIT_RESERVE      -> a COMMIT that also reserves "spare" slots for the client's
 //                          next put (its sizes), so that a put takes one round trip
-//   PIN     keys        -> arena offsets of the values, pinned; the client copies out
+//   PIN     keys        -> arena offsets of the values, pinned; the client copies out.
+//                          A value not in memory is read through the DB into the
+//                          connection's staging window (OPEN_STAGING, asked for before
+//                          the channel; attach/staging_window.h) -- "later" when the
+//                          window is full of the round's values
 //   UNPIN   lease ids   (one-way)
 // and plain requests for the rest (exists, deletes, value sizes, properties, Flush,
 // CompactBuckets).  A connection's requests are in the default namespace until it sends
@@ -101,7 +105,7 @@ class LocalServer {
   // How often a flood of refused connections may log a line.
   static constexpr std::chrono::seconds kRefusalLogInterval{10};
   // What one connection costs the owner: its socket, and a memfd while its shared
-  // channel is set up.
+  // channel or its staging window is set up (one at a time).
   static constexpr uint64_t kDescriptorsPerConnection = 2;
   // Longest the acceptor waits to greet a connection it refuses.
   static constexpr uint64_t kOverBudgetGreetingMs = 50;

@@ -78,10 +78,20 @@ enum Op : uint8_t {
   kCreateNamespace = 44,  // name, NamespaceOptions -> status, fixed64 id
   kDropNamespace = 45,    // name -> status, fixed64 keys removed
   kListNamespaces = 46,   // -> status, the namespaces the client may use
+  // -> status, fixed64 window size, with a memfd alongside (on the socket, before
+  // kOpenChannel): the connection's staging window, where the owner reads the values of
+  // its PINs that are not in memory; owners with kFeatureStaging.
+  kOpenStaging = 47,
 };
+// A PIN's answer on a connection with a staging window: a location whose version field
+// is kPinInWindow is an offset in the window, not in the arena; the result kPinLater
+// means the window is full of this connection's pins: ask again after their UNPIN.
+inline constexpr uint64_t kPinInWindow = 1;
+inline constexpr int64_t kPinLater = 2;
 // Bits of the features an owner announces in its ATTACH answer.
 constexpr uint64_t kFeatureSpares = 1;   // kCommitReserve
 constexpr uint64_t kFeatureChannel = 2;  // kOpenChannel
+constexpr uint64_t kFeatureStaging = 4;  // kOpenStaging
 // A server answers a well-formed frame carrying an op it does not know with
 // NotSupported and keeps the connection; servers built before ops 11 and 12 existed
 // close the connection instead (the client reports that as IOError).

@@ -43,7 +43,7 @@ Status Errno(const std::string& what, const std::string& path) {
 const char* CounterName(Counter c) {
   static const char* const kNames[] = {"ops",         "verified_reads", "lost",    "wrong",
                                        "resurrected", "errors",         "refused", "dropped",
-                                       "flushes",     "rounds"};
+                                       "flushes",     "rounds",         "read_refused"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(Counter::kCount));
   return kNames[static_cast<int>(c)];
 }
@@ -259,8 +259,8 @@ std::string ExpectedState::Summary() const {
   // The summary's first six fields are the crash test's line; the rest follow.
   static const Counter kOrder[] = {Counter::kRounds, Counter::kOps,     Counter::kVerifiedReads,
                                    Counter::kLost,   Counter::kWrong,   Counter::kResurrected,
-                                   Counter::kErrors, Counter::kRefused, Counter::kDropped,
-                                   Counter::kFlushes};
+                                   Counter::kErrors, Counter::kRefused, Counter::kReadRefused,
+                                   Counter::kDropped, Counter::kFlushes};
   std::string out;
   for (Counter c : kOrder) {
     if (!out.empty()) out += ", ";

@@ -57,10 +57,11 @@ enum class Counter : int {
   kWrong,          // bytes that are no value of the key, or a version outside the allowed range
   kResurrected,    // a value older than a delete the oracle knows happened
   kErrors,         // operations that failed with an error the contract does not allow
-  kRefused,        // puts or flushes refused with NoSpace (allowed under pressure)
+  kRefused,        // writes (puts, flushes) refused with NoSpace (allowed under pressure)
   kDropped,        // absences allowed only because the SSD tier may evict
   kFlushes,        // completed Flush() calls
   kRounds,         // recoveries verified (one per restart after a kill)
+  kReadRefused,    // reads refused with NoSpace: none allowed (a read never needs room)
   kCount
 };
 const char* CounterName(Counter c);
