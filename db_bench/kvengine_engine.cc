@@ -13,6 +13,7 @@
 
 #include "db_bench/engine.h"
 #include "db_bench/flags.h"
+#include "db_bench/stop_signals.h"
 #include "kvengine/db.h"
 #include "util/ready_child.h"
 
@@ -64,7 +65,11 @@ class KvengineEngine : public Engine {
     if (!db_) return Status::OK();
     Status s = db_->Close();
     db_.reset();
-    if (owner_) owner_->Stop();  // after the client's close: the owner closes its DB
+    if (owner_) {
+      ForgetOnStop(owner_->pid());  // reaped below: its pid may be another's after
+      ForgetRemoval(owner_socket_);
+      owner_->Stop();  // after the client's close: the owner closes its DB
+    }
     owner_.reset();
     return s;
   }
@@ -245,6 +250,9 @@ class KvengineEngine : public Engine {
       owner_ = std::make_unique<kvengine::ReadyChild>();
       Status s = StartOwner(config, socket, owner_.get());
       if (!s.ok()) return s;
+      KillOnStop(owner_->pid());
+      RemoveOnStop(socket);  // the owner, killed, cannot
+      owner_socket_ = socket;
     }
     // The client takes --options too: those a client uses (peer_timeout_ms,
     // local_busy_poll_us, perf_level) apply to it, the rest are the owner's.
@@ -266,6 +274,7 @@ class KvengineEngine : public Engine {
   }
 
   std::unique_ptr<kvengine::ReadyChild> owner_;
+  std::string owner_socket_;  // the owner child's socket, when owner_
   // The DB the workload's calls go to: db_, or the handle of --compare_namespace's
   // namespace.
   kvengine::DB* Calls() const { return calls_ != nullptr ? calls_ : db_.get(); }

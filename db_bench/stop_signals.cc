@@ -1,6 +1,7 @@
 #include "db_bench/stop_signals.h"
 
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -8,21 +9,43 @@
 #include <filesystem>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 namespace kvbench {
 
 namespace {
 
 std::mutex dir_mu;
-std::string dir_to_remove;  // guarded by dir_mu
+std::vector<std::string> to_remove;  // guarded by dir_mu
+std::vector<pid_t> to_kill;    // guarded by dir_mu
 
+// The stop signals this process does not ignore: one ignored when kv_bench started (a
+// background job's SIGINT, nohup's SIGHUP) stays ignored, as in any program.
 sigset_t StopSignals() {
   sigset_t set;
   sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGHUP);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction now;
+    if (sigaction(sig, nullptr, &now) == 0 && now.sa_handler == SIG_IGN) continue;
+    sigaddset(&set, sig);
+  }
   return set;
+}
+
+// Removes `dir` while the engine's threads may still write into it: renamed away first
+// (atomically: a file the engine creates after that finds no directory), then removed,
+// again if a file still being written made a pass fail.
+void RemoveWhileWritten(const std::string& dir, std::error_code* ec) {
+  namespace fs = std::filesystem;
+  fs::path doomed = dir + ".removing";
+  fs::rename(dir, doomed, *ec);
+  if (*ec) doomed = dir;  // not renamed: removed where it is
+  for (int pass = 0; pass < 20; pass++) {
+    ec->clear();
+    fs::remove_all(doomed, *ec);
+    if (!*ec && !fs::exists(doomed)) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
 }
 
 void WaitForStop(sigset_t set) {
@@ -30,15 +53,15 @@ void WaitForStop(sigset_t set) {
   while (sigwait(&set, &sig) != 0) {
   }
   std::lock_guard<std::mutex> lock(dir_mu);
-  if (!dir_to_remove.empty()) {
-    // An attached owner (a child kv_bench) may still be writing its buckets as it sees
-    // its stdin close: removed again once it had time to stop.
+  for (pid_t pid : to_kill) {  // it would write on into the directory, and outlive us
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+  for (const std::string& path : to_remove) {
     std::error_code ec;
-    std::filesystem::remove_all(dir_to_remove, ec);
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    std::filesystem::remove_all(dir_to_remove, ec);
-    std::fprintf(stderr, "kv_bench: stopped by signal %d; removed the temporary DB %s%s\n", sig,
-                 dir_to_remove.c_str(), ec ? (": " + ec.message()).c_str() : "");
+    RemoveWhileWritten(path, &ec);
+    std::fprintf(stderr, "kv_bench: stopped by signal %d; removed the temporary %s%s\n", sig,
+                 path.c_str(), ec ? (": " + ec.message()).c_str() : "");
   }
   std::fflush(stdout);
   _exit(128 + sig);
@@ -52,9 +75,24 @@ void BlockStopSignals() {
   std::thread(WaitForStop, set).detach();
 }
 
-void RemoveOnStop(const std::string& dir) {
+void KillOnStop(pid_t pid) {
   std::lock_guard<std::mutex> lock(dir_mu);
-  dir_to_remove = dir;
+  to_kill.push_back(pid);
+}
+
+void ForgetOnStop(pid_t pid) {
+  std::lock_guard<std::mutex> lock(dir_mu);
+  std::erase(to_kill, pid);
+}
+
+void RemoveOnStop(const std::string& path) {
+  std::lock_guard<std::mutex> lock(dir_mu);
+  to_remove.push_back(path);
+}
+
+void ForgetRemoval(const std::string& path) {
+  std::lock_guard<std::mutex> lock(dir_mu);
+  std::erase(to_remove, path);
 }
 
 }  // namespace kvbench

@@ -10,17 +10,28 @@
 #ifndef KVENGINE_DB_BENCH_STOP_SIGNALS_H_
 #define KVENGINE_DB_BENCH_STOP_SIGNALS_H_
 
+#include <sys/types.h>
+
 #include <string>
 
 namespace kvbench {
 
 // Blocks SIGINT, SIGTERM and SIGHUP in the calling thread (and the threads it starts) and
-// starts the thread that waits for them.  A stop signal then removes the directory given
-// to RemoveOnStop, if any, and exits with 128 + the signal's number.
+// starts the thread that waits for them.  A stop signal then kills the children given to
+// KillOnStop, removes the paths given to RemoveOnStop, and exits with 128 + the
+// signal's number.
 void BlockStopSignals();
 
-// From now on a stop signal removes `dir` (a temporary DB directory) first; "" forgets it.
-void RemoveOnStop(const std::string& dir);
+// From now on a stop signal removes `path` (a temporary DB directory, an owner's socket)
+// first.  ForgetRemoval(path) undoes it, once the path is removed otherwise.
+void RemoveOnStop(const std::string& path);
+void ForgetRemoval(const std::string& path);
+
+// From now on a stop signal kills child `pid` (an attached run's owner, whose DB lies
+// under the temporary directory) before the directory is removed.
+void KillOnStop(pid_t pid);
+// Before the child is reaped otherwise.
+void ForgetOnStop(pid_t pid);
 
 }  // namespace kvbench
 

@@ -710,7 +710,7 @@ void Suite::Cleanup() {
     for (const auto& f : RawFiles(root_, c_.threads)) fs::remove(f, ec);
   }
   if (remove_root_) {
-    RemoveOnStop("");
+    ForgetRemoval(root_);
     fs::remove_all(root_, ec);
   }
 }

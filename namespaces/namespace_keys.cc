@@ -59,9 +59,12 @@ Status NamespaceKeys::NameUserKey(Status s, const Slice& key, const std::string&
     if (!ShowsWholeKey(shown, key)) return s;
     named.append(message, 0, at).append("'").append(shown).append("'");
   } else {  // the prefix pushed some of the key past the bytes Printable shows
+    // Shown with its length and hash, past the closing quote: the user's key's instead.
     const std::string stored = Printable(Slice(prefix_ + key.ToString()));
     if (message.compare(at, stored.size(), stored) != 0) return s;
     named.append(message, 0, at).append(Printable(key));
+    named.append(kBefore).append(name).append(")").append(message, at + stored.size());
+    return Status::FromErrorCode(s.ErrorCode(), named);
   }
   named.append(kBefore).append(name).append(")").append(message, end + 1);
   return Status::FromErrorCode(s.ErrorCode(), named);

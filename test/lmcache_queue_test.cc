@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "kvengine/db.h"
 #include "test/test_util.h"
+#include "util/printable.h"
 
 namespace kvengine {
 namespace lmcache {
@@ -77,6 +78,19 @@ class LMCacheQueueTest : public ::testing::Test {
 };
 
 MutableSlice Of(std::string& s) { return MutableSlice(s.data(), s.size()); }
+
+// LMCache logs a completion's error: a failed key of 64 KiB is named by its first 64
+// bytes, its length and its hash (issue #49 item 4), not whole.
+TEST_F(LMCacheQueueTest, AFailedLongKeyIsNamedShortened) {
+  Start();
+  const std::string key(65536, 'm');
+  std::string buf(64, 'x');
+  Submit(BatchOp::kGet, {key}, {Of(buf)});
+  BatchCompletion get = One();
+  EXPECT_FALSE(get.ok);
+  EXPECT_LT(get.error.size(), 400u);
+  EXPECT_NE(get.error.find("first: key " + Printable(Slice(key))), std::string::npos) << get.error;
+}
 
 TEST_F(LMCacheQueueTest, PerKeyResultsAsLMCacheReadsThem) {
   Start();

@@ -1,6 +1,7 @@
 // The DB's observability: structured call logs through the callback sink, perf levels
 // chosen by option and environment, the perf / stats / Prometheus properties, reset.
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -15,6 +16,7 @@
 #include "kvengine/perf.h"
 #include "test/json_check.h"
 #include "test/test_util.h"
+#include "util/hash.h"
 #include "util/perf_point.h"
 
 namespace kvengine {
@@ -101,6 +103,28 @@ class ObservabilityTest : public ::testing::Test {
   std::mutex mu_;
   std::vector<LogLine> lines_;
 };
+
+// A key longer than 64 bytes prints its first 64 and its length and hash as fields of
+// their own (issue #49 item 4: a 64 KiB key filled a log line); every line, the error's
+// message included, stays short.
+TEST_F(ObservabilityTest, ALongKeyLogsItsFirstBytesLengthAndHash) {
+  options_.max_key_size = 1 << 20;
+  Open();
+  Take();
+  const std::string key = std::string(65536, 'k') + "=x";
+  std::string v;
+  EXPECT_TRUE(db_->Get(ReadOptions(), key, &v).IsNotFound());
+  auto lines = Take();
+  ASSERT_EQ(lines.size(), 2u);
+  char hash[17];
+  std::snprintf(hash, sizeof(hash), "%016llx", static_cast<unsigned long long>(Hash64(key)));
+  ExpectKeyLine(lines[1], LogLevel::kInfo,
+                {{"success", "0"},
+                 {"key", std::string(64, 'k') + "..."},
+                 {"key_bytes", "65538"},
+                 {"key_hash", hash},
+                 {"error", "not_found"}});
+}
 
 TEST_F(ObservabilityTest, BatchPutAndGetLogExactlyTheKnownFields) {
   Open();

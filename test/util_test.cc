@@ -231,9 +231,30 @@ TEST(PrintableTest, EscapesUnprintableBytesQuotesAndBackslashesAndCutsAt64) {
   const std::string shown = Printable(Slice(all));
   EXPECT_EQ(shown.substr(0, 9), "'\\x00\\x01");
   EXPECT_NE(shown.find("\\x1e\\x1f !\"#$%&\\x27()"), std::string::npos) << shown;
-  EXPECT_EQ(shown.substr(shown.size() - 8), "<=>?...'");  // bytes 0 to 63, then "..."
+  // bytes 0 to 63, then "...", the length and the hash
+  EXPECT_NE(shown.find("<=>?...' (256 bytes, hash " + KeyDigest(Slice(all)).substr(16) + ")"),
+            std::string::npos)
+      << shown;
   EXPECT_EQ(Printable(Slice(std::string(64, 'k'))), "'" + std::string(64, 'k') + "'");
-  EXPECT_EQ(Printable(Slice(std::string(65, 'k'))), "'" + std::string(64, 'k') + "...'");
+  const std::string k65(65, 'k');
+  EXPECT_EQ(Printable(Slice(k65)), "'" + std::string(64, 'k') + "...' (" + KeyDigest(Slice(k65)) + ")");
+}
+
+// A long key in a message or a log line: its first 64 bytes, its length and its hash,
+// which tell it from another key that begins alike (issue #49 item 4: a 64 KiB key
+// filled a log line).
+TEST(PrintableTest, ALongKeyShowsItsLengthAndHashNotItsBytes) {
+  const std::string a = std::string(65536, 'k') + "a", b = std::string(65536, 'k') + "b";
+  const std::string shown = Printable(Slice(a));
+  EXPECT_LT(shown.size(), 64u + 64u);
+  EXPECT_NE(shown.find("(65537 bytes, hash "), std::string::npos) << shown;
+  EXPECT_NE(Printable(Slice(b)), shown);
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(Hash64(a)));
+  EXPECT_EQ(KeyDigest(Slice(a)), "65537 bytes, hash " + std::string(hex));
+  const Status miss = KeyNotFound(Slice(a), "tenant");
+  EXPECT_LT(miss.ToString().size(), 200u) << miss.ToString();
+  EXPECT_NE(miss.ToString().find(shown + " (namespace tenant)"), std::string::npos) << miss.ToString();
 }
 
 // ShowsWholeKey agrees with Printable: every key of up to 64 bytes is shown by what

@@ -4,7 +4,9 @@
 #include <cinttypes>
 #include <cstdio>
 
+#include "util/hash.h"
 #include "util/perf_point.h"
+#include "util/printable.h"
 
 namespace kvengine {
 
@@ -52,9 +54,13 @@ Status CallLog::FinishKey(Status s, const Slice& key, int64_t size, const char* 
 }
 
 std::string CallLog::PrintableKey(const Slice& key) {
+  // At most the bytes Printable shows, then, for a longer key, its length and hash as
+  // fields of their own (a field's value has no space): key=aaaa... key_bytes=70000
+  // key_hash=0f1e2d3c4b5a6978.
   std::string out;
-  out.reserve(key.size());
-  for (size_t i = 0; i < key.size(); i++) {
+  const size_t shown = std::min<size_t>(key.size(), kPrintableKeyBytes);
+  out.reserve(shown + 64);
+  for (size_t i = 0; i < shown; i++) {
     const unsigned char c = static_cast<unsigned char>(key[i]);
     if (c > 0x20 && c < 0x7f && c != '=' && c != '\\') {
       out += static_cast<char>(c);
@@ -63,6 +69,12 @@ std::string CallLog::PrintableKey(const Slice& key) {
       std::snprintf(buf, sizeof(buf), "\\x%02x", c);
       out += buf;
     }
+  }
+  if (key.size() > shown) {
+    char digest[64];
+    std::snprintf(digest, sizeof(digest), "... key_bytes=%zu key_hash=%016llx", key.size(),
+                  static_cast<unsigned long long>(Hash64(key.view())));
+    out += digest;
   }
   return out;
 }

@@ -12,7 +12,9 @@
 // The lines of one call reach the sink together (Logger::WriteGroup), in order.
 //
 // Keys print as their bytes, with bytes outside printable ASCII, space, '=' and '\'
-// escaped as \xNN, so a line always splits on spaces into name=value fields.
+// escaped as \xNN, so a line always splits on spaces into name=value fields; a key
+// longer than 64 bytes prints its first 64 and "...", then its length and hash as fields
+// of their own: key=aaaa... key_bytes=70000 key_hash=0f1e2d3c4b5a6978.
 //
 // Only the innermost layer that knows every field logs a call, so a call is never
 // logged twice: DBImpl for the keys it serves; ClusterDB for the calls it routes to

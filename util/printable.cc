@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <cstring>
 
+#include "util/hash.h"
 #include "util/input_check.h"
 
 namespace kvengine {
@@ -43,19 +45,31 @@ inline size_t ShowByte(unsigned char c, char* out) {
   return 4;
 }
 
-// The most Printable writes: a quote, 64 bytes of 4 characters, "..." and a quote.
-constexpr size_t kMaxPrintable = 1 + kPrintableKeyBytes * 4 + 3 + 1;
+// The most KeyDigest writes: 20 digits, " bytes, hash ", 16 hex digits.
+constexpr size_t kMaxDigest = 20 + 13 + 16;
+// The most Printable writes: a quote, 64 bytes of 4 characters, "..." and a quote, then
+// " (", the digest and ")".
+constexpr size_t kMaxPrintable = 1 + kPrintableKeyBytes * 4 + 3 + 1 + 2 + kMaxDigest + 1;
+
+// Writes KeyDigest(key) at out (room for kMaxDigest bytes); returns its end.
+char* DigestTo(const Slice& key, char* out) {
+  const int n = std::snprintf(out, kMaxDigest + 1, "%zu bytes, hash %016llx", key.size(),
+                              static_cast<unsigned long long>(Hash64(key.view())));
+  return out + std::min<size_t>(static_cast<size_t>(n), kMaxDigest);
+}
 
 // Writes Printable(key) at out (room for kMaxPrintable bytes); returns its end.
 char* PrintTo(const Slice& key, char* out) {
   *out++ = '\'';
   const size_t shown = std::min<size_t>(key.size(), kPrintableKeyBytes);
   for (size_t i = 0; i < shown; i++) out += ShowByte(static_cast<unsigned char>(key[i]), out);
-  if (key.size() > kPrintableKeyBytes) {
-    std::memcpy(out, "...", 3);
-    out += 3;
+  if (key.size() <= kPrintableKeyBytes) {
+    *out++ = '\'';
+    return out;
   }
-  *out++ = '\'';
+  std::memcpy(out, "...' (", 6);
+  out = DigestTo(key, out + 6);
+  *out++ = ')';
   return out;
 }
 
@@ -68,6 +82,11 @@ std::string Printable(const Slice& key) {
   // time; appending byte by byte, a few hundred instructions a key).
   char text[kMaxPrintable];
   return std::string(text, PrintTo(key, text));
+}
+
+std::string KeyDigest(const Slice& key) {
+  char text[kMaxDigest + 1];
+  return std::string(text, DigestTo(key, text));
 }
 
 Status KeyNotFound(const Slice& key, std::string_view namespace_name) {

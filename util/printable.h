@@ -16,9 +16,15 @@ namespace kvengine {
 constexpr size_t kPrintableKeyBytes = 64;
 
 // The key quoted, at most kPrintableKeyBytes of its bytes, the unprintable ones (and
-// quotes and backslashes) escaped as \xNN: 'layer.0\x00' or 'aaaa...'.  No quote appears
-// between the two that enclose it.
+// quotes and backslashes) escaped as \xNN: 'layer.0\x00'; a longer key is followed by
+// its length and hash, which tell it from the others that begin alike:
+// 'aaaa...' (70000 bytes, hash 0f1e2d3c4b5a6978).  No quote appears between the two
+// that enclose it.  Every message and log line that names a key shows it this way (the
+// Python module's printable_key too), so that no line carries a whole 64 KiB key.
 std::string Printable(const Slice& key);
+// "N bytes, hash H" of a key longer than kPrintableKeyBytes, as Printable shows it
+// (H: Hash64 of the whole key, 16 hex digits).
+std::string KeyDigest(const Slice& key);
 // NotFound naming `key`: "key 'k'", or in a namespace "key 'k' (namespace n)" (a name
 // of at most 64 bytes, as every namespace's is).
 Status KeyNotFound(const Slice& key, std::string_view namespace_name = {});

@@ -29,7 +29,7 @@ from . import _kvengine
 from ._kvengine import CUDA_BUILD, ERROR_CODES, OPTION_NAMES, Error
 
 __all__ = ["DB", "Namespace", "open", "attach", "Error", "ERROR_CODES", "OPTION_NAMES", "CUDA_BUILD", "check",
-           "error_name", "regex_escape"]
+           "error_name", "regex_escape", "printable_key"]
 __version__ = "0.1.0"
 
 # The negative codes of status.h, frozen: they are part of the API.
@@ -50,6 +50,15 @@ def error_name(code):
     if code > 0:
         return "ok"
     return ERROR_CODES.get(code, "unknown(%d)" % code)
+
+
+def printable_key(key):
+    """key (str or bytes) as kvengine's messages and log lines show it: quoted, at most
+    64 bytes, escaped, and for a longer key its length and hash -- the C++ library's
+    Printable, so that a key reads the same in every layer's log."""
+    if isinstance(key, str):
+        key = key.encode("utf-8", "surrogateescape")
+    return _kvengine.printable_key(bytes(key))
 
 
 def regex_escape(text):

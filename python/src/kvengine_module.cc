@@ -33,6 +33,7 @@
 #include "kvengine/status.h"
 #include "python/src/lmcache_plugin.h"
 #include "util/perf_point.h"
+#include "util/printable.h"
 
 namespace py = pybind11;
 
@@ -987,6 +988,15 @@ PYBIND11_MODULE(_kvengine, m) {
   py::list names;
   for (const auto& n : Options::SettableNames()) names.append(n);
   m.attr("OPTION_NAMES") = names;
+  m.def(
+      "printable_key",
+      [](py::bytes key) {
+        const std::string_view bytes(key);
+        return kvengine::Printable(kvengine::Slice(bytes.data(), bytes.size()));
+      },
+      py::arg("key"),
+      "key (bytes) as kvengine's messages and logs show it: quoted, at most 64 bytes "
+      "escaped, and for a longer key its length and hash");
   m.attr("CUDA_BUILD") = kvengine::python::kCudaBuild;
 
   py::class_<Store>(m, "Store")

@@ -10,6 +10,8 @@
 #include <unordered_set>
 #include <utility>
 
+#include "util/printable.h"
+
 namespace kvengine {
 namespace lmcache {
 
@@ -35,7 +37,8 @@ class FailureNote {
  public:
   FailureNote(BatchOp op, size_t keys) : op_(op), keys_(keys) {}
   void Add(const std::string& key, const std::string& why) {
-    if (failed_++ == 0) first_ = "key '" + key + "': " + why;
+    // Printable: LMCache logs the completion's error, and a key may be 64 KiB long.
+    if (failed_++ == 0) first_ = "key " + kvengine::Printable(kvengine::Slice(key)) + ": " + why;
   }
   size_t failed() const { return failed_; }
   std::string ToString() const {

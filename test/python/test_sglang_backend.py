@@ -219,6 +219,23 @@ def test_a_bad_page_is_false_with_its_reason(db_path, caplog):
     c.detach_storage_backend()
 
 
+def test_a_failed_pages_key_is_logged_shortened(db_path, caplog):
+    """A page whose key is 64 KiB long (a hash string as long as that) fails alone, and
+    its warning names the key as the library does: 64 bytes, its length and its hash
+    (issue #49 item 4: the whole key filled the log line)."""
+    c, host = controller({"path": db_path})
+    backend = c.storage_backend
+    slots = host.alloc(PAGE)
+    long_hash = "h" * 65536
+    with caplog.at_level(logging.INFO, logger="kvengine.sglang"):
+        assert backend.batch_get_v1([long_hash], slots) == [False]
+        assert backend.batch_set_v1([long_hash], slots) == [False]
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines and all(len(line) < 1000 for line in lines), [len(x) for x in lines]
+    assert all(kvengine.printable_key(long_hash) in line for line in lines), lines
+    c.detach_storage_backend()
+
+
 def test_an_mla_rank_other_than_0_writes_nothing(db_path):
     """MLA: one latent cache for every rank; rank 0 writes it (SGLang skips the others'
     backups, and the backend stores nothing for them even if asked)."""

@@ -470,3 +470,15 @@ def test_batch_leading_exist_counts_the_keys_present_from_the_first(db_path):
         db.batch_leading_exist("p0")
     db.close()
     assert db.batch_leading_exist(["p0"]) == kvengine.ABORTED  # could not ask, not "none"
+
+
+def test_printable_key_shows_a_long_key_as_the_library_does():
+    """printable_key is the library's Printable: a 64 KiB key becomes 64 bytes, its
+    length and its hash (issue #49 item 4), and the adapters' logs use it."""
+    short = kvengine.printable_key("layer.0\x00")
+    assert short == "'layer.0\\x00'"
+    long_key = "k" * 65536 + "a"
+    shown = kvengine.printable_key(long_key)
+    assert len(shown) < 140 and shown.startswith("'" + "k" * 64 + "...' (65537 bytes, hash ")
+    assert shown != kvengine.printable_key("k" * 65536 + "b")
+    assert kvengine.printable_key(long_key.encode()) == shown

@@ -23,7 +23,7 @@ takes it over or reconnects (kvengine.shared_store).
 import logging
 import time
 
-from .. import error_name
+from .. import error_name, printable_key
 from ..fingerprint import check_fingerprint
 from ..shared_store import acquire_store, namespace_config, release_store
 from ._sglang_compat import HiCacheStorage
@@ -211,7 +211,7 @@ class KVEngineHiCacheStorage(HiCacheStorage):
             r = results[i]
             why = error_name(r) if r < 0 else "a value of %d bytes, the page has %d" % (
                 r, self._page_bytes)
-            reasons.append("%s: %s" % (keys[i], why))
+            reasons.append("%s: %s" % (printable_key(keys[i]), why))
         level = logging.INFO if all(results[i] == NOT_FOUND for i in failed) else \
             logging.WARNING
         logger.log(level, "kvengine: %d of %d pages not %s (%s%s)", len(failed), len(keys),
