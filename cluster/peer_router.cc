@@ -9,6 +9,7 @@
 #include "cluster/rendezvous.h"
 #include "env/descriptor_budget.h"
 #include "transport/rdma.h"
+#include "transport/ucx.h"
 #include "transport/server.h"
 #include "transport/wire.h"
 #include "util/buffers.h"
@@ -162,12 +163,16 @@ Status PeerRouter::Open(const Options& options, Logger* logger,
   t.log = [logger](LogLevel level, const std::string& line) {
     if (logger != nullptr) logger->Write(level, line);
   };
-  const char* kinds[] = {"auto", "tcp", "rdma"};
+  const char* kinds[] = {"auto", "tcp", "rdma", "ucx"};
   const std::string kind = kinds[static_cast<int>(options.peer_transport)];
   s = Transport::Create(kind, t, &env->transport_);
   if (!s.ok()) return s;
   if (!options.listen.empty() && std::string(env->transport_->Name()) == "rdma") {
     s = RdmaServer::Create(&env->rdma_server_);
+    if (!s.ok()) return s;
+  }
+  if (!options.listen.empty() && std::string(env->transport_->Name()) == "ucx") {
+    s = UcxServer::Create(t.log, &env->ucx_server_);
     if (!s.ok()) return s;
   }
   env->self_ = options.listen.empty() ? "" : env->listen_.ToString();
@@ -178,6 +183,7 @@ Status PeerRouter::Open(const Options& options, Logger* logger,
 std::shared_ptr<MemoryRegistrar> PeerRouter::Registrar(std::shared_ptr<MemoryRegistrar> next) {
   std::vector<std::shared_ptr<MemoryRegistrar>> all{transport_->registrar()};
   if (rdma_server_ != nullptr) all.push_back(rdma_server_->registrar());
+  if (ucx_server_ != nullptr) all.push_back(ucx_server_->registrar());
   if (next != nullptr) all.push_back(std::move(next));
   return std::make_shared<Chain>(std::move(all));
 }
@@ -224,6 +230,13 @@ Status PeerRouter::ServePeers(DB* db, PinFn pin, ServedFn served, const char* ar
     RdmaServer* rs = rdma_server_.get();
     so.rdma_connect = [rs](std::string_view client, std::string* server) {
       return rs->Connect(client, server);
+    };
+  }
+  if (ucx_server_ != nullptr) {
+    UcxServer* us = ucx_server_.get();
+    so.ucx_connect = [us](std::string_view request, std::string* answer,
+                          std::shared_ptr<void>* client) {
+      return us->Connect(request, answer, client);
     };
   }
   Status s = TransportServer::Start(listen_, so, service_.get(), &server_);
@@ -1057,9 +1070,12 @@ std::string PeerRouter::StatsText() const {
       << "remote_hits: " << remote_hits_.load() << "\n"
       << "remote_puts: " << remote_puts_.load() << "\n"
       << "remote_errors: " << remote_errors_.load() << "\n"
-      << "promotions: " << promotions_.load() << "\n";
+      << "promotions: " << promotions_.load() << "\n"
+      << transport_->StatsText();
+  if (ucx_server_ != nullptr) out << ucx_server_->StatsText();
   if (server_ != nullptr) {
     out << "served_requests: " << server_->requests() << "\n"
+        << "leases_held: " << server_->leases_held() << "\n"
         << "rejected_frames: " << server_->rejected_frames() << "\n"
         << "refused_auth: " << server_->refused_auth() << "\n"
         << "slow_readers_closed: " << server_->slow_readers_closed() << "\n"

@@ -52,6 +52,7 @@ namespace kvengine {
 class Logger;
 class MembershipSource;
 class RdmaServer;
+class UcxServer;
 class TransportServer;
 struct PinnedValue;
 
@@ -246,6 +247,7 @@ class PeerRouter {
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<MembershipSource> membership_;
   std::unique_ptr<RdmaServer> rdma_server_;
+  std::unique_ptr<UcxServer> ucx_server_;  // serving over ucx: the arena mapped for clients
   std::unique_ptr<Service> service_;
   std::unique_ptr<TransportServer> server_;
   std::atomic<bool> closed_{false};

@@ -161,8 +161,10 @@ DEFINE_string(peer, "",
               "(any free port) in this process, in DB/peer, sized to hold the data set "
               "(--options apply to it)");
 DEFINE_string(peer_transport, "tcp",
-              "How peer_put and peer_get reach the peer: tcp, rdma, or auto (RDMA when this "
-              "build and machine have it, else TCP). rawsocket is always loopback TCP");
+              "How peer_put and peer_get reach the peer: tcp, ucx (one-sided UCP gets; "
+              "UCX_TLS picks shared memory or TCP), rdma, or auto (UCX when this build has "
+              "it, else RDMA when the machine has it, else TCP). rawsocket is always "
+              "loopback TCP");
 DEFINE_string(auth_token_file, "",
               "File holding the shared secret the peer requires (kv_server requires one when "
               "it listens on an address other than loopback; see docs/transport.md)");
@@ -615,9 +617,10 @@ const FlagRule kSetupRules[] = {
     {"peer_transport",
      [](const Resolved&) {
        return FLAGS_peer_transport == "tcp" || FLAGS_peer_transport == "rdma" ||
+              FLAGS_peer_transport == "ucx" ||
               FLAGS_peer_transport == "auto";
      },
-     "must be tcp, rdma or auto"},
+     "must be tcp, ucx, rdma or auto"},
     {"auth_token_file", [](const Resolved&) { return AuthTokenProblem().empty(); },
      [](const Resolved&) { return AuthTokenProblem(); }},
     {"use_existing_db", [](const Resolved&) { return !FLAGS_use_existing_db || !FLAGS_db.empty(); },

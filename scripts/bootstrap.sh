@@ -8,6 +8,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   libxxhash-dev libgflags-dev libgtest-dev libgmock-dev libbenchmark-dev
   libnuma-dev liburing-dev libibverbs-dev librocksdb-dev
+  libucx-dev ucx-utils  # the UCX transport (transport/ucx.h) and ucx_perftest, its baseline
   libcurl4-openssl-dev nlohmann-json3-dev  # the etcd client (cluster membership)
   etcd-server  # the cluster tests start a private etcd (Debian 12: 3.4)
   python3-dev pybind11-dev python3-numpy python3-pytest

@@ -160,7 +160,7 @@ class ClusterTest : public ::testing::Test {
     o.prefault_memory = false;
     o.log_level = LogLevel::kError;
     o.peer_mode = PeerMode::kSharded;
-    o.peer_transport = PeerTransport::kTcp;
+    ASSERT_TRUE(o.Set("peer_transport", TransportUnderTest()).ok());
     o.peer_timeout_ms = 1000;
     o.cluster = ClusterUrl();
     o.cluster_replicas = replicas;

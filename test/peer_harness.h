@@ -39,6 +39,26 @@ inline constexpr bool kSanitized = false;
 
 using test::FreePort;
 
+// The transport the peer suites run over: KV_TEST_PEER_TRANSPORT, "tcp" when unset, or
+// "ucx/TLS" -- UCX with UCX_TLS=TLS set in this process (and so in the kv_server
+// children) before any UCX context is made: CTest runs the suites once per form.
+inline const std::string& TransportUnderTest() {
+  static const std::string kind = [] {
+    const char* e = std::getenv("KV_TEST_PEER_TRANSPORT");
+    std::string v = e != nullptr && *e != '\0' ? e : "tcp";
+    const size_t slash = v.find('/');
+    if (slash != std::string::npos) {
+      setenv("UCX_TLS", v.substr(slash + 1).c_str(), 1);
+      // Servers serve UCX's TCP too (transport/ucx.cc: left out by default, since UCX
+      // 1.13 aborts an owner whose client dies mid-read; UcxTest.* checks both).
+      setenv("KVENGINE_UCX_SERVE_TCP", "1", 1);
+      v.resize(slash);
+    }
+    return v;
+  }();
+  return kind;
+}
+
 inline std::string TempDir(const std::string& name) {
   const char* base = std::getenv("KV_TEST_TMPDIR");
   std::string dir =
@@ -69,7 +89,7 @@ class Server {
       }
       std::vector<std::string> args = {KV_SERVER_PATH, "--db=" + db_,
                                        "--listen=127.0.0.1:" + std::to_string(port_),
-                                       "--transport=tcp",
+                                       "--transport=" + TransportUnderTest(),
                                        "--options=memory_capacity_bytes=64MiB,"
                                        "prefault_memory=false,log_level=error" +
                                            options_};
@@ -140,7 +160,7 @@ inline Options ClientOptions(const std::string& peers, PeerMode mode) {
   o.peers = peers;
   o.peer_mode = mode;
   o.peer_timeout_ms = 1000;
-  o.peer_transport = PeerTransport::kTcp;
+  EXPECT_TRUE(o.Set("peer_transport", TransportUnderTest()).ok());
   return o;
 }
 
@@ -153,7 +173,7 @@ inline std::unique_ptr<Transport> NewClient(const std::string& token = "",
   o.timeout_ms = timeout_ms;
   o.log = [](LogLevel, const std::string&) {};
   std::unique_ptr<Transport> t;
-  EXPECT_TRUE(Transport::Create("tcp", o, &t).ok());
+  EXPECT_TRUE(Transport::Create(TransportUnderTest(), o, &t).ok());
   return t;
 }
 

@@ -1,6 +1,6 @@
 // kv_server: serves a kvengine DB to peers.
 //
-//   kv_server --db=PATH --listen=HOST:PORT [--transport=auto|tcp|rdma]
+//   kv_server --db=PATH --listen=HOST:PORT [--transport=auto|tcp|ucx|rdma]
 //             [--local_listen=SOCKET] [--auth_token_file=F] [--options=name=value,...]
 //             [--cluster=etcd://HOST:PORT[,HOST:PORT...]/PREFIX]
 //   kv_server --stats=HOST:PORT [--auth_token_file=F]     print a server's stats
@@ -43,7 +43,7 @@ namespace {
 
 void Usage() {
   std::fprintf(stderr,
-               "usage: kv_server --db=PATH [--listen=HOST:PORT] [--transport=auto|tcp|rdma]\n"
+               "usage: kv_server --db=PATH [--listen=HOST:PORT] [--transport=auto|tcp|ucx|rdma]\n"
                "                 [--local_listen=SOCKET] [--auth_token_file=F]\n"
                "                 [--options=name=value,...] [--cluster=etcd://H:P/PREFIX]\n"
                "                 [--metrics_listen=HOST:PORT]\n"

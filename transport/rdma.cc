@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "transport/lease_calls.h"
 #include "transport/tcp_transport.h"
 #include "transport/wire.h"
 #include "util/coding.h"
@@ -524,20 +525,7 @@ class RdmaTransport final : public TcpTransport {
     if (!s.ok() || remote.broken) DropQp(peer);
     if (!s.ok()) return s;
     // Keys the peer holds only on SSD: ask for their bytes over TCP.
-    std::vector<Slice> rest_keys;
-    std::vector<Destination> rest_dests;
-    std::vector<size_t> rest;
-    for (size_t i = 0; i < keys.size(); i++) {
-      if ((*results)[i] == kLookupNotPinned) {
-        rest.push_back(i);
-        rest_keys.push_back(keys[i]);
-        rest_dests.push_back(dests[i]);
-      }
-    }
-    if (rest.empty()) return Status::OK();
-    std::vector<int64_t> more;
-    s = TcpTransport::BatchGet(peer, rest_keys, rest_dests, &more);
-    for (size_t j = 0; j < rest.size(); j++) (*results)[rest[j]] = more[j];
+    GetUnpinnedOverTcp(this, peer, keys, dests, results);
     return Status::OK();
   }
 
@@ -553,23 +541,7 @@ class RdmaTransport final : public TcpTransport {
     Remote(RdmaTransport* t, const Endpoint& peer, PeerQp* pq) : t_(t), peer_(peer), pq_(pq) {}
     Status Lookup(std::span<const Slice> keys, std::vector<int64_t>* results,
                   std::vector<RemoteLocation>* locations) override {
-      std::string meta;
-      wire::PutKeys(&meta, keys, nullptr);
-      MetaSink sink;
-      Status s = t_->Call(peer_, wire::kLookup, meta, {}, &sink);
-      if (!s.ok()) return s;
-      std::string_view in(sink.meta);
-      Status batch;
-      if (!wire::GetBatchStatus(&in, &batch)) return Status::Corruption("malformed lookup");
-      if (!batch.ok()) return batch;
-      if (!DecodeLocations(&in, results, locations)) return Status::Corruption("malformed lookup");
-      for (const RemoteLocation& l : *locations) {
-        if (l.size > 0 &&
-            (l.offset > pq_->remote.arena_len || l.size > pq_->remote.arena_len - l.offset)) {
-          return Status::Corruption("lookup names bytes outside the peer's arena");
-        }
-      }
-      return Status::OK();
+      return CallLookup(t_, peer_, keys, pq_->remote.arena_len, results, locations);
     }
     Status Read(std::span<RemoteRead> reads) override {
       MutexLock lock(&pq_->mu);
@@ -584,21 +556,7 @@ class RdmaTransport final : public TcpTransport {
       return s;
     }
     Status Release(std::span<const uint64_t> leases, std::vector<uint8_t>* held) override {
-      std::string meta;
-      PutFixed32(&meta, static_cast<uint32_t>(leases.size()));
-      for (uint64_t l : leases) PutFixed64(&meta, l);
-      MetaSink sink;
-      Status s = t_->Call(peer_, wire::kRelease, meta, {}, &sink);
-      if (!s.ok()) return s;
-      std::string_view in(sink.meta);
-      Status batch;
-      std::vector<int64_t> r;
-      if (!wire::GetBatchStatus(&in, &batch) || !wire::GetResults(&in, &r)) {
-        return Status::Corruption("malformed release answer");
-      }
-      if (!batch.ok()) return batch;
-      held->assign(r.begin(), r.end());
-      return Status::OK();
+      return CallRelease(t_, peer_, leases, held);
     }
     bool broken = false;
 

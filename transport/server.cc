@@ -74,6 +74,9 @@ struct Conn {
   // past `deadline`.
   bool busy = false;
   Deadline deadline = kNever;
+  // The UCX client record this connection set up (ServerOptions::ucx_connect); released
+  // with the connection, or replaced by a later kUcxConnect on it.
+  std::shared_ptr<void> ucx_client;
 };
 
 // The client's address alone and with its port, and whether it is a loopback one,
@@ -260,6 +263,10 @@ class TcpServer final : public TransportServer {
 
   uint16_t port() const override { return port_; }
   uint64_t requests() const override { return requests_.load(); }
+  uint64_t leases_held() override {
+    leases_.ReapExpired();
+    return leases_.size();
+  }
   uint64_t rejected_frames() const override { return rejected_.load(); }
   uint64_t refused_auth() const override { return refused_auth_.load(); }
   uint64_t slow_readers_closed() const override { return slow_readers_closed_.load(); }
@@ -786,14 +793,14 @@ class TcpServer final : public TransportServer {
     return s.ok() ? s : refusals_.Note(c->tenant, c->peer, s);
   }
 
-  // One-sided RDMA reads reach the whole arena, every namespace's values: only a
+  // One-sided reads (RDMA, UCX) reach the whole arena, every namespace's values: only a
   // connection free to use every namespace may set them up.
-  Status RdmaAllowed(const Conn* c) {
+  Status OneSidedAllowed(const Conn* c) {
     if (c->tenant == nullptr || c->tenant->unrestricted()) return Status::OK();
     return refusals_.Note(c->tenant, c->peer,
                           Status::PermissionDenied("tenant '" + c->tenant->name() +
-                                                   "' may not read over RDMA: one-sided reads "
-                                                   "reach every namespace's values"));
+                                                   "' may not read one-sided (RDMA, UCX): such "
+                                                   "reads reach every namespace's values"));
   }
 
   bool Dispatch(Conn* c, const wire::FrameHeader& h, std::string_view meta, const char* body) {
@@ -887,10 +894,23 @@ class TcpServer final : public TransportServer {
       }
       case wire::kRdmaConnect: {
         std::string theirs, out;
-        Status s = RdmaAllowed(c);
+        Status s = OneSidedAllowed(c);
         if (s.ok()) {
           s = options_.rdma_connect ? options_.rdma_connect(meta, &theirs)
                                     : Status::NotSupported("this server does not serve RDMA");
+        }
+        wire::PutBatchStatus(&out, s);
+        PutLengthPrefixed(&out, theirs);
+        return Answer(c, h, out);
+      }
+      case wire::kUcxConnect: {
+        std::string theirs, out;
+        Status s = OneSidedAllowed(c);
+        if (s.ok()) {
+          std::shared_ptr<void> client;
+          s = options_.ucx_connect ? options_.ucx_connect(meta, &theirs, &client)
+                                   : Status::NotSupported("this server does not serve UCX");
+          if (s.ok()) c->ucx_client = std::move(client);
         }
         wire::PutBatchStatus(&out, s);
         PutLengthPrefixed(&out, theirs);

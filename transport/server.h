@@ -121,6 +121,13 @@ struct ServerOptions {
   // Answers kRdmaConnect: given the client's encoded QP parameters, sets up the
   // server's side and stores its encoded parameters.  Null: NotSupported.
   std::function<Status(std::string_view client, std::string* server)> rdma_connect;
+  // Answers kUcxConnect (transport/ucx.h), for connections whose tenant may read every
+  // namespace: given the client's request, stores the encoded answer and the client's
+  // record, which the connection keeps until it closes (then the record's release
+  // closes the client's endpoint).  Null: NotSupported.
+  std::function<Status(std::string_view request, std::string* answer,
+                       std::shared_ptr<void>* client)>
+      ucx_connect;
 };
 
 class TransportServer {
@@ -135,6 +142,8 @@ class TransportServer {
   virtual uint16_t port() const = 0;
   // Counters for stats and tests.
   virtual uint64_t requests() const = 0;
+  // Leases of one-sided reads granted and neither released nor lapsed yet.
+  virtual uint64_t leases_held() = 0;
   virtual uint64_t rejected_frames() const = 0;
   virtual uint64_t refused_auth() const = 0;
   // Connections closed for not reading their answers (max_queued_bytes, io_timeout_ms).

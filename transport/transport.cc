@@ -4,6 +4,7 @@
 #include "transport/rdma.h"
 #include "transport/tcp_transport.h"
 #include "transport/tenant_tokens.h"
+#include "transport/ucx.h"
 
 namespace kvengine {
 
@@ -30,8 +31,24 @@ Status Transport::Create(const std::string& kind, const TransportOptions& option
     *result = std::make_unique<TcpTransport>(options);
     return Status::OK();
   }
-  if (kind != "rdma" && kind != "auto") {
-    return Status::InvalidArgument("unknown transport '" + kind + "' (want tcp, rdma or auto)");
+  if (kind != "ucx" && kind != "rdma" && kind != "auto") {
+    return Status::InvalidArgument("unknown transport '" + kind +
+                                   "' (want tcp, ucx, rdma or auto)");
+  }
+  if (kind == "ucx") {
+    Status s = NewUcxTransport(options, result);
+    if (s.ok()) log(LogLevel::kInfo, "transport: ucx");
+    return s;
+  }
+  if (kind == "auto") {
+    // UCX first: it reaches RDMA devices too, and shared memory and TCP where there are
+    // none.
+    Status s = NewUcxTransport(options, result);
+    if (s.ok()) {
+      log(LogLevel::kInfo, "transport: ucx");
+      return s;
+    }
+    log(LogLevel::kInfo, "transport: UCX unavailable (" + s.ToString() + ")");
   }
   Status s = NewRdmaTransport(options, result);
   if (s.ok()) {

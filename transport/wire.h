@@ -50,6 +50,7 @@ enum Op : uint8_t {
   kValueSize = 11,       // keys -> results (value size, or negative error)
   kDeleteMatching = 12,  // match mode + pattern -> count of keys removed (local tiers)
   kPrefetch = 13,        // keys -> results (1: read up from SSD started, 0: not)
+  kUcxConnect = 14,      // client UCP worker address -> server's, arena and rkey (ucx.h)
 
   // Attached clients only, on the owner's Unix socket (attach/local_server.h,
   // docs/attach.md).  Locations are offsets in the shared arena.

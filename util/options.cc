@@ -43,7 +43,7 @@ const std::vector<std::string>& PeerModeNames() {
   return names;
 }
 const std::vector<std::string>& PeerTransportNames() {
-  static const std::vector<std::string> names = {"auto", "tcp", "rdma"};
+  static const std::vector<std::string> names = {"auto", "tcp", "rdma", "ucx"};
   return names;
 }
 const std::vector<std::string>& LogLevelNames() {

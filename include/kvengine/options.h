@@ -59,9 +59,11 @@ enum class PeerMode : int {
 
 // Which transport reaches peers.
 enum class PeerTransport : int {
-  kAuto = 0,  // "auto": RDMA when a device exists, else TCP (the choice is logged)
+  kAuto = 0,  // "auto": UCX when built with it, else RDMA when a device exists, else TCP
+              // (the choice is logged)
   kTcp = 1,   // "tcp"
   kRdma = 2,  // "rdma": fails Open with NotSupported when no device
+  kUcx = 3,   // "ucx": one-sided reads through UCX; NotSupported when built without it
 };
 
 enum class LogLevel : int { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3, kOff = 4 };
@@ -372,7 +374,7 @@ struct Options {
   // Default: true
   bool promote_from_peers = true;
 
-  // "auto", "tcp" or "rdma" (see PeerTransport).
+  // "auto", "tcp", "rdma" or "ucx" (see PeerTransport).
   // Default: auto
   PeerTransport peer_transport = PeerTransport::kAuto;
 

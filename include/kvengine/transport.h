@@ -109,9 +109,12 @@ struct TransportOptions {
 
 class Transport {
  public:
-  // Creates a transport.  `kind` is "tcp", "rdma" or "auto" (RDMA when the build has
-  // verbs and the machine an active device, else TCP, with the choice logged).
-  // "rdma" without a usable device fails with NotSupported saying why.
+  // Creates a transport.  `kind` is "tcp", "ucx", "rdma" or "auto" (UCX when the build
+  // has it, else RDMA when the build has verbs and the machine an active device, else
+  // TCP, with the choice logged).  "ucx" reads values one-sided through UCP (shared
+  // memory, TCP or RDMA NICs, whatever UCX finds; transport/ucx.h); without UCX in the
+  // build it fails with NotSupported naming the package (libucx-dev).  "rdma" without a
+  // usable device fails with NotSupported saying why.
   static Status Create(const std::string& kind, const TransportOptions& options,
                        std::unique_ptr<Transport>* result);
 
@@ -121,7 +124,7 @@ class Transport {
   // Closes every connection; calls in flight must have returned.
   virtual ~Transport() = default;
 
-  // "tcp" or "rdma".
+  // "tcp", "ucx" or "rdma".
   virtual const char* Name() const = 0;
 
   // Registers [addr, addr+length) for direct transfers (an RDMA memory region); TCP only
@@ -162,6 +165,11 @@ class Transport {
   // Reads a property of the peer's DB (DB::GetProperty), e.g. "kvengine.stats".
   // NotFound when the peer does not know the property.
   virtual Status GetProperty(const Endpoint& peer, const std::string& name, std::string* value) = 0;
+
+  // This transport's own counters, one "name: value" line each (ucx: one-sided reads,
+  // their bytes, reads into unmapped buffers, batches sent by TCP instead, endpoints
+  // made); shown in the property "kvengine.peers".  Default: none.
+  virtual std::string StatsText() const { return ""; }
 };
 
 }  // namespace kvengine

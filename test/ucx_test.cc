@@ -1,0 +1,570 @@
+// The UCX transport (transport/ucx.h) between real processes: a kv_server child serving
+// --transport=ucx, this process the client.  CTest runs the suite once over UCX's TCP
+// transport and once over shared memory (KV_TEST_PEER_TRANSPORT=ucx/tcp, ucx/sm; the
+// harness sets UCX_TLS for this process and its children).  Without UCX in the build the
+// live tests skip saying so, and UcxBuild.* checks the NotSupported answer.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kvengine/db.h"
+#include "kvengine/transport.h"
+#include "test/peer_harness.h"
+#include "transport/ucx.h"
+#include "transport/wire.h"
+#include "util/coding.h"
+#include "util/mutex.h"
+
+namespace kvengine {
+namespace {
+
+// "ucx/tcp" unless the environment names another form of UCX.
+std::string UcxForm() {
+  const char* e = std::getenv("KV_TEST_PEER_TRANSPORT");
+  return e != nullptr && std::string(e).rfind("ucx", 0) == 0 ? e : "ucx/tcp";
+}
+
+// Makes TransportUnderTest() the UCX form before anything reads it.
+void UseUcx() {
+  static const bool once = [] {
+    setenv("KV_TEST_PEER_TRANSPORT", UcxForm().c_str(), 1);
+    return TransportUnderTest() == "ucx";
+  }();
+  ASSERT_TRUE(once);
+}
+
+#define SKIP_WITHOUT_UCX()                                        \
+  do {                                                            \
+    UseUcx();                                                     \
+    std::string why;                                              \
+    if (!UcxAvailable(&why)) GTEST_SKIP() << "no UCX: " << why;   \
+  } while (0)
+
+uint64_t Stat(const std::string& text, const std::string& name) {
+  const std::string want = name + ": ";
+  size_t pos = text.find("\n" + want);
+  if (pos == std::string::npos) {
+    if (text.rfind(want, 0) != 0) return ~0ull;
+    pos = 0;
+  } else {
+    pos++;
+  }
+  return std::strtoull(text.c_str() + pos + want.size(), nullptr, 10);
+}
+
+std::string ServerStats(Transport* t, const Endpoint& ep) {
+  std::string text;
+  EXPECT_TRUE(t->GetProperty(ep, "kvengine.peers", &text).ok());
+  return text;
+}
+
+// A value of `size` bytes, every byte `fill`.
+std::string Uniform(size_t size, char fill) { return std::string(size, fill); }
+
+TEST(UcxWire, ConnectRequestAndAnswerRoundTrip) {
+  UcxConnectRequest req{std::string("\x01\x02worker", 8)};
+  std::string enc;
+  req.EncodeTo(&enc);
+  UcxConnectRequest back;
+  ASSERT_TRUE(UcxConnectRequest::DecodeFrom(enc, &back).ok());
+  EXPECT_EQ(back.worker_address, req.worker_address);
+
+  UcxConnectAnswer a;
+  a.worker_address = "addr";
+  a.arena_addr = 0x7f0000001000;
+  a.arena_len = 64 << 20;
+  a.rkey = std::string("\x00rkey", 5);
+  enc.clear();
+  a.EncodeTo(&enc);
+  UcxConnectAnswer b;
+  ASSERT_TRUE(UcxConnectAnswer::DecodeFrom(enc, &b).ok());
+  EXPECT_EQ(a, b);
+  // Every truncation and a trailing byte are refused, never read past.
+  for (size_t n = 0; n < enc.size(); n++) {
+    EXPECT_TRUE(UcxConnectAnswer::DecodeFrom(std::string_view(enc).substr(0, n), &b).IsCorruption())
+        << n;
+  }
+  EXPECT_TRUE(UcxConnectAnswer::DecodeFrom(enc + "x", &b).IsCorruption());
+}
+
+TEST(UcxWire, HostileAnswersAreRefused) {
+  UcxConnectAnswer a, b;
+  a.worker_address = "addr";
+  a.rkey = "rkey";
+  a.arena_addr = ~0ull - 10;  // wraps around
+  a.arena_len = 100;
+  std::string enc;
+  a.EncodeTo(&enc);
+  EXPECT_TRUE(UcxConnectAnswer::DecodeFrom(enc, &b).IsCorruption());
+  a.arena_addr = 4096;
+  a.arena_len = 0;  // empty arena
+  enc.clear();
+  a.EncodeTo(&enc);
+  EXPECT_TRUE(UcxConnectAnswer::DecodeFrom(enc, &b).IsCorruption());
+  a.arena_len = 100;
+  a.rkey.clear();  // no rkey
+  enc.clear();
+  a.EncodeTo(&enc);
+  EXPECT_TRUE(UcxConnectAnswer::DecodeFrom(enc, &b).IsCorruption());
+  a.rkey.assign(kUcxMaxBlob + 1, 'k');  // oversized
+  enc.clear();
+  a.EncodeTo(&enc);
+  EXPECT_TRUE(UcxConnectAnswer::DecodeFrom(enc, &b).IsCorruption());
+  enc = std::string("\x02", 1);  // another version
+  EXPECT_TRUE(UcxConnectAnswer::DecodeFrom(enc, &b).IsCorruption());
+  UcxConnectRequest r;
+  EXPECT_TRUE(UcxConnectRequest::DecodeFrom(std::string("\x01\x00", 2), &r).IsCorruption());
+}
+
+TEST(UcxBuild, CreateAnswersAsTheBuildAllows) {
+  std::unique_ptr<Transport> t;
+  Status s = Transport::Create("ucx", TransportOptions(), &t);
+#ifdef KV_WITH_UCX
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_STREQ(t->Name(), "ucx");
+  std::unique_ptr<Transport> automatic;
+  ASSERT_TRUE(Transport::Create("auto", TransportOptions(), &automatic).ok());
+  EXPECT_STREQ(automatic->Name(), "ucx");  // auto prefers UCX when the build has it
+  std::string why;
+  UcxInfo info;
+  ASSERT_TRUE(UcxAvailable(&why, &info)) << why;
+  EXPECT_FALSE(info.version.empty());
+#else
+  EXPECT_TRUE(s.IsNotSupported());
+  EXPECT_NE(s.ToString().find("libucx-dev"), std::string::npos) << s.ToString();
+#endif
+  EXPECT_TRUE(Transport::Create("carrier-pigeon", TransportOptions(), &t).IsInvalidArgument());
+}
+
+// Values of every shape read one-sided into mapped buffers and into plain ones, bit
+// exact, with a missing key, an empty value and a too-small buffer in the batch.
+TEST(UcxTest, GetsAreOneSidedIntoMappedAndPlainBuffers) {
+  SKIP_WITHOUT_UCX();
+  Server server(TempDir("ucx_gets"), FreePort());
+  ASSERT_TRUE(server.Start());
+  auto client = NewClient();
+  ASSERT_STREQ(client->Name(), "ucx");
+  const Endpoint ep = server.endpoint();
+  std::mt19937_64 rng(7);
+  const std::vector<size_t> sizes = {0, 1, 4095, 64 << 10, 1 << 20, 4 << 20};
+  std::vector<std::string> names, values;
+  for (size_t i = 0; i < sizes.size(); i++) {
+    names.push_back("ucx/k" + std::to_string(i));
+    values.push_back(RandomValue(&rng, sizes[i]));
+  }
+  std::vector<Slice> keys(names.begin(), names.end());
+  std::vector<ValueParts> parts;
+  for (const auto& v : values) parts.push_back({Slice(v)});
+  std::vector<int64_t> results;
+  ASSERT_TRUE(client->BatchPut(ep, keys, parts, &results).ok());
+  for (int64_t r : results) ASSERT_EQ(r, 0);
+
+  const size_t kSlot = 4 << 20;
+  std::vector<char> mapped(kSlot * (sizes.size() + 2));
+  ASSERT_TRUE(client->RegisterMemory(mapped.data(), mapped.size(), "user buffer").ok());
+  names.push_back("ucx/absent");
+  names.push_back("ucx/k4");  // 1 MiB into 1000 bytes
+  keys.assign(names.begin(), names.end());
+  std::vector<Destination> dests;
+  for (size_t i = 0; i < keys.size(); i++) {
+    const size_t cap = i + 1 == keys.size() ? 1000 : kSlot;
+    dests.push_back({MutableSlice(mapped.data() + i * kSlot, cap)});
+  }
+  Status s = client->BatchGet(ep, keys, dests, &results);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  for (size_t i = 0; i < sizes.size(); i++) {
+    ASSERT_EQ(results[i], static_cast<int64_t>(sizes[i])) << i;
+    EXPECT_TRUE(std::equal(values[i].begin(), values[i].end(), mapped.data() + i * kSlot)) << i;
+  }
+  EXPECT_EQ(results[sizes.size()], Status::NotFound("").ErrorCode());
+  EXPECT_EQ(results[sizes.size() + 1], Status::BufferTooSmall("").ErrorCode());
+  std::string stats = client->StatsText();
+  EXPECT_GE(Stat(stats, "ucx_gets"), 5u) << stats;
+  EXPECT_EQ(Stat(stats, "ucx_unregistered_reads"), 0u) << stats;
+  EXPECT_EQ(Stat(stats, "ucx_tcp_batches"), 0u) << stats;
+
+  // Plain buffers, each value split over two of them.
+  std::vector<std::vector<char>> a(sizes.size(), std::vector<char>(kSlot / 2)),
+      b(sizes.size(), std::vector<char>(kSlot));
+  keys.assign(names.begin(), names.begin() + sizes.size());
+  dests.clear();
+  for (size_t i = 0; i < sizes.size(); i++) {
+    dests.push_back({MutableSlice(a[i].data(), a[i].size()), MutableSlice(b[i].data(), b[i].size())});
+  }
+  ASSERT_TRUE(client->BatchGet(ep, keys, dests, &results).ok());
+  for (size_t i = 0; i < sizes.size(); i++) {
+    ASSERT_EQ(results[i], static_cast<int64_t>(sizes[i])) << i;
+    std::string got(a[i].begin(), a[i].end());
+    got.append(b[i].begin(), b[i].end());
+    EXPECT_EQ(got.substr(0, sizes[i]), values[i]) << i;
+  }
+  stats = client->StatsText();
+  EXPECT_GE(Stat(stats, "ucx_unregistered_reads"), 4u) << stats;
+  EXPECT_EQ(Stat(ServerStats(client.get(), ep), "ucx_clients"), 1u);
+  client->UnregisterMemory(mapped.data(), mapped.size());
+}
+
+// Many threads share the one worker: reads of all of them in flight at once, each
+// batch's bytes exact.
+TEST(UcxTest, ConcurrentBatchesShareTheWorker) {
+  SKIP_WITHOUT_UCX();
+  Server server(TempDir("ucx_threads"), FreePort());
+  ASSERT_TRUE(server.Start());
+  auto client = NewClient("", 10000);
+  const Endpoint ep = server.endpoint();
+  const int kKeys = 32;
+  std::vector<std::string> names, values;
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < kKeys; i++) {
+    names.push_back("mt/" + std::to_string(i));
+    values.push_back(RandomValue(&rng, 64 << 10));
+  }
+  std::vector<Slice> keys(names.begin(), names.end());
+  std::vector<ValueParts> parts;
+  for (const auto& v : values) parts.push_back({Slice(v)});
+  std::vector<int64_t> results;
+  ASSERT_TRUE(client->BatchPut(ep, keys, parts, &results).ok());
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; t++) {
+    threads.emplace_back([&, t] {
+      std::vector<char> buf(kKeys * (64 << 10));
+      std::vector<Destination> dests;
+      for (int i = 0; i < kKeys; i++) {
+        dests.push_back({MutableSlice(buf.data() + i * (64 << 10), 64 << 10)});
+      }
+      for (int round = 0; round < 20; round++) {
+        std::vector<int64_t> r;
+        if (!client->BatchGet(ep, keys, dests, &r).ok()) {
+          failures++;
+          continue;
+        }
+        for (int i = 0; i < kKeys; i++) {
+          if (r[i] != (64 << 10) || std::memcmp(buf.data() + i * (64 << 10), values[i].data(),
+                                                  64 << 10) != 0) {
+            failures++;
+          }
+        }
+      }
+      (void)t;
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+// Values overwritten and deleted while they are read, in a memory tier small enough
+// that their rooms are reused at once: every read that reports success holds exactly
+// one version (each value is one repeated byte), never a mix and never a stranger's.
+TEST(UcxTest, ValuesReplacedDuringReadsAreNeverServedTorn) {
+  SKIP_WITHOUT_UCX();
+  Server server(TempDir("ucx_churn"), FreePort());
+  server.set_options(",ssd_capacity_bytes=0,memory_capacity_bytes=8MiB");
+  ASSERT_TRUE(server.Start());
+  auto writer = NewClient();
+  auto reader = NewClient();
+  const Endpoint ep = server.endpoint();
+  const size_t kSize = 256 << 10;
+  const int kKeys = 8;
+  std::vector<std::string> names;
+  for (int i = 0; i < kKeys; i++) names.push_back("churn/" + std::to_string(i));
+  std::vector<Slice> keys(names.begin(), names.end());
+  std::atomic<bool> stop{false};
+  std::thread churn([&] {
+    std::mt19937_64 rng(11);
+    while (!stop.load()) {
+      const int k = static_cast<int>(rng() % kKeys);
+      std::vector<Slice> one = {keys[k]};
+      std::vector<int64_t> r;
+      if (rng() % 4 == 0) {
+        writer->BatchDelete(ep, one, &r);
+      } else {
+        const std::string v = Uniform(kSize, static_cast<char>('a' + rng() % 26));
+        std::vector<ValueParts> parts = {{Slice(v)}};
+        writer->BatchPut(ep, one, parts, &r);
+      }
+    }
+  });
+  std::vector<char> buf(kKeys * kSize);
+  ASSERT_TRUE(reader->RegisterMemory(buf.data(), buf.size(), "user buffer").ok());
+  std::vector<Destination> dests;
+  for (int i = 0; i < kKeys; i++) dests.push_back({MutableSlice(buf.data() + i * kSize, kSize)});
+  int served = 0, torn = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(kSanitized ? 6 : 3);
+  while (std::chrono::steady_clock::now() < until) {
+    std::vector<int64_t> r;
+    if (!reader->BatchGet(ep, keys, dests, &r).ok()) continue;
+    for (int i = 0; i < kKeys; i++) {
+      if (r[i] != static_cast<int64_t>(kSize)) continue;
+      served++;
+      const char* v = buf.data() + i * kSize;
+      if (v[0] < 'a' || v[0] > 'z' ||
+          std::count(v, v + kSize, v[0]) != static_cast<std::ptrdiff_t>(kSize)) {
+        torn++;
+      }
+    }
+  }
+  stop.store(true);
+  churn.join();
+  EXPECT_GT(served, 0);
+  EXPECT_EQ(torn, 0);
+  EXPECT_GT(Stat(reader->StatsText(), "ucx_gets"), 0u);
+  reader->UnregisterMemory(buf.data(), buf.size());
+}
+
+// SIGKILL of the server while reads are in flight: every key of a batch that did not
+// complete is an error, and no key ever reports success with wrong bytes.
+TEST(UcxTest, ServerKilledMidReadFailsEveryKeyNeverWrongBytes) {
+  SKIP_WITHOUT_UCX();
+  Server server(TempDir("ucx_kill_server"), FreePort());
+  server.set_options(",ssd_capacity_bytes=0,memory_capacity_bytes=256MiB");
+  ASSERT_TRUE(server.Start());
+  auto client = NewClient("", 2000);
+  const Endpoint ep = server.endpoint();
+  const size_t kSize = 4 << 20;
+  const int kKeys = 8;
+  std::vector<std::string> names, values;
+  for (int i = 0; i < kKeys; i++) {
+    names.push_back("kill/" + std::to_string(i));
+    values.push_back(Uniform(kSize, static_cast<char>('A' + i)));
+  }
+  std::vector<Slice> keys(names.begin(), names.end());
+  std::vector<ValueParts> parts;
+  for (const auto& v : values) parts.push_back({Slice(v)});
+  std::vector<int64_t> results;
+  ASSERT_TRUE(client->BatchPut(ep, keys, parts, &results).ok());
+  std::atomic<int> wrong{0}, ok_batches{0}, failed_batches{0}, partial{0};
+  std::atomic<bool> killed{false};
+  Mutex mu;
+  std::string first_error;  // before the kill: none expected
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; t++) {
+    threads.emplace_back([&] {
+      std::vector<char> buf(kKeys * kSize);
+      client->RegisterMemory(buf.data(), buf.size(), "user buffer");
+      std::vector<Destination> dests;
+      for (int i = 0; i < kKeys; i++) dests.push_back({MutableSlice(buf.data() + i * kSize, kSize)});
+      for (int round = 0; round < 400; round++) {
+        std::memset(buf.data(), 0, buf.size());
+        std::vector<int64_t> r;
+        const Status s = client->BatchGet(ep, keys, dests, &r);
+        int good = 0;
+        for (int i = 0; i < kKeys; i++) {
+          if (r.size() != static_cast<size_t>(kKeys) || r[i] < 0) continue;
+          good++;
+          if (r[i] != static_cast<int64_t>(kSize) ||
+              std::memcmp(buf.data() + i * kSize, values[i].data(), kSize) != 0) {
+            wrong++;
+          }
+        }
+        if (s.ok() && good == kKeys) {
+          ok_batches++;
+        } else {
+          failed_batches++;
+          if (good != 0) partial++;
+          MutexLock lock(&mu);
+          if (!killed.load() && first_error.empty()) first_error = s.ToString();
+        }
+        if (killed.load() && round > 0 && !s.ok()) break;
+      }
+      client->UnregisterMemory(buf.data(), buf.size());
+    });
+  }
+  // Kill it once reads are going well (or after 10 s, and the test fails).
+  for (int i = 0; i < 1000 && ok_batches.load() < 3; i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  killed.store(true);
+  server.Kill(SIGKILL);
+  for (auto& th : threads) th.join();
+  EXPECT_GT(ok_batches.load(), 0);
+  EXPECT_GT(failed_batches.load(), 0);
+  EXPECT_EQ(first_error, "");
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(partial.load(), 0);
+  // And the client keeps working against a restarted server.
+  Server again(TempDir("ucx_kill_server2"), FreePort());
+  ASSERT_TRUE(again.Start());
+  std::vector<Slice> one = {keys[0]};
+  std::vector<ValueParts> one_part = {{Slice(values[0])}};
+  ASSERT_TRUE(client->BatchPut(again.endpoint(), one, one_part, &results).ok());
+  std::vector<char> buf(kSize);
+  std::vector<Destination> d = {{MutableSlice(buf.data(), buf.size())}};
+  ASSERT_TRUE(client->BatchGet(again.endpoint(), one, d, &results).ok());
+  ASSERT_EQ(results[0], static_cast<int64_t>(kSize)) << client->StatsText();
+  EXPECT_EQ(std::memcmp(buf.data(), values[0].data(), kSize), 0);
+}
+
+// The client side of the next test, run in a child process (this binary re-executed):
+// reads over UCX until it is killed.
+TEST(UcxChild, ReadsUntilKilled) {
+  const char* peer = std::getenv("KV_UCX_CHILD_PEER");
+  if (peer == nullptr) GTEST_SKIP() << "the child of UcxTest.ClientKilledMidReadLeaksNothing";
+  UseUcx();
+  Endpoint ep;
+  ASSERT_TRUE(Endpoint::Parse(peer, &ep).ok());
+  auto client = NewClient();
+  std::vector<char> buf(8 << 20);
+  ASSERT_TRUE(client->RegisterMemory(buf.data(), buf.size(), "user buffer").ok());
+  std::vector<Slice> keys = {"child/0", "child/1"};
+  std::vector<Destination> dests = {{MutableSlice(buf.data(), 4 << 20)},
+                                    {MutableSlice(buf.data() + (4 << 20), 4 << 20)}};
+  bool told = false;
+  for (;;) {
+    std::vector<int64_t> r;
+    if (client->BatchGet(ep, keys, dests, &r).ok() && !told) {
+      std::printf("reading\n");
+      std::fflush(stdout);
+      told = true;
+    }
+  }
+}
+
+// A client killed mid-read leaves nothing behind on the server: its endpoint is closed
+// and counted when its control connection drops, and its leases lapse.
+TEST(UcxTest, ClientKilledMidReadLeaksNothing) {
+  SKIP_WITHOUT_UCX();
+  // Without the opt-in, as a server runs by default: over UCX's TCP alone it serves no
+  // UCX (UCX 1.13 would abort it here), and its clients read by GET.
+  unsetenv("KVENGINE_UCX_SERVE_TCP");
+  Server server(TempDir("ucx_kill_client"), FreePort());
+  const bool started = server.Start();
+  setenv("KVENGINE_UCX_SERVE_TCP", "1", 1);
+  ASSERT_TRUE(started);
+  auto client = NewClient();
+  const Endpoint ep = server.endpoint();
+  const std::string v0 = Uniform(4 << 20, 'x'), v1 = Uniform(4 << 20, 'y');
+  std::vector<Slice> keys = {"child/0", "child/1"};
+  std::vector<ValueParts> parts = {{Slice(v0)}, {Slice(v1)}};
+  std::vector<int64_t> results;
+  ASSERT_TRUE(client->BatchPut(ep, keys, parts, &results).ok());
+  for (int round = 0; round < 3; round++) {
+    int out[2];
+    ASSERT_EQ(pipe(out), 0);
+    const pid_t pid = fork();
+    if (pid == 0) {
+      dup2(out[1], 1);
+      close(out[0]);
+      setenv("KV_UCX_CHILD_PEER", ep.ToString().c_str(), 1);
+      execl("/proc/self/exe", "ucx_test", "--gtest_filter=UcxChild.ReadsUntilKilled", nullptr);
+      _exit(127);
+    }
+    close(out[1]);
+    std::string line;  // gtest's own lines first
+    char c;
+    while (line != "reading" && read(out[0], &c, 1) == 1) {
+      if (c == '\n') {
+        if (line != "reading") line.clear();
+        continue;
+      }
+      line += c;
+    }
+    close(out[0]);
+    ASSERT_EQ(line, "reading");
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+  // The server notices each closed control connection at once; the leases of the reads
+  // cut short lapse within their time to live (2 s).
+  std::string stats;
+  for (int i = 0; i < 100; i++) {
+    stats = ServerStats(client.get(), ep);
+    if (Stat(stats, "ucx_clients_released") >= 3 && Stat(stats, "ucx_clients") == 0 &&
+        Stat(stats, "leases_held") == 0) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(Stat(stats, "ucx_clients"), 0u) << stats;  // this client has made no UCX get
+  if (std::string(std::getenv("UCX_TLS")) != "tcp") {
+    EXPECT_GE(Stat(stats, "ucx_clients_released"), 3u) << stats;
+  }
+  EXPECT_EQ(Stat(stats, "leases_held"), 0u) << stats;
+  // The server still serves.
+  std::vector<char> buf(4 << 20);
+  std::vector<Slice> one = {keys[0]};
+  std::vector<Destination> d = {{MutableSlice(buf.data(), buf.size())}};
+  ASSERT_TRUE(client->BatchGet(ep, one, d, &results).ok());
+  EXPECT_EQ(results[0], static_cast<int64_t>(v0.size()));
+  EXPECT_TRUE(server.Alive());
+}
+
+// A tenant bound to namespaces is refused one-sided reads (they reach every namespace's
+// values): its gets go by TCP, and still succeed.
+TEST(UcxTest, TenantBoundToNamespacesReadsOverTcp) {
+  SKIP_WITHOUT_UCX();
+  const std::string dir = TempDir("ucx_tenant");
+  const std::string tokens = dir + "/tokens";
+  {
+    std::ofstream f(tokens);
+    f << "kvengine-tokens 1\ntenant ops opstoken0123456789 *\ntenant alpha alphatoken0123456 default\n";
+  }
+  Server server(dir + "/db", FreePort(), {"--auth_token_file=" + tokens});
+  ASSERT_TRUE(server.Start());
+  auto alpha = NewClient("alphatoken0123456", 3000, "alpha");
+  auto ops = NewClient("opstoken0123456789", 3000, "ops");
+  const Endpoint ep = server.endpoint();
+  const std::string v = Uniform(100 << 10, 'q');
+  std::vector<Slice> keys = {"plain-key"};
+  std::vector<ValueParts> parts = {{Slice(v)}};
+  std::vector<int64_t> results;
+  ASSERT_TRUE(alpha->BatchPut(ep, keys, parts, &results).ok());
+  std::vector<char> buf(v.size());
+  std::vector<Destination> d = {{MutableSlice(buf.data(), buf.size())}};
+  ASSERT_TRUE(alpha->BatchGet(ep, keys, d, &results).ok());
+  ASSERT_EQ(results[0], static_cast<int64_t>(v.size()));
+  EXPECT_EQ(std::string(buf.begin(), buf.end()), v);
+  EXPECT_EQ(Stat(alpha->StatsText(), "ucx_tcp_batches"), 1u);
+  EXPECT_EQ(Stat(alpha->StatsText(), "ucx_gets"), 0u);
+  // The operator's tenant reads one-sided.
+  std::fill(buf.begin(), buf.end(), 0);
+  ASSERT_TRUE(ops->BatchGet(ep, keys, d, &results).ok());
+  EXPECT_EQ(std::string(buf.begin(), buf.end()), v);
+  EXPECT_EQ(Stat(ops->StatsText(), "ucx_gets"), 1u);
+}
+
+// A client without the token never gets the worker address nor the rkey: a hand-driven
+// kUcxConnect before authentication closes the connection.
+TEST(UcxTest, NoRkeyBeforeAuthentication) {
+  SKIP_WITHOUT_UCX();
+  const std::string dir = TempDir("ucx_auth");
+  const std::string tokens = dir + "/token";
+  {
+    std::ofstream f(tokens);
+    f << "secret-token-0123456789\n";
+  }
+  Server server(dir + "/db", FreePort(), {"--auth_token_file=" + tokens});
+  ASSERT_TRUE(server.Start());
+  RawConn wrong(server.endpoint(), 2000, "not-the-token");
+  EXPECT_FALSE(wrong.ok());
+  int fd = -1;
+  ASSERT_TRUE(ConnectTcp(server.endpoint(), DeadlineIn(2000), &fd).ok());
+  std::string meta;
+  UcxConnectRequest{"whatever"}.EncodeTo(&meta);
+  std::vector<Slice> no_body;
+  // Read the challenge, then send the connect request instead of AUTH.
+  char challenge[256];
+  ASSERT_TRUE(WaitReadable(fd, DeadlineIn(2000)).ok());
+  ASSERT_GT(recv(fd, challenge, sizeof(challenge), 0), 0);
+  ASSERT_TRUE(SendFrame(fd, wire::kUcxConnect, 0, 1, meta, no_body, DeadlineIn(2000)).ok());
+  char byte;
+  ASSERT_TRUE(WaitReadable(fd, DeadlineIn(2000)).ok());
+  EXPECT_LE(recv(fd, &byte, 1, 0), 0);  // closed, nothing answered
+  close(fd);
+  auto good = NewClient("secret-token-0123456789");
+  EXPECT_EQ(Stat(ServerStats(good.get(), server.endpoint()), "ucx_clients"), 0u);
+}
+
+}  // namespace
+}  // namespace kvengine

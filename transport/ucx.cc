@@ -1,0 +1,915 @@
+#include "transport/ucx.h"
+
+#include <cstring>
+
+#include "util/coding.h"
+
+#ifdef KV_WITH_UCX
+#include <poll.h>
+#include <ucp/api/ucp.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <thread>
+#include <vector>
+
+#include "transport/lease_calls.h"
+#include "transport/rdma.h"  // MrTable: regions by address, here with their ucp_mem_h
+#include "transport/read_validation.h"
+#include "transport/tcp_transport.h"
+#include "transport/wire.h"
+#include "util/mutex.h"
+#include "util/region_map.h"
+#endif
+
+namespace kvengine {
+
+// ---------------------------------------------------------------- the wire
+void UcxConnectRequest::EncodeTo(std::string* dst) const {
+  dst->push_back(1);
+  PutLengthPrefixed(dst, worker_address);
+}
+
+Status UcxConnectRequest::DecodeFrom(std::string_view in, UcxConnectRequest* out) {
+  if (in.empty() || in[0] != 1) return Status::Corruption("UCX connect request of unknown version");
+  in.remove_prefix(1);
+  std::string_view addr;
+  if (!GetLengthPrefixed(&in, &addr) || !in.empty()) {
+    return Status::Corruption("malformed UCX connect request");
+  }
+  if (addr.empty() || addr.size() > kUcxMaxBlob) {
+    return Status::Corruption("UCX worker address of " + std::to_string(addr.size()) + " bytes");
+  }
+  out->worker_address.assign(addr);
+  return Status::OK();
+}
+
+void UcxConnectAnswer::EncodeTo(std::string* dst) const {
+  dst->push_back(1);
+  PutLengthPrefixed(dst, worker_address);
+  PutFixed64(dst, arena_addr);
+  PutFixed64(dst, arena_len);
+  PutLengthPrefixed(dst, rkey);
+}
+
+Status UcxConnectAnswer::DecodeFrom(std::string_view in, UcxConnectAnswer* out) {
+  if (in.empty() || in[0] != 1) return Status::Corruption("UCX connect answer of unknown version");
+  in.remove_prefix(1);
+  std::string_view addr, rkey;
+  UcxConnectAnswer a;
+  if (!GetLengthPrefixed(&in, &addr) || !GetFixed64(&in, &a.arena_addr) ||
+      !GetFixed64(&in, &a.arena_len) || !GetLengthPrefixed(&in, &rkey) || !in.empty()) {
+    return Status::Corruption("malformed UCX connect answer");
+  }
+  if (addr.empty() || addr.size() > kUcxMaxBlob || rkey.empty() || rkey.size() > kUcxMaxBlob) {
+    return Status::Corruption("UCX connect answer with a worker address of " +
+                              std::to_string(addr.size()) + " bytes and an rkey of " +
+                              std::to_string(rkey.size()));
+  }
+  if (a.arena_len == 0 || a.arena_addr + a.arena_len < a.arena_addr) {
+    return Status::Corruption("UCX connect answer names an empty or wrapping arena");
+  }
+  a.worker_address.assign(addr);
+  a.rkey.assign(rkey);
+  *out = std::move(a);
+  return Status::OK();
+}
+
+bool UcxConnectAnswer::operator==(const UcxConnectAnswer& o) const {
+  return worker_address == o.worker_address && arena_addr == o.arena_addr &&
+         arena_len == o.arena_len && rkey == o.rkey;
+}
+
+#ifndef KV_WITH_UCX
+
+namespace {
+constexpr const char* kNoUcx =
+    "kvengine was built without UCX (KV_WITH_UCX off): install libucx-dev (Debian) and "
+    "rebuild";
+}  // namespace
+
+bool UcxAvailable(std::string* why, UcxInfo*) {
+  *why = kNoUcx;
+  return false;
+}
+
+Status NewUcxTransport(const TransportOptions&, std::unique_ptr<Transport>*) {
+  return Status::NotSupported("UCX transport", kNoUcx);
+}
+
+Status UcxServer::Create(std::function<void(LogLevel, const std::string&)>,
+                         std::unique_ptr<UcxServer>*) {
+  return Status::NotSupported("UCX server", kNoUcx);
+}
+
+#else  // KV_WITH_UCX
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Status UcsError(const std::string& what, ucs_status_t st) {
+  return Status::IOError(what + ": " + ucs_status_string(st));
+}
+
+// A UCP context and one worker.  Every call on the worker, its endpoints and rkeys is
+// made under mu (the worker is UCS_THREAD_MODE_SERIALIZED): calling threads and the
+// server's progress thread take turns.
+class Worker {
+ public:
+  ~Worker() {
+    for (const auto& [start, m] : regions_) ucp_mem_unmap(context_, m.second);
+    if (worker_ != nullptr) ucp_worker_destroy(worker_);
+    if (context_ != nullptr) ucp_cleanup(context_);
+    // keep_ goes now, after the last completion could touch it.
+  }
+
+  // `tls`: UCX_TLS for this context (empty: UCX's own, from the environment).
+  static Status Create(std::unique_ptr<Worker>* result, const std::string& tls = "") {
+    auto w = std::unique_ptr<Worker>(new Worker);
+    ucp_config_t* config = nullptr;
+    ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
+    if (st != UCS_OK) return UcsError("ucp_config_read", st);
+    if (!tls.empty() && (st = ucp_config_modify(config, "TLS", tls.c_str())) != UCS_OK) {
+      ucp_config_release(config);
+      return UcsError("UCX_TLS=" + tls, st);
+    }
+    ucp_params_t params;
+    std::memset(&params, 0, sizeof(params));
+    params.field_mask = UCP_PARAM_FIELD_FEATURES;
+    params.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+    st = ucp_init(&params, config, &w->context_);
+    ucp_config_release(config);
+    if (st != UCS_OK) return UcsError("ucp_init", st);
+    ucp_worker_params_t wp;
+    std::memset(&wp, 0, sizeof(wp));
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+    st = ucp_worker_create(w->context_, &wp, &w->worker_);
+    if (st != UCS_OK) return UcsError("ucp_worker_create", st);
+    st = ucp_worker_get_efd(w->worker_, &w->efd_);
+    if (st != UCS_OK) return UcsError("ucp_worker_get_efd", st);
+    ucp_address_t* addr = nullptr;
+    size_t len = 0;
+    st = ucp_worker_get_address(w->worker_, &addr, &len);
+    if (st != UCS_OK) return UcsError("ucp_worker_get_address", st);
+    w->address_.assign(reinterpret_cast<const char*>(addr), len);
+    ucp_worker_release_address(w->worker_, addr);
+    *result = std::move(w);
+    return Status::OK();
+  }
+
+  ucp_context_h context() const { return context_; }
+  ucp_worker_h worker() const { return worker_; }
+  const std::string& address() const { return address_; }
+  Mutex* mu() { return &mu_; }
+
+  // Maps [addr, addr+length) for one-sided access; *memh is unmapped with Unmap.
+  Status Map(void* addr, size_t length, ucp_mem_h* memh) EXCLUDES(mu_) {
+    ucp_mem_map_params_t p;
+    std::memset(&p, 0, sizeof(p));
+    p.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    p.address = addr;
+    p.length = length;
+    MutexLock lock(&mu_);
+    const ucs_status_t st = ucp_mem_map(context_, &p, memh);
+    return st == UCS_OK ? Status::OK()
+                        : UcsError("ucp_mem_map of " + std::to_string(length) + " bytes", st);
+  }
+  void Unmap(ucp_mem_h memh) {
+    MutexLock lock(&mu_);
+    ucp_mem_unmap(context_, memh);
+  }
+
+  // An endpoint to the worker at `address` that reports a failed peer to on_error (from
+  // inside progress, under mu) instead of aborting.  REQUIRES: mu held.
+  Status Connect(const std::string& address, ucp_err_handler_cb_t on_error, void* arg,
+                 ucp_ep_h* ep) {
+    ucp_ep_params_t p;
+    std::memset(&p, 0, sizeof(p));
+    p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                   UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    p.address = reinterpret_cast<const ucp_address_t*>(address.data());
+    p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    p.err_handler.cb = on_error;
+    p.err_handler.arg = arg;
+    ucs_status_t st = ucp_ep_create(worker_, &p, ep);
+    if (st == UCS_ERR_UNREACHABLE) {
+      // UCX 1.13's shared-memory transports (posix, sysv, cma) offer no peer-failure
+      // handling: with them alone, an endpoint is made without it.  A dead peer then
+      // fails its reads with an error (cma's process_vm_readv fails at once), and one
+      // that hangs runs into the caller's timeout.
+      p.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+      st = ucp_ep_create(worker_, &p, ep);
+    }
+    return st == UCS_OK ? Status::OK() : UcsError("ucp_ep_create", st);
+  }
+
+  // Closes ep at once (outstanding operations complete with an error).  REQUIRES: mu held.
+  void Close(ucp_ep_h ep) {
+    ucp_request_param_t p;
+    std::memset(&p, 0, sizeof(p));
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    void* req = ucp_ep_close_nbx(ep, &p);
+    if (UCS_PTR_IS_PTR(req)) {
+      while (ucp_request_check_status(req) == UCS_INPROGRESS) ucp_worker_progress(worker_);
+      ucp_request_free(req);
+    }
+  }
+
+  // Progresses until done() (called under mu) or the deadline: spins a little, then
+  // sleeps on the worker's event descriptor.  False at the deadline.
+  bool ProgressUntil(const std::function<bool()>& done, Clock::time_point deadline) {
+    Clock::time_point idle_since = Clock::now();
+    for (;;) {
+      bool progressed = false;
+      {
+        MutexLock lock(&mu_);
+        while (ucp_worker_progress(worker_) != 0) progressed = true;
+        if (done()) return true;
+      }
+      const Clock::time_point now = Clock::now();
+      if (now >= deadline) return false;
+      if (progressed) idle_since = now;
+      if (now - idle_since < std::chrono::microseconds(50)) continue;
+      ucs_status_t st;
+      {
+        MutexLock lock(&mu_);
+        st = ucp_worker_arm(worker_);
+      }
+      if (st == UCS_ERR_BUSY) continue;
+      pollfd pfd{efd_, POLLIN, 0};
+      poll(&pfd, 1, 1);  // another thread may take the event: never sleep long
+    }
+  }
+
+  // Wakes a thread asleep in poll on the event descriptor.
+  void Signal() { ucp_worker_signal(worker_); }
+  int efd() const { return efd_; }
+
+  // A client's regions, mapped on this worker's context and found by address.
+  Status MapRegion(void* addr, size_t length) {
+    ucp_mem_h memh = nullptr;
+    Status s = Map(addr, length, &memh);
+    if (!s.ok()) return s;
+    MutexLock lock(&mu_);
+    regions_[reinterpret_cast<uintptr_t>(addr)] = {length, memh};
+    return Status::OK();
+  }
+  void UnmapRegion(void* addr) {
+    ucp_mem_h memh = nullptr;
+    {
+      MutexLock lock(&mu_);
+      auto it = regions_.find(reinterpret_cast<uintptr_t>(addr));
+      if (it == regions_.end()) return;
+      memh = it->second.second;
+      regions_.erase(it);
+    }
+    Unmap(memh);
+  }
+  // The mapping holding all of [addr, addr+length), or null.  REQUIRES: mu held.
+  ucp_mem_h FindRegion(const void* addr, size_t length) const {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+    auto it = regions_.upper_bound(a);
+    if (it == regions_.begin()) return nullptr;
+    --it;
+    if (a + length < a || a + length > it->first + it->second.first) return nullptr;
+    return it->second.second;
+  }
+  // Keeps `o` until the worker is destroyed (a batch whose completions may still come).
+  // REQUIRES: mu held.
+  void Keep(std::shared_ptr<void> o) { keep_.push_back(std::move(o)); }
+
+ private:
+  Worker() = default;
+  std::map<uintptr_t, std::pair<size_t, ucp_mem_h>> regions_;  // under mu_
+  std::vector<std::shared_ptr<void>> keep_;                     // under mu_
+  Mutex mu_;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  int efd_ = -1;
+  std::string address_;
+};
+
+// Forwards a DB's regions to ucp_mem_map; `arena` is told of the region named "arena".
+class MapRegistrar final : public MemoryRegistrar {
+ public:
+  // on_arena(region, true) when the arena is mapped, (region, false) before any region
+  // is unmapped.
+  MapRegistrar(Worker* w, MrTable* table,
+               std::function<void(const MrTable::Region&, bool mapped)> on_arena)
+      : w_(w), table_(table), arena_(std::move(on_arena)) {}
+  Status Register(void* addr, size_t length, const char* what) override {
+    ucp_mem_h memh = nullptr;
+    Status s = w_->Map(addr, length, &memh);
+    if (!s.ok()) return Status::IOError(std::string("mapping ") + what, s.message());
+    MrTable::Region r;
+    r.start = reinterpret_cast<uintptr_t>(addr);
+    r.length = length;
+    r.handle = memh;
+    s = table_->Add(r);
+    if (!s.ok()) {
+      w_->Unmap(memh);
+      return s;
+    }
+    if (arena_ && std::strcmp(what, "arena") == 0) arena_(r, true);
+    return Status::OK();
+  }
+  void Unregister(void* addr, size_t) override {
+    MrTable::Region r;
+    if (!table_->Remove(addr, &r)) return;
+    if (arena_) arena_(r, false);
+    w_->Unmap(static_cast<ucp_mem_h>(r.handle));
+  }
+
+ private:
+  Worker* const w_;
+  MrTable* const table_;
+  std::function<void(const MrTable::Region&, bool)> arena_;
+};
+
+// ---------------------------------------------------------------- the server
+// Why a server leaves UCX's TCP transport out unless KVENGINE_UCX_SERVE_TCP=1.
+constexpr const char* kTcpUnsafe =
+    "UCX 1.13 emulates one-sided reads over TCP with messages the owner answers, and aborts "
+    "the owner (ucp_get_req_handler: 'Fatal: unexpected error') when a client dies with "
+    "reads in flight; KVENGINE_UCX_SERVE_TCP=1 serves it anyway";
+
+class UcxServerImpl final : public UcxServer {
+ public:
+  UcxServerImpl(std::unique_ptr<Worker> w, std::function<void(LogLevel, const std::string&)> log)
+      : w_(std::move(w)), log_(std::move(log)) {
+    if (w_ == nullptr) {  // UCX not served: regions are not mapped
+      registrar_ = std::make_shared<NoRegistrar>();
+      return;
+    }
+    auto on_arena = [this](const MrTable::Region& r, bool mapped) {
+      MutexLock lock(w_->mu());
+      if (!mapped && r.start != arena_.start) return;  // not the arena
+      if (rkey_ != nullptr) ucp_rkey_buffer_release(rkey_);
+      rkey_ = nullptr;
+      rkey_len_ = 0;
+      arena_ = MrTable::Region();
+      if (!mapped) return;
+      arena_ = r;
+      const ucs_status_t st =
+          ucp_rkey_pack(w_->context(), static_cast<ucp_mem_h>(r.handle), &rkey_, &rkey_len_);
+      if (st != UCS_OK) {
+        rkey_ = nullptr;
+        Log(LogLevel::kError, std::string("ucp_rkey_pack of the arena: ") + ucs_status_string(st));
+      }
+    };
+    registrar_ = std::make_shared<MapRegistrar>(w_.get(), &maps_, on_arena);
+    progress_ = std::thread([this] { Run(); });
+  }
+
+  ~UcxServerImpl() override {
+    if (w_ == nullptr) return;
+    stop_.store(true);
+    w_->Signal();
+    progress_.join();
+    {
+      MutexLock lock(w_->mu());
+      if (rkey_ != nullptr) ucp_rkey_buffer_release(rkey_);
+      rkey_ = nullptr;
+    }
+    for (const MrTable::Region& r : maps_.All()) {
+      MrTable::Region removed;
+      maps_.Remove(reinterpret_cast<void*>(r.start), &removed);
+      w_->Unmap(static_cast<ucp_mem_h>(r.handle));
+    }
+  }
+
+  std::shared_ptr<MemoryRegistrar> registrar() override { return registrar_; }
+
+  Status Connect(std::string_view request, std::string* answer,
+                 std::shared_ptr<void>* client) override {
+    if (w_ == nullptr) return Status::NotSupported("this server does not serve UCX", kTcpUnsafe);
+    UcxConnectRequest req;
+    Status s = UcxConnectRequest::DecodeFrom(request, &req);
+    if (!s.ok()) return s;
+    UcxConnectAnswer a;
+    auto rec = new Client;
+    rec->server = this;
+    {
+      MutexLock lock(w_->mu());
+      if (rkey_ == nullptr || arena_.length == 0) {
+        delete rec;
+        return Status::NotSupported("the arena is not mapped for UCX");
+      }
+      s = w_->Connect(req.worker_address, &UcxServerImpl::OnError, rec, &rec->ep);
+      if (!s.ok()) {
+        delete rec;
+        return s;
+      }
+      a.rkey.assign(static_cast<const char*>(rkey_), rkey_len_);
+      a.arena_addr = arena_.start;
+      a.arena_len = arena_.length;
+    }
+    a.worker_address = w_->address();
+    a.EncodeTo(answer);
+    clients_.fetch_add(1);
+    *client = std::shared_ptr<void>(rec, [](void* p) {
+      auto* c = static_cast<Client*>(p);
+      c->server->Release(c);
+    });
+    w_->Signal();  // the progress thread makes the new endpoint's wire-up progress
+    return Status::OK();
+  }
+
+  std::string StatsText() const override {
+    return "ucx_clients: " + std::to_string(clients_.load()) +
+           "\nucx_clients_released: " + std::to_string(released_.load()) +
+           "\nucx_endpoint_errors: " + std::to_string(endpoint_errors_.load()) + "\n";
+  }
+
+ private:
+  class NoRegistrar final : public MemoryRegistrar {
+   public:
+    Status Register(void*, size_t, const char*) override { return Status::OK(); }
+    void Unregister(void*, size_t) override {}
+  };
+
+  // A connected client: its endpoint, closed when the control connection drops it.
+  struct Client {
+    UcxServerImpl* server = nullptr;
+    ucp_ep_h ep = nullptr;  // under the worker's mu
+    bool failed = false;    // under the worker's mu
+  };
+
+  static void OnError(void* arg, ucp_ep_h, ucs_status_t) {
+    auto* c = static_cast<Client*>(arg);  // under the worker's mu (inside progress)
+    c->failed = true;
+    c->server->endpoint_errors_.fetch_add(1);
+  }
+
+  void Release(Client* c) {
+    {
+      MutexLock lock(w_->mu());
+      if (c->ep != nullptr) w_->Close(c->ep);
+    }
+    delete c;
+    clients_.fetch_sub(1);
+    released_.fetch_add(1);
+  }
+
+  // Serves what needs the owner's side (UCX's TCP emulates one-sided reads with
+  // messages the owner answers), asleep on the event descriptor when there is nothing.
+  void Run() {
+    while (!stop_.load()) {
+      ucs_status_t st;
+      {
+        MutexLock lock(w_->mu());
+        while (ucp_worker_progress(w_->worker()) != 0) {
+        }
+        st = ucp_worker_arm(w_->worker());
+      }
+      if (st == UCS_ERR_BUSY) continue;
+      pollfd pfd{w_->efd(), POLLIN, 0};
+      poll(&pfd, 1, 100);
+    }
+  }
+
+  void Log(LogLevel level, const std::string& line) {
+    if (log_) log_(level, line);
+  }
+
+  std::unique_ptr<Worker> w_;
+  std::function<void(LogLevel, const std::string&)> log_;
+  MrTable maps_;
+  std::shared_ptr<MemoryRegistrar> registrar_;
+  // Under the worker's mu.
+  MrTable::Region arena_;
+  void* rkey_ = nullptr;
+  size_t rkey_len_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread progress_;
+  std::atomic<uint64_t> clients_{0}, released_{0}, endpoint_errors_{0};
+};
+
+// ---------------------------------------------------------------- the client
+// One peer reached over UCP: an endpoint and the peer's arena's rkey.  Dropped (closed)
+// when the last batch using it lets go.
+struct UcxPeer {
+  std::shared_ptr<Worker> w;
+  ucp_ep_h ep = nullptr;      // under w->mu(); null once closed
+  ucp_rkey_h rkey = nullptr;  // under w->mu()
+  uint64_t arena_addr = 0, arena_len = 0;
+  bool failed = false;  // under w->mu(): the endpoint reported an error
+  std::string error;
+
+  ~UcxPeer() {
+    MutexLock lock(w->mu());
+    Close();
+  }
+  // REQUIRES: w->mu() held.
+  void Close() {
+    if (rkey != nullptr) ucp_rkey_destroy(rkey);
+    rkey = nullptr;
+    if (ep != nullptr) w->Close(ep);
+    ep = nullptr;
+  }
+  static void OnError(void* arg, ucp_ep_h, ucs_status_t st) {
+    auto* p = static_cast<UcxPeer*>(arg);
+    p->failed = true;
+    p->error = ucs_status_string(st);
+  }
+};
+
+// A batch's reads in flight, counted down by their completions (inside progress, under
+// the worker's mu).  Owned by the batch's caller, or -- when its reads could not be
+// made to complete (a dead peer's, on an endpoint without peer-failure handling) -- by
+// the worker, until it is destroyed, so that a late completion never writes freed
+// memory.
+struct InFlight {
+  struct Slot {
+    InFlight* batch = nullptr;
+    ucs_status_t status = UCS_OK;
+  };
+  explicit InFlight(size_t n) : slots(n) {
+    for (Slot& s : slots) s.batch = this;
+  }
+  size_t remaining = 0;
+  std::vector<Slot> slots;
+};
+
+void OnGetDone(void* request, ucs_status_t st, void* user_data) {
+  auto* slot = static_cast<InFlight::Slot*>(user_data);
+  slot->status = st;
+  slot->batch->remaining--;
+  ucp_request_free(request);
+}
+
+class UcxTransport final : public TcpTransport {
+ public:
+  UcxTransport(const TransportOptions& options, std::unique_ptr<Worker> w)
+      : TcpTransport(options), w_(std::move(w)) {
+    registrar_ = std::make_shared<Registrar>(this);
+  }
+  ~UcxTransport() override {
+    MutexLock lock(&peers_mu_);
+    peers_.clear();  // closes the endpoints while their workers live
+  }
+
+  const char* Name() const override { return "ucx"; }
+  Status RegisterMemory(void* addr, size_t length, const char* what) override {
+    MutexLock lock(&w_mu_);
+    Status s = mapped_.Add(addr, length, what);
+    if (!s.ok()) return s;
+    s = w_->MapRegion(addr, length);
+    if (!s.ok()) {
+      mapped_.Remove(addr);
+      return Status::IOError(std::string("mapping ") + what, s.message());
+    }
+    return Status::OK();
+  }
+  void UnregisterMemory(void* addr, size_t) override {
+    MutexLock lock(&w_mu_);
+    if (mapped_.Remove(addr) > 0) w_->UnmapRegion(addr);
+  }
+  std::shared_ptr<MemoryRegistrar> registrar() override { return registrar_; }
+
+  std::string StatsText() const override {
+    return "ucx_gets: " + std::to_string(gets_.load()) +
+           "\nucx_get_bytes: " + std::to_string(get_bytes_.load()) +
+           "\nucx_unregistered_reads: " + std::to_string(unregistered_.load()) +
+           "\nucx_tcp_batches: " + std::to_string(tcp_batches_.load()) +
+           "\nucx_connects: " + std::to_string(connects_.load()) +
+           "\nucx_abandoned_batches: " + std::to_string(abandoned_.load()) +
+           "\nucx_workers_replaced: " + std::to_string(replaced_.load()) + "\n";
+  }
+
+  Status BatchGet(const Endpoint& peer, std::span<const Slice> keys,
+                  std::span<const Destination> dests, std::vector<int64_t>* results) override {
+    std::shared_ptr<UcxPeer> p;
+    bool use_tcp = false;
+    Status s = PeerFor(peer, &p, &use_tcp);
+    if (!s.ok()) return FailAll(s, keys.size(), results);
+    if (use_tcp) {
+      tcp_batches_.fetch_add(1);
+      return TcpTransport::BatchGet(peer, keys, dests, results);
+    }
+    Remote remote(this, peer, p.get());
+    ValidatedReader reader(&remote);
+    s = reader.BatchGet(keys, dests, results);
+    if (!s.ok() || remote.broken) Drop(peer, p);
+    if (!s.ok()) return s;
+    GetUnpinnedOverTcp(this, peer, keys, dests, results);
+    return Status::OK();
+  }
+
+ private:
+  class Registrar final : public MemoryRegistrar {
+   public:
+    explicit Registrar(UcxTransport* t) : t_(t) {}
+    Status Register(void* addr, size_t length, const char* what) override {
+      return t_->RegisterMemory(addr, length, what);
+    }
+    void Unregister(void* addr, size_t length) override { t_->UnregisterMemory(addr, length); }
+
+   private:
+    UcxTransport* const t_;
+  };
+
+  class Remote final : public RemoteMemory {
+   public:
+    Remote(UcxTransport* t, const Endpoint& peer, UcxPeer* p) : t_(t), peer_(peer), p_(p) {}
+    Status Lookup(std::span<const Slice> keys, std::vector<int64_t>* results,
+                  std::vector<RemoteLocation>* locations) override {
+      return CallLookup(t_, peer_, keys, p_->arena_len, results, locations);
+    }
+    Status Release(std::span<const uint64_t> leases, std::vector<uint8_t>* held) override {
+      return CallRelease(t_, peer_, leases, held);
+    }
+    Status Read(std::span<RemoteRead> reads) override {
+      Status s = t_->Read(p_, reads);
+      if (!s.ok()) broken = true;
+      return s;
+    }
+    bool broken = false;
+
+   private:
+    UcxTransport* const t_;
+    const Endpoint peer_;
+    UcxPeer* const p_;
+  };
+
+  // Posts every read at once, then progresses until all completed.  On a failed
+  // endpoint or past the timeout the endpoint is closed (its reads complete with an
+  // error) and every read not done fails.  Reads that even so do not complete within
+  // kAbandonAfter (an endpoint without peer-failure handling to a dead peer: UCX keeps
+  // them pending, and its worker is stuck behind them) fail, and the worker is replaced.
+  Status Read(UcxPeer* p, std::span<RemoteRead> reads) {
+    Worker* const w = p->w.get();
+    auto batch = std::make_shared<InFlight>(reads.size());
+    InFlight* b = batch.get();
+    uint64_t bytes = 0, unregistered = 0;
+    Status failed;
+    {
+      MutexLock lock(w->mu());
+      if (p->ep == nullptr || p->failed) {
+        failed = Status::IOError("UCX endpoint failed: " + p->error);
+      }
+      for (size_t i = 0; i < reads.size() && failed.ok(); i++) {
+        RemoteRead& r = reads[i];
+        ucp_request_param_t param;
+        std::memset(&param, 0, sizeof(param));
+        param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+        param.cb.send = OnGetDone;
+        param.user_data = &b->slots[i];
+        if (ucp_mem_h memh = w->FindRegion(r.local, r.length); memh != nullptr) {
+          param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+          param.memh = memh;
+        } else {
+          unregistered++;
+        }
+        ucs_status_ptr_t req =
+            ucp_get_nbx(p->ep, r.local, r.length, p->arena_addr + r.remote_offset, p->rkey, &param);
+        bytes += r.length;
+        if (req == nullptr) continue;  // done at once
+        if (UCS_PTR_IS_ERR(req)) {
+          b->slots[i].status = UCS_PTR_STATUS(req);
+          failed = UcsError("ucp_get_nbx", UCS_PTR_STATUS(req));
+          continue;
+        }
+        b->remaining++;
+      }
+    }
+    const auto deadline = Clock::now() + std::chrono::milliseconds(options_.timeout_ms);
+    bool done = w->ProgressUntil([&] { return b->remaining == 0 || p->failed; }, deadline);
+    bool abandoned = false;
+    if (!done || p->failed) {
+      {
+        MutexLock lock(w->mu());
+        if (failed.ok()) {
+          failed = Status::IOError(p->failed ? "UCX endpoint failed: " + p->error
+                                             : std::string("UCX reads timed out"));
+        }
+        p->Close();  // completes what is in flight, with an error, where UCX can
+      }
+      done = w->ProgressUntil([&] { return b->remaining == 0; }, Clock::now() + kAbandonAfter);
+      if (!done) {
+        MutexLock lock(w->mu());
+        abandoned = b->remaining > 0;
+        if (abandoned) w->Keep(batch);
+      }
+    }
+    for (size_t i = 0; i < reads.size(); i++) {
+      if (b->slots[i].status != UCS_OK) {
+        reads[i].status = UcsError("ucp_get_nbx", b->slots[i].status);
+      }
+      if (!failed.ok() && reads[i].status.ok()) reads[i].status = failed;
+    }
+    gets_.fetch_add(reads.size());
+    get_bytes_.fetch_add(bytes);
+    unregistered_.fetch_add(unregistered);
+    if (abandoned) {
+      abandoned_.fetch_add(1);
+      Replace(p->w);
+    }
+    return failed;
+  }
+
+  // Puts a fresh worker (and context) in place of `old`, with every region mapped
+  // again, and drops the peers reached through `old`; `old` lives on, unused, until the
+  // transport goes (its abandoned reads may still complete into it).
+  void Replace(const std::shared_ptr<Worker>& old) {
+    {
+      MutexLock lock(&w_mu_);
+      if (w_ != old) return;  // another thread did it
+      std::unique_ptr<Worker> fresh;
+      Status s = Worker::Create(&fresh);
+      for (const auto& [addr, length] : mapped_.All()) {
+        if (s.ok()) s = fresh->MapRegion(addr, length);
+      }
+      if (!s.ok()) {
+        Log(LogLevel::kWarn, "UCX worker not replaced: " + s.ToString());
+        return;
+      }
+      retired_.push_back(std::move(w_));
+      w_ = std::move(fresh);
+    }
+    replaced_.fetch_add(1);
+    Log(LogLevel::kWarn, "UCX reads to a dead peer never completed: worker replaced");
+    MutexLock lock(&peers_mu_);
+    for (auto& [name, slot] : peers_) {
+      if (slot.peer != nullptr && slot.peer->w == old) slot.peer.reset();
+    }
+  }
+
+  // The peer's UCX state, connecting when there is none.  *use_tcp when the peer does
+  // not serve UCX (an older or TCP-only server, or a tenant bound to namespaces): then
+  // gets go by TCP, and UCX is asked again after kRetryUcxAfter.
+  Status PeerFor(const Endpoint& peer, std::shared_ptr<UcxPeer>* out, bool* use_tcp) {
+    const std::string name = peer.ToString();
+    MutexLock lock(&peers_mu_);
+    Slot& slot = peers_[name];
+    if (slot.peer != nullptr) {
+      *out = slot.peer;
+      return Status::OK();
+    }
+    if (Clock::now() < slot.tcp_until) {
+      *use_tcp = true;
+      return Status::OK();
+    }
+    auto p = std::make_shared<UcxPeer>();
+    {
+      MutexLock wl(&w_mu_);
+      p->w = w_;
+    }
+    std::string meta;
+    UcxConnectRequest{p->w->address()}.EncodeTo(&meta);
+    MetaSink sink;
+    Status s = Call(peer, wire::kUcxConnect, meta, {}, &sink);
+    if (!s.ok()) return s;
+    std::string_view in(sink.meta);
+    Status batch;
+    std::string_view theirs;
+    if (!wire::GetBatchStatus(&in, &batch) || !GetLengthPrefixed(&in, &theirs)) {
+      return Status::Corruption("peer " + name + ": malformed UCX connect answer");
+    }
+    if (batch.IsNotSupported() || batch.IsPermissionDenied()) {
+      Log(LogLevel::kInfo, "peer " + name + " reads over TCP: " + batch.ToString());
+      slot.tcp_until = Clock::now() + kRetryUcxAfter;
+      *use_tcp = true;
+      return Status::OK();
+    }
+    if (!batch.ok()) return batch;
+    UcxConnectAnswer a;
+    s = UcxConnectAnswer::DecodeFrom(theirs, &a);
+    if (!s.ok()) return Status::Corruption("peer " + name, s.message());
+    {
+      MutexLock wl(p->w->mu());
+      s = p->w->Connect(a.worker_address, &UcxPeer::OnError, p.get(), &p->ep);
+      if (s.ok()) {
+        const ucs_status_t st = ucp_ep_rkey_unpack(p->ep, a.rkey.data(), &p->rkey);
+        if (st != UCS_OK) s = UcsError("ucp_ep_rkey_unpack", st);
+      }
+    }
+    if (!s.ok() && s.ToString().find(ucs_status_string(UCS_ERR_UNREACHABLE)) != std::string::npos) {
+      // No transport in common (the owner left TCP out, and we have only TCP).
+      Log(LogLevel::kInfo, "peer " + name + " reads over TCP: " + s.ToString());
+      slot.tcp_until = Clock::now() + kRetryUcxAfter;
+      *use_tcp = true;
+      return Status::OK();
+    }
+    if (!s.ok()) return Status::IOError("peer " + name, s.message());
+    p->arena_addr = a.arena_addr;
+    p->arena_len = a.arena_len;
+    connects_.fetch_add(1);
+    slot.peer = p;
+    *out = std::move(p);
+    return Status::OK();
+  }
+
+  void Drop(const Endpoint& peer, const std::shared_ptr<UcxPeer>& p) {
+    MutexLock lock(&peers_mu_);
+    auto it = peers_.find(peer.ToString());
+    if (it != peers_.end() && it->second.peer == p) it->second.peer.reset();
+  }
+
+  static constexpr std::chrono::seconds kRetryUcxAfter{10};
+  static constexpr std::chrono::milliseconds kAbandonAfter{100};
+
+  struct Slot {
+    std::shared_ptr<UcxPeer> peer;
+    Clock::time_point tcp_until{};
+  };
+
+  // The caller's regions: every worker maps them all.
+  class Regions {
+   public:
+    Status Add(void* addr, size_t length, const char* what) {
+      Status s = map_.Add(addr, length, what);
+      if (s.ok()) all_[addr] = length;
+      return s;
+    }
+    size_t Remove(void* addr) {
+      all_.erase(addr);
+      return map_.Remove(addr);
+    }
+    const std::map<void*, size_t>& All() const { return all_; }
+
+   private:
+    RegionMap map_;  // refuses overlaps
+    std::map<void*, size_t> all_;
+  };
+
+  std::shared_ptr<MemoryRegistrar> registrar_;
+  Mutex w_mu_;
+  std::shared_ptr<Worker> w_ GUARDED_BY(w_mu_);  // the worker new peers use
+  Regions mapped_ GUARDED_BY(w_mu_);
+  std::vector<std::shared_ptr<Worker>> retired_ GUARDED_BY(w_mu_);
+  Mutex peers_mu_;  // held while connecting: one connect per peer at a time
+  std::map<std::string, Slot> peers_ GUARDED_BY(peers_mu_);
+  std::atomic<uint64_t> gets_{0}, get_bytes_{0}, unregistered_{0}, tcp_batches_{0},
+      connects_{0}, abandoned_{0}, replaced_{0};
+};
+
+}  // namespace
+
+bool UcxAvailable(std::string* why, UcxInfo* info) {
+  std::unique_ptr<Worker> w;
+  Status s = Worker::Create(&w);
+  if (!s.ok()) {
+    *why = s.ToString();
+    return false;
+  }
+  if (info != nullptr) {
+    info->version = ucp_get_version_string();
+    ucp_context_attr_t attr;
+    std::memset(&attr, 0, sizeof(attr));
+    attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+    info->cuda_memory = ucp_context_query(w->context(), &attr) == UCS_OK &&
+                        (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+  }
+  return true;
+}
+
+Status NewUcxTransport(const TransportOptions& options, std::unique_ptr<Transport>* result) {
+  std::unique_ptr<Worker> w;
+  Status s = Worker::Create(&w);
+  if (!s.ok()) return Status::NotSupported("UCX transport", s.ToString());
+  *result = std::make_unique<UcxTransport>(options, std::move(w));
+  return Status::OK();
+}
+
+static std::string ServerTransports(const char* user, bool serve_tcp) {
+  std::string tls = user != nullptr ? user : "";
+  if (serve_tcp) return tls;
+  if (tls.empty() || tls == "all") return "^tcp";
+  if (tls[0] == '^') return tls + ",tcp";
+  std::string kept;
+  for (size_t pos = 0; pos <= tls.size();) {
+    size_t comma = tls.find(',', pos);
+    if (comma == std::string::npos) comma = tls.size();
+    const std::string item = tls.substr(pos, comma - pos);
+    if (!item.empty() && item != "tcp") kept += (kept.empty() ? "" : ",") + item;
+    pos = comma + 1;
+  }
+  return kept;
+}
+
+Status UcxServer::Create(std::function<void(LogLevel, const std::string&)> log,
+                         std::unique_ptr<UcxServer>* result) {
+  const char* opt_in = std::getenv("KVENGINE_UCX_SERVE_TCP");
+  const std::string tls =
+      ServerTransports(std::getenv("UCX_TLS"), opt_in != nullptr && std::string(opt_in) == "1");
+  std::unique_ptr<Worker> w;
+  Status s = tls.empty() ? Status::NotSupported("UCX_TLS names no transport but tcp")
+                         : Worker::Create(&w, tls);
+  if (!s.ok()) {
+    // Served over TCP frames only: clients are answered NotSupported and read by GET.
+    if (log) log(LogLevel::kWarn, "UCX not served: " + s.ToString() + " (" + kTcpUnsafe + ")");
+    *result = std::make_unique<UcxServerImpl>(nullptr, std::move(log));
+    return Status::OK();
+  }
+  *result = std::make_unique<UcxServerImpl>(std::move(w), std::move(log));
+  return Status::OK();
+}
+
+#endif  // KV_WITH_UCX
+
+}  // namespace kvengine

@@ -1,0 +1,108 @@
+// UCX: one-sided reads of a peer's arena through UCP (ucp_get_nbx), over whatever UCX
+// finds -- shared memory (cma, posix, sysv) and TCP on a host without RDMA, RC/DC verbs
+// on InfiniBand and RoCE -- with no change in this code.
+//
+// Set-up runs over the existing TCP control channel, after its authentication: the
+// client sends its UCP worker address in a kUcxConnect request; the server (a tenant
+// free to use every namespace only: one-sided reads reach the whole arena) makes an
+// endpoint to it and answers with its own worker address, the arena's address and
+// length, and the arena's packed remote key (UcxConnectAnswer).  A peer that has not
+// proved its token never sees the worker address nor the rkey.  The endpoint and the
+// client's record live as long as the control connection that carried the request:
+// when it closes (the client exited, was killed, or dropped it) they are released and
+// counted (kvengine.peers: ucx_clients, ucx_clients_released).
+//
+// Gets follow the read-validation protocol (read_validation.h): LOOKUP over the control
+// channel pins the values and grants leases, the bytes come by ucp_get_nbx straight into
+// the caller's buffers (all of a batch's reads in flight at once), RELEASE tells whether
+// each lease held.  Keys the owner holds only on SSD come by TCP GET.  Puts, exists,
+// deletes and properties are the TCP transport's.
+//
+// Progress: a client progresses its worker from the calling threads (no thread of its
+// own; threads take turns, and whoever progresses completes everyone's reads); a server
+// has one thread, asleep on the worker's event descriptor when idle, that serves the
+// reads transports without one-sided hardware emulate (UCX's TCP), for every client.
+#ifndef KVENGINE_TRANSPORT_UCX_H_
+#define KVENGINE_TRANSPORT_UCX_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "kvengine/env.h"
+#include "kvengine/status.h"
+#include "kvengine/transport.h"
+
+namespace kvengine {
+
+// The client's kUcxConnect request: its packed UCP worker address.
+struct UcxConnectRequest {
+  std::string worker_address;
+
+  // DO NOT CHANGE: on the wire.  Version byte 1, then the address length-prefixed.
+  void EncodeTo(std::string* dst) const;
+  // Corruption when malformed, of another version, or the address is empty or over
+  // kMaxBlob bytes.
+  static Status DecodeFrom(std::string_view in, UcxConnectRequest* out);
+};
+
+// The server's answer: where its arena is and how to reach it.
+struct UcxConnectAnswer {
+  std::string worker_address;  // the server's packed UCP worker address
+  uint64_t arena_addr = 0;     // the arena's address in the server's memory
+  uint64_t arena_len = 0;
+  std::string rkey;  // the arena's packed remote key (ucp_rkey_pack)
+
+  // DO NOT CHANGE: on the wire.  Version byte 1, the address length-prefixed, fixed64
+  // arena_addr, fixed64 arena_len, the rkey length-prefixed.
+  void EncodeTo(std::string* dst) const;
+  // Corruption when malformed, of another version, the address or rkey is empty or
+  // over kMaxBlob bytes, the arena is empty or wraps around.
+  static Status DecodeFrom(std::string_view in, UcxConnectAnswer* out);
+  bool operator==(const UcxConnectAnswer& o) const;
+};
+
+// Longest worker address or packed rkey accepted from a peer.
+inline constexpr size_t kUcxMaxBlob = 64 << 10;
+
+// What the UCX this process runs offers.
+struct UcxInfo {
+  std::string version;     // "1.13.1"
+  bool cuda_memory = false;  // device buffers can be mapped and read into directly
+};
+
+// True when the build has UCX and a UCP context can be made here; otherwise false and
+// *why says what is missing ("built without UCX: install libucx-dev", ...).  On success
+// fills *info (when given) from ucp_context_query: memory types, version.
+bool UcxAvailable(std::string* why, UcxInfo* info = nullptr);
+
+// The UCX transport: TCP control channel, UCP one-sided gets.  NotSupported naming the
+// package when the build has no UCX, or the reason when no UCP context can be made.
+Status NewUcxTransport(const TransportOptions& options, std::unique_ptr<Transport>* result);
+
+// The server's side: a UCP context and worker with their progress thread, the arena
+// mapped with ucp_mem_map and its rkey packed once, an endpoint per connected client.
+// Thread-safe.
+class UcxServer {
+ public:
+  // `log` may be null.  NotSupported when the build has no UCX.
+  static Status Create(std::function<void(LogLevel, const std::string&)> log,
+                       std::unique_ptr<UcxServer>* result);
+  // Stops the progress thread, closes every endpoint, unmaps every region.  Connections
+  // holding a client's record must have dropped it (the TransportServer stopped).
+  virtual ~UcxServer() = default;
+  // Maps the regions a DB registers (the arena, named "arena", is the one clients read).
+  virtual std::shared_ptr<MemoryRegistrar> registrar() = 0;
+  // Answers a client's kUcxConnect: decodes its request, makes an endpoint to it, and
+  // encodes the answer in *answer.  *client holds the client's record: dropping it
+  // closes the endpoint (counted).  NotSupported when no arena is mapped.
+  virtual Status Connect(std::string_view request, std::string* answer,
+                         std::shared_ptr<void>* client) = 0;
+  // "ucx_clients: N\nucx_clients_released: N\nucx_endpoint_errors: N\n".
+  virtual std::string StatsText() const = 0;
+};
+
+}  // namespace kvengine
+
+#endif  // KVENGINE_TRANSPORT_UCX_H_
