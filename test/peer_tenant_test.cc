@@ -322,6 +322,80 @@ TEST(PeerTenantTest, HandDrivenRequestsAndTokensAreChecked) {
   EXPECT_EQ(PeersStat(ops.get(), ep, "permission_denied.alpha"), 4u);
 }
 
+// Issue #45 item 6: a tenant token's requests are bounded as an attached tenant's are.
+// Alpha (ns-a, a 4 MiB memory quota) sends the patterns that crashed or stalled an owner
+// -- through the client and raw on the wire -- and one batch of 40 x 1 MiB; beta's 24
+// values in ns-b stay in memory, bit-exact, and the server stays up.
+TEST(PeerTenantTest, ATenantsPatternsAndPutsAreBoundedAsAnAttachedOnesAre) {
+  const std::string dir = TempDir("bounded");
+  WriteFile(dir + "/tokens", kTenants);
+  {
+    std::unique_ptr<DB> db, handle;
+    ASSERT_TRUE(DB::Open(ClientOptions("", PeerMode::kReadThrough), dir + "/db", &db).ok());
+    NamespaceOptions quota;
+    quota.memory_quota_bytes = 4 << 20;
+    ASSERT_TRUE(db->CreateNamespace("ns-a", quota, &handle).ok());
+    ASSERT_TRUE(db->CreateNamespace("ns-b", NamespaceOptions(), &handle).ok());
+  }
+  Server server(dir + "/db", FreePort(), {"--auth_token_file=" + dir + "/tokens"});
+  server.set_options(",ssd_capacity_bytes=0");
+  ASSERT_TRUE(server.Start());
+  const Endpoint ep = server.endpoint();
+  auto alpha = NewClient(kAlpha, 10000, "alpha");
+  auto beta = NewClient(kBeta, 10000, "beta");
+  std::vector<std::string> b_keys, b_values;
+  std::mt19937_64 rng(45);
+  for (int i = 0; i < 24; i++) {
+    b_keys.push_back(InNamespace("ns-b", "b" + std::to_string(i)));
+    b_values.push_back(RandomValue(&rng, 256 << 10));
+  }
+  std::vector<ValueParts> b_parts;
+  for (const std::string& v : b_values) b_parts.push_back({Slice(v)});
+  std::vector<int64_t> r;
+  ASSERT_TRUE(beta->BatchPut(ep, Slices(b_keys), b_parts, &r).ok());
+  ASSERT_EQ(r, std::vector<int64_t>(24, 0));
+
+  for (const std::string& pattern :
+       {std::string("[\\x00-\\xff]{9}(?:a?){16000}"), std::string("(?:a?){16000}"),
+        std::string(10000, 'a')}) {
+    uint64_t deleted = 0;
+    Status s = alpha->DeleteByRegex(ep, pattern, &deleted);
+    EXPECT_TRUE(s.IsInvalidArgument()) << pattern.substr(0, 40) << ": " << s.ToString();
+  }
+  RawConn raw(ep, 10000, kAlpha, "alpha");  // past the client's own length check
+  ASSERT_TRUE(raw.ok());
+  std::string meta;
+  wire::PutDeleteMatching(&meta, wire::kMatchRegex, std::string(200000, 'a'));
+  Status s;
+  ASSERT_TRUE(raw.Ask(wire::kDeleteMatching, meta, &s));
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+
+  std::vector<std::string> a_keys;
+  for (int i = 0; i < 40; i++) a_keys.push_back(InNamespace("ns-a", "a" + std::to_string(i)));
+  const std::string mib(1 << 20, 'a');
+  std::vector<ValueParts> a_parts(40, ValueParts{Slice(mib)});
+  alpha->BatchPut(ep, Slices(a_keys), a_parts, &r);
+  ASSERT_EQ(r.size(), 40u);
+  // A peer's batch is stored key by key: past the quota each key makes room by evicting
+  // the namespace's own older values (attached batches reserve first and refuse the keys
+  // past it); either way the namespace holds no more than its quota.
+  for (int64_t x : r) EXPECT_TRUE(x == 0 || x == Status::NoSpace("").ErrorCode()) << x;
+  std::string a_stats;
+  ASSERT_TRUE(alpha->GetProperty(ep, "kvengine.stats", &a_stats).ok());
+  const std::string held = "namespace.ns-a.memory_bytes: ";
+  const size_t at = a_stats.find(held);
+  ASSERT_NE(at, std::string::npos) << a_stats;
+  EXPECT_LE(std::stoull(a_stats.substr(at + held.size())), 4u << 20) << a_stats;
+
+  EXPECT_EQ(kill(server.pid(), 0), 0);
+  std::vector<std::string> values;
+  ASSERT_TRUE(beta->BatchGetOwned(ep, Slices(b_keys), &values, &r).ok());
+  EXPECT_EQ(values, b_values);
+  std::string text;
+  ASSERT_TRUE(beta->GetProperty(ep, "kvengine.stats", &text).ok());
+  EXPECT_NE(text.find("namespace.ns-b.memory_evictions: 0\n"), std::string::npos) << text;
+}
+
 TEST(PeerTenantTest, AClusterDBPresentsItsTenant) {
   TenantServer ts("cluster");
   ASSERT_TRUE(ts.server().Start());
