@@ -152,6 +152,12 @@ TEST(KeyPatternTest, ALeadingLookaheadScopesTheRest) {
   EXPECT_TRUE(p.Matches("k"));
   EXPECT_FALSE(p.Matches(ns::Prefix(id) + "k"));
   EXPECT_TRUE(ns::PatternInNamespace(id, "\\Ak", &scoped).IsInvalidArgument());
+  // A leading '^' a quantifier applies to (found by the fuzz target): it still compiles
+  // in the namespace, meaning what it means alone.
+  ASSERT_TRUE(ns::PatternInNamespace(id, "^*ab|z", &scoped).ok());
+  ASSERT_TRUE(p.Compile(scoped).ok());
+  EXPECT_TRUE(p.Matches(ns::Prefix(id) + "ab"));
+  EXPECT_FALSE(p.Matches(ns::Prefix(id) + "b"));
 }
 
 // ------------------------------------------------------------------ through a DB

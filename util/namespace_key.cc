@@ -31,7 +31,10 @@ std::string Prefix(uint64_t id) {
 
 Status PatternInNamespace(uint64_t id, std::string_view user_pattern, std::string* pattern) {
   std::string_view p = user_pattern;
-  if (p.starts_with('^')) p.remove_prefix(1);
+  // A leading '^' holds where the user's part begins: an empty group there means the
+  // same, and stays something a quantifier after it can apply to (`^*a` compiles).
+  const bool anchored = p.starts_with('^');
+  if (anchored) p.remove_prefix(1);
   bool in_class = false;
   for (size_t i = 0; i < p.size(); i++) {
     const char c = p[i];
@@ -51,7 +54,7 @@ Status PatternInNamespace(uint64_t id, std::string_view user_pattern, std::strin
                                      "'^' is supported in a namespace only at the start");
     }
   }
-  *pattern = PrefixPattern(id) + "(?:" + std::string(p) + ")";
+  *pattern = PrefixPattern(id) + "(?:" + (anchored ? "(?:)" : "") + std::string(p) + ")";
   return Status::OK();
 }
 

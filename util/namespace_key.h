@@ -58,8 +58,9 @@ inline uint64_t IdOfKey(std::string_view key) {
 // REQUIRES: user_pattern compiles on its own (checked by the caller, so that no pattern
 // can close the group and match outside the namespace).
 // The user part is matched after the prefix, so the assertions about what precedes a
-// position would see the prefix: a leading '^' is dropped (the match is of the whole key
-// anyway), and any other '^', '\A', '\b' or '\B' outside a class is InvalidArgument.
+// position would see the prefix: a leading '^' becomes an empty group (the match is of
+// the whole key anyway), and any other '^', '\A', '\b' or '\B' outside a class is
+// InvalidArgument.
 Status PatternInNamespace(uint64_t id, std::string_view user_pattern, std::string* pattern);
 
 // The same for the default namespace: the keys that match `user_pattern` and are not
