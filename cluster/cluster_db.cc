@@ -2,27 +2,11 @@
 
 #include <utility>
 
-#include "env/gpu_staging.h"
 #include "util/key_pattern.h"
 #include "util/input_check.h"
 #include "util/perf_point.h"
 
 namespace kvengine {
-
-namespace {
-
-// True when a buffer of dest is GPU memory: the transports copy into host memory only,
-// so such a key is not read through (its miss stays a miss).
-bool OnDevice(std::span<const MutableSlice> dest) {
-  for (const MutableSlice& buffer : dest) {
-    PointerInfo info;
-    if (!ClassifyPointer(buffer.data(), &info).ok() || info.kind == MemoryKind::kDevice)
-      return true;
-  }
-  return false;
-}
-
-}  // namespace
 
 Status ClusterDB::Create(const Options& options, std::unique_ptr<ClusterDB>* result) {
   result->reset();
@@ -149,9 +133,10 @@ Status ClusterDB::Delete(const WriteOptions& options, const Slice& key) {
         .FinishKey(router_->DeleteReplicated(base_.get(), key), key, -1, "replicas");
   }
   if (Routable(key) && router_->RemoteOwner(key, &owner)) {
+    // Through the owners' path, which records the delete when the owner is down.
     PerfPoint perf(PerfKey::db_delete);
     return CallLog(&logger_, "delete", &errors_)
-        .FinishKey(router_->Delete(owner, key), key, -1, "peer");
+        .FinishKey(router_->DeleteReplicated(base_.get(), key), key, -1, "peer");
   }
   return base_->Delete(options, key);
 }

@@ -8,6 +8,7 @@
 #include "cluster/membership.h"
 #include "cluster/rendezvous.h"
 #include "env/descriptor_budget.h"
+#include "env/gpu_staging.h"
 #include "transport/rdma.h"
 #include "transport/ucx.h"
 #include "transport/server.h"
@@ -34,7 +35,21 @@ void ForEachParallel(size_t n, const std::function<void(size_t)>& fn) {
   for (auto& t : threads) t.join();
 }
 
+// Members remembered after they leave, for their delete hints (the oldest forgotten).
+constexpr size_t kMaxDeparted = 64;
+// Keys per BatchDelete when a hint is replayed.
+constexpr size_t kReplayChunk = 1024;
+
 }  // namespace
+
+bool OnDevice(std::span<const MutableSlice> dest) {
+  for (const MutableSlice& buffer : dest) {
+    PointerInfo info;
+    if (!ClassifyPointer(buffer.data(), &info).ok() || info.kind == MemoryKind::kDevice)
+      return true;
+  }
+  return false;
+}
 
 // The local DB as the peer server sees it; "kvengine.peers" is the router's own.
 class PeerRouter::Service final : public PeerService {
@@ -193,6 +208,9 @@ Status PeerRouter::StartServing(DB* db, PinFn pin, ServedFn served, const char* 
     Status s = ServePeers(db, std::move(pin), std::move(served), arena_base);
     if (!s.ok()) return s;
   }
+  if (Routing() && options_.cluster_delete_hints > 0) {
+    replayer_ = std::thread([this] { ReplayLoop(); });
+  }
   // Members are known from here on: a source that registers this host does so once it
   // serves, under the port actually bound.
   return membership_->Start(
@@ -255,6 +273,12 @@ void PeerRouter::Close() {
   // (No source when Open failed before making one.)
   if (membership_ != nullptr) membership_->Stop();
   closed_.store(true);
+  {
+    MutexLock lock(&hints_mu_);
+    replay_wake_ = true;
+  }
+  replay_cv_.NotifyAll();
+  if (replayer_.joinable()) replayer_.join();
   if (server_ != nullptr) server_->Stop();
 }
 
@@ -276,9 +300,54 @@ void PeerRouter::SetMembers(std::vector<Endpoint> peers) {
                           [&](const Endpoint& e) { return e.ToString() == f.first; });
     });
   }
+  std::vector<std::string> names;
+  for (const Endpoint& e : peers) names.push_back(e.ToString());
   auto snapshot = std::make_shared<const std::vector<Endpoint>>(std::move(peers));
+  const auto now = std::chrono::steady_clock::now();
+  const auto grace = std::chrono::milliseconds(options_.cluster_join_grace_ms);
+  {
+    MutexLock lock(&members_mu_);
+    std::vector<std::string> before;
+    for (const Endpoint& e : *peers_) before.push_back(e.ToString());
+    auto in = [](const std::vector<std::string>& v, const std::string& n) {
+      return std::find(v.begin(), v.end(), n) != v.end();
+    };
+    if (!had_members_) {
+      // A member of a cluster joins the members it finds: their keys are its now.
+      if (!options_.cluster.empty() && !self_.empty() && !names.empty()) joined_[self_] = now;
+    } else {
+      for (const std::string& n : names) {
+        if (!in(before, n)) {
+          joined_[n] = now;
+          departed_.erase(n);
+        }
+      }
+    }
+    for (const std::string& b : before) {
+      if (!in(names, b)) {
+        departed_[b] = now;
+        joined_.erase(b);
+      }
+    }
+    had_members_ = true;
+    std::erase_if(joined_, [&](const auto& j) { return now - j.second >= grace; });
+    while (departed_.size() > kMaxDeparted) {
+      departed_.erase(std::min_element(departed_.begin(), departed_.end(),
+                                       [](const auto& a, const auto& b) { return a.second < b.second; }));
+    }
+    peers_ = std::move(snapshot);
+  }
+  // A member may have come back: its missed deletes first.
+  MutexLock lock(&hints_mu_);
+  replay_wake_ = true;
+  replay_cv_.NotifyAll();
+}
+
+std::vector<std::string> PeerRouter::Departed() const {
   MutexLock lock(&members_mu_);
-  peers_ = std::move(snapshot);
+  std::vector<std::string> out;
+  for (const auto& d : departed_) out.push_back(d.first);
+  return out;
 }
 
 bool PeerRouter::Routing() const { return options_.peer_mode == PeerMode::kSharded; }
@@ -375,6 +444,7 @@ void PeerRouter::RunGroups(std::vector<OwnerGroup>* groups, const LocalGroupFn& 
     } else {
       Endpoint peer;
       s = Endpoint::Parse(group.owner, &peer);
+      if (s.ok()) s = ReplayFirst(peer);
       if (s.ok()) s = remote(peer, group.idx, &group.r);
       NoteCall(group.owner, s);
       if (!s.ok()) {
@@ -387,6 +457,7 @@ void PeerRouter::RunGroups(std::vector<OwnerGroup>* groups, const LocalGroupFn& 
       group.r.resize(group.idx.size(), code);
       if (!s.ok()) std::fill(group.r.begin(), group.r.end(), code);
     }
+    group.status = std::move(s);
   };
   if (!local_last) {
     ForEachParallel(groups->size(), [&](size_t g) { run((*groups)[g]); });
@@ -406,62 +477,113 @@ Group* GroupFor(std::vector<Group>* groups, const std::string& owner) {
   for (Group& g : *groups) {
     if (g.owner == owner) return &g;
   }
-  groups->push_back(Group{owner, {}, {}});
+  groups->push_back(Group{owner, {}, {}, Status::OK()});
   return &groups->back();
 }
 
 }  // namespace
 
+std::vector<std::vector<std::string>> PeerRouter::PreviousOwnersOfAll(
+    std::span<const Slice> keys, const std::vector<std::vector<std::string>>& owners) const {
+  std::vector<std::vector<std::string>> previous(keys.size());
+  if (options_.cluster_join_grace_ms == 0) return previous;
+  std::vector<std::string> joiners;
+  {
+    const auto now = std::chrono::steady_clock::now();
+    const auto grace = std::chrono::milliseconds(options_.cluster_join_grace_ms);
+    MutexLock lock(&members_mu_);
+    for (const auto& [name, when] : joined_) {
+      if (now - when < grace) joiners.push_back(name);
+    }
+  }
+  if (joiners.empty()) return previous;
+  // The set before the joins: the members now, less the members that joined.
+  std::vector<std::string> names;
+  for (const Endpoint& e : Members()) names.push_back(e.ToString());
+  if (!self_.empty()) names.push_back(self_);
+  std::erase_if(names, [&](const std::string& n) {
+    return std::find(joiners.begin(), joiners.end(), n) != joiners.end();
+  });
+  if (names.empty()) return previous;
+  for (size_t i = 0; i < keys.size(); i++) {
+    for (std::string& o : TopOwners(keys[i], names, options_.cluster_replicas)) {
+      if (std::find(owners[i].begin(), owners[i].end(), o) == owners[i].end()) {
+        previous[i].push_back(std::move(o));
+      }
+    }
+  }
+  return previous;
+}
+
 void PeerRouter::AskInOrder(std::span<const Slice> keys, std::vector<int64_t>* results,
                             const std::function<bool(int64_t)>& done, const LocalGroupFn& local,
-                            const RemoteGroupFn& remote) {
+                            const RemoteGroupFn& remote, std::vector<std::string>* from) {
   const int64_t kNotFound = Status::NotFound("").ErrorCode();
   const std::vector<std::vector<std::string>> owners = OwnersOfAll(keys);
   results->assign(keys.size(), kNotFound);
+  if (from != nullptr) from->assign(keys.size(), "");
   std::vector<bool> settled(keys.size(), false);
-  for (size_t rank = 0; rank < options_.cluster_replicas; rank++) {
+  // Asks every unsettled key its candidate of `rank` in `order`; false when none has one.
+  auto ask_rank = [&](const std::vector<std::vector<std::string>>& order, size_t rank,
+                      bool previous) {
     std::vector<OwnerGroup> groups;
     for (size_t i = 0; i < keys.size(); i++) {
-      if (!settled[i] && rank < owners[i].size()) {
-        GroupFor(&groups, owners[i][rank])->idx.push_back(i);
+      if (!settled[i] && rank < order[i].size()) {
+        GroupFor(&groups, order[i][rank])->idx.push_back(i);
       }
     }
-    if (groups.empty()) break;
+    if (groups.empty()) return false;
     RunGroups(&groups, local, remote);
     for (const OwnerGroup& g : groups) {
       for (size_t j = 0; j < g.idx.size(); j++) {
-        if (done(g.r[j])) {
-          (*results)[g.idx[j]] = g.r[j];
-          settled[g.idx[j]] = true;
-        }
+        if (!done(g.r[j])) continue;
+        (*results)[g.idx[j]] = g.r[j];
+        settled[g.idx[j]] = true;
+        if (!previous) continue;
+        grace_hits_.fetch_add(1, std::memory_order_relaxed);
+        if (from != nullptr) (*from)[g.idx[j]] = g.owner;
       }
     }
+    return true;
+  };
+  for (size_t rank = 0; rank < options_.cluster_replicas && ask_rank(owners, rank, false); rank++) {
+  }
+  if (std::all_of(settled.begin(), settled.end(), [](bool b) { return b; })) return;
+  // Within a join's grace: the owners the keys had before it, in their order.
+  const std::vector<std::vector<std::string>> previous = PreviousOwnersOfAll(keys, owners);
+  for (size_t rank = 0; ask_rank(previous, rank, true); rank++) {
   }
 }
 
 void PeerRouter::SendToAll(std::span<const Slice> keys, std::vector<int64_t>* results,
                            const LocalGroupFn& local, const RemoteGroupFn& remote,
                            bool local_last) {
-  const int64_t kNotFound = Status::NotFound("").ErrorCode();
   const std::vector<std::vector<std::string>> owners = OwnersOfAll(keys);
   std::vector<OwnerGroup> groups;
   for (size_t i = 0; i < keys.size(); i++) {
     for (const std::string& o : owners[i]) GroupFor(&groups, o)->idx.push_back(i);
   }
   RunGroups(&groups, local, remote, local_last);
+  CollapseAnswers(owners, groups, results);
+}
+
+void PeerRouter::CollapseAnswers(const std::vector<std::vector<std::string>>& owners,
+                                 const std::vector<OwnerGroup>& groups,
+                                 std::vector<int64_t>* results) {
+  const int64_t kNotFound = Status::NotFound("").ErrorCode();
   // Each key's answers in its owners' order.
-  std::vector<std::vector<int64_t>> answers(keys.size());
-  for (size_t i = 0; i < keys.size(); i++) answers[i].resize(owners[i].size(), kNotFound);
+  std::vector<std::vector<int64_t>> answers(owners.size());
+  for (size_t i = 0; i < owners.size(); i++) answers[i].resize(owners[i].size(), kNotFound);
   for (const OwnerGroup& g : groups) {
     for (size_t j = 0; j < g.idx.size(); j++) {
       const size_t i = g.idx[j];
       const size_t rank =
           std::find(owners[i].begin(), owners[i].end(), g.owner) - owners[i].begin();
-      answers[i][rank] = g.r[j];
+      if (rank < answers[i].size()) answers[i][rank] = g.r[j];  // else a previous owner
     }
   }
-  results->assign(keys.size(), 0);
-  for (size_t i = 0; i < keys.size(); i++) {
+  results->assign(owners.size(), 0);
+  for (size_t i = 0; i < owners.size(); i++) {
     const auto& a = answers[i];
     auto it = std::find_if(a.begin(), a.end(), [](int64_t r) { return r >= 0; });
     if (it == a.end()) it = std::find(a.begin(), a.end(), kNotFound);
@@ -506,28 +628,51 @@ Status PeerRouter::DeleteReplicated(DB* local, const Slice& key) {
 }
 
 Status PeerRouter::FromFirstOwner(const Slice& key, const std::function<Status()>& local,
-                                  const std::function<Status(const Endpoint&)>& remote) {
+                                  const std::function<Status(const Endpoint&)>& remote,
+                                  std::string* from) {
   if (closed()) return Status::Aborted("DB is closed");
-  for (const std::string& owner : OwnersOf(key)) {
+  if (from != nullptr) from->clear();
+  auto ask = [&](const std::string& owner) {
     Status s;
     if (IsSelf(owner)) {
       s = local();
     } else {
       Endpoint peer;
       s = Endpoint::Parse(owner, &peer);
-      if (s.ok()) s = remote(peer);
+      if (s.ok()) s = remote(peer);  // Get, GetValueSize: they replay first
       NoteCall(owner, s);
       if (!s.ok() && !s.IsNotFound()) remote_errors_.fetch_add(1);
     }
-    if (s.ok()) return s;
+    return s;
+  };
+  const std::vector<std::vector<std::string>> owners = OwnersOfAll(std::span<const Slice>(&key, 1));
+  for (const std::string& owner : owners[0]) {
+    if (ask(owner).ok()) return Status::OK();
+  }
+  // Within a join's grace: the owners the key had before it.
+  const std::vector<std::vector<std::string>> previous =
+      PreviousOwnersOfAll(std::span<const Slice>(&key, 1), owners);
+  for (const std::string& owner : previous[0]) {
+    if (ask(owner).ok()) {
+      grace_hits_.fetch_add(1, std::memory_order_relaxed);
+      if (from != nullptr) *from = owner;
+      return Status::OK();
+    }
   }
   return Status::NotFound("key not found on its replicas");
 }
 
 Status PeerRouter::GetReplicated(DB* local, const Slice& key, std::string* value) {
-  return FromFirstOwner(
+  std::string from;
+  Status s = FromFirstOwner(
       key, [&] { return local->Get(ReadOptions(), key, value); },
-      [&](const Endpoint& peer) { return Get(peer, key, value); });
+      [&](const Endpoint& peer) { return Get(peer, key, value); }, &from);
+  if (s.ok() && !from.empty()) {
+    const ValueParts parts{Slice(*value)};
+    MoveToOwners(local, std::span<const Slice>(&key, 1), std::span<const ValueParts>(&parts, 1),
+                 {from});
+  }
+  return s;
 }
 
 Status PeerRouter::GetValueSizeReplicated(DB* local, const Slice& key, uint64_t* size) {
@@ -547,6 +692,97 @@ std::vector<T> Pick(std::span<const T> all, const std::vector<size_t>& idx) {
 }
 
 }  // namespace
+
+void PeerRouter::MoveToOwners(DB* local, std::span<const Slice> keys,
+                              std::span<const ValueParts> values,
+                              const std::vector<std::string>& from) {
+  std::vector<size_t> which;
+  for (size_t i = 0; i < keys.size(); i++) {
+    if (!from[i].empty()) which.push_back(i);
+  }
+  if (which.empty()) return;
+  const std::vector<Slice> k = Pick(keys, which);
+  const std::vector<ValueParts> v = Pick(values, which);
+  std::vector<int64_t> put;
+  SendToAll(
+      k, &put,
+      [&](const std::vector<size_t>& idx, std::vector<int64_t>* r) {
+        return local->BatchPut(WriteOptions(), Pick<Slice>(k, idx), Pick<ValueParts>(v, idx), r);
+      },
+      [&](const Endpoint& peer, const std::vector<size_t>& idx, std::vector<int64_t>* r) {
+        return RemotePut(peer, Pick<Slice>(k, idx), Pick<ValueParts>(v, idx), r);
+      });
+  // Then gone from where it was found: one copy, on its owners.
+  std::vector<OwnerGroup> groups;
+  for (size_t j = 0; j < which.size(); j++) {
+    if (put[j] >= 0) GroupFor(&groups, from[which[j]])->idx.push_back(j);
+  }
+  if (groups.empty()) return;
+  RunGroups(
+      &groups,
+      [&](const std::vector<size_t>& idx, std::vector<int64_t>* r) {
+        return local->BatchDelete(WriteOptions(), Pick<Slice>(k, idx), r);
+      },
+      [&](const Endpoint& peer, const std::vector<size_t>& idx, std::vector<int64_t>* r) {
+        return transport_->BatchDelete(peer, Pick<Slice>(k, idx), r);
+      });
+  for (const OwnerGroup& g : groups) moved_.fetch_add(g.idx.size(), std::memory_order_relaxed);
+}
+
+void PeerRouter::DeleteOnOwners(DB* local, const WriteOptions& options,
+                                std::span<const Slice> keys, std::vector<int64_t>* results) {
+  const std::vector<std::vector<std::string>> owners = OwnersOfAll(keys);
+  const std::vector<std::vector<std::string>> previous = PreviousOwnersOfAll(keys, owners);
+  std::vector<OwnerGroup> groups;
+  for (size_t i = 0; i < keys.size(); i++) {
+    for (const std::string& o : owners[i]) GroupFor(&groups, o)->idx.push_back(i);
+    for (const std::string& o : previous[i]) GroupFor(&groups, o)->idx.push_back(i);
+  }
+  RunGroups(
+      &groups,
+      [&](const std::vector<size_t>& idx, std::vector<int64_t>* r) {
+        return local->BatchDelete(options, Pick(keys, idx), r);
+      },
+      [&](const Endpoint& peer, const std::vector<size_t>& idx, std::vector<int64_t>* r) {
+        return transport_->BatchDelete(peer, Pick(keys, idx), r);
+      });
+  // An owner that was not reached applies the delete when it is (record and replay).
+  for (const OwnerGroup& g : groups) {
+    if (IsSelf(g.owner) || g.status.ok()) continue;
+    Hint missed;
+    for (size_t i : g.idx) missed.keys.insert(keys[i].ToString());
+    RecordHint(g.owner, missed);
+  }
+  // So does a member that has left the set and would own the key again on its return:
+  // it may come back holding the value.
+  const std::vector<std::string> departed = Departed();
+  if (!departed.empty()) {
+    std::vector<std::string> names = departed;
+    for (const Endpoint& e : Members()) names.push_back(e.ToString());
+    if (!self_.empty()) names.push_back(self_);
+    std::map<std::string, Hint> missed;
+    for (size_t i = 0; i < keys.size(); i++) {
+      for (const std::string& o : TopOwners(keys[i], names, options_.cluster_replicas)) {
+        if (std::find(departed.begin(), departed.end(), o) != departed.end()) {
+          missed[o].keys.insert(keys[i].ToString());
+        }
+      }
+    }
+    for (const auto& [member, hint] : missed) RecordHint(member, hint);
+  }
+  CollapseAnswers(owners, groups, results);
+  // A key its owners lacked but a previous owner held was deleted, not absent.
+  const int64_t kNotFound = Status::NotFound("").ErrorCode();
+  for (const OwnerGroup& g : groups) {
+    for (size_t j = 0; j < g.idx.size(); j++) {
+      const size_t i = g.idx[j];
+      if ((*results)[i] == kNotFound && g.r[j] >= 0 &&
+          std::find(previous[i].begin(), previous[i].end(), g.owner) != previous[i].end()) {
+        (*results)[i] = g.r[j];
+      }
+    }
+  }
+}
 
 // The shape every sharded batch call shares: local keys through `local_call`, each
 // remote group through `remote_call`, merged into *results.
@@ -580,7 +816,8 @@ std::vector<T> Pick(std::span<const T> all, const std::vector<size_t>& idx) {
       const Endpoint& peer = members[busy[b]];                                                \
       const std::vector<size_t>& idx = groups[busy[b]];                                       \
       std::vector<int64_t> r;                                                                 \
-      Status s = (REMOTE_CALL);                                                               \
+      Status s = ReplayFirst(peer);                                                           \
+      if (s.ok()) s = (REMOTE_CALL);                                                          \
       NoteCall(peer.ToString(), s);                                                           \
       if (!s.ok()) {                                                                          \
         remote_errors_.fetch_add(1);                                                          \
@@ -642,6 +879,7 @@ Status PeerRouter::BatchGetInto(DB* local, const ReadOptions& options, std::span
     if (closed()) return Status::Aborted("DB is closed");
     // A hit, or a buffer too small for the value, settles a key.
     const int64_t too_small = Status::BufferTooSmall("").ErrorCode();
+    std::vector<std::string> from;
     AskInOrder(
         keys, results, [too_small](int64_t r) { return r >= 0 || r == too_small; },
         [&](const std::vector<size_t>& idx, std::vector<int64_t>* r) {
@@ -649,7 +887,20 @@ Status PeerRouter::BatchGetInto(DB* local, const ReadOptions& options, std::span
         },
         [&](const Endpoint& peer, const std::vector<size_t>& idx, std::vector<int64_t>* r) {
           return RemoteGet(peer, Pick(keys, idx), Pick(dests, idx), r);
-        });
+        },
+        &from);
+    // Keys found on an owner they had before a join move to their owners now, from the
+    // caller's buffers (host memory only: the transports do not read GPU memory).
+    std::vector<ValueParts> values(keys.size());
+    for (size_t i = 0; i < keys.size(); i++) {
+      if (from[i].empty()) continue;
+      if ((*results)[i] < 0 || OnDevice(dests[i])) {
+        from[i].clear();
+        continue;
+      }
+      values[i] = FilledParts(dests[i], static_cast<uint64_t>((*results)[i]));
+    }
+    MoveToOwners(local, keys, values, from);
     return Status::OK();
   }
   KV_SHARDED_BATCH(local->BatchGetInto(options, Pick(keys, idx), Pick(dests, idx), &r),
@@ -682,20 +933,10 @@ Status PeerRouter::BatchDelete(DB* local, const WriteOptions& options, std::span
                                std::vector<int64_t>* results) {
   Status checked = input::CheckBatch("BatchDelete", results, keys.size(), keys.size(), "keys", 0);
   if (!checked.ok()) return checked;
-  if (Replicated()) {
-    if (closed()) return Status::Aborted("DB is closed");
-    SendToAll(
-        keys, results,
-        [&](const std::vector<size_t>& idx, std::vector<int64_t>* r) {
-          return local->BatchDelete(options, Pick(keys, idx), r);
-        },
-        [&](const Endpoint& peer, const std::vector<size_t>& idx, std::vector<int64_t>* r) {
-          return transport_->BatchDelete(peer, Pick(keys, idx), r);
-        });
-    return Status::OK();
-  }
-  KV_SHARDED_BATCH(local->BatchDelete(options, Pick(keys, idx), &r),
-                   transport_->BatchDelete(peer, Pick(keys, idx), &r));
+  if (closed()) return Status::Aborted("DB is closed");
+  // One owner or R: the same walk, which records what an owner missed.
+  DeleteOnOwners(local, options, keys, results);
+  return Status::OK();
 }
 
 #undef KV_SHARDED_BATCH
@@ -795,6 +1036,7 @@ std::string PeerRouter::Readiness() const {
 
 Status PeerRouter::Put(const Endpoint& owner, const Slice& key, const Slice& value) {
   if (closed()) return Status::Aborted("DB is closed");
+  if (Status replay = ReplayFirst(owner); !replay.ok()) return replay;
   std::vector<int64_t> r;
   const ValueParts parts{value};
   Status s =
@@ -804,6 +1046,7 @@ Status PeerRouter::Put(const Endpoint& owner, const Slice& key, const Slice& val
 
 Status PeerRouter::Get(const Endpoint& owner, const Slice& key, std::string* value) {
   if (closed()) return Status::Aborted("DB is closed");
+  if (Status replay = ReplayFirst(owner); !replay.ok()) return replay;
   std::vector<int64_t> r;
   std::vector<std::string> values;
   Status s = transport_->BatchGetOwned(owner, std::span<const Slice>(&key, 1), &values, &r);
@@ -822,6 +1065,10 @@ Status PeerRouter::Get(const Endpoint& owner, const Slice& key, std::string* val
 Status PeerRouter::GetInto(const Endpoint& owner, const Slice& key, MutableSlice buffer,
                            size_t* size) {
   if (closed()) return Status::Aborted("DB is closed");
+  if (Status replay = ReplayFirst(owner); !replay.ok()) {
+    if (size != nullptr) *size = 0;
+    return replay;
+  }
   std::vector<int64_t> r;
   const Destination dest{buffer};
   Status s =
@@ -833,6 +1080,7 @@ Status PeerRouter::GetInto(const Endpoint& owner, const Slice& key, MutableSlice
 
 Status PeerRouter::Delete(const Endpoint& owner, const Slice& key) {
   if (closed()) return Status::Aborted("DB is closed");
+  if (Status replay = ReplayFirst(owner); !replay.ok()) return replay;
   std::vector<int64_t> r;
   Status s = transport_->BatchDelete(owner, std::span<const Slice>(&key, 1), &r);
   return KeyResult(s, r, owner);
@@ -840,6 +1088,7 @@ Status PeerRouter::Delete(const Endpoint& owner, const Slice& key) {
 
 Status PeerRouter::GetValueSize(const Endpoint& owner, const Slice& key, uint64_t* size) {
   if (closed()) return Status::Aborted("DB is closed");
+  if (Status replay = ReplayFirst(owner); !replay.ok()) return replay;
   std::vector<int64_t> r;
   Status s = transport_->BatchValueSize(owner, std::span<const Slice>(&key, 1), &r);
   s = KeyResult(s, r, owner);
@@ -853,23 +1102,28 @@ Status PeerRouter::DeleteByRegex(DB* local, const std::string& pattern, uint64_t
                                    " bytes exceeds the peer protocol's limit of " +
                                    std::to_string(wire::kMaxPatternLen));
   }
+  Hint hint;
+  hint.patterns.push_back(pattern);
   return DeleteEverywhere(
       "delete_by_regex", [&](uint64_t* n) { return local->DeleteByRegex(pattern, n); },
       [&](const Endpoint& peer, uint64_t* n) {
         return transport_->DeleteByRegex(peer, pattern, n);
       },
-      deleted);
+      deleted, hint);
 }
 
 Status PeerRouter::DeleteAll(DB* local, uint64_t* deleted) {
+  Hint hint;
+  hint.all = true;
   return DeleteEverywhere(
       "delete_all", [&](uint64_t* n) { return local->DeleteAll(n); },
-      [&](const Endpoint& peer, uint64_t* n) { return transport_->DeleteAll(peer, n); }, deleted);
+      [&](const Endpoint& peer, uint64_t* n) { return transport_->DeleteAll(peer, n); }, deleted,
+      hint);
 }
 
 Status PeerRouter::DeleteEverywhere(const char* what, const std::function<Status(uint64_t*)>& local,
                                     const std::function<Status(const Endpoint&, uint64_t*)>& remote,
-                                    uint64_t* deleted) {
+                                    uint64_t* deleted, const Hint& hint) {
   if (closed()) return Status::Aborted("DB is closed");
   const std::vector<Endpoint> peers = Members();
   // Slot 0 is this host; slot j > 0 is peers[j - 1].
@@ -879,9 +1133,15 @@ Status PeerRouter::DeleteEverywhere(const char* what, const std::function<Status
     if (j == 0) {
       status[0] = local(&counts[0]);
     } else {
-      status[j] = remote(peers[j - 1], &counts[j]);
+      status[j] = ReplayFirst(peers[j - 1]);
+      if (status[j].ok()) status[j] = remote(peers[j - 1], &counts[j]);
     }
   });
+  // The members that missed it apply it when they are back (record and replay).
+  for (size_t j = 1; j < status.size(); j++) {
+    if (!status[j].ok()) RecordHint(peers[j - 1].ToString(), hint);
+  }
+  for (const std::string& member : Departed()) RecordHint(member, hint);
   uint64_t total = 0;
   size_t failures = 0;
   std::string why;
@@ -1049,6 +1309,157 @@ Status PeerRouter::ReadThroughValueSize(const Slice& key, uint64_t* size) {
   return found ? Status::OK() : Status::NotFound("no peer holds the key");
 }
 
+// ---------------------------------------------------------------- delete hints
+
+void PeerRouter::RecordHint(const std::string& member, const Hint& delta) {
+  if (options_.cluster_delete_hints == 0) return;
+  uint64_t dropped = 0;
+  {
+    MutexLock lock(&hints_mu_);
+    Hint& h = hints_[member];
+    const uint64_t limit = options_.cluster_delete_hints;
+    if (delta.all) {
+      // Covers everything recorded before it.
+      hint_count_ -= h.size();
+      h = Hint();
+      h.all = true;
+      hint_count_++;
+      hints_recorded_.fetch_add(1, std::memory_order_relaxed);
+    } else if (!h.all) {
+      for (const std::string& p : delta.patterns) {
+        if (hint_count_ >= limit) {
+          dropped++;
+          continue;
+        }
+        h.patterns.push_back(p);
+        hint_count_++;
+        hints_recorded_.fetch_add(1, std::memory_order_relaxed);
+      }
+      for (const std::string& k : delta.keys) {
+        if (h.keys.count(k) != 0) continue;
+        if (hint_count_ >= limit) {
+          dropped++;
+          continue;
+        }
+        h.keys.insert(k);
+        hint_count_++;
+        hints_recorded_.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+    if (h.size() == 0) hints_.erase(member);
+    hinted_members_.store(hints_.size());
+  }
+  if (dropped > 0) {
+    hints_dropped_.fetch_add(dropped, std::memory_order_relaxed);
+    Log(LogLevel::kWarn, "cluster: " + std::to_string(dropped) + " deletes " + member +
+                             " missed were not recorded (cluster_delete_hints " +
+                             std::to_string(options_.cluster_delete_hints) +
+                             " reached): they may be read again when it returns");
+  }
+}
+
+void PeerRouter::ForgetHint(const std::string& member, const Hint& done) {
+  MutexLock lock(&hints_mu_);
+  auto it = hints_.find(member);
+  if (it == hints_.end()) return;
+  Hint& h = it->second;
+  const size_t before = h.size();
+  if (done.all) h.all = false;
+  for (const std::string& p : done.patterns) {
+    auto at = std::find(h.patterns.begin(), h.patterns.end(), p);
+    if (at != h.patterns.end()) h.patterns.erase(at);
+  }
+  for (const std::string& k : done.keys) h.keys.erase(k);
+  hint_count_ -= before - h.size();
+  hints_replayed_.fetch_add(before - h.size(), std::memory_order_relaxed);
+  if (h.size() == 0) hints_.erase(it);
+  hinted_members_.store(hints_.size());
+}
+
+Status PeerRouter::ReplayFirst(const Endpoint& peer) {
+  if (hinted_members_.load() == 0) return Status::OK();
+  const std::string member = peer.ToString();
+  {
+    MutexLock lock(&hints_mu_);
+    if (hints_.find(member) == hints_.end()) return Status::OK();
+  }
+  return ReplayTo(member);
+}
+
+Status PeerRouter::ReplayTo(const std::string& member) {
+  MutexLock replay(&replay_mu_);
+  Hint h;
+  {
+    MutexLock lock(&hints_mu_);
+    const auto it = hints_.find(member);
+    if (it == hints_.end()) return Status::OK();  // replayed while this call waited
+    h = it->second;
+  }
+  Endpoint peer;
+  Status s = Endpoint::Parse(member, &peer);
+  if (!s.ok()) return s;
+  // In the order they were made, as far as it matters: a DeleteAll covers the rest.
+  uint64_t n = 0;
+  if (h.all) {
+    s = transport_->DeleteAll(peer, &n);
+    if (!s.ok()) return s;
+    Hint done;
+    done.all = true;
+    ForgetHint(member, done);
+  }
+  for (const std::string& p : h.patterns) {
+    s = transport_->DeleteByRegex(peer, p, &n);
+    if (!s.ok()) return s;
+    Hint done;
+    done.patterns.push_back(p);
+    ForgetHint(member, done);
+  }
+  std::vector<std::string> chunk;
+  auto send = [&]() {
+    std::vector<Slice> keys(chunk.begin(), chunk.end());
+    std::vector<int64_t> r;
+    Status sent = transport_->BatchDelete(peer, keys, &r);
+    if (!sent.ok()) return sent;
+    Hint done;
+    done.keys.insert(chunk.begin(), chunk.end());
+    ForgetHint(member, done);
+    chunk.clear();
+    return Status::OK();
+  };
+  for (const std::string& k : h.keys) {
+    chunk.push_back(k);
+    if (chunk.size() == kReplayChunk && !(s = send()).ok()) return s;
+  }
+  if (!chunk.empty() && !(s = send()).ok()) return s;
+  Log(LogLevel::kInfo, "cluster: replayed " + std::to_string(h.size()) + " deletes to " + member);
+  return Status::OK();
+}
+
+void PeerRouter::ReplayLoop() {
+  MutexLock lock(&hints_mu_);
+  while (!closed()) {
+    if (!replay_wake_) replay_cv_.WaitFor(&hints_mu_, std::chrono::milliseconds(200));
+    replay_wake_ = false;
+    if (closed() || hints_.empty()) continue;
+    std::vector<std::string> pending;
+    for (const auto& [member, hint] : hints_) pending.push_back(member);
+    lock.Unlock();
+    const std::vector<Endpoint> members = Members();
+    for (const std::string& m : pending) {
+      if (closed()) break;
+      const bool listed = std::any_of(members.begin(), members.end(),
+                                      [&](const Endpoint& e) { return e.ToString() == m; });
+      if (listed) ReplayTo(m);  // a failure leaves it for the next round
+    }
+    lock.Lock();
+  }
+}
+
+uint64_t PeerRouter::PendingDeleteHints() const {
+  MutexLock lock(&hints_mu_);
+  return hint_count_;
+}
+
 std::string PeerRouter::StatsText() const {
   std::ostringstream out;
   out << "listen: " << self_ << "\n"
@@ -1071,6 +1482,12 @@ std::string PeerRouter::StatsText() const {
       << "remote_puts: " << remote_puts_.load() << "\n"
       << "remote_errors: " << remote_errors_.load() << "\n"
       << "promotions: " << promotions_.load() << "\n"
+      << "join_grace_hits: " << grace_hits_.load() << "\n"
+      << "moved_on_read: " << moved_.load() << "\n"
+      << "delete_hints: " << PendingDeleteHints() << "\n"
+      << "delete_hints_recorded: " << hints_recorded_.load() << "\n"
+      << "delete_hints_replayed: " << hints_replayed_.load() << "\n"
+      << "delete_hints_dropped: " << hints_dropped_.load() << "\n"
       << transport_->StatsText();
   if (ucx_server_ != nullptr) out << ucx_server_->StatsText();
   if (server_ != nullptr) {

@@ -27,16 +27,29 @@
 // new member set, which swaps a snapshot under a lock; calls in flight keep the snapshot
 // they started with.
 //
+// Membership changes (docs/cluster.md, "Joins and departures"):
+//   join     for Options::cluster_join_grace_ms after a member joins, a read that misses
+//            on a key's owners asks the owners the key had before (its rendezvous order
+//            over the members less the recent joiners); a hit is moved to the owners now
+//            (put to them, then deleted where found).  Deletes reach those owners too.
+//   failure  a delete an owner missed -- it could not be reached, or it had left the
+//            member set and would own the key again on its return -- is recorded for
+//            it (a delete hint) and replayed when it is reachable: before any other call
+//            this router makes to it, and by a background thread every 200 ms.
+//
 // Thread-safety: all methods are thread-safe.
 #ifndef KVENGINE_CLUSTER_PEER_ROUTER_H_
 #define KVENGINE_CLUSTER_PEER_ROUTER_H_
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "db/tier_counters.h"
@@ -55,6 +68,10 @@ class RdmaServer;
 class UcxServer;
 class TransportServer;
 struct PinnedValue;
+
+// True when a buffer of dest is GPU memory (or cannot be told apart from it): the
+// transports copy from and into host memory only.
+bool OnDevice(std::span<const MutableSlice> dest);
 
 class PeerRouter {
  public:
@@ -148,6 +165,9 @@ class PeerRouter {
   Status DeleteByRegex(DB* local, const std::string& pattern, uint64_t* deleted);
   Status DeleteAll(DB* local, uint64_t* deleted);
 
+  // Delete hints not yet replayed (keys, patterns and DeleteAlls, all members).
+  uint64_t PendingDeleteHints() const EXCLUDES(hints_mu_);
+
   // ---------------------------------------------------------------- read-through
   // True when local misses should be asked of the peers.
   bool ReadThrough() const;
@@ -193,6 +213,7 @@ class PeerRouter {
     std::string owner;
     std::vector<size_t> idx;
     std::vector<int64_t> r;
+    Status status;  // the call's (RunGroups): not OK when the owner was not reached
   };
   using RemoteGroupFn = std::function<Status(const Endpoint& owner, const std::vector<size_t>& idx,
                                              std::vector<int64_t>*)>;
@@ -203,26 +224,76 @@ class PeerRouter {
                  const RemoteGroupFn& remote, bool local_last = false);
   // Each key's owners for one batch (one member snapshot for all).
   std::vector<std::vector<std::string>> OwnersOfAll(std::span<const Slice> keys) const;
-  // Asks each key its owners in order, one rank at a time, until `done(result)`; keys
-  // no owner settled get NotFound (a failed owner costs a miss, never an error).
+  // The owners each key had before the recent joins (cluster_join_grace_ms) that are
+  // not among its owners now (`owners`, OwnersOfAll's); all empty when no member joined
+  // within the grace.
+  std::vector<std::vector<std::string>> PreviousOwnersOfAll(
+      std::span<const Slice> keys, const std::vector<std::vector<std::string>>& owners) const
+      EXCLUDES(members_mu_);
+  // Asks each key its owners in order, one rank at a time, until `done(result)`, then
+  // (within a join's grace) its previous owners the same way; keys no owner settled get
+  // NotFound (a failed owner costs a miss, never an error).  `from` (may be null): per
+  // key, the previous owner that settled it, else "".
   void AskInOrder(std::span<const Slice> keys, std::vector<int64_t>* results,
                   const std::function<bool(int64_t)>& done, const LocalGroupFn& local,
-                  const RemoteGroupFn& remote);
+                  const RemoteGroupFn& remote, std::vector<std::string>* from = nullptr);
+  // Moves keys read from a previous owner (`from`, per key; "" for none) to their owners
+  // now: a put of `values` to them, then a delete where each was found.
+  void MoveToOwners(DB* local, std::span<const Slice> keys, std::span<const ValueParts> values,
+                    const std::vector<std::string>& from);
+  // BatchDelete over the owners (and previous owners within a join's grace); records a
+  // delete hint for every owner that missed it.
+  void DeleteOnOwners(DB* local, const WriteOptions& options, std::span<const Slice> keys,
+                      std::vector<int64_t>* results);
+  // Collapses each key's answers from its owners (SendToAll's rule) into *results;
+  // answers of other groups' owners (previous owners) are ignored.
+  static void CollapseAnswers(const std::vector<std::vector<std::string>>& owners,
+                              const std::vector<OwnerGroup>& groups, std::vector<int64_t>* results);
   // Sends each key to all its owners; a key's result is the first owner's success, else
   // NotFound when one answered NotFound, else the first owner's error.
   void SendToAll(std::span<const Slice> keys, std::vector<int64_t>* results,
                  const LocalGroupFn& local, const RemoteGroupFn& remote, bool local_last = false);
   // Asks key's owners in order (this host through `local`) until one answers OK;
   // NotFound when none does.
+  // Within a join's grace, then its previous owners; `from` (may be null) gets the one
+  // that answered when it was a previous owner, else "".
   Status FromFirstOwner(const Slice& key, const std::function<Status()>& local,
-                        const std::function<Status(const Endpoint&)>& remote);
+                        const std::function<Status(const Endpoint&)>& remote,
+                        std::string* from = nullptr);
   bool IsSelf(const std::string& owner) const { return owner.empty() || owner == self_; }
 
   // Runs `local` and `remote` for every member, in parallel; sums the counts.  `what` names the
   // call in the error.
+  // Records `hint` for every member that failed and every member that has left the set
+  // (delete hints).
+  struct Hint;
   Status DeleteEverywhere(const char* what, const std::function<Status(uint64_t*)>& local,
                           const std::function<Status(const Endpoint&, uint64_t*)>& remote,
-                          uint64_t* deleted);
+                          uint64_t* deleted, const Hint& hint);
+
+  // ---------------------------------------------------------------- delete hints
+  // Deletes a member missed, replayed in this order: DeleteAll, patterns, keys.
+  struct Hint {
+    bool all = false;
+    std::vector<std::string> patterns;
+    std::set<std::string> keys;
+    size_t size() const { return (all ? 1 : 0) + patterns.size() + keys.size(); }
+  };
+  // Adds `delta` to member's hint, within cluster_delete_hints (what does not fit is
+  // counted and logged).  A pending DeleteAll covers every later delete.
+  void RecordHint(const std::string& member, const Hint& delta) EXCLUDES(hints_mu_);
+  // Forgets the part of member's hint that was replayed.
+  void ForgetHint(const std::string& member, const Hint& done) EXCLUDES(hints_mu_);
+  // Replays member's hint, if any; OK when there was none or all of it was applied.
+  // Called before every call to a member, so a member that missed a delete never
+  // answers this router before it has applied it.
+  Status ReplayFirst(const Endpoint& peer) EXCLUDES(hints_mu_, replay_mu_);
+  Status ReplayTo(const std::string& member) EXCLUDES(hints_mu_, replay_mu_);
+  // The background thread: replays hints to the members in the set every 200 ms, and
+  // at once when the set changes.
+  void ReplayLoop() EXCLUDES(hints_mu_);
+  // Members that have left the set (etcd) and may return, newest last.
+  std::vector<std::string> Departed() const EXCLUDES(members_mu_);
   void Log(LogLevel level, const std::string& line) const;
   // transport_->BatchGet and BatchPut, counted in the peer tier's counters: per key a
   // hit and its bytes, a miss, or a failure by reason (a failed call: every key).
@@ -262,6 +333,22 @@ class PeerRouter {
   mutable Mutex members_mu_;
   std::shared_ptr<const std::vector<Endpoint>> peers_ GUARDED_BY(members_mu_) =
       std::make_shared<const std::vector<Endpoint>>();
+  bool had_members_ GUARDED_BY(members_mu_) = false;  // SetMembers was called
+  // Members seen to join (this host, at its start, among members already there), when.
+  std::map<std::string, std::chrono::steady_clock::time_point> joined_ GUARDED_BY(members_mu_);
+  // Members seen to leave, when (at most kMaxDeparted, the oldest forgotten).
+  std::map<std::string, std::chrono::steady_clock::time_point> departed_ GUARDED_BY(members_mu_);
+
+  mutable Mutex hints_mu_;
+  std::map<std::string, Hint> hints_ GUARDED_BY(hints_mu_);  // member -> its missed deletes
+  uint64_t hint_count_ GUARDED_BY(hints_mu_) = 0;            // sum of their sizes
+  bool replay_wake_ GUARDED_BY(hints_mu_) = false;           // the set changed
+  CondVar replay_cv_;
+  std::atomic<size_t> hinted_members_{0};  // hints_.size(), read without the lock
+  Mutex replay_mu_;  // one replay at a time, so a call waits for one in flight
+  std::thread replayer_;
+  mutable std::atomic<uint64_t> hints_recorded_{0}, hints_replayed_{0}, hints_dropped_{0},
+      grace_hits_{0}, moved_{0};
 
   mutable std::atomic<uint64_t> remote_gets_{0}, remote_hits_{0}, remote_errors_{0},
       remote_puts_{0}, promotions_{0};

@@ -39,6 +39,8 @@ enum class VllmKind { kWrite, kExist, kGet, kAll };
 Result RunVllm(const BenchContext& b, VllmKind kind);
 // cluster_failover (db_bench/cluster_failover.cc).
 Result RunClusterFailover(const BenchContext& b);
+// cluster_join (db_bench/cluster_join.cc).
+Result RunClusterJoin(const BenchContext& b);
 
 Result RunGcChurn(const BenchContext& b);
 

@@ -130,6 +130,9 @@ class Engine {
   }
   // The keys each tier has served so far; nullopt when the engine does not tell.
   virtual std::optional<TierCounts> ReadTierCounts() { return std::nullopt; }
+  // A property of the engine (kvengine: DB::GetProperty, e.g. "kvengine.peers"); empty
+  // when the engine has no such property.
+  virtual std::string Property(const std::string& /*name*/) { return ""; }
   // One line on the RAM its index takes (printed after fill benchmarks); empty when the
   // engine does not report it.
   virtual std::string IndexMemoryReport() { return ""; }

@@ -90,6 +90,10 @@ DEFINE_string(benchmarks, "memcpy,rawwrite,rawread,vllm_write,vllm_exist,vllm_ge
               "  cluster_failover  with --cluster and 2+ replicas: SIGKILL --failover_pid (the "
               "member --failover_member), then read every key it held; reports the time from "
               "the kill to the first successful read and each read's latency\n"
+              "  cluster_join  with --cluster: run --join_command (start one more member), wait "
+              "until the client routes over it, then read every key of --num (batches of "
+              "--batch_size); reports the hit ratio after the join and the keys moved to "
+              "their new owner\n"
               "Key-level benchmarks count one operation per key (a batch call of --batch_size "
               "keys when --batch_size > 1); vllm_* count one operation per request. The "
               "peer_* benchmarks print their per-call latency P50/P99 in the result line.");
@@ -204,6 +208,9 @@ DEFINE_string(cluster, "",
 DEFINE_string(failover_member, "",
               "cluster_failover: the member (HOST:PORT) whose keys are read after its SIGKILL");
 DEFINE_int64(failover_pid, 0, "cluster_failover: the process id of --failover_member");
+DEFINE_string(join_command, "",
+              "cluster_join: a shell command that starts one more member of the cluster and "
+              "returns (scripts/cluster_bench.sh sets it when KV_JOIN=1)");
 DEFINE_string(trace, "",
               "trace: the request trace (JSON lines: timestamp ms, input_length, output_length, "
               "hash_ids of --block_tokens-token blocks; Mooncake's published format). With "
@@ -288,7 +295,7 @@ const std::vector<std::string>& KnownBenchmarks() {
       "peer_get",    "memcpy",       "memcpy_read", "memcpy_layers",    "memcpy_layers_read",
       "rawwrite",    "rawread",      "rawrandread", "rawsocket",        "rawstream",
       "rawexist",    "rawlookup",    "reopen",      "cluster_failover", "trace",
-      "ns_hotcold",  "delete_regex"};
+      "ns_hotcold",  "delete_regex", "cluster_join"};
   return names;
 }
 
@@ -735,6 +742,7 @@ void CopyCheckedFlags(BenchConfig* c) {
   c->peer = FLAGS_peer;
   c->failover_member = FLAGS_failover_member;
   c->failover_pid = FLAGS_failover_pid;
+  c->join_command = FLAGS_join_command;
   c->peer_transport = FLAGS_peer_transport;
   c->attach = FLAGS_attach;
   c->compare_in_process = FLAGS_compare_in_process;

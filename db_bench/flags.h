@@ -61,6 +61,7 @@ struct BenchConfig {
   uint64_t repeat = 1;                // rounds of the whole benchmark list
   std::string failover_member;        // cluster_failover: HOST:PORT of the member to kill
   int64_t failover_pid = 0;           // cluster_failover: its process id
+  std::string join_command;           // cluster_join: the shell command that starts a member
   TraceConfig trace;                  // the trace benchmark
   // ns_hotcold (checked when it runs): the cold working set in values (0: a quarter of
   // the memory budget's worth), hot puts per cold read, whether a cold miss puts the value

@@ -126,6 +126,11 @@ class KvengineEngine : public Engine {
   }
   Status UnregisterBuffer(void* addr) override { return Calls()->UnregisterBuffer(addr); }
 
+  std::string Property(const std::string& name) override {
+    std::string value;
+    return db_->GetProperty(name, &value) ? value : "";
+  }
+
   // From the stats text (and the peers' when the DB is in a cluster): two property calls,
   // so this is read outside the timed calls.
   std::optional<TierCounts> ReadTierCounts() override {

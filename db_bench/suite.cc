@@ -392,6 +392,8 @@ Result Suite::RunOne(const std::string& name, Slot* slot, uint64_t salt) {
     r.reports_latency = true;
   } else if (name == "cluster_failover") {
     r = RunClusterFailover(b);
+  } else if (name == "cluster_join") {
+    r = RunClusterJoin(b);
   } else if (name == "trace") {
     LookupHook prefetch;
     if (c_.trace.prefetch) {

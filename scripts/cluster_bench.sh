@@ -7,6 +7,10 @@
 # cluster_failover benchmark):
 #   KV_FAILOVER_MEMBER=1 scripts/cluster_bench.sh build 3 2 \
 #       --benchmarks=fillseq,cluster_failover --num=1024 --value_size=1048576
+# KV_JOIN=1 passes --join_command, which starts member N+1 (for the cluster_join
+# benchmark):
+#   KV_JOIN=1 scripts/cluster_bench.sh build 3 1 \
+#       --benchmarks=fillseq,cluster_join --num=4096 --value_size=65536
 set -euo pipefail
 build=$1 members=$2 replicas=$3
 shift 3
@@ -15,6 +19,7 @@ pids=()
 failover=()
 cleanup() {
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  if [[ -f "$work/joined.pid" ]]; then kill -9 "$(cat "$work/joined.pid")" 2>/dev/null || true; fi
   wait 2>/dev/null || true
   rm -rf "$work"
 }
@@ -34,12 +39,11 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 cluster="etcd://127.0.0.1:$client_port/kvbench"
+member_options="memory_capacity_bytes=${KV_MEMBER_MEMORY:-4GiB},prefault_memory=false,ssd_capacity_bytes=0,peer_mode=sharded,cluster_replicas=$replicas,log_level=error"
 for m in $(seq "$members"); do
   port=$(free_port)
   "$build/kv_server" --db="$work/m$m" --listen="127.0.0.1:$port" --transport=tcp \
-    --cluster="$cluster" \
-    --options="memory_capacity_bytes=${KV_MEMBER_MEMORY:-4GiB},prefault_memory=false,ssd_capacity_bytes=0,peer_mode=sharded,cluster_replicas=$replicas,log_level=error" \
-    >"$work/m$m.out" 2>&1 &
+    --cluster="$cluster" --options="$member_options" >"$work/m$m.out" 2>&1 &
   pids+=($!)
   for _ in $(seq 100); do grep -q serving "$work/m$m.out" && break; sleep 0.1; done
   echo "member $m: pid ${pids[-1]} 127.0.0.1:$port" >&2
@@ -47,6 +51,19 @@ for m in $(seq "$members"); do
     failover=(--failover_member="127.0.0.1:$port" --failover_pid="${pids[-1]}")
   fi
 done
+join=()
+if [[ -n "${KV_JOIN:-}" ]]; then
+  # Member N+1, started by kv_bench's cluster_join once the cluster is filled.
+  m=$((members + 1)) port=$(free_port)
+  cat >"$work/join.sh" <<EOF
+"$build/kv_server" --db="$work/m$m" --listen="127.0.0.1:$port" --transport=tcp \\
+  --cluster="$cluster" --options="$member_options" >"$work/m$m.out" 2>&1 &
+echo \$! >"$work/joined.pid"
+for _ in \$(seq 100); do grep -q serving "$work/m$m.out" && exit 0; sleep 0.1; done
+exit 1
+EOF
+  join=(--join_command="bash $work/join.sh")
+fi
 sleep 0.5  # the members see each other
 "$build/kv_bench" --cluster="$cluster" --options="cluster_replicas=$replicas,peer_transport=tcp" \
-  "${failover[@]}" "$@"
+  "${failover[@]}" "${join[@]}" "$@"

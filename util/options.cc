@@ -154,6 +154,8 @@ const std::vector<OptionEntry>& Table() {
       StringOption("cluster", &Options::cluster),
       SizeOption("cluster_lease_ttl_ms", &Options::cluster_lease_ttl_ms),
       SizeOption("cluster_replicas", &Options::cluster_replicas),
+      SizeOption("cluster_join_grace_ms", &Options::cluster_join_grace_ms),
+      SizeOption("cluster_delete_hints", &Options::cluster_delete_hints),
       EnumOption("peer_mode", &Options::peer_mode, PeerModeNames),
       StringOption("listen", &Options::listen),
       StringOption("peer_auth_token_file", &Options::peer_auth_token_file),

@@ -300,6 +300,23 @@ struct Options {
   // Default: 1
   uint64_t cluster_replicas = 1;
 
+  // Sharded mode, a cluster: for this long after a member joins (as this DB saw it
+  // join; a member counts itself as joining the members it finds at its start), a
+  // read that misses on a key's owners also asks the owners the key had before the
+  // join, and a hit there moves the value to its owners now (put to them, then deleted
+  // where it was found).  Deletes reach those previous owners too.  0: joins are not
+  // bridged (a key whose owner changed is a miss).  See docs/cluster.md.
+  // Default: 60000
+  uint64_t cluster_join_grace_ms = 60000;
+
+  // Sharded mode: the most deletes this DB keeps to replay on owners that missed them
+  // (a member that could not be reached, or that had left the member set) once they
+  // are reachable again, counting a DeleteByRegex pattern or a DeleteAll as one.
+  // Beyond it a delete is not recorded (counted in kvengine.peers, delete_hints_dropped,
+  // and logged).  0: deletes are not recorded.  See docs/cluster.md.
+  // Default: 100000
+  uint64_t cluster_delete_hints = 100000;
+
   // "read_through" or "sharded" (see PeerMode).  In sharded mode each key's owner is
   // chosen among peers + `listen` (this host, when set) by rendezvous hashing (XXH3 of
   // key and endpoint text), so every host must name the members the same way.
