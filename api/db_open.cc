@@ -122,8 +122,8 @@ Status DB::Open(const Options& options, const std::string& path, std::unique_ptr
         engine->arena_base(), engine->peer_tier_counters());
     top = std::move(cluster);  // which owns the engine now, started or not
   }
-  if (s.ok()) s = NamespaceDB::Wrap(effective, path, clustered, engine->namespace_usage(), engine,
-                                     &top);
+  if (s.ok())
+    s = NamespaceDB::Wrap(effective, path, clustered, engine->namespace_usage(), engine, &top);
   if (s.ok() && !effective.local_listen.empty()) {
     s = OwnerDB::Wrap(effective, path, arena, engine->info_log(), &top);
   }

@@ -1043,9 +1043,9 @@ Status AttachedDB::GetValuesUncounted(std::span<const Slice> keys,
     todo = std::move(next);
     if (stalls >= kMaxStalledRounds) {
       for (size_t i : todo) {
-        (*results)[i] = Status::Busy("key " + Printable(keys[i]) +
-                                     " kept changing size while it was read")
-                            .ErrorCode();
+        (*results)[i] =
+            Status::Busy("key " + Printable(keys[i]) + " kept changing size while it was read")
+                .ErrorCode();
       }
       break;
     }

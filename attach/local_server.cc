@@ -366,12 +366,13 @@ class LocalServer::Session {
       slots.push_back(&f.it->second.slot);
     }
     std::vector<int64_t> r;
-    WithArenaKeys(named, &r, [&](std::span<const Slice> k, std::span<const size_t> idx,
-                                 std::vector<int64_t>* out) {
-      std::vector<MemoryTier::Reservation*> picked;
-      for (size_t j : idx) picked.push_back(slots[j]);
-      arena_->Commit(k, picked, out);
-    });
+    WithArenaKeys(
+        named, &r,
+        [&](std::span<const Slice> k, std::span<const size_t> idx, std::vector<int64_t>* out) {
+          std::vector<MemoryTier::Reservation*> picked;
+          for (size_t j : idx) picked.push_back(slots[j]);
+          arena_->Commit(k, picked, out);
+        });
     for (size_t j = 0; j < found.size(); j++) {
       const Found& f = found[j];
       (*results)[f.index] = r[j];

@@ -60,8 +60,8 @@ class StagingWindow {
   explicit StagingWindow(char* base) : base_(base) {}
 
   char* const base_;
-  uint64_t used_ = 0;  // bytes handed out since the window was last empty
-  uint64_t held_ = 0;  // rooms handed out and not released
+  uint64_t used_ = 0;     // bytes handed out since the window was last empty
+  uint64_t held_ = 0;     // rooms handed out and not released
   bool touched_ = false;  // pages were written since they were last given back
   Clock::time_point emptied_ = Clock::now();
 };

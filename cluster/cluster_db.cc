@@ -2,8 +2,8 @@
 
 #include <utility>
 
-#include "util/key_pattern.h"
 #include "util/input_check.h"
+#include "util/key_pattern.h"
 #include "util/perf_point.h"
 
 namespace kvengine {
@@ -271,8 +271,7 @@ Status ClusterDB::DeleteAll(uint64_t* deleted) {
   return log.Finish(std::move(s));
 }
 
-void ClusterDB::Commit(std::span<const Slice> keys,
-                       std::span<MemoryTier::Reservation* const> slots,
+void ClusterDB::Commit(std::span<const Slice> keys, std::span<MemoryTier::Reservation* const> slots,
                        std::vector<int64_t>* results) {
   SharedArena* const engine = arena_below();
   if (!router_->Routing()) return engine->Commit(keys, slots, results);

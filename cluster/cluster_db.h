@@ -54,8 +54,8 @@ class ClusterDB final : public StackableDB, public StackableArena {
   std::shared_ptr<MemoryRegistrar> Registrar(std::shared_ptr<MemoryRegistrar> next);
 
   // Takes the opened local DB and its engine's arena (`arena`, which outlives this
-  // ClusterDB: the arena below this layer's); serves it to the peers when Options::listen is set (`pin`
-  // pins a value of its memory tier, at `arena_base`, for one-sided reads; `served` counts
+  // ClusterDB: the arena below this layer's); serves it to the peers when Options::listen is set
+  // (`pin` pins a value of its memory tier, at `arena_base`, for one-sided reads; `served` counts
   // the GETs answered from such pins alone) and joins the membership.  Called once,
   // before any other call.
   // Reads of the peer tier are counted into `peer_tier` (the engine's, which outlives

@@ -10,8 +10,8 @@
 #include "env/descriptor_budget.h"
 #include "env/gpu_staging.h"
 #include "transport/rdma.h"
-#include "transport/ucx.h"
 #include "transport/server.h"
+#include "transport/ucx.h"
 #include "transport/wire.h"
 #include "util/buffers.h"
 #include "util/hash.h"
@@ -332,8 +332,9 @@ void PeerRouter::SetMembers(std::vector<Endpoint> peers) {
     had_members_ = true;
     std::erase_if(joined_, [&](const auto& j) { return now - j.second >= grace; });
     while (departed_.size() > kMaxDeparted) {
-      departed_.erase(std::min_element(departed_.begin(), departed_.end(),
-                                       [](const auto& a, const auto& b) { return a.second < b.second; }));
+      departed_.erase(
+          std::min_element(departed_.begin(), departed_.end(),
+                           [](const auto& a, const auto& b) { return a.second < b.second; }));
     }
     peers_ = std::move(snapshot);
   }
@@ -729,8 +730,8 @@ void PeerRouter::MoveToOwners(DB* local, std::span<const Slice> keys,
   for (const OwnerGroup& g : groups) moved_.fetch_add(g.idx.size(), std::memory_order_relaxed);
 }
 
-void PeerRouter::DeleteOnOwners(DB* local, const WriteOptions& options,
-                                std::span<const Slice> keys, std::vector<int64_t>* results) {
+void PeerRouter::DeleteOnOwners(DB* local, const WriteOptions& options, std::span<const Slice> keys,
+                                std::vector<int64_t>* results) {
   const std::vector<std::vector<std::string>> owners = OwnersOfAll(keys);
   const std::vector<std::vector<std::string>> previous = PreviousOwnersOfAll(keys, owners);
   std::vector<OwnerGroup> groups;
@@ -856,16 +857,16 @@ Status PeerRouter::BatchPut(DB* local, const WriteOptions& options, std::span<co
 
 Status PeerRouter::BatchPutLocalLast(std::span<const Slice> keys,
                                      std::span<const ValueParts> values,
-                                     const LocalGroupFn& local_put,
-                                     std::vector<int64_t>* results) {
+                                     const LocalGroupFn& local_put, std::vector<int64_t>* results) {
   if (closed()) return Status::Aborted("DB is closed");
   remote_puts_.fetch_add(keys.size(), std::memory_order_relaxed);
   // One owner per key (R = 1) or R: the same walk, this host's share last.
-  SendToAll(keys, results, local_put,
-            [&](const Endpoint& peer, const std::vector<size_t>& idx, std::vector<int64_t>* r) {
-              return RemotePut(peer, Pick(keys, idx), Pick(values, idx), r);
-            },
-            /*local_last=*/true);
+  SendToAll(
+      keys, results, local_put,
+      [&](const Endpoint& peer, const std::vector<size_t>& idx, std::vector<int64_t>* r) {
+        return RemotePut(peer, Pick(keys, idx), Pick(values, idx), r);
+      },
+      /*local_last=*/true);
   return Status::OK();
 }
 

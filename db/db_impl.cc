@@ -290,8 +290,7 @@ Status DBImpl::CompactBuckets(uint64_t* reclaimed_bytes) {
 }
 
 Status DBImpl::ReadRemovals(uint64_t after, size_t max_events, RemovalBatch* batch) {
-  return ReadFeed(max_events, batch,
-                  [&] { removal_feed_->Read(after, max_events, batch); });
+  return ReadFeed(max_events, batch, [&] { removal_feed_->Read(after, max_events, batch); });
 }
 
 Status DBImpl::ReadNamespaceRemovals(uint64_t id, uint64_t after, size_t max_events,
@@ -300,8 +299,7 @@ Status DBImpl::ReadNamespaceRemovals(uint64_t id, uint64_t after, size_t max_eve
                   [&] { removal_feed_->ReadNamespace(id, after, max_events, batch); });
 }
 
-Status DBImpl::ReadFeed(size_t max_events, RemovalBatch* batch,
-                        const std::function<void()>& read) {
+Status DBImpl::ReadFeed(size_t max_events, RemovalBatch* batch, const std::function<void()>& read) {
   ReaderLock guard(&lifecycle_mu_);
   Status s = CheckOpen();
   if (!s.ok()) return s;

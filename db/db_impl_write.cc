@@ -10,10 +10,10 @@
 #include "db/offloader.h"
 #include "env/gpu_io.h"
 #include "util/buffers.h"
-#include "util/key_pattern.h"
 #include "util/config_parse.h"
 #include "util/hash.h"
 #include "util/input_check.h"
+#include "util/key_pattern.h"
 #include "util/namespace_key.h"
 #include "util/printable.h"
 

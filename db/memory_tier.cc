@@ -199,8 +199,8 @@ Status MemoryTier::QuotaRefusal(NamespaceUsage::Slot* ns, uint64_t size) {
   const uint64_t reserved = ns->reserved.load(std::memory_order_relaxed);
   Status s = Status::NoSpace(
       "namespace " + usage_->NameOf(ns) + " is at its memory quota (" + FormatSize(ns->Held()) +
-      " of " + FormatSize(quota) + (reserved != 0 ? ", " + FormatSize(reserved) + " reserved" : "") +
-      "): " +
+      " of " + FormatSize(quota) +
+      (reserved != 0 ? ", " + FormatSize(reserved) + " reserved" : "") + "): " +
       (size > quota ? "a value of " + FormatSize(size) + " can never fit it"
                     : "none of its values can be evicted for one of " + FormatSize(size)));
   uint64_t held_back = 0;

@@ -20,8 +20,9 @@
 //   * when a tier is full, its victims come first from the namespaces most over their
 //     fair share (in the memory tier: the putter's own first when it is over, and never
 //     a namespace within its share while anybody is over): the tier's capacity split by
-//     weight among the namespaces that hold something there (the memory tier: Refresh() and MostOver(); the SSD tier, which
-//     evicts whole buckets, works its shares out from its buckets' tallies).
+//     weight among the namespaces that hold something there (the memory tier: Refresh() and
+//     MostOver(); the SSD tier, which evicts whole buckets, works its shares out from its buckets'
+//     tallies).
 // The SSD tier charges the ssd_* figures from per-bucket tallies (SsdBucket::namespaces):
 // its index keeps key fingerprints, not keys, so what a bucket evicted whole held is
 // read from its tally, not from the keys.

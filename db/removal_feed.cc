@@ -37,8 +37,8 @@ namespace {
 // whose newest is `last` and whose oldest still held is `oldest`: the event numbered n is
 // event(n), given that number.
 template <class Event>
-void Window(uint64_t after, size_t max_events, uint64_t last, uint64_t oldest,
-            RemovalBatch* batch, Event event) {
+void Window(uint64_t after, size_t max_events, uint64_t last, uint64_t oldest, RemovalBatch* batch,
+            Event event) {
   batch->last_sequence = last;
   if (after >= last || max_events == 0) return;
   uint64_t first = after + 1;

@@ -437,7 +437,8 @@ bool SlabAllocator::PickRankedVictims(uint64_t size, const VictimRank& rank, int
     const uint64_t needed = size <= slab_size_ ? 1 : (size + slab_size_ - 1) / slab_size_;
     if (ReclaimWindow(needed, victims, &rank)) return true;
   }
-  return PickVictimWhere(size, [&rank](const Item& item) { return rank(item) > 0; }, victims);
+  return PickVictimWhere(
+      size, [&rank](const Item& item) { return rank(item) > 0; }, victims);
 }
 
 bool SlabAllocator::AllRanked(const Slab& slab, const VictimRank& rank) const {

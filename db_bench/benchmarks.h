@@ -74,7 +74,7 @@ NsHotColdOutcome RunNsHotCold(const BenchContext& b, bool reverse);
 // one DeleteByRegex of half of --num keys, and alone before it, on an in-process kvengine
 // DB of its own (memory only unless --options gives an SSD tier); b.engine is not used.
 struct DeleteRegexOutcome {
-  std::string error;    // set when the run failed: nothing else is
+  std::string error;     // set when the run failed: nothing else is
   double p99_ratio = 0;  // the reader's P99 beside the delete over its P99 alone
   uint64_t wrong = 0;    // reader calls that failed or answered wrong
   std::string text, json;

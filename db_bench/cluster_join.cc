@@ -50,8 +50,7 @@ Result RunClusterJoin(const BenchContext& b) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  const double seen_ms =
-      std::chrono::duration<double, std::milli>(Clock::now() - started).count();
+  const double seen_ms = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
 
   const KeySpace space = b.Keys();
   const uint64_t batch = b.config->batch_size > 0 ? b.config->batch_size : 64;
@@ -97,12 +96,13 @@ Result RunClusterJoin(const BenchContext& b) {
   r.reports_latency = true;
   const double ratio = r.lookups > 0 ? static_cast<double>(r.found) / r.lookups : 0;
   char note[200];
-  std::snprintf(note, sizeof(note),
-                "hit ratio %.4f after a join (%llu -> %llu members, seen in %.0f ms); %llu keys "
-                "moved to their new owner",
-                ratio, static_cast<unsigned long long>(before),
-                static_cast<unsigned long long>(before + 1), seen_ms,
-                static_cast<unsigned long long>(PeersLine(b.engine, "moved_on_read") - moved_before));
+  std::snprintf(
+      note, sizeof(note),
+      "hit ratio %.4f after a join (%llu -> %llu members, seen in %.0f ms); %llu keys "
+      "moved to their new owner",
+      ratio, static_cast<unsigned long long>(before), static_cast<unsigned long long>(before + 1),
+      seen_ms,
+      static_cast<unsigned long long>(PeersLine(b.engine, "moved_on_read") - moved_before));
   r.note = note;
   return r;
 }

@@ -61,13 +61,15 @@ uint64_t CheckKeys(kvengine::DB* db, const BenchContext& b, uint64_t seed,
 }
 
 std::string PhaseJson(const char* name, const Histogram& h) {
-  return Printf("\"%s\":{\"calls\":%" PRIu64 ",\"p50_us\":%.1f,\"p99_us\":%.1f,\"p999_us\":%.1f,"
+  return Printf("\"%s\":{\"calls\":%" PRIu64
+                ",\"p50_us\":%.1f,\"p99_us\":%.1f,\"p999_us\":%.1f,"
                 "\"max_us\":%.1f}",
                 name, h.count(), h.Percentile(50), h.Percentile(99), h.Percentile(99.9), h.max());
 }
 
 std::string PhaseText(const char* name, const Histogram& h) {
-  return Printf("  %-14s: %" PRIu64 " BatchExists calls, P50 %.1f P99 %.1f P99.9 %.1f max %.1f "
+  return Printf("  %-14s: %" PRIu64
+                " BatchExists calls, P50 %.1f P99 %.1f P99.9 %.1f max %.1f "
                 "micros\n",
                 name, h.count(), h.Percentile(50), h.Percentile(99), h.Percentile(99.9), h.max());
 }
@@ -127,18 +129,18 @@ DeleteRegexOutcome RunDeleteRegex(const BenchContext& b) {
   const double p99_ratio = beside.Percentile(99) / std::max(alone.Percentile(99), 0.001);
   const double max_ratio = beside.max() / std::max(alone.max(), 0.001);
   out.p99_ratio = p99_ratio;
-  out.text = Printf("delete_regex : DeleteByRegex of %" PRIu64 " of %" PRIu64
-                    " keys took %.3f s; another client's BatchExists of %" PRIu64
-                    " keys, beside it / alone: P99 %.2fx, max %.2fx; %" PRIu64
-                    " calls answered wrong\n",
-                    removed, space.num(), delete_seconds, c.batch_size, p99_ratio, max_ratio,
-                    wrong) +
-             PhaseText("alone", alone) + PhaseText("beside delete", beside);
-  out.json = Printf("{\"benchmark\":\"delete_regex\",\"keys\":%" PRIu64 ",\"removed\":%" PRIu64
-                    ",\"delete_seconds\":%.3f,\"p99_ratio\":%.3f,\"max_ratio\":%.3f,\"wrong\":%" PRIu64
-                    ",",
-                    space.num(), removed, delete_seconds, p99_ratio, max_ratio, wrong) +
-             PhaseJson("alone", alone) + "," + PhaseJson("beside", beside) + "}";
+  out.text =
+      Printf("delete_regex : DeleteByRegex of %" PRIu64 " of %" PRIu64
+             " keys took %.3f s; another client's BatchExists of %" PRIu64
+             " keys, beside it / alone: P99 %.2fx, max %.2fx; %" PRIu64 " calls answered wrong\n",
+             removed, space.num(), delete_seconds, c.batch_size, p99_ratio, max_ratio, wrong) +
+      PhaseText("alone", alone) + PhaseText("beside delete", beside);
+  out.json =
+      Printf("{\"benchmark\":\"delete_regex\",\"keys\":%" PRIu64 ",\"removed\":%" PRIu64
+             ",\"delete_seconds\":%.3f,\"p99_ratio\":%.3f,\"max_ratio\":%.3f,\"wrong\":%" PRIu64
+             ",",
+             space.num(), removed, delete_seconds, p99_ratio, max_ratio, wrong) +
+      PhaseJson("alone", alone) + "," + PhaseJson("beside", beside) + "}";
   out.wrong = wrong;
   return out;
 }

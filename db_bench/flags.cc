@@ -624,8 +624,7 @@ const FlagRule kSetupRules[] = {
     {"peer_transport",
      [](const Resolved&) {
        return FLAGS_peer_transport == "tcp" || FLAGS_peer_transport == "rdma" ||
-              FLAGS_peer_transport == "ucx" ||
-              FLAGS_peer_transport == "auto";
+              FLAGS_peer_transport == "ucx" || FLAGS_peer_transport == "auto";
      },
      "must be tcp, ucx, rdma or auto"},
     {"auth_token_file", [](const Resolved&) { return AuthTokenProblem().empty(); },

@@ -17,7 +17,7 @@ namespace {
 
 std::mutex dir_mu;
 std::vector<std::string> to_remove;  // guarded by dir_mu
-std::vector<pid_t> to_kill;    // guarded by dir_mu
+std::vector<pid_t> to_kill;          // guarded by dir_mu
 
 // The stop signals this process does not ignore: one ignored when kv_bench started (a
 // background job's SIGINT, nohup's SIGHUP) stays ignored, as in any program.

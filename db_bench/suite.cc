@@ -505,8 +505,7 @@ void Suite::Emit(Result* r) {
 int Suite::Run() {
   std::string error;
   if (!PrepareDirectories(&error) || !FitSsdToDisk(&error) || !PrepareTrace(&error) ||
-      !OpenEngines(&error) ||
-      !OpenPeer(&error)) {
+      !OpenEngines(&error) || !OpenPeer(&error)) {
     std::fprintf(stderr, "kv_bench: %s\n", error.c_str());
     return 1;
   }

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <utility>
 
-#include "util/key_pattern.h"
 #include "util/input_check.h"
+#include "util/key_pattern.h"
 #include "util/namespace_key.h"
 
 namespace kvengine {

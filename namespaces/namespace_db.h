@@ -47,8 +47,7 @@ class NamespaceDB : public StackableDB {
   // owned, outlives the NamespaceDB.
   // On failure returns the registry's error and leaves *top as it was.
   static Status Wrap(const Options& options, const std::string& path, bool foreign_keys,
-                     NamespaceUsage* usage, NamespaceRemovals* removals,
-                     std::unique_ptr<DB>* top);
+                     NamespaceUsage* usage, NamespaceRemovals* removals, std::unique_ptr<DB>* top);
   ~NamespaceDB() override;
 
   // Detaches every namespace's handles (their calls then fail Aborted), then closes the

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "util/key_pattern.h"
 #include "util/input_check.h"
+#include "util/key_pattern.h"
 #include "util/printable.h"
 
 namespace kvengine {

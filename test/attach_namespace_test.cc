@@ -302,7 +302,8 @@ int QuotaFillBMain(const std::string& socket, const std::string& out) {
   if (!DB::Attach(ClientOptions(), socket, &db).ok()) return 2;
   c.ExpectOk(db->OpenNamespace("tenantB", &b), "OpenNamespace tenantB");
   for (int i = 0; b != nullptr && i < kBValues; i++) {
-    c.ExpectOk(b->Put(WriteOptions(), "b" + std::to_string(i), BValue(i)), "Put b" + std::to_string(i));
+    c.ExpectOk(b->Put(WriteOptions(), "b" + std::to_string(i), BValue(i)),
+               "Put b" + std::to_string(i));
   }
   return c.Report(out);
 }
@@ -330,7 +331,8 @@ uint64_t ClientStat(DB* db, const std::string& name) {
 }
 
 // uid 1001, bound to tenantA (quota kQuotaA), tries `scenario` on the owner.
-int QuotaAttackMain(const std::string& socket, const std::string& scenario, const std::string& out) {
+int QuotaAttackMain(const std::string& socket, const std::string& scenario,
+                    const std::string& out) {
   if (!DropTo(1001, {})) return 3;
   Checks c;
   std::unique_ptr<DB> db, a;
@@ -400,9 +402,9 @@ int FiguresMain(const std::string& socket, int others, const std::string& out) {
   Status s = DB::Attach(ClientOptions(), socket, &db);
   if (!s.ok()) return 2;
   auto shows_nothing_else = [&c](const std::string& what, const std::string& text) {
-    for (const char* leak : {"tenantB", "tenantC", "local_allowed_uids", "uid:100", "1002",
-                             "memory.items", "kvengine_memory_items", "local.", "kvengine_local",
-                             "\"memory\"", "\"local\""}) {
+    for (const char* leak :
+         {"tenantB", "tenantC", "local_allowed_uids", "uid:100", "1002", "memory.items",
+          "kvengine_memory_items", "local.", "kvengine_local", "\"memory\"", "\"local\""}) {
       c.Expect(text.find(leak) == std::string::npos, what + " shows " + leak + ": " + text);
     }
   };
@@ -416,7 +418,8 @@ int FiguresMain(const std::string& socket, int others, const std::string& out) {
   std::string error;
   c.Expect(test::JsonChecker::Valid(text, &error), "kvengine.stats.json: " + error + ": " + text);
   c.Expect(text.find("{\"namespaces\":{\"tenantA\":{") == 0, "kvengine.stats.json: " + text);
-  for (const char* prom : {"kvengine.stats.prometheus", "kvengine.prometheus", "kvengine.metrics"}) {
+  for (const char* prom :
+       {"kvengine.stats.prometheus", "kvengine.prometheus", "kvengine.metrics"}) {
     c.Expect(db->GetProperty(prom, &text), prom);
     shows_nothing_else(prom, text);
     // kvengine.metrics is the client's own counters (answered by the client itself).
@@ -721,8 +724,8 @@ class AttachQuotaTest : public ::testing::TestWithParam<bool> {
     ASSERT_EQ(RunChild({"--quota-fill-b", host_.socket}), "ok 0");
     // The default namespace's values, newer than B's, fill the tier but for 2 MiB.
     const std::string filler(kMiB, 'f');
-    for (int i = 0; Stat(owner_.get(), "memory.allocated_bytes") + 3 * kMiB <= o.memory_capacity_bytes;
-         i++) {
+    for (int i = 0;
+         Stat(owner_.get(), "memory.allocated_bytes") + 3 * kMiB <= o.memory_capacity_bytes; i++) {
       ASSERT_TRUE(owner_->Put(WriteOptions(), "f" + std::to_string(i), filler).ok());
     }
     ExpectBInMemory("after the filler");

@@ -327,7 +327,8 @@ int SsdReaderMain(const std::string& socket, const std::string& ns, int count, s
     std::vector<int64_t> r;
     s = db->BatchPut(WriteOptions(), keys, values, &r);
     for (size_t i = 0; s.ok() && i < r.size(); i++) {
-      if (r[i] != 0) s = Status::FromErrorCode(static_cast<int>(r[i]), "put of " + names[first + i]);
+      if (r[i] != 0)
+        s = Status::FromErrorCode(static_cast<int>(r[i]), "put of " + names[first + i]);
     }
     if (!s.ok()) {
       std::fprintf(stderr, "ssd reader: %s\n", s.ToString().c_str());
@@ -1048,8 +1049,9 @@ TEST_F(AttachTest, DeviceBufferReadsAValueOnlyOnSsdThroughTheWindow) {
   ASSERT_TRUE(owner_->Put(WriteOptions(), "gpu-key", value).ok());
   // 24 MiB of its size class through a 16 MiB arena: gpu-key goes to SSD.
   for (int i = 0; i < 80; i++) {
-    ASSERT_TRUE(owner_->Put(WriteOptions(), "filler-" + std::to_string(i),
-                            std::string(300 << 10, static_cast<char>(i)))
+    ASSERT_TRUE(owner_
+                    ->Put(WriteOptions(), "filler-" + std::to_string(i),
+                          std::string(300 << 10, static_cast<char>(i)))
                     .ok());
   }
   std::vector<Slice> keys{"gpu-key"};
@@ -1444,8 +1446,8 @@ TEST_F(AttachTest, StatsOfTheOwnerReportTheLocalCountersInEveryFormat) {
 TEST_F(AttachTest, SsdBatchesLargerThanTheArenaReadAsInProcess) {
   OpenSsdOwner();
   constexpr size_t kSize = 256 << 10;
-  const pid_t child = Spawn({"--ssd-reader", socket_, "-", "200", std::to_string(kSize), "16",
-                             "96", "7"});
+  const pid_t child =
+      Spawn({"--ssd-reader", socket_, "-", "200", std::to_string(kSize), "16", "96", "7"});
   EXPECT_EQ(WaitExit(child), 0);
   // The owner's own read of such a batch, which the client's must match.
   std::vector<std::string> names;
@@ -1484,8 +1486,8 @@ TEST_F(AttachTest, SsdReadsOfANamespaceAtItsQuotaNeitherFailNorEvictOthers) {
     ASSERT_TRUE(other->Put(WriteOptions(), names.back(), SsdValue(names.back(), kSize)).ok());
   }
   // 64 values of 256 KiB (16 MiB, four times the quota), read 32 at a time (8 MiB).
-  const pid_t child = Spawn({"--ssd-reader", socket_, "tenant", "64", std::to_string(kSize),
-                             "8", "32", "11"});
+  const pid_t child =
+      Spawn({"--ssd-reader", socket_, "tenant", "64", std::to_string(kSize), "8", "32", "11"});
   EXPECT_EQ(WaitExit(child), 0);
   const std::vector<Slice> keys(names.begin(), names.end());
   std::vector<int64_t> where;

@@ -12,9 +12,9 @@
 #include <map>
 #include <memory>
 #include <set>
-#include <tuple>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "cluster/etcd_client.h"
@@ -475,7 +475,8 @@ TEST_F(ClusterTest, AJoinKeepsEveryKeyReadable) {
     EXPECT_EQ(Holders({joiner}, moved[j]), 1) << Key(moved[j]);
     EXPECT_EQ(Holders(before, moved[j]), 0) << Key(moved[j]);
   }
-  for (int j = 0; j < deleted; j++) EXPECT_EQ(Holders(before, moved[j]) + Holders({joiner}, moved[j]), 0);
+  for (int j = 0; j < deleted; j++)
+    EXPECT_EQ(Holders(before, moved[j]) + Holders({joiner}, moved[j]), 0);
   // Read again: every one from its owner now, none through the grace.
   const std::string text = PeersText();
   ReadAll(400, &hits, &misses);
@@ -649,7 +650,8 @@ class PlacementTest : public ::testing::TestWithParam<std::tuple<bool, int>> {
     for (int m = 0; m < kMembers; m++) {
       std::vector<std::string> extra = {"--local_listen=" + Socket(m)};
       if (on_etcd()) extra.push_back("--cluster=etcd://" + etcd_->address() + "/place");
-      servers_.push_back(std::make_unique<Server>(dir_ + "/m" + std::to_string(m), ports[m], extra));
+      servers_.push_back(
+          std::make_unique<Server>(dir_ + "/m" + std::to_string(m), ports[m], extra));
       servers_.back()->set_options(MemberOptions() +
                                    ",peer_mode=sharded,peer_timeout_ms=2000,"
                                    "cluster_lease_ttl_ms=2000,cluster_replicas=" +
@@ -675,8 +677,7 @@ class PlacementTest : public ::testing::TestWithParam<std::tuple<bool, int>> {
   bool WaitSees(int m, int others) {
     return WaitFor(
         [&] {
-          return PeersOf(m).find("\npeers: " + std::to_string(others) + "\n") !=
-                 std::string::npos;
+          return PeersOf(m).find("\npeers: " + std::to_string(others) + "\n") != std::string::npos;
         },
         10000);
   }
@@ -881,7 +882,8 @@ TEST_P(PlacementTest, AnAttachedPutWithNoOwnerReachableFails) {
     if (reachable) {
       EXPECT_EQ(r[i], 0) << names[i];
     } else {
-      EXPECT_EQ(r[i], Status::IOError("").ErrorCode()) << names[i] << " is owned by the dead member";
+      EXPECT_EQ(r[i], Status::IOError("").ErrorCode())
+          << names[i] << " is owned by the dead member";
       failed++;
     }
   }
@@ -925,9 +927,9 @@ class DeleteAcrossFailuresTest : public PlacementTest {
 TEST_P(DeleteAcrossFailuresTest, ADeleteMadeWhileAnOwnerIsDownStaysDeleted) {
   const int victim = 1;
   const std::vector<std::string> kept = Names("kept/layer.", 48);
-  const std::vector<std::string> gone = Names("gone/layer.", 48);      // deleted, owner listed
-  const std::vector<std::string> gone2 = Names("gone2/layer.", 24);    // deleted, owner left
-  const std::vector<std::string> regex = Names("regex/layer.", 24);    // DeleteByRegex
+  const std::vector<std::string> gone = Names("gone/layer.", 48);    // deleted, owner listed
+  const std::vector<std::string> gone2 = Names("gone2/layer.", 24);  // deleted, owner left
+  const std::vector<std::string> regex = Names("regex/layer.", 24);  // DeleteByRegex
   std::vector<std::string> deleted = gone;
   deleted.insert(deleted.end(), gone2.begin(), gone2.end());
   deleted.insert(deleted.end(), regex.begin(), regex.end());
@@ -977,8 +979,8 @@ TEST_P(DeleteAcrossFailuresTest, ADeleteMadeWhileAnOwnerIsDownStaysDeleted) {
     EXPECT_FALSE(s.ok()) << n << " came back";
   }
   // Everywhere, once the replay is done (a background thread, every 200 ms).
-  EXPECT_TRUE(WaitFor([&] { return PeersOf(0).find("delete_hints: 0\n") != std::string::npos; },
-                      10000))
+  EXPECT_TRUE(
+      WaitFor([&] { return PeersOf(0).find("delete_hints: 0\n") != std::string::npos; }, 10000))
       << PeersOf(0);
   ExpectGone(deleted);
   for (int m = 0; m < kMembers; m++) {
@@ -995,15 +997,15 @@ TEST_P(DeleteAcrossFailuresTest, ADeleteMadeWhileAnOwnerIsDownStaysDeleted) {
 INSTANTIATE_TEST_SUITE_P(StaticAndEtcd, DeleteAcrossFailuresTest,
                          ::testing::Combine(::testing::Bool(), ::testing::Values(1, 2)),
                          [](const ::testing::TestParamInfo<std::tuple<bool, int>>& info) {
-                           return std::string(std::get<0>(info.param) ? "Etcd" : "Static") +
-                                  "R" + std::to_string(std::get<1>(info.param));
+                           return std::string(std::get<0>(info.param) ? "Etcd" : "Static") + "R" +
+                                  std::to_string(std::get<1>(info.param));
                          });
 
 INSTANTIATE_TEST_SUITE_P(StaticAndEtcd, PlacementTest,
                          ::testing::Combine(::testing::Bool(), ::testing::Values(1, 2)),
                          [](const ::testing::TestParamInfo<std::tuple<bool, int>>& info) {
-                           return std::string(std::get<0>(info.param) ? "Etcd" : "Static") +
-                                  "R" + std::to_string(std::get<1>(info.param));
+                           return std::string(std::get<0>(info.param) ? "Etcd" : "Static") + "R" +
+                                  std::to_string(std::get<1>(info.param));
                          });
 
 }  // namespace

@@ -80,17 +80,16 @@ TEST(KeyPatternTest, RefusalsAreInvalidArgumentNamingThePatternShortenedAndWhy) 
 
 TEST(KeyPatternTest, NoPatternOfAnyLengthCrashesTheCompiler) {
   // std::regex recursed once per character: these overflowed the stack.
-  for (const std::string& pattern :
-       {std::string(KeyPattern::kMaxScopedLength, 'a'),
-        std::string(KeyPattern::kMaxScopedLength / 2, '(') +
-            std::string(KeyPattern::kMaxScopedLength / 2, ')'),
-        std::string(KeyPattern::kMaxScopedLength / 3, '(') + "a" +
-            std::string(KeyPattern::kMaxScopedLength / 3, ')'),
-        [] {
-          std::string alternatives;
-          for (int i = 0; i < 3000; i++) alternatives += "a|";
-          return alternatives + "b";
-        }()}) {
+  for (const std::string& pattern : {std::string(KeyPattern::kMaxScopedLength, 'a'),
+                                     std::string(KeyPattern::kMaxScopedLength / 2, '(') +
+                                         std::string(KeyPattern::kMaxScopedLength / 2, ')'),
+                                     std::string(KeyPattern::kMaxScopedLength / 3, '(') + "a" +
+                                         std::string(KeyPattern::kMaxScopedLength / 3, ')'),
+                                     [] {
+                                       std::string alternatives;
+                                       for (int i = 0; i < 3000; i++) alternatives += "a|";
+                                       return alternatives + "b";
+                                     }()}) {
     KeyPattern p;
     Status s = p.Compile(pattern);
     if (s.ok()) p.Matches(std::string(4096, 'a'));
@@ -114,7 +113,9 @@ TEST(KeyPatternTest, MatchesWholeKeysByteByByte) {
   ASSERT_TRUE(p.Compile("[\\x00-\\xff]*").ok());
   EXPECT_TRUE(p.Matches(std::string("a\0b\n\xfe", 5)));
   ASSERT_TRUE(p.Compile("a.c").ok());
-  EXPECT_TRUE(p.Matches("a\xe9" "c"));  // a byte is one character (Latin-1), not UTF-8
+  EXPECT_TRUE(
+      p.Matches("a\xe9"
+                "c"));  // a byte is one character (Latin-1), not UTF-8
   EXPECT_FALSE(p.Matches("a\nc"));
   // A 1 MiB key against a pattern that backtracking matchers take exponential time on.
   ASSERT_TRUE(p.Compile("(a*)*b").ok());
@@ -134,7 +135,9 @@ TEST(KeyPatternTest, ALeadingLookaheadScopesTheRest) {
   EXPECT_FALSE(p.Matches("ab1"));
   ASSERT_TRUE(p.Compile("(?=[^\\xfe])(?:.*)").ok());  // the default namespace's scope
   EXPECT_TRUE(p.Matches("k"));
-  EXPECT_FALSE(p.Matches("\xfe" "k"));
+  EXPECT_FALSE(
+      p.Matches("\xfe"
+                "k"));
   ASSERT_TRUE(p.Compile("(?=[)(]|\\))(?:.*)").ok());  // a class and an escape in the scope
   EXPECT_TRUE(p.Matches(")x"));
   EXPECT_FALSE(p.Matches("x)"));
@@ -237,7 +240,9 @@ TEST(KeyPatternDBTest, ADeleteByRegexOverManyKeysRacesOtherCallsCleanly) {
 #ifdef KV_SERVER_PATH
 constexpr char kGrants[] = "uid:1001=tenantA;uid:1002=tenantB";  // ';' as ',' in --options
 
-bool DropTo(uid_t uid) { return setgroups(0, nullptr) == 0 && setgid(uid) == 0 && setuid(uid) == 0; }
+bool DropTo(uid_t uid) {
+  return setgroups(0, nullptr) == 0 && setgid(uid) == 0 && setuid(uid) == 0;
+}
 
 void Report(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
@@ -284,9 +289,9 @@ int NeighbourMain(const std::string& socket, const std::string& stop, const std:
   while (!std::filesystem::exists(stop)) {
     const auto start = std::chrono::steady_clock::now();
     s = h->BatchExists(keys, &r);
-    slowest = std::max(slowest, std::chrono::duration<double, std::micro>(
-                                    std::chrono::steady_clock::now() - start)
-                                    .count());
+    slowest = std::max(
+        slowest, std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+                     .count());
     if (!s.ok() || r != std::vector<int64_t>(64, 1)) {
       Report(out, "BatchExists: " + s.ToString());
       return 1;
@@ -311,8 +316,8 @@ TEST(KeyPatternProcessTest, AHostileTenantsPatternsNeitherCrashNorStallTheOwner)
     ASSERT_TRUE(db->CreateNamespace("tenantB", NamespaceOptions(), &h).ok());
   }
   Server server(dir.Sub("db"), test::FreePort(), {"--local_listen=" + socket});
-  server.set_options(std::string(",ssd_capacity_bytes=0,local_listen_mode=0666,local_allowed_uids=") +
-                     kGrants);
+  server.set_options(
+      std::string(",ssd_capacity_bytes=0,local_listen_mode=0666,local_allowed_uids=") + kGrants);
   ASSERT_TRUE(server.Start());
   std::unique_ptr<DB> admin, b;
   ASSERT_TRUE(DB::Attach(test::AttachClientOptions(), socket, &admin).ok());

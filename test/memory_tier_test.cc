@@ -356,7 +356,8 @@ TEST_F(MemoryTierTest, KeysShortAndLongAroundTheItemsKeyRoom) {
   std::set<std::string> seen;
   tier_->ForEach([&](std::string_view k, uint64_t, uint64_t) { seen.insert(std::string(k)); });
   EXPECT_EQ(seen, std::set<std::string>(keys.begin(), keys.end()));
-  EXPECT_EQ(EraseIf(tier_.get(), [](std::string_view k) { return k.size() > 16 && k[0] == 'x'; }), 24u);
+  EXPECT_EQ(EraseIf(tier_.get(), [](std::string_view k) { return k.size() > 16 && k[0] == 'x'; }),
+            24u);
   EXPECT_FALSE(tier_->Contains('x' + std::string(19, 'k')));
   EXPECT_TRUE(tier_->Contains('x' + std::string(15, 'k')));
 }

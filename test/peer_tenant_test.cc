@@ -355,9 +355,8 @@ TEST(PeerTenantTest, ATenantsPatternsAndPutsAreBoundedAsAnAttachedOnesAre) {
   ASSERT_TRUE(beta->BatchPut(ep, Slices(b_keys), b_parts, &r).ok());
   ASSERT_EQ(r, std::vector<int64_t>(24, 0));
 
-  for (const std::string& pattern :
-       {std::string("[\\x00-\\xff]{9}(?:a?){16000}"), std::string("(?:a?){16000}"),
-        std::string(10000, 'a')}) {
+  for (const std::string& pattern : {std::string("[\\x00-\\xff]{9}(?:a?){16000}"),
+                                     std::string("(?:a?){16000}"), std::string(10000, 'a')}) {
     uint64_t deleted = 0;
     Status s = alpha->DeleteByRegex(ep, pattern, &deleted);
     EXPECT_TRUE(s.IsInvalidArgument()) << pattern.substr(0, 40) << ": " << s.ToString();
@@ -515,32 +514,39 @@ TEST(FigureScopeTest, CutsEachFormToTheScopesNamespaces) {
   const FigureScope scope = FigureScope::Of("uid 7", false, {"a.b", "x.y", ""});
   EXPECT_TRUE(scope.Shows("a.b") && scope.Shows("default") && scope.Shows(foreign));
   EXPECT_FALSE(scope.Shows("a") || scope.Shows("id:0000000000000001") || scope.Shows("id:"));
-  std::string text = "** kvengine stats **\nmemory.items: 9\nnamespace.a.b.hits: 1\n"
-                     "namespace.a.hits: 2\nnamespace.default.hits: 3\nnamespace." +
-                     foreign + ".hits: 4\nnamespace.id:0000000000000001.hits: 5\nlocal.x: 6\n";
+  std::string text =
+      "** kvengine stats **\nmemory.items: 9\nnamespace.a.b.hits: 1\n"
+      "namespace.a.hits: 2\nnamespace.default.hits: 3\nnamespace." +
+      foreign + ".hits: 4\nnamespace.id:0000000000000001.hits: 5\nlocal.x: 6\n";
   ASSERT_TRUE(scope.Admit("kvengine.stats").ok());
   scope.Filter("kvengine.stats", &text);
-  EXPECT_EQ(text, "** kvengine stats **\nnamespace.a.b.hits: 1\nnamespace.default.hits: 3\n"
-                  "namespace." + foreign + ".hits: 4\n");
-  text = "{\"memory\":{\"items\":9},\"namespaces\":{\"a\":{\"hits\":2},\"a.b\":{\"hits\":1,"
-         "\"misses\":0},\"default\":{\"hits\":3}},\"local\":{\"x\":6}}";
+  EXPECT_EQ(text,
+            "** kvengine stats **\nnamespace.a.b.hits: 1\nnamespace.default.hits: 3\n"
+            "namespace." +
+                foreign + ".hits: 4\n");
+  text =
+      "{\"memory\":{\"items\":9},\"namespaces\":{\"a\":{\"hits\":2},\"a.b\":{\"hits\":1,"
+      "\"misses\":0},\"default\":{\"hits\":3}},\"local\":{\"x\":6}}";
   scope.Filter("kvengine.stats.json", &text);
   EXPECT_EQ(text, "{\"namespaces\":{\"a.b\":{\"hits\":1,\"misses\":0},\"default\":{\"hits\":3}}}");
   text = "{\"memory\":{\"items\":9}}";  // a DB without namespaces
   scope.Filter("kvengine.stats.json", &text);
   EXPECT_EQ(text, "{}");
-  text = "# HELP kvengine_memory_items Items.\n# TYPE kvengine_memory_items gauge\n"
-         "kvengine_memory_items 9\n# HELP kvengine_namespace_hits_total Hits.\n"
-         "# TYPE kvengine_namespace_hits_total counter\n"
-         "kvengine_namespace_hits_total{namespace=\"a\"} 2\n"
-         "kvengine_namespace_hits_total{namespace=\"a.b\"} 1\n";
+  text =
+      "# HELP kvengine_memory_items Items.\n# TYPE kvengine_memory_items gauge\n"
+      "kvengine_memory_items 9\n# HELP kvengine_namespace_hits_total Hits.\n"
+      "# TYPE kvengine_namespace_hits_total counter\n"
+      "kvengine_namespace_hits_total{namespace=\"a\"} 2\n"
+      "kvengine_namespace_hits_total{namespace=\"a.b\"} 1\n";
   scope.Filter("kvengine.prometheus", &text);
-  EXPECT_EQ(text, "# HELP kvengine_namespace_hits_total Hits.\n"
-                  "# TYPE kvengine_namespace_hits_total counter\n"
-                  "kvengine_namespace_hits_total{namespace=\"a.b\"} 1\n");
-  text = "memory_capacity_bytes=1\nlocal_allowed_uids=uid:1=a\npeer_auth_token_file=/t\n"
-         "peers=h:1\ncluster=etcd://u:p@h\nlisten=h:2\nmetrics_listen=3\nlog_file=/l\n"
-         "local_listen_group=g\nmax_key_size=4";
+  EXPECT_EQ(text,
+            "# HELP kvengine_namespace_hits_total Hits.\n"
+            "# TYPE kvengine_namespace_hits_total counter\n"
+            "kvengine_namespace_hits_total{namespace=\"a.b\"} 1\n");
+  text =
+      "memory_capacity_bytes=1\nlocal_allowed_uids=uid:1=a\npeer_auth_token_file=/t\n"
+      "peers=h:1\ncluster=etcd://u:p@h\nlisten=h:2\nmetrics_listen=3\nlog_file=/l\n"
+      "local_listen_group=g\nmax_key_size=4";
   scope.Filter("kvengine.options", &text);
   EXPECT_EQ(text, "memory_capacity_bytes=1\nmax_key_size=4\n");
   const Status s = scope.Admit("kvengine.perf");

@@ -317,8 +317,8 @@ TEST(RemovalFeedRingTest, NumbersEachNamespacesEventsAmongItsOwn) {
   EXPECT_EQ(batch.last_sequence, 0u);
   const std::string pa = ns::Prefix(a), pb = ns::Prefix(b);
   // b b a b d a b: a's are the 3rd and 6th of the whole feed, its 1st and 2nd.
-  for (const std::string& key : {pb + "1", pb + "2", pa + "1", pb + "3", std::string("d"),
-                                 pa + "2", pb + "4"}) {
+  for (const std::string& key :
+       {pb + "1", pb + "2", pa + "1", pb + "3", std::string("d"), pa + "2", pb + "4"}) {
     feed.Record(key, RemovalEvent::kMemory, RemovalEvent::kDeleted);
   }
   feed.ReadNamespace(a, 0, 10, &batch);

@@ -3,6 +3,8 @@
 // transport and once over shared memory (KV_TEST_PEER_TRANSPORT=ucx/tcp, ucx/sm; the
 // harness sets UCX_TLS for this process and its children).  Without UCX in the build the
 // live tests skip saying so, and UcxBuild.* checks the NotSupported answer.
+#include "transport/ucx.h"
+
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -20,7 +22,6 @@
 #include "kvengine/db.h"
 #include "kvengine/transport.h"
 #include "test/peer_harness.h"
-#include "transport/ucx.h"
 #include "transport/wire.h"
 #include "util/coding.h"
 #include "util/mutex.h"
@@ -43,11 +44,11 @@ void UseUcx() {
   ASSERT_TRUE(once);
 }
 
-#define SKIP_WITHOUT_UCX()                                        \
-  do {                                                            \
-    UseUcx();                                                     \
-    std::string why;                                              \
-    if (!UcxAvailable(&why)) GTEST_SKIP() << "no UCX: " << why;   \
+#define SKIP_WITHOUT_UCX()                                      \
+  do {                                                          \
+    UseUcx();                                                   \
+    std::string why;                                            \
+    if (!UcxAvailable(&why)) GTEST_SKIP() << "no UCX: " << why; \
   } while (0)
 
 uint64_t Stat(const std::string& text, const std::string& name) {
@@ -199,7 +200,8 @@ TEST(UcxTest, GetsAreOneSidedIntoMappedAndPlainBuffers) {
   keys.assign(names.begin(), names.begin() + sizes.size());
   dests.clear();
   for (size_t i = 0; i < sizes.size(); i++) {
-    dests.push_back({MutableSlice(a[i].data(), a[i].size()), MutableSlice(b[i].data(), b[i].size())});
+    dests.push_back(
+        {MutableSlice(a[i].data(), a[i].size()), MutableSlice(b[i].data(), b[i].size())});
   }
   ASSERT_TRUE(client->BatchGet(ep, keys, dests, &results).ok());
   for (size_t i = 0; i < sizes.size(); i++) {
@@ -250,8 +252,8 @@ TEST(UcxTest, ConcurrentBatchesShareTheWorker) {
           continue;
         }
         for (int i = 0; i < kKeys; i++) {
-          if (r[i] != (64 << 10) || std::memcmp(buf.data() + i * (64 << 10), values[i].data(),
-                                                  64 << 10) != 0) {
+          if (r[i] != (64 << 10) ||
+              std::memcmp(buf.data() + i * (64 << 10), values[i].data(), 64 << 10) != 0) {
             failures++;
           }
         }
@@ -353,7 +355,8 @@ TEST(UcxTest, ServerKilledMidReadFailsEveryKeyNeverWrongBytes) {
       std::vector<char> buf(kKeys * kSize);
       client->RegisterMemory(buf.data(), buf.size(), "user buffer");
       std::vector<Destination> dests;
-      for (int i = 0; i < kKeys; i++) dests.push_back({MutableSlice(buf.data() + i * kSize, kSize)});
+      for (int i = 0; i < kKeys; i++)
+        dests.push_back({MutableSlice(buf.data() + i * kSize, kSize)});
       for (int round = 0; round < 400; round++) {
         std::memset(buf.data(), 0, buf.size());
         std::vector<int64_t> r;
@@ -508,7 +511,8 @@ TEST(UcxTest, TenantBoundToNamespacesReadsOverTcp) {
   const std::string tokens = dir + "/tokens";
   {
     std::ofstream f(tokens);
-    f << "kvengine-tokens 1\ntenant ops opstoken0123456789 *\ntenant alpha alphatoken0123456 default\n";
+    f << "kvengine-tokens 1\ntenant ops opstoken0123456789 *\ntenant alpha alphatoken0123456 "
+         "default\n";
   }
   Server server(dir + "/db", FreePort(), {"--auth_token_file=" + tokens});
   ASSERT_TRUE(server.Start());

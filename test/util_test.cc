@@ -237,7 +237,8 @@ TEST(PrintableTest, EscapesUnprintableBytesQuotesAndBackslashesAndCutsAt64) {
       << shown;
   EXPECT_EQ(Printable(Slice(std::string(64, 'k'))), "'" + std::string(64, 'k') + "'");
   const std::string k65(65, 'k');
-  EXPECT_EQ(Printable(Slice(k65)), "'" + std::string(64, 'k') + "...' (" + KeyDigest(Slice(k65)) + ")");
+  EXPECT_EQ(Printable(Slice(k65)),
+            "'" + std::string(64, 'k') + "...' (" + KeyDigest(Slice(k65)) + ")");
 }
 
 // A long key in a message or a log line: its first 64 bytes, its length and its hash,
@@ -254,7 +255,8 @@ TEST(PrintableTest, ALongKeyShowsItsLengthAndHashNotItsBytes) {
   EXPECT_EQ(KeyDigest(Slice(a)), "65537 bytes, hash " + std::string(hex));
   const Status miss = KeyNotFound(Slice(a), "tenant");
   EXPECT_LT(miss.ToString().size(), 200u) << miss.ToString();
-  EXPECT_NE(miss.ToString().find(shown + " (namespace tenant)"), std::string::npos) << miss.ToString();
+  EXPECT_NE(miss.ToString().find(shown + " (namespace tenant)"), std::string::npos)
+      << miss.ToString();
 }
 
 // ShowsWholeKey agrees with Printable: every key of up to 64 bytes is shown by what

@@ -14,8 +14,8 @@
 #include "namespaces/namespace_keys.h"
 #include "namespaces/namespace_registry.h"
 #include "tools/ldb_model.h"
-#include "util/key_pattern.h"
 #include "util/config_parse.h"
+#include "util/key_pattern.h"
 #include "util/namespace_key.h"
 
 DEFINE_string(db, "", "The DB directory (required by every command but dump_bucket --file)");

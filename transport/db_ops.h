@@ -66,8 +66,7 @@ class DbOpsTarget {
 class DbOpsOverDB final : public DbOpsTarget {
  public:
   // `figures` (not owned, outlives it): what the caller may see; null: the whole DB.
-  explicit DbOpsOverDB(DB* db, const FigureScope* figures = nullptr)
-      : db_(db), figures_(figures) {}
+  explicit DbOpsOverDB(DB* db, const FigureScope* figures = nullptr) : db_(db), figures_(figures) {}
   Status BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) override;
   Status BatchDelete(std::span<const Slice> keys, std::vector<int64_t>* results) override;
   Status GetValueSize(const Slice& key, uint64_t* size) override;

@@ -54,7 +54,7 @@ std::string KeepLines(std::string_view text, Keep keep) {
   return out;
 }
 
-constexpr std::string_view kTextPrefix = "namespace.";      // namespace.NAME.FIGURE: N
+constexpr std::string_view kTextPrefix = "namespace.";        // namespace.NAME.FIGURE: N
 constexpr std::string_view kJsonMember = "\"namespaces\":{";  // "NAME":{"FIGURE":N,...}
 constexpr std::string_view kFamilyPrefix = "kvengine_namespace_";
 constexpr std::string_view kLabel = "namespace=\"";
@@ -88,8 +88,14 @@ bool FigureScope::Shows(std::string_view label) const {
 bool FigureScope::IsPrivateOption(std::string_view option) {
   // Who may connect, with what credentials, and where the DB's other doors and logs are.
   static constexpr std::string_view kPrivate[] = {
-      "local_allowed_uids", "local_listen_group", "peer_auth_token_file", "peers", "cluster",
-      "listen",             "metrics_listen",     "log_file",
+      "local_allowed_uids",
+      "local_listen_group",
+      "peer_auth_token_file",
+      "peers",
+      "cluster",
+      "listen",
+      "metrics_listen",
+      "log_file",
   };
   for (std::string_view p : kPrivate) {
     if (p == option) return true;
@@ -124,9 +130,9 @@ void FigureScope::Filter(const std::string& name, std::string* value) const {
     case Cut::kStatsJson: {
       std::string kept;
       const size_t at = value->find(kJsonMember);
-      std::string_view in =
-          at == std::string::npos ? std::string_view() : std::string_view(*value).substr(
-                                                             at + kJsonMember.size());
+      std::string_view in = at == std::string::npos
+                                ? std::string_view()
+                                : std::string_view(*value).substr(at + kJsonMember.size());
       // Each member "NAME":{...}: names and figures hold no quote or brace.
       while (in.starts_with("\"")) {
         const size_t quote = in.find('"', 1);

@@ -19,9 +19,9 @@
 #include "transport/get_answer.h"
 #include "transport/socket_util.h"
 #include "transport/wire.h"
-#include "util/key_pattern.h"
 #include "util/coding.h"
 #include "util/hash.h"
+#include "util/key_pattern.h"
 #include "util/log_limiter.h"
 #include "util/mutex.h"
 

@@ -284,8 +284,8 @@ class Worker {
 
  private:
   Worker() = default;
-  std::map<uintptr_t, std::pair<size_t, ucp_mem_h>> regions_;  // under mu_
-  std::vector<std::shared_ptr<void>> keep_;                     // under mu_
+  std::map<uintptr_t, std::pair<size_t, ucp_mem_h> > regions_;  // under mu_
+  std::vector<std::shared_ptr<void> > keep_;                    // under mu_
   Mutex mu_;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
@@ -841,11 +841,11 @@ class UcxTransport final : public TcpTransport {
   Mutex w_mu_;
   std::shared_ptr<Worker> w_ GUARDED_BY(w_mu_);  // the worker new peers use
   Regions mapped_ GUARDED_BY(w_mu_);
-  std::vector<std::shared_ptr<Worker>> retired_ GUARDED_BY(w_mu_);
+  std::vector<std::shared_ptr<Worker> > retired_ GUARDED_BY(w_mu_);
   Mutex peers_mu_;  // held while connecting: one connect per peer at a time
   std::map<std::string, Slot> peers_ GUARDED_BY(peers_mu_);
-  std::atomic<uint64_t> gets_{0}, get_bytes_{0}, unregistered_{0}, tcp_batches_{0},
-      connects_{0}, abandoned_{0}, replaced_{0};
+  std::atomic<uint64_t> gets_{0}, get_bytes_{0}, unregistered_{0}, tcp_batches_{0}, connects_{0},
+      abandoned_{0}, replaced_{0};
 };
 
 }  // namespace

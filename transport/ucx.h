@@ -68,7 +68,7 @@ inline constexpr size_t kUcxMaxBlob = 64 << 10;
 
 // What the UCX this process runs offers.
 struct UcxInfo {
-  std::string version;     // "1.13.1"
+  std::string version;       // "1.13.1"
   bool cuda_memory = false;  // device buffers can be mapped and read into directly
 };
 

@@ -4,7 +4,6 @@
 
 #include <cstdio>
 
-
 namespace kvengine {
 
 namespace {
@@ -111,9 +110,10 @@ Status KeyPattern::Compile(std::string_view pattern) {
   std::string_view body = pattern;
   if (pattern.starts_with(kLookahead)) {
     const size_t end = GroupEnd(pattern);
-    if (end == std::string_view::npos) return Refuse(pattern, "its leading lookahead is not closed");
-    Status s = CompilePart(pattern, pattern.substr(kLookahead.size(), end - kLookahead.size()),
-                           &scope_);
+    if (end == std::string_view::npos)
+      return Refuse(pattern, "its leading lookahead is not closed");
+    Status s =
+        CompilePart(pattern, pattern.substr(kLookahead.size(), end - kLookahead.size()), &scope_);
     if (!s.ok()) return s;
     body = pattern.substr(end + 1);
   }
@@ -130,8 +130,7 @@ Status KeyPattern::CompilePart(std::string_view whole, std::string_view part,
   auto re = std::make_unique<re2::RE2>(re2::StringPiece(part.data(), part.size()), options);
   if (re->ok() && re->ProgramSize() > kMaxProgramSize) {
     return Refuse(whole, "compiles to " + std::to_string(re->ProgramSize()) +
-                             " instructions, over the limit of " +
-                             std::to_string(kMaxProgramSize));
+                             " instructions, over the limit of " + std::to_string(kMaxProgramSize));
   }
   if (re->ok()) {
     *out = std::move(re);

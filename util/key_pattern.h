@@ -71,8 +71,7 @@ class KeyPattern {
   static std::string Shown(std::string_view pattern);
 
  private:
-  Status CompilePart(std::string_view whole, std::string_view part,
-                     std::unique_ptr<re2::RE2>* out);
+  Status CompilePart(std::string_view whole, std::string_view part, std::unique_ptr<re2::RE2>* out);
 
   std::unique_ptr<re2::RE2> scope_;  // the leading lookahead's pattern, or null
   std::unique_ptr<re2::RE2> body_;

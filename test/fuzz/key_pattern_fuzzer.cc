@@ -42,8 +42,8 @@ void CheckScopes(const std::string& pattern, const KeyPattern& alone,
   }
   KeyPattern in_default;
   Status s = in_default.Compile(ns::PatternInDefault(pattern));
-  FUZZ_CHECK(s.ok(), "a checked pattern scoped to the default namespace does not compile: " +
-                         s.ToString());
+  FUZZ_CHECK(s.ok(),
+             "a checked pattern scoped to the default namespace does not compile: " + s.ToString());
   for (const std::string& k : keys) {
     if (k.empty()) continue;  // no key is: the scope needs a first byte
     FUZZ_CHECK(in_default.Matches(k) == (alone.Matches(k) && !ns::IsNamespaced(k)),

@@ -41,8 +41,8 @@ Status Errno(const std::string& what, const std::string& path) {
 }  // namespace
 
 const char* CounterName(Counter c) {
-  static const char* const kNames[] = {"ops",         "verified_reads", "lost",    "wrong",
-                                       "resurrected", "errors",         "refused", "dropped",
+  static const char* const kNames[] = {"ops",         "verified_reads", "lost",        "wrong",
+                                       "resurrected", "errors",         "refused",     "dropped",
                                        "flushes",     "rounds",         "read_refused"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(Counter::kCount));
   return kNames[static_cast<int>(c)];
@@ -257,9 +257,9 @@ uint64_t ExpectedState::Get(Counter c) const {
 
 std::string ExpectedState::Summary() const {
   // The summary's first six fields are the crash test's line; the rest follow.
-  static const Counter kOrder[] = {Counter::kRounds, Counter::kOps,     Counter::kVerifiedReads,
-                                   Counter::kLost,   Counter::kWrong,   Counter::kResurrected,
-                                   Counter::kErrors, Counter::kRefused, Counter::kReadRefused,
+  static const Counter kOrder[] = {Counter::kRounds,  Counter::kOps,     Counter::kVerifiedReads,
+                                   Counter::kLost,    Counter::kWrong,   Counter::kResurrected,
+                                   Counter::kErrors,  Counter::kRefused, Counter::kReadRefused,
                                    Counter::kDropped, Counter::kFlushes};
   std::string out;
   for (Counter c : kOrder) {
