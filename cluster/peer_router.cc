@@ -1312,6 +1312,16 @@ Status PeerRouter::ReadThroughValueSize(const Slice& key, uint64_t* size) {
 
 // ---------------------------------------------------------------- delete hints
 
+bool PeerRouter::AdmitHintLocked(uint64_t limit, uint64_t* dropped) {
+  if (hint_count_ >= limit) {
+    (*dropped)++;
+    return false;
+  }
+  hint_count_++;
+  hints_recorded_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
 void PeerRouter::RecordHint(const std::string& member, const Hint& delta) {
   if (options_.cluster_delete_hints == 0) return;
   uint64_t dropped = 0;
@@ -1328,23 +1338,10 @@ void PeerRouter::RecordHint(const std::string& member, const Hint& delta) {
       hints_recorded_.fetch_add(1, std::memory_order_relaxed);
     } else if (!h.all) {
       for (const std::string& p : delta.patterns) {
-        if (hint_count_ >= limit) {
-          dropped++;
-          continue;
-        }
-        h.patterns.push_back(p);
-        hint_count_++;
-        hints_recorded_.fetch_add(1, std::memory_order_relaxed);
+        if (AdmitHintLocked(limit, &dropped)) h.patterns.push_back(p);
       }
       for (const std::string& k : delta.keys) {
-        if (h.keys.count(k) != 0) continue;
-        if (hint_count_ >= limit) {
-          dropped++;
-          continue;
-        }
-        h.keys.insert(k);
-        hint_count_++;
-        hints_recorded_.fetch_add(1, std::memory_order_relaxed);
+        if (h.keys.count(k) == 0 && AdmitHintLocked(limit, &dropped)) h.keys.insert(k);
       }
     }
     if (h.size() == 0) hints_.erase(member);

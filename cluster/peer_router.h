@@ -282,6 +282,9 @@ class PeerRouter {
   // Adds `delta` to member's hint, within cluster_delete_hints (what does not fit is
   // counted and logged).  A pending DeleteAll covers every later delete.
   void RecordHint(const std::string& member, const Hint& delta) EXCLUDES(hints_mu_);
+  // Counts one more recorded hint when `limit` leaves room for it, else one more in
+  // *dropped.
+  bool AdmitHintLocked(uint64_t limit, uint64_t* dropped) REQUIRES(hints_mu_);
   // Forgets the part of member's hint that was replayed.
   void ForgetHint(const std::string& member, const Hint& done) EXCLUDES(hints_mu_);
   // Replays member's hint, if any; OK when there was none or all of it was applied.

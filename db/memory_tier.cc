@@ -274,6 +274,11 @@ void MemoryTier::Reservation::Abandon() {
 
 Status MemoryTier::Reserve(const Slice& key, uint64_t size, QuotaRoom room,
                            Reservation* reservation) {
+  return ReserveRoom(key, size, room, /*charge=*/true, reservation);
+}
+
+Status MemoryTier::ReserveRoom(const Slice& key, uint64_t size, QuotaRoom room, bool charge,
+                               Reservation* reservation) {
   reservation->Abandon();
   if (size > allocator_.capacity() || size > Item::kMaxSize) {
     return Status::InvalidArgument(
@@ -283,14 +288,15 @@ Status MemoryTier::Reserve(const Slice& key, uint64_t size, QuotaRoom room,
   // Charged before the room is made: the namespace's own values make room for it first,
   // before any other's are evicted, and its reservations count while room is made.
   NamespaceUsage::Slot* ns = usage_ != nullptr ? usage_->Of(key.view()) : nullptr;
-  if (ns != nullptr) {
-    Status s = ChargeQuota(ns, size, room);
+  NamespaceUsage::Slot* const charged = charge ? ns : nullptr;
+  if (charged != nullptr) {
+    Status s = ChargeQuota(charged, size, room);
     if (!s.ok()) return s;
   }
   Status s;
   Item* item = AllocateWithEviction(size, ns, &s);
   if (item == nullptr) {
-    if (ns != nullptr) ns->Unreserve(size);
+    if (charged != nullptr) charged->Unreserve(size);
     return s;
   }
   item->size = size;
@@ -299,7 +305,7 @@ Status MemoryTier::Reserve(const Slice& key, uint64_t size, QuotaRoom room,
   item->refs.store(1, std::memory_order_relaxed);
   reservation->tier_ = this;
   reservation->item_ = item;
-  reservation->charged_ = ns;
+  reservation->charged_ = charged;
   return Status::OK();
 }
 
@@ -311,8 +317,12 @@ Status MemoryTier::Put(const Slice& key, std::span<const Slice> parts, uint64_t 
   // namespace's 41-byte key made the put 0.89x per CPU second: docs/benchmarks.md).
   const uint64_t hash = Hash64(key.view());
   ShardFor(hash).index.PrefetchHomeUnlocked(hash);
+  // This reservation lives for the copy alone: it is charged (a CAS on a counter every
+  // thread putting into the namespace shares) only while some namespace has a memory
+  // quota to keep; the value is charged when it is published either way.
   Reservation reservation;
-  Status s = Reserve(key, size, QuotaRoom::kEvictOwn, &reservation);
+  const bool charge = usage_ != nullptr && usage_->AnyMemoryQuota();
+  Status s = ReserveRoom(key, size, QuotaRoom::kEvictOwn, charge, &reservation);
   if (!s.ok()) return s;
   GatherCopy(parts, size, reservation.data());
   return CommitWithinQuota(key, hash, &reservation, version, published);

@@ -261,6 +261,9 @@ class MemoryTier {
   // own coldest values first when `room` allows.  NoSpace naming the namespace and its
   // quota, counted and logged, when it cannot.
   Status ChargeQuota(NamespaceUsage::Slot* ns, uint64_t size, QuotaRoom room);
+  // Reserve, charging the reservation to key's namespace only when `charge`.
+  Status ReserveRoom(const Slice& key, uint64_t size, QuotaRoom room, bool charge,
+                     Reservation* reservation);
   // Evicts values of `ns` until `size` more bytes fit its memory quota.  False when none
   // could go.
   bool MakeQuotaRoom(NamespaceUsage::Slot* ns, uint64_t size);

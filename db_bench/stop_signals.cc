@@ -15,9 +15,9 @@ namespace kvbench {
 
 namespace {
 
-std::mutex dir_mu;
-std::vector<std::string> to_remove;  // guarded by dir_mu
-std::vector<pid_t> to_kill;          // guarded by dir_mu
+std::mutex mu;
+std::vector<std::string> to_remove;  // guarded by mu
+std::vector<pid_t> to_kill;          // guarded by mu
 
 // The stop signals this process does not ignore: one ignored when kv_bench started (a
 // background job's SIGINT, nohup's SIGHUP) stays ignored, as in any program.
@@ -52,7 +52,7 @@ void WaitForStop(sigset_t set) {
   int sig = 0;
   while (sigwait(&set, &sig) != 0) {
   }
-  std::lock_guard<std::mutex> lock(dir_mu);
+  std::lock_guard<std::mutex> lock(mu);
   for (pid_t pid : to_kill) {  // it would write on into the directory, and outlive us
     kill(pid, SIGKILL);
     waitpid(pid, nullptr, 0);
@@ -76,22 +76,22 @@ void BlockStopSignals() {
 }
 
 void KillOnStop(pid_t pid) {
-  std::lock_guard<std::mutex> lock(dir_mu);
+  std::lock_guard<std::mutex> lock(mu);
   to_kill.push_back(pid);
 }
 
 void ForgetOnStop(pid_t pid) {
-  std::lock_guard<std::mutex> lock(dir_mu);
+  std::lock_guard<std::mutex> lock(mu);
   std::erase(to_kill, pid);
 }
 
 void RemoveOnStop(const std::string& path) {
-  std::lock_guard<std::mutex> lock(dir_mu);
+  std::lock_guard<std::mutex> lock(mu);
   to_remove.push_back(path);
 }
 
 void ForgetRemoval(const std::string& path) {
-  std::lock_guard<std::mutex> lock(dir_mu);
+  std::lock_guard<std::mutex> lock(mu);
   std::erase(to_remove, path);
 }
 
