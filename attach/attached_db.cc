@@ -69,9 +69,12 @@ struct AttachedDB::ArenaMapping {
   // time a device buffer is seen).  Declared after `memory`: destroyed first, so that it
   // unregisters the mapping from CUDA before the mapping goes.
   std::unique_ptr<GpuIo> gpu;
-  // The address of [offset, offset + n), or nullptr when outside the mapping.
+  // The address of [offset, offset + n), or nullptr when outside the mapping (or there
+  // is none: a client passed no arena, whose requests with keys the owner refuses).
   char* At(uint64_t offset, uint64_t n) const {
-    if (offset > memory->size() || n > memory->size() - offset) return nullptr;
+    if (memory == nullptr || offset > memory->size() || n > memory->size() - offset) {
+      return nullptr;
+    }
     return memory->base() + offset;
   }
 };
@@ -233,9 +236,6 @@ Status AttachedDB::Open(Connection* conn) {
       (h.op != wire::kAttach || !wire::GetBatchStatus(&in, &owner) || !GetFixed64(&in, &size))) {
     s = Status::Corruption("malformed greeting from the owner");
   }
-  if (s.ok() && owner.ok() && !arena_fd.valid()) s = Status::Corruption("no arena was passed");
-  SharedMapping::FileId file;
-  if (s.ok() && owner.ok()) s = SharedMapping::Identify(arena_fd.get(), &file);
   if (!s.ok() || !owner.ok()) return s.ok() ? owner : Lost(conn, s.ToString());
   uint64_t timeout_ms = 0;  // sent by owners that reclaim idle reservations
   conn->reservation_timeout_ms = GetFixed64(&in, &timeout_ms) ? timeout_ms : 0;
@@ -243,6 +243,23 @@ Status AttachedDB::Open(Connection* conn) {
   if (GetFixed64(&in, &features) && (features & wire::kFeatureSpares) &&
       GetFixed64(&in, &spare_lifetime_ms)) {
     conn->spare_lifetime_ms = spare_lifetime_ms;
+  }
+  // An owner with arenas per trust boundary passes the default arena only to a client
+  // whose grant reaches it, and a namespace's arena with OPEN_ARENA (before the channel).
+  const bool arenas = (features & wire::kFeatureArenas) != 0;
+  OwnedFd namespace_arena;
+  if (arenas && !namespace_.empty()) {
+    s = OpenArena(conn, deadline, &namespace_arena, &size);
+    if (!s.ok()) return s;
+  }
+  const OwnedFd& mapped_fd = namespace_arena.valid() ? namespace_arena : arena_fd;
+  SharedMapping::FileId file;
+  if (!mapped_fd.valid() && !(arenas && size == 0)) {
+    return Lost(conn, Status::Corruption("no arena was passed").ToString());
+  }
+  if (mapped_fd.valid()) {
+    s = SharedMapping::Identify(mapped_fd.get(), &file);
+    if (!s.ok()) return Lost(conn, s.ToString());
   }
   if (features & wire::kFeatureStaging) {  // on the socket: before the channel
     s = OpenStaging(conn, deadline);
@@ -252,9 +269,34 @@ Status AttachedDB::Open(Connection* conn) {
     s = OpenChannel(conn, deadline);
     if (!s.ok()) return s;
   }
-  s = MapArena(conn, arena_fd.get(), file, size);
-  if (!s.ok() || namespace_.empty()) return s;
+  s = mapped_fd.valid() ? MapArena(conn, mapped_fd.get(), file, size) : NoArena(conn);
+  if (!s.ok() || namespace_.empty() || arenas) return s;  // OPEN_ARENA bound it
   return UseNamespace(conn);
+}
+
+Status AttachedDB::OpenArena(Connection* conn, Deadline deadline, OwnedFd* memfd, uint64_t* size) {
+  std::string meta, rest;
+  PutLengthPrefixed(&meta, namespace_);
+  Status owner;
+  Status s = RequestRegion(conn, wire::kOpenArena, deadline, memfd, &owner, &rest, meta);
+  if (!s.ok()) return Lost(conn, s.ToString());
+  if (!owner.ok()) return owner;  // the connection closes with the failed Open
+  std::string_view in(rest);
+  uint64_t ns_id = 0;
+  if (!GetFixed64(&in, &ns_id) || !GetFixed64(&in, size) || ns_id != ns::IdOf(namespace_) ||
+      !memfd->valid() || *size == 0) {
+    return Lost(conn, "malformed answer to OPEN_ARENA");
+  }
+  return Status::OK();
+}
+
+Status AttachedDB::NoArena(Connection* conn) {
+  // The owner passed no arena: the client's grant holds no namespace of the default
+  // arena, so the owner refuses every request of this handle that has keys; the
+  // namespaces it may use are opened with OpenNamespace, each with its own arena.
+  conn->arena = std::make_shared<ArenaMapping>();
+  conn->arena->gpu = std::make_unique<GpuIo>(options_, &logger_, nullptr, 0);
+  return Status::OK();
 }
 
 Status AttachedDB::UseNamespace(Connection* conn) {
@@ -298,9 +340,9 @@ Status AttachedDB::MapArena(Connection* conn, int fd, const SharedMapping::FileI
 }
 
 Status AttachedDB::RequestRegion(Connection* conn, uint8_t op, Deadline deadline, OwnedFd* memfd,
-                                 Status* owner, std::string* rest) {
+                                 Status* owner, std::string* rest, const std::string& meta) {
   const uint64_t id = ++conn->next_request;
-  Status s = SendFrame(conn->socket.get(), op, 0, id, "", {}, deadline);
+  Status s = SendFrame(conn->socket.get(), op, 0, id, meta, {}, deadline);
   int received = -1;
   if (s.ok()) s = ReceiveDescriptor(conn->socket.get(), deadline, &received);
   memfd->Reset(received);  // the caller's to close: a mapping keeps the region

@@ -206,14 +206,20 @@ class AttachedDB final : public DB {
   Status MapArena(Connection* conn, int fd, const SharedMapping::FileId& file, uint64_t size);
   // Binds conn to namespace_ (wire::kUseNamespace): the owner's refusal, or OK.
   Status UseNamespace(Connection* conn);
+  // Binds conn to namespace_ and receives the memfd of its arena (wire::kOpenArena, on
+  // the socket) into *memfd and its size into *size: the owner's refusal, or OK.
+  Status OpenArena(Connection* conn, Deadline deadline, OwnedFd* memfd, uint64_t* size);
+  // Gives conn an empty mapping: the owner passed it no arena (its grant reaches no
+  // namespace of the default arena).
+  Status NoArena(Connection* conn);
   // InvalidArgument when this is a namespace's handle: namespaces do not nest.
   Status NotNested(const char* call) const;
-  // Sends `op` on conn's socket and reads its answer there, before any channel: a memfd
-  // alongside (into *memfd; invalid when none came), the owner's status (*owner) and the
-  // rest of the answer's metadata (*rest).  A transport failure or an answer that is not
-  // op's is returned.
+  // Sends `op` (with `meta`) on conn's socket and reads its answer there, before any
+  // channel: a memfd alongside (into *memfd; invalid when none came), the owner's status
+  // (*owner) and the rest of the answer's metadata (*rest).  A transport failure or an answer that
+  // is not op's is returned.
   Status RequestRegion(Connection* conn, uint8_t op, Deadline deadline, OwnedFd* memfd,
-                       Status* owner, std::string* rest);
+                       Status* owner, std::string* rest, const std::string& meta = "");
   // Asks the owner for conn's shared channel (wire::kOpenChannel) and maps it.
   Status OpenChannel(Connection* conn, Deadline deadline);
   // Asks the owner for conn's staging window (wire::kOpenStaging) and maps it.

@@ -96,7 +96,9 @@ class LocalServer::Session {
         db_(server->db_),
         arena_(server->arena_),
         conn_(conn),
-        base_(server->arena_->arena_base()),
+        part_(server->ReachesDefaultArena(conn->grant) ? 0 : -1),
+        part_base_(part_ == 0 ? server->arena_->arena_part(0).base : nullptr),
+        part_size_(part_ == 0 ? server->arena_->arena_part(0).size : 0),
         busy_poll_(server->options_.local_busy_poll_us),
         who_("attached client pid " + std::to_string(conn->peer.pid) + " uid " +
              std::to_string(conn->peer.uid)),
@@ -299,7 +301,16 @@ class LocalServer::Session {
     return Answer(h, out);
   }
 
-  uint64_t OffsetOf(const char* p) const { return static_cast<uint64_t>(p - base_); }
+  uint64_t OffsetOf(const char* p) const { return static_cast<uint64_t>(p - part_base_); }
+  // Whether [p, p + n) lies in the arena the client maps: the one part of the arena it
+  // was passed.  Room or a value anywhere else is never shown to it.
+  bool InClientArena(const char* p, uint64_t n) const {
+    return part_base_ != nullptr && p >= part_base_ && n <= part_size_ &&
+           static_cast<uint64_t>(p - part_base_) <= part_size_ - n;
+  }
+  Status OutsideClientArena() const {
+    return Status::PermissionDenied("the value's room is outside the arena this connection maps");
+  }
 
   bool Full() const {
     return reservations_.size() + spares_.size() + leases_.size() >= kMaxHeldPerConnection;
@@ -321,6 +332,7 @@ class LocalServer::Session {
             ? arena_->ReserveSpare(view_ == nullptr ? 0 : ns::IdOf(namespace_), size, &r)
             : WithArenaKey(*key, [&](const Slice& k) { return arena_->Reserve(k, size, &r); });
     if (!s.ok()) return s.ErrorCode();
+    if (!InClientArena(r.data(), size)) return OutsideClientArena().ErrorCode();
     const uint64_t id = ++next_id_;
     *loc = {OffsetOf(r.data()), size, 0, id};
     held->emplace(id,
@@ -396,6 +408,7 @@ class LocalServer::Session {
       if (size > capacity) return TooSmall(key, size, capacity);
       s = WithArenaKey(key, [&](const Slice& k) { return arena_->Reserve(k, size, staging); });
       if (!s.ok()) return s;
+      if (!InClientArena(staging->data(), size)) return OutsideClientArena();
       std::vector<Destination> dest(1);
       dest[0].emplace_back(staging->data(), size);
       std::vector<int64_t> result;
@@ -466,6 +479,10 @@ class LocalServer::Session {
       Status s = WithArenaKey(keys[i], [&](const Slice& k) {
         return arena_->PinInMemory(k, capacities[i], &lease.handle);
       });
+      if (s.ok() && !InClientArena(lease.handle.value().data(), lease.handle.value().size())) {
+        lease.handle.Release();  // not where the client maps: read through the DB instead
+        s = Status::NotFound("");
+      }
       if (s.IsNotFound() && window_ != nullptr) {
         results[i] = TakeWindowRoom(keys[i], capacities[i], id, &lease, &locs[i]);
         if (results[i] == kLookupPinned) {
@@ -642,6 +659,10 @@ class LocalServer::Session {
   // where it was; the default namespace outside the grant binds, refusing every request
   // with keys.
   Status Bind(const std::string& name, uint64_t* id) {
+    if (name.empty() && part_ > 0) {
+      return Status::InvalidArgument(
+          "this connection maps the arena of another namespace, not the default one");
+    }
     if (name.empty()) {
       namespace_.clear();
       handle_.reset();
@@ -652,6 +673,13 @@ class LocalServer::Session {
       return Status::OK();
     }
     if (!conn_->grant.Allows(name)) return Refusal(name);
+    const uint32_t part = arena_->ArenaPartOf(ns::IdOf(name));
+    if (part_ >= 0 && static_cast<uint32_t>(part_) != part) {
+      return Status::InvalidArgument(
+          NamespaceName(name) +
+          " has an arena of its own (namespace_arenas): a connection "
+          "reaches it through OPEN_ARENA, before its channel, not USE_NAMESPACE");
+    }
     std::unique_ptr<DB> handle;
     Status s = db_->OpenNamespace(name, &handle);
     if (!s.ok()) return s;
@@ -698,6 +726,45 @@ class LocalServer::Session {
     wire::PutBatchStatus(&out, s);
     PutFixed64(&out, n);
     return Answer(h, out);
+  }
+
+  // Whether the connection holds reservations, spares or pins (all in its arena).
+  bool Holds() const { return !reservations_.empty() || !spares_.empty() || !leases_.empty(); }
+
+  // OPEN_ARENA: binds the connection to a namespace, as USE_NAMESPACE, and to the part
+  // of the arena that holds its values, whose memfd goes with the answer (on the
+  // socket).  A client granted only namespaces with arenas of their own is passed no
+  // other memory than theirs.
+  bool ServeOpenArena(const wire::FrameHeader& h, std::string_view meta) {
+    std::string_view name;
+    if (!GetLengthPrefixed(&meta, &name) || !meta.empty()) return false;
+    const std::string wanted(name);
+    const int old_part = part_;
+    part_ = -1;  // binds whatever part the namespace is in
+    uint64_t id = 0;
+    Status s = Bind(wanted, &id);
+    std::string out;
+    int memfd = -1;
+    if (s.ok()) {
+      const uint32_t part = arena_->ArenaPartOf(id);
+      const SharedArena::Part region = arena_->arena_part(part);
+      memfd = region.fd >= 0 ? dup(region.fd) : -1;
+      if (memfd < 0) {
+        s = Status::IOError("cannot pass the arena of " + NamespaceName(wanted), strerror(errno));
+      } else {
+        part_ = static_cast<int>(part);
+        part_base_ = region.base;
+        part_size_ = region.size;
+      }
+    }
+    if (!s.ok()) {
+      part_ = old_part;
+      if (s.IsPermissionDenied()) server_->Deny(who_, s);
+    }
+    wire::PutBatchStatus(&out, s);
+    PutFixed64(&out, s.ok() ? id : 0);
+    PutFixed64(&out, s.ok() ? part_size_ : 0);
+    return AnswerWithRegion(h, memfd, out);
   }
 
   bool ServeUse(const wire::FrameHeader& h, std::string_view meta) {
@@ -801,6 +868,8 @@ class LocalServer::Session {
       }
       case wire::kOpenChannel:
         return meta.empty() && channel_ == nullptr && OpenChannel(h);  // asked once
+      case wire::kOpenArena:  // on the socket, before the channel, holding nothing
+        return channel_ == nullptr && window_ == nullptr && !Holds() && ServeOpenArena(h, meta);
       case wire::kOpenStaging:  // once, on the socket: before the channel
         return meta.empty() && channel_ == nullptr && window_ == nullptr && OpenStaging(h);
       case wire::kFlush: {
@@ -844,7 +913,11 @@ class LocalServer::Session {
   DB* const db_;  // the whole DB: its default namespace, properties, namespace requests
   SharedArena* const arena_;
   Connection* const conn_;
-  const char* const base_;
+  // The part of the arena the client was passed and maps (SharedArena::arena_part):
+  // every location it is sent is an offset in it.  -1 (and no base): none yet.
+  int part_;
+  char* part_base_;
+  uint64_t part_size_;
   BusyPollPredictor busy_poll_;
   const std::string who_;  // the client, in messages
   const FigureScope figures_;  // what the grant may see of the DB's figures
@@ -1031,7 +1104,7 @@ void LocalServer::RefuseOverBudget(int fd) {
                           "(local_max_connections); raise ulimit -n";
   // A fresh socket's buffer takes the few bytes of a greeting at once; the short
   // deadline only bounds the acceptor's wait should it not.
-  SendGreeting(fd, Status::Busy(why), DeadlineIn(kOverBudgetGreetingMs));
+  SendGreeting(fd, Status::Busy(why), nullptr, DeadlineIn(kOverBudgetGreetingMs));
   uint64_t held_back = 0;
   if (!over_budget_log_.Admit(&held_back)) return;
   uid_t uid = 0;
@@ -1047,15 +1120,28 @@ void LocalServer::RefuseOverBudget(int fd) {
           std::chrono::duration_cast<std::chrono::seconds>(over_budget_log_.interval()).count()));
 }
 
-Status LocalServer::SendGreeting(int fd, const Status& s, Deadline deadline) {
-  // The arena's memfd goes with the answer only to an accepted client.
+bool LocalServer::ReachesDefaultArena(const LocalGrant& grant) const {
+  if (grant.every || arena_->arena_part_count() == 1) return true;
+  for (const std::string& name : grant.names) {
+    if (name.empty() || arena_->ArenaPartOf(ns::IdOf(name)) == 0) return true;
+  }
+  return false;
+}
+
+Status LocalServer::SendGreeting(int fd, const Status& s, const LocalGrant* grant,
+                                 Deadline deadline) {
+  // The default arena's memfd goes with the answer only to an accepted client whose
+  // grant reaches it; the others are passed their namespaces' arenas by OPEN_ARENA.
+  const bool pass = s.ok() && grant != nullptr && ReachesDefaultArena(*grant);
+  const SharedArena::Part region = arena_->arena_part(0);
   std::string meta;
   wire::PutBatchStatus(&meta, s);
-  PutFixed64(&meta, s.ok() ? arena_->arena_size() : 0);
+  PutFixed64(&meta, pass ? region.size : 0);
   PutFixed64(&meta, options_.local_reservation_timeout_ms);  // the client's copy deadline
-  PutFixed64(&meta, wire::kFeatureSpares | wire::kFeatureChannel | wire::kFeatureStaging);
+  PutFixed64(&meta, wire::kFeatureSpares | wire::kFeatureChannel | wire::kFeatureStaging |
+                        wire::kFeatureArenas);
   PutFixed64(&meta, spare_lifetime_ms());  // the copy deadline of spares
-  Status sent = SendDescriptor(fd, s.ok() ? arena_->arena_fd() : -1, deadline);
+  Status sent = SendDescriptor(fd, pass ? region.fd : -1, deadline);
   if (sent.ok()) sent = SendFrame(fd, wire::kAttach, wire::kFlagResponse, 0, meta, {}, deadline);
   return sent;
 }
@@ -1073,7 +1159,7 @@ bool LocalServer::Greet(Connection* conn) {
                   static_cast<int>(conn->peer.pid), static_cast<unsigned>(conn->peer.uid),
                   static_cast<unsigned>(conn->peer.gid), path_.c_str());
   }
-  const Status sent = SendGreeting(conn->fd, s, deadline);
+  const Status sent = SendGreeting(conn->fd, s, &conn->grant, deadline);
   // A client gone before its greeting (killed, or one that only connects) costs nothing
   // more; the acceptor closes its socket.
   if (!s.ok() || !sent.ok()) return false;

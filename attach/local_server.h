@@ -133,7 +133,11 @@ class LocalServer {
   // Greets a connection past the cap with Busy and counts it; the caller closes it.
   void RefuseOverBudget(int fd);
   // Sends the attach greeting: `s`, and when it is OK the arena's memfd and size.
-  Status SendGreeting(int fd, const Status& s, Deadline deadline);
+  // The greeting: `s`, and with an OK one the memfd of the default arena (part 0) when
+  // `grant` includes a namespace in it.
+  Status SendGreeting(int fd, const Status& s, const LocalGrant* grant, Deadline deadline);
+  // Whether `grant` lets a client use some namespace whose values are in arena part 0.
+  bool ReachesDefaultArena(const LocalGrant& grant) const;
   // On the connection's thread: checks the client's uid and greets it (the arena's
   // memfd and the attach frame).  False: refused, or gone before its greeting.
   bool Greet(Connection* conn);

@@ -62,8 +62,12 @@ Status DBImpl::Init() {
   }
 
   removal_feed_ = std::make_unique<RemovalFeed>(options_.removal_feed_capacity, env_);
+  ArenaLayout layout;  // the memory tier parses it again; an error stops Open here
+  s = ArenaLayout::Parse(options_, &layout);
+  if (!s.ok()) return s;
   namespace_usage_ = std::make_unique<NamespaceUsage>(
-      options_.memory_capacity_bytes / options_.memory_slab_size * options_.memory_slab_size);
+      options_.memory_capacity_bytes / options_.memory_slab_size * options_.memory_slab_size,
+      &layout);
   if (options_.ssd_capacity_bytes > 0) {
     s = SsdTier::Open(options_, path_, env_, &logger_, &ssd_, namespace_usage_.get());
     if (!s.ok()) return s;
@@ -97,6 +101,12 @@ Status DBImpl::Init() {
                FormatSize(memory_->arena_size()).c_str(), memory_->arena().backing(),
                memory_->arena().numa_node());
   return Status::OK();
+}
+
+SharedArena::Part DBImpl::arena_part(size_t i) const {
+  const ArenaLayout::Part& part = memory_->layout().part(i);
+  return Part{memory_->arena_base() + part.offset, part.size, memory_->arena().part_fd(i),
+              part.names};
 }
 
 Status DBImpl::Close() {

@@ -86,6 +86,11 @@ class DBImpl final : public DB, public SharedArena, public NamespaceRemovals {
   char* arena_base() const override { return memory_->arena_base(); }
   uint64_t arena_size() const override { return memory_->arena_size(); }
   int arena_fd() const override { return memory_->arena().fd(); }
+  size_t arena_part_count() const override { return memory_->layout().part_count(); }
+  Part arena_part(size_t i) const override;
+  uint32_t ArenaPartOf(uint64_t namespace_id) const override {
+    return memory_->layout().PartOfId(namespace_id);
+  }
   Status Reserve(const Slice& key, uint64_t size, MemoryTier::Reservation* reservation) override;
   Status ReserveSpare(uint64_t namespace_id, uint64_t size,
                       MemoryTier::Reservation* reservation) override;

@@ -39,37 +39,50 @@ Status MemoryTier::Create(const Options& options, Logger* logger,
                           std::atomic<uint64_t>* version_source,
                           std::unique_ptr<MemoryTier>* result) {
   result->reset();
+  ArenaLayout layout;
+  Status s = ArenaLayout::Parse(options, &layout);
+  if (!s.ok()) return s;
   NumaArena::Params params;
-  params.size = options.memory_capacity_bytes / options.memory_slab_size * options.memory_slab_size;
+  params.size = layout.total_size();
   params.huge_pages = options.use_huge_pages;
   params.prefault = options.prefault_memory;
-  // Attached clients map the arena: it must be a memfd they can receive.
+  // Attached clients map the arena: it must be a memfd they can receive, one per part,
+  // so that a client receives only the parts it may map.
   params.shared = !options.local_listen.empty();
+  if (!layout.single()) {
+    for (size_t i = 0; i < layout.part_count(); i++) params.parts.push_back(layout.part(i).size);
+  }
   std::unique_ptr<NumaArena> arena;
-  Status s = NumaArena::Create(params, logger, &arena);
+  s = NumaArena::Create(params, logger, &arena);
   if (!s.ok()) return s;
-  result->reset(new MemoryTier(options, logger, std::move(arena), version_source));
+  result->reset(
+      new MemoryTier(options, logger, std::move(arena), std::move(layout), version_source));
   return Status::OK();
 }
 
 MemoryTier::MemoryTier(const Options& options, Logger* logger, std::unique_ptr<NumaArena> arena,
-                       std::atomic<uint64_t>* version_source)
+                       ArenaLayout layout, std::atomic<uint64_t>* version_source)
     : options_(options),
       logger_(logger),
       arena_(std::move(arena)),
-      allocator_(
-          arena_->base(),
-          options.memory_capacity_bytes / options.memory_slab_size * options.memory_slab_size,
-          options.memory_slab_size),
+      layout_(std::move(layout)),
       version_source_(version_source),
       shards_(options.index_shards) {
+  const uint64_t slab = options.memory_slab_size;
+  for (uint32_t i = 0; i < layout_.part_count(); i++) {
+    const ArenaLayout::Part& part = layout_.part(i);
+    allocators_.push_back(std::make_unique<SlabAllocator>(
+        arena_->base() + part.offset, part.size, slab, static_cast<uint32_t>(part.offset / slab)));
+    if (layout_.single()) continue;
+    part_of_slab_.resize((part.offset + part.size) / slab, static_cast<uint8_t>(i));
+  }
   for (const Shard& shard : shards_) index_slot_bytes_.fetch_add(shard.index.bytes());
 }
 
 MemoryTier::~MemoryTier() = default;
 
 void MemoryTier::Unref(Item* item) {
-  if (item->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) allocator_.Free(item);
+  if (item->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) AllocatorOf(item).Free(item);
 }
 
 void MemoryTier::IndexLocked(Shard& shard, uint64_t hash, Item* item) {
@@ -88,22 +101,23 @@ void MemoryTier::UnindexLocked(Shard& shard, uint64_t hash, Item* item) {
   if (usage_ != nullptr) usage_->OfItem(*item)->Sub(item->size);
 }
 
-Item* MemoryTier::AllocateWithEviction(uint64_t size, NamespaceUsage::Slot* putter,
+Item* MemoryTier::AllocateWithEviction(uint64_t size, uint32_t part, NamespaceUsage::Slot* putter,
                                        Status* status) {
   PerfPoint perf(PerfKey::memory_allocate);
+  SlabAllocator& allocator = *allocators_[part];
   std::vector<Item*> victims;
   for (int attempt = 0; attempt < kMaxAllocationAttempts; attempt++) {
-    if (Item* item = allocator_.Allocate(size)) return item;
+    if (Item* item = allocator.Allocate(size)) return item;
     if (options_.memory_eviction == MemoryEviction::kNone) {
       rejected_puts_.fetch_add(1, std::memory_order_relaxed);
-      *status = Status::NoSpace("memory tier is full (" + FormatSize(allocator_.allocated_bytes()) +
-                                " of " + FormatSize(allocator_.capacity()) +
-                                " in use) and memory_eviction=none; value of " + FormatSize(size) +
-                                " rejected");
+      *status =
+          Status::NoSpace("memory tier is full (" + FormatSize(allocator.allocated_bytes()) +
+                          " of " + FormatSize(allocator.capacity()) + " in use" + ArenaNamed(part) +
+                          ") and memory_eviction=none; value of " + FormatSize(size) + " rejected");
       return nullptr;
     }
     victims.clear();
-    if (!PickVictims(size, putter, &victims)) break;
+    if (!PickVictims(size, part, putter, &victims)) break;
     for (Item* victim : victims) Evict(victim);
     // Victims pinned by readers free their room only when the reader is done.
     if (victims.empty() || attempt > 16) std::this_thread::yield();
@@ -112,16 +126,18 @@ Item* MemoryTier::AllocateWithEviction(uint64_t size, NamespaceUsage::Slot* putt
   *status = Status::NoSpace(
       "memory tier cannot make room for a value of " + FormatSize(size) +
       (putter != nullptr && usage_ != nullptr ? " of namespace " + usage_->NameOf(putter) : "") +
+      ArenaNamed(part) +
       ": the values that could be evicted are in use, refused by the offload tier, or of "
       "namespaces within their fair share of it");
   return nullptr;
 }
 
-bool MemoryTier::PickVictims(uint64_t size, NamespaceUsage::Slot* putter,
+bool MemoryTier::PickVictims(uint64_t size, uint32_t part, NamespaceUsage::Slot* putter,
                              std::vector<Item*>* victims) {
-  if (usage_ == nullptr) return allocator_.PickVictims(size, victims);
+  SlabAllocator& allocator = *allocators_[part];
+  if (usage_ == nullptr) return allocator.PickVictims(size, victims);
   usage_->Refresh();
-  NamespaceUsage::Slot* most = usage_->MostOver();
+  NamespaceUsage::Slot* most = usage_->MostOver(part);
   // A putter over its share pays for its room itself, and while anybody is over their
   // share, nobody within theirs pays for it: the class of the room holding no value of
   // a namespace over its share used to fall back to the coldest values -- anybody's
@@ -129,12 +145,12 @@ bool MemoryTier::PickVictims(uint64_t size, NamespaceUsage::Slot* putter,
   // the tier was full of a third one's 1 MiB values).
   const bool putter_over =
       putter != nullptr && putter->pressure.load(std::memory_order_relaxed) > 1000;
-  if (!usage_->Shared() || (most == nullptr && !putter_over)) {
-    return allocator_.PickVictims(size, victims);
+  if (!usage_->Shared(part) || (most == nullptr && !putter_over)) {
+    return allocator.PickVictims(size, victims);
   }
   // 3: the putter's own, when it is over its share; 2: the namespace most over its
   // share; 1: another over its share; 0: within it.
-  if (allocator_.PickRankedVictims(
+  if (allocator.PickRankedVictims(
           size,
           [&](const Item& item) {
             NamespaceUsage::Slot* ns = usage_->OfItem(item);
@@ -149,9 +165,9 @@ bool MemoryTier::PickVictims(uint64_t size, NamespaceUsage::Slot* putter,
   // old: when, as things are now, nobody is over, the coldest go after all.
   usage_->Refresh(/*force=*/true);
   const bool still_over =
-      usage_->MostOver() != nullptr ||
+      usage_->MostOver(part) != nullptr ||
       (putter != nullptr && putter->pressure.load(std::memory_order_relaxed) > 1000);
-  return !still_over && allocator_.PickVictims(size, victims);
+  return !still_over && allocator.PickVictims(size, victims);
 }
 
 Status MemoryTier::ChargeQuota(NamespaceUsage::Slot* ns, uint64_t size, QuotaRoom room) {
@@ -173,12 +189,14 @@ Status MemoryTier::ChargeQuota(NamespaceUsage::Slot* ns, uint64_t size, QuotaRoo
 }
 
 bool MemoryTier::MakeQuotaRoom(NamespaceUsage::Slot* ns, uint64_t size) {
+  // A namespace's values are all in its own part.
+  SlabAllocator& allocator = *allocators_[usage_->PartOf(ns)];
   std::vector<Item*> victims;
   int fruitless = 0;  // searches in a row that found none of the namespace's values
   for (int attempt = 0; attempt < kMaxAllocationAttempts; attempt++) {
     if (ns->Fits(size)) return true;
     victims.clear();
-    if (!allocator_.PickVictimWhere(
+    if (!allocator.PickVictimWhere(
             size, [&](const Item& item) { return usage_->OfItem(item) == ns; }, &victims)) {
       // Each search moves the other namespaces' values it passed out of the next one's
       // way: look again, deeper each time, before concluding there are none.
@@ -218,6 +236,7 @@ void MemoryTier::Evict(Item* victim) {
   const std::string key = victim->KeyString();
   const uint64_t hash = Hash64(key);
   Shard& shard = ShardFor(hash);
+  SlabAllocator& allocator = AllocatorOf(victim);
   if (eviction_handler_ != nullptr) {
     bool indexed;
     {
@@ -225,10 +244,10 @@ void MemoryTier::Evict(Item* victim) {
       indexed = shard.index.Contains(hash, victim);
     }
     if (indexed && !eviction_handler_->OnEvict(Slice(key.data(), key.size()),
-                                               Slice(allocator_.DataOf(victim), victim->size),
+                                               Slice(allocator.DataOf(victim), victim->size),
                                                victim->version)) {
       eviction_refusals_.fetch_add(1, std::memory_order_relaxed);
-      allocator_.Touch(victim);  // keep it, and look elsewhere next time
+      allocator.Touch(victim);  // keep it, and look elsewhere next time
       Unref(victim);
       return;
     }
@@ -280,10 +299,12 @@ Status MemoryTier::Reserve(const Slice& key, uint64_t size, QuotaRoom room,
 Status MemoryTier::ReserveRoom(const Slice& key, uint64_t size, QuotaRoom room, bool charge,
                                Reservation* reservation) {
   reservation->Abandon();
-  if (size > allocator_.capacity() || size > Item::kMaxSize) {
+  const uint32_t part = layout_.PartOfKey(key.view());
+  const uint64_t capacity = allocators_[part]->capacity();
+  if (size > capacity || size > Item::kMaxSize) {
     return Status::InvalidArgument(
         "value of " + FormatSize(size) + " is larger than the memory tier (" +
-        FormatSize(std::min(allocator_.capacity(), Item::kMaxSize)) + ")");
+        FormatSize(std::min(capacity, Item::kMaxSize)) + ArenaNamed(part) + ")");
   }
   // Charged before the room is made: the namespace's own values make room for it first,
   // before any other's are evicted, and its reservations count while room is made.
@@ -294,7 +315,7 @@ Status MemoryTier::ReserveRoom(const Slice& key, uint64_t size, QuotaRoom room, 
     if (!s.ok()) return s;
   }
   Status s;
-  Item* item = AllocateWithEviction(size, ns, &s);
+  Item* item = AllocateWithEviction(size, part, ns, &s);
   if (item == nullptr) {
     if (charged != nullptr) charged->Unreserve(size);
     return s;
@@ -330,6 +351,14 @@ Status MemoryTier::Put(const Slice& key, std::span<const Slice> parts, uint64_t 
 
 Status MemoryTier::Commit(const Slice& key, Reservation* reservation, uint64_t* version,
                           const VersionHook& published) {
+  // Room in one part is never published under a key of another: that would put a
+  // namespace's value where clients of another trust boundary map it.
+  if (reservation->valid() && reservation->part() != layout_.PartOfKey(key.view())) {
+    return Status::InvalidArgument("the slot was reserved in the arena of " +
+                                   layout_.part(reservation->part()).names +
+                                   ", not in the arena of the key's namespace (" +
+                                   layout_.part(layout_.PartOfKey(key.view())).names + ")");
+  }
   // A reservation made for another namespace (a spare of a connection that has since
   // changed namespace) is charged to key's now, making room there as a put would.
   if (usage_ != nullptr && reservation->valid() && key.size() <= Item::kMaxKeySize) {
@@ -355,7 +384,8 @@ Status MemoryTier::CommitWithinQuota(const Slice& key, uint64_t hash, Reservatio
   NamespaceUsage::Slot* charged = reservation->charged_;
   reservation->item_ = nullptr;  // its reference is the index's from here on
   reservation->charged_ = nullptr;
-  allocator_.SetKey(item, key.view());
+  SlabAllocator& allocator = AllocatorOf(item);
+  allocator.SetKey(item, key.view());
 
   Item* replaced = nullptr;
   {
@@ -371,7 +401,7 @@ Status MemoryTier::CommitWithinQuota(const Slice& key, uint64_t hash, Reservatio
     if (version != nullptr) *version = item->version;
     // Linked while the shard lock is held so a concurrent delete cannot free the item
     // before it is in the LRU.
-    allocator_.Touch(item);
+    allocator.Touch(item);
     if (published) published(item->version);
   }
   if (replaced != nullptr) Unref(replaced);
@@ -414,19 +444,20 @@ bool MemoryTier::Pin(const Slice& key, bool wait, Handle* handle) {
     item->refs.fetch_add(1, std::memory_order_relaxed);
   }
   lookup_hits_.fetch_add(1, std::memory_order_relaxed);
-  allocator_.Touch(item);
+  AllocatorOf(item).Touch(item);
   handle->tier_ = this;
   handle->item_ = item;
   return true;
 }
 
 void MemoryTier::PrefetchForRead(const Item* item) const {
-  const char* data = allocator_.DataOf(item);
+  const SlabAllocator& allocator = AllocatorOf(item);
+  const char* data = allocator.DataOf(item);
   const uint64_t n = std::min<uint64_t>(item->size, kPrefetchValueBytes);
   for (uint64_t off = 0; off < n; off += 64) __builtin_prefetch(data + off);
   // The links Touch rewrites, for writing.  Read without the allocator's mutex they may
   // be stale (db/item.h); a prefetch of a stale address is only a wasted one.
-  if (!allocator_.WillRelink(item)) return;  // Touch will not write them
+  if (!allocator.WillRelink(item)) return;  // Touch will not write them
   const Item* prev = item->LruPrev();
   const Item* next = item->lru_next.load(std::memory_order_relaxed);
   if (prev != nullptr) __builtin_prefetch(&prev->lru_next, 1);
@@ -538,7 +569,7 @@ void MemoryTier::BatchLookup(std::span<const Slice> keys, std::vector<Handle>* h
     if (h.valid()) PrefetchForRead(h.item_);
   }
   for (const Handle& h : *handles) {
-    if (h.valid()) allocator_.Touch(h.item_);
+    if (h.valid()) AllocatorOf(h.item_).Touch(h.item_);
   }
 }
 
@@ -567,7 +598,9 @@ bool MemoryTier::Erase(const Slice& key, const CheckHook& also, bool* in_memory)
 
 bool MemoryTier::Insert(const Slice& key, std::span<const Slice> parts, uint64_t size,
                         uint64_t version, const CheckHook& still_valid) {
-  if (size > allocator_.capacity() || size > Item::kMaxSize || key.size() > Item::kMaxKeySize) {
+  const uint32_t part = layout_.PartOfKey(key.view());
+  SlabAllocator& allocator = *allocators_[part];
+  if (size > allocator.capacity() || size > Item::kMaxSize || key.size() > Item::kMaxKeySize) {
     return false;
   }
   // A promotion never pushes its namespace over its quota: charged as a reservation
@@ -575,13 +608,13 @@ bool MemoryTier::Insert(const Slice& key, std::span<const Slice> parts, uint64_t
   NamespaceUsage::Slot* ns = usage_ != nullptr ? usage_->Of(key.view()) : nullptr;
   if (ns != nullptr && !ns->TryReserve(size)) return false;
   Status ignored;
-  Item* item = AllocateWithEviction(size, ns, &ignored);
+  Item* item = AllocateWithEviction(size, part, ns, &ignored);
   if (item == nullptr) {  // no room: the value stays where it is
     if (ns != nullptr) ns->Unreserve(size);
     return false;
   }
-  GatherCopy(parts, size, allocator_.DataOf(item));
-  allocator_.SetKey(item, key.view());
+  GatherCopy(parts, size, allocator.DataOf(item));
+  allocator.SetKey(item, key.view());
   const uint64_t hash = Hash64(key.view());
   item->size = size;
   item->refs.store(1, std::memory_order_relaxed);
@@ -592,7 +625,7 @@ bool MemoryTier::Insert(const Slice& key, std::span<const Slice> parts, uint64_t
       item->version = version;
       IndexLocked(shard, hash, item);
       if (ns != nullptr) ns->Unreserve(size);
-      allocator_.Touch(item);
+      allocator.Touch(item);
       return true;
     }
   }
@@ -634,17 +667,30 @@ MemoryTier::Stats MemoryTier::GetStats() const {
   Stats s;
   s.items = items_.load(std::memory_order_relaxed);
   s.value_bytes = value_bytes_.load(std::memory_order_relaxed);
-  s.allocated_bytes = allocator_.allocated_bytes();
-  s.capacity_bytes = allocator_.capacity();
+  for (const auto& allocator : allocators_) {
+    s.allocated_bytes += allocator->allocated_bytes();
+    s.capacity_bytes += allocator->capacity();
+    s.index_bytes += allocator->item_array_bytes();
+    s.key_arena_bytes += allocator->key_arena_bytes();
+  }
   s.evictions = evictions_.load(std::memory_order_relaxed);
   s.evicted_bytes = evicted_bytes_.load(std::memory_order_relaxed);
   s.eviction_refusals = eviction_refusals_.load(std::memory_order_relaxed);
   s.rejected_puts = rejected_puts_.load(std::memory_order_relaxed);
   s.lookup_hits = lookup_hits_.load(std::memory_order_relaxed);
   s.lookup_misses = lookup_misses_.load(std::memory_order_relaxed);
-  s.index_bytes = allocator_.item_array_bytes() + index_slot_bytes_.load(std::memory_order_relaxed);
-  s.key_arena_bytes = allocator_.key_arena_bytes();
+  s.index_bytes += index_slot_bytes_.load(std::memory_order_relaxed);
   return s;
+}
+
+void MemoryTier::PartUsage(uint32_t part, uint64_t* allocated_bytes,
+                           uint64_t* capacity_bytes) const {
+  *allocated_bytes = allocators_[part]->allocated_bytes();
+  *capacity_bytes = allocators_[part]->capacity();
+}
+
+std::string MemoryTier::ArenaNamed(uint32_t part) const {
+  return layout_.single() ? "" : " in the arena of " + layout_.part(part).names;
 }
 
 }  // namespace kvengine

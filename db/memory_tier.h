@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "db/arena_layout.h"
 #include "db/item.h"
 #include "db/key_index.h"
 #include "db/namespace_usage.h"
@@ -78,7 +79,7 @@ class MemoryTier {
       other.item_ = nullptr;
     }
     bool valid() const { return item_ != nullptr; }
-    Slice value() const { return Slice(tier_->allocator_.DataOf(item_), item_->size); }
+    Slice value() const { return Slice(tier_->AllocatorOf(item_).DataOf(item_), item_->size); }
     uint64_t version() const { return item_->version; }
     void Release();
 
@@ -117,7 +118,9 @@ class MemoryTier {
       return *this;
     }
     bool valid() const { return item_ != nullptr; }
-    char* data() const { return tier_->allocator_.DataOf(item_); }
+    char* data() const { return tier_->AllocatorOf(item_).DataOf(item_); }
+    // The arena part the room is in (db/arena_layout.h).
+    uint32_t part() const { return tier_->PartOf(item_); }
     uint64_t size() const { return item_->size; }
     // Gives the room back, and its namespace's charge (no-op when already committed or
     // abandoned).
@@ -232,6 +235,10 @@ class MemoryTier {
   char* arena_base() const { return arena_->base(); }
   size_t arena_size() const { return arena_->size(); }
   const NumaArena& arena() const { return *arena_; }
+  // How the arena is cut into arenas per trust boundary (Options::namespace_arenas).
+  const ArenaLayout& layout() const { return layout_; }
+  // What part `part` of the arena holds: its capacity and the room handed out there.
+  void PartUsage(uint32_t part, uint64_t* allocated_bytes, uint64_t* capacity_bytes) const;
 
  private:
   struct Shard {
@@ -240,7 +247,12 @@ class MemoryTier {
   };
 
   MemoryTier(const Options& options, Logger* logger, std::unique_ptr<NumaArena> arena,
-             std::atomic<uint64_t>* version_source);
+             ArenaLayout layout, std::atomic<uint64_t>* version_source);
+  // The part of the arena an item's room is in, and the allocator that placed it.
+  uint32_t PartOf(const Item* item) const {
+    return allocators_.size() == 1 ? 0 : part_of_slab_[item->slab];
+  }
+  SlabAllocator& AllocatorOf(const Item* item) const { return *allocators_[PartOf(item)]; }
   // Hash64 of the key: its low bits choose the shard, its high bits the slot there.
   Shard& ShardFor(uint64_t hash) { return shards_[hash % shards_.size()]; }
   // Finds every key of `keys` at once and calls found(i, item) for each keys[i] that is
@@ -249,14 +261,17 @@ class MemoryTier {
   // misses overlap, each stage locking each shard of the wave once (one at a time).
   template <typename Fn>
   void ProbeBatch(std::span<const Slice> keys, Fn&& found);
-  // Allocates room for `size` bytes, evicting to make it; `putter` is the namespace the
-  // room is for (null: none known).
-  Item* AllocateWithEviction(uint64_t size, NamespaceUsage::Slot* putter, Status* status);
+  // Allocates room for `size` bytes in arena part `part`, evicting there to make it;
+  // `putter` is the namespace the room is for (null: none known).
+  Item* AllocateWithEviction(uint64_t size, uint32_t part, NamespaceUsage::Slot* putter,
+                             Status* status);
   // Picks the victims of one eviction round for room of `size`: by recency, or, while
   // several namespaces hold values, from the namespaces over their fair share first --
   // the putter's own first when it is over its share, and then never a namespace within
   // its share (false rather than one of those: the put fails NoSpace).
-  bool PickVictims(uint64_t size, NamespaceUsage::Slot* putter, std::vector<Item*>* victims);
+  // Only values of arena part `part` are candidates: each part evicts within itself.
+  bool PickVictims(uint64_t size, uint32_t part, NamespaceUsage::Slot* putter,
+                   std::vector<Item*>* victims);
   // Charges `size` bytes of reservation to `ns` within its memory quota, evicting its
   // own coldest values first when `room` allows.  NoSpace naming the namespace and its
   // quota, counted and logged, when it cannot.
@@ -272,6 +287,8 @@ class MemoryTier {
   // Commit, once the reservation is charged to key's namespace; `hash` is Hash64(key).
   Status CommitWithinQuota(const Slice& key, uint64_t hash, Reservation* reservation,
                            uint64_t* version, const VersionHook& published);
+  // " in the arena of NAMES" when the layout has several parts, for messages; else "".
+  std::string ArenaNamed(uint32_t part) const;
   // Lookup, or TryLookup when !wait.
   bool Pin(const Slice& key, bool wait, Handle* handle);
   void Evict(Item* victim);
@@ -289,7 +306,10 @@ class MemoryTier {
   const Options options_;
   Logger* const logger_;
   std::unique_ptr<NumaArena> arena_;
-  SlabAllocator allocator_;
+  const ArenaLayout layout_;
+  // One allocator per part of the layout, over that part's slabs.
+  std::vector<std::unique_ptr<SlabAllocator>> allocators_;
+  std::vector<uint8_t> part_of_slab_;  // by Item::slab, when there are several parts
   std::atomic<uint64_t>* const version_source_;
   std::vector<Shard> shards_;
   EvictionHandler* eviction_handler_ = nullptr;

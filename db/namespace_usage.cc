@@ -28,8 +28,9 @@ std::string IdName(uint64_t id) {
 }
 }  // namespace
 
-NamespaceUsage::NamespaceUsage(uint64_t memory_capacity)
+NamespaceUsage::NamespaceUsage(uint64_t memory_capacity, const ArenaLayout* layout)
     : capacity_(memory_capacity),
+      layout_(layout != nullptr ? *layout : ArenaLayout::Single(memory_capacity)),
       slots_(new Slot[kSlots]),
       claimed_(new std::atomic<Slot*>[kSlots + 1]) {
   for (size_t i = 0; i <= kSlots; i++) claimed_[i].store(nullptr, std::memory_order_relaxed);
@@ -110,39 +111,45 @@ void NamespaceUsage::Refresh(bool force) {
   }
   MutexLock l(&refresh_mu_, std::adopt_lock);
   last_refresh_nanos_.store(now, std::memory_order_relaxed);
-  // The fair share of a namespace holding something -- values or reservations -- the
-  // tier split by weight among those that do.
-  uint64_t total_weight = 0;
-  uint32_t active = 0;
+  // The fair share of a namespace holding something -- values or reservations -- its
+  // arena split by weight among those of the arena that do (the whole tier, when it is
+  // one arena).
+  constexpr size_t kParts = ArenaLayout::kMaxNamedParts + 1;
+  uint64_t total_weight[kParts] = {};
+  uint32_t active[kParts] = {};
   auto visit = [&](auto&& fn) {
-    fn(default_);
-    fn(other_);
-    ForEachUsed([&](const Slot& slot) { fn(const_cast<Slot&>(slot)); });
+    fn(default_, 0u);
+    fn(other_, 0u);
+    ForEachUsed([&](const Slot& slot) { fn(const_cast<Slot&>(slot), PartOf(&slot)); });
   };
-  visit([&](Slot& slot) {
+  visit([&](Slot& slot, uint32_t part) {
     if (slot.Held() == 0) return;
-    total_weight += slot.weight.load(std::memory_order_relaxed);
-    active++;
+    total_weight[part] += slot.weight.load(std::memory_order_relaxed);
+    active[part]++;
   });
-  active_.store(active, std::memory_order_relaxed);
-  Slot* most = nullptr;
-  uint32_t most_pressure = 1000;  // only a namespace over its share is "most over"
-  visit([&](Slot& slot) {
+  Slot* most[kParts] = {};
+  uint32_t most_pressure[kParts];  // only a namespace over its share is "most over"
+  for (size_t p = 0; p < kParts; p++) most_pressure[p] = 1000;
+  visit([&](Slot& slot, uint32_t part) {
     const uint64_t bytes = slot.Held();
+    const uint64_t capacity = layout_.single() ? capacity_ : layout_.part(part).size;
     uint32_t pressure = 0;
-    if (bytes != 0 && total_weight != 0 && capacity_ != 0) {
-      const double share = static_cast<double>(capacity_) *
-                           slot.weight.load(std::memory_order_relaxed) / total_weight;
+    if (bytes != 0 && total_weight[part] != 0 && capacity != 0) {
+      const double share = static_cast<double>(capacity) *
+                           slot.weight.load(std::memory_order_relaxed) / total_weight[part];
       const double p = 1000.0 * static_cast<double>(bytes) / share;
       pressure = p > 4e9 ? 4000000000u : static_cast<uint32_t>(p);
     }
     slot.pressure.store(pressure, std::memory_order_relaxed);
-    if (pressure > most_pressure) {
-      most_pressure = pressure;
-      most = &slot;
+    if (pressure > most_pressure[part]) {
+      most_pressure[part] = pressure;
+      most[part] = &slot;
     }
   });
-  most_over_.store(most, std::memory_order_relaxed);
+  for (size_t p = 0; p < kParts; p++) {
+    active_[p].store(active[p], std::memory_order_relaxed);
+    most_over_[p].store(most[p], std::memory_order_relaxed);
+  }
 }
 
 NamespaceUsage::Report NamespaceUsage::ReportOf(const Slot& slot, std::string name) const {

@@ -45,6 +45,7 @@
 #include <string_view>
 #include <vector>
 
+#include "db/arena_layout.h"
 #include "util/mutex.h"
 #include "util/namespace_key.h"
 #include "util/thread_annotations.h"
@@ -141,8 +142,10 @@ class NamespaceUsage {
 #undef KV_NS_REPORT_FIELD
   };
 
-  // `memory_capacity`: the bytes of the memory tier that fair shares divide.
-  explicit NamespaceUsage(uint64_t memory_capacity);
+  // `memory_capacity`: the bytes of the memory tier that fair shares divide.  With a
+  // `layout` of several arenas (Options::namespace_arenas) each arena's capacity is
+  // divided among its own namespaces instead: they evict only one another.
+  explicit NamespaceUsage(uint64_t memory_capacity, const ArenaLayout* layout = nullptr);
   NamespaceUsage(const NamespaceUsage&) = delete;
   NamespaceUsage& operator=(const NamespaceUsage&) = delete;
 
@@ -179,9 +182,17 @@ class NamespaceUsage {
   bool AnyMemoryQuota() const { return memory_quotas_.load(std::memory_order_relaxed); }
   // Whether more than one namespace holds values or reservations: only then is fairness
   // a question (the default namespace alone evicts by plain recency).
-  bool Shared() const { return active_.load(std::memory_order_relaxed) > 1; }
-  // The slot most over its fair share at the last Refresh (null: none over).
-  Slot* MostOver() const { return most_over_.load(std::memory_order_relaxed); }
+  // Per arena part (db/arena_layout.h): only its namespaces share it.
+  bool Shared(uint32_t part = 0) const { return active_[part].load(std::memory_order_relaxed) > 1; }
+  // The slot of arena part `part` most over its fair share at the last Refresh (null:
+  // none over).
+  Slot* MostOver(uint32_t part = 0) const {
+    return most_over_[part].load(std::memory_order_relaxed);
+  }
+  // The arena part holding the values of the namespace of `slot`.
+  uint32_t PartOf(const Slot* slot) const {
+    return layout_.single() ? 0 : layout_.PartOfId(slot->id.load(std::memory_order_relaxed));
+  }
 
   // The name `slot` is reported by: "default", a registered name, "id:<hex>" or "other".
   std::string NameOf(const Slot* slot) const EXCLUDES(names_mu_);
@@ -200,6 +211,7 @@ class NamespaceUsage {
   void ForEachUsed(Fn&& fn) const;
 
   const uint64_t capacity_;
+  const ArenaLayout layout_;  // a single part unless the tier is cut into arenas
   Slot default_;
   Slot other_;  // namespaces beyond kSlots
   std::unique_ptr<Slot[]> slots_;
@@ -207,9 +219,10 @@ class NamespaceUsage {
   std::unique_ptr<std::atomic<Slot*>[]> claimed_;
   std::atomic<size_t> used_{0};
   std::atomic<int64_t> last_refresh_nanos_{0};
-  std::atomic<uint32_t> active_{0};
+  // Per arena part.
+  std::atomic<uint32_t> active_[ArenaLayout::kMaxNamedParts + 1] = {};
+  std::atomic<Slot*> most_over_[ArenaLayout::kMaxNamedParts + 1] = {};
   std::atomic<bool> memory_quotas_{false};
-  std::atomic<Slot*> most_over_{nullptr};
 
   Mutex refresh_mu_;
   mutable Mutex names_mu_;

@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "db/memory_tier.h"
@@ -40,12 +41,31 @@ class SharedArena {
  public:
   virtual ~SharedArena() = default;
 
+  // One of the arenas the memory is cut into, one per trust boundary
+  // (Options::namespace_arenas, db/arena_layout.h): its place in the arena, the memfd
+  // behind it (-1 without local_listen) and the namespaces it holds, for messages.
+  struct Part {
+    char* base = nullptr;
+    uint64_t size = 0;
+    int fd = -1;
+    std::string names;
+  };
+
   // Where the arena is: its first byte and its size (locations sent to clients are
   // offsets from arena_base()), and the memfd behind it, which clients map (owned by
   // the arena; -1 when the DB was opened without Options::local_listen).
   virtual char* arena_base() const = 0;
   virtual uint64_t arena_size() const = 0;
   virtual int arena_fd() const = 0;
+
+  // The arena's parts: part 0 holds the default namespace and every namespace that has
+  // no part of its own; a client is passed only the memfds of the parts whose
+  // namespaces its grant includes.  One part, the whole arena, unless the DB was opened
+  // with namespace_arenas.
+  virtual size_t arena_part_count() const = 0;
+  virtual Part arena_part(size_t i) const = 0;
+  // The part holding namespace `namespace_id`'s values (0: the default namespace).
+  virtual uint32_t ArenaPartOf(uint64_t namespace_id) const = 0;
 
   // Reserves room for a value of `size` bytes in the arena, invisible to every reader,
   // evicting as a put would.  `key` is the key whose value the room is for, checked as
@@ -94,6 +114,11 @@ class StackableArena : public SharedArena {
   char* arena_base() const override { return below_->arena_base(); }
   uint64_t arena_size() const override { return below_->arena_size(); }
   int arena_fd() const override { return below_->arena_fd(); }
+  size_t arena_part_count() const override { return below_->arena_part_count(); }
+  Part arena_part(size_t i) const override { return below_->arena_part(i); }
+  uint32_t ArenaPartOf(uint64_t namespace_id) const override {
+    return below_->ArenaPartOf(namespace_id);
+  }
   Status Reserve(const Slice& key, uint64_t size, MemoryTier::Reservation* reservation) override {
     return below_->Reserve(key, size, reservation);
   }

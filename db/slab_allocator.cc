@@ -64,9 +64,12 @@ struct SlabAllocator::Slab {
   uint64_t last_touch = 0;   // touch_clock_ at the last allocation or read
 };
 
-SlabAllocator::SlabAllocator(char* base, uint64_t capacity, uint64_t slab_size)
-    : base_(base), slab_size_(slab_size), num_slabs_(capacity / slab_size) {
-  assert(num_slabs_ <= Item::kMaxSlabs);  // Options::Validate: at most 16M slabs
+SlabAllocator::SlabAllocator(char* base, uint64_t capacity, uint64_t slab_size, uint32_t first_slab)
+    : base_(base),
+      slab_size_(slab_size),
+      num_slabs_(capacity / slab_size),
+      first_slab_(first_slab) {
+  assert(first_slab_ + num_slabs_ <= Item::kMaxSlabs);  // Options::Validate: at most 16M slabs
   // Geometric classes (x1.25) for a bounded waste, plus every power of two because
   // KV-cache blocks usually are one.
   std::vector<uint64_t> sizes;
@@ -194,7 +197,7 @@ Item* SlabAllocator::AllocateInClass(int cls) {
   allocated_bytes_ += c.size;
 
   Item* item = &slab.items[slot];
-  item->slab = slab_index;
+  item->slab = first_slab_ + slab_index;
   item->size_class = static_cast<uint32_t>(cls);
   item->refs.store(0, std::memory_order_relaxed);
   return item;
@@ -229,7 +232,7 @@ Item* SlabAllocator::AllocateRun(uint64_t slab_count) {
   allocated_bytes_ += slab_count * slab_size_;
 
   Item* item = &head.items[0];
-  item->slab = static_cast<uint32_t>(run_start);
+  item->slab = first_slab_ + static_cast<uint32_t>(run_start);
   item->size_class = static_cast<uint32_t>(run_class);
   item->refs.store(0, std::memory_order_relaxed);
   return item;
@@ -264,9 +267,10 @@ void SlabAllocator::ReleaseSlab(uint32_t index) {
 }
 
 char* SlabAllocator::DataOf(const Item* item) const {
-  char* slab_base = base_ + static_cast<uint64_t>(item->slab) * slab_size_;
+  const uint32_t index = item->slab - first_slab_;
+  char* slab_base = base_ + static_cast<uint64_t>(index) * slab_size_;
   if (item->size_class == class_sizes_.size()) return slab_base;  // a run: slot 0
-  const uint64_t slot = static_cast<uint64_t>(item - slabs_[item->slab].items);
+  const uint64_t slot = static_cast<uint64_t>(item - slabs_[index].items);
   return slab_base + slot * class_sizes_[item->size_class];
 }
 
@@ -315,7 +319,7 @@ void SlabAllocator::Free(Item* item) {
   Unlink(item);
   keys_.Free(item->KeyRest(), Item::RestSize(item->StoredKeySize()));
   item->ClearKey();
-  const uint32_t index = item->slab;
+  const uint32_t index = item->slab - first_slab_;
   Slab& slab = slabs_[index];
   if (slab.cls == static_cast<int>(class_sizes_.size())) {  // a run
     const uint64_t length = slab.run_length;
@@ -372,7 +376,7 @@ void SlabAllocator::RelinkHot(Item* item) {
     c.relinks = 0;
     c.epoch.store((epoch + 1) & Item::kEpochMask, std::memory_order_relaxed);
   }
-  slabs_[item->slab].last_touch = ++touch_clock_;
+  slabs_[item->slab - first_slab_].last_touch = ++touch_clock_;
 }
 
 void SlabAllocator::PinAndCollect(Item* item, std::vector<Item*>* victims) {

@@ -31,10 +31,12 @@ namespace kvengine {
 
 class SlabAllocator {
  public:
-  // Manages [base, base + capacity), capacity rounded down to whole slabs.
+  // Manages [base, base + capacity), capacity rounded down to whole slabs, numbering its
+  // slabs (Item::slab) from `first_slab`: the memory tier cuts its arena into parts of
+  // an allocator each (db/arena_layout.h), and tells an item's part from its slab.
   // REQUIRES: slab_size is a power of two >= 64 KiB, base is page-aligned and
   // capacity >= slab_size.
-  SlabAllocator(char* base, uint64_t capacity, uint64_t slab_size);
+  SlabAllocator(char* base, uint64_t capacity, uint64_t slab_size, uint32_t first_slab = 0);
   ~SlabAllocator();
   SlabAllocator(const SlabAllocator&) = delete;
   SlabAllocator& operator=(const SlabAllocator&) = delete;
@@ -92,6 +94,7 @@ class SlabAllocator {
   static constexpr size_t kRankScan = 512;
 
   uint64_t slab_size() const { return slab_size_; }
+  char* base() const { return base_; }
   uint64_t capacity() const { return num_slabs_ * slab_size_; }
   // The room a value of `size` takes (its class size, or its run of slabs).
   uint64_t AllocationSize(uint64_t size) const;
@@ -138,6 +141,7 @@ class SlabAllocator {
   char* const base_;
   const uint64_t slab_size_;
   const uint64_t num_slabs_;
+  const uint32_t first_slab_;  // Item::slab of the first slab
   std::vector<uint64_t> class_sizes_;
 
   mutable Mutex mu_;

@@ -193,6 +193,13 @@ DEFINE_bool(compare_namespace, false,
             "--options), the second used through the handle of a namespace "
             "(DB::CreateNamespace: every key carries its 9-byte prefix), and print the ratio "
             "kvengine+ns/kvengine per benchmark, both measured in this run");
+DEFINE_bool(compare_arenas, false,
+            "With --attach (its own owner child): run every kvengine benchmark on two "
+            "attached DBs, each used through namespace 'bench', the first's values in the one "
+            "shared arena, the second's in an arena of their own (namespace_arenas=bench=--memory, "
+            "the owner's tier 16 MiB larger for the default arena: docs/attach.md, \"An arena "
+            "per trust boundary\"), and print the ratio attached+arena/attached+ns per "
+            "benchmark, both measured in this run");
 DEFINE_uint64(repeat, 1,
               "Run the whole --benchmarks list this many times, one round after another, then "
               "print each figure's median over the rounds (ops/sec, the ratio to its baseline, "
@@ -642,6 +649,13 @@ const FlagRule kSetupRules[] = {
               (FLAGS_attach.empty() && !FLAGS_compare_removal_feed && FLAGS_engine == "kvengine");
      },
      "only with --engine=kvengine, and not with --attach or --compare_removal_feed"},
+    {"compare_arenas",
+     [](const Resolved&) {
+       return !FLAGS_compare_arenas || (FLAGS_attach == kAttachOwnChild &&
+                                        !FLAGS_compare_in_process && !FLAGS_compare_namespace);
+     },
+     "only with --attach alone (an owner child kv_bench starts), and not with "
+     "--compare_in_process or --compare_namespace"},
     {"repeat", [](const Resolved&) { return InRange<uint64_t>(FLAGS_repeat, 1, 1000); },
      "must be in [1, 1000]"},
 };
@@ -750,6 +764,8 @@ void CopyCheckedFlags(BenchConfig* c) {
   if (c->compare_removal_feed) c->engines = {"kvengine", "kvengine+feed"};
   c->compare_namespace = FLAGS_compare_namespace;
   if (c->compare_namespace) c->engines = {"kvengine", "kvengine+ns"};
+  c->compare_arenas = FLAGS_compare_arenas;
+  if (c->compare_arenas) c->engines = {"attached+ns", "attached+arena"};
   c->repeat = FLAGS_repeat;
   c->auth_token_file = FLAGS_auth_token_file;
   c->ns_cold_keys = FLAGS_ns_cold_keys;

@@ -57,6 +57,7 @@ struct BenchConfig {
   std::string attach;
   bool compare_in_process = false;    // --attach: an in-process kvengine beside the attached one
   bool compare_namespace = false;     // a kvengine used through a namespace, beside one
+  bool compare_arenas = false;  // --attach: a namespace in its own arena, beside one in the shared
   bool compare_removal_feed = false;  // a kvengine whose removal feed is read, beside one
   uint64_t repeat = 1;                // rounds of the whole benchmark list
   std::string failover_member;        // cluster_failover: HOST:PORT of the member to kill

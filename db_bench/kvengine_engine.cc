@@ -268,6 +268,7 @@ class KvengineEngine : public Engine {
       if (!set.ok()) return set;
     }
     Status s = kvengine::DB::Attach(options, socket, &db_);
+    if (s.ok() && !config.namespace_name.empty()) s = OpenNamespace(config.namespace_name);
     if (!s.ok()) return s;
     notes_.push_back("kvengine: attached to " + socket +
                      (owner_

@@ -232,6 +232,17 @@ bool Suite::OpenSlot(Slot* slot, std::string* error, bool reopen) {
   if (slot->name == (c_.compare_in_process ? "attached" : "kvengine")) ec.attach = c_.attach;
   ec.removal_feed_reader = slot->name == "kvengine+feed";
   if (slot->name == "kvengine+ns") ec.namespace_name = "bench";
+  if (c_.compare_arenas) {  // both attached, through namespace "bench"
+    ec.attach = c_.attach;
+    ec.namespace_name = "bench";
+    if (slot->name == "attached+arena") {
+      // The namespace's arena as large as the other's whole tier; the default arena
+      // beside it.
+      ec.kvengine_options.emplace_back("namespace_arenas",
+                                       "bench=" + std::to_string(ec.memory_budget));
+      ec.memory_budget += 16ull << 20;
+    }
+  }
   Status s = slot->engine->Open(ec);
   if (!s.ok()) {
     *error = "cannot open " + slot->name + (slot->path.empty() ? "" : " in " + slot->path) + ": " +
@@ -571,8 +582,8 @@ void Suite::RunRound(uint64_t round, uint64_t* salt_counter) {
     if (per_engine.size() == 2) {
       // The attached engine over the in-process one, the one whose removal feed is read
       // (or that is used through a namespace) over the other; kvengine over RocksDB.
-      const bool attached =
-          c_.compare_in_process || c_.compare_removal_feed || c_.compare_namespace;
+      const bool attached = c_.compare_in_process || c_.compare_removal_feed ||
+                            c_.compare_namespace || c_.compare_arenas;
       const Result& a = per_engine[attached ? 1 : 0];
       const Result& b = per_engine[attached ? 0 : 1];
       if (c_.json) {

@@ -83,6 +83,12 @@ enum Op : uint8_t {
   // kOpenChannel): the connection's staging window, where the owner reads the values of
   // its PINs that are not in memory; owners with kFeatureStaging.
   kOpenStaging = 47,
+  // name -> status, fixed64 namespace id, fixed64 arena size, with the memfd of the
+  // namespace's arena alongside (on the socket, before kOpenStaging and kOpenChannel):
+  // binds the connection to the namespace, as kUseNamespace, and to its arena
+  // (Options::namespace_arenas; docs/attach.md, "An arena per trust boundary"), whose
+  // offsets its locations are from then on; owners with kFeatureArenas.
+  kOpenArena = 48,
 };
 // A PIN's answer on a connection with a staging window: a location whose version field
 // is kPinInWindow is an offset in the window, not in the arena; the result kPinLater
@@ -93,6 +99,9 @@ inline constexpr int64_t kPinLater = 2;
 constexpr uint64_t kFeatureSpares = 1;   // kCommitReserve
 constexpr uint64_t kFeatureChannel = 2;  // kOpenChannel
 constexpr uint64_t kFeatureStaging = 4;  // kOpenStaging
+// kOpenArena; the greeting passes the default arena only to clients whose grant includes
+// a namespace in it (else no memfd, and an arena size of 0).
+constexpr uint64_t kFeatureArenas = 8;
 // A server answers a well-formed frame carrying an op it does not know with
 // NotSupported and keeps the connection; servers built before ops 11 and 12 existed
 // close the connection instead (the client reports that as IOError).

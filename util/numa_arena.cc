@@ -27,18 +27,41 @@ namespace kvengine {
 namespace {
 constexpr size_t kHugePageSize = 2u << 20;
 
-// Maps `size` bytes of a new memfd shared; stores the fd in *fd.  MAP_FAILED (and *fd
-// -1) when the kernel refuses, errno set.
-void* MapSharedMemfd(size_t size, bool huge, int* fd) {
-  *fd = ::memfd_create("kvengine-arena", MFD_CLOEXEC | (huge ? MFD_HUGETLB | MFD_HUGE_2MB : 0));
-  if (*fd < 0) return MAP_FAILED;
-  void* p = MAP_FAILED;
-  if (::ftruncate(*fd, static_cast<off_t>(size)) == 0) p = MapSharedAligned(*fd, size);
-  if (p == MAP_FAILED) {
-    const int saved = errno;
-    ::close(*fd);
-    *fd = -1;
-    errno = saved;
+void CloseAll(std::vector<int>* fds) {
+  for (int fd : *fds) ::close(fd);
+  fds->clear();
+}
+
+// Maps new memfds of the sizes `parts`, one after the other, shared, in one range
+// aligned to 2 MiB; stores their fds in *fds.  MAP_FAILED (and *fds empty) when the
+// kernel refuses, errno set.
+void* MapSharedMemfds(size_t size, const std::vector<size_t>& parts, bool huge,
+                      std::vector<int>* fds) {
+  fds->clear();
+  // The range first (anonymous, replaced part by part), so the parts are contiguous.
+  void* p = parts.size() > 1 ? MapAligned(-1, size, kHugePageSize) : nullptr;
+  if (p == MAP_FAILED) return MAP_FAILED;
+  size_t offset = 0;
+  for (size_t part : parts) {
+    int fd =
+        ::memfd_create("kvengine-arena", MFD_CLOEXEC | (huge ? MFD_HUGETLB | MFD_HUGE_2MB : 0));
+    void* mapped = MAP_FAILED;
+    if (fd >= 0 && ::ftruncate(fd, static_cast<off_t>(part)) == 0) {
+      mapped = p == nullptr ? MapSharedAligned(fd, part)
+                            : ::mmap(static_cast<char*>(p) + offset, part, PROT_READ | PROT_WRITE,
+                                     MAP_SHARED | MAP_FIXED, fd, 0);
+    }
+    if (mapped == MAP_FAILED) {
+      const int saved = errno;
+      if (fd >= 0) ::close(fd);
+      CloseAll(fds);
+      if (p != nullptr) ::munmap(p, size);
+      errno = saved;
+      return MAP_FAILED;
+    }
+    if (p == nullptr) p = mapped;  // one part: its own aligned mapping
+    fds->push_back(fd);
+    offset += part;
   }
   return p;
 }
@@ -85,11 +108,25 @@ Status NumaArena::Create(const Params& params, Logger* logger, std::unique_ptr<N
   result->reset();
   if (params.size == 0) return Status::InvalidArgument("arena size is zero");
   const size_t size = (params.size + kHugePageSize - 1) / kHugePageSize * kHugePageSize;
+  std::vector<size_t> parts = params.parts;
+  if (parts.empty()) parts.push_back(size);
+  size_t parts_total = 0;
+  for (size_t part : parts) {
+    if (part == 0 || part % kHugePageSize != 0) {
+      return Status::InvalidArgument("arena part of " + FormatSize(part) +
+                                     " is not a whole number of 2 MiB chunks");
+    }
+    parts_total += part;
+  }
+  if (parts_total != size) {
+    return Status::InvalidArgument("arena parts add up to " + FormatSize(parts_total) +
+                                   ", not the arena's " + FormatSize(size));
+  }
   const char* backing = "4k";
   void* p = MAP_FAILED;
-  int fd = -1;
+  std::vector<int> fds;
   if (params.huge_pages) {
-    p = params.shared ? MapSharedMemfd(size, /*huge=*/true, &fd)
+    p = params.shared ? MapSharedMemfds(size, parts, /*huge=*/true, &fds)
                       : ::mmap(nullptr, size, PROT_READ | PROT_WRITE,
                                MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
     if (p != MAP_FAILED) {
@@ -102,7 +139,7 @@ Status NumaArena::Create(const Params& params, Logger* logger, std::unique_ptr<N
     }
   }
   if (p == MAP_FAILED) {
-    p = params.shared ? MapSharedMemfd(size, /*huge=*/false, &fd)
+    p = params.shared ? MapSharedMemfds(size, parts, /*huge=*/false, &fds)
                       : ::mmap(nullptr, size, PROT_READ | PROT_WRITE,
                                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
@@ -146,7 +183,7 @@ Status NumaArena::Create(const Params& params, Logger* logger, std::unique_ptr<N
     if (rest_size > 0 && ::madvise(rest, rest_size, MADV_POPULATE_WRITE) != 0) {
       if (errno == ENOMEM || errno == EFAULT) {
         ::munmap(base, size);
-        if (fd >= 0) ::close(fd);
+        CloseAll(&fds);
         return Status::NoSpace("cannot populate a memory arena of " + FormatSize(size),
                                "not enough free memory (set prefault_memory=false to defer)");
       }
@@ -155,13 +192,13 @@ Status NumaArena::Create(const Params& params, Logger* logger, std::unique_ptr<N
       for (size_t off = 0; off < rest_size; off += page) rest[off] = 0;
     }
   }
-  result->reset(new NumaArena(base, size, backing, node, fd));
+  result->reset(new NumaArena(base, size, backing, node, std::move(fds)));
   return Status::OK();
 }
 
 NumaArena::~NumaArena() {
   ::munmap(base_, size_);
-  if (fd_ >= 0) ::close(fd_);
+  for (int fd : fds_) ::close(fd);
 }
 
 }  // namespace kvengine

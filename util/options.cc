@@ -171,6 +171,7 @@ const std::vector<OptionEntry>& Table() {
       StringOption("local_listen_mode", &Options::local_listen_mode),
       StringOption("local_listen_group", &Options::local_listen_group),
       StringOption("local_allowed_uids", &Options::local_allowed_uids),
+      StringOption("namespace_arenas", &Options::namespace_arenas),
       SizeOption("local_reservation_timeout_ms", &Options::local_reservation_timeout_ms),
       SizeOption("local_max_connections", &Options::local_max_connections),
       SizeOption("local_busy_poll_us", &Options::local_busy_poll_us),

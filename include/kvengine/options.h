@@ -438,6 +438,23 @@ struct Options {
   // Default: ""
   std::string local_allowed_uids;
 
+  // Arenas of their own for namespaces that must not share memory with the others: an
+  // arena per trust boundary (docs/attach.md, "An arena per trust boundary").  Entries
+  // separated by ',' (or ';' inside kv_server's --options=...):
+  //   entry := NAME { '+' NAME } '=' SIZE
+  // Each entry cuts an arena of SIZE (rounded up to 2 MiB and whole slabs) out of
+  // memory_capacity_bytes for the namespaces it names, which share it and hold their
+  // values nowhere else; the default namespace and every namespace no entry names share
+  // what is left (the default arena).  With local_listen each arena is a memfd of its
+  // own, passed only to the attached clients whose grant (local_allowed_uids) includes
+  // one of its namespaces: a client granted tenantA never maps memory that holds, or
+  // ever held, another arena's values.  Each arena evicts within itself (quotas and fair
+  // shares apply among the namespaces of one arena).  Example: "tenantA=4GiB,
+  // tenantB+tenantC=8GiB".  A malformed entry, a namespace named twice, or arenas that
+  // leave the default one less than 2 MiB fail DB::Open with InvalidArgument naming it.
+  // Default: "" (one arena, shared by every namespace)
+  std::string namespace_arenas;
+
   // Longest an attached client may hold a slot it reserved for a put without committing
   // it (a client that is alive but stopped in the middle of a put).  Past it the owner
   // gives the slot back to the arena, where another value may take it, and the client's

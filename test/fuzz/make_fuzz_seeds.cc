@@ -288,6 +288,7 @@ void OptionSeeds(const fs::path& root) {
       "offload_policy=WRITE_THROUGH",
       "peers=127.0.0.1:7400, [::1]:80,localhost:1",
       "use_direct_io= yes ",
+      "namespace_arenas=tenantA=4MiB;tenantB+tenantC=8MiB",
   };
   for (size_t i = 0; i < more.size(); i++) {
     out.Write("example" + std::to_string(i), more[i][0], more[i].substr(1));

@@ -7,7 +7,9 @@
 //     them alike;
 //   - what Options::ToString prints is accepted by Set and prints the same again;
 //   - the config parsers keep their contracts (sizes round-trip, ratios in [0, 1]);
-//   - an endpoint list that parses prints back to text that parses to the same list.
+//   - an endpoint list that parses prints back to text that parses to the same list;
+//   - namespace_arenas that parses cuts the tier into contiguous parts, the default
+//     first, none empty, within memory_capacity_bytes, each namespace in one part.
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
@@ -15,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "db/arena_layout.h"
 #include "kvengine/options.h"
 #include "kvengine/transport.h"
 #include "test/fuzz/fuzz_check.h"
@@ -42,10 +45,28 @@ Options FromLines(const std::string& lines) {
   return o;
 }
 
+void CheckArenaLayout(const Options& options) {
+  if (!options.Validate().ok()) return;
+  ArenaLayout layout;
+  if (!ArenaLayout::Parse(options, &layout).ok()) return;
+  uint64_t offset = 0;
+  for (size_t i = 0; i < layout.part_count(); i++) {
+    const ArenaLayout::Part& part = layout.part(i);
+    FUZZ_CHECK(part.offset == offset && part.size > 0, "arena parts not contiguous");
+    FUZZ_CHECK((i == 0) == part.namespaces.empty(), "the default part is not first");
+    for (const std::string& name : part.namespaces) {
+      FUZZ_CHECK(layout.PartOfName(name) == i, "namespace " + name + " not in its part");
+    }
+    offset += part.size;
+  }
+  FUZZ_CHECK(offset <= options.memory_capacity_bytes, "arena parts exceed the tier");
+}
+
 void FuzzOption(const std::string& name, const std::string& value) {
   Options by_set;
   const Status set = by_set.Set(name, value);
   by_set.Validate();  // any verdict; it must only not crash
+  if (set.ok() && name == "namespace_arenas") CheckArenaLayout(by_set);
   const std::string printed = by_set.ToString();
   // ToString is one line per option: a string option holding a newline is printed as
   // it is, and does not read back.
