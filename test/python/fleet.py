@@ -77,7 +77,7 @@ class Network:
 
     def __init__(self, n, use_netns=True):
         self.loopback_why = netns_unusable() if use_netns else "not asked for"
-        self._made, self._bridge = [], None
+        self._made, self._links, self._bridge = [], [], None
         if self.loopback_why is None:
             try:
                 self._make(n)
@@ -88,20 +88,24 @@ class Network:
             self.hosts = [Host("host%d" % i, "127.0.0.1") for i in range(n)]
             self.gateway = "127.0.0.1"
 
+    _networks = 0  # made by this process: each gets names and a subnet of its own
+
     def _make(self, n):
-        tag = os.getpid() % 100000
-        subnet = 10 + tag % 200  # a /24 of its own, so that parallel runs do not meet
-        self._bridge = "kvbr%d" % tag
+        Network._networks += 1
+        tag = "%d%d" % (os.getpid() % 100000, Network._networks % 100)
+        subnet = 10 + int(tag) % 200  # a /24 of its own, so that parallel runs do not meet
+        self._bridge = "kvbr%s" % tag
         _sh("ip", "link", "add", self._bridge, "type", "bridge")
         self.gateway = "10.231.%d.254" % subnet
         _sh("ip", "addr", "add", self.gateway + "/24", "dev", self._bridge)
         _sh("ip", "link", "set", self._bridge, "up")
         self.hosts = []
         for i in range(n):
-            ns, inside, outside = "kvh%d_%d" % (tag, i), "kvi%d_%d" % (tag, i), "kvo%d_%d" % (tag, i)
+            ns, inside, outside = "kvh%s_%d" % (tag, i), "kvi%s_%d" % (tag, i), "kvo%s_%d" % (tag, i)
             _sh("ip", "netns", "add", ns)
             self._made.append(ns)
             _sh("ip", "link", "add", inside, "type", "veth", "peer", "name", outside)
+            self._links.append(outside)
             _sh("ip", "link", "set", inside, "netns", ns)
             _sh("ip", "link", "set", outside, "master", self._bridge)
             _sh("ip", "link", "set", outside, "up")
@@ -116,9 +120,13 @@ class Network:
         return self.loopback_why is None
 
     def close(self):
-        for ns in self._made:  # deleting a namespace deletes its end of the veth pair
+        # A namespace outlives its deletion while the kernel holds sockets of it (a
+        # connection to a cut host retransmitting): the pairs go at once, from this end.
+        for link in self._links:
+            _sh("ip", "link", "del", link, check=False)
+        for ns in self._made:
             _sh("ip", "netns", "del", ns, check=False)
-        self._made = []
+        self._made, self._links = [], []
         if self._bridge:
             _sh("ip", "link", "del", self._bridge, check=False)
             self._bridge = None
