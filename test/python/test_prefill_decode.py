@@ -17,6 +17,7 @@ process on it killed): with R = 1 the keys A owned are gone, a load already sche
 fails on them and the decoder recomputes, later lookups stop before them -- and the
 decoder's caches end bit-exact either way (0 wrong bytes); with R = 2 every key has a
 copy on B and the decoder still gets a full hit, bit-exact."""
+import contextlib
 import multiprocessing
 import os
 
@@ -64,20 +65,41 @@ def lose_host(member, processes):
     member.kill()
 
 
-def spawn_on(ctx, member, *calls):
+def spawn_on(member, *calls):
     """Processes on member's host, started at once: (target, *args) each."""
-    return Spawned.all(ctx, *[(fleet.on_host, member.host.netns) + tuple(c) for c in calls])
+    return Spawned.all(multiprocessing.get_context("spawn"),
+                       *[(fleet.on_host, member.host.netns) + tuple(c) for c in calls])
+
+
+@contextlib.contextmanager
+def prefill_and_decode(cluster, make, *attached_args):
+    """The prefill instance on host A and the decode instance on host B: make(member,
+    role) spawns one's processes, each of which must be attached to its host's member
+    (their "attached" command); all closed after."""
+    a, b = cluster.members
+    prefill = decode = []
+    try:
+        prefill = make(a, "prefill")
+        decode = make(b, "decode")
+        for member, procs in ((a, prefill), (b, decode)):
+            assert all(p("attached", *attached_args) == member.socket for p in procs)
+        yield prefill, decode
+    finally:
+        for p in reversed(prefill + decode):
+            p.close()
 
 
 # ------------------------------------------------------------------ vLLM
 
 
-def vllm_instance(ctx, member, engine_id, kv_role):
-    """A TP-2 instance on member's host attached to it: [scheduler, worker 0, worker 1]."""
+def vllm_instance(member, role):
+    """A TP-2 instance on member's host attached to it: [scheduler, worker 0, worker 1];
+    the prefiller's kv_role is kv_both, the decoder's kv_consumer."""
     store = os.path.join(os.path.dirname(member.socket), "unused")  # attached: no path
-    common = (2, engine_id)
-    tail = (False, member.socket, kv_role, "recompute")
-    return spawn_on(ctx, member, (vp.main, "scheduler", store) + common + (None,) + tail,
+    common = (2, role)
+    tail = (False, member.socket, "kv_both" if role == "prefill" else "kv_consumer",
+            "recompute")
+    return spawn_on(member, (vp.main, "scheduler", store) + common + (None,) + tail,
                     *[(vp.main, "worker", store) + common + (r,) + tail for r in range(2)])
 
 
@@ -89,13 +111,7 @@ def same(a, b):
 def test_vllm_prefill_on_one_host_decode_on_another(hosts):
     cluster = hosts
     a, b = cluster.members
-    ctx = multiprocessing.get_context("spawn")
-    prefiller = decoder = []
-    try:
-        prefiller = vllm_instance(ctx, a, "prefill", "kv_both")
-        decoder = vllm_instance(ctx, b, "decode", "kv_consumer")
-        assert all(p("attached") == a.socket for p in prefiller)
-        assert all(p("attached") == b.socket for p in decoder)
+    with prefill_and_decode(cluster, vllm_instance) as (prefiller, decoder):
         p_sched, *p_workers = prefiller
         d_sched, *d_workers = decoder
 
@@ -154,24 +170,20 @@ def test_vllm_prefill_on_one_host_decode_on_another(hosts):
         # Looked up after: the hit stops before A's first block; the rest is computed.
         matched, failed = decode("d3", [1, 2, 3, 4, 5, 6, 7])
         assert (matched, failed) == (min(on_a, default=BLOCKS) * vp.BS, set())
-    finally:
-        for p in reversed(decoder + prefiller):
-            p.close()
 
 
 # ------------------------------------------------------------------ SGLang
 
 
+def sglang_instance(member, role):
+    """A TP-2 SGLang instance on member's host: a process per rank, attached to it."""
+    return spawn_on(member, *[(sp.main, {"attach": member.socket}, r, 2) for r in range(2)])
+
+
 def test_sglang_prefill_on_one_host_decode_on_another(hosts):
     cluster = hosts
     a, b = cluster.members
-    ctx = multiprocessing.get_context("spawn")
-    prefill = decode = []
-    try:
-        prefill = spawn_on(ctx, a, *[(sp.main, {"attach": a.socket}, r, 2) for r in range(2)])
-        decode = spawn_on(ctx, b, *[(sp.main, {"attach": b.socket}, r, 2) for r in range(2)])
-        assert all(r("attached", SGLANG) == a.socket for r in prefill)
-        assert all(r("attached", SGLANG) == b.socket for r in decode)
+    with prefill_and_decode(cluster, sglang_instance, SGLANG) as (prefill, decode):
         tokens = [(i * 37 + 11) % 32000 for i in range(PAGES * sp.PAGE + 3)]
         saved = [r("backup", SGLANG, tokens, list(range(PAGES)), 3) for r in prefill]
         assert [t for t, _ in saved] == [PAGES * sp.PAGE] * 2
@@ -205,6 +217,3 @@ def test_sglang_prefill_on_one_host_decode_on_another(hosts):
         lose_host(a, prefill)
         assert hit() == min(pages_on_a)
         assert load(PAGES * sp.PAGE) == pages_on_a
-    finally:
-        for r in decode + prefill:
-            r.close()
