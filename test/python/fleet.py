@@ -93,7 +93,10 @@ class Network:
     def _make(self, n):
         Network._networks += 1
         tag = "%d%d" % (os.getpid() % 100000, Network._networks % 100)
-        subnet = 10 + int(tag) % 200  # a /24 of its own, so that parallel runs do not meet
+        # A /24 no other bridge of this host uses (parallel runs, other tests).
+        used = _sh("ip", "-4", "-o", "addr", "show").stdout
+        subnet = next(s for s in ((int(tag) + i) % 200 + 10 for i in range(200))
+                      if " 10.231.%d." % s not in used)
         self._bridge = "kvbr%s" % tag
         _sh("ip", "link", "add", self._bridge, "type", "bridge")
         self.gateway = "10.231.%d.254" % subnet
