@@ -7,7 +7,8 @@ working `ip netns`, as test/netns/netns_test.py): each host has its own address 
 stack, its processes are entered into its namespace, etcd and the test itself sit on
 the bridge, and a host can be cut off (its link taken down: its members stop answering
 without resetting connections, as a host that lost power).  Otherwise every host is
-127.0.0.1 (`Network.loopback_why` says why) and a cut host is killed instead.
+127.0.0.1 (`Network.loopback_why` says why; KV_FLEET_LOOPBACK=1 asks for it) and a cut
+host is killed instead.
 
 Members listen on their host's address; any address but loopback needs a token, so
 every member and client here carries one."""
@@ -76,7 +77,12 @@ class Network:
     loopback.  A context manager; closing deletes the namespaces and the bridge."""
 
     def __init__(self, n, use_netns=True):
-        self.loopback_why = netns_unusable() if use_netns else "not asked for"
+        if not use_netns:
+            self.loopback_why = "not asked for"
+        elif os.environ.get("KV_FLEET_LOOPBACK"):
+            self.loopback_why = "KV_FLEET_LOOPBACK is set"
+        else:
+            self.loopback_why = netns_unusable()
         self._made, self._links, self._bridge = [], [], None
         if self.loopback_why is None:
             try:
@@ -150,6 +156,15 @@ def enter_netns(netns):
             raise OSError(ctypes.get_errno(), "setns(%s)" % netns)
     finally:
         os.close(fd)
+
+
+def host_of(pid):
+    """The network namespace (of Network's) process pid runs in; None for the test's."""
+    net = os.stat("/proc/%d/ns/net" % pid).st_ino
+    if net == os.stat("/proc/self/ns/net").st_ino:
+        return None
+    names = os.listdir("/var/run/netns") if os.path.isdir("/var/run/netns") else []
+    return next((n for n in names if os.stat("/var/run/netns/" + n).st_ino == net), "?")
 
 
 def on_host(conn, netns, target, *args):

@@ -20,6 +20,7 @@ copy on B and the decoder still gets a full hit, bit-exact."""
 import contextlib
 import multiprocessing
 import os
+import warnings
 
 import pytest
 import torch
@@ -45,7 +46,8 @@ def hosts(request, tmp_path):
     """(cluster, host A's member, host B's member) on two hosts."""
     network = fleet.Network(2)
     if not network.namespaces:
-        print("fleet: hosts on loopback, not network namespaces: %s" % network.loopback_why)
+        warnings.warn("the two hosts share loopback, not network namespaces of their own: %s"
+                      % network.loopback_why)
     cluster = None
     try:
         cluster = fleet.Cluster(str(tmp_path), network, request.param, bool(fleet.ETCD))
@@ -83,6 +85,7 @@ def prefill_and_decode(cluster, make, *attached_args):
         decode = make(b, "decode")
         for member, procs in ((a, prefill), (b, decode)):
             assert all(p("attached", *attached_args) == member.socket for p in procs)
+            assert all(fleet.host_of(p.process.pid) == member.host.netns for p in procs)
         yield prefill, decode
     finally:
         for p in reversed(prefill + decode):
