@@ -98,10 +98,11 @@ class Network:
 
     def _make(self, n):
         Network._networks += 1
-        tag = "%d%d" % (os.getpid() % 100000, Network._networks % 100)
+        pid = os.getpid() % 100000
+        tag = "%d-%d" % (pid, Network._networks % 100)  # interface names: 15 bytes at most
         # A /24 no other bridge of this host uses (parallel runs, other tests).
         used = _sh("ip", "-4", "-o", "addr", "show").stdout
-        subnet = next(s for s in ((int(tag) + i) % 200 + 10 for i in range(200))
+        subnet = next(s for s in ((pid + Network._networks + i) % 200 + 10 for i in range(200))
                       if " 10.231.%d." % s not in used)
         self._bridge = "kvbr%s" % tag
         _sh("ip", "link", "add", self._bridge, "type", "bridge")
