@@ -173,6 +173,10 @@ def test_vllm_prefill_on_one_host_decode_on_another(hosts):
         # Looked up after: the hit stops before A's first block; the rest is computed.
         matched, failed = decode("d3", [1, 2, 3, 4, 5, 6, 7])
         assert (matched, failed) == (min(on_a, default=BLOCKS) * vp.BS, set())
+        # A consumer saves nothing: the blocks it recomputed are still not stored.
+        lost = [k for k in keys if set(kvengine.rendezvous_owners(
+            k, cluster.endpoints, cluster.replicas)) == {a.endpoint}]
+        assert cluster.holders(lost, [b]) == [set()] * len(lost)
 
 
 # ------------------------------------------------------------------ SGLang
