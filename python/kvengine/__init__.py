@@ -29,7 +29,7 @@ from . import _kvengine
 from ._kvengine import CUDA_BUILD, ERROR_CODES, OPTION_NAMES, Error
 
 __all__ = ["DB", "Namespace", "open", "attach", "Error", "ERROR_CODES", "OPTION_NAMES", "CUDA_BUILD", "check",
-           "error_name", "regex_escape", "printable_key"]
+           "error_name", "regex_escape", "printable_key", "rendezvous_owners"]
 __version__ = "0.1.0"
 
 # The negative codes of status.h, frozen: they are part of the API.
@@ -59,6 +59,21 @@ def printable_key(key):
     if isinstance(key, str):
         key = key.encode("utf-8", "surrogateescape")
     return _kvengine.printable_key(bytes(key))
+
+
+def rendezvous_owners(key, members, replicas=1):
+    """The members (endpoints, "host:port", as the cluster lists them) that own key in a
+    sharded cluster of these members with cluster_replicas=replicas: the first replicas
+    of key's rendezvous order, best first, as every member and cluster client computes it
+    (docs/cluster.md, "Routing").  For routers that send a request to where its prefix
+    lives, and for checking where a cluster put a key."""
+    if isinstance(key, str):
+        key = key.encode("utf-8", "surrogateescape")
+    if isinstance(members, str):
+        raise TypeError("members must be a list of endpoints, not one string")
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+        raise ValueError("replicas must be an int >= 1, not %r" % (replicas,))
+    return _kvengine.rendezvous_owners(bytes(key), list(members), replicas)
 
 
 def regex_escape(text):

@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "cluster/rendezvous.h"
 #include "kvengine/db.h"
 #include "kvengine/options.h"
 #include "kvengine/slice.h"
@@ -997,6 +998,15 @@ PYBIND11_MODULE(_kvengine, m) {
       py::arg("key"),
       "key (bytes) as kvengine's messages and logs show it: quoted, at most 64 bytes "
       "escaped, and for a longer key its length and hash");
+  m.def(
+      "rendezvous_owners",
+      [](py::bytes key, const std::vector<std::string>& members, size_t replicas) {
+        const std::string_view bytes(key);
+        return kvengine::TopOwners(kvengine::Slice(bytes.data(), bytes.size()), members, replicas);
+      },
+      py::arg("key"), py::arg("members"), py::arg("replicas"),
+      "the first `replicas` of `members` (endpoints as host:port) in key's rendezvous "
+      "order, best first: the members a sharded cluster puts key on");
   m.attr("CUDA_BUILD") = kvengine::python::kCudaBuild;
 
   py::class_<Store>(m, "Store")

@@ -35,3 +35,9 @@ def db(db_path):
     d = kvengine.DB(db_path, **SMALL)
     yield d
     d.close()
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "fleet: a test of several kv_server members and their hosts' processes "
+                   "(CTest runs them apart from the rest, as python_fleet_tests)")

@@ -75,6 +75,12 @@ class Rank:
         host.free(slots)
         return op.completed_tokens, out
 
+    def keys(self, config, tokens, pages):
+        """The store keys of the listed pages of the prompt, as this rank writes them."""
+        c, _ = self.controller(config)
+        hashes = fk.get_hash_str(tokens, None, PAGE)
+        return c.storage_backend._keys.pages([hashes[p] for p in pages])
+
     def stats(self, config):
         c, _ = self.controller(config)
         return vars(c.storage_backend.get_stats())

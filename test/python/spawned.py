@@ -11,11 +11,27 @@ TIMEOUT_S = 120  # a bound on hangs, not a timing check: spawning imports torch
 
 
 class Spawned:
-    def __init__(self, ctx, target, *args):
+    def __init__(self, ctx, target, *args, wait=True):
         self.conn, child = ctx.Pipe()
         self.process = ctx.Process(target=target, args=(child,) + args, daemon=True)
         self.process.start()
-        self.ready = self._expect("ready")
+        self.ready = self._expect("ready") if wait else None
+
+    @classmethod
+    def all(cls, ctx, *calls):
+        """Starts one process per (target, *args) at once, then waits until each is
+        ready: their start-ups (each imports torch) overlap."""
+        procs = []
+        try:
+            for target, *args in calls:
+                procs.append(cls(ctx, target, *args, wait=False))
+            for p in procs:
+                p.ready = p._expect("ready")
+        except BaseException:
+            for p in procs:
+                p.kill()
+            raise
+        return procs
 
     def _expect(self, what):
         deadline = time.monotonic() + TIMEOUT_S

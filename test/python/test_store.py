@@ -482,3 +482,26 @@ def test_printable_key_shows_a_long_key_as_the_library_does():
     assert len(shown) < 140 and shown.startswith("'" + "k" * 64 + "...' (65537 bytes, hash ")
     assert shown != kvengine.printable_key("k" * 65536 + "b")
     assert kvengine.printable_key(long_key.encode()) == shown
+
+
+def test_rendezvous_owners_rank_members_as_the_cluster_does():
+    """rendezvous_owners is the library's TopOwners (test_cluster_placement.py checks it
+    against where real members put keys): the same owners whatever the members' order,
+    R = 1 is R = 2's first, R caps at the members, and removing a member that does not
+    own a key leaves its owners alone."""
+    members = ["10.0.0.%d:7400" % i for i in range(1, 6)]
+    for i in range(50):
+        key = "llama@tp0/L%d/%08x" % (i % 4, i * 2654435761 % (1 << 32))
+        two = kvengine.rendezvous_owners(key, members, 2)
+        assert len(set(two)) == 2 and set(two) <= set(members)
+        assert kvengine.rendezvous_owners(key, members[::-1], 2) == two
+        assert kvengine.rendezvous_owners(key.encode(), members, 1) == two[:1]
+        assert sorted(kvengine.rendezvous_owners(key, members, 9)) == sorted(members)
+        others = [m for m in members if m not in two]
+        assert kvengine.rendezvous_owners(key, [m for m in members if m != others[0]], 2) == two
+    spread = {kvengine.rendezvous_owners("k%d" % i, members)[0] for i in range(200)}
+    assert spread == set(members)  # every member owns some keys
+    with pytest.raises(ValueError, match="replicas"):
+        kvengine.rendezvous_owners("k", members, 0)
+    with pytest.raises(TypeError, match="members"):
+        kvengine.rendezvous_owners("k", "10.0.0.1:7400")

@@ -360,6 +360,35 @@ def test_wrong_size_value_is_a_load_error(store_path):
         a.close()
 
 
+def test_a_block_id_outside_the_cache_fails_and_says_why(store_path, caplog):
+    """A block id the caches do not have (vLLM's never are; a caller's bug, such as a
+    test asking for block 16 of 16) is a load error and no save, each with a warning
+    naming the block and the cache's size -- not a silent failure."""
+    a = Instance(store_path, "flash_nhd")
+    try:
+        req = a.request("r1", prompt(3 * BS + 1, seed=21))
+        ids = [0, 1, 16, 3]
+        _, meta = a.schedule_new(req, ids)
+        with caplog.at_level(logging.WARNING, logger="kvengine.vllm"):
+            fk.run_worker_step(a.worker, meta, a.caches, "flash_nhd",
+                               [(b, h) for b, h in zip(ids, req.block_hashes) if b != 16])
+        saves = [r.getMessage() for r in caplog.records if "not saved" in r.getMessage()]
+        assert len(saves) == len(a.caches) and "[16]" in saves[0] and "16 blocks" in saves[0]
+        caplog.clear()
+        again = a.request("r2", prompt(3 * BS + 1, seed=21))
+        matched, meta = a.schedule_new(again, [5, 6, 7, 8])
+        assert matched == 2 * BS  # block 2 was never saved
+        _, meta = a.schedule_new(a.request("r3", prompt(3 * BS + 1, seed=21)), [9, 17, 10, 11])
+        with caplog.at_level(logging.WARNING, logger="kvengine.vllm"):
+            fk.run_worker_step(a.worker, meta, a.caches, "flash_nhd")
+        assert a.worker.get_block_ids_with_load_errors() == {17}
+        loads = [r.getMessage() for r in caplog.records if "not loaded" in r.getMessage()]
+        assert len(loads) == 1 and "[17]" in loads[0] and "16 blocks" in loads[0]
+        assert same_bytes(a.block(0)[0], a.block(9)[0])
+    finally:
+        a.close()
+
+
 def test_preemption_and_resume(store_path):
     a = Instance(store_path, "flash_hnd")
     b = Instance(store_path, "flash_hnd")

@@ -152,12 +152,12 @@ class KVCacheConfig:
 
 
 def make_config(path, model="meta-llama/Llama-3-8B", block_size=16, dtype=torch.float16,
-                policy="fail", revision=None, hf_overrides=None, **extra):
+                policy="fail", revision=None, hf_overrides=None, role="kv_both", **extra):
     """A VllmConfig as `vllm serve --kv-transfer-config` makes it for this connector; the
     model's config is HF_CONFIG with hf_overrides applied, as vLLM applies them."""
     extra = dict(extra, path=path)
     extra.setdefault("options", dict(memory_capacity_bytes="64MiB", prefault_memory=False))
-    transfer = KVTransferConfig(kv_connector="KVEngineConnector", kv_role="kv_both",
+    transfer = KVTransferConfig(kv_connector="KVEngineConnector", kv_role=role,
                                 kv_connector_module_path="kvengine.vllm.connector",
                                 kv_connector_extra_config=extra, kv_load_failure_policy=policy)
     model_config = ModelConfig(model=model, dtype=dtype, revision=revision,

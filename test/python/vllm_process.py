@@ -15,8 +15,9 @@ BS = 16
 LAYOUT = "flash_nhd"
 
 
-def config(path, tp_size, engine_id, tp_rank=None, events=False, attach=None):
-    extra = dict(engine_id=engine_id,
+def config(path, tp_size, engine_id, tp_rank=None, events=False, attach=None, role="kv_both",
+           policy="fail"):
+    extra = dict(engine_id=engine_id, role=role, policy=policy,
                  options=dict(memory_capacity_bytes="64MiB", prefault_memory=False,
                               ssd_capacity_bytes="256MiB", apply_environment=False))
     if tp_rank is not None:
@@ -35,18 +36,23 @@ def rank_hash(block_hash, rank):
     return hashlib.sha256(bytes(block_hash) + bytes([rank])).digest()
 
 
-def main(conn, role, path, tp_size, engine_id, tp_rank=None, events=False, attach=None):
+def main(conn, role, path, tp_size, engine_id, tp_rank=None, events=False, attach=None,
+         kv_role="kv_both", policy="fail"):
+    """role: "scheduler" or "worker"; kv_role and policy: kv_transfer_config's kv_role and
+    kv_load_failure_policy."""
     try:
         from kvengine.vllm._vllm_compat import KVConnectorRole
         from kvengine.vllm.connector import KVEngineConnector
 
         if role == "scheduler":
             connector = KVEngineConnector(
-                config(path, tp_size, engine_id, events=events, attach=attach),
+                config(path, tp_size, engine_id, events=events, attach=attach, role=kv_role,
+                       policy=policy),
                 KVConnectorRole.SCHEDULER)
             caches = None
         else:
-            connector = KVEngineConnector(config(path, tp_size, engine_id, tp_rank, events, attach),
+            connector = KVEngineConnector(config(path, tp_size, engine_id, tp_rank, events, attach,
+                                                 kv_role, policy),
                                           KVConnectorRole.WORKER)
             caches = fk.make_caches(LAYOUT, block_size=BS)
             connector.register_kv_caches(caches)

@@ -89,6 +89,12 @@ def _in_range(layer, ids):
     return layer.group < len(ids) and 0 <= ids[layer.group] < layer.geometry.num_blocks
 
 
+def _warn_outside(layer, block_ids, what):
+    logger.warning("kvengine: block %s not %s: outside layer %s's cache (%d blocks, "
+                   "KV-cache group %d)", ", ".join(str(ids) for ids in block_ids), what,
+                   layer.name, layer.geometry.num_blocks, layer.group)
+
+
 def _cuda_work_done():
     """An event recorded on the current CUDA stream: done once the work queued so far
     (the attention that wrote the blocks) is."""
@@ -236,8 +242,11 @@ class KVEngineWorker:
             for layer, event in zip(self._layers, job.events):
                 todo = [i for i, (ids, _, _) in enumerate(job.positions)
                         if i not in job.errors and _in_range(layer, ids)]
-                job.errors.update(i for i, (ids, _, _) in enumerate(job.positions)
-                                  if not _in_range(layer, ids))
+                outside = [i for i, (ids, _, _) in enumerate(job.positions)
+                           if i not in job.errors and not _in_range(layer, ids)]
+                if outside:  # vLLM's own block ids always fit: say so, once per block
+                    _warn_outside(layer, [job.positions[i][0] for i in outside], "loaded")
+                job.errors.update(outside)
                 loaded_bytes += self._load_layer(layer, job, todo)
                 job.layer_ms.append((time.perf_counter() - job.started) * 1000.0)
                 event.set()
@@ -366,6 +375,9 @@ class KVEngineWorker:
         if written is not None:
             written.synchronize()
         todo = [(ids[layer.group], h, t) for ids, h, t in plan if _in_range(layer, ids)]
+        if len(todo) < len(plan):
+            _warn_outside(layer, [ids for ids, _, _ in plan if not _in_range(layer, ids)],
+                          "saved")
         keys = [self._layer_key(layer, h, t) for _, h, t in todo]
         present = self._db.batch_is_exist(keys)
         hashes = [h for (_, h, _), p in zip(todo, present) if p != 1]
