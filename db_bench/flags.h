@@ -58,6 +58,7 @@ struct BenchConfig {
   bool compare_in_process = false;    // --attach: an in-process kvengine beside the attached one
   bool compare_namespace = false;     // a kvengine used through a namespace, beside one
   bool compare_removal_feed = false;  // a kvengine whose removal feed is read, beside one
+  bool compare_planner = false;       // trace: a kvengine without the load planner, beside one
   uint64_t repeat = 1;                // rounds of the whole benchmark list
   std::string failover_member;        // cluster_failover: HOST:PORT of the member to kill
   int64_t failover_pid = 0;           // cluster_failover: its process id
