@@ -8,12 +8,12 @@
 //
 // The planner keeps a running estimate of each tier's read time on this host,
 //   seconds = latency + bytes / bandwidth,
-// fitted (exponentially weighted least squares) to the loads the caller reports
-// (RecordLoad), starting from the nominal figures of LoadPlannerOptions before any load
-// is measured; and the engine's prefill rate, configured or fitted to the prefill steps
-// the caller reports (RecordPrefill).  Bytes a prefetch has queued on a tier
-// (AddInFlight) wait ahead of a plan's reads on that tier until the tier's bandwidth
-// has drained them.
+// fitted (exponentially weighted least squares, each measurement bounded to 3x the
+// estimate either way so that one stalled load moves it a step only) to the loads the
+// caller reports (RecordLoad), starting from the nominal figures of LoadPlannerOptions
+// before any load is measured; and the engine's prefill rate, configured or fitted to the prefill
+// steps the caller reports (RecordPrefill).  Bytes a prefetch has queued on a tier (AddInFlight)
+// wait ahead of a plan's reads on that tier until the tier's bandwidth has drained them.
 //
 // A plan never refuses a memory hit: the leading blocks held in memory are always
 // loaded, whatever the estimates say.
@@ -91,8 +91,8 @@ struct LoadPlanRequest {
   // The bytes one key's load reads (on one rank, where ranks load their keys at once).
   uint64_t key_bytes = 0;
   // Tokens per block, and the request's tokens from the first hit block on (what it
-  // computes when it loads nothing); at least the hit blocks' tokens... or fewer, where
-  // the last hit block is the prompt's partial last block.
+  // computes when it loads nothing; 0: the hit blocks' tokens).  Where it is less than
+  // the hit blocks' tokens (a partial last block), the last block counts its own.
   uint64_t block_tokens = 0;
   uint64_t request_tokens = 0;
 };
