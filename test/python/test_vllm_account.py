@@ -198,7 +198,9 @@ def test_kv_ldb_explain_summarises_an_account_file(tmp_path):
          "tokens_hit_by_tier": {"ssd": 16}, "blocks_loaded": 0, "bytes_loaded": 0,
          "load_ms": {"first_layer": 30.0, "last_layer": 42.0}, "save_ms": 0,
          "missed": [{"block": 0, "reason": "unreadable", "error": "corruption",
-                     "stage": "load"}]},
+                     "stage": "load"},
+                    {"block": 1, "reason": "slower_than_recompute",
+                     "estimate": {"load_ms": 9.0, "recompute_ms": 2.0, "tiers": ["ssd"]}}]},
     ]
     log.write_text("".join(json.dumps(r) + "\n" for r in rows) + "not json\n")
     out = subprocess.run([kv_ldb, "explain", "--log=%s" % log], capture_output=True,
@@ -214,6 +216,7 @@ def test_kv_ldb_explain_summarises_an_account_file(tmp_path):
     reasons = text[text.index("miss reasons"):]
     assert reasons.index("absent: 4") < reasons.index("evicted (capacity, memory): 1")
     assert "unreadable (corruption): 1" in reasons
+    assert "slower_than_recompute (ssd): 1" in reasons
     bad = subprocess.run([kv_ldb, "explain", "--log=%s" % (tmp_path / "none")],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and "none" in bad.stderr + bad.stdout
