@@ -87,6 +87,10 @@ DEFINE_string(benchmarks, "memcpy,rawwrite,rawread,vllm_write,vllm_exist,vllm_ge
               "BatchExists of --batch_size random keys (kvengine only; an in-process DB of "
               "its own): the reader's P50/P99/P99.9/max beside the delete and alone for "
               "--duration seconds before it, and their ratios\n"
+              "  load_plan    the load planner's own cost (kvengine::LoadPlanner::Plan, no "
+              "engine, one thread): --num plans of 64-block requests of the trace "
+              "benchmark's model shape (--model_layers, --trace_keys, --block_tokens); "
+              "micros per plan, and ns per block in the note\n"
               "  cluster_failover  with --cluster and 2+ replicas: SIGKILL --failover_pid (the "
               "member --failover_member), then read every key it held; reports the time from "
               "the kill to the first successful read and each read's latency\n"
@@ -299,13 +303,13 @@ namespace kvbench {
 
 const std::vector<std::string>& KnownBenchmarks() {
   static const std::vector<std::string> names = {
-      "fillseq",     "fillrandom",   "overwrite",   "readrandom",       "readseq",
-      "readmissing", "deleterandom", "existrandom", "vllm_write",       "vllm_exist",
-      "vllm_get",    "vllm_all",     "gc_churn",    "compact",          "peer_put",
-      "peer_get",    "memcpy",       "memcpy_read", "memcpy_layers",    "memcpy_layers_read",
-      "rawwrite",    "rawread",      "rawrandread", "rawsocket",        "rawstream",
-      "rawexist",    "rawlookup",    "reopen",      "cluster_failover", "trace",
-      "ns_hotcold",  "delete_regex", "cluster_join"};
+      "fillseq",     "fillrandom",   "overwrite",    "readrandom",       "readseq",
+      "readmissing", "deleterandom", "existrandom",  "vllm_write",       "vllm_exist",
+      "vllm_get",    "vllm_all",     "gc_churn",     "compact",          "peer_put",
+      "peer_get",    "memcpy",       "memcpy_read",  "memcpy_layers",    "memcpy_layers_read",
+      "rawwrite",    "rawread",      "rawrandread",  "rawsocket",        "rawstream",
+      "rawexist",    "rawlookup",    "reopen",       "cluster_failover", "trace",
+      "ns_hotcold",  "delete_regex", "cluster_join", "load_plan"};
   return names;
 }
 

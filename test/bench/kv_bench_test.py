@@ -35,8 +35,8 @@ trace:     --benchmarks=trace on a generated conversation trace (a tiny model sh
            SSD hits when the memory tier is small, the written trace replayed from its
            file with the same figures, paced with a lookahead, attached, the load planner
            against none in one process (--compare_planner: no load with SSD keys slower
-           than recompute with it, some without), and a bad trace line refused with its
-           line number.
+           than recompute with it, some without), the planner's own cost (load_plan), and
+           a bad trace line refused with its line number.
 """
 import json
 import math
@@ -539,6 +539,14 @@ def test_trace(binary, engines):
                   f"without the planner no SSD load was slower: {off}")
             check(on["planner_ns_per_block"] < 1000,
                   f"planning cost {on['planner_ns_per_block']} ns per block")
+        # The planner's own cost, no engine: well under 1 us per block at the median.
+        code, out, err = run(binary, ["--benchmarks=load_plan", "--num=2000", "--json"])
+        plans = [r for r in records(out) if r.get("benchmark") == "load_plan"]
+        check(code == 0 and len(plans) == 1 and plans[0]["errors"] == 0,
+              f"load_plan: exit {code}: {err[-1000:]}")
+        if plans:
+            check(plans[0]["keys_per_block"] == 24 and 0 < plans[0]["p50_ns_per_block"] < 1000,
+                  f"load_plan: {plans[0]}")
         # Paced at 100x the timestamps: the replay lasts at least the trace's span / 100.
         with open(path) as f:
             span_s = json.loads(f.read().splitlines()[-1])["timestamp"] / 1000.0
