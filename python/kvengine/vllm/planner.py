@@ -74,9 +74,12 @@ class SchedulerPlanner:
         """located: (keys, batch_locate results) of each hit block, in order; None when
         the planner cannot plan it (every hit is then loaded)."""
         keys_per_block = len(located[0][0])
+        tiers = [r for _, results in located for r in results]
+        # An owner without batch_locate answered batch_is_exist's way: no tiers to plan by.
+        if any(r not in _TIER_NAMES for r in tiers):
+            return None
         if not self._ready(located[0][0], keys_per_block):
             return None
-        tiers = [r for _, results in located for r in results]
         p = self._planner.plan(tiers, keys_per_block, self._key_bytes, self._keys.block_size,
                                max(0, request_tokens))
         n = p["load_blocks"]
