@@ -539,6 +539,17 @@ def test_trace(binary, engines):
                   f"without the planner no SSD load was slower: {off}")
             check(on["planner_ns_per_block"] < 1000,
                   f"planning cost {on['planner_ns_per_block']} ns per block")
+        # Memory-only hits: the planner refuses none, and both runs load the same blocks.
+        mem = trace_records(binary, ["--trace=" + path, "--memory=64MiB", "--compare_planner",
+                                     "--prefill_tokens_per_s=1e9",
+                                     "--options=ssd_capacity_bytes=0"],
+                            ["kvengine", "kvengine+planner_off"], "compare_planner memory")
+        if len(mem) == 2:
+            on, off = mem["kvengine"]["trace"], mem["kvengine+planner_off"]["trace"]
+            check(on["planner_blocks_left_to_recompute"] == 0 and
+                  on["bytes_loaded"] == off["bytes_loaded"] and
+                  on["loaded_ratio"] == off["loaded_ratio"],
+                  f"memory-only hits planned differently: {on} / {off}")
         # The planner's own cost, no engine: well under 1 us per block at the median.
         code, out, err = run(binary, ["--benchmarks=load_plan", "--num=2000", "--json"])
         plans = [r for r in records(out) if r.get("benchmark") == "load_plan"]
