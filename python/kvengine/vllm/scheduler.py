@@ -173,6 +173,7 @@ class KVEngineScheduler:
         num_tokens = int(attr_of(request, "num_tokens",
                                  len(attr_of(request, "prompt_token_ids", []))))
         hit, plan = found, None
+        state.tier_shares, state.rewrite = None, frozenset()  # this lookup's, not a former one's
         if found and self._planner is not None:
             plan = self._planner.plan(located[:found], num_tokens - start * bs)
             if plan is not None:
