@@ -93,6 +93,11 @@ TEST(LoadPlannerTest, AMemoryHitIsNeverRefused) {
   std::vector<int64_t> tiers = Tiers({M, M});
   tiers[kKeysPerBlock + 5] = S;
   EXPECT_EQ(PlanOf(planner.get(), tiers).load_blocks, 1u);
+  // Past the forced memory blocks a fast SSD block is weighed against the plan that
+  // loads them, not against computing everything (which the forced load already lost to).
+  o.ssd = {25e9, 0};
+  planner = Make(o);
+  EXPECT_EQ(PlanOf(planner.get(), Tiers({M, S, S})).load_blocks, 3u);
 }
 
 TEST(LoadPlannerTest, LayerwiseOverlapLoadsWhatTheComputeOfTheRestHides) {

@@ -175,9 +175,8 @@ Status LoadPlannerImpl::Plan(const LoadPlanRequest& r, LoadPlan* plan) {
     return l + c + (layers - 1) * std::max(l, c);
   };
 
-  const double recompute_ttft = ttft_s(0, 0);
   uint64_t best = 0;
-  double best_load = 0, best_ttft = recompute_ttft;
+  double best_load = 0, best_ttft = ttft_s(0, 0);
   bool leading_memory = true;
   for (uint64_t k = 1; k <= n; k++) {
     // The block's keys by tier: counted in registers (a loop the compiler vectorizes),
@@ -200,11 +199,12 @@ Status LoadPlannerImpl::Plan(const LoadPlanRequest& r, LoadPlan* plan) {
     leading_memory &= memory == r.keys_per_block;
     const double load = load_s();
     const double ttft = ttft_s(load, k);
-    const double recompute = static_cast<double>(tokens_of(k)) * s.per_token;
-    // A memory hit is never refused; past them, a longer prefix must save time, by
-    // the margin, over both computing it and the best shorter prefix.
-    const bool take = leading_memory || (s.per_token == 0) ||
-                      (ttft <= best_ttft && recompute_ttft - ttft >= options_.margin * recompute);
+    // A memory hit is never refused; past them, a longer prefix must beat the best
+    // shorter one (at first: computing everything) by the margin of the recompute time
+    // of the blocks it adds.
+    const double added = static_cast<double>(tokens_of(k) - tokens_of(best)) * s.per_token;
+    const bool take =
+        leading_memory || (s.per_token == 0) || best_ttft - ttft >= options_.margin * added;
     if (take) {
       best = k;
       best_load = load;

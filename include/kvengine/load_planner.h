@@ -70,8 +70,9 @@ struct LoadPlannerOptions {
   // Default: 0.1
   double estimate_weight = 0.1;
 
-  // A plan loads a block only where the estimate says loading saves at least this
-  // share of its recompute time: a margin for the estimate's error.
+  // A plan extends its prefix past the leading memory hits only where the estimate
+  // says the longer prefix saves, over the best shorter one, at least this share of the
+  // added blocks' recompute time: a margin for the estimate's error.
   // Default: 0.05
   double margin = 0.05;
 
