@@ -84,6 +84,8 @@ DeleteRegexOutcome RunDeleteRegex(const BenchContext& b);
 // Deletes --compact_delete_fraction of the keys (untimed), flushes, then times the
 // engine's garbage collection run to completion; MB/s are bytes reclaimed per second.
 Result RunCompact(const BenchContext& b);
+// load_plan (db_bench/load_plan.cc): kvengine::LoadPlanner::Plan's own cost, no engine.
+Result RunLoadPlan(const BenchConfig& c);
 
 // memcpy, memcpy_read, then memcpy_layers and memcpy_layers_read (the vLLM requests'
 // shape: --num_layers distinct buffers per thread): all four when `which` is "memcpy",

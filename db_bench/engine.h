@@ -130,6 +130,11 @@ class Engine {
   }
   // The keys each tier has served so far; nullopt when the engine does not tell.
   virtual std::optional<TierCounts> ReadTierCounts() { return std::nullopt; }
+  // Where each key is (kvengine's DB::BatchLocate: a kvengine::LocatedTier per key, 0
+  // absent, negative an error); NotSupported by an engine without tiers.
+  virtual Status BatchLocate(std::span<const Slice> /*keys*/, std::vector<int64_t>* /*results*/) {
+    return Status::NotSupported("BatchLocate");
+  }
   // A property of the engine (kvengine: DB::GetProperty, e.g. "kvengine.peers"); empty
   // when the engine has no such property.
   virtual std::string Property(const std::string& /*name*/) { return ""; }

@@ -87,6 +87,10 @@ DEFINE_string(benchmarks, "memcpy,rawwrite,rawread,vllm_write,vllm_exist,vllm_ge
               "BatchExists of --batch_size random keys (kvengine only; an in-process DB of "
               "its own): the reader's P50/P99/P99.9/max beside the delete and alone for "
               "--duration seconds before it, and their ratios\n"
+              "  load_plan    the load planner's own cost (kvengine::LoadPlanner::Plan, no "
+              "engine, one thread): --num plans of 64-block requests of the trace "
+              "benchmark's model shape (--model_layers, --trace_keys, --block_tokens); "
+              "micros per plan, and ns per block in the note\n"
               "  cluster_failover  with --cluster and 2+ replicas: SIGKILL --failover_pid (the "
               "member --failover_member), then read every key it held; reports the time from "
               "the kill to the first successful read and each read's latency\n"
@@ -268,6 +272,16 @@ DEFINE_double(prefill_tokens_per_s, 250000,
               "trace: the prefill rate the hits are priced at (default: Qwen2.5-0.5B on one "
               "H100 SXM, estimated as 25% of its 989 TFLOPS dense BF16 over 2 * 0.49e9 FLOPs "
               "per token; give your own measured rate)");
+DEFINE_string(planner, "on",
+              "trace: on -- the load planner (kvengine::LoadPlanner) decides how many of each "
+              "request's hit blocks to load, so that loading them is no slower than computing "
+              "them at --prefill_tokens_per_s (from where each key is, BatchLocate, and the "
+              "tiers' speeds measured on the loads made); off -- every hit is loaded");
+DEFINE_bool(compare_planner, false,
+            "trace: replay on two in-process kvengine DBs (same --memory and --options), "
+            "kvengine+planner_off with --planner=off and kvengine with the planner, and print "
+            "one line comparing them: prefill saved, requests loaded slower than recompute, "
+            "TTFT saved, bytes loaded");
 DEFINE_uint64(ns_cold_keys, 0,
               "ns_hotcold: the cold tenant's working set, in values of --value_size (0: as "
               "many as fill a quarter of --memory). Default: 0");
@@ -296,13 +310,13 @@ namespace kvbench {
 
 const std::vector<std::string>& KnownBenchmarks() {
   static const std::vector<std::string> names = {
-      "fillseq",     "fillrandom",   "overwrite",   "readrandom",       "readseq",
-      "readmissing", "deleterandom", "existrandom", "vllm_write",       "vllm_exist",
-      "vllm_get",    "vllm_all",     "gc_churn",    "compact",          "peer_put",
-      "peer_get",    "memcpy",       "memcpy_read", "memcpy_layers",    "memcpy_layers_read",
-      "rawwrite",    "rawread",      "rawrandread", "rawsocket",        "rawstream",
-      "rawexist",    "rawlookup",    "reopen",      "cluster_failover", "trace",
-      "ns_hotcold",  "delete_regex", "cluster_join"};
+      "fillseq",     "fillrandom",   "overwrite",    "readrandom",       "readseq",
+      "readmissing", "deleterandom", "existrandom",  "vllm_write",       "vllm_exist",
+      "vllm_get",    "vllm_all",     "gc_churn",     "compact",          "peer_put",
+      "peer_get",    "memcpy",       "memcpy_read",  "memcpy_layers",    "memcpy_layers_read",
+      "rawwrite",    "rawread",      "rawrandread",  "rawsocket",        "rawstream",
+      "rawexist",    "rawlookup",    "reopen",       "cluster_failover", "trace",
+      "ns_hotcold",  "delete_regex", "cluster_join", "load_plan"};
   return names;
 }
 
@@ -522,8 +536,10 @@ const FlagRule kTraceRules[] = {
      [](const Resolved&) { return InRange<uint64_t>(FLAGS_block_tokens, 1, 1u << 20); },
      "must be in [1, 1048576]"},
     {"prefill_tokens_per_s",
-     [](const Resolved&) { return InRange(FLAGS_prefill_tokens_per_s, 1.0, 1e12); },
-     "must be in [1, 1e12] tokens per second"},
+     [](const Resolved&) { return InRange(FLAGS_prefill_tokens_per_s, 1.0, 1e9); },
+     "must be in [1, 1e9] tokens per second"},
+    {"planner", [](const Resolved&) { return FLAGS_planner == "on" || FLAGS_planner == "off"; },
+     "must be on or off"},
     {"model_layers", [](const Resolved& r) { return TraceKeyBytes() <= r.kvengine.max_value_size; },
      [](const Resolved& r) {
        return "a key of the trace would hold " + Str(TraceKeyBytes()) +
@@ -656,6 +672,14 @@ const FlagRule kSetupRules[] = {
      },
      "only with --attach alone (an owner child kv_bench starts), and not with "
      "--compare_in_process or --compare_namespace"},
+    {"compare_planner",
+     [](const Resolved&) {
+       return !FLAGS_compare_planner ||
+              (FLAGS_attach.empty() && !FLAGS_compare_removal_feed && !FLAGS_compare_namespace &&
+               FLAGS_engine == "kvengine" && FLAGS_planner == "on");
+     },
+     "only with --engine=kvengine and --planner=on, and not with --attach, "
+     "--compare_removal_feed or --compare_namespace"},
     {"repeat", [](const Resolved&) { return InRange<uint64_t>(FLAGS_repeat, 1, 1000); },
      "must be in [1, 1000]"},
 };
@@ -766,6 +790,8 @@ void CopyCheckedFlags(BenchConfig* c) {
   if (c->compare_namespace) c->engines = {"kvengine", "kvengine+ns"};
   c->compare_arenas = FLAGS_compare_arenas;
   if (c->compare_arenas) c->engines = {"attached+ns", "attached+arena"};
+  c->compare_planner = FLAGS_compare_planner;
+  if (c->compare_planner) c->engines = {"kvengine", "kvengine+planner_off"};
   c->repeat = FLAGS_repeat;
   c->auth_token_file = FLAGS_auth_token_file;
   c->ns_cold_keys = FLAGS_ns_cold_keys;
@@ -799,6 +825,7 @@ void CopyTraceFlags(const Resolved& r, BenchConfig* c) {
   t.depth = FLAGS_trace_depth;
   t.prefetch = FLAGS_trace_prefetch;
   t.prefill_tokens_per_s = FLAGS_prefill_tokens_per_s;
+  t.planner = FLAGS_planner == "on";
   t.buffer_bytes = TraceBufferBytes();
   t.memory_capacity = r.kvengine.memory_capacity_bytes;
   t.ssd_capacity = r.kvengine.ssd_capacity_bytes;

@@ -59,6 +59,7 @@ struct BenchConfig {
   bool compare_namespace = false;     // a kvengine used through a namespace, beside one
   bool compare_arenas = false;  // --attach: a namespace in its own arena, beside one in the shared
   bool compare_removal_feed = false;  // a kvengine whose removal feed is read, beside one
+  bool compare_planner = false;       // trace: a kvengine without the load planner, beside one
   uint64_t repeat = 1;                // rounds of the whole benchmark list
   std::string failover_member;        // cluster_failover: HOST:PORT of the member to kill
   int64_t failover_pid = 0;           // cluster_failover: its process id

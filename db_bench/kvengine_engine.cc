@@ -93,6 +93,9 @@ class KvengineEngine : public Engine {
   Status BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) override {
     return Calls()->BatchExists(keys, results);
   }
+  Status BatchLocate(std::span<const Slice> keys, std::vector<int64_t>* results) override {
+    return Calls()->BatchLocate(keys, results);
+  }
   Status BatchDelete(std::span<const Slice> keys, std::vector<int64_t>* results) override {
     return Calls()->BatchDelete(write_options_, keys, results);
   }

@@ -11,6 +11,21 @@
 
 namespace kvbench {
 
+// The trace benchmark's figures that two of its runs are compared by (--compare_planner).
+struct TraceFigures {
+  double prefill_saved_s = 0;
+  double prefill_all_s = 0;
+  uint64_t faster = 0;  // requests loaded faster than recompute
+  uint64_t slower = 0;  // ... and slower
+  double slower_lost_s = 0;
+  uint64_t slower_from_memory = 0;  // ... of the slower, loads from memory alone
+  double ttft_saved_p50_us = 0;
+  double ttft_saved_p99_us = 0;
+  uint64_t bytes_loaded = 0;
+  uint64_t refused_blocks = 0;  // hit blocks the load planner left to recompute
+  bool planner = false;
+};
+
 struct Result {
   std::string benchmark;  // "fillrandom"
   std::string engine;     // "kvengine", "rocksdb", or "" for a baseline
@@ -45,6 +60,7 @@ struct Result {
   // JSON members (without braces) added to its JSON object.
   std::string detail_text;
   std::string detail_json;
+  std::optional<TraceFigures> trace;  // the trace benchmark's
   Histogram hist;
   Histogram kind_hist[3];  // gc_churn: reads, writes, deletes
 

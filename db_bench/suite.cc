@@ -414,7 +414,9 @@ Result Suite::RunOne(const std::string& name, Slot* slot, uint64_t salt) {
         return started;
       };
     }
-    r = RunTraceReplay(c_.trace, trace_, b.engine, c_.verify, c_.progress_interval, prefetch);
+    TraceConfig trace = c_.trace;
+    if (slot != nullptr && slot->name == "kvengine+planner_off") trace.planner = false;
+    r = RunTraceReplay(trace, trace_, b.engine, c_.verify, c_.progress_interval, prefetch);
     r.detail_text += ideal_.text;
     r.detail_json += "," + ideal_.json;
   } else if (name == "peer_get") {
@@ -570,6 +572,12 @@ void Suite::RunRound(uint64_t round, uint64_t* salt_counter) {
       RunDeleteRegexRound(round, salt);
       continue;
     }
+    if (name == "load_plan") {
+      Result r = RunLoadPlan(c_);
+      r.benchmark = r.label = name;
+      Emit(&r);
+      continue;
+    }
     // Every other round runs the engines in the opposite order: on the development VM
     // whichever ran second was 10-15% slower, attached or in-process alike
     // (docs/benchmarks.md, "Sixth pass"), so a fixed order biases the ratio.
@@ -590,6 +598,10 @@ void Suite::RunRound(uint64_t round, uint64_t* salt_counter) {
         std::printf("%s\n", FormatRatioJson(a, b).c_str());
       } else {
         std::printf("%s\n", FormatRatioLine(a, b).c_str());
+      }
+      if (name == "trace" && c_.compare_planner) {
+        const std::string line = FormatPlannerComparison(a, b, c_.json);
+        if (!line.empty()) std::printf("%s\n", line.c_str());
       }
       std::fflush(stdout);
       const std::string ratio = name + " " + a.engine + "/" + b.engine;

@@ -26,6 +26,10 @@ struct TraceConfig {
   uint64_t depth = 1;         // requests looked up and not yet loaded, at most
   bool prefetch = false;      // the lookup asks the engine to prefetch its hits (DB::Prefetch)
   double prefill_tokens_per_s = 0;
+  // The load planner (kvengine::LoadPlanner) decides how many of a request's hit blocks
+  // to load, from where they are (BatchLocate) and the speeds it measures; off: every hit
+  // is loaded.
+  bool planner = true;
   uint64_t buffer_bytes = 0;  // the registered buffer loads and saves go through
   // The byte capacities of the ideal caches: the memory tier, and memory plus SSD (0:
   // no SSD tier).

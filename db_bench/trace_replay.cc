@@ -12,6 +12,7 @@
 #include "db_bench/histogram.h"
 #include "db_bench/prefix_cache_model.h"
 #include "db_bench/workload.h"
+#include "kvengine/load_planner.h"
 
 namespace kvbench {
 
@@ -65,8 +66,17 @@ struct TraceStats {
   double prefill_saved_s = 0;  // over the requests whose load beat recomputing
   uint64_t faster = 0, slower = 0;
   double slower_lost_s = 0;  // what loading instead of recomputing cost those
+  uint64_t slower_from_memory = 0;  // ... of those, loads whose every key came from memory
   Histogram ttft_saved_us;   // per request whose load beat recomputing
   uint64_t verified = 0;
+  // The load planner.
+  uint64_t planned_requests = 0;   // requests with hits it planned
+  uint64_t refused_requests = 0;   // ... of which it left some hits to recompute
+  uint64_t refused_blocks = 0;     // hit blocks it left to recompute
+  double refused_load_s = 0;       // its estimate of loading them with the rest
+  double refused_recompute_s = 0;  // ... and of computing them
+  double plan_s = 0;               // time in LoadPlanner::Plan
+  uint64_t planned_blocks = 0;     // hit blocks planned
 };
 
 class Replay {
@@ -81,6 +91,12 @@ class Replay {
         key_bytes_(c.BytesPerKey()),
         buffer_blocks_(std::max<uint64_t>(1, c.buffer_bytes / c.BytesPerBlock())),
         buffer_(buffer_blocks_ * c.BytesPerBlock()) {
+    if (c.planner) {
+      kvengine::LoadPlannerOptions o;
+      o.recompute_tokens_per_s = c.prefill_tokens_per_s;
+      Status st = kvengine::LoadPlanner::Create(o, &planner_);
+      if (!st.ok()) Error("load planner: " + st.ToString());
+    }
     // The "KV cache" the keys are saved from: random bytes, stamped per key when saved.
     for (size_t i = 0; i + 8 <= buffer_.size(); i += 8) {
       const uint64_t x = Mix(i);
@@ -97,8 +113,8 @@ class Replay {
   // whole (the load stops at the first block a key of which is gone).
   uint64_t Load(const LookupPlan& plan, double* seconds, uint64_t* bytes);
   // Writes blocks [first, end) in buffer-sized calls.
-  void Save(const LookupPlan& plan, uint64_t first);
-  void Price(const TraceRequest& r, uint64_t loaded_blocks, double load_s);
+  void Save(const LookupPlan& plan, uint64_t first, uint64_t end);
+  void Price(const TraceRequest& r, uint64_t loaded_blocks, double load_s, bool memory_only);
   char* KeyBuffer(uint64_t block_slot, uint64_t layer) {
     return buffer_.data() + block_slot * c_.BytesPerBlock() + layer * key_bytes_;
   }
@@ -106,6 +122,9 @@ class Replay {
     if (errors_++ == 0) first_error_ = what;
   }
   std::string Report(Result* r, double wall_s);
+  void ReportPlanner(Result* r);
+  // How many of the lookup's hit blocks to load (BatchLocate's answers in results_).
+  uint64_t PlanLoad(const TraceRequest& r, uint64_t hit_blocks);
 
   const TraceConfig& c_;
   const std::vector<TraceRequest>& trace_;
@@ -123,6 +142,8 @@ class Replay {
   std::vector<Destination> dests_;
   std::vector<ValueParts> parts_;
   std::string note_;
+  std::unique_ptr<kvengine::LoadPlanner> planner_;  // null: every hit is loaded
+  std::string planner_note_;                        // why it is off, when it was asked for
 };
 
 LookupPlan Replay::Lookup(size_t i, double now_s) {
@@ -136,7 +157,16 @@ LookupPlan Replay::Lookup(size_t i, double now_s) {
   }
   slices_.assign(plan.keys.begin(), plan.keys.end());
   const auto start = Clock::now();
-  Status st = slices_.empty() ? Status::OK() : engine_->BatchExists(slices_, &results_);
+  Status st;
+  if (!slices_.empty() && planner_) {
+    // Where each key is, for the planner (the same walk of the index as BatchExists).
+    st = engine_->BatchLocate(slices_, &results_);
+    if (st.IsNotSupported()) {
+      planner_.reset();
+      planner_note_ = "off: the engine does not say where its keys are (BatchLocate)";
+    }
+  }
+  if (!slices_.empty() && !planner_) st = engine_->BatchExists(slices_, &results_);
   const double us = Seconds(Clock::now() - start) * 1e6;
   s_.lookup_us.Add(us);
   s_.lookup_s += us / 1e6;
@@ -147,16 +177,48 @@ LookupPlan Replay::Lookup(size_t i, double now_s) {
   while (plan.hit_blocks < r.hash_ids.size()) {
     const auto first = results_.begin() + static_cast<ptrdiff_t>(plan.hit_blocks * per_block);
     if (!std::all_of(first, first + static_cast<ptrdiff_t>(per_block),
-                     [](int64_t x) { return x == 1; })) {
+                     [](int64_t x) { return x > 0; })) {  // exists, or its tier
       break;
     }
     plan.hit_blocks++;
   }
+  plan.found_blocks = plan.hit_blocks;
+  if (planner_ && plan.hit_blocks > 0) plan.hit_blocks = PlanLoad(r, plan.hit_blocks);
   if (hook_) {
+    // Blocks past the plan are not prefetched either.
     plan.prefetched_keys =
         hook_(plan, std::span<const Slice>(slices_.data(), plan.hit_blocks * per_block));
+    if (planner_ && plan.prefetched_keys > 0) {
+      planner_->AddInFlight(kvengine::kLocatedSsd, plan.prefetched_keys * key_bytes_);
+    }
   }
   return plan;
+}
+
+uint64_t Replay::PlanLoad(const TraceRequest& r, uint64_t hit_blocks) {
+  kvengine::LoadPlanRequest request;
+  request.key_tiers = std::span<const int64_t>(results_.data(), hit_blocks * c_.KeysPerBlock());
+  request.keys_per_block = c_.KeysPerBlock();
+  request.key_bytes = key_bytes_;
+  request.block_tokens = c_.block_tokens;
+  request.request_tokens = r.input_length;
+  kvengine::LoadPlan p;
+  const auto start = Clock::now();
+  Status st = planner_->Plan(request, &p);
+  s_.plan_s += Seconds(Clock::now() - start);
+  if (!st.ok()) {
+    Error("LoadPlanner::Plan: " + st.ToString());
+    return hit_blocks;
+  }
+  s_.planned_requests++;
+  s_.planned_blocks += hit_blocks;
+  if (p.load_blocks < hit_blocks) {
+    s_.refused_requests++;
+    s_.refused_blocks += hit_blocks - p.load_blocks;
+    s_.refused_load_s += p.all_hits_load_s - p.load_s;
+    s_.refused_recompute_s += p.all_hits_recompute_s - p.recompute_s;
+  }
+  return p.load_blocks;
 }
 
 uint64_t Replay::Load(const LookupPlan& plan, double* seconds, uint64_t* bytes) {
@@ -208,11 +270,11 @@ uint64_t Replay::Load(const LookupPlan& plan, double* seconds, uint64_t* bytes) 
   return loaded;
 }
 
-void Replay::Save(const LookupPlan& plan, uint64_t first_block) {
+void Replay::Save(const LookupPlan& plan, uint64_t first_block, uint64_t end) {
   const TraceRequest& r = trace_[plan.request];
   const uint64_t per_block = c_.KeysPerBlock();
-  for (uint64_t first = first_block; first < r.hash_ids.size(); first += buffer_blocks_) {
-    const uint64_t n = std::min<uint64_t>(buffer_blocks_, r.hash_ids.size() - first);
+  for (uint64_t first = first_block; first < end; first += buffer_blocks_) {
+    const uint64_t n = std::min<uint64_t>(buffer_blocks_, end - first);
     slices_.clear();
     parts_.clear();
     for (uint64_t b = 0; b < n; b++) {
@@ -236,7 +298,7 @@ void Replay::Save(const LookupPlan& plan, uint64_t first_block) {
   }
 }
 
-void Replay::Price(const TraceRequest& r, uint64_t loaded_blocks, double load_s) {
+void Replay::Price(const TraceRequest& r, uint64_t loaded_blocks, double load_s, bool memory_only) {
   const double tps = c_.prefill_tokens_per_s;
   s_.prefill_all_s += static_cast<double>(r.input_length) / tps;
   if (loaded_blocks == 0) return;
@@ -250,6 +312,7 @@ void Replay::Price(const TraceRequest& r, uint64_t loaded_blocks, double load_s)
   } else {
     s_.slower++;
     s_.slower_lost_s += load_s - recompute_s;
+    if (memory_only) s_.slower_from_memory++;
   }
 }
 
@@ -258,9 +321,10 @@ void Replay::LoadAndSave(const LookupPlan& plan) {
   s_.requests++;
   s_.blocks += r.hash_ids.size();
   s_.tokens += r.input_length;
-  s_.hit_blocks += plan.hit_blocks;
+  s_.hit_blocks += plan.found_blocks;
   uint64_t loaded = 0;
   double load_s = 0;
+  bool memory_only = false;  // every key the load read came from memory (tiers known)
   if (plan.hit_blocks > 0) {
     const std::optional<TierCounts> before = engine_->ReadTierCounts();
     uint64_t bytes = 0;
@@ -275,6 +339,12 @@ void Replay::LoadAndSave(const LookupPlan& plan) {
       s_.tiers_known = true;
       const TierCounts d = *after - *before;
       s_.tier_keys += d;
+      memory_only = d.ssd == 0 && d.peer == 0;
+      // The planner's estimates follow the loads actually made.
+      if (planner_ && loaded > 0 && load_s > 0) {
+        planner_->RecordLoad(d.memory * key_bytes_, d.ssd * key_bytes_, d.peer * key_bytes_,
+                             load_s);
+      }
       Histogram& by_tier = d.peer > 0  ? s_.load_peer_us
                            : d.ssd > 0 ? s_.load_ssd_us
                                        : s_.load_memory_us;
@@ -286,8 +356,12 @@ void Replay::LoadAndSave(const LookupPlan& plan) {
       s_.load_prefetched_us.Add(load_s * 1e6);
     }
   }
-  Price(r, loaded, load_s);
-  Save(plan, loaded);
+  Price(r, loaded, load_s, memory_only);
+  // The engine computed every block it did not load, and saves them -- the hits the
+  // planner left to recompute too, as the connectors do: saved again from the recomputed
+  // KV they come back into memory (promoted without an SSD read), as a load from SSD
+  // would have brought them (promote_on_read).
+  Save(plan, loaded, r.hash_ids.size());
 }
 
 Result Replay::Run(double progress_interval) {
@@ -349,6 +423,39 @@ Result Replay::Run(double progress_interval) {
   r.hist = s_.load_us;
   r.note = Report(&r, wall_s);
   return r;
+}
+
+void Replay::ReportPlanner(Result* r) {
+  const TraceStats& s = s_;
+  std::string& t = r->detail_text;
+  std::string& j = r->detail_json;
+  if (!planner_) {
+    const std::string why = planner_note_.empty() ? "off (--planner=off)" : planner_note_;
+    t += "  load planner: " + why + "\n";
+    j += ",\"planner\":false";
+    return;
+  }
+  const kvengine::TierReadEstimate m = planner_->Estimate(kvengine::kLocatedMemory);
+  const kvengine::TierReadEstimate d = planner_->Estimate(kvengine::kLocatedSsd);
+  const double ns_per_block =
+      s.planned_blocks > 0 ? s.plan_s * 1e9 / static_cast<double>(s.planned_blocks) : 0;
+  t += Printf("  load planner: %" PRIu64 " of %" PRIu64
+              " planned hit blocks left to recompute, in %" PRIu64 " of %" PRIu64
+              " requests (estimated %.3f s to load them, %.3f s to compute); "
+              "estimates: memory %.2f GB/s + %.1f us (%" PRIu64
+              " loads), SSD %.2f GB/s + "
+              "%.1f us (%" PRIu64 " loads); %.1f ns of planning per block\n",
+              s.refused_blocks, s.planned_blocks, s.refused_requests, s.planned_requests,
+              s.refused_load_s, s.refused_recompute_s, m.bytes_per_s / 1e9, m.latency_s * 1e6,
+              m.samples, d.bytes_per_s / 1e9, d.latency_s * 1e6, d.samples, ns_per_block);
+  j += Printf(",\"planner\":true,\"planner_blocks_planned\":%" PRIu64
+              ",\"planner_blocks_left_to_recompute\":%" PRIu64
+              ",\"planner_requests_planned\":%" PRIu64 ",\"planner_requests_cut\":%" PRIu64
+              ",\"planner_cut_load_seconds\":%.6g,\"planner_cut_recompute_seconds\":%.6g"
+              ",\"planner_memory_bytes_per_s\":%.6g,\"planner_ssd_bytes_per_s\":%.6g"
+              ",\"planner_ns_per_block\":%.6g",
+              s.planned_blocks, s.refused_blocks, s.planned_requests, s.refused_requests,
+              s.refused_load_s, s.refused_recompute_s, m.bytes_per_s, d.bytes_per_s, ns_per_block);
 }
 
 std::string Replay::Report(Result* r, double wall_s) {
@@ -425,18 +532,33 @@ std::string Replay::Report(Result* r, double wall_s) {
       "  prefill model at %.0f tokens/s: %.2f s of %.2f s of prefill saved (%.4f); "
       "%" PRIu64
       " requests loaded faster than recompute, TTFT saved P50 %.1f P99 %.1f "
-      "micros; %" PRIu64 " loaded slower (%.3f s lost, not counted as saved)\n",
+      "micros; %" PRIu64 " loaded slower (%.3f s lost, not counted as saved; %" PRIu64
+      " of them from memory alone)\n",
       c_.prefill_tokens_per_s, s.prefill_saved_s, s.prefill_all_s,
       s.prefill_all_s > 0 ? s.prefill_saved_s / s.prefill_all_s : 0, s.faster,
-      s.ttft_saved_us.Percentile(50), s.ttft_saved_us.Percentile(99), s.slower, s.slower_lost_s);
+      s.ttft_saved_us.Percentile(50), s.ttft_saved_us.Percentile(99), s.slower, s.slower_lost_s,
+      s.slower_from_memory);
   j += Printf(
       ",\"prefill_tokens_per_s\":%.6g,\"prefill_seconds\":%.6g"
       ",\"prefill_seconds_saved\":%.6g,\"loaded_tokens\":%" PRIu64 ",\"tokens\":%" PRIu64
       ",\"requests_load_faster\":%" PRIu64 ",\"requests_load_slower\":%" PRIu64
-      ",\"slower_seconds_lost\":%.6g,\"ttft_saved_us\":",
+      ",\"slower_seconds_lost\":%.6g,\"requests_load_slower_from_memory\":%" PRIu64
+      ",\"ttft_saved_us\":",
       c_.prefill_tokens_per_s, s.prefill_all_s, s.prefill_saved_s, s.loaded_tokens, s.tokens,
-      s.faster, s.slower, s.slower_lost_s);
+      s.faster, s.slower, s.slower_lost_s, s.slower_from_memory);
   j += PercentilesJson(s.ttft_saved_us);
+  ReportPlanner(r);
+  r->trace = TraceFigures{s.prefill_saved_s,
+                          s.prefill_all_s,
+                          s.faster,
+                          s.slower,
+                          s.slower_lost_s,
+                          s.slower_from_memory,
+                          s.ttft_saved_us.Percentile(50),
+                          s.ttft_saved_us.Percentile(99),
+                          s.bytes_loaded,
+                          s.refused_blocks,
+                          planner_ != nullptr};
   return note_;
 }
 
@@ -449,6 +571,46 @@ Result RunTraceReplay(const TraceConfig& config, const std::vector<TraceRequest>
   Result r = replay.Run(progress_interval);
   r.detail_json += "}";  // closes "trace"
   return r;
+}
+
+std::string FormatPlannerComparison(const Result& on, const Result& off, bool json) {
+  if (!on.trace || !off.trace) return "";
+  const TraceFigures& a = *on.trace;
+  const TraceFigures& b = *off.trace;
+  // The prefill saved with the planner over without it; a run that saved nothing (or
+  // lost: the saved figure never counts the slower loads) has no ratio.
+  const double ratio = b.prefill_saved_s > 0 ? a.prefill_saved_s / b.prefill_saved_s : 0;
+  if (json) {
+    return Printf(
+        "{\"benchmark\":\"trace\",\"engine\":\"both\",\"compare\":\"planner\""
+        ",\"prefill_saved_ratio_on_over_off\":%.6g"
+        ",\"on\":{\"prefill_seconds_saved\":%.6g,\"prefill_seconds\":%.6g"
+        ",\"requests_load_slower\":%" PRIu64 ",\"requests_load_slower_from_memory\":%" PRIu64
+        ",\"slower_seconds_lost\":%.6g"
+        ",\"ttft_saved_p50_us\":%.6g,\"ttft_saved_p99_us\":%.6g"
+        ",\"bytes_loaded\":%" PRIu64 ",\"blocks_left_to_recompute\":%" PRIu64
+        "}"
+        ",\"off\":{\"prefill_seconds_saved\":%.6g,\"prefill_seconds\":%.6g"
+        ",\"requests_load_slower\":%" PRIu64 ",\"requests_load_slower_from_memory\":%" PRIu64
+        ",\"slower_seconds_lost\":%.6g"
+        ",\"ttft_saved_p50_us\":%.6g,\"ttft_saved_p99_us\":%.6g"
+        ",\"bytes_loaded\":%" PRIu64 "}}",
+        ratio, a.prefill_saved_s, a.prefill_all_s, a.slower, a.slower_from_memory, a.slower_lost_s,
+        a.ttft_saved_p50_us, a.ttft_saved_p99_us, a.bytes_loaded, a.refused_blocks,
+        b.prefill_saved_s, b.prefill_all_s, b.slower, b.slower_from_memory, b.slower_lost_s,
+        b.ttft_saved_p50_us, b.ttft_saved_p99_us, b.bytes_loaded);
+  }
+  return Printf(
+      "trace        : planner on/off: prefill saved %.3f s vs %.3f s of %.2f s (%.2fx); "
+      "requests loaded slower than recompute %" PRIu64 " vs %" PRIu64
+      " (%.3f s vs %.3f s lost; from memory alone %" PRIu64 " vs %" PRIu64
+      "); TTFT saved P50 %.1f vs %.1f, P99 %.1f vs %.1f micros; "
+      "loaded %.1f vs %.1f MiB; %" PRIu64 " hit blocks left to recompute",
+      a.prefill_saved_s, b.prefill_saved_s, b.prefill_all_s, ratio, a.slower, b.slower,
+      a.slower_lost_s, b.slower_lost_s, a.slower_from_memory, b.slower_from_memory,
+      a.ttft_saved_p50_us, b.ttft_saved_p50_us, a.ttft_saved_p99_us, b.ttft_saved_p99_us,
+      static_cast<double>(a.bytes_loaded) / 1048576.0,
+      static_cast<double>(b.bytes_loaded) / 1048576.0, a.refused_blocks);
 }
 
 IdealCacheReport ComputeIdealCaches(const TraceConfig& c, const std::vector<TraceRequest>& trace) {

@@ -5,12 +5,18 @@
 // get_num_new_matched_tokens, then the worker's load) and SGLang (batch_exists, then the
 // prefetch and load):
 //   1. Lookup, on the scheduler's side, when the request arrives: one BatchExists over
-//      the keys of all its blocks; its hits are the leading blocks whose every key exists.
-//      Then the lookup hook runs with the keys of those hit blocks (the place where the
-//      scheduler tells the engine what the worker will load).
-//   2. Load and save, on the worker's side, `lookahead_us` after the lookup: the hit
+//      the keys of all its blocks (BatchLocate with the load planner); its hits are the
+//      leading blocks whose every key exists.  The load planner (kvengine::LoadPlanner,
+//      on unless --planner=off) keeps the leading hits that load no slower than they
+//      compute at --prefill_tokens_per_s.  Then the lookup hook runs with the keys of
+//      those planned blocks (the place where the scheduler tells the engine what the
+//      worker will load).
+//   2. Load and save, on the worker's side, `lookahead_us` after the lookup: the planned
 //      blocks read with BatchGetInto into a registered buffer (the load, timed per
-//      request), then the rest of the blocks written from it with BatchPut (the save).
+//      request; its time and tiers feed the planner's estimates), then the blocks it
+//      did not load written from it with BatchPut (the save) -- the hits the planner
+//      left to recompute too: the connectors save those again from the recomputed KV,
+//      which brings them back into memory without an SSD read.
 // Arrivals: with speed 0 each request as soon as the scheduler has room, with speed N at
 // its timestamp / N.  The scheduler looks up at most `depth` requests ahead of the
 // worker's loads (depth 1: a request is looked up lookahead_us before its load, after the
@@ -40,7 +46,8 @@ namespace kvbench {
 // A request between the scheduler's lookup and the worker's load.
 struct LookupPlan {
   size_t request = 0;             // its index in the trace
-  uint64_t hit_blocks = 0;        // leading blocks whose every key the lookup found
+  uint64_t found_blocks = 0;      // leading blocks whose every key the lookup found
+  uint64_t hit_blocks = 0;        // of those, the leading ones to load (the planner's)
   std::vector<std::string> keys;  // every key of every block, block by block
   double lookup_at_s = 0;         // seconds since the replay began
   uint64_t prefetched_keys = 0;   // hit keys the hook started bringing up from SSD
@@ -59,6 +66,11 @@ using LookupHook =
 Result RunTraceReplay(const TraceConfig& config, const std::vector<TraceRequest>& trace,
                       Engine* engine, bool verify, double progress_interval,
                       const LookupHook& hook = nullptr);
+
+// One line (or one JSON object) comparing a replay with the load planner (`on`) and one
+// without (`off`), both of this run: prefill saved, requests loaded slower than
+// recompute, TTFT saved, bytes loaded.  Empty when either is not a trace result.
+std::string FormatPlannerComparison(const Result& on, const Result& off, bool json);
 
 // The ideal caches' figures for `trace` (they depend on nothing else), as text lines and as
 // JSON members, computed once per run and added to every engine's report.

@@ -61,13 +61,25 @@ std::string Text(const json& j, const char* name) {
 }
 
 // A missed block's reason as the summary ranks it: the reason with what tells its kind
-// apart ("evicted (capacity, memory)", "unreadable (corruption)").
+// apart ("evicted (capacity, memory)", "unreadable (corruption)",
+// "slower_than_recompute (ssd)": the tiers the load planner would have read).
 std::string ReasonOf(const json& missed) {
   std::string reason = Text(missed, "reason");
   if (reason.empty()) reason = "unknown";
   if (reason == "evicted")
     return reason + " (" + Text(missed, "by") + ", " + Text(missed, "tier") + ")";
   if (reason == "unreadable") return reason + " (" + Text(missed, "error") + ")";
+  auto estimate = missed.find("estimate");
+  if (reason == "slower_than_recompute" && estimate != missed.end() && estimate->is_object()) {
+    auto tiers = estimate->find("tiers");
+    std::string names;
+    if (tiers != estimate->end() && tiers->is_array()) {
+      for (const auto& t : *tiers) {
+        if (t.is_string()) names += (names.empty() ? "" : ", ") + t.get<std::string>();
+      }
+    }
+    if (!names.empty()) return reason + " (" + names + ")";
+  }
   return reason;
 }
 

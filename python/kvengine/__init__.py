@@ -26,10 +26,11 @@ import json
 import os
 
 from . import _kvengine
-from ._kvengine import CUDA_BUILD, ERROR_CODES, OPTION_NAMES, Error
+from ._kvengine import CUDA_BUILD, ERROR_CODES, OPTION_NAMES, Error, LoadPlanner
 
 __all__ = ["DB", "Namespace", "open", "attach", "Error", "ERROR_CODES", "OPTION_NAMES", "CUDA_BUILD", "check",
-           "error_name", "regex_escape", "printable_key", "rendezvous_owners"]
+           "error_name", "regex_escape", "printable_key", "rendezvous_owners", "LoadPlanner",
+           "LOCATED_MEMORY", "LOCATED_SSD", "LOCATED_PEER"]
 __version__ = "0.1.0"
 
 # The negative codes of status.h, frozen: they are part of the API.
@@ -43,6 +44,12 @@ BUSY = -6
 ABORTED = -7
 NOT_SUPPORTED = -8
 BUFFER_TOO_SMALL = -9
+
+# batch_locate's answers for a present key (include/kvengine/db.h, LocatedTier), frozen;
+# 0 is absent.  LoadPlanner's key_tiers take them.
+LOCATED_MEMORY = 1
+LOCATED_SSD = 2
+LOCATED_PEER = 3
 
 
 def error_name(code):

@@ -33,6 +33,7 @@
 #include "kvengine/slice.h"
 #include "kvengine/status.h"
 #include "python/src/lmcache_plugin.h"
+#include "python/src/load_planner_binding.h"
 #include "util/perf_point.h"
 #include "util/printable.h"
 
@@ -1063,6 +1064,7 @@ PYBIND11_MODULE(_kvengine, m) {
            "The registered namespaces, one dict each (the default namespace is not listed).")
       .def("_cpp_batch_loop", &Store::CppBatchLoop, py::arg("op"), py::arg("keys"), py::arg("ptrs"),
            py::arg("sizes"), py::arg("iterations"));
+  kvengine::python::BindLoadPlanner(m);
   kvengine::python::BindLMCachePlugin(m,
                                       [](py::handle h) { return py::cast<Store&>(h).SharedDb(); });
 }

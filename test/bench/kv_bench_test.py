@@ -33,8 +33,10 @@ trace:     --benchmarks=trace on a generated conversation trace (a tiny model sh
            every engine's figures present and sane (no errors, bytes verified, hits at
            most the infinite cache's, the tiers' shares adding up to the loaded share),
            SSD hits when the memory tier is small, the written trace replayed from its
-           file with the same figures, paced with a lookahead, attached, and a bad trace
-           line refused with its line number.
+           file with the same figures, paced with a lookahead, attached, the load planner
+           against none in one process (--compare_planner: no load with SSD keys slower
+           than recompute with it, some without), the planner's own cost (load_plan), and
+           a bad trace line refused with its line number.
 """
 import json
 import math
@@ -226,6 +228,13 @@ def test_bad_flags(binary, engines):
         (["--benchmarks=trace", "--trace_generate=agent", "--trace_keys=block",
           "--head_dim=65536", "--kv_heads=4096"], "max_value_size"),
         (["--benchmarks=trace", "--trace=/nonexistent/trace.jsonl"], "/nonexistent/trace.jsonl"),
+        (["--benchmarks=trace", "--trace_generate=agent", "--planner=maybe"], "--planner"),
+        (["--benchmarks=trace", "--trace_generate=agent", "--prefill_tokens_per_s=1e10"],
+         "--prefill_tokens_per_s"),
+        (["--benchmarks=trace", "--trace_generate=agent", "--compare_planner",
+          "--planner=off"], "--compare_planner"),
+        (["--benchmarks=trace", "--trace_generate=agent", "--compare_planner",
+          "--compare_namespace"], "--compare_planner"),
         (["--benchmarks=ns_hotcold", "--ns_cold_read_every=0"], "--ns_cold_read_every"),
         (["--benchmarks=ns_hotcold", "--ns_cold_quota=lots"], "--ns_cold_quota"),
         (["--benchmarks=ns_hotcold", "--ns_hot_quota=0"], "--ns_hot_quota"),
@@ -485,7 +494,8 @@ def test_trace(binary, engines):
             check(gen["kvengine"]["ideal_infinite"] == again["kvengine"]["ideal_infinite"],
                   "the file replays with other ideal figures")
         # A memory tier of 4 MiB (32 blocks) over the SSD tier: hits come from SSD.
-        ssd = trace_records(binary, ["--trace=" + path, "--memory=4MiB",
+        # The load planner off: these check the engine's SSD path, every hit read.
+        ssd = trace_records(binary, ["--trace=" + path, "--memory=4MiB", "--planner=off",
                                      "--options=memory_slab_size=64KiB"], ["kvengine"], "ssd")
         if "kvengine" in ssd:
             t = ssd["kvengine"]["trace"]
@@ -495,7 +505,7 @@ def test_trace(binary, engines):
         # The same with the lookup hook prefetching (DB::Prefetch): the requests whose hits
         # were on SSD at the lookup are reported apart, and fewer keys come from SSD.
         pre = trace_records(binary, ["--trace=" + path, "--memory=4MiB", "--trace_prefetch",
-                                     "--trace_lookahead_us=20000",
+                                     "--trace_lookahead_us=20000", "--planner=off",
                                      "--options=memory_slab_size=64KiB"], ["kvengine"], "prefetch")
         if "kvengine" in ssd and "kvengine" in pre:
             t = pre["kvengine"]["trace"]
@@ -503,6 +513,51 @@ def test_trace(binary, engines):
                   f"--trace_prefetch started no read up from SSD: {t}")
             check(t["hit_ratio_ssd"] < ssd["kvengine"]["trace"]["hit_ratio_ssd"],
                   f"the prefetch served no SSD hit from memory: {t}")
+        # The load planner against none, one process: at a prefill rate no SSD can match
+        # (1e9 tokens/s: a 128 KiB block computes in 0.5 us) the planner reads nothing
+        # from SSD, and no load but a memory one is slower than recompute.
+        both = trace_records(binary, ["--trace=" + path, "--memory=4MiB", "--compare_planner",
+                                      "--prefill_tokens_per_s=1e9",
+                                      "--options=memory_slab_size=64KiB"],
+                             ["kvengine", "kvengine+planner_off"], "compare_planner")
+        code, out, err = run(binary, TRACE_TINY + ["--json", "--trace=" + path, "--memory=4MiB",
+                                                   "--compare_planner",
+                                                   "--prefill_tokens_per_s=1e9",
+                                                   "--options=memory_slab_size=64KiB"],
+                             timeout=120)
+        compared = [r for r in records(out) if r.get("compare") == "planner"]
+        check(code == 0 and len(compared) == 1, f"no planner comparison: {out[-2000:]}")
+        if len(both) == 2:
+            on, off = both["kvengine"]["trace"], both["kvengine+planner_off"]["trace"]
+            check(on["planner"] and not off["planner"], "which run planned")
+            check(on["planner_blocks_left_to_recompute"] > 0 and on["hit_ratio_ssd"] == 0,
+                  f"the planner loaded SSD hits slower than recompute: {on}")
+            check(on["requests_load_slower"] == on["requests_load_slower_from_memory"],
+                  f"a load with SSD keys was slower than recompute with the planner: {on}")
+            check(off["hit_ratio_ssd"] > 0 and off["requests_load_slower"] >
+                  off["requests_load_slower_from_memory"],
+                  f"without the planner no SSD load was slower: {off}")
+            check(on["planner_ns_per_block"] < 1000,
+                  f"planning cost {on['planner_ns_per_block']} ns per block")
+        # Memory-only hits: the planner refuses none, and both runs load the same blocks.
+        mem = trace_records(binary, ["--trace=" + path, "--memory=64MiB", "--compare_planner",
+                                     "--prefill_tokens_per_s=1e9",
+                                     "--options=ssd_capacity_bytes=0"],
+                            ["kvengine", "kvengine+planner_off"], "compare_planner memory")
+        if len(mem) == 2:
+            on, off = mem["kvengine"]["trace"], mem["kvengine+planner_off"]["trace"]
+            check(on["planner_blocks_left_to_recompute"] == 0 and
+                  on["bytes_loaded"] == off["bytes_loaded"] and
+                  on["loaded_ratio"] == off["loaded_ratio"],
+                  f"memory-only hits planned differently: {on} / {off}")
+        # The planner's own cost, no engine: well under 1 us per block at the median.
+        code, out, err = run(binary, ["--benchmarks=load_plan", "--num=2000", "--json"])
+        plans = [r for r in records(out) if r.get("benchmark") == "load_plan"]
+        check(code == 0 and len(plans) == 1 and plans[0]["errors"] == 0,
+              f"load_plan: exit {code}: {err[-1000:]}")
+        if plans:
+            check(plans[0]["keys_per_block"] == 24 and 0 < plans[0]["p50_ns_per_block"] < 1000,
+                  f"load_plan: {plans[0]}")
         # Paced at 100x the timestamps: the replay lasts at least the trace's span / 100.
         with open(path) as f:
             span_s = json.loads(f.read().splitlines()[-1])["timestamp"] / 1000.0
@@ -529,7 +584,8 @@ def test_trace(binary, engines):
         check(any(LINE.match(line) for line in out.splitlines() if line.startswith("trace ")),
               f"no db_bench line for trace: {out}")
         for words in ("prefix hits:", "hits by tier", "load per request:", "prefill model at",
-                      "infinite cache", "block-LRU of the memory tier's bytes"):
+                      "infinite cache", "block-LRU of the memory tier's bytes",
+                      "load planner:"):
             check(words in out, f"text report lacks '{words}'")
         # A bad line: refused, naming the file and the line.
         with open(path) as f:

@@ -28,12 +28,12 @@ def hash_seed(monkeypatch):
 
 
 class Instance:
-    def __init__(self, path, account, sample=None, **options):
+    def __init__(self, path, account, sample=None, extra=None, **options):
         opts = dict(memory_capacity_bytes="256KiB", memory_slab_size="64KiB",
                     prefault_memory=False, apply_environment=False, gc_interval_ms=0,
                     promote_on_read=False)
         opts.update(options)
-        extra = dict(options=opts, engine_id="E", request_account=account)
+        extra = dict(extra or {}, options=opts, engine_id="E", request_account=account)
         if sample is not None:
             extra["request_account_sample"] = sample
         cfg = fk.make_config(path, block_size=BS, policy="recompute", **extra)
@@ -46,18 +46,24 @@ class Instance:
 
     def run(self, req_id, tokens, ids):
         """Schedules a new request, runs its step (computing what missed), then finishes
-        it; returns the matched tokens."""
+        it, the workers' output of each step handed back to the scheduler side as vLLM
+        hands it; returns the matched tokens and the request."""
         req = fk.Request(req_id, tokens, BS, self.none_hash)
         matched, _ = self.sched.get_num_new_matched_tokens(req, 0)
         self.sched.update_state_after_alloc(req, fk.KVCacheBlocks(ids), matched)
         meta = self.sched.build_connector_meta(
             fk.new_step(new=[(req, ids, matched, req.num_tokens - matched)]))
         compute = [(ids[i], h) for i, h in enumerate(req.block_hashes) if i * BS >= matched]
-        fk.run_worker_step(self.worker, meta, self.caches, LAYOUT, compute)
+        self.step(meta, compute)
         self.sched.request_finished(req, ids)
-        done = self.sched.build_connector_meta(fk.new_step(finished=[req_id]))
-        fk.run_worker_step(self.worker, done, self.caches, LAYOUT)
+        self.step(self.sched.build_connector_meta(fk.new_step(finished=[req_id])))
         return matched, req
+
+    def step(self, meta, compute=()):
+        fk.run_worker_step(self.worker, meta, self.caches, LAYOUT, compute, keep_bound=True)
+        out = fk.KVOutputAggregator(1).aggregate([fk.worker_output(self.worker)])
+        self.worker.clear_connector_metadata()
+        self.sched.update_connector_output(out.kv_connector_output)
 
     def key(self, h, layer):
         return self.worker.block_key(bytes(h).hex(), layer)
@@ -192,7 +198,9 @@ def test_kv_ldb_explain_summarises_an_account_file(tmp_path):
          "tokens_hit_by_tier": {"ssd": 16}, "blocks_loaded": 0, "bytes_loaded": 0,
          "load_ms": {"first_layer": 30.0, "last_layer": 42.0}, "save_ms": 0,
          "missed": [{"block": 0, "reason": "unreadable", "error": "corruption",
-                     "stage": "load"}]},
+                     "stage": "load"},
+                    {"block": 1, "reason": "slower_than_recompute",
+                     "estimate": {"load_ms": 9.0, "recompute_ms": 2.0, "tiers": ["ssd"]}}]},
     ]
     log.write_text("".join(json.dumps(r) + "\n" for r in rows) + "not json\n")
     out = subprocess.run([kv_ldb, "explain", "--log=%s" % log], capture_output=True,
@@ -208,6 +216,7 @@ def test_kv_ldb_explain_summarises_an_account_file(tmp_path):
     reasons = text[text.index("miss reasons"):]
     assert reasons.index("absent: 4") < reasons.index("evicted (capacity, memory): 1")
     assert "unreadable (corruption): 1" in reasons
+    assert "slower_than_recompute (ssd): 1" in reasons
     bad = subprocess.run([kv_ldb, "explain", "--log=%s" % (tmp_path / "none")],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and "none" in bad.stderr + bad.stdout

@@ -13,11 +13,13 @@ GIB = float(1 << 30)
 @dataclass
 class KVEngineStorageMetrics(StorageMetrics):
     """StorageMetrics plus the interval's page counts and bytes (all since the last
-    get_stats()): pages looked up and found (batch_exists), pages read and written, the
+    get_stats()): pages looked up and found (batch_exists), found and left to recompute
+    by the load planner, pages read and written, the
     ones that failed, pages not written because the store already had them."""
 
     lookup_pages: int = 0
     hit_pages: int = 0
+    recompute_pages: int = 0  # found, but left to recompute by the load planner
     read_pages: int = 0
     read_bytes: int = 0
     failed_reads: int = 0

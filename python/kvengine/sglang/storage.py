@@ -25,10 +25,12 @@ import time
 
 from .. import error_name, printable_key
 from ..fingerprint import check_fingerprint
+from ..load_planning import planner_kwargs
 from ..shared_store import acquire_store, namespace_config, release_store
 from ._sglang_compat import HiCacheStorage
 from .keys import PageKeys, model_pattern
 from .metrics import StorageCounters
+from .planning import PagePlanner
 
 logger = logging.getLogger("kvengine.sglang")
 
@@ -72,6 +74,10 @@ class KVEngineHiCacheStorage(HiCacheStorage):
                            "SGLang will move pages through its copy path (batch_get / "
                            "batch_set of flat pages) instead of zero copy; set "
                            "\"interface_v1\": 1")
+        # The load planner (planning.py): batch_exists reports only the pages that load
+        # no slower than SGLang computes them.  Bad settings raise ValueError naming them.
+        kwargs = planner_kwargs(extra, "hicache-storage-backend-extra-config")
+        self._planner = PagePlanner(kwargs) if kwargs is not None else None
         namespace, namespace_options = namespace_config(
             extra, "hicache-storage-backend-extra-config")
         self.storage_config = storage_config
@@ -152,10 +158,13 @@ class KVEngineHiCacheStorage(HiCacheStorage):
 
     def _get_pages(self, keys, host_indices):
         ptrs, sizes = self._page_parts(keys, host_indices)
+        store_keys = self._keys.pages(keys)
         start = time.perf_counter()
-        results = self._store.batch_get_into_multi_buffers(self._keys.pages(keys), ptrs, sizes)
+        results = self._store.batch_get_into_multi_buffers(store_keys, ptrs, sizes)
         seconds = time.perf_counter() - start
         ok = [r == self._page_bytes for r in results]
+        if self._planner is not None:
+            self._planner.read(store_keys, ok, self._page_bytes, seconds)
         read = sum(ok)
         self._log_failures("read", keys, results, ok)
         self._counters.add(read_pages=read, read_bytes=read * self._page_bytes,
@@ -167,6 +176,9 @@ class KVEngineHiCacheStorage(HiCacheStorage):
         self._check_indices(keys, host_indices)
         store_keys = self._keys.pages(keys)
         present = [r == 1 for r in self._store.batch_is_exist(store_keys)]
+        if self._planner is not None:
+            rewrite = self._planner.rewrite(store_keys)
+            present = [p and k not in rewrite for p, k in zip(present, store_keys)]
         if self._mla_reader:
             # Not the MLA writer: the page is stored when rank 0 stored it.
             return present
@@ -224,8 +236,16 @@ class KVEngineHiCacheStorage(HiCacheStorage):
         if len(keys) == 0 or self._keys is None:
             return 0
         lookup = self._lookup_keys(keys)
+        cut = 0
         try:
-            n = self._store.batch_leading_exist(lookup)
+            planned = None
+            if self._planner is not None and self._page_bytes:
+                planned = self._planner.plan(self._store, lookup, self._page_bytes,
+                                             self.mem_pool_host.page_size)
+            if planned is None:
+                n = self._store.batch_leading_exist(lookup)
+            else:
+                n, cut = planned
         except Exception as e:  # noqa: BLE001 -- the prefetch thread must live on
             logger.error("kvengine: batch_exists of %d pages failed: %s", len(keys), e)
             return 0
@@ -233,18 +253,23 @@ class KVEngineHiCacheStorage(HiCacheStorage):
             logger.warning("kvengine: batch_exists of %d pages: the store could not be "
                            "asked (%s); counting none", len(keys), error_name(n))
             n = 0
-        self._counters.add(lookup_pages=len(keys), hit_pages=n)
+        self._counters.add(lookup_pages=len(keys), hit_pages=n, recompute_pages=cut)
         if n > 0 and self._prefetch:
-            self._start_prefetch(lookup[:n])
+            started = self._start_prefetch(lookup[:n])
+            if self._planner is not None:
+                self._planner.prefetching(started, self._page_bytes)
         return n
 
     def _start_prefetch(self, keys):
         """The hit pages are read soon: the store starts bringing those on SSD up now.  A
-        hint only; a failure changes nothing but the read's speed."""
+        hint only; a failure changes nothing but the read's speed.  Returns how many it
+        started."""
         try:
-            self._store.batch_prefetch(keys)
+            results = self._store.batch_prefetch(keys)
         except Exception as e:  # noqa: BLE001 -- an older module, or a store gone away
             logger.debug("kvengine: prefetch not started: %s", e)
+            return 0
+        return sum(1 for r in results if r == 1)
 
     def exists(self, key):
         if self._keys is None:

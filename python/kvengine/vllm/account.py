@@ -19,6 +19,11 @@ Why a block missed, as the engine tells it:
                 "tier" (memory, ssd) and "by" (capacity: evicted for room; deleted)
     unreadable  a key is there but could not be read: "error" (corruption, io_error...)
     after_miss  present, but after a missed block: vLLM loads a prefix only
+    slower_than_recompute
+                present, but the load planner (planner.py) left it to vLLM to compute:
+                loading it would have taken longer; "estimate" holds what decided it
+                (ms to load the cut blocks, ms to compute them, the request's estimated
+                time to first token with the plan and loading every hit, the tiers)
 """
 
 import collections
@@ -92,9 +97,12 @@ class LookupAccount:
         return sampled(req_id, self.rate)
 
     def lookup(self, req_id, hashes, start, block_size, keys_per_block, located, hit,
-               tokens_asked, tokens_hit):
+               tokens_asked, tokens_hit, found=None, plan=None):
         """The account's first part: blocks [start, start + len(hashes)) were looked up;
-        located[b] are the BatchLocate results of block b's keys (keys_per_block[b])."""
+        located[b] are the BatchLocate results of block b's keys (keys_per_block[b]).
+        The first `found` blocks were present and the first `hit` of them are loaded (the
+        load planner's `plan` cut the rest)."""
+        found = hit if found is None else found
         self._removals.refresh()
         by_tier = collections.Counter()
         missed = []
@@ -104,7 +112,11 @@ class LookupAccount:
                 by_tier[TIER_NAMES.get(tier, str(tier))] += block_size
                 continue
             entry = {"block": start + b, "hash": h[:16]}
-            if b > hit and all(r > 0 for r in results):
+            if b < found:
+                entry["reason"] = "slower_than_recompute"
+                if plan is not None:
+                    entry["estimate"] = plan.estimate
+            elif b > found and all(r > 0 for r in results):
                 entry["reason"] = "after_miss"
             else:
                 entry.update(miss_reason(results, keys_per_block[b], self._removals))

@@ -61,6 +61,14 @@ class BlockTransfer:
     # For KV events (saves): the request's LoRA adapter (lora_int_id, lora_name), as
     # vLLM's BlockStored carries it; None without one.
     lora: Optional[tuple] = None
+    # For loads: the blocks' bytes by tier (memory, ssd, peer) as the lookup found them,
+    # shares of 1, so that the worker's measured load teaches the planner (planner.py);
+    # None when nothing was planned.
+    tier_shares: Optional[tuple] = None
+    # For saves: blocks (hashes, hex) to save even though the store has them -- hits the
+    # load planner left to recompute, saved again from the recomputed KV so that they
+    # come back into memory without an SSD read, as a load would have promoted them.
+    rewrite_hashes: Optional[list] = None
 
 
 @dataclasses.dataclass

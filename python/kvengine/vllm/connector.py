@@ -37,6 +37,7 @@ from ._vllm_compat import (HAVE_VLLM, KVConnectorBase_V1, KVConnectorMetadata,
                            SupportsHMA, create_metric_per_engine)
 from .common import BlockTransfer, KeyScheme, KVEngineConnectorMetadata, attr_of
 from .account import LookupAccount, RequestAccounts
+from .planner import SchedulerPlanner, planner_config
 from .events import KVEngineKVEvents, events_enabled
 from .scheduler import KVEngineScheduler
 from ..shared_store import acquire_store, default_socket, namespace_config, release_store
@@ -50,19 +51,24 @@ __all__ = ["KVEngineConnector", "KVEngineConnectorMetadata", "KVEngineConnectorS
 # ------------------------------------------------------------------ stats and metrics
 
 _SUMMED = ("lookup_tokens", "hit_tokens", "loaded_blocks", "loaded_bytes", "load_errors",
-           "saved_blocks", "saved_bytes", "skipped_saves", "failed_saves")
+           "saved_blocks", "saved_bytes", "skipped_saves", "failed_saves",
+           "planned_recompute_tokens")
 _LISTED = ("load_seconds", "save_seconds")
+# Kept as they are, for the scheduler side's load planner (planner.py): one
+# [memory bytes, ssd bytes, peer bytes, seconds] per load job; not reduced.
+_SAMPLES = ("load_samples",)
 
 
 class KVEngineConnectorStats(KVConnectorStats):
     """Counters of one interval (data is a plain dict, so it pickles across processes):
-    sums in _SUMMED, and one duration per step in _LISTED (seconds)."""
+    sums in _SUMMED, one duration per step in _LISTED (seconds), and the load samples of
+    _SAMPLES."""
 
     def __init__(self, data: Optional[dict] = None):
         super().__init__(data=dict(data) if data else {})
         for k in _SUMMED:
             self.data.setdefault(k, 0)
-        for k in _LISTED:
+        for k in _LISTED + _SAMPLES:
             self.data[k] = list(self.data.get(k, []))
 
     def reset(self):
@@ -71,7 +77,7 @@ class KVEngineConnectorStats(KVConnectorStats):
 
     def add(self, **values):
         for k, v in values.items():
-            if k in _LISTED:
+            if k in _LISTED or k in _SAMPLES:
                 self.data[k].append(v)
             else:
                 self.data[k] += v
@@ -79,7 +85,7 @@ class KVEngineConnectorStats(KVConnectorStats):
     def aggregate(self, other: "KVEngineConnectorStats") -> "KVEngineConnectorStats":
         for k in _SUMMED:
             self.data[k] += other.data.get(k, 0)
-        for k in _LISTED:
+        for k in _LISTED + _SAMPLES:
             self.data[k].extend(other.data.get(k, []))
         return self
 
@@ -92,7 +98,7 @@ class KVEngineConnectorStats(KVConnectorStats):
 
     def is_empty(self) -> bool:
         return not any(self.data[k] for k in _SUMMED) and not any(self.data[k]
-                                                                  for k in _LISTED)
+                                                                  for k in _LISTED + _SAMPLES)
 
 
 class KVEnginePromMetrics(KVConnectorPromMetrics):
@@ -193,9 +199,13 @@ class KVEngineConnector(KVConnectorBase_V1, SupportsHMA):
         account_path, account_rate = _account_options(extra)
         if role == KVConnectorRole.SCHEDULER:
             lookup = LookupAccount(account_rate, self._db, keys) if account_path else None
+            # The load planner (planner.py): bad options raise ValueError naming them.
+            planner_kwargs = planner_config(extra)
+            planner = (SchedulerPlanner(planner_kwargs, self._db, keys)
+                       if planner_kwargs is not None else None)
             self.connector_scheduler = KVEngineScheduler(kv_config, keys, self._db,
                                                          self._stats.record, self._events_on,
-                                                         lookup)
+                                                         lookup, planner)
         elif role == KVConnectorRole.WORKER:
             # One rank writes the lines: the first of the instance.
             writer = account_path and (keys.tp_rank, keys.pp_rank) == (0, 0)
@@ -269,8 +279,11 @@ class KVEngineConnector(KVConnectorBase_V1, SupportsHMA):
         return self.connector_scheduler.reset_cache()
 
     def update_connector_output(self, connector_output: Any):
-        """Keeps the workers' KV events of the step (vLLM's KVOutputAggregator has
-        concatenated them and counted the workers) until take_events."""
+        """Hands the workers' measured loads to the load planner, and keeps their KV
+        events of the step (vLLM's KVOutputAggregator has concatenated them and counted
+        the workers) until take_events."""
+        if self.connector_scheduler is not None:
+            self.connector_scheduler.update_connector_output(connector_output)
         events = getattr(connector_output, "kv_cache_events", None)
         if not events or not isinstance(events, KVEngineKVEvents):
             return

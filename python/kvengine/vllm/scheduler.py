@@ -1,10 +1,11 @@
 """KVEngineScheduler: the connector's scheduler side (vLLM's scheduler process).
 
-get_num_new_matched_tokens asks the store (one batch_is_exist over the request's remaining
-blocks, every layer of every rank) for the longest present prefix, and asks it to start
-bringing that prefix up from SSD (batch_prefetch) while vLLM allocates and schedules, so
-that the worker's load finds it in memory (kv_connector_extra_config "prefetch": True by
-default); build_connector_meta
+get_num_new_matched_tokens asks the store (one batch_locate over the request's remaining
+blocks, every layer of every rank) for the longest present prefix and where each key of it
+is; the load planner (planner.py) cuts it to the blocks that load no slower than vLLM
+would compute them; and the store is asked to start bringing that planned prefix up from
+SSD (batch_prefetch) while vLLM allocates and schedules, so that the worker's load finds
+it in memory (kv_connector_extra_config "prefetch": True by default); build_connector_meta
 turns the step's scheduler output into the picklable metadata the workers act on.
 """
 
@@ -18,6 +19,7 @@ import kvengine
 from .common import (BlockTransfer, KeyScheme, KVEngineConnectorMetadata, LayoutRecords,
                      attr_of, block_id_groups, check_fingerprint, tenant_of)
 from .events import RemovalFeedReader
+from .planner import SchedulerPlanner
 
 logger = logging.getLogger("kvengine.vllm")
 
@@ -48,6 +50,12 @@ class _RequestState:
     pending_load: Optional[BlockTransfer] = None
     account: Optional[dict] = None  # the lookup's part of a sampled request's account
     tenant: Optional[str] = None  # tenant_of(request)
+    # The planned blocks' bytes by tier (memory, ssd, peer), as shares of 1: the worker
+    # reports its load's time with them, for the planner's estimates.
+    tier_shares: Optional[tuple] = None
+    # Hits the planner left to recompute (hashes): saved again once computed (common.py,
+    # BlockTransfer.rewrite_hashes).
+    rewrite: frozenset = frozenset()
 
 
 def _hash_hex(h):
@@ -86,7 +94,7 @@ class KVEngineScheduler:
     connector's interval stats."""
 
     def __init__(self, kv_transfer_config: Any, keys: KeyScheme, db, record, events=False,
-                 account=None):
+                 account=None, planner: Optional[SchedulerPlanner] = None):
         self._keys = keys
         self._db = db
         self._record = record
@@ -101,6 +109,8 @@ class KVEngineScheduler:
         self._requests = {}  # req_id -> _RequestState
         extra = attr_of(kv_transfer_config, "kv_connector_extra_config", None) or {}
         self._prefetch = bool(extra.get("prefetch", True))
+        # The load planner (planner.py): None when kv_connector_extra_config turns it off.
+        self._planner = planner
         self._warn_at_start(kv_transfer_config)
         check_fingerprint(db, keys)
 
@@ -154,15 +164,29 @@ class KVEngineScheduler:
         if start >= len(hashes):
             return 0, False
         accounted = self._account is not None and self._account.wants(request.request_id)
-        located = [] if accounted else None
-        hit = self._present_prefix(hashes[start:], state.tenant, located)
-        if hit is None:
+        located = [] if accounted or self._planner is not None else None
+        found = self._present_prefix(hashes[start:], state.tenant, located)
+        if found is None:
             logger.debug("kvengine: no layout published yet for engine %s",
                          self._keys.engine_id)
             return 0, False
-        matched = (start + hit) * bs
         num_tokens = int(attr_of(request, "num_tokens",
                                  len(attr_of(request, "prompt_token_ids", []))))
+        hit, plan = found, None
+        state.tier_shares, state.rewrite = None, frozenset()  # this lookup's, not a former one's
+        if found and self._planner is not None:
+            plan = self._planner.plan(located[:found], num_tokens - start * bs)
+            if plan is not None:
+                hit = plan.load_blocks
+                state.tier_shares = plan.tier_shares
+                if hit < found:
+                    self._record(planned_recompute_tokens=(found - hit) * bs)
+                    state.rewrite = frozenset(hashes[start + hit:start + found])
+        if hit and self._prefetch:
+            started = self._start_prefetch(self._hit_keys[:hit * self._hit_per_block])
+            if self._planner is not None:
+                self._planner.prefetching(started)
+        matched = (start + hit) * bs
         if matched >= num_tokens:
             matched = num_tokens - 1  # recompute the last token so vLLM gets its logits
         new_tokens = max(0, matched - num_computed_tokens)
@@ -172,13 +196,14 @@ class KVEngineScheduler:
             state.account = self._account.lookup(
                 request.request_id, hashes[start:], start, bs, [k for k, _ in located],
                 [r for _, r in located], hit, max(0, num_tokens - num_computed_tokens),
-                new_tokens)
+                new_tokens, found=found, plan=plan)
         return new_tokens, False
 
     def _present_prefix(self, hashes, tenant, located=None):
         """How many of the tenant's blocks, from the first, have every layer on every rank
         in the store; None while a rank's layout is unpublished.  With `located` (a list), asks
-        where each key is (BatchLocate) and appends (keys, results) per block to it."""
+        where each key is (BatchLocate) and appends (keys, results) per block to it.
+        Keeps the keys (self._hit_keys, self._hit_per_block) for the prefetch."""
         ranks = self._keys.ranks()
         layouts = [self._layouts.lookup(self._db, t, p) for t, p in ranks]
         if any(la is None for la in layouts):
@@ -204,22 +229,23 @@ class KVEngineScheduler:
                 hit += 1
             else:
                 break
-        if hit and self._prefetch:
-            self._start_prefetch(keys[:hit * per_block])
+        self._hit_keys, self._hit_per_block = keys, per_block
         return hit
 
     def _start_prefetch(self, keys):
         """The worker loads these keys soon: the store starts reading those on SSD into
-        memory now.  A hint only: a failure changes nothing but the load's speed."""
+        memory now.  A hint only: a failure changes nothing but the load's speed.  Returns
+        how many keys it started reading up."""
         try:
             results = self._db.batch_prefetch(keys)
         except Exception as e:  # an older module without it, or a store gone away
             logger.debug("kvengine: prefetch not started: %s", e)
-            return
+            return 0
         errors = [r for r in results if r < 0]
         if errors:
             logger.debug("kvengine: prefetch refused %d of %d keys (first error %d)",
                          len(errors), len(keys), errors[0])
+        return sum(1 for r in results if r == 1)
 
     def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int):
         state = self._state(request)
@@ -236,7 +262,7 @@ class KVEngineScheduler:
         state.pending_load = BlockTransfer(request.request_id,
                                            [g[first:last] for g in state.block_ids],
                                            hashes[first:last], first_block=first,
-                                           tenant=state.tenant)
+                                           tenant=state.tenant, tier_shares=state.tier_shares)
         # Blocks loaded from the store need no save.
         state.saved_blocks = max(state.saved_blocks, last)
 
@@ -318,6 +344,9 @@ class KVEngineScheduler:
             first = state.saved_blocks
             save = BlockTransfer(req_id, [g[first:full] for g in state.block_ids],
                                  hashes[first:full], first_block=first, tenant=state.tenant)
+            rewrite = [h for h in hashes[first:full] if h in state.rewrite]
+            if rewrite:
+                save.rewrite_hashes = rewrite
             if self._events:
                 bs = self._keys.block_size
                 tokens = list(attr_of(state.request, "all_token_ids", None)
@@ -331,6 +360,12 @@ class KVEngineScheduler:
             state.saved_blocks = full
 
     # ---------------------------------------------------------------- requests and the cache
+    def update_connector_output(self, connector_output: Any):
+        """The workers' loads of the last step, measured: the planner's estimates follow
+        them (their stats carry one sample per load job, planner.py)."""
+        if self._planner is not None:
+            self._planner.record(attr_of(connector_output, "kv_connector_stats"))
+
     def request_finished(self, request: Any) -> tuple:
         # Saves finish within the step (wait_for_save), so vLLM may free the blocks now.
         self._requests.pop(request.request_id, None)

@@ -23,6 +23,7 @@ from .common import KeyScheme, KVEngineConnectorMetadata, LayoutRecords, attr_of
 from .account import RecentRemovals
 from .events import BlockEvents
 from .layout import analyse_layer
+from .planner import load_sample
 
 logger = logging.getLogger("kvengine.vllm")
 
@@ -140,6 +141,7 @@ class KVEngineWorker:
         self._save_executor = None
         self._load_job = None
         self._save_plan = None  # this step's [(block ids per group, hash hex, tenant)] to save
+        self._save_rewrite = set()  # ... hashes saved even where the store has them
         self._save_futures = {}  # layer index -> Future
         self._save_started = None
         self._load_errors = set()
@@ -253,11 +255,25 @@ class KVEngineWorker:
         finally:
             for event in job.events:  # never leave a waiter behind, even on an error
                 event.set()
-            self._record(load_seconds=time.perf_counter() - job.started,
+            seconds = time.perf_counter() - job.started
+            self._record(load_seconds=seconds,
                          loaded_bytes=loaded_bytes,
                          loaded_blocks=len(job.positions) - len(job.errors),
                          load_errors=len(job.errors))
+            sample = self._load_sample(job, seconds)
+            if sample is not None:
+                self._record(load_samples=sample)
         return job
+
+    def _load_sample(self, job, seconds):
+        """The job's measured load, by tier, for the scheduler side's planner."""
+        loaded, i = [], 0
+        for tr in job.transfers:
+            n = len(tr.block_hashes)
+            loaded.append(sum(1 for k in range(i, i + n) if k not in job.errors))
+            i += n
+        block_bytes = sum(la.geometry.block_bytes for la in self._layers)
+        return load_sample(job.transfers, loaded, block_bytes, seconds)
 
     def _load_layer(self, layer, job, todo):
         if not todo:
@@ -365,13 +381,17 @@ class KVEngineWorker:
         if self._save_plan is None:
             self._save_plan = []
             if meta is not None and self._layers:
-                self._save_plan = _positions(getattr(meta, "saves", None) or [])
+                saves = getattr(meta, "saves", None) or []
+                self._save_plan = _positions(saves)
+                self._save_rewrite = {h for tr in saves
+                                      for h in (getattr(tr, "rewrite_hashes", None) or ())}
                 self._save_started = time.perf_counter()
         return self._save_plan
 
     def _save_layer(self, layer, plan, written=None):
-        """The save thread: one layer's newly full blocks, skipping those stored already.
-        `written`, a CUDA event, marks the end of the work that wrote them."""
+        """The save thread: one layer's newly full blocks, skipping those stored already
+        (but the hits the planner left to recompute, saved again to bring them back into
+        memory).  `written`, a CUDA event, marks the end of the work that wrote them."""
         if written is not None:
             written.synchronize()
         todo = [(ids[layer.group], h, t) for ids, h, t in plan if _in_range(layer, ids)]
@@ -380,6 +400,7 @@ class KVEngineWorker:
                           "saved")
         keys = [self._layer_key(layer, h, t) for _, h, t in todo]
         present = self._db.batch_is_exist(keys)
+        present = [0 if h in self._save_rewrite else p for (_, h, _), p in zip(todo, present)]
         hashes = [h for (_, h, _), p in zip(todo, present) if p != 1]
         todo = [(b, k) for (b, _, _), k, p in zip(todo, keys, present) if p != 1]
         skipped = len(keys) - len(todo)

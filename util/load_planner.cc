@@ -1,0 +1,319 @@
+// LoadPlanner (include/kvengine/load_planner.h): the estimates and the plan.
+#include "kvengine/load_planner.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+
+#include "util/linear_fit.h"
+#include "util/mutex.h"
+#include "util/thread_annotations.h"
+
+namespace kvengine {
+
+namespace {
+
+// The figures past which an option is surely a mistake (a unit slip, a typo).
+constexpr double kMaxTokensPerSecond = 1e9;
+constexpr double kMaxBytesPerSecond = 1e13;  // 10 TB/s: no memory bus reads faster
+constexpr double kMaxLatencySeconds = 10;
+constexpr uint32_t kMaxOverlapLayers = 4096;
+
+// Where the nominal figures put their second point: the fit starts as a line through
+// (0, latency) and (this many bytes, latency + bytes / bandwidth).
+constexpr double kSeedBytes = 64.0 * 1024 * 1024;
+constexpr double kSeedTokens = 8192;
+
+constexpr int kTiers = 3;  // memory, SSD, peer: LocatedTier - 1
+
+// A measurement counts as at most this many times (or at least 1/this of) the estimate:
+// see LinearFit::AddBounded.
+constexpr double kOutlierFactor = 3;
+
+// OK when low < value <= high (low <= value with zero_ok), else InvalidArgument naming
+// the option.
+Status CheckRange(const char* name, double value, double low, double high, bool zero_ok = false) {
+  const bool above = zero_ok ? value >= low : value > low;
+  if (!above || !(value <= high)) {  // NaN fails both
+    char buf[160];
+    std::snprintf(buf, sizeof(buf), "%s is %g; it must be %s %g and at most %g", name, value,
+                  zero_ok ? "at least" : "more than", low, high);
+    return Status::InvalidArgument("LoadPlannerOptions", buf);
+  }
+  return Status::OK();
+}
+
+Status CheckTier(const char* name, const TierReadEstimate& t) {
+  char bw[64], lat[64];
+  std::snprintf(bw, sizeof(bw), "%s.bytes_per_s", name);
+  std::snprintf(lat, sizeof(lat), "%s.latency_s", name);
+  Status s = CheckRange(bw, t.bytes_per_s, 0, kMaxBytesPerSecond);
+  if (s.ok()) s = CheckRange(lat, t.latency_s, 0, kMaxLatencySeconds, true);
+  return s;
+}
+
+class LoadPlannerImpl final : public LoadPlanner {
+ public:
+  explicit LoadPlannerImpl(const LoadPlannerOptions& o)
+      : options_(o), env_(o.env != nullptr ? o.env : Env::Default()) {
+    const TierReadEstimate* nominal[kTiers] = {&o.memory, &o.ssd, &o.peer};
+    for (int t = 0; t < kTiers; t++) {
+      tiers_[t].fit.Seed(nominal[t]->latency_s, 1.0 / nominal[t]->bytes_per_s, kSeedBytes);
+    }
+    if (o.recompute_tokens_per_s) {
+      prefill_.Seed(0, 1.0 / *o.recompute_tokens_per_s, kSeedTokens);
+      rate_known_ = true;
+    }
+  }
+
+  Status Plan(const LoadPlanRequest& r, LoadPlan* plan) override;
+  Status RecordLoad(uint64_t memory_bytes, uint64_t ssd_bytes, uint64_t peer_bytes,
+                    double seconds) override;
+  Status RecordPrefill(uint64_t tokens, double seconds) override;
+  Status AddInFlight(int64_t tier, uint64_t bytes) override;
+  TierReadEstimate Estimate(int64_t tier) override;
+  double RecomputeTokensPerSecond() override;
+
+ private:
+  struct Tier {
+    LinearFit fit;  // seconds over bytes
+    uint64_t samples = 0;
+    double queued_bytes = 0;  // a prefetch's reads not yet drained, as of queued_at
+    double queued_at = 0;     // seconds (env_'s clock)
+  };
+  // What a plan reads of the estimates, copied under the lock.
+  struct Snapshot {
+    std::array<double, kTiers> latency{}, per_byte{}, queued{};
+    double per_token = 0;  // seconds per token; 0: unknown
+  };
+
+  double Now() const { return static_cast<double>(env_->NowMicros()) / 1e6; }
+  // The tier's queue, drained to `now`.  REQUIRES: mu_ held.
+  double QueuedLocked(Tier& t, double now) REQUIRES(mu_) {
+    if (t.queued_bytes > 0) {
+      const double drained = (now - t.queued_at) / t.fit.slope();
+      t.queued_bytes = std::max(0.0, t.queued_bytes - std::max(0.0, drained));
+    }
+    t.queued_at = now;
+    return t.queued_bytes;
+  }
+  Snapshot Take();
+  void NoticeUnknownRate();
+
+  const LoadPlannerOptions options_;
+  Env* const env_;
+  Mutex mu_;
+  std::array<Tier, kTiers> tiers_ GUARDED_BY(mu_);
+  LinearFit prefill_ GUARDED_BY(mu_);  // seconds over tokens
+  bool rate_known_ GUARDED_BY(mu_) = false;
+  bool noticed_ GUARDED_BY(mu_) = false;
+};
+
+LoadPlannerImpl::Snapshot LoadPlannerImpl::Take() {
+  Snapshot s;
+  const double now = Now();
+  MutexLock lock(&mu_);
+  for (int t = 0; t < kTiers; t++) {
+    s.latency[t] = tiers_[t].fit.intercept();
+    s.per_byte[t] = tiers_[t].fit.slope();
+    s.queued[t] = QueuedLocked(tiers_[t], now);
+  }
+  if (rate_known_) s.per_token = prefill_.slope();
+  return s;
+}
+
+void LoadPlannerImpl::NoticeUnknownRate() {
+  {
+    MutexLock lock(&mu_);
+    if (noticed_) return;
+    noticed_ = true;
+  }
+  const std::string line =
+      "kvengine: the load planner does not know the engine's prefill rate "
+      "(recompute_tokens_per_s is unset and no prefill step was reported): every hit is "
+      "loaded, however slow its tier";
+  if (options_.info_log) {
+    options_.info_log(line);
+  } else {
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+}
+
+Status LoadPlannerImpl::Plan(const LoadPlanRequest& r, LoadPlan* plan) {
+  if (r.keys_per_block == 0 || r.block_tokens == 0) {
+    return Status::InvalidArgument(
+        "LoadPlanRequest", r.keys_per_block == 0 ? "keys_per_block is 0" : "block_tokens is 0");
+  }
+  if (r.key_tiers.size() % r.keys_per_block != 0) {
+    return Status::InvalidArgument(
+        "LoadPlanRequest", "key_tiers is not a whole number of blocks of keys_per_block keys");
+  }
+  const Snapshot s = Take();
+  const uint64_t n = r.key_tiers.size() / r.keys_per_block;
+  const uint64_t tokens_all =
+      r.request_tokens > 0 ? r.request_tokens : n * r.block_tokens;  // 0: the hits' own
+  const double layers = options_.overlap_layers;
+  const double key_bytes = static_cast<double>(r.key_bytes);
+
+  // The estimates for the first k blocks, k = 0..n, one block at a time.
+  std::array<double, kTiers> bytes{};
+  std::array<uint64_t, kTiers> keys{};
+  auto load_s = [&]() {
+    double sec = 0;
+    for (int t = 0; t < kTiers; t++) {
+      if (bytes[t] > 0) sec += s.latency[t] + (s.queued[t] + bytes[t]) * s.per_byte[t];
+    }
+    return sec;
+  };
+  auto tokens_of = [&](uint64_t k) { return std::min(k * r.block_tokens, tokens_all); };
+  // The time to the first token loading the first k blocks: the load and the compute of
+  // the rest, each split in `layers` steps, a layer's compute waiting for its load.
+  auto ttft_s = [&](double load, uint64_t k) {
+    const double l = load / layers;
+    const double c = static_cast<double>(tokens_all - tokens_of(k)) * s.per_token / layers;
+    return l + c + (layers - 1) * std::max(l, c);
+  };
+
+  uint64_t best = 0;
+  double best_load = 0, best_ttft = ttft_s(0, 0);
+  bool leading_memory = true;
+  for (uint64_t k = 1; k <= n; k++) {
+    // The block's keys by tier: counted in registers (a loop the compiler vectorizes),
+    // checked on the way.
+    const int64_t* key = r.key_tiers.data() + (k - 1) * r.keys_per_block;
+    uint64_t memory = 0, ssd = 0, bad = 0;
+    for (uint64_t i = 0; i < r.keys_per_block; i++) {
+      memory += key[i] == kLocatedMemory;
+      ssd += key[i] == kLocatedSsd;
+      bad += key[i] < kLocatedMemory || key[i] > kLocatedPeer;
+    }
+    if (bad > 0) {
+      return Status::InvalidArgument("LoadPlanRequest",
+                                     "a key's tier is not memory (1), ssd (2) or peer (3)");
+    }
+    keys[0] += memory;
+    keys[1] += ssd;
+    keys[2] += r.keys_per_block - memory - ssd;
+    for (int t = 0; t < kTiers; t++) bytes[t] = static_cast<double>(keys[t]) * key_bytes;
+    leading_memory &= memory == r.keys_per_block;
+    const double load = load_s();
+    const double ttft = ttft_s(load, k);
+    // A memory hit is never refused; past them, a longer prefix must beat the best
+    // shorter one (at first: computing everything) by the margin of the recompute time
+    // of the blocks it adds.
+    const double added = static_cast<double>(tokens_of(k) - tokens_of(best)) * s.per_token;
+    const bool take =
+        leading_memory || (s.per_token == 0) || best_ttft - ttft >= options_.margin * added;
+    if (take) {
+      best = k;
+      best_load = load;
+      best_ttft = ttft;
+    }
+  }
+  LoadPlan p;
+  p.hit_blocks = n;
+  p.load_blocks = best;
+  p.rate_known = s.per_token > 0;
+  p.load_s = best_load;
+  p.recompute_s = static_cast<double>(tokens_of(best)) * s.per_token;
+  p.all_hits_load_s = load_s();
+  p.all_hits_recompute_s = static_cast<double>(tokens_of(n)) * s.per_token;
+  p.planned_ttft_s = best_ttft;
+  p.all_hits_ttft_s = ttft_s(p.all_hits_load_s, n);
+  if (!p.rate_known) {
+    p.planned_ttft_s = p.all_hits_ttft_s = p.all_hits_load_s;
+    if (n > 0) NoticeUnknownRate();
+  }
+  *plan = p;
+  return Status::OK();
+}
+
+Status LoadPlannerImpl::RecordLoad(uint64_t memory_bytes, uint64_t ssd_bytes, uint64_t peer_bytes,
+                                   double seconds) {
+  const std::array<double, kTiers> bytes = {static_cast<double>(memory_bytes),
+                                            static_cast<double>(ssd_bytes),
+                                            static_cast<double>(peer_bytes)};
+  if (!(seconds > 0) || !std::isfinite(seconds)) {
+    return Status::InvalidArgument("RecordLoad", "seconds must be a positive number");
+  }
+  if (memory_bytes + ssd_bytes + peer_bytes == 0) {
+    return Status::InvalidArgument("RecordLoad", "no bytes loaded");
+  }
+  MutexLock lock(&mu_);
+  // Charged to the tier with the largest estimated share, less the others' estimates.
+  std::array<double, kTiers> predicted{};
+  int main = 0;
+  for (int t = 0; t < kTiers; t++) {
+    if (bytes[t] > 0) predicted[t] = tiers_[t].fit.Predict(bytes[t]);
+    if (predicted[t] > predicted[main]) main = t;
+  }
+  double own = seconds;
+  for (int t = 0; t < kTiers; t++) {
+    if (t != main) own -= predicted[t];
+  }
+  // The others' estimates may exceed the whole (they are estimates): the main tier
+  // then gets a floor of its share of the measured time rather than a negative one.
+  own = std::max(own, seconds * bytes[main] / (bytes[0] + bytes[1] + bytes[2]));
+  tiers_[main].fit.AddBounded(bytes[main], own, options_.estimate_weight, kOutlierFactor);
+  tiers_[main].samples++;
+  return Status::OK();
+}
+
+Status LoadPlannerImpl::RecordPrefill(uint64_t tokens, double seconds) {
+  if (tokens == 0 || !(seconds > 0) || !std::isfinite(seconds)) {
+    return Status::InvalidArgument("RecordPrefill", "tokens and seconds must be positive");
+  }
+  MutexLock lock(&mu_);
+  if (rate_known_) {
+    prefill_.AddBounded(static_cast<double>(tokens), seconds, options_.estimate_weight,
+                        kOutlierFactor);
+  } else {
+    prefill_.Add(static_cast<double>(tokens), seconds, options_.estimate_weight);
+  }
+  rate_known_ = true;
+  return Status::OK();
+}
+
+Status LoadPlannerImpl::AddInFlight(int64_t tier, uint64_t bytes) {
+  if (tier < kLocatedMemory || tier > kLocatedPeer) {
+    return Status::InvalidArgument("AddInFlight", "tier is not memory (1), ssd (2) or peer (3)");
+  }
+  const double now = Now();
+  MutexLock lock(&mu_);
+  Tier& t = tiers_[tier - 1];
+  t.queued_bytes = QueuedLocked(t, now) + static_cast<double>(bytes);
+  return Status::OK();
+}
+
+TierReadEstimate LoadPlannerImpl::Estimate(int64_t tier) {
+  if (tier < kLocatedMemory || tier > kLocatedPeer) return TierReadEstimate{};
+  MutexLock lock(&mu_);
+  const Tier& t = tiers_[tier - 1];
+  return TierReadEstimate{1.0 / t.fit.slope(), t.fit.intercept(), t.samples};
+}
+
+double LoadPlannerImpl::RecomputeTokensPerSecond() {
+  MutexLock lock(&mu_);
+  return rate_known_ ? 1.0 / prefill_.slope() : 0;
+}
+
+}  // namespace
+
+Status LoadPlanner::Create(const LoadPlannerOptions& o, std::unique_ptr<LoadPlanner>* result) {
+  Status s;
+  if (o.recompute_tokens_per_s) {
+    s = CheckRange("recompute_tokens_per_s", *o.recompute_tokens_per_s, 0, kMaxTokensPerSecond);
+  }
+  if (s.ok()) s = CheckTier("memory", o.memory);
+  if (s.ok()) s = CheckTier("ssd", o.ssd);
+  if (s.ok()) s = CheckTier("peer", o.peer);
+  if (s.ok()) s = CheckRange("overlap_layers", o.overlap_layers, 0, kMaxOverlapLayers);
+  if (s.ok()) s = CheckRange("estimate_weight", o.estimate_weight, 0, 1);
+  if (s.ok()) s = CheckRange("margin", o.margin, 0, 0.9, true);
+  if (!s.ok()) return s;
+  *result = std::make_unique<LoadPlannerImpl>(o);
+  return Status::OK();
+}
+
+}  // namespace kvengine
