@@ -2,7 +2,7 @@
 the same run (docs/benchmarks.md, "SGLang hybrid models").
 
     PYTHONPATH=build/python:test/python /usr/bin/python3 python/bench/bench_sglang_hybrid.py \
-        [--pages 32] [--repeat 7]
+        [--pages 32] [--repeat 11]
 
 The request: --pages pages of a DeepSeek-V3.2-like model (61 layers, MLA latent 512 + 64
 rope in bf16, DSA indexer keys of 128 fp8 + scales, 64-token pages: a 4.3 MiB KV page and
@@ -17,7 +17,8 @@ a 0.5 MiB indexer page), in the store's memory tier (this process owns it).
   and indexer together (latent 626 + rope 16) through batch_set_v1 / batch_get_v1;
   ratio = v1's time / v2's.
 
-Rounds interleave the measured path and its baseline; each set runs on an empty store
+Rounds interleave the measured path and its baseline, the two in turns first; each set
+runs on an empty store
 (the pages are removed before each round, outside the timing); figures are medians over
 the rounds.
 """
@@ -85,7 +86,7 @@ def median_ratio(base, measured):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pages", type=int, default=32)
-    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--repeat", type=int, default=11)
     args = ap.parse_args()
     pages = args.pages
     with tempfile.TemporaryDirectory() as tmp:
@@ -109,17 +110,19 @@ def main():
         two_parts = ([p for i in range(pages) for p in (kv_meta[i][0], ix_meta[i][0])],
                      [s for i in range(pages) for s in (kv_meta[i][1], ix_meta[i][1])])
         t = {"gput": [], "kput": [], "gget": [], "kget": []}
-        for _ in range(args.repeat):
+        steps = {
+            "gput": lambda: store.batch_put_from_multi_buffers(group_keys, *group_parts),
+            "kput": lambda: store.batch_put_from_multi_buffers(two_keys, *two_parts),
+            "gget": lambda: store.batch_get_into_multi_buffers(group_keys, *group_parts),
+            "kget": lambda: store.batch_get_into_multi_buffers(two_keys, *two_parts)}
+        for round_ in range(args.repeat):
             store.batch_remove(group_keys)
             store.batch_remove(two_keys)
-            t["gput"].append(seconds(lambda: store.batch_put_from_multi_buffers(
-                group_keys, *group_parts)))
-            t["kput"].append(seconds(lambda: store.batch_put_from_multi_buffers(
-                two_keys, *two_parts)))
-            t["gget"].append(seconds(lambda: store.batch_get_into_multi_buffers(
-                group_keys, *group_parts)))
-            t["kget"].append(seconds(lambda: store.batch_get_into_multi_buffers(
-                two_keys, *two_parts)))
+            # Alternate which goes first, so neither always follows the other's writes.
+            order = ["gput", "kput", "gget", "kget"] if round_ % 2 == 0 else \
+                ["kput", "gput", "kget", "gget"]
+            for name in order:
+                t[name].append(seconds(steps[name]))
         assert all(r == kv_bytes + ix_bytes for r in store.batch_get_into_multi_buffers(
             group_keys, *group_parts))
         gib = pages * (kv_bytes + ix_bytes) / float(1 << 30)
@@ -141,16 +144,21 @@ def main():
         v = {"v2set": [], "v1set": [], "v2get": [], "v1get": []}
         indexer = [PoolTransfer(name=PoolName.INDEXER, host_indices=slots, keys=hashes,
                                 indices_from_pool=PoolName.KV)]
-        for _ in range(args.repeat):
+        steps = {
+            "v2set": lambda: ok.update(a=backend.batch_set_v2(indexer),
+                                       b=backend.batch_set_v1(hashes, slots)),
+            "v1set": lambda: ok.update(c=plain.batch_set_v1(hashes, pslots)),
+            "v2get": lambda: ok.update(d=backend.batch_get_v1(hashes, slots),
+                                       e=backend.batch_get_v2(indexer)),
+            "v1get": lambda: ok.update(f=plain.batch_get_v1(hashes, pslots))}
+        for round_ in range(args.repeat):
             store.batch_remove(backend._keys.pages(hashes))
             store.batch_remove(plain._keys.pages(hashes))
             ok = {}
-            v["v2set"].append(seconds(lambda: ok.update(
-                a=backend.batch_set_v2(indexer), b=backend.batch_set_v1(hashes, slots))))
-            v["v1set"].append(seconds(lambda: ok.update(c=plain.batch_set_v1(hashes, pslots))))
-            v["v2get"].append(seconds(lambda: ok.update(
-                d=backend.batch_get_v1(hashes, slots), e=backend.batch_get_v2(indexer))))
-            v["v1get"].append(seconds(lambda: ok.update(f=plain.batch_get_v1(hashes, pslots))))
+            order = ["v2set", "v1set", "v2get", "v1get"] if round_ % 2 == 0 else \
+                ["v1set", "v2set", "v1get", "v2get"]
+            for name in order:
+                v[name].append(seconds(steps[name]))
             assert all(ok["a"][PoolName.INDEXER]) and all(ok["b"]) and all(ok["c"])
             assert all(ok["d"]) and all(ok["e"][PoolName.INDEXER]) and all(ok["f"])
         print("v2      set %6.2f GiB/s (v1 %6.2f) = %.2f   get %6.2f GiB/s (v1 %6.2f) = %.2f"
