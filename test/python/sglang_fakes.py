@@ -15,6 +15,12 @@ storage path depends on:
   allocator, flat data pages and get_page_buffer_meta (the pointers and sizes the
   zero-copy path moves).  Their device transfers (load_to_device_per_layer,
   backup_from_device_all_layer) need SGLang's CUDA kernels and are left out.
+* Hybrid models (memory_pool_host.py, hybrid_cache/hybrid_cache_controller.py):
+  DSATokenToKVPool's descriptor, MambaPoolHost and DSAIndexerPoolHost with SGLang's page
+  parts (get_page_buffer_meta), PoolEntry and HostPoolGroup, and HybridCacheController's
+  v2 storage steps with its StorageOperation / PrefetchOperation (here
+  HybridStorageOperation / HybridPrefetchOperation).  MambaPoolDescriptor is not
+  SGLang's: it holds what MambaPoolHost reads of SGLang's MambaPool.
 * HiCacheController (managers/cache_controller.py): attaching a backend, the storage
   config it builds, the choice of the zero-copy or copy page functions, the MLA backup
   skip, and the bodies of its prefetch (hit query, page transfer) and backup steps.
