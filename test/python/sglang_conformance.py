@@ -65,6 +65,7 @@ FAKE_CLASSES = [
     ("DSATokenToKVPool", _MEM + ".memory_pool", "DSATokenToKVPool", "subset"),
     ("MambaPoolHost", _MEM + ".memory_pool_host", "MambaPoolHost", "subset"),
     ("DSAIndexerPoolHost", _MEM + ".memory_pool_host", "DSAIndexerPoolHost", "subset"),
+    ("LogicalHostPool", _MEM + ".memory_pool_host", "LogicalHostPool", "subset"),
     ("PoolEntry", _MEM + ".memory_pool_host", "PoolEntry", "subset"),
     ("HostPoolGroup", _MEM + ".memory_pool_host", "HostPoolGroup", "subset"),
     ("HybridStorageOperation", _MEM + ".hybrid_cache.hybrid_cache_controller",

@@ -642,6 +642,46 @@ class DSAIndexerPoolHost(HostKVCache):
         return ptr_list, [page_stride_bytes] * len(ptr_list)
 
 
+class LogicalHostPool:
+    """SGLang's logical anchor (DeepSeek V4): page-aligned token slots and no KV tensor;
+    the side pools hold every byte."""
+
+    def __init__(self, size: int, page_size: int, layout: str = "layer_first"):
+        if size % page_size != 0:
+            raise ValueError("LogicalHostPool size must be page-aligned, "
+                             f"got size={size}, page_size={page_size}")
+        self.size = size
+        self.logical_size = size
+        self.page_size = page_size
+        self.device = "cpu"
+        self.layout = layout
+        self.dtype = torch.uint8
+        self.layer_num = 0
+        self.start_layer = 0
+        self.end_layer = 0
+        self.kv_buffer = None
+        self.size_per_token = 0
+        self.allocator = None
+        self.can_use_write_back_jit = True
+        self.lock = threading.RLock()
+        self.clear()
+
+    def clear(self):
+        self.free_slots = torch.arange(self.size, dtype=torch.int64)
+
+    def available_size(self):
+        return len(self.free_slots)
+
+    def alloc(self, need_size: int) -> Optional[torch.Tensor]:
+        if need_size > self.available_size():
+            return None
+        select_index, self.free_slots = self.free_slots[:need_size], self.free_slots[need_size:]
+        return select_index
+
+    def get_page_buffer_meta(self, indices):
+        return None
+
+
 @dataclasses.dataclass
 class PoolEntry:
     name: PoolName

@@ -289,6 +289,51 @@ def test_the_indexer_is_written_with_its_kv_page_in_one_value(store):
     assert value == _bytes(a.kv.get_data_page(first)) + _side_bytes(a.side, first)
 
 
+def test_a_logical_anchor_keeps_every_byte_in_its_side_pools(store):
+    """DeepSeek V4: the anchor (LogicalHostPool) holds indices and no bytes; the KV's v1
+    calls move nothing and its pages count as present, and the side pools' pages decide
+    the hit (all_pages) and move bit-exact."""
+    def instance(seed):
+        fk.set_parallel(0, 1)
+        anchor = fk.LogicalHostPool(PAGES * 4 * PAGE, PAGE, "page_first")
+        dev, side = fk.make_pools("mla", "page_first", torch.bfloat16, page_size=PAGE,
+                                  pages=PAGES * 4)
+        fk.fill_random(side, seed)
+        group = fk.HostPoolGroup([
+            fk.PoolEntry(PoolName.KV, anchor, None, None, is_primary_index_anchor=True),
+            fk.PoolEntry(PoolName.DEEPSEEK_V4_C4, side, dev, None)])
+        allocator = fk.TokenToKVPoolAllocator(dev.size, dev.dtype, "cpu", dev, False)
+        c = fk.HybridCacheController(
+            allocator, group, PAGE, None, None, storage_backend="dynamic",
+            model_name="test/v4", storage_backend_extra_config=fk.kvengine_extra_config(
+                **store, memory_capacity_bytes="64MiB", prefault_memory=False,
+                apply_environment=False))
+        return c, anchor, side
+
+    def c4(hashes, slots=None):
+        return [PoolTransfer(name=PoolName.DEEPSEEK_V4_C4, host_indices=slots, keys=hashes,
+                             hit_policy=PoolHitPolicy.ALL_PAGES)]
+
+    a, anchor_a, side_a = instance(21)
+    hashes = fk.get_hash_str(TOKENS, None, PAGE)
+    slots = anchor_a.alloc(PAGES * PAGE)
+    assert a.storage_backend.batch_set_v1(hashes, slots) == [True] * PAGES
+    first = hashes[:4]
+    assert a.storage_backend.batch_set_v2(c4(first, slots[:4 * PAGE])) == \
+        {PoolName.DEEPSEEK_V4_C4: [True] * 4}
+    b, anchor_b, side_b = instance(22)
+    r = b.storage_backend.batch_exists_v2(hashes, c4(None))
+    assert (r.kv_hit_pages, r.extra_pool_hit_pages[PoolName.KV],
+            r.extra_pool_hit_pages[PoolName.DEEPSEEK_V4_C4]) == (4, PAGES, 4)
+    other = anchor_b.alloc(2 * PAGE + 4 * PAGE)[2 * PAGE:]
+    assert b.storage_backend.batch_get_v1(first, other) == [True] * 4
+    assert b.storage_backend.batch_get_v2(c4(first, other)) == \
+        {PoolName.DEEPSEEK_V4_C4: [True] * 4}
+    for i in range(4):
+        assert fk.page_bytes(side_b, int(other[i * PAGE])) == \
+            fk.page_bytes(side_a, int(slots[i * PAGE]))
+
+
 # ---------------------------------------------------------------- failure contract
 
 def test_v2_calls_never_raise(store):
