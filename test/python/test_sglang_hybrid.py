@@ -334,6 +334,27 @@ def test_a_logical_anchor_keeps_every_byte_in_its_side_pools(store):
             fk.page_bytes(side_a, int(slots[i * PAGE]))
 
 
+def test_the_indexers_get_reads_nothing_after_the_kvs_batches(store):
+    """SGLang reads the KV in batches (STORAGE_BATCH_SIZE pages), then the indexer of the
+    whole operation in one batch_get_v2: the groups came with the KV's batches, so it
+    reads nothing; pages it was not given by them it reads whole."""
+    a = Hybrid("dsa", store, seed=24)
+    a.backup()
+    b = Hybrid("dsa", store, seed=25)
+    hashes = fk.get_hash_str(TOKENS, None, PAGE)
+    slots = b.kv.alloc(PAGES * PAGE)
+    assert all(b.backend.batch_get_v1(hashes[:4], slots[:4 * PAGE]))
+    assert all(b.backend.batch_get_v1(hashes[4:], slots[4 * PAGE:]))
+    b.backend.get_stats()
+    indexer = [PoolTransfer(name=PoolName.INDEXER, host_indices=slots, keys=hashes,
+                            indices_from_pool=PoolName.KV)]
+    assert b.backend.batch_get_v2(indexer) == {PoolName.INDEXER: [True] * PAGES}
+    assert b.backend.get_stats().read_pages == 0
+    # Without the KV's reads before it, it reads the groups itself.
+    assert b.backend.batch_get_v2(indexer) == {PoolName.INDEXER: [True] * PAGES}
+    assert b.backend.get_stats().read_pages == PAGES
+
+
 # ---------------------------------------------------------------- failure contract
 
 def test_v2_calls_never_raise(store):

@@ -149,9 +149,9 @@ class KVEngineHiCacheStorage(HiCacheStorage):
         self._side_pools = {}
         self._grouped = None
         self._registered_ptrs = []
-        # Per thread: the (page key, first host index) pairs the last batch_get_v1 of
-        # grouped pages loaded whole, so batch_get_v2 of the grouped pool that SGLang
-        # calls next for them does not read them again.
+        # Per thread: the (page key, first host index) pairs the batch_get_v1 calls of
+        # grouped pages loaded whole since the last batch_get_v2, so the batch_get_v2 of
+        # the grouped pool that SGLang calls next for them does not read them again.
         self._loaded = threading.local()
 
     # ------------------------------------------------------------ the host pool
@@ -263,8 +263,13 @@ class KVEngineHiCacheStorage(HiCacheStorage):
             return [True] * len(keys)  # no KV bytes: the side pools hold the pages
         ok = self._guarded("batch_get_v1", keys, self._get_pages, keys, host_indices)
         if self._grouped is not None:
+            # SGLang reads the KV in batches of STORAGE_BATCH_SIZE pages, then the side
+            # pools of the whole operation at once: the pages loaded add up until then.
             first = host_indices[::self._kv_pool.page_size].tolist()
-            self._loaded.pages = {(k, i) for k, i, good in zip(keys, first, ok) if good}
+            loaded = getattr(self._loaded, "pages", set())
+            loaded.difference_update(zip(keys, first))
+            loaded.update((k, i) for k, i, good in zip(keys, first, ok) if good)
+            self._loaded.pages = loaded
         return ok
 
     def batch_set_v1(self, keys, host_indices, extra_info=None):
