@@ -32,6 +32,26 @@
 //     Reads and BatchExists serve each occurrence independently; BatchDelete deletes the
 //     first occurrence and reports NotFound for the later ones.
 // A key-level problem (empty key, oversized value, null buffer) fails that key only.
+//
+// Page groups.  Values that are only useful together -- one page of a hybrid model's
+// cache: its KV, its DSA indexer page, its Mamba state -- are one group, and a group is
+// one key whose value is its members laid end to end: BatchPut takes the members as the
+// value's parts (ValueParts, each from its own buffer, no copy to join them) and
+// BatchGetInto scatters the value back into one buffer per member (Destination).  The
+// members' sizes are the caller's to know (the layout of its pools).  Because every
+// layer handles a key as one unit, a group is present whole or absent, never half:
+//   * a put publishes the key only after every part is in place; a reader sees the old
+//     value or the new one whole (both members of one put);
+//   * BatchExists answers 1 only for a value that a BatchGetInto then reads whole, and
+//     a member replaced, evicted, removed or damaged between the two makes the whole
+//     group a miss (NotFound, or Corruption for a value whose checksum fails): the
+//     reader never pairs one put's KV with another's indexer page;
+//   * eviction, offload to SSD, GC (bucket compaction) and Delete take the group whole;
+//     a crash in the middle of a put leaves the group absent or its previous value after
+//     recovery (crash_test.cc, GroupCrashTest);
+//   * an attached client, a peer and a replica move the key as any other: whole.
+// A caller whose members are written at different times (the same page's KV now, its
+// state later) keeps them as separate keys and gets no group guarantee between them.
 #ifndef KVENGINE_DB_H_
 #define KVENGINE_DB_H_
 

@@ -15,7 +15,10 @@ machinery of vllm_conformance.py:
 * python/kvengine/sglang/_sglang_compat.py: each stand-in (HiCacheStorage,
   HiCacheStorageConfig, HiCacheStorageExtraInfo, StorageMetrics) is a name the module
   imports from SGLang when SGLang is present, and has every public member of SGLang's
-  class and nothing it lacks, each of the same kind, parameters and defaults.
+  class and nothing it lacks, each of the same kind, parameters and defaults; the
+  v2 interface's dataclasses and enums (PoolName, PoolHitPolicy, PoolTransfer,
+  PoolTransferResult, SidecarPoolSpec, PrefetchTimeoutConfig) too, and each enum
+  member's value.
 * The backend package: every `from sglang... import` resolves in the tree, and every
   method KVEngineHiCacheStorage overrides keeps HiCacheStorage's parameters.
 * test/python/sglang_fakes.py: each class in FAKE_CLASSES has only members SGLang's
@@ -58,6 +61,19 @@ FAKE_CLASSES = [
      "subset"),
     ("HiCacheController", "sglang.srt.managers.cache_controller", "HiCacheController",
      "subset"),
+    # Hybrid models (the v2 interface).
+    ("DSATokenToKVPool", _MEM + ".memory_pool", "DSATokenToKVPool", "subset"),
+    ("MambaPoolHost", _MEM + ".memory_pool_host", "MambaPoolHost", "subset"),
+    ("DSAIndexerPoolHost", _MEM + ".memory_pool_host", "DSAIndexerPoolHost", "subset"),
+    ("LogicalHostPool", _MEM + ".memory_pool_host", "LogicalHostPool", "subset"),
+    ("PoolEntry", _MEM + ".memory_pool_host", "PoolEntry", "subset"),
+    ("HostPoolGroup", _MEM + ".memory_pool_host", "HostPoolGroup", "subset"),
+    ("HybridStorageOperation", _MEM + ".hybrid_cache.hybrid_cache_controller",
+     "StorageOperation", "subset"),
+    ("HybridPrefetchOperation", _MEM + ".hybrid_cache.hybrid_cache_controller",
+     "PrefetchOperation", "subset"),
+    ("HybridCacheController", _MEM + ".hybrid_cache.hybrid_cache_controller",
+     "HybridCacheController", "subset"),
 ]
 FAKE_FUNCTIONS = [
     ("get_hash_str", _MEM + ".utils", "get_hash_str"),
@@ -106,6 +122,50 @@ def check_package(tree):
     return problems
 
 
+def check_enum_values(tree):
+    """The values of the compat module's Enum stand-ins (PoolName, PoolHitPolicy): the
+    pool names are the strings SGLang's controller passes and keys are built from, so a
+    renamed value is a problem even where the member name stays."""
+    problems = []
+    imported, defined = vc.compat_stand_ins(COMPAT, "sglang")
+    for node in defined:
+        bases = {getattr(b, "id", getattr(b, "attr", None)) for b in getattr(node, "bases", [])}
+        if "Enum" not in bases or node.name not in imported:
+            continue
+        theirs, _ = tree.find(imported[node.name], node.name)
+        if theirs is None:
+            continue  # check_compat names it
+        values = {}
+        for cls, out in ((node, "ours"), (theirs, "theirs")):
+            values[out] = {t.id: vc.literal(stmt.value) for stmt in cls.body
+                           if isinstance(stmt, ast.Assign) for t in stmt.targets
+                           if isinstance(t, ast.Name)}
+        for name, value in sorted(values["ours"].items()):
+            if name in values["theirs"] and value != values["theirs"][name]:
+                problems.append("_sglang_compat.%s.%s = %r; %s's is %r" % (
+                    node.name, name, value[1], PROJECT, values["theirs"][name][1]))
+    # Dataclass fields whose default is an enum member (PoolTransfer.hit_policy): the
+    # generic check leaves expressions alone, so the member is compared here.
+    enums = {n.name for n in defined if "Enum" in {getattr(b, "id", None) for b in n.bases}}
+    for node in defined:
+        theirs, _ = tree.find(imported.get(node.name, ""), node.name) \
+            if node.name in imported else (None, None)
+        if not isinstance(theirs, ast.ClassDef) or not vc.is_dataclass(node):
+            continue
+        their_fields = {n.target.id: n.value for n in theirs.body
+                        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+        for field in node.body:
+            if not (isinstance(field, ast.AnnAssign) and isinstance(field.value, ast.Attribute)
+                    and getattr(field.value.value, "id", None) in enums):
+                continue
+            ours = ast.unparse(field.value)
+            theirs_value = their_fields.get(field.target.id)
+            if theirs_value is not None and ast.unparse(theirs_value) != ours:
+                problems.append("_sglang_compat.%s.%s: default %s; %s's %s" % (
+                    node.name, field.target.id, ours, PROJECT, ast.unparse(theirs_value)))
+    return problems
+
+
 def check_fakes(tree):
     stand_ins = stand_in_classes()
     problems = vc.check_fakes(tree, FAKES, FAKE_CLASSES, PROJECT, stand_ins)
@@ -151,6 +211,7 @@ def run(src, parts=("compat", "package", "fakes")):
     problems = []
     if "compat" in parts:
         problems += vc.check_compat(tree, COMPAT, "sglang", PROJECT, stand_in_classes())
+        problems += check_enum_values(tree)
     if "package" in parts:
         problems += check_package(tree)
     if "fakes" in parts:

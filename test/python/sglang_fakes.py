@@ -15,6 +15,12 @@ storage path depends on:
   allocator, flat data pages and get_page_buffer_meta (the pointers and sizes the
   zero-copy path moves).  Their device transfers (load_to_device_per_layer,
   backup_from_device_all_layer) need SGLang's CUDA kernels and are left out.
+* Hybrid models (memory_pool_host.py, hybrid_cache/hybrid_cache_controller.py):
+  DSATokenToKVPool's descriptor, MambaPoolHost and DSAIndexerPoolHost with SGLang's page
+  parts (get_page_buffer_meta), PoolEntry and HostPoolGroup, and HybridCacheController's
+  v2 storage steps with its StorageOperation / PrefetchOperation (here
+  HybridStorageOperation / HybridPrefetchOperation).  MambaPoolDescriptor is not
+  SGLang's: it holds what MambaPoolHost reads of SGLang's MambaPool.
 * HiCacheController (managers/cache_controller.py): attaching a backend, the storage
   config it builds, the choice of the zero-copy or copy page functions, the MLA backup
   skip, and the bodies of its prefetch (hit query, page transfer) and backup steps.
@@ -32,7 +38,7 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from kvengine.sglang._sglang_compat import HiCacheStorage, HiCacheStorageConfig, \
-    HiCacheStorageExtraInfo
+    HiCacheStorageExtraInfo, PoolHitPolicy, PoolName, PoolTransfer, PoolTransferResult
 
 STORAGE_BATCH_SIZE = 128  # hicache_storage.py: max pages per batched storage call
 
@@ -70,6 +76,17 @@ def _data_page(pool, index, flat):
 def _set_page(pool, index, data_page):
     view = _page_view(pool, index)
     view.copy_(data_page.reshape(view.shape))
+
+
+def _size_pool(pool, device_pool, host_to_device_ratio, host_size):
+    """A host pool's size in slots: host_size GB, else the device pool's times the ratio,
+    in whole pages and one more (SGLang rounds the same way)."""
+    if host_size > 0:
+        pool.size = int(host_size * 1e9 // pool.size_per_token)
+    else:
+        pool.size = int(device_pool.size * host_to_device_ratio)
+    pool.page_num = pool.size // pool.page_size + 1
+    pool.size = pool.page_num * pool.page_size
 
 
 def _itemsize(dtype):
@@ -191,6 +208,41 @@ class MLATokenToKVPool(KVCache):
         self.kv_cache_dim = kv_lora_rank + qk_rope_head_dim
 
 
+class DSATokenToKVPool(MLATokenToKVPool):
+    quant_block_size = 128
+    index_k_with_scale_buffer_dtype = torch.uint8
+
+    def __init__(self, size: int, page_size: int, kv_lora_rank: int, dtype: torch.dtype,
+                 qk_rope_head_dim: int, layer_num: int, device: str, index_head_dim: int,
+                 enable_memory_saver: bool, kv_cache_dim: int,
+                 start_layer: Optional[int] = None, end_layer: Optional[int] = None,
+                 index_buf_size: Optional[int] = None):
+        super().__init__(size, page_size, dtype, kv_lora_rank, qk_rope_head_dim, layer_num,
+                         device, enable_memory_saver, start_layer, end_layer, use_dsa=True)
+        self.index_head_dim = index_head_dim
+
+
+class MambaPoolDescriptor:
+    """Not an SGLang class: what MambaPoolHost reads of SGLang's MambaPool (the device
+    pool of a Mamba/linear-attention model): the number of mamba layers, one temporal
+    (SSM) state and the conv states per slot (mamba_cache.temporal / .conv, layer-first
+    as SGLang allocates them), the slot count and the device."""
+
+    class State:
+        def __init__(self, conv, temporal):
+            self.conv, self.temporal = conv, temporal
+
+    def __init__(self, size, num_mamba_layers, conv_shapes, temporal_shape, dtype,
+                 device="cpu"):
+        self.size = size
+        self.num_mamba_layers = num_mamba_layers
+        self.device = device
+        self.mamba_cache = self.State(
+            [torch.zeros((num_mamba_layers, size) + tuple(c), dtype=dtype)
+             for c in conv_shapes],
+            torch.zeros((num_mamba_layers, size) + tuple(temporal_shape), dtype=dtype))
+
+
 # ------------------------------------------------------------ host pools
 
 class HostKVCache:
@@ -211,13 +263,7 @@ class HostKVCache:
         self.device = device
         self.dtype = device_pool.store_dtype
         self.size_per_token = self.get_size_per_token()
-        if host_size > 0:
-            self.size = int(host_size * 1e9 // self.size_per_token)
-        else:
-            self.size = int(device_pool.size * host_to_device_ratio)
-        # Whole pages, and one more (SGLang rounds the same way).
-        self.page_num = self.size // self.page_size + 1
-        self.size = self.page_num * self.page_size
+        _size_pool(self, device_pool, host_to_device_ratio, host_size)
         self.start_layer = device_pool.start_layer
         self.end_layer = device_pool.end_layer
         self.kv_buffer = self.init_kv_buffer()
@@ -439,6 +485,261 @@ class MLATokenToKVPoolHost(HostKVCache):
         stride = self.page_size * self.layer_num * self.kv_cache_dim * _itemsize(self.dtype)
         return self.kv_buffer.data_ptr() % page_size_bytes == 0 and \
             stride % page_size_bytes == 0
+
+
+# ------------------------------------------------------------ memory_pool_host.py (hybrid)
+
+class MambaPoolHost(HostKVCache):
+    """SGLang's host pool of Mamba states: one slot per page (page_size 1), the temporal
+    state and each conv state of every mamba layer, page_first layouts only for storage
+    (get_page_buffer_meta: temporal first, then conv_0..conv_n)."""
+
+    def __init__(self, device_pool, host_to_device_ratio: float, host_size: int,
+                 pin_memory: bool = True, device: str = "cpu", allocator_type: str = "default",
+                 layout: str = "layer_first"):
+        self.device_pool = device_pool
+        self.page_size = 1
+        assert layout in ["page_first", "page_first_direct"], f"Unsupported layout: {layout}"
+        self.layout = layout
+        self.pin_memory = pin_memory
+        self.device = device
+        self.num_mamba_layers = device_pool.num_mamba_layers
+        self.conv_state_shapes = [c.shape[2:] for c in device_pool.mamba_cache.conv]
+        self.temporal_state_shape = device_pool.mamba_cache.temporal.shape[2:]
+        self.temporal_state_elem_size = int(torch.Size(self.temporal_state_shape).numel())
+        self.conv_state_elem_sizes = [int(torch.Size(c).numel())
+                                      for c in self.conv_state_shapes]
+        self.conv_dtype = device_pool.mamba_cache.conv[0].dtype
+        self.temporal_dtype = device_pool.mamba_cache.temporal.dtype
+        self.dtype = self.conv_dtype
+        self.size_per_token = self.get_size_per_token()
+        _size_pool(self, device_pool, host_to_device_ratio, host_size)
+        self.init_kv_buffer()
+        self.lock = threading.RLock()
+        self.clear()
+
+    def init_kv_buffer(self):
+        L = self.num_mamba_layers
+        self.temporal_buffer = torch.zeros((self.size, L, 1) + tuple(self.temporal_state_shape),
+                                           dtype=self.temporal_dtype)
+        self.conv_buffer = [torch.zeros((self.size, L, 1) + tuple(c), dtype=self.conv_dtype)
+                            for c in self.conv_state_shapes]
+
+    def get_hybrid_pool_buffer(self):
+        return [self.temporal_buffer, *self.conv_buffer]
+
+    def get_size_per_token(self):
+        conv = sum(e * _itemsize(self.conv_dtype) for e in self.conv_state_elem_sizes)
+        temporal = self.temporal_state_elem_size * _itemsize(self.temporal_dtype)
+        return (conv + temporal) * self.num_mamba_layers
+
+    def get_ksize_per_token(self):
+        return self.get_size_per_token()
+
+    def _iter_page_tensors(self, index: int):
+        yield self.temporal_buffer[index]
+        for conv_buf in self.conv_buffer:
+            yield conv_buf[index]
+
+    def get_data_page(self, index, flat: bool = True) -> torch.Tensor:
+        parts = [t.contiguous().view(torch.uint8).reshape(-1)
+                 for t in self._iter_page_tensors(index)]
+        return torch.cat(parts)
+
+    def get_dummy_flat_data_page(self) -> torch.Tensor:
+        return torch.zeros(self.page_size * self.size_per_token, dtype=torch.uint8)
+
+    def set_from_flat_data_page(self, index: int, data_page: torch.Tensor) -> None:
+        flat = data_page.contiguous().view(torch.uint8).reshape(-1)
+        start = 0
+        for tensor in self._iter_page_tensors(index):
+            n = tensor.numel() * tensor.element_size()
+            tensor.copy_(flat[start:start + n].view(dtype=tensor.dtype).reshape(tensor.shape))
+            start += n
+
+    def get_page_buffer_meta(self, indices):
+        assert len(indices) % self.page_size == 0
+        if self.layout not in ["page_first", "page_first_direct"]:
+            raise ValueError(
+                f"Mamba storage zero-copy requires page_first layout, got {self.layout}")
+        L = self.num_mamba_layers
+        temporal = L * self.temporal_state_elem_size * _itemsize(self.temporal_dtype)
+        convs = [L * e * _itemsize(self.conv_dtype) for e in self.conv_state_elem_sizes]
+        ptrs, sizes = [], []
+        for index in indices.tolist():
+            if self.temporal_state_elem_size > 0:
+                ptrs.append(self.temporal_buffer.data_ptr() + index * temporal)
+                sizes.append(temporal)
+            for buf, size in zip(self.conv_buffer, convs):
+                ptrs.append(buf.data_ptr() + index * size)
+                sizes.append(size)
+        return ptrs, sizes
+
+
+class DSAIndexerPoolHost(HostKVCache):
+    """SGLang's host pool of DSA's indexer keys (fp8 keys with their scales), one page
+    per page of its anchor MLA host pool at the same slots (page_first layouts for
+    storage: a page is one block of every layer)."""
+
+    def __init__(self, device_pool: DSATokenToKVPool, anchor_host: MLATokenToKVPoolHost,
+                 layout: str, pin_memory: bool = True, device: str = "cpu",
+                 allocator_type: str = "default"):
+        self.device_pool = device_pool
+        self.page_size = anchor_host.page_size
+        self.layout = layout
+        self.pin_memory = pin_memory
+        self.device = device
+        self.dtype = device_pool.store_dtype
+        self.start_layer = device_pool.start_layer
+        self.end_layer = device_pool.end_layer
+        self.target_layer_num = device_pool.layer_num
+        self.mtp_draft_device_pools = anchor_host.mtp_draft_device_pools
+        self.layer_num = self.target_layer_num + len(self.mtp_draft_device_pools)
+        self.index_head_dim = device_pool.index_head_dim
+        self.indexer_quant_block_size = device_pool.quant_block_size
+        self.indexer_dtype = DSATokenToKVPool.index_k_with_scale_buffer_dtype
+        self.indexer_size_per_token = (
+            self.index_head_dim + self.index_head_dim // self.indexer_quant_block_size * 4)
+        self.size = anchor_host.size
+        self.page_num = anchor_host.page_num
+        self.indexer_page_stride_size = (
+            self.indexer_size_per_token * self.page_size * _itemsize(self.indexer_dtype))
+        self.indexer_page_num = (self.size + self.page_size + 1) // self.page_size
+        self.size_per_token = (
+            self.indexer_size_per_token * self.layer_num * _itemsize(self.indexer_dtype))
+        self.init_kv_buffer()
+        self.lock = threading.RLock()
+        self.clear()
+
+    def get_size_per_token(self):
+        return self.indexer_size_per_token * self.layer_num * _itemsize(self.indexer_dtype)
+
+    def get_ksize_per_token(self):
+        return self.get_size_per_token()
+
+    def init_kv_buffer(self):
+        if self.layout == "layer_first":
+            dims = (self.layer_num, self.indexer_page_num, self.indexer_page_stride_size)
+        elif self.layout in ["page_first", "page_first_direct"]:
+            dims = (self.indexer_page_num, self.layer_num, 1, self.indexer_page_stride_size)
+        else:
+            raise ValueError(f"Unsupported layout: {self.layout}")
+        self.index_k_with_scale_buffer = torch.zeros(dims, dtype=self.indexer_dtype)
+
+    def get_hybrid_pool_buffer(self):
+        return [self.index_k_with_scale_buffer]
+
+    def get_page_buffer_meta(self, indices):
+        assert len(indices) % self.page_size == 0
+        if self.layout not in ["page_first", "page_first_direct"]:
+            raise ValueError(f"Unsupported layout: {self.layout}")
+        indices = indices.tolist()
+        page_stride_bytes = (self.layer_num * self.indexer_page_stride_size
+                             * _itemsize(self.indexer_dtype))
+        base_ptr = self.index_k_with_scale_buffer.data_ptr()
+        ptr_list = [base_ptr + int(indices[i]) // self.page_size * page_stride_bytes
+                    for i in range(0, len(indices), self.page_size)]
+        return ptr_list, [page_stride_bytes] * len(ptr_list)
+
+
+class LogicalHostPool:
+    """SGLang's logical anchor (DeepSeek V4): page-aligned token slots and no KV tensor;
+    the side pools hold every byte."""
+
+    def __init__(self, size: int, page_size: int, layout: str = "layer_first"):
+        if size % page_size != 0:
+            raise ValueError("LogicalHostPool size must be page-aligned, "
+                             f"got size={size}, page_size={page_size}")
+        self.size = size
+        self.logical_size = size
+        self.page_size = page_size
+        self.device = "cpu"
+        self.layout = layout
+        self.dtype = torch.uint8
+        self.layer_num = 0
+        self.start_layer = 0
+        self.end_layer = 0
+        self.kv_buffer = None
+        self.size_per_token = 0
+        self.allocator = None
+        self.can_use_write_back_jit = True
+        self.lock = threading.RLock()
+        self.clear()
+
+    def clear(self):
+        self.free_slots = torch.arange(self.size, dtype=torch.int64)
+
+    def available_size(self):
+        return len(self.free_slots)
+
+    def alloc(self, need_size: int) -> Optional[torch.Tensor]:
+        if need_size > self.available_size():
+            return None
+        select_index, self.free_slots = self.free_slots[:need_size], self.free_slots[need_size:]
+        return select_index
+
+    def get_page_buffer_meta(self, indices):
+        return None
+
+
+@dataclasses.dataclass
+class PoolEntry:
+    name: PoolName
+    host_pool: Any
+    device_pool: Any
+    layer_mapper: Any
+    is_primary_index_anchor: bool = False
+    host_evict_fn: Optional[Any] = None
+    device_evict_fn: Optional[Any] = None
+    device_alloc_fn: Optional[Any] = None
+    device_free_fn: Optional[Any] = None
+
+
+class HostPoolGroup:
+    """SGLang's group of a hybrid model's host pools: it answers for its anchor entry
+    (the KV pool), and names the others."""
+
+    def __init__(self, entries: list):
+        if not entries:
+            raise ValueError("HostPoolGroup requires at least one pool entry.")
+        self.entries = entries
+        self.entry_map = {entry.name: entry for entry in entries}
+        self.anchor_entry = next((e for e in entries if e.is_primary_index_anchor),
+                                 entries[0])
+        self.layout = self.anchor_entry.host_pool.layout
+        self.page_size = self.anchor_entry.host_pool.page_size
+        self.device = self.anchor_entry.host_pool.device
+        self.size = self.anchor_entry.host_pool.size
+        self.logical_size = self.anchor_entry.host_pool.logical_size
+
+    @property
+    def kv_buffer(self):
+        return self.anchor_entry.host_pool.kv_buffer
+
+    @property
+    def dtype(self):
+        return self.anchor_entry.host_pool.dtype
+
+    def get_pool(self, name: PoolName):
+        return self.entry_map[name].host_pool
+
+    def get_page_buffer_meta(self, indices):
+        return self.anchor_entry.host_pool.get_page_buffer_meta(indices)
+
+    def alloc(self, need_size: int) -> Optional[torch.Tensor]:
+        return self.anchor_entry.host_pool.alloc(need_size)
+
+    def free(self, indices: torch.Tensor) -> int:
+        return self.anchor_entry.host_pool.free(indices)
+
+    def get_data_page(self, index, flat: bool = True):
+        return self.anchor_entry.host_pool.get_data_page(index, flat)
+
+    def get_dummy_flat_data_page(self):
+        return self.anchor_entry.host_pool.get_dummy_flat_data_page()
+
+    def set_from_flat_data_page(self, index: int, data_page) -> None:
+        return self.anchor_entry.host_pool.set_from_flat_data_page(index, data_page)
 
 
 # ------------------------------------------------------------ storage/backend_factory.py
@@ -701,6 +1002,171 @@ class HiCacheController:
             if prefix_keys and len(prefix_keys) > 0:
                 prefix_keys += batch_hashes
             operation.completed_tokens += self.page_size * len(batch_hashes)
+
+
+# ------------------------------------------------------------ hybrid_cache/hybrid_cache_controller.py
+
+class HybridStorageOperation(StorageOperation):
+    """SGLang's hybrid StorageOperation: a backup or prefetch with its side pools'
+    PoolTransfers."""
+
+    def __init__(self, host_indices: torch.Tensor, token_ids: List[int],
+                 last_hash: Optional[str] = None, hash_value: Optional[List[str]] = None,
+                 prefix_keys: Optional[List[str]] = None,
+                 pool_transfers: Optional[list] = None):
+        super().__init__(host_indices, token_ids, last_hash, hash_value, prefix_keys)
+        self.pool_transfers = pool_transfers
+        self.pool_storage_result = PoolTransferResult.empty()
+
+
+class HybridPrefetchOperation(HybridStorageOperation):
+    def __init__(self, request_id: str, token_ids: List[int], last_hash: Optional[str] = None,
+                 prefix_keys: Optional[List[str]] = None,
+                 pool_transfers: Optional[list] = None):
+        self.request_id = request_id
+        self._lock = threading.Lock()
+        self._terminated_flag = False
+        self.storage_hit_count = 0
+        self.start_time = time.monotonic()
+        super().__init__(None, token_ids, last_hash, prefix_keys=prefix_keys,
+                         pool_transfers=pool_transfers)
+        self.pool_transfers_done = not bool(pool_transfers)
+
+    # The same bodies as the plain PrefetchOperation's (SGLang repeats them).
+    def increment(self, num_tokens: int):
+        return PrefetchOperation.increment(self, num_tokens)
+
+    def mark_terminate(self):
+        PrefetchOperation.mark_terminate(self)
+
+    def is_terminated(self) -> bool:
+        return PrefetchOperation.is_terminated(self)
+
+
+class HybridCacheController(HiCacheController):
+    """SGLang's HybridCacheController's storage steps: the host pools registered with
+    the backend (register_mem_host_pool_v2), the hit query through batch_exists_v2, the
+    side pools read after the KV (batch_get_v2, only when every KV page loaded, with the
+    trailing pools' keys re-aligned to the pages hit) and written before it
+    (batch_set_v2, then the KV through the base backup)."""
+
+    def __init__(self, token_to_kv_pool_allocator, mem_pool_host, page_size: int,
+                 tp_group, load_cache_event: threading.Event, attn_cp_group=None,
+                 attn_tp_group=None, pp_group=None,
+                 write_policy: str = "write_through_selective", io_backend: str = "",
+                 storage_backend: Optional[str] = None, prefetch_threshold: int = 256,
+                 model_name: Optional[str] = None,
+                 storage_backend_extra_config: Optional[dict] = None,
+                 transfer_layer_num: Optional[int] = None,
+                 enable_storage_metrics: bool = False):
+        super().__init__(token_to_kv_pool_allocator, mem_pool_host, page_size, tp_group,
+                         load_cache_event, attn_cp_group, attn_tp_group, pp_group,
+                         write_policy, io_backend, None, prefetch_threshold, model_name,
+                         storage_backend_extra_config,
+                         enable_storage_metrics=enable_storage_metrics)
+        if storage_backend is not None:
+            self.attach_storage_backend(storage_backend=storage_backend,
+                                        prefetch_threshold=prefetch_threshold,
+                                        model_name=model_name,
+                                        storage_backend_extra_config=storage_backend_extra_config,
+                                        host_pools=getattr(mem_pool_host, "entries", None))
+
+    def attach_storage_backend(self, storage_backend: str, prefetch_threshold: int = 256,
+                               model_name: Optional[str] = None,
+                               storage_backend_extra_config: Optional[dict] = None,
+                               host_pools: Optional[list] = None):
+        super().attach_storage_backend(storage_backend=storage_backend,
+                                       prefetch_threshold=prefetch_threshold,
+                                       model_name=model_name,
+                                       storage_backend_extra_config=storage_backend_extra_config)
+        for entry in host_pools or []:
+            self.storage_backend.register_mem_host_pool_v2(entry.host_pool, entry.name)
+
+    def _storage_hit_query(self, operation) -> tuple:
+        hash_value = self.get_hash_str(operation.token_ids, operation.last_hash,
+                                       page_size=self.page_size)
+        extra_info = HiCacheStorageExtraInfo(
+            prefix_keys=operation.prefix_keys.copy() if operation.prefix_keys else None)
+        if operation.pool_transfers:
+            hit_result = self.storage_backend.batch_exists_v2(
+                hash_value, operation.pool_transfers, extra_info)
+        else:
+            kv_hit_count = self.storage_backend.batch_exists(hash_value, extra_info)
+            hit_result = PoolTransferResult(kv_hit_pages=kv_hit_count, extra_pool_hit_pages={})
+        kv_hit_pages = hit_result.kv_hit_pages
+        operation.pool_storage_result.update_kv_hit_pages(kv_hit_pages)
+        return hash_value[:kv_hit_pages], kv_hit_pages * self.page_size
+
+    def _page_transfer(self, operation):
+        super()._page_transfer(operation)
+        kv_completed_pages = operation.completed_tokens // self.page_size
+        if (operation.pool_transfers and not operation.is_terminated()
+                and kv_completed_pages == len(operation.hash_value)):
+            self._sync_trailing_keys(operation.pool_transfers, operation.hash_value,
+                                     kv_completed_pages)
+            self._resolve_sidecar_derived_pool_transfers(operation)
+            results = self.storage_backend.batch_get_v2(operation.pool_transfers)
+            operation.pool_storage_result.update_extra_pool_hit_pages(results)
+        operation.pool_transfers_done = True
+
+    def _page_backup(self, operation):
+        backup_transfers = [t for t in operation.pool_transfers or []
+                            if self.should_backup(t)]
+        if backup_transfers:
+            self._resolve_sidecar_derived_pool_transfers(operation)
+            results = self.storage_backend.batch_set_v2(backup_transfers)
+            operation.pool_storage_result.update_extra_pool_hit_pages(results)
+        if not self.backup_skip:
+            super()._page_backup(operation)
+        else:
+            sidecar_ok = bool(backup_transfers)
+            if sidecar_ok:
+                for transfer in backup_transfers:
+                    result = results.get(transfer.name)
+                    if result is None:
+                        result = results.get(transfer.name.value)
+                    expected = len(transfer.keys or [])
+                    if expected == 0 and transfer.host_indices is not None:
+                        expected = int(transfer.host_indices.numel())
+                    if (not isinstance(result, (list, tuple)) or len(result) != expected
+                            or not all(bool(ok) for ok in result)):
+                        sidecar_ok = False
+                        break
+            operation.completed_tokens = (
+                len(operation.hash_value) * self.page_size if sidecar_ok else 0)
+
+    def should_backup(self, transfer: PoolTransfer) -> bool:
+        if not self.backup_skip:
+            return True
+        # TP-sharded states are backed up by every rank even beside MLA KV.
+        return transfer.name == PoolName.MAMBA
+
+    def _resolve_sidecar_derived_pool_transfers(self, operation):
+        for transfer in operation.pool_transfers:
+            if transfer.indices_from_pool is None:
+                continue
+            if transfer.indices_from_pool != PoolName.KV:
+                source = next((t for t in operation.pool_transfers
+                               if t.indices_from_pool is None
+                               and t.name == transfer.indices_from_pool), None)
+                if source is None:
+                    raise AssertionError("Storage sidecar derived pool source missing: "
+                                         f"{transfer.name} from {transfer.indices_from_pool}.")
+                transfer.host_indices = source.host_indices
+                if transfer.keys is None:
+                    transfer.keys = source.keys
+            else:
+                transfer.host_indices = operation.host_indices
+                if transfer.keys is None:
+                    transfer.keys = operation.hash_value
+
+    def _sync_trailing_keys(self, pool_transfers: list, all_hashes: list,
+                            kv_hit_pages: int) -> None:
+        for transfer in pool_transfers:
+            if transfer.hit_policy != PoolHitPolicy.TRAILING_PAGES:
+                continue
+            trailing_n = len(transfer.keys) if transfer.keys else 1
+            transfer.keys = all_hashes[max(0, kv_hit_pages - trailing_n):kv_hit_pages]
 
 
 # ------------------------------------------------------------ helpers for the tests

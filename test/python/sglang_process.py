@@ -13,6 +13,7 @@ import traceback
 import torch
 
 import sglang_fakes as fk
+import sglang_hybrid as sh
 
 PAGE = 16
 OPTIONS = dict(memory_capacity_bytes="64MiB", prefault_memory=False,
@@ -28,8 +29,10 @@ def digest(data):
 class Rank:
     def __init__(self, store, rank, tp_size):
         fk.set_parallel(rank, tp_size)
-        self.store, self.rank = store, rank
+        self.store, self.rank, self.tp_size = store, rank, tp_size
         self.controllers = {}  # (kind, layout, dtype) -> (controller, host pool)
+        self.hybrids = {}  # kind ("mamba", "swa", "dsa") -> sglang_hybrid.Hybrid
+        self.pending = {}  # kind -> a prefetch operation between its hit query and read
 
     def controller(self, config):
         if config not in self.controllers:
@@ -81,6 +84,75 @@ class Rank:
         hashes = fk.get_hash_str(tokens, None, PAGE)
         return c.storage_backend._keys.pages([hashes[p] for p in pages])
 
+    # ------------------------------------------------------------ hybrid models (v2)
+
+    def hybrid(self, kind, seed=0, options=None):
+        if kind not in self.hybrids:
+            self.hybrids[kind] = sh.Hybrid(kind, self.store, seed * 100 + self.rank,
+                                           self.rank, self.tp_size, **(options or OPTIONS))
+        return self.hybrids[kind]
+
+    def hybrid_backup(self, kind, seed, options=None):
+        """Backs up the prompt's pages and its side pool's (controller steps):
+        (tokens backed up, KV page digests, side page digests)."""
+        h = self.hybrid(kind, seed, options)
+        op, _ = h.backup()
+        return (op.completed_tokens,) + sh.digests(h, op)
+
+    def hybrid_hit(self, kind):
+        """The hit query (batch_exists_v2); the operation waits for hybrid_read."""
+        h = self.hybrid(kind)
+        hashes = fk.get_hash_str(sh.TOKENS, None, sh.PAGE)
+        op = fk.HybridPrefetchOperation("r", sh.TOKENS, pool_transfers=h.transfers(hashes))
+        hit_hashes, _ = h.c._storage_hit_query(op)
+        op.hash_value = hit_hashes
+        self.pending[kind] = op
+        return len(hit_hashes)
+
+    def hybrid_read(self, kind, hit_pages):
+        """The transfer of the pending operation, cut to the hit every rank agreed on:
+        (tokens loaded, KV digests, side digests of the pages loaded, and for each page
+        not loaded whether its KV and side slots are untouched)."""
+        h, op = self.hybrid(kind), self.pending.pop(kind)
+        h.kv.kv_buffer.zero_()
+        for t in h.side.get_hybrid_pool_buffer() if kind != "swa" else [h.side.kv_buffer]:
+            t.zero_()
+        op.hash_value = op.hash_value[:hit_pages]
+        h.kv.alloc(3 * sh.PAGE)  # other slots than the writer's
+        op.host_indices = h.kv.alloc(hit_pages * sh.PAGE)
+        for t in op.pool_transfers:
+            if t.indices_from_pool is None:
+                t.host_indices = h.side_slots(hit_pages)
+        h.c._page_transfer(op)
+        loaded = op.completed_tokens // sh.PAGE
+        kv, side = sh.digests(h, op)
+        # Each page of the hit that was not counted loaded: its KV and side slots
+        # (DSA: the indexer at the KV's slot), as digests, and whether they are zero.
+        rest = []
+        for i in range(loaded, hit_pages):
+            slot = int(op.host_indices[i * sh.PAGE])
+            kv_bytes = sh.page_bytes(h.kv.get_data_page(slot))
+            side_bytes = sh.side_bytes(h.side, slot) if kind == "dsa" else b""
+            rest.append((op.hash_value[i], hashlib.sha256(kv_bytes).hexdigest(),
+                         hashlib.sha256(side_bytes).hexdigest(), not any(kv_bytes),
+                         not any(side_bytes)))
+        keep = set(op.hash_value[:loaded])
+        return (op.completed_tokens, {k: v for k, v in kv.items() if k in keep},
+                {k: v for k, v in side.items() if k in keep or kind != "dsa"}, rest)
+
+    def flood(self, kind, limit=4096):
+        """Puts filler values into the store until the prompt's first KV page (its
+        group, for DSA) is evicted: eviction pressure from another process."""
+        h = self.hybrid(kind)
+        store = h.backend._store
+        key = h.backend._keys.pages(fk.get_hash_str(sh.TOKENS, None, sh.PAGE))[0]
+        filler = bytes(h.backend._page_bytes)
+        for n in range(limit):
+            if store.is_exist(key) != 1:
+                return n
+            store.put("filler/%d/%d" % (self.rank, n), filler)
+        return -1
+
     def stats(self, config):
         c, _ = self.controller(config)
         return vars(c.storage_backend.get_stats())
@@ -92,6 +164,8 @@ class Rank:
     def close(self):
         for c, _ in self.controllers.values():
             c.detach_storage_backend()
+        for h in self.hybrids.values():
+            h.c.detach_storage_backend()
 
 
 def main(conn, store, rank, tp_size):

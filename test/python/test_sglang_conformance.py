@@ -3,6 +3,7 @@ one is present (SGLANG_SOURCE_DIR, or an installed sglang), and -- everywhere --
 that it fails, naming the member, when a member it checks changes on SGLang's side."""
 import ast
 import os
+import re
 
 import pytest
 
@@ -53,8 +54,15 @@ def _synthetic_tree(root):
     where = {ours: module for ours, module, _, _ in sc.FAKE_CLASSES}
     where.update({ours: module for ours, module, _ in sc.FAKE_FUNCTIONS})
     where.update({name: module for name, module in sc.FAKE_CONSTANTS})
+    # A fake named apart from SGLang's class (HybridStorageOperation for the hybrid
+    # controller's StorageOperation) takes SGLang's name in its module.
+    renamed = {ours: theirs for ours, _, theirs, _ in sc.FAKE_CLASSES if ours != theirs}
     for name, module in where.items():
-        placed.setdefault(module, []).append(_dedented(fakes_source, fakes[name]))
+        text = _dedented(fakes_source, fakes[name])
+        for ours, theirs in renamed.items():
+            if where[ours] == module:
+                text = re.sub(r"\b%s\b" % ours, theirs, text)
+        placed.setdefault(module, []).append(text)
     every = dict(where, **imported)
     for module, parts in placed.items():
         path = os.path.join(root, *module.split(".")) + ".py"
@@ -88,6 +96,12 @@ def test_the_check_names_a_changed_member_everywhere(tmp_path):
              "def get_page_buffer_meta(self, host_indices)")
     _rewrite(os.path.join(root, "sglang", "srt", "managers", "cache_controller.py"),
              'write_policy: str = "write_through_selective"', 'write_policy: str = "write_back"')
+    # The v2 interface: an enum value and a dataclass field default.
+    _rewrite(os.path.join(mem, "hicache_storage.py"), 'INDEXER = "indexer"',
+             'INDEXER = "dsa_indexer"')
+    _rewrite(os.path.join(mem, "hicache_storage.py"),
+             "hit_policy: PoolHitPolicy = PoolHitPolicy.ALL_PAGES\n    nodes_to_load",
+             "hit_policy: PoolHitPolicy = PoolHitPolicy.TRAILING_PAGES\n    nodes_to_load")
     problems = "\n".join(sc.run(root))
     assert "_sglang_compat.HiCacheStorage.batch_exists: SGLang's HiCacheStorage has no " \
         "member" in problems, problems
@@ -96,3 +110,7 @@ def test_the_check_names_a_changed_member_everywhere(tmp_path):
     assert "sglang_fakes.HiCacheController.__init__: parameter write_policy defaults to " \
         "'write_through_selective'" in problems, problems
     assert "sglang_fakes.STORAGE_BATCH_SIZE = 128; SGLang's is 64" in problems, problems
+    assert "_sglang_compat.PoolName.INDEXER = 'indexer'; SGLang's is 'dsa_indexer'" \
+        in problems, problems
+    assert "_sglang_compat.PoolTransfer.hit_policy: default PoolHitPolicy.ALL_PAGES; " \
+        "SGLang's PoolHitPolicy.TRAILING_PAGES" in problems, problems

@@ -13,6 +13,7 @@ import pytest
 pytest.importorskip("torch", reason="torch is not installed (Debian: apt-get install "
                                     "python3-torch)")
 
+import sglang_hybrid as sh  # noqa: E402
 import sglang_process as sp  # noqa: E402
 from spawned import Spawned
 
@@ -127,3 +128,50 @@ def test_no_rank_loses_the_store_when_its_owner_goes(instances):
         assert r("hit", mha, tokens) == 5 * sp.PAGE
         assert list(r("load", mha, tokens, 5 * sp.PAGE, 1)) == [5 * sp.PAGE, saved[1]]
     the_only_owner(survivors, mha)
+
+
+HYBRID_SMALL = dict(memory_capacity_bytes="16MiB", ssd_capacity_bytes=0, prefault_memory=False,
+                    apply_environment=False)
+
+
+@pytest.mark.parametrize("kind", ["mamba", "swa", "dsa"])
+def test_hybrid_pools_across_attached_processes(instances, kind):
+    """Hybrid models (SGLang's v2 interface) across rank processes: instance a backs up
+    a prompt's KV and side pool pages, instance b (attached to the same store) finds them
+    through batch_exists_v2 and reads them bit-exact.  Then eviction pressure from
+    another process between b's hit query and its read: every page b reports loaded is
+    whole (its KV and side page those a wrote), and a page it does not is untouched --
+    never a KV page beside a missing or stale indexer page."""
+    a = instances()
+    b = instances()
+    saved = a.all("hybrid_backup", kind, 1, HYBRID_SMALL)
+    mla = kind == "dsa"
+    # MLA (DSA): rank 0 writes the KV and indexer groups; rank 1 skips its backup.
+    assert [t for t, _, _ in saved] == [sh.PAGES * sh.PAGE, 0 if mla else sh.PAGES * sh.PAGE]
+    hits = min(b.all("hybrid_hit", kind))
+    assert hits == sh.PAGES
+    loaded = b.all("hybrid_read", kind, hits)
+    for rank in range(2):
+        writer = 0 if mla else rank
+        tokens, kv, side, untouched = loaded[rank]
+        assert tokens == sh.PAGES * sh.PAGE, (kind, rank)
+        assert kv == saved[writer][1], (kind, rank)
+        if not mla:
+            assert side == saved[writer][2] and side, (kind, rank)
+    if not mla:
+        return
+    # Eviction pressure from a rank of instance a between b's hit query and its read.
+    assert min(b.all("hybrid_hit", kind)) == sh.PAGES
+    assert a.ranks[0]("flood", kind) > 0
+    loaded = b.all("hybrid_read", kind, sh.PAGES)
+    for rank in range(2):
+        tokens, kv, side, rest = loaded[rank]
+        assert tokens < sh.PAGES * sh.PAGE, rank  # the first page's group is gone
+        for h, d in kv.items():
+            assert saved[0][1][h] == d and saved[0][2][h] == side[h], rank
+        # A page not counted loaded (SGLang stops at the first miss; the engine may have
+        # read later pages whole) holds both halves of one group, or neither.
+        for h, kv_digest, side_digest, kv_zero, side_zero in rest:
+            assert kv_zero == side_zero, (rank, h)
+            if not kv_zero:
+                assert (kv_digest, side_digest) == (saved[0][1][h], saved[0][2][h]), (rank, h)

@@ -747,6 +747,50 @@ def test_hybrid_groups_address_their_own_blocks(store_path):
         b.close()
 
 
+def test_a_block_of_hybrid_groups_is_hit_and_loaded_whole_or_not_at_all(store_path):
+    """SupportsHMA, the page-group rule: a block position counts as a hit only when every
+    KV-cache group's layers have it (the scheduler), and a layer of one group that fails
+    to load between the match and the load fails the position in every group (the
+    worker reports the block ids of all groups), so vLLM never runs a block whose
+    full-attention KV loaded beside a sliding-window or state group that did not."""
+    names = ["model.layers.%d.self_attn.attn" % i for i in range(3)]
+    kcc = fk.KVCacheConfig(16, [], [fk.KVCacheGroupSpec(names[:2], None),
+                                    fk.KVCacheGroupSpec(names[2:], None)])
+    a = Instance(store_path, "flash_nhd", kv_cache_config=kcc)
+    b = Instance(store_path, "flash_nhd", kv_cache_config=kcc)
+    try:
+        req = a.request("r1", prompt(3 * BS, seed=23))
+        for pos in range(3):
+            fk.fill_block(a.caches, "flash_nhd", pos, req.block_hashes[pos])
+        a.sched.get_num_new_matched_tokens(req, 0)
+        a.sched.update_state_after_alloc(req, None, 0)
+        out = fk.new_step(new=[(req, [0, 1, 2], 0, 3 * BS)])
+        out.scheduled_new_reqs[0].block_ids = ([0, 1, 2], [0, 1, 2])
+        fk.run_worker_step(a.worker, a.sched.build_connector_meta(out), a.caches, "flash_nhd")
+        db = a.worker._db
+        # The second group's layer of block 2 is gone: the hit stops before block 2.
+        assert db.remove(a.worker.block_key(req.block_hashes[2].hex(), layer=2)) == 0
+        req_b = b.request("r2", prompt(3 * BS + 1, seed=23))
+        matched, _ = b.sched.get_num_new_matched_tokens(req_b, 0)
+        assert matched == 2 * BS
+        # Between the match and the load, block 1 of the second group goes too.
+        b.sched.update_state_after_alloc(req_b, None, matched)
+        out = fk.new_step(new=[(req_b, [4, 5, 6], matched, 1)])
+        out.scheduled_new_reqs[0].block_ids = ([4, 5, 6], [10, 11, 12])
+        meta = b.sched.build_connector_meta(out)
+        assert db.remove(a.worker.block_key(req.block_hashes[1].hex(), layer=2)) == 0
+        fk.run_worker_step(b.worker, meta, b.caches, "flash_nhd")
+        # Block position 1 failed whole: its first group's id (5) with the second's (11),
+        # though the first group's layers of it were read.
+        assert b.worker.get_block_ids_with_load_errors() == {5, 11}
+        got = b.block(4)[:2] + [b.block(10)[2]]
+        for la, lb in zip(a.block(0), got):
+            assert same_bytes(la, lb)
+    finally:
+        a.close()
+        b.close()
+
+
 def test_one_store_per_process(store_path):
     a = Instance(store_path, "flash_nhd")
     b = Instance(store_path, "flash_nhd")

@@ -184,6 +184,8 @@ def all_members(tree, module, cls, depth=0):
                 continue
             base_module = imports.get(name, module)
             node, _ = tree.find(base_module, name)
+            if node is None:  # imported under another name (`import X as BaseX`)
+                node, _ = tree.find(module, name)
             if isinstance(node, ast.ClassDef):
                 out.update(all_members(tree, base_module, node, depth + 1))
     out.update(members(cls))

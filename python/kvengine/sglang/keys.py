@@ -47,7 +47,10 @@ def model_pattern(model_name):
 
 def geometry(pool, is_mla):
     """The part of a page's shape that its bytes depend on besides the page size:
-    layers and heads x head size (MHA), or layers and latent width (MLA)."""
+    layers and heads x head size (MHA), or layers and latent width (MLA); "logical" for
+    a hybrid model's logical anchor (SGLang's LogicalHostPool: indices, no bytes)."""
+    if getattr(pool, "kv_buffer", None) is None:
+        return "logical"
     if is_mla:
         return "mlaL%dC%d" % (pool.layer_num, pool.kv_cache_dim)
     return "mhaL%dH%dD%d" % (pool.layer_num, pool.head_num, pool.head_dim)
@@ -117,11 +120,14 @@ class PageKeys:
         # (store_dtype), so the host dtype alone would not tell e4m3 from e5m2.
         device_pool = getattr(pool, "device_pool", None)
         dtype = getattr(device_pool, "dtype", None) or pool.dtype
-        ranks = "pp%dof%d" % (config.pp_rank, config.pp_size)
-        if not config.is_mla_model:
-            ranks = "tp%dof%d@%s" % (config.tp_rank, config.tp_size, ranks)
+        shared = "pp%dof%d" % (config.pp_rank, config.pp_size)
         if config.attn_cp_size > 1:
-            ranks += "@cp%dof%d" % (config.attn_cp_rank, config.attn_cp_size)
+            shared += "@cp%dof%d" % (config.attn_cp_rank, config.attn_cp_size)
+        # A rank's own pages (MHA heads, a TP-sharded state) name the TP rank; pages every
+        # rank holds alike (MLA's latent cache) do not.
+        self._per_rank = "tp%dof%d@%s" % (config.tp_rank, config.tp_size, shared)
+        self._shared = shared
+        ranks = shared if config.is_mla_model else self._per_rank
         self.fingerprint, self.fingerprint_parts = model_fingerprint(config, pool, dtype,
                                                                      server_args())
         self.name = "%s/%s@%s" % (NAMESPACE, model_tag(config.model_name), _dtype_name(dtype))
@@ -129,8 +135,24 @@ class PageKeys:
             self.name, pool.page_size, config.tp_size, config.pp_size, config.attn_cp_size)
         self._head = "%s@%s" % (self.name, geometry(pool, config.is_mla_model))
         self._tail = "@ps%d@%s@m%s/" % (pool.page_size, ranks, self.fingerprint)
+        self._layout = pool.layout
         self.prefix = "%s@%s%s" % (self._head, pool.layout, self._tail)
         self.flat_prefix = "%s@flat-%s%s" % (self._head, pool.layout, self._tail)
+
+    def group_with(self, members):
+        """Makes each page's zero-copy value a page group: the KV page and, laid after
+        it, the members named (e.g. "indexer:4096"), one value under one key.  The
+        members are spelled in the key, so a grouped page and a KV-only page never
+        share a key."""
+        self.prefix = "%s@%s+%s%s" % (self._head, self._layout, members, self._tail)
+
+    def pool_prefix(self, pool_name, shape, layout, page_size, per_rank):
+        """The key prefix of a hybrid model's side pool (mamba, swa, ...): the pool's
+        name and page shape (the sizes of its parts), layout and page size, and the TP
+        rank when each rank holds its own (per_rank)."""
+        return "%s@%s:%s@%s@ps%d@%s@m%s/" % (
+            self.name, pool_name, shape, layout, page_size,
+            self._per_rank if per_rank else self._shared, self.fingerprint)
 
     def pages(self, hashes):
         """The zero-copy (batch_get_v1/batch_set_v1) key of each page hash."""

@@ -21,13 +21,14 @@ takes it over or reconnects (kvengine.shared_store).
 """
 
 import logging
+import threading
 import time
 
 from .. import error_name, printable_key
 from ..fingerprint import check_fingerprint
 from ..load_planning import planner_kwargs
 from ..shared_store import acquire_store, namespace_config, release_store
-from ._sglang_compat import HiCacheStorage
+from ._sglang_compat import HiCacheStorage, PoolHitPolicy, PoolName, PoolTransferResult
 from .keys import PageKeys, model_pattern
 from .metrics import StorageCounters
 from .planning import PagePlanner
@@ -37,6 +38,60 @@ logger = logging.getLogger("kvengine.sglang")
 NOT_FOUND = -1
 ABORTED = -7
 _REASONS_LOGGED = 3  # failed pages named per log line
+
+# Side pools whose page is stored in one value with the KV page (a page group): the
+# pools SGLang's hybrid controller reads with every KV page (hit policy all_pages, host
+# indices those of the KV, PoolTransfer.indices_from_pool == KV), and whose absence its
+# consumers do not check after the KV has loaded: DSA's indexer (sglang#30321, a KV
+# page paired with a stale or missing indexer page, garbled output).  The trailing
+# pools (mamba, swa) are values of their own: SGLang's components use only the pages
+# batch_get_v2 reports loaded (docs/sglang.md, "Hybrid models").
+GROUPED_WITH_KV = (PoolName.INDEXER.value,)
+
+
+def _pool_name(name):
+    """A PoolName, or the plain string SGLang may pass, as the string value."""
+    return name.value if isinstance(name, PoolName) else str(name)
+
+
+class _SidePool:
+    """One side pool of a hybrid model (mamba, swa, indexer, DeepSeek V4's, draft):
+    its host pool and the key prefix of its pages."""
+
+    def __init__(self, name, host_pool, prefix):
+        self.name = name
+        self.host_pool = host_pool
+        self.prefix = prefix
+        self.page_size = getattr(host_pool, "page_size", 1) or 1
+
+    def keys(self, hashes):
+        return [self.prefix + h for h in hashes]
+
+    def parts(self, keys, host_indices):
+        """(pointers, sizes) of each page's parts in this pool, one list per key."""
+        if host_indices is None or host_indices.numel() != len(keys) * self.page_size:
+            raise ValueError("%s: %d host indices for %d pages of %d slots" % (
+                self.name, 0 if host_indices is None else host_indices.numel(), len(keys),
+                self.page_size))
+        ptrs, sizes = self.host_pool.get_page_buffer_meta(host_indices)
+        n = len(ptrs) // len(keys)
+        return ([ptrs[i * n:(i + 1) * n] for i in range(len(keys))],
+                [sizes[i * n:(i + 1) * n] for i in range(len(keys))])
+
+
+def _policy_holds(page_exists, trailing, prefix_len):
+    """Whether a pool allows the prefix of prefix_len pages: all_pages (trailing None),
+    it has every page of the prefix; trailing_pages, it has the last `trailing`."""
+    first = 0 if trailing is None else max(0, prefix_len - trailing)
+    return all(page_exists[i] for i in range(first, prefix_len))
+
+
+def _page_shape(host_pool):
+    """The sizes of one page's parts (what its bytes' layout depends on), for the key."""
+    import torch
+
+    one_page = torch.arange(getattr(host_pool, "page_size", 1) or 1, dtype=torch.int64)
+    return "+".join(str(int(s)) for s in host_pool.get_page_buffer_meta(one_page)[1])
 
 
 def _store_location(extra):
@@ -89,10 +144,21 @@ class KVEngineHiCacheStorage(HiCacheStorage):
         self._counters = StorageCounters(bool(storage_config.enable_storage_metrics))
         self._keys = None
         self._page_bytes = 0
-        self._registered_ptr = None
         # MLA: one latent cache for all ranks; rank 0 writes it, every rank reads it.
         self._mla_reader = storage_config.is_mla_model and storage_config.tp_rank != 0
         self.mem_pool_host = None
+        # Hybrid models (v2): the KV host pool (the anchor of SGLang's HostPoolGroup),
+        # True when that anchor holds no bytes (LogicalHostPool), the side pools by
+        # name, and the one grouped with each KV page (GROUPED_WITH_KV) if registered.
+        self._kv_pool = None
+        self._logical_anchor = False
+        self._side_pools = {}
+        self._grouped = None
+        self._registered_ptrs = []
+        # Per thread: the (page key, first host index) pairs the batch_get_v1 calls of
+        # grouped pages loaded whole since the last batch_get_v2, so the batch_get_v2 of
+        # the grouped pool that SGLang calls next for them does not read them again.
+        self._loaded = threading.local()
 
     # ------------------------------------------------------------ the host pool
 
@@ -100,26 +166,79 @@ class KVEngineHiCacheStorage(HiCacheStorage):
         import torch  # SGLang's own dependency; the package imports without it
 
         super().register_mem_pool_host(mem_pool_host)
-        self._keys = PageKeys(self.storage_config, mem_pool_host)
+        # SGLang's hybrid controller hands over its HostPoolGroup, which answers for
+        # its anchor entry (the KV pool): the keys and bytes are the anchor's.
+        anchor = getattr(mem_pool_host, "anchor_entry", None)
+        kv_pool = anchor.host_pool if anchor is not None else mem_pool_host
+        self._kv_pool = kv_pool
+        self._logical_anchor = getattr(kv_pool, "kv_buffer", None) is None
+        self._keys = PageKeys(self.storage_config, kv_pool)
         config = self.storage_config
         if (config.tp_rank, config.pp_rank, config.attn_cp_rank) == (0, 0, 0):
             # One rank of the instance compares the model's fingerprint with the store's
             # record of it and warns once when it changed (docs/sglang.md).
             check_fingerprint(self._store, self._keys.fingerprint_record_key, self._keys.name,
                               self._keys.fingerprint, self._keys.fingerprint_parts, logger)
-        one_page = torch.arange(mem_pool_host.page_size, dtype=torch.int64)
-        self._page_bytes = int(sum(mem_pool_host.get_page_buffer_meta(one_page)[1]))
-        buffer = getattr(mem_pool_host, "kv_buffer", None)
-        if isinstance(buffer, torch.Tensor) and buffer.numel() > 0:
-            ptr, size = buffer.data_ptr(), buffer.numel() * buffer.element_size()
-            rc = self._store.register_buffer(ptr, size)
-            if rc < 0:  # registration only speeds transports up; pages move without it
-                logger.warning("kvengine: could not register the host pool's buffer (%d "
-                               "bytes) with the store: %s", size, error_name(rc))
-            else:
-                self._registered_ptr = ptr
+        if self._logical_anchor:
+            # A logical anchor (DeepSeek V4): indices only, every byte is in side pools.
+            logger.info("kvengine: a logical KV anchor; pages live in the side pools")
+            return
+        one_page = torch.arange(kv_pool.page_size, dtype=torch.int64)
+        self._page_bytes = int(sum(kv_pool.get_page_buffer_meta(one_page)[1]))
+        self._register_buffers(kv_pool)
         logger.info("kvengine: pages of %d bytes under %s", self._page_bytes,
                     self._keys.prefix)
+
+    def _register_buffers(self, host_pool):
+        """Registers a host pool's tensors with the store (a transport registers them
+        once; pages move without it too)."""
+        import torch
+
+        get_buffers = getattr(host_pool, "get_hybrid_pool_buffer",
+                              lambda: [getattr(host_pool, "kv_buffer", None)])
+        for buffer in get_buffers():
+            if not isinstance(buffer, torch.Tensor) or buffer.numel() == 0:
+                continue
+            ptr, size = buffer.data_ptr(), buffer.numel() * buffer.element_size()
+            rc = self._store.register_buffer(ptr, size)
+            if rc < 0:
+                logger.warning("kvengine: could not register a host pool's buffer (%d "
+                               "bytes) with the store: %s", size, error_name(rc))
+            else:
+                self._registered_ptrs.append(ptr)
+
+    def register_mem_host_pool_v2(self, host_pool, host_pool_name):
+        """A hybrid model's host pool (SGLang's HybridCacheController registers every
+        entry of its HostPoolGroup, the KV anchor included, after
+        register_mem_pool_host)."""
+        super().register_mem_host_pool_v2(host_pool, host_pool_name)
+        name = _pool_name(host_pool_name)
+        if name == PoolName.KV.value:
+            return  # the anchor: register_mem_pool_host did it
+        if self._keys is None:
+            raise RuntimeError("register_mem_host_pool_v2(%s) before register_mem_pool_host"
+                               % name)
+        shape = _page_shape(host_pool)
+        # Each TP rank holds its own heads (MHA) or its own slice of a state (mamba,
+        # TP-sharded even beside MLA); an MLA model's other side pools are alike on every
+        # rank, written by rank 0 (SGLang's should_backup).
+        per_rank = not self.storage_config.is_mla_model or name == PoolName.MAMBA.value
+        prefix = self._keys.pool_prefix(name, shape, getattr(host_pool, "layout", "-"),
+                                        getattr(host_pool, "page_size", 1) or 1, per_rank)
+        side = _SidePool(name, host_pool, prefix)
+        self._side_pools[name] = side
+        self._register_buffers(host_pool)
+        if name in GROUPED_WITH_KV and self._zero_copy and not self._logical_anchor:
+            if side.page_size != self._kv_pool.page_size:
+                raise ValueError("kvengine: the %s pool's page (%d slots) is not the KV "
+                                 "page (%d)" % (name, side.page_size,
+                                                self._kv_pool.page_size))
+            self._grouped = side
+            self._keys.group_with("%s:%s" % (name, shape))
+            self._page_bytes += sum(int(x) for x in shape.split("+"))
+        logger.info("kvengine: the %s pool's pages under %s%s", name,
+                    self._keys.prefix if self._grouped is side else prefix,
+                    " (one value with the KV page)" if self._grouped is side else "")
 
     def _check_indices(self, keys, host_indices):
         pool = self.mem_pool_host
@@ -132,17 +251,36 @@ class KVEngineHiCacheStorage(HiCacheStorage):
     def _page_parts(self, keys, host_indices):
         """(pointers, sizes) of each page's parts, one list per key."""
         self._check_indices(keys, host_indices)
-        ptrs, sizes = self.mem_pool_host.get_page_buffer_meta(host_indices)
+        ptrs, sizes = self._kv_pool.get_page_buffer_meta(host_indices)
         n = len(ptrs) // len(keys)
-        return ([ptrs[i * n:(i + 1) * n] for i in range(len(keys))],
-                [sizes[i * n:(i + 1) * n] for i in range(len(keys))])
+        ptrs = [ptrs[i * n:(i + 1) * n] for i in range(len(keys))]
+        sizes = [sizes[i * n:(i + 1) * n] for i in range(len(keys))]
+        if self._grouped is not None:
+            # The page group: the side pool's page at the same host slots, after the KV.
+            side_ptrs, side_sizes = self._grouped.parts(keys, host_indices)
+            ptrs = [a + b for a, b in zip(ptrs, side_ptrs)]
+            sizes = [a + b for a, b in zip(sizes, side_sizes)]
+        return ptrs, sizes
 
     # ------------------------------------------------------------ zero copy (v1)
 
     def batch_get_v1(self, keys, host_indices, extra_info=None):
-        return self._guarded("batch_get_v1", keys, self._get_pages, keys, host_indices)
+        if self._logical_anchor:
+            return [True] * len(keys)  # no KV bytes: the side pools hold the pages
+        ok = self._guarded("batch_get_v1", keys, self._get_pages, keys, host_indices)
+        if self._grouped is not None:
+            # SGLang reads the KV in batches of STORAGE_BATCH_SIZE pages, then the side
+            # pools of the whole operation at once: the pages loaded add up until then.
+            first = host_indices[::self._kv_pool.page_size].tolist()
+            loaded = getattr(self._loaded, "pages", set())
+            loaded.difference_update(zip(keys, first))
+            loaded.update((k, i) for k, i, good in zip(keys, first, ok) if good)
+            self._loaded.pages = loaded
+        return ok
 
     def batch_set_v1(self, keys, host_indices, extra_info=None):
+        if self._logical_anchor:
+            return [True] * len(keys)
         return self._guarded("batch_set_v1", keys, self._set_pages, keys, host_indices)
 
     def _guarded(self, what, keys, fn, *args):
@@ -281,6 +419,135 @@ class KVEngineHiCacheStorage(HiCacheStorage):
             return self._keys.pages(keys)
         return [self._keys.flat(k) for k in keys]
 
+    # ------------------------------------------------------------ hybrid models (v2)
+
+    def batch_exists_v2(self, keys, pool_transfers=None, extra_info=None):
+        """The usable prefix of keys under every pool's hit policy.
+
+        Each side pool's own hits are counted as SGLang's backends count them
+        (HiCacheFile, Mooncake), within the KV's leading run: all_pages, its leading run;
+        trailing_pages, the longest prefix whose last len(transfer.keys) pages it has.
+        kv_hit_pages is the longest prefix at which every policy holds at once -- not the
+        least of the per-pool counts, which can name a prefix whose trailing state is
+        missing when two trailing pools disagree (sglang#39147).  With one side pool the
+        two are the same.  extra_pool_hit_pages: each pool's own count (absent when 0),
+        and the KV's."""
+        try:
+            return self._exists_v2(keys, pool_transfers or [], extra_info)
+        except Exception as e:  # noqa: BLE001 -- the prefetch thread must live on
+            logger.error("kvengine: batch_exists_v2 of %d pages failed: %s", len(keys), e)
+            return PoolTransferResult(0, {})
+
+    def _exists_v2(self, keys, transfers, extra_info):
+        kv_pages = len(keys) if self._logical_anchor else self.batch_exists(keys, extra_info)
+        hit_count = {PoolName.KV: kv_pages} if kv_pages else {}
+        policies = []  # (page_exists, trailing pages or None for all_pages)
+        for transfer in transfers:
+            if kv_pages == 0:
+                break
+            page_exists = self._pages_present(transfer.name, keys[:kv_pages])
+            trailing = None
+            if transfer.hit_policy != PoolHitPolicy.ALL_PAGES:  # trailing_pages
+                trailing = max(1, len(transfer.keys) if transfer.keys else 1)
+            boundary = next((p for p in range(kv_pages, 0, -1)
+                             if _policy_holds(page_exists, trailing, p)), 0)
+            if boundary:
+                hit_count[transfer.name] = boundary
+            policies.append((page_exists, trailing))
+        usable = next((p for p in range(kv_pages, 0, -1)
+                       if all(_policy_holds(e, t, p) for e, t in policies)), 0)
+        return PoolTransferResult(usable, hit_count)
+
+    def _pages_present(self, pool_name, hashes):
+        """Per page hash, whether the pool's page is stored."""
+        side = self._side_pools.get(_pool_name(pool_name))
+        if side is None:
+            logger.error("kvengine: batch_exists_v2 names the pool %s, which was never "
+                         "registered (register_mem_host_pool_v2); counting none", pool_name)
+            return [False] * len(hashes)
+        if side is self._grouped:
+            # One value with its KV page: present exactly where the KV page is (and the
+            # caller asks only within the KV's hits).
+            return [True] * len(hashes)
+        if not hashes:
+            return []
+        return [r == 1 for r in self._store.batch_is_exist(side.keys(hashes))]
+
+    def batch_get_v2(self, transfers, extra_info=None):
+        """Each transfer's pages from the store into its host pool: {name: [bool]}."""
+        return self._transfers("batch_get_v2", transfers, self._get_pool_pages)
+
+    def batch_set_v2(self, transfers, extra_info=None):
+        """Each transfer's pages from its host pool into the store (pages already
+        stored are not written again): {name: [bool]}."""
+        return self._transfers("batch_set_v2", transfers, self._set_pool_pages)
+
+    def _transfers(self, what, transfers, fn):
+        results = {}
+        for transfer in transfers or []:
+            keys = list(transfer.keys or [])
+            if not keys:
+                results[transfer.name] = []
+                continue
+            try:
+                side = self._side_pools.get(_pool_name(transfer.name))
+                if side is None:
+                    raise ValueError("the pool %s was never registered "
+                                     "(register_mem_host_pool_v2)" % transfer.name)
+                results[transfer.name] = fn(side, keys, transfer.host_indices)
+            except Exception as e:  # noqa: BLE001 -- never raise into SGLang's threads
+                logger.error("kvengine: %s of %d %s pages failed: %s", what, len(keys),
+                             transfer.name, e)
+                results[transfer.name] = [False] * len(keys)
+        return results
+
+    def _get_pool_pages(self, side, keys, host_indices):
+        if side is self._grouped:
+            # The indexer page is in its KV page's value: the batch_get_v1 SGLang made
+            # for these pages just now loaded both at once; else read the groups whole
+            # (the KV page is written again with the same bytes).
+            loaded = getattr(self._loaded, "pages", set())
+            self._loaded.pages = set()
+            first = host_indices[::side.page_size].tolist()
+            if all((k, i) in loaded for k, i in zip(keys, first)):
+                return [True] * len(keys)
+            return self._get_pages(keys, host_indices)
+        ptrs, sizes = side.parts(keys, host_indices)
+        want = [sum(s) for s in sizes]
+        results = self._store.batch_get_into_multi_buffers(side.keys(keys), ptrs, sizes)
+        ok = [r == w for r, w in zip(results, want)]
+        self._log_failures("read (%s)" % side.name, keys, results, ok)
+        self._counters.add(read_pages=sum(ok),
+                           read_bytes=sum(w for w, good in zip(want, ok) if good),
+                           failed_reads=len(keys) - sum(ok))
+        return ok
+
+    def _set_pool_pages(self, side, keys, host_indices):
+        if side is self._grouped:
+            # Written as the page group, KV and indexer in one value (the host indices
+            # are the KV's: indices_from_pool == KV); the batch_set_v1 that follows
+            # finds the pages stored.
+            return self._set_pages(keys, host_indices)
+        store_keys = side.keys(keys)
+        present = [r == 1 for r in self._store.batch_is_exist(store_keys)]
+        todo = [i for i, p in enumerate(present) if not p]
+        results = [0] * len(keys)
+        written_bytes = 0
+        if todo:
+            ptrs, sizes = side.parts(keys, host_indices)
+            put = self._store.batch_put_from_multi_buffers(
+                [store_keys[i] for i in todo], [ptrs[i] for i in todo],
+                [sizes[i] for i in todo])
+            for i, r in zip(todo, put):
+                results[i] = r
+                written_bytes += sum(sizes[i]) if r == 0 else 0
+        ok = [r == 0 for r in results]
+        self._log_failures("written (%s)" % side.name, keys, results, ok)
+        self._counters.add(written_pages=sum(ok) - (len(keys) - len(todo)),
+                           written_bytes=written_bytes, skipped_writes=len(keys) - len(todo),
+                           failed_writes=len(keys) - sum(ok))
+        return ok
+
     # ------------------------------------------------------------ the copy path
 
     def get(self, key, target_location=None, target_sizes=None):
@@ -357,7 +624,7 @@ class KVEngineHiCacheStorage(HiCacheStorage):
         if self._released:
             return
         self._released = True
-        if self._registered_ptr is not None:
-            self._store.unregister_buffer(self._registered_ptr)
-            self._registered_ptr = None
+        for ptr in self._registered_ptrs:
+            self._store.unregister_buffer(ptr)
+        self._registered_ptrs = []
         release_store(self._store_name, self._store)
