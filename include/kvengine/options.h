@@ -431,9 +431,10 @@ struct Options {
   // the kernel's (SO_PEERCRED, SO_PEERGROUPS), checked at every connection: a client no
   // entry names is refused and logged; a request outside its grant fails
   // PermissionDenied naming the namespace, counted (local.namespace_refusals) and logged.
-  // A namespace protects against mistakes and other tenants' calls, not against a
-  // client's own process, which maps the whole arena read-write (docs/attach.md,
-  // "Namespaces and credentials"; separate trust domains need separate owners).
+  // A namespace protects against mistakes and other tenants' calls; against a client's
+  // own process, which maps its arena read-write, give namespaces that must not share
+  // bytes arenas of their own (namespace_arenas; docs/attach.md, "An arena per trust
+  // boundary").
   // A malformed entry fails DB::Open with InvalidArgument naming it.
   // Default: ""
   std::string local_allowed_uids;
