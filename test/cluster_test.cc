@@ -915,18 +915,19 @@ TEST_P(PlacementTest, AnAttachedPutWithNoOwnerReachableFails) {
 
 // Issue #50 item 7: a layer-wise load (DB::BatchGetIntoGroups) through a client of the
 // cluster issues every layer's reads when it starts and reports each layer, in order, as
-// soon as its bytes are in.  32 layers of 8 blocks of 512 KiB, spread over three
-// kv_server members; the load is checked at each report (the layer's bytes are there,
-// bit-exact), and a member SIGKILLed while the later layers are in flight costs errors
-// (R = 1) or nothing (R = 2, its keys' second owners serve them), never wrong bytes.
+// soon as its bytes are in.  32 layers of 8 blocks of 128 KiB (1 MiB a layer: four
+// layers in flight at once within the load's 4 MiB window), spread over three kv_server
+// members; the load is checked at each report (the layer's bytes are there, bit-exact),
+// and a member SIGKILLed while the next layers are in flight costs errors (R = 1) or
+// nothing (R = 2, its keys' second owners serve them), never wrong bytes.
 class LayerwiseLoadTest : public PlacementTest {
  protected:
   std::string MemberOptions() const override {
-    return ",ssd_capacity_bytes=0,memory_capacity_bytes=320MiB";
+    return ",ssd_capacity_bytes=0,memory_capacity_bytes=128MiB";
   }
   static constexpr int kLayers = 32;
   static constexpr int kBlocks = 8;
-  static constexpr size_t kValueSize = 512 << 10;
+  static constexpr size_t kValueSize = 128 << 10;
 
   static std::string LayerKey(int layer, int block) {
     return "model@tp0/L" + std::to_string(layer) + "/block." + std::to_string(block);
