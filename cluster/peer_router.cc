@@ -1024,8 +1024,7 @@ Status PeerRouter::BatchGetIntoGroups(DB* local, const ReadOptions& options,
   uint64_t in_flight = 0;
   size_t started = 0;
   while (reported < group_ends.size()) {
-    while (started < group_ends.size() &&
-           (started == reported || in_flight < kLoadWindowBytes)) {
+    while (started < group_ends.size() && (started == reported || in_flight < kLoadWindowBytes)) {
       group_bytes[started] = start(started);
       in_flight += group_bytes[started++];
       while (reported < started && answered(reported)) {
