@@ -203,6 +203,21 @@ Status ClusterDB::BatchGetInto(const ReadOptions& options, std::span<const Slice
   return s;
 }
 
+Status ClusterDB::BatchGetIntoGroups(const ReadOptions& options, std::span<const Slice> keys,
+                                     std::span<const Destination> destinations,
+                                     std::span<const size_t> group_ends,
+                                     const GroupReadyFn& on_ready, std::vector<int64_t>* results) {
+  if (!router_->Routing()) {
+    return DB::BatchGetIntoGroups(options, keys, destinations, group_ends, on_ready, results);
+  }
+  PerfPoint perf(PerfKey::db_batch_get_into);
+  CallLog log(&logger_, "batch_get_into_groups", &errors_);
+  log.Add("num_keys", keys.size());
+  log.Add("num_groups", group_ends.size());
+  return log.Finish(router_->BatchGetIntoGroups(base_.get(), options, keys, destinations,
+                                                group_ends, on_ready, results));
+}
+
 Status ClusterDB::BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) {
   if (router_->Routing()) {
     PerfPoint perf(PerfKey::db_batch_exists);

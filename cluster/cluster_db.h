@@ -78,6 +78,12 @@ class ClusterDB final : public StackableDB, public StackableArena {
   Status BatchGetInto(const ReadOptions& options, std::span<const Slice> keys,
                       std::span<const Destination> destinations,
                       std::vector<int64_t>* results) override;
+  // Sharded: the router's pipelined load (PeerRouter::BatchGetIntoGroups); otherwise
+  // group by group through BatchGetInto (DB's default).
+  Status BatchGetIntoGroups(const ReadOptions& options, std::span<const Slice> keys,
+                            std::span<const Destination> destinations,
+                            std::span<const size_t> group_ends, const GroupReadyFn& on_ready,
+                            std::vector<int64_t>* results) override;
   Status BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) override;
   // This host's tiers (the DB below); a key only a peer holds is kLocatedPeer.
   Status BatchLocate(std::span<const Slice> keys, std::vector<int64_t>* results) override;

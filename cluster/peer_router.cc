@@ -518,7 +518,8 @@ std::vector<std::vector<std::string>> PeerRouter::PreviousOwnersOfAll(
 
 void PeerRouter::AskInOrder(std::span<const Slice> keys, std::vector<int64_t>* results,
                             const std::function<bool(int64_t)>& done, const LocalGroupFn& local,
-                            const RemoteGroupFn& remote, std::vector<std::string>* from) {
+                            const RemoteGroupFn& remote, std::vector<std::string>* from,
+                            size_t first_rank) {
   const int64_t kNotFound = Status::NotFound("").ErrorCode();
   const std::vector<std::vector<std::string>> owners = OwnersOfAll(keys);
   results->assign(keys.size(), kNotFound);
@@ -547,7 +548,8 @@ void PeerRouter::AskInOrder(std::span<const Slice> keys, std::vector<int64_t>* r
     }
     return true;
   };
-  for (size_t rank = 0; rank < options_.cluster_replicas && ask_rank(owners, rank, false); rank++) {
+  for (size_t rank = first_rank; rank < options_.cluster_replicas && ask_rank(owners, rank, false);
+       rank++) {
   }
   if (std::all_of(settled.begin(), settled.end(), [](bool b) { return b; })) return;
   // Within a join's grace: the owners the keys had before it, in their order.
@@ -878,34 +880,210 @@ Status PeerRouter::BatchGetInto(DB* local, const ReadOptions& options, std::span
   remote_gets_.fetch_add(keys.size(), std::memory_order_relaxed);
   if (Replicated()) {
     if (closed()) return Status::Aborted("DB is closed");
-    // A hit, or a buffer too small for the value, settles a key.
-    const int64_t too_small = Status::BufferTooSmall("").ErrorCode();
-    std::vector<std::string> from;
-    AskInOrder(
-        keys, results, [too_small](int64_t r) { return r >= 0 || r == too_small; },
-        [&](const std::vector<size_t>& idx, std::vector<int64_t>* r) {
-          return local->BatchGetInto(options, Pick(keys, idx), Pick(dests, idx), r);
-        },
-        [&](const Endpoint& peer, const std::vector<size_t>& idx, std::vector<int64_t>* r) {
-          return RemoteGet(peer, Pick(keys, idx), Pick(dests, idx), r);
-        },
-        &from);
-    // Keys found on an owner they had before a join move to their owners now, from the
-    // caller's buffers (host memory only: the transports do not read GPU memory).
-    std::vector<ValueParts> values(keys.size());
-    for (size_t i = 0; i < keys.size(); i++) {
-      if (from[i].empty()) continue;
-      if ((*results)[i] < 0 || OnDevice(dests[i])) {
-        from[i].clear();
-        continue;
-      }
-      values[i] = FilledParts(dests[i], static_cast<uint64_t>((*results)[i]));
-    }
-    MoveToOwners(local, keys, values, from);
+    GetFromOwners(local, options, keys, dests, results, 0);
     return Status::OK();
   }
   KV_SHARDED_BATCH(local->BatchGetInto(options, Pick(keys, idx), Pick(dests, idx), &r),
                    RemoteGet(peer, Pick(keys, idx), Pick(dests, idx), &r));
+}
+
+namespace {
+
+// A hit, or a buffer too small for the value, settles a key: its other owners are not
+// asked.
+bool SettlesGet(int64_t r) { return r >= 0 || r == Status::BufferTooSmall("").ErrorCode(); }
+
+}  // namespace
+
+void PeerRouter::GetFromOwners(DB* local, const ReadOptions& options, std::span<const Slice> keys,
+                               std::span<const Destination> dests, std::vector<int64_t>* results,
+                               size_t first_rank) {
+  std::vector<std::string> from;
+  AskInOrder(
+      keys, results, SettlesGet,
+      [&](const std::vector<size_t>& idx, std::vector<int64_t>* r) {
+        return local->BatchGetInto(options, Pick(keys, idx), Pick(dests, idx), r);
+      },
+      [&](const Endpoint& peer, const std::vector<size_t>& idx, std::vector<int64_t>* r) {
+        return RemoteGet(peer, Pick(keys, idx), Pick(dests, idx), r);
+      },
+      &from, first_rank);
+  // Keys found on an owner they had before a join move to their owners now, from the
+  // caller's buffers (host memory only: the transports do not read GPU memory).
+  std::vector<ValueParts> values(keys.size());
+  for (size_t i = 0; i < keys.size(); i++) {
+    if (from[i].empty()) continue;
+    if ((*results)[i] < 0 || OnDevice(dests[i])) {
+      from[i].clear();
+      continue;
+    }
+    values[i] = FilledParts(dests[i], static_cast<uint64_t>((*results)[i]));
+  }
+  MoveToOwners(local, keys, values, from);
+}
+
+// The bytes a layer-wise load keeps in flight (BatchGetIntoGroups): enough to cover a
+// network's round trip at its bandwidth many times over (100 us at 100 Gb/s is 1.25 MB),
+// while a load of large values does not stream all of its bytes through the sockets'
+// buffers at once: on a 2-core VM a 32 MiB load with every 1 MiB layer in flight took
+// 2.5x as long as one layer at a time (docs/benchmarks.md).
+constexpr uint64_t kLoadWindowBytes = 4 << 20;
+
+// One group's keys of one first owner, and its read in flight.
+struct PeerRouter::GroupCall {
+  std::string owner;
+  std::vector<size_t> idx;  // the keys', indexes into the load
+  std::vector<Slice> keys;
+  std::vector<Destination> dests;
+  std::vector<int64_t> r;
+  Status reached;  // why the owner could not be asked (Parse, ReplayFirst); else OK
+  std::unique_ptr<PendingGet> pending;
+};
+
+Status PeerRouter::BatchGetIntoGroups(DB* local, const ReadOptions& options,
+                                      std::span<const Slice> keys,
+                                      std::span<const Destination> dests,
+                                      std::span<const size_t> group_ends,
+                                      const DB::GroupReadyFn& on_ready,
+                                      std::vector<int64_t>* results) {
+  Status s = input::CheckGroupedBatch(results, keys.size(), dests.size(), group_ends);
+  if (!s.ok()) return s;
+  if (closed()) return Status::Aborted("DB is closed");
+  remote_gets_.fetch_add(keys.size(), std::memory_order_relaxed);
+  results->assign(keys.size(), 0);
+  // One member snapshot for the whole load; each key is asked of its first owner.
+  const std::vector<std::vector<std::string>> owners = OwnersOfAll(keys);
+  std::map<std::string, Status> reached;  // per member: its missed deletes replayed?
+  std::vector<std::vector<size_t>> local_idx(group_ends.size());
+  std::vector<std::unique_ptr<GroupCall>> calls;
+  std::vector<size_t> calls_end(group_ends.size());  // group g's: [calls_end[g-1], calls_end[g])
+  size_t reported = 0;
+  // Group g's calls are answered (always at once over a transport that does not
+  // pipeline, whose "started" calls ran to the end).
+  auto answered = [&](size_t g) {
+    for (size_t c = g == 0 ? 0 : calls_end[g - 1]; c < calls_end[g]; c++) {
+      if (calls[c]->pending != nullptr && !calls[c]->pending->Ready()) return false;
+    }
+    return true;
+  };
+  auto finish = [&](size_t g) {
+    const size_t first = g == 0 ? 0 : calls_end[g - 1];
+    FinishGroup(
+        local, options, keys, dests, local_idx[g],
+        std::span<const std::unique_ptr<GroupCall>>(calls).subspan(first, calls_end[g] - first),
+        results);
+    if (on_ready) on_ready(g);
+  };
+  // Starts group g's gets; returns the bytes they may bring.
+  auto start = [&](size_t g) {
+    const size_t group_first = calls.size();
+    uint64_t bytes = 0;
+    for (size_t i = g == 0 ? 0 : group_ends[g - 1]; i < group_ends[g]; i++) {
+      const std::string& owner = owners[i][0];
+      if (IsSelf(owner)) {
+        local_idx[g].push_back(i);
+        continue;
+      }
+      GroupCall* call = nullptr;
+      for (size_t c = group_first; c < calls.size() && call == nullptr; c++) {
+        if (calls[c]->owner == owner) call = calls[c].get();
+      }
+      if (call == nullptr) {
+        calls.push_back(std::make_unique<GroupCall>());
+        call = calls.back().get();
+        call->owner = owner;
+      }
+      call->idx.push_back(i);
+      call->keys.push_back(keys[i]);
+      call->dests.push_back(dests[i]);
+      for (const MutableSlice& d : dests[i]) bytes += d.size();
+    }
+    for (size_t c = group_first; c < calls.size(); c++) {
+      GroupCall* call = calls[c].get();
+      Endpoint peer;
+      Status ok = Endpoint::Parse(call->owner, &peer);
+      auto it = reached.find(call->owner);
+      if (it == reached.end()) {
+        // Before anything else is sent to a member, the deletes it missed.
+        if (ok.ok()) ok = ReplayFirst(peer);
+        it = reached.emplace(call->owner, ok).first;
+      }
+      call->reached = it->second;
+      if (call->reached.ok()) {
+        call->pending = transport_->StartBatchGet(peer, call->keys, call->dests, &call->r);
+      }
+    }
+    calls_end[g] = calls.size();
+    return bytes;
+  };
+  // Groups are started in order while the bytes of the groups started and not yet
+  // reported stay within kLoadWindowBytes (at least one group is always in flight); the
+  // oldest is reported as soon as it is answered -- at once, between starts, when its
+  // answer is already in.
+  std::vector<uint64_t> group_bytes(group_ends.size());
+  uint64_t in_flight = 0;
+  size_t started = 0;
+  while (reported < group_ends.size()) {
+    while (started < group_ends.size() && (started == reported || in_flight < kLoadWindowBytes)) {
+      group_bytes[started] = start(started);
+      in_flight += group_bytes[started++];
+      while (reported < started && answered(reported)) {
+        in_flight -= group_bytes[reported];
+        finish(reported++);
+      }
+    }
+    if (reported < started) {
+      in_flight -= group_bytes[reported];
+      finish(reported++);
+    }
+  }
+  return Status::OK();
+}
+
+void PeerRouter::FinishGroup(DB* local, const ReadOptions& options, std::span<const Slice> keys,
+                             std::span<const Destination> dests,
+                             const std::vector<size_t>& local_idx,
+                             std::span<const std::unique_ptr<GroupCall>> calls,
+                             std::vector<int64_t>* results) {
+  if (!local_idx.empty()) {
+    std::vector<int64_t> r;
+    Status ls = local->BatchGetInto(options, Pick(keys, local_idx), Pick(dests, local_idx), &r);
+    for (size_t j = 0; j < local_idx.size(); j++) {
+      (*results)[local_idx[j]] = ls.ok() && j < r.size() ? r[j] : ls.ErrorCode();
+    }
+  }
+  for (const std::unique_ptr<GroupCall>& call : calls) {
+    Status cs = call->reached;
+    if (call->pending != nullptr) {
+      cs = call->pending->Wait();
+      CountRemoteGet(cs, call->idx.size(), call->r);
+    }
+    NoteCall(call->owner, cs);
+    if (!cs.ok()) {
+      remote_errors_.fetch_add(1);
+      Log(LogLevel::kInfo, "cluster: " + cs.ToString());
+    }
+    for (size_t j = 0; j < call->idx.size(); j++) {
+      (*results)[call->idx[j]] = cs.ok() && j < call->r.size()
+                                     ? call->r[j]
+                                     : (cs.ok() ? Status::IOError("").ErrorCode() : cs.ErrorCode());
+    }
+  }
+  if (!Replicated()) return;  // one owner per key: its answer stands, as BatchGetInto's
+  // Keys their first owner did not serve: the other owners, as BatchGetInto asks them.
+  std::vector<size_t> rest;
+  for (const std::unique_ptr<GroupCall>& call : calls) {
+    for (size_t i : call->idx) {
+      if (!SettlesGet((*results)[i])) rest.push_back(i);
+    }
+  }
+  for (size_t i : local_idx) {
+    if (!SettlesGet((*results)[i])) rest.push_back(i);
+  }
+  if (rest.empty()) return;
+  std::vector<int64_t> r;
+  GetFromOwners(local, options, Pick(keys, rest), Pick(dests, rest), &r, 1);
+  for (size_t j = 0; j < rest.size(); j++) (*results)[rest[j]] = r[j];
 }
 
 Status PeerRouter::BatchExists(DB* local, std::span<const Slice> keys,
@@ -983,8 +1161,13 @@ void PeerRouter::CountPeerFailure(const Status& s) {
 Status PeerRouter::RemoteGet(const Endpoint& peer, std::span<const Slice> keys,
                              std::span<const Destination> dests, std::vector<int64_t>* r) {
   Status s = transport_->BatchGet(peer, keys, dests, r);
-  for (size_t j = 0; j < keys.size(); j++) {
-    const int64_t result = s.ok() && j < r->size() ? (*r)[j] : s.ErrorCode();
+  CountRemoteGet(s, keys.size(), *r);
+  return s;
+}
+
+void PeerRouter::CountRemoteGet(const Status& s, size_t n, const std::vector<int64_t>& r) {
+  for (size_t j = 0; j < n; j++) {
+    const int64_t result = s.ok() && j < r.size() ? r[j] : s.ErrorCode();
     if (result >= 0) {
       peer_tier_->Hit(static_cast<uint64_t>(result));
     } else if (result == Status::NotFound("").ErrorCode()) {
@@ -993,7 +1176,6 @@ Status PeerRouter::RemoteGet(const Endpoint& peer, std::span<const Slice> keys,
       CountPeerFailure(s.ok() ? Status::FromErrorCode(static_cast<int>(result)) : s);
     }
   }
-  return s;
 }
 
 Status PeerRouter::RemotePut(const Endpoint& peer, std::span<const Slice> keys,

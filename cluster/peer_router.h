@@ -136,6 +136,16 @@ class PeerRouter {
                   std::span<const ValueParts> values, std::vector<int64_t>* results);
   Status BatchGetInto(DB* local, const ReadOptions& options, std::span<const Slice> keys,
                       std::span<const Destination> dests, std::vector<int64_t>* results);
+  // A layer-wise load (DB::BatchGetIntoGroups): the groups' reads of other members are
+  // started ahead of the group being waited for, up to a window of bytes in flight
+  // (Transport::StartBatchGet: one request per group and first owner, pipelined over
+  // the connections), and each group is finished in order --
+  // this host's share read from `local`, the members' answers waited for, the keys its
+  // first owner did not serve asked of the key's other owners as BatchGetInto asks them
+  // -- and reported to `on_ready` as soon as it is whole.
+  Status BatchGetIntoGroups(DB* local, const ReadOptions& options, std::span<const Slice> keys,
+                            std::span<const Destination> dests, std::span<const size_t> group_ends,
+                            const DB::GroupReadyFn& on_ready, std::vector<int64_t>* results);
   Status BatchExists(DB* local, std::span<const Slice> keys, std::vector<int64_t>* results);
   Status BatchDelete(DB* local, const WriteOptions& options, std::span<const Slice> keys,
                      std::vector<int64_t>* results);
@@ -230,13 +240,27 @@ class PeerRouter {
   std::vector<std::vector<std::string>> PreviousOwnersOfAll(
       std::span<const Slice> keys, const std::vector<std::vector<std::string>>& owners) const
       EXCLUDES(members_mu_);
-  // Asks each key its owners in order, one rank at a time, until `done(result)`, then
-  // (within a join's grace) its previous owners the same way; keys no owner settled get
-  // NotFound (a failed owner costs a miss, never an error).  `from` (may be null): per
-  // key, the previous owner that settled it, else "".
+  // Asks each key its owners in order, one rank at a time from `first_rank` (0: the
+  // first owner), until `done(result)`, then (within a join's grace) its previous owners
+  // the same way; keys no owner settled get NotFound (a failed owner costs a miss, never
+  // an error).  `from` (may be null): per key, the previous owner that settled it, else "".
   void AskInOrder(std::span<const Slice> keys, std::vector<int64_t>* results,
                   const std::function<bool(int64_t)>& done, const LocalGroupFn& local,
-                  const RemoteGroupFn& remote, std::vector<std::string>* from = nullptr);
+                  const RemoteGroupFn& remote, std::vector<std::string>* from = nullptr,
+                  size_t first_rank = 0);
+  // Replicated BatchGetInto from the owners of rank `first_rank` on (AskInOrder), a key
+  // found on an owner it had before a join moved to its owners now.
+  void GetFromOwners(DB* local, const ReadOptions& options, std::span<const Slice> keys,
+                     std::span<const Destination> dests, std::vector<int64_t>* results,
+                     size_t first_rank);
+  // One group of a layer-wise load (BatchGetIntoGroups) sent to one member.
+  struct GroupCall;
+  // Waits for group g's calls, reads its local share, asks its unserved keys of their
+  // other owners (replicated), and stores its results.
+  void FinishGroup(DB* local, const ReadOptions& options, std::span<const Slice> keys,
+                   std::span<const Destination> dests, const std::vector<size_t>& local_idx,
+                   std::span<const std::unique_ptr<GroupCall>> calls,
+                   std::vector<int64_t>* results);
   // Moves keys read from a previous owner (`from`, per key; "" for none) to their owners
   // now: a put of `values` to them, then a delete where each was found.
   void MoveToOwners(DB* local, std::span<const Slice> keys, std::span<const ValueParts> values,
@@ -302,6 +326,8 @@ class PeerRouter {
   // hit and its bytes, a miss, or a failure by reason (a failed call: every key).
   Status RemoteGet(const Endpoint& peer, std::span<const Slice> keys,
                    std::span<const Destination> dests, std::vector<int64_t>* r);
+  // RemoteGet's count of a get's answer (`s`, per key `r`) of n keys.
+  void CountRemoteGet(const Status& s, size_t n, const std::vector<int64_t>& r);
   Status RemotePut(const Endpoint& peer, std::span<const Slice> keys,
                    std::span<const ValueParts> values, std::vector<int64_t>* r);
   // Counts one read of the peer tier that failed with `s` (not NotFound).

@@ -35,7 +35,10 @@ Result RunRead(const BenchContext& b, ReadKind kind);
 Result RunDeleteRandom(const BenchContext& b);
 Result RunExistRandom(const BenchContext& b);
 
-enum class VllmKind { kWrite, kExist, kGet, kAll };
+// kLoad: a layer-wise load as the vLLM connector's workers make it (one group per
+// layer, Engine::BatchGetIntoGroups); kLoadSerial: the same, one BatchGetInto per layer
+// in turn.  Both report the time to the first layer ready beside the whole load's.
+enum class VllmKind { kWrite, kExist, kGet, kAll, kLoad, kLoadSerial };
 Result RunVllm(const BenchContext& b, VllmKind kind);
 // cluster_failover (db_bench/cluster_failover.cc).
 Result RunClusterFailover(const BenchContext& b);

@@ -9,7 +9,9 @@
 #ifndef KVENGINE_DB_BENCH_ENGINE_H_
 #define KVENGINE_DB_BENCH_ENGINE_H_
 
+#include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -97,6 +99,28 @@ class Engine {
   virtual Status BatchGetInto(std::span<const Slice> keys,
                               std::span<const Destination> destinations,
                               std::vector<int64_t>* results) = 0;
+  // A layer-wise load (kvengine::DB::BatchGetIntoGroups): group g is the keys up to
+  // group_ends[g], and on_ready(g) is called, in group order, once its keys are in.  The
+  // default -- and vllm_load_serial's, whatever the engine -- is one BatchGetInto per
+  // group, in turn.
+  virtual Status BatchGetIntoGroups(std::span<const Slice> keys,
+                                    std::span<const Destination> destinations,
+                                    std::span<const size_t> group_ends,
+                                    const std::function<void(size_t)>& on_ready,
+                                    std::vector<int64_t>* results) {
+    results->assign(keys.size(), 0);
+    std::vector<int64_t> r;
+    size_t begin = 0;
+    for (size_t g = 0; g < group_ends.size(); g++) {
+      const size_t n = group_ends[g] - begin;
+      Status s = BatchGetInto(keys.subspan(begin, n), destinations.subspan(begin, n), &r);
+      if (!s.ok()) return s;
+      std::copy(r.begin(), r.end(), results->begin() + static_cast<ptrdiff_t>(begin));
+      on_ready(g);
+      begin = group_ends[g];
+    }
+    return Status::OK();
+  }
   virtual Status BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) = 0;
   // results[i] is 0 when keys[i] was deleted, -1 when it was absent; an engine that cannot
   // tell (RocksDB: a delete is a blind write) reports 0 and says so in DeleteReportsAbsent.

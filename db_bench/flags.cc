@@ -30,6 +30,12 @@ DEFINE_string(benchmarks, "memcpy,rawwrite,rawread,vllm_write,vllm_exist,vllm_ge
               "  vllm_get     per request: one BatchGetInto into --num_layers separate buffers, "
               "bytes verified\n"
               "  vllm_all     per request: BatchPut, BatchExists, BatchGetInto, verify\n"
+              "  vllm_load    per request: a layer-wise load (DB::BatchGetIntoGroups, one group "
+              "per layer: every layer's reads issued at once), bytes verified; reports the time "
+              "to the first layer ready beside the whole load (against peer_get when this run "
+              "measured it)\n"
+              "  vllm_load_serial  vllm_load made one BatchGetInto per layer in turn (the "
+              "connector's load before BatchGetIntoGroups)\n"
               "  gc_churn     random deletes, writes and reads at once (see --gc_*_fraction); "
               "reports foreground latency and the bytes the engine's GC reclaimed\n"
               "  compact      delete --compact_delete_fraction of the keys (untimed), then time "
@@ -316,7 +322,8 @@ const std::vector<std::string>& KnownBenchmarks() {
       "peer_get",    "memcpy",       "memcpy_read",  "memcpy_layers",    "memcpy_layers_read",
       "rawwrite",    "rawread",      "rawrandread",  "rawsocket",        "rawstream",
       "rawexist",    "rawlookup",    "reopen",       "cluster_failover", "trace",
-      "ns_hotcold",  "delete_regex", "cluster_join", "load_plan"};
+      "ns_hotcold",  "delete_regex", "cluster_join", "load_plan",        "vllm_load",
+      "vllm_load_serial"};
   return names;
 }
 

@@ -90,6 +90,13 @@ class KvengineEngine : public Engine {
                       std::vector<int64_t>* results) override {
     return Calls()->BatchGetInto(read_options_, keys, destinations, results);
   }
+  Status BatchGetIntoGroups(std::span<const Slice> keys, std::span<const Destination> destinations,
+                            std::span<const size_t> group_ends,
+                            const std::function<void(size_t)>& on_ready,
+                            std::vector<int64_t>* results) override {
+    return Calls()->BatchGetIntoGroups(read_options_, keys, destinations, group_ends, on_ready,
+                                       results);
+  }
   Status BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) override {
     return Calls()->BatchExists(keys, results);
   }

@@ -27,7 +27,8 @@ namespace {
 // write the keys first (untimed) so that they measure what their name says.
 const std::set<std::string> kNeedsKeys = {"readrandom", "readseq", "existrandom", "deleterandom",
                                           "gc_churn",   "compact", "peer_get"};
-const std::set<std::string> kNeedsRequests = {"vllm_exist", "vllm_get"};
+const std::set<std::string> kNeedsRequests = {"vllm_exist", "vllm_get", "vllm_load",
+                                              "vllm_load_serial"};
 // The baselines whose MB/s each benchmark's is compared with, the first one this run
 // measured before it: the same work without an engine (lookups in a plain table for
 // existrandom and readrandom), memcpy of the same bytes in the same pattern, the raw
@@ -42,7 +43,10 @@ const std::map<std::string, std::vector<std::string>> kBaselineOf = {
     {"readrandom", {"rawlookup", "memcpy_read"}},
     {"readseq", {"memcpy_read"}},
     {"existrandom", {"rawexist"}},
-    {"vllm_get", {"memcpy_layers_read"}},
+    {"vllm_get", {"memcpy_layers_read", "peer_get"}},
+    // A load through a cluster against a peer_get of the same bytes from one member.
+    {"vllm_load", {"peer_get", "memcpy_layers_read"}},
+    {"vllm_load_serial", {"peer_get", "memcpy_layers_read"}},
     {"compact", {"rawwrite"}},
     {"peer_put", {"rawsocket"}},
     {"peer_get", {"rawsocket"}}};
@@ -379,6 +383,10 @@ Result Suite::RunOne(const std::string& name, Slot* slot, uint64_t salt) {
     r = RunVllm(b, VllmKind::kGet);
   } else if (name == "vllm_all") {
     r = RunVllm(b, VllmKind::kAll);
+  } else if (name == "vllm_load") {
+    r = RunVllm(b, VllmKind::kLoad);
+  } else if (name == "vllm_load_serial") {
+    r = RunVllm(b, VllmKind::kLoadSerial);
   } else if (name == "gc_churn") {
     r = RunGcChurn(b);
   } else if (name == "compact") {
@@ -479,7 +487,9 @@ void Suite::Emit(Result* r) {
       break;
     }
   }
-  if (r->engine.empty()) baseline_mbps_[r->benchmark] = r->MBPerSec();
+  // Baselines run on no engine; peer_get (one member's transport, on the peer slot) is
+  // vllm_load's yardstick too.
+  if (r->engine.empty() || r->benchmark == "peer_get") baseline_mbps_[r->benchmark] = r->MBPerSec();
   const std::string who = r->engine.empty() ? r->benchmark : r->benchmark + "[" + r->engine + "]";
   samples_[who + " ops/sec"].push_back(r->OpsPerSec());
   if (r->baseline_ratio > 0) samples_[who + " / " + r->baseline_name].push_back(r->baseline_ratio);

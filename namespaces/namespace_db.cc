@@ -109,6 +109,22 @@ Status NamespaceDB::BatchGetInto(const ReadOptions& options, std::span<const Sli
                   [&](auto k, auto d, auto r) { return base_->BatchGetInto(options, k, d, r); });
 }
 
+Status NamespaceDB::BatchGetIntoGroups(const ReadOptions& options, std::span<const Slice> keys,
+                                       std::span<const Destination> destinations,
+                                       std::span<const size_t> group_ends,
+                                       const GroupReadyFn& on_ready,
+                                       std::vector<int64_t>* results) {
+  // Every key accepted (the usual case): the layer below loads the groups as it can
+  // (ClusterDB pipelines them); else group by group through BatchGetInto, which answers
+  // the refused keys.
+  MappedBatch mapped(default_keys_, keys);
+  if (mapped.complete()) {
+    return base_->BatchGetIntoGroups(options, mapped.kept(), destinations, group_ends, on_ready,
+                                     results);
+  }
+  return DB::BatchGetIntoGroups(options, keys, destinations, group_ends, on_ready, results);
+}
+
 Status NamespaceDB::BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) {
   return RunBatch("BatchExists", default_keys_, keys, kNoOthers, false, results,
                   [&](auto k, auto, auto r) { return base_->BatchExists(k, r); });

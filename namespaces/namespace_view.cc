@@ -109,6 +109,25 @@ Status NamespaceView::BatchGetInto(const ReadOptions& options, std::span<const S
       [&](DB* base, auto k, auto d, auto r) { return base->BatchGetInto(options, k, d, r); });
 }
 
+Status NamespaceView::BatchGetIntoGroups(const ReadOptions& options, std::span<const Slice> keys,
+                                         std::span<const Destination> destinations,
+                                         std::span<const size_t> group_ends,
+                                         const GroupReadyFn& on_ready,
+                                         std::vector<int64_t>* results) {
+  // As NamespaceDB's: the layer below loads the groups when every key maps; else group
+  // by group through BatchGetInto (outside the call gate, which BatchGetInto enters).
+  bool forwarded = false;
+  Status s = WithBase([&](DB* base) {
+    MappedBatch mapped(state_->keys, keys);
+    if (!mapped.complete()) return Status::OK();
+    forwarded = true;
+    return base->BatchGetIntoGroups(options, mapped.kept(), destinations, group_ends, on_ready,
+                                    results);
+  });
+  if (forwarded || !s.ok()) return s;
+  return DB::BatchGetIntoGroups(options, keys, destinations, group_ends, on_ready, results);
+}
+
 Status NamespaceView::BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) {
   return Batch("BatchExists", keys, kNoOthers, false, results,
                [](DB* base, auto k, auto, auto r) { return base->BatchExists(k, r); });

@@ -82,6 +82,10 @@ class NamespaceView : public DB {
   Status BatchGetInto(const ReadOptions& options, std::span<const Slice> keys,
                       std::span<const Destination> destinations,
                       std::vector<int64_t>* results) override;
+  Status BatchGetIntoGroups(const ReadOptions& options, std::span<const Slice> keys,
+                            std::span<const Destination> destinations,
+                            std::span<const size_t> group_ends, const GroupReadyFn& on_ready,
+                            std::vector<int64_t>* results) override;
   Status BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) override;
   Status BatchDelete(const WriteOptions& options, std::span<const Slice> keys,
                      std::vector<int64_t>* results) override;

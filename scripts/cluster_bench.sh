@@ -7,6 +7,11 @@
 # cluster_failover benchmark):
 #   KV_FAILOVER_MEMBER=1 scripts/cluster_bench.sh build 3 2 \
 #       --benchmarks=fillseq,cluster_failover --num=1024 --value_size=1048576
+# KV_PEER_MEMBER=N passes member N as --peer (peer_put and peer_get then run against that
+# one member, beside the cluster benchmarks: vllm_load's yardstick):
+#   KV_PEER_MEMBER=1 scripts/cluster_bench.sh build 3 1 \
+#       --benchmarks=vllm_write,peer_get,vllm_load_serial,vllm_load --num=1024 \
+#       --value_size=65536 --num_layers=32 --batch_size=32
 # KV_JOIN=1 passes --join_command, which starts member N+1 (for the cluster_join
 # benchmark):
 #   KV_JOIN=1 scripts/cluster_bench.sh build 3 1 \
@@ -17,6 +22,7 @@ shift 3
 work=$(mktemp -d /tmp/kv_cluster_bench.XXXXXX)
 pids=()
 failover=()
+peer=()
 cleanup() {
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
   if [[ -f "$work/joined.pid" ]]; then kill -9 "$(cat "$work/joined.pid")" 2>/dev/null || true; fi
@@ -47,6 +53,9 @@ for m in $(seq "$members"); do
   pids+=($!)
   for _ in $(seq 100); do grep -q serving "$work/m$m.out" && break; sleep 0.1; done
   echo "member $m: pid ${pids[-1]} 127.0.0.1:$port" >&2
+  if [[ "${KV_PEER_MEMBER:-}" == "$m" ]]; then
+    peer=(--peer="127.0.0.1:$port")
+  fi
   if [[ "${KV_FAILOVER_MEMBER:-}" == "$m" ]]; then
     failover=(--failover_member="127.0.0.1:$port" --failover_pid="${pids[-1]}")
   fi
@@ -66,4 +75,4 @@ EOF
 fi
 sleep 0.5  # the members see each other
 "$build/kv_bench" --cluster="$cluster" --options="cluster_replicas=$replicas,peer_transport=tcp" \
-  "${failover[@]}" "${join[@]}" "$@"
+  "${failover[@]}" "${peer[@]}" "${join[@]}" "$@"

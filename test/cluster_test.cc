@@ -913,6 +913,190 @@ TEST_P(PlacementTest, AnAttachedPutWithNoOwnerReachableFails) {
   }
 }
 
+// Issue #50 item 7: a layer-wise load (DB::BatchGetIntoGroups) through a client of the
+// cluster issues every layer's reads when it starts and reports each layer, in order, as
+// soon as its bytes are in.  32 layers of 8 blocks of 128 KiB (1 MiB a layer: four
+// layers in flight at once within the load's 4 MiB window), spread over three kv_server
+// members; the load is checked at each report (the layer's bytes are there, bit-exact),
+// and a member SIGKILLed while the next layers are in flight costs errors (R = 1) or
+// nothing (R = 2, its keys' second owners serve them), never wrong bytes.
+class LayerwiseLoadTest : public PlacementTest {
+ protected:
+  std::string MemberOptions() const override {
+    return ",ssd_capacity_bytes=0,memory_capacity_bytes=128MiB";
+  }
+  static constexpr int kLayers = 32;
+  static constexpr int kBlocks = 8;
+  static constexpr size_t kValueSize = 128 << 10;
+
+  static std::string LayerKey(int layer, int block) {
+    return "model@tp0/L" + std::to_string(layer) + "/block." + std::to_string(block);
+  }
+  // Saves every layer's blocks through db, one batch per layer (as the connector saves).
+  void Save(DB* db) {
+    for (int l = 0; l < kLayers; l++) {
+      std::vector<std::string> names, values;
+      for (int b = 0; b < kBlocks; b++) {
+        names.push_back(LayerKey(l, b));
+        values.push_back(ValueOf(names.back(), kValueSize));
+      }
+      std::vector<Slice> keys(names.begin(), names.end());
+      std::vector<ValueParts> parts;
+      for (const std::string& v : values) parts.push_back({Slice(v)});
+      std::vector<int64_t> r;
+      ASSERT_TRUE(db->BatchPut(WriteOptions(), keys, parts, &r).ok());
+      for (size_t i = 0; i < r.size(); i++) ASSERT_EQ(r[i], 0) << names[i];
+    }
+  }
+
+  // One layer-wise load of `names` in groups ending at `ends`, each key into a buffer
+  // of its own (`sizes`, kValueSize when empty), checked at every report.
+  struct Load {
+    std::vector<std::string> names;
+    std::vector<size_t> ends;
+    std::vector<size_t> sizes;
+    std::vector<std::string> bufs;
+    std::vector<int64_t> results;
+    std::vector<size_t> reported;                 // the groups, in the order reported
+    std::vector<std::vector<int64_t>> at_report;  // each group's results when reported
+    int wrong_at_report = 0;                      // keys reported read with other bytes
+    std::function<void(size_t)> also;             // run at each report, after the checks
+
+    Status Run(DB* db) {
+      std::vector<Slice> keys(names.begin(), names.end());
+      bufs.assign(names.size(), std::string());
+      std::vector<Destination> dests;
+      for (size_t i = 0; i < names.size(); i++) {
+        bufs[i].assign(sizes.empty() ? kValueSize : sizes[i], '\0');
+        dests.push_back({MutableSlice(bufs[i].data(), bufs[i].size())});
+      }
+      return db->BatchGetIntoGroups(
+          ReadOptions(), keys, dests, ends,
+          [&](size_t g) {
+            reported.push_back(g);
+            std::vector<int64_t> r;
+            for (size_t i = g == 0 ? 0 : ends[g - 1]; i < ends[g]; i++) {
+              r.push_back(results[i]);
+              if (results[i] >= 0 && !Exact(i)) wrong_at_report++;
+            }
+            at_report.push_back(r);
+            if (also) also(g);
+          },
+          &results);
+    }
+    // keys[i] was read whole and bit-exact.
+    bool Exact(size_t i) const {
+      return results[i] == static_cast<int64_t>(kValueSize) &&
+             bufs[i] == ValueOf(names[i], kValueSize);
+    }
+    // Every group reported once, in order, with the results it ended with.
+    void ExpectReportedInOrder() const {
+      ASSERT_EQ(reported.size(), ends.size());
+      for (size_t g = 0; g < ends.size(); g++) {
+        ASSERT_EQ(reported[g], g);
+        const size_t first = g == 0 ? 0 : ends[g - 1];
+        for (size_t i = first; i < ends[g]; i++) {
+          EXPECT_EQ(at_report[g][i - first], results[i]) << names[i];
+        }
+      }
+      EXPECT_EQ(wrong_at_report, 0);
+    }
+  };
+  // Every block of every layer, one group per layer.
+  static Load AllLayers() {
+    Load load;
+    for (int l = 0; l < kLayers; l++) {
+      for (int b = 0; b < kBlocks; b++) load.names.push_back(LayerKey(l, b));
+      load.ends.push_back(load.names.size());
+    }
+    return load;
+  }
+};
+
+TEST_P(LayerwiseLoadTest, EachLayerIsReportedInOrderOnceItsBytesAreIn) {
+  {
+    std::unique_ptr<DB> writer = ClusterClient();
+    Save(writer.get());
+  }
+  // Through a client that is no member (the pipelined load) and through an attached
+  // process (group by group, over its owner's stack).
+  for (int door = 0; door < 2; door++) {
+    SCOPED_TRACE(door == 0 ? "cluster client" : "attached to member 0");
+    std::unique_ptr<DB> db = door == 0 ? ClusterClient() : Attach(0);
+    Load load = AllLayers();
+    // An absent key in layer 5, a buffer too small in layer 7, and an empty group.
+    load.names.insert(load.names.begin() + 5 * kBlocks + 3, "model@tp0/L5/absent");
+    load.sizes.assign(load.names.size(), kValueSize);
+    const size_t small = 7 * kBlocks + 2 + 1;  // after the absent key
+    load.sizes[small] = kValueSize - 1;
+    for (int l = 5; l < kLayers; l++) load.ends[l]++;
+    load.ends.insert(load.ends.begin() + 10, load.ends[9]);
+    ASSERT_TRUE(load.Run(db.get()).ok());
+    load.ExpectReportedInOrder();
+    for (size_t i = 0; i < load.names.size(); i++) {
+      if (i == 5 * kBlocks + 3) {
+        EXPECT_EQ(load.results[i], Status::NotFound("").ErrorCode());
+      } else if (i == small) {
+        EXPECT_EQ(load.results[i], Status::BufferTooSmall("").ErrorCode()) << load.names[i];
+      } else {
+        EXPECT_TRUE(load.Exact(i)) << load.names[i] << ": " << load.results[i];
+      }
+    }
+    // Malformed groups are refused before anything is read or reported.
+    for (const std::vector<size_t>& bad :
+         {std::vector<size_t>{4, 2, load.names.size()}, std::vector<size_t>{4, 8}}) {
+      Load refused = load;
+      refused.ends = bad;
+      refused.reported.clear();
+      EXPECT_TRUE(refused.Run(db.get()).IsInvalidArgument());
+      EXPECT_TRUE(refused.reported.empty());
+    }
+  }
+}
+
+TEST_P(LayerwiseLoadTest, AMemberKilledMidLoadCostsErrorsNeverWrongBytes) {
+  {
+    std::unique_ptr<DB> writer = ClusterClient();
+    Save(writer.get());
+  }
+  const int victim = 1;
+  std::unique_ptr<DB> db = ClusterClient();
+  Load load = AllLayers();
+  // Killed once layer 0 is in: the later layers' reads are on their way.
+  load.also = [&](size_t g) {
+    if (g == 0) servers_[victim]->Kill(SIGKILL);
+  };
+  ASSERT_TRUE(load.Run(db.get()).ok());
+  load.ExpectReportedInOrder();
+  int victims = 0, victims_failed = 0;
+  for (size_t i = 0; i < load.names.size(); i++) {
+    // A key is read whole and bit-exact, or fails: never other bytes reported read.
+    EXPECT_TRUE(load.Exact(i) || load.results[i] < 0) << load.names[i] << ": " << load.results[i];
+    const bool on_victim = TopOwners(load.names[i], members_, replicas())[0] == members_[victim];
+    if (!on_victim || i < static_cast<size_t>(kBlocks)) {
+      EXPECT_TRUE(load.Exact(i)) << load.names[i] << ": " << load.results[i];
+      continue;
+    }
+    victims++;
+    if (load.results[i] < 0) victims_failed++;
+  }
+  ASSERT_GT(victims, 10);
+  if (replicas() == 1) {
+    // Its only owner is gone: a miss (etcd: a failed owner costs a miss) or an IOError
+    // naming it (static peers), for those of its values not already on their way.
+    EXPECT_GT(victims_failed, 0) << "the kill did not land mid-load";
+  } else {
+    EXPECT_EQ(victims_failed, 0) << "the second owners serve the victim's keys";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(StaticAndEtcd, LayerwiseLoadTest,
+                         ::testing::Combine(::testing::Bool(), ::testing::Values(1, 2)),
+                         [](const ::testing::TestParamInfo<std::tuple<bool, int>>& info) {
+                           return std::string(std::get<0>(info.param) ? "Etcd" : "Static") + "R" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
 // Issue #50 item 5: a delete made while one of a key's owners is down does not come
 // back when that owner returns with the value on its SSD.  The deleting member records
 // what the owner missed (while it is listed and refuses connections, and, on etcd,

@@ -505,6 +505,14 @@ class RdmaTransport final : public TcpTransport {
   }
   std::shared_ptr<MemoryRegistrar> registrar() override { return registrar_; }
 
+  // One-sided reads are not pipelined over TCP frames: a started get runs at once
+  // (the default), through BatchGet below.
+  std::unique_ptr<PendingGet> StartBatchGet(const Endpoint& peer, std::span<const Slice> keys,
+                                            std::span<const Destination> dests,
+                                            std::vector<int64_t>* results) override {
+    return Transport::StartBatchGet(peer, keys, dests, results);
+  }
+
   Status BatchGet(const Endpoint& peer, std::span<const Slice> keys,
                   std::span<const Destination> dests, std::vector<int64_t>* results) override {
     // One-sided reads land only in registered memory; otherwise the bytes come by TCP.

@@ -230,61 +230,106 @@ class TcpConnection {
     return true;
   }
 
+  // One call: its request's id, where its answer goes, and how it went.
+  struct Pending {
+    ResponseSink* sink = nullptr;
+    bool registered = false;  // in calls_, awaiting its answer
+    bool done = false;
+    bool filling = false;  // a reader is writing into the sink's memory
+    Status status;
+    uint64_t id = 0;
+    Deadline deadline{};
+  };
+
   Status Call(uint8_t op, const std::string& meta, std::span<const Slice> body,
               ResponseSink* sink) {
-    const Deadline deadline = DeadlineIn(timeout_ms_);
     Pending p;
     p.sink = sink;
-    uint64_t id;
+    Begin(op, meta, body, &p);
+    return Finish(&p);
+  }
+
+  // Writes the request of *p (whose sink is set) and returns without waiting for the
+  // answer: Finish(p) waits.  Requests begun one after another are pipelined: each is
+  // answered by id, whoever reads.  *p must stay valid until Finish returns.
+  void Begin(uint8_t op, const std::string& meta, std::span<const Slice> body, Pending* p) {
+    p->deadline = DeadlineIn(timeout_ms_);
     {
       MutexLock lock(&mu_);
-      if (broken_) return broken_status_;
-      id = next_id_++;
-      calls_[id] = &p;
+      if (broken_) {
+        p->done = true;
+        p->status = broken_status_;
+        return;
+      }
+      p->id = next_id_++;
+      p->registered = true;
+      calls_[p->id] = p;
     }
     Status s;
     {
       MutexLock lock(&write_mu_);
-      s = SendFrame(fd_, op, unhashed_ ? wire::kFlagBodyUnhashed : 0, id, meta, body, deadline);
+      s = SendFrame(fd_, op, unhashed_ ? wire::kFlagBodyUnhashed : 0, p->id, meta, body,
+                    p->deadline);
     }
+    if (!s.ok()) {
+      MutexLock lock(&mu_);
+      BreakLocked(s);
+    }
+  }
+
+  // Reads the frames that have arrived, without waiting for one to begin, while no
+  // other caller is reading; true when *p's answer is in (or the call failed): Finish
+  // would return at once.
+  bool Progress(Pending* p) {
     MutexLock lock(&mu_);
-    if (!s.ok()) BreakLocked(s);
-    while (!p.done) {
+    while (!p->done && !reader_active_) {
+      reader_active_ = true;
+      lock.Unlock();
+      Status rs = ReadOneFrame(SteadyClock::now());
+      lock.Lock();
+      reader_active_ = false;
+      cv_.NotifyAll();
+      if (rs.IsBusy()) break;  // nothing more has arrived
+      if (!rs.ok()) BreakLocked(rs);
+    }
+    return p->done;
+  }
+
+  // Waits for the answer of a call begun with Begin, reading frames (its own and other
+  // calls') while no other caller is; returns the call's status.
+  Status Finish(Pending* p) {
+    MutexLock lock(&mu_);
+    if (!p->registered) return p->status;
+    while (!p->done) {
       if (!reader_active_) {
         reader_active_ = true;
         lock.Unlock();
-        Status rs = ReadOneFrame(deadline);
+        Status rs = ReadOneFrame(p->deadline);
         lock.Lock();
         reader_active_ = false;
         cv_.NotifyAll();
         if (rs.IsBusy()) {  // nothing arrived by our deadline
-          if (!p.done)
+          if (!p->done)
             BreakLocked(Status::IOError("timed out after " + std::to_string(timeout_ms_) + " ms"));
         } else if (!rs.ok()) {
           BreakLocked(rs);
         }
         continue;
       }
-      if (!cv_.WaitUntil(&mu_, deadline) && !p.done) {
+      if (!cv_.WaitUntil(&mu_, p->deadline) && !p->done) {
         // Someone else is reading; if it is filling our buffers let it finish.
-        while (p.filling) cv_.Wait(&mu_);
-        if (!p.done) {
+        while (p->filling) cv_.Wait(&mu_);
+        if (!p->done) {
           BreakLocked(Status::IOError("timed out after " + std::to_string(timeout_ms_) + " ms"));
         }
       }
     }
-    calls_.erase(id);
-    return p.status;
+    calls_.erase(p->id);
+    p->registered = false;
+    return p->status;
   }
 
  private:
-  struct Pending {
-    ResponseSink* sink = nullptr;
-    bool done = false;
-    bool filling = false;  // a reader is writing into the sink's memory
-    Status status;
-  };
-
   // Fails every call not being filled; the reader filling one finishes it (its read
   // fails on the shut socket).
   void BreakLocked(const Status& s) REQUIRES(mu_) {
@@ -493,15 +538,13 @@ Status TcpTransport::Connection(const Endpoint& peer, std::shared_ptr<TcpConnect
   return Status::OK();
 }
 
-Status TcpTransport::Call(const Endpoint& peer, uint8_t op, const std::string& meta,
-                          std::span<const Slice> body, ResponseSink* sink) {
-  std::shared_ptr<TcpConnection> conn;
-  Status s = Connection(peer, &conn);
-  if (s.ok()) s = conn->Call(op, meta, body, sink);
+namespace {
+
+// A call's failure, naming the peer; connection-level failures are IOErrors (a refused
+// token stays InvalidArgument, a server at its cap of connections Busy, a closed
+// server's answer keeps its code, and so does a refusal of the connection's tenant).
+Status NamePeer(const Endpoint& peer, const Status& s) {
   if (s.ok()) return s;
-  // Name the peer; connection-level failures are IOErrors (a refused token stays
-  // InvalidArgument, a server at its cap of connections Busy, a closed server's answer
-  // keeps its code, and so does a refusal of the connection's tenant).
   const std::string what = "peer " + peer.ToString() + ": " + s.message();
   if (s.IsInvalidArgument() || s.IsAborted() || s.IsNotSupported() || s.IsNotFound() ||
       s.IsBusy() || s.IsPermissionDenied()) {
@@ -509,6 +552,16 @@ Status TcpTransport::Call(const Endpoint& peer, uint8_t op, const std::string& m
   }
   if (s.IsCorruption()) return Status::Corruption(what);
   return Status::IOError(what);
+}
+
+}  // namespace
+
+Status TcpTransport::Call(const Endpoint& peer, uint8_t op, const std::string& meta,
+                          std::span<const Slice> body, ResponseSink* sink) {
+  std::shared_ptr<TcpConnection> conn;
+  Status s = Connection(peer, &conn);
+  if (s.ok()) s = conn->Call(op, meta, body, sink);
+  return NamePeer(peer, s);
 }
 
 namespace {
@@ -562,6 +615,51 @@ class GetSink final : public ResponseSink {
   std::vector<int64_t>* results_;
 };
 
+// A GET begun on a connection (TcpTransport::StartBatchGet), finished by Wait.
+class TcpPendingGet final : public PendingGet {
+ public:
+  TcpPendingGet(const Endpoint& peer, std::span<const Destination> dests,
+                std::vector<int64_t>* results)
+      : peer_(peer), n_(dests.size()), results_(results), sink_(dests, nullptr, results) {
+    call_.sink = &sink_;
+  }
+  ~TcpPendingGet() override { Wait(); }
+
+  // Begins the GET on `conn`, or records why there is no connection to begin it on.
+  void Begin(Status connected, std::shared_ptr<TcpConnection> conn, const std::string& meta) {
+    if (!connected.ok()) {
+      status_ = connected;
+      return;
+    }
+    conn_ = std::move(conn);
+    conn_->Begin(wire::kGet, meta, {}, &call_);
+  }
+
+  // Takes in the answers that have arrived on the connection (this one's or others').
+  bool Ready() override { return waited_ || conn_ == nullptr || conn_->Progress(&call_); }
+
+  Status Wait() override {
+    if (waited_) return status_;
+    waited_ = true;
+    if (conn_ != nullptr) status_ = conn_->Finish(&call_);
+    if (!status_.ok()) {
+      status_ = NamePeer(peer_, status_);
+      FailAll(status_, n_, results_);
+    }
+    return status_;
+  }
+
+ private:
+  const Endpoint peer_;
+  const size_t n_;
+  std::vector<int64_t>* const results_;
+  GetSink sink_;
+  TcpConnection::Pending call_;
+  std::shared_ptr<TcpConnection> conn_;
+  bool waited_ = false;
+  Status status_;
+};
+
 }  // namespace
 
 Status TcpTransport::ResultsCall(const Endpoint& peer, uint8_t op, std::span<const Slice> keys,
@@ -597,6 +695,26 @@ Status TcpTransport::BatchGet(const Endpoint& peer, std::span<const Slice> keys,
   Status s = Call(peer, wire::kGet, meta, {}, &sink);
   if (!s.ok()) return FailAll(s, keys.size(), results);
   return s;
+}
+
+std::unique_ptr<PendingGet> TcpTransport::StartBatchGet(const Endpoint& peer,
+                                                        std::span<const Slice> keys,
+                                                        std::span<const Destination> destinations,
+                                                        std::vector<int64_t>* results) {
+  Status checked =
+      input::CheckBatch("BatchGet", results, keys.size(), destinations.size(), "destinations", 0);
+  if (!checked.ok()) return Transport::StartBatchGet(peer, keys, destinations, results);
+  std::vector<uint64_t> capacity(keys.size());
+  for (size_t i = 0; i < keys.size(); i++) {
+    for (const MutableSlice& d : destinations[i]) capacity[i] += d.size();
+  }
+  std::string meta;
+  wire::PutKeys(&meta, keys, capacity.data());
+  auto call = std::make_unique<TcpPendingGet>(peer, destinations, results);
+  std::shared_ptr<TcpConnection> conn;
+  Status s = Connection(peer, &conn);
+  call->Begin(s, std::move(conn), meta);
+  return call;
 }
 
 Status TcpTransport::BatchGetOwned(const Endpoint& peer, std::span<const Slice> keys,

@@ -49,6 +49,11 @@ class TcpTransport : public Transport {
   Status BatchGet(const Endpoint& peer, std::span<const Slice> keys,
                   std::span<const Destination> destinations,
                   std::vector<int64_t>* results) override;
+  // Writes the GET on one of the peer's connections and returns: the answer is read by
+  // whoever waits on that connection, into the destinations.
+  std::unique_ptr<PendingGet> StartBatchGet(const Endpoint& peer, std::span<const Slice> keys,
+                                            std::span<const Destination> destinations,
+                                            std::vector<int64_t>* results) override;
   Status BatchGetOwned(const Endpoint& peer, std::span<const Slice> keys,
                        std::vector<std::string>* values, std::vector<int64_t>* results) override;
   Status BatchPut(const Endpoint& peer, std::span<const Slice> keys,

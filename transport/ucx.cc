@@ -581,6 +581,14 @@ class UcxTransport final : public TcpTransport {
            "\nucx_workers_replaced: " + std::to_string(replaced_.load()) + "\n";
   }
 
+  // One-sided reads are not pipelined over TCP frames: a started get runs at once
+  // (the default), through BatchGet below.
+  std::unique_ptr<PendingGet> StartBatchGet(const Endpoint& peer, std::span<const Slice> keys,
+                                            std::span<const Destination> dests,
+                                            std::vector<int64_t>* results) override {
+    return Transport::StartBatchGet(peer, keys, dests, results);
+  }
+
   Status BatchGet(const Endpoint& peer, std::span<const Slice> keys,
                   std::span<const Destination> dests, std::vector<int64_t>* results) override {
     std::shared_ptr<UcxPeer> p;

@@ -104,6 +104,42 @@ Status CheckBatch(const char* call, const void* results, size_t keys, size_t oth
   return Status::OK();
 }
 
+namespace {
+
+Status CheckGroupEnds(std::span<const size_t> group_ends, size_t keys) {
+  if (group_ends.empty()) {
+    if (keys == 0) return Status::OK();
+    return Status::InvalidArgument("BatchGetIntoGroups: " + std::to_string(keys) +
+                                   " keys but no groups");
+  }
+  size_t last = 0;
+  for (size_t g = 0; g < group_ends.size(); g++) {
+    if (group_ends[g] < last || group_ends[g] > keys) {
+      return Status::InvalidArgument("BatchGetIntoGroups: group " + std::to_string(g) +
+                                     " ends at " + std::to_string(group_ends[g]) +
+                                     ", before the group ahead of it or past the " +
+                                     std::to_string(keys) + " keys");
+    }
+    last = group_ends[g];
+  }
+  if (last != keys) {
+    return Status::InvalidArgument("BatchGetIntoGroups: the last group ends at " +
+                                   std::to_string(last) + ", not at the " + std::to_string(keys) +
+                                   " keys");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status CheckGroupedBatch(std::vector<int64_t>* results, size_t keys, size_t destinations,
+                         std::span<const size_t> group_ends) {
+  Status s = CheckBatch("BatchGetIntoGroups", results, keys, destinations, "destinations", 0);
+  if (s.ok()) s = CheckGroupEnds(group_ends, keys);
+  if (!s.ok() && results != nullptr) results->clear();
+  return s;
+}
+
 Status CheckUniqueKeys(std::span<const Slice> keys) {
   if (keys.size() < 2) return Status::OK();
   // An open-addressed table of the keys' positions, at most half full, on the stack for

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "kvengine/slice.h"
 #include "kvengine/status.h"
@@ -54,6 +55,13 @@ Status CheckTenantName(std::string_view name);
 // messages ("BatchPut").
 Status CheckBatch(const char* call, const void* results, size_t keys, size_t others,
                   const char* what, uint64_t max_batch_size);
+
+// A layer-wise load's input (DB::BatchGetIntoGroups): CheckBatch's rules without a
+// batch limit (each group is a batch of its own for the DB below), and group ends that
+// never fall and end at `keys` (at least one group when there are keys).  On failure
+// *results, when not null, is cleared.
+Status CheckGroupedBatch(std::vector<int64_t>* results, size_t keys, size_t destinations,
+                         std::span<const size_t> group_ends);
 
 // BatchPut names each key once: which of two values should win is ambiguous, so such a
 // batch writes nothing.

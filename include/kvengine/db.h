@@ -56,6 +56,7 @@
 #define KVENGINE_DB_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -227,6 +228,32 @@ class DB {
   virtual Status BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) = 0;
   virtual Status BatchDelete(const WriteOptions& options, std::span<const Slice> keys,
                              std::vector<int64_t>* results) = 0;
+
+  // A layer-wise load: BatchGetInto of keys that come in groups -- a request's layers, in
+  // the order the caller will use them -- each group reported as soon as its keys are in.
+  // Group g is keys[group_ends[g-1], group_ends[g]) (group_ends[-1] being 0):
+  // group_ends never falls, may repeat (an empty group), and ends at keys.size().
+  // *results is sized keys.size() before the first report; on_ready(g) is called once per
+  // group, in group order, on the calling thread, once group g's results are stored and
+  // its bytes are in their destinations, while later groups may still be on their way.
+  // on_ready may be empty.  The call returns when every group has been reported.  A
+  // key's result is BatchGetInto's; a key that fails never reports bytes it did not
+  // read.  Each group is a batch of its own for max_batch_size.  Malformed input
+  // (mismatched sizes, group_ends that fall or do not end at keys.size()) is
+  // InvalidArgument before anything is read or reported, with *results empty; a batch
+  // error met later (the DB closed meanwhile) ends the call with that error, the groups
+  // already reported staying so.
+  //
+  // The default reads one group after the other, one BatchGetInto each.  ClusterDB
+  // issues every group's reads of other members when the call starts (pipelined over
+  // the transport's connections) and reports each group once its answers are in, so a
+  // load over peers waits for the network's round trip about once rather than once per
+  // group (docs/cluster.md, "Layer-wise loads").
+  using GroupReadyFn = std::function<void(size_t group)>;
+  virtual Status BatchGetIntoGroups(const ReadOptions& options, std::span<const Slice> keys,
+                                    std::span<const Destination> destinations,
+                                    std::span<const size_t> group_ends,
+                                    const GroupReadyFn& on_ready, std::vector<int64_t>* results);
 
   // Removes every key that matches `pattern` (RE2 syntax, whole key) and stores the
   // count in *deleted (may be nullptr).  InvalidArgument, naming the pattern and why,

@@ -54,6 +54,12 @@ class StackableDB : public DB {
                       std::vector<int64_t>* results) override {
     return base_->BatchGetInto(options, keys, destinations, results);
   }
+  Status BatchGetIntoGroups(const ReadOptions& options, std::span<const Slice> keys,
+                            std::span<const Destination> destinations,
+                            std::span<const size_t> group_ends, const GroupReadyFn& on_ready,
+                            std::vector<int64_t>* results) override {
+    return base_->BatchGetIntoGroups(options, keys, destinations, group_ends, on_ready, results);
+  }
   Status BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) override {
     return base_->BatchExists(keys, results);
   }

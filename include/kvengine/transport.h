@@ -107,6 +107,27 @@ struct TransportOptions {
   std::function<void(LogLevel, const std::string&)> log;
 };
 
+// A BatchGet in flight (Transport::StartBatchGet).  Wait() returns once its answer is
+// in -- the bytes in their destinations, the results stored -- with the status BatchGet
+// would have returned; a failed call fails every key of it, and a destination of a key
+// that failed holds unspecified bytes, as after BatchGet.  Destroying a call that was
+// not waited for waits first: its destinations may be written until then.
+// Thread-safety: one thread at a time (different calls may be waited on by different
+// threads).
+class PendingGet {
+ public:
+  PendingGet() = default;
+  PendingGet(const PendingGet&) = delete;
+  PendingGet& operator=(const PendingGet&) = delete;
+  virtual ~PendingGet() = default;
+  // True when Wait would return at once.  Never waits for an answer, but may take in
+  // the answers that have arrived (TCP reads the frames already on the connection).
+  virtual bool Ready() = 0;
+  // Waits for the answer (at most the transport's timeout_ms after the start); a second
+  // call returns the first's status.
+  virtual Status Wait() = 0;
+};
+
 class Transport {
  public:
   // Creates a transport.  `kind` is "tcp", "ucx", "rdma" or "auto" (UCX when the build
@@ -141,6 +162,18 @@ class Transport {
                           std::span<const Destination> destinations,
                           std::vector<int64_t>* results) = 0;
   // As BatchGet, with each value received into (*values)[i], sized by the transport.
+  // Starts BatchGet(peer, keys, destinations, results) and returns before its answer is
+  // in, so a caller can have many reads in flight and take each answer as it lands (a
+  // layer-wise load: DB::BatchGetIntoGroups).  `keys` may go once the call returns;
+  // `destinations` and `results` must stay valid until the returned call's Wait returns
+  // or it is destroyed.  Bad input is found as BatchGet finds it (the call is then Ready
+  // with the error).  Default: runs BatchGet at once and returns a Ready call.  TCP
+  // writes the request and returns: calls started one after another are pipelined over
+  // the peer's connections (docs/transport.md, "Pipelined gets").
+  virtual std::unique_ptr<PendingGet> StartBatchGet(const Endpoint& peer,
+                                                    std::span<const Slice> keys,
+                                                    std::span<const Destination> destinations,
+                                                    std::vector<int64_t>* results);
   virtual Status BatchGetOwned(const Endpoint& peer, std::span<const Slice> keys,
                                std::vector<std::string>* values, std::vector<int64_t>* results) = 0;
   virtual Status BatchPut(const Endpoint& peer, std::span<const Slice> keys,

@@ -724,15 +724,49 @@ class Store {
     kvengine::PerfPoint perf(kvengine::PerfKey::py_batch_get_into);
     std::vector<std::string> keys = KeysFrom(keys_obj);
     Pins pins;
-    std::vector<std::vector<Region>> regions = MultiRegions(keys.size(), items, sizes, true, &pins);
-    std::vector<Destination> dests(keys.size());
-    for (size_t i = 0; i < keys.size(); ++i) {
-      dests[i].reserve(regions[i].size());
-      for (const Region& r : regions[i]) {
-        dests[i].emplace_back(reinterpret_cast<void*>(r.addr), r.size);
-      }
-    }
+    std::vector<Destination> dests = MultiDestinations(keys.size(), items, sizes, &pins);
     return DoBatchGet(keys, dests);
+  }
+
+  // A layer-wise load (DB::BatchGetIntoGroups): keys and items as for
+  // batch_get_into_multi_buffers, group g being the keys up to group_ends[g].  Every
+  // group's reads may be in flight at once; on_ready(g, results of group g) is called with
+  // the GIL, in group order, as soon as group g is in.  Returns every key's result.  An
+  // exception raised by on_ready stops the reports and is raised once the load is over.
+  std::vector<int64_t> BatchGetIntoGroups(py::handle keys_obj, py::handle items, py::handle sizes,
+                                          const std::vector<size_t>& group_ends,
+                                          py::object on_ready) {
+    kvengine::PerfPoint perf(kvengine::PerfKey::py_batch_get_into);
+    std::vector<std::string> keys = KeysFrom(keys_obj);
+    Pins pins;
+    std::vector<Destination> dests = MultiDestinations(keys.size(), items, sizes, &pins);
+    auto db = GetDb();
+    if (!db) return std::vector<int64_t>(keys.size(), kNotOpen);
+    std::vector<Slice> slices = SlicesOf(keys);
+    std::vector<int64_t> results;
+    std::unique_ptr<py::error_already_set> raised;  // on_ready's exception
+    DB::GroupReadyFn ready;
+    if (!on_ready.is_none()) {
+      ready = [&](size_t g) {
+        py::gil_scoped_acquire gil;
+        if (raised != nullptr) return;
+        py::list r;
+        for (size_t i = g == 0 ? 0 : group_ends[g - 1]; i < group_ends[g]; ++i)
+          r.append(results[i]);
+        try {
+          on_ready(g, r);
+        } catch (py::error_already_set& e) {
+          raised = std::make_unique<py::error_already_set>(std::move(e));
+        }
+      };
+    }
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = db->BatchGetIntoGroups(ReadOptions(), slices, dests, group_ends, ready, &results);
+    }
+    if (raised != nullptr) throw std::move(*raised);
+    return Results(s, std::move(results), keys.size());
   }
 
   // For the benchmark: runs the same multi-buffer batch `iterations` times from C++ with no
@@ -918,6 +952,20 @@ class Store {
     return regions;
   }
 
+  // MultiRegions for a read: each key's buffers as its Destination.
+  std::vector<Destination> MultiDestinations(size_t n, py::handle items, py::handle sizes,
+                                             Pins* pins) {
+    std::vector<std::vector<Region>> regions = MultiRegions(n, items, sizes, true, pins);
+    std::vector<Destination> dests(n);
+    for (size_t i = 0; i < n; ++i) {
+      dests[i].reserve(regions[i].size());
+      for (const Region& r : regions[i]) {
+        dests[i].emplace_back(reinterpret_cast<void*>(r.addr), r.size);
+      }
+    }
+    return dests;
+  }
+
   std::vector<int64_t> DoBatchPut(const std::vector<std::string>& keys,
                                   const std::vector<ValueParts>& values) {
     auto db = GetDb();
@@ -1037,6 +1085,11 @@ PYBIND11_MODULE(_kvengine, m) {
            py::arg("ptrs"), py::arg("sizes") = py::none())
       .def("batch_get_into_multi_buffers", &Store::BatchGetIntoMulti, py::arg("keys"),
            py::arg("ptrs"), py::arg("sizes") = py::none())
+      .def("batch_get_into_groups", &Store::BatchGetIntoGroups, py::arg("keys"), py::arg("ptrs"),
+           py::arg("sizes"), py::arg("group_ends"), py::arg("on_ready") = py::none(),
+           "A layer-wise load: batch_get_into_multi_buffers of keys in groups (group g ends "
+           "at group_ends[g]); every group's reads may be in flight at once, and "
+           "on_ready(g, results) is called, in group order, as soon as group g is in.")
       .def("is_exist", &Store::IsExist, py::arg("key"))
       .def("batch_is_exist", &Store::BatchIsExist, py::arg("keys"))
       .def("batch_prefetch", &Store::BatchPrefetch, py::arg("keys"),

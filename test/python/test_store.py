@@ -228,6 +228,48 @@ def test_multi_buffers(db):
     assert db.is_exist("d") == 0
 
 
+def test_batch_get_into_groups_reports_each_group_in_order(db):
+    """A layer-wise load: on_ready(g, results) in group order, each group's bytes in."""
+    keys = ["L%d/b%d" % (l, b) for l in range(4) for b in range(3)]
+    assert db.batch_put_from_multi_buffers(
+        keys, [[("%s|" % k).encode() * 50] for k in keys]) == [0] * len(keys)
+    keys.insert(4, "L1/absent")
+    ends = [3, 7, 7, 10, 13]  # group 2 is empty
+    outs = [bytearray(4096) for _ in keys]
+    seen = []
+
+    def on_ready(g, results):
+        first = 0 if g == 0 else ends[g - 1]
+        for k, out, r in zip(keys[first:ends[g]], outs[first:ends[g]], results):
+            if k.endswith("absent"):
+                assert r == kvengine.NOT_FOUND
+            else:
+                assert bytes(out[:r]) == ("%s|" % k).encode() * 50
+        seen.append((g, len(results)))
+
+    got = db.batch_get_into_groups(keys, [[o] for o in outs], None, ends, on_ready)
+    assert seen == [(0, 3), (1, 4), (2, 0), (3, 3), (4, 3)]
+    assert got[4] == kvengine.NOT_FOUND
+    assert [r for i, r in enumerate(got) if i != 4] == [len(k) * 50 + 50 for k in keys if
+                                                        not k.endswith("absent")]
+    # Without a callback; with groups that fall or stop short: refused, nothing reported.
+    assert db.batch_get_into_groups(keys, [[o] for o in outs], None, ends) == got
+    seen.clear()
+    for bad in ([3, 2, 13], [3, 7]):
+        assert db.batch_get_into_groups(keys, [[o] for o in outs], None, bad, on_ready) == [
+            kvengine.INVALID_ARGUMENT] * len(keys)
+    assert seen == []
+
+    # An exception in on_ready stops the reports and is raised after the load.
+    def boom(g, results):
+        seen.append(g)
+        raise KeyError("layer %d" % g)
+
+    with pytest.raises(KeyError):
+        db.batch_get_into_groups(keys, [[o] for o in outs], None, ends, boom)
+    assert seen == [0]
+
+
 def test_large_batch(db):
     n = 4096
     keys = ["big/%06d" % i for i in range(n)]

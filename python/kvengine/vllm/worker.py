@@ -1,9 +1,11 @@
 """KVEngineWorker: the connector's worker side (one per vLLM worker process, one rank).
 
 One value per (block, layer) is what lets the work follow vLLM's forward pass layer by
-layer: start_load_kv issues one batch per layer, in layer order, on a load thread, and
-wait_for_layer_load(layer i) returns once layer i's batch has landed, while later layers
-are still arriving; save_kv_layer(layer i) hands layer i's batch to a save thread while
+layer: start_load_kv hands the step's load to a load thread, which issues every layer's
+reads at once (one layer-wise load, Store.batch_get_into_groups: through a cluster, the
+reads of all layers are in flight together, so the network's round trip is paid about
+once, not once per layer), and wait_for_layer_load(layer i) returns once layer i has
+landed, while later layers are still arriving; save_kv_layer(layer i) hands layer i's batch to a save thread while
 the next layer is computed, and wait_for_save waits for them.  (A value spanning all
 layers would make the first layer wait for the last.)  A block whose load fails is
 reported by get_block_ids_with_load_errors; vLLM then fails the request or recomputes the
@@ -60,8 +62,8 @@ class _Layer:
 
 
 class _LoadJob:
-    """One step's loads: one batch per layer, in layer order, on the load thread; an
-    event per layer tells wait_for_layer_load when that layer has landed."""
+    """One step's loads: one layer-wise load on the load thread; an event per layer tells
+    wait_for_layer_load when that layer has landed."""
 
     def __init__(self, num_layers, positions):
         self.events = [threading.Event() for _ in range(num_layers)]
@@ -237,27 +239,62 @@ class KVEngineWorker:
         self._load_job = job
 
     def _run_load(self, job):
-        """The load thread: one batch per layer, in layer order (the store releases the
-        GIL while it copies, so the forward pass runs meanwhile)."""
-        loaded_bytes = 0
+        """The load thread: one layer-wise load of the step's blocks, every layer's reads
+        issued when it starts (Store.batch_get_into_groups; through a cluster they are in
+        flight together over the peers' connections), each layer's event set as soon as that
+        layer is in, in layer order.  The store releases the GIL while it reads, so the
+        forward pass runs meanwhile."""
+        loaded = [0]
         try:
-            for layer, event in zip(self._layers, job.events):
-                todo = [i for i, (ids, _, _) in enumerate(job.positions)
-                        if i not in job.errors and _in_range(layer, ids)]
+            # A block with an id out of range in any layer is a failed block: left out of
+            # every layer's load (vLLM's own block ids always fit: said once per block).
+            for layer in self._layers:
                 outside = [i for i, (ids, _, _) in enumerate(job.positions)
                            if i not in job.errors and not _in_range(layer, ids)]
-                if outside:  # vLLM's own block ids always fit: say so, once per block
+                if outside:
                     _warn_outside(layer, [job.positions[i][0] for i in outside], "loaded")
                 job.errors.update(outside)
-                loaded_bytes += self._load_layer(layer, job, todo)
+            todo = [i for i in range(len(job.positions)) if i not in job.errors]
+            keys, items, sizes, ends, staging = [], [], [], [], []
+            for layer in self._layers:
+                keys += [self._layer_key(layer, job.positions[i][1], job.positions[i][2])
+                         for i in todo]
+                if self._staged:
+                    import torch
+
+                    rows = torch.empty((len(todo), layer.geometry.block_bytes), dtype=torch.uint8,
+                                       pin_memory=self._on_cuda)
+                    staging.append(rows)
+                    items += [[row] for row in rows]
+                else:
+                    for i in todo:
+                        ptrs, lens = layer.parts(job.positions[i][0][layer.group])
+                        items.append(ptrs)
+                        sizes.append(lens)
+                ends.append(len(keys))
+
+            def on_ready(index, results):
+                layer = self._layers[index]
+                first = ends[index] - len(todo)
+                loaded[0] += self._landed(layer, job, todo, keys[first:ends[index]], results,
+                                          staging[index] if self._staged else None)
                 job.layer_ms.append((time.perf_counter() - job.started) * 1000.0)
-                event.set()
+                job.events[index].set()
+
+            results = self._db.batch_get_into_groups(keys, items,
+                                                     None if self._staged else sizes, ends,
+                                                     on_ready)
+            if len(job.layer_ms) < len(self._layers):
+                # The load was refused as a whole (a closed store): every block failed.
+                for row, i in enumerate(todo):
+                    job.errors.add(i)
+                    job.codes.setdefault(i, (results[row], keys[row]))
         finally:
             for event in job.events:  # never leave a waiter behind, even on an error
                 event.set()
             seconds = time.perf_counter() - job.started
             self._record(load_seconds=seconds,
-                         loaded_bytes=loaded_bytes,
+                         loaded_bytes=loaded[0],
                          loaded_blocks=len(job.positions) - len(job.errors),
                          load_errors=len(job.errors))
             sample = self._load_sample(job, seconds)
@@ -275,21 +312,10 @@ class KVEngineWorker:
         block_bytes = sum(la.geometry.block_bytes for la in self._layers)
         return load_sample(job.transfers, loaded, block_bytes, seconds)
 
-    def _load_layer(self, layer, job, todo):
-        if not todo:
-            return 0
-        keys = [self._layer_key(layer, job.positions[i][1], job.positions[i][2]) for i in todo]
+    def _landed(self, layer, job, todo, keys, results, staging):
+        """One layer's results: failed blocks noted, staged bytes copied to the cache.
+        Returns the bytes loaded."""
         want = layer.geometry.block_bytes
-        if self._staged:
-            import torch
-
-            staging = torch.empty((len(todo), want), dtype=torch.uint8,
-                                  pin_memory=self._on_cuda)
-            results = self._db.batch_get_into(keys, list(staging))
-        else:
-            parts = [layer.parts(job.positions[i][0][layer.group]) for i in todo]
-            results = self._db.batch_get_into_multi_buffers(
-                keys, [p for p, _ in parts], [s for _, s in parts])
         done = 0
         for row, (i, r) in enumerate(zip(todo, results)):
             if r != want:
@@ -300,7 +326,7 @@ class KVEngineWorker:
                                job.positions[i][0], layer.name,
                                kvengine.error_name(r) if r < 0 else "%d bytes" % r)
                 continue
-            if self._staged:
+            if staging is not None:
                 off = 0
                 for view in layer.views(job.positions[i][0][layer.group]):
                     view.copy_(staging[row, off:off + view.numel()])
