@@ -44,7 +44,13 @@ namespace {
 // (Options::apply_environment).
 Status EffectiveOptions(const Options& options, Options* effective) {
   *effective = options;
-  return effective->apply_environment ? effective->ApplyEnvironment() : Status::OK();
+  Status s = effective->apply_environment ? effective->ApplyEnvironment() : Status::OK();
+  // A DB that serves /metrics times its entry calls unless told otherwise, so the
+  // latency histogram it exports has samples (the cost: docs/observability.md).
+  if (effective->perf_level == PerfLevel::kAuto) {
+    effective->perf_level = effective->metrics_listen.empty() ? PerfLevel::kOff : PerfLevel::kEntry;
+  }
+  return s;
 }
 
 // A peer's one-sided read of a value in local's memory tier: the pin keeps it in place

@@ -5,6 +5,7 @@
 
 #include <cinttypes>
 #include <cstring>
+#include <random>
 #include <set>
 #include <sstream>
 #include <unordered_set>
@@ -26,8 +27,20 @@ const char kIdentityText[] = "kvengine db format 1\n";
 
 }  // namespace
 
+namespace {
+
+// A boot epoch: random (the kernel's generator), never 0 (0 means "none" to readers).
+uint64_t DrawEpoch() {
+  std::random_device random;
+  uint64_t epoch = 0;
+  while (epoch == 0) epoch = (uint64_t{random()} << 32) ^ random();
+  return epoch;
+}
+
+}  // namespace
+
 DBImpl::DBImpl(const Options& options, std::string path)
-    : options_(options), path_(std::move(path)) {
+    : options_(options), path_(std::move(path)), epoch_(DrawEpoch()) {
   env_ = options_.env != nullptr ? options_.env : Env::Default();
 }
 
@@ -303,6 +316,54 @@ Status DBImpl::ReadRemovals(uint64_t after, size_t max_events, RemovalBatch* bat
   return ReadFeed(max_events, batch, [&] { removal_feed_->Read(after, max_events, batch); });
 }
 
+Status DBImpl::ReadResident(const Slice& prefix, size_t max_batch, const ResidentFn& batch,
+                            ResidentSnapshot* snapshot) {
+  ReaderLock guard(&lifecycle_mu_);
+  Status s = CheckOpen();
+  if (!s.ok()) return s;
+  if (snapshot == nullptr || !batch) {
+    return Status::InvalidArgument("ReadResident: snapshot or batch is null");
+  }
+  if (max_batch == 0 || max_batch > options_.max_batch_size) {
+    return Status::InvalidArgument("ReadResident: max_batch " + std::to_string(max_batch) +
+                                   " is not in [1, max_batch_size (" +
+                                   std::to_string(options_.max_batch_size) + ")]");
+  }
+  *snapshot = ResidentSnapshot();
+  snapshot->epoch = epoch_;
+  if (removal_feed_->enabled()) {  // first: a removal after it is in the feed
+    RemovalBatch newest;
+    removal_feed_->Read(0, 0, &newest);  // starts the recording too
+    snapshot->removal_sequence = newest.last_sequence;
+  }
+  std::vector<ResidentKey> out;
+  out.reserve(max_batch);
+  bool more = true;
+  const auto emit = [&](std::string&& key, LocatedTier tier) {
+    if (!more || !std::string_view(key).starts_with(prefix.view())) return;
+    out.push_back(ResidentKey{std::move(key), tier});
+    if (out.size() == max_batch) {
+      snapshot->keys += out.size();
+      more = batch(out);
+      out.clear();
+    }
+  };
+  std::vector<std::string> keys;
+  for (size_t shard = 0; more && shard < memory_->shard_count(); shard++) {
+    memory_->CopyKeys(shard, &keys);
+    for (std::string& key : keys) emit(std::move(key), kLocatedMemory);
+    keys.clear();
+  }
+  if (more && ssd_ != nullptr) {
+    ssd_->ForEachKey([&](const std::string& key) { emit(std::string(key), kLocatedSsd); });
+  }
+  if (more && !out.empty()) {
+    snapshot->keys += out.size();
+    batch(out);
+  }
+  return Status::OK();
+}
+
 Status DBImpl::ReadNamespaceRemovals(uint64_t id, uint64_t after, size_t max_events,
                                      RemovalBatch* batch) {
   return ReadFeed(max_events, batch,
@@ -348,6 +409,8 @@ bool DBImpl::GetProperty(const std::string& name, std::string* value) {
     *value = StatsPrometheus();
   } else if (name == "kvengine.readiness") {
     *value = Readiness();
+  } else if (name == "kvengine.epoch") {
+    *value = std::to_string(epoch_);
   } else {
     return false;
   }

@@ -75,6 +75,12 @@ class DBImpl final : public DB, public SharedArena, public NamespaceRemovals {
   Status BatchLocate(std::span<const Slice> keys, std::vector<int64_t>* results) override;
   // The whole DB's feed: every namespace's events, numbered in one sequence.
   Status ReadRemovals(uint64_t after, size_t max_events, RemovalBatch* batch) override;
+  // Every namespace's keys, as stored (prefixed); removal_sequence in the whole feed's
+  // numbering.
+  Status ReadResident(const Slice& prefix, size_t max_batch, const ResidentFn& batch,
+                      ResidentSnapshot* snapshot) override;
+  // The boot epoch drawn at construction (DB::ReadResident, "kvengine.epoch").
+  uint64_t epoch() const { return epoch_; }
   // NamespaceRemovals (db/removal_feed.h): one namespace's, numbered among its own.
   Status ReadNamespaceRemovals(uint64_t id, uint64_t after, size_t max_events,
                                RemovalBatch* batch) override;
@@ -255,6 +261,7 @@ class DBImpl final : public DB, public SharedArena, public NamespaceRemovals {
   std::atomic<uint64_t> version_source_{0};
   // Before the tiers, which record into it, so that it outlives them.
   std::unique_ptr<RemovalFeed> removal_feed_;
+  const uint64_t epoch_;                             // random, nonzero, drawn once per open
   std::unique_ptr<NamespaceUsage> namespace_usage_;  // the same: the tiers charge it
   std::unique_ptr<MemoryTier> memory_;
   std::unique_ptr<SsdTier> ssd_;  // null when ssd_capacity_bytes == 0

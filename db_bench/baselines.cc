@@ -329,13 +329,14 @@ std::vector<Result> RunMemcpy(const BenchContext& b, const std::string& which) {
     results.push_back(RunParallel(b.Spec(num), [&, write](ThreadContext& ctx) -> OpFn {
       const uint64_t begin = ctx.SliceBegin(num), span = ctx.SliceEnd(num) - begin;
       auto buffers = std::make_shared<std::vector<AlignedBuffer>>();
+      const uint64_t offset = b.config->buffer_offset;  // as the vllm_* buffers
       for (uint64_t l = 0; l < layers; l++) {
-        buffers->emplace_back(vs);
-        std::memcpy(buffers->back().data(), b.pool->For(l).data(), vs);
+        buffers->emplace_back(offset + vs);
+        std::memcpy(buffers->back().data() + offset, b.pool->For(l).data(), vs);
       }
-      return [&, begin, span, buffers, write](ThreadContext& c) {
+      return [&, begin, span, buffers, write, offset](ThreadContext& c) {
         const uint64_t k = begin + c.ops_done() % span;
-        char* layer = (*buffers)[c.ops_done() % layers].data();
+        char* layer = (*buffers)[c.ops_done() % layers].data() + offset;
         const auto start = Clock::now();
         if (write) {
           std::memcpy(region + k * vs, layer, vs);

@@ -353,6 +353,7 @@ namespace {
 // layer (as a serving engine has one KV tensor per layer), and the request's keys.
 struct VllmThread {
   uint64_t layers, value_size, seed;
+  uint64_t offset;        // where each layer's bytes start in its buffer (--buffer_offset)
   uint64_t first, count;  // this thread's requests
   std::vector<AlignedBuffer> src, dst;
   std::vector<std::vector<std::string>> all_keys;  // per request of this thread
@@ -366,6 +367,7 @@ struct VllmThread {
       : layers(b.config->num_layers),
         value_size(b.config->value_size),
         seed(b.config->seed),
+        offset(b.config->buffer_offset),
         first(ctx.SliceBegin(b.config->requests)),
         count(ctx.SliceEnd(b.config->requests) - first),
         all_keys(count),
@@ -374,11 +376,11 @@ struct VllmThread {
         dests(layers) {
     for (uint64_t l = 0; l < layers; l++) {
       layer_ends.push_back(l + 1);
-      src.emplace_back(value_size);
-      std::memcpy(src.back().data(), b.pool->For(l).data(), value_size);
-      dst.emplace_back(value_size);
-      values[l] = {Slice(src[l].data(), value_size)};
-      dests[l] = {MutableSlice(dst[l].data(), value_size)};
+      src.emplace_back(offset + value_size);
+      std::memcpy(src.back().data() + offset, b.pool->For(l).data(), value_size);
+      dst.emplace_back(offset + value_size);
+      values[l] = {Slice(src[l].data() + offset, value_size)};
+      dests[l] = {MutableSlice(dst[l].data() + offset, value_size)};
     }
   }
 
@@ -393,7 +395,7 @@ struct VllmThread {
     for (uint64_t l = 0; l < layers; l++) {
       keys[l] = Slice(strings[l]);
       key_bytes += strings[l].size();
-      if (stamp) StampVllmValue(request, l, src[l].data(), value_size);
+      if (stamp) StampVllmValue(request, l, src[l].data() + offset, value_size);
     }
     return key_bytes;
   }
@@ -407,10 +409,10 @@ struct VllmThread {
       std::memcpy(expected_stamp, b.pool->For(l).data(), std::min<uint64_t>(16, value_size));
       StampVllmValue(request, l, expected_stamp, std::min<uint64_t>(16, value_size));
       const uint64_t head = std::min<uint64_t>(16, value_size);
-      const bool same =
-          static_cast<uint64_t>(get_results[l]) == value_size &&
-          std::memcmp(dst[l].data(), expected_stamp, head) == 0 &&
-          std::memcmp(dst[l].data() + head, b.pool->For(l).data() + head, value_size - head) == 0;
+      const bool same = static_cast<uint64_t>(get_results[l]) == value_size &&
+                        std::memcmp(dst[l].data() + offset, expected_stamp, head) == 0 &&
+                        std::memcmp(dst[l].data() + offset + head, b.pool->For(l).data() + head,
+                                    value_size - head) == 0;
       if (same) {
         ok++;
       } else {

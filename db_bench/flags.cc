@@ -144,6 +144,9 @@ DEFINE_bool(json, false,
             "notes and progress go to stderr)");
 DEFINE_uint64(seed, 301, "Seed of the key and value generators");
 DEFINE_uint64(num_layers, 32, "Keys (layers) per vLLM request, each from its own buffer");
+DEFINE_uint64(buffer_offset, 0,
+              "Bytes past a page boundary where each vLLM layer buffer starts (vllm_* and "
+              "memcpy_layers*): 16 is where numpy's np.empty puts its data; in [0, 4095]");
 DEFINE_string(memory, "1GiB",
               "Memory budget per engine: kvengine's memory_capacity_bytes; RocksDB gets half "
               "as block+blob cache and half as memtables. Sizes as in kvengine options "
@@ -476,6 +479,8 @@ const FlagRule kFlagRules[] = {
      "must be in [1, 65536]"},
     {"num_layers", [](const Resolved&) { return InRange<uint64_t>(FLAGS_num_layers, 1, 65536); },
      "must be in [1, 65536]"},
+    {"buffer_offset", [](const Resolved&) { return FLAGS_buffer_offset <= 4095; },
+     "must be in [0, 4095]"},
     {"threads", [](const Resolved&) { return InRange<uint64_t>(FLAGS_threads, 1, 1024); },
      "must be in [1, 1024]"},
     {"duration", [](const Resolved&) { return InRange(FLAGS_duration, 0.0, 86400.0 * 7); },
@@ -775,6 +780,7 @@ void CopyCheckedFlags(BenchConfig* c) {
   c->sync = FLAGS_sync;
   c->seed = FLAGS_seed;
   c->num_layers = FLAGS_num_layers;
+  c->buffer_offset = FLAGS_buffer_offset;
   c->rocksdb_options = FLAGS_rocksdb_options;
   c->rocksdb_min_blob_size = FLAGS_rocksdb_min_blob_size;
   c->rocksdb_blob_file_size = FLAGS_rocksdb_blob_file_size;

@@ -39,6 +39,7 @@ struct BenchConfig {
   bool sync = false;
   uint64_t seed = 0;
   uint64_t num_layers = 0;
+  uint64_t buffer_offset = 0;  // where the vLLM layer buffers start past a page boundary
   uint64_t requests = 0;       // vLLM requests: num / num_layers, at least 1
   uint64_t memory_budget = 0;  // bytes, per engine
   std::vector<std::pair<std::string, std::string>> kvengine_options;

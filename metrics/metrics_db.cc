@@ -1,5 +1,7 @@
 #include "metrics/metrics_db.h"
 
+#include <cstdlib>
+
 namespace kvengine {
 
 Status MetricsDB::Wrap(const Options& options, std::unique_ptr<DB>* db) {
@@ -34,6 +36,12 @@ bool MetricsDB::GetProperty(const std::string& name, std::string* value) {
 
 bool MetricsDB::Metrics(std::string* text) {
   return !closed_.load() && base_->GetProperty("kvengine.metrics", text);
+}
+
+uint64_t MetricsDB::Epoch() {
+  std::string epoch;
+  if (closed_.load() || !base_->GetProperty("kvengine.epoch", &epoch)) return 0;
+  return std::strtoull(epoch.c_str(), nullptr, 10);
 }
 
 bool MetricsDB::StatsJson(std::string* json) {

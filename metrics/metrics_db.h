@@ -54,6 +54,7 @@ class MetricsDB final : public StackableDB, private MetricsServer::Source {
   bool StatsJson(std::string* json) override;
   Status Health() override;
   Status Ready(std::string* detail) override;
+  uint64_t Epoch() override;
 
   std::atomic<bool> closed_{false};
   std::unique_ptr<MetricsServer> server_;  // set once by Wrap

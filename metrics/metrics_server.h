@@ -1,39 +1,46 @@
 // MetricsServer: the HTTP endpoint of Options::metrics_listen (docs/observability.md).
 //
 //   GET /metrics     the Prometheus text exposition (format 0.0.4) of Source::Metrics
-//   GET /health      200 "ok" while the process serves and the DB is open; 503 and the
-//                    reason otherwise
+//   GET /health      200 "ok" and the DB's boot epoch ("epoch: N") while the process
+//                    serves and the DB is open; 503 and the reason otherwise
 //   GET /ready       200 and one "check: ok" line per readiness check; 503 and the same
 //                    lines, the failing ones saying why, while any check fails
 //   GET /stats.json  what the "kvengine.stats.json" property says
 // Anything else is 404; a method other than GET or HEAD is 405.
 //
-// Served by cpp-httplib (Debian's libcpp-httplib-dev), never a parser of our own, on
-// `threads` threads.  Bounded: at most `max_queued` accepted connections wait for a
-// thread; a further one is answered 503 on the accepting thread and closed (which holds
-// that thread at most keep_alive_ms when the client sends nothing: httplib gives the
-// pool no way to close a connection unread); a request line or header past the
-// library's 8 KiB limit is refused (414 / 400), a body past max_request_bytes (413); a
-// client that stalls mid-request is dropped after read_timeout_ms, an idle one after
-// keep_alive_ms.  The handlers read counters and render text: they take no lock a
-// data-path call holds for long, so scraping does not slow the DB (measured in
-// docs/observability.md).
+// Served by a purpose-built HTTP/1.1 server (why not cpp-httplib: docs/observability.md,
+// "Bounds"): one thread runs an epoll loop that accepts, reads and writes every
+// connection without ever waiting on one, and `threads` threads render the answers.
+// Every bound is the code's, checked by test/metrics_test.cc with real sockets:
+//   - a request's head (line and headers) must arrive whole within request_timeout_ms of
+//     its first byte -- a deadline for the request, not a timeout per read -- and its
+//     answer be taken by the client within request_timeout_ms; an idle connection is
+//     closed after idle_timeout_ms;
+//   - a connection holds at most HttpRequestHead::Limits::max_head_bytes of request: a
+//     request line past max_request_line is answered 414, a head past max_head_bytes or
+//     max_headers 431, each as soon as the bytes received prove it; a body is never
+//     read (GET with a body: 413, other methods: 405) and the connection is closed --
+//     after discarding what the client still sends, for idle_timeout_ms at most, so
+//     that the answer is not lost to a reset;
+//   - at most max_connections are open; one more evicts the connection that has waited
+//     longest for its request to complete (idle or slow), so slow clients cannot keep a
+//     new one out; at most max_answers answers are rendered or written at a time, the
+//     next complete requests wait for a slot (within their deadline);
+//   - the listen backlog is `backlog` (the kernel caps it at net.core.somaxconn).
+// The handlers read counters and render text: they take no lock a data-path call holds
+// for long, so scraping does not slow the DB (measured in docs/observability.md).
 //
 // Thread-safety: Start and Stop from one thread; the Source is called from the server's
 // threads, concurrently.
 #ifndef KVENGINE_METRICS_METRICS_SERVER_H_
 #define KVENGINE_METRICS_METRICS_SERVER_H_
 
-#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "kvengine/status.h"
-
-namespace httplib {
-class Server;
-}
+#include "metrics/http_request.h"
 
 namespace kvengine {
 
@@ -52,14 +59,18 @@ class MetricsServer {
     // One "check: ok" or "check: not ready: why" line per check into *detail; OK when
     // every check passes, otherwise the first failing line's reason.
     virtual Status Ready(std::string* detail) = 0;
+    // The DB's boot epoch ("kvengine.epoch"); 0 when it has none to tell.
+    virtual uint64_t Epoch() { return 0; }
   };
 
   struct Limits {
-    size_t threads = 4;               // threads answering requests
-    size_t max_queued = 32;           // accepted connections waiting for a thread
-    size_t max_request_bytes = 4096;  // a request's body
-    uint64_t read_timeout_ms = 2000;  // a request must arrive within this once begun
-    uint64_t keep_alive_ms = 1000;    // a connection idle this long is closed (whole seconds)
+    size_t threads = 2;                  // threads rendering answers
+    size_t max_connections = 256;        // open connections; one more evicts the oldest waiting
+    size_t max_answers = 16;             // answers rendered or being written at a time
+    int backlog = 4096;                  // listen backlog (capped by net.core.somaxconn)
+    uint64_t request_timeout_ms = 2000;  // a head must arrive, an answer be taken, within this
+    uint64_t idle_timeout_ms = 5000;     // a connection with no request begun is closed after
+    HttpRequestHead::Limits head;        // request line, header count and bytes
   };
 
   // Listens on `listen`: "HOST:PORT", or "PORT" alone for 127.0.0.1:PORT (port 0: any
@@ -74,17 +85,16 @@ class MetricsServer {
 
   // The address bound, "HOST:PORT" with the port chosen when 0 was asked for.
   const std::string& address() const { return address_; }
-  // Connections answered 503 because max_queued were already waiting.
-  uint64_t refused_connections() const { return refused_->load(); }
+  // Connections closed before their request completed: evicted for a newer one,
+  // past their deadline, or refused for a limit.
+  uint64_t dropped_connections() const;
 
  private:
+  class Loop;
   MetricsServer() = default;
-  void Route(Source* source, const Limits& limits);
 
-  std::unique_ptr<httplib::Server> http_;
-  std::thread listener_;
+  std::unique_ptr<Loop> loop_;
   std::string address_;
-  std::shared_ptr<std::atomic<uint64_t>> refused_ = std::make_shared<std::atomic<uint64_t>>(0);
 };
 
 }  // namespace kvengine

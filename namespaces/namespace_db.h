@@ -78,6 +78,9 @@ class NamespaceDB : public StackableDB {
   Status DeleteByRegex(const std::string& pattern, uint64_t* deleted) override;
   Status DeleteAll(uint64_t* deleted) override;
   Status ReadRemovals(uint64_t after, size_t max_events, RemovalBatch* batch) override;
+  // The default namespace's keys only; removal_sequence in its own numbering.
+  Status ReadResident(const Slice& prefix, size_t max_batch, const ResidentFn& batch,
+                      ResidentSnapshot* snapshot) override;
 
   // ---- namespaces
   Status CreateNamespace(const std::string& name, const NamespaceOptions& options,

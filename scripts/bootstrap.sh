@@ -15,7 +15,7 @@ packages=(
   python3-prometheus-client  # vLLM's metrics path in the connector tests (prometheus_client)
   python3-msgpack  # the vLLM connector tests encode KV event batches as vLLM's msgpack publisher does
   clang libclang-rt-14-dev  # the fuzz targets (test/fuzz): clang and its libFuzzer (Debian 12)
-  libcpp-httplib-dev  # the metrics endpoint's HTTP server (metrics/, Options::metrics_listen)
+  libcpp-httplib-dev  # the HTTP client of the metrics endpoint's tests (test/metrics_test.cc)
   libre2-dev  # DeleteByRegex's pattern matcher (util/key_pattern.h)
   prometheus  # promtool and a real Prometheus scraping kv_server in metrics_test
 )

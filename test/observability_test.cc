@@ -297,6 +297,32 @@ TEST_F(ObservabilityTest, PerfLevelOptionSelectsWhatIsTimed) {
   }
 }
 
+// The default, "auto": entry calls are timed in a DB that serves metrics (so its
+// latency histogram has samples), nothing in one that does not; an explicit level wins.
+TEST_F(ObservabilityTest, PerfLevelAutoTimesEntryCallsOnlyWhereMetricsAreServed) {
+  ASSERT_EQ(Options().perf_level, PerfLevel::kAuto);
+  struct Case {
+    PerfLevel asked;
+    const char* metrics_listen;
+    PerfLevel in_force;
+  };
+  for (const Case& c : {Case{PerfLevel::kAuto, "", PerfLevel::kOff},
+                        Case{PerfLevel::kAuto, "127.0.0.1:0", PerfLevel::kEntry},
+                        Case{PerfLevel::kOff, "127.0.0.1:0", PerfLevel::kOff},
+                        Case{PerfLevel::kAll, "", PerfLevel::kAll}}) {
+    SetPerfLevel(PerfLevel::kAll);
+    options_.perf_level = c.asked;
+    options_.metrics_listen = c.metrics_listen;
+    Open();
+    EXPECT_EQ(GetPerfLevel(), c.in_force) << c.metrics_listen;
+    std::string opts;
+    ASSERT_TRUE(db_->GetProperty("kvengine.options", &opts));
+    EXPECT_EQ(opts.find("perf_level=auto"), std::string::npos) << opts;  // resolved
+    ASSERT_TRUE(db_->Close().ok());
+    db_.reset();
+  }
+}
+
 TEST_F(ObservabilityTest, OpenAndEnvFileIoAreTimed) {
   options_.perf_level = PerfLevel::kAll;
   Open();  // a new DB: writes and syncs its IDENTITY file, syncs the directory

@@ -624,6 +624,39 @@ TEST(StreamCopyTest, CopiesEveryAlignmentAndLengthExactly) {
   }
 }
 
+// A get's copy goes backwards exactly when memcpy would alias (the destination 1-63
+// bytes past the source within a page, 2 KiB or more), and copies every byte either
+// way, writing nothing outside the destination.
+TEST(StreamCopyTest, FetchCopyIsExactAtEveryOffsetFromTheSource) {
+  std::mt19937_64 rng(9);
+  alignas(4096) static char src[3 * 4096 + 4096];
+  static char dst[sizeof(src) + 8192];
+  for (char& c : src) c = static_cast<char>(rng());
+  char* const page =
+      reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(dst) + 4095) & ~uintptr_t{4095});
+  EXPECT_FALSE(AliasesForward(page, src, 1 << 20));
+  EXPECT_TRUE(AliasesForward(page + 16, src, 2048));
+  EXPECT_FALSE(AliasesForward(page + 16, src, 2047));
+  EXPECT_FALSE(AliasesForward(page + 64, src, 1 << 20));
+  EXPECT_FALSE(AliasesForward(page + 4080, src, 1 << 20));  // behind: forward is fine
+  for (size_t n : {0, 1, 127, 128, 129, 2047, 2048, 2049, 4096, 3 * 4096 + 77}) {
+    for (size_t src_off : {0, 5, 32}) {
+      for (size_t dst_off : {0, 1, 8, 16, 24, 31, 63, 64, 100}) {
+        char* to = page + src_off + dst_off;
+        std::memset(dst, 0x5a, sizeof(dst));
+        FetchCopy(to, src + src_off, n);
+        ASSERT_EQ(std::memcmp(to, src + src_off, n), 0) << n << " " << src_off << " " << dst_off;
+        for (char* p = dst; p < to; p++) ASSERT_EQ(*p, '\x5a');
+        for (char* p = to + n; p < dst + sizeof(dst); p++) ASSERT_EQ(*p, '\x5a') << n;
+        std::memset(dst, 0x5a, sizeof(dst));
+        BackwardCopy(to, src + src_off, n);
+        ASSERT_EQ(std::memcmp(to, src + src_off, n), 0) << n << " " << src_off << " " << dst_off;
+        for (char* p = to + n; p < dst + sizeof(dst); p++) ASSERT_EQ(*p, '\x5a') << n;
+      }
+    }
+  }
+}
+
 // A large value in parts, gathered into one buffer and scattered back over others of
 // odd sizes, streaming, comes back byte for byte.
 TEST(StreamCopyTest, LargeValuesGatherAndScatterAcrossParts) {

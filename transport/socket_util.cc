@@ -149,7 +149,7 @@ Status ConnectTcp(const Endpoint& peer, Deadline deadline, int* fd) {
   return Status::OK();
 }
 
-Status ListenTcp(const Endpoint& at, int* fd, uint16_t* port) {
+Status ListenTcp(const Endpoint& at, int* fd, uint16_t* port, int backlog) {
   sockaddr_storage addr;
   socklen_t len = 0;
   Status s = Resolve(at, &addr, &len);
@@ -158,7 +158,7 @@ Status ListenTcp(const Endpoint& at, int* fd, uint16_t* port) {
   if (sock < 0) return Errno("socket", errno);
   int one = 1;
   setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (bind(sock, reinterpret_cast<sockaddr*>(&addr), len) != 0 || listen(sock, 512) != 0) {
+  if (bind(sock, reinterpret_cast<sockaddr*>(&addr), len) != 0 || listen(sock, backlog) != 0) {
     const int err = errno;
     close(sock);
     return Errno("listen on " + at.ToString(), err);

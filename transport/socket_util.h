@@ -38,8 +38,10 @@ bool PeerIsLoopback(int fd);
 
 // Connects a non-blocking TCP socket (TCP_NODELAY, large buffers) to `peer` by `deadline`.
 Status ConnectTcp(const Endpoint& peer, Deadline deadline, int* fd);
-// Binds and listens (non-blocking, SO_REUSEADDR); port 0 picks one, stored in *port.
-Status ListenTcp(const Endpoint& at, int* fd, uint16_t* port);
+// Binds and listens (non-blocking, SO_REUSEADDR) with a queue of `backlog` connections
+// not yet accepted (the kernel caps it at net.core.somaxconn); port 0 picks one, stored
+// in *port.
+Status ListenTcp(const Endpoint& at, int* fd, uint16_t* port, int backlog = 512);
 
 // Writes every byte of iov by `deadline`.  `iov` is consumed.  IOError on a closed
 // socket or the deadline.

@@ -24,13 +24,14 @@ inline uint64_t PartsSize(std::span<const Slice> parts) {
 // Copies n contiguous bytes from src into the buffers of dest, in order.  Ordinary
 // stores: a reader's buffers are typically reused request after request (a serving
 // engine's staging buffers), and stay cached that way; streaming stores, which would
-// send every byte to memory, made vllm_get at 64 KiB 0.75x slower.
+// send every byte to memory, made vllm_get at 64 KiB 0.75x slower.  FetchCopy, so the
+// speed does not depend on where the caller's buffers start (util/stream_copy.h).
 // REQUIRES: the buffers hold at least n bytes.
 inline void ScatterCopy(const char* src, uint64_t n, std::span<const MutableSlice> dest) {
   for (const MutableSlice& d : dest) {
     if (n == 0) break;
     const uint64_t k = std::min<uint64_t>(n, d.size());
-    std::memcpy(d.data(), src, k);
+    FetchCopy(d.data(), src, k);
     src += k;
     n -= k;
   }

@@ -35,7 +35,7 @@ const std::vector<std::string>& SsdEvictionNames() {
   return names;
 }
 const std::vector<std::string>& PerfLevelNames() {
-  static const std::vector<std::string> names = {"off", "entry", "all"};
+  static const std::vector<std::string> names = {"off", "entry", "all", "auto"};
   return names;
 }
 const std::vector<std::string>& PeerModeNames() {

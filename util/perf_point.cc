@@ -92,6 +92,8 @@ const char* PerfLevelName(PerfLevel level) {
       return "entry";
     case PerfLevel::kAll:
       return "all";
+    case PerfLevel::kAuto:
+      return "auto";
   }
   return "?";
 }
@@ -104,6 +106,7 @@ double Micros(double nanos) { return nanos / 1000.0; }
 }  // namespace
 
 void SetPerfLevel(PerfLevel level) {
+  if (level == PerfLevel::kAuto) level = PerfLevel::kOff;  // only DB::Open knows its options
   perf_internal::g_level.store(static_cast<int>(level), std::memory_order_relaxed);
 }
 

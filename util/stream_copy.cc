@@ -52,6 +52,44 @@ void CopySse2(char* dst, const char* src, size_t n) {
   if (i < n) std::memcpy(dst + i, src + i, n - i);
 }
 
+// Copies the bytes after dst+n's last 32-byte boundary with memcpy (so the loop's
+// stores are aligned); returns where the loop ends.
+size_t AlignTail(char* dst, const char* src, size_t n) {
+  const size_t tail = std::min<size_t>(n, reinterpret_cast<uintptr_t>(dst + n) % 32);
+  if (tail != 0) std::memcpy(dst + n - tail, src + n - tail, tail);
+  return n - tail;
+}
+
+__attribute__((target("avx2"))) void BackwardAvx2(char* dst, const char* src, size_t n) {
+  size_t e = AlignTail(dst, src, n);
+  for (; e >= 128; e -= 128) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + e - 32));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + e - 64));
+    const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + e - 96));
+    const __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + e - 128));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(dst + e - 32), a);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(dst + e - 64), b);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(dst + e - 96), c);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(dst + e - 128), d);
+  }
+  if (e != 0) std::memcpy(dst, src, e);  // under 128 bytes: too few to alias
+}
+
+void BackwardSse2(char* dst, const char* src, size_t n) {
+  size_t e = AlignTail(dst, src, n);
+  for (; e >= 64; e -= 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + e - 16));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + e - 32));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + e - 48));
+    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + e - 64));
+    _mm_store_si128(reinterpret_cast<__m128i*>(dst + e - 16), a);
+    _mm_store_si128(reinterpret_cast<__m128i*>(dst + e - 32), b);
+    _mm_store_si128(reinterpret_cast<__m128i*>(dst + e - 48), c);
+    _mm_store_si128(reinterpret_cast<__m128i*>(dst + e - 64), d);
+  }
+  if (e != 0) std::memcpy(dst, src, e);
+}
+
 bool HaveAvx2() {
   static const bool avx2 = [] {
     __builtin_cpu_init();  // may run before the constructor that would have
@@ -70,9 +108,18 @@ void StreamingCopy(void* dst, const void* src, size_t n) {
   }
 }
 
+void BackwardCopy(void* dst, const void* src, size_t n) {
+  if (HaveAvx2()) {
+    BackwardAvx2(static_cast<char*>(dst), static_cast<const char*>(src), n);
+  } else {
+    BackwardSse2(static_cast<char*>(dst), static_cast<const char*>(src), n);
+  }
+}
+
 #else
 
 void StreamingCopy(void* dst, const void* src, size_t n) { std::memcpy(dst, src, n); }
+void BackwardCopy(void* dst, const void* src, size_t n) { std::memmove(dst, src, n); }
 
 #endif
 

@@ -117,6 +117,25 @@ struct RemovalBatch {
   uint64_t last_sequence = 0;
 };
 
+// One key a tier holds, as DB::ReadResident reports it.
+struct ResidentKey {
+  std::string key;
+  LocatedTier tier = kLocatedMemory;  // kLocatedMemory or kLocatedSsd
+};
+
+// What a DB::ReadResident snapshot was taken against.
+struct ResidentSnapshot {
+  // The DB's boot epoch ("kvengine.epoch"): a random number drawn at each open, so a
+  // subscriber tells a restarted store (whose removal feed starts again at 1) from the
+  // one it indexed.
+  uint64_t epoch = 0;
+  // The removal feed's newest sequence when the snapshot began (RemovalBatch's
+  // last_sequence, in the numbering of the DB handle asked): apply the feed's events
+  // after it to the snapshot and the result is exact.  0 when the DB has no feed.
+  uint64_t removal_sequence = 0;
+  uint64_t keys = 0;  // entries reported
+};
+
 // The options of a namespace (DB::CreateNamespace), kept in the DB's namespace registry
 // and reported by ListNamespaces and, with what each namespace holds, hits, misses and
 // evictions, in the stats ("namespace.NAME.*" lines, the JSON's "namespaces" object,
@@ -358,6 +377,32 @@ class DB {
     (void)max_events;
     (void)batch;
     return Status::NotSupported("ReadRemovals");
+  }
+
+  // ---------------------------------------------------------------- resident set
+  // A snapshot of what this host holds, for a router that (re)builds its index after it
+  // or the store restarted (docs/observability.md, "Resync after a restart").  Calls
+  // `batch` with the keys starting with `prefix` that a tier holds, at most `max_batch`
+  // at a time, one entry per tier holding the key (a key in memory and on SSD comes
+  // twice), in no order; `batch` returns false to stop early.  Starts the removal feed's
+  // recording and stores its newest sequence in snapshot->removal_sequence *before*
+  // reading the first key: a key removed after that sequence is either not reported or
+  // removed again by the feed event that follows, so "snapshot, then the feed's events
+  // after removal_sequence" is exactly the resident set.  Memory held: one index shard's
+  // keys and one batch at a time; the SSD tier's keys are read from its bucket indexes.
+  //
+  // Thread-safety: as every call; `batch` runs on the calling thread and must not close
+  // the DB.  InvalidArgument when max_batch is 0 or exceeds Options::max_batch_size;
+  // NotSupported where the layer cannot list its keys (an attached client: ask the
+  // owner's process; a namespace handle).  ClusterDB reports this host's tiers only.
+  using ResidentFn = std::function<bool(std::span<const ResidentKey>)>;
+  virtual Status ReadResident(const Slice& prefix, size_t max_batch, const ResidentFn& batch,
+                              ResidentSnapshot* snapshot) {
+    (void)prefix;
+    (void)max_batch;
+    (void)batch;
+    (void)snapshot;
+    return Status::NotSupported("ReadResident");
   }
 
   // ---------------------------------------------------------------- namespaces

@@ -510,12 +510,15 @@ struct Options {
 
   // ---------------------------------------------------------------- observability
   // What is timed into the perf histograms (GetProperty("kvengine.perf")): "off",
-  // "entry" (the calls users make) or "all" (every instrumented method too).  The level
-  // is process-wide (see kvengine/perf.h): DB::Open sets it from this option, and
-  // SetPerfLevel() changes it at run time.  With "off" a timed scope costs one branch;
-  // "all" costs about two clock reads per instrumented method (see docs/observability.md).
-  // Default: off
-  PerfLevel perf_level = PerfLevel::kOff;
+  // "entry" (the calls users make), "all" (every instrumented method too) or "auto":
+  // "entry" when metrics_listen is set -- a DB that serves /metrics exports latency
+  // histograms with samples -- and "off" otherwise (an embedded DB nobody scrapes pays
+  // no clock reads).  The level is process-wide (see kvengine/perf.h): DB::Open sets it
+  // from this option, and SetPerfLevel() changes it at run time.  With "off" a timed
+  // scope costs one branch; "entry" and "all" about two clock reads per timed scope
+  // (the cost measured is in docs/observability.md).
+  // Default: auto
+  PerfLevel perf_level = PerfLevel::kAuto;
 
   // Serve this process's metrics over HTTP on "HOST:PORT" ("PORT" alone: 127.0.0.1,
   // loopback like every listener here; port 0: any free port, see the

@@ -21,6 +21,10 @@ enum class PerfLevel : int {
   kOff = 0,    // "off": nothing is timed
   kEntry = 1,  // "entry": the calls a user makes (DB API, Python binding) only
   kAll = 2,    // "all": every instrumented method of every layer too
+  // "auto", Options::perf_level only (the default): "entry" for a DB that serves
+  // metrics (Options::metrics_listen set), so the latency histogram it exports has
+  // samples; "off" otherwise.  DB::Open resolves it; SetPerfLevel takes it as "off".
+  kAuto = 3,
 };
 
 // Thread-safe; takes effect for scopes that start after the call.

@@ -88,6 +88,10 @@ class StackableDB : public DB {
   Status ReadRemovals(uint64_t after, size_t max_events, RemovalBatch* batch) override {
     return base_->ReadRemovals(after, max_events, batch);
   }
+  Status ReadResident(const Slice& prefix, size_t max_batch, const ResidentFn& batch,
+                      ResidentSnapshot* snapshot) override {
+    return base_->ReadResident(prefix, max_batch, batch, snapshot);
+  }
   Status CreateNamespace(const std::string& name, const NamespaceOptions& options,
                          std::unique_ptr<DB>* handle) override {
     return base_->CreateNamespace(name, options, handle);

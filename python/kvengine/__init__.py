@@ -199,9 +199,35 @@ class DB(_kvengine.Store):
 
     # -------------------------------------------------------------- introspection
     def stats(self):
-        """Counters and bytes per tier ("kvengine.stats.json") as a dict; {} if closed."""
+        """Counters and bytes per tier ("kvengine.stats.json") as a dict, with the store's
+        boot epoch ("epoch"); {} if closed."""
         text = self.get_property("kvengine.stats.json")
-        return json.loads(text) if text else {}
+        if not text:
+            return {}
+        stats = json.loads(text)
+        epoch = self.epoch()  # the store's boot epoch (docs/observability.md)
+        if epoch is not None:
+            stats["epoch"] = epoch
+        return stats
+
+    def epoch(self):
+        """The store's boot epoch ("kvengine.epoch"): a random int drawn at each open of
+        the DB, so a subscriber tells a restarted store from the one it indexed; None when
+        closed or not told."""
+        text = self.get_property("kvengine.epoch")
+        return int(text) if text else None
+
+    def snapshot(self, prefix=b"", max_batch=1024):
+        """The resident set for a router's resync: (epoch, removal_sequence, entries),
+        entries a list of (tier, key bytes), one per tier holding a key that starts with
+        prefix.  Apply the removal feed's events after removal_sequence to it and it is
+        exact (docs/observability.md, "Resync after a restart").  read_resident() streams
+        the same in batches without holding them all."""
+        entries = []
+        got = self.read_resident(entries.extend, prefix, max_batch)
+        if isinstance(got, int):
+            raise _make_error(got, "read_resident")
+        return got[0], got[1], entries
 
     def perf(self):
         """Per-layer perf counters as a dict, when the engine exposes "kvengine.perf".

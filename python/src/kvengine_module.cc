@@ -552,6 +552,44 @@ class Store {
     return py::make_tuple(events, batch.missed, batch.last_sequence);
   }
 
+  // ReadResident: calls fn(list of (tier, key bytes)), tier "memory" | "ssd", per batch
+  // of at most max_batch keys starting with prefix; fn returning False stops.  Returns
+  // (epoch, removal_sequence, keys reported), or a negative code.  The batches are
+  // gathered without the GIL and handed to fn with it.
+  py::object ReadResident(py::function fn, py::bytes prefix, int64_t max_batch) {
+    if (max_batch <= 0) throw py::value_error("max_batch must be positive");
+    auto db = GetDb();
+    if (!db) return py::int_(kNotOpen);
+    const std::string want = prefix;
+    ResidentSnapshot snapshot;
+    Status s;
+    std::exception_ptr failed;
+    {
+      py::gil_scoped_release nogil;
+      s = db->ReadResident(
+          want, static_cast<size_t>(max_batch),
+          [&](std::span<const ResidentKey> keys) {
+            py::gil_scoped_acquire gil;
+            try {
+              py::list batch;
+              for (const ResidentKey& k : keys) {
+                batch.append(
+                    py::make_tuple(k.tier == kLocatedSsd ? "ssd" : "memory", py::bytes(k.key)));
+              }
+              py::object more = fn(batch);
+              return more.is_none() || more.cast<bool>();
+            } catch (...) {
+              failed = std::current_exception();
+              return false;
+            }
+          },
+          &snapshot);
+    }
+    if (failed) std::rethrow_exception(failed);
+    if (!s.ok()) return py::int_(s.ErrorCode());
+    return py::make_tuple(snapshot.epoch, snapshot.removal_sequence, snapshot.keys);
+  }
+
   int Remove(py::handle key_obj) {
     std::string key = KeyFrom(key_obj, "key");
     auto db = GetDb();
@@ -1099,6 +1137,10 @@ PYBIND11_MODULE(_kvengine, m) {
       .def("batch_locate", &Store::BatchLocate, py::arg("keys"))
       .def("read_removals", &Store::ReadRemovals, py::arg("after") = 0,
            py::arg("max_events") = 1024)
+      .def("read_resident", &Store::ReadResident, py::arg("fn"), py::arg("prefix") = py::bytes(),
+           py::arg("max_batch") = 1024,
+           "Snapshot of the resident set: fn(list of (tier, key)) per batch; returns "
+           "(epoch, removal_sequence, keys), or a negative code (docs/observability.md).")
       .def("remove", &Store::Remove, py::arg("key"))
       .def("batch_remove", &Store::BatchRemove, py::arg("keys"))
       .def("remove_by_regex", &Store::RemoveByRegex, py::arg("pattern"))

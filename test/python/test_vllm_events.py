@@ -166,6 +166,29 @@ def test_deleted_block_of_any_rank_is_removed_from_memory(db_path, tp):
 
 
 @pytest.mark.parametrize("tp", [1, 2])
+def test_a_router_that_restarts_gets_the_stores_blocks_replayed(db_path, tp):
+    """request_resync: the store's blocks of this instance come again as BlockStored (by
+    hash: the key holds no tokens or parent), and a replayed block's removal is
+    announced (docs/observability.md, "Resync after a restart")."""
+    inst = Instance(db_path, tp=tp)
+    try:
+        req = fk.Request("r1", tokens(3 * BS + 1), BS, inst.none_hash)
+        inst.step(new=[(req, [1, 2, 3])])
+        assert inst.db.put("someone-else/L0/ab", b"x") == 0  # not this instance's
+        inst.sched.request_resync()
+        replay = stored(inst.step())
+        assert sorted(e["block_hashes"][0] for e in replay) == \
+            sorted(ext(h) for h in req.block_hashes)
+        assert all(e["block_size"] == BS and e["token_ids"] == [] and
+                   e["parent_block_hash"] is None for e in replay)
+        assert inst.db.remove(inst.key(req.block_hashes[0], layer=0, rank=0)) == 0
+        assert ext(req.block_hashes[0]) in removed(inst.step(), MEDIUM_MEMORY)
+        assert inst.step() is None  # nothing more to tell
+    finally:
+        inst.close()
+
+
+@pytest.mark.parametrize("tp", [1, 2])
 def test_eviction_moves_blocks_to_ssd_then_ssd_eviction_removes_them(db_path, tp):
     # Memory for 128 values of a block's layer; the SSD tier evicts too.
     inst = Instance(db_path, tp=tp, memory_capacity_bytes="256KiB",

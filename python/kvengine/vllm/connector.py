@@ -299,6 +299,17 @@ class KVEngineConnector(KVConnectorBase_V1, SupportsHMA):
         if self._kv_cache_events is not None:
             events, self._kv_cache_events = self._kv_cache_events, None
             yield from events.aggregate().get_all_events()
+        resync = getattr(self.connector_scheduler, "resync", None)
+        if resync is not None:
+            yield from resync.take()
+
+    def request_resync(self):
+        """Replays the store's blocks of this instance as BlockStored events at the next
+        publication, for a router that restarted (scheduler side, KV events on); the
+        store's restarts (a new boot epoch) replay by themselves."""
+        resync = getattr(self.connector_scheduler, "resync", None)
+        if resync is not None:
+            resync.request()
 
     # ============================================================== both sides
     def get_kv_connector_stats(self) -> Optional[KVConnectorStats]:

@@ -162,6 +162,7 @@ class BlockEvents:
         #              (lora id, lora name) or None]
         self._announced = collections.OrderedDict()
         self._pending = []
+        self._epoch = db.epoch()
 
     def stored(self, hash_hex, parent_hex, token_ids, block_size, lora=None):
         """A block this rank saved; lora: its request's (lora_int_id, lora_name)."""
@@ -186,9 +187,34 @@ class BlockEvents:
                            block_size=block_size, lora_id=lora_id, medium=medium,
                            lora_name=lora_name)
 
+    def replayed(self, hash_hex, tiers, block_size):
+        """A block the store holds in `tiers`, found by a snapshot (Resync): announced
+        with what the key tells (its hash; no parent, no tokens), and tracked for its
+        removals like a saved block."""
+        ext = external_hash(hash_hex)
+        self._announced[hash_hex] = [ext, None, [], block_size, set(tiers), None]
+        return [self._stored_event(ext, None, [], block_size, MEDIUM_OF_TIER[tier])
+                for tier in sorted(tiers)]
+
+    def forget_all(self) -> list:
+        """BlockRemoved for every block still announced, in each medium; forgets them."""
+        events = [BlockRemoved(block_hashes=[entry[0]], medium=MEDIUM_OF_TIER[tier])
+                  for entry in self._announced.values() for tier in sorted(entry[4])]
+        self._announced.clear()
+        return events
+
     def take(self, through=None) -> list:
         """This step's events: the saves recorded, then the removals read up to
         `through`."""
+        epoch = self._db.epoch()
+        if epoch is not None and self._epoch is not None and epoch != self._epoch:
+            # The store restarted: what this rank announced is gone with its memory tier
+            # (a router resyncs from the scheduler's replay), and the new store's feed
+            # numbers its events from 1 again.
+            self._pending += self.forget_all()
+            self._reader.cursor = self._reader.last_sequence()
+        if epoch is not None:
+            self._epoch = epoch
         for hash_hex, tier, reason, _, key in self._reader.read(through):
             entry = self._announced.get(hash_hex)
             if entry is None or tier not in entry[4]:
@@ -206,3 +232,69 @@ class BlockEvents:
                 del self._announced[hash_hex]
         events, self._pending = self._pending, []
         return events
+
+
+class Resync:
+    """The scheduler side's replay of the store's resident blocks, for a router that
+    (re)builds its index (docs/vllm.md, "KV cache events"; docs/observability.md,
+    "Resync after a restart"): when asked (request(), e.g. after a router restarted) and
+    when the store's boot epoch changes (the store restarted: its memory tier and feed are
+    new), a snapshot of this instance's block keys (DB.read_resident) becomes BlockStored
+    events, one per block and tier holding any of its keys -- when the store restarted,
+    BlockRemoved for every block an earlier replay announced first, and the replay one
+    step later.  The replayed blocks' removals are then announced from the feed, from
+    the snapshot's removal_sequence on.  A store that cannot list its keys (an attached
+    one) replays nothing, said once."""
+
+    def __init__(self, db, keys):
+        self._db = db
+        self._keys = keys
+        self._pattern = re.compile(keys.block_key_pattern())
+        self._epoch = db.epoch()
+        self._requested = False
+        self._tracked = None  # BlockEvents of the last replay
+        self._warned = False
+
+    def request(self):
+        """Replay at the next step."""
+        self._requested = True
+
+    def take(self) -> list:
+        epoch = self._db.epoch()
+        restarted = epoch is not None and self._epoch is not None and epoch != self._epoch
+        if epoch is not None:
+            self._epoch = epoch
+        if restarted:
+            # Replay at the next call: by then every worker has seen the new epoch and
+            # its BlockRemoved for what it announced has been published before the
+            # replay's BlockStored.
+            self._requested = True
+            out = self._tracked.forget_all() if self._tracked is not None else []
+            self._tracked = None
+            return out
+        if not self._requested:
+            return self._tracked.take() if self._tracked is not None else []
+        self._requested = False
+        out = self._tracked.take() if self._tracked is not None else []
+        tracked = BlockEvents(self._db, self._keys)
+        blocks = collections.defaultdict(set)
+
+        def collect(batch):
+            for tier, key in batch:
+                m = self._pattern.match(key.decode("utf-8", "replace"))
+                if m:
+                    blocks[m.group(1)].add(tier)
+
+        got = self._db.read_resident(collect, (self._keys.key_model + "@").encode(), 4096)
+        if isinstance(got, int):
+            if not self._warned:
+                logger.warning("kvengine: the store cannot list its blocks (%d): no replay "
+                               "for routers (take the snapshot in the store's process)", got)
+                self._warned = True
+            self._tracked = None
+            return out
+        tracked._reader.cursor = got[1]  # removals after the snapshot only
+        for hash_hex, tiers in blocks.items():
+            out += tracked.replayed(hash_hex, tiers, self._keys.block_size)
+        self._tracked = tracked
+        return out

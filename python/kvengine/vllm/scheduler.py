@@ -18,7 +18,7 @@ import kvengine
 
 from .common import (BlockTransfer, KeyScheme, KVEngineConnectorMetadata, LayoutRecords,
                      attr_of, block_id_groups, check_fingerprint, tenant_of)
-from .events import RemovalFeedReader
+from .events import RemovalFeedReader, Resync
 from .planner import SchedulerPlanner
 
 logger = logging.getLogger("kvengine.vllm")
@@ -102,6 +102,8 @@ class KVEngineScheduler:
         # newest sequence, up to which every rank reads it (events.py).
         self._events = events
         self._feed = RemovalFeedReader(db, keys) if events else None
+        # The replay of the store's blocks for routers that resync (events.Resync).
+        self.resync = Resync(db, keys) if events else None
         # The request account (account.py): a LookupAccount, or None when it is off.
         self._account = account
         self._kv_role = attr_of(kv_transfer_config, "kv_role", "kv_both") or "kv_both"
