@@ -526,7 +526,7 @@ TEST_F(NamespaceTest, AnUnfinishedDropIsFinishedByTheNextDrop) {
   NamespaceRecords records;
   ASSERT_TRUE(LoadNamespaceRegistry(Env::Default(), dir_.path(), &records).ok());
   ASSERT_EQ(records.size(), 2u);
-  records[0].dropping = true;  // "a"
+  records[0].info.dropping = true;  // "a"
   ASSERT_TRUE(SaveNamespaceRegistry(Env::Default(), dir_.path(), records).ok());
   Open();
   std::vector<NamespaceInfo> list;
@@ -602,16 +602,19 @@ TEST_F(NamespaceTest, RegistrySurvivesKill9) {
 // Every single-byte change and every truncation of a registry is refused as Corruption
 // (and parsing it never crashes: run under ASan/UBSan).
 TEST(NamespaceRegistryTest, EveryDamageIsCorruption) {
-  NamespaceRecords records(2);
-  records[0] = {"alpha", ns::IdOf("alpha"), {1, 2, 3}, false};
-  records[1] = {"beta", ns::IdOf("beta"), {0, 0, 1}, true};
+  NamespaceRecords records(3);
+  records[0] = {{"alpha", ns::IdOf("alpha"), {1, 2, 3}, false}, 7, false};
+  records[1] = {{"beta", ns::IdOf("beta"), {0, 0, 1}, true}, 8, false};
+  records[2] = {{"gamma", ns::IdOf("gamma"), {0, 0, 1}, false}, 9, true};
   const std::string good = EncodeNamespaceRegistry(records);
   NamespaceRecords decoded;
   ASSERT_TRUE(DecodeNamespaceRegistry(good, "test", &decoded).ok());
-  ASSERT_EQ(decoded.size(), 2u);
-  EXPECT_EQ(decoded[0].name, "alpha");
-  EXPECT_EQ(decoded[0].options.ssd_quota_bytes, 2u);
-  EXPECT_TRUE(decoded[1].dropping);
+  ASSERT_EQ(decoded.size(), 3u);
+  EXPECT_EQ(decoded[0].info.name, "alpha");
+  EXPECT_EQ(decoded[0].info.options.ssd_quota_bytes, 2u);
+  EXPECT_EQ(decoded[0].stamp, 7u);
+  EXPECT_TRUE(decoded[1].info.dropping);
+  EXPECT_TRUE(decoded[2].dropped);
   for (size_t pos = 0; pos < good.size(); pos++) {
     for (int bit = 0; bit < 8; bit++) {
       std::string bad = good;
@@ -631,13 +634,13 @@ TEST(NamespaceRegistryTest, EveryDamageIsCorruption) {
 // Records that carry a valid checksum but break the registry's rules are refused too:
 // a repeated name or id would merge two namespaces' keys.
 TEST(NamespaceRegistryTest, RepeatedNamesAndIdsAreCorruption) {
-  NamespaceRecords twice = {{"same", 1, {}, false}, {"same", 2, {}, false}};
+  NamespaceRecords twice = {{{"same", 1, {}, false}}, {{"same", 2, {}, false}}};
   Status s = DecodeNamespaceRegistry(EncodeNamespaceRegistry(twice), "test", &twice);
   EXPECT_TRUE(s.IsCorruption()) << s.ToString();
-  NamespaceRecords ids = {{"one", 9, {}, false}, {"two", 9, {}, false}};
+  NamespaceRecords ids = {{{"one", 9, {}, false}}, {{"two", 9, {}, false}}};
   s = DecodeNamespaceRegistry(EncodeNamespaceRegistry(ids), "test", &ids);
   EXPECT_TRUE(s.IsCorruption()) << s.ToString();
-  NamespaceRecords weight = {{"w", 9, {0, 0, 0}, false}};
+  NamespaceRecords weight = {{{"w", 9, {0, 0, 0}, false}}};
   s = DecodeNamespaceRegistry(EncodeNamespaceRegistry(weight), "test", &weight);
   EXPECT_TRUE(s.IsCorruption()) << s.ToString();
 }
