@@ -25,7 +25,7 @@ Status NamespaceDB::Wrap(const Options& options, const std::string& path, bool f
   DB* const below = top->get();
   auto db = std::unique_ptr<NamespaceDB>(
       new NamespaceDB(std::move(*top), env, path, options.max_key_size, foreign_keys, usage,
-                      removals, local != nullptr ? local : below, std::move(records)));
+                      removals, local != nullptr ? local : below, log, std::move(records)));
   if (peers != nullptr) {
     NamespaceFleet::Registry* registry = db.get();
     db->fleet_ = std::make_unique<NamespaceFleet>(*peers, registry, log);
@@ -37,7 +37,7 @@ Status NamespaceDB::Wrap(const Options& options, const std::string& path, bool f
 
 NamespaceDB::NamespaceDB(std::unique_ptr<DB> base, Env* env, std::string dir, uint64_t max_key_size,
                          bool foreign_keys, NamespaceUsage* usage, NamespaceRemovals* removals,
-                         DB* local, NamespaceRecords records)
+                         DB* local, Logger* log, NamespaceRecords records)
     : StackableDB(std::move(base)),
       env_(env),
       dir_(std::move(dir)),
@@ -46,6 +46,7 @@ NamespaceDB::NamespaceDB(std::unique_ptr<DB> base, Env* env, std::string dir, ui
       usage_(usage),
       removals_(removals),
       local_(local),
+      log_(log),
       records_(std::move(records)),
       namespaced_keys_possible_(foreign_keys_ || !records_.empty()) {
   for (const NamespaceRecord& record : records_) {
@@ -485,6 +486,13 @@ Status NamespaceDB::Merge(const NamespaceRecords& remote, const std::string& fro
       if (usage_ != nullptr) usage_->Forget(record.info.id);
     } else {
       SetLimits(record.info);
+    }
+    if (log_ != nullptr && log_->Enabled(LogLevel::kInfo)) {
+      const char* what = record.dropped         ? "dropped (its keys removed from this host)"
+                         : record.info.dropping ? "being dropped"
+                         : w.had                ? "created again (the old keys removed here)"
+                                                : "created";
+      log_->Write(LogLevel::kInfo, "namespace '" + name + "' " + what + ", as learnt from " + from);
     }
   }
   return result;

@@ -52,7 +52,9 @@ class NamespaceDB : public StackableDB, private NamespaceFleet::Registry {
   // `local`: this host's tiers alone (the engine; *top itself when it does not route),
   // where a drop learnt from a member removes the namespace's keys; not owned, outlives
   // the NamespaceDB.  `peers`: the members of the cluster *top routes over, whose
-  // registries this one is kept in agreement with; null for a DB of no cluster.
+  // registries this one is kept in agreement with; null for a DB of no cluster.  `log`
+  // (may be null, outlives the NamespaceDB): where the changes learnt from members are
+  // logged.
   // On failure returns the registry's error and leaves *top as it was.
   static Status Wrap(const Options& options, const std::string& path, bool foreign_keys,
                      NamespaceUsage* usage, NamespaceRemovals* removals, DB* local,
@@ -97,7 +99,7 @@ class NamespaceDB : public StackableDB, private NamespaceFleet::Registry {
  private:
   NamespaceDB(std::unique_ptr<DB> base, Env* env, std::string dir, uint64_t max_key_size,
               bool foreign_keys, NamespaceUsage* usage, NamespaceRemovals* removals, DB* local,
-              NamespaceRecords records);
+              Logger* log, NamespaceRecords records);
   // Tells the engine the limits of `record`.
   void SetLimits(const NamespaceInfo& record);
 
@@ -148,6 +150,7 @@ class NamespaceDB : public StackableDB, private NamespaceFleet::Registry {
   NamespaceUsage* const usage_;  // may be null
   NamespaceRemovals* const removals_;
   DB* const local_;
+  Logger* const log_;  // may be null
   const NamespaceKeys default_keys_;
   // The registries of the cluster's members, kept in agreement; null outside a cluster.
   std::unique_ptr<NamespaceFleet> fleet_;

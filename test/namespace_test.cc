@@ -14,6 +14,8 @@
 #include "namespaces/namespace_keys.h"
 #include "namespaces/namespace_registry.h"
 #include "test/test_util.h"
+#include "util/coding.h"
+#include "util/hash.h"
 #include "util/namespace_key.h"
 #include "util/printable.h"
 
@@ -629,6 +631,61 @@ TEST(NamespaceRegistryTest, EveryDamageIsCorruption) {
         << len;
   }
   ASSERT_TRUE(DecodeNamespaceRegistry(good + "x", "test", &decoded).IsCorruption());
+}
+
+// A registry written by a build before stamps and tombstones (format 1) is still read:
+// its records have stamp 0, and the next change writes format 2.
+TEST(NamespaceRegistryTest, AFormatOneRegistryIsRead) {
+  std::string v1;
+  PutFixed64(&v1, 0x31474552534e564bull);
+  PutFixed32(&v1, 1);
+  PutFixed32(&v1, 1);
+  PutLengthPrefixed(&v1, "old");
+  PutFixed64(&v1, ns::IdOf("old"));
+  PutFixed64(&v1, 5);  // memory quota
+  PutFixed64(&v1, 6);  // SSD quota
+  PutFixed32(&v1, 7);  // weight
+  v1.push_back(1);     // dropping
+  PutFixed64(&v1, Hash64(v1));
+  NamespaceRecords decoded;
+  Status s = DecodeNamespaceRegistry(v1, "test", &decoded);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_EQ(decoded.size(), 1u);
+  EXPECT_EQ(decoded[0].info.name, "old");
+  EXPECT_EQ(decoded[0].info.options.weight, 7u);
+  EXPECT_TRUE(decoded[0].info.dropping);
+  EXPECT_EQ(decoded[0].stamp, 0u);
+  EXPECT_FALSE(decoded[0].dropped);
+  // State 2 (a tombstone) did not exist in format 1.
+  std::string bad = v1.substr(0, v1.size() - 9);
+  bad.push_back(2);
+  PutFixed64(&bad, Hash64(bad));
+  EXPECT_TRUE(DecodeNamespaceRegistry(bad, "test", &decoded).IsCorruption());
+}
+
+// Merging registries in any order converges: the later stamp wins, and on a tie the
+// later state, then the larger options.
+TEST(NamespaceRegistryTest, SupersedesOrdersEveryPairOfRecordsOneWay) {
+  const NamespaceInfo live{"n", ns::IdOf("n"), {0, 0, 1}, false};
+  NamespaceInfo dropping = live;
+  dropping.dropping = true;
+  const std::vector<NamespaceRecord> records = {{live, 1, false},
+                                                {live, 2, false},
+                                                {dropping, 2, false},
+                                                {live, 2, true},
+                                                {{"n", ns::IdOf("n"), {9, 0, 1}, false}, 2, false}};
+  for (size_t i = 0; i < records.size(); i++) {
+    EXPECT_FALSE(Supersedes(records[i], records[i])) << i;
+    for (size_t j = 0; j < records.size(); j++) {
+      if (i != j) {
+        EXPECT_NE(Supersedes(records[i], records[j]), Supersedes(records[j], records[i]));
+      }
+    }
+  }
+  EXPECT_TRUE(Supersedes(records[1], records[0]));  // later stamp
+  EXPECT_TRUE(Supersedes(records[3], records[2]));  // a tombstone over a drop of one stamp
+  EXPECT_TRUE(Supersedes(records[2], records[1]));  // dropping over live
+  EXPECT_TRUE(Supersedes(records[4], records[1]));  // larger options
 }
 
 // Records that carry a valid checksum but break the registry's rules are refused too:
