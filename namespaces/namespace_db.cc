@@ -457,13 +457,14 @@ Status NamespaceDB::Merge(const NamespaceRecords& remote, const std::string& fro
   for (const Winner& w : winners) {
     const NamespaceRecord& record = w.record;
     const std::string& name = record.info.name;
-    if (w.had || record.info.dropping) {
+    // A drop this host missed, or one followed by a new namespace of the same name (the
+    // same id): the old handles fail, and the old keys this host holds go first.  Not for
+    // the namespaces hosts created each on its own before registries were stamped: they
+    // only agree on the options.
+    const bool recreated = w.had && !record.dropped && !w.had_legacy;
+    if (record.dropped || record.info.dropping || recreated) {
       DetachHandles(name, "namespace '" + name + "' was dropped (through " + from + ")");
     }
-    // A drop this host missed, or one followed by a new namespace of the same name (the
-    // same id): the old keys this host holds go first.  Not for the namespaces hosts
-    // created each on its own before registries were stamped: they agree on the options.
-    const bool recreated = !record.dropped && !w.had_legacy;
     if (w.had && !record.info.dropping && (record.dropped || recreated)) {
       Status s = RemoveLocalKeys(record.info.id);
       if (!s.ok()) {  // the next pull tries again
