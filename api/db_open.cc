@@ -128,8 +128,22 @@ Status DB::Open(const Options& options, const std::string& path, std::unique_ptr
         engine->arena_base(), engine->peer_tier_counters());
     top = std::move(cluster);  // which owns the engine now, started or not
   }
-  if (s.ok())
-    s = NamespaceDB::Wrap(effective, path, clustered, engine->namespace_usage(), engine, &top);
+  // In a cluster the namespace registry is kept in agreement with every member's
+  // (namespaces/namespace_fleet.h), through the cluster's transport.
+  NamespacePeers peers;
+  if (clustered) {
+    auto* router = static_cast<ClusterDB*>(top.get());
+    peers.members = [router] { return router->MemberNames(); };
+    peers.call = [router](const std::string& member, const std::string& request,
+                          std::string* answer) {
+      return router->SyncNamespaces(member, request, answer);
+    };
+    peers.serve = [router](NamespaceSyncFn fn) { router->ServeNamespaceSync(std::move(fn)); };
+  }
+  if (s.ok()) {
+    s = NamespaceDB::Wrap(effective, path, clustered, engine->namespace_usage(), engine, engine,
+                          clustered ? &peers : nullptr, engine->info_log(), &top);
+  }
   if (s.ok() && !effective.local_listen.empty()) {
     s = OwnerDB::Wrap(effective, path, arena, engine->info_log(), &top);
   }

@@ -102,6 +102,19 @@ class ClusterDB final : public StackableDB, public StackableArena {
   void Commit(std::span<const Slice> keys, std::span<MemoryTier::Reservation* const> slots,
               std::vector<int64_t>* results) override;
 
+  // The namespace registries of the members (namespaces/namespace_fleet.h), which the
+  // layer above keeps in agreement: the other members now, a SYNC_NAMESPACES request to
+  // one of them, and the answerer of theirs (an empty one uninstalls it, waiting for the
+  // requests in flight).
+  std::vector<std::string> MemberNames() const { return router_->MemberNames(); }
+  Status SyncNamespaces(const std::string& member, const std::string& request,
+                        std::string* answer) {
+    return router_->SyncNamespaces(member, request, answer);
+  }
+  void ServeNamespaceSync(PeerRouter::NamespaceSyncFn fn) {
+    router_->ServeNamespaceSync(std::move(fn));
+  }
+
   // Buffers, Flush, CompactBuckets and ResetPerf are the local DB's (StackableDB's
   // forwarding).
   // "kvengine.peers" here (members, their health, the remote counters);

@@ -83,6 +83,10 @@ class PeerRouter::Service final : public PeerService {
     return db_->DeleteByRegex(pattern, deleted);
   }
   Status DeleteAll(uint64_t* deleted) override { return db_->DeleteAll(deleted); }
+  Status SyncNamespaces(const Tenant* tenant, std::string_view request,
+                        std::string* answer) override {
+    return router_->AnswerNamespaceSync(tenant, request, answer);
+  }
   bool GetProperty(const std::string& name, std::string* value) override {
     if (name == "kvengine.metrics" && value != nullptr) {
       // As ClusterDB answers it: the router's families too.
@@ -181,6 +185,9 @@ Status PeerRouter::Open(const Options& options, Logger* logger,
   const char* kinds[] = {"auto", "tcp", "rdma", "ucx"};
   const std::string kind = kinds[static_cast<int>(options.peer_transport)];
   s = Transport::Create(kind, t, &env->transport_);
+  // The namespace registry's calls have a transport of their own: a pull from a member
+  // not up yet must not put the data path's connection to it into its reconnect backoff.
+  if (s.ok()) s = Transport::Create("tcp", t, &env->registry_transport_);
   if (!s.ok()) return s;
   if (!options.listen.empty() && std::string(env->transport_->Name()) == "rdma") {
     s = RdmaServer::Create(&env->rdma_server_);
@@ -285,6 +292,34 @@ void PeerRouter::Close() {
 std::vector<Endpoint> PeerRouter::Members() const {
   MutexLock lock(&members_mu_);
   return *peers_;
+}
+
+std::vector<std::string> PeerRouter::MemberNames() const {
+  std::vector<std::string> names;
+  for (const Endpoint& e : Members()) names.push_back(e.ToString());
+  return names;
+}
+
+void PeerRouter::ServeNamespaceSync(NamespaceSyncFn fn) {
+  WriterLock lock(&sync_mu_);
+  sync_fn_ = std::move(fn);
+}
+
+Status PeerRouter::AnswerNamespaceSync(const Tenant* tenant, std::string_view request,
+                                       std::string* answer) const {
+  ReaderLock lock(&sync_mu_);
+  if (!sync_fn_) return Status::Aborted("this member's namespace registry is not open");
+  const bool every = tenant == nullptr || tenant->unrestricted();
+  return sync_fn_(
+      every, [&](uint64_t id) { return every || tenant->AllowsNamespace(id); }, request, answer);
+}
+
+Status PeerRouter::SyncNamespaces(const std::string& member, const std::string& request,
+                                  std::string* answer) {
+  if (closed()) return Status::Aborted("DB is closed");
+  Endpoint peer;
+  Status s = Endpoint::Parse(member, &peer);
+  return s.ok() ? registry_transport_->SyncNamespaces(peer, request, answer) : s;
 }
 
 void PeerRouter::SetMembers(std::vector<Endpoint> peers) {

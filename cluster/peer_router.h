@@ -178,6 +178,21 @@ class PeerRouter {
   // Delete hints not yet replayed (keys, patterns and DeleteAlls, all members).
   uint64_t PendingDeleteHints() const EXCLUDES(hints_mu_);
 
+  // ---------------------------------------------------------------- namespaces
+  // Answers a SYNC_NAMESPACES request (namespaces/namespace_fleet.h): `may_change`,
+  // whether the client may create and drop namespaces (a token of every namespace);
+  // `visible`, the namespaces it may see.
+  using NamespaceSyncFn =
+      std::function<Status(bool may_change, const std::function<bool(uint64_t id)>& visible,
+                           std::string_view request, std::string* answer)>;
+  // Installs the answerer of the peers' SYNC_NAMESPACES requests; an empty one
+  // uninstalls it, once the requests in flight have returned (they are refused after).
+  void ServeNamespaceSync(NamespaceSyncFn fn) EXCLUDES(sync_mu_);
+  // The other members now, by endpoint.
+  std::vector<std::string> MemberNames() const;
+  // Sends `member` (its endpoint) a SYNC_NAMESPACES request; the status names it.
+  Status SyncNamespaces(const std::string& member, const std::string& request, std::string* answer);
+
   // ---------------------------------------------------------------- read-through
   // True when local misses should be asked of the peers.
   bool ReadThrough() const;
@@ -208,6 +223,9 @@ class PeerRouter {
  private:
   class Service;
   class Chain;
+  // A peer's SYNC_NAMESPACES request, answered by the installed NamespaceSyncFn.
+  Status AnswerNamespaceSync(const Tenant* tenant, std::string_view request,
+                             std::string* answer) const EXCLUDES(sync_mu_);
   PeerRouter(const Options& options, Logger* logger);
   Status ServePeers(DB* db, PinFn pin, ServedFn served, const char* arena_base);
   // The server's cap on connections: peer_max_connections within the descriptor
@@ -345,6 +363,7 @@ class PeerRouter {
   Endpoint listen_;
   std::string self_;  // listen_ as text; "" when not serving
   std::unique_ptr<Transport> transport_;
+  std::unique_ptr<Transport> registry_transport_;  // SyncNamespaces' (tcp)
   std::unique_ptr<MembershipSource> membership_;
   std::unique_ptr<RdmaServer> rdma_server_;
   std::unique_ptr<UcxServer> ucx_server_;  // serving over ucx: the arena mapped for clients
@@ -367,6 +386,9 @@ class PeerRouter {
   std::map<std::string, std::chrono::steady_clock::time_point> joined_ GUARDED_BY(members_mu_);
   // Members seen to leave, when (at most kMaxDeparted, the oldest forgotten).
   std::map<std::string, std::chrono::steady_clock::time_point> departed_ GUARDED_BY(members_mu_);
+
+  mutable SharedMutex sync_mu_;  // held shared by each answer, so that uninstalling waits
+  NamespaceSyncFn sync_fn_ GUARDED_BY(sync_mu_);
 
   mutable Mutex hints_mu_;
   std::map<std::string, Hint> hints_ GUARDED_BY(hints_mu_);  // member -> its missed deletes

@@ -1,6 +1,7 @@
 #include "namespaces/namespace_db.h"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
 #include "util/input_check.h"
@@ -15,20 +16,28 @@ constexpr char kEveryDefaultKey[] = "[^\\xfe][\\x00-\\xff]*";
 }  // namespace
 
 Status NamespaceDB::Wrap(const Options& options, const std::string& path, bool foreign_keys,
-                         NamespaceUsage* usage, NamespaceRemovals* removals,
-                         std::unique_ptr<DB>* top) {
+                         NamespaceUsage* usage, NamespaceRemovals* removals, DB* local,
+                         const NamespacePeers* peers, Logger* log, std::unique_ptr<DB>* top) {
   Env* const env = options.env != nullptr ? options.env : Env::Default();
   NamespaceRecords records;
   Status s = LoadNamespaceRegistry(env, path, &records);
   if (!s.ok()) return s;
-  top->reset(new NamespaceDB(std::move(*top), env, path, options.max_key_size, foreign_keys, usage,
-                             removals, std::move(records)));
+  DB* const below = top->get();
+  auto db = std::unique_ptr<NamespaceDB>(
+      new NamespaceDB(std::move(*top), env, path, options.max_key_size, foreign_keys, usage,
+                      removals, local != nullptr ? local : below, log, std::move(records)));
+  if (peers != nullptr) {
+    NamespaceFleet::Registry* registry = db.get();
+    db->fleet_ = std::make_unique<NamespaceFleet>(*peers, registry, log);
+    db->fleet_->Start();
+  }
+  *top = std::move(db);
   return Status::OK();
 }
 
 NamespaceDB::NamespaceDB(std::unique_ptr<DB> base, Env* env, std::string dir, uint64_t max_key_size,
                          bool foreign_keys, NamespaceUsage* usage, NamespaceRemovals* removals,
-                         NamespaceRecords records)
+                         DB* local, Logger* log, NamespaceRecords records)
     : StackableDB(std::move(base)),
       env_(env),
       dir_(std::move(dir)),
@@ -36,9 +45,13 @@ NamespaceDB::NamespaceDB(std::unique_ptr<DB> base, Env* env, std::string dir, ui
       foreign_keys_(foreign_keys),
       usage_(usage),
       removals_(removals),
+      local_(local),
+      log_(log),
       records_(std::move(records)),
       namespaced_keys_possible_(foreign_keys_ || !records_.empty()) {
-  for (const NamespaceInfo& record : records_) SetLimits(record);
+  for (const NamespaceRecord& record : records_) {
+    if (!record.dropped) SetLimits(record.info);
+  }
 }
 
 void NamespaceDB::SetLimits(const NamespaceInfo& record) {
@@ -47,7 +60,10 @@ void NamespaceDB::SetLimits(const NamespaceInfo& record) {
                     record.options.ssd_quota_bytes, record.options.weight);
 }
 
-NamespaceDB::~NamespaceDB() { DetachAll(); }
+NamespaceDB::~NamespaceDB() {
+  if (fleet_ != nullptr) fleet_->Stop();
+  DetachAll();
+}
 
 void NamespaceDB::DetachAll() {
   std::map<std::string, std::shared_ptr<NamespaceState>> states;
@@ -60,6 +76,7 @@ void NamespaceDB::DetachAll() {
 }
 
 Status NamespaceDB::Close() {
+  if (fleet_ != nullptr) fleet_->Stop();
   DetachAll();
   return StackableDB::Close();
 }
@@ -198,11 +215,58 @@ Status NamespaceDB::ReadResident(const Slice& prefix, size_t max_batch, const Re
 
 // ---------------------------------------------------------------- namespaces
 
-const NamespaceInfo* NamespaceDB::Find(const std::string& name) const {
-  for (const NamespaceInfo& r : records_) {
-    if (r.name == name) return &r;
+const NamespaceRecord* NamespaceDB::FindAny(const std::string& name) const {
+  for (const NamespaceRecord& r : records_) {
+    if (r.info.name == name) return &r;
   }
   return nullptr;
+}
+
+const NamespaceRecord* NamespaceDB::Find(const std::string& name) const {
+  const NamespaceRecord* r = FindAny(name);
+  return r != nullptr && !r->dropped ? r : nullptr;
+}
+
+std::vector<NamespaceInfo> NamespaceDB::Registered() const {
+  std::vector<NamespaceInfo> out;
+  for (const NamespaceRecord& r : records_) {
+    if (!r.dropped) out.push_back(r.info);
+  }
+  return out;
+}
+
+uint64_t NamespaceDB::NextStamp() const {
+  uint64_t stamp = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                             std::chrono::system_clock::now().time_since_epoch())
+                                             .count());
+  for (const NamespaceRecord& r : records_) stamp = std::max(stamp, r.stamp + 1);
+  return stamp;
+}
+
+Status NamespaceDB::Replace(const NamespaceRecord& record) {
+  NamespaceRecords next;
+  next.reserve(records_.size() + 1);
+  for (const NamespaceRecord& r : records_) {
+    if (r.info.name != record.info.name) next.push_back(r);
+  }
+  next.insert(std::upper_bound(next.begin(), next.end(), record,
+                               [](const NamespaceRecord& a, const NamespaceRecord& b) {
+                                 return a.info.name < b.info.name;
+                               }),
+              record);
+  // Past the tombstones a registry keeps, the oldest go: a member down since such a drop
+  // would bring that namespace back.
+  std::vector<uint64_t> stamps;
+  for (const NamespaceRecord& r : next) {
+    if (r.dropped) stamps.push_back(r.stamp);
+  }
+  if (stamps.size() > kMaxNamespaceTombstones) {
+    std::nth_element(stamps.begin(), stamps.end() - kMaxNamespaceTombstones, stamps.end());
+    const uint64_t oldest_kept = *(stamps.end() - kMaxNamespaceTombstones);
+    std::erase_if(next,
+                  [&](const NamespaceRecord& r) { return r.dropped && r.stamp < oldest_kept; });
+  }
+  return Commit(std::move(next));
 }
 
 Status NamespaceDB::Commit(NamespaceRecords records) {
@@ -220,12 +284,39 @@ std::unique_ptr<DB> NamespaceDB::NewHandle(const NamespaceInfo& record) {
   return std::make_unique<NamespaceView>(state);
 }
 
+void NamespaceDB::DetachHandles(const std::string& name, const std::string& why) {
+  std::shared_ptr<NamespaceState> state;
+  {
+    MutexLock l(&mu_);
+    if (auto it = states_.find(name); it != states_.end()) {
+      state = std::move(it->second);
+      states_.erase(it);
+    }
+  }
+  // Outside mu_: waits for the handles' calls in flight.
+  if (state != nullptr) state->Detach(why);
+}
+
+Status NamespaceDB::PullFromFleet() { return fleet_ != nullptr ? fleet_->PullAll() : Status::OK(); }
+
+Status NamespaceDB::PushToFleet() { return fleet_ != nullptr ? fleet_->PushAll() : Status::OK(); }
+
 Status NamespaceDB::CreateNamespace(const std::string& name, const NamespaceOptions& options,
                                     std::unique_ptr<DB>* handle) {
   handle->reset();
   Status s = input::CheckNamespaceName(name);
   if (s.ok()) s = CheckNamespaceOptions(options);
-  if (!s.ok()) return s;
+  // A member may know the name already (created through another member while this DB
+  // was away), and may refuse this DB's token the right to create.
+  if (s.ok()) s = PullFromFleet();
+  if (s.ok()) s = CreateHere(name, options, handle);
+  // Members that cannot be reached now learn it on their next pull.
+  if (s.ok()) PushToFleet();
+  return s;
+}
+
+Status NamespaceDB::CreateHere(const std::string& name, const NamespaceOptions& options,
+                               std::unique_ptr<DB>* handle) {
   MutexLock admin(&admin_mu_);
   {
     // From here on a namespace may hold keys below: DeleteAll must spare them.
@@ -234,36 +325,32 @@ Status NamespaceDB::CreateNamespace(const std::string& name, const NamespaceOpti
   }
   MutexLock l(&mu_);
   if (closed_) return Status::Aborted("DB is closed");
-  if (const NamespaceInfo* r = Find(name); r != nullptr) {
-    return r->dropping ? Status::Aborted("namespace '" + name +
-                                         "' is being dropped: DropNamespace again to finish")
-                       : Status::InvalidArgument("namespace '" + name +
-                                                 "' exists already (OpenNamespace opens it)");
+  if (const NamespaceRecord* r = Find(name); r != nullptr) {
+    return r->info.dropping ? Status::Aborted("namespace '" + name +
+                                              "' is being dropped: DropNamespace again to finish")
+                            : Status::InvalidArgument("namespace '" + name +
+                                                      "' exists already (OpenNamespace opens it)");
   }
-  if (records_.size() >= kMaxNamespaces) {
+  const std::vector<NamespaceInfo> registered = Registered();
+  if (registered.size() >= kMaxNamespaces) {
     return Status::InvalidArgument("a DB has at most " + std::to_string(kMaxNamespaces) +
                                    " namespaces");
   }
-  NamespaceInfo record{name, ns::IdOf(name), options, false};
-  if (record.id == 0) {  // the engine's accounting keeps 0 for "no namespace"
+  NamespaceRecord record{{name, ns::IdOf(name), options, false}, NextStamp(), false};
+  if (record.info.id == 0) {  // the engine's accounting keeps 0 for "no namespace"
     return Status::InvalidArgument("namespace name '" + name +
                                    "' hashes to id 0: choose another name");
   }
-  for (const NamespaceInfo& r : records_) {
-    if (r.id == record.id) {
+  for (const NamespaceInfo& r : registered) {
+    if (r.id == record.info.id) {
       return Status::InvalidArgument("namespace name '" + name + "' hashes to the id of '" +
                                      r.name + "': choose another name");
     }
   }
-  NamespaceRecords next = records_;
-  next.insert(std::upper_bound(
-                  next.begin(), next.end(), record,
-                  [](const NamespaceInfo& a, const NamespaceInfo& b) { return a.name < b.name; }),
-              record);
-  s = Commit(std::move(next));
+  Status s = Replace(record);
   if (!s.ok()) return s;
-  SetLimits(record);
-  *handle = NewHandle(record);
+  SetLimits(record.info);
+  *handle = NewHandle(record.info);
   return Status::OK();
 }
 
@@ -271,63 +358,88 @@ Status NamespaceDB::OpenNamespace(const std::string& name, std::unique_ptr<DB>* 
   handle->reset();
   Status s = input::CheckNamespaceName(name);
   if (!s.ok()) return s;
-  MutexLock l(&mu_);
-  if (closed_) return Status::Aborted("DB is closed");
-  const NamespaceInfo* r = Find(name);
-  if (r == nullptr) return Status::NotFound("no namespace '" + name + "'");
-  if (r->dropping) {
-    return Status::Aborted("namespace '" + name +
-                           "' is being dropped: DropNamespace again to finish");
+  for (bool pulled = fleet_ == nullptr;; pulled = true) {
+    {
+      MutexLock l(&mu_);
+      if (closed_) return Status::Aborted("DB is closed");
+      const NamespaceRecord* r = Find(name);
+      if (r != nullptr && r->info.dropping) {
+        return Status::Aborted("namespace '" + name +
+                               "' is being dropped: DropNamespace again to finish");
+      }
+      if (r != nullptr) {
+        *handle = NewHandle(r->info);
+        return Status::OK();
+      }
+      if (pulled) return Status::NotFound("no namespace '" + name + "'");
+    }
+    // Not here yet: created through another member or client moments ago.
+    PullFromFleet();
   }
-  *handle = NewHandle(*r);
-  return Status::OK();
 }
 
 Status NamespaceDB::MarkDropping(const std::string& name, uint64_t* id) {
-  std::shared_ptr<NamespaceState> state;
   {
     MutexLock l(&mu_);
     if (closed_) return Status::Aborted("DB is closed");
-    const NamespaceInfo* r = Find(name);
+    const NamespaceRecord* r = Find(name);
     if (r == nullptr) return Status::NotFound("no namespace '" + name + "'");
-    *id = r->id;
-    if (!r->dropping) {
-      NamespaceRecords next = records_;
-      for (NamespaceInfo& n : next) n.dropping |= n.name == name;
-      Status s = Commit(std::move(next));
-      if (!s.ok()) return s;
-    }
-    if (auto it = states_.find(name); it != states_.end()) {
-      state = std::move(it->second);
-      states_.erase(it);
-    }
+    *id = r->info.id;
+    NamespaceRecord dropping = *r;
+    dropping.info.dropping = true;
+    dropping.stamp = NextStamp();
+    Status s = Replace(dropping);
+    if (!s.ok()) return s;
   }
-  // Outside mu_: waits for the handles' calls in flight.
-  if (state != nullptr) state->Detach("namespace '" + name + "' was dropped");
+  DetachHandles(name, "namespace '" + name + "' was dropped");
   return Status::OK();
 }
 
 Status NamespaceDB::Unregister(const std::string& name) {
   MutexLock l(&mu_);
-  NamespaceRecords next;
-  for (const NamespaceInfo& r : records_) {
-    if (r.name != name) next.push_back(r);
+  const NamespaceRecord* r = Find(name);
+  if (r == nullptr || !r->info.dropping) {  // re-created (through a member) meanwhile
+    return Status::Aborted("namespace '" + name + "' changed while it was being dropped");
   }
-  return Commit(std::move(next));
+  NamespaceRecord tombstone = *r;
+  tombstone.info.dropping = false;
+  tombstone.dropped = true;
+  tombstone.stamp = NextStamp();
+  return Replace(tombstone);
 }
 
 Status NamespaceDB::DropNamespace(const std::string& name, uint64_t* deleted) {
   if (deleted != nullptr) *deleted = 0;
   Status s = input::CheckNamespaceName(name);
-  if (!s.ok()) return s;
-  MutexLock admin(&admin_mu_);
+  if (s.ok()) s = PullFromFleet();
+  if (s.ok()) s = DropHere(name, deleted);
+  // The tombstone, to every member (one that misses it learns it on its next pull).
+  if (s.ok()) PushToFleet();
+  return s;
+}
+
+Status NamespaceDB::DropHere(const std::string& name, uint64_t* deleted) {
   uint64_t id = 0;
-  s = MarkDropping(name, &id);
-  if (!s.ok()) return s;
+  {
+    MutexLock admin(&admin_mu_);
+    Status s = MarkDropping(name, &id);
+    if (!s.ok()) return s;
+  }
+  // Every member marks it dropping (its handles fail from now on) before its keys go.
+  PushToFleet();
+  MutexLock admin(&admin_mu_);
   // Removed everywhere, and durably, before the registration goes: a crash in between
   // leaves the namespace marked dropping, never keys that a new namespace of the same
   // name (the same id) would find.
-  s = base_->DeleteByRegex(ns::AllKeysOfNamespace(id), deleted);
+  Status s = base_->DeleteByRegex(ns::AllKeysOfNamespace(id), deleted);
+  if (s.IsIOError() && fleet_ != nullptr) {
+    // A member could not be reached: it removes its keys when it learns of the drop (its
+    // first pull once it is back, NamespaceDB::Merge; before that, the delete hint the
+    // cluster recorded for it).  This host's own must be gone now.
+    uint64_t here = 0;
+    s = local_->DeleteByRegex(ns::AllKeysOfNamespace(id), &here);
+    if (deleted != nullptr) *deleted += here;
+  }
   if (s.ok()) s = base_->Flush();
   if (!s.ok()) {
     return Status::FromErrorCode(
@@ -342,9 +454,95 @@ Status NamespaceDB::DropNamespace(const std::string& name, uint64_t* deleted) {
 
 Status NamespaceDB::ListNamespaces(std::vector<NamespaceInfo>* namespaces) {
   if (namespaces == nullptr) return Status::InvalidArgument("ListNamespaces: result is null");
+  PullFromFleet();  // the fleet's, as of now: a member that cannot be asked is skipped
   MutexLock l(&mu_);
-  *namespaces = records_;
+  *namespaces = Registered();
   return Status::OK();
+}
+
+// ---------------------------------------------------------------- the fleet
+
+NamespaceRecords NamespaceDB::Snapshot() {
+  MutexLock l(&mu_);
+  return records_;
+}
+
+Status NamespaceDB::RemoveLocalKeys(uint64_t id) {
+  uint64_t removed = 0;
+  Status s = local_->DeleteByRegex(ns::AllKeysOfNamespace(id), &removed);
+  return s.ok() ? local_->Flush() : s;
+}
+
+Status NamespaceDB::Merge(const NamespaceRecords& remote, const std::string& from) {
+  MutexLock admin(&admin_mu_);
+  // The records of `remote` that supersede this registry's, and what this registry held
+  // of the namespace (live or being dropped) before.
+  struct Winner {
+    NamespaceRecord record;
+    bool had = false;
+    bool had_legacy = false;  // of a format 1 registry (stamp 0)
+  };
+  std::vector<Winner> winners;
+  {
+    MutexLock l(&mu_);
+    if (closed_) return Status::Aborted("DB is closed");
+    for (const NamespaceRecord& r : remote) {
+      const NamespaceRecord* mine = FindAny(r.info.name);
+      if (r.info.id != ns::IdOf(r.info.name)) continue;  // not a registry of this engine's
+      if (mine != nullptr && !Supersedes(r, *mine)) continue;
+      const bool had = mine != nullptr && !mine->dropped;
+      winners.push_back({r, had, had && mine->stamp == 0});
+    }
+  }
+  if (winners.empty()) return Status::OK();
+  {
+    WriterLock w(&delete_all_mu_);
+    namespaced_keys_possible_ = true;
+  }
+  Status result;
+  for (const Winner& w : winners) {
+    const NamespaceRecord& record = w.record;
+    const std::string& name = record.info.name;
+    // A drop this host missed, or one followed by a new namespace of the same name (the
+    // same id): the old handles fail, and the old keys this host holds go first.  Not for
+    // the namespaces hosts created each on its own before registries were stamped: they
+    // only agree on the options.
+    const bool recreated = w.had && !record.dropped && !w.had_legacy;
+    if (record.dropped || record.info.dropping || recreated) {
+      DetachHandles(name, "namespace '" + name + "' was dropped (through " + from + ")");
+    }
+    if (w.had && !record.info.dropping && (record.dropped || recreated)) {
+      Status s = RemoveLocalKeys(record.info.id);
+      if (!s.ok()) {  // the next pull tries again
+        result = s;
+        continue;
+      }
+    }
+    MutexLock l(&mu_);
+    if (!record.dropped && !record.info.dropping) {
+      bool taken = false;
+      for (const NamespaceInfo& r : Registered()) taken |= r.id == record.info.id && r.name != name;
+      if (taken) continue;  // two names of one id: keep this registry's
+    }
+    Status s = Replace(record);
+    if (!s.ok()) {
+      result = s;
+      continue;
+    }
+    if (record.dropped) {
+      if (usage_ != nullptr) usage_->Forget(record.info.id);
+    } else {
+      SetLimits(record.info);
+    }
+    if (log_ != nullptr && log_->Enabled(LogLevel::kInfo)) {
+      const char* what = record.dropped         ? "dropped (its keys removed from this host)"
+                         : record.info.dropping ? "being dropped"
+                         : w.had                ? "created again (the old keys removed here)"
+                                                : "created";
+      log_->Write(LogLevel::kInfo, "namespace '" + name + "' " + what + ", as learnt from " + from);
+    }
+  }
+  return result;
 }
 
 }  // namespace kvengine

@@ -21,6 +21,7 @@
 #include "cluster/rendezvous.h"
 #include "kvengine/db.h"
 #include "test/peer_harness.h"
+#include "util/namespace_key.h"
 
 namespace kvengine {
 namespace {
@@ -634,6 +635,7 @@ class PlacementTest : public ::testing::TestWithParam<std::tuple<bool, int>> {
     std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
     for (char& c : name) c = c == '/' ? '_' : c;
     dir_ = TempDir(name);
+    BeforeMembers();
     if (on_etcd()) {
       etcd_ = std::make_unique<Etcd>(dir_);
       ASSERT_TRUE(etcd_->Start()) << "etcd did not start; see " << dir_ << "/etcd.log";
@@ -649,6 +651,7 @@ class PlacementTest : public ::testing::TestWithParam<std::tuple<bool, int>> {
     if (!on_etcd()) setenv("KVENGINE_PEERS", all.c_str(), 1);
     for (int m = 0; m < kMembers; m++) {
       std::vector<std::string> extra = {"--local_listen=" + Socket(m)};
+      if (!token_file_.empty()) extra.push_back("--auth_token_file=" + token_file_);
       if (on_etcd()) extra.push_back("--cluster=etcd://" + etcd_->address() + "/place");
       servers_.push_back(
           std::make_unique<Server>(dir_ + "/m" + std::to_string(m), ports[m], extra));
@@ -666,10 +669,16 @@ class PlacementTest : public ::testing::TestWithParam<std::tuple<bool, int>> {
   }
   // The options every member starts with, before the cluster's.
   virtual std::string MemberOptions() const { return ",ssd_capacity_bytes=0"; }
+  // Runs in SetUp once dir_ exists, before the members start.
+  virtual void BeforeMembers() {}
 
+  // A client of the members' peer servers, with the members' token when they take one.
+  std::unique_ptr<Transport> MemberClient(uint64_t timeout_ms) {
+    return NewClient(token_, timeout_ms, tenant_);
+  }
   // kvengine.peers of member m.
   std::string PeersOf(int m) {
-    auto t = NewClient("", 1000);
+    auto t = MemberClient(1000);
     std::string text;
     return t->GetProperty(servers_[m]->endpoint(), "kvengine.peers", &text).ok() ? text : "";
   }
@@ -708,10 +717,11 @@ class PlacementTest : public ::testing::TestWithParam<std::tuple<bool, int>> {
   }
 
   // A client of the cluster that is no member (kv_server's own clients: kv_bench
-  // --cluster, a DB opened with peers).
-  std::unique_ptr<DB> ClusterClient() {
+  // --cluster, a DB opened with peers); on etcd, once it routes over `live` members.
+  std::unique_ptr<DB> ClusterClient(int live = kMembers) {
     Options o = ClientOptions("", PeerMode::kSharded);
     o.cluster_replicas = replicas();
+    o.peer_auth_token_file = token_file_;
     if (on_etcd()) {
       o.cluster = "etcd://" + etcd_->address() + "/place";
     } else {
@@ -724,7 +734,7 @@ class PlacementTest : public ::testing::TestWithParam<std::tuple<bool, int>> {
           [&] {
             std::string text;
             db->GetProperty("kvengine.peers", &text);
-            return text.find("\npeers: " + std::to_string(kMembers) + "\n") != std::string::npos;
+            return text.find("\npeers: " + std::to_string(live) + "\n") != std::string::npos;
           },
           10000));
     }
@@ -747,7 +757,7 @@ class PlacementTest : public ::testing::TestWithParam<std::tuple<bool, int>> {
   std::vector<std::set<std::string>> Holders(const std::vector<std::string>& names) {
     std::vector<Slice> keys(names.begin(), names.end());
     std::vector<std::set<std::string>> held(names.size());
-    auto t = NewClient("", 2000);
+    auto t = MemberClient(2000);
     for (int m = 0; m < kMembers; m++) {
       std::vector<int64_t> r;
       EXPECT_TRUE(t->BatchExists(servers_[m]->endpoint(), keys, &r).ok()) << members_[m];
@@ -799,6 +809,9 @@ class PlacementTest : public ::testing::TestWithParam<std::tuple<bool, int>> {
   }
 
   static constexpr int kMembers = 3;
+  // The members' token file (--auth_token_file), and the tenant and token of its first
+  // line, which the test's clients present; none by default.
+  std::string token_file_, tenant_, token_;
   std::string dir_;
   std::unique_ptr<Etcd> etcd_;
   std::vector<std::string> members_;
@@ -1177,6 +1190,264 @@ TEST_P(DeleteAcrossFailuresTest, ADeleteMadeWhileAnOwnerIsDownStaysDeleted) {
   // The keys nobody deleted came back with the victim (its SSD), each on its owners.
   ExpectPlaced(kept);
 }
+
+// "Static" or "Etcd", then "R" and the replica count.
+std::string StaticOrEtcd(const ::testing::TestParamInfo<std::tuple<bool, int>>& info) {
+  return std::string(std::get<0>(info.param) ? "Etcd" : "Static") + "R" +
+         std::to_string(std::get<1>(info.param));
+}
+
+// Issue #50 item 8: namespaces across the cluster.  A namespace created, dropped or
+// listed through any member (its attached processes) or a cluster client is every
+// member's: the change is forwarded to every member and each pulls the others'
+// registries every second (namespaces/namespace_fleet.h), so a member that was down
+// during a change catches up when it is back.  Members keep SSD tiers, so that one
+// restarted finds the keys it held.
+class FleetNamespaceTest : public PlacementTest {
+ protected:
+  std::string MemberOptions() const override { return ",ssd_capacity_bytes=64MiB"; }
+
+  // The key the members store for `key` of namespace `name`.
+  static std::string Stored(const std::string& name, const std::string& key) {
+    return ns::Prefix(ns::IdOf(name)) + key;
+  }
+  static std::vector<std::string> StoredAll(const std::string& name,
+                                            const std::vector<std::string>& keys) {
+    std::vector<std::string> out;
+    for (const std::string& k : keys) out.push_back(Stored(name, k));
+    return out;
+  }
+  // The namespaces `db` lists, by name.
+  static std::set<std::string> Listed(DB* db) {
+    std::vector<NamespaceInfo> list;
+    EXPECT_TRUE(db->ListNamespaces(&list).ok());
+    std::set<std::string> names;
+    for (const NamespaceInfo& n : list) names.insert(n.name);
+    return names;
+  }
+  // Each key of namespace `name` is on exactly its R owners, and no other member.
+  void ExpectOnOwners(const std::string& name, const std::vector<std::string>& keys) {
+    const std::vector<std::string> stored = StoredAll(name, keys);
+    const std::vector<std::set<std::string>> held = Holders(stored);
+    for (size_t i = 0; i < keys.size(); i++) {
+      const std::vector<std::string> owners = TopOwners(stored[i], members_, replicas());
+      EXPECT_EQ(held[i], std::set<std::string>(owners.begin(), owners.end())) << keys[i];
+    }
+  }
+  // Every key of `keys` reads bit-exact through `db` (a namespace's handle).
+  static void ExpectValues(DB* db, const std::vector<std::string>& keys, const char* door) {
+    for (const std::string& k : keys) {
+      std::string v;
+      ASSERT_TRUE(db->Get(ReadOptions(), k, &v).ok()) << k << " through " << door;
+      ASSERT_EQ(v, ValueOf(k, 4096 + k.size() * 64)) << k << " through " << door;
+    }
+  }
+};
+
+TEST_P(FleetNamespaceTest, CreateUseAndDropThroughAnyDoorApplyToEveryMember) {
+  NamespaceOptions options;
+  options.memory_quota_bytes = 32 << 20;
+  options.weight = 3;
+  std::unique_ptr<DB> a0 = Attach(0);
+  std::unique_ptr<DB> h0;
+  ASSERT_TRUE(a0->CreateNamespace("tenant-a", options, &h0).ok());
+  // Every member has it at once, with its options: each enforces the quota on its own tiers.
+  for (int m = 0; m < kMembers; m++) {
+    std::vector<NamespaceInfo> list;
+    ASSERT_TRUE(Attach(m)->ListNamespaces(&list).ok());
+    ASSERT_EQ(list.size(), 1u) << "member " << m;
+    EXPECT_EQ(list[0].name, "tenant-a");
+    EXPECT_EQ(list[0].id, ns::IdOf("tenant-a"));
+    EXPECT_EQ(list[0].options.memory_quota_bytes, 32u << 20) << "member " << m;
+    EXPECT_EQ(list[0].options.weight, 3u);
+  }
+  // A second create through another member is refused: the name is the cluster's.
+  std::unique_ptr<DB> a1 = Attach(1);
+  std::unique_ptr<DB> h1;
+  EXPECT_TRUE(a1->CreateNamespace("tenant-a", options, &h1).IsInvalidArgument());
+  // Used through member 1, and through a cluster client that is no member.
+  ASSERT_TRUE(a1->OpenNamespace("tenant-a", &h1).ok());
+  const std::vector<std::string> by_member = Names("m1/layer.", 48);
+  BatchPut(h1.get(), by_member);
+  std::unique_ptr<DB> client = ClusterClient();
+  EXPECT_EQ(Listed(client.get()), std::set<std::string>{"tenant-a"});
+  std::unique_ptr<DB> hc;
+  ASSERT_TRUE(client->OpenNamespace("tenant-a", &hc).ok());
+  ExpectValues(hc.get(), by_member, "the cluster client");
+  const std::vector<std::string> by_client = Names("client/layer.", 48);
+  BatchPut(hc.get(), by_client);
+  ExpectValues(h0.get(), by_client, "member 0");
+  std::unique_ptr<DB> h2;
+  ASSERT_TRUE(Attach(2)->OpenNamespace("tenant-a", &h2).ok());
+  ExpectValues(h2.get(), by_member, "member 2");
+  // The ids agree, so a namespace's keys are on their rendezvous owners.
+  ExpectOnOwners("tenant-a", by_member);
+  ExpectOnOwners("tenant-a", by_client);
+
+  // Dropped through member 1: gone from every member's registry and tiers.
+  uint64_t deleted = 0;
+  ASSERT_TRUE(a1->DropNamespace("tenant-a", &deleted).ok());
+  EXPECT_EQ(deleted, 96u * replicas());
+  for (int m = 0; m < kMembers; m++) {
+    std::unique_ptr<DB> a = Attach(m);
+    EXPECT_TRUE(Listed(a.get()).empty()) << "member " << m;
+    std::unique_ptr<DB> h;
+    EXPECT_TRUE(a->OpenNamespace("tenant-a", &h).IsNotFound()) << "member " << m;
+  }
+  EXPECT_TRUE(Listed(client.get()).empty());
+  std::string v;
+  EXPECT_TRUE(h0->Get(ReadOptions(), by_member[0], &v).IsAborted());
+  EXPECT_TRUE(hc->Get(ReadOptions(), by_member[0], &v).IsAborted());
+  ExpectGone(StoredAll("tenant-a", by_member));
+  ExpectGone(StoredAll("tenant-a", by_client));
+  // Created again (the same id): nothing of the old one is found through any door.
+  ASSERT_TRUE(client->CreateNamespace("tenant-a", NamespaceOptions(), &hc).ok());
+  for (int m = 0; m < kMembers; m++) {
+    std::unique_ptr<DB> h;
+    ASSERT_TRUE(Attach(m)->OpenNamespace("tenant-a", &h).ok()) << "member " << m;
+    EXPECT_TRUE(h->Get(ReadOptions(), by_member[0], &v).IsNotFound()) << "member " << m;
+  }
+}
+
+TEST_P(FleetNamespaceTest, AMemberDownDuringACreateOrADropCatchesUpWhenItReturns) {
+  const int victim = 2;
+  const std::vector<std::string> keys = Names("old/layer.", 64);
+  {
+    std::unique_ptr<DB> a0 = Attach(0);
+    std::unique_ptr<DB> h;
+    ASSERT_TRUE(a0->CreateNamespace("old", NamespaceOptions(), &h).ok());
+    BatchPut(h.get(), keys);
+  }
+  for (int m = 0; m < kMembers; m++) ASSERT_TRUE(Attach(m)->Flush().ok()) << m;
+  int on_victim = 0;
+  for (const auto& held : Holders(StoredAll("old", keys)))
+    on_victim += held.count(members_[victim]);
+  ASSERT_GT(on_victim, 5);
+
+  servers_[victim]->Kill(SIGKILL);
+  if (on_etcd()) {
+    ASSERT_TRUE(WaitSees(0, kMembers - 2)) << PeersOf(0);
+  }
+  {
+    // Through a cluster client that is gone before the victim returns, with whatever it
+    // recorded for it: the victim learns both changes from the members.
+    std::unique_ptr<DB> client = ClusterClient(on_etcd() ? kMembers - 1 : kMembers);
+    std::unique_ptr<DB> h;
+    ASSERT_TRUE(client->CreateNamespace("new", NamespaceOptions(), &h).ok());
+    h.reset();
+    uint64_t deleted = 0;
+    ASSERT_TRUE(client->DropNamespace("old", &deleted).ok());
+    EXPECT_EQ(Listed(client.get()), std::set<std::string>{"new"});
+    ASSERT_TRUE(client->Close().ok());
+  }
+  for (int m = 0; m < kMembers; m++) {
+    if (m != victim) {
+      EXPECT_EQ(Listed(Attach(m).get()), std::set<std::string>{"new"}) << m;
+    }
+  }
+
+  ASSERT_TRUE(Restart(victim));
+  std::unique_ptr<DB> back = Attach(victim);
+  EXPECT_TRUE(WaitFor([&] { return Listed(back.get()) == std::set<std::string>{"new"}; }, 10000))
+      << "the returned member lists " << Listed(back.get()).size() << " namespaces";
+  // The keys it held of the dropped namespace are gone from its SSD too.
+  ExpectGone(StoredAll("old", keys));
+  // And it serves the namespace created while it was down.
+  for (int m = 0; m < kMembers; m++) ASSERT_TRUE(WaitSees(m, kMembers - 1)) << m;
+  std::unique_ptr<DB> h;
+  ASSERT_TRUE(back->OpenNamespace("new", &h).ok());
+  const std::vector<std::string> fresh = Names("new/layer.", 32);
+  BatchPut(h.get(), fresh);
+  std::unique_ptr<DB> h0;
+  ASSERT_TRUE(Attach(0)->OpenNamespace("new", &h0).ok());
+  ExpectValues(h0.get(), fresh, "member 0");
+  ExpectOnOwners("new", fresh);
+}
+
+INSTANTIATE_TEST_SUITE_P(StaticAndEtcd, FleetNamespaceTest,
+                         ::testing::Combine(::testing::Bool(), ::testing::Values(1, 2)),
+                         StaticOrEtcd);
+
+// A tenant's token maps to the same namespaces on every member: the members share one
+// token file whose first tenant (theirs) may use every namespace.
+class FleetTenantTest : public FleetNamespaceTest {
+ protected:
+  void BeforeMembers() override {
+    token_file_ = dir_ + "/tokens";
+    tenant_ = "ops";
+    token_ = "ops-token-0e9c5b7a1f3d2c48";
+    WriteFile(token_file_, "kvengine-tokens 1\ntenant ops " + token_ + " *\n" + "tenant alpha " +
+                               kAlphaToken + " ns-a\n" +
+                               "tenant beta beta-token-b83d27f0c45e ns-b\n");
+    WriteFile(dir_ + "/alpha-token", "kvengine-tokens 1\ntenant alpha " + kAlphaToken + " ns-a\n");
+  }
+  static void WriteFile(const std::string& path, const std::string& text) {
+    FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr) << path;
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+  }
+  static inline const std::string kAlphaToken = "alpha-token-4f1e0c9a7d2b86e3";
+};
+
+TEST_P(FleetTenantTest, ATenantTokenReachesTheSameNamespaceOnEveryMember) {
+  {
+    std::unique_ptr<DB> a0 = Attach(0), h;
+    ASSERT_TRUE(a0->CreateNamespace("ns-a", NamespaceOptions(), &h).ok());
+    ASSERT_TRUE(a0->CreateNamespace("ns-b", NamespaceOptions(), &h).ok());
+  }
+  // A cluster client with alpha's token sees, opens and writes ns-a alone.
+  token_file_ = dir_ + "/alpha-token";
+  std::unique_ptr<DB> alpha = ClusterClient();
+  token_file_ = dir_ + "/tokens";
+  EXPECT_EQ(Listed(alpha.get()), std::set<std::string>{"ns-a"});
+  std::unique_ptr<DB> ha, hb;
+  ASSERT_TRUE(alpha->OpenNamespace("ns-a", &ha).ok());
+  EXPECT_TRUE(alpha->OpenNamespace("ns-b", &hb).IsNotFound());
+  const std::vector<std::string> keys = Names("alpha/layer.", 48);
+  BatchPut(ha.get(), keys);
+  // It may not create or drop a namespace: refused, and nothing changes anywhere.
+  Status s = alpha->CreateNamespace("ns-c", NamespaceOptions(), &hb);
+  EXPECT_TRUE(s.IsPermissionDenied()) << s.ToString();
+  EXPECT_TRUE(alpha->DropNamespace("ns-a", nullptr).IsPermissionDenied());
+  EXPECT_EQ(Listed(alpha.get()), std::set<std::string>{"ns-a"});
+  for (int m = 0; m < kMembers; m++) {
+    const std::set<std::string> both = {"ns-a", "ns-b"};
+    EXPECT_EQ(Listed(Attach(m).get()), both) << m;
+  }
+  // Alpha's token on each member's peer server reaches the same keys of ns-a -- each
+  // served bit-exact by its owners -- and no key of ns-b.
+  auto t = NewClient(kAlphaToken, 2000, "alpha");
+  int served = 0;
+  std::set<std::string> members_serving;
+  for (const std::string& k : keys) {
+    const std::string stored = Stored("ns-a", k);
+    for (const std::string& owner : TopOwners(stored, members_, replicas())) {
+      Endpoint e;
+      ASSERT_TRUE(Endpoint::Parse(owner, &e).ok());
+      std::vector<std::string> values;
+      std::vector<int64_t> r;
+      const Slice key(stored);
+      ASSERT_TRUE(t->BatchGetOwned(e, std::span<const Slice>(&key, 1), &values, &r).ok()) << owner;
+      ASSERT_EQ(values[0], ValueOf(k, 4096 + k.size() * 64)) << k << " on " << owner;
+      served++;
+      members_serving.insert(owner);
+    }
+  }
+  EXPECT_EQ(served, 48 * replicas());
+  EXPECT_EQ(members_serving.size(), static_cast<size_t>(kMembers));
+  const std::string other = Stored("ns-b", "k");
+  const Slice key(other);
+  for (int m = 0; m < kMembers; m++) {
+    std::vector<int64_t> r;
+    EXPECT_TRUE(t->BatchExists(servers_[m]->endpoint(), std::span<const Slice>(&key, 1), &r)
+                    .IsPermissionDenied())
+        << "member " << m;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(StaticAndEtcd, FleetTenantTest,
+                         ::testing::Combine(::testing::Bool(), ::testing::Values(1)), StaticOrEtcd);
 
 INSTANTIATE_TEST_SUITE_P(StaticAndEtcd, DeleteAcrossFailuresTest,
                          ::testing::Combine(::testing::Bool(), ::testing::Values(1, 2)),

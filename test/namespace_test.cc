@@ -14,6 +14,8 @@
 #include "namespaces/namespace_keys.h"
 #include "namespaces/namespace_registry.h"
 #include "test/test_util.h"
+#include "util/coding.h"
+#include "util/hash.h"
 #include "util/namespace_key.h"
 #include "util/printable.h"
 
@@ -526,7 +528,7 @@ TEST_F(NamespaceTest, AnUnfinishedDropIsFinishedByTheNextDrop) {
   NamespaceRecords records;
   ASSERT_TRUE(LoadNamespaceRegistry(Env::Default(), dir_.path(), &records).ok());
   ASSERT_EQ(records.size(), 2u);
-  records[0].dropping = true;  // "a"
+  records[0].info.dropping = true;  // "a"
   ASSERT_TRUE(SaveNamespaceRegistry(Env::Default(), dir_.path(), records).ok());
   Open();
   std::vector<NamespaceInfo> list;
@@ -602,16 +604,19 @@ TEST_F(NamespaceTest, RegistrySurvivesKill9) {
 // Every single-byte change and every truncation of a registry is refused as Corruption
 // (and parsing it never crashes: run under ASan/UBSan).
 TEST(NamespaceRegistryTest, EveryDamageIsCorruption) {
-  NamespaceRecords records(2);
-  records[0] = {"alpha", ns::IdOf("alpha"), {1, 2, 3}, false};
-  records[1] = {"beta", ns::IdOf("beta"), {0, 0, 1}, true};
+  NamespaceRecords records(3);
+  records[0] = {{"alpha", ns::IdOf("alpha"), {1, 2, 3}, false}, 7, false};
+  records[1] = {{"beta", ns::IdOf("beta"), {0, 0, 1}, true}, 8, false};
+  records[2] = {{"gamma", ns::IdOf("gamma"), {0, 0, 1}, false}, 9, true};
   const std::string good = EncodeNamespaceRegistry(records);
   NamespaceRecords decoded;
   ASSERT_TRUE(DecodeNamespaceRegistry(good, "test", &decoded).ok());
-  ASSERT_EQ(decoded.size(), 2u);
-  EXPECT_EQ(decoded[0].name, "alpha");
-  EXPECT_EQ(decoded[0].options.ssd_quota_bytes, 2u);
-  EXPECT_TRUE(decoded[1].dropping);
+  ASSERT_EQ(decoded.size(), 3u);
+  EXPECT_EQ(decoded[0].info.name, "alpha");
+  EXPECT_EQ(decoded[0].info.options.ssd_quota_bytes, 2u);
+  EXPECT_EQ(decoded[0].stamp, 7u);
+  EXPECT_TRUE(decoded[1].info.dropping);
+  EXPECT_TRUE(decoded[2].dropped);
   for (size_t pos = 0; pos < good.size(); pos++) {
     for (int bit = 0; bit < 8; bit++) {
       std::string bad = good;
@@ -628,16 +633,71 @@ TEST(NamespaceRegistryTest, EveryDamageIsCorruption) {
   ASSERT_TRUE(DecodeNamespaceRegistry(good + "x", "test", &decoded).IsCorruption());
 }
 
+// A registry written by a build before stamps and tombstones (format 1) is still read:
+// its records have stamp 0, and the next change writes format 2.
+TEST(NamespaceRegistryTest, AFormatOneRegistryIsRead) {
+  std::string v1;
+  PutFixed64(&v1, 0x31474552534e564bull);
+  PutFixed32(&v1, 1);
+  PutFixed32(&v1, 1);
+  PutLengthPrefixed(&v1, "old");
+  PutFixed64(&v1, ns::IdOf("old"));
+  PutFixed64(&v1, 5);  // memory quota
+  PutFixed64(&v1, 6);  // SSD quota
+  PutFixed32(&v1, 7);  // weight
+  v1.push_back(1);     // dropping
+  PutFixed64(&v1, Hash64(v1));
+  NamespaceRecords decoded;
+  Status s = DecodeNamespaceRegistry(v1, "test", &decoded);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_EQ(decoded.size(), 1u);
+  EXPECT_EQ(decoded[0].info.name, "old");
+  EXPECT_EQ(decoded[0].info.options.weight, 7u);
+  EXPECT_TRUE(decoded[0].info.dropping);
+  EXPECT_EQ(decoded[0].stamp, 0u);
+  EXPECT_FALSE(decoded[0].dropped);
+  // State 2 (a tombstone) did not exist in format 1.
+  std::string bad = v1.substr(0, v1.size() - 9);
+  bad.push_back(2);
+  PutFixed64(&bad, Hash64(bad));
+  EXPECT_TRUE(DecodeNamespaceRegistry(bad, "test", &decoded).IsCorruption());
+}
+
+// Merging registries in any order converges: the later stamp wins, and on a tie the
+// later state, then the larger options.
+TEST(NamespaceRegistryTest, SupersedesOrdersEveryPairOfRecordsOneWay) {
+  const NamespaceInfo live{"n", ns::IdOf("n"), {0, 0, 1}, false};
+  NamespaceInfo dropping = live;
+  dropping.dropping = true;
+  const std::vector<NamespaceRecord> records = {{live, 1, false},
+                                                {live, 2, false},
+                                                {dropping, 2, false},
+                                                {live, 2, true},
+                                                {{"n", ns::IdOf("n"), {9, 0, 1}, false}, 2, false}};
+  for (size_t i = 0; i < records.size(); i++) {
+    EXPECT_FALSE(Supersedes(records[i], records[i])) << i;
+    for (size_t j = 0; j < records.size(); j++) {
+      if (i != j) {
+        EXPECT_NE(Supersedes(records[i], records[j]), Supersedes(records[j], records[i]));
+      }
+    }
+  }
+  EXPECT_TRUE(Supersedes(records[1], records[0]));  // later stamp
+  EXPECT_TRUE(Supersedes(records[3], records[2]));  // a tombstone over a drop of one stamp
+  EXPECT_TRUE(Supersedes(records[2], records[1]));  // dropping over live
+  EXPECT_TRUE(Supersedes(records[4], records[1]));  // larger options
+}
+
 // Records that carry a valid checksum but break the registry's rules are refused too:
 // a repeated name or id would merge two namespaces' keys.
 TEST(NamespaceRegistryTest, RepeatedNamesAndIdsAreCorruption) {
-  NamespaceRecords twice = {{"same", 1, {}, false}, {"same", 2, {}, false}};
+  NamespaceRecords twice = {{{"same", 1, {}, false}}, {{"same", 2, {}, false}}};
   Status s = DecodeNamespaceRegistry(EncodeNamespaceRegistry(twice), "test", &twice);
   EXPECT_TRUE(s.IsCorruption()) << s.ToString();
-  NamespaceRecords ids = {{"one", 9, {}, false}, {"two", 9, {}, false}};
+  NamespaceRecords ids = {{{"one", 9, {}, false}}, {{"two", 9, {}, false}}};
   s = DecodeNamespaceRegistry(EncodeNamespaceRegistry(ids), "test", &ids);
   EXPECT_TRUE(s.IsCorruption()) << s.ToString();
-  NamespaceRecords weight = {{"w", 9, {0, 0, 0}, false}};
+  NamespaceRecords weight = {{{"w", 9, {0, 0, 0}, false}}};
   s = DecodeNamespaceRegistry(EncodeNamespaceRegistry(weight), "test", &weight);
   EXPECT_TRUE(s.IsCorruption()) << s.ToString();
 }

@@ -154,9 +154,9 @@ class NamespaceScope {
     NamespaceRecords records;
     Status s = LoadNamespaceRegistry(env, FLAGS_db, &records);
     if (!s.ok()) return Fail(cmd, s.ToString());
-    for (const NamespaceInfo& r : records) {
-      if (r.name == FLAGS_namespace) {
-        rule_ = NamespaceKeys(r.id, UINT64_MAX);
+    for (const NamespaceRecord& r : records) {
+      if (!r.dropped && r.info.name == FLAGS_namespace) {
+        rule_ = NamespaceKeys(r.info.id, UINT64_MAX);
         all_ = false;
         return kExitOk;
       }
@@ -590,9 +590,13 @@ class NamespacesCommand : public LdbCommand {
   int DoCommand(const std::vector<std::string>&) override {
     OfflineDb db;
     if (int rc = db.Open(Name()); rc != kExitOk) return rc;
-    NamespaceRecords records;
-    Status s = LoadNamespaceRegistry(db.env(), FLAGS_db, &records);
+    NamespaceRecords stored;
+    Status s = LoadNamespaceRegistry(db.env(), FLAGS_db, &stored);
     if (!s.ok()) return Fail(Name(), s.ToString());
+    std::vector<NamespaceInfo> records;  // the tombstones of drops left out
+    for (const NamespaceRecord& r : stored) {
+      if (!r.dropped) records.push_back(r.info);
+    }
     std::map<uint64_t, uint64_t> keys_by_id;
     uint64_t default_keys = 0, orphans = 0;
     for (const auto& [key, where] : db.model().live()) {

@@ -826,6 +826,15 @@ class TcpServer final : public TransportServer {
     switch (h.op) {
       case wire::kAuth:
         return Authenticate(c, h, meta);
+      case wire::kSyncNamespaces: {
+        std::string answer;
+        Status s = service_->SyncNamespaces(c->tenant, meta, &answer);
+        if (s.IsPermissionDenied() && c->tenant != nullptr) refusals_.Note(c->tenant, c->peer, s);
+        std::string out;
+        wire::PutBatchStatus(&out, s);
+        PutLengthPrefixed(&out, s.ok() ? answer : "");
+        return Answer(c, h, out);
+      }
       case wire::kGet: {
         if (!get_keys(true)) return Reject(c, "undecodable get request");
         if (Status s = Permit(c, keys); !s.ok()) return AnswerResults(c, h, s, results);

@@ -80,6 +80,15 @@ class PeerService {
   virtual Status DeleteByRegex(const std::string& pattern, uint64_t* deleted) = 0;
   virtual Status DeleteAll(uint64_t* deleted) = 0;
   virtual bool GetProperty(const std::string& name, std::string* value) = 0;
+  // Answers a SYNC_NAMESPACES request of a client that proved `tenant` (null: the server
+  // takes no token, or its old form's) into *answer.  Default: NotSupported.
+  virtual Status SyncNamespaces(const Tenant* tenant, std::string_view request,
+                                std::string* answer) {
+    (void)tenant;
+    (void)request;
+    (void)answer;
+    return Status::NotSupported("this server keeps no namespace registry");
+  }
 };
 
 struct ServerOptions {

@@ -815,6 +815,25 @@ Status TcpTransport::DeleteMatching(const Endpoint& peer, uint8_t mode, std::str
   return Status::OK();
 }
 
+Status TcpTransport::SyncNamespaces(const Endpoint& peer, const std::string& request,
+                                    std::string* answer) {
+  MetaSink sink;
+  Status s = Call(peer, wire::kSyncNamespaces, request, {}, &sink);
+  if (!s.ok()) return ExplainNewOp(s, wire::kSyncNamespaces);
+  std::string_view in(sink.meta);
+  Status batch;
+  std::string_view v;
+  if (!wire::GetBatchStatus(&in, &batch) || !GetLengthPrefixed(&in, &v) || !in.empty()) {
+    return Status::Corruption("peer " + peer.ToString() + ": malformed namespace answer");
+  }
+  if (!batch.ok()) {
+    return Status::FromErrorCode(batch.ErrorCode(),
+                                 "peer " + peer.ToString() + ": " + batch.message());
+  }
+  answer->assign(v);
+  return Status::OK();
+}
+
 Status TcpTransport::GetProperty(const Endpoint& peer, const std::string& name,
                                  std::string* value) {
   std::string meta;

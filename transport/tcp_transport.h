@@ -68,6 +68,8 @@ class TcpTransport : public Transport {
                        uint64_t* deleted) override;
   Status DeleteAll(const Endpoint& peer, uint64_t* deleted) override;
   Status GetProperty(const Endpoint& peer, const std::string& name, std::string* value) override;
+  Status SyncNamespaces(const Endpoint& peer, const std::string& request,
+                        std::string* answer) override;
 
   // Sends one request to `peer` and waits for its answer, whose body goes where `sink`
   // says.  Errors name the peer.

@@ -164,8 +164,7 @@ Tenant::Tenant(const TenantEntry& entry, const TenantTable* table)
 bool Tenant::Allows(const Slice& key) const {
   const std::string_view k(key.data(), key.size());
   if (!ns::IsNamespaced(k)) return default_namespace_;
-  return k.size() >= ns::kPrefixSize &&
-         std::binary_search(ids_.begin(), ids_.end(), ns::IdOfKey(k));
+  return k.size() >= ns::kPrefixSize && AllowsNamespace(ns::IdOfKey(k));
 }
 
 Status Tenant::Permit(std::span<const Slice> keys) const {

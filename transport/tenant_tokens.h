@@ -22,6 +22,7 @@
 #ifndef KVENGINE_TRANSPORT_TENANT_TOKENS_H_
 #define KVENGINE_TRANSPORT_TENANT_TOKENS_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -79,6 +80,10 @@ class Tenant {
   // 0xFE prefix: the default namespace); else PermissionDenied naming the tenant, the
   // first key refused and its namespace.
   Status Permit(std::span<const Slice> keys) const;
+  // Whether the tenant may use the namespace of id `id`.
+  bool AllowsNamespace(uint64_t id) const {
+    return every_namespace_ || std::binary_search(ids_.begin(), ids_.end(), id);
+  }
   // The DeleteByRegex pattern that matches the keys `pattern` matches (whole, internal
   // keys) within the tenant's namespaces only.  REQUIRES: `pattern` compiles on its own
   // (so that it cannot close the group it is put in), !unrestricted().

@@ -51,6 +51,9 @@ enum Op : uint8_t {
   kDeleteMatching = 12,  // match mode + pattern -> count of keys removed (local tiers)
   kPrefetch = 13,        // keys -> results (1: read up from SSD started, 0: not)
   kUcxConnect = 14,      // client UCP worker address -> server's, arena and rkey (ucx.h)
+  // A namespace registry's request (namespaces/namespace_fleet.h, whose bytes it carries
+  // whole) -> batch status, length-prefixed answer.
+  kSyncNamespaces = 15,
 
   // Attached clients only, on the owner's Unix socket (attach/local_server.h,
   // docs/attach.md).  Locations are offsets in the shared arena.

@@ -427,11 +427,14 @@ class DB {
   // Handles: any number per namespace, each usable from many threads at once.  A handle
   // may outlive its DB (its calls then return Aborted) and the namespace (after
   // DropNamespace its calls return Aborted naming it); Close() on a handle releases the
-  // handle only.  In sharded mode (ClusterDB) each host keeps its own registry; a
-  // namespace's id derives from its name, so hosts that create the same name agree on its
-  // keys.  An attached client (DB::Attach) has its owner's namespaces, as far as the
-  // owner's Options::local_allowed_uids grants its credentials: a namespace outside its
-  // grant fails PermissionDenied naming it (docs/attach.md).
+  // handle only.  In a cluster (peers or cluster set) namespaces are the cluster's: each
+  // host keeps its own registry, in agreement with every member's -- a create or a drop
+  // through any member or cluster client is forwarded to every member, and a member that
+  // missed one learns it once it is back; quotas are enforced by each member on its own
+  // tiers (docs/cluster.md, "Namespaces across the cluster").  A namespace's id derives
+  // from its name, so every host agrees on its keys.  An attached client (DB::Attach) has its
+  // owner's namespaces, as far as the owner's Options::local_allowed_uids grants its credentials: a
+  // namespace outside its grant fails PermissionDenied naming it (docs/attach.md).
   //
   // Names: 1 to 64 bytes of letters, digits, '.', '_', '-'; "default" is reserved.
 

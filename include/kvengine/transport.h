@@ -198,6 +198,17 @@ class Transport {
   // Reads a property of the peer's DB (DB::GetProperty), e.g. "kvengine.stats".
   // NotFound when the peer does not know the property.
   virtual Status GetProperty(const Endpoint& peer, const std::string& name, std::string* value) = 0;
+  // Sends the peer's namespace registry a request and stores its answer (both opaque
+  // here: namespaces/namespace_fleet.h, docs/cluster.md "Namespaces across the cluster").
+  // The peer's refusal is the status (PermissionDenied for a tenant bound to namespaces
+  // that asks for a change); NotSupported when this transport cannot.
+  virtual Status SyncNamespaces(const Endpoint& peer, const std::string& request,
+                                std::string* answer) {
+    (void)peer;
+    (void)request;
+    (void)answer;
+    return Status::NotSupported("SyncNamespaces");
+  }
 
   // This transport's own counters, one "name: value" line each (ucx: one-sided reads,
   // their bytes, reads into unmapped buffers, batches sent by TCP instead, endpoints
