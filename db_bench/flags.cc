@@ -63,6 +63,13 @@ DEFINE_string(benchmarks, "memcpy,rawwrite,rawread,vllm_write,vllm_exist,vllm_ge
               "small request for --batch_size random values, answered with their bytes from a "
               "region as large as the data set; one connection per thread), the yardstick of "
               "peer_put and peer_get\n"
+              "  rawucx       baseline: UCX's own one-sided gets in a peer get's shape: per "
+              "call --batch_size ucp_get_nbx of --value_size bytes in flight at once, from "
+              "random slots of a region as large as the data set in a child process into "
+              "mapped buffers, over whatever UCX_TLS allows; the yardstick of peer_get over "
+              "--peer_transport=ucx (what ucx_perftest -t ucp_get measures)\n"
+              "  rawucx_put   baseline: the same with ucp_put_nbx, flushed per call; the "
+              "yardstick of peer_put over UCX\n"
               "  rawstream    baseline: one loopback TCP stream of --value_size chunks per "
               "thread (no requests, no round trips): the ceiling\n"
               "  trace        replay a request trace (--trace=FILE in Mooncake's JSON-lines "
@@ -289,13 +296,13 @@ namespace kvbench {
 
 const std::vector<std::string>& KnownBenchmarks() {
   static const std::vector<std::string> names = {
-      "fillseq",     "fillrandom",   "overwrite",   "readrandom",       "readseq",
-      "readmissing", "deleterandom", "existrandom", "vllm_write",       "vllm_exist",
-      "vllm_get",    "vllm_all",     "gc_churn",    "compact",          "peer_put",
-      "peer_get",    "memcpy",       "memcpy_read", "memcpy_layers",    "memcpy_layers_read",
-      "rawwrite",    "rawread",      "rawrandread", "rawsocket",        "rawstream",
-      "rawexist",    "rawlookup",    "reopen",      "cluster_failover", "trace",
-      "ns_hotcold",  "delete_regex", "cluster_join"};
+      "fillseq",     "fillrandom",   "overwrite",    "readrandom",       "readseq",
+      "readmissing", "deleterandom", "existrandom",  "vllm_write",       "vllm_exist",
+      "vllm_get",    "vllm_all",     "gc_churn",     "compact",          "peer_put",
+      "peer_get",    "memcpy",       "memcpy_read",  "memcpy_layers",    "memcpy_layers_read",
+      "rawwrite",    "rawread",      "rawrandread",  "rawsocket",        "rawstream",
+      "rawexist",    "rawlookup",    "reopen",       "cluster_failover", "trace",
+      "ns_hotcold",  "delete_regex", "cluster_join", "rawucx",           "rawucx_put"};
   return names;
 }
 
@@ -303,7 +310,7 @@ bool IsBaseline(const std::string& name) {
   return name == "memcpy" || name == "memcpy_read" || name == "memcpy_layers" ||
          name == "memcpy_layers_read" || name == "rawwrite" || name == "rawread" ||
          name == "rawrandread" || name == "rawsocket" || name == "rawstream" ||
-         name == "rawexist" || name == "rawlookup";
+         name == "rawexist" || name == "rawlookup" || name == "rawucx" || name == "rawucx_put";
 }
 
 bool IsPeerBenchmark(const std::string& name) { return name == "peer_put" || name == "peer_get"; }

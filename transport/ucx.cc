@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "transport/rdma.h"  // MrTable: regions by address, here with their ucp_mem_h
 #include "transport/read_validation.h"
 #include "transport/tcp_transport.h"
+#include "transport/ucp_close.h"
 #include "transport/wire.h"
 #include "util/mutex.h"
 #include "util/region_map.h"
@@ -46,20 +48,25 @@ Status UcxConnectRequest::DecodeFrom(std::string_view in, UcxConnectRequest* out
 }
 
 void UcxConnectAnswer::EncodeTo(std::string* dst) const {
-  dst->push_back(1);
+  dst->push_back(2);
   PutLengthPrefixed(dst, worker_address);
   PutFixed64(dst, arena_addr);
   PutFixed64(dst, arena_len);
   PutLengthPrefixed(dst, rkey);
+  PutFixed64(dst, token);
 }
 
 Status UcxConnectAnswer::DecodeFrom(std::string_view in, UcxConnectAnswer* out) {
-  if (in.empty() || in[0] != 1) return Status::Corruption("UCX connect answer of unknown version");
+  if (in.empty() || (in[0] != 1 && in[0] != 2)) {
+    return Status::Corruption("UCX connect answer of unknown version");
+  }
+  const bool with_token = in[0] == 2;
   in.remove_prefix(1);
   std::string_view addr, rkey;
   UcxConnectAnswer a;
   if (!GetLengthPrefixed(&in, &addr) || !GetFixed64(&in, &a.arena_addr) ||
-      !GetFixed64(&in, &a.arena_len) || !GetLengthPrefixed(&in, &rkey) || !in.empty()) {
+      !GetFixed64(&in, &a.arena_len) || !GetLengthPrefixed(&in, &rkey) ||
+      (with_token && (!GetFixed64(&in, &a.token) || a.token == 0)) || !in.empty()) {
     return Status::Corruption("malformed UCX connect answer");
   }
   if (addr.empty() || addr.size() > kUcxMaxBlob || rkey.empty() || rkey.size() > kUcxMaxBlob) {
@@ -78,7 +85,7 @@ Status UcxConnectAnswer::DecodeFrom(std::string_view in, UcxConnectAnswer* out) 
 
 bool UcxConnectAnswer::operator==(const UcxConnectAnswer& o) const {
   return worker_address == o.worker_address && arena_addr == o.arena_addr &&
-         arena_len == o.arena_len && rkey == o.rkey;
+         arena_len == o.arena_len && rkey == o.rkey && token == o.token;
 }
 
 #ifndef KV_WITH_UCX
@@ -109,6 +116,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+constexpr unsigned kAmRequest = kUcxAmRequest;
+constexpr unsigned kAmAnswer = kUcxAmAnswer;
+constexpr size_t kAmRequestHeader = kUcxAmRequestHeader;
+
 Status UcsError(const std::string& what, ucs_status_t st) {
   return Status::IOError(what + ": " + ucs_status_string(st));
 }
@@ -138,7 +149,7 @@ class Worker {
     ucp_params_t params;
     std::memset(&params, 0, sizeof(params));
     params.field_mask = UCP_PARAM_FIELD_FEATURES;
-    params.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+    params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
     st = ucp_init(&params, config, &w->context_);
     ucp_config_release(config);
     if (st != UCS_OK) return UcsError("ucp_init", st);
@@ -156,6 +167,8 @@ class Worker {
     if (st != UCS_OK) return UcsError("ucp_worker_get_address", st);
     w->address_.assign(reinterpret_cast<const char*>(addr), len);
     ucp_worker_release_address(w->worker_, addr);
+    Status s = w->SetAmHandler(kAmAnswer, &Worker::OnAnswer, w.get());
+    if (!s.ok()) return s;
     *result = std::move(w);
     return Status::OK();
   }
@@ -207,17 +220,7 @@ class Worker {
   }
 
   // Closes ep at once (outstanding operations complete with an error).  REQUIRES: mu held.
-  void Close(ucp_ep_h ep) {
-    ucp_request_param_t p;
-    std::memset(&p, 0, sizeof(p));
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = UCP_EP_CLOSE_FLAG_FORCE;
-    void* req = ucp_ep_close_nbx(ep, &p);
-    if (UCS_PTR_IS_PTR(req)) {
-      while (ucp_request_check_status(req) == UCS_INPROGRESS) ucp_worker_progress(worker_);
-      ucp_request_free(req);
-    }
-  }
+  void Close(ucp_ep_h ep) { CloseUcpEndpointNow(worker_, ep); }
 
   // Progresses until done() (called under mu) or the deadline: spins a little, then
   // sleeps on the worker's event descriptor.  False at the deadline.
@@ -244,6 +247,56 @@ class Worker {
       poll(&pfd, 1, 1);  // another thread may take the event: never sleep long
     }
   }
+
+  // Calls cb(arg, ...) for each active message `id` that arrives, from inside progress
+  // (under mu).
+  Status SetAmHandler(unsigned id, ucp_am_recv_callback_t cb, void* arg) {
+    ucp_am_handler_param_t p;
+    std::memset(&p, 0, sizeof(p));
+    p.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                   UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    p.id = id;
+    p.cb = cb;
+    p.arg = arg;
+    MutexLock lock(&mu_);
+    const ucs_status_t st = ucp_worker_set_am_recv_handler(worker_, &p);
+    return st == UCS_OK ? Status::OK() : UcsError("ucp_worker_set_am_recv_handler", st);
+  }
+
+  // Sends active message `id` on ep, eagerly (the receiver finds the bytes in its
+  // handler; a rendezvous would need a receive of its own).  header and data are kept
+  // until the send completes.  REQUIRES: mu held.
+  Status SendAm(ucp_ep_h ep, unsigned id, std::string header, std::string data) {
+    auto* msg = new std::pair<std::string, std::string>(std::move(header), std::move(data));
+    ucp_request_param_t p;
+    std::memset(&p, 0, sizeof(p));
+    p.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_AM_SEND_FLAG_EAGER;
+    p.cb.send = [](void* request, ucs_status_t, void* user_data) {
+      delete static_cast<std::pair<std::string, std::string>*>(user_data);
+      ucp_request_free(request);
+    };
+    p.user_data = msg;
+    ucs_status_ptr_t req = ucp_am_send_nbx(ep, id, msg->first.data(), msg->first.size(),
+                                           msg->second.data(), msg->second.size(), &p);
+    if (req == nullptr || UCS_PTR_IS_ERR(req)) delete msg;
+    return UCS_PTR_IS_ERR(req) ? UcsError("ucp_am_send_nbx", UCS_PTR_STATUS(req)) : Status::OK();
+  }
+
+  // An answer awaited (by AmCall): filled in from inside progress, under mu.
+  struct AmWait {
+    bool done = false;
+    std::string answer;
+  };
+  // Registers *wait for the answer to a new request id, returned.  REQUIRES: mu held.
+  uint64_t Await(AmWait* wait) {
+    const uint64_t id = next_request_++;
+    awaited_[id] = wait;
+    return id;
+  }
+  // REQUIRES: mu held.
+  void StopAwaiting(uint64_t id) { awaited_.erase(id); }
 
   // Wakes a thread asleep in poll on the event descriptor.
   void Signal() { ucp_worker_signal(worker_); }
@@ -284,6 +337,22 @@ class Worker {
 
  private:
   Worker() = default;
+
+  // An answer (kAmAnswer): header the request id, data the answer.  Answers nobody awaits
+  // any more (past their caller's deadline) are dropped.
+  static ucs_status_t OnAnswer(void* arg, const void* header, size_t header_length, void* data,
+                               size_t length, const ucp_am_recv_param_t* param) {
+    auto* w = static_cast<Worker*>(arg);
+    if (header_length != 8 || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) return UCS_OK;
+    auto it = w->awaited_.find(DecodeFixed64(static_cast<const char*>(header)));
+    if (it == w->awaited_.end()) return UCS_OK;
+    it->second->answer.assign(static_cast<const char*>(data), length);
+    it->second->done = true;
+    return UCS_OK;
+  }
+
+  std::map<uint64_t, AmWait*> awaited_;                         // under mu_
+  uint64_t next_request_ = 1;                                   // under mu_
   std::map<uintptr_t, std::pair<size_t, ucp_mem_h> > regions_;  // under mu_
   std::vector<std::shared_ptr<void> > keep_;                    // under mu_
   Mutex mu_;
@@ -362,6 +431,8 @@ class UcxServerImpl final : public UcxServer {
       }
     };
     registrar_ = std::make_shared<MapRegistrar>(w_.get(), &maps_, on_arena);
+    Status s = w_->SetAmHandler(kAmRequest, &UcxServerImpl::OnRequest, this);
+    if (!s.ok()) Log(LogLevel::kError, "UCX lease ops by active message: " + s.ToString());
     progress_ = std::thread([this] { Run(); });
   }
 
@@ -384,8 +455,8 @@ class UcxServerImpl final : public UcxServer {
 
   std::shared_ptr<MemoryRegistrar> registrar() override { return registrar_; }
 
-  Status Connect(std::string_view request, std::string* answer,
-                 std::shared_ptr<void>* client) override {
+  Status Connect(std::string_view request, std::string* answer, std::shared_ptr<void>* client,
+                 LeaseOpFn serve) override {
     if (w_ == nullptr) return Status::NotSupported("this server does not serve UCX", kTcpUnsafe);
     UcxConnectRequest req;
     Status s = UcxConnectRequest::DecodeFrom(request, &req);
@@ -393,6 +464,7 @@ class UcxServerImpl final : public UcxServer {
     UcxConnectAnswer a;
     auto rec = new Client;
     rec->server = this;
+    rec->serve = std::move(serve);
     {
       MutexLock lock(w_->mu());
       if (rkey_ == nullptr || arena_.length == 0) {
@@ -407,6 +479,11 @@ class UcxServerImpl final : public UcxServer {
       a.rkey.assign(static_cast<const char*>(rkey_), rkey_len_);
       a.arena_addr = arena_.start;
       a.arena_len = arena_.length;
+      while (rec->token == 0 || by_token_.count(rec->token) > 0) {
+        rec->token = (static_cast<uint64_t>(random_()) << 32) | random_();
+      }
+      by_token_[rec->token] = rec;
+      a.token = rec->token;
     }
     a.worker_address = w_->address();
     a.EncodeTo(answer);
@@ -422,7 +499,9 @@ class UcxServerImpl final : public UcxServer {
   std::string StatsText() const override {
     return "ucx_clients: " + std::to_string(clients_.load()) +
            "\nucx_clients_released: " + std::to_string(released_.load()) +
-           "\nucx_endpoint_errors: " + std::to_string(endpoint_errors_.load()) + "\n";
+           "\nucx_endpoint_errors: " + std::to_string(endpoint_errors_.load()) +
+           "\nucx_lease_ops: " + std::to_string(lease_ops_.load()) +
+           "\nucx_lease_ops_refused: " + std::to_string(lease_ops_refused_.load()) + "\n";
   }
 
  private:
@@ -437,7 +516,67 @@ class UcxServerImpl final : public UcxServer {
     UcxServerImpl* server = nullptr;
     ucp_ep_h ep = nullptr;  // under the worker's mu
     bool failed = false;    // under the worker's mu
+    uint64_t token = 0;
+    LeaseOpFn serve;
   };
+
+  // A lease op received by active message, served after progress returns (the handler
+  // runs inside it, where nothing may wait).
+  struct LeaseOp {
+    uint64_t token = 0, request_id = 0;
+    uint8_t op = 0;
+    std::string meta;
+  };
+
+  // kAmRequest (the header: see kAmRequest), queued for Serve.  Under the worker's mu.
+  static ucs_status_t OnRequest(void* arg, const void* header, size_t header_length, void* data,
+                                size_t length, const ucp_am_recv_param_t* param) {
+    auto* self = static_cast<UcxServerImpl*>(arg);
+    const char* h = static_cast<const char*>(header);
+    if (header_length != kAmRequestHeader || h[0] != 1 ||
+        (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
+      self->lease_ops_refused_.fetch_add(1);
+      return UCS_OK;
+    }
+    LeaseOp op;
+    op.op = static_cast<uint8_t>(h[1]);
+    op.token = DecodeFixed64(h + 2);
+    op.request_id = DecodeFixed64(h + 10);
+    op.meta.assign(static_cast<const char*>(data), length);
+    self->queued_.push_back(std::move(op));
+    return UCS_OK;
+  }
+
+  // Serves the queued lease ops of clients still connected and sends their answers; an
+  // op naming no client (a token never handed out, or one whose connection closed) is
+  // dropped, counted.  Release waits on serve_mu_ while an op of its client is served.
+  void Serve(std::vector<LeaseOp>* ops) {
+    MutexLock serving(&serve_mu_);
+    for (LeaseOp& op : *ops) {
+      const LeaseOpFn* serve = nullptr;
+      {
+        MutexLock lock(w_->mu());
+        auto it = by_token_.find(op.token);
+        if (it != by_token_.end() && !it->second->failed) serve = &it->second->serve;
+      }
+      if (serve == nullptr || !*serve) {
+        lease_ops_refused_.fetch_add(1);
+        continue;
+      }
+      std::string answer;
+      if (!(*serve)(op.op, op.meta, &answer)) {
+        answer.clear();
+        wire::PutBatchStatus(&answer, Status::Corruption("undecodable lease op by active message"));
+      }
+      std::string header;
+      PutFixed64(&header, op.request_id);
+      MutexLock lock(w_->mu());
+      Client* c = by_token_.at(op.token);  // still there: Release waits for serve_mu_
+      Status s = w_->SendAm(c->ep, kAmAnswer, std::move(header), std::move(answer));
+      if (!s.ok()) endpoint_errors_.fetch_add(1);
+      lease_ops_.fetch_add(1);
+    }
+  }
 
   static void OnError(void* arg, ucp_ep_h, ucs_status_t) {
     auto* c = static_cast<Client*>(arg);  // under the worker's mu (inside progress)
@@ -447,7 +586,9 @@ class UcxServerImpl final : public UcxServer {
 
   void Release(Client* c) {
     {
+      MutexLock serving(&serve_mu_);
       MutexLock lock(w_->mu());
+      by_token_.erase(c->token);
       if (c->ep != nullptr) w_->Close(c->ep);
     }
     delete c;
@@ -455,22 +596,41 @@ class UcxServerImpl final : public UcxServer {
     released_.fetch_add(1);
   }
 
-  // Serves what needs the owner's side (UCX's TCP emulates one-sided reads with
-  // messages the owner answers), asleep on the event descriptor when there is nothing.
+  // Serves lease ops and what needs the owner's side (UCX's TCP emulates one-sided reads
+  // with messages the owner answers).  It keeps polling for kSpinAfterWork after the
+  // last work -- a client reading a batch sends its RELEASE that long after its LOOKUP,
+  // and a wake-up from poll costs tens of microseconds on a loaded host -- then sleeps
+  // on the event descriptor.
   void Run() {
+    Clock::time_point busy_at = Clock::now();
+    std::vector<LeaseOp> ops;
     while (!stop_.load()) {
+      bool progressed = false;
+      {
+        MutexLock lock(w_->mu());
+        while (ucp_worker_progress(w_->worker()) != 0) progressed = true;
+        ops.swap(queued_);
+      }
+      if (!ops.empty()) {
+        Serve(&ops);
+        ops.clear();
+        progressed = true;
+      }
+      const Clock::time_point now = Clock::now();
+      if (progressed) busy_at = now;
+      if (now - busy_at < kSpinAfterWork) continue;
       ucs_status_t st;
       {
         MutexLock lock(w_->mu());
-        while (ucp_worker_progress(w_->worker()) != 0) {
-        }
-        st = ucp_worker_arm(w_->worker());
+        st = queued_.empty() ? ucp_worker_arm(w_->worker()) : UCS_ERR_BUSY;
       }
       if (st == UCS_ERR_BUSY) continue;
       pollfd pfd{w_->efd(), POLLIN, 0};
       poll(&pfd, 1, 100);
     }
   }
+
+  static constexpr std::chrono::microseconds kSpinAfterWork{2000};
 
   void Log(LogLevel level, const std::string& line) {
     if (log_) log_(level, line);
@@ -484,9 +644,14 @@ class UcxServerImpl final : public UcxServer {
   MrTable::Region arena_;
   void* rkey_ = nullptr;
   size_t rkey_len_ = 0;
+  std::map<uint64_t, Client*> by_token_;         // under the worker's mu
+  std::vector<LeaseOp> queued_;                  // under the worker's mu
+  std::mt19937 random_{std::random_device{}()};  // under the worker's mu
+  Mutex serve_mu_;  // held while lease ops are served; before the worker's mu
   std::atomic<bool> stop_{false};
   std::thread progress_;
-  std::atomic<uint64_t> clients_{0}, released_{0}, endpoint_errors_{0};
+  std::atomic<uint64_t> clients_{0}, released_{0}, endpoint_errors_{0}, lease_ops_{0},
+      lease_ops_refused_{0};
 };
 
 // ---------------------------------------------------------------- the client
@@ -497,6 +662,7 @@ struct UcxPeer {
   ucp_ep_h ep = nullptr;      // under w->mu(); null once closed
   ucp_rkey_h rkey = nullptr;  // under w->mu()
   uint64_t arena_addr = 0, arena_len = 0;
+  uint64_t token = 0;   // names us in lease ops by active message; 0: over TCP
   bool failed = false;  // under w->mu(): the endpoint reported an error
   std::string error;
 
@@ -578,7 +744,8 @@ class UcxTransport final : public TcpTransport {
            "\nucx_tcp_batches: " + std::to_string(tcp_batches_.load()) +
            "\nucx_connects: " + std::to_string(connects_.load()) +
            "\nucx_abandoned_batches: " + std::to_string(abandoned_.load()) +
-           "\nucx_workers_replaced: " + std::to_string(replaced_.load()) + "\n";
+           "\nucx_workers_replaced: " + std::to_string(replaced_.load()) +
+           "\nucx_lease_calls: " + std::to_string(am_calls_.load()) + "\n";
   }
 
   Status BatchGet(const Endpoint& peer, std::span<const Slice> keys,
@@ -618,10 +785,20 @@ class UcxTransport final : public TcpTransport {
     Remote(UcxTransport* t, const Endpoint& peer, UcxPeer* p) : t_(t), peer_(peer), p_(p) {}
     Status Lookup(std::span<const Slice> keys, std::vector<int64_t>* results,
                   std::vector<RemoteLocation>* locations) override {
-      return CallLookup(t_, peer_, keys, p_->arena_len, results, locations);
+      if (p_->token == 0) return CallLookup(t_, peer_, keys, p_->arena_len, results, locations);
+      std::string meta, answer;
+      EncodeLookupRequest(keys, &meta);
+      Status s = Call(wire::kLookup, std::move(meta), &answer);
+      if (!s.ok()) return s;
+      return DecodeLookupAnswer(answer, keys.size(), p_->arena_len, results, locations);
     }
     Status Release(std::span<const uint64_t> leases, std::vector<uint8_t>* held) override {
-      return CallRelease(t_, peer_, leases, held);
+      if (p_->token == 0) return CallRelease(t_, peer_, leases, held);
+      std::string meta, answer;
+      EncodeReleaseRequest(leases, &meta);
+      Status s = Call(wire::kRelease, std::move(meta), &answer);
+      if (!s.ok()) return s;
+      return DecodeReleaseAnswer(answer, leases.size(), held);
     }
     Status Read(std::span<RemoteRead> reads) override {
       Status s = t_->Read(p_, reads);
@@ -631,10 +808,50 @@ class UcxTransport final : public TcpTransport {
     bool broken = false;
 
    private:
+    Status Call(uint8_t op, std::string meta, std::string* answer) {
+      Status s = t_->AmCall(p_, op, std::move(meta), answer);
+      if (!s.ok()) broken = true;
+      return s;
+    }
+
     UcxTransport* const t_;
     const Endpoint peer_;
     UcxPeer* const p_;
   };
+
+  // Sends lease op `op` to the peer's server by active message and progresses until its
+  // answer came, the endpoint failed or the timeout passed.
+  Status AmCall(UcxPeer* p, uint8_t op, std::string meta, std::string* answer) {
+    Worker* const w = p->w.get();
+    Worker::AmWait wait;
+    uint64_t id = 0;
+    {
+      MutexLock lock(w->mu());
+      if (p->ep == nullptr || p->failed) return Status::IOError("UCX endpoint failed: " + p->error);
+      id = w->Await(&wait);
+      std::string header;
+      header.push_back(1);
+      header.push_back(static_cast<char>(op));
+      PutFixed64(&header, p->token);
+      PutFixed64(&header, id);
+      Status s = w->SendAm(p->ep, kAmRequest, std::move(header), std::move(meta));
+      if (!s.ok()) {
+        w->StopAwaiting(id);
+        return s;
+      }
+    }
+    const auto deadline = Clock::now() + std::chrono::milliseconds(options_.timeout_ms);
+    w->ProgressUntil([&] { return wait.done || p->failed; }, deadline);
+    MutexLock lock(w->mu());
+    w->StopAwaiting(id);
+    if (wait.done) {
+      *answer = std::move(wait.answer);
+      am_calls_.fetch_add(1);
+      return Status::OK();
+    }
+    return Status::IOError(p->failed ? "UCX endpoint failed: " + p->error
+                                     : std::string("UCX lease op timed out"));
+  }
 
   // Posts every read at once, then progresses until all completed.  On a failed
   // endpoint or past the timeout the endpoint is closed (its reads complete with an
@@ -798,6 +1015,7 @@ class UcxTransport final : public TcpTransport {
     if (!s.ok()) return Status::IOError("peer " + name, s.message());
     p->arena_addr = a.arena_addr;
     p->arena_len = a.arena_len;
+    p->token = a.token;
     connects_.fetch_add(1);
     slot.peer = p;
     *out = std::move(p);
@@ -845,7 +1063,7 @@ class UcxTransport final : public TcpTransport {
   Mutex peers_mu_;  // held while connecting: one connect per peer at a time
   std::map<std::string, Slot> peers_ GUARDED_BY(peers_mu_);
   std::atomic<uint64_t> gets_{0}, get_bytes_{0}, unregistered_{0}, tcp_batches_{0}, connects_{0},
-      abandoned_{0}, replaced_{0};
+      abandoned_{0}, replaced_{0}, am_calls_{0};
 };
 
 }  // namespace
