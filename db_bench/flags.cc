@@ -176,6 +176,12 @@ DEFINE_string(peer_transport, "tcp",
               "UCX_TLS picks shared memory or TCP), rdma, or auto (UCX when this build has "
               "it, else RDMA when the machine has it, else TCP). rawsocket is always "
               "loopback TCP");
+DEFINE_string(rawucx_memory, "ucx",
+              "Whose memory rawucx and rawucx_put reach in the far process: ucx (allocated by "
+              "ucp_mem_map, as ucx_perftest's: UCX's shared-memory transports read and write "
+              "it directly) or user (allocated by the process and mapped, as kvengine's arena "
+              "is: UCX 1.13 emulates gets and puts of it with messages the far process "
+              "answers, over shared memory as over TCP)");
 DEFINE_string(auth_token_file, "",
               "File holding the shared secret the peer requires (kv_server requires one when "
               "it listens on an address other than loopback; see docs/transport.md)");
@@ -634,6 +640,9 @@ const FlagRule kSetupRules[] = {
               FLAGS_peer_transport == "ucx" || FLAGS_peer_transport == "auto";
      },
      "must be tcp, ucx, rdma or auto"},
+    {"rawucx_memory",
+     [](const Resolved&) { return FLAGS_rawucx_memory == "ucx" || FLAGS_rawucx_memory == "user"; },
+     "must be ucx or user"},
     {"auth_token_file", [](const Resolved&) { return AuthTokenProblem().empty(); },
      [](const Resolved&) { return AuthTokenProblem(); }},
     {"use_existing_db", [](const Resolved&) { return !FLAGS_use_existing_db || !FLAGS_db.empty(); },
@@ -750,6 +759,7 @@ void CopyCheckedFlags(BenchConfig* c) {
   c->failover_pid = FLAGS_failover_pid;
   c->join_command = FLAGS_join_command;
   c->peer_transport = FLAGS_peer_transport;
+  c->rawucx_memory = FLAGS_rawucx_memory;
   c->attach = FLAGS_attach;
   c->compare_in_process = FLAGS_compare_in_process;
   if (c->compare_in_process) c->engines = {"kvengine", "attached"};

@@ -10,6 +10,7 @@
 
 #ifdef KV_WITH_UCX
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -21,7 +22,7 @@
 
 #include "db_bench/runner.h"
 #include "db_bench/workload.h"
-#include "transport/ucp_close.h"
+#include "transport/ucp_helpers.h"
 #include "util/coding.h"
 #endif
 
@@ -75,13 +76,11 @@ struct Ucp {
   }
   bool ok() const { return worker != nullptr; }
 
-  // Maps [addr, addr+length); null on failure.
+  // Maps [addr, addr+length), or -- addr null -- has UCX allocate `length` bytes and
+  // map them; null on failure.
   ucp_mem_h Map(void* addr, size_t length) {
-    ucp_mem_map_params_t p;
-    std::memset(&p, 0, sizeof(p));
-    p.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
-    p.address = addr;
-    p.length = length;
+    const ucp_mem_map_params_t p =
+        kvengine::UcpMapParams(addr, length, addr == nullptr ? UCP_MEM_MAP_ALLOCATE : 0);
     ucp_mem_h memh = nullptr;
     return ucp_mem_map(context, &p, &memh) == UCS_OK ? memh : nullptr;
   }
@@ -118,8 +117,9 @@ struct FarEnd {
   }
 };
 
-// Starts the far end with a region of `length` bytes; false and *error on failure.
-bool StartFarEnd(uint64_t length, FarEnd* far, std::string* error) {
+// Starts the far end with a region of `length` bytes allocated by UCX (ucx_memory) or by
+// the far end itself; false and *error on failure.
+bool StartFarEnd(uint64_t length, bool ucx_memory, FarEnd* far, std::string* error) {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
     *error = "socketpair failed";
@@ -131,7 +131,7 @@ bool StartFarEnd(uint64_t length, FarEnd* far, std::string* error) {
     const int fd = ::dup(sv[1]);  // without CLOEXEC
     const std::string fd_arg = std::to_string(fd), len_arg = std::to_string(length);
     ::execl("/proc/self/exe", "kv_bench", "--rawucx_far_end", fd_arg.c_str(), len_arg.c_str(),
-            nullptr);
+            ucx_memory ? "ucx" : "user", nullptr);
     ::_exit(127);
   }
   ::close(sv[1]);
@@ -260,7 +260,8 @@ Result RunRawUcx(const BenchContext& b, bool put) {
   const uint64_t batch = std::max<uint64_t>(1, b.config->batch_size);
   auto far = std::make_shared<FarEnd>();
   std::string error;
-  if (!StartFarEnd(b.config->num * vs, far.get(), &error)) {
+  const bool ucx_memory = b.config->rawucx_memory == "ucx";
+  if (!StartFarEnd(b.config->num * vs, ucx_memory, far.get(), &error)) {
     Result r;
     r.errors = 1;
     r.first_error = std::string(name) + ": " + error;
@@ -281,24 +282,33 @@ Result RunRawUcx(const BenchContext& b, bool put) {
     };
   });
   r.note = std::to_string(batch) + " one-sided " + (put ? "puts" : "gets") +
-           " in flight per call, to another process";
+           " in flight per call, to another process's memory allocated by " +
+           (ucx_memory ? "UCX" : "it");
   return r;
 }
 
 int RawUcxFarEnd(int argc, char** argv) {
-  if (argc < 4) return 2;
+  if (argc < 5) return 2;
   const int fd = std::atoi(argv[2]);
   const uint64_t length = std::max<uint64_t>(4096, std::strtoull(argv[3], nullptr, 10));
+  const bool ucx_memory = std::strcmp(argv[4], "ucx") == 0;
   Ucp ucp;
   std::string out;
-  AlignedBuffer region(length);
-  ucp_mem_h memh = ucp.ok() ? ucp.Map(region.data(), length) : nullptr;
+  AlignedBuffer own(ucx_memory ? 0 : length);
+  ucp_mem_h memh = ucp.ok() ? ucp.Map(ucx_memory ? nullptr : own.data(), length) : nullptr;
+  char* region = nullptr;
+  if (memh != nullptr) {
+    ucp_mem_attr_t attr;
+    std::memset(&attr, 0, sizeof(attr));
+    attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS;
+    if (ucp_mem_query(memh, &attr) == UCS_OK) region = static_cast<char*>(attr.address);
+  }
   void* rkey = nullptr;
   size_t rkey_len = 0;
   ucp_address_t* addr = nullptr;
   size_t addr_len = 0;
-  if (memh != nullptr) {
-    std::memset(region.data(), 'r', length);  // every page backed before the clock runs
+  if (region != nullptr) {
+    std::memset(region, 'r', length);  // every page backed before the clock runs
     if (ucp_rkey_pack(ucp.context, memh, &rkey, &rkey_len) != UCS_OK ||
         ucp_worker_get_address(ucp.worker, &addr, &addr_len) != UCS_OK) {
       addr_len = 0;
@@ -306,7 +316,7 @@ int RawUcxFarEnd(int argc, char** argv) {
   }
   kvengine::PutFixed64(&out, addr_len);
   kvengine::PutFixed64(&out, rkey_len);
-  kvengine::PutFixed64(&out, reinterpret_cast<uintptr_t>(region.data()));
+  kvengine::PutFixed64(&out, reinterpret_cast<uintptr_t>(region));
   kvengine::PutFixed64(&out, length);
   if (addr_len > 0) {
     out.append(reinterpret_cast<const char*>(addr), addr_len);
@@ -318,7 +328,9 @@ int RawUcxFarEnd(int argc, char** argv) {
   // answered here (over TCP, and over shared memory too: its RMA lanes there are posix
   // and sysv, which reach only segments UCX allocated; cma is no RMA lane).
   for (unsigned spins = 0;; spins++) {
-    ucp_worker_progress(ucp.worker);
+    // With nothing to do, let the reader run: on a host with fewer cores than runnable
+    // threads a spinning far end takes the time slices the reads need.
+    if (ucp_worker_progress(ucp.worker) == 0) sched_yield();
     if (spins % 1024 != 0) continue;
     pollfd pfd{fd, POLLIN, 0};
     if (::poll(&pfd, 1, 0) != 0) break;  // closed: kv_bench is done

@@ -9,7 +9,7 @@
 #ifdef KV_WITH_UCX
 #include <ucp/api/ucp.h>
 
-#include "transport/ucp_close.h"
+#include "transport/ucp_helpers.h"
 #endif
 #include <signal.h>
 #include <sys/wait.h>
@@ -93,6 +93,7 @@ TEST(UcxWire, ConnectRequestAndAnswerRoundTrip) {
   a.arena_len = 64 << 20;
   a.rkey = std::string("\x00rkey", 5);
   a.token = 0x1234567890abcdefull;
+  a.lease_ttl_ms = 2000;
   enc.clear();
   a.EncodeTo(&enc);
   UcxConnectAnswer b;
@@ -141,7 +142,7 @@ TEST(UcxWire, HostileAnswersAreRefused) {
   enc.clear();
   a.EncodeTo(&enc);
   enc[0] = 1;
-  enc.resize(enc.size() - 8);
+  enc.resize(enc.size() - 16);
   ASSERT_TRUE(UcxConnectAnswer::DecodeFrom(enc, &b).ok());
   EXPECT_EQ(b.token, 0u);
   UcxConnectRequest r;
@@ -684,6 +685,10 @@ TEST(UcxTest, LeaseOpsByActiveMessageNeedALiveClientsToken) {
   UcxConnectAnswer a;
   ASSERT_TRUE(UcxConnectAnswer::DecodeFrom(theirs, &a).ok());
   ASSERT_NE(a.token, 0u);
+  EXPECT_EQ(a.lease_ttl_ms, 2000u);
+  // The fresh private arena was placed in memory UCX allocated (read one-sided over
+  // shared memory, not emulated).
+  EXPECT_EQ(Stat(ServerStats(client.get(), ep), "ucx_arena_placed"), 1u);
   ASSERT_TRUE(probe.Connect(a.worker_address));
 
   std::string lookup, answer;
@@ -737,7 +742,14 @@ TEST(UcxTest, LeaseOpsByActiveMessageNeedALiveClientsToken) {
   ASSERT_TRUE(client->BatchGet(ep, keys, d, &results).ok());
   ASSERT_EQ(results[0], static_cast<int64_t>(value.size()));
   EXPECT_EQ(std::string(buf.begin(), buf.end()), value);
-  EXPECT_GE(Stat(client->StatsText(), "ucx_lease_calls"), 2u) << client->StatsText();
+  EXPECT_GE(Stat(client->StatsText(), "ucx_lease_calls"), 1u) << client->StatsText();
+  // Its reads took far less than half the lease's time to live: the RELEASE went one
+  // way, and the server served it (no lease left behind).
+  EXPECT_GE(Stat(client->StatsText(), "ucx_releases_by_age"), 1u) << client->StatsText();
+  for (int i = 0; i < 100 && Stat(ServerStats(client.get(), ep), "leases_held") > 0; i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(Stat(ServerStats(client.get(), ep), "leases_held"), 0u);
 }
 #endif  // KV_WITH_UCX
 

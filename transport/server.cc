@@ -254,6 +254,14 @@ class TcpServer final : public TransportServer {
     }
     conns_.clear();
     per_address_.clear();
+    if (options_.ucx_connect) {
+      // A UCX client trusts a lease for half its time to live without asking (ucx.h):
+      // its pin must hold that long, even as the server goes.
+      const auto until = SteadyClock::now() + std::chrono::milliseconds(options_.lease_ttl_ms);
+      while (leases_.ReapExpired(), leases_.size() > 0 && SteadyClock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    }
     leases_.Clear();
     if (listen_fd_ >= 0) close(listen_fd_);
     if (epoll_fd_ >= 0) close(epoll_fd_);
@@ -938,8 +946,9 @@ class TcpServer final : public TransportServer {
           auto serve = [this](uint8_t op, std::string_view in, std::string* answer) {
             return ServeLeaseOp(op, in, answer);
           };
-          s = options_.ucx_connect ? options_.ucx_connect(meta, &theirs, &client, serve)
-                                   : Status::NotSupported("this server does not serve UCX");
+          s = options_.ucx_connect
+                  ? options_.ucx_connect(meta, &theirs, &client, serve, options_.lease_ttl_ms)
+                  : Status::NotSupported("this server does not serve UCX");
           if (s.ok()) c->ucx_client = std::move(client);
         }
         wire::PutBatchStatus(&out, s);

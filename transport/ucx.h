@@ -62,10 +62,14 @@ struct UcxConnectAnswer {
   // Names this client in its lease ops by active message (never 0); 0 in a version 1
   // answer, whose server takes them over the control connection only.
   uint64_t token = 0;
+  // A lease's time to live on this server (0 in a version 1 answer): a client whose
+  // reads of a batch all completed within half of it from sending the LOOKUP knows the
+  // leases held without asking, and sends the RELEASE without waiting for its answer.
+  uint64_t lease_ttl_ms = 0;
 
   // DO NOT CHANGE: on the wire.  Version byte 2 (1 from an older server, without the
-  // token), the address length-prefixed, fixed64 arena_addr, fixed64 arena_len, the rkey
-  // length-prefixed, fixed64 token.
+  // token and ttl), the address length-prefixed, fixed64 arena_addr, fixed64 arena_len,
+  // the rkey length-prefixed, fixed64 token, fixed64 lease_ttl_ms.
   void EncodeTo(std::string* dst) const;
   // Corruption when malformed, of another version, the address or rkey is empty or
   // over kMaxBlob bytes, the arena is empty or wraps around.
@@ -121,9 +125,9 @@ class UcxServer {
   // ServerOptions::ucx_connect).  NotSupported when no arena is mapped.
   using LeaseOpFn = std::function<bool(uint8_t op, std::string_view meta, std::string* answer)>;
   virtual Status Connect(std::string_view request, std::string* answer,
-                         std::shared_ptr<void>* client, LeaseOpFn serve) = 0;
+                         std::shared_ptr<void>* client, LeaseOpFn serve, uint64_t lease_ttl_ms) = 0;
   // "ucx_clients: N\nucx_clients_released: N\nucx_endpoint_errors: N\n
-  // ucx_lease_ops: N\nucx_lease_ops_refused: N\n".
+  // ucx_lease_ops: N\nucx_lease_ops_refused: N\nucx_arena_placed: 0|1\n".
   virtual std::string StatsText() const = 0;
 };
 

@@ -1,7 +1,7 @@
-// Closing a UCP endpoint at once, for every user of UCP in the tree (the UCX transport,
+// Small UCP helpers for every user of UCP in the tree (the UCX transport,
 // kv_bench's rawucx, ucx_test's probe).  Header only; include it where ucp.h is.
-#ifndef KVENGINE_TRANSPORT_UCP_CLOSE_H_
-#define KVENGINE_TRANSPORT_UCP_CLOSE_H_
+#ifndef KVENGINE_TRANSPORT_UCP_HELPERS_H_
+#define KVENGINE_TRANSPORT_UCP_HELPERS_H_
 
 #include <ucp/api/ucp.h>
 
@@ -24,6 +24,19 @@ inline void CloseUcpEndpointNow(ucp_worker_h worker, ucp_ep_h ep) {
   }
 }
 
+// ucp_mem_map's parameters for [addr, addr+length) with `flags` (UCP_MEM_MAP_ALLOCATE,
+// UCP_MEM_MAP_FIXED, or 0 to map memory that is there).
+inline ucp_mem_map_params_t UcpMapParams(void* addr, size_t length, unsigned flags) {
+  ucp_mem_map_params_t p;
+  std::memset(&p, 0, sizeof(p));
+  p.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                 UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+  p.address = addr;
+  p.length = length;
+  p.flags = flags;
+  return p;
+}
+
 }  // namespace kvengine
 
-#endif  // KVENGINE_TRANSPORT_UCP_CLOSE_H_
+#endif  // KVENGINE_TRANSPORT_UCP_HELPERS_H_
