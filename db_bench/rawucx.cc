@@ -10,7 +10,6 @@
 
 #ifdef KV_WITH_UCX
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -53,7 +52,7 @@ struct Ucp {
     ucp_params_t params;
     std::memset(&params, 0, sizeof(params));
     params.field_mask = UCP_PARAM_FIELD_FEATURES;
-    params.features = UCP_FEATURE_RMA;
+    params.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
     ucs_status_t st = ucp_init(&params, nullptr, &context);
     if (st != UCS_OK) {
       context = nullptr;
@@ -323,17 +322,20 @@ int RawUcxFarEnd(int argc, char** argv) {
     out.append(static_cast<const char*>(rkey), rkey_len);
   }
   if (!WriteAll(fd, out) || addr_len == 0) return 1;
-  // Progress until kv_bench closes its end, without pause, as ucx_perftest's server
-  // does.  UCX 1.13 emulates gets and puts of memory it did not allocate with messages
-  // answered here (over TCP, and over shared memory too: its RMA lanes there are posix
-  // and sysv, which reach only segments UCX allocated; cma is no RMA lane).
-  for (unsigned spins = 0;; spins++) {
-    // With nothing to do, let the reader run: on a host with fewer cores than runnable
-    // threads a spinning far end takes the time slices the reads need.
-    if (ucp_worker_progress(ucp.worker) == 0) sched_yield();
-    if (spins % 1024 != 0) continue;
-    pollfd pfd{fd, POLLIN, 0};
-    if (::poll(&pfd, 1, 0) != 0) break;  // closed: kv_bench is done
+  // Progress until kv_bench closes its end, as kvengine's UCX server does: asleep on the
+  // worker's event descriptor whenever there is nothing to do (spinning lost here: on a
+  // host with more runnable threads than cores a spinning thread is the last to run when
+  // work comes).  UCX 1.13 emulates gets and puts of memory it did not allocate with
+  // messages answered here (over TCP, and over shared memory too: its RMA lanes there
+  // are posix and sysv, which reach only segments UCX allocated; cma is no RMA lane).
+  int efd = -1;
+  if (ucp_worker_get_efd(ucp.worker, &efd) != UCS_OK) return 1;
+  for (;;) {
+    while (ucp_worker_progress(ucp.worker) != 0) {
+    }
+    if (ucp_worker_arm(ucp.worker) == UCS_ERR_BUSY) continue;
+    pollfd pfd[2] = {{efd, POLLIN, 0}, {fd, POLLIN, 0}};
+    if (::poll(pfd, 2, 1000) > 0 && pfd[1].revents != 0) break;  // kv_bench is done
   }
   ucp_worker_release_address(ucp.worker, addr);
   ucp_rkey_buffer_release(rkey);
