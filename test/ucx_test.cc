@@ -753,6 +753,31 @@ TEST(UcxTest, LeaseOpsByActiveMessageNeedALiveClientsToken) {
 }
 #endif  // KV_WITH_UCX
 
+// An arena attached clients map (a memfd: the server also listens locally) is not placed:
+// UCX reads it by emulation, and the values still come back bit-exact.
+TEST(UcxTest, ASharedArenaIsNotPlacedAndStillServes) {
+  SKIP_WITHOUT_UCX();
+  const std::string dir = TempDir("ucx_shared_arena");
+  Server server(dir + "/db", FreePort(), {"--local_listen=" + dir + "/attach.sock"});
+  ASSERT_TRUE(server.Start());
+  auto client = NewClient();
+  const Endpoint ep = server.endpoint();
+  const std::string value = Uniform(300000, 's');
+  std::vector<Slice> keys = {"shared/k"};
+  std::vector<ValueParts> parts = {{Slice(value)}};
+  std::vector<int64_t> results;
+  ASSERT_TRUE(client->BatchPut(ep, keys, parts, &results).ok());
+  std::vector<char> buf(value.size());
+  ASSERT_TRUE(client->RegisterMemory(buf.data(), buf.size(), "user buffer").ok());
+  std::vector<Destination> d = {{MutableSlice(buf.data(), buf.size())}};
+  ASSERT_TRUE(client->BatchGet(ep, keys, d, &results).ok());
+  ASSERT_EQ(results[0], static_cast<int64_t>(value.size()));
+  EXPECT_EQ(std::string(buf.begin(), buf.end()), value);
+  EXPECT_GE(Stat(client->StatsText(), "ucx_gets"), 1u) << client->StatsText();
+  EXPECT_EQ(Stat(ServerStats(client.get(), ep), "ucx_arena_placed"), 0u);
+  client->UnregisterMemory(buf.data(), buf.size());
+}
+
 // A client without the token never gets the worker address nor the rkey: a hand-driven
 // kUcxConnect before authentication closes the connection.
 TEST(UcxTest, NoRkeyBeforeAuthentication) {
