@@ -260,8 +260,9 @@ Status PeerRouter::ServePeers(DB* db, PinFn pin, ServedFn served, const char* ar
   if (ucx_server_ != nullptr) {
     UcxServer* us = ucx_server_.get();
     so.ucx_connect = [us](std::string_view request, std::string* answer,
-                          std::shared_ptr<void>* client) {
-      return us->Connect(request, answer, client);
+                          std::shared_ptr<void>* client, ServerOptions::LeaseOpFn serve,
+                          uint64_t lease_ttl_ms) {
+      return us->Connect(request, answer, client, std::move(serve), lease_ttl_ms);
     };
   }
   Status s = TransportServer::Start(listen_, so, service_.get(), &server_);

@@ -90,12 +90,26 @@ class KeyChooser {
 struct ReadBuffers {
   std::vector<AlignedBuffer> buffers;
   std::vector<Destination> dests;
+  Engine* registered_with = nullptr;
 
-  ReadBuffers(uint64_t n, uint64_t value_size) {
+  // With `engine`, the buffers are registered with it, as a peer's client registers the
+  // buffers it reads into again and again (one-sided transports then read into them
+  // directly).
+  ReadBuffers(uint64_t n, uint64_t value_size, Engine* engine = nullptr) {
+    buffers.reserve(n);
     for (uint64_t i = 0; i < n; i++) {
       buffers.emplace_back(value_size);
       dests.push_back({MutableSlice(buffers.back().data(), value_size)});
     }
+    if (engine == nullptr) return;
+    registered_with = engine;
+    for (AlignedBuffer& b : buffers) {
+      if (!engine->RegisterBuffer(b.data(), value_size).ok()) registered_with = nullptr;
+    }
+  }
+  ~ReadBuffers() {
+    if (registered_with == nullptr) return;
+    for (AlignedBuffer& b : buffers) (void)registered_with->UnregisterBuffer(b.data());
   }
 };
 
@@ -240,7 +254,9 @@ Result RunRead(const BenchContext& b, ReadKind kind) {
   Result r = RunParallel(b.Spec(b.config->num), [&b, kind](ThreadContext& ctx) -> OpFn {
     auto chooser = std::make_shared<KeyChooser>(b, ctx, kind == ReadKind::kSequential);
     auto kb = std::make_shared<KeyBatch>();
-    auto rb = std::make_shared<ReadBuffers>(b.config->batch_size, b.config->value_size);
+    const bool peer = std::string(b.engine->Name()) == "peer";
+    auto rb = std::make_shared<ReadBuffers>(b.config->batch_size, b.config->value_size,
+                                            peer ? b.engine : nullptr);
     auto results = std::make_shared<std::vector<int64_t>>();
     const KeySpace space = b.Keys();
     return [=, &b](ThreadContext& c) {

@@ -69,6 +69,13 @@ DEFINE_string(benchmarks, "memcpy,rawwrite,rawread,vllm_write,vllm_exist,vllm_ge
               "small request for --batch_size random values, answered with their bytes from a "
               "region as large as the data set; one connection per thread), the yardstick of "
               "peer_put and peer_get\n"
+              "  rawucx       baseline: UCX's own one-sided gets in a peer get's shape: per "
+              "call --batch_size ucp_get_nbx of --value_size bytes in flight at once, from "
+              "random slots of a region as large as the data set in a child process into "
+              "mapped buffers, over whatever UCX_TLS allows; the yardstick of peer_get over "
+              "--peer_transport=ucx (what ucx_perftest -t ucp_get measures)\n"
+              "  rawucx_put   baseline: the same with ucp_put_nbx, flushed per call; the "
+              "yardstick of peer_put over UCX\n"
               "  rawstream    baseline: one loopback TCP stream of --value_size chunks per "
               "thread (no requests, no round trips): the ceiling\n"
               "  trace        replay a request trace (--trace=FILE in Mooncake's JSON-lines "
@@ -182,6 +189,12 @@ DEFINE_string(peer_transport, "tcp",
               "UCX_TLS picks shared memory or TCP), rdma, or auto (UCX when this build has "
               "it, else RDMA when the machine has it, else TCP). rawsocket is always "
               "loopback TCP");
+DEFINE_string(rawucx_memory, "ucx",
+              "Whose memory rawucx and rawucx_put reach in the far process: ucx (allocated by "
+              "ucp_mem_map, as ucx_perftest's: UCX's shared-memory transports read and write "
+              "it directly) or user (allocated by the process and mapped, as kvengine's arena "
+              "is: UCX 1.13 emulates gets and puts of it with messages the far process "
+              "answers, over shared memory as over TCP)");
 DEFINE_string(auth_token_file, "",
               "File holding the shared secret the peer requires (kv_server requires one when "
               "it listens on an address other than loopback; see docs/transport.md)");
@@ -326,7 +339,7 @@ const std::vector<std::string>& KnownBenchmarks() {
       "rawwrite",    "rawread",      "rawrandread",  "rawsocket",        "rawstream",
       "rawexist",    "rawlookup",    "reopen",       "cluster_failover", "trace",
       "ns_hotcold",  "delete_regex", "cluster_join", "load_plan",        "vllm_load",
-      "vllm_load_serial"};
+      "vllm_load_serial", "rawucx",  "rawucx_put"};
   return names;
 }
 
@@ -334,7 +347,7 @@ bool IsBaseline(const std::string& name) {
   return name == "memcpy" || name == "memcpy_read" || name == "memcpy_layers" ||
          name == "memcpy_layers_read" || name == "rawwrite" || name == "rawread" ||
          name == "rawrandread" || name == "rawsocket" || name == "rawstream" ||
-         name == "rawexist" || name == "rawlookup";
+         name == "rawexist" || name == "rawlookup" || name == "rawucx" || name == "rawucx_put";
 }
 
 bool IsPeerBenchmark(const std::string& name) { return name == "peer_put" || name == "peer_get"; }
@@ -662,6 +675,9 @@ const FlagRule kSetupRules[] = {
               FLAGS_peer_transport == "ucx" || FLAGS_peer_transport == "auto";
      },
      "must be tcp, ucx, rdma or auto"},
+    {"rawucx_memory",
+     [](const Resolved&) { return FLAGS_rawucx_memory == "ucx" || FLAGS_rawucx_memory == "user"; },
+     "must be ucx or user"},
     {"auth_token_file", [](const Resolved&) { return AuthTokenProblem().empty(); },
      [](const Resolved&) { return AuthTokenProblem(); }},
     {"use_existing_db", [](const Resolved&) { return !FLAGS_use_existing_db || !FLAGS_db.empty(); },
@@ -794,6 +810,7 @@ void CopyCheckedFlags(BenchConfig* c) {
   c->failover_pid = FLAGS_failover_pid;
   c->join_command = FLAGS_join_command;
   c->peer_transport = FLAGS_peer_transport;
+  c->rawucx_memory = FLAGS_rawucx_memory;
   c->attach = FLAGS_attach;
   c->compare_in_process = FLAGS_compare_in_process;
   if (c->compare_in_process) c->engines = {"kvengine", "attached"};

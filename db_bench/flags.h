@@ -53,6 +53,7 @@ struct BenchConfig {
   double progress_interval = 0;
   std::string peer;  // HOST:PORT, checked; "" : serve one in this process
   std::string peer_transport;
+  std::string rawucx_memory = "ucx";  // "ucx" or "user" (--rawucx_memory)
   std::string auth_token_file;  // readable and not empty when set
   // kvengine attached to an owner: its socket, or kAttachOwnChild to start one.
   std::string attach;

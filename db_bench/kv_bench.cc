@@ -26,6 +26,7 @@
 
 #include "db_bench/engine.h"
 #include "db_bench/flags.h"
+#include "db_bench/rawucx.h"
 #include "db_bench/stop_signals.h"
 #include "db_bench/suite.h"
 
@@ -48,6 +49,9 @@ int main(int argc, char** argv) {
   }
   if (argc >= 2 && std::strcmp(argv[1], "--serve_attached") == 0) {
     return kvbench::ServeAttached(argc, argv);
+  }
+  if (argc >= 2 && std::strcmp(argv[1], "--rawucx_far_end") == 0) {
+    return kvbench::RawUcxFarEnd(argc, argv);
   }
   // --attach alone (a string flag wants a value): kv_bench starts the owner itself.
   std::vector<std::string> args(argv, argv + argc);

@@ -6,11 +6,13 @@
 // (its own server threads) and talks to it over the same loopback TCP a separate
 // kv_server would be reached through.
 #include <algorithm>
+#include <map>
 #include <sstream>
 
 #include "db_bench/engine.h"
 #include "kvengine/db.h"
 #include "kvengine/transport.h"
+#include "util/mutex.h"
 
 namespace kvbench {
 namespace {
@@ -120,6 +122,21 @@ class PeerEngine : public Engine {
   }
   std::optional<uint64_t> ReclaimedBytes() override { return std::nullopt; }
   std::vector<std::string> Notes() const override { return notes_; }
+  // Registered with the transport (UCX maps them: its gets land in them directly).
+  Status RegisterBuffer(void* addr, size_t length) override {
+    Status s = transport_->RegisterMemory(addr, length, "kv_bench buffer");
+    kvengine::MutexLock lock(&registered_mu_);
+    if (s.ok()) registered_[addr] = length;
+    return s;
+  }
+  Status UnregisterBuffer(void* addr) override {
+    kvengine::MutexLock lock(&registered_mu_);
+    auto it = registered_.find(addr);
+    if (it == registered_.end()) return Status::NotFound("no buffer registered there");
+    transport_->UnregisterMemory(addr, it->second);
+    registered_.erase(it);
+    return Status::OK();
+  }
 
  private:
   // A per-key result of a one-key batch as a Status.
@@ -160,6 +177,8 @@ class PeerEngine : public Engine {
   std::unique_ptr<kvengine::DB> server_;  // the in-process peer, when there is no --peer
   std::string server_note_;
   std::vector<std::string> notes_;
+  kvengine::Mutex registered_mu_;  // RunRead's threads register at once
+  std::map<void*, size_t> registered_ GUARDED_BY(registered_mu_);
 };
 
 }  // namespace

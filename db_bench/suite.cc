@@ -14,6 +14,7 @@
 #include <set>
 #include <thread>
 
+#include "db_bench/rawucx.h"
 #include "db_bench/stop_signals.h"
 #include "kvengine/transport.h"
 
@@ -48,8 +49,8 @@ const std::map<std::string, std::vector<std::string>> kBaselineOf = {
     {"vllm_load", {"peer_get", "memcpy_layers_read"}},
     {"vllm_load_serial", {"peer_get", "memcpy_layers_read"}},
     {"compact", {"rawwrite"}},
-    {"peer_put", {"rawsocket"}},
-    {"peer_get", {"rawsocket"}}};
+    {"peer_put", {"rawucx_put", "rawsocket"}},
+    {"peer_get", {"rawucx", "rawsocket"}}};
 
 std::string CpuModel() {
   std::ifstream in("/proc/cpuinfo");
@@ -404,6 +405,9 @@ Result Suite::RunOne(const std::string& name, Slot* slot, uint64_t salt) {
     r.reports_latency = true;  // per round trip, as peer_get's per call
   } else if (name == "rawstream") {
     r = RunRawStream(b);
+  } else if (name == "rawucx" || name == "rawucx_put") {
+    r = RunRawUcx(b, name == "rawucx_put");
+    r.reports_latency = true;  // per batch, as peer_get's per call
   } else if (name == "rawexist" || name == "rawlookup") {
     r = RunRawLookup(b, name == "rawlookup");
   } else if (name == "peer_put") {

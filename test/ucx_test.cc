@@ -6,6 +6,11 @@
 #include "transport/ucx.h"
 
 #include <gtest/gtest.h>
+#ifdef KV_WITH_UCX
+#include <ucp/api/ucp.h>
+
+#include "transport/ucp_helpers.h"
+#endif
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +19,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <random>
 #include <string>
 #include <thread>
@@ -22,6 +28,7 @@
 #include "kvengine/db.h"
 #include "kvengine/transport.h"
 #include "test/peer_harness.h"
+#include "transport/lease_calls.h"
 #include "transport/wire.h"
 #include "util/coding.h"
 #include "util/mutex.h"
@@ -85,6 +92,8 @@ TEST(UcxWire, ConnectRequestAndAnswerRoundTrip) {
   a.arena_addr = 0x7f0000001000;
   a.arena_len = 64 << 20;
   a.rkey = std::string("\x00rkey", 5);
+  a.token = 0x1234567890abcdefull;
+  a.lease_ttl_ms = 2000;
   enc.clear();
   a.EncodeTo(&enc);
   UcxConnectAnswer b;
@@ -121,8 +130,21 @@ TEST(UcxWire, HostileAnswersAreRefused) {
   enc.clear();
   a.EncodeTo(&enc);
   EXPECT_TRUE(UcxConnectAnswer::DecodeFrom(enc, &b).IsCorruption());
-  enc = std::string("\x02", 1);  // another version
+  enc = std::string("\x03", 1);  // another version
   EXPECT_TRUE(UcxConnectAnswer::DecodeFrom(enc, &b).IsCorruption());
+  a.rkey = "rkey";
+  a.token = 0;  // a version 2 answer names its client
+  enc.clear();
+  a.EncodeTo(&enc);
+  EXPECT_TRUE(UcxConnectAnswer::DecodeFrom(enc, &b).IsCorruption());
+  // A version 1 answer (no token: lease ops over the control connection) still reads.
+  a.token = 7;
+  enc.clear();
+  a.EncodeTo(&enc);
+  enc[0] = 1;
+  enc.resize(enc.size() - 16);
+  ASSERT_TRUE(UcxConnectAnswer::DecodeFrom(enc, &b).ok());
+  EXPECT_EQ(b.token, 0u);
   UcxConnectRequest r;
   EXPECT_TRUE(UcxConnectRequest::DecodeFrom(std::string("\x01\x00", 2), &r).IsCorruption());
 }
@@ -536,6 +558,224 @@ TEST(UcxTest, TenantBoundToNamespacesReadsOverTcp) {
   ASSERT_TRUE(ops->BatchGet(ep, keys, d, &results).ok());
   EXPECT_EQ(std::string(buf.begin(), buf.end()), v);
   EXPECT_EQ(Stat(ops->StatsText(), "ucx_gets"), 1u);
+}
+
+#ifdef KV_WITH_UCX
+// A hand-made UCP worker that speaks the lease ops by active message as a client would,
+// so that the test can send what no client sends.
+class AmProbe {
+ public:
+  AmProbe() {
+    ucp_params_t params;
+    std::memset(&params, 0, sizeof(params));
+    params.field_mask = UCP_PARAM_FIELD_FEATURES;
+    params.features = UCP_FEATURE_AM | UCP_FEATURE_RMA;
+    if (ucp_init(&params, nullptr, &context_) != UCS_OK) return;
+    ucp_worker_params_t wp;
+    std::memset(&wp, 0, sizeof(wp));
+    if (ucp_worker_create(context_, &wp, &worker_) != UCS_OK) return;
+    ucp_address_t* addr = nullptr;
+    size_t len = 0;
+    if (ucp_worker_get_address(worker_, &addr, &len) != UCS_OK) return;
+    address_.assign(reinterpret_cast<const char*>(addr), len);
+    ucp_worker_release_address(worker_, addr);
+    ucp_am_handler_param_t h;
+    std::memset(&h, 0, sizeof(h));
+    h.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                   UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    h.id = kUcxAmAnswer;
+    h.arg = this;
+    h.cb = [](void* arg, const void* header, size_t header_length, void* data, size_t length,
+              const ucp_am_recv_param_t*) -> ucs_status_t {
+      auto* self = static_cast<AmProbe*>(arg);
+      if (header_length == 8) {
+        self->answers_[DecodeFixed64(static_cast<const char*>(header))] =
+            std::string(static_cast<const char*>(data), length);
+      }
+      return UCS_OK;
+    };
+    ok_ = ucp_worker_set_am_recv_handler(worker_, &h) == UCS_OK;
+  }
+  ~AmProbe() {
+    if (ep_ != nullptr) CloseUcpEndpointNow(worker_, ep_);
+    if (worker_ != nullptr) ucp_worker_destroy(worker_);
+    if (context_ != nullptr) ucp_cleanup(context_);
+  }
+  bool ok() const { return ok_; }
+  const std::string& address() const { return address_; }
+  bool Connect(const std::string& server_address) {
+    ucp_ep_params_t p;
+    std::memset(&p, 0, sizeof(p));
+    p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    p.address = reinterpret_cast<const ucp_address_t*>(server_address.data());
+    p.err_mode = UCP_ERR_HANDLING_MODE_PEER;  // as the client's (where the transports allow)
+    if (ucp_ep_create(worker_, &p, &ep_) == UCS_OK) return true;
+    p.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+    return ucp_ep_create(worker_, &p, &ep_) == UCS_OK;
+  }
+  // Sends lease op `op` under `token` as request `id`; waits up to wait_ms for its answer.
+  bool Call(uint8_t op, uint64_t token, uint64_t id, const std::string& meta, int wait_ms,
+            std::string* answer) {
+    std::string header;
+    header.push_back(1);
+    header.push_back(static_cast<char>(op));
+    PutFixed64(&header, token);
+    PutFixed64(&header, id);
+    ucp_request_param_t p;
+    std::memset(&p, 0, sizeof(p));
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_AM_SEND_FLAG_EAGER;
+    void* req = ucp_am_send_nbx(ep_, kUcxAmRequest, header.data(), header.size(), meta.data(),
+                                meta.size(), &p);
+    if (UCS_PTR_IS_ERR(req)) return false;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+    while (std::chrono::steady_clock::now() < deadline) {
+      ucp_worker_progress(worker_);
+      if (UCS_PTR_IS_PTR(req) && ucp_request_check_status(req) != UCS_INPROGRESS) {
+        ucp_request_free(req);
+        req = nullptr;
+      }
+      if (answers_.count(id) > 0 && req == nullptr) {
+        *answer = answers_[id];
+        return true;
+      }
+    }
+    return false;
+  }
+
+ private:
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  ucp_ep_h ep_ = nullptr;
+  std::string address_;
+  std::map<uint64_t, std::string> answers_;
+  bool ok_ = false;
+};
+
+// Lease ops by active message are served only under the token the server handed to an
+// authenticated connection's kUcxConnect, and only while that connection lives: a
+// wrong token, or the token of a closed connection, is dropped and counted.
+TEST(UcxTest, LeaseOpsByActiveMessageNeedALiveClientsToken) {
+  SKIP_WITHOUT_UCX();
+  Server server(TempDir("ucx_am"), FreePort());
+  ASSERT_TRUE(server.Start());
+  auto client = NewClient();
+  const Endpoint ep = server.endpoint();
+  const std::string value = Uniform(100000, 'v');
+  std::vector<Slice> keys = {"am/k"};
+  std::vector<ValueParts> parts = {{Slice(value)}};
+  std::vector<int64_t> results;
+  ASSERT_TRUE(client->BatchPut(ep, keys, parts, &results).ok());
+
+  AmProbe probe;
+  ASSERT_TRUE(probe.ok());
+  auto conn = std::make_unique<RawConn>(ep);
+  ASSERT_TRUE(conn->ok());
+  std::string meta;
+  UcxConnectRequest{probe.address()}.EncodeTo(&meta);
+  ASSERT_TRUE(conn->Send(wire::kUcxConnect, meta));
+  wire::FrameHeader h;
+  std::string answer_meta;
+  ASSERT_TRUE(conn->Read(&h, &answer_meta));
+  std::string_view in(answer_meta);
+  Status verdict;
+  std::string_view theirs;
+  ASSERT_TRUE(wire::GetBatchStatus(&in, &verdict) && GetLengthPrefixed(&in, &theirs));
+  ASSERT_TRUE(verdict.ok()) << verdict.ToString();
+  UcxConnectAnswer a;
+  ASSERT_TRUE(UcxConnectAnswer::DecodeFrom(theirs, &a).ok());
+  ASSERT_NE(a.token, 0u);
+  EXPECT_EQ(a.lease_ttl_ms, 2000u);
+  // The fresh private arena was placed in memory UCX allocated (read one-sided over
+  // shared memory, not emulated).
+  EXPECT_EQ(Stat(ServerStats(client.get(), ep), "ucx_arena_placed"), 1u);
+  ASSERT_TRUE(probe.Connect(a.worker_address));
+
+  std::string lookup, answer;
+  EncodeLookupRequest(keys, &lookup);
+  const uint64_t refused_before = Stat(ServerStats(client.get(), ep), "ucx_lease_ops_refused");
+  // The server's count of refusals reaches `n` (it counts after the probe's call gave up).
+  auto refused_reaches = [&](uint64_t n) {
+    for (int i = 0; i < 250; i++) {
+      if (Stat(ServerStats(client.get(), ep), "ucx_lease_ops_refused") >= n) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  };
+  EXPECT_FALSE(probe.Call(wire::kLookup, a.token ^ 1, 1, lookup, 500, &answer));
+  EXPECT_TRUE(refused_reaches(refused_before + 1));
+
+  ASSERT_TRUE(probe.Call(wire::kLookup, a.token, 2, lookup, 5000, &answer));
+  std::vector<int64_t> found;
+  std::vector<RemoteLocation> where;
+  ASSERT_TRUE(DecodeLookupAnswer(answer, 1, a.arena_len, &found, &where).ok());
+  ASSERT_EQ(found[0], kLookupPinned);
+  EXPECT_EQ(where[0].size, value.size());
+  std::string release;
+  const uint64_t lease = where[0].lease;
+  EncodeReleaseRequest({&lease, 1}, &release);
+  ASSERT_TRUE(probe.Call(wire::kRelease, a.token, 3, release, 5000, &answer));
+  std::vector<uint8_t> held;
+  ASSERT_TRUE(DecodeReleaseAnswer(answer, 1, &held).ok());
+  EXPECT_EQ(held[0], 1);
+  // Garbage under the right token is answered Corruption, and serves nothing.
+  ASSERT_TRUE(probe.Call(wire::kLookup, a.token, 4, "\xff\xff", 5000, &answer));
+  EXPECT_TRUE(DecodeLookupAnswer(answer, 1, a.arena_len, &found, &where).IsCorruption());
+
+  // The connection goes: its token with it.
+  const uint64_t released = Stat(ServerStats(client.get(), ep), "ucx_clients_released");
+  conn.reset();
+  std::string stats;
+  for (int i = 0; i < 100; i++) {
+    stats = ServerStats(client.get(), ep);
+    if (Stat(stats, "ucx_clients_released") > released) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_GT(Stat(stats, "ucx_clients_released"), released) << stats;
+  EXPECT_FALSE(probe.Call(wire::kLookup, a.token, 5, lookup, 500, &answer));
+  EXPECT_TRUE(refused_reaches(refused_before + 2));
+  EXPECT_EQ(Stat(ServerStats(client.get(), ep), "leases_held"), 0u);
+
+  // And the real client's gets went by active message.
+  std::vector<char> buf(value.size());
+  std::vector<Destination> d = {{MutableSlice(buf.data(), buf.size())}};
+  ASSERT_TRUE(client->BatchGet(ep, keys, d, &results).ok());
+  ASSERT_EQ(results[0], static_cast<int64_t>(value.size()));
+  EXPECT_EQ(std::string(buf.begin(), buf.end()), value);
+  EXPECT_GE(Stat(client->StatsText(), "ucx_lease_calls"), 1u) << client->StatsText();
+  // Its reads took far less than half the lease's time to live: the RELEASE went one
+  // way, and the server served it (no lease left behind).
+  EXPECT_GE(Stat(client->StatsText(), "ucx_releases_by_age"), 1u) << client->StatsText();
+  for (int i = 0; i < 100 && Stat(ServerStats(client.get(), ep), "leases_held") > 0; i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(Stat(ServerStats(client.get(), ep), "leases_held"), 0u);
+}
+#endif  // KV_WITH_UCX
+
+// An arena attached clients map (a memfd: the server also listens locally) is not placed:
+// UCX reads it by emulation, and the values still come back bit-exact.
+TEST(UcxTest, ASharedArenaIsNotPlacedAndStillServes) {
+  SKIP_WITHOUT_UCX();
+  const std::string dir = TempDir("ucx_shared_arena");
+  Server server(dir + "/db", FreePort(), {"--local_listen=" + dir + "/attach.sock"});
+  ASSERT_TRUE(server.Start());
+  auto client = NewClient();
+  const Endpoint ep = server.endpoint();
+  const std::string value = Uniform(300000, 's');
+  std::vector<Slice> keys = {"shared/k"};
+  std::vector<ValueParts> parts = {{Slice(value)}};
+  std::vector<int64_t> results;
+  ASSERT_TRUE(client->BatchPut(ep, keys, parts, &results).ok());
+  std::vector<char> buf(value.size());
+  ASSERT_TRUE(client->RegisterMemory(buf.data(), buf.size(), "user buffer").ok());
+  std::vector<Destination> d = {{MutableSlice(buf.data(), buf.size())}};
+  ASSERT_TRUE(client->BatchGet(ep, keys, d, &results).ok());
+  ASSERT_EQ(results[0], static_cast<int64_t>(value.size()));
+  EXPECT_EQ(std::string(buf.begin(), buf.end()), value);
+  EXPECT_GE(Stat(client->StatsText(), "ucx_gets"), 1u) << client->StatsText();
+  EXPECT_EQ(Stat(ServerStats(client.get(), ep), "ucx_arena_placed"), 0u);
+  client->UnregisterMemory(buf.data(), buf.size());
 }
 
 // A client without the token never gets the worker address nor the rkey: a hand-driven

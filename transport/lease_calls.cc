@@ -9,19 +9,16 @@
 
 namespace kvengine {
 
-Status CallLookup(TcpTransport* t, const Endpoint& peer, std::span<const Slice> keys,
-                  uint64_t arena_len, std::vector<int64_t>* results,
-                  std::vector<RemoteLocation>* locations) {
-  std::string meta;
-  wire::PutKeys(&meta, keys, nullptr);
-  MetaSink sink;
-  Status s = t->Call(peer, wire::kLookup, meta, {}, &sink);
-  if (!s.ok()) return s;
-  std::string_view in(sink.meta);
+void EncodeLookupRequest(std::span<const Slice> keys, std::string* meta) {
+  wire::PutKeys(meta, keys, nullptr);
+}
+
+Status DecodeLookupAnswer(std::string_view in, size_t keys, uint64_t arena_len,
+                          std::vector<int64_t>* results, std::vector<RemoteLocation>* locations) {
   Status batch;
   if (!wire::GetBatchStatus(&in, &batch)) return Status::Corruption("malformed lookup");
   if (!batch.ok()) return batch;
-  if (!DecodeLocations(&in, results, locations) || results->size() != keys.size()) {
+  if (!DecodeLocations(&in, results, locations) || results->size() != keys) {
     return Status::Corruption("malformed lookup");
   }
   for (size_t i = 0; i < locations->size(); i++) {
@@ -34,24 +31,42 @@ Status CallLookup(TcpTransport* t, const Endpoint& peer, std::span<const Slice> 
   return Status::OK();
 }
 
-Status CallRelease(TcpTransport* t, const Endpoint& peer, std::span<const uint64_t> leases,
-                   std::vector<uint8_t>* held) {
-  std::string meta;
-  PutFixed32(&meta, static_cast<uint32_t>(leases.size()));
-  for (uint64_t l : leases) PutFixed64(&meta, l);
-  MetaSink sink;
-  Status s = t->Call(peer, wire::kRelease, meta, {}, &sink);
-  if (!s.ok()) return s;
-  std::string_view in(sink.meta);
+void EncodeReleaseRequest(std::span<const uint64_t> leases, std::string* meta) {
+  PutFixed32(meta, static_cast<uint32_t>(leases.size()));
+  for (uint64_t l : leases) PutFixed64(meta, l);
+}
+
+Status DecodeReleaseAnswer(std::string_view in, size_t leases, std::vector<uint8_t>* held) {
   Status batch;
   std::vector<int64_t> r;
   if (!wire::GetBatchStatus(&in, &batch) || !wire::GetResults(&in, &r)) {
     return Status::Corruption("malformed release answer");
   }
   if (!batch.ok()) return batch;
-  if (r.size() != leases.size()) return Status::Corruption("malformed release answer");
+  if (r.size() != leases) return Status::Corruption("malformed release answer");
   held->assign(r.begin(), r.end());
   return Status::OK();
+}
+
+Status CallLookup(TcpTransport* t, const Endpoint& peer, std::span<const Slice> keys,
+                  uint64_t arena_len, std::vector<int64_t>* results,
+                  std::vector<RemoteLocation>* locations) {
+  std::string meta;
+  EncodeLookupRequest(keys, &meta);
+  MetaSink sink;
+  Status s = t->Call(peer, wire::kLookup, meta, {}, &sink);
+  if (!s.ok()) return s;
+  return DecodeLookupAnswer(sink.meta, keys.size(), arena_len, results, locations);
+}
+
+Status CallRelease(TcpTransport* t, const Endpoint& peer, std::span<const uint64_t> leases,
+                   std::vector<uint8_t>* held) {
+  std::string meta;
+  EncodeReleaseRequest(leases, &meta);
+  MetaSink sink;
+  Status s = t->Call(peer, wire::kRelease, meta, {}, &sink);
+  if (!s.ok()) return s;
+  return DecodeReleaseAnswer(sink.meta, leases.size(), held);
 }
 
 void GetUnpinnedOverTcp(TcpTransport* t, const Endpoint& peer, std::span<const Slice> keys,

@@ -9,6 +9,8 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvengine/db.h"
@@ -28,6 +30,15 @@ class TcpTransport;
 Status CallLookup(TcpTransport* t, const Endpoint& peer, std::span<const Slice> keys,
                   uint64_t arena_len, std::vector<int64_t>* results,
                   std::vector<RemoteLocation>* locations);
+
+// The halves of LOOKUP and RELEASE that do not depend on the channel (the control
+// connection above, or UCX active messages): the request's meta and the answer's
+// decoding, with the checks CallLookup and CallRelease describe.
+void EncodeLookupRequest(std::span<const Slice> keys, std::string* meta);
+Status DecodeLookupAnswer(std::string_view in, size_t keys, uint64_t arena_len,
+                          std::vector<int64_t>* results, std::vector<RemoteLocation>* locations);
+void EncodeReleaseRequest(std::span<const uint64_t> leases, std::string* meta);
+Status DecodeReleaseAnswer(std::string_view in, size_t leases, std::vector<uint8_t>* held);
 
 // RELEASE(leases) on `peer`: (*held)[i] is 1 when leases[i] was still held.
 Status CallRelease(TcpTransport* t, const Endpoint& peer, std::span<const uint64_t> leases,

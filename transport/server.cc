@@ -254,6 +254,14 @@ class TcpServer final : public TransportServer {
     }
     conns_.clear();
     per_address_.clear();
+    if (options_.ucx_connect) {
+      // A UCX client trusts a lease for half its time to live without asking (ucx.h):
+      // its pin must hold that long, even as the server goes.
+      const auto until = SteadyClock::now() + std::chrono::milliseconds(options_.lease_ttl_ms);
+      while (leases_.ReapExpired(), leases_.size() > 0 && SteadyClock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    }
     leases_.Clear();
     if (listen_fd_ >= 0) close(listen_fd_);
     if (epoll_fd_ >= 0) close(epoll_fd_);
@@ -803,6 +811,57 @@ class TcpServer final : public TransportServer {
                                                    "reads reach every namespace's values"));
   }
 
+  // LOOKUP: pins each key's value held in memory under a lease (read_validation.h) and
+  // encodes the batch status and locations in *out.
+  void ServeLookup(std::span<const Slice> keys, std::string* out) {
+    std::vector<RemoteLocation> locs(keys.size());
+    std::vector<int64_t> results(keys.size(), 0);
+    const char* base = service_->ArenaBase();
+    for (size_t i = 0; i < keys.size(); i++) {
+      PinnedValue v;
+      if (base != nullptr && service_->Pin(keys[i], &v)) {
+        locs[i] = {static_cast<uint64_t>(v.data - base), v.size, v.version,
+                   leases_.Grant(std::move(v.pin))};
+        results[i] = kLookupPinned;
+      } else {
+        uint64_t size;
+        Status s = service_->GetValueSize(keys[i], &size);
+        results[i] = s.ok() ? kLookupNotPinned : s.ErrorCode();
+      }
+    }
+    wire::PutBatchStatus(out, Status::OK());
+    EncodeLocations(out, results, locs);
+  }
+
+  // RELEASE: encodes in *out, per lease of the request, whether it was still held.
+  // False when the request is undecodable.
+  bool ServeRelease(std::string_view meta, std::string* out) {
+    uint32_t n;
+    if (!GetFixed32(&meta, &n) || meta.size() != 8ull * n) return false;
+    std::vector<int64_t> results(n);
+    for (uint32_t i = 0; i < n; i++) {
+      uint64_t lease = 0;
+      GetFixed64(&meta, &lease);
+      results[i] = leases_.Release(lease) ? 1 : 0;
+    }
+    wire::PutBatchStatus(out, Status::OK());
+    wire::PutResults(out, results);
+    return true;
+  }
+
+  // A lease op (kLookup, kRelease) that came by another channel than a connection (UCX
+  // active messages, from a client whose connection may use every namespace); the
+  // answer as a connection's would be.  False when undecodable or of another op.
+  bool ServeLeaseOp(uint8_t op, std::string_view meta, std::string* out) {
+    if (op == wire::kRelease) return ServeRelease(meta, out);
+    if (op != wire::kLookup) return false;
+    std::vector<std::string_view> key_views;
+    if (!wire::GetKeys(&meta, &key_views, nullptr) || !meta.empty()) return false;
+    std::vector<Slice> keys(key_views.begin(), key_views.end());
+    ServeLookup(keys, out);
+    return true;
+  }
+
   bool Dispatch(Conn* c, const wire::FrameHeader& h, std::string_view meta, const char* body) {
     if (IsDbOp(h.op)) {
       std::string out;
@@ -868,38 +927,14 @@ class TcpServer final : public TransportServer {
           wire::PutBatchStatus(&out, s);
           return Answer(c, h, out);
         }
-        std::vector<RemoteLocation> locs(keys.size());
-        results.assign(keys.size(), 0);
-        const char* base = service_->ArenaBase();
-        for (size_t i = 0; i < keys.size(); i++) {
-          PinnedValue v;
-          if (base != nullptr && service_->Pin(keys[i], &v)) {
-            locs[i] = {static_cast<uint64_t>(v.data - base), v.size, v.version,
-                       leases_.Grant(std::move(v.pin))};
-            results[i] = kLookupPinned;
-          } else {
-            uint64_t size;
-            Status s = service_->GetValueSize(keys[i], &size);
-            results[i] = s.ok() ? kLookupNotPinned : s.ErrorCode();
-          }
-        }
         std::string out;
-        wire::PutBatchStatus(&out, Status::OK());
-        EncodeLocations(&out, results, locs);
+        ServeLookup(keys, &out);
         return Answer(c, h, out);
       }
       case wire::kRelease: {
-        uint32_t n;
-        if (!GetFixed32(&meta, &n) || meta.size() != 8ull * n) {
-          return Reject(c, "undecodable release request");
-        }
-        results.resize(n);
-        for (uint32_t i = 0; i < n; i++) {
-          uint64_t lease = 0;
-          GetFixed64(&meta, &lease);
-          results[i] = leases_.Release(lease) ? 1 : 0;
-        }
-        return AnswerResults(c, h, Status::OK(), results);
+        std::string out;
+        if (!ServeRelease(meta, &out)) return Reject(c, "undecodable release request");
+        return Answer(c, h, out);
       }
       case wire::kRdmaConnect: {
         std::string theirs, out;
@@ -917,8 +952,12 @@ class TcpServer final : public TransportServer {
         Status s = OneSidedAllowed(c);
         if (s.ok()) {
           std::shared_ptr<void> client;
-          s = options_.ucx_connect ? options_.ucx_connect(meta, &theirs, &client)
-                                   : Status::NotSupported("this server does not serve UCX");
+          auto serve = [this](uint8_t op, std::string_view in, std::string* answer) {
+            return ServeLeaseOp(op, in, answer);
+          };
+          s = options_.ucx_connect
+                  ? options_.ucx_connect(meta, &theirs, &client, serve, options_.lease_ttl_ms)
+                  : Status::NotSupported("this server does not serve UCX");
           if (s.ok()) c->ucx_client = std::move(client);
         }
         wire::PutBatchStatus(&out, s);

@@ -133,9 +133,16 @@ struct ServerOptions {
   // Answers kUcxConnect (transport/ucx.h), for connections whose tenant may read every
   // namespace: given the client's request, stores the encoded answer and the client's
   // record, which the connection keeps until it closes (then the record's release
-  // closes the client's endpoint).  Null: NotSupported.
-  std::function<Status(std::string_view request, std::string* answer,
-                       std::shared_ptr<void>* client)>
+  // closes the client's endpoint).  `serve` answers the client's lease ops (kLookup,
+  // kRelease) that come by UCX active messages instead of this connection: it returns
+  // false when one is undecodable, and may be called until the record is released.
+  // `lease_ttl_ms` is lease_ttl_ms above, for the client (see UcxConnectAnswer).  A
+  // server with ucx_connect set waits, as it stops, for the leases still held to lapse
+  // (at most lease_ttl_ms): a UCX client may trust a lease by its age alone.
+  // Null: NotSupported.
+  using LeaseOpFn = std::function<bool(uint8_t op, std::string_view meta, std::string* answer)>;
+  std::function<Status(std::string_view request, std::string* answer, std::shared_ptr<void>* client,
+                       LeaseOpFn serve, uint64_t lease_ttl_ms)>
       ucx_connect;
 };
 

@@ -12,11 +12,16 @@
 // when it closes (the client exited, was killed, or dropped it) they are released and
 // counted (kvengine.peers: ucx_clients, ucx_clients_released).
 //
-// Gets follow the read-validation protocol (read_validation.h): LOOKUP over the control
-// channel pins the values and grants leases, the bytes come by ucp_get_nbx straight into
-// the caller's buffers (all of a batch's reads in flight at once), RELEASE tells whether
-// each lease held.  Keys the owner holds only on SSD come by TCP GET.  Puts, exists,
-// deletes and properties are the TCP transport's.
+// Gets follow the read-validation protocol (read_validation.h): LOOKUP pins the values
+// and grants leases, the bytes come by ucp_get_nbx straight into the caller's buffers
+// (all of a batch's reads in flight at once), RELEASE tells whether each lease held.
+// LOOKUP and RELEASE go as UCX active messages on the same endpoint (a few microseconds
+// over shared memory, where the control connection's round trip costs a hundred or
+// more), each carrying the client's token: a random 64-bit number the server handed to
+// this client alone in its connect answer, so that an active message from anyone else
+// is dropped (counted).  The server serves them as the control connection would, for
+// as long as that connection lives.  Keys the owner holds only on SSD come by TCP GET.
+// Puts, exists, deletes and properties are the TCP transport's.
 //
 // Progress: a client progresses its worker from the calling threads (no thread of its
 // own; threads take turns, and whoever progresses completes everyone's reads); a server
@@ -26,6 +31,7 @@
 #define KVENGINE_TRANSPORT_UCX_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -53,15 +59,33 @@ struct UcxConnectAnswer {
   uint64_t arena_addr = 0;     // the arena's address in the server's memory
   uint64_t arena_len = 0;
   std::string rkey;  // the arena's packed remote key (ucp_rkey_pack)
+  // Names this client in its lease ops by active message (never 0); 0 in a version 1
+  // answer, whose server takes them over the control connection only.
+  uint64_t token = 0;
+  // A lease's time to live on this server (0 in a version 1 answer): a client whose
+  // reads of a batch all completed within half of it from sending the LOOKUP knows the
+  // leases held without asking, and sends the RELEASE without waiting for its answer.
+  uint64_t lease_ttl_ms = 0;
 
-  // DO NOT CHANGE: on the wire.  Version byte 1, the address length-prefixed, fixed64
-  // arena_addr, fixed64 arena_len, the rkey length-prefixed.
+  // DO NOT CHANGE: on the wire.  Version byte 2 (1 from an older server, without the
+  // token and ttl), the address length-prefixed, fixed64 arena_addr, fixed64 arena_len,
+  // the rkey length-prefixed, fixed64 token, fixed64 lease_ttl_ms.
   void EncodeTo(std::string* dst) const;
   // Corruption when malformed, of another version, the address or rkey is empty or
   // over kMaxBlob bytes, the arena is empty or wraps around.
   static Status DecodeFrom(std::string_view in, UcxConnectAnswer* out);
   bool operator==(const UcxConnectAnswer& o) const;
 };
+
+// Active message ids of the lease ops.  DO NOT CHANGE: on the wire.
+// kUcxAmRequest, client to server: the header is version byte 1, the op byte
+// (wire::kLookup or wire::kRelease), fixed64 token (UcxConnectAnswer), fixed64 request id
+// (kUcxAmRequestHeader bytes); the data is the op's meta as over the control connection.
+// kUcxAmAnswer, server to client: the header is the fixed64 request id; the data is the
+// answer's meta.  A request whose token names no connected client is dropped, counted.
+inline constexpr unsigned kUcxAmRequest = 1;
+inline constexpr unsigned kUcxAmAnswer = 2;
+inline constexpr size_t kUcxAmRequestHeader = 18;
 
 // Longest worker address or packed rkey accepted from a peer.
 inline constexpr size_t kUcxMaxBlob = 64 << 10;
@@ -96,10 +120,14 @@ class UcxServer {
   virtual std::shared_ptr<MemoryRegistrar> registrar() = 0;
   // Answers a client's kUcxConnect: decodes its request, makes an endpoint to it, and
   // encodes the answer in *answer.  *client holds the client's record: dropping it
-  // closes the endpoint (counted).  NotSupported when no arena is mapped.
+  // closes the endpoint (counted), and waits for a lease op being served for it.
+  // `serve` answers the client's lease ops that come by active message (see
+  // ServerOptions::ucx_connect).  NotSupported when no arena is mapped.
+  using LeaseOpFn = std::function<bool(uint8_t op, std::string_view meta, std::string* answer)>;
   virtual Status Connect(std::string_view request, std::string* answer,
-                         std::shared_ptr<void>* client) = 0;
-  // "ucx_clients: N\nucx_clients_released: N\nucx_endpoint_errors: N\n".
+                         std::shared_ptr<void>* client, LeaseOpFn serve, uint64_t lease_ttl_ms) = 0;
+  // "ucx_clients: N\nucx_clients_released: N\nucx_endpoint_errors: N\n
+  // ucx_lease_ops: N\nucx_lease_ops_refused: N\nucx_arena_placed: 0|1\n".
   virtual std::string StatsText() const = 0;
 };
 
