@@ -1,4 +1,4 @@
-// Transport::Create: the choice between TCP and RDMA; the default StartBatchGet.
+// Transport::Create: the choice between TCP, UCX and RDMA.
 #include "kvengine/transport.h"
 
 #include "transport/rdma.h"
@@ -15,28 +15,6 @@ Status ReadAuthTokenFile(const std::string& path, std::string* token, std::strin
   *token = entries[0].token;
   if (tenant != nullptr) *tenant = entries[0].name;
   return Status::OK();
-}
-
-namespace {
-
-// A call that was answered before StartBatchGet returned.
-class AnsweredGet final : public PendingGet {
- public:
-  explicit AnsweredGet(Status s) : status_(std::move(s)) {}
-  bool Ready() override { return true; }
-  Status Wait() override { return status_; }
-
- private:
-  const Status status_;
-};
-
-}  // namespace
-
-std::unique_ptr<PendingGet> Transport::StartBatchGet(const Endpoint& peer,
-                                                     std::span<const Slice> keys,
-                                                     std::span<const Destination> destinations,
-                                                     std::vector<int64_t>* results) {
-  return std::make_unique<AnsweredGet>(BatchGet(peer, keys, destinations, results));
 }
 
 Status Transport::Create(const std::string& kind, const TransportOptions& options,
