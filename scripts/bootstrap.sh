@@ -14,6 +14,7 @@ packages=(
   python3-dev pybind11-dev python3-numpy python3-pytest
   python3-prometheus-client  # vLLM's metrics path in the connector tests (prometheus_client)
   python3-msgpack  # the vLLM connector tests encode KV event batches as vLLM's msgpack publisher does
+  python3-venv python3-pip python3-setuptools python3-wheel  # pip install . (pyproject.toml) and its test, offline
   clang libclang-rt-14-dev  # the fuzz targets (test/fuzz): clang and its libFuzzer (Debian 12)
   libcpp-httplib-dev  # the HTTP client of the metrics endpoint's tests (test/metrics_test.cc)
   libre2-dev  # DeleteByRegex's pattern matcher (util/key_pattern.h)
