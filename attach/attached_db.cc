@@ -868,6 +868,15 @@ Status AttachedDB::Put(const WriteOptions&, const Slice& key, const Slice& value
     return Status::Aborted("put: the owner reclaimed the reserved slot before the commit",
                            "the put took longer than local_reservation_timeout_ms");
   }
+  if (results[0] == Status::NoSpace("").ErrorCode()) {
+    // The owner's reason -- its tier full, or the namespace at its memory quota, named
+    // with the quota -- is in the owner's log: the answer carries only the code.
+    return Status::NoSpace("put of key " + Printable(key) +
+                               (namespace_.empty() ? "" : " in namespace '" + namespace_ + "'"),
+                           "the owner found no room: its memory tier (or the namespace's arena) "
+                           "is full of values that cannot go, or the namespace is at its memory "
+                           "quota; the owner's log names which");
+  }
   return results[0] == 0
              ? Status::OK()
              : Status::FromErrorCode(static_cast<int>(results[0]), "put of key " + Printable(key));

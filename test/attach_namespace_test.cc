@@ -369,9 +369,11 @@ int QuotaAttackMain(const std::string& socket, const std::string& scenario,
     ExpectFirstFit(reserved, kQuotaA / kMiB, "90 reservations of 1 MiB", &c);
     const uint64_t charged = ClientStat(db.get(), "namespace.tenantA.memory_reserved_bytes");
     c.Expect(charged == kQuotaA, "tenantA's reservations charged " + std::to_string(charged));
-    // While they are held, a put of tenantA has no room either.
-    c.Expect(a->Put(WriteOptions(), "p", std::string(kMiB, 'p')).IsNoSpace(),
-             "a put while tenantA's reservations fill its quota");
+    // While they are held, a put of tenantA has no room either, and says whose.
+    const Status full = a->Put(WriteOptions(), "p", std::string(kMiB, 'p'));
+    c.Expect(full.IsNoSpace() && full.ToString().find("namespace 'tenantA'") != std::string::npos &&
+                 full.ToString().find("quota") != std::string::npos,
+             "a put while tenantA's reservations fill its quota: " + full.ToString());
   } else if (scenario == "single") {
     // Single 1 MiB puts: each in, by evicting tenantA's own; then 300 x 64 KiB: the 256
     // that fit 16 MiB in, the rest refused.
