@@ -332,14 +332,14 @@ namespace kvbench {
 
 const std::vector<std::string>& KnownBenchmarks() {
   static const std::vector<std::string> names = {
-      "fillseq",     "fillrandom",   "overwrite",    "readrandom",       "readseq",
-      "readmissing", "deleterandom", "existrandom",  "vllm_write",       "vllm_exist",
-      "vllm_get",    "vllm_all",     "gc_churn",     "compact",          "peer_put",
-      "peer_get",    "memcpy",       "memcpy_read",  "memcpy_layers",    "memcpy_layers_read",
-      "rawwrite",    "rawread",      "rawrandread",  "rawsocket",        "rawstream",
-      "rawexist",    "rawlookup",    "reopen",       "cluster_failover", "trace",
-      "ns_hotcold",  "delete_regex", "cluster_join", "load_plan",        "vllm_load",
-      "vllm_load_serial", "rawucx",  "rawucx_put"};
+      "fillseq",          "fillrandom",   "overwrite",    "readrandom",       "readseq",
+      "readmissing",      "deleterandom", "existrandom",  "vllm_write",       "vllm_exist",
+      "vllm_get",         "vllm_all",     "gc_churn",     "compact",          "peer_put",
+      "peer_get",         "memcpy",       "memcpy_read",  "memcpy_layers",    "memcpy_layers_read",
+      "rawwrite",         "rawread",      "rawrandread",  "rawsocket",        "rawstream",
+      "rawexist",         "rawlookup",    "reopen",       "cluster_failover", "trace",
+      "ns_hotcold",       "delete_regex", "cluster_join", "load_plan",        "vllm_load",
+      "vllm_load_serial", "rawucx",       "rawucx_put"};
   return names;
 }
 

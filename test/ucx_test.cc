@@ -579,21 +579,18 @@ class AmProbe {
     if (ucp_worker_get_address(worker_, &addr, &len) != UCS_OK) return;
     address_.assign(reinterpret_cast<const char*>(addr), len);
     ucp_worker_release_address(worker_, addr);
-    ucp_am_handler_param_t h;
-    std::memset(&h, 0, sizeof(h));
-    h.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                   UCP_AM_HANDLER_PARAM_FIELD_ARG;
-    h.id = kUcxAmAnswer;
-    h.arg = this;
-    h.cb = [](void* arg, const void* header, size_t header_length, void* data, size_t length,
-              const ucp_am_recv_param_t*) -> ucs_status_t {
-      auto* self = static_cast<AmProbe*>(arg);
-      if (header_length == 8) {
-        self->answers_[DecodeFixed64(static_cast<const char*>(header))] =
-            std::string(static_cast<const char*>(data), length);
-      }
-      return UCS_OK;
-    };
+    const ucp_am_handler_param_t h = UcpAmHandlerParams(
+        kUcxAmAnswer,
+        [](void* arg, const void* header, size_t header_length, void* data, size_t length,
+           const ucp_am_recv_param_t*) -> ucs_status_t {
+          auto* self = static_cast<AmProbe*>(arg);
+          if (header_length == 8) {
+            self->answers_[DecodeFixed64(static_cast<const char*>(header))] =
+                std::string(static_cast<const char*>(data), length);
+          }
+          return UCS_OK;
+        },
+        this);
     ok_ = ucp_worker_set_am_recv_handler(worker_, &h) == UCS_OK;
   }
   ~AmProbe() {

@@ -37,6 +37,19 @@ inline ucp_mem_map_params_t UcpMapParams(void* addr, size_t length, unsigned fla
   return p;
 }
 
+// ucp_worker_set_am_recv_handler's parameters: cb(arg, ...) for active message `id`.
+inline ucp_am_handler_param_t UcpAmHandlerParams(unsigned id, ucp_am_recv_callback_t cb,
+                                                 void* arg) {
+  ucp_am_handler_param_t p;
+  std::memset(&p, 0, sizeof(p));
+  p.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                 UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  p.id = id;
+  p.cb = cb;
+  p.arg = arg;
+  return p;
+}
+
 }  // namespace kvengine
 
 #endif  // KVENGINE_TRANSPORT_UCP_HELPERS_H_

@@ -284,13 +284,7 @@ class Worker {
   // Calls cb(arg, ...) for each active message `id` that arrives, from inside progress
   // (under mu).
   Status SetAmHandler(unsigned id, ucp_am_recv_callback_t cb, void* arg) {
-    ucp_am_handler_param_t p;
-    std::memset(&p, 0, sizeof(p));
-    p.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                   UCP_AM_HANDLER_PARAM_FIELD_ARG;
-    p.id = id;
-    p.cb = cb;
-    p.arg = arg;
+    const ucp_am_handler_param_t p = UcpAmHandlerParams(id, cb, arg);
     MutexLock lock(&mu_);
     const ucs_status_t st = ucp_worker_set_am_recv_handler(worker_, &p);
     return st == UCS_OK ? Status::OK() : UcsError("ucp_worker_set_am_recv_handler", st);
@@ -781,7 +775,7 @@ struct UcxPeer {
   uint64_t arena_addr = 0, arena_len = 0;
   uint64_t token = 0;                      // names us in lease ops by active message; 0: over TCP
   std::chrono::milliseconds lease_ttl{0};  // 0: every lease is asked about
-  bool failed = false;  // under w->mu(): the endpoint reported an error
+  bool failed = false;                     // under w->mu(): the endpoint reported an error
   std::string error;
 
   ~UcxPeer() {
