@@ -97,8 +97,7 @@ class LocalServer::Session {
         arena_(server->arena_),
         conn_(conn),
         part_(server->ReachesDefaultArena(conn->grant) ? 0 : -1),
-        part_base_(part_ == 0 ? server->arena_->arena_part(0).base : nullptr),
-        part_size_(part_ == 0 ? server->arena_->arena_part(0).size : 0),
+        region_(part_ == 0 ? server->arena_->arena_part(0) : SharedArena::Part()),
         busy_poll_(server->options_.local_busy_poll_us),
         who_("attached client pid " + std::to_string(conn->peer.pid) + " uid " +
              std::to_string(conn->peer.uid)),
@@ -301,12 +300,12 @@ class LocalServer::Session {
     return Answer(h, out);
   }
 
-  uint64_t OffsetOf(const char* p) const { return static_cast<uint64_t>(p - part_base_); }
+  uint64_t OffsetOf(const char* p) const { return static_cast<uint64_t>(p - region_.base); }
   // Whether [p, p + n) lies in the arena the client maps: the one part of the arena it
   // was passed.  Room or a value anywhere else is never shown to it.
   bool InClientArena(const char* p, uint64_t n) const {
-    return part_base_ != nullptr && p >= part_base_ && n <= part_size_ &&
-           static_cast<uint64_t>(p - part_base_) <= part_size_ - n;
+    return region_.base != nullptr && p >= region_.base && n <= region_.size &&
+           static_cast<uint64_t>(p - region_.base) <= region_.size - n;
   }
   Status OutsideClientArena() const {
     return Status::PermissionDenied("the value's room is outside the arena this connection maps");
@@ -753,8 +752,7 @@ class LocalServer::Session {
         s = Status::IOError("cannot pass the arena of " + NamespaceName(wanted), strerror(errno));
       } else {
         part_ = static_cast<int>(part);
-        part_base_ = region.base;
-        part_size_ = region.size;
+        region_ = region;
       }
     }
     if (!s.ok()) {
@@ -763,7 +761,7 @@ class LocalServer::Session {
     }
     wire::PutBatchStatus(&out, s);
     PutFixed64(&out, s.ok() ? id : 0);
-    PutFixed64(&out, s.ok() ? part_size_ : 0);
+    PutFixed64(&out, s.ok() ? region_.size : 0);
     return AnswerWithRegion(h, memfd, out);
   }
 
@@ -916,8 +914,7 @@ class LocalServer::Session {
   // The part of the arena the client was passed and maps (SharedArena::arena_part):
   // every location it is sent is an offset in it.  -1 (and no base): none yet.
   int part_;
-  char* part_base_;
-  uint64_t part_size_;
+  SharedArena::Part region_;
   BusyPollPredictor busy_poll_;
   const std::string who_;  // the client, in messages
   const FigureScope figures_;  // what the grant may see of the DB's figures
