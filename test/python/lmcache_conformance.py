@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Checks kvengine's LMCache stand-ins and plug-in surface against a real LMCache source tree.
 
-    test/python/lmcache_conformance.py --lmcache-src DIR   # an LMCache checkout (DIR/lmcache/...)
-    test/python/lmcache_conformance.py                     # $LMCACHE_SOURCE_DIR, else the
-                                                           # installed lmcache package
+    scripts/check_lmcache_conformance.py DIR     # an LMCache checkout (DIR/lmcache/...)
+    test/python/lmcache_conformance.py DIR       # the same (or --lmcache-src DIR)
+    test/python/lmcache_conformance.py           # $LMCACHE_SOURCE_DIR, else the
+                                                 # installed lmcache package
 
 Exit 0: every LMCache name checked exists with a compatible shape.  Exit 1: the
 problems, one line each, naming the member.  Exit 77: no LMCache tree was found (the
@@ -30,7 +31,6 @@ without its dependencies -- torch, CUDA -- is enough):
 The stand-ins were last checked against LMCache main at the commit recorded in
 docs/lmcache.md ("Conformance with LMCache main").
 """
-import argparse
 import ast
 import importlib.util
 import os
@@ -291,21 +291,9 @@ def run(src, parts=("fakes", "plugin")):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--lmcache-src", help="an LMCache source tree (holding lmcache/)")
-    parser.add_argument("--only", default="fakes,plugin", help="comma-separated: fakes, plugin")
-    args = parser.parse_args(argv)
-    src = find_tree(args.lmcache_src)
-    if src is None:
-        print("lmcache_conformance: skipped: no LMCache source tree (--lmcache-src, "
-              "LMCACHE_SOURCE_DIR) and no installed lmcache")
-        return SKIPPED
-    problems = run(src, args.only.split(","))
-    for p in problems:
-        print("lmcache_conformance: " + p)
-    print("lmcache_conformance: %s against %s (%d problem%s)" % (
-        "FAILED" if problems else "passed", src, len(problems), "" if len(problems) == 1 else "s"))
-    return 1 if problems else 0
+    return vc.cli(argv, __doc__, "lmcache_conformance", "LMCache",
+                  "an LMCache source tree (holding lmcache/)", find_tree, run,
+                  parts="fakes,plugin")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Checks kvengine's SGLang stand-ins and backend against a real SGLang source tree.
 
-    test/python/sglang_conformance.py --sglang-src DIR   # an SGLang checkout (DIR/python/
+    scripts/check_sglang_conformance.py DIR              # an SGLang checkout (DIR/python/
                                                          # sglang/...) or DIR/sglang/...
+    test/python/sglang_conformance.py DIR                # the same (or --sglang-src DIR)
     test/python/sglang_conformance.py                    # $SGLANG_SOURCE_DIR, else the
                                                          # installed sglang package
 

@@ -2,8 +2,12 @@
 present (VLLM_SOURCE_DIR, or an installed vllm), and -- everywhere -- proof that it
 fails, naming the member, when a member it checks is renamed or removed."""
 import ast
+import importlib.util
 import os
 import shutil
+import subprocess
+import sys
+from unittest import mock
 
 import pytest
 
@@ -31,19 +35,23 @@ def test_stand_ins_conform_to_vllm():
 
 
 def _copy_checked_modules(src, dst):
-    """The modules the check reads, copied into a tree of their own."""
-    for rel in ("vllm/distributed/kv_transfer/kv_connector/v1/base.py",
-                "vllm/distributed/kv_transfer/kv_connector/v1/metrics.py",
-                "vllm/distributed/kv_transfer/kv_connector/v1/multi_connector.py",
-                "vllm/distributed/kv_transfer/kv_connector/factory.py",
-                "vllm/v1/metrics/utils.py", "vllm/config/kv_transfer.py",
-                "vllm/v1/core/sched/output.py", "vllm/v1/kv_cache_interface.py",
-                "vllm/distributed/parallel_state.py", "vllm/distributed/kv_events.py",
-                "vllm/config/kv_events.py", "vllm/v1/outputs.py",
-                "vllm/distributed/kv_transfer/kv_connector/utils.py"):
-        if os.path.exists(os.path.join(src, rel)):
-            os.makedirs(os.path.dirname(os.path.join(dst, rel)), exist_ok=True)
-            shutil.copy(os.path.join(src, rel), os.path.join(dst, rel))
+    """The modules the check reads (every one it looked up, re-exports included), copied
+    into a tree of their own."""
+    read = set()
+    path_of = vc.Tree.path_of
+
+    def recording(self, module):
+        path = path_of(self, module)
+        if path is not None:
+            read.add(os.path.relpath(path, self.src))
+        return path
+
+    with mock.patch.object(vc.Tree, "path_of", recording):
+        vc.run(src)
+    assert "vllm/distributed/kv_transfer/kv_connector/v1/base.py" in read, read
+    for rel in read:
+        os.makedirs(os.path.dirname(os.path.join(dst, rel)), exist_ok=True)
+        shutil.copy(os.path.join(src, rel), os.path.join(dst, rel))
 
 
 def _rewrite(path, old, new):
@@ -114,3 +122,55 @@ def test_the_check_names_a_renamed_member_everywhere(tmp_path):
     assert "KVConnectorBase_V1.requires_piecewise_for_cudagraph takes (cls, extra_config)" \
         in problems, problems
     assert "_vllm_compat.create_metric_per_engine" in problems, problems
+
+
+def test_a_drifted_stand_in_is_named(tmp_path):
+    """Runs in every CI: the other direction -- vLLM unchanged, the stand-in drifted (a
+    parameter added, a member vLLM lacks, a default changed)."""
+    root = str(tmp_path / "tree")
+    _synthetic_tree(root)
+    drifted = str(tmp_path / "_vllm_compat.py")
+    shutil.copy(vc.COMPAT, drifted)
+    _rewrite(drifted, "def finish_forward(self) -> None:",
+             "def finish_forward(self, step=None) -> None:")
+    _rewrite(drifted, "        def has_pending_block_frees(self) -> bool:",
+             "        def has_pending_frees(self) -> bool:")
+    _rewrite(drifted, "def get_transfer_results(self, finished_req_ids: set)",
+             "def get_transfer_results(self, finished_req_ids: set = frozenset())")
+    problems = "\n".join(vc.check_compat(vc.Tree(root), compat=drifted))
+    assert "KVConnectorBase_V1.finish_forward takes (self, step)" in problems, problems
+    assert "KVConnectorBase_V1.has_pending_frees: vLLM's KVConnectorBase_V1 has no member" \
+        in problems, problems
+    assert "KVConnectorBase_V1.has_pending_block_frees: vLLM's KVConnectorBase_V1 has it" \
+        in problems, problems
+    assert "get_transfer_results: parameter finished_req_ids has a default" in problems, \
+        problems
+
+
+def test_the_script_takes_the_tree_by_path(tmp_path):
+    """scripts/check_vllm_conformance.py DIR: 0 on a conforming tree, 1 naming the member
+    once it drifts (the same with --vllm-src DIR), an error for a directory without vllm/,
+    77 without any tree."""
+    root = str(tmp_path / "tree")
+    _synthetic_tree(root)
+    script = os.path.join(vc.ROOT, "scripts", "check_vllm_conformance.py")
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_SOURCE_DIR"}
+
+    def check(*args):
+        return subprocess.run([sys.executable, script, *args], capture_output=True,
+                              text=True, env=env)
+
+    r = check(root, "--only", "compat")
+    assert r.returncode == 0 and "passed against " + root in r.stdout, r.stdout + r.stderr
+    _rewrite(os.path.join(root, "vllm/distributed/kv_transfer/kv_connector/v1/base.py"),
+             "def get_finished_count(", "def get_finished_total(")
+    for args in ([root], ["--vllm-src", root]):
+        r = check(*args, "--only", "compat")
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert "KVConnectorBase_V1.get_finished_count: vLLM's KVConnectorBase_V1 has no " \
+            "member" in r.stdout and "FAILED against " + root in r.stdout, r.stdout
+    r = check(str(tmp_path))  # no vllm/ inside
+    assert r.returncode == 1 and "no vllm/ package inside" in r.stderr, r.stdout + r.stderr
+    if importlib.util.find_spec("vllm") is None:  # no installed vllm to fall back on
+        r = check()
+        assert r.returncode == vc.SKIPPED and "skipped" in r.stdout, r.stdout + r.stderr

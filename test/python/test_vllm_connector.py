@@ -104,7 +104,12 @@ def test_is_a_connector_and_loadable_by_name(store_path):
         # vLLM's defaults, where the connector keeps them, and its own answers.
         assert c.requires_kv_delivery is False  # the base says True for a kv_both producer
         assert c.get_finished_count() is None
-        assert c.prefer_cross_layer_blocks is False
+        assert c.supports_divergent_local_hybrid_hits is False
+        assert c.has_pending_block_frees() is False and c2.get_mem_pool_context() is None
+        results = c2.get_transfer_results({"r"})  # what vLLM's model runner now collects
+        assert (results.finished_sending, results.finished_recving,
+                results.failed_recving, results.prefix_replay_checkpoints) == (
+                    set(), set(), set(), {})
         # Loads and saves run per layer, so full CUDA graphs must not hide the hooks.
         assert cls.requires_piecewise_for_cudagraph({}) is True
         assert cls.requires_piecewise_for_cudagraph({"path": "/x"}) is True
@@ -146,6 +151,47 @@ def test_save_then_load_into_another_instance(store_path, layout, dtype):
                 assert same_bytes(la, lb)
         assert all(not t.any() for t in b.block(ids_b[5]))  # the tail was not loaded
         assert b.worker.num_saved_blocks == 0  # B's saves were deduplicated
+    finally:
+        a.close()
+        b.close()
+
+
+def test_steps_without_a_sync_load_start_their_loads_after_the_forward(store_path):
+    """vLLM main (PR #53333) calls start_load_kv before the forward only on steps with a
+    synchronous load (SchedulerOutput.has_sync_kv_loads); on the others it comes after the
+    layers' wait_for_layer_load and save_kv_layer.  Such a step still saves, a following
+    load step is bit-exact, and a step without loads after it neither waits on nor
+    reports the former load."""
+    layout = fk.LAYOUTS[0]
+    a = Instance(store_path, layout)
+    b = Instance(store_path, layout)
+    try:
+        req = a.request("req-a", prompt(4 * BS + 3))
+        ids_a = [3, 7, 1, 9, 4]
+        matched, meta = a.schedule_new(req, ids_a)
+        assert matched == 0 and not meta.loads
+        computed = [(ids_a[i], req.block_hashes[i]) for i in range(4)]
+        fk.run_worker_step(a.worker, meta, a.caches, layout, compute=computed,
+                           sync_loads=False)
+        assert a.worker.num_saved_blocks == 4
+
+        req_b = b.request("req-b", prompt(4 * BS + 3))
+        ids_b = [10, 2, 5, 11, 0]
+        matched, meta = b.schedule_new(req_b, ids_b)
+        assert matched == 4 * BS and meta.loads
+        fk.run_worker_step(b.worker, meta, b.caches, layout)  # a sync load: before
+        assert b.worker.get_block_ids_with_load_errors() == set()
+        for i in range(4):
+            for la, lb in zip(a.block(ids_a[i]), b.block(ids_b[i])):
+                assert same_bytes(la, lb)
+        # The next step (a decode: nothing to load) runs the layers before start_load_kv.
+        step = fk.cached_step(["req-b"], [None], [4 * BS + 3], [1])
+        meta = b.sched.build_connector_meta(step)
+        assert not meta.loads
+        fk.run_worker_step(b.worker, meta, b.caches, layout, sync_loads=False)
+        assert b.worker.get_block_ids_with_load_errors() == set()
+        out = fk.worker_output(b.worker)
+        assert out.kv_connector_output.failed_recving == set()
     finally:
         a.close()
         b.close()

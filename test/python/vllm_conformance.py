@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Checks kvengine's vLLM stand-ins and the connector against a real vLLM source tree.
 
-    test/python/vllm_conformance.py --vllm-src DIR      # a vLLM checkout (DIR/vllm/...)
-    test/python/vllm_conformance.py                     # $VLLM_SOURCE_DIR, else the
-                                                        # installed vllm package
+    scripts/check_vllm_conformance.py DIR           # a vLLM checkout (DIR/vllm/...)
+    test/python/vllm_conformance.py DIR             # the same (or --vllm-src DIR)
+    test/python/vllm_conformance.py                 # $VLLM_SOURCE_DIR, else the
+                                                    # installed vllm package
 
 Exit 0: every vLLM name checked exists in the tree with a compatible shape.  Exit 1:
 the problems, one line each, naming the member.  Exit 77: no vLLM tree was found (the
@@ -476,18 +477,23 @@ def run(src, parts=("compat", "package", "fakes")):
     return problems
 
 
-def cli(argv, doc, name, project, src_help, find, run_parts):
-    """The command line both conformance scripts share: --<project>-src and --only, a
-    line per problem, exit 0 / 1, or 77 (skipped) without a tree."""
+def cli(argv, doc, name, project, src_help, find, run_parts, parts="compat,package,fakes"):
+    """The command line the conformance scripts share: the source tree as an argument (or
+    --<project>-src), --only, a line per problem, exit 0 / 1, or 77 (skipped) without a
+    tree."""
     flag = "--%s-src" % project.lower()
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
-    parser.add_argument(flag, dest="src", help=src_help)
-    parser.add_argument("--only", default="compat,package,fakes",
-                        help="comma-separated: compat, package, fakes")
+    parser.add_argument("source_tree", nargs="?", metavar="SOURCE_TREE", help=src_help)
+    parser.add_argument(flag, dest="src", help="the same, as an option")
+    parser.add_argument("--only", default=parts, help="comma-separated: " + ", ".join(
+        parts.split(",")))
     args = parser.parse_args(argv)
-    src = find(args.src)
+    if args.src and args.source_tree and args.src != args.source_tree:
+        parser.error("two source trees given: %s and %s" % (args.source_tree, args.src))
+    src = find(args.src or args.source_tree)
     if src is None:
-        print("%s: skipped: no %s source tree (%s, %s_SOURCE_DIR) and no installed %s" % (
+        print("%s: skipped: no %s source tree (as an argument, %s or %s_SOURCE_DIR) and no "
+              "installed %s" % (
             name, project, flag, project.upper(), project.lower()))
         return SKIPPED
     problems = run_parts(src, args.only.split(","))

@@ -7,7 +7,12 @@ chained block hashes as vLLM computes them: sha256 over the pickled (parent hash
 tokens, extra keys), the chain seeded with NONE_HASH, which init_none_hash draws at random
 per engine process unless PYTHONHASHSEED is set.  handle_load_errors applies
 kv_load_failure_policy as vLLM's scheduler does.  The KV caches take the layouts of
-vLLM's attention backends (make_caches).
+vLLM's attention backends (make_caches).  Checked by scripts/check_vllm_conformance.py
+(FAKE_CLASSES in test/python/vllm_conformance.py); last against vLLM main as recorded in
+docs/vllm.md, "Conformance with vLLM main" (2026-12-07:
+vllm-project/vllm@00f4240ee6458263d76cf51ca7901ce1350bb4d1's base.py, multi_connector.py,
+outputs.py and kv_connector_model_runner_mixin.py, which run_worker_step and
+worker_output follow).
 """
 import copy
 import dataclasses
@@ -308,6 +313,10 @@ class SchedulerOutput:
     preempted_req_ids: Optional[set] = None
     pending_structured_output_tokens: bool = False
     kv_connector_metadata: Any = None
+    # Whether a scheduled request consumes KV the connector loads synchronously this step
+    # (get_num_new_matched_tokens said load_async=False): the model runner then starts the
+    # loads before the forward, otherwise after it (run_worker_step's sync_loads).
+    has_sync_kv_loads: bool = False
     ec_connector_metadata: Any = None
 
     @classmethod
@@ -595,21 +604,28 @@ def fill_block(caches, layout, block_id, block_hash):
         view.copy_(torch.randn(view.shape, generator=g).to(cache.dtype))
 
 
-def run_worker_step(worker, meta, caches, layout, compute=(), keep_bound=False):
-    """One forward pass on the worker as vLLM runs it: start_load_kv, then per layer
+def run_worker_step(worker, meta, caches, layout, compute=(), keep_bound=False,
+                    sync_loads=True):
+    """One forward pass on the worker as vLLM runs it (vllm/v1/worker/
+    kv_connector_model_runner_mixin.py): start_load_kv, then per layer
     wait_for_layer_load, attention (here: 'computing' blocks) and save_kv_layer, then
-    wait_for_save; the metadata crosses a process boundary (pickled).  keep_bound: the
-    metadata stays bound, for the output vLLM collects before it clears it
-    (worker_output)."""
+    wait_for_save; the metadata crosses a process boundary (pickled).  sync_loads is the
+    step's SchedulerOutput.has_sync_kv_loads: without a synchronous load vLLM starts the
+    loads after the forward instead (before wait_for_save), so the layers' waits come
+    before start_load_kv.  keep_bound: the metadata stays bound, for the output vLLM
+    collects before it clears it (worker_output)."""
     meta = pickle.loads(pickle.dumps(meta))
     worker.bind_connector_metadata(meta)
-    worker.start_load_kv(Forward())
+    if sync_loads:
+        worker.start_load_kv(Forward())
     for name, cache in caches.items():
         worker.wait_for_layer_load(name)
         if name == next(iter(caches)):
             for block_id, block_hash in compute:
                 fill_block(caches, layout, block_id, block_hash)
         worker.save_kv_layer(name, cache, None)
+    if not sync_loads:
+        worker.start_load_kv(Forward())
     worker.wait_for_save()
     if not keep_bound:
         worker.clear_connector_metadata()
@@ -630,12 +646,16 @@ class KVConnectorOutput:
     kv_cache_events: Any = None
     kv_connector_worker_meta: Any = None
     invalid_block_ids: set = dataclasses.field(default_factory=set)
+    failed_recving: set = dataclasses.field(default_factory=set)
     expected_finished_count: int = 0
+    prefix_replay_checkpoints: dict = dataclasses.field(default_factory=dict)
 
     def is_empty(self):
         return (not self.finished_sending and not self.finished_recving
+                and not self.prefix_replay_checkpoints
                 and not self.kv_connector_stats and not self.kv_cache_events
-                and not self.invalid_block_ids and not self.kv_connector_worker_meta)
+                and not self.invalid_block_ids and not self.failed_recving
+                and not self.kv_connector_worker_meta)
 
 
 @dataclasses.dataclass
@@ -649,7 +669,11 @@ def worker_output(connector, finished_req_ids=()):
     """What vLLM's KVConnectorModelRunnerMixin collects from a worker's connector at the
     end of its step (before clear_connector_metadata)."""
     out = KVConnectorOutput()
-    out.finished_sending, out.finished_recving = connector.get_finished(set(finished_req_ids))
+    results = connector.get_transfer_results(set(finished_req_ids))
+    out.finished_sending = results.finished_sending
+    out.finished_recving = results.finished_recving
+    out.failed_recving = results.failed_recving
+    out.prefix_replay_checkpoints = results.prefix_replay_checkpoints
     out.invalid_block_ids = connector.get_block_ids_with_load_errors()
     out.kv_connector_stats = connector.get_kv_connector_stats()
     out.kv_cache_events = connector.get_kv_connector_kv_cache_events()

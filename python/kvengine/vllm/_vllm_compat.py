@@ -4,8 +4,12 @@ Inside vLLM this module re-exports vLLM's own classes
 (vllm/distributed/kv_transfer/kv_connector/v1/base.py and .../v1/metrics.py), so
 KVEngineConnector is a real subclass of vLLM's KVConnectorBase_V1 and SupportsHMA.
 Without vLLM (tests, this repository's CI) it defines stand-ins with the same names, the
-same members, the same signatures and the same defaults as vLLM main (mid 2026), so the
-connector is written and tested against one interface.  What vLLM adds around them (the
+same members, the same signatures and the same defaults as vLLM main, so the connector is
+written and tested against one interface.  Last checked (2026-12-07, by
+scripts/check_vllm_conformance.py, 0 problems) against base.py, multi_connector.py and
+v1/outputs.py of vllm-project/vllm@00f4240ee6458263d76cf51ca7901ce1350bb4d1 (its date
+is not recorded where it was read; it has vLLM PR #53333, 2026-08) -- docs/vllm.md,
+"Conformance with vLLM main", lists the whole tree.  What vLLM adds around them (the
 factory, the forward context, the scheduler) is vLLM's business; test/python/vllm_fakes.py
 models the parts the tests drive.
 """
@@ -57,6 +61,7 @@ try:  # pragma: no cover - exercised only inside a vLLM installation
         KVConnectorHandshakeMetadata,
         KVConnectorMetadata,
         KVConnectorRole,
+        KVConnectorTransferResults,
         KVConnectorWorkerMetadata,
         SupportsHMA,
         supports_hma,
@@ -282,6 +287,17 @@ except ImportError:
         def aggregate(self, other: "KVConnectorWorkerMetadata") -> "KVConnectorWorkerMetadata":
             pass
 
+    @dataclass
+    class KVConnectorTransferResults:
+        """One worker's snapshot of finished async sends and receives (get_transfer_results);
+        a failed receive is also in finished_recving, so the scheduler releases it."""
+
+        finished_sending: set = field(default_factory=set)
+        finished_recving: set = field(default_factory=set)
+        failed_recving: set = field(default_factory=set)
+        # request id -> (transfer id, exclusive token boundary, prompt digest)
+        prefix_replay_checkpoints: dict = field(default_factory=dict)
+
     # ------------------------------------------------------------ metrics (v1/metrics.py)
 
     @dataclass
@@ -331,11 +347,7 @@ except ImportError:
         """Stand-in of vLLM's KVConnectorBase_V1: every member, vLLM's defaults."""
 
         @property
-        def prefer_cross_layer_blocks(self) -> bool:
-            return False
-
-        @property
-        def supports_eagle_prefix_cache_hashing(self) -> bool:
+        def supports_divergent_local_hybrid_hits(self) -> bool:
             return False
 
         @property
@@ -352,17 +364,17 @@ except ImportError:
             else:
                 raise ValueError("kv_transfer_config must be set for KVConnectorBase_V1")
             self._kv_cache_config = kv_cache_config
+            self._kv_cache_manager = None
             self._role = role
-            self.use_eagle_prefix_cache_hashing = False
-
-        def set_eagle_prefix_cache_hashing(self, enabled: bool) -> None:
-            self.use_eagle_prefix_cache_hashing = enabled
 
         @property
         def role(self) -> KVConnectorRole:
             return self._role
 
         # ---------------------------------------------------------------- worker side
+        def get_mem_pool_context(self) -> Any:
+            return None
+
         def bind_connector_metadata(self, connector_metadata: KVConnectorMetadata) -> None:
             self._connector_metadata = connector_metadata
 
@@ -379,10 +391,13 @@ except ImportError:
         def register_kv_caches(self, kv_caches: dict):
             return
 
-        def register_cross_layers_kv_cache(self, kv_cache: Any, attn_backend: Any):
+        def set_host_xfer_buffer_ops(self, copy_operation: Any):
             return
 
-        def set_host_xfer_buffer_ops(self, copy_operation: Any):
+        def finish_forward(self) -> None:
+            return
+
+        def reset_capture_state(self) -> None:
             return
 
         def handle_preemptions(self, kv_connector_metadata: KVConnectorMetadata):
@@ -408,6 +423,14 @@ except ImportError:
         def get_finished(self, finished_req_ids: set) -> tuple:
             return None, None
 
+        def get_transfer_results(self, finished_req_ids: set) -> KVConnectorTransferResults:
+            # What vLLM's model runner collects each step: by default get_finished's two
+            # sets, no failed receive.
+            finished_sending, finished_recving = self.get_finished(finished_req_ids)
+            return KVConnectorTransferResults(
+                finished_sending=set(finished_sending or ()),
+                finished_recving=set(finished_recving or ()))
+
         def get_block_ids_with_load_errors(self) -> set:
             return set()
 
@@ -427,6 +450,10 @@ except ImportError:
             return None
 
         # ---------------------------------------------------------------- scheduler side
+        def bind_kv_cache_manager(self, kv_cache_manager: Any) -> None:
+            self._kv_cache_manager = kv_cache_manager
+            self.bind_gpu_block_pool(kv_cache_manager.block_pool)
+
         def bind_gpu_block_pool(self, gpu_block_pool: Any) -> None:
             return
 
@@ -449,11 +476,25 @@ except ImportError:
         def update_connector_output(self, connector_output: Any):
             return
 
+        def can_load_prefix_replay_checkpoint(self, request: Any, num_local_tokens: int,
+                                              num_external_tokens: int) -> bool:
+            return False
+
+        def consume_prefix_replay_checkpoint(self, request: Any, num_hit_tokens: int) -> bool:
+            return False
+
         def request_finished(self, request: Any, block_ids: list) -> tuple:
             return False, None
 
+        def register_finished_partial_tail(self, request: Any, block_ids: tuple,
+                                           partial_tail_offloads: list) -> bool:
+            return False
+
         def take_events(self):
             return ()
+
+        def has_pending_block_frees(self) -> bool:
+            return False
 
         def has_pending_push_work(self) -> bool:
             return False
@@ -531,7 +572,7 @@ def to_builtins(obj):
 
 __all__ = ["HAVE_VLLM", "KVConnectorBase_V1", "KVConnectorHandshakeMetadata",
            "KVConnectorMetadata", "KVConnectorPromMetrics", "KVConnectorRole",
-           "KVConnectorStats", "KVConnectorWorkerMetadata", "SupportsHMA",
+           "KVConnectorStats", "KVConnectorTransferResults", "KVConnectorWorkerMetadata", "SupportsHMA",
            "create_metric_per_engine", "supports_hma", "AllBlocksCleared", "BlockRemoved",
            "BlockStored", "EventBatch", "KVCacheEvent", "KVConnectorKVEvents",
            "KVEventAggregator", "KVEventBatch", "to_builtins"]
