@@ -13,8 +13,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <random>
 #include <span>
@@ -59,12 +63,52 @@ inline const std::string& TransportUnderTest() {
   return kind;
 }
 
-inline std::string TempDir(const std::string& name) {
+// The directories TempDir made, removed when the test process exits.  A run killed
+// before its exit cannot remove its own, so each process also removes, on its first
+// TempDir, those of earlier runs whose process is gone: their names end in that
+// process's pid.  Every peer test's servers write their DBs there, up to 100s of MiB.
+namespace peer_dirs {
+inline std::string Base() {
   const char* base = std::getenv("KV_TEST_TMPDIR");
-  std::string dir =
-      std::string(base ? base : "/tmp") + "/peer_test_" + name + "_" + std::to_string(getpid());
+  return base != nullptr ? base : "/tmp";
+}
+inline std::vector<std::string>& Made() {
+  static std::vector<std::string> dirs;
+  return dirs;
+}
+inline void RemoveMade() {
+  static const pid_t owner = getpid();
+  if (getpid() != owner) return;  // a forked child's exit: the dirs are its parent's
+  std::error_code ec;
+  for (const std::string& d : Made()) std::filesystem::remove_all(d, ec);
+}
+inline void RemoveThoseOfDeadRuns() {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(Base(), ec)) {
+    const std::string name = e.path().filename().string();
+    const size_t us = name.rfind('_');
+    if (name.rfind("peer_test_", 0) != 0 || us == std::string::npos) continue;
+    const std::string pid = name.substr(us + 1);
+    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (kill(static_cast<pid_t>(std::stol(pid)), 0) == 0 || errno != ESRCH) continue;
+    std::filesystem::remove_all(e.path(), ec);
+  }
+}
+}  // namespace peer_dirs
+
+inline std::string TempDir(const std::string& name) {
+  static const bool swept = [] {
+    peer_dirs::RemoveMade();  // fixes RemoveMade's owner to this process
+    peer_dirs::RemoveThoseOfDeadRuns();
+    std::atexit(peer_dirs::RemoveMade);
+    return true;
+  }();
+  (void)swept;
+  std::string dir = peer_dirs::Base() + "/peer_test_" + name + "_" + std::to_string(getpid());
   std::string cmd = "rm -rf '" + dir + "' && mkdir -p '" + dir + "'";
   EXPECT_EQ(std::system(cmd.c_str()), 0);
+  auto& made = peer_dirs::Made();
+  if (std::find(made.begin(), made.end(), dir) == made.end()) made.push_back(dir);
   return dir;
 }
 

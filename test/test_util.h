@@ -10,7 +10,9 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <functional>
 #include <random>
@@ -52,17 +54,38 @@ inline int KillAfter(const std::function<int()>& work) {
   return WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1;
 }
 
-// A loopback TCP port free a moment ago, for a server a test starts.
+// A loopback TCP port free a moment ago, for a server a test starts.  Drawn at random
+// below the kernel's ephemeral range (ip_local_port_range), so the outgoing connections
+// of tests running in parallel -- which take ephemeral ports -- never land on it between
+// this check and the server's bind; a kernel-chosen port could be taken that way.
 inline uint16_t FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
+  int low = 32768;
+  if (FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    int hi = 0;
+    if (std::fscanf(f, "%d %d", &low, &hi) != 2) low = 32768;
+    std::fclose(f);
+  }
+  // Binds a socket to `port` on loopback (0: the kernel picks); the port bound, or 0.
+  auto bind_port = [](uint16_t port) -> uint16_t {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(port);
+    socklen_t len = sizeof(a);
+    const bool bound = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+                       getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+    close(fd);
+    return bound ? ntohs(a.sin_port) : 0;
+  };
+  static std::mt19937 rng(static_cast<uint32_t>(getpid()) * 2654435761u ^
+                          static_cast<uint32_t>(time(nullptr)));
+  const int first = 10000;
+  for (int attempt = 0; low > first + 1000 && attempt < 200; attempt++) {
+    const uint16_t port = bind_port(static_cast<uint16_t>(first + rng() % (low - first)));
+    if (port != 0) return port;
+  }
+  return bind_port(0);  // no room below the range: the kernel's pick
 }
 
 // An owner for the attach tests: a 64 MiB memory tier, no SSD tier, serving `socket`.
