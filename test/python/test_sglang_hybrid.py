@@ -640,3 +640,22 @@ def test_sigkill_mid_backup_never_leaves_a_half_state_group(db_path, policy):
     assert whole > 0 and states_loaded > 0, (whole, absent, states_loaded)
     print("state group crash rounds: %d, groups whole %d, absent %d, half 0" % (
         rounds, whole, absent))
+
+
+def test_reads_that_end_at_a_miss_leave_a_bounded_table(store, monkeypatch):
+    """batch_get_v1 remembers the KV slots of its pages for the batch_get_v2 after it;
+    a prefetch that stops at a KV miss calls no batch_get_v2, and the table keeps only
+    the latest pages."""
+    import kvengine.sglang.storage as st
+
+    monkeypatch.setattr(st, "_LOADED_MAX", 4)
+    h = Hybrid("mamba", store, seed=40)
+    op, _ = h.backup()
+    slots = h.kv.alloc(PAGES * PAGE)
+    assert all(h.backend.batch_get_v1(op.hash_value, slots))
+    assert list(h.backend._loaded.pages) == op.hash_value[-4:]
+    # The state of the last page still pairs with the KV slot the last read gave it.
+    t = PoolTransfer(name=PoolName.MAMBA, host_indices=h.side.alloc(1),
+                     keys=op.hash_value[-1:])
+    assert h.backend.batch_get_v2([t]) == {PoolName.MAMBA: [True]}
+    assert h.backend._loaded.pages == {}

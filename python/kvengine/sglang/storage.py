@@ -21,6 +21,7 @@ takes it over or reconnects (kvengine.shared_store).
 """
 
 import ctypes
+import itertools
 import logging
 import threading
 import time
@@ -39,6 +40,7 @@ logger = logging.getLogger("kvengine.sglang")
 NOT_FOUND = -1
 ABORTED = -7
 _REASONS_LOGGED = 3  # failed pages named per log line
+_LOADED_MAX = 1 << 16  # pages batch_get_v1 remembers for the batch_get_v2 after it
 
 # Side pools whose page is stored in one value with the KV page (a page group): the
 # pools SGLang's hybrid controller reads with every KV page (hit policy all_pages, host
@@ -312,10 +314,13 @@ class KVEngineHiCacheStorage(HiCacheStorage):
             first = host_indices[::self._kv_pool.page_size].tolist()
             loaded = getattr(self._loaded, "pages", {})
             for k, i, good in zip(keys, first, ok):
+                loaded.pop(k, None)
                 if good:
                     loaded[k] = i
-                else:
-                    loaded.pop(k, None)
+            # A prefetch that stopped at a miss calls no batch_get_v2 to reset the table:
+            # the oldest pages go (a prefix's own are its latest).
+            for k in list(itertools.islice(loaded, max(0, len(loaded) - _LOADED_MAX))):
+                del loaded[k]
             self._loaded.pages = loaded
         return ok
 
@@ -697,7 +702,12 @@ class KVEngineHiCacheStorage(HiCacheStorage):
         if not reads:
             return results
         page = self._page_bytes
-        scratch = torch.empty(len(reads) * page, dtype=torch.uint8)
+        # The thread's scratch pages, kept: a fresh buffer's page faults cost as much as
+        # the copy out of it.
+        scratch = getattr(self._loaded, "scratch", None)
+        if scratch is None or scratch.numel() < len(reads) * page:
+            scratch = torch.empty(len(reads) * page, dtype=torch.uint8)
+            self._loaded.scratch = scratch
         base = scratch.data_ptr()
         codes = self._store.batch_get_into_multi_buffers(
             [self._group_keys(side, [h])[0] for _, _, h, side, _, _ in reads],
