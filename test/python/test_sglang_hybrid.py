@@ -434,6 +434,13 @@ def test_a_trailing_state_is_one_value_with_its_kv_page(store, kind):
     side = a.backend._side_pools[op.pool_transfers[0].name.value]
     assert all(r == 0 for r in db.batch_is_exist(side.keys(op.hash_value)))
     assert "+%s:" % kind in _group_key(a, trailing[0])
+    # The groups' bytes count as written (SGLang's backup metrics).
+    b = Hybrid(kind, {"path": a.backend._store_name + "-b"}, seed=30)
+    b.backend.get_stats()
+    b.backup()
+    stats = b.backend.get_stats()
+    assert stats.written_bytes == sum(map(len, kv_saved.values())) + sum(
+        len(kv_saved[h]) + len(side_saved[h]) for h in trailing), stats
 
 
 @pytest.mark.parametrize("kind", ["mamba", "swa"])

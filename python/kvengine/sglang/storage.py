@@ -374,18 +374,20 @@ class KVEngineHiCacheStorage(HiCacheStorage):
         missing = [i for i, p in enumerate(present) if not p]
         groups = self._pending_groups(keys)
         results = [0] * len(keys)
-        seconds = 0.0
+        seconds, group_bytes = 0.0, 0
         if missing or groups:
             start = time.perf_counter()
-            self._put_pages(keys, host_indices, store_keys, missing, groups, results)
+            group_bytes = self._put_pages(keys, host_indices, store_keys, missing, groups,
+                                          results)
             seconds = time.perf_counter() - start
         ok = [r == 0 for r in results]
         skipped = len(keys) - len(missing)
         written = sum(1 for i in missing if ok[i])
+        written_bytes = written * self._page_bytes + group_bytes
         self._log_failures("written", keys, results, ok)
-        self._counters.add(written_pages=written, written_bytes=written * self._page_bytes,
+        self._counters.add(written_pages=written, written_bytes=written_bytes,
                            skipped_writes=skipped, failed_writes=len(keys) - sum(ok))
-        self._counters.sample("backup", written, written * self._page_bytes, seconds)
+        self._counters.sample("backup", written, written_bytes, seconds)
         return ok
 
     def _pending_groups(self, keys):
@@ -400,7 +402,7 @@ class KVEngineHiCacheStorage(HiCacheStorage):
     def _put_pages(self, keys, host_indices, store_keys, todo, groups, results):
         """Puts the KV pages todo (indexes into keys) and the groups (_pending_groups)
         in one engine call; results[i] gets the code of page i's KV page, or of a group
-        of its that failed."""
+        of its that failed.  Returns the bytes of the groups put."""
         ptrs, sizes = self._page_parts(keys, host_indices)
         put_keys = [store_keys[i] for i in todo]
         put_ptrs = [ptrs[i] for i in todo]
@@ -418,6 +420,8 @@ class KVEngineHiCacheStorage(HiCacheStorage):
         for i, r in zip(owner, codes):
             if results[i] == 0:
                 results[i] = r
+        return sum(sum(size) for size, r in zip(put_sizes[len(todo):], codes[len(todo):])
+                   if r == 0)
 
     def _put_values(self, keys, ptrs, sizes):
         """Puts each key's value from its parts in one engine call: the codes."""
