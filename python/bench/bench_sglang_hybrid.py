@@ -17,6 +17,17 @@ a 0.5 MiB indexer page), in the store's memory tier (this process owns it).
   and indexer together (latent 626 + rope 16) through batch_set_v1 / batch_get_v1;
   ratio = v1's time / v2's.
 
+And a Qwen3-Next-like MHA + Mamba model (12 full-attention layers of 2 KV heads x 256
+in bf16, 64-token pages: a 1.5 MiB KV page; 36 linear-attention layers of fp32 state:
+a 9.8 MiB Mamba state per prefix):
+
+* state groups: --pages // 4 prefixes' last KV page and its state put and read as one
+  key (the trailing group) against the same bytes as two keys.
+* v2 mamba: the controller's steps for a prefix of --pages pages (batch_set_v2 of the
+  state, then batch_set_v1 of the KV pages, which puts the group; batch_get_v1, then
+  batch_get_v2) against v1 of the same bytes: batch_set_v1 / batch_get_v1 of the KV
+  pages and the state as a key of its own (the layout before the groups).
+
 Rounds interleave the measured path and its baseline, the two in turns first; each set
 runs on an empty store
 (the pages are removed before each round, outside the timing); figures are medians over
@@ -35,7 +46,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
                                 "test", "python"))
 import sglang_fakes as fk  # noqa: E402
 
-from kvengine.sglang._sglang_compat import PoolName, PoolTransfer  # noqa: E402
+from kvengine.sglang._sglang_compat import (  # noqa: E402
+    PoolHitPolicy, PoolName, PoolTransfer)
 
 LAYERS, LORA, ROPE, INDEX_DIM, PAGE = 61, 512, 64, 128, 64
 STORE = dict(memory_capacity_bytes="3GiB", apply_environment=False)
@@ -83,6 +95,133 @@ def median_ratio(base, measured):
     return statistics.median(b / m for b, m in zip(base, measured))
 
 
+def compare(steps, repeat, clear):
+    """{name: [seconds]} of steps measured -> baseline -> ... in rounds, each pair in
+    turns first: steps is [(measured, fn), (baseline, fn)] per operation, in order."""
+    t = {name: [] for pair in steps for name, _ in pair}
+    for round_ in range(repeat):
+        clear()
+        for pair in steps:
+            for name, fn in (pair if round_ % 2 == 0 else pair[::-1]):
+                t[name].append(seconds(fn))
+    return t
+
+
+def report(label, gib, t, names):
+    """One line: each operation's GiB/s, its baseline's and the ratio (baseline time /
+    measured time: 1.0 is no cost)."""
+    line = "%-8s" % label
+    for op, measured, base, base_label in names:
+        line += "  %s %6.2f GiB/s (%s %6.2f) = %.2f [best %.2f]" % (
+            op, gib / statistics.median(t[measured]), base_label,
+            gib / statistics.median(t[base]), median_ratio(t[base], t[measured]),
+            min(t[base]) / min(t[measured]))
+    print(line)
+
+
+def mamba_backend(path, pages, groups):
+    """A Qwen3-Next-like MHA + Mamba instance: KV pool, Mamba state pool, controller."""
+    kv_dev, kv = fk.make_pools("mha", "page_first", torch.bfloat16, layers=12, heads=2,
+                               head_dim=256, page_size=PAGE, pages=pages + 4)
+    state_dev = fk.MambaPoolDescriptor(groups + 2, 36, [(2048, 3)], (4, 128, 128),
+                                       torch.float32)
+    state = fk.MambaPoolHost(state_dev, 1.0, 0, pin_memory=False, layout="page_first")
+    fill(kv.kv_buffer, 4)
+    for t in state.get_hybrid_pool_buffer():
+        fill(t, 5)
+    group = fk.HostPoolGroup([fk.PoolEntry(PoolName.KV, kv, kv_dev, None, True),
+                              fk.PoolEntry(PoolName.MAMBA, state, state_dev, None)])
+    allocator = fk.TokenToKVPoolAllocator(kv_dev.size, kv_dev.dtype, "cpu", kv_dev, False)
+    c = fk.HybridCacheController(allocator, group, PAGE, None, None,
+                                 storage_backend="dynamic", model_name="bench/mamba",
+                                 storage_backend_extra_config=fk.kvengine_extra_config(
+                                     path=path, **STORE))
+    return c, kv, state
+
+
+def bench_mamba(tmp, pages, repeat):
+    groups = max(1, pages // 4)
+    c, kv, state = mamba_backend(tmp + "/mamba", pages, groups)
+    backend = c.storage_backend
+    store = backend._store
+    hashes = fk.get_hash_str(list(range(pages * PAGE)), None, PAGE)
+    slots = kv.alloc(pages * PAGE)
+    states = state.alloc(groups)
+    kv_meta = [kv.get_page_buffer_meta(slots[i * PAGE:(i + 1) * PAGE]) for i in range(pages)]
+    st_meta = [state.get_page_buffer_meta(states[i:i + 1]) for i in range(groups)]
+    kv_bytes, st_bytes = sum(kv_meta[0][1]), sum(st_meta[0][1])
+    print("mamba:  pages of KV %.2f MiB, a state of %.2f MiB, median of %d rounds" % (
+        kv_bytes / 2**20, st_bytes / 2**20, repeat))
+
+    # ---- state groups: a prefix's last KV page and its state as one key, or two
+    group_keys = ["g/%s" % h for h in hashes[:groups]]
+    two_keys = [k for h in hashes[:groups] for k in ("k/%s" % h, "s/%s" % h)]
+    group_parts = ([kv_meta[i][0] + st_meta[i][0] for i in range(groups)],
+                   [kv_meta[i][1] + st_meta[i][1] for i in range(groups)])
+    two_parts = ([p for i in range(groups) for p in (kv_meta[i][0], st_meta[i][0])],
+                 [s for i in range(groups) for s in (kv_meta[i][1], st_meta[i][1])])
+
+    def clear():
+        store.batch_remove(group_keys)
+        store.batch_remove(two_keys)
+
+    t = compare([
+        [("gput", lambda: store.batch_put_from_multi_buffers(group_keys, *group_parts)),
+         ("kput", lambda: store.batch_put_from_multi_buffers(two_keys, *two_parts))],
+        [("gget", lambda: store.batch_get_into_multi_buffers(group_keys, *group_parts)),
+         ("kget", lambda: store.batch_get_into_multi_buffers(two_keys, *two_parts))]],
+        repeat, clear)
+    clear()
+    report("states", groups * (kv_bytes + st_bytes) / float(1 << 30), t,
+           [("put", "gput", "kput", "two keys"), ("get", "gget", "kget", "two keys")])
+
+    # ---- v2 (the controller's steps, the state in a group) against v1 + a state key
+    mamba = [PoolTransfer(name=PoolName.MAMBA, host_indices=states[:1], keys=hashes[-1:],
+                          hit_policy=PoolHitPolicy.TRAILING_PAGES)]
+    state_key = ["s/%s" % hashes[-1]]
+    side = backend._side_pools[PoolName.MAMBA.value]
+    ok = {}
+
+    def v2_set():
+        ok.update(a=backend.batch_set_v2(mamba), b=backend.batch_set_v1(hashes, slots))
+
+    def v1_set():
+        ok.update(c=backend.batch_set_v1(hashes, slots),
+                  s=store.batch_put_from_multi_buffers(state_key, [st_meta[0][0]],
+                                                       [st_meta[0][1]]))
+
+    def v2_get():
+        ok.update(d=backend.batch_get_v1(hashes, slots), e=backend.batch_get_v2(mamba))
+
+    def v1_get():
+        ok.update(f=backend.batch_get_v1(hashes, slots),
+                  g=store.batch_get_into_multi_buffers(state_key, [st_meta[0][0]],
+                                                       [st_meta[0][1]]))
+
+    def clear_pages():
+        store.batch_remove(backend._keys.pages(hashes))
+        store.batch_remove(backend._group_keys(side, hashes[-1:]) + state_key)
+
+    def check():
+        assert all(ok["a"][PoolName.MAMBA]) and all(ok["b"]) and all(ok["c"])
+        assert all(ok["d"]) and all(ok["e"][PoolName.MAMBA]) and all(ok["f"])
+        assert ok["s"] == [0] and ok["g"] == [st_bytes]
+
+    # v1 and v2 share the KV pages' keys: each pair runs on an empty store.
+    v = {n: [] for n in ("v2set", "v1set", "v2get", "v1get")}
+    for round_ in range(repeat):
+        order = [("v2set", v2_set, "v2get", v2_get), ("v1set", v1_set, "v1get", v1_get)]
+        for set_name, set_fn, get_name, get_fn in (order if round_ % 2 == 0 else order[::-1]):
+            clear_pages()
+            v[set_name].append(seconds(set_fn))
+            v[get_name].append(seconds(get_fn))
+        check()
+    clear_pages()
+    report("v2 mamba", (pages * kv_bytes + st_bytes) / float(1 << 30), v,
+           [("set", "v2set", "v1set", "v1"), ("get", "v2get", "v1get", "v1")])
+    c.detach_storage_backend()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pages", type=int, default=32)
@@ -109,30 +248,23 @@ def main():
                        [kv_meta[i][1] + ix_meta[i][1] for i in range(pages)])
         two_parts = ([p for i in range(pages) for p in (kv_meta[i][0], ix_meta[i][0])],
                      [s for i in range(pages) for s in (kv_meta[i][1], ix_meta[i][1])])
-        t = {"gput": [], "kput": [], "gget": [], "kget": []}
-        steps = {
-            "gput": lambda: store.batch_put_from_multi_buffers(group_keys, *group_parts),
-            "kput": lambda: store.batch_put_from_multi_buffers(two_keys, *two_parts),
-            "gget": lambda: store.batch_get_into_multi_buffers(group_keys, *group_parts),
-            "kget": lambda: store.batch_get_into_multi_buffers(two_keys, *two_parts)}
-        for round_ in range(args.repeat):
+
+        def clear():
             store.batch_remove(group_keys)
             store.batch_remove(two_keys)
-            # Alternate which goes first, so neither always follows the other's writes.
-            order = ["gput", "kput", "gget", "kget"] if round_ % 2 == 0 else \
-                ["kput", "gput", "kget", "gget"]
-            for name in order:
-                t[name].append(seconds(steps[name]))
+
+        t = compare([
+            [("gput", lambda: store.batch_put_from_multi_buffers(group_keys, *group_parts)),
+             ("kput", lambda: store.batch_put_from_multi_buffers(two_keys, *two_parts))],
+            [("gget", lambda: store.batch_get_into_multi_buffers(group_keys, *group_parts)),
+             ("kget", lambda: store.batch_get_into_multi_buffers(two_keys, *two_parts))]],
+            args.repeat, clear)
         assert all(r == kv_bytes + ix_bytes for r in store.batch_get_into_multi_buffers(
             group_keys, *group_parts))
         gib = pages * (kv_bytes + ix_bytes) / float(1 << 30)
-        print("groups  put %6.2f GiB/s (two keys %6.2f) = %.2f   get %6.2f GiB/s "
-              "(two keys %6.2f) = %.2f" % (
-                  gib / statistics.median(t["gput"]), gib / statistics.median(t["kput"]),
-                  median_ratio(t["kput"], t["gput"]), gib / statistics.median(t["gget"]),
-                  gib / statistics.median(t["kget"]), median_ratio(t["kget"], t["gget"])))
-        store.batch_remove(group_keys)
-        store.batch_remove(two_keys)
+        report("groups", gib, t, [("put", "gput", "kput", "two keys"),
+                                  ("get", "gget", "kget", "two keys")])
+        clear()
 
         # ---- v2 (the controller's hybrid steps) against v1 of the same bytes
         # A latent as wide as KV and indexer together (132 indexer bytes a token and
@@ -141,32 +273,29 @@ def main():
         assert sum(pkv.get_page_buffer_meta(torch.arange(PAGE))[1]) == kv_bytes + ix_bytes
         plain = pc.storage_backend
         pslots = pkv.alloc(pages * PAGE)
-        v = {"v2set": [], "v1set": [], "v2get": [], "v1get": []}
         indexer = [PoolTransfer(name=PoolName.INDEXER, host_indices=slots, keys=hashes,
                                 indices_from_pool=PoolName.KV)]
-        steps = {
-            "v2set": lambda: ok.update(a=backend.batch_set_v2(indexer),
-                                       b=backend.batch_set_v1(hashes, slots)),
-            "v1set": lambda: ok.update(c=plain.batch_set_v1(hashes, pslots)),
-            "v2get": lambda: ok.update(d=backend.batch_get_v1(hashes, slots),
-                                       e=backend.batch_get_v2(indexer)),
-            "v1get": lambda: ok.update(f=plain.batch_get_v1(hashes, pslots))}
-        for round_ in range(args.repeat):
+        ok = {}
+
+        def clear_pages():
             store.batch_remove(backend._keys.pages(hashes))
             store.batch_remove(plain._keys.pages(hashes))
-            ok = {}
-            order = ["v2set", "v1set", "v2get", "v1get"] if round_ % 2 == 0 else \
-                ["v1set", "v2set", "v1get", "v2get"]
-            for name in order:
-                v[name].append(seconds(steps[name]))
-            assert all(ok["a"][PoolName.INDEXER]) and all(ok["b"]) and all(ok["c"])
-            assert all(ok["d"]) and all(ok["e"][PoolName.INDEXER]) and all(ok["f"])
-        print("v2      set %6.2f GiB/s (v1 %6.2f) = %.2f   get %6.2f GiB/s (v1 %6.2f) = %.2f"
-              % (gib / statistics.median(v["v2set"]), gib / statistics.median(v["v1set"]),
-                 median_ratio(v["v1set"], v["v2set"]), gib / statistics.median(v["v2get"]),
-                 gib / statistics.median(v["v1get"]), median_ratio(v["v1get"], v["v2get"])))
+
+        v = compare([
+            [("v2set", lambda: ok.update(a=backend.batch_set_v2(indexer),
+                                         b=backend.batch_set_v1(hashes, slots))),
+             ("v1set", lambda: ok.update(c=plain.batch_set_v1(hashes, pslots)))],
+            [("v2get", lambda: ok.update(d=backend.batch_get_v1(hashes, slots),
+                                         e=backend.batch_get_v2(indexer))),
+             ("v1get", lambda: ok.update(f=plain.batch_get_v1(hashes, pslots)))]],
+            args.repeat, clear_pages)
+        assert all(ok["a"][PoolName.INDEXER]) and all(ok["b"]) and all(ok["c"])
+        assert all(ok["d"]) and all(ok["e"][PoolName.INDEXER]) and all(ok["f"])
+        report("v2 dsa", gib, v, [("set", "v2set", "v1set", "v1"),
+                                  ("get", "v2get", "v1get", "v1")])
         c.detach_storage_backend()
         pc.detach_storage_backend()
+        bench_mamba(tmp, pages, args.repeat)
 
 
 if __name__ == "__main__":

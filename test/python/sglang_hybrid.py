@@ -147,3 +147,54 @@ def page_bytes(t):
 def side_bytes(pool, index):
     ptrs, sizes = pool.get_page_buffer_meta(torch.arange(index, index + pool.page_size))
     return b"".join(ctypes.string_at(p, s) for p, s in zip(ptrs, sizes))
+
+
+# ---------------------------------------------------------------- crash rounds
+
+CRASH_OPTIONS = dict(memory_capacity_bytes="16MiB")
+
+
+def stamp(pool, indices, version):
+    """Fills each part of the pages at `indices` (one host index per page) with the
+    8-byte version repeated: every byte of a put names its version."""
+    word = int(version).to_bytes(8, "little")
+    for first in indices:
+        ptrs, sizes = pool.get_page_buffer_meta(
+            torch.arange(first, first + (getattr(pool, "page_size", 1) or 1)))
+        for p, s in zip(ptrs, sizes):
+            ctypes.memmove(p, word * (s // 8), s)
+
+
+def crash_writer(conn, path, policy, seed):
+    """A backup thread that SIGKILL ends (test_sglang_hybrid.py's crash rounds): SGLang's
+    steps, batch_set_v2 of a prefix's Mamba state then batch_set_v1 of its KV pages, for
+    prefixes of 1..PAGES pages, each time with every page and state stamped with a new
+    version; groups and KV pages are removed at random so that later backups put other
+    versions of them; a flush now and then."""
+    import random
+
+    h = Hybrid("mamba", {"path": path}, seed, offload_policy=policy, **CRASH_OPTIONS)
+    db = h.backend._store
+    side = h.backend._side_pools[PoolName.MAMBA.value]
+    rng = random.Random(seed)
+    hashes = fk.get_hash_str(TOKENS, None, PAGE)
+    kv_slots = h.kv.alloc(PAGES * PAGE)
+    state_slots = h.side.alloc(PAGES)
+    for n in range(1 << 30):
+        version = rng.getrandbits(63)
+        stamp(h.kv, kv_slots[::PAGE].tolist(), version)
+        stamp(h.side, state_slots.tolist(), version)
+        if rng.random() < 0.5:
+            j = rng.randrange(PAGES)
+            db.remove(h.backend._group_keys(side, [hashes[j]])[0])
+            if rng.random() < 0.3:
+                db.remove(h.backend._keys.pages([hashes[j]])[0])
+        k = rng.randint(1, PAGES)
+        h.backend.batch_set_v2([PoolTransfer(
+            name=PoolName.MAMBA, host_indices=state_slots[k - 1:k], keys=[hashes[k - 1]],
+            hit_policy=PoolHitPolicy.TRAILING_PAGES)])
+        h.backend.batch_set_v1(hashes[:k], kv_slots[:k * PAGE])
+        if n % 8 == 7:
+            db.flush()
+        if n == 16:
+            conn.send(("ready", None))

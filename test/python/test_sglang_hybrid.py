@@ -69,16 +69,16 @@ def test_the_kv_of_a_model_without_side_pools_keeps_its_v1_key(store):
 
 def _pattern(h, present):
     """Stores, for PAGES page hashes, the KV of every page and the side pool's page of
-    those in `present`; returns the hashes."""
+    those in `present` (each a group with its KV page), in SGLang's order: the side
+    pool's batch_set_v2, then the KV's batch_set_v1; returns the hashes."""
     hashes = fk.get_hash_str(TOKENS, None, PAGE)
     slots = h.kv.alloc(PAGES * PAGE)
-    assert all(h.backend.batch_set_v1(hashes, slots))
     side = h.backend._side_pools[h.transfers(hashes)[0].name.value]
-    for i in present:
-        s = h.side.alloc(h.side.page_size)
-        r = h.backend.batch_set_v2([PoolTransfer(name=side.name, host_indices=s,
-                                                 keys=[hashes[i]])])
-        assert r[side.name] == [True]
+    s = h.side.alloc(len(present) * h.side.page_size)
+    r = h.backend.batch_set_v2([PoolTransfer(name=side.name, host_indices=s,
+                                             keys=[hashes[i] for i in present])])
+    assert r[side.name] == [True] * len(present)
+    assert all(h.backend.batch_set_v1(hashes, slots))
     return hashes
 
 
@@ -126,13 +126,14 @@ def test_two_trailing_pools_give_the_prefix_both_allow_not_the_least_count(store
     h = Hybrid("swa", store, seed=6)
     h.backend.register_mem_host_pool_v2(h.side, PoolName.MAMBA)  # a second trailing pool
     hashes = fk.get_hash_str(TOKENS, None, PAGE)
-    assert all(h.backend.batch_set_v1(hashes, h.kv.alloc(PAGES * PAGE)))
+    kv_slots = h.kv.alloc(PAGES * PAGE)
 
     def put(name, pages):
         slots = h.side.alloc(len(pages) * PAGE)
         r = h.backend.batch_set_v2([PoolTransfer(name=name, host_indices=slots,
                                                  keys=[hashes[i] for i in pages])])
         assert all(r[name])
+        assert all(h.backend.batch_set_v1(hashes, kv_slots))
 
     put(PoolName.MAMBA, [4])
     put(PoolName.SWA, [0, 1, 2])
@@ -369,3 +370,299 @@ def test_v2_calls_never_raise(store):
     assert all(h.backend.batch_set_v1(hashes, h.kv.alloc(PAGES * PAGE)))
     r = h.backend.batch_exists_v2(hashes, [PoolTransfer(name=PoolName.DRAFT_SWA)])
     assert r.kv_hit_pages == 0
+
+
+# ---------------------------------------------------------------- trailing state groups
+
+def _group_key(h, page_hash, name=None):
+    side = h.backend._side_pools[name or h.transfers([page_hash])[0].name.value]
+    return h.backend._group_keys(side, [page_hash])[0]
+
+
+def _read_with(h, between, tokens=TOKENS):
+    """SGLang's prefetch of tokens into zeroed pools, `between` run after the hit query
+    and before the transfer; returns the operation."""
+    h.kv.kv_buffer.zero_()
+    for t in h.side.get_hybrid_pool_buffer() if h.kind == "mamba" else [h.side.kv_buffer]:
+        t.zero_()
+    hashes = fk.get_hash_str(tokens, None, PAGE)
+    op = fk.HybridPrefetchOperation("r", tokens, pool_transfers=h.transfers(hashes))
+    hit_hashes, _ = h.c._storage_hit_query(op)
+    assert len(hit_hashes) == len(hashes)
+    between()
+    op.hash_value = hit_hashes
+    op.host_indices = h.kv.alloc(len(hit_hashes) * PAGE)
+    for t in op.pool_transfers:
+        t.host_indices = h.side_slots(len(hit_hashes))
+    h.c._page_transfer(op)
+    return op
+
+
+def _check_never_mixed(h, op, kv_saved, side_saved):
+    """Every KV page the read reports loaded is the writer's; every state page it reports
+    loaded is the writer's, and so is the KV page beside it (one put).  Returns the
+    pages whose state loaded."""
+    for i in range(op.completed_tokens // PAGE):
+        kv = _bytes(h.kv.get_data_page(int(op.host_indices[i * PAGE])))
+        assert kv == kv_saved[op.hash_value[i]], i
+    t = op.pool_transfers[0]
+    if op.completed_tokens // PAGE < len(op.hash_value):
+        return []  # SGLang reads no state after a KV miss
+    n = op.pool_storage_result.extra_pool_hit_pages.get(t.name, 0)
+    for j in range(n):
+        assert _side_bytes(h.side, int(t.host_indices[j * h.side.page_size])) == \
+            side_saved[t.keys[j]], j
+    return t.keys[:n]
+
+
+@pytest.mark.parametrize("kind", ["mamba", "swa"])
+def test_a_trailing_state_is_one_value_with_its_kv_page(store, kind):
+    """The state of a prefix's last pages is stored as a group with each page's KV: one
+    key, the KV page then the state; pages without a state have no group, and the state
+    has no key of its own."""
+    a = Hybrid(kind, store, seed=30)
+    op, (kv_saved, side_saved) = a.backup()
+    db = a.backend._store
+    trailing = op.pool_transfers[0].keys
+    assert len(trailing) == (1 if kind == "mamba" else 2)
+    for h in op.hash_value:
+        if h in trailing:
+            assert db.get(_group_key(a, h)) == kv_saved[h] + side_saved[h]
+        else:
+            assert db.is_exist(_group_key(a, h)) == 0
+        assert db.is_exist(a.backend._keys.pages([h])[0]) == 1  # the KV page, as in v1
+    side = a.backend._side_pools[op.pool_transfers[0].name.value]
+    assert all(r == 0 for r in db.batch_is_exist(side.keys(op.hash_value)))
+    assert "+%s:" % kind in _group_key(a, trailing[0])
+    # The groups' bytes count as written (SGLang's backup metrics).
+    b = Hybrid(kind, {"path": a.backend._store_name + "-b"}, seed=30)
+    b.backend.get_stats()
+    b.backup()
+    stats = b.backend.get_stats()
+    assert stats.written_bytes == sum(map(len, kv_saved.values())) + sum(
+        len(kv_saved[h]) + len(side_saved[h]) for h in trailing), stats
+
+
+@pytest.mark.parametrize("kind", ["mamba", "swa"])
+def test_a_state_group_deleted_between_exists_and_get_is_a_miss_whole(store, kind):
+    """The group of the prefix's last page deleted after the hit query: its state is not
+    reported loaded, its slot is not written, and the KV slot of the page keeps the KV
+    page batch_get_v1 read (a failed group read never reaches it)."""
+    a = Hybrid(kind, store, seed=31)
+    op_a, (kv_saved, side_saved) = a.backup()
+    last = op_a.hash_value[-1]
+    b = Hybrid(kind, store, seed=32)
+    op = _read_with(b, lambda: b.backend._store.remove(_group_key(b, last)))
+    assert op.completed_tokens == PAGES * PAGE
+    t = op.pool_transfers[0]
+    assert t.keys[-1] == last
+    loaded = _check_never_mixed(b, op, kv_saved, side_saved)
+    assert last not in loaded
+    assert len(loaded) == len(t.keys) - 1  # SWA: the window's first page still loads
+    slot = int(t.host_indices[(len(t.keys) - 1) * b.side.page_size])
+    assert not any(_side_bytes(b.side, slot))
+
+
+def test_a_state_group_replaced_between_exists_and_get_loads_its_own_kv(store):
+    """A group put again between the hit query and the read (another version of the
+    page: other KV bytes, another state): the state is loaded with the KV page of its
+    own put, laid over the one batch_get_v1 read from the page's plain key."""
+    a = Hybrid("mamba", store, seed=33)
+    op_a, (kv_saved, side_saved) = a.backup()
+    last = op_a.hash_value[-1]
+    b = Hybrid("mamba", store, seed=34)
+    value = bytearray(b.backend._store.get(_group_key(b, last)))
+    new = bytes(x ^ 0x5A for x in value)
+    kv_bytes = len(kv_saved[last])
+
+    def replace():
+        assert b.backend._store.remove(_group_key(b, last)) >= 0
+        assert b.backend._store.put(_group_key(b, last), new) == 0
+
+    op = _read_with(b, replace)
+    assert op.completed_tokens == PAGES * PAGE
+    t = op.pool_transfers[0]
+    assert op.pool_storage_result.extra_pool_hit_pages[t.name] == 1
+    assert _side_bytes(b.side, int(t.host_indices[0])) == new[kv_bytes:]
+    assert _bytes(b.kv.get_data_page(int(op.host_indices[-PAGE]))) == new[:kv_bytes]
+    for i in range(PAGES - 1):  # the pages before: the writer's, from their own keys
+        assert _bytes(b.kv.get_data_page(int(op.host_indices[i * PAGE]))) == \
+            kv_saved[op.hash_value[i]]
+
+
+@pytest.mark.parametrize("kind", ["mamba", "swa"])
+def test_a_damaged_state_group_is_a_miss_and_leaves_the_kv_page_alone(store, kind):
+    """A byte of a state group flipped on SSD (the state's own bytes, found in the
+    buckets): the group fails its checksum whole; its state is not reported loaded and
+    the KV slot of its page keeps the bytes batch_get_v1 read."""
+    options = dict(offload_policy="write_through", memory_capacity_bytes="64MiB")
+    a = Hybrid(kind, store, seed=35, **options)
+    op_a, (kv_saved, side_saved) = a.backup()
+    last = op_a.hash_value[-1]
+    a.backend._store.flush()
+    a.c.detach_storage_backend()
+    state = side_saved[last]
+    probe = state[len(state) // 2:len(state) // 2 + 32]
+    flipped = 0
+    for path in glob.glob(os.path.join(store["path"], "**", "bucket-*.kvb"), recursive=True):
+        with open(path, "r+b") as f:
+            data = f.read()
+            at = data.find(probe)
+            while at >= 0:
+                f.seek(at)
+                f.write(bytes(x ^ 0xFF for x in probe))
+                flipped += 1
+                at = data.find(probe, at + 1)
+    assert flipped == 1, "the state's bytes are on SSD once, in its group"
+    b = Hybrid(kind, store, seed=36, **options)
+    op = _read_with(b, lambda: None)
+    assert op.completed_tokens == PAGES * PAGE
+    loaded = _check_never_mixed(b, op, kv_saved, side_saved)
+    assert last not in loaded
+
+
+def test_a_state_group_evicted_between_exists_and_get_is_never_mixed(store):
+    """Eviction pressure (a small memory tier, no SSD) after the hit query until the
+    last page's group is gone: what the read reports loaded is whole, KV and state of
+    one put."""
+    opts = dict(memory_capacity_bytes="8MiB", ssd_capacity_bytes=0)
+    a = Hybrid("mamba", store, seed=37, **opts)
+    op_a, (kv_saved, side_saved) = a.backup()
+    key = _group_key(a, op_a.hash_value[-1])
+
+    def pressure():
+        filler, n = bytes(len(a.backend._store.get(key))), 0
+        while a.backend._store.is_exist(key) == 1 and n < 4096:
+            a.backend._store.put("filler/%d" % n, filler)
+            n += 1
+        assert n < 4096, "nothing was evicted"
+
+    op = _read_with(a, pressure)
+    assert op_a.hash_value[-1] not in _check_never_mixed(a, op, kv_saved, side_saved)
+
+
+def test_two_groups_of_one_page_with_other_kv_bytes_are_both_misses(store):
+    """Two trailing pools (SWA and Mamba) each keep a group of the prefix's last page:
+    both are loaded when they hold the same KV bytes; when one was put with other KV
+    bytes, neither state is loaded (either would sit beside a KV of another put)."""
+    h = Hybrid("swa", store, seed=38)
+    h.backend.register_mem_host_pool_v2(h.side, PoolName.MAMBA)
+    hashes = fk.get_hash_str(TOKENS, None, PAGE)
+    kv_slots = h.kv.alloc(PAGES * PAGE)
+    swa, mamba = h.side.alloc(2 * PAGE), h.side.alloc(PAGE)
+    put = [PoolTransfer(name=PoolName.SWA, host_indices=swa, keys=hashes[-2:],
+                        hit_policy=PoolHitPolicy.TRAILING_PAGES),
+           PoolTransfer(name=PoolName.MAMBA, host_indices=mamba, keys=hashes[-1:],
+                        hit_policy=PoolHitPolicy.TRAILING_PAGES)]
+    assert h.backend.batch_set_v2(put) == {PoolName.SWA: [True] * 2, PoolName.MAMBA: [True]}
+    assert all(h.backend.batch_set_v1(hashes, kv_slots))
+    r = h.backend.batch_exists_v2(hashes, put)
+    assert r.kv_hit_pages == PAGES
+
+    def read():
+        slots = h.kv.alloc(PAGES * PAGE)
+        assert all(h.backend.batch_get_v1(hashes, slots))
+        return h.backend.batch_get_v2([
+            PoolTransfer(name=PoolName.SWA, host_indices=h.side.alloc(2 * PAGE),
+                         keys=hashes[-2:]),
+            PoolTransfer(name=PoolName.MAMBA, host_indices=h.side.alloc(PAGE),
+                         keys=hashes[-1:])])
+
+    assert read() == {PoolName.SWA: [True, True], PoolName.MAMBA: [True]}
+    key = _group_key(h, hashes[-1], PoolName.MAMBA.value)
+    value = bytearray(h.backend._store.get(key))
+    value[0] ^= 0xFF  # the KV part
+    assert h.backend._store.remove(key) >= 0 and h.backend._store.put(key, bytes(value)) == 0
+    assert read() == {PoolName.SWA: [True, False], PoolName.MAMBA: [False]}
+
+
+def test_a_failed_kv_backup_puts_none_of_its_groups(store):
+    """batch_set_v2 leaves its groups for the batch_set_v1 that follows; when that
+    fails, SGLang ends the backup, and a later batch_set_v1 of the same pages (another
+    backup, whose state slots are others) does not put them with stale slots."""
+    h = Hybrid("mamba", store, seed=39)
+    hashes = fk.get_hash_str(TOKENS, None, PAGE)
+    t = PoolTransfer(name=PoolName.MAMBA, host_indices=h.side.alloc(1), keys=hashes[-1:],
+                     hit_policy=PoolHitPolicy.TRAILING_PAGES)
+    assert h.backend.batch_set_v2([t]) == {PoolName.MAMBA: [True]}
+    assert h.backend.batch_set_v1(hashes, torch.arange(5)) == [False] * PAGES
+    assert all(h.backend.batch_set_v1(hashes, h.kv.alloc(PAGES * PAGE)))
+    assert h.backend._store.is_exist(_group_key(h, hashes[-1])) == 0
+    assert h.backend.batch_exists_v2(hashes, [t]).kv_hit_pages == 0
+
+
+@pytest.mark.parametrize("policy", ["write_through", "write_back"])
+def test_sigkill_mid_backup_never_leaves_a_half_state_group(db_path, policy):
+    """Crash rounds: a process backs up prefixes with their Mamba state (SGLang's steps,
+    a new version of every byte each time, groups removed and put again) and is
+    SIGKILLed at a random moment; after each kill every group reads absent or whole, its
+    KV page and its state of one put, and a prefetch through SGLang's steps loads a
+    state only beside the KV bytes of its own put."""
+    import multiprocessing
+    import random
+    import signal
+    import time
+
+    import sglang_hybrid as sh
+    from spawned import Spawned
+
+    ctx = multiprocessing.get_context("spawn")
+    rounds = max(2, int(os.environ.get("KV_CRASH_ROUNDS", "8")) // 4)
+    rng = random.Random(48)
+    hashes = fk.get_hash_str(TOKENS, None, PAGE)
+    whole = absent = states_loaded = 0
+    for r in range(rounds):
+        writer = Spawned(ctx, sh.crash_writer, db_path, policy, 100 + r)
+        time.sleep(rng.uniform(0.0, 0.4))
+        os.kill(writer.process.pid, signal.SIGKILL)
+        writer.process.join()
+        h = Hybrid("mamba", {"path": db_path}, 7, offload_policy=policy, **sh.CRASH_OPTIONS)
+        db = h.backend._store
+        state_bytes = sum(h.side.get_page_buffer_meta(torch.arange(1))[1])
+        for k in range(1, PAGES + 1):
+            value = db.get(_group_key(h, hashes[k - 1]))
+            if not value:  # absent: neither its KV page nor its state
+                assert db.is_exist(_group_key(h, hashes[k - 1])) == 0, (r, k)
+                absent += 1
+                continue
+            assert len(value) == h.backend._page_bytes + state_bytes, (r, k)
+            assert value == value[:8] * (len(value) // 8), \
+                "round %d: the group of page %d holds bytes of two puts" % (r, k - 1)
+            whole += 1
+            # Through SGLang's steps: a state loaded sits beside its own put's KV page.
+            op = _read_with(h, lambda: None, tokens=TOKENS[:k * PAGE]) \
+                if h.backend.batch_exists_v2(hashes[:k], h.transfers(hashes[:k])) \
+                .kv_hit_pages == k else None
+            if op is not None and op.pool_storage_result.extra_pool_hit_pages.get(
+                    PoolName.MAMBA, 0):
+                t = op.pool_transfers[0]
+                state = _side_bytes(h.side, int(t.host_indices[0]))
+                kv = _bytes(h.kv.get_data_page(int(op.host_indices[-PAGE])))
+                assert kv[:8] == state[:8] == value[:8], (r, k)
+                states_loaded += 1
+            if op is not None:
+                h.kv.free(op.host_indices)
+                h.side.free(op.pool_transfers[0].host_indices)
+        h.c.detach_storage_backend()
+    assert whole > 0 and states_loaded > 0, (whole, absent, states_loaded)
+    print("state group crash rounds: %d, groups whole %d, absent %d, half 0" % (
+        rounds, whole, absent))
+
+
+def test_reads_that_end_at_a_miss_leave_a_bounded_table(store, monkeypatch):
+    """batch_get_v1 remembers the KV slots of its pages for the batch_get_v2 after it;
+    a prefetch that stops at a KV miss calls no batch_get_v2, and the table keeps only
+    the latest pages."""
+    import kvengine.sglang.storage as st
+
+    monkeypatch.setattr(st, "_LOADED_MAX", 4)
+    h = Hybrid("mamba", store, seed=40)
+    op, _ = h.backup()
+    slots = h.kv.alloc(PAGES * PAGE)
+    assert all(h.backend.batch_get_v1(op.hash_value, slots))
+    assert list(h.backend._loaded.pages) == op.hash_value[-4:]
+    # The state of the last page still pairs with the KV slot the last read gave it.
+    t = PoolTransfer(name=PoolName.MAMBA, host_indices=h.side.alloc(1),
+                     keys=op.hash_value[-1:])
+    assert h.backend.batch_get_v2([t]) == {PoolName.MAMBA: [True]}
+    assert h.backend._loaded.pages == {}

@@ -134,8 +134,11 @@ class PageKeys:
         self.fingerprint_record_key = "%s@ps%d@tp%d@pp%d@cp%d/fingerprint" % (
             self.name, pool.page_size, config.tp_size, config.pp_size, config.attn_cp_size)
         self._head = "%s@%s" % (self.name, geometry(pool, config.is_mla_model))
+        self._page_size = pool.page_size
+        self._ranks = ranks
         self._tail = "@ps%d@%s@m%s/" % (pool.page_size, ranks, self.fingerprint)
         self._layout = pool.layout
+        self._value = pool.layout  # what the zero-copy value holds: the layout, members
         self.prefix = "%s@%s%s" % (self._head, pool.layout, self._tail)
         self.flat_prefix = "%s@flat-%s%s" % (self._head, pool.layout, self._tail)
 
@@ -144,7 +147,18 @@ class PageKeys:
         it, the members named (e.g. "indexer:4096"), one value under one key.  The
         members are spelled in the key, so a grouped page and a KV-only page never
         share a key."""
-        self.prefix = "%s@%s+%s%s" % (self._head, self._layout, members, self._tail)
+        self._value = "%s+%s" % (self._layout, members)
+        self.prefix = "%s@%s%s" % (self._head, self._value, self._tail)
+
+    def group_prefix(self, member, per_rank):
+        """The key prefix of a trailing pool's page groups (a Mamba state, SWA pages):
+        the zero-copy KV value's segment with "+<member>" after it (e.g.
+        "page_first+mamba:8192+..."), so a group never shares a key with a KV page; the
+        TP rank too when the member is each rank's own (per_rank) and the KV is not (an
+        MLA model's Mamba state)."""
+        ranks = self._per_rank if per_rank else self._ranks
+        return "%s@%s+%s@ps%d@%s@m%s/" % (self._head, self._value, member, self._page_size,
+                                          ranks, self.fingerprint)
 
     def pool_prefix(self, pool_name, shape, layout, page_size, per_rank):
         """The key prefix of a hybrid model's side pool (mamba, swa, ...): the pool's

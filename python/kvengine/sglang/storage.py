@@ -20,6 +20,8 @@ exited, a kv_server restarting) every page fails until it is back: the shared st
 takes it over or reconnects (kvengine.shared_store).
 """
 
+import ctypes
+import itertools
 import logging
 import threading
 import time
@@ -38,15 +40,24 @@ logger = logging.getLogger("kvengine.sglang")
 NOT_FOUND = -1
 ABORTED = -7
 _REASONS_LOGGED = 3  # failed pages named per log line
+_LOADED_MAX = 1 << 16  # pages batch_get_v1 remembers for the batch_get_v2 after it
 
 # Side pools whose page is stored in one value with the KV page (a page group): the
 # pools SGLang's hybrid controller reads with every KV page (hit policy all_pages, host
 # indices those of the KV, PoolTransfer.indices_from_pool == KV), and whose absence its
 # consumers do not check after the KV has loaded: DSA's indexer (sglang#30321, a KV
-# page paired with a stale or missing indexer page, garbled output).  The trailing
-# pools (mamba, swa) are values of their own: SGLang's components use only the pages
-# batch_get_v2 reports loaded (docs/sglang.md, "Hybrid models").
+# page paired with a stale or missing indexer page, garbled output).
 GROUPED_WITH_KV = (PoolName.INDEXER.value,)
+# Trailing pools (hit policy trailing_pages: a state or window kept only for the last
+# pages of a prefix) whose page is stored as a group with the KV page it belongs to: one
+# value, the page's KV value as batch_set_v1 stores it, then the pool's page.  SGLang
+# backs a node up as batch_set_v2 (the state, keyed by the node's last page hashes) then
+# batch_set_v1 (the KV pages); the group is put by that batch_set_v1, when both host
+# slots are known.  It reads a prefix back as batch_get_v1 (the KV pages) then
+# batch_get_v2 (the state of the trailing pages); batch_get_v2 reads each group whole
+# and only then lays its KV over the page batch_get_v1 loaded, so a page's KV and its
+# state are always of one put (docs/sglang.md, "Page groups").
+TRAILING_GROUPS = (PoolName.MAMBA.value, PoolName.SWA.value)
 
 
 def _pool_name(name):
@@ -58,11 +69,15 @@ class _SidePool:
     """One side pool of a hybrid model (mamba, swa, indexer, DeepSeek V4's, draft):
     its host pool and the key prefix of its pages."""
 
-    def __init__(self, name, host_pool, prefix):
+    def __init__(self, name, host_pool, prefix, member=None, per_rank=True):
         self.name = name
         self.host_pool = host_pool
         self.prefix = prefix
         self.page_size = getattr(host_pool, "page_size", 1) or 1
+        # A trailing pool stored in groups with the KV (TRAILING_GROUPS): its member's
+        # name in the group key ("mamba:<part sizes>"), and whether it is a rank's own.
+        self.member = member
+        self.per_rank = per_rank
 
     def keys(self, hashes):
         return [self.prefix + h for h in hashes]
@@ -77,6 +92,13 @@ class _SidePool:
         n = len(ptrs) // len(keys)
         return ([ptrs[i * n:(i + 1) * n] for i in range(len(keys))],
                 [sizes[i * n:(i + 1) * n] for i in range(len(keys))])
+
+
+def _page_indices(first, page_size):
+    """The host indices of the page whose first slot is `first`."""
+    import torch
+
+    return torch.arange(first, first + page_size, dtype=torch.int64)
 
 
 def _policy_holds(page_exists, trailing, prefix_len):
@@ -154,10 +176,13 @@ class KVEngineHiCacheStorage(HiCacheStorage):
         self._logical_anchor = False
         self._side_pools = {}
         self._grouped = None
+        self._trailing = False  # a trailing pool is stored in groups with the KV
         self._registered_ptrs = []
-        # Per thread: the (page key, first host index) pairs the batch_get_v1 calls of
-        # grouped pages loaded whole since the last batch_get_v2, so the batch_get_v2 of
-        # the grouped pool that SGLang calls next for them does not read them again.
+        # Per thread (SGLang's prefetch I/O thread): page hash -> the first host index of
+        # the KV page the batch_get_v1 calls since the last batch_get_v2 loaded, so the
+        # batch_get_v2 that SGLang calls next finds the KV slots of its pages.  And
+        # (SGLang's backup thread) page hash -> [(trailing pool, its first host index)]
+        # that batch_set_v2 left for the batch_set_v1 that follows to put as groups.
         self._loaded = threading.local()
 
     # ------------------------------------------------------------ the host pool
@@ -228,6 +253,13 @@ class KVEngineHiCacheStorage(HiCacheStorage):
         side = _SidePool(name, host_pool, prefix)
         self._side_pools[name] = side
         self._register_buffers(host_pool)
+        # A rank that writes no KV (an MLA model's TP ranks but 0, SGLang's backup_skip)
+        # cannot put a group: its trailing pools stay values of their own.
+        if (name in TRAILING_GROUPS and self._zero_copy and not self._logical_anchor
+                and not self._mla_reader):
+            side.member = "%s:%s" % (name, shape)
+            side.per_rank = per_rank
+            self._trailing = True
         if name in GROUPED_WITH_KV and self._zero_copy and not self._logical_anchor:
             if side.page_size != self._kv_pool.page_size:
                 raise ValueError("kvengine: the %s pool's page (%d slots) is not the KV "
@@ -236,9 +268,17 @@ class KVEngineHiCacheStorage(HiCacheStorage):
             self._grouped = side
             self._keys.group_with("%s:%s" % (name, shape))
             self._page_bytes += sum(int(x) for x in shape.split("+"))
-        logger.info("kvengine: the %s pool's pages under %s%s", name,
-                    self._keys.prefix if self._grouped is side else prefix,
-                    " (one value with the KV page)" if self._grouped is side else "")
+        where = prefix
+        if self._grouped is side:
+            where = self._keys.prefix + " (one value with the KV page)"
+        elif side.member is not None:
+            where = self._group_keys(side, [""])[0] + " (groups with their KV page)"
+        logger.info("kvengine: the %s pool's pages under %s", name, where)
+
+    def _group_keys(self, side, hashes):
+        """The keys of a trailing pool's groups: its pages, each with its KV page."""
+        prefix = self._keys.group_prefix(side.member, side.per_rank)
+        return [prefix + h for h in hashes]
 
     def _check_indices(self, keys, host_indices):
         pool = self.mem_pool_host
@@ -268,20 +308,31 @@ class KVEngineHiCacheStorage(HiCacheStorage):
         if self._logical_anchor:
             return [True] * len(keys)  # no KV bytes: the side pools hold the pages
         ok = self._guarded("batch_get_v1", keys, self._get_pages, keys, host_indices)
-        if self._grouped is not None:
+        if self._grouped is not None or self._trailing:
             # SGLang reads the KV in batches of STORAGE_BATCH_SIZE pages, then the side
             # pools of the whole operation at once: the pages loaded add up until then.
             first = host_indices[::self._kv_pool.page_size].tolist()
-            loaded = getattr(self._loaded, "pages", set())
-            loaded.difference_update(zip(keys, first))
-            loaded.update((k, i) for k, i, good in zip(keys, first, ok) if good)
+            loaded = getattr(self._loaded, "pages", {})
+            for k, i, good in zip(keys, first, ok):
+                loaded.pop(k, None)
+                if good:
+                    loaded[k] = i
+            # A prefetch that stopped at a miss calls no batch_get_v2 to reset the table:
+            # the oldest pages go (a prefix's own are its latest).
+            for k in list(itertools.islice(loaded, max(0, len(loaded) - _LOADED_MAX))):
+                del loaded[k]
             self._loaded.pages = loaded
         return ok
 
     def batch_set_v1(self, keys, host_indices, extra_info=None):
         if self._logical_anchor:
             return [True] * len(keys)
-        return self._guarded("batch_set_v1", keys, self._set_pages, keys, host_indices)
+        ok = self._guarded("batch_set_v1", keys, self._set_pages, keys, host_indices)
+        if self._trailing and not all(ok):
+            # SGLang ends the backup at a failed page: the groups batch_set_v2 left for
+            # it are not put (its host slots are not the backup's any more after it).
+            self._loaded.pending = {}
+        return ok
 
     def _guarded(self, what, keys, fn, *args):
         """fn's per-key bools; all False (logged) when it raises: SGLang's storage
@@ -321,36 +372,73 @@ class KVEngineHiCacheStorage(HiCacheStorage):
             # Not the MLA writer: the page is stored when rank 0 stored it.
             return present
         missing = [i for i, p in enumerate(present) if not p]
+        groups = self._pending_groups(keys)
         results = [0] * len(keys)
-        seconds = 0.0
-        if missing:
+        seconds, group_bytes = 0.0, 0
+        if missing or groups:
             start = time.perf_counter()
-            self._put_pages(keys, host_indices, store_keys, missing, results)
+            group_bytes = self._put_pages(keys, host_indices, store_keys, missing, groups,
+                                          results)
             seconds = time.perf_counter() - start
         ok = [r == 0 for r in results]
         skipped = len(keys) - len(missing)
-        written = sum(ok) - skipped
+        written = sum(1 for i in missing if ok[i])
+        written_bytes = written * self._page_bytes + group_bytes
         self._log_failures("written", keys, results, ok)
-        self._counters.add(written_pages=written, written_bytes=written * self._page_bytes,
+        self._counters.add(written_pages=written, written_bytes=written_bytes,
                            skipped_writes=skipped, failed_writes=len(keys) - sum(ok))
-        self._counters.sample("backup", written, written * self._page_bytes, seconds)
+        self._counters.sample("backup", written, written_bytes, seconds)
         return ok
 
-    def _put_pages(self, keys, host_indices, store_keys, todo, results):
-        """Puts the pages todo (indexes into keys) in one engine call; results[i] gets
-        each one's code."""
+    def _pending_groups(self, keys):
+        """[(index into keys, trailing pool, its first host index)]: the groups that the
+        batch_set_v2 before this call left for these pages (taken)."""
+        pending = getattr(self._loaded, "pending", None)
+        if not pending:
+            return []
+        return [(i, side, first) for i, k in enumerate(keys)
+                for side, first in pending.pop(k, [])]
+
+    def _put_pages(self, keys, host_indices, store_keys, todo, groups, results):
+        """Puts the KV pages todo (indexes into keys) and the groups (_pending_groups)
+        in one engine call; results[i] gets the code of page i's KV page, or of a group
+        of its that failed.  Returns the bytes of the groups put."""
         ptrs, sizes = self._page_parts(keys, host_indices)
+        put_keys = [store_keys[i] for i in todo]
+        put_ptrs = [ptrs[i] for i in todo]
+        put_sizes = [sizes[i] for i in todo]
+        owner = list(todo)
+        for i, side, first in groups:
+            # The group: the KV value of page i from the slots batch_set_v1 names, then
+            # the trailing pool's page from the slots batch_set_v2 named.
+            side_ptrs, side_sizes = side.parts(["-"], _page_indices(first, side.page_size))
+            put_keys.append(self._group_keys(side, [keys[i]])[0])
+            put_ptrs.append(ptrs[i] + side_ptrs[0])
+            put_sizes.append(sizes[i] + side_sizes[0])
+            owner.append(i)
+        codes = self._put_values(put_keys, put_ptrs, put_sizes)
+        for i, r in zip(owner, codes):
+            if results[i] == 0:
+                results[i] = r
+        return sum(sum(size) for size, r in zip(put_sizes[len(todo):], codes[len(todo):])
+                   if r == 0)
+
+    def _put_values(self, keys, ptrs, sizes):
+        """Puts each key's value from its parts in one engine call: the codes."""
+        codes = [0] * len(keys)
+        todo = list(range(len(keys)))
         for _ in range(2):
             put = self._store.batch_put_from_multi_buffers(
-                [store_keys[i] for i in todo], [ptrs[i] for i in todo], [sizes[i] for i in todo])
+                [keys[i] for i in todo], [ptrs[i] for i in todo], [sizes[i] for i in todo])
             for i, r in zip(todo, put):
-                results[i] = r
+                codes[i] = r
             # Aborted, attached: the copy into a slot the owner had set aside missed its
             # deadline (a stalled host) and nothing was published; a retry reserves fresh
             # slots.  Once only: a closed store answers Aborted too.
-            todo = [i for i in todo if results[i] == ABORTED]
+            todo = [i for i in todo if codes[i] == ABORTED]
             if not todo:
-                return
+                break
+        return codes
 
     def _log_failures(self, verb, keys, results, ok):
         failed = [i for i, good in enumerate(ok) if not good]
@@ -471,16 +559,42 @@ class KVEngineHiCacheStorage(HiCacheStorage):
             return [True] * len(hashes)
         if not hashes:
             return []
-        return [r == 1 for r in self._store.batch_is_exist(side.keys(hashes))]
+        # A trailing pool's page counts where its group (that page's KV and state, of
+        # one put) is stored.
+        keys = self._group_keys(side, hashes) if side.member else side.keys(hashes)
+        return [r == 1 for r in self._store.batch_is_exist(keys)]
 
     def batch_get_v2(self, transfers, extra_info=None):
-        """Each transfer's pages from the store into its host pool: {name: [bool]}."""
-        return self._transfers("batch_get_v2", transfers, self._get_pool_pages)
+        """Each transfer's pages from the store into its host pool: {name: [bool]}.
+        The pools stored in groups with the KV are read after the others, in one engine
+        call (_get_groups)."""
+        loaded = getattr(self._loaded, "pages", {})
+        self._loaded.pages = {}
+        transfers = list(transfers or [])
+        grouped = [t for t in transfers if self._trailing_side(t.name) is not None]
+        results = self._transfers(
+            "batch_get_v2", [t for t in transfers if t not in grouped],
+            lambda side, keys, host_indices: self._get_pool_pages(side, keys, host_indices,
+                                                                  loaded))
+        if grouped:
+            try:
+                results.update(self._get_groups(grouped, loaded))
+            except Exception as e:  # noqa: BLE001 -- never raise into SGLang's threads
+                logger.error("kvengine: batch_get_v2 of the groups of %s failed: %s",
+                             ", ".join(str(t.name) for t in grouped), e)
+                results.update({t.name: [False] * len(t.keys or []) for t in grouped})
+        return results
 
     def batch_set_v2(self, transfers, extra_info=None):
         """Each transfer's pages from its host pool into the store (pages already
-        stored are not written again): {name: [bool]}."""
+        stored are not written again): {name: [bool]}.  A trailing pool's pages are
+        put, as groups with their KV pages, by the batch_set_v1 SGLang calls next."""
+        self._loaded.pending = {}  # a new backup: what an earlier one left is dropped
         return self._transfers("batch_set_v2", transfers, self._set_pool_pages)
+
+    def _trailing_side(self, name):
+        side = self._side_pools.get(_pool_name(name))
+        return side if side is not None and side.member is not None else None
 
     def _transfers(self, what, transfers, fn):
         results = {}
@@ -501,15 +615,13 @@ class KVEngineHiCacheStorage(HiCacheStorage):
                 results[transfer.name] = [False] * len(keys)
         return results
 
-    def _get_pool_pages(self, side, keys, host_indices):
+    def _get_pool_pages(self, side, keys, host_indices, loaded):
         if side is self._grouped:
             # The indexer page is in its KV page's value: the batch_get_v1 SGLang made
             # for these pages just now loaded both at once; else read the groups whole
             # (the KV page is written again with the same bytes).
-            loaded = getattr(self._loaded, "pages", set())
-            self._loaded.pages = set()
             first = host_indices[::side.page_size].tolist()
-            if all((k, i) in loaded for k, i in zip(keys, first)):
+            if all(loaded.get(k) == i for k, i in zip(keys, first)):
                 return [True] * len(keys)
             return self._get_pages(keys, host_indices)
         ptrs, sizes = side.parts(keys, host_indices)
@@ -523,6 +635,8 @@ class KVEngineHiCacheStorage(HiCacheStorage):
         return ok
 
     def _set_pool_pages(self, side, keys, host_indices):
+        if side.member is not None:
+            return self._leave_groups(side, keys, host_indices)
         if side is self._grouped:
             # Written as the page group, KV and indexer in one value (the host indices
             # are the KV's: indices_from_pool == KV); the batch_set_v1 that follows
@@ -547,6 +661,97 @@ class KVEngineHiCacheStorage(HiCacheStorage):
                            written_bytes=written_bytes, skipped_writes=len(keys) - len(todo),
                            failed_writes=len(keys) - sum(ok))
         return ok
+
+    def _leave_groups(self, side, keys, host_indices):
+        """batch_set_v2 of a trailing pool: the pages whose group is not stored yet are
+        left for the batch_set_v1 of their KV pages, which SGLang calls next in the same
+        backup, to put as groups; True for each (a group's failure fails its KV page's
+        batch_set_v1)."""
+        side.parts(keys, host_indices)  # refuses slots that are not a page per key
+        present = [r == 1 for r in self._store.batch_is_exist(self._group_keys(side, keys))]
+        pending = self._loaded.pending
+        for k, first, stored in zip(keys, host_indices[::side.page_size].tolist(), present):
+            if not stored:
+                pending.setdefault(k, []).append((side, first))
+        self._counters.add(skipped_writes=sum(present))
+        return [True] * len(keys)
+
+    def _get_groups(self, transfers, loaded):
+        """batch_get_v2 of the trailing pools stored in groups: each group whole, its
+        KV value into a scratch page and its pool page into the transfer's slots, in one
+        engine call; then each page read whole gets the group's KV laid over the one
+        batch_get_v1 loaded (`loaded`: page hash -> its first KV host index), so its KV
+        and its state are of one put.  A group absent, damaged or evicted is a miss of
+        the pool's page, and the KV slot keeps the bytes batch_get_v1 reported: a failed
+        read never reaches it.  Two pools' groups of one page (SWA and Mamba) must hold
+        the same KV bytes, else both are misses."""
+        import torch
+
+        results, reads = {}, []  # reads: (name, index in its keys, hash, side parts)
+        for t in transfers:
+            keys = list(t.keys or [])
+            results[t.name] = [False] * len(keys)
+            if not keys:
+                continue
+            side = self._trailing_side(t.name)
+            try:
+                ptrs, sizes = side.parts(keys, t.host_indices)
+            except ValueError as e:
+                logger.error("kvengine: batch_get_v2 of %d %s pages: %s", len(keys),
+                             side.name, e)
+                continue
+            for j, h in enumerate(keys):
+                if h in loaded:  # else no KV slot of this read to pair the state with
+                    reads.append((t.name, j, h, side, ptrs[j], sizes[j]))
+        if not reads:
+            return results
+        page = self._page_bytes
+        # The thread's scratch pages, kept: a fresh buffer's page faults cost as much as
+        # the copy out of it.
+        scratch = getattr(self._loaded, "scratch", None)
+        if scratch is None or scratch.numel() < len(reads) * page:
+            scratch = torch.empty(len(reads) * page, dtype=torch.uint8)
+            self._loaded.scratch = scratch
+        base = scratch.data_ptr()
+        codes = self._store.batch_get_into_multi_buffers(
+            [self._group_keys(side, [h])[0] for _, _, h, side, _, _ in reads],
+            [[base + n * page] + r[4] for n, r in enumerate(reads)],
+            [[page] + r[5] for r in reads])
+        good = [c == page + sum(r[5]) for c, r in zip(codes, reads)]
+        by_page = {}
+        for n, r in enumerate(reads):
+            by_page.setdefault(r[2], []).append(n)
+        read_bytes = 0
+        for h, ns in by_page.items():
+            whole = [n for n in ns if good[n]]
+            if not whole:
+                continue
+            kv = scratch[whole[0] * page:(whole[0] + 1) * page]
+            if any(not torch.equal(kv, scratch[n * page:(n + 1) * page]) for n in whole[1:]):
+                logger.warning("kvengine: the groups of page %s hold different KV bytes "
+                               "(puts of two versions); its state is not loaded", h)
+                continue
+            kv_ptrs, kv_sizes = self._page_parts(
+                [h], _page_indices(loaded[h], self._kv_pool.page_size))
+            offset = base + whole[0] * page
+            for ptr, size in zip(kv_ptrs[0], kv_sizes[0]):
+                ctypes.memmove(ptr, offset, size)
+                offset += size
+            for n in whole:
+                results[reads[n][0]][reads[n][1]] = True
+                read_bytes += page + sum(reads[n][5])
+        ok = sum(sum(v) for v in results.values())
+        failed = [n for n, r in enumerate(reads) if not results[r[0]][r[1]]]
+        if failed:
+            r = reads[failed[0]]
+            logger.log(logging.INFO if codes[failed[0]] == NOT_FOUND else logging.WARNING,
+                       "kvengine: %d of %d page groups not read (%s of %s: %s)", len(failed),
+                       len(reads), printable_key(r[2]), r[3].name,
+                       error_name(codes[failed[0]]) if codes[failed[0]] < 0 else
+                       "%d bytes" % codes[failed[0]])
+        self._counters.add(read_pages=ok, read_bytes=read_bytes,
+                           failed_reads=sum(len(v) for v in results.values()) - ok)
+        return results
 
     # ------------------------------------------------------------ the copy path
 
