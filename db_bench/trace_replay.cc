@@ -102,6 +102,7 @@ class Replay {
     if (c.planner) {
       kvengine::LoadPlannerOptions o;
       o.recompute_tokens_per_s = c.prefill_tokens_per_s;
+      if (c.planner_ssd_bytes_per_s > 0) o.ssd.bytes_per_s = c.planner_ssd_bytes_per_s;
       Status st = kvengine::LoadPlanner::Create(o, &planner_);
       if (!st.ok()) Error("load planner: " + st.ToString());
     }

@@ -229,6 +229,8 @@ def test_bad_flags(binary, engines):
           "--head_dim=65536", "--kv_heads=4096"], "max_value_size"),
         (["--benchmarks=trace", "--trace=/nonexistent/trace.jsonl"], "/nonexistent/trace.jsonl"),
         (["--benchmarks=trace", "--trace_generate=agent", "--planner=maybe"], "--planner"),
+        (["--benchmarks=trace", "--trace_generate=agent", "--planner_ssd_bytes_per_s=-1"],
+         "--planner_ssd_bytes_per_s"),
         (["--benchmarks=trace", "--trace_generate=agent", "--prefill_tokens_per_s=1e10"],
          "--prefill_tokens_per_s"),
         (["--benchmarks=trace", "--trace_generate=agent", "--compare_planner",
