@@ -299,6 +299,11 @@ DEFINE_string(planner, "on",
               "request's hit blocks to load, so that loading them is no slower than computing "
               "them at --prefill_tokens_per_s (from where each key is, BatchLocate, and the "
               "tiers' speeds measured on the loads made); off -- every hit is loaded");
+DEFINE_double(planner_ssd_bytes_per_s, 0,
+              "trace: the load planner's nominal SSD read bandwidth in bytes per second, "
+              "which it plans with until it has measured SSD reads -- as a deployment states "
+              "its SSD's (load_planner_options.ssd_bytes_per_s). 0: the planner's default, "
+              "2e9. Default: 0");
 DEFINE_bool(compare_planner, false,
             "trace: replay on two in-process kvengine DBs (same --memory and --options), "
             "kvengine+planner_off with --planner=off and kvengine with the planner, and print "
@@ -565,6 +570,12 @@ const FlagRule kTraceRules[] = {
      "must be in [1, 1e9] tokens per second"},
     {"planner", [](const Resolved&) { return FLAGS_planner == "on" || FLAGS_planner == "off"; },
      "must be on or off"},
+    {"planner_ssd_bytes_per_s",
+     [](const Resolved&) {
+       return FLAGS_planner_ssd_bytes_per_s == 0 ||
+              InRange(FLAGS_planner_ssd_bytes_per_s, 1e3, 1e13);
+     },
+     "must be 0 (the planner's default) or in [1e3, 1e13] bytes per second"},
     {"model_layers", [](const Resolved& r) { return TraceKeyBytes() <= r.kvengine.max_value_size; },
      [](const Resolved& r) {
        return "a key of the trace would hold " + Str(TraceKeyBytes()) +
@@ -856,6 +867,7 @@ void CopyTraceFlags(const Resolved& r, BenchConfig* c) {
   t.prefetch = FLAGS_trace_prefetch;
   t.prefill_tokens_per_s = FLAGS_prefill_tokens_per_s;
   t.planner = FLAGS_planner == "on";
+  t.planner_ssd_bytes_per_s = FLAGS_planner_ssd_bytes_per_s;
   t.buffer_bytes = TraceBufferBytes();
   t.memory_capacity = r.kvengine.memory_capacity_bytes;
   t.ssd_capacity = r.kvengine.ssd_capacity_bytes;

@@ -30,6 +30,9 @@ struct TraceConfig {
   // to load, from where they are (BatchLocate) and the speeds it measures; off: every hit
   // is loaded.
   bool planner = true;
+  // The planner's nominal SSD read bandwidth, bytes per second, until it has measured
+  // SSD reads (0: LoadPlannerOptions' default).
+  double planner_ssd_bytes_per_s = 0;
   uint64_t buffer_bytes = 0;  // the registered buffer loads and saves go through
   // The byte capacities of the ideal caches: the memory tier, and memory plus SSD (0:
   // no SSD tier).

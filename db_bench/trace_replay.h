@@ -11,7 +11,10 @@
 //      compute at --prefill_tokens_per_s.  Then the lookup hook runs with the keys of
 //      those planned blocks (the place where the scheduler tells the engine what the
 //      worker will load).
-//   2. Load and save, on the worker's side, `lookahead_us` after the lookup: the planned
+//   2. Load and save, on the worker's side, `lookahead_us` after the lookup: with the
+//      planner, the plan re-checked first (BatchLocate of the planned keys: where a key
+//      has moved since the lookup, the planner plans again and the load is cut to that,
+//      never lengthened; the re-check's time counts as the load's); then the planned
 //      blocks read with BatchGetInto into a registered buffer (the load, timed per
 //      request; its time and tiers feed the planner's estimates), then the blocks it
 //      did not load written from it with BatchPut (the save) -- the hits the planner
@@ -51,6 +54,7 @@ struct LookupPlan {
   std::vector<std::string> keys;  // every key of every block, block by block
   double lookup_at_s = 0;         // seconds since the replay began
   uint64_t prefetched_keys = 0;   // hit keys the hook started bringing up from SSD
+  std::vector<int64_t> tiers;     // with the planner: where the planned keys were (BatchLocate)
 };
 
 // Called right after a lookup with the keys of the request's hit blocks, in block order.

@@ -229,6 +229,8 @@ def test_bad_flags(binary, engines):
           "--head_dim=65536", "--kv_heads=4096"], "max_value_size"),
         (["--benchmarks=trace", "--trace=/nonexistent/trace.jsonl"], "/nonexistent/trace.jsonl"),
         (["--benchmarks=trace", "--trace_generate=agent", "--planner=maybe"], "--planner"),
+        (["--benchmarks=trace", "--trace_generate=agent", "--planner_ssd_bytes_per_s=-1"],
+         "--planner_ssd_bytes_per_s"),
         (["--benchmarks=trace", "--trace_generate=agent", "--prefill_tokens_per_s=1e10"],
          "--prefill_tokens_per_s"),
         (["--benchmarks=trace", "--trace_generate=agent", "--compare_planner",
@@ -539,6 +541,22 @@ def test_trace(binary, engines):
                   f"without the planner no SSD load was slower: {off}")
             check(on["planner_ns_per_block"] < 1000,
                   f"planning cost {on['planner_ns_per_block']} ns per block")
+        # Looked up 4 requests ahead of the loads, 1 ms before each: the saves in between
+        # push some planned keys from memory to SSD before their load.  The plan is
+        # re-checked at the load and cut there, so still no load with a key off memory is
+        # slower than recompute (before the re-check: 13 and 25 such loads at depth 4 and
+        # 16 on this trace).
+        ahead = trace_records(binary, ["--trace=" + path, "--memory=4MiB",
+                                       "--prefill_tokens_per_s=1e9", "--trace_depth=4",
+                                       "--trace_lookahead_us=1000",
+                                       "--options=memory_slab_size=64KiB"],
+                              ["kvengine"], "planner re-check")
+        if "kvengine" in ahead:
+            t = ahead["kvengine"]["trace"]
+            check(t["planner_recheck_moved_requests"] > 0 and t["planner_recheck_cut_blocks"] > 0,
+                  f"no planned key moved between lookup and load: {t}")
+            check(t["requests_load_slower_off_memory"] == 0 and t["hit_ratio_ssd"] == 0,
+                  f"a load read a key moved to SSD since its lookup: {t}")
         # Memory-only hits: the planner refuses none, and both runs load the same blocks.
         mem = trace_records(binary, ["--trace=" + path, "--memory=64MiB", "--compare_planner",
                                      "--prefill_tokens_per_s=1e9",

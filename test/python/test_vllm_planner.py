@@ -5,6 +5,7 @@ through vLLM's connector output; bad settings are refused by name.  Also
 kvengine.LoadPlanner itself, as Python sees it."""
 import json
 import logging
+import time
 
 import pytest
 
@@ -14,6 +15,7 @@ torch = pytest.importorskip(
     "torch", reason="torch is not installed (Debian: apt-get install python3-torch)")
 
 from test_vllm_account import BS, Instance, hash_seed, lines, tokens  # noqa: E402,F401
+import vllm_fakes as fk  # noqa: E402
 from vllm_fakes import block_hashes  # noqa: E402
 
 # A prefill rate and an SSD the planner must refuse: 1 MB/s against 1e6 tokens/s.
@@ -125,6 +127,8 @@ def test_an_unknown_prefill_rate_loads_every_hit_and_says_so_once(db_path, tmp_p
     extra = {"load_planner_options": {"ssd_bytes_per_s": 1.0}}
     inst = Instance(db_path, None, extra=extra, ssd_capacity_bytes="8MiB",
                     bucket_size_limit="256KiB")
+    # A worker that times no step (with pipeline stages, say): nothing teaches the rate.
+    inst.worker.connector_worker._step_timer = None
     try:
         prompt = tokens(4 * BS + 1, seed=6)
         with caplog.at_level(logging.WARNING, logger="kvengine"):
@@ -135,6 +139,97 @@ def test_an_unknown_prefill_rate_loads_every_hit_and_says_so_once(db_path, tmp_p
         inst.close()
     notices = [r for r in caplog.records if "recompute_tokens_per_s" in r.getMessage()]
     assert len(notices) == 1
+
+
+def test_a_prefill_rate_learned_from_the_workers_steps_cuts_a_slow_tier(db_path, tmp_path,
+                                                                      monkeypatch):
+    """No rate configured: the worker times each forward step the scheduler side marked
+    (step_tokens), the stats carry [tokens, seconds] back through vLLM's connector
+    output, and the planner's rate is fitted to them; then a slow SSD's hits are left to
+    recompute, the account saying so with the learned rate."""
+    rate = 2000.0  # tokens/s of the fake forward: each computed block sleeps BS / rate
+    fill = fk.fill_block
+
+    def slow_fill(caches, layout, block_id, block_hash):
+        time.sleep(BS / rate)
+        fill(caches, layout, block_id, block_hash)
+
+    monkeypatch.setattr(fk, "fill_block", slow_fill)
+    log = str(tmp_path / "requests.jsonl")
+    # An SSD at 100 kB/s: a block's 3 layers read in about 60 ms, against 8 ms to compute.
+    slow = {"load_planner_options": {"ssd_bytes_per_s": 1e5, "ssd_latency_s": 1e-3}}
+    inst = Instance(db_path, log, extra=slow, ssd_capacity_bytes="8MiB",
+                    bucket_size_limit="256KiB")
+    try:
+        side = inst.sched.connector_scheduler._planner
+        assert side.learns_rate
+        for i, blocks in enumerate((1, 4, 2, 6, 3, 5, 1, 6)):  # misses: no loads, timed
+            prompt = tokens(blocks * BS + 1, seed=100 + i)
+            assert inst.run("r-learn-%d" % i, prompt, list(range(1, blocks + 2)))[0] == 0
+        assert side._planner is None and len(side._early_steps) >= 8
+        prompt = tokens(4 * BS + 1, seed=9)
+        push_to_ssd(inst, prompt)
+        assert inst.run("r-ssd", prompt, [1, 2, 3, 4, 5])[0] == 0
+        learned = side._planner.recompute_tokens_per_s
+        assert rate / 2 < learned < rate * 1.5, learned  # a loaded host sleeps longer
+    finally:
+        inst.close()
+    got = lines(log)["r-ssd"]
+    assert got["tokens_hit"] == 0
+    assert [m["reason"] for m in got["missed"]] == ["slower_than_recompute"] * 4
+    estimate = got["missed"][0]["estimate"]
+    assert estimate["rate"] == "learned" and estimate["tiers"] == ["ssd"]
+    assert rate / 2 < estimate["recompute_tokens_per_s"] < rate * 1.5
+    assert estimate["load_ms"] > estimate["recompute_ms"] > 0
+
+
+def test_steps_are_timed_only_to_learn_the_rate(db_path):
+    """A configured rate: no step is marked; a step that loads is never timed."""
+    from kvengine.vllm.common import KVEngineConnectorMetadata
+    from kvengine.vllm.planner import StepTimer, prefill_step_tokens
+
+    inst = Instance(db_path, None, extra=SLOW_SSD)
+    try:
+        assert not inst.sched.connector_scheduler._planner.learns_rate
+        req = fk.Request("r", tokens(2 * BS + 1), BS, inst.none_hash)
+        inst.sched.get_num_new_matched_tokens(req, 0)
+        inst.sched.update_state_after_alloc(req, fk.KVCacheBlocks([1, 2, 3]), 0)
+        step = fk.new_step(new=[(req, [1, 2, 3], 0, 2 * BS + 1)])
+        assert inst.sched.build_connector_meta(step).step_tokens == 0
+        assert prefill_step_tokens(step) == 2 * BS + 1
+    finally:
+        inst.close()
+    decodes = fk.cached_step(["a", "b"], [None, None], [40, 50], [1, 1])
+    assert prefill_step_tokens(decodes) == 0
+    decodes.scheduled_spec_decode_tokens = {"a": [7, 8]}
+    decodes.num_scheduled_tokens = {"a": 3, "b": 1}
+    assert prefill_step_tokens(decodes) == 0  # speculative tokens are decodes
+    samples = []
+    timer = StepTimer(lambda **kw: samples.append(kw["step_samples"]))
+    timer.start(KVEngineConnectorMetadata(step_tokens=64, loads=["a load"]), False)
+    timer.stop()
+    timer.start(KVEngineConnectorMetadata(step_tokens=0), False)
+    timer.stop()
+    assert samples == []
+    timer.start(KVEngineConnectorMetadata(step_tokens=64), False)
+    timer.stop()
+    assert len(samples) == 1 and samples[0][0] == 64 and samples[0][1] > 0
+
+
+def test_the_prefill_rate_fit_converges_to_the_steps_rate():
+    """record_prefill: steps of overhead + tokens / rate teach the rate, the overhead
+    apart; the first step alone already gives one."""
+    p = kvengine.LoadPlanner()
+    assert p.recompute_tokens_per_s is None
+    sizes = [512, 4096, 1024, 8192, 2048, 6144, 256, 3072]
+    for i in range(60):
+        tokens_ = sizes[i % len(sizes)]
+        p.record_prefill(tokens_, 0.004 + tokens_ / 40000.0)
+        if i == 0:
+            assert p.recompute_tokens_per_s is not None
+    assert p.recompute_tokens_per_s == pytest.approx(40000.0, rel=0.05)
+    with pytest.raises(ValueError):
+        p.record_prefill(0, 1.0)
 
 
 def test_the_planner_can_be_turned_off(db_path):

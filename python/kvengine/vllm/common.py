@@ -85,6 +85,9 @@ class KVEngineConnectorMetadata(KVConnectorMetadata):
     # The lookup's part of the account of each sampled request scheduled this step
     # (account.py), by request id.
     accounts: dict = dataclasses.field(default_factory=dict)
+    # The tokens this step computes, for the load planner's prefill rate (planner.py,
+    # StepTimer): the worker times the step when it is not 0.
+    step_tokens: int = 0
 
 
 # ------------------------------------------------------------------ keys

@@ -55,8 +55,9 @@ _SUMMED = ("lookup_tokens", "hit_tokens", "loaded_blocks", "loaded_bytes", "load
            "planned_recompute_tokens")
 _LISTED = ("load_seconds", "save_seconds")
 # Kept as they are, for the scheduler side's load planner (planner.py): one
-# [memory bytes, ssd bytes, peer bytes, seconds] per load job; not reduced.
-_SAMPLES = ("load_samples",)
+# [memory bytes, ssd bytes, peer bytes, seconds] per load job, one [tokens, seconds] per
+# timed forward step; not reduced.
+_SAMPLES = ("load_samples", "step_samples")
 
 
 class KVEngineConnectorStats(KVConnectorStats):

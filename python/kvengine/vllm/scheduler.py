@@ -271,6 +271,8 @@ class KVEngineScheduler:
     # ---------------------------------------------------------------- the step's metadata
     def build_connector_meta(self, scheduler_output: Any) -> KVEngineConnectorMetadata:
         meta = KVEngineConnectorMetadata()
+        if self._planner is not None:
+            meta.step_tokens = self._planner.step_tokens(scheduler_output)
         if self._feed is not None:
             meta.removals_through = self._feed.last_sequence()
         num_scheduled = attr_of(scheduler_output, "num_scheduled_tokens", {}) or {}

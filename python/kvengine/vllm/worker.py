@@ -25,7 +25,7 @@ from .common import KeyScheme, KVEngineConnectorMetadata, LayoutRecords, attr_of
 from .account import RecentRemovals
 from .events import BlockEvents
 from .layout import analyse_layer
-from .planner import load_sample
+from .planner import StepTimer, load_sample
 
 logger = logging.getLogger("kvengine.vllm")
 
@@ -150,6 +150,10 @@ class KVEngineWorker:
         self.num_loaded_blocks = 0
         self.num_saved_blocks = 0
         self.num_skipped_saves = 0
+        # The forward steps timed for the load planner's prefill rate (planner.py): by
+        # one rank, and only without pipeline stages (a stage's time is not the step's).
+        self._step_timer = (StepTimer(record) if (keys.tp_rank, keys.pp_rank) == (0, 0)
+                            and keys.pp_size == 1 else None)
 
     # ---------------------------------------------------------------- keys and caches
     def block_key(self, block_hash, layer=0, tp_rank=None, pp_rank=None, tenant=None):
@@ -227,6 +231,8 @@ class KVEngineWorker:
     # ---------------------------------------------------------------- loads
     def start_load_kv(self, meta: Optional[KVEngineConnectorMetadata]) -> None:
         self._finish_load()
+        if self._step_timer is not None:
+            self._step_timer.start(meta, self._on_cuda)
         if self._accounts is not None and meta is not None:
             for account in getattr(meta, "accounts", {}).values():
                 self._accounts.begin(dict(account, missed=list(account.get("missed", []))))
@@ -456,6 +462,8 @@ class KVEngineWorker:
         return len(results) - len(failed), len(failed), skipped, written, failed_hashes
 
     def wait_for_save(self, meta: Optional[KVEngineConnectorMetadata]) -> None:
+        if self._step_timer is not None:
+            self._step_timer.stop()  # the forward pass is over (on CUDA: launched)
         self._finish_load()
         plan = self._step_saves(meta)
         try:
