@@ -86,9 +86,10 @@ def test_a_null_block_is_never_saved(store_path):
         a.close()
 
 
-def test_a_later_request_loads_only_what_it_needs_and_never_into_block_0(store_path):
+@pytest.mark.parametrize("staged", [False, True])
+def test_a_later_request_loads_only_what_it_needs_and_never_into_block_0(store_path, staged):
     a = Instance(store_path, LAYOUT, kv_cache_config=hybrid_config())
-    b = Instance(store_path, LAYOUT, kv_cache_config=hybrid_config())
+    b = Instance(store_path, LAYOUT, kv_cache_config=hybrid_config(), force_staging=staged)
     try:
         req = a.request("r1", prompt(6 * BS, seed=37))
         full_a, window_a = save_with_null_window(a, req)
@@ -162,14 +163,17 @@ def test_group_skips_follow_vllms_managers():
     positions: a Mamba group needs only the position of its last computed token."""
     mamba = fk.MambaSpec(block_size=BS, shapes=((4,),), dtypes=(torch.float16,),
                          mamba_cache_mode="align")
+    chunked = fk.ChunkedLocalAttentionSpec(block_size=BS, num_kv_heads=4, head_size=8,
+                                           dtype=torch.float16, attention_chunk_size=2 * BS)
     kcc = fk.KVCacheConfig(16, [], [fk.KVCacheGroupSpec(["a"], SPECS[0]),
                                     fk.KVCacheGroupSpec(["b"], SPECS[1]),
-                                    fk.KVCacheGroupSpec(["c"], mamba)])
+                                    fk.KVCacheGroupSpec(["c"], mamba),
+                                    fk.KVCacheGroupSpec(["d"], chunked)])
     skips = GroupSkips(kcc, BS)
-    assert [skips.has_nulls(g) for g in range(3)] == [False, True, True]
+    assert [skips.has_nulls(g) for g in range(5)] == [False, True, True, True, False]
     assert skips.is_null(1, 0) and not skips.is_null(0, 0) and not skips.is_null(1, 3)
     for m in (0, 1, 16, 33, 48, 64, 100):
-        for g in range(3):
+        for g in range(4):
             want = max(0, fk.skipped_tokens(kcc.kv_cache_groups[g].kv_cache_spec, m)) // BS
             assert skips.skipped_blocks(g, m) == want
     # Mamba state saved at positions 1 and 3 only (the ends of two prefill chunks).

@@ -60,6 +60,8 @@ FAKE_CLASSES = [
     ("KVCacheTensor", "vllm.v1.kv_cache_interface", "KVCacheTensor", "subset"),
     ("FullAttentionSpec", "vllm.v1.kv_cache_interface", "FullAttentionSpec", "subset"),
     ("SlidingWindowSpec", "vllm.v1.kv_cache_interface", "SlidingWindowSpec", "subset"),
+    ("ChunkedLocalAttentionSpec", "vllm.v1.kv_cache_interface", "ChunkedLocalAttentionSpec",
+     "subset"),
     ("MambaSpec", "vllm.v1.kv_cache_interface", "MambaSpec", "subset"),
     ("KVCacheConfig", "vllm.v1.kv_cache_interface", "KVCacheConfig", "subset"),
     ("NewRequestData", "vllm.v1.core.sched.output", "NewRequestData", "subset"),

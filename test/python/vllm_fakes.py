@@ -145,9 +145,9 @@ class KVCacheGroupSpec:
 
 # The KV-cache specs of a hybrid model's groups (vllm/v1/kv_cache_interface.py).  vLLM's
 # spec_manager_map picks each group's manager by the spec's class: FullAttentionSpec never
-# skips a position; SlidingWindowSpec and MambaSpec do, and their groups hold vLLM's null
-# block (block 0) where they skip (single_type_kv_cache_manager.py, get_num_skipped_tokens;
-# hybrid_block_ids below).
+# skips a position; SlidingWindowSpec, ChunkedLocalAttentionSpec and MambaSpec do, and
+# their groups hold vLLM's null block (block 0) where they skip
+# (single_type_kv_cache_manager.py, get_num_skipped_tokens; hybrid_block_ids below).
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -169,6 +169,15 @@ class SlidingWindowSpec:
     sliding_window: int
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ChunkedLocalAttentionSpec:
+    block_size: int
+    num_kv_heads: int
+    head_size: int
+    dtype: Any
+    attention_chunk_size: int
+
+
 @dataclasses.dataclass(frozen=True)
 class MambaSpec:
     block_size: int
@@ -182,6 +191,8 @@ def skipped_tokens(spec, num_computed_tokens):
     """get_num_skipped_tokens of the spec's manager, as vLLM main computes it."""
     if isinstance(spec, SlidingWindowSpec):
         return max(0, num_computed_tokens - spec.sliding_window + 1)
+    if isinstance(spec, ChunkedLocalAttentionSpec):
+        return (num_computed_tokens // spec.attention_chunk_size) * spec.attention_chunk_size
     if isinstance(spec, MambaSpec):
         return num_computed_tokens - 1
     return 0
