@@ -380,7 +380,11 @@ class KVEngineScheduler:
         for g, ids in enumerate(state.block_ids):
             if self._skips.has_nulls(g):
                 n = min(len(ids), self._skips.skipped_blocks(g, num_computed_tokens))
-                ids[:n] = [NULL_BLOCK_ID] * n
+                # As vLLM's loop: the positions before a null one are null already.
+                for i in range(n - 1, -1, -1):
+                    if ids[i] == NULL_BLOCK_ID:
+                        break
+                    ids[i] = NULL_BLOCK_ID
 
     def _take_load(self, meta, state):
         if state.pending_load is not None:
