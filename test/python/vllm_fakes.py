@@ -143,6 +143,73 @@ class KVCacheGroupSpec:
     kv_cache_spec: Any
 
 
+# The KV-cache specs of a hybrid model's groups (vllm/v1/kv_cache_interface.py).  vLLM's
+# spec_manager_map picks each group's manager by the spec's class: FullAttentionSpec never
+# skips a position; SlidingWindowSpec, ChunkedLocalAttentionSpec and MambaSpec do, and
+# their groups hold vLLM's null block (block 0) where they skip
+# (single_type_kv_cache_manager.py, get_num_skipped_tokens; hybrid_block_ids below).
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FullAttentionSpec:
+    block_size: int
+    num_kv_heads: int
+    head_size: int
+    dtype: Any
+    sliding_window: Optional[int] = None
+    attention_chunk_size: Optional[int] = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SlidingWindowSpec:
+    block_size: int
+    num_kv_heads: int
+    head_size: int
+    dtype: Any
+    sliding_window: int
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ChunkedLocalAttentionSpec:
+    block_size: int
+    num_kv_heads: int
+    head_size: int
+    dtype: Any
+    attention_chunk_size: int
+
+
+@dataclasses.dataclass(frozen=True)
+class MambaSpec:
+    block_size: int
+    shapes: tuple
+    dtypes: tuple
+    mamba_cache_mode: str = "none"
+    num_speculative_blocks: int = 0
+
+
+def skipped_tokens(spec, num_computed_tokens):
+    """get_num_skipped_tokens of the spec's manager, as vLLM main computes it."""
+    if isinstance(spec, SlidingWindowSpec):
+        return max(0, num_computed_tokens - spec.sliding_window + 1)
+    if isinstance(spec, ChunkedLocalAttentionSpec):
+        return (num_computed_tokens // spec.attention_chunk_size) * spec.attention_chunk_size
+    if isinstance(spec, MambaSpec):
+        return num_computed_tokens - 1
+    return 0
+
+
+def hybrid_block_ids(specs, block_ids, num_computed_tokens, block_size):
+    """A request's block ids per group as vLLM hands them to a connector: in each group,
+    the first get_num_skipped_tokens(computed) // block_size positions hold the null block
+    (block 0: allocate_new_computed_blocks pads a new request's skipped positions with it,
+    remove_skipped_blocks replaces those a running request leaves behind)."""
+    out = []
+    for spec, ids in zip(specs, block_ids):
+        skipped = max(0, skipped_tokens(spec, num_computed_tokens)) // block_size
+        out.append([0 if i < skipped else b for i, b in enumerate(ids)])
+    return tuple(out)
+
+
 @dataclasses.dataclass
 class KVCacheTensor:
     size: int
@@ -255,12 +322,20 @@ def handle_load_errors(policy, request, block_ids, failed, block_size):
     return request.status
 
 
+def _groups(block_ids):
+    """Block ids per KV-cache group, as vLLM passes them (tuple[list[int], ...]): a tuple
+    of lists is one list per group; a flat list, the ids of a model with one group."""
+    if isinstance(block_ids, tuple) and block_ids and isinstance(block_ids[0], list):
+        return tuple(list(g) for g in block_ids)
+    return (list(block_ids),)
+
+
 class KVCacheBlocks:
     def __init__(self, block_ids):
-        self._ids = list(block_ids)
+        self._ids = _groups(block_ids)
 
     def get_block_ids(self):
-        return (list(self._ids),)
+        return tuple(list(g) for g in self._ids)
 
 
 # ------------------------------------------------------------------ scheduler output
@@ -329,7 +404,7 @@ def new_step(new=(), cached=None, finished=(), preempted=None):
     new_reqs, sched = [], {}
     for req, ids, computed, scheduled in new:
         new_reqs.append(NewRequestData(req.request_id, req.prompt_token_ids, [], None, None,
-                                       (list(ids),), computed, None))
+                                       _groups(ids), computed, None))
         sched[req.request_id] = scheduled
     cached = cached or CachedRequestData.make_empty()
     return SchedulerOutput(new_reqs, cached, sched, sum(sched.values()), {}, {}, [0],

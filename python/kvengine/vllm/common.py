@@ -173,6 +173,11 @@ class KeyScheme:
             self.key_model, self.block_size, tp, self.tp_size, pp, self.pp_size,
             self.fingerprint, self.engine_id)
 
+    def layer_groups_record_key(self, tp, pp):
+        """The record of each layer's KV-cache group on a rank (LayoutRecords.groups): a
+        key of its own, so that readers of the layout record before it are unchanged."""
+        return self.layout_record_key(tp, pp) + "/groups"
+
     def fingerprint_record_key(self):
         """The record of the fingerprint last seen for this model name, dtype, block size
         and parallel shape (instances that differ in those may share a store at once)."""
@@ -227,6 +232,7 @@ class LayoutRecords:
     def __init__(self, keys: KeyScheme):
         self._keys = keys
         self._found = {}  # (tp, pp) -> (layout tag, number of layers)
+        self._found_groups = {}  # (tp, pp) -> [KV-cache group of each layer]
 
     def publish(self, db, tp, pp, tag, num_layers):
         """Stores this rank's record; the store's status code (0: stored)."""
@@ -242,4 +248,22 @@ class LayoutRecords:
                 return None
             tag, count = bytes(raw).decode().split("\n")
             found = self._found[(tp, pp)] = (tag, int(count))
+        return found
+
+    def publish_groups(self, db, tp, pp, groups):
+        """Stores the KV-cache group of each of this rank's layers (registration order):
+        the scheduler side needs it to know which layers a position may lack where vLLM
+        handed a group the null block (nullblocks.py).  The store's status code."""
+        return db.put(self._keys.layer_groups_record_key(tp, pp),
+                      ",".join(str(g) for g in groups).encode())
+
+    def groups(self, db, tp, pp):
+        """[group of layer i] of one rank; None until its worker published them (then every
+        layer counts as a group that needs every position)."""
+        found = self._found_groups.get((tp, pp))
+        if found is None:
+            raw = db.get(self._keys.layer_groups_record_key(tp, pp))
+            if not raw:
+                return None
+            found = self._found_groups[(tp, pp)] = [int(g) for g in bytes(raw).decode().split(",")]
         return found

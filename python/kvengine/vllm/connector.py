@@ -206,7 +206,8 @@ class KVEngineConnector(KVConnectorBase_V1, SupportsHMA):
                        if planner_kwargs is not None else None)
             self.connector_scheduler = KVEngineScheduler(kv_config, keys, self._db,
                                                          self._stats.record, self._events_on,
-                                                         lookup, planner)
+                                                         lookup, planner,
+                                                         kv_cache_config=self._kv_cache_config)
         elif role == KVConnectorRole.WORKER:
             # One rank writes the lines: the first of the instance.
             writer = account_path and (keys.tp_rank, keys.pp_rank) == (0, 0)

@@ -19,6 +19,7 @@ import kvengine
 from .common import (BlockTransfer, KeyScheme, KVEngineConnectorMetadata, LayoutRecords,
                      attr_of, block_id_groups, check_fingerprint, tenant_of)
 from .events import RemovalFeedReader, Resync
+from .nullblocks import NULL_BLOCK_ID, GroupSkips
 from .planner import SchedulerPlanner
 
 logger = logging.getLogger("kvengine.vllm")
@@ -94,8 +95,14 @@ class KVEngineScheduler:
     connector's interval stats."""
 
     def __init__(self, kv_transfer_config: Any, keys: KeyScheme, db, record, events=False,
-                 account=None, planner: Optional[SchedulerPlanner] = None):
+                 account=None, planner: Optional[SchedulerPlanner] = None,
+                 kv_cache_config=None):
         self._keys = keys
+        # vLLM's null block in the groups that skip positions (nullblocks.py): a position
+        # saved while a group held it lacks that group's keys, and counts as a hit only for
+        # a request that skips it in that group too.
+        self._skips = GroupSkips(kv_cache_config, keys.block_size)
+        self._usable = None  # the last lookup's GroupSkips.usable, None: every key needed
         self._db = db
         self._record = record
         # KV events: the saves carry what BlockStored needs, and each step the feed's
@@ -167,13 +174,13 @@ class KVEngineScheduler:
             return 0, False
         accounted = self._account is not None and self._account.wants(request.request_id)
         located = [] if accounted or self._planner is not None else None
-        found = self._present_prefix(hashes[start:], state.tenant, located)
+        num_tokens = int(attr_of(request, "num_tokens",
+                                 len(attr_of(request, "prompt_token_ids", []))))
+        found = self._present_prefix(hashes[start:], state.tenant, located, start, num_tokens)
         if found is None:
             logger.debug("kvengine: no layout published yet for engine %s",
                          self._keys.engine_id)
             return 0, False
-        num_tokens = int(attr_of(request, "num_tokens",
-                                 len(attr_of(request, "prompt_token_ids", []))))
         hit, plan = found, None
         state.tier_shares, state.rewrite = None, frozenset()  # this lookup's, not a former one's
         if found and self._planner is not None:
@@ -184,6 +191,7 @@ class KVEngineScheduler:
                 if hit < found:
                     self._record(planned_recompute_tokens=(found - hit) * bs)
                     state.rewrite = frozenset(hashes[start + hit:start + found])
+        hit = self._usable_at_most(hit)
         if hit and self._prefetch:
             started = self._start_prefetch(self._hit_keys[:hit * self._hit_per_block])
             if self._planner is not None:
@@ -201,11 +209,14 @@ class KVEngineScheduler:
                 new_tokens, found=found, plan=plan)
         return new_tokens, False
 
-    def _present_prefix(self, hashes, tenant, located=None):
+    def _present_prefix(self, hashes, tenant, located=None, first=0, num_tokens=None):
         """How many of the tenant's blocks, from the first, have every layer on every rank
-        in the store; None while a rank's layout is unpublished.  With `located` (a list), asks
-        where each key is (BatchLocate) and appends (keys, results) per block to it.
-        Keeps the keys (self._hit_keys, self._hit_per_block) for the prefetch."""
+        in the store -- but a layer a position may lack, its group holding vLLM's null block
+        there for this request (_null_aware_prefix); None while a rank's layout is
+        unpublished.  hashes are the request's from block `first`, of num_tokens tokens.
+        With `located` (a list), asks where each key is (BatchLocate) and appends (keys,
+        results) per block to it.  Keeps the keys (self._hit_keys, self._hit_per_block) for
+        the prefetch."""
         ranks = self._keys.ranks()
         layouts = [self._layouts.lookup(self._db, t, p) for t, p in ranks]
         if any(la is None for la in layouts):
@@ -225,13 +236,48 @@ class KVEngineScheduler:
                             present[b * per_block:(b + 1) * per_block])
                            for b in range(len(hashes)))
             present = [1 if r > 0 else r for r in present]
+        self._hit_keys, self._hit_per_block = keys, per_block
+        self._usable = None
+        if self._skips.any_nulls() and num_tokens is not None:
+            hit = self._null_aware_prefix(present, ranks, layouts, len(hashes), first,
+                                          num_tokens)
+            if hit is not None:
+                return hit
         hit = 0
         for b in range(len(hashes)):
             if all(r == 1 for r in present[b * per_block:(b + 1) * per_block]):
                 hit += 1
             else:
                 break
-        self._hit_keys, self._hit_per_block = keys, per_block
+        return hit
+
+    def _null_aware_prefix(self, present, ranks, layouts, count, first, num_tokens):
+        """The longest run of the `count` positions from `first` whose keys a request of
+        num_tokens tokens needs are all present: a layer's key may be absent where its
+        group holds vLLM's null block once the run is loaded (nullblocks.py).  Keeps each
+        run length's answer (self._usable) for _usable_at_most.  None while a rank has
+        not published its layers' groups (then every key is needed)."""
+        key_groups = []
+        for (t, p), (_, n) in zip(ranks, layouts):
+            groups = self._layouts.groups(self._db, t, p)
+            if groups is None or len(groups) != n:
+                return None
+            key_groups += groups
+        per_block = len(key_groups)
+        missing = [{g for g, r in zip(key_groups, present[b * per_block:(b + 1) * per_block])
+                    if r != 1} for b in range(count)]
+        bs = self._keys.block_size
+        self._usable = self._skips.usable(
+            first, missing, lambda h: min((first + h) * bs, num_tokens - 1))
+        return self._usable_at_most(count)
+
+    def _usable_at_most(self, hit):
+        """The longest usable run of at most `hit` positions of the last lookup: a run the
+        planner cut may end where a sliding window needs a position saved as null."""
+        if self._usable is None:
+            return hit
+        while hit > 0 and not self._usable[hit]:
+            hit -= 1
         return hit
 
     def _start_prefetch(self, keys):
@@ -322,9 +368,25 @@ class KVEngineScheduler:
                     state.block_ids = [[] for _ in new_groups]
                 for g, ids in enumerate(new_groups):
                     state.block_ids[g].extend(ids)
+            self._drop_skipped(state, cached.num_computed_tokens[i])
             self._take_load(meta, state)
             tokens = cached.num_computed_tokens[i] + num_scheduled.get(req_id, 0)
             self._add_save(meta, state, req_id, tokens)
+
+    def _drop_skipped(self, state, num_computed_tokens):
+        """vLLM's remove_skipped_blocks, which ran as this step was scheduled: the blocks
+        a running request left behind in its skipping groups are freed, possibly another
+        request's now, and it holds the null block there -- its cached-request data does
+        not say so.  A save still to come of such a position (held back by
+        num_publishable_block_hashes) must not read the freed block (nullblocks.py)."""
+        for g, ids in enumerate(state.block_ids):
+            if self._skips.has_nulls(g):
+                n = min(len(ids), self._skips.skipped_blocks(g, num_computed_tokens))
+                # As vLLM's loop: the positions before a null one are null already.
+                for i in range(n - 1, -1, -1):
+                    if ids[i] == NULL_BLOCK_ID:
+                        break
+                    ids[i] = NULL_BLOCK_ID
 
     def _take_load(self, meta, state):
         if state.pending_load is not None:

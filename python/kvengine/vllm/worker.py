@@ -25,6 +25,7 @@ from .common import KeyScheme, KVEngineConnectorMetadata, LayoutRecords, attr_of
 from .account import RecentRemovals
 from .events import BlockEvents
 from .layout import analyse_layer
+from .nullblocks import GroupSkips
 from .planner import StepTimer, load_sample
 
 logger = logging.getLogger("kvengine.vllm")
@@ -131,6 +132,9 @@ class KVEngineWorker:
         self._db = db
         self._record = record
         self._layouts = LayoutRecords(keys)
+        # vLLM's null block (block 0) in the groups that skip positions: never saved under
+        # a request's key, never loaded into (nullblocks.py).
+        self._skips = GroupSkips(kv_cache_config, keys.block_size)
         self._layers = []  # list[_Layer], registration order
         self._by_name = {}
         self._layout_tag = None
@@ -224,6 +228,9 @@ class KVEngineWorker:
         this rank's keys are formed."""
         rc = self._layouts.publish(self._db, self._keys.tp_rank, self._keys.pp_rank,
                                    self._layout_tag, len(self._layers))
+        if rc == 0 and self._skips.any_nulls():
+            rc = self._layouts.publish_groups(self._db, self._keys.tp_rank, self._keys.pp_rank,
+                                              [layer.group for layer in self._layers])
         if rc != 0:
             raise RuntimeError("kvengine: cannot publish the cache layout (%s)"
                                % kvengine.error_name(rc))
@@ -262,18 +269,20 @@ class KVEngineWorker:
                 job.errors.update(outside)
             todo = [i for i in range(len(job.positions)) if i not in job.errors]
             keys, items, sizes, ends, staging = [], [], [], [], []
-            for layer in self._layers:
+            # Per layer, its positions: todo less those its group holds as the null block.
+            layer_todo = [self._not_null(layer, todo, job.positions) for layer in self._layers]
+            for layer, mine in zip(self._layers, layer_todo):
                 keys += [self._layer_key(layer, job.positions[i][1], job.positions[i][2])
-                         for i in todo]
+                         for i in mine]
                 if self._staged:
                     import torch
 
-                    rows = torch.empty((len(todo), layer.geometry.block_bytes), dtype=torch.uint8,
+                    rows = torch.empty((len(mine), layer.geometry.block_bytes), dtype=torch.uint8,
                                        pin_memory=self._on_cuda)
                     staging.append(rows)
                     items += [[row] for row in rows]
                 else:
-                    for i in todo:
+                    for i in mine:
                         ptrs, lens = layer.parts(job.positions[i][0][layer.group])
                         items.append(ptrs)
                         sizes.append(lens)
@@ -281,9 +290,9 @@ class KVEngineWorker:
 
             def on_ready(index, results):
                 layer = self._layers[index]
-                first = ends[index] - len(todo)
-                loaded[0] += self._landed(layer, job, todo, keys[first:ends[index]], results,
-                                          staging[index] if self._staged else None)
+                first = ends[index] - len(layer_todo[index])
+                loaded[0] += self._landed(layer, job, layer_todo[index], keys[first:ends[index]],
+                                          results, staging[index] if self._staged else None)
                 job.layer_ms.append((time.perf_counter() - job.started) * 1000.0)
                 job.events[index].set()
 
@@ -292,9 +301,12 @@ class KVEngineWorker:
                                                      on_ready)
             if len(job.layer_ms) < len(self._layers):
                 # The load was refused as a whole (a closed store): every block failed.
-                for row, i in enumerate(todo):
-                    job.errors.add(i)
-                    job.codes.setdefault(i, (results[row], keys[row]))
+                row = 0
+                for mine in layer_todo:
+                    for i in mine:
+                        job.errors.add(i)
+                        job.codes.setdefault(i, (results[row], keys[row]))
+                        row += 1
         finally:
             for event in job.events:  # never leave a waiter behind, even on an error
                 event.set()
@@ -307,6 +319,16 @@ class KVEngineWorker:
             if sample is not None:
                 self._record(load_samples=sample)
         return job
+
+    def _not_null(self, layer, todo, positions):
+        """The positions of todo whose block in the layer's group is not vLLM's null
+        block: the others are skipped by this request in that group (nothing to load, and
+        block 0 is everyone's)."""
+        return [i for i in todo if not self._null_in(layer, positions[i][0])]
+
+    def _null_in(self, layer, ids):
+        """Whether the layer's group holds vLLM's null block in ids (block ids per group)."""
+        return layer.group < len(ids) and self._skips.is_null(layer.group, ids[layer.group])
 
     def _load_sample(self, job, seconds):
         """The job's measured load, by tier, for the scheduler side's planner."""
@@ -349,7 +371,8 @@ class KVEngineWorker:
         except Exception:  # noqa: BLE001 -- every block of the step is then suspect
             logger.exception("kvengine: load failed")
             job.errors.update(range(len(job.positions)))
-        failed = {b for i in job.errors for b in job.positions[i][0]}
+        failed = {b for i in job.errors for g, b in enumerate(job.positions[i][0])
+                  if not self._skips.is_null(g, b)}
         self.num_loaded_blocks += len(job.positions) - len(job.errors)
         self._load_errors |= failed
         if self._accounts is not None:
@@ -426,6 +449,8 @@ class KVEngineWorker:
         memory).  `written`, a CUDA event, marks the end of the work that wrote them."""
         if written is not None:
             written.synchronize()
+        # The null block's bytes are no position's: its keys stay unwritten (nullblocks.py).
+        plan = [p for p in plan if not self._null_in(layer, p[0])]
         todo = [(ids[layer.group], h, t) for ids, h, t in plan if _in_range(layer, ids)]
         if len(todo) < len(plan):
             _warn_outside(layer, [ids for ids, _, _ in plan if not _in_range(layer, ids)],

@@ -1,0 +1,219 @@
+"""vLLM's null block in a hybrid model's groups (docs/vllm.md, "Hybrid models").
+
+A sliding-window (or Mamba) group holds vLLM's null block, block 0, at the positions it
+skips; its bytes are everyone's garbage.  The connector never saves them under a
+request's key, never loads into block 0, and counts a position whose group had no saved
+bytes as a hit only for a request that skips it in that group too."""
+import pytest
+
+torch = pytest.importorskip(
+    "torch", reason="torch is not installed (Debian: apt-get install python3-torch)")
+
+from kvengine.vllm.nullblocks import GroupSkips  # noqa: E402
+import vllm_fakes as fk  # noqa: E402
+from test_vllm_connector import Instance, prompt, same_bytes  # noqa: E402
+
+BS = 16
+LAYOUT = "flash_nhd"
+NAMES = ["model.layers.%d.self_attn.attn" % i for i in range(3)]
+# Layers 0 and 1 full attention, layer 2 a sliding window of 2 blocks and a token: a
+# request with M computed tokens skips its first (M - 2 * BS) // BS positions there.
+SPECS = [fk.FullAttentionSpec(block_size=BS, num_kv_heads=4, head_size=8, dtype=torch.float16),
+         fk.SlidingWindowSpec(block_size=BS, num_kv_heads=4, head_size=8, dtype=torch.float16,
+                              sliding_window=2 * BS + 1)]
+SW_LAYER = 2
+
+
+@pytest.fixture(autouse=True)
+def hash_seed(monkeypatch):
+    monkeypatch.setenv("PYTHONHASHSEED", "0")
+
+
+@pytest.fixture
+def store_path(db_path):
+    return db_path
+
+
+def hybrid_config():
+    return fk.KVCacheConfig(16, [], [fk.KVCacheGroupSpec(NAMES[:2], SPECS[0]),
+                                     fk.KVCacheGroupSpec(NAMES[2:], SPECS[1])])
+
+
+def garbage_in_null_block(inst):
+    """What some other request left in block 0: never anyone's KV."""
+    for cache in inst.caches.values():
+        fk.block_view(cache, LAYOUT, 0).fill_(7.5)
+    return inst.block(0)
+
+
+def key_present(inst, block_hash, layer):
+    return inst.worker._db.is_exist(inst.worker.block_key(block_hash.hex(), layer=layer)) == 1
+
+
+def save_with_null_window(a, req):
+    """req's 6 blocks saved on `a` while its sliding-window group holds the null block at
+    positions 0 and 1: its first 4 blocks were a local prefix-cache hit (vLLM pads the
+    skipped positions of a new request with the null block), the last 2 computed now."""
+    local = 4 * BS
+    full_ids, window_ids = list(range(1, 7)), list(range(9, 15))
+    ids = fk.hybrid_block_ids(SPECS, (full_ids, window_ids), local, BS)
+    assert ids == (full_ids, [0, 0, 11, 12, 13, 14])
+    for pos in range(4):  # the locally cached blocks' KV, in both groups' blocks
+        fk.fill_block(a.caches, LAYOUT, full_ids[pos], req.block_hashes[pos])
+        fk.fill_block(a.caches, LAYOUT, window_ids[pos], req.block_hashes[pos])
+    assert a.sched.get_num_new_matched_tokens(req, local) == (0, False)
+    a.sched.update_state_after_alloc(req, fk.KVCacheBlocks(ids), 0)
+    out = fk.new_step(new=[(req, ids, local, req.num_tokens - local)])
+    meta = a.sched.build_connector_meta(out)
+    assert meta.saves[0].block_ids == [full_ids, [0, 0, 11, 12, 13, 14]]
+    compute = [(b, req.block_hashes[p]) for p in (4, 5) for b in (full_ids[p], window_ids[p])]
+    fk.run_worker_step(a.worker, meta, a.caches, LAYOUT, compute=compute)
+    return full_ids, window_ids
+
+
+def test_a_null_block_is_never_saved(store_path):
+    """Fails before the null-block handling: block 0's garbage was saved under the
+    request's keys of the sliding-window layer at positions 0 and 1."""
+    a = Instance(store_path, LAYOUT, kv_cache_config=hybrid_config())
+    try:
+        garbage_in_null_block(a)
+        req = a.request("r1", prompt(6 * BS, seed=31))
+        save_with_null_window(a, req)
+        for pos, h in enumerate(req.block_hashes):
+            assert key_present(a, h, 0) and key_present(a, h, 1)
+            assert key_present(a, h, SW_LAYER) == (pos >= 2), pos
+    finally:
+        a.close()
+
+
+@pytest.mark.parametrize("staged", [False, True])
+def test_a_later_request_loads_only_what_it_needs_and_never_into_block_0(store_path, staged):
+    a = Instance(store_path, LAYOUT, kv_cache_config=hybrid_config())
+    b = Instance(store_path, LAYOUT, kv_cache_config=hybrid_config(), force_staging=staged)
+    try:
+        req = a.request("r1", prompt(6 * BS, seed=37))
+        full_a, window_a = save_with_null_window(a, req)
+        null_b = garbage_in_null_block(b)
+
+        # 6 blocks and a token: loaded, it skips positions 0-3 of the window, whose keys
+        # the store lacks, and needs 4 and 5, which it has: a hit of every block.
+        req_b = b.request("r2", prompt(6 * BS + 1, seed=37))
+        matched, _ = b.sched.get_num_new_matched_tokens(req_b, 0)
+        assert matched == 6 * BS
+        full_b, window_b = list(range(1, 8)), list(range(8, 15))
+        ids = fk.hybrid_block_ids(SPECS, (full_b, window_b), matched, BS)
+        assert ids[1][:5] == [0, 0, 0, 0, 12]
+        b.sched.update_state_after_alloc(req_b, fk.KVCacheBlocks(ids), matched)
+        out = fk.new_step(new=[(req_b, ids, matched, 1)])
+        meta = b.sched.build_connector_meta(out)
+        fk.run_worker_step(b.worker, meta, b.caches, LAYOUT)
+        assert b.worker.get_block_ids_with_load_errors() == set()
+        for got, want in zip(b.block(0), null_b):  # the null block is untouched
+            assert same_bytes(got, want)
+        for pos in range(6):
+            got, want = b.block(full_b[pos]), a.block(full_a[pos])
+            assert same_bytes(got[0], want[0]) and same_bytes(got[1], want[1])
+        for pos in (4, 5):
+            assert same_bytes(b.block(window_b[pos])[2], a.block(window_a[pos])[2])
+
+        # Shorter prompts need a window position saved as null: no hit there.  With 4
+        # blocks and a token the window is positions 2-3 (saved): a hit of 4 blocks.  With 3
+        # and a token it is 1-2, and position 1 has no bytes: a miss, and a shorter run
+        # needs 0 or 1 as well.  With exactly 4 blocks vLLM recomputes the last token: 63
+        # tokens computed put the window at 1-3 -- a miss too.
+        cases = [(4 * BS + 1, 4 * BS), (3 * BS + 1, 0), (4 * BS, 0)]
+        for i, (n, want) in enumerate(cases):
+            got, _ = b.sched.get_num_new_matched_tokens(b.request("s%d" % i, prompt(n, seed=37)),
+                                                        0)
+            assert got == want, (n, got)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_failed_position_never_reports_the_null_block(store_path):
+    """A load failure fails the position's blocks in every group -- but block 0, where its
+    window group holds the null block: vLLM would take it for one of the request's."""
+    a = Instance(store_path, LAYOUT, kv_cache_config=hybrid_config())
+    b = Instance(store_path, LAYOUT, kv_cache_config=hybrid_config())
+    try:
+        req = a.request("r1", prompt(6 * BS, seed=41))
+        save_with_null_window(a, req)
+        null_b = garbage_in_null_block(b)
+        req_b = b.request("r2", prompt(6 * BS + 1, seed=41))
+        matched, _ = b.sched.get_num_new_matched_tokens(req_b, 0)
+        assert matched == 6 * BS
+        ids = fk.hybrid_block_ids(SPECS, (list(range(1, 8)), list(range(8, 15))), matched, BS)
+        b.sched.update_state_after_alloc(req_b, fk.KVCacheBlocks(ids), matched)
+        meta = b.sched.build_connector_meta(fk.new_step(new=[(req_b, ids, matched, 1)]))
+        # Between the match and the load, a full-attention layer of position 1 goes.
+        assert a.worker._db.remove(a.worker.block_key(req.block_hashes[1].hex(), layer=0)) == 0
+        fk.run_worker_step(b.worker, meta, b.caches, LAYOUT)
+        assert b.worker.get_block_ids_with_load_errors() == {2}
+        for got, want in zip(b.block(0), null_b):
+            assert same_bytes(got, want)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_group_skips_follow_vllms_managers():
+    """GroupSkips.skipped_blocks is get_num_skipped_tokens // block_size of each group's
+    manager (vLLM main), and usable() a run whose missing keys all lie in skipped
+    positions: a Mamba group needs only the position of its last computed token."""
+    mamba = fk.MambaSpec(block_size=BS, shapes=((4,),), dtypes=(torch.float16,),
+                         mamba_cache_mode="align")
+    chunked = fk.ChunkedLocalAttentionSpec(block_size=BS, num_kv_heads=4, head_size=8,
+                                           dtype=torch.float16, attention_chunk_size=2 * BS)
+    kcc = fk.KVCacheConfig(16, [], [fk.KVCacheGroupSpec(["a"], SPECS[0]),
+                                    fk.KVCacheGroupSpec(["b"], SPECS[1]),
+                                    fk.KVCacheGroupSpec(["c"], mamba),
+                                    fk.KVCacheGroupSpec(["d"], chunked)])
+    skips = GroupSkips(kcc, BS)
+    assert [skips.has_nulls(g) for g in range(5)] == [False, True, True, True, False]
+    assert skips.is_null(1, 0) and not skips.is_null(0, 0) and not skips.is_null(1, 3)
+    for m in (0, 1, 16, 33, 48, 64, 100):
+        for g in range(4):
+            want = max(0, fk.skipped_tokens(kcc.kv_cache_groups[g].kv_cache_spec, m)) // BS
+            assert skips.skipped_blocks(g, m) == want
+    # Mamba state saved at positions 1 and 3 only (the ends of two prefill chunks).
+    missing = [{2}, set(), {2}, set()]
+    assert skips.usable(0, missing, lambda h: h * BS) == [True, False, True, False, True]
+    # A full-attention position missing ends every run through it.
+    assert skips.usable(0, [set(), {0}, set()], lambda h: h * BS) == [True, True, False, False]
+
+
+def test_a_deferred_save_never_reads_a_block_the_window_left(store_path):
+    """A running request's cached data carries only its new block ids, but vLLM nulled and
+    freed its window blocks outside the window as the step was scheduled
+    (remove_skipped_blocks): a save held back until then (num_publishable_block_hashes)
+    skips them instead of reading a block that may be another request's by now."""
+    a = Instance(store_path, LAYOUT, kv_cache_config=hybrid_config())
+    try:
+        req = a.request("r1", prompt(6 * BS, seed=43))
+        full_ids, window_ids = list(range(1, 7)), list(range(9, 15))
+        a.sched.get_num_new_matched_tokens(req, 0)
+        a.sched.update_state_after_alloc(req, fk.KVCacheBlocks((full_ids[:4], window_ids[:4])),
+                                         0)
+        req.num_publishable_block_hashes = 1  # vLLM: the rest may still change
+        out = fk.new_step(new=[(req, (full_ids[:4], window_ids[:4]), 0, 4 * BS)])
+        compute = [(b, req.block_hashes[p]) for p in range(4) for b in (full_ids[p],
+                                                                         window_ids[p])]
+        fk.run_worker_step(a.worker, a.sched.build_connector_meta(out), a.caches, LAYOUT,
+                           compute=compute)
+        # The next step: 64 tokens computed, so positions 0 and 1 of the window group are
+        # the null block now, and block 10 is another request's.
+        fk.fill_block(a.caches, LAYOUT, window_ids[1], b"another request")
+        req.num_publishable_block_hashes = 6
+        out = fk.cached_step([req.request_id], [(full_ids[4:], window_ids[4:])], [4 * BS],
+                             [2 * BS])
+        meta = a.sched.build_connector_meta(out)
+        assert meta.saves[0].block_ids == [full_ids[1:], [0, 11, 12, 13, 14]]
+        compute = [(b, req.block_hashes[p]) for p in (4, 5) for b in (full_ids[p],
+                                                                       window_ids[p])]
+        fk.run_worker_step(a.worker, meta, a.caches, LAYOUT, compute=compute)
+        for pos, h in enumerate(req.block_hashes):
+            assert key_present(a, h, 0), pos
+            assert key_present(a, h, SW_LAYER) == (pos != 1), pos
+    finally:
+        a.close()
