@@ -1230,7 +1230,14 @@ Status AttachedDB::GroupsUncounted(std::span<const Slice> keys,
       blocked = blocked || !whole;
       if (blocked) return;
       reported = first + k + 1;
-      if (on_ready) on_ready(first + k);
+      if (!on_ready) return;
+      try {
+        on_ready(first + k);
+      } catch (...) {
+        // The later groups' answers are still coming: the connection cannot be reused.
+        Lost(c.get(), "on_ready threw");
+        throw;
+      }
     };
     s = GroupRound(c.get(), gpu, round_keys, round_dest, round_ends, on_group, &round_results,
                    &later);

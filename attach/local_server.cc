@@ -577,6 +577,7 @@ class LocalServer::Session {
   // way.  False: the request was malformed, or the client did not take an answer.
   bool ServePinGroups(const wire::FrameHeader& h, const std::vector<Slice>& keys,
                       const std::vector<uint64_t>& capacities, const std::vector<int64_t>& ends) {
+    if (ends.size() > wire::kMaxKeysPerRequest) return false;  // an answer frame each
     for (size_t g = 0; g < ends.size(); g++) {
       if (ends[g] < (g == 0 ? 0 : ends[g - 1])) return false;
     }
