@@ -6,6 +6,9 @@
 //   BatchPut      RESERVE slots -> copy the parts in -> COMMIT (published as a local put)
 //   BatchGetInto  PIN the values -> copy them out -> UNPIN, in rounds when the values not
 //                 in memory fill the connection's staging window (attach/staging_window.h)
+//   BatchGetIntoGroups  one PIN_GROUPS for all the groups of a layer-wise load: the
+//                 owner answers each group as soon as it is in, the client copies it out
+//                 and reports it (older owners: one BatchGetInto per group)
 // Requests and answers go through a shared channel (transport/shm_channel.h) when the
 // owner offers one, and a batch's commits and pins are pipelined with its copies.
 // Everything else is a plain request.  Results, error codes and properties are the

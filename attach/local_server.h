@@ -18,6 +18,9 @@
 //                          connection's staging window (OPEN_STAGING, asked for before
 //                          the channel; attach/staging_window.h) -- "later" when the
 //                          window is full of the round's values
+//   PIN_GROUPS keys in groups -> PIN's answer, one frame per group in group order, each
+//                          sent as the owner's own layer-wise load (DB::BatchGetIntoGroups:
+//                          pipelined over the peers in a cluster) reports the group
 //   UNPIN   lease ids   (one-way)
 // and plain requests for the rest (exists, deletes, value sizes, properties, Flush,
 // CompactBuckets).  A connection's requests are in the default namespace until it sends
