@@ -1694,6 +1694,56 @@ TEST_F(AttachTest, LayerwiseLoadsOfValuesBeingReplacedNeverSeeWrongBytes) {
   EXPECT_GT(read, 0);
 }
 
+// A layer-wise load into device buffers (the copier's queued copies delayed at random):
+// each group's device copies are waited for before it is reported, so at on_ready(g)
+// the device memory already holds group g's values, bit-exact; with values in memory
+// (copied from the arena) and only on SSD (from the staging window).
+TEST_F(AttachTest, LayerwiseLoadIntoDeviceBuffersReportsAGroupOnceItsCopiesAreDone) {
+  constexpr size_t kSize = 192 << 10;
+  constexpr int kKeys = 160;  // 30 MiB: about half of it only on SSD, through the window
+  std::string device(kKeys * kSize, 0);
+  HostCopier::Faults faults;
+  faults.max_delay_us = 300;
+  std::vector<HostCopier*> copiers;
+  const GpuIo::Hooks hooks = DeviceHooks({&device}, &copiers, faults);
+  GpuIo::SetHooksForTesting(&hooks);
+  OpenSsdOwner();
+  std::vector<std::string> names;
+  for (int i = 0; i < kKeys; i++) {
+    names.push_back("dev/L" + std::to_string(i / 4) + "/" + std::to_string(i % 4));
+    ASSERT_TRUE(owner_->Put(WriteOptions(), names.back(), SsdValue(names.back(), kSize)).ok());
+  }
+  ASSERT_TRUE(owner_->Flush().ok());
+  std::unique_ptr<DB> db;
+  ASSERT_TRUE(DB::Attach(ClientOptions(), socket_, &db).ok());
+  std::vector<Slice> keys(names.begin(), names.end());
+  std::vector<Destination> dests;
+  for (int i = 0; i < kKeys; i++) dests.push_back({MutableSlice(device.data() + i * kSize, kSize)});
+  std::vector<size_t> ends;
+  for (int g = 1; g <= kKeys / 4; g++) ends.push_back(4 * g);
+  std::vector<int64_t> r;
+  std::vector<size_t> reported;
+  int wrong_at_report = 0;
+  ASSERT_TRUE(db->BatchGetIntoGroups(
+                    ReadOptions(), keys, dests, ends,
+                    [&](size_t g) {
+                      reported.push_back(g);
+                      for (size_t i = 4 * g; i < 4 * g + 4; i++) {
+                        wrong_at_report +=
+                            r[i] != static_cast<int64_t>(kSize) ||
+                            device.compare(i * kSize, kSize, SsdValue(names[i], kSize)) != 0;
+                      }
+                    },
+                    &r)
+                  .ok());
+  EXPECT_EQ(reported.size(), ends.size());
+  EXPECT_EQ(wrong_at_report, 0);
+  EXPECT_GE(Stat(owner_.get(), "local.group_loads"), 2u);
+  db.reset();
+  owner_.reset();
+  GpuIo::SetHooksForTesting(nullptr);
+}
+
 }  // namespace
 }  // namespace kvengine
 
