@@ -1744,6 +1744,36 @@ TEST_F(AttachTest, LayerwiseLoadIntoDeviceBuffersReportsAGroupOnceItsCopiesAreDo
   GpuIo::SetHooksForTesting(nullptr);
 }
 
+// A namespace's handle loads its own keys in groups (the owner maps them, and reads
+// those only on SSD through the namespace's view); the default namespace's key of the
+// same name is not what it reads.
+TEST_F(AttachTest, LayerwiseLoadOfANamespaceReadsItsOwnKeys) {
+  OpenSsdOwner();
+  constexpr size_t kSize = 256 << 10;
+  std::unique_ptr<DB> tenant;
+  ASSERT_TRUE(owner_->CreateNamespace("tenant", NamespaceOptions(), &tenant).ok());
+  std::vector<std::string> names;
+  for (int i = 0; i < 96; i++) {  // 24 MiB: more than the memory tier
+    names.push_back("t/L" + std::to_string(i / 8) + "/" + std::to_string(i % 8));
+    ASSERT_TRUE(tenant->Put(WriteOptions(), names.back(), SsdValue(names.back(), kSize)).ok());
+  }
+  ASSERT_TRUE(owner_->Put(WriteOptions(), names[0], std::string(kSize, 'x')).ok());
+  ASSERT_TRUE(owner_->Flush().ok());
+  std::unique_ptr<DB> db, handle;
+  ASSERT_TRUE(DB::Attach(ClientOptions(), socket_, &db).ok());
+  ASSERT_TRUE(db->OpenNamespace("tenant", &handle).ok());
+  GroupLoad load;
+  load.names = names;
+  for (size_t g = 1; g <= 12; g++) load.ends.push_back(8 * g);
+  ASSERT_TRUE(load.Run(handle.get(), kSize).ok());
+  load.ExpectReportedInOrder();
+  for (size_t i = 0; i < names.size(); i++) {
+    ASSERT_EQ(load.results[i], static_cast<int64_t>(kSize)) << names[i];
+    EXPECT_EQ(load.bufs[i], SsdValue(names[i], kSize)) << names[i];
+  }
+  EXPECT_GE(Stat(owner_.get(), "local.group_loads"), 2u);
+}
+
 }  // namespace
 }  // namespace kvengine
 
