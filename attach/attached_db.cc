@@ -42,6 +42,14 @@ Status CheckBuffers(GpuIo* gpu, const NamespaceKeys& rule, const Slice& key,
   return s.ok() ? s : ForKey(key, s);
 }
 
+// Fails keys[i] for each i of `which` with Busy: the rounds of a read stalled.
+void FailBusy(std::span<const Slice> keys, const std::vector<size_t>& which, const char* why,
+              std::vector<int64_t>* results) {
+  for (size_t i : which) {
+    (*results)[i] = Status::Busy("key " + Printable(keys[i]) + " " + why).ErrorCode();
+  }
+}
+
 }  // namespace
 
 AttachedDB::AttachedDB(const Options& options, std::string socket_path, std::string name_space)
@@ -94,6 +102,7 @@ struct AttachedDB::Connection {
   // Owners that reserve spare slots (wire::kFeatureSpares) give them this long; 0: none.
   uint64_t spare_lifetime_ms = 0;
   std::vector<Slot> spares;  // reserved for this connection's next put
+  uint64_t features = 0;     // the owner's (wire::kFeature*), from its greeting
   // Owners with wire::kFeatureChannel: every frame after the greeting goes through it.
   std::unique_ptr<ShmChannel> channel;
   // Owners with wire::kFeatureStaging: where the owner reads this connection's pins of
@@ -240,8 +249,9 @@ Status AttachedDB::Open(Connection* conn) {
   uint64_t timeout_ms = 0;  // sent by owners that reclaim idle reservations
   conn->reservation_timeout_ms = GetFixed64(&in, &timeout_ms) ? timeout_ms : 0;
   uint64_t features = 0, spare_lifetime_ms = 0;  // sent by owners that have features
-  if (GetFixed64(&in, &features) && (features & wire::kFeatureSpares) &&
-      GetFixed64(&in, &spare_lifetime_ms)) {
+  const bool has_features = GetFixed64(&in, &features);
+  conn->features = features;
+  if (has_features && (features & wire::kFeatureSpares) && GetFixed64(&in, &spare_lifetime_ms)) {
     conn->spare_lifetime_ms = spare_lifetime_ms;
   }
   // An owner with arenas per trust boundary passes the default arena only to a client
@@ -427,29 +437,36 @@ Status AttachedDB::CollectAnswers(Connection* conn, size_t count) {
   count = std::min(count, conn->posted.size());
   for (size_t i = 0; i < count; i++) {  // the owner answers in order
     const Connection::Posted& p = conn->posted[i];
-    wire::FrameHeader h;
-    Status s;
-    if (conn->channel != nullptr) {
-      bool arrived = false;
-      s = conn->channel->WaitForFrame(p.op, deadline, nullptr, /*spin=*/true, &arrived);
-      if (s.ok() && !arrived) s = Status::IOError("receive timed out");
-      if (s.ok()) s = conn->channel->ReadFrame(deadline, &h, p.answer);
-    } else {
-      const auto began = BusyPollPredictor::Clock::now();
-      conn->busy_poll.Spin(conn->socket.get(), p.op);  // the owner usually answers in microseconds
-      s = ReadFrame(conn->socket.get(), deadline, &h, p.answer);
-      if (s.ok()) conn->busy_poll.Done(p.op, began);
-    }
-    if (s.ok() && (h.op != p.op || h.request_id != p.id || !(h.flags & wire::kFlagResponse))) {
-      s = Status::IOError("answer out of step with the request");
-    }
+    Status s = ReadAnswer(conn, p.op, p.id, deadline, p.answer);
     if (!s.ok()) {
       conn->posted.clear();  // the connection is lost with them
-      return Lost(conn, s.ToString());
+      return s;
     }
   }
   conn->posted.erase(conn->posted.begin(), conn->posted.begin() + count);
   return Status::OK();
+}
+
+Status AttachedDB::ReadAnswer(Connection* conn, uint8_t op, uint64_t id, Deadline deadline,
+                              std::string* answer) {
+  if (conn->lost) return Gone();
+  wire::FrameHeader h;
+  Status s;
+  if (conn->channel != nullptr) {
+    bool arrived = false;
+    s = conn->channel->WaitForFrame(op, deadline, nullptr, /*spin=*/true, &arrived);
+    if (s.ok() && !arrived) s = Status::IOError("receive timed out");
+    if (s.ok()) s = conn->channel->ReadFrame(deadline, &h, answer);
+  } else {
+    const auto began = BusyPollPredictor::Clock::now();
+    conn->busy_poll.Spin(conn->socket.get(), op);  // the owner usually answers in microseconds
+    s = ReadFrame(conn->socket.get(), deadline, &h, answer);
+    if (s.ok()) conn->busy_poll.Done(op, began);
+  }
+  if (s.ok() && (h.op != op || h.request_id != id || !(h.flags & wire::kFlagResponse))) {
+    s = Status::IOError("answer out of step with the request");
+  }
+  return s.ok() ? s : Lost(conn, s.ToString());
 }
 
 Status AttachedDB::Send(Connection* conn, uint8_t op, const std::string& meta) {
@@ -901,9 +918,20 @@ struct AttachedDB::GetPlan {
 // released.
 class AttachedDB::GetRun {
  public:
+  // The answers are those of the plan's groups' PINs, posted (answers[g] group g's), or,
+  // with `grouped` set, the frames of the one PIN_GROUPS request `grouped` names, read
+  // here as they come; then, when `on_group` is set, on_group(g) runs once group g's
+  // values are in their destinations (device copies included), before the next group's
+  // answer is read.
+  struct Grouped {
+    uint64_t request = 0;  // the PIN_GROUPS request's id
+    // `whole`: none of the group's keys was answered wire::kPinLater.
+    std::function<void(size_t group, bool whole)> on_group;
+  };
   GetRun(AttachedDB* db, Connection* conn, std::span<const Slice> keys,
          std::span<const Destination> destinations, const GetPlan& plan,
-         std::vector<std::string>* answers, std::vector<int64_t>* results)
+         std::vector<std::string>* answers, std::vector<int64_t>* results,
+         const Grouped* grouped = nullptr)
       : db_(db),
         conn_(conn),
         keys_(keys),
@@ -911,30 +939,34 @@ class AttachedDB::GetRun {
         plan_(plan),
         answers_(answers),
         results_(results),
+        grouped_(grouped),
         device_copies_(conn->arena->gpu.get()) {
     PutFixed32(&unpin_, 0);  // the count, set once known
   }
 
   Status Run() {
-    for (size_t g = 0; g < plan_.groups(); g++) {
+    Status s;
+    for (size_t g = 0; s.ok() && g < plan_.groups(); g++) {
       std::vector<int64_t> pinned;
       std::vector<RemoteLocation> locs;
-      Status s = ReadPins(g, &pinned, &locs);
+      s = ReadPins(g, &pinned, &locs);
       for (size_t k = 0; s.ok() && k < pinned.size(); k++) {
         s = CopyOut(plan_.bounds[g] + k, pinned[k], locs[k]);
       }
-      if (!s.ok()) return s;
+      if (s.ok() && grouped_ != nullptr && grouped_->on_group) {
+        WaitForDeviceCopies();
+        grouped_->on_group(g, later_.empty() || later_.back() < plan_.bounds[g]);
+      }
     }
-    for (const auto& [i, copy] : queued_) {
-      Status copied = device_copies_.Wait(copy);
-      if (!copied.ok()) (*results_)[i] = copied.ErrorCode();
-    }
+    // The owner's error on a PIN_GROUPS ends it: the pins of the groups read go back.
+    if (!s.ok() && (grouped_ == nullptr || conn_->lost)) return s;
+    WaitForDeviceCopies();
     if (leases_ > 0) {
       std::memcpy(unpin_.data(), &leases_, 4);  // fixed32 is little-endian, as the host
       // Not waited for; a failure drops the connection, and the owner's pins with it.
       (void)db_->Send(conn_, wire::kUnpin, unpin_);
     }
-    return Status::OK();
+    return s;
   }
 
   // The keys the owner answered wire::kPinLater: its staging window was full of this
@@ -944,7 +976,10 @@ class AttachedDB::GetRun {
  private:
   // Waits for the answer to group g's PIN and decodes it.
   Status ReadPins(size_t g, std::vector<int64_t>* pinned, std::vector<RemoteLocation>* locs) {
-    Status s = db_->CollectAnswers(conn_, 1);
+    Status s = grouped_ == nullptr
+                   ? db_->CollectAnswers(conn_, 1)
+                   : db_->ReadAnswer(conn_, wire::kPinGroups, grouped_->request,
+                                     DeadlineIn(db_->options_.peer_timeout_ms), &(*answers_)[g]);
     if (!s.ok()) return s;
     std::string_view in((*answers_)[g]);
     Status batch;
@@ -953,9 +988,21 @@ class AttachedDB::GetRun {
         (batch.ok() && (!DecodeLocations(&in, pinned, locs) || pinned->size() != count))) {
       return db_->Lost(conn_, "malformed answer to PIN");
     }
-    // Answers of later groups are still on their way: the connection cannot go on.
-    if (!batch.ok()) return g + 1 < plan_.groups() ? db_->Lost(conn_, batch.ToString()) : batch;
-    return Status::OK();
+    // Answers of later groups are still on their way: the connection cannot go on (an
+    // error is the last answer to a PIN_GROUPS).
+    if (!batch.ok() && grouped_ == nullptr && g + 1 < plan_.groups()) {
+      return db_->Lost(conn_, batch.ToString());
+    }
+    return batch;
+  }
+
+  // Waits for the device copies queued so far; a copy that failed fails its key.
+  void WaitForDeviceCopies() {
+    for (const auto& [i, copy] : queued_) {
+      Status copied = device_copies_.Wait(copy);
+      if (!copied.ok()) (*results_)[i] = copied.ErrorCode();
+    }
+    queued_.clear();
   }
 
   // Copies key i's value, pinned at `loc` (pinned: 0) or not (its error code, or
@@ -1003,6 +1050,7 @@ class AttachedDB::GetRun {
   const GetPlan& plan_;
   std::vector<std::string>* const answers_;  // to each group's PIN, as they arrive
   std::vector<int64_t>* const results_;
+  const Grouped* const grouped_;  // null: PINs, posted
   GpuIo::Queue device_copies_;
   std::vector<std::pair<size_t, size_t>> queued_;  // (key, device copy)
   std::string unpin_;                              // the UNPIN request, growing
@@ -1047,11 +1095,14 @@ Status AttachedDB::BatchGetInto(const ReadOptions&, std::span<const Slice> keys,
 
 Status AttachedDB::GetValues(std::span<const Slice> keys, std::span<const Destination> destinations,
                              std::vector<int64_t>* results, Status* refusal) {
-  Status s = GetValuesUncounted(keys, destinations, results, refusal);
-  if (results == nullptr) return s;
-  AttachedClientCounters::CountResults(s, keys.size(), *results, &counters_.gets,
-                                       &counters_.get_bytes, &counters_.get_failures,
-                                       &counters_.misses);
+  return CountGets(GetValuesUncounted(keys, destinations, results, refusal), keys.size(), results);
+}
+
+Status AttachedDB::CountGets(const Status& s, size_t keys, const std::vector<int64_t>* results) {
+  if (results != nullptr) {
+    AttachedClientCounters::CountResults(s, keys, *results, &counters_.gets, &counters_.get_bytes,
+                                         &counters_.get_failures, &counters_.misses);
+  }
   return s;
 }
 
@@ -1093,11 +1144,7 @@ Status AttachedDB::GetValuesUncounted(std::span<const Slice> keys,
     for (size_t k : later) next.push_back(todo[k]);
     todo = std::move(next);
     if (stalls >= kMaxStalledRounds) {
-      for (size_t i : todo) {
-        (*results)[i] =
-            Status::Busy("key " + Printable(keys[i]) + " kept changing size while it was read")
-                .ErrorCode();
-      }
+      FailBusy(keys, todo, "kept changing size while it was read", results);
       break;
     }
   }
@@ -1121,6 +1168,113 @@ Status AttachedDB::GetRound(Connection* conn, GpuIo* gpu, std::span<const Slice>
   GetRun run(this, conn, keys, destinations, plan, &answers, results);
   s = run.Run();
   if (!s.ok()) results->clear();
+  *later = run.later();
+  return s;
+}
+
+Status AttachedDB::BatchGetIntoGroups(const ReadOptions& options, std::span<const Slice> keys,
+                                      std::span<const Destination> destinations,
+                                      std::span<const size_t> group_ends,
+                                      const GroupReadyFn& on_ready, std::vector<int64_t>* results) {
+  bool fallback = false;
+  Status s = GroupsUncounted(keys, destinations, group_ends, on_ready, results, &fallback);
+  if (!fallback) return CountGets(s, keys.size(), results);
+  // An owner without PIN_GROUPS: one BatchGetInto per group (counted there).
+  return DB::BatchGetIntoGroups(options, keys, destinations, group_ends, on_ready, results);
+}
+
+Status AttachedDB::GroupsUncounted(std::span<const Slice> keys,
+                                   std::span<const Destination> destinations,
+                                   std::span<const size_t> group_ends, const GroupReadyFn& on_ready,
+                                   std::vector<int64_t>* results, bool* fallback) {
+  Status s = input::CheckGroupedBatch(results, keys.size(), destinations.size(), group_ends);
+  if (!s.ok()) return s;
+  Checkout c(this);
+  if (!c.status().ok()) return c.status();
+  if ((c.get()->features & wire::kFeatureGroups) == 0) {
+    *fallback = true;  // the connection goes back first: the fallback takes one
+    return Status::OK();
+  }
+  results->assign(keys.size(), 0);
+  GpuIo* gpu = c.get()->arena->gpu.get();
+  gpu->BeginBatch();
+  // Rounds: each asks for the keys not read yet of the groups not reported yet, in one
+  // PIN_GROUPS.  A round reports its groups up to the first with a key the owner's
+  // staging window had no room for; that key and the rest go in the next round, once
+  // the round's pins are released (the window empty again).
+  const size_t groups = group_ends.size();
+  size_t reported = 0;  // groups reported so far
+  std::vector<size_t> todo(keys.size());
+  for (size_t i = 0; i < todo.size(); i++) todo[i] = i;
+  for (int stalls = 0; reported < groups;) {
+    std::vector<Slice> round_keys;
+    std::vector<Destination> round_dest;
+    std::vector<size_t> round_ends, index;  // index: the round's keys' in `keys`
+    for (size_t g = reported, t = 0; g < groups; g++) {
+      for (; t < todo.size() && todo[t] < group_ends[g]; t++) {
+        round_keys.push_back(keys[todo[t]]);
+        round_dest.push_back(destinations[todo[t]]);
+        index.push_back(todo[t]);
+      }
+      round_ends.push_back(round_keys.size());
+    }
+    if (round_keys.empty()) break;  // the groups left are read (or empty)
+    std::vector<int64_t> round_results;
+    std::vector<size_t> later;
+    const size_t first = reported;
+    bool blocked = false;  // a group of the round waits for the next round
+    auto on_group = [&](size_t k, bool whole) {
+      for (size_t j = k == 0 ? 0 : round_ends[k - 1]; j < round_ends[k]; j++) {
+        (*results)[index[j]] = round_results[j];  // those deferred are read again
+      }
+      blocked = blocked || !whole;
+      if (blocked) return;
+      reported = first + k + 1;
+      if (!on_ready) return;
+      try {
+        on_ready(first + k);
+      } catch (...) {
+        // The later groups' answers are still coming: the connection cannot be reused.
+        Lost(c.get(), "on_ready threw");
+        throw;
+      }
+    };
+    s = GroupRound(c.get(), gpu, round_keys, round_dest, round_ends, on_group, &round_results,
+                   &later);
+    if (!s.ok()) return s;  // the groups reported stay so
+    stalls = later.size() == round_keys.size() ? stalls + 1 : 0;
+    todo.clear();
+    for (size_t j : later) todo.push_back(index[j]);
+    if (stalls >= kMaxStalledRounds) {
+      FailBusy(keys, todo, "found no room in the staging window", results);
+      break;
+    }
+  }
+  for (; reported < groups; reported++) {
+    if (on_ready) on_ready(reported);
+  }
+  return Status::OK();
+}
+
+Status AttachedDB::GroupRound(Connection* conn, GpuIo* gpu, std::span<const Slice> keys,
+                              std::span<const Destination> destinations,
+                              std::span<const size_t> ends,
+                              const std::function<void(size_t, bool)>& on_group,
+                              std::vector<int64_t>* results, std::vector<size_t>* later) {
+  GetPlan plan;
+  PlanGet(gpu, keys, destinations, &plan, nullptr);
+  plan.bounds.assign(1, 0);  // the caller's groups, not PlanGet's
+  plan.bounds.insert(plan.bounds.end(), ends.begin(), ends.end());
+  std::string meta;
+  wire::PutKeys(&meta, keys, plan.capacity.data());
+  wire::PutResults(&meta, std::vector<int64_t>(ends.begin(), ends.end()));
+  Status s = Send(conn, wire::kPinGroups, meta);
+  if (!s.ok()) return s;
+  results->assign(keys.size(), 0);
+  std::vector<std::string> answers(plan.groups());
+  const GetRun::Grouped grouped{conn->next_request, on_group};
+  GetRun run(this, conn, keys, destinations, plan, &answers, results, &grouped);
+  s = run.Run();
   *later = run.later();
   return s;
 }

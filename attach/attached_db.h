@@ -6,6 +6,9 @@
 //   BatchPut      RESERVE slots -> copy the parts in -> COMMIT (published as a local put)
 //   BatchGetInto  PIN the values -> copy them out -> UNPIN, in rounds when the values not
 //                 in memory fill the connection's staging window (attach/staging_window.h)
+//   BatchGetIntoGroups  one PIN_GROUPS for all the groups of a layer-wise load: the
+//                 owner answers each group as soon as it is in, the client copies it out
+//                 and reports it (older owners: one BatchGetInto per group)
 // Requests and answers go through a shared channel (transport/shm_channel.h) when the
 // owner offers one, and a batch's commits and pins are pipelined with its copies.
 // Everything else is a plain request.  Results, error codes and properties are the
@@ -56,6 +59,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -102,6 +106,17 @@ class AttachedDB final : public DB {
   Status BatchGetInto(const ReadOptions& options, std::span<const Slice> keys,
                       std::span<const Destination> destinations,
                       std::vector<int64_t>* results) override;
+  // A layer-wise load in one request to owners with wire::kFeatureGroups (PIN_GROUPS):
+  // the owner reads every group at once -- its DB's BatchGetIntoGroups, over the peers
+  // when it is a cluster's member -- and answers each group as soon as it is in; the
+  // values are copied out of the arena or the staging window as by BatchGetInto, and
+  // on_ready(g) runs before later groups' answers are read.  In rounds of at most the
+  // staging window's bytes (values not in memory), as BatchGetInto.  Older owners: the
+  // default, one BatchGetInto per group.
+  Status BatchGetIntoGroups(const ReadOptions& options, std::span<const Slice> keys,
+                            std::span<const Destination> destinations,
+                            std::span<const size_t> group_ends, const GroupReadyFn& on_ready,
+                            std::vector<int64_t>* results) override;
   Status BatchExists(std::span<const Slice> keys, std::vector<int64_t>* results) override;
   Status Prefetch(std::span<const Slice> keys, std::vector<int64_t>* results) override;
   // Both answered by the owner (its BatchLocate and its removal feed, over the
@@ -181,6 +196,8 @@ class AttachedDB final : public DB {
   // values and the UNPIN (GetRun).  `refusal` as for PutValues.
   Status GetValues(std::span<const Slice> keys, std::span<const Destination> destinations,
                    std::vector<int64_t>* results, Status* refusal);
+  // Counts a read's results (s: the call's status) into counters_; returns s.
+  Status CountGets(const Status& s, size_t keys, const std::vector<int64_t>* results);
   Status GetValuesUncounted(std::span<const Slice> keys, std::span<const Destination> destinations,
                             std::vector<int64_t>* results, Status* refusal);
   void PlanGet(GpuIo* gpu, std::span<const Slice> keys, std::span<const Destination> destinations,
@@ -191,6 +208,20 @@ class AttachedDB final : public DB {
   Status GetRound(Connection* conn, GpuIo* gpu, std::span<const Slice> keys,
                   std::span<const Destination> destinations, Status* refusal,
                   std::vector<int64_t>* results, std::vector<size_t>* later);
+  // One round of a BatchGetIntoGroups on conn: the PIN_GROUPS of `keys` in groups ending
+  // at `ends`, each group's values copied out as its answer comes, then on_group(g).
+  // The keys answered wire::kPinLater are listed, by index, in *later.
+  Status GroupRound(Connection* conn, GpuIo* gpu, std::span<const Slice> keys,
+                    std::span<const Destination> destinations, std::span<const size_t> ends,
+                    const std::function<void(size_t, bool)>& on_group,
+                    std::vector<int64_t>* results, std::vector<size_t>* later);
+  Status GroupsUncounted(std::span<const Slice> keys, std::span<const Destination> destinations,
+                         std::span<const size_t> group_ends, const GroupReadyFn& on_ready,
+                         std::vector<int64_t>* results, bool* fallback);
+  // Reads the answer to request `id` (of `op`) on conn by `deadline`: a failure loses
+  // the connection.
+  Status ReadAnswer(Connection* conn, uint8_t op, uint64_t id, Deadline deadline,
+                    std::string* answer);
   // Rounds in a row in which no key could be staged before a BatchGetInto gives up on
   // its remaining keys (Busy): only values that keep changing size make one.
   static constexpr int kMaxStalledRounds = 4;

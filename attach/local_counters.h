@@ -41,6 +41,9 @@ namespace kvengine {
     "Values read from SSD or a peer into attached clients' staging windows.")                 \
   X(window_deferred_keys,                                                                     \
     "Keys of attached reads answered in a later round: their staging window was full.")       \
+  X(group_loads,                                                                              \
+    "PIN_GROUPS requests of attached clients' layer-wise loads (a round each: every group "   \
+    "it holds is read at once and answered as soon as it is in).")                            \
   X(namespace_refusals,                                                                       \
     "Requests of attached processes refused (PermissionDenied) for a namespace their "        \
     "credentials do not grant (local_allowed_uids).")

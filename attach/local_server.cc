@@ -56,6 +56,7 @@ bool TouchesKeys(uint8_t op) {
     case wire::kCommit:
     case wire::kCommitReserve:
     case wire::kPin:
+    case wire::kPinGroups:
     case wire::kLocate:
     case wire::kReadRemovals:
       return true;
@@ -565,6 +566,135 @@ class LocalServer::Session {
     server_->counters_->window_staged_values.fetch_add(read, std::memory_order_relaxed);
   }
 
+  // A layer-wise load's pins (PIN_GROUPS): keys[ends[g-1], ends[g]) are group g.  Every
+  // key is pinned as ServePins pins it -- in place when in memory, else given room of
+  // its destination's capacity in the staging window (no sizing round trip to a peer),
+  // else staged in the arena -- until the window is full: from there on the keys are
+  // kPinLater, for the client's next round, so a round holds at most the window's
+  // bytes.  The keys given window room are then read by ONE DB::BatchGetIntoGroups of
+  // the groups (ClusterDB's pipelined load over the peers in a sharded cluster), and
+  // each group is answered from its on_ready, while the later groups are still on their
+  // way.  False: the request was malformed, or the client did not take an answer.
+  bool ServePinGroups(const wire::FrameHeader& h, const std::vector<Slice>& keys,
+                      const std::vector<uint64_t>& capacities, const std::vector<int64_t>& ends) {
+    if (ends.size() > wire::kMaxKeysPerRequest) return false;  // an answer frame each
+    for (size_t g = 0; g < ends.size(); g++) {
+      if (ends[g] < (g == 0 ? 0 : ends[g - 1])) return false;
+    }
+    if (ends.empty() ? !keys.empty() : static_cast<uint64_t>(ends.back()) != keys.size()) {
+      return false;
+    }
+    server_->counters_->group_loads.fetch_add(1, std::memory_order_relaxed);
+    std::vector<int64_t> results(keys.size(), 0);
+    std::vector<RemoteLocation> locs(keys.size());
+    std::vector<size_t> staged;  // keys given room in the window, read below
+    bool full = false;           // the window had no room for a key: the rest wait
+    for (size_t i = 0; i < keys.size(); i++) {
+      if (full) {
+        results[i] = wire::kPinLater;
+        server_->counters_->window_deferred_keys.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      results[i] = PinForGroups(keys[i], capacities[i], &locs[i], &full);
+      if (results[i] == kLookupPinned && locs[i].version == wire::kPinInWindow) staged.push_back(i);
+    }
+    // The staged keys in groups of their own: staged_ends[g] counts those of groups <= g.
+    std::vector<Slice> batch;
+    std::vector<Destination> dest(staged.size());
+    std::vector<size_t> staged_ends(ends.size());
+    for (size_t j = 0, g = 0; g < ends.size(); g++) {
+      for (; j < staged.size() && staged[j] < static_cast<size_t>(ends[g]); j++) {
+        const RemoteLocation& loc = locs[staged[j]];
+        batch.push_back(keys[staged[j]]);
+        dest[j].emplace_back(window_->base() + loc.offset, loc.size);
+      }
+      staged_ends[g] = batch.size();
+    }
+    std::vector<int64_t> got;
+    size_t answered = 0;  // groups answered so far
+    uint64_t read = 0;
+    auto answer_group = [&](size_t g) {
+      if (!answer_error_.ok()) return;  // the client is gone: nothing more to send
+      for (size_t j = g == 0 ? 0 : staged_ends[g - 1]; j < staged_ends[g]; j++) {
+        RemoteLocation& loc = locs[staged[j]];
+        if (got[j] >= 0) {  // BufferTooSmall is the client's: its destination is the room
+          loc.size = static_cast<uint64_t>(got[j]);
+          read++;
+          continue;
+        }
+        results[staged[j]] = got[j];
+        DropLease(loc.lease);
+        loc = RemoteLocation();
+      }
+      const size_t first = g == 0 ? 0 : static_cast<size_t>(ends[g - 1]);
+      const size_t n = static_cast<size_t>(ends[g]) - first;
+      std::string out;
+      wire::PutBatchStatus(&out, Status::OK());
+      EncodeLocations(&out, std::span<const int64_t>(results).subspan(first, n),
+                      std::span<const RemoteLocation>(locs).subspan(first, n));
+      answered = g + 1;
+      Answer(h, out);
+    };
+    Status s = staged.empty() ? Status::OK()
+                              : served_->BatchGetIntoGroups(ReadOptions(), batch, dest, staged_ends,
+                                                            answer_group, &got);
+    server_->counters_->window_staged_values.fetch_add(read, std::memory_order_relaxed);
+    if (staged.empty()) {
+      got.clear();
+      for (size_t g = 0; g < ends.size(); g++) answer_group(g);
+    }
+    if (!s.ok() && answer_error_.ok() && answered < ends.size()) {
+      // The DB closed meanwhile: the unanswered groups' pins go, and one answer with the
+      // error ends the request.
+      for (size_t i = answered == 0 ? 0 : static_cast<size_t>(ends[answered - 1]); i < keys.size();
+           i++) {
+        if (results[i] == kLookupPinned) DropLease(locs[i].lease);
+      }
+      std::string out;
+      wire::PutBatchStatus(&out, s);
+      Answer(h, out);
+    }
+    return answer_error_.ok();
+  }
+
+  // One key of a PIN_GROUPS: kLookupPinned with *loc (in place, in the window -- not
+  // read yet -- or staged in the arena), kPinLater setting *full when the window has no
+  // room left for it, or the key's error.
+  int64_t PinForGroups(const Slice& key, uint64_t capacity, RemoteLocation* loc, bool* full) {
+    if (Full()) return HeldTooMuch().ErrorCode();
+    const uint64_t id = ++next_id_;
+    Lease& lease = leases_[id];
+    Status s = WithArenaKey(
+        key, [&](const Slice& k) { return arena_->PinInMemory(k, capacity, &lease.handle); });
+    if (s.ok() && !InClientArena(lease.handle.value().data(), lease.handle.value().size())) {
+      lease.handle.Release();  // not where the client maps: read through the DB instead
+      s = Status::NotFound("");
+    }
+    Slice value;
+    if (s.ok()) {
+      value = lease.handle.value();
+    } else if (s.IsNotFound() && window_ != nullptr && capacity <= window_->size()) {
+      uint64_t offset = 0;
+      if (!window_->Take(capacity, &offset)) {
+        DropLease(id);
+        *full = true;
+        server_->counters_->window_deferred_keys.fetch_add(1, std::memory_order_relaxed);
+        return wire::kPinLater;
+      }
+      lease.in_window = true;
+      *loc = {offset, capacity, wire::kPinInWindow, id};
+      return kLookupPinned;
+    } else if (s.IsNotFound()) {  // no window, or a destination larger than it
+      s = ReadIntoStaging(key, capacity, &lease.staging, &value);
+    }
+    if (!s.ok()) {
+      DropLease(id);
+      return s.ErrorCode();
+    }
+    *loc = {OffsetOf(value.data()), value.size(), 0, id};
+    return kLookupPinned;
+  }
+
   // Releases lease `id` (a client's UNPIN, or a pin that failed): its pin, its staging
   // reservation, or its room of the window.
   void DropLease(uint64_t id) {
@@ -854,6 +984,15 @@ class LocalServer::Session {
         return ServeCommitReserve(h, meta);
       case wire::kPin:
         return get_keys(true) && ServePins(h, keys, extra);
+      case wire::kPinGroups: {
+        std::vector<int64_t> ends;
+        if (!wire::GetKeys(&meta, &views, &extra) || !wire::GetResults(&meta, &ends) ||
+            !meta.empty()) {
+          return false;
+        }
+        keys.assign(views.begin(), views.end());
+        return ServePinGroups(h, keys, extra, ends);
+      }
       case wire::kUnpin: {
         uint32_t n = 0;
         if (!GetFixed32(&meta, &n) || meta.size() != 8ull * n) return false;
@@ -937,6 +1076,8 @@ class LocalServer::Session {
   std::set<uint64_t> expired_ids_;         // reclaimed, not yet named by a COMMIT
   std::unordered_map<uint64_t, Lease> leases_;
 };
+
+std::atomic<uint64_t> LocalServer::withheld_features_{0};
 
 LocalServer::LocalServer(const Options& options, DB* db, SharedArena* arena, Logger* logger,
                          LocalServerCounters* counters)
@@ -1135,8 +1276,9 @@ Status LocalServer::SendGreeting(int fd, const Status& s, const LocalGrant* gran
   wire::PutBatchStatus(&meta, s);
   PutFixed64(&meta, pass ? region.size : 0);
   PutFixed64(&meta, options_.local_reservation_timeout_ms);  // the client's copy deadline
-  PutFixed64(&meta, wire::kFeatureSpares | wire::kFeatureChannel | wire::kFeatureStaging |
-                        wire::kFeatureArenas);
+  PutFixed64(&meta, (wire::kFeatureSpares | wire::kFeatureChannel | wire::kFeatureStaging |
+                     wire::kFeatureArenas | wire::kFeatureGroups) &
+                        ~withheld_features_.load(std::memory_order_relaxed));
   PutFixed64(&meta, spare_lifetime_ms());  // the copy deadline of spares
   Status sent = SendDescriptor(fd, pass ? region.fd : -1, deadline);
   if (sent.ok()) sent = SendFrame(fd, wire::kAttach, wire::kFlagResponse, 0, meta, {}, deadline);

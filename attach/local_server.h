@@ -18,6 +18,9 @@
 //                          connection's staging window (OPEN_STAGING, asked for before
 //                          the channel; attach/staging_window.h) -- "later" when the
 //                          window is full of the round's values
+//   PIN_GROUPS keys in groups -> PIN's answer, one frame per group in group order, each
+//                          sent as the owner's own layer-wise load (DB::BatchGetIntoGroups:
+//                          pipelined over the peers in a cluster) reports the group
 //   UNPIN   lease ids   (one-way)
 // and plain requests for the rest (exists, deletes, value sizes, properties, Flush,
 // CompactBuckets).  A connection's requests are in the default namespace until it sends
@@ -112,6 +115,11 @@ class LocalServer {
   // The most connections served at once.
   uint64_t max_connections() const { return max_connections_; }
 
+  // Tests only: the owners of this process greet their later clients without the
+  // features in `bits` (wire::kFeature*), as an owner built before them does, so that a
+  // client's fallback to the older protocol is tested against a real owner.
+  static void WithholdFeaturesForTesting(uint64_t bits) { withheld_features_.store(bits); }
+
  private:
   struct Connection;
   class Session;
@@ -169,6 +177,8 @@ class LocalServer {
   LogLimiter accept_log_{kRefusalLogInterval};
   LogLimiter over_budget_log_{kRefusalLogInterval};
   LogLimiter denied_log_{kRefusalLogInterval};
+
+  static std::atomic<uint64_t> withheld_features_;
 
   Mutex mu_;
   std::list<std::unique_ptr<Connection>> connections_ GUARDED_BY(mu_);

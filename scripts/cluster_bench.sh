@@ -12,6 +12,11 @@
 #   KV_PEER_MEMBER=1 scripts/cluster_bench.sh build 3 1 \
 #       --benchmarks=vllm_write,peer_get,vllm_load_serial,vllm_load --num=1024 \
 #       --value_size=65536 --num_layers=32 --batch_size=32
+# KV_ATTACH_MEMBER=N runs kv_bench attached to member N (--attach=its --local_listen
+# socket, docs/attach.md) instead of as a cluster client: an attached vLLM worker's view.
+#   KV_ATTACH_MEMBER=1 KV_PEER_MEMBER=2 scripts/cluster_bench.sh build 3 1 \
+#       --benchmarks=vllm_write,peer_get,vllm_load_serial,vllm_load --num=4096 \
+#       --value_size=65536 --num_layers=32 --batch_size=32
 # KV_JOIN=1 passes --join_command, which starts member N+1 (for the cluster_join
 # benchmark):
 #   KV_JOIN=1 scripts/cluster_bench.sh build 3 1 \
@@ -49,7 +54,8 @@ member_options="memory_capacity_bytes=${KV_MEMBER_MEMORY:-4GiB},prefault_memory=
 for m in $(seq "$members"); do
   port=$(free_port)
   "$build/kv_server" --db="$work/m$m" --listen="127.0.0.1:$port" --transport=tcp \
-    --cluster="$cluster" --options="$member_options" >"$work/m$m.out" 2>&1 &
+    --cluster="$cluster" --local_listen="$work/m$m.sock" --options="$member_options" \
+    >"$work/m$m.out" 2>&1 &
   pids+=($!)
   for _ in $(seq 100); do grep -q serving "$work/m$m.out" && break; sleep 0.1; done
   echo "member $m: pid ${pids[-1]} 127.0.0.1:$port" >&2
@@ -74,5 +80,9 @@ EOF
   join=(--join_command="bash $work/join.sh")
 fi
 sleep 0.5  # the members see each other
+if [[ -n "${KV_ATTACH_MEMBER:-}" ]]; then
+  "$build/kv_bench" --attach="$work/m$KV_ATTACH_MEMBER.sock" "${peer[@]}" "$@"
+  exit
+fi
 "$build/kv_bench" --cluster="$cluster" --options="cluster_replicas=$replicas,peer_transport=tcp" \
   "${failover[@]}" "${peer[@]}" "${join[@]}" "$@"

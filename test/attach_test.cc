@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -19,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "attach/local_server.h"
 #include "attach/staging_window.h"
 #include "env/gpu_io.h"
 #include "env/gpu_staging.h"
@@ -1414,7 +1416,7 @@ TEST_F(AttachTest, StatsOfTheOwnerReportTheLocalCountersInEveryFormat) {
                         "\"spare_commits\":0,"
                         "\"shared_channels\":1,\"staging_windows\":1,"
                         "\"window_staged_values\":0,\"window_deferred_keys\":0,"
-                        "\"namespace_refusals\":0}}"),
+                        "\"group_loads\":0,\"namespace_refusals\":0}}"),
               std::string::npos)
         << json;
     ASSERT_TRUE(reader->GetProperty("kvengine.stats.prometheus", &prom));
@@ -1498,6 +1500,278 @@ TEST_F(AttachTest, SsdReadsOfANamespaceAtItsQuotaNeitherFailNorEvictOthers) {
     ASSERT_TRUE(other->Get(ReadOptions(), names[i], &v).ok());
     EXPECT_EQ(v, SsdValue(names[i], kSize));
   }
+}
+
+// ------------------------------------------------------------------ layer-wise loads
+
+// A layer-wise load (DB::BatchGetIntoGroups) through attach, checked at every report:
+// the groups reported, in order, and the keys of each group already read when it is.
+struct GroupLoad {
+  std::vector<std::string> names;
+  std::vector<size_t> ends;
+  std::vector<std::string> bufs;
+  std::vector<int64_t> results;
+  std::vector<size_t> reported;
+  int unread_at_report = 0;  // keys of a reported group with no result yet
+
+  Status Run(DB* db, size_t capacity) {
+    std::vector<Slice> keys(names.begin(), names.end());
+    bufs.assign(names.size(), std::string(capacity, '\0'));
+    std::vector<Destination> dests;
+    for (std::string& b : bufs) dests.push_back({MutableSlice(b.data(), b.size())});
+    reported.clear();
+    return db->BatchGetIntoGroups(
+        ReadOptions(), keys, dests, ends,
+        [&](size_t g) {
+          reported.push_back(g);
+          for (size_t i = g == 0 ? 0 : ends[g - 1]; i < ends[g]; i++) {
+            unread_at_report += results[i] == 0;  // every value here is longer than 0
+          }
+        },
+        &results);
+  }
+  void ExpectReportedInOrder() const {
+    ASSERT_EQ(reported.size(), ends.size());
+    for (size_t g = 0; g < ends.size(); g++) EXPECT_EQ(reported[g], g);
+    EXPECT_EQ(unread_at_report, 0);
+  }
+};
+
+// Issue #50 item 7: an attached client's layer-wise load is one PIN_GROUPS request per
+// round of the owner's staging window, not a request per group, and reports each group
+// in order once its bytes are in, bit-exact: 16 groups of 4 values of 512 KiB (32 MiB),
+// half of them only on SSD, through an 8 MiB window.  An absent key, a buffer too small
+// and empty groups among them; then one group of 64 keys, four times the window, which
+// is read in rounds and reported once.
+TEST_F(AttachTest, LayerwiseLoadIsOneRequestPerRoundInGroupOrder) {
+  OpenSsdOwner();
+  constexpr size_t kSize = 512 << 10;
+  constexpr int kKeys = 64;
+  std::vector<std::string> names;
+  for (int i = 0; i < kKeys; i++) {
+    names.push_back("layer" + std::to_string(i / 4) + "/block" + std::to_string(i % 4));
+    ASSERT_TRUE(owner_->Put(WriteOptions(), names.back(), SsdValue(names.back(), kSize)).ok());
+  }
+  ASSERT_TRUE(owner_->Flush().ok());
+  std::unique_ptr<DB> db;
+  ASSERT_TRUE(DB::Attach(ClientOptions(), socket_, &db).ok());
+  const uint64_t rounds_before = Stat(owner_.get(), "local.group_loads");
+  GroupLoad load;
+  load.names = names;
+  load.names.insert(load.names.begin() + 9, "layer2/absent");
+  for (int g = 0; g < kKeys / 4; g++) load.ends.push_back(4 * (g + 1) + (g >= 2 ? 1 : 0));
+  load.ends.insert(load.ends.begin() + 5, load.ends[4]);  // an empty group
+  load.ends.insert(load.ends.begin(), 0);                 // and one first
+  ASSERT_TRUE(load.Run(db.get(), kSize).ok());
+  ASSERT_EQ(load.results.size(), load.names.size());
+  ASSERT_EQ(load.reported.size(), load.ends.size());
+  for (size_t g = 0; g < load.ends.size(); g++) EXPECT_EQ(load.reported[g], g);
+  for (size_t i = 0; i < load.names.size(); i++) {
+    if (i == 9) {
+      EXPECT_EQ(load.results[i], Status::NotFound("").ErrorCode());
+      continue;
+    }
+    ASSERT_EQ(load.results[i], static_cast<int64_t>(kSize)) << load.names[i];
+    EXPECT_EQ(load.bufs[i], SsdValue(load.names[i], kSize)) << load.names[i];
+  }
+  const uint64_t rounds = Stat(owner_.get(), "local.group_loads") - rounds_before;
+  // About 16 MiB on SSD through an 8 MiB window: a few rounds, never one per group.
+  EXPECT_GE(rounds, 2u);
+  EXPECT_LE(rounds, 5u);
+  EXPECT_GT(Stat(owner_.get(), "local.window_deferred_keys"), 0u);
+
+  // A buffer too small fails its key alone.
+  GroupLoad small;
+  small.names = {names[0], names[40], names[41]};
+  small.ends = {1, 3};
+  std::vector<Slice> keys(small.names.begin(), small.names.end());
+  std::string b0(kSize, '\0'), b1(kSize - 1, '\0'), b2(kSize, '\0');
+  std::vector<Destination> dests{{MutableSlice(b0.data(), kSize)},
+                                 {MutableSlice(b1.data(), kSize - 1)},
+                                 {MutableSlice(b2.data(), kSize)}};
+  std::vector<int64_t> r;
+  ASSERT_TRUE(db->BatchGetIntoGroups(ReadOptions(), keys, dests, small.ends, nullptr, &r).ok());
+  EXPECT_EQ(r, (std::vector<int64_t>{kSize, Status::BufferTooSmall("").ErrorCode(), kSize}));
+  EXPECT_EQ(b2, SsdValue(names[41], kSize));
+
+  // One group four times the window: read in rounds, reported once, whole.
+  GroupLoad one;
+  one.names = names;
+  one.ends = {names.size()};
+  ASSERT_TRUE(one.Run(db.get(), kSize).ok());
+  one.ExpectReportedInOrder();
+  for (size_t i = 0; i < names.size(); i++) {
+    ASSERT_EQ(one.results[i], static_cast<int64_t>(kSize)) << names[i];
+    EXPECT_EQ(one.bufs[i], SsdValue(names[i], kSize)) << names[i];
+  }
+  // Malformed groups are refused before anything is asked of the owner.
+  const uint64_t asked = Stat(owner_.get(), "local.group_loads");
+  for (const std::vector<size_t>& bad :
+       {std::vector<size_t>{4, 2, names.size()}, std::vector<size_t>{4, 8}}) {
+    GroupLoad refused = one;
+    refused.ends = bad;
+    EXPECT_TRUE(refused.Run(db.get(), kSize).IsInvalidArgument());
+    EXPECT_TRUE(refused.reported.empty());
+  }
+  EXPECT_EQ(Stat(owner_.get(), "local.group_loads"), asked);
+}
+
+// An owner that does not announce PIN_GROUPS (one built before it) serves the same load
+// the older way, one BatchGetInto per group, with the same reports and bytes.
+TEST_F(AttachTest, LayerwiseLoadFromAnOwnerWithoutGroupsIsOneBatchPerGroup) {
+  OpenSsdOwner();
+  constexpr size_t kSize = 256 << 10;
+  std::vector<std::string> names;
+  for (int i = 0; i < 32; i++) {
+    names.push_back("old/layer" + std::to_string(i / 4) + "/block" + std::to_string(i % 4));
+    ASSERT_TRUE(owner_->Put(WriteOptions(), names.back(), SsdValue(names.back(), kSize)).ok());
+  }
+  ASSERT_TRUE(owner_->Flush().ok());
+  for (const bool withheld : {true, false}) {
+    SCOPED_TRACE(withheld ? "owner without kFeatureGroups" : "owner with it");
+    LocalServer::WithholdFeaturesForTesting(withheld ? wire::kFeatureGroups : 0);
+    std::unique_ptr<DB> db;
+    ASSERT_TRUE(DB::Attach(ClientOptions(), socket_, &db).ok());
+    LocalServer::WithholdFeaturesForTesting(0);
+    const uint64_t before = Stat(owner_.get(), "local.group_loads");
+    GroupLoad load;
+    load.names = names;
+    for (size_t g = 1; g <= 8; g++) load.ends.push_back(4 * g);
+    ASSERT_TRUE(load.Run(db.get(), kSize).ok());
+    load.ExpectReportedInOrder();
+    for (size_t i = 0; i < names.size(); i++) {
+      ASSERT_EQ(load.results[i], static_cast<int64_t>(kSize)) << names[i];
+      EXPECT_EQ(load.bufs[i], SsdValue(names[i], kSize)) << names[i];
+    }
+    EXPECT_EQ(Stat(owner_.get(), "local.group_loads") - before, withheld ? 0u : 1u);
+  }
+}
+
+// Values replaced (in place, of other sizes) and evicted while attached clients load
+// them: every key reported read holds one whole value that was its own, never mixed or
+// another key's bytes; the others fail (a miss, or a buffer too small).
+TEST_F(AttachTest, LayerwiseLoadsOfValuesBeingReplacedNeverSeeWrongBytes) {
+  OpenSsdOwner();
+  constexpr size_t kCapacity = 384 << 10;
+  std::vector<std::string> names;
+  for (int i = 0; i < 48; i++)
+    names.push_back("churn/L" + std::to_string(i / 6) + "/" + std::to_string(i % 6));
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    std::mt19937_64 rng(11);
+    while (!stop.load()) {
+      const std::string& k = names[rng() % names.size()];
+      const size_t size = 16 + rng() % (kCapacity + (64 << 10));  // some too large to read
+      (void)owner_->Put(WriteOptions(), k, ValueFor(k, rng, size));
+      if (rng() % 16 == 0) (void)owner_->Delete(WriteOptions(), k);
+    }
+  });
+  std::unique_ptr<DB> db;
+  ASSERT_TRUE(DB::Attach(ClientOptions(), socket_, &db).ok());
+  int read = 0;
+  const auto end = Clock::now() + std::chrono::seconds(3);
+  for (int n = 0; Clock::now() < end || n < 4; n++) {
+    GroupLoad load;
+    load.names = names;
+    for (size_t g = 1; g <= 8; g++) load.ends.push_back(6 * g);
+    ASSERT_TRUE(load.Run(db.get(), kCapacity).ok());
+    ASSERT_EQ(load.reported.size(), load.ends.size());
+    for (size_t i = 0; i < names.size(); i++) {
+      const int64_t r = load.results[i];
+      if (r < 0) {
+        EXPECT_TRUE(r == Status::NotFound("").ErrorCode() ||
+                    r == Status::BufferTooSmall("").ErrorCode())
+            << names[i] << ": " << r;
+        continue;
+      }
+      ASSERT_TRUE(ValueIsFor(names[i], load.bufs[i].data(), static_cast<size_t>(r)))
+          << "wrong bytes for " << names[i] << " (" << r << " bytes)";
+      read++;
+    }
+  }
+  stop.store(true);
+  writer.join();
+  EXPECT_GT(read, 0);
+}
+
+// A layer-wise load into device buffers (the copier's queued copies delayed at random):
+// each group's device copies are waited for before it is reported, so at on_ready(g)
+// the device memory already holds group g's values, bit-exact; with values in memory
+// (copied from the arena) and only on SSD (from the staging window).
+TEST_F(AttachTest, LayerwiseLoadIntoDeviceBuffersReportsAGroupOnceItsCopiesAreDone) {
+  constexpr size_t kSize = 192 << 10;
+  constexpr int kKeys = 160;  // 30 MiB: about half of it only on SSD, through the window
+  std::string device(kKeys * kSize, 0);
+  HostCopier::Faults faults;
+  faults.max_delay_us = 300;
+  std::vector<HostCopier*> copiers;
+  const GpuIo::Hooks hooks = DeviceHooks({&device}, &copiers, faults);
+  GpuIo::SetHooksForTesting(&hooks);
+  OpenSsdOwner();
+  std::vector<std::string> names;
+  for (int i = 0; i < kKeys; i++) {
+    names.push_back("dev/L" + std::to_string(i / 4) + "/" + std::to_string(i % 4));
+    ASSERT_TRUE(owner_->Put(WriteOptions(), names.back(), SsdValue(names.back(), kSize)).ok());
+  }
+  ASSERT_TRUE(owner_->Flush().ok());
+  std::unique_ptr<DB> db;
+  ASSERT_TRUE(DB::Attach(ClientOptions(), socket_, &db).ok());
+  std::vector<Slice> keys(names.begin(), names.end());
+  std::vector<Destination> dests;
+  for (int i = 0; i < kKeys; i++) dests.push_back({MutableSlice(device.data() + i * kSize, kSize)});
+  std::vector<size_t> ends;
+  for (int g = 1; g <= kKeys / 4; g++) ends.push_back(4 * g);
+  std::vector<int64_t> r;
+  std::vector<size_t> reported;
+  int wrong_at_report = 0;
+  ASSERT_TRUE(db->BatchGetIntoGroups(
+                    ReadOptions(), keys, dests, ends,
+                    [&](size_t g) {
+                      reported.push_back(g);
+                      for (size_t i = 4 * g; i < 4 * g + 4; i++) {
+                        wrong_at_report +=
+                            r[i] != static_cast<int64_t>(kSize) ||
+                            device.compare(i * kSize, kSize, SsdValue(names[i], kSize)) != 0;
+                      }
+                    },
+                    &r)
+                  .ok());
+  EXPECT_EQ(reported.size(), ends.size());
+  EXPECT_EQ(wrong_at_report, 0);
+  EXPECT_GE(Stat(owner_.get(), "local.group_loads"), 2u);
+  db.reset();
+  owner_.reset();
+  GpuIo::SetHooksForTesting(nullptr);
+}
+
+// A namespace's handle loads its own keys in groups (the owner maps them, and reads
+// those only on SSD through the namespace's view); the default namespace's key of the
+// same name is not what it reads.
+TEST_F(AttachTest, LayerwiseLoadOfANamespaceReadsItsOwnKeys) {
+  OpenSsdOwner();
+  constexpr size_t kSize = 256 << 10;
+  std::unique_ptr<DB> tenant;
+  ASSERT_TRUE(owner_->CreateNamespace("tenant", NamespaceOptions(), &tenant).ok());
+  std::vector<std::string> names;
+  for (int i = 0; i < 96; i++) {  // 24 MiB: more than the memory tier
+    names.push_back("t/L" + std::to_string(i / 8) + "/" + std::to_string(i % 8));
+    ASSERT_TRUE(tenant->Put(WriteOptions(), names.back(), SsdValue(names.back(), kSize)).ok());
+  }
+  ASSERT_TRUE(owner_->Put(WriteOptions(), names[0], std::string(kSize, 'x')).ok());
+  ASSERT_TRUE(owner_->Flush().ok());
+  std::unique_ptr<DB> db, handle;
+  ASSERT_TRUE(DB::Attach(ClientOptions(), socket_, &db).ok());
+  ASSERT_TRUE(db->OpenNamespace("tenant", &handle).ok());
+  GroupLoad load;
+  load.names = names;
+  for (size_t g = 1; g <= 12; g++) load.ends.push_back(8 * g);
+  ASSERT_TRUE(load.Run(handle.get(), kSize).ok());
+  load.ExpectReportedInOrder();
+  for (size_t i = 0; i < names.size(); i++) {
+    ASSERT_EQ(load.results[i], static_cast<int64_t>(kSize)) << names[i];
+    EXPECT_EQ(load.bufs[i], SsdValue(names[i], kSize)) << names[i];
+  }
+  EXPECT_GE(Stat(owner_.get(), "local.group_loads"), 2u);
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -1015,6 +1017,40 @@ class LayerwiseLoadTest : public PlacementTest {
       EXPECT_EQ(wrong_at_report, 0);
     }
   };
+  // One load of AllLayers through db, member 1 SIGKILLed once layer 0 is reported:
+  // every key is read bit-exact or fails, the victim's keys of later layers fail with
+  // R = 1 and are served by their second owners with R = 2.
+  void KillMidLoad(DB* db) {
+    const int victim = 1;
+    Load load = AllLayers();
+    // Killed once layer 0 is in: the later layers' reads are on their way.
+    load.also = [&](size_t g) {
+      if (g == 0) servers_[victim]->Kill(SIGKILL);
+    };
+    ASSERT_TRUE(load.Run(db).ok());
+    load.ExpectReportedInOrder();
+    int victims = 0, victims_failed = 0;
+    for (size_t i = 0; i < load.names.size(); i++) {
+      // A key is read whole and bit-exact, or fails: never other bytes reported read.
+      EXPECT_TRUE(load.Exact(i) || load.results[i] < 0) << load.names[i] << ": " << load.results[i];
+      const bool on_victim = TopOwners(load.names[i], members_, replicas())[0] == members_[victim];
+      if (!on_victim || i < static_cast<size_t>(kBlocks)) {
+        EXPECT_TRUE(load.Exact(i)) << load.names[i] << ": " << load.results[i];
+        continue;
+      }
+      victims++;
+      if (load.results[i] < 0) victims_failed++;
+    }
+    ASSERT_GT(victims, 10);
+    if (replicas() == 1) {
+      // Its only owner is gone: a miss (etcd: a failed owner costs a miss) or an IOError
+      // naming it (static peers), for those of its values not already on their way.
+      EXPECT_GT(victims_failed, 0) << "the kill did not land mid-load";
+    } else {
+      EXPECT_EQ(victims_failed, 0) << "the second owners serve the victim's keys";
+    }
+  }
+
   // Every block of every layer, one group per layer.
   static Load AllLayers() {
     Load load;
@@ -1032,7 +1068,7 @@ TEST_P(LayerwiseLoadTest, EachLayerIsReportedInOrderOnceItsBytesAreIn) {
     Save(writer.get());
   }
   // Through a client that is no member (the pipelined load) and through an attached
-  // process (group by group, over its owner's stack).
+  // process (PIN_GROUPS: its owner runs the pipelined load for it).
   for (int door = 0; door < 2; door++) {
     SCOPED_TRACE(door == 0 ? "cluster client" : "attached to member 0");
     std::unique_ptr<DB> db = door == 0 ? ClusterClient() : Attach(0);
@@ -1072,37 +1108,71 @@ TEST_P(LayerwiseLoadTest, AMemberKilledMidLoadCostsErrorsNeverWrongBytes) {
     std::unique_ptr<DB> writer = ClusterClient();
     Save(writer.get());
   }
-  const int victim = 1;
   std::unique_ptr<DB> db = ClusterClient();
-  Load load = AllLayers();
-  // Killed once layer 0 is in: the later layers' reads are on their way.
-  load.also = [&](size_t g) {
-    if (g == 0) servers_[victim]->Kill(SIGKILL);
-  };
-  ASSERT_TRUE(load.Run(db.get()).ok());
-  load.ExpectReportedInOrder();
-  int victims = 0, victims_failed = 0;
-  for (size_t i = 0; i < load.names.size(); i++) {
-    // A key is read whole and bit-exact, or fails: never other bytes reported read.
-    EXPECT_TRUE(load.Exact(i) || load.results[i] < 0) << load.names[i] << ": " << load.results[i];
-    const bool on_victim = TopOwners(load.names[i], members_, replicas())[0] == members_[victim];
-    if (!on_victim || i < static_cast<size_t>(kBlocks)) {
-      EXPECT_TRUE(load.Exact(i)) << load.names[i] << ": " << load.results[i];
-      continue;
-    }
-    victims++;
-    if (load.results[i] < 0) victims_failed++;
-  }
-  ASSERT_GT(victims, 10);
-  if (replicas() == 1) {
-    // Its only owner is gone: a miss (etcd: a failed owner costs a miss) or an IOError
-    // naming it (static peers), for those of its values not already on their way.
-    EXPECT_GT(victims_failed, 0) << "the kill did not land mid-load";
-  } else {
-    EXPECT_EQ(victims_failed, 0) << "the second owners serve the victim's keys";
-  }
+  KillMidLoad(db.get());
 }
 
+// The same through a process attached to member 0 (a vLLM TP worker attached to its
+// host's kv_server): the owner runs the pipelined load for it (PIN_GROUPS), so member
+// 1's keys of the layers after the first are still on their way when it is killed.
+TEST_P(LayerwiseLoadTest, AMemberKilledMidAttachedLoadCostsErrorsNeverWrongBytes) {
+  {
+    std::unique_ptr<DB> writer = ClusterClient();
+    Save(writer.get());
+  }
+  std::unique_ptr<DB> db = Attach(0);
+  KillMidLoad(db.get());
+}
+
+// Issue #50 item 7, attached: the load of 32 layers (32 MiB, two thirds of it on the
+// other members with R = 1) through a process attached to member 0 is a few PIN_GROUPS
+// round trips to its owner -- one per staging window of values read from peers, each
+// window's layers read by one pipelined load of the owner's ClusterDB -- not one per
+// layer, and its first layer is reported long before the load ends.  Before, an
+// attached load read one layer after the other (a round trip to the owner, and the
+// owner's to the peers, per layer in turn).
+TEST_P(LayerwiseLoadTest, AnAttachedLoadIsAFewOwnerRoundTripsNotOnePerLayer) {
+  {
+    std::unique_ptr<DB> writer = ClusterClient();
+    Save(writer.get());
+  }
+  std::unique_ptr<DB> db = Attach(0);
+  auto stat = [&](const char* name) {
+    std::string text;
+    EXPECT_TRUE(db->GetProperty("kvengine.stats", &text));
+    const size_t at = text.find(std::string("\n") + name + ": ");
+    return at == std::string::npos ? ~0ull : std::stoull(text.substr(at + std::strlen(name) + 3));
+  };
+  double best_ratio = 1;
+  for (int run = 0; run < 3; run++) {
+    const uint64_t before = stat("local.group_loads");
+    Load load = AllLayers();
+    const auto began = Clock::now();
+    Clock::duration first{};
+    load.also = [&](size_t g) {
+      if (g == 0) first = Clock::now() - began;
+    };
+    ASSERT_TRUE(load.Run(db.get()).ok());
+    const Clock::duration total = Clock::now() - began;
+    load.ExpectReportedInOrder();
+    for (size_t i = 0; i < load.names.size(); i++) {
+      ASSERT_TRUE(load.Exact(i)) << load.names[i] << ": " << load.results[i];
+    }
+    const uint64_t requests = stat("local.group_loads") - before;
+    // At most 32 MiB through the 8 MiB window: 4 rounds, 5 when one is cut short.
+    EXPECT_GE(requests, 1u);
+    EXPECT_LE(requests, 5u) << "one request per layer, or near it";
+    best_ratio = std::min(best_ratio, std::chrono::duration<double>(first).count() /
+                                          std::chrono::duration<double>(total).count());
+    std::printf("attached load: first layer after %.2f ms of %.2f ms, %llu requests\n",
+                std::chrono::duration<double, std::milli>(first).count(),
+                std::chrono::duration<double, std::milli>(total).count(),
+                static_cast<unsigned long long>(requests));
+  }
+  // The first layer comes in the first round; a load that read every layer before it
+  // reported any would report at the very end.
+  EXPECT_LT(best_ratio, 0.5);
+}
 INSTANTIATE_TEST_SUITE_P(StaticAndEtcd, LayerwiseLoadTest,
                          ::testing::Combine(::testing::Bool(), ::testing::Values(1, 2)),
                          [](const ::testing::TestParamInfo<std::tuple<bool, int>>& info) {

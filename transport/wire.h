@@ -92,6 +92,13 @@ enum Op : uint8_t {
   // (Options::namespace_arenas; docs/attach.md, "An arena per trust boundary"), whose
   // offsets its locations are from then on; owners with kFeatureArenas.
   kOpenArena = 48,
+  // A layer-wise load's PINs in one request (DB::BatchGetIntoGroups): keys +
+  // capacities, then the groups' ends (PutResults) -> one answer per group, in group
+  // order, each as soon as the group's values are pinned or read into the staging window
+  // (batch status, then a PIN's locations of the group's keys); an answer whose status is
+  // an error is the request's last.  Keys the window had no room for are kPinLater, as
+  // for PIN; owners with kFeatureGroups.
+  kPinGroups = 49,
 };
 // A PIN's answer on a connection with a staging window: a location whose version field
 // is kPinInWindow is an offset in the window, not in the arena; the result kPinLater
@@ -105,6 +112,7 @@ constexpr uint64_t kFeatureStaging = 4;  // kOpenStaging
 // kOpenArena; the greeting passes the default arena only to clients whose grant includes
 // a namespace in it (else no memfd, and an arena size of 0).
 constexpr uint64_t kFeatureArenas = 8;
+constexpr uint64_t kFeatureGroups = 16;  // kPinGroups
 // A server answers a well-formed frame carrying an op it does not know with
 // NotSupported and keeps the connection; servers built before ops 11 and 12 existed
 // close the connection instead (the client reports that as IOError).

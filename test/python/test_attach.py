@@ -93,3 +93,33 @@ def test_a_tenants_client_sees_only_its_own_namespaces_figures(db_path):
 def test_attach_without_owner_raises(db_path):
     with pytest.raises(kvengine.Error):
         kvengine.attach(db_path + ".nothing.sock")
+
+
+def test_a_layerwise_load_through_attach_is_one_request_to_the_owner(db_path):
+    """Store.batch_get_into_groups of an attached process (the vLLM connector's worker)
+    takes the owner's PIN_GROUPS path: one request for every layer, each layer reported
+    in order with its bytes in (docs/attach.md, "Layer-wise loads")."""
+    sock = os.path.join(os.path.dirname(db_path), os.path.basename(db_path) + ".sock")
+    with kvengine.DB(db_path, local_listen=sock, **OWNER_OPTIONS) as owner:
+        keys = ["L%d/b%d" % (l, b) for l in range(8) for b in range(4)]
+        for k in keys:
+            owner.put(k, ("%s|" % k).encode() * 300)
+        before = owner.stats()["local"]["group_loads"]
+        out = run_child("""
+            import sys, kvengine
+            a = kvengine.attach(sys.argv[1])
+            keys = ["L%d/b%d" % (l, b) for l in range(8) for b in range(4)]
+            ends = [4 * (l + 1) for l in range(8)]
+            outs = [bytearray(8192) for _ in keys]
+            seen = []
+            def on_ready(g, results):
+                for i in range(4 * g, 4 * g + 4):
+                    assert bytes(outs[i][:results[i - 4 * g]]) == ("%s|" % keys[i]).encode() * 300
+                seen.append(g)
+            got = a.batch_get_into_groups(keys, [[o] for o in outs], None, ends, on_ready)
+            assert seen == list(range(8)), seen
+            assert got == [len(k) * 300 + 300 for k in keys], got
+            print("ok")
+            """, sock)
+        assert out.strip() == "ok"
+        assert owner.stats()["local"]["group_loads"] == before + 1

@@ -43,10 +43,14 @@ class Member:
 
 @pytest.mark.skipif(not os.access(KV_SERVER, os.X_OK), reason="kv_server is not built")
 @pytest.mark.parametrize("replicas", [1, 2])
-def test_a_layerwise_load_over_the_cluster_is_bit_exact_when_a_member_dies(tmp_path, replicas):
-    """The worker's load (Store.batch_get_into_groups) through a cluster client: each
-    layer reported in order with its bytes in, and a member SIGKILLed once layer 0 is in
-    costs failed keys (R = 1) or none (R = 2), never bytes that were not its value."""
+@pytest.mark.parametrize("door", ["client", "attached"])
+def test_a_layerwise_load_over_the_cluster_is_bit_exact_when_a_member_dies(tmp_path, replicas,
+                                                                           door):
+    """The worker's load (Store.batch_get_into_groups) through a cluster client, and
+    through a process attached to member 0 (a TP worker: its owner runs the pipelined
+    load for it, docs/attach.md "Layer-wise loads"): each layer reported in order with
+    its bytes in, and a member SIGKILLed once layer 0 is in costs failed keys (R = 1) or
+    none (R = 2), never bytes that were not its value."""
     root = str(tmp_path)
     peers = ["127.0.0.1:%d" % free_port() for _ in range(3)]
     members = [Member(root, m, peers, replicas) for m in range(3)]
@@ -64,6 +68,7 @@ def test_a_layerwise_load_over_the_cluster_is_bit_exact_when_a_member_dies(tmp_p
             outs = [bytearray(size) for _ in keys]
             ends = [(la + 1) * blocks for la in range(layers)]
             reported = []
+            reader = db if door == "client" else kvengine.attach(members[0].socket)
 
             def on_ready(g, results):
                 for k, out, r in zip(keys[g * blocks:], outs[g * blocks:], results):
@@ -72,7 +77,7 @@ def test_a_layerwise_load_over_the_cluster_is_bit_exact_when_a_member_dies(tmp_p
                 if g == 0:
                     members[1].stop()
 
-            got = db.batch_get_into_groups(keys, [[o] for o in outs], None, ends, on_ready)
+            got = reader.batch_get_into_groups(keys, [[o] for o in outs], None, ends, on_ready)
         assert reported == list(range(layers))
         failed = [k for k, r in zip(keys, got) if r < 0]
         assert all(bytes(o) == value[k] for k, o, r in zip(keys, outs, got) if r >= 0)
