@@ -243,6 +243,49 @@ TEST(UcxBuild, CreateAnswersAsTheBuildAllows) {
   EXPECT_TRUE(Transport::Create("carrier-pigeon", TransportOptions(), &t).IsInvalidArgument());
 }
 
+// Whether device buffers can be mapped directly is asked of UCX at run time
+// (ucp_context_query's memory types), never assumed: the answer UcxAvailable gives and
+// the one the transport reports (ucx_cuda_memory) are what a context of this UCX says.
+// Debian's UCX has no CUDA: there they are false, and device bytes go through the GPU
+// staging path (docs/gpu.md).
+TEST(UcxBuild, DeviceMemoryIsDetectedNotAssumed) {
+#ifdef KV_WITH_UCX
+  EXPECT_TRUE(UcxCudaMemory(UCS_BIT(UCS_MEMORY_TYPE_HOST) | UCS_BIT(UCS_MEMORY_TYPE_CUDA)));
+  EXPECT_FALSE(UcxCudaMemory(UCS_BIT(UCS_MEMORY_TYPE_HOST)));
+  EXPECT_FALSE(UcxCudaMemory(UCS_BIT(UCS_MEMORY_TYPE_CUDA_MANAGED)));  // not device buffers
+  EXPECT_FALSE(UcxCudaMemory(0));
+  // What this machine's UCX says, asked directly.
+  ucp_params_t params;
+  std::memset(&params, 0, sizeof(params));
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM;
+  ucp_context_h context = nullptr;
+  ASSERT_EQ(ucp_init(&params, nullptr, &context), UCS_OK);
+  ucp_context_attr_t attr;
+  std::memset(&attr, 0, sizeof(attr));
+  attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+  ASSERT_EQ(ucp_context_query(context, &attr), UCS_OK);
+  ucp_cleanup(context);
+  const bool cuda = (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+  EXPECT_TRUE((attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_HOST)) != 0);
+  std::string why;
+  UcxInfo info;
+  ASSERT_TRUE(UcxAvailable(&why, &info)) << why;
+  EXPECT_EQ(info.cuda_memory, cuda);
+  std::unique_ptr<Transport> t;
+  ASSERT_TRUE(Transport::Create("ucx", TransportOptions(), &t).ok());
+  EXPECT_EQ(Stat(t->StatsText(), "ucx_cuda_memory"), cuda ? 1u : 0u) << t->StatsText();
+  std::printf("this UCX (%s) %s\n", info.version.c_str(),
+              cuda ? "maps device memory directly" : "has no CUDA: the GPU staging path applies");
+#else
+  EXPECT_FALSE(UcxCudaMemory(~0ull));
+  std::string why;
+  UcxInfo info;
+  EXPECT_FALSE(UcxAvailable(&why, &info));
+  EXPECT_FALSE(info.cuda_memory);
+#endif
+}
+
 // Values of every shape read one-sided into mapped buffers and into plain ones, bit
 // exact, with a missing key, an empty value and a too-small buffer in the batch.
 TEST(UcxTest, GetsAreOneSidedIntoMappedAndPlainBuffers) {

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "transport/lease_calls.h"
-#include "transport/rdma.h"  // MrTable: regions by address, here with their ucp_mem_h
+#include "transport/mr_table.h"
 #include "transport/read_validation.h"
 #include "transport/tcp_transport.h"
 #include "transport/ucp_helpers.h"
@@ -118,7 +118,9 @@ bool UcxAvailable(std::string* why, UcxInfo*) {
   return false;
 }
 
-Status NewUcxTransport(const TransportOptions&, std::unique_ptr<Transport>*) {
+bool UcxCudaMemory(uint64_t) { return false; }
+
+Status NewUcxTransport(const TransportOptions&, std::unique_ptr<Transport>*, const std::string&) {
   return Status::NotSupported("UCX transport", kNoUcx);
 }
 
@@ -198,6 +200,11 @@ class Worker {
     if (st != UCS_OK) return UcsError("ucp_worker_get_address", st);
     w->address_.assign(reinterpret_cast<const char*>(addr), len);
     ucp_worker_release_address(w->worker_, addr);
+    ucp_context_attr_t attr;
+    std::memset(&attr, 0, sizeof(attr));
+    attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+    w->cuda_memory_ = ucp_context_query(w->context_, &attr) == UCS_OK &&
+                      UcxCudaMemory(attr.memory_types);
     Status s = w->SetAmHandler(kAmAnswer, &Worker::OnAnswer, w.get());
     if (s.ok()) s = w->SetAmHandler(kUcxAmReadData, &Worker::OnReadData, w.get());
     if (!s.ok()) return s;
@@ -209,6 +216,8 @@ class Worker {
   ucp_worker_h worker() const { return worker_; }
   const std::string& address() const { return address_; }
   Mutex* mu() { return mu_; }
+  // Whether this context maps device (CUDA) memory, as ucp_context_query says.
+  bool cuda_memory() const { return cuda_memory_; }
 
   // Maps [addr, addr+length) for one-sided access; *memh is unmapped with Unmap.
   Status Map(void* addr, size_t length, ucp_mem_h* memh) EXCLUDES(mu_) {
@@ -463,6 +472,7 @@ class Worker {
   ucp_worker_h worker_ = nullptr;
   int efd_ = -1;
   std::string address_;
+  bool cuda_memory_ = false;
 };
 
 // Forwards a DB's regions to ucp_mem_map (with no worker: records them only, for a
@@ -1050,9 +1060,16 @@ void OnGetDone(void* request, ucs_status_t st, void* user_data) {
 
 class UcxTransport final : public TcpTransport {
  public:
-  UcxTransport(const TransportOptions& options, std::unique_ptr<Worker> w)
-      : TcpTransport(options), w_(std::move(w)) {
+  UcxTransport(const TransportOptions& options, std::unique_ptr<Worker> w, std::string tls)
+      : TcpTransport(options),
+        tls_(std::move(tls)),
+        cuda_memory_(w->cuda_memory()),
+        w_(std::move(w)) {
     registrar_ = std::make_shared<Registrar>(this);
+    Log(LogLevel::kInfo, cuda_memory_ ? "UCX maps device (CUDA) memory: device buffers can be "
+                                        "read into directly"
+                                      : "UCX has no CUDA memory type (built without CUDA): "
+                                        "device buffers go through the GPU staging path");
   }
   ~UcxTransport() override {
     MutexLock lock(&peers_mu_);
@@ -1087,7 +1104,8 @@ class UcxTransport final : public TcpTransport {
            "\nucx_workers_replaced: " + std::to_string(replaced_.load()) +
            "\nucx_lease_calls: " + std::to_string(am_calls_.load()) +
            "\nucx_releases_by_age: " + std::to_string(releases_by_age_.load()) +
-           "\nucx_reads_by_am: " + std::to_string(am_reads_.load()) + "\n";
+           "\nucx_reads_by_am: " + std::to_string(am_reads_.load()) +
+           "\nucx_cuda_memory: " + std::to_string(cuda_memory_) + "\n";
   }
 
   // One-sided reads are not pipelined over TCP frames: a started get runs at once
@@ -1358,7 +1376,7 @@ class UcxTransport final : public TcpTransport {
       MutexLock lock(&w_mu_);
       if (w_ != old) return;  // another thread did it
       std::unique_ptr<Worker> fresh;
-      Status s = Worker::Create(&fresh);
+      Status s = Worker::Create(&fresh, tls_);
       for (const auto& [addr, length] : mapped_.All()) {
         if (s.ok()) s = fresh->MapRegion(addr, length);
       }
@@ -1478,6 +1496,8 @@ class UcxTransport final : public TcpTransport {
     std::map<void*, size_t> all_;
   };
 
+  const std::string tls_;    // the transports every worker of ours may use
+  const bool cuda_memory_;  // our contexts map device memory (ucp_context_query)
   std::shared_ptr<MemoryRegistrar> registrar_;
   Mutex w_mu_;
   std::shared_ptr<Worker> w_ GUARDED_BY(w_mu_);  // the worker new peers use
@@ -1491,6 +1511,10 @@ class UcxTransport final : public TcpTransport {
 
 }  // namespace
 
+bool UcxCudaMemory(uint64_t memory_types) {
+  return (memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+}
+
 bool UcxAvailable(std::string* why, UcxInfo* info) {
   std::unique_ptr<Worker> w;
   Status s = Worker::Create(&w);
@@ -1500,20 +1524,20 @@ bool UcxAvailable(std::string* why, UcxInfo* info) {
   }
   if (info != nullptr) {
     info->version = ucp_get_version_string();
-    ucp_context_attr_t attr;
-    std::memset(&attr, 0, sizeof(attr));
-    attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
-    info->cuda_memory = ucp_context_query(w->context(), &attr) == UCS_OK &&
-                        (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+    info->cuda_memory = w->cuda_memory();
   }
   return true;
 }
 
-Status NewUcxTransport(const TransportOptions& options, std::unique_ptr<Transport>* result) {
+Status NewUcxTransport(const TransportOptions& options, std::unique_ptr<Transport>* result,
+                       const std::string& tls) {
   std::unique_ptr<Worker> w;
-  Status s = Worker::Create(&w);
-  if (!s.ok()) return Status::NotSupported("UCX transport", s.ToString());
-  *result = std::make_unique<UcxTransport>(options, std::move(w));
+  Status s = Worker::Create(&w, tls);
+  if (!s.ok()) {
+    return Status::NotSupported("UCX transport" + (tls.empty() ? "" : " over " + tls),
+                                s.ToString());
+  }
+  *result = std::make_unique<UcxTransport>(options, std::move(w), tls);
   return Status::OK();
 }
 

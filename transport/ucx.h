@@ -120,9 +120,16 @@ inline constexpr size_t kUcxMaxBlob = 64 << 10;
 
 // What the UCX this process runs offers.
 struct UcxInfo {
-  std::string version;       // "1.13.1"
-  bool cuda_memory = false;  // device buffers can be mapped and read into directly
+  std::string version;  // "1.13.1"
+  // Device buffers can be mapped and read into directly: UCX was built with CUDA
+  // (ucp_context_query lists UCS_MEMORY_TYPE_CUDA).  Debian's UCX is not: there device
+  // bytes go through the GPU staging path (docs/gpu.md).
+  bool cuda_memory = false;
 };
+
+// Whether ucp_context_attr_t::memory_types `memory_types` (a bit per ucs_memory_type_t)
+// has CUDA device memory.  False in a build without UCX.
+bool UcxCudaMemory(uint64_t memory_types);
 
 // True when the build has UCX and a UCP context can be made here; otherwise false and
 // *why says what is missing ("built without UCX: install libucx-dev", ...).  On success
@@ -131,7 +138,13 @@ bool UcxAvailable(std::string* why, UcxInfo* info = nullptr);
 
 // The UCX transport: TCP control channel, UCP one-sided gets.  NotSupported naming the
 // package when the build has no UCX, or the reason when no UCP context can be made.
-Status NewUcxTransport(const TransportOptions& options, std::unique_ptr<Transport>* result);
+// `tls`: the UCX transports it may use (UCX_TLS's syntax; empty: UCX_TLS's, or all).
+Status NewUcxTransport(const TransportOptions& options, std::unique_ptr<Transport>* result,
+                       const std::string& tls = "");
+
+// What `peer_transport=rdma` is: UCX restricted to its RDMA transports (RC, DC and UD
+// over verbs, InfiniBand and RoCE), which replaced kvengine's own verbs code.
+inline constexpr const char* kUcxRdmaTransports = "rc,dc,ud";
 
 // The server's side: a UCP context and worker with their progress thread, the arena
 // mapped with ucp_mem_map and its rkey packed once, an endpoint per connected client.
