@@ -9,7 +9,6 @@
 #include "cluster/rendezvous.h"
 #include "env/descriptor_budget.h"
 #include "env/gpu_staging.h"
-#include "transport/rdma.h"
 #include "transport/server.h"
 #include "transport/ucx.h"
 #include "transport/wire.h"
@@ -107,7 +106,7 @@ class PeerRouter::Service final : public PeerService {
   const char* const arena_;
 };
 
-// Registers with the client transport, the RDMA server (when any), then `next`.
+// Registers with the client transport, the UCX server (when any), then `next`.
 class PeerRouter::Chain final : public MemoryRegistrar {
  public:
   Chain(std::vector<std::shared_ptr<MemoryRegistrar>> all) : all_(std::move(all)) {}
@@ -189,10 +188,6 @@ Status PeerRouter::Open(const Options& options, Logger* logger,
   // not up yet must not put the data path's connection to it into its reconnect backoff.
   if (s.ok()) s = Transport::Create("tcp", t, &env->registry_transport_);
   if (!s.ok()) return s;
-  if (!options.listen.empty() && std::string(env->transport_->Name()) == "rdma") {
-    s = RdmaServer::Create(&env->rdma_server_);
-    if (!s.ok()) return s;
-  }
   if (!options.listen.empty() && std::string(env->transport_->Name()) == "ucx") {
     s = UcxServer::Create(t.log, &env->ucx_server_);
     if (!s.ok()) return s;
@@ -204,7 +199,6 @@ Status PeerRouter::Open(const Options& options, Logger* logger,
 
 std::shared_ptr<MemoryRegistrar> PeerRouter::Registrar(std::shared_ptr<MemoryRegistrar> next) {
   std::vector<std::shared_ptr<MemoryRegistrar>> all{transport_->registrar()};
-  if (rdma_server_ != nullptr) all.push_back(rdma_server_->registrar());
   if (ucx_server_ != nullptr) all.push_back(ucx_server_->registrar());
   if (next != nullptr) all.push_back(std::move(next));
   return std::make_shared<Chain>(std::move(all));
@@ -251,12 +245,6 @@ Status PeerRouter::ServePeers(DB* db, PinFn pin, ServedFn served, const char* ar
   so.max_connections = ServingConnectionCap();
   so.hash_loopback_bodies = options_.peer_hash_loopback_bodies;
   so.log = [this](LogLevel level, const std::string& line) { Log(level, line); };
-  if (rdma_server_ != nullptr) {
-    RdmaServer* rs = rdma_server_.get();
-    so.rdma_connect = [rs](std::string_view client, std::string* server) {
-      return rs->Connect(client, server);
-    };
-  }
   if (ucx_server_ != nullptr) {
     UcxServer* us = ucx_server_.get();
     so.ucx_connect = [us](std::string_view request, std::string* answer,

@@ -64,7 +64,6 @@ namespace kvengine {
 
 class Logger;
 class MembershipSource;
-class RdmaServer;
 class UcxServer;
 class TransportServer;
 struct PinnedValue;
@@ -365,7 +364,6 @@ class PeerRouter {
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<Transport> registry_transport_;  // SyncNamespaces' (tcp)
   std::unique_ptr<MembershipSource> membership_;
-  std::unique_ptr<RdmaServer> rdma_server_;
   std::unique_ptr<UcxServer> ucx_server_;  // serving over ucx: the arena mapped for clients
   std::unique_ptr<Service> service_;
   std::unique_ptr<TransportServer> server_;

@@ -45,7 +45,7 @@ struct EngineConfig {
   bool rocksdb_wal = false;  // keep the WAL on even without --sync
   // The peer engine: the server at `peer` (HOST:PORT), or, when empty, a fresh kvengine
   // DB served in this process on 127.0.0.1 from `path` and sized to hold
-  // `data_set_bytes`; reached over `peer_transport` ("tcp", "rdma" or "auto") with the
+  // `data_set_bytes`; reached over `peer_transport` ("tcp", "ucx", "rdma" or "auto") with the
   // token in `auth_token_file` (none when empty).
   std::string peer;
   std::string peer_transport = "tcp";

@@ -186,8 +186,8 @@ DEFINE_string(peer, "",
               "(--options apply to it)");
 DEFINE_string(peer_transport, "tcp",
               "How peer_put and peer_get reach the peer: tcp, ucx (one-sided UCP gets; "
-              "UCX_TLS picks shared memory or TCP), rdma, or auto (UCX when this build has "
-              "it, else RDMA when the machine has it, else TCP). rawsocket is always "
+              "UCX_TLS picks shared memory or TCP), rdma (UCX over its RDMA transports "
+              "alone), or auto (UCX when this build has it, else TCP). rawsocket is always "
               "loopback TCP");
 DEFINE_string(rawucx_memory, "ucx",
               "Whose memory rawucx and rawucx_put reach in the far process: ucx (allocated by "

@@ -53,9 +53,6 @@ inline const std::string& TransportUnderTest() {
     const size_t slash = v.find('/');
     if (slash != std::string::npos) {
       setenv("UCX_TLS", v.substr(slash + 1).c_str(), 1);
-      // Servers serve UCX's TCP too (transport/ucx.cc: left out by default, since UCX
-      // 1.13 aborts an owner whose client dies mid-read; UcxTest.* checks both).
-      setenv("KVENGINE_UCX_SERVE_TCP", "1", 1);
       v.resize(slash);
     }
     return v;

@@ -312,10 +312,11 @@ TEST(PeerTenantTest, HandDrivenRequestsAndTokensAreChecked) {
     EXPECT_NE(s.message().find("'ns-b'"), std::string::npos) << s.ToString();
   }
   // One-sided reads would reach every namespace's values.
-  ASSERT_TRUE(alpha.Ask(wire::kRdmaConnect, "", &s));
+  ASSERT_TRUE(alpha.Ask(wire::kUcxConnect, "", &s));
   EXPECT_TRUE(s.IsPermissionDenied()) << s.ToString();
-  // The attached clients' calls are not the peer protocol's: no tenant reaches them.
-  for (uint8_t op : {wire::kLocate, wire::kReadRemovals}) {
+  // The attached clients' calls are not the peer protocol's: no tenant reaches them; and
+  // the retired verbs transport's connect reaches nobody.
+  for (uint8_t op : {wire::kLocate, wire::kReadRemovals, wire::kRdmaConnect}) {
     ASSERT_TRUE(alpha.Ask(op, keys, &s)) << int(op);
     EXPECT_TRUE(s.IsNotSupported()) << int(op) << " " << s.ToString();
   }

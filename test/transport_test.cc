@@ -1,6 +1,5 @@
-// Transport logic without a network or a device: the wire format, endpoints, the RDMA
-// pieces that do not need a NIC (QP parameter exchange, region bookkeeping, work-request
-// batching), and the one-sided read validation protocol against an in-process "remote
+// Transport logic without a network or a device: the wire format, endpoints, region
+// bookkeeping, what `rdma` is, and the one-sided read validation protocol against an in-process "remote
 // memory" that changes between the lookup and the read.
 #include "kvengine/transport.h"
 
@@ -22,7 +21,8 @@
 #include "kvengine/db.h"
 #include "test/test_util.h"
 #include "transport/frame_reader.h"
-#include "transport/rdma.h"
+#include "transport/mr_table.h"
+#include "transport/ucx.h"
 #include "transport/read_validation.h"
 #include "transport/shm_channel.h"
 #include "transport/socket_util.h"
@@ -482,96 +482,50 @@ TEST(Endpoint, LoopbackDecidedByResolvedAddresses) {
   EXPECT_NE(s.ToString().find("requires peer_auth_token_file"), std::string::npos) << s.ToString();
 }
 
-TEST(Rdma, QpParamsExchangeEncoding) {
-  QpParams p;
-  p.qpn = 0x123456;
-  p.psn = 0xabcdef;
-  p.lid = 0x1234;
-  p.port = 2;
-  p.mtu = 5;
-  for (int i = 0; i < 16; i++) p.gid[i] = static_cast<uint8_t>(i * 7);
-  p.gid_index = 3;
-  p.rkey = 0xdeadbeef;
-  p.arena_addr = 0x7f0000001000ull;
-  p.arena_len = 1ull << 30;
-  std::string enc;
-  p.EncodeTo(&enc);
-  ASSERT_EQ(enc.size(), QpParams::kEncodedSize);
-  QpParams d;
-  ASSERT_TRUE(QpParams::DecodeFrom(enc, &d).ok());
-  EXPECT_TRUE(d == p);
-  EXPECT_TRUE(QpParams::DecodeFrom(enc.substr(1), &d).IsCorruption());
-  std::string bad = enc;
-  bad[0] = 9;  // version
-  EXPECT_TRUE(QpParams::DecodeFrom(bad, &d).IsCorruption());
-  QpParams q = p;
-  q.qpn = 0x1000000;  // 25 bits
-  bad.clear();
-  q.EncodeTo(&bad);
-  EXPECT_TRUE(QpParams::DecodeFrom(bad, &d).IsCorruption());
-}
-
-TEST(Rdma, RegionBookkeeping) {
+TEST(MrTable, RegionBookkeeping) {
   MrTable t;
   std::vector<char> mem(1 << 16);
-  MrTable::Region a{reinterpret_cast<uintptr_t>(mem.data()), 4096, 1, 2, nullptr};
-  MrTable::Region b{reinterpret_cast<uintptr_t>(mem.data() + 8192), 4096, 3, 4, nullptr};
+  int h1 = 0, h2 = 0, h3 = 0;
+  MrTable::Region a{reinterpret_cast<uintptr_t>(mem.data()), 4096, &h1};
+  MrTable::Region b{reinterpret_cast<uintptr_t>(mem.data() + 8192), 4096, &h2};
   ASSERT_TRUE(t.Add(a).ok());
   ASSERT_TRUE(t.Add(b).ok());
-  MrTable::Region overlap{reinterpret_cast<uintptr_t>(mem.data() + 4000), 200, 5, 6, nullptr};
+  MrTable::Region overlap{reinterpret_cast<uintptr_t>(mem.data() + 4000), 200, &h3};
   EXPECT_TRUE(t.Add(overlap).IsInvalidArgument());
+  EXPECT_TRUE(t.Add({reinterpret_cast<uintptr_t>(mem.data() + 20000), 0, &h3}).IsInvalidArgument());
   MrTable::Region found;
   ASSERT_TRUE(t.Find(mem.data() + 100, 200, &found));
-  EXPECT_EQ(found.lkey, 1u);
+  EXPECT_EQ(found.handle, &h1);
   ASSERT_TRUE(t.Find(mem.data() + 8192, 4096, &found));
-  EXPECT_EQ(found.rkey, 4u);
+  EXPECT_EQ(found.handle, &h2);
   EXPECT_FALSE(t.Find(mem.data() + 4000, 200, &found));  // crosses the end of a
   EXPECT_FALSE(t.Find(mem.data() + 5000, 10, &found));   // between regions
   MrTable::Region removed;
   ASSERT_TRUE(t.Remove(mem.data(), &removed));
-  EXPECT_EQ(removed.lkey, 1u);
+  EXPECT_EQ(removed.handle, &h1);
   EXPECT_FALSE(t.Find(mem.data() + 100, 1, &found));
   EXPECT_EQ(t.size(), 1u);
 }
 
-TEST(Rdma, WorkRequestBatching) {
-  for (size_t reads : {0, 1, 31, 32, 33, 100, 1000}) {
-    const WrBatchPlan plan = PlanWorkRequests(reads, 32, 64);
-    size_t next = 0;
-    for (const auto& wave : plan.waves) {
-      size_t in_wave = 0;
-      for (const auto& posting : wave) {
-        EXPECT_EQ(posting.first, next);  // in order, no gaps
-        EXPECT_GE(posting.count, 1u);
-        EXPECT_LE(posting.count, 32u);
-        next += posting.count;
-        in_wave += posting.count;
-      }
-      EXPECT_LE(in_wave, 64u);  // never more in flight than the queue holds
-    }
-    EXPECT_EQ(next, reads);
-  }
-  EXPECT_EQ(PlanWorkRequests(100, 32, 64).waves.size(), 2u);
-}
-
-TEST(Rdma, LiveReadOverVerbs) {
-  std::string why;
-  if (!RdmaAvailable(&why)) GTEST_SKIP() << "no RDMA device: " << why;
-  // With a device the end-to-end path runs in peer_test (PeerTest.RdmaLive).
+// `rdma` is UCX restricted to its RDMA transports (the verbs transport was retired):
+// here, with no RDMA device, NotSupported saying what it is and what to use instead.
+TEST(Rdma, IsUcxOverItsRdmaTransports) {
   std::unique_ptr<Transport> t;
-  ASSERT_TRUE(Transport::Create("rdma", TransportOptions(), &t).ok());
-  EXPECT_STREQ(t->Name(), "rdma");
-}
-
-TEST(Rdma, ExplicitRdmaWithoutDeviceIsNotSupported) {
-  std::string why;
-  if (RdmaAvailable(&why)) GTEST_SKIP() << "this machine has an RDMA device";
-  std::unique_ptr<Transport> t;
-  EXPECT_TRUE(Transport::Create("rdma", TransportOptions(), &t).IsNotSupported());
-  ASSERT_TRUE(Transport::Create("auto", TransportOptions(), &t).ok());
+  Status s = Transport::Create("rdma", TransportOptions(), &t);
 #ifdef KV_WITH_UCX
+  if (s.ok()) {  // a machine with an RDMA device
+    EXPECT_STREQ(t->Name(), "ucx");
+  } else {
+    EXPECT_TRUE(s.IsNotSupported()) << s.ToString();
+    EXPECT_NE(s.ToString().find(kUcxRdmaTransports), std::string::npos) << s.ToString();
+    EXPECT_NE(s.ToString().find("'ucx' or 'auto'"), std::string::npos) << s.ToString();
+  }
+  ASSERT_TRUE(Transport::Create("auto", TransportOptions(), &t).ok());
   EXPECT_STREQ(t->Name(), "ucx");  // UCX first (it reaches RDMA devices too)
 #else
+  EXPECT_TRUE(s.IsNotSupported()) << s.ToString();
+  EXPECT_NE(s.ToString().find("libucx-dev"), std::string::npos) << s.ToString();
+  ASSERT_TRUE(Transport::Create("auto", TransportOptions(), &t).ok());
   EXPECT_STREQ(t->Name(), "tcp");
 #endif
 }

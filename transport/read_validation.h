@@ -7,7 +7,7 @@
 //      while the lease holds, the bytes at {offset, size} are exactly version `version`.
 //      A lease that is not released within its time to live is reaped: the pin goes and
 //      the room may be reused.
-//   2. The client reads {offset, size} one-sided (RDMA READ) into the caller's buffers.
+//   2. The client reads {offset, size} one-sided (ucp_get_nbx) into the caller's buffers.
 //   3. RELEASE(leases), sent only after every read completed: the owner answers, per
 //      lease, whether it was still held.  Held: the pin covered the whole read, so the
 //      bytes are the value.  Reaped: the bytes are not trusted; the key goes back to
@@ -99,8 +99,9 @@ struct RemoteRead {
   Status status;         // out
 };
 
-// What a one-sided reader needs from its peer.  RDMA implements it with LOOKUP and
-// RELEASE over the TCP control channel and RDMA READs; tests with plain memory.
+// What a one-sided reader needs from its peer.  UCX implements it with LOOKUP and
+// RELEASE by active message and ucp_get_nbx (or the owner's active messages where reads
+// cannot be one-sided); tests with plain memory.
 class RemoteMemory {
  public:
   virtual ~RemoteMemory() = default;

@@ -937,14 +937,14 @@ class TcpServer final : public TransportServer {
         return Answer(c, h, out);
       }
       case wire::kRdmaConnect: {
-        std::string theirs, out;
-        Status s = OneSidedAllowed(c);
-        if (s.ok()) {
-          s = options_.rdma_connect ? options_.rdma_connect(meta, &theirs)
-                                    : Status::NotSupported("this server does not serve RDMA");
-        }
-        wire::PutBatchStatus(&out, s);
-        PutLengthPrefixed(&out, theirs);
+        // Retired with kvengine's own verbs transport: RDMA goes through UCX (kUcxConnect).
+        // Answered as before, batch status and an empty answer, so an older client falls
+        // back to TCP frames.
+        std::string out;
+        wire::PutBatchStatus(&out, Status::NotSupported(
+                                       "the verbs transport was retired: RDMA goes through UCX "
+                                       "(peer_transport=ucx or rdma)"));
+        PutLengthPrefixed(&out, "");
         return Answer(c, h, out);
       }
       case wire::kUcxConnect: {

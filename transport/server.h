@@ -127,9 +127,6 @@ struct ServerOptions {
   // Time to live of a one-sided read lease (read_validation.h).
   uint64_t lease_ttl_ms = 2000;
   std::function<void(LogLevel, const std::string&)> log;
-  // Answers kRdmaConnect: given the client's encoded QP parameters, sets up the
-  // server's side and stores its encoded parameters.  Null: NotSupported.
-  std::function<Status(std::string_view client, std::string* server)> rdma_connect;
   // Answers kUcxConnect (transport/ucx.h), for connections whose tenant may read every
   // namespace: given the client's request, stores the encoded answer and the client's
   // record, which the connection keeps until it closes (then the record's release

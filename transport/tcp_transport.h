@@ -1,4 +1,4 @@
-// TcpTransport: the Transport over TCP, and the control channel of the RDMA transport.
+// TcpTransport: the Transport over TCP, and the control channel of the UCX transport.
 #ifndef KVENGINE_TRANSPORT_TCP_TRANSPORT_H_
 #define KVENGINE_TRANSPORT_TCP_TRANSPORT_H_
 

@@ -1,7 +1,6 @@
-// Transport::Create: the choice between TCP, UCX and RDMA.
+// Transport::Create: the choice between TCP and UCX (and UCX over RDMA alone).
 #include "kvengine/transport.h"
 
-#include "transport/rdma.h"
 #include "transport/tcp_transport.h"
 #include "transport/tenant_tokens.h"
 #include "transport/ucx.h"
@@ -40,23 +39,28 @@ Status Transport::Create(const std::string& kind, const TransportOptions& option
     if (s.ok()) log(LogLevel::kInfo, "transport: ucx");
     return s;
   }
-  if (kind == "auto") {
-    // UCX first: it reaches RDMA devices too, and shared memory and TCP where there are
-    // none.
-    Status s = NewUcxTransport(options, result);
+  if (kind == "rdma") {
+    // kvengine's own verbs transport was retired: UCX reaches the same devices through
+    // its RC, DC and UD transports (docs/transport.md).
+    Status s = NewUcxTransport(options, result, kUcxRdmaTransports);
     if (s.ok()) {
-      log(LogLevel::kInfo, "transport: ucx");
+      log(LogLevel::kInfo, std::string("transport: rdma (UCX over ") + kUcxRdmaTransports + ")");
       return s;
     }
-    log(LogLevel::kInfo, "transport: UCX unavailable (" + s.ToString() + ")");
+    return Status::NotSupported(
+        "RDMA transport (UCX restricted to its RDMA transports " + std::string(kUcxRdmaTransports) +
+            "; no RDMA device, or a UCX built without verbs; 'ucx' or 'auto' use shared memory "
+            "and TCP too)",
+        s.message());
   }
-  Status s = NewRdmaTransport(options, result);
+  // auto: UCX first -- it reaches RDMA devices too, and shared memory and TCP where there
+  // are none.
+  Status s = NewUcxTransport(options, result);
   if (s.ok()) {
-    log(LogLevel::kInfo, "transport: rdma");
+    log(LogLevel::kInfo, "transport: ucx");
     return s;
   }
-  if (kind == "rdma") return Status::NotSupported("RDMA transport unavailable", s.message());
-  log(LogLevel::kInfo, "transport: tcp (RDMA unavailable: " + s.ToString() + ")");
+  log(LogLevel::kInfo, "transport: tcp (UCX unavailable: " + s.ToString() + ")");
   *result = std::make_unique<TcpTransport>(options);
   return Status::OK();
 }

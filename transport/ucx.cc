@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "transport/lease_calls.h"
-#include "transport/rdma.h"  // MrTable: regions by address, here with their ucp_mem_h
+#include "transport/mr_table.h"
 #include "transport/read_validation.h"
 #include "transport/tcp_transport.h"
 #include "transport/ucp_helpers.h"
@@ -33,39 +33,46 @@ namespace kvengine {
 
 // ---------------------------------------------------------------- the wire
 void UcxConnectRequest::EncodeTo(std::string* dst) const {
-  dst->push_back(1);
+  dst->push_back(2);
   PutLengthPrefixed(dst, worker_address);
+  dst->push_back(reads_by_am ? 1 : 0);
 }
 
 Status UcxConnectRequest::DecodeFrom(std::string_view in, UcxConnectRequest* out) {
-  if (in.empty() || in[0] != 1) return Status::Corruption("UCX connect request of unknown version");
+  if (in.empty() || (in[0] != 1 && in[0] != 2)) {
+    return Status::Corruption("UCX connect request of unknown version");
+  }
+  const bool with_flags = in[0] == 2;
   in.remove_prefix(1);
   std::string_view addr;
-  if (!GetLengthPrefixed(&in, &addr) || !in.empty()) {
+  if (!GetLengthPrefixed(&in, &addr) || in.size() != (with_flags ? 1u : 0u)) {
     return Status::Corruption("malformed UCX connect request");
   }
   if (addr.empty() || addr.size() > kUcxMaxBlob) {
     return Status::Corruption("UCX worker address of " + std::to_string(addr.size()) + " bytes");
   }
   out->worker_address.assign(addr);
+  out->reads_by_am = with_flags && (in[0] & 1) != 0;
   return Status::OK();
 }
 
 void UcxConnectAnswer::EncodeTo(std::string* dst) const {
-  dst->push_back(2);
+  dst->push_back(reads_by_am ? 3 : 2);
   PutLengthPrefixed(dst, worker_address);
   PutFixed64(dst, arena_addr);
   PutFixed64(dst, arena_len);
   PutLengthPrefixed(dst, rkey);
   PutFixed64(dst, token);
   PutFixed64(dst, lease_ttl_ms);
+  if (reads_by_am) dst->push_back(1);
 }
 
 Status UcxConnectAnswer::DecodeFrom(std::string_view in, UcxConnectAnswer* out) {
-  if (in.empty() || (in[0] != 1 && in[0] != 2)) {
+  if (in.empty() || in[0] < 1 || in[0] > 3) {
     return Status::Corruption("UCX connect answer of unknown version");
   }
-  const bool with_token = in[0] == 2;
+  const bool with_token = in[0] >= 2;
+  const bool by_am = in[0] == 3;
   in.remove_prefix(1);
   std::string_view addr, rkey;
   UcxConnectAnswer a;
@@ -73,10 +80,11 @@ Status UcxConnectAnswer::DecodeFrom(std::string_view in, UcxConnectAnswer* out) 
       !GetFixed64(&in, &a.arena_len) || !GetLengthPrefixed(&in, &rkey) ||
       (with_token &&
        (!GetFixed64(&in, &a.token) || a.token == 0 || !GetFixed64(&in, &a.lease_ttl_ms))) ||
-      !in.empty()) {
+      in != std::string_view(by_am ? "\x01" : "")) {
     return Status::Corruption("malformed UCX connect answer");
   }
-  if (addr.empty() || addr.size() > kUcxMaxBlob || rkey.empty() || rkey.size() > kUcxMaxBlob) {
+  if (addr.empty() || addr.size() > kUcxMaxBlob || (rkey.empty() && !by_am) ||
+      rkey.size() > kUcxMaxBlob) {
     return Status::Corruption("UCX connect answer with a worker address of " +
                               std::to_string(addr.size()) + " bytes and an rkey of " +
                               std::to_string(rkey.size()));
@@ -86,6 +94,7 @@ Status UcxConnectAnswer::DecodeFrom(std::string_view in, UcxConnectAnswer* out) 
   }
   a.worker_address.assign(addr);
   a.rkey.assign(rkey);
+  a.reads_by_am = by_am;
   *out = std::move(a);
   return Status::OK();
 }
@@ -93,7 +102,7 @@ Status UcxConnectAnswer::DecodeFrom(std::string_view in, UcxConnectAnswer* out) 
 bool UcxConnectAnswer::operator==(const UcxConnectAnswer& o) const {
   return worker_address == o.worker_address && arena_addr == o.arena_addr &&
          arena_len == o.arena_len && rkey == o.rkey && token == o.token &&
-         lease_ttl_ms == o.lease_ttl_ms;
+         lease_ttl_ms == o.lease_ttl_ms && reads_by_am == o.reads_by_am;
 }
 
 #ifndef KV_WITH_UCX
@@ -109,7 +118,9 @@ bool UcxAvailable(std::string* why, UcxInfo*) {
   return false;
 }
 
-Status NewUcxTransport(const TransportOptions&, std::unique_ptr<Transport>*) {
+bool UcxCudaMemory(uint64_t) { return false; }
+
+Status NewUcxTransport(const TransportOptions&, std::unique_ptr<Transport>*, const std::string&) {
   return Status::NotSupported("UCX transport", kNoUcx);
 }
 
@@ -153,9 +164,14 @@ class Worker {
     // keep_ goes now, after the last completion could touch it.
   }
 
-  // `tls`: UCX_TLS for this context (empty: UCX's own, from the environment).
-  static Status Create(std::unique_ptr<Worker>* result, const std::string& tls = "") {
+  // `tls`: UCX_TLS for this context (empty: UCX's own, from the environment).  `rma`:
+  // one-sided operations (UCP_FEATURE_RMA); a worker without them answers no one-sided
+  // read, emulated or not.  `mu`: the lock its calls are made under (its own when null),
+  // shared by the workers of one server.
+  static Status Create(std::unique_ptr<Worker>* result, const std::string& tls = "",
+                       bool rma = true, Mutex* mu = nullptr) {
     auto w = std::unique_ptr<Worker>(new Worker);
+    if (mu != nullptr) w->mu_ = mu;
     ucp_config_t* config = nullptr;
     ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
     if (st != UCS_OK) return UcsError("ucp_config_read", st);
@@ -166,7 +182,7 @@ class Worker {
     ucp_params_t params;
     std::memset(&params, 0, sizeof(params));
     params.field_mask = UCP_PARAM_FIELD_FEATURES;
-    params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+    params.features = (rma ? UCP_FEATURE_RMA : 0) | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
     st = ucp_init(&params, config, &w->context_);
     ucp_config_release(config);
     if (st != UCS_OK) return UcsError("ucp_init", st);
@@ -184,7 +200,13 @@ class Worker {
     if (st != UCS_OK) return UcsError("ucp_worker_get_address", st);
     w->address_.assign(reinterpret_cast<const char*>(addr), len);
     ucp_worker_release_address(w->worker_, addr);
+    ucp_context_attr_t attr;
+    std::memset(&attr, 0, sizeof(attr));
+    attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+    w->cuda_memory_ = ucp_context_query(w->context_, &attr) == UCS_OK &&
+                      UcxCudaMemory(attr.memory_types);
     Status s = w->SetAmHandler(kAmAnswer, &Worker::OnAnswer, w.get());
+    if (s.ok()) s = w->SetAmHandler(kUcxAmReadData, &Worker::OnReadData, w.get());
     if (!s.ok()) return s;
     *result = std::move(w);
     return Status::OK();
@@ -193,18 +215,20 @@ class Worker {
   ucp_context_h context() const { return context_; }
   ucp_worker_h worker() const { return worker_; }
   const std::string& address() const { return address_; }
-  Mutex* mu() { return &mu_; }
+  Mutex* mu() { return mu_; }
+  // Whether this context maps device (CUDA) memory, as ucp_context_query says.
+  bool cuda_memory() const { return cuda_memory_; }
 
   // Maps [addr, addr+length) for one-sided access; *memh is unmapped with Unmap.
   Status Map(void* addr, size_t length, ucp_mem_h* memh) EXCLUDES(mu_) {
     const ucp_mem_map_params_t p = UcpMapParams(addr, length, 0);
-    MutexLock lock(&mu_);
+    MutexLock lock(mu_);
     const ucs_status_t st = ucp_mem_map(context_, &p, memh);
     return st == UCS_OK ? Status::OK()
                         : UcsError("ucp_mem_map of " + std::to_string(length) + " bytes", st);
   }
   void Unmap(ucp_mem_h memh) {
-    MutexLock lock(&mu_);
+    MutexLock lock(mu_);
     ucp_mem_unmap(context_, memh);
   }
   // Replaces [addr, addr+length) -- whose bytes are lost -- by memory UCX allocates at
@@ -212,7 +236,7 @@ class Worker {
   Status Place(void* addr, size_t length, ucp_mem_h* memh) EXCLUDES(mu_) {
     const ucp_mem_map_params_t p =
         UcpMapParams(addr, length, UCP_MEM_MAP_ALLOCATE | UCP_MEM_MAP_FIXED);
-    MutexLock lock(&mu_);
+    MutexLock lock(mu_);
     const ucs_status_t st = ucp_mem_map(context_, &p, memh);
     if (st != UCS_OK) return UcsError("ucp_mem_map (allocate, fixed)", st);
     ucp_mem_attr_t attr;
@@ -262,7 +286,7 @@ class Worker {
     for (;;) {
       bool progressed = false;
       {
-        MutexLock lock(&mu_);
+        MutexLock lock(mu_);
         while (ucp_worker_progress(worker_) != 0) progressed = true;
         if (done()) return true;
       }
@@ -272,7 +296,7 @@ class Worker {
       if (now - idle_since < kSpinBeforeSleep) continue;
       ucs_status_t st;
       {
-        MutexLock lock(&mu_);
+        MutexLock lock(mu_);
         st = ucp_worker_arm(worker_);
       }
       if (st == UCS_ERR_BUSY) continue;
@@ -285,7 +309,7 @@ class Worker {
   // (under mu).
   Status SetAmHandler(unsigned id, ucp_am_recv_callback_t cb, void* arg) {
     const ucp_am_handler_param_t p = UcpAmHandlerParams(id, cb, arg);
-    MutexLock lock(&mu_);
+    MutexLock lock(mu_);
     const ucs_status_t st = ucp_worker_set_am_recv_handler(worker_, &p);
     return st == UCS_OK ? Status::OK() : UcsError("ucp_worker_set_am_recv_handler", st);
   }
@@ -294,21 +318,14 @@ class Worker {
   // handler; a rendezvous would need a receive of its own).  header and data are kept
   // until the send completes.  REQUIRES: mu held.
   Status SendAm(ucp_ep_h ep, unsigned id, std::string header, std::string data) {
-    auto* msg = new std::pair<std::string, std::string>(std::move(header), std::move(data));
-    ucp_request_param_t p;
-    std::memset(&p, 0, sizeof(p));
-    p.op_attr_mask =
-        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = UCP_AM_SEND_FLAG_EAGER;
-    p.cb.send = [](void* request, ucs_status_t, void* user_data) {
-      delete static_cast<std::pair<std::string, std::string>*>(user_data);
-      ucp_request_free(request);
-    };
-    p.user_data = msg;
-    ucs_status_ptr_t req = ucp_am_send_nbx(ep, id, msg->first.data(), msg->first.size(),
-                                           msg->second.data(), msg->second.size(), &p);
-    if (req == nullptr || UCS_PTR_IS_ERR(req)) delete msg;
-    return UCS_PTR_IS_ERR(req) ? UcsError("ucp_am_send_nbx", UCS_PTR_STATUS(req)) : Status::OK();
+    auto* msg = new Message{std::move(header), std::move(data)};
+    return Post(ep, id, msg, msg->data.data(), msg->data.size());
+  }
+
+  // As SendAm, its data the `length` bytes at `data`, by reference: they must stay put
+  // until the send completes or fails.  REQUIRES: mu held.
+  Status SendAmFrom(ucp_ep_h ep, unsigned id, std::string header, const void* data, size_t length) {
+    return Post(ep, id, new Message{std::move(header), {}}, data, length);
   }
 
   // An answer awaited (by AmCall): filled in from inside progress, under mu.
@@ -325,6 +342,24 @@ class Worker {
   // REQUIRES: mu held.
   void StopAwaiting(uint64_t id) { awaited_.erase(id); }
 
+  // A batch of reads the owner serves by active message (kUcxAmReadData), each read's
+  // bytes copied into its destination from inside progress, under mu.
+  struct ReadWait {
+    explicit ReadWait(std::span<RemoteRead> r) : reads(r), done(r.size()), remaining(r.size()) {}
+    std::span<RemoteRead> reads;
+    std::vector<uint8_t> done;
+    size_t remaining;
+    uint64_t refused = 0;  // reads the owner refused, or answered with the wrong length
+  };
+  // Registers *wait for the reads of a new request id, returned.  REQUIRES: mu held.
+  uint64_t AwaitReads(ReadWait* wait) {
+    const uint64_t id = next_request_++;
+    reads_[id] = wait;
+    return id;
+  }
+  // REQUIRES: mu held.
+  void StopAwaitingReads(uint64_t id) { reads_.erase(id); }
+
   // Wakes a thread asleep in poll on the event descriptor.
   void Signal() { ucp_worker_signal(worker_); }
   int efd() const { return efd_; }
@@ -335,14 +370,14 @@ class Worker {
     ucp_mem_h memh = nullptr;
     Status s = Map(addr, length, &memh);
     if (!s.ok()) return s;
-    MutexLock lock(&mu_);
+    MutexLock lock(mu_);
     regions_[reinterpret_cast<uintptr_t>(addr)] = {length, memh};
     return Status::OK();
   }
   void UnmapRegion(void* addr) {
     ucp_mem_h memh = nullptr;
     {
-      MutexLock lock(&mu_);
+      MutexLock lock(mu_);
       auto it = regions_.find(reinterpret_cast<uintptr_t>(addr));
       if (it == regions_.end()) return;
       memh = it->second.second;
@@ -366,6 +401,28 @@ class Worker {
  private:
   Worker() = default;
 
+  // An active message's header and (when copied) data, kept until its send completes.
+  struct Message {
+    std::string header, data;
+  };
+  // Sends msg->header and [data, data+length) eagerly; msg is deleted once sent.
+  Status Post(ucp_ep_h ep, unsigned id, Message* msg, const void* data, size_t length) {
+    ucp_request_param_t p;
+    std::memset(&p, 0, sizeof(p));
+    p.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_AM_SEND_FLAG_EAGER;
+    p.cb.send = [](void* request, ucs_status_t, void* user_data) {
+      delete static_cast<Message*>(user_data);
+      ucp_request_free(request);
+    };
+    p.user_data = msg;
+    ucs_status_ptr_t req =
+        ucp_am_send_nbx(ep, id, msg->header.data(), msg->header.size(), data, length, &p);
+    if (req == nullptr || UCS_PTR_IS_ERR(req)) delete msg;
+    return UCS_PTR_IS_ERR(req) ? UcsError("ucp_am_send_nbx", UCS_PTR_STATUS(req)) : Status::OK();
+  }
+
   // An answer (kAmAnswer): header the request id, data the answer.  Answers nobody awaits
   // any more (past their caller's deadline) are dropped.
   static ucs_status_t OnAnswer(void* arg, const void* header, size_t header_length, void* data,
@@ -379,18 +436,48 @@ class Worker {
     return UCS_OK;
   }
 
+  // A read's bytes (kUcxAmReadData).  Answers nobody awaits any more, naming a read
+  // already answered or of another length than asked are dropped; a refusal fails the
+  // read.
+  static ucs_status_t OnReadData(void* arg, const void* header, size_t header_length, void* data,
+                                 size_t length, const ucp_am_recv_param_t* param) {
+    auto* w = static_cast<Worker*>(arg);
+    if (header_length != kUcxAmReadDataHeader) return UCS_OK;
+    const char* h = static_cast<const char*>(header);
+    auto it = w->reads_.find(DecodeFixed64(h));
+    if (it == w->reads_.end()) return UCS_OK;
+    ReadWait* wait = it->second;
+    const uint32_t index = DecodeFixed32(h + 8);
+    if (index >= wait->reads.size() || wait->done[index]) return UCS_OK;
+    RemoteRead& r = wait->reads[index];
+    wait->done[index] = 1;
+    wait->remaining--;
+    if (h[12] != 0 || length != r.length || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
+      r.status = Status::IOError("the owner refused a read by active message");
+      wait->refused++;
+      return UCS_OK;
+    }
+    if (length > 0) std::memcpy(r.local, data, length);
+    return UCS_OK;
+  }
+
   std::map<uint64_t, AmWait*> awaited_;                         // under mu_
+  std::map<uint64_t, ReadWait*> reads_;                         // under mu_
   uint64_t next_request_ = 1;                                   // under mu_
   std::map<uintptr_t, std::pair<size_t, ucp_mem_h> > regions_;  // under mu_
   std::vector<std::shared_ptr<void> > keep_;                    // under mu_
-  Mutex mu_;
+  Mutex own_mu_;
+  Mutex* mu_ = &own_mu_;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   int efd_ = -1;
   std::string address_;
+  bool cuda_memory_ = false;
 };
 
-// Forwards a DB's regions to ucp_mem_map; `arena` is told of the region named "arena".
+// Forwards a DB's regions to ucp_mem_map (with no worker: records them only, for a
+// server whose reads are all served by active message); `arena` is told of the region
+// named "arena".
 //
 // The arena is placed, where it can be: UCX 1.13 reads one-sidedly over shared memory
 // only memory it allocated itself (its shared-memory RMA transports, posix and sysv,
@@ -417,7 +504,7 @@ class MapRegistrar final : public MemoryRegistrar {
     Status s;
     const bool arena = std::strcmp(what, "arena") == 0;
     bool placed = false;
-    if (arena && place_ && PrivateAnonymous(addr, length)) {
+    if (arena && place_ && w_ != nullptr && PrivateAnonymous(addr, length)) {
       placed = w_->Place(addr, length, &memh).ok();
       if (!placed) Reclaim(addr, length);  // had UCX let the range go, it is ours again
       if (log_) {
@@ -425,7 +512,7 @@ class MapRegistrar final : public MemoryRegistrar {
                                      : "UCX: the arena could not be placed; mapped as it is");
       }
     }
-    if (!placed) s = w_->Map(addr, length, &memh);
+    if (!placed && w_ != nullptr) s = w_->Map(addr, length, &memh);
     if (!s.ok()) return Status::IOError(std::string("mapping ") + what, s.message());
     MrTable::Region r;
     r.start = reinterpret_cast<uintptr_t>(addr);
@@ -460,7 +547,7 @@ class MapRegistrar final : public MemoryRegistrar {
   // Unmaps memh; a placed region's range is given back to its owner as a private
   // anonymous mapping again (the owner unmaps the range itself when it is done with it).
   void Unmap(ucp_mem_h memh, void* addr, size_t length, bool placed) {
-    w_->Unmap(memh);
+    if (memh != nullptr) w_->Unmap(memh);
     if (placed) Reclaim(addr, length);
   }
   // Maps [addr, addr+length) private and anonymous where nothing is mapped there.
@@ -510,22 +597,73 @@ class MapRegistrar final : public MemoryRegistrar {
 };
 
 // ---------------------------------------------------------------- the server
-// Why a server leaves UCX's TCP transport out unless KVENGINE_UCX_SERVE_TCP=1.
-constexpr const char* kTcpUnsafe =
-    "UCX 1.13 emulates one-sided reads over TCP with messages the owner answers, and aborts "
-    "the owner (ucp_get_req_handler: 'Fatal: unexpected error') when a client dies with "
-    "reads in flight; KVENGINE_UCX_SERVE_TCP=1 serves it anyway";
+// Whether UCX_TLS `tls` (empty: UCX's default, every transport) admits UCX's TCP.
+bool AdmitsTcp(const std::string& tls) {
+  if (tls.empty() || tls == "all") return true;
+  const bool negated = tls[0] == '^';
+  bool listed = false;
+  for (size_t pos = negated ? 1 : 0; pos <= tls.size();) {
+    size_t comma = tls.find(',', pos);
+    if (comma == std::string::npos) comma = tls.size();
+    if (tls.compare(pos, comma - pos, "tcp") == 0) listed = true;
+    pos = comma + 1;
+  }
+  return listed != negated;
+}
 
+// UCX_TLS `tls` without UCX's TCP (empty when it names nothing else).
+std::string WithoutTcp(const std::string& tls) {
+  if (tls.empty() || tls == "all") return "^tcp";
+  if (tls[0] == '^') return AdmitsTcp(tls) ? tls + ",tcp" : tls;
+  std::string kept;
+  for (size_t pos = 0; pos <= tls.size();) {
+    size_t comma = tls.find(',', pos);
+    if (comma == std::string::npos) comma = tls.size();
+    const std::string item = tls.substr(pos, comma - pos);
+    if (!item.empty() && item != "tcp") kept += (kept.empty() ? "" : ",") + item;
+    pos = comma + 1;
+  }
+  return kept;
+}
+
+// The server has up to two workers, both progressed by one thread under one lock:
+//
+// - rma_, with one-sided operations, over every transport UCX_TLS admits but TCP:
+//   clients it reaches (shared memory, RC/DC verbs) read one-sided, by ucp_get_nbx.
+// - am_, without one-sided operations (no UCP_FEATURE_RMA), over UCX's TCP: clients
+//   only it reaches read by kvengine's own active messages (kUcxAmRead), the owner
+//   sending each value's bytes from the arena with ucp_am_send_nbx.
+//
+// Why not one-sided over TCP: UCX emulates them there with messages the owner answers
+// from inside progress (rma_sw.c: ucp_get_req_handler), and sends the answer with
+// ucp_request_send, which aborts the process (ucs_fatal "unexpected error") on any
+// error but "no resource" -- the error a TCP send to a peer that died returns.  UCX
+// 1.13 (and master) have no option that changes it: error handling modes, keepalive and
+// force-closing endpoints only decide when the failure is noticed.  A worker without
+// UCP_FEATURE_RMA installs no handler for those messages, so no client can make it
+// answer one, and active message sends complete with an error instead.
 class UcxServerImpl final : public UcxServer {
  public:
-  UcxServerImpl(std::unique_ptr<Worker> w, std::function<void(LogLevel, const std::string&)> log)
-      : w_(std::move(w)), log_(std::move(log)) {
-    if (w_ == nullptr) {  // UCX not served: regions are not mapped
+  explicit UcxServerImpl(std::function<void(LogLevel, const std::string&)> log)
+      : log_(std::move(log)) {}
+
+  // Makes the workers for UCX_TLS `tls` (see above) and starts serving.  Not served (no
+  // worker: clients are answered NotSupported and read by GET) when neither can be made.
+  void Start(const std::string& tls) {
+    Status rs = Status::NotSupported("UCX_TLS names no transport but tcp");
+    const std::string rma_tls = WithoutTcp(tls);
+    if (!rma_tls.empty()) rs = Worker::Create(&rma_, rma_tls, /*rma=*/true, &mu_);
+    Status as = Status::NotSupported("UCX_TLS leaves tcp out");
+    if (AdmitsTcp(tls)) as = Worker::Create(&am_, "tcp", /*rma=*/false, &mu_);
+    if (!rs.ok()) Log(LogLevel::kInfo, "UCX: no one-sided reads served: " + rs.ToString());
+    if (!as.ok()) Log(LogLevel::kInfo, "UCX: no reads by active message: " + as.ToString());
+    if (rma_ == nullptr && am_ == nullptr) {
+      Log(LogLevel::kWarn, "UCX not served");
       registrar_ = std::make_shared<NoRegistrar>();
       return;
     }
     auto on_arena = [this](const MrTable::Region& r, bool mapped) {
-      MutexLock lock(w_->mu());
+      MutexLock lock(&mu_);
       if (!mapped && r.start != arena_.start) return;  // not the arena
       if (rkey_ != nullptr) ucp_rkey_buffer_release(rkey_);
       rkey_ = nullptr;
@@ -533,28 +671,32 @@ class UcxServerImpl final : public UcxServer {
       arena_ = MrTable::Region();
       if (!mapped) return;
       arena_ = r;
+      if (rma_ == nullptr) return;
       const ucs_status_t st =
-          ucp_rkey_pack(w_->context(), static_cast<ucp_mem_h>(r.handle), &rkey_, &rkey_len_);
+          ucp_rkey_pack(rma_->context(), static_cast<ucp_mem_h>(r.handle), &rkey_, &rkey_len_);
       if (st != UCS_OK) {
         rkey_ = nullptr;
         Log(LogLevel::kError, std::string("ucp_rkey_pack of the arena: ") + ucs_status_string(st));
       }
     };
-    auto registrar = std::make_shared<MapRegistrar>(w_.get(), &maps_, on_arena, log_);
+    auto registrar = std::make_shared<MapRegistrar>(rma_.get(), &maps_, on_arena, log_);
     placing_ = registrar.get();
     registrar_ = std::move(registrar);
-    Status s = w_->SetAmHandler(kAmRequest, &UcxServerImpl::OnRequest, this);
-    if (!s.ok()) Log(LogLevel::kError, "UCX lease ops by active message: " + s.ToString());
+    for (Worker* w : Workers()) {
+      Status s = w->SetAmHandler(kAmRequest, &UcxServerImpl::OnRequest, this);
+      if (s.ok()) s = w->SetAmHandler(kUcxAmRead, &UcxServerImpl::OnRead, this);
+      if (!s.ok()) Log(LogLevel::kError, "UCX active messages: " + s.ToString());
+    }
     progress_ = std::thread([this] { Run(); });
   }
 
   ~UcxServerImpl() override {
-    if (w_ == nullptr) return;
+    if (!progress_.joinable()) return;
     stop_.store(true);
-    w_->Signal();
+    for (Worker* w : Workers()) w->Signal();
     progress_.join();
     {
-      MutexLock lock(w_->mu());
+      MutexLock lock(&mu_);
       if (rkey_ != nullptr) ucp_rkey_buffer_release(rkey_);
       rkey_ = nullptr;
     }
@@ -567,43 +709,58 @@ class UcxServerImpl final : public UcxServer {
 
   Status Connect(std::string_view request, std::string* answer, std::shared_ptr<void>* client,
                  LeaseOpFn serve, uint64_t lease_ttl_ms) override {
-    if (w_ == nullptr) return Status::NotSupported("this server does not serve UCX", kTcpUnsafe);
+    if (rma_ == nullptr && am_ == nullptr) {
+      return Status::NotSupported("this server does not serve UCX");
+    }
     UcxConnectRequest req;
     Status s = UcxConnectRequest::DecodeFrom(request, &req);
     if (!s.ok()) return s;
     UcxConnectAnswer a;
-    auto rec = new Client;
+    auto rec = std::make_unique<Client>();
     rec->server = this;
     rec->serve = std::move(serve);
     {
-      MutexLock lock(w_->mu());
-      if (rkey_ == nullptr || arena_.length == 0) {
-        delete rec;
-        return Status::NotSupported("the arena is not mapped for UCX");
+      MutexLock lock(&mu_);
+      if (arena_.length == 0) return Status::NotSupported("the arena is not mapped for UCX");
+      // One-sided where a transport reaches the client with them; else by active message
+      // (if the client can), over TCP.
+      s = Status::NotSupported("no UCX transport reaches the client");
+      if (rma_ != nullptr && rkey_ != nullptr) {
+        s = rma_->Connect(req.worker_address, &UcxServerImpl::OnError, rec.get(), &rec->ep);
+        rec->w = rma_.get();
       }
-      s = w_->Connect(req.worker_address, &UcxServerImpl::OnError, rec, &rec->ep);
+      if ((!s.ok() || rec->ep == nullptr) && am_ != nullptr && req.reads_by_am) {
+        s = am_->Connect(req.worker_address, &UcxServerImpl::OnError, rec.get(), &rec->ep);
+        rec->w = am_.get();
+        rec->by_am = true;
+      }
       if (!s.ok()) {
-        delete rec;
-        return s;
+        // No transport in common: NotSupported, and the client reads by GET.
+        return s.ToString().find(ucs_status_string(UCS_ERR_UNREACHABLE)) != std::string::npos
+                   ? Status::NotSupported("UCX", s.ToString())
+                   : s;
       }
-      a.rkey.assign(static_cast<const char*>(rkey_), rkey_len_);
+      if (!rec->by_am) a.rkey.assign(static_cast<const char*>(rkey_), rkey_len_);
+      a.reads_by_am = rec->by_am;
       a.arena_addr = arena_.start;
       a.arena_len = arena_.length;
       while (rec->token == 0 || by_token_.count(rec->token) > 0) {
         rec->token = (static_cast<uint64_t>(random_()) << 32) | random_();
       }
-      by_token_[rec->token] = rec;
+      by_token_[rec->token] = rec.get();
       a.token = rec->token;
       a.lease_ttl_ms = lease_ttl_ms;
     }
-    a.worker_address = w_->address();
+    a.worker_address = rec->w->address();
     a.EncodeTo(answer);
     clients_.fetch_add(1);
-    *client = std::shared_ptr<void>(rec, [](void* p) {
+    if (rec->by_am) clients_by_am_.fetch_add(1);
+    Worker* const w = rec->w;
+    *client = std::shared_ptr<void>(rec.release(), [](void* p) {
       auto* c = static_cast<Client*>(p);
       c->server->Release(c);
     });
-    w_->Signal();  // the progress thread makes the new endpoint's wire-up progress
+    w->Signal();  // the progress thread makes the new endpoint's wire-up progress
     return Status::OK();
   }
 
@@ -614,7 +771,11 @@ class UcxServerImpl final : public UcxServer {
            "\nucx_lease_ops: " + std::to_string(lease_ops_.load()) +
            "\nucx_lease_ops_refused: " + std::to_string(lease_ops_refused_.load()) +
            "\nucx_arena_placed: " +
-           std::to_string(placing_ != nullptr && placing_->arena_placed_.load()) + "\n";
+           std::to_string(placing_ != nullptr && placing_->arena_placed_.load()) +
+           "\nucx_clients_by_am: " + std::to_string(clients_by_am_.load()) +
+           "\nucx_am_reads: " + std::to_string(am_reads_.load()) +
+           "\nucx_am_read_bytes: " + std::to_string(am_read_bytes_.load()) +
+           "\nucx_am_reads_refused: " + std::to_string(am_reads_refused_.load()) + "\n";
   }
 
  private:
@@ -627,36 +788,61 @@ class UcxServerImpl final : public UcxServer {
   // A connected client: its endpoint, closed when the control connection drops it.
   struct Client {
     UcxServerImpl* server = nullptr;
-    ucp_ep_h ep = nullptr;  // under the worker's mu
-    bool failed = false;    // under the worker's mu
+    Worker* w = nullptr;    // rma_ or am_, whichever reaches it
+    bool by_am = false;     // its reads are served by active message (w is am_)
+    ucp_ep_h ep = nullptr;  // under mu_
+    bool failed = false;    // under mu_
     uint64_t token = 0;
     LeaseOpFn serve;
   };
 
-  // A lease op received by active message, served after progress returns (the handler
-  // runs inside it, where nothing may wait).
+  // A lease op, or reads, received by active message, served after progress returns
+  // (the handler runs inside it, where nothing may wait).
   struct LeaseOp {
     uint64_t token = 0, request_id = 0;
     uint8_t op = 0;
     std::string meta;
   };
 
-  // kAmRequest (the header: see kAmRequest), queued for Serve.  Under the worker's mu.
-  static ucs_status_t OnRequest(void* arg, const void* header, size_t header_length, void* data,
-                                size_t length, const ucp_am_recv_param_t* param) {
-    auto* self = static_cast<UcxServerImpl*>(arg);
+  std::vector<Worker*> Workers() const {
+    std::vector<Worker*> all;
+    if (rma_ != nullptr) all.push_back(rma_.get());
+    if (am_ != nullptr) all.push_back(am_.get());
+    return all;
+  }
+
+  // kAmRequest or kUcxAmRead (their header: see kAmRequest), queued for Serve or
+  // ServeReads.  Under mu_.
+  static bool Queue(const void* header, size_t header_length, void* data, size_t length,
+                    const ucp_am_recv_param_t* param, std::vector<LeaseOp>* queue) {
     const char* h = static_cast<const char*>(header);
     if (header_length != kAmRequestHeader || h[0] != 1 ||
         (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
-      self->lease_ops_refused_.fetch_add(1);
-      return UCS_OK;
+      return false;
     }
     LeaseOp op;
     op.op = static_cast<uint8_t>(h[1]);
     op.token = DecodeFixed64(h + 2);
     op.request_id = DecodeFixed64(h + 10);
     op.meta.assign(static_cast<const char*>(data), length);
-    self->queued_.push_back(std::move(op));
+    queue->push_back(std::move(op));
+    return true;
+  }
+  static ucs_status_t OnRequest(void* arg, const void* header, size_t header_length, void* data,
+                                size_t length, const ucp_am_recv_param_t* param) {
+    auto* self = static_cast<UcxServerImpl*>(arg);
+    if (!Queue(header, header_length, data, length, param, &self->queued_)) {
+      self->lease_ops_refused_.fetch_add(1);
+    }
+    return UCS_OK;
+  }
+  static ucs_status_t OnRead(void* arg, const void* header, size_t header_length, void* data,
+                             size_t length, const ucp_am_recv_param_t* param) {
+    auto* self = static_cast<UcxServerImpl*>(arg);
+    if (length % 16 != 0 || length / 16 > kUcxMaxAmReads ||
+        !Queue(header, header_length, data, length, param, &self->reads_queued_)) {
+      self->am_reads_refused_.fetch_add(1);
+    }
     return UCS_OK;
   }
 
@@ -668,7 +854,7 @@ class UcxServerImpl final : public UcxServer {
     for (LeaseOp& op : *ops) {
       const LeaseOpFn* serve = nullptr;
       {
-        MutexLock lock(w_->mu());
+        MutexLock lock(&mu_);
         auto it = by_token_.find(op.token);
         if (it != by_token_.end() && !it->second->failed) serve = &it->second->serve;
       }
@@ -686,15 +872,53 @@ class UcxServerImpl final : public UcxServer {
       }
       std::string header;
       PutFixed64(&header, op.request_id);
-      MutexLock lock(w_->mu());
+      MutexLock lock(&mu_);
       Client* c = by_token_.at(op.token);  // still there: Release waits for serve_mu_
-      Status s = w_->SendAm(c->ep, kAmAnswer, std::move(header), std::move(answer));
+      Status s = c->w->SendAm(c->ep, kAmAnswer, std::move(header), std::move(answer));
       if (!s.ok()) endpoint_errors_.fetch_add(1);
     }
   }
 
+  // Sends each queued read's bytes from the arena to the client that asked, which must
+  // still be connected; a read out of the arena is refused (status byte 1, no data).
+  // The bytes are sent from where they lie: the lease the client holds on the value
+  // keeps them there until its RELEASE, which it sends once every read's bytes came.
+  void ServeReads(std::vector<LeaseOp>* ops) REQUIRES(mu_) {
+    for (LeaseOp& op : *ops) {
+      auto it = by_token_.find(op.token);
+      if (it == by_token_.end() || it->second->failed) {
+        am_reads_refused_.fetch_add(1);
+        continue;
+      }
+      Client* c = it->second;
+      const size_t n = op.meta.size() / 16;
+      for (size_t i = 0; i < n; i++) {
+        const uint64_t offset = DecodeFixed64(op.meta.data() + 16 * i);
+        const uint64_t length = DecodeFixed64(op.meta.data() + 16 * i + 8);
+        const bool inside = offset <= arena_.length && length <= arena_.length - offset;
+        std::string header;
+        PutFixed64(&header, op.request_id);
+        PutFixed32(&header, static_cast<uint32_t>(i));
+        header.push_back(inside ? 0 : 1);
+        const char* bytes = reinterpret_cast<const char*>(arena_.start) + (inside ? offset : 0);
+        Status s =
+            c->w->SendAmFrom(c->ep, kUcxAmReadData, std::move(header), bytes, inside ? length : 0);
+        if (!s.ok()) {
+          endpoint_errors_.fetch_add(1);
+          break;
+        }
+        if (!inside) {
+          am_reads_refused_.fetch_add(1);
+          continue;
+        }
+        am_reads_.fetch_add(1);
+        am_read_bytes_.fetch_add(length);
+      }
+    }
+  }
+
   static void OnError(void* arg, ucp_ep_h, ucs_status_t) {
-    auto* c = static_cast<Client*>(arg);  // under the worker's mu (inside progress)
+    auto* c = static_cast<Client*>(arg);  // under mu_ (inside progress)
     c->failed = true;
     c->server->endpoint_errors_.fetch_add(1);
   }
@@ -702,43 +926,54 @@ class UcxServerImpl final : public UcxServer {
   void Release(Client* c) {
     {
       MutexLock serving(&serve_mu_);
-      MutexLock lock(w_->mu());
+      MutexLock lock(&mu_);
       by_token_.erase(c->token);
-      if (c->ep != nullptr) w_->Close(c->ep);
+      if (c->ep != nullptr) c->w->Close(c->ep);
     }
+    if (c->by_am) clients_by_am_.fetch_sub(1);
     delete c;
     clients_.fetch_sub(1);
     released_.fetch_add(1);
   }
 
-  // Serves lease ops and what needs the owner's side (UCX's TCP emulates one-sided reads
-  // with messages the owner answers), asleep on the event descriptor whenever there is
-  // nothing to do.  Polling on after work lost on this 2-core host with more runnable
-  // threads than cores: a thread that spun is the last to run when the next LOOKUP
-  // comes (2 ms of polling: 1 MiB batches of 4 read at 150-990 MB/s, LOOKUPs taking
-  // 1-34 ms; none: 5950 MB/s, and 64 KiB batches' P50 65 us against 118).
+  // Serves lease ops and reads, and what needs the owner's side, asleep on the workers'
+  // event descriptors whenever there is nothing to do.  Polling on after work lost on
+  // this 2-core host with more runnable threads than cores: a thread that spun is the
+  // last to run when the next LOOKUP comes (2 ms of polling: 1 MiB batches of 4 read at
+  // 150-990 MB/s, LOOKUPs taking 1-34 ms; none: 5950 MB/s, and 64 KiB batches' P50 65 us
+  // against 118).
   void Run() {
-    std::vector<LeaseOp> ops;
+    const std::vector<Worker*> workers = Workers();
+    std::vector<LeaseOp> ops, reads;
     while (!stop_.load()) {
       {
-        MutexLock lock(w_->mu());
-        while (ucp_worker_progress(w_->worker()) != 0) {
+        MutexLock lock(&mu_);
+        for (bool more = true; more;) {
+          more = false;
+          for (Worker* w : workers) more |= ucp_worker_progress(w->worker()) != 0;
         }
         ops.swap(queued_);
+        reads.swap(reads_queued_);
+        ServeReads(&reads);
+        reads.clear();
       }
       if (!ops.empty()) {
         Serve(&ops);
         ops.clear();
         continue;  // the answers sent may have brought more
       }
-      ucs_status_t st;
+      bool busy = false;
       {
-        MutexLock lock(w_->mu());
-        st = queued_.empty() ? ucp_worker_arm(w_->worker()) : UCS_ERR_BUSY;
+        MutexLock lock(&mu_);
+        busy = !queued_.empty() || !reads_queued_.empty();
+        for (Worker* w : workers) {
+          if (!busy) busy = ucp_worker_arm(w->worker()) == UCS_ERR_BUSY;
+        }
       }
-      if (st == UCS_ERR_BUSY) continue;
-      pollfd pfd{w_->efd(), POLLIN, 0};
-      poll(&pfd, 1, 100);
+      if (busy) continue;
+      pollfd pfd[2];
+      for (size_t i = 0; i < workers.size(); i++) pfd[i] = {workers[i]->efd(), POLLIN, 0};
+      poll(pfd, workers.size(), 100);
     }
   }
 
@@ -746,23 +981,25 @@ class UcxServerImpl final : public UcxServer {
     if (log_) log_(level, line);
   }
 
-  std::unique_ptr<Worker> w_;
   std::function<void(LogLevel, const std::string&)> log_;
+  Mutex mu_;  // every call on the workers, their endpoints; after serve_mu_
+  std::unique_ptr<Worker> rma_, am_;
   MrTable maps_;
   std::shared_ptr<MemoryRegistrar> registrar_;
   MapRegistrar* placing_ = nullptr;  // registrar_, when UCX is served
-  // Under the worker's mu.
-  MrTable::Region arena_;
-  void* rkey_ = nullptr;
-  size_t rkey_len_ = 0;
-  std::map<uint64_t, Client*> by_token_;         // under the worker's mu
-  std::vector<LeaseOp> queued_;                  // under the worker's mu
-  std::mt19937 random_{std::random_device{}()};  // under the worker's mu
-  Mutex serve_mu_;  // held while lease ops are served; before the worker's mu
+  MrTable::Region arena_ GUARDED_BY(mu_);
+  void* rkey_ GUARDED_BY(mu_) = nullptr;
+  size_t rkey_len_ GUARDED_BY(mu_) = 0;
+  std::map<uint64_t, Client*> by_token_ GUARDED_BY(mu_);
+  std::vector<LeaseOp> queued_ GUARDED_BY(mu_);
+  std::vector<LeaseOp> reads_queued_ GUARDED_BY(mu_);
+  std::mt19937 random_ GUARDED_BY(mu_){std::random_device{}()};
+  Mutex serve_mu_;  // held while lease ops are served; before mu_
   std::atomic<bool> stop_{false};
   std::thread progress_;
   std::atomic<uint64_t> clients_{0}, released_{0}, endpoint_errors_{0}, lease_ops_{0},
-      lease_ops_refused_{0};
+      lease_ops_refused_{0}, clients_by_am_{0}, am_reads_{0}, am_read_bytes_{0},
+      am_reads_refused_{0};
 };
 
 // ---------------------------------------------------------------- the client
@@ -777,6 +1014,7 @@ struct UcxPeer {
   std::chrono::milliseconds lease_ttl{0};  // 0: every lease is asked about
   bool failed = false;                     // under w->mu(): the endpoint reported an error
   std::string error;
+  bool by_am = false;  // reads by the owner's active messages (no rkey): ReadByAm
 
   ~UcxPeer() {
     MutexLock lock(w->mu());
@@ -822,9 +1060,16 @@ void OnGetDone(void* request, ucs_status_t st, void* user_data) {
 
 class UcxTransport final : public TcpTransport {
  public:
-  UcxTransport(const TransportOptions& options, std::unique_ptr<Worker> w)
-      : TcpTransport(options), w_(std::move(w)) {
+  UcxTransport(const TransportOptions& options, std::unique_ptr<Worker> w, std::string tls)
+      : TcpTransport(options),
+        tls_(std::move(tls)),
+        cuda_memory_(w->cuda_memory()),
+        w_(std::move(w)) {
     registrar_ = std::make_shared<Registrar>(this);
+    Log(LogLevel::kInfo, cuda_memory_ ? "UCX maps device (CUDA) memory: device buffers can be "
+                                        "read into directly"
+                                      : "UCX has no CUDA memory type (built without CUDA): "
+                                        "device buffers go through the GPU staging path");
   }
   ~UcxTransport() override {
     MutexLock lock(&peers_mu_);
@@ -858,7 +1103,9 @@ class UcxTransport final : public TcpTransport {
            "\nucx_abandoned_batches: " + std::to_string(abandoned_.load()) +
            "\nucx_workers_replaced: " + std::to_string(replaced_.load()) +
            "\nucx_lease_calls: " + std::to_string(am_calls_.load()) +
-           "\nucx_releases_by_age: " + std::to_string(releases_by_age_.load()) + "\n";
+           "\nucx_releases_by_age: " + std::to_string(releases_by_age_.load()) +
+           "\nucx_reads_by_am: " + std::to_string(am_reads_.load()) +
+           "\nucx_cuda_memory: " + std::to_string(cuda_memory_) + "\n";
   }
 
   // One-sided reads are not pipelined over TCP frames: a started get runs at once
@@ -996,6 +1243,7 @@ class UcxTransport final : public TcpTransport {
   // kAbandonAfter (an endpoint without peer-failure handling to a dead peer: UCX keeps
   // them pending, and its worker is stuck behind them) fail, and the worker is replaced.
   Status Read(UcxPeer* p, std::span<RemoteRead> reads) {
+    if (p->by_am) return ReadByAm(p, reads);
     Worker* const w = p->w.get();
     auto batch = std::make_shared<InFlight>(reads.size());
     InFlight* b = batch.get();
@@ -1066,6 +1314,60 @@ class UcxTransport final : public TcpTransport {
     return failed;
   }
 
+  // Asks the owner for every read in one active message (kUcxAmRead; a batch over
+  // kUcxMaxAmReads in several), and progresses until each read's bytes came
+  // (kUcxAmReadData, copied into place from inside progress), the endpoint failed or the
+  // timeout passed: then every read not done fails.  Once the wait is withdrawn a late
+  // answer is dropped, never written.
+  Status ReadByAm(UcxPeer* p, std::span<RemoteRead> reads) {
+    if (reads.size() > kUcxMaxAmReads) {
+      Status a = ReadByAm(p, reads.first(kUcxMaxAmReads));
+      Status b = ReadByAm(p, reads.subspan(kUcxMaxAmReads));
+      return a.ok() ? b : a;
+    }
+    Worker* const w = p->w.get();
+    Worker::ReadWait wait(reads);
+    std::string asked;
+    uint64_t bytes = 0;
+    for (const RemoteRead& r : reads) {
+      PutFixed64(&asked, r.remote_offset);
+      PutFixed64(&asked, r.length);
+      bytes += r.length;
+    }
+    Status failed;
+    uint64_t id = 0;
+    {
+      MutexLock lock(w->mu());
+      if (p->ep == nullptr || p->failed) {
+        failed = Status::IOError("UCX endpoint failed: " + p->error);
+      } else {
+        id = w->AwaitReads(&wait);
+        failed = w->SendAm(p->ep, kUcxAmRead, AmRequestHeader(0, p->token, id), std::move(asked));
+      }
+    }
+    if (failed.ok()) {
+      const auto deadline = Clock::now() + std::chrono::milliseconds(options_.timeout_ms);
+      w->ProgressUntil([&] { return wait.remaining == 0 || p->failed; }, deadline);
+    }
+    {
+      MutexLock lock(w->mu());
+      if (id != 0) w->StopAwaitingReads(id);
+      if (failed.ok() && wait.remaining > 0) {
+        failed = Status::IOError(p->failed ? "UCX endpoint failed: " + p->error
+                                           : std::string("UCX reads by active message timed out"));
+      }
+    }
+    // A batch cut short fails whole: without its RELEASE, even the bytes that came are
+    // not known to be the values asked for.
+    for (size_t i = 0; i < reads.size() && !failed.ok(); i++) {
+      if (reads[i].status.ok()) reads[i].status = failed;
+    }
+    gets_.fetch_add(reads.size());
+    get_bytes_.fetch_add(bytes);
+    am_reads_.fetch_add(reads.size());
+    return failed;
+  }
+
   // Puts a fresh worker (and context) in place of `old`, with every region mapped
   // again, and drops the peers reached through `old`; `old` lives on, unused, until the
   // transport goes (its abandoned reads may still complete into it).
@@ -1074,7 +1376,7 @@ class UcxTransport final : public TcpTransport {
       MutexLock lock(&w_mu_);
       if (w_ != old) return;  // another thread did it
       std::unique_ptr<Worker> fresh;
-      Status s = Worker::Create(&fresh);
+      Status s = Worker::Create(&fresh, tls_);
       for (const auto& [addr, length] : mapped_.All()) {
         if (s.ok()) s = fresh->MapRegion(addr, length);
       }
@@ -1137,7 +1439,7 @@ class UcxTransport final : public TcpTransport {
     {
       MutexLock wl(p->w->mu());
       s = p->w->Connect(a.worker_address, &UcxPeer::OnError, p.get(), &p->ep);
-      if (s.ok()) {
+      if (s.ok() && !a.reads_by_am) {
         const ucs_status_t st = ucp_ep_rkey_unpack(p->ep, a.rkey.data(), &p->rkey);
         if (st != UCS_OK) s = UcsError("ucp_ep_rkey_unpack", st);
       }
@@ -1154,6 +1456,7 @@ class UcxTransport final : public TcpTransport {
     p->arena_len = a.arena_len;
     p->token = a.token;
     p->lease_ttl = std::chrono::milliseconds(a.lease_ttl_ms);
+    p->by_am = a.reads_by_am;
     connects_.fetch_add(1);
     slot.peer = p;
     *out = std::move(p);
@@ -1193,6 +1496,8 @@ class UcxTransport final : public TcpTransport {
     std::map<void*, size_t> all_;
   };
 
+  const std::string tls_;    // the transports every worker of ours may use
+  const bool cuda_memory_;  // our contexts map device memory (ucp_context_query)
   std::shared_ptr<MemoryRegistrar> registrar_;
   Mutex w_mu_;
   std::shared_ptr<Worker> w_ GUARDED_BY(w_mu_);  // the worker new peers use
@@ -1201,10 +1506,14 @@ class UcxTransport final : public TcpTransport {
   Mutex peers_mu_;  // held while connecting: one connect per peer at a time
   std::map<std::string, Slot> peers_ GUARDED_BY(peers_mu_);
   std::atomic<uint64_t> gets_{0}, get_bytes_{0}, unregistered_{0}, tcp_batches_{0}, connects_{0},
-      abandoned_{0}, replaced_{0}, am_calls_{0}, releases_by_age_{0};
+      abandoned_{0}, replaced_{0}, am_calls_{0}, releases_by_age_{0}, am_reads_{0};
 };
 
 }  // namespace
+
+bool UcxCudaMemory(uint64_t memory_types) {
+  return (memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+}
 
 bool UcxAvailable(std::string* why, UcxInfo* info) {
   std::unique_ptr<Worker> w;
@@ -1215,54 +1524,29 @@ bool UcxAvailable(std::string* why, UcxInfo* info) {
   }
   if (info != nullptr) {
     info->version = ucp_get_version_string();
-    ucp_context_attr_t attr;
-    std::memset(&attr, 0, sizeof(attr));
-    attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
-    info->cuda_memory = ucp_context_query(w->context(), &attr) == UCS_OK &&
-                        (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+    info->cuda_memory = w->cuda_memory();
   }
   return true;
 }
 
-Status NewUcxTransport(const TransportOptions& options, std::unique_ptr<Transport>* result) {
+Status NewUcxTransport(const TransportOptions& options, std::unique_ptr<Transport>* result,
+                       const std::string& tls) {
   std::unique_ptr<Worker> w;
-  Status s = Worker::Create(&w);
-  if (!s.ok()) return Status::NotSupported("UCX transport", s.ToString());
-  *result = std::make_unique<UcxTransport>(options, std::move(w));
-  return Status::OK();
-}
-
-static std::string ServerTransports(const char* user, bool serve_tcp) {
-  std::string tls = user != nullptr ? user : "";
-  if (serve_tcp) return tls;
-  if (tls.empty() || tls == "all") return "^tcp";
-  if (tls[0] == '^') return tls + ",tcp";
-  std::string kept;
-  for (size_t pos = 0; pos <= tls.size();) {
-    size_t comma = tls.find(',', pos);
-    if (comma == std::string::npos) comma = tls.size();
-    const std::string item = tls.substr(pos, comma - pos);
-    if (!item.empty() && item != "tcp") kept += (kept.empty() ? "" : ",") + item;
-    pos = comma + 1;
+  Status s = Worker::Create(&w, tls);
+  if (!s.ok()) {
+    return Status::NotSupported("UCX transport" + (tls.empty() ? "" : " over " + tls),
+                                s.ToString());
   }
-  return kept;
+  *result = std::make_unique<UcxTransport>(options, std::move(w), tls);
+  return Status::OK();
 }
 
 Status UcxServer::Create(std::function<void(LogLevel, const std::string&)> log,
                          std::unique_ptr<UcxServer>* result) {
-  const char* opt_in = std::getenv("KVENGINE_UCX_SERVE_TCP");
-  const std::string tls =
-      ServerTransports(std::getenv("UCX_TLS"), opt_in != nullptr && std::string(opt_in) == "1");
-  std::unique_ptr<Worker> w;
-  Status s = tls.empty() ? Status::NotSupported("UCX_TLS names no transport but tcp")
-                         : Worker::Create(&w, tls);
-  if (!s.ok()) {
-    // Served over TCP frames only: clients are answered NotSupported and read by GET.
-    if (log) log(LogLevel::kWarn, "UCX not served: " + s.ToString() + " (" + kTcpUnsafe + ")");
-    *result = std::make_unique<UcxServerImpl>(nullptr, std::move(log));
-    return Status::OK();
-  }
-  *result = std::make_unique<UcxServerImpl>(std::move(w), std::move(log));
+  const char* tls = std::getenv("UCX_TLS");
+  auto server = std::make_unique<UcxServerImpl>(std::move(log));
+  server->Start(tls != nullptr ? tls : "");
+  *result = std::move(server);
   return Status::OK();
 }
 

@@ -23,10 +23,16 @@
 // as long as that connection lives.  Keys the owner holds only on SSD come by TCP GET.
 // Puts, exists, deletes and properties are the TCP transport's.
 //
+// Over a transport without one-sided hardware (UCX's TCP) reads are not one-sided: the
+// owner sends each value's bytes by active message (kUcxAmRead), from a worker without
+// one-sided operations at all, since UCX 1.13's emulation of them aborts the owner when
+// a client dies mid-read (docs/transport.md).  The connect answer says which.
+//
 // Progress: a client progresses its worker from the calling threads (no thread of its
 // own; threads take turns, and whoever progresses completes everyone's reads); a server
-// has one thread, asleep on the worker's event descriptor when idle, that serves the
-// reads transports without one-sided hardware emulate (UCX's TCP), for every client.
+// has one thread, asleep on its workers' event descriptors when idle, that serves lease
+// ops and reads by active message (and what UCX emulates over shared memory), for every
+// client.
 #ifndef KVENGINE_TRANSPORT_UCX_H_
 #define KVENGINE_TRANSPORT_UCX_H_
 
@@ -45,8 +51,13 @@ namespace kvengine {
 // The client's kUcxConnect request: its packed UCP worker address.
 struct UcxConnectRequest {
   std::string worker_address;
+  // The client reads by the owner's active messages (kUcxAmRead) where the owner asks it
+  // to (UcxConnectAnswer::reads_by_am); false from an older client, which the owner then
+  // serves only where reads are one-sided.
+  bool reads_by_am = true;
 
-  // DO NOT CHANGE: on the wire.  Version byte 1, then the address length-prefixed.
+  // DO NOT CHANGE: on the wire.  Version byte 2 (1 from an older client, without the
+  // flags), the address length-prefixed, a flags byte: bit 0 reads_by_am.
   void EncodeTo(std::string* dst) const;
   // Corruption when malformed, of another version, or the address is empty or over
   // kMaxBlob bytes.
@@ -66,13 +77,20 @@ struct UcxConnectAnswer {
   // reads of a batch all completed within half of it from sending the LOOKUP knows the
   // leases held without asking, and sends the RELEASE without waiting for its answer.
   uint64_t lease_ttl_ms = 0;
+  // The owner serves this client's reads with its own active messages (kUcxAmRead),
+  // not one-sided: they reach it over a transport without one-sided hardware (UCX's
+  // TCP), whose emulation of one-sided reads UCX 1.13 cannot survive a client dying
+  // in (docs/transport.md).  Then rkey is empty.  Only for a client that said it can.
+  bool reads_by_am = false;
 
   // DO NOT CHANGE: on the wire.  Version byte 2 (1 from an older server, without the
   // token and ttl), the address length-prefixed, fixed64 arena_addr, fixed64 arena_len,
-  // the rkey length-prefixed, fixed64 token, fixed64 lease_ttl_ms.
+  // the rkey length-prefixed, fixed64 token, fixed64 lease_ttl_ms.  Version 3 (reads
+  // by active message; a version 2 answer otherwise) is version 2's then a byte 1.
   void EncodeTo(std::string* dst) const;
-  // Corruption when malformed, of another version, the address or rkey is empty or
-  // over kMaxBlob bytes, the arena is empty or wraps around.
+  // Corruption when malformed, of another version, the address is empty or over
+  // kMaxBlob bytes, the rkey is (unless reads_by_am: empty) or over kMaxBlob bytes, the
+  // arena is empty or wraps around.
   static Status DecodeFrom(std::string_view in, UcxConnectAnswer* out);
   bool operator==(const UcxConnectAnswer& o) const;
 };
@@ -86,15 +104,32 @@ struct UcxConnectAnswer {
 inline constexpr unsigned kUcxAmRequest = 1;
 inline constexpr unsigned kUcxAmAnswer = 2;
 inline constexpr size_t kUcxAmRequestHeader = 18;
+// Reads by active message (UcxConnectAnswer::reads_by_am).  DO NOT CHANGE: on the wire.
+// kUcxAmRead, client to server: the header is kUcxAmRequest's (op byte 0); the data is
+// each read's fixed64 offset in the arena and fixed64 length, at most kUcxMaxAmReads.
+// kUcxAmReadData, server to client, one per read: the header is the fixed64 request id,
+// the fixed32 index of the read in its request and a status byte (0: the data are the
+// read's bytes; 1: refused, out of the arena, no data) (kUcxAmReadDataHeader bytes).
+inline constexpr unsigned kUcxAmRead = 3;
+inline constexpr unsigned kUcxAmReadData = 4;
+inline constexpr size_t kUcxAmReadDataHeader = 13;
+inline constexpr size_t kUcxMaxAmReads = 1 << 16;
 
 // Longest worker address or packed rkey accepted from a peer.
 inline constexpr size_t kUcxMaxBlob = 64 << 10;
 
 // What the UCX this process runs offers.
 struct UcxInfo {
-  std::string version;       // "1.13.1"
-  bool cuda_memory = false;  // device buffers can be mapped and read into directly
+  std::string version;  // "1.13.1"
+  // Device buffers can be mapped and read into directly: UCX was built with CUDA
+  // (ucp_context_query lists UCS_MEMORY_TYPE_CUDA).  Debian's UCX is not: there device
+  // bytes go through the GPU staging path (docs/gpu.md).
+  bool cuda_memory = false;
 };
+
+// Whether ucp_context_attr_t::memory_types `memory_types` (a bit per ucs_memory_type_t)
+// has CUDA device memory.  False in a build without UCX.
+bool UcxCudaMemory(uint64_t memory_types);
 
 // True when the build has UCX and a UCP context can be made here; otherwise false and
 // *why says what is missing ("built without UCX: install libucx-dev", ...).  On success
@@ -103,7 +138,13 @@ bool UcxAvailable(std::string* why, UcxInfo* info = nullptr);
 
 // The UCX transport: TCP control channel, UCP one-sided gets.  NotSupported naming the
 // package when the build has no UCX, or the reason when no UCP context can be made.
-Status NewUcxTransport(const TransportOptions& options, std::unique_ptr<Transport>* result);
+// `tls`: the UCX transports it may use (UCX_TLS's syntax; empty: UCX_TLS's, or all).
+Status NewUcxTransport(const TransportOptions& options, std::unique_ptr<Transport>* result,
+                       const std::string& tls = "");
+
+// What `peer_transport=rdma` is: UCX restricted to its RDMA transports (RC, DC and UD
+// over verbs, InfiniBand and RoCE), which replaced kvengine's own verbs code.
+inline constexpr const char* kUcxRdmaTransports = "rc,dc,ud";
 
 // The server's side: a UCP context and worker with their progress thread, the arena
 // mapped with ucp_mem_map and its rkey packed once, an endpoint per connected client.
@@ -127,7 +168,9 @@ class UcxServer {
   virtual Status Connect(std::string_view request, std::string* answer,
                          std::shared_ptr<void>* client, LeaseOpFn serve, uint64_t lease_ttl_ms) = 0;
   // "ucx_clients: N\nucx_clients_released: N\nucx_endpoint_errors: N\n
-  // ucx_lease_ops: N\nucx_lease_ops_refused: N\nucx_arena_placed: 0|1\n".
+  // ucx_lease_ops: N\nucx_lease_ops_refused: N\nucx_arena_placed: 0|1\n
+  // ucx_clients_by_am: N\nucx_am_reads: N\nucx_am_read_bytes: N\nucx_am_reads_refused: N\n"
+  // (ucx_clients_by_am: those of ucx_clients whose reads are served by active message).
   virtual std::string StatsText() const = 0;
 };
 

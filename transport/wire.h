@@ -46,7 +46,7 @@ enum Op : uint8_t {
   kLookup = 7,           // keys -> locations in the owner's arena, pinned under a lease
   kRelease = 8,          // lease ids -> whether each lease was still held (read valid)
   kProperty = 9,         // name -> value (stats)
-  kRdmaConnect = 10,     // client QP parameters -> server QP parameters and arena rkey
+  kRdmaConnect = 10,     // reserved: the retired verbs transport's; answered NotSupported
   kValueSize = 11,       // keys -> results (value size, or negative error)
   kDeleteMatching = 12,  // match mode + pattern -> count of keys removed (local tiers)
   kPrefetch = 13,        // keys -> results (1: read up from SSD started, 0: not)

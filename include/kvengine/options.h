@@ -59,10 +59,10 @@ enum class PeerMode : int {
 
 // Which transport reaches peers.
 enum class PeerTransport : int {
-  kAuto = 0,  // "auto": UCX when built with it, else RDMA when a device exists, else TCP
+  kAuto = 0,  // "auto": UCX when built with it (it reaches RDMA devices too), else TCP
               // (the choice is logged)
   kTcp = 1,   // "tcp"
-  kRdma = 2,  // "rdma": fails Open with NotSupported when no device
+  kRdma = 2,  // "rdma": UCX over its RDMA transports alone; NotSupported without a device
   kUcx = 3,   // "ucx": one-sided reads through UCX; NotSupported when built without it
 };
 

@@ -1,10 +1,10 @@
-// Transport: byte movement between kvengine hosts (TCP, or RDMA where a device exists).
+// Transport: byte movement between kvengine hosts (TCP, or UCX: shared memory, TCP, RDMA).
 //
 // A Transport is the client side of the peer protocol: it reaches the kv_server (or any
 // DB opened with Options::listen) at an Endpoint and runs batched requests against it.
 // Values move straight between the peer and the caller's buffers: a get scatters the
 // bytes into the caller's Destination buffers as they come off the wire (readv over TCP,
-// a one-sided RDMA READ from the peer's arena over RDMA), a put gathers them from the
+// one-sided reads of the peer's arena over UCX), a put gathers them from the
 // caller's ValueParts (writev).  The wire format is described in docs/transport.md.
 //
 // Results follow db.h: every batch call returns a Status for the batch as a whole and,
@@ -131,11 +131,11 @@ class PendingGet {
 class Transport {
  public:
   // Creates a transport.  `kind` is "tcp", "ucx", "rdma" or "auto" (UCX when the build
-  // has it, else RDMA when the build has verbs and the machine an active device, else
-  // TCP, with the choice logged).  "ucx" reads values one-sided through UCP (shared
-  // memory, TCP or RDMA NICs, whatever UCX finds; transport/ucx.h); without UCX in the
-  // build it fails with NotSupported naming the package (libucx-dev).  "rdma" without a
-  // usable device fails with NotSupported saying why.
+  // has it, else TCP, with the choice logged).  "ucx" reads values one-sided through UCP
+  // (shared memory, TCP or RDMA NICs, whatever UCX finds; transport/ucx.h); without UCX
+  // in the build it fails with NotSupported naming the package (libucx-dev).  "rdma" is
+  // UCX restricted to its RDMA transports (RC, DC, UD): without a usable device it fails
+  // with NotSupported saying why.
   static Status Create(const std::string& kind, const TransportOptions& options,
                        std::unique_ptr<Transport>* result);
 

@@ -17,7 +17,7 @@
 #include "table/bucket_builder.h"
 #include "table/bucket_format.h"
 #include "test/fuzz/memory_env.h"
-#include "transport/rdma.h"
+#include "transport/ucx.h"
 #include "transport/read_validation.h"
 #include "transport/wire.h"
 #include "util/coding.h"
@@ -252,15 +252,24 @@ void WireSeeds(const fs::path& root) {
   EncodeLocations(&locations, std::vector<int64_t>{kLookupPinned, kLookupNotPinned, -1},
                   std::vector<RemoteLocation>{{4096, 65536, 3, 1}, {}, {}});
   out.Write("locations", 6, locations);
-  QpParams qp;
-  qp.qpn = 0x1234;
-  qp.psn = 0x42;
-  qp.rkey = 0x99;
-  qp.arena_addr = 1ull << 30;
-  qp.arena_len = 1ull << 30;
-  std::string qp_bytes;
-  qp.EncodeTo(&qp_bytes);
-  out.Write("qp_params", 7, qp_bytes);
+  UcxConnectAnswer ucx;
+  ucx.worker_address = "worker";
+  ucx.arena_addr = 1ull << 30;
+  ucx.arena_len = 1ull << 30;
+  ucx.rkey = "rkey";
+  ucx.token = 0x99;
+  ucx.lease_ttl_ms = 2000;
+  std::string ucx_bytes;
+  ucx.EncodeTo(&ucx_bytes);
+  out.Write("ucx_answer", 7, ucx_bytes);
+  ucx.rkey.clear();
+  ucx.reads_by_am = true;
+  ucx_bytes.clear();
+  ucx.EncodeTo(&ucx_bytes);
+  out.Write("ucx_answer_by_am", 7, ucx_bytes);
+  std::string request;
+  UcxConnectRequest{"worker"}.EncodeTo(&request);
+  out.Write("ucx_request", 7, request);
 }
 
 // The server target reads its input through FuzzedDataProvider: any bytes are requests.
