@@ -135,8 +135,9 @@ class LoadPlanner {
 
   // Reports a load made: the bytes read from each tier (memory, SSD, peer) and the
   // seconds it took.  A load from one tier is a measurement of that tier; a load from
-  // several is charged to the one whose estimated share is the largest, the others'
-  // estimated shares taken off.  InvalidArgument for negative, not-a-number or
+  // several is charged to one of them, the others' estimated shares taken off: to
+  // the slower tier (SSD or peer) with the largest estimated share, never to memory,
+  // which its memory-only loads measure.  InvalidArgument for negative, not-a-number or
   // all-zero figures.
   virtual Status RecordLoad(uint64_t memory_bytes, uint64_t ssd_bytes, uint64_t peer_bytes,
                             double seconds) = 0;
