@@ -92,6 +92,10 @@ enum Op : uint8_t {
   // (Options::namespace_arenas; docs/attach.md, "An arena per trust boundary"), whose
   // offsets its locations are from then on; owners with kFeatureArenas.
   kOpenArena = 48,
+  // The owner's resident set (DB::ReadResident) of the connection's namespace, streamed
+  // a batch per answer, the client asking for each (attach/resident_wire.h); owners with
+  // kFeatureResident.
+  kReadResident = 50,
 };
 // A PIN's answer on a connection with a staging window: a location whose version field
 // is kPinInWindow is an offset in the window, not in the arena; the result kPinLater
@@ -105,6 +109,7 @@ constexpr uint64_t kFeatureStaging = 4;  // kOpenStaging
 // kOpenArena; the greeting passes the default arena only to clients whose grant includes
 // a namespace in it (else no memfd, and an arena size of 0).
 constexpr uint64_t kFeatureArenas = 8;
+constexpr uint64_t kFeatureResident = 32;  // kReadResident
 // A server answers a well-formed frame carrying an op it does not know with
 // NotSupported and keeps the connection; servers built before ops 11 and 12 existed
 // close the connection instead (the client reports that as IOError).
