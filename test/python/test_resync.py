@@ -104,9 +104,10 @@ class Router:
             self._stored(key)
 
     def _stored(self, key):
-        # A put supersedes the key's copies in other tiers: an SSD copy of an older
-        # version is dropped without a removal event ("overwrites are not removals").
-        self.index[key] = {"memory"}
+        # A put adds the memory tier; an older SSD copy it drops comes as the feed's
+        # removal from the SSD tier (applied before it: its sequence is below the put's
+        # position), so the index follows each tier from events alone.
+        self.index.setdefault(key, set()).add("memory")
 
     def keys(self):
         return set(self.index)
@@ -116,6 +117,14 @@ def resident(db, keys):
     """The store's truth: every key it holds, asked key by key."""
     located = db.batch_locate(keys)
     return {k for k, where in zip(keys, located) if where > 0}
+
+
+def resident_tiers(db):
+    """The store's truth per tier, at rest: key -> the tiers holding it."""
+    out = {}
+    for tier, key in db.snapshot()[2]:
+        out.setdefault(key, set()).add(tier)
+    return out
 
 
 def make_keys(n):
@@ -141,6 +150,7 @@ def test_a_router_restarting_mid_stream_ends_with_the_resident_set(db_path):
         assert len(truth) > 50
         assert restarted.keys() == truth
         assert router.keys() == truth  # the one that never restarted agrees
+        assert restarted.index == router.index == resident_tiers(db)  # tier for tier
         assert restarted.epoch == db.epoch()
 
 
@@ -166,9 +176,10 @@ def test_after_the_store_restarts_the_router_sees_a_new_epoch_and_resyncs(db_pat
         # and it follows the restarted store from there
         writer = Writer(db, keys, 500, seed=3)
         router.stored_seen = 0
-        writer.run()
+        writer.run()  # overwrites of keys on SSD among its puts
         router.catch_up(db, writer)
         assert router.keys() == resident(db, keys)
+        assert router.index == resident_tiers(db)  # no SSD entry an overwrite dropped
 
 
 def test_the_snapshot_reports_each_tier_and_only_the_default_namespaces_keys(db_path):
