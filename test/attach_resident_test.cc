@@ -255,7 +255,7 @@ TEST(NamespaceResidentTest, AHandleListsItsOwnKeysOnly) {
 // uid 1001 may use tenantA only: its handle lists tenantA's keys without their prefix,
 // never tenantB's or the default namespace's, with tenantA's removal sequence; its
 // default handle is refused.  Writes "ok" or the failure to `out`.
-int TenantMain(const std::string& socket, const std::string& out) {
+int TenantMain(const std::string& socket, const std::string& epoch, const std::string& out) {
   std::string failure;
   auto expect = [&](bool ok, const std::string& what) {
     if (!ok && failure.empty()) failure = what;
@@ -279,6 +279,9 @@ int TenantMain(const std::string& socket, const std::string& out) {
         s.ok() && snapshot.removal_sequence == feed.last_sequence && snapshot.removal_sequence == 1,
         "tenantA's removal sequence " + std::to_string(snapshot.removal_sequence) +
             ", its feed's " + std::to_string(feed.last_sequence));
+    std::string told;
+    expect(h->GetProperty("kvengine.epoch", &told) && told == epoch,
+           "kvengine.epoch of the tenant's handle: " + told + ", the owner's " + epoch);
     s = ReadAll(h.get(), "sh", 2, &keys, &snapshot);
     expect(s.ok() && keys == KeySet{{"shared", kLocatedMemory}}, "a prefix in tenantA");
   }
@@ -308,13 +311,15 @@ TEST(AttachResidentTenantTest, ATenantListsOnlyItsNamespaceAsItNamesIt) {
   for (const char* k : {"a1", "shared", "gone"}) ASSERT_TRUE(a->Put(WriteOptions(), k, "v").ok());
   for (const char* k : {"b1", "shared"}) ASSERT_TRUE(b->Put(WriteOptions(), k, "v").ok());
   ASSERT_TRUE(db->Put(WriteOptions(), "d1", "v").ok());
+  std::string epoch;
+  ASSERT_TRUE(db->GetProperty("kvengine.epoch", &epoch));
   NewestRemoval(db.get());  // the feed records from here on
   ASSERT_TRUE(b->Delete(WriteOptions(), "b1").ok());
   ASSERT_TRUE(a->Delete(WriteOptions(), "gone").ok());
   const std::string report = dir.Sub("report");
   std::ofstream(report).close();
   chmod(report.c_str(), 0666);
-  EXPECT_EQ(test::WaitExit(test::SpawnSelf({"--tenant", socket, report})), 0);
+  EXPECT_EQ(test::WaitExit(test::SpawnSelf({"--tenant", socket, epoch, report})), 0);
   std::string line;
   std::getline(std::ifstream(report), line);
   EXPECT_EQ(line, "ok");
@@ -327,8 +332,8 @@ TEST(AttachResidentTenantTest, ATenantListsOnlyItsNamespaceAsItNamesIt) {
 }  // namespace kvengine
 
 int main(int argc, char** argv) {
-  if (argc == 4 && std::string(argv[1]) == "--tenant") {
-    return kvengine::TenantMain(argv[2], argv[3]);
+  if (argc == 5 && std::string(argv[1]) == "--tenant") {
+    return kvengine::TenantMain(argv[2], argv[3], argv[4]);
   }
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
