@@ -661,6 +661,7 @@ class LocalServer::Session {
   // peer_timeout_ms: *more is whether it asked for more.  False (answer_error_ set when
   // the connection failed, OK when the request was something else) ends the connection.
   bool NextResidentStep(wire::FrameHeader* asked, bool* more) {
+    ExpireReservations();  // a long stream holds no spare past its lifetime
     const Deadline deadline = DeadlineIn(server_->options_.peer_timeout_ms);
     std::string meta;
     Status s;
