@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "attach/namespace_wire.h"
+#include "attach/resident_wire.h"
 #include "env/gpu_io.h"
 #include "env/owned_fd.h"
 #include "env/shared_mapping.h"
@@ -101,6 +102,7 @@ struct AttachedDB::Connection {
   BusyPollPredictor busy_poll;          // waits for answers, per op
   // Owners that reserve spare slots (wire::kFeatureSpares) give them this long; 0: none.
   uint64_t spare_lifetime_ms = 0;
+  uint64_t features = 0;     // the owner's wire::kFeature* bits, from its greeting
   std::vector<Slot> spares;  // reserved for this connection's next put
   uint64_t features = 0;     // the owner's (wire::kFeature*), from its greeting
   // Owners with wire::kFeatureChannel: every frame after the greeting goes through it.
@@ -254,6 +256,7 @@ Status AttachedDB::Open(Connection* conn) {
   if (has_features && (features & wire::kFeatureSpares) && GetFixed64(&in, &spare_lifetime_ms)) {
     conn->spare_lifetime_ms = spare_lifetime_ms;
   }
+  conn->features = features;
   // An owner with arenas per trust boundary passes the default arena only to a client
   // whose grant reaches it, and a namespace's arena with OPEN_ARENA (before the channel).
   const bool arenas = (features & wire::kFeatureArenas) != 0;
@@ -1377,6 +1380,59 @@ Status AttachedDB::ReadRemovals(uint64_t after, size_t max_events, RemovalBatch*
     return Lost(c.get(), "malformed answer to READ_REMOVALS");
   }
   return Status::OK();
+}
+
+Status AttachedDB::ReadResident(const Slice& prefix, size_t max_batch, const ResidentFn& batch,
+                                ResidentSnapshot* snapshot) {
+  if (snapshot == nullptr || !batch) {
+    return Status::InvalidArgument("ReadResident: snapshot or batch is null");
+  }
+  *snapshot = ResidentSnapshot();
+  Checkout c(this);
+  if (!c.status().ok()) return c.status();
+  Connection* conn = c.get();
+  if ((conn->features & wire::kFeatureResident) == 0) {
+    return Status::NotSupported("ReadResident: the owner at " + socket_path_ +
+                                " predates READ_RESIDENT");
+  }
+  // Until the stream's END, the connection is in the middle of it: leaving early (an
+  // exception out of `batch`) must not give it back to the pool in that state.
+  struct MidStream {
+    Connection* conn;
+    bool ended = false;
+    ~MidStream() {
+      if (!ended) conn->lost = true;
+    }
+  } mid{conn};
+  std::string meta, answer;
+  wire::PutResidentStart(&meta, prefix.view(), max_batch);
+  std::vector<ResidentKey> keys;
+  uint64_t delivered = 0;
+  for (;;) {
+    Status s = Call(conn, wire::kReadResident, meta, &answer);
+    if (!s.ok()) return s;
+    std::string_view in(answer);
+    Status owner;
+    if (!wire::GetBatchStatus(&in, &owner)) return Lost(conn, "malformed answer to READ_RESIDENT");
+    mid.ended = !owner.ok();
+    if (!owner.ok()) return owner;  // ends the stream
+    bool end = false;
+    ResidentSnapshot got;
+    if (!wire::GetResidentAnswer(&in, &end, &keys, &got) ||
+        (!end && (keys.empty() || keys.size() > max_batch))) {
+      return Lost(conn, "malformed answer to READ_RESIDENT");
+    }
+    if (end) {
+      mid.ended = true;
+      *snapshot = got;
+      snapshot->keys = delivered;
+      return Status::OK();
+    }
+    delivered += keys.size();
+    const bool more = batch(keys);
+    meta.clear();
+    wire::PutResidentStep(&meta, more ? wire::kResidentNext : wire::kResidentStop);
+  }
 }
 
 Status AttachedDB::BatchDelete(const WriteOptions&, std::span<const Slice> keys,

@@ -123,6 +123,13 @@ class AttachedDB final : public DB {
   // attach protocol's LOCATE and READ_REMOVALS).
   Status BatchLocate(std::span<const Slice> keys, std::vector<int64_t>* results) override;
   Status ReadRemovals(uint64_t after, size_t max_events, RemovalBatch* batch) override;
+  // The owner's resident set of this handle's namespace (READ_RESIDENT, streamed a batch
+  // at a time: attach/resident_wire.h), its epoch and its removal sequence, which is
+  // that of ReadRemovals here.  `batch` must return within Options::peer_timeout_ms of
+  // the owner (it drops a client that does not ask for the next batch by then).
+  // NotSupported from an owner that predates it (no wire::kFeatureResident).
+  Status ReadResident(const Slice& prefix, size_t max_batch, const ResidentFn& batch,
+                      ResidentSnapshot* snapshot) override;
   Status BatchDelete(const WriteOptions& options, std::span<const Slice> keys,
                      std::vector<int64_t>* results) override;
   Status DeleteByRegex(const std::string& pattern, uint64_t* deleted) override;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "attach/namespace_wire.h"
+#include "attach/resident_wire.h"
 #include "attach/staging_window.h"
 #include "db/shared_arena.h"
 #include "env/descriptor_budget.h"
@@ -59,6 +60,7 @@ bool TouchesKeys(uint8_t op) {
     case wire::kPinGroups:
     case wire::kLocate:
     case wire::kReadRemovals:
+    case wire::kReadResident:
       return true;
     default:
       return false;
@@ -728,6 +730,97 @@ class LocalServer::Session {
     return Answer(h, out);
   }
 
+  // ---- the resident set (READ_RESIDENT, attach/resident_wire.h)
+
+  // Streams served_'s ReadResident -- the connection's namespace, its keys as the client
+  // names them -- one KEYS answer per batch (or per kResidentFrameBytes of one), each
+  // sent once the client asked for it, and ends with the snapshot's END (or its error).
+  // False: the request was malformed, or the client went away or stopped asking.
+  bool ServeReadResident(const wire::FrameHeader& h, std::string_view meta) {
+    wire::ResidentStep step;
+    std::string_view prefix;
+    uint64_t max_batch = 0;
+    if (!wire::GetResidentRequest(&meta, &step, &prefix, &max_batch)) return false;
+    std::string out;
+    if (step != wire::kResidentStart) {
+      wire::PutBatchStatus(&out, Status::InvalidArgument("READ_RESIDENT: no snapshot in progress"));
+      return Answer(h, out);
+    }
+    wire::FrameHeader asked = h;  // the request the next answer answers
+    bool broken = false;          // the client went away, or sent something else
+    uint64_t sent = 0;
+    ResidentSnapshot snapshot;
+    Status s = served_->ReadResident(
+        Slice(prefix.data(), prefix.size()),
+        static_cast<size_t>(std::min<uint64_t>(max_batch, SIZE_MAX)),
+        [&](std::span<const ResidentKey> keys) {
+          for (size_t first = 0; first < keys.size();) {
+            size_t end = first;
+            uint64_t bytes = 0;
+            while (end < keys.size() &&
+                   (end == first ||
+                    bytes + wire::ResidentKeyBytes(keys[end]) <= wire::kResidentFrameBytes)) {
+              bytes += wire::ResidentKeyBytes(keys[end++]);
+            }
+            out.clear();
+            wire::PutBatchStatus(&out, Status::OK());
+            wire::PutResidentKeys(&out, keys.subspan(first, end - first));
+            sent += end - first;
+            bool more = false;
+            if (!Answer(asked, out) || !NextResidentStep(&asked, &more)) {
+              broken = true;
+              return false;
+            }
+            if (!more) return false;  // the client's ResidentFn stopped
+            first = end;
+          }
+          return true;
+        },
+        &snapshot);
+    if (broken) return false;
+    out.clear();
+    wire::PutBatchStatus(&out, s);
+    if (s.ok()) {
+      snapshot.keys = sent;  // what the client was sent, however the walk ended
+      wire::PutResidentEnd(&out, snapshot);
+    }
+    return Answer(asked, out);
+  }
+
+  // Reads the client's next READ_RESIDENT request (NEXT or STOP) into *asked, within
+  // peer_timeout_ms: *more is whether it asked for more.  False (answer_error_ set when
+  // the connection failed, OK when the request was something else) ends the connection.
+  bool NextResidentStep(wire::FrameHeader* asked, bool* more) {
+    ExpireReservations();  // a long stream holds no spare past its lifetime
+    const Deadline deadline = DeadlineIn(server_->options_.peer_timeout_ms);
+    std::string meta;
+    Status s;
+    if (channel_ != nullptr) {
+      bool arrived = false;
+      s = channel_->WaitForFrame(wire::kReadResident, deadline, &server_->stopping_, true,
+                                 &arrived);
+      if (s.ok() && !arrived)
+        s = Status::IOError("the client did not ask for the next batch in time");
+      if (s.ok()) s = channel_->ReadFrame(deadline, asked, &meta);
+    } else {
+      s = ReadFrame(conn_->fd, deadline, asked, &meta, &server_->stopping_);
+    }
+    if (!s.ok()) {
+      answer_error_ = s;
+      return false;
+    }
+    wire::ResidentStep step;
+    std::string_view in(meta), prefix;
+    uint64_t max_batch = 0;
+    if (asked->op != wire::kReadResident ||
+        !wire::GetResidentRequest(&in, &step, &prefix, &max_batch) ||
+        step == wire::kResidentStart) {
+      return false;
+    }
+    *more = step == wire::kResidentNext;
+    return true;
+  }
+
   // ---- namespaces
 
   // Runs fn(key as the arena knows it) for `key`, a key of the connection's namespace:
@@ -1021,6 +1114,8 @@ class LocalServer::Session {
       }
       case wire::kReadRemovals:
         return ServeReadRemovals(h, meta);
+      case wire::kReadResident:
+        return ServeReadResident(h, meta);
       case wire::kUseNamespace:
         return ServeUse(h, meta);
       case wire::kCreateNamespace:
@@ -1277,7 +1372,7 @@ Status LocalServer::SendGreeting(int fd, const Status& s, const LocalGrant* gran
   PutFixed64(&meta, pass ? region.size : 0);
   PutFixed64(&meta, options_.local_reservation_timeout_ms);  // the client's copy deadline
   PutFixed64(&meta, (wire::kFeatureSpares | wire::kFeatureChannel | wire::kFeatureStaging |
-                     wire::kFeatureArenas | wire::kFeatureGroups) &
+                     wire::kFeatureArenas | wire::kFeatureGroups | wire::kFeatureResident) &
                         ~withheld_features_.load(std::memory_order_relaxed));
   PutFixed64(&meta, spare_lifetime_ms());  // the copy deadline of spares
   Status sent = SendDescriptor(fd, pass ? region.fd : -1, deadline);

@@ -424,6 +424,11 @@ void SsdTier::EraseOlderThan(const Slice& key, uint64_t version) {
   SsdLocation loc;
   if (map_.Find(fp, &loc) && loc.version < version) {
     RemoveLocked(key.ToString(), fp, loc, /*tombstone=*/true);
+    // The key left this tier (its new value is in memory only): a subscriber that
+    // indexes the SSD tier must hear of it, or it keeps an entry no read can serve.
+    if (removal_feed_ != nullptr) {
+      removal_feed_->Record(key.view(), RemovalEvent::kSsd, RemovalEvent::kDeleted);
+    }
   }
 }
 

@@ -180,7 +180,9 @@ class SsdTier {
   bool HasVersion(const Slice& key, uint64_t version);
   bool Contains(const Slice& key);
   bool Locate(const Slice& key, SsdLocation* location);
-  // Removes key if its SSD version is older than `version`.  REQUIRES: key's lock held.
+  // Removes key if its SSD version is older than `version` (an overwrite whose value is
+  // not written to SSD), recorded in the removal feed as an SSD deletion.  REQUIRES:
+  // key's lock held.
   void EraseOlderThan(const Slice& key, uint64_t version);
   // Removes key; false when absent.  REQUIRES: key's lock held.
   bool Erase(const Slice& key);

@@ -190,27 +190,8 @@ Status NamespaceDB::ReadResident(const Slice& prefix, size_t max_batch, const Re
         "ReadResident: a prefix of the default namespace cannot "
         "start with byte 0xFE");
   }
-  // The default namespace's newest removal first, in the numbering its readers use.
-  RemovalBatch newest;
-  const bool feed = removals_->ReadNamespaceRemovals(0, 0, 0, &newest).ok();
-  uint64_t reported = 0;
-  std::vector<ResidentKey> mine;
-  Status s = base_->ReadResident(
-      prefix, max_batch,
-      [&](std::span<const ResidentKey> keys) {
-        mine.clear();
-        for (const ResidentKey& k : keys) {
-          if (!ns::IsNamespaced(k.key)) mine.push_back(k);
-        }
-        reported += mine.size();
-        return mine.empty() || batch(mine);
-      },
-      snapshot);
-  if (s.ok()) {
-    snapshot->removal_sequence = feed ? newest.last_sequence : 0;
-    snapshot->keys = reported;
-  }
-  return s;
+  return ReadNamespaceResident(default_keys_, 0, removals_, base_.get(), prefix.ToString(),
+                               max_batch, batch, snapshot);
 }
 
 // ---------------------------------------------------------------- namespaces

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "db/removal_feed.h"
 #include "util/input_check.h"
 #include "util/namespace_key.h"
 #include "util/printable.h"
@@ -154,6 +155,35 @@ void FilterRemovals(const NamespaceKeys& rule, RemovalBatch* batch) {
     kept.push_back(std::move(e));
   }
   batch->events = std::move(kept);
+}
+
+Status ReadNamespaceResident(const NamespaceKeys& rule, uint64_t id, NamespaceRemovals* removals,
+                             DB* base, const std::string& internal_prefix, size_t max_batch,
+                             const DB::ResidentFn& batch, ResidentSnapshot* snapshot) {
+  if (snapshot == nullptr || !batch) {
+    return Status::InvalidArgument("ReadResident: snapshot or batch is null");
+  }
+  RemovalBatch newest;
+  const bool feed = removals->ReadNamespaceRemovals(id, 0, 0, &newest).ok();
+  uint64_t reported = 0;
+  std::vector<ResidentKey> mine;
+  Status s = base->ReadResident(
+      internal_prefix, max_batch,
+      [&](std::span<const ResidentKey> keys) {
+        mine.clear();
+        for (const ResidentKey& k : keys) {
+          ResidentKey user{std::string(), k.tier};
+          if (rule.FromInternal(k.key, &user.key)) mine.push_back(std::move(user));
+        }
+        reported += mine.size();
+        return mine.empty() || batch(mine);
+      },
+      snapshot);
+  if (s.ok()) {
+    snapshot->removal_sequence = feed ? newest.last_sequence : 0;
+    snapshot->keys = reported;
+  }
+  return s;
 }
 
 }  // namespace kvengine

@@ -25,6 +25,8 @@
 
 namespace kvengine {
 
+class NamespaceRemovals;
+
 // Writes a namespace's `prefix` (ns::kPrefixSize bytes) and then `key` at `out`: a
 // key's internal form.  Two copies, one of a size known here.  Returns the bytes
 // written.  REQUIRES: key is not null (a checked key).
@@ -181,6 +183,15 @@ Status RunBatch(const char* name, const NamespaceKeys& rule, std::span<const Sli
 // The events of `batch` that belong to `rule`'s namespace, their keys as its user sees
 // them (the removal feed is the whole DB's: each namespace reads its own part of it).
 void FilterRemovals(const NamespaceKeys& rule, RemovalBatch* batch);
+
+// DB::ReadResident of namespace `id` (0: the default one), whose rule is `rule` and
+// whose events `removals` numbers: the walk of `base` (the DB below the namespaces) over
+// the keys starting with `internal_prefix`, the namespace's passed to `batch` as its user
+// names them, and the removal sequence in the namespace's own numbering, read before the
+// walk begins (so that the snapshot and the namespace's feed after it are exact).
+Status ReadNamespaceResident(const NamespaceKeys& rule, uint64_t id, NamespaceRemovals* removals,
+                             DB* base, const std::string& internal_prefix, size_t max_batch,
+                             const DB::ResidentFn& batch, ResidentSnapshot* snapshot);
 
 }  // namespace kvengine
 

@@ -173,6 +173,15 @@ Status NamespaceView::ReadRemovals(uint64_t after, size_t max_events, RemovalBat
   });
 }
 
+Status NamespaceView::ReadResident(const Slice& prefix, size_t max_batch, const ResidentFn& batch,
+                                   ResidentSnapshot* snapshot) {
+  return WithBase([&](DB* base) {
+    return ReadNamespaceResident(state_->keys, state_->id, state_->removals, base,
+                                 state_->keys.prefix() + prefix.ToString(), max_batch, batch,
+                                 snapshot);
+  });
+}
+
 Status NamespaceView::RegisterBuffer(void* addr, size_t length) {
   return WithBase([&](DB* base) { return base->RegisterBuffer(addr, length); });
 }

@@ -94,6 +94,10 @@ class NamespaceView : public DB {
   Status DeleteByRegex(const std::string& pattern, uint64_t* deleted) override;
   Status DeleteAll(uint64_t* deleted) override;
   Status ReadRemovals(uint64_t after, size_t max_events, RemovalBatch* batch) override;
+  // The namespace's resident keys starting with `prefix`, as its user sees them, with the
+  // removal sequence in the numbering of this handle's ReadRemovals.
+  Status ReadResident(const Slice& prefix, size_t max_batch, const ResidentFn& batch,
+                      ResidentSnapshot* snapshot) override;
 
   // The whole DB's.
   Status RegisterBuffer(void* addr, size_t length) override;

@@ -109,6 +109,36 @@ TEST_F(RemovalFeedTest, DeletesAreAnnouncedPerTierFromTheFirstReadOn) {
   EXPECT_EQ(again.last_sequence, events.back().sequence);
 }
 
+// An overwrite whose new value is not written to SSD drops the key's older SSD copy: the
+// SSD tier no longer holds the key, and the feed says so (one SSD event, no memory one),
+// so that a subscriber indexing the SSD tier drops its entry.  A second overwrite, with
+// no SSD copy left, announces nothing.
+TEST_F(RemovalFeedTest, AnOverwriteThatDropsTheSsdCopyIsAnSsdRemoval) {
+  options_.ssd_capacity_bytes = 64 << 20;
+  Open();
+  Put("k");
+  Put("other");
+  ASSERT_TRUE(db_->Flush().ok());         // both on SSD too
+  EXPECT_TRUE(Drain(db_.get()).empty());  // recording starts
+  ASSERT_TRUE(db_->Put(WriteOptions(), "k", "new value").ok());
+  EXPECT_EQ(Described(Drain(db_.get())), (std::multiset<std::string>{"k@ssd:deleted"}));
+  ASSERT_TRUE(db_->Put(WriteOptions(), "k", "newer value").ok());
+  EXPECT_TRUE(Drain(db_.get()).empty());
+  std::set<std::pair<std::string, int64_t>> resident;
+  ResidentSnapshot snapshot;
+  ASSERT_TRUE(db_->ReadResident(
+                     "", 16,
+                     [&](std::span<const ResidentKey> keys) {
+                       for (const ResidentKey& k : keys) resident.insert({k.key, k.tier});
+                       return true;
+                     },
+                     &snapshot)
+                  .ok());
+  EXPECT_EQ(resident,
+            (std::set<std::pair<std::string, int64_t>>{
+                {"k", kLocatedMemory}, {"other", kLocatedMemory}, {"other", kLocatedSsd}}));
+}
+
 TEST_F(RemovalFeedTest, EvictionsFromMemoryAndSsdAndDeletesOfBoth) {
   options_.ssd_capacity_bytes = 2 << 20;  // room for ~28 values of 64 KiB in buckets of 4
   options_.ssd_eviction = SsdEviction::kFifo;

@@ -26,6 +26,9 @@ bool Listed(std::string_view name, Cut* cut) {
       {"kvengine.options", Cut::kOptions},
       {"kvengine.readiness", Cut::kNone},  // whether the DB serves, nothing of the tenants
       {"kvengine.namespace", Cut::kNone},  // a handle's own name
+      // The boot epoch: a tenant's router tells a restarted store by it (READ_RESIDENT's
+      // snapshot carries it too); a random number, nothing of the other tenants.
+      {"kvengine.epoch", Cut::kNone},
   };
   for (const auto& p : kListed) {
     if (p.name == name) {

@@ -99,6 +99,10 @@ enum Op : uint8_t {
   // an error is the request's last.  Keys the window had no room for are kPinLater, as
   // for PIN; owners with kFeatureGroups.
   kPinGroups = 49,
+  // The owner's resident set (DB::ReadResident) of the connection's namespace, streamed
+  // a batch per answer, the client asking for each (attach/resident_wire.h); owners with
+  // kFeatureResident.
+  kReadResident = 50,
 };
 // A PIN's answer on a connection with a staging window: a location whose version field
 // is kPinInWindow is an offset in the window, not in the arena; the result kPinLater
@@ -113,6 +117,7 @@ constexpr uint64_t kFeatureStaging = 4;  // kOpenStaging
 // a namespace in it (else no memfd, and an arena size of 0).
 constexpr uint64_t kFeatureArenas = 8;
 constexpr uint64_t kFeatureGroups = 16;  // kPinGroups
+constexpr uint64_t kFeatureResident = 32;  // kReadResident
 // A server answers a well-formed frame carrying an op it does not know with
 // NotSupported and keeps the connection; servers built before ops 11 and 12 existed
 // close the connection instead (the client reports that as IOError).

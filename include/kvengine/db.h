@@ -393,8 +393,11 @@ class DB {
   //
   // Thread-safety: as every call; `batch` runs on the calling thread and must not close
   // the DB.  InvalidArgument when max_batch is 0 or exceeds Options::max_batch_size;
-  // NotSupported where the layer cannot list its keys (an attached client: ask the
-  // owner's process; a namespace handle).  ClusterDB reports this host's tiers only.
+  // NotSupported where the layer cannot list its keys (an attached client of an owner
+  // older than READ_RESIDENT).  ClusterDB reports this host's tiers only; a namespace's
+  // handle its own keys, as its user names them; an attached client its owner's (of its
+  // namespace), streamed a batch at a time, and `batch` must return within the owner's
+  // peer_timeout_ms (docs/attach.md, "The resident set").
   using ResidentFn = std::function<bool(std::span<const ResidentKey>)>;
   virtual Status ReadResident(const Slice& prefix, size_t max_batch, const ResidentFn& batch,
                               ResidentSnapshot* snapshot) {

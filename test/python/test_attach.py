@@ -65,7 +65,8 @@ def test_a_tenants_client_sees_only_its_own_namespaces_figures(db_path):
             import sys, kvengine
             db = kvengine.attach(sys.argv[1])
             stats = db.stats()
-            assert list(stats) == ["namespaces"], stats
+            assert sorted(stats) == ["epoch", "namespaces"], stats  # the epoch: no tenant's
+            assert stats["epoch"] == int(sys.argv[2]), stats
             assert list(stats["namespaces"]) == ["tenant-a"], stats
             assert stats["namespaces"]["tenant-a"]["memory_items"] == 1, stats
             for name in ("kvengine.stats", "kvengine.stats.json", "kvengine.prometheus"):
@@ -82,8 +83,8 @@ def test_a_tenants_client_sees_only_its_own_namespaces_figures(db_path):
             assert [(e[0], e[4]) for e in events] == [(1, b"gone")], events
             print("ok")
             """)
-        out = subprocess.run([sys.executable, "-c", code, sock], env=env, user=1001,
-                             group=1001, extra_groups=[], capture_output=True, text=True,
+        out = subprocess.run([sys.executable, "-c", code, sock, str(owner.epoch())], env=env,
+                             user=1001, group=1001, extra_groups=[], capture_output=True, text=True,
                              timeout=60)
         assert out.returncode == 0, out.stderr
         assert out.stdout.strip() == "ok"

@@ -243,8 +243,9 @@ class Resync:
     events, one per block and tier holding any of its keys -- when the store restarted,
     BlockRemoved for every block an earlier replay announced first, and the replay one
     step later.  The replayed blocks' removals are then announced from the feed, from
-    the snapshot's removal_sequence on.  A store that cannot list its keys (an attached
-    one) replays nothing, said once."""
+    the snapshot's removal_sequence on.  An attached scheduler's snapshot is its owner's
+    (READ_RESIDENT); a store that cannot list its keys (an owner older than that) replays
+    nothing, said once."""
 
     def __init__(self, db, keys):
         self._db = db
@@ -289,7 +290,8 @@ class Resync:
         if isinstance(got, int):
             if not self._warned:
                 logger.warning("kvengine: the store cannot list its blocks (%d): no replay "
-                               "for routers (take the snapshot in the store's process)", got)
+                               "for routers (an attached store's owner older than READ_RESIDENT)",
+                               got)
                 self._warned = True
             self._tracked = None
             return out
