@@ -104,7 +104,6 @@ struct AttachedDB::Connection {
   uint64_t spare_lifetime_ms = 0;
   uint64_t features = 0;     // the owner's wire::kFeature* bits, from its greeting
   std::vector<Slot> spares;  // reserved for this connection's next put
-  uint64_t features = 0;     // the owner's (wire::kFeature*), from its greeting
   // Owners with wire::kFeatureChannel: every frame after the greeting goes through it.
   std::unique_ptr<ShmChannel> channel;
   // Owners with wire::kFeatureStaging: where the owner reads this connection's pins of
@@ -256,7 +255,6 @@ Status AttachedDB::Open(Connection* conn) {
   if (has_features && (features & wire::kFeatureSpares) && GetFixed64(&in, &spare_lifetime_ms)) {
     conn->spare_lifetime_ms = spare_lifetime_ms;
   }
-  conn->features = features;
   // An owner with arenas per trust boundary passes the default arena only to a client
   // whose grant reaches it, and a namespace's arena with OPEN_ARENA (before the channel).
   const bool arenas = (features & wire::kFeatureArenas) != 0;
