@@ -102,6 +102,27 @@ TEST(PeerTest, PipelinedBatchesBitExactFrom64Threads) {
   EXPECT_EQ(results, (std::vector<int64_t>{0, -1}));
 }
 
+// Puts n keys named prefix + index on `ep`, each a random value of min_size bytes and
+// up to `spread` more, seeded with `seed`; true when every put succeeded.
+static bool PutRandomValues(Transport* client, const Endpoint& ep, const std::string& prefix, int n,
+                            size_t min_size, size_t spread, uint64_t seed,
+                            std::vector<std::string>* names, std::vector<std::string>* values) {
+  std::mt19937_64 rng(seed);
+  for (int k = 0; k < n; k++) {
+    names->push_back(prefix + std::to_string(k));
+    values->push_back(RandomValue(&rng, min_size + rng() % spread));
+  }
+  std::vector<Slice> keys(names->begin(), names->end());
+  std::vector<ValueParts> parts;
+  for (const std::string& v : *values) parts.push_back({Slice(v)});
+  std::vector<int64_t> put;
+  if (!client->BatchPut(ep, keys, parts, &put).ok()) return false;
+  for (int64_t r : put) {
+    if (r != 0) return false;
+  }
+  return true;
+}
+
 // Transport::StartBatchGet (docs/transport.md, "Pipelined gets"): 48 gets started before
 // any is waited for, spread over the connections and pipelined on each, are waited for
 // in reverse order -- each lands bit-exact in its own buffer, whoever read its frame --
@@ -113,19 +134,11 @@ TEST(PeerTest, StartedGetsLandEachInItsOwnBuffersWhateverTheOrderOfWaiting) {
   ASSERT_TRUE(server.Start());
   auto client = NewClient("", 5000);
   const Endpoint ep = server.endpoint();
-  std::mt19937_64 rng(7);
   const int kKeys = 48;
   std::vector<std::string> names, values;
-  for (int k = 0; k < kKeys; k++) {
-    names.push_back("started/" + std::to_string(k));
-    values.push_back(RandomValue(&rng, (64 << 10) + rng() % (2 << 20)));
-  }
+  ASSERT_TRUE(
+      PutRandomValues(client.get(), ep, "started/", kKeys, 64 << 10, 2 << 20, 7, &names, &values));
   std::vector<Slice> keys(names.begin(), names.end());
-  std::vector<ValueParts> parts;
-  for (const std::string& v : values) parts.push_back({Slice(v)});
-  std::vector<int64_t> put;
-  ASSERT_TRUE(client->BatchPut(ep, keys, parts, &put).ok());
-  for (int64_t r : put) ASSERT_EQ(r, 0);
 
   struct Get {
     std::string buf;
@@ -951,18 +964,11 @@ TEST(PeerTest, StartedGetGroupsLandEachInItsOwnBuffers) {
   ASSERT_TRUE(server.Start());
   auto client = NewClient("", 5000);
   const Endpoint ep = server.endpoint();
-  std::mt19937_64 rng(11);
   const int kGroups = 12, kPerGroup = 4;
   std::vector<std::string> names, values;
-  for (int k = 0; k < kGroups * kPerGroup; k++) {
-    names.push_back("grouped/" + std::to_string(k));
-    values.push_back(RandomValue(&rng, (16 << 10) + rng() % (1 << 20)));
-  }
+  ASSERT_TRUE(PutRandomValues(client.get(), ep, "grouped/", kGroups * kPerGroup, 16 << 10, 1 << 20,
+                              11, &names, &values));
   std::vector<Slice> keys(names.begin(), names.end());
-  std::vector<ValueParts> parts;
-  for (const std::string& v : values) parts.push_back({Slice(v)});
-  std::vector<int64_t> put;
-  ASSERT_TRUE(client->BatchPut(ep, keys, parts, &put).ok());
 
   std::vector<std::string> bufs;
   std::vector<Destination> dests;
