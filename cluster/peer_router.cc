@@ -1010,10 +1010,11 @@ Status PeerRouter::BatchGetIntoGroups(DB* local, const ReadOptions& options,
         results);
     if (on_ready) on_ready(g);
   };
-  // The bytes each group may bring.
+  // The bytes each group may bring from other members.
   std::vector<uint64_t> group_bytes(group_ends.size());
   for (size_t g = 0, i = 0; g < group_ends.size(); g++) {
     for (; i < group_ends[g]; i++) {
+      if (IsSelf(owners[i][0])) continue;
       for (const MutableSlice& d : dests[i]) group_bytes[g] += d.size();
     }
   }
