@@ -203,8 +203,10 @@ TEST(PeerTest, GetGroupsIsAnsweredAFramePerGroupInOrder) {
   const Endpoint ep = server.endpoint();
   std::vector<std::string> names = {"g/0", "g/1", "g/2", "g/3", "g/4"};
   std::vector<Slice> keys(names.begin(), names.end());
+  std::vector<std::string> values;
   std::vector<ValueParts> parts;
-  for (size_t k = 0; k < names.size(); k++) parts.push_back({Slice(names[k] + "-value")});
+  for (const std::string& name : names) values.push_back(name + "-value");
+  for (const std::string& v : values) parts.push_back({Slice(v)});
   std::vector<int64_t> put;
   ASSERT_TRUE(client->BatchPut(ep, keys, parts, &put).ok());
 
