@@ -998,68 +998,96 @@ Status PeerRouter::BatchGetIntoGroups(DB* local, const ReadOptions& options,
         results);
     if (on_ready) on_ready(g);
   };
-  // Starts group g's gets; returns the bytes they may bring.
-  auto start = [&](size_t g) {
-    const size_t group_first = calls.size();
-    uint64_t bytes = 0;
-    for (size_t i = g == 0 ? 0 : group_ends[g - 1]; i < group_ends[g]; i++) {
-      const std::string& owner = owners[i][0];
-      if (IsSelf(owner)) {
-        local_idx[g].push_back(i);
-        continue;
-      }
-      GroupCall* call = nullptr;
-      for (size_t c = group_first; c < calls.size() && call == nullptr; c++) {
-        if (calls[c]->owner == owner) call = calls[c].get();
-      }
-      if (call == nullptr) {
-        calls.push_back(std::make_unique<GroupCall>());
-        call = calls.back().get();
-        call->owner = owner;
-      }
-      call->idx.push_back(i);
-      call->keys.push_back(keys[i]);
-      call->dests.push_back(dests[i]);
-      for (const MutableSlice& d : dests[i]) bytes += d.size();
+  // The bytes each group may bring from other members.
+  std::vector<uint64_t> group_bytes(group_ends.size());
+  for (size_t g = 0, i = 0; g < group_ends.size(); g++) {
+    for (; i < group_ends[g]; i++) {
+      if (IsSelf(owners[i][0])) continue;
+      for (const MutableSlice& d : dests[i]) group_bytes[g] += d.size();
     }
-    for (size_t c = group_first; c < calls.size(); c++) {
-      GroupCall* call = calls[c].get();
+  }
+  // Starts groups [first, end): each member's share of them in one call
+  // (Transport::StartBatchGetGroups: one request over TCP, a group answered by a frame
+  // of its own), so that a load of many small layers costs each member one request,
+  // not one per layer.
+  auto start = [&](size_t first, size_t end) {
+    std::vector<std::string> run_owners;  // the members asked, in order of first ask
+    for (size_t g = first; g < end; g++) {
+      const size_t group_first = calls.size();
+      for (size_t i = g == 0 ? 0 : group_ends[g - 1]; i < group_ends[g]; i++) {
+        const std::string& owner = owners[i][0];
+        if (IsSelf(owner)) {
+          local_idx[g].push_back(i);
+          continue;
+        }
+        GroupCall* call = nullptr;
+        for (size_t c = group_first; c < calls.size() && call == nullptr; c++) {
+          if (calls[c]->owner == owner) call = calls[c].get();
+        }
+        if (call == nullptr) {
+          calls.push_back(std::make_unique<GroupCall>());
+          call = calls.back().get();
+          call->owner = owner;
+          if (std::find(run_owners.begin(), run_owners.end(), owner) == run_owners.end()) {
+            run_owners.push_back(owner);
+          }
+        }
+        call->idx.push_back(i);
+        call->keys.push_back(keys[i]);
+        call->dests.push_back(dests[i]);
+      }
+      calls_end[g] = calls.size();
+    }
+    const size_t run_first = first == 0 ? 0 : calls_end[first - 1];
+    for (const std::string& owner : run_owners) {
       Endpoint peer;
-      Status ok = Endpoint::Parse(call->owner, &peer);
-      auto it = reached.find(call->owner);
+      Status ok = Endpoint::Parse(owner, &peer);
+      auto it = reached.find(owner);
       if (it == reached.end()) {
         // Before anything else is sent to a member, the deletes it missed.
         if (ok.ok()) ok = ReplayFirst(peer);
-        it = reached.emplace(call->owner, ok).first;
+        it = reached.emplace(owner, ok).first;
       }
-      call->reached = it->second;
-      if (call->reached.ok()) {
-        call->pending = transport_->StartBatchGet(peer, call->keys, call->dests, &call->r);
+      std::vector<GroupCall*> mine;
+      std::vector<Transport::GetGroup> asks;
+      for (size_t c = run_first; c < calls.size(); c++) {
+        GroupCall* call = calls[c].get();
+        if (call->owner != owner) continue;
+        call->reached = it->second;
+        if (!call->reached.ok()) continue;
+        mine.push_back(call);
+        asks.push_back({call->keys, call->dests, &call->r});
+      }
+      if (asks.empty()) continue;
+      std::vector<std::unique_ptr<PendingGet>> pending;
+      transport_->StartBatchGetGroups(peer, asks, &pending);
+      for (size_t j = 0; j < mine.size() && j < pending.size(); j++) {
+        mine[j]->pending = std::move(pending[j]);
       }
     }
-    calls_end[g] = calls.size();
-    return bytes;
   };
-  // Groups are started in order while the bytes of the groups started and not yet
-  // reported stay within kLoadWindowBytes (at least one group is always in flight); the
-  // oldest is reported as soon as it is answered -- at once, between starts, when its
-  // answer is already in.
-  std::vector<uint64_t> group_bytes(group_ends.size());
+  // Groups are started in order, in runs: a run starts when the bytes of the groups
+  // started and not yet reported fall below half of kLoadWindowBytes (or none are in
+  // flight), and takes groups while they stay within the window (at least one).  The
+  // oldest group is reported as soon as it is answered -- at once, between runs, when
+  // its answer is already in.
   uint64_t in_flight = 0;
   size_t started = 0;
   while (reported < group_ends.size()) {
-    while (started < group_ends.size() && (started == reported || in_flight < kLoadWindowBytes)) {
-      group_bytes[started] = start(started);
-      in_flight += group_bytes[started++];
+    if (started < group_ends.size() && (started == reported || in_flight < kLoadWindowBytes / 2)) {
+      const size_t first = started;
+      while (started < group_ends.size() && (started == first || in_flight < kLoadWindowBytes)) {
+        in_flight += group_bytes[started++];
+      }
+      start(first, started);
       while (reported < started && answered(reported)) {
         in_flight -= group_bytes[reported];
         finish(reported++);
       }
+      continue;
     }
-    if (reported < started) {
-      in_flight -= group_bytes[reported];
-      finish(reported++);
-    }
+    in_flight -= group_bytes[reported];
+    finish(reported++);
   }
   return Status::OK();
 }

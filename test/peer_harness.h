@@ -257,6 +257,8 @@ class RawConn {
   int fd() const { return fd_; }
   // What the server offered after its AUTH verdict (wire::kFeature*).
   uint32_t features() const { return features_; }
+  // The request id of the last frame sent.
+  uint64_t last_id() const { return id_; }
   bool Send(uint8_t op, const std::string& meta, uint16_t flags = 0,
             std::span<const Slice> body = {}) {
     return SendFrame(fd_, op, flags, ++id_, meta, body, DeadlineIn(timeout_ms_)).ok();

@@ -1,4 +1,5 @@
-// Transport's default StartBatchGet: the call made at once, answered before it returns.
+// Transport's default StartBatchGet (the call made at once, answered before it returns)
+// and StartBatchGetGroups (StartBatchGet of each group).
 // Apart from Transport::Create, which links every transport, so that code holding only a
 // TcpTransport (the fuzz targets) links without UCX or RDMA.
 #include "kvengine/transport.h"
@@ -25,6 +26,14 @@ std::unique_ptr<PendingGet> Transport::StartBatchGet(const Endpoint& peer,
                                                      std::span<const Destination> destinations,
                                                      std::vector<int64_t>* results) {
   return std::make_unique<AnsweredGet>(BatchGet(peer, keys, destinations, results));
+}
+
+void Transport::StartBatchGetGroups(const Endpoint& peer, std::span<const GetGroup> groups,
+                                    std::vector<std::unique_ptr<PendingGet>>* calls) {
+  calls->clear();
+  for (const GetGroup& g : groups) {
+    calls->push_back(StartBatchGet(peer, g.keys, g.destinations, g.results));
+  }
 }
 
 }  // namespace kvengine

@@ -577,43 +577,76 @@ class TcpServer final : public TransportServer {
     if (!ReadRequest(c, /*header_only=*/true, &progress)) return Next::kClose;
     if (!c->frame.header_done()) return Next::kWait;
     const wire::FrameHeader h = c->frame.header();
-    if (h.op != wire::kGet || h.meta_len > kMaxMetaServedHere) return Next::kWorker;
+    const bool grouped = h.op == wire::kGetGroups;
+    if ((h.op != wire::kGet && !grouped) || h.meta_len > kMaxMetaServedHere) {
+      return Next::kWorker;
+    }
     if (!ReadRequest(c, /*header_only=*/false, &progress)) return Next::kClose;
     if (progress != FrameReader::Progress::kComplete) return Next::kWait;
     std::string_view meta = c->frame.meta();
+    std::vector<uint32_t> counts;
     std::vector<std::string_view> key_views;
     std::vector<uint64_t> capacity;
-    if (!wire::GetKeys(&meta, &key_views, &capacity) || !meta.empty()) {
-      return Next::kWorker;  // which rejects it
-    }
+    const bool decoded = grouped ? wire::GetGetGroups(&meta, &counts, &key_views, &capacity)
+                                 : wire::GetKeys(&meta, &key_views, &capacity);
+    if (!decoded || !meta.empty()) return Next::kWorker;  // which rejects it
+    if (!grouped) counts.assign(1, static_cast<uint32_t>(key_views.size()));
     const std::vector<Slice> keys(key_views.begin(), key_views.end());
-    auto answer = std::make_unique<GetAnswer>(service_);
     // A request its tenant may not make goes to a worker, which refuses it.
     if (c->tenant != nullptr && !c->tenant->Permit(keys).ok()) return Next::kWorker;
-    if (!answer->FromMemory(keys, capacity)) return Next::kWorker;
+    // Every group's values in memory, or none answered here.
+    std::vector<std::unique_ptr<GetAnswer>> answers;
+    size_t first = 0;
+    for (uint32_t n : counts) {
+      answers.push_back(std::make_unique<GetAnswer>(service_));
+      if (!answers.back()->FromMemory(std::span<const Slice>(keys).subspan(first, n),
+                                      std::span<const uint64_t>(capacity).subspan(first, n))) {
+        return Next::kWorker;
+      }
+      first += n;
+    }
     requests_.fetch_add(1);
     c->frame.Reset(&bodies_);
-    std::string answer_meta = answer->TakeMeta();
-    if (!Answer(c, h, std::move(answer_meta), std::move(answer))) return Next::kClose;
+    // The first group's answer goes at once (the client's first layer), the others
+    // together.
+    wire::FrameHeader group = h;
+    for (size_t g = 0; g < answers.size(); g++) {
+      std::string answer_meta = answers[g]->TakeMeta();
+      const bool flush = g == 0 || g + 1 == answers.size();
+      if (!Answer(c, group, std::move(answer_meta), std::move(answers[g]), flush)) {
+        return Next::kClose;
+      }
+      group.request_id++;
+    }
     // Bytes of a next request read ahead would wait unseen by epoll: a worker takes them.
     return c->frame.buffered() > 0 ? Next::kWorker : Next::kWait;
   }
 
   // Writes what the socket takes of c's queued answers, in order, without waiting.
   // False: close the connection.  REQUIRES: c held by this thread (busy), or the poller.
+  // Answers queued together (GET_GROUPS' groups) go in one sendmsg, up to
+  // kFramesPerWrite of them.
   bool Flush(Conn* c) {
+    constexpr size_t kFramesPerWrite = 64;
+    OutFrame* frames[kFramesPerWrite];
     while (!c->out.empty()) {
-      OutFrame* frame = c->out.front().frame.get();
-      const uint64_t before = frame->left();
-      Status s = frame->WriteAvailable(c->fd);
+      size_t n = 0;
+      uint64_t before = 0;
+      for (auto it = c->out.begin(); it != c->out.end() && n < kFramesPerWrite; ++it) {
+        frames[n++] = it->frame.get();
+        before += it->frame->left();
+      }
+      Status s = OutFrame::WriteAvailable(c->fd, std::span<OutFrame* const>(frames, n));
       if (!s.ok()) {
         Log(LogLevel::kInfo, "answering " + c->peer + ": " + s.ToString());
         return false;
       }
-      c->out_bytes -= before - frame->left();
-      if (frame->left() != before) c->out_deadline = DeadlineIn(options_.io_timeout_ms);
-      if (!frame->done()) return true;  // the socket is full: more when it is writable
-      c->out.pop_front();
+      uint64_t after = 0;
+      for (size_t i = 0; i < n; i++) after += frames[i]->left();
+      c->out_bytes -= before - after;
+      if (after != before) c->out_deadline = DeadlineIn(options_.io_timeout_ms);
+      while (!c->out.empty() && c->out.front().frame->done()) c->out.pop_front();
+      if (after != 0) return true;  // the socket is full: more when it is writable
     }
     c->out_deadline = kNever;
     return true;
@@ -622,7 +655,10 @@ class TcpServer final : public TransportServer {
   // Queues an answer behind c's others and writes what the socket takes.  An answer
   // that would take the bytes c has not read past max_queued_bytes closes the
   // connection instead (the first answer waiting may be of any size).  False: close it.
-  bool Queue(Conn* c, std::unique_ptr<OutFrame> frame, std::unique_ptr<GetAnswer> answer) {
+  // With `flush` false the answer waits for the next Flush (the rest of its request's
+  // answers, written together).
+  bool Queue(Conn* c, std::unique_ptr<OutFrame> frame, std::unique_ptr<GetAnswer> answer,
+             bool flush = true) {
     const uint64_t bytes = frame->left();
     if (!c->out.empty() && c->out_bytes + bytes > options_.max_queued_bytes) {
       SlowReader(c, std::to_string(c->out_bytes + bytes) +
@@ -633,7 +669,7 @@ class TcpServer final : public TransportServer {
     if (c->out.empty()) c->out_deadline = DeadlineIn(options_.io_timeout_ms);
     c->out_bytes += bytes;
     c->out.push_back({std::move(answer), std::move(frame)});
-    return Flush(c);
+    return !flush || Flush(c);
   }
 
   // Counts a connection closed for not reading its answers, and logs it at most once per
@@ -748,12 +784,12 @@ class TcpServer final : public TransportServer {
   // Answers request h: queued behind c's earlier answers, written as the socket takes
   // it.  A GET's `answer` names the body and keeps its bytes valid until written.
   bool Answer(Conn* c, const wire::FrameHeader& h, std::string meta,
-              std::unique_ptr<GetAnswer> answer = nullptr) {
+              std::unique_ptr<GetAnswer> answer = nullptr, bool flush = true) {
     const std::span<const Slice> body =
         answer != nullptr ? answer->body() : std::span<const Slice>();
     auto frame =
         std::make_unique<OutFrame>(h.op, AnswerFlags(h), h.request_id, std::move(meta), body);
-    return Queue(c, std::move(frame), std::move(answer));
+    return Queue(c, std::move(frame), std::move(answer), flush);
   }
 
   bool AnswerResults(Conn* c, const wire::FrameHeader& h, const Status& s,
@@ -790,7 +826,8 @@ class TcpServer final : public TransportServer {
     c->authed = true;
     c->tenant = tenant;
     wire::PutBatchStatus(&out, Status::OK());
-    if (UnhashedBodiesAllowed(c)) PutFixed32(&out, wire::kFeatureLoopbackUnhashed);
+    PutFixed32(&out, wire::kFeatureGetGroups |
+                         (UnhashedBodiesAllowed(c) ? wire::kFeatureLoopbackUnhashed : 0));
     return Answer(c, h, out);
   }
 
@@ -901,6 +938,34 @@ class TcpServer final : public TransportServer {
         answer->Build(keys, extra);
         std::string meta_out = answer->TakeMeta();
         return Answer(c, h, std::move(meta_out), std::move(answer));
+      }
+      case wire::kGetGroups: {
+        // Each group answered (read from its tiers, then queued) before the next is read,
+        // its frame carrying the request's id + its index.
+        std::vector<uint32_t> counts;
+        if (!wire::GetGetGroups(&meta, &counts, &key_views, &extra) || !meta.empty()) {
+          return Reject(c, "undecodable get_groups request");
+        }
+        keys.assign(key_views.begin(), key_views.end());
+        const Status permitted = Permit(c, keys);
+        wire::FrameHeader group = h;
+        size_t first = 0;
+        for (uint32_t n : counts) {
+          bool queued;
+          if (permitted.ok()) {
+            auto answer = std::make_unique<GetAnswer>(service_);
+            answer->Build(std::span<const Slice>(keys).subspan(first, n),
+                          std::span<const uint64_t>(extra).subspan(first, n));
+            std::string meta_out = answer->TakeMeta();
+            queued = Answer(c, group, std::move(meta_out), std::move(answer));
+          } else {
+            queued = AnswerResults(c, group, permitted, results);
+          }
+          if (!queued) return false;
+          first += n;
+          group.request_id++;
+        }
+        return true;
       }
       case wire::kPut: {
         if (!get_keys(true)) return Reject(c, "undecodable put request");

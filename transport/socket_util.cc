@@ -264,6 +264,39 @@ Status OutFrame::WriteAvailable(int fd) {
   return s;
 }
 
+Status OutFrame::WriteAvailable(int fd, std::span<OutFrame* const> frames) {
+  std::vector<iovec> iov;
+  for (;;) {
+    iov.clear();
+    size_t want = 0;
+    for (const OutFrame* f : frames) {
+      for (size_t i = f->first_; i < f->iov_.size() && iov.size() < IOV_MAX; i++) {
+        iov.push_back(f->iov_[i]);
+        want += f->iov_[i].iov_len;
+      }
+    }
+    if (iov.empty()) return Status::OK();
+    msghdr msg;
+    std::memset(&msg, 0, sizeof(msg));
+    msg.msg_iov = iov.data();
+    msg.msg_iovlen = iov.size();
+    const ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Status::OK();
+    if (n <= 0) return Errno("send", n < 0 ? errno : EPIPE);
+    // Hands the bytes written back to the frames they came from, in order.
+    uint64_t sent = static_cast<uint64_t>(n);
+    for (size_t i = 0; i < frames.size() && sent > 0; i++) {
+      OutFrame* f = frames[i];
+      const uint64_t k = std::min<uint64_t>(sent, f->left_);
+      Consume(&f->iov_, &f->first_, static_cast<size_t>(k));
+      f->left_ -= k;
+      sent -= k;
+    }
+    if (static_cast<size_t>(n) < want) return Status::OK();  // the socket is full
+  }
+}
+
 namespace {
 
 // Feeds the first n bytes of iov[first...] to hasher.

@@ -64,6 +64,9 @@ class OutFrame {
 
   // Writes what the socket takes without waiting.  IOError on a closed socket.
   Status WriteAvailable(int fd);
+  // As WriteAvailable for `frames`, in order, in as few system calls as their pieces
+  // allow (a server's answers queued together go in one sendmsg, not one each).
+  static Status WriteAvailable(int fd, std::span<OutFrame* const> frames);
   bool done() const { return first_ >= iov_.size(); }
   // Bytes not written yet.
   uint64_t left() const { return left_; }

@@ -198,6 +198,7 @@ class TcpConnection {
           return Status::Corruption("malformed feature list");
         }
         unhashed_ = want_unhashed_ && (features & wire::kFeatureLoopbackUnhashed) != 0;
+        get_groups_ = (features & wire::kFeatureGetGroups) != 0;
       }
     }
     return Status::OK();
@@ -253,23 +254,41 @@ class TcpConnection {
   // answer: Finish(p) waits.  Requests begun one after another are pipelined: each is
   // answered by id, whoever reads.  *p must stay valid until Finish returns.
   void Begin(uint8_t op, const std::string& meta, std::span<const Slice> body, Pending* p) {
-    p->deadline = DeadlineIn(timeout_ms_);
+    BeginMany(op, meta, body, std::span<Pending* const>(&p, 1));
+  }
+
+  // True when the server answers GET_GROUPS (set by Handshake, then fixed).
+  bool serves_get_groups() const { return get_groups_; }
+
+  // As Begin, for a request answered by one frame per call of `calls` (GET_GROUPS):
+  // they take consecutive ids, the request carrying the first, so that each answer
+  // frame is delivered to its own call as any answer is.
+  void BeginMany(uint8_t op, const std::string& meta, std::span<const Slice> body,
+                 std::span<Pending* const> calls) {
+    const Deadline deadline = DeadlineIn(timeout_ms_);
+    uint64_t first = 0;
     {
       MutexLock lock(&mu_);
-      if (broken_) {
-        p->done = true;
-        p->status = broken_status_;
-        return;
+      for (Pending* p : calls) {
+        p->deadline = deadline;
+        if (broken_) {
+          p->done = true;
+          p->status = broken_status_;
+        }
       }
-      p->id = next_id_++;
-      p->registered = true;
-      calls_[p->id] = p;
+      if (broken_) return;
+      first = next_id_;
+      next_id_ += calls.size();
+      for (size_t i = 0; i < calls.size(); i++) {
+        calls[i]->id = first + i;
+        calls[i]->registered = true;
+        calls_[first + i] = calls[i];
+      }
     }
     Status s;
     {
       MutexLock lock(&write_mu_);
-      s = SendFrame(fd_, op, unhashed_ ? wire::kFlagBodyUnhashed : 0, p->id, meta, body,
-                    p->deadline);
+      s = SendFrame(fd_, op, unhashed_ ? wire::kFlagBodyUnhashed : 0, first, meta, body, deadline);
     }
     if (!s.ok()) {
       MutexLock lock(&mu_);
@@ -423,6 +442,7 @@ class TcpConnection {
   // Every read of fd_ goes through it: the handshake's, then the reader's of the moment.
   ReadAhead reader_;
   bool unhashed_ = false;  // bodies left out of checksums; set by Handshake, then fixed
+  bool get_groups_ = false;  // the server answers GET_GROUPS; set by Handshake, then fixed
   Mutex write_mu_;    // one frame written at a time
   Mutex mu_;
   CondVar cv_;
@@ -635,6 +655,11 @@ class TcpPendingGet final : public PendingGet {
     conn_->Begin(wire::kGet, meta, {}, &call_);
   }
 
+  // The call's entry on its connection, for a request that answers several calls
+  // (TcpConnection::BeginMany), and the connection it was begun on.
+  TcpConnection::Pending* call() { return &call_; }
+  void BegunOn(std::shared_ptr<TcpConnection> conn) { conn_ = std::move(conn); }
+
   // Takes in the answers that have arrived on the connection (this one's or others').
   bool Ready() override { return waited_ || conn_ == nullptr || conn_->Progress(&call_); }
 
@@ -715,6 +740,67 @@ std::unique_ptr<PendingGet> TcpTransport::StartBatchGet(const Endpoint& peer,
   Status s = Connection(peer, &conn);
   call->Begin(s, std::move(conn), meta);
   return call;
+}
+
+// The bytes one GET_GROUPS request asks for at most: the server queues a request's answers
+// at once, and more than its max_queued_bytes not yet taken would close the connection.
+constexpr uint64_t kMaxGroupedBytes = 64ull << 20;
+
+void TcpTransport::StartBatchGetGroups(const Endpoint& peer, std::span<const GetGroup> groups,
+                                       std::vector<std::unique_ptr<PendingGet>>* calls) {
+  calls->clear();
+  std::shared_ptr<TcpConnection> conn;
+  bool grouped = groups.size() > 1 && Connection(peer, &conn).ok() && conn->serves_get_groups();
+  // Each group's capacity per key; an empty group, or one StartBatchGet would refuse, goes
+  // as StartBatchGet takes it.
+  std::vector<std::vector<uint64_t>> capacity(groups.size());
+  for (size_t g = 0; g < groups.size() && grouped; g++) {
+    const GetGroup& group = groups[g];
+    grouped = !group.keys.empty() && group.keys.size() <= wire::kMaxKeysPerRequest &&
+              input::CheckBatch("BatchGet", group.results, group.keys.size(),
+                                group.destinations.size(), "destinations", 0)
+                  .ok();
+    for (size_t i = 0; i < group.keys.size() && grouped; i++) {
+      capacity[g].push_back(0);
+      for (const MutableSlice& d : group.destinations[i]) capacity[g].back() += d.size();
+    }
+  }
+  if (!grouped) {
+    // A server built before GET_GROUPS, or nothing to gain: a GET per group.
+    return Transport::StartBatchGetGroups(peer, groups, calls);
+  }
+  // Groups [first, end) in one request: within kMaxGroupedBytes and the keys a request
+  // may name (at least one group).
+  for (size_t first = 0; first < groups.size();) {
+    std::vector<uint32_t> counts;
+    std::vector<Slice> keys;
+    std::vector<uint64_t> caps;
+    uint64_t bytes = 0;
+    size_t end = first;
+    for (; end < groups.size(); end++) {
+      uint64_t b = 0;
+      for (uint64_t c : capacity[end]) b += c;
+      if (end > first && (bytes + b > kMaxGroupedBytes ||
+                          keys.size() + groups[end].keys.size() > wire::kMaxKeysPerRequest)) {
+        break;
+      }
+      bytes += b;
+      counts.push_back(static_cast<uint32_t>(groups[end].keys.size()));
+      keys.insert(keys.end(), groups[end].keys.begin(), groups[end].keys.end());
+      caps.insert(caps.end(), capacity[end].begin(), capacity[end].end());
+    }
+    std::string meta;
+    wire::PutGetGroups(&meta, counts, keys, caps.data());
+    std::vector<TcpConnection::Pending*> pending;
+    for (size_t g = first; g < end; g++) {
+      auto call = std::make_unique<TcpPendingGet>(peer, groups[g].destinations, groups[g].results);
+      pending.push_back(call->call());
+      call->BegunOn(conn);
+      calls->push_back(std::move(call));
+    }
+    conn->BeginMany(wire::kGetGroups, meta, {}, pending);
+    first = end;
+  }
 }
 
 Status TcpTransport::BatchGetOwned(const Endpoint& peer, std::span<const Slice> keys,

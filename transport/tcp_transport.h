@@ -54,6 +54,10 @@ class TcpTransport : public Transport {
   std::unique_ptr<PendingGet> StartBatchGet(const Endpoint& peer, std::span<const Slice> keys,
                                             std::span<const Destination> destinations,
                                             std::vector<int64_t>* results) override;
+  // One GET_GROUPS request on one connection when the peer serves it (a GET per group
+  // otherwise); each group's call is Ready once its own answer frame is in.
+  void StartBatchGetGroups(const Endpoint& peer, std::span<const GetGroup> groups,
+                           std::vector<std::unique_ptr<PendingGet>>* calls) override;
   Status BatchGetOwned(const Endpoint& peer, std::span<const Slice> keys,
                        std::vector<std::string>* values, std::vector<int64_t>* results) override;
   Status BatchPut(const Endpoint& peer, std::span<const Slice> keys,

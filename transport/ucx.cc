@@ -1115,6 +1115,11 @@ class UcxTransport final : public TcpTransport {
                                             std::vector<int64_t>* results) override {
     return Transport::StartBatchGet(peer, keys, dests, results);
   }
+  // And so are grouped ones: group by group, each through BatchGet (not GET_GROUPS).
+  void StartBatchGetGroups(const Endpoint& peer, std::span<const GetGroup> groups,
+                           std::vector<std::unique_ptr<PendingGet> >* calls) override {
+    Transport::StartBatchGetGroups(peer, groups, calls);
+  }
 
   Status BatchGet(const Endpoint& peer, std::span<const Slice> keys,
                   std::span<const Destination> dests, std::vector<int64_t>* results) override {

@@ -132,6 +132,30 @@ bool GetKeys(std::string_view* in, std::vector<std::string_view>* keys,
   return true;
 }
 
+void PutGetGroups(std::string* dst, std::span<const uint32_t> counts, std::span<const Slice> keys,
+                  const uint64_t* capacity) {
+  PutFixed32(dst, static_cast<uint32_t>(counts.size()));
+  for (uint32_t n : counts) PutFixed32(dst, n);
+  PutKeys(dst, keys, capacity);
+}
+
+bool GetGetGroups(std::string_view* in, std::vector<uint32_t>* counts,
+                  std::vector<std::string_view>* keys, std::vector<uint64_t>* capacity) {
+  uint32_t groups;
+  // Each count takes four bytes: a group count larger than what is left is a lie.
+  if (!GetFixed32(in, &groups) || groups == 0 || groups > kMaxKeysPerRequest ||
+      groups > in->size() / 4) {
+    return false;
+  }
+  counts->assign(groups, 0);
+  uint64_t total = 0;
+  for (uint32_t g = 0; g < groups; g++) {
+    if (!GetFixed32(in, &(*counts)[g]) || (*counts)[g] == 0) return false;
+    total += (*counts)[g];
+  }
+  return GetKeys(in, keys, capacity) && keys->size() == total;
+}
+
 void PutResults(std::string* dst, std::span<const int64_t> results) {
   PutFixed32(dst, static_cast<uint32_t>(results.size()));
   for (int64_t r : results) PutFixed64(dst, static_cast<uint64_t>(r));

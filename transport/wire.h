@@ -54,6 +54,10 @@ enum Op : uint8_t {
   // A namespace registry's request (namespaces/namespace_fleet.h, whose bytes it carries
   // whole) -> batch status, length-prefixed answer.
   kSyncNamespaces = 15,
+  // GET of several groups of keys in one request (PutGetGroups): answered by one GET
+  // answer frame per group, in order, group g's carrying request id + g; servers with
+  // kFeatureGetGroups.
+  kGetGroups = 16,
 
   // Attached clients only, on the owner's Unix socket (attach/local_server.h,
   // docs/attach.md).  Locations are offsets in the shared arena.
@@ -139,6 +143,7 @@ inline constexpr uint16_t kFlagBodyUnhashed = 2;
 // Features a server offers after the batch status of its AUTH answer (u32, bits below);
 // clients built before them ignore the trailing bytes.
 inline constexpr uint32_t kFeatureLoopbackUnhashed = 1;  // takes and answers kFlagBodyUnhashed
+inline constexpr uint32_t kFeatureGetGroups = 2;         // serves kGetGroups
 
 struct FrameHeader {
   uint8_t op = 0;
@@ -177,6 +182,14 @@ void PutKeys(std::string* dst, std::span<const Slice> keys, const uint64_t* extr
 // Parses what PutKeys wrote; views point into *in's storage.  False when malformed.
 bool GetKeys(std::string_view* in, std::vector<std::string_view>* keys,
              std::vector<uint64_t>* extra);
+
+// GET_GROUPS request: uint32 group count, a uint32 key count per group (each at least
+// 1), then every group's keys and capacities in order, as GET's (PutKeys).  A request of
+// more groups than keys, or whose counts do not add up to its keys, is malformed.
+void PutGetGroups(std::string* dst, std::span<const uint32_t> counts, std::span<const Slice> keys,
+                  const uint64_t* capacity);
+bool GetGetGroups(std::string_view* in, std::vector<uint32_t>* counts,
+                  std::vector<std::string_view>* keys, std::vector<uint64_t>* capacity);
 
 // Results: uint32 count, then one fixed64 (two's complement int64) per key.
 void PutResults(std::string* dst, std::span<const int64_t> results);

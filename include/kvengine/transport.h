@@ -161,7 +161,6 @@ class Transport {
   virtual Status BatchGet(const Endpoint& peer, std::span<const Slice> keys,
                           std::span<const Destination> destinations,
                           std::vector<int64_t>* results) = 0;
-  // As BatchGet, with each value received into (*values)[i], sized by the transport.
   // Starts BatchGet(peer, keys, destinations, results) and returns before its answer is
   // in, so a caller can have many reads in flight and take each answer as it lands (a
   // layer-wise load: DB::BatchGetIntoGroups).  `keys` may go once the call returns;
@@ -174,6 +173,22 @@ class Transport {
                                                     std::span<const Slice> keys,
                                                     std::span<const Destination> destinations,
                                                     std::vector<int64_t>* results);
+  // One group of StartBatchGetGroups: its keys, where their values go, its results.
+  struct GetGroup {
+    std::span<const Slice> keys;
+    std::span<const Destination> destinations;
+    std::vector<int64_t>* results;
+  };
+  // Starts one BatchGet per group, as StartBatchGet would, and stores their calls in
+  // *calls, in the groups' order: each is Ready as soon as its own group's answer is in,
+  // whatever the other groups' (a layer-wise load's layers bound for one member).  Each
+  // group's destinations and results must stay valid until its call's Wait returns.
+  // Default: StartBatchGet of each group in turn.  TCP sends every group in one request
+  // (GET_GROUPS) to a server that offers it, answered a frame per group, in order
+  // (docs/transport.md, "Grouped gets").
+  virtual void StartBatchGetGroups(const Endpoint& peer, std::span<const GetGroup> groups,
+                                   std::vector<std::unique_ptr<PendingGet>>* calls);
+  // As BatchGet, with each value received into (*values)[i], sized by the transport.
   virtual Status BatchGetOwned(const Endpoint& peer, std::span<const Slice> keys,
                                std::vector<std::string>* values, std::vector<int64_t>* results) = 0;
   virtual Status BatchPut(const Endpoint& peer, std::span<const Slice> keys,
