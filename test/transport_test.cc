@@ -12,9 +12,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -22,10 +24,11 @@
 #include "test/test_util.h"
 #include "transport/frame_reader.h"
 #include "transport/mr_table.h"
-#include "transport/ucx.h"
+#include "transport/pending_get.h"
 #include "transport/read_validation.h"
 #include "transport/shm_channel.h"
 #include "transport/socket_util.h"
+#include "transport/ucx.h"
 #include "transport/unix_socket.h"
 #include "transport/wire.h"
 #include "util/hash.h"
@@ -956,6 +959,123 @@ TEST_F(ShmChannelTest, GarbageInTheRegionIsAnErrorNeverACrashOrAHang) {
     if (!s.ok()) break;  // the owner closes such a connection
   }
   munmap(region, static_cast<size_t>(st.st_size));
+}
+
+// A transport whose BatchGet of a group waits until the test opens that group's gate,
+// then writes the key itself as the value: StartGroupsInTurnOnAThread's reads seen from
+// outside.
+class GatedTransport final : public Transport {
+ public:
+  const char* Name() const override { return "gated"; }
+  Status RegisterMemory(void*, size_t, const char*) override { return Status::OK(); }
+  void UnregisterMemory(void*, size_t) override {}
+  std::shared_ptr<MemoryRegistrar> registrar() override { return nullptr; }
+  Status BatchGet(const Endpoint&, std::span<const Slice> keys, std::span<const Destination> dests,
+                  std::vector<int64_t>* results) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    const int call = calls_++;
+    cv_.wait(lock, [&] { return open_ > call; });
+    results->assign(keys.size(), 0);
+    for (size_t i = 0; i < keys.size(); i++) {
+      memcpy(dests[i][0].data(), keys[i].data(), keys[i].size());
+      (*results)[i] = static_cast<int64_t>(keys[i].size());
+    }
+    return Status::OK();
+  }
+  void Open(int gates) {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = gates;
+    cv_.notify_all();
+  }
+  Status BatchGetOwned(const Endpoint&, std::span<const Slice>, std::vector<std::string>*,
+                       std::vector<int64_t>*) override {
+    return Status::NotSupported("");
+  }
+  Status BatchPut(const Endpoint&, std::span<const Slice>, std::span<const ValueParts>,
+                  std::vector<int64_t>*) override {
+    return Status::NotSupported("");
+  }
+  Status BatchExists(const Endpoint&, std::span<const Slice>, std::vector<int64_t>*) override {
+    return Status::NotSupported("");
+  }
+  Status BatchDelete(const Endpoint&, std::span<const Slice>, std::vector<int64_t>*) override {
+    return Status::NotSupported("");
+  }
+  Status BatchValueSize(const Endpoint&, std::span<const Slice>, std::vector<int64_t>*) override {
+    return Status::NotSupported("");
+  }
+  Status DeleteByRegex(const Endpoint&, const std::string&, uint64_t*) override {
+    return Status::NotSupported("");
+  }
+  Status DeleteAll(const Endpoint&, uint64_t*) override { return Status::NotSupported(""); }
+  Status GetProperty(const Endpoint&, const std::string&, std::string*) override {
+    return Status::NotSupported("");
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int calls_ = 0;
+  int open_ = 0;
+};
+
+TEST(GroupsInTurn, EachGroupIsReadyOnceItsOwnReadIsDoneWhileLaterOnesWait) {
+  // UCX's grouped gets (a layer-wise load's layers for one member): the start returns
+  // before any read is done, and group g is Ready while group g+1 is still being read.
+  GatedTransport t;
+  const Endpoint peer{"127.0.0.1", 1};
+  std::vector<std::vector<std::string>> key_text = {{"a0", "a1"}, {"b0"}, {"c0", "c1", "c2"}};
+  std::vector<std::vector<Slice>> keys(3);
+  std::vector<std::vector<std::string>> buffers(3);
+  std::vector<std::vector<Destination>> dests(3);
+  std::vector<std::vector<int64_t>> results(3);
+  std::vector<Transport::GetGroup> groups;
+  for (size_t g = 0; g < 3; g++) {
+    for (const std::string& k : key_text[g]) {
+      keys[g].push_back(k);
+      buffers[g].push_back(std::string(8, '.'));
+    }
+    for (std::string& b : buffers[g]) dests[g].push_back({MutableSlice(b.data(), b.size())});
+    groups.push_back({keys[g], dests[g], &results[g]});
+  }
+  std::vector<std::unique_ptr<PendingGet>> calls;
+  StartGroupsInTurnOnAThread(&t, peer, groups, &calls);
+  keys.clear();  // the caller's keys may go once the start returns
+  key_text.clear();
+  ASSERT_EQ(calls.size(), 3u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  for (auto& c : calls) EXPECT_FALSE(c->Ready());
+  t.Open(1);
+  EXPECT_TRUE(calls[0]->Wait().ok());
+  EXPECT_EQ(results[0], (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(buffers[0][1].substr(0, 2), "a1");
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(calls[1]->Ready());  // its gate is shut
+  t.Open(3);
+  EXPECT_TRUE(calls[2]->Wait().ok());
+  EXPECT_TRUE(calls[1]->Ready());
+  EXPECT_EQ(buffers[1][0].substr(0, 2), "b0");
+  EXPECT_EQ(buffers[2][2].substr(0, 2), "c2");
+  EXPECT_EQ(results[2], (std::vector<int64_t>{2, 2, 2}));
+}
+
+TEST(GroupsInTurn, ACallDestroyedUnwaitedWaitsForItsGroupFirst) {
+  GatedTransport t;
+  std::vector<Slice> keys = {"k"};
+  std::string buffer(4, '.');
+  std::vector<Destination> dests = {{MutableSlice(buffer.data(), buffer.size())}};
+  std::vector<int64_t> results;
+  std::vector<Transport::GetGroup> groups = {{keys, dests, &results}};
+  std::vector<std::unique_ptr<PendingGet>> calls;
+  StartGroupsInTurnOnAThread(&t, Endpoint{"127.0.0.1", 1}, groups, &calls);
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    t.Open(1);
+  });
+  calls.clear();  // waits for the read: the buffer is written before this returns
+  EXPECT_EQ(buffer[0], 'k');
+  EXPECT_EQ(results, (std::vector<int64_t>{1}));
+  opener.join();
 }
 
 }  // namespace

@@ -1,8 +1,19 @@
 // Transport's default StartBatchGet (the call made at once, answered before it returns)
-// and StartBatchGetGroups (StartBatchGet of each group).
+// and StartBatchGetGroups (StartBatchGet of each group), and the groups read in turn on
+// a thread (transport/pending_get.h).
 // Apart from Transport::Create, which links every transport, so that code holding only a
 // TcpTransport (the fuzz targets) links without UCX or RDMA.
+#include "transport/pending_get.h"
+
+#include <functional>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <utility>
+
 #include "kvengine/transport.h"
+#include "util/mutex.h"
+#include "util/thread_annotations.h"
 
 namespace kvengine {
 
@@ -19,7 +30,73 @@ class AnsweredGet final : public PendingGet {
   const Status status_;
 };
 
+// What the thread of StartGroupsInTurnOnAThread shares with the groups' calls.
+struct GroupsInTurn {
+  Mutex mu;
+  CondVar cv;
+  std::vector<Status> status GUARDED_BY(mu);
+  size_t done GUARDED_BY(mu) = 0;  // groups 0 .. done-1 have been read
+};
+
+// Group g of a StartGroupsInTurnOnAThread.
+class GroupInTurn final : public PendingGet {
+ public:
+  GroupInTurn(std::shared_ptr<GroupsInTurn> state, size_t group)
+      : state_(std::move(state)), group_(group) {}
+  ~GroupInTurn() override { Wait(); }
+  bool Ready() override {
+    MutexLock lock(&state_->mu);
+    return state_->done > group_;
+  }
+  Status Wait() override {
+    MutexLock lock(&state_->mu);
+    while (state_->done <= group_) state_->cv.Wait(&state_->mu);
+    return state_->status[group_];
+  }
+
+ private:
+  const std::shared_ptr<GroupsInTurn> state_;
+  const size_t group_;
+};
+
 }  // namespace
+
+void StartGroupsInTurnOnAThread(Transport* transport, const Endpoint& peer,
+                                std::span<const Transport::GetGroup> groups,
+                                std::vector<std::unique_ptr<PendingGet>>* calls) {
+  calls->clear();
+  if (groups.empty()) return;
+  // The keys, owned by the thread: the caller's may go once this returns.
+  std::vector<std::vector<std::string>> keys(groups.size());
+  for (size_t g = 0; g < groups.size(); g++) {
+    for (const Slice& k : groups[g].keys) keys[g].emplace_back(k.data(), k.size());
+  }
+  auto state = std::make_shared<GroupsInTurn>();
+  {
+    MutexLock lock(&state->mu);
+    state->status.resize(groups.size());
+  }
+  std::vector<Transport::GetGroup> owned(groups.begin(), groups.end());
+  auto read_in_turn = std::make_shared<std::function<void()>>(
+      [transport, peer, state, keys = std::move(keys), owned = std::move(owned)]() {
+        for (size_t g = 0; g < owned.size(); g++) {
+          const std::vector<Slice> group_keys(keys[g].begin(), keys[g].end());
+          Status s = transport->BatchGet(peer, group_keys, owned[g].destinations, owned[g].results);
+          MutexLock lock(&state->mu);
+          state->status[g] = std::move(s);
+          state->done = g + 1;
+          state->cv.NotifyAll();
+        }
+      });
+  for (size_t g = 0; g < groups.size(); g++) {
+    calls->push_back(std::make_unique<GroupInTurn>(state, g));
+  }
+  try {
+    std::thread([read_in_turn] { (*read_in_turn)(); }).detach();
+  } catch (const std::system_error&) {
+    (*read_in_turn)();  // no thread to be had (the process's limit): read them here
+  }
+}
 
 std::unique_ptr<PendingGet> Transport::StartBatchGet(const Endpoint& peer,
                                                      std::span<const Slice> keys,

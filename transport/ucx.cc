@@ -21,6 +21,7 @@
 
 #include "transport/lease_calls.h"
 #include "transport/mr_table.h"
+#include "transport/pending_get.h"
 #include "transport/read_validation.h"
 #include "transport/tcp_transport.h"
 #include "transport/ucp_helpers.h"
@@ -1115,10 +1116,13 @@ class UcxTransport final : public TcpTransport {
                                             std::vector<int64_t>* results) override {
     return Transport::StartBatchGet(peer, keys, dests, results);
   }
-  // And so are grouped ones: group by group, each through BatchGet (not GET_GROUPS).
+  // Grouped ones (a layer-wise load's layers for this peer) are read group by group,
+  // each through BatchGet (not GET_GROUPS), on a thread of their own: the call returns
+  // at once, so the load's other members are read meanwhile and layer g is reported
+  // while layer g+1 is on its way.
   void StartBatchGetGroups(const Endpoint& peer, std::span<const GetGroup> groups,
                            std::vector<std::unique_ptr<PendingGet> >* calls) override {
-    Transport::StartBatchGetGroups(peer, groups, calls);
+    StartGroupsInTurnOnAThread(this, peer, groups, calls);
   }
 
   Status BatchGet(const Endpoint& peer, std::span<const Slice> keys,
