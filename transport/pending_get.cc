@@ -79,9 +79,22 @@ void StartGroupsInTurnOnAThread(Transport* transport, const Endpoint& peer,
   std::vector<Transport::GetGroup> owned(groups.begin(), groups.end());
   auto read_in_turn = std::make_shared<std::function<void()>>(
       [transport, peer, state, keys = std::move(keys), owned = std::move(owned)]() {
+        Status unreachable;  // the peer's failure that ends every later group at once
         for (size_t g = 0; g < owned.size(); g++) {
-          const std::vector<Slice> group_keys(keys[g].begin(), keys[g].end());
-          Status s = transport->BatchGet(peer, group_keys, owned[g].destinations, owned[g].results);
+          Status s = unreachable;
+          if (s.ok()) {
+            const std::vector<Slice> group_keys(keys[g].begin(), keys[g].end());
+            s = transport->BatchGet(peer, group_keys, owned[g].destinations, owned[g].results);
+            const std::string name = peer.ToString();
+            if (!s.ok() && s.message().find(name) == std::string::npos) {  // say which peer
+              s = Status::FromErrorCode(s.ErrorCode(), name + ": " + s.message());
+            }
+            // A peer that did not answer (dead, cut off, timed out) would cost each later
+            // group a timeout of its own: they fail with this one's error instead.
+            if (s.IsIOError()) unreachable = s;
+          } else {
+            owned[g].results->assign(keys[g].size(), s.ErrorCode());
+          }
           MutexLock lock(&state->mu);
           state->status[g] = std::move(s);
           state->done = g + 1;
