@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -94,6 +95,7 @@ TEST(UcxWire, ConnectRequestAndAnswerRoundTrip) {
   a.rkey = std::string("\x00rkey", 5);
   a.token = 0x1234567890abcdefull;
   a.lease_ttl_ms = 2000;
+  a.put_ttl_ms = 10000;
   enc.clear();
   a.EncodeTo(&enc);
   UcxConnectAnswer b;
@@ -130,7 +132,7 @@ TEST(UcxWire, HostileAnswersAreRefused) {
   enc.clear();
   a.EncodeTo(&enc);
   EXPECT_TRUE(UcxConnectAnswer::DecodeFrom(enc, &b).IsCorruption());
-  enc = std::string("\x03", 1);  // another version
+  enc = std::string("\x04", 1);  // another version
   EXPECT_TRUE(UcxConnectAnswer::DecodeFrom(enc, &b).IsCorruption());
   a.rkey = "rkey";
   a.token = 0;  // a version 2 answer names its client
@@ -141,12 +143,60 @@ TEST(UcxWire, HostileAnswersAreRefused) {
   a.token = 7;
   enc.clear();
   a.EncodeTo(&enc);
+  a.put_ttl_ms = 5000;
+  const std::string v3 = enc;
   enc[0] = 1;
-  enc.resize(enc.size() - 16);
+  enc.resize(enc.size() - 24);
   ASSERT_TRUE(UcxConnectAnswer::DecodeFrom(enc, &b).ok());
   EXPECT_EQ(b.token, 0u);
+  // Nor does a version 2 answer (no put_ttl_ms: puts go by TCP).
+  enc = v3;
+  enc[0] = 2;
+  enc.resize(enc.size() - 8);
+  ASSERT_TRUE(UcxConnectAnswer::DecodeFrom(enc, &b).ok());
+  EXPECT_EQ(b.token, 7u);
+  EXPECT_EQ(b.put_ttl_ms, 0u);
   UcxConnectRequest r;
   EXPECT_TRUE(UcxConnectRequest::DecodeFrom(std::string("\x01\x00", 2), &r).IsCorruption());
+}
+
+// The put ops' codecs: round trips, and every truncation refused.
+TEST(UcxWire, PutOpsRoundTrip) {
+  std::vector<Slice> keys = {"a", "", "key-c"};
+  std::vector<uint64_t> sizes = {0, 1 << 20, 7};
+  std::string meta;
+  EncodeUcxReserveRequest(keys, sizes, &meta);
+  EXPECT_FALSE(meta.empty());
+  std::string answer;
+  wire::PutBatchStatus(&answer, Status::OK());
+  const int64_t codes[] = {0, Status::NoSpace("").ErrorCode(), 0};
+  for (int i = 0; i < 3; i++) {
+    PutFixed64(&answer, static_cast<uint64_t>(codes[i]));
+    PutFixed64(&answer, 10 + i);
+    PutFixed64(&answer, 4096 * i);
+  }
+  std::vector<UcxReserved> r;
+  ASSERT_TRUE(DecodeUcxReserveAnswer(answer, 3, &r).ok());
+  EXPECT_EQ(r[1].result, codes[1]);
+  EXPECT_EQ(r[2].id, 12u);
+  EXPECT_EQ(r[2].offset, 8192u);
+  for (size_t n = 0; n < answer.size(); n++) {
+    EXPECT_FALSE(DecodeUcxReserveAnswer(std::string_view(answer).substr(0, n), 3, &r).ok()) << n;
+  }
+  EXPECT_FALSE(DecodeUcxReserveAnswer(answer + "x", 3, &r).ok());
+  answer.clear();
+  wire::PutBatchStatus(&answer, Status::NotSupported("no puts here"));
+  EXPECT_TRUE(DecodeUcxReserveAnswer(answer, 3, &r).IsNotSupported());
+
+  answer.clear();
+  wire::PutBatchStatus(&answer, Status::OK());
+  PutFixed64(&answer, 0);
+  PutFixed64(&answer, static_cast<uint64_t>(Status::Aborted("").ErrorCode()));
+  std::vector<int64_t> results;
+  ASSERT_TRUE(DecodeUcxCommitAnswer(answer, 2, &results).ok());
+  EXPECT_EQ(results[1], Status::Aborted("").ErrorCode());
+  EXPECT_FALSE(DecodeUcxCommitAnswer(answer.substr(0, answer.size() - 1), 2, &results).ok());
+  EXPECT_FALSE(DecodeUcxCommitAnswer(answer, 3, &results).ok());
 }
 
 TEST(UcxBuild, CreateAnswersAsTheBuildAllows) {
@@ -192,6 +242,9 @@ TEST(UcxTest, GetsAreOneSidedIntoMappedAndPlainBuffers) {
   ASSERT_TRUE(client->BatchPut(ep, keys, parts, &results).ok());
   for (int64_t r : results) ASSERT_EQ(r, 0);
 
+  // The puts' bytes came from plain memory, through the bounce buffer.
+  const uint64_t bounced_by_puts = Stat(client->StatsText(), "ucx_bounce_ops");
+  EXPECT_EQ(bounced_by_puts, sizes.size() - 1);  // the empty value moves no byte
   const size_t kSlot = 4 << 20;
   std::vector<char> mapped(kSlot * (sizes.size() + 2));
   ASSERT_TRUE(client->RegisterMemory(mapped.data(), mapped.size(), "user buffer").ok());
@@ -213,7 +266,9 @@ TEST(UcxTest, GetsAreOneSidedIntoMappedAndPlainBuffers) {
   EXPECT_EQ(results[sizes.size() + 1], Status::BufferTooSmall("").ErrorCode());
   std::string stats = client->StatsText();
   EXPECT_GE(Stat(stats, "ucx_gets"), 5u) << stats;
-  EXPECT_EQ(Stat(stats, "ucx_unregistered_reads"), 0u) << stats;
+  // Into the registered buffer directly, never through the bounce buffer.
+  EXPECT_GE(Stat(stats, "ucx_direct_ops"), 5u) << stats;
+  EXPECT_EQ(Stat(stats, "ucx_bounce_ops"), bounced_by_puts) << stats;
   EXPECT_EQ(Stat(stats, "ucx_tcp_batches"), 0u) << stats;
 
   // Plain buffers, each value split over two of them.
@@ -233,7 +288,7 @@ TEST(UcxTest, GetsAreOneSidedIntoMappedAndPlainBuffers) {
     EXPECT_EQ(got.substr(0, sizes[i]), values[i]) << i;
   }
   stats = client->StatsText();
-  EXPECT_GE(Stat(stats, "ucx_unregistered_reads"), 4u) << stats;
+  EXPECT_GE(Stat(stats, "ucx_bounce_ops"), bounced_by_puts + 4) << stats;
   EXPECT_EQ(Stat(ServerStats(client.get(), ep), "ucx_clients"), 1u);
   client->UnregisterMemory(mapped.data(), mapped.size());
 }
@@ -511,7 +566,8 @@ TEST(UcxTest, ClientKilledMidReadLeaksNothing) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  EXPECT_EQ(Stat(stats, "ucx_clients"), 0u) << stats;  // this client has made no UCX get
+  // Only this client's own (its puts went one-sided), not the killed ones'.
+  EXPECT_EQ(Stat(stats, "ucx_clients"), Stat(client->StatsText(), "ucx_connects")) << stats;
   if (std::string(std::getenv("UCX_TLS")) != "tcp") {
     EXPECT_GE(Stat(stats, "ucx_clients_released"), 3u) << stats;
   }
@@ -553,6 +609,9 @@ TEST(UcxTest, TenantBoundToNamespacesReadsOverTcp) {
   EXPECT_EQ(std::string(buf.begin(), buf.end()), v);
   EXPECT_EQ(Stat(alpha->StatsText(), "ucx_tcp_batches"), 1u);
   EXPECT_EQ(Stat(alpha->StatsText(), "ucx_gets"), 0u);
+  // Nor may it write one-sidedly: its put went by TCP PUT.
+  EXPECT_EQ(Stat(alpha->StatsText(), "ucx_puts"), 0u);
+  EXPECT_EQ(Stat(alpha->StatsText(), "ucx_tcp_put_keys"), 1u);
   // The operator's tenant reads one-sided.
   std::fill(buf.begin(), buf.end(), 0);
   ASSERT_TRUE(ops->BatchGet(ep, keys, d, &results).ok());
@@ -594,12 +653,24 @@ class AmProbe {
     ok_ = ucp_worker_set_am_recv_handler(worker_, &h) == UCS_OK;
   }
   ~AmProbe() {
+    if (rkey_ != nullptr) ucp_rkey_destroy(rkey_);
     if (ep_ != nullptr) CloseUcpEndpointNow(worker_, ep_);
     if (worker_ != nullptr) ucp_worker_destroy(worker_);
     if (context_ != nullptr) ucp_cleanup(context_);
   }
   bool ok() const { return ok_; }
   const std::string& address() const { return address_; }
+  bool UnpackRkey(const std::string& rkey) {
+    return ucp_ep_rkey_unpack(ep_, rkey.data(), &rkey_) == UCS_OK;
+  }
+  // Writes [data, data+n) at `addr` of the peer's memory one-sidedly, flushed.
+  bool Put(uint64_t addr, const char* data, size_t n) {
+    ucp_request_param_t p;
+    std::memset(&p, 0, sizeof(p));
+    void* req = ucp_put_nbx(ep_, data, n, addr, rkey_, &p);
+    if (!Wait(req)) return false;
+    return Wait(ucp_ep_flush_nbx(ep_, &p));
+  }
   bool Connect(const std::string& server_address) {
     ucp_ep_params_t p;
     std::memset(&p, 0, sizeof(p));
@@ -641,9 +712,18 @@ class AmProbe {
   }
 
  private:
+  bool Wait(void* req) {
+    if (UCS_PTR_IS_ERR(req)) return false;
+    if (req == nullptr) return true;
+    ucs_status_t st;
+    while ((st = ucp_request_check_status(req)) == UCS_INPROGRESS) ucp_worker_progress(worker_);
+    ucp_request_free(req);
+    return st == UCS_OK;
+  }
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   ucp_ep_h ep_ = nullptr;
+  ucp_rkey_h rkey_ = nullptr;
   std::string address_;
   std::map<uint64_t, std::string> answers_;
   bool ok_ = false;
@@ -747,6 +827,376 @@ TEST(UcxTest, LeaseOpsByActiveMessageNeedALiveClientsToken) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_EQ(Stat(ServerStats(client.get(), ep), "leases_held"), 0u);
+}
+// A probe connected to a server as an authenticated client would be: its control
+// connection, its UCP endpoint, the arena's rkey, and the server's connect answer.
+struct ProbeClient {
+  std::unique_ptr<RawConn> conn;
+  AmProbe probe;
+  UcxConnectAnswer a;
+  uint64_t next_call = 1;
+
+  bool Connect(const Endpoint& ep) {
+    conn = std::make_unique<RawConn>(ep);
+    if (!conn->ok() || !probe.ok()) return false;
+    std::string meta;
+    UcxConnectRequest{probe.address()}.EncodeTo(&meta);
+    wire::FrameHeader h;
+    std::string answer;
+    if (!conn->Send(wire::kUcxConnect, meta) || !conn->Read(&h, &answer)) return false;
+    std::string_view in(answer);
+    Status verdict;
+    std::string_view theirs;
+    if (!wire::GetBatchStatus(&in, &verdict) || !GetLengthPrefixed(&in, &theirs) ||
+        !verdict.ok() || !UcxConnectAnswer::DecodeFrom(theirs, &a).ok()) {
+      return false;
+    }
+    return probe.Connect(a.worker_address) && probe.UnpackRkey(a.rkey);
+  }
+  // RESERVE of one key of `size` bytes, under `token` (0: this probe's own).
+  bool Reserve(const std::string& key, uint64_t size, UcxReserved* out) {
+    std::string meta, answer;
+    Slice k(key);
+    EncodeUcxReserveRequest({&k, 1}, {&size, 1}, &meta);
+    std::vector<UcxReserved> r;
+    if (!probe.Call(wire::kReserve, a.token, next_call++, meta, 5000, &answer) ||
+        !DecodeUcxReserveAnswer(answer, 1, &r).ok()) {
+      return false;
+    }
+    *out = r[0];
+    return true;
+  }
+  // COMMIT (publish) of reservation `id`: its result in *result.
+  bool Commit(uint64_t id, int64_t* result) {
+    std::string meta, answer;
+    const uint8_t publish = 1;
+    EncodeUcxCommitRequest({&id, 1}, {&publish, 1}, &meta);
+    std::vector<int64_t> r;
+    if (!probe.Call(wire::kCommit, a.token, next_call++, meta, 5000, &answer) ||
+        !DecodeUcxCommitAnswer(answer, 1, &r).ok()) {
+      return false;
+    }
+    *result = r[0];
+    return true;
+  }
+};
+
+// Reads keys[i] into a buffer registered with the client; its bytes in (*got)[i]
+// (empty with a negative result: the result's code as a string).
+void ReadBack(Transport* client, const Endpoint& ep, const std::vector<Slice>& keys,
+              size_t capacity, std::vector<std::string>* got) {
+  std::vector<char> buf(capacity * keys.size() + 1);
+  ASSERT_TRUE(client->RegisterMemory(buf.data(), buf.size(), "test buffer").ok());
+  std::vector<Destination> dests;
+  for (size_t i = 0; i < keys.size(); i++) {
+    dests.push_back({MutableSlice(buf.data() + i * capacity, capacity)});
+  }
+  std::vector<int64_t> results;
+  Status s = client->BatchGet(ep, keys, dests, &results);
+  client->UnregisterMemory(buf.data(), buf.size());
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  got->clear();
+  for (size_t i = 0; i < keys.size(); i++) {
+    got->push_back(results[i] < 0 ? "error " + std::to_string(results[i])
+                                  : std::string(buf.data() + i * capacity, results[i]));
+  }
+}
+
+// Puts are written one-sidedly into room the owner reserved, and committed: every size
+// (empty, small, 64 KiB, several MiB, a value in parts), a batch, and overwrites, all
+// bit-exact; no key goes by TCP.
+TEST(UcxPutTest, PutsAreOneSidedAndBitExact) {
+  SKIP_WITHOUT_UCX();
+  Server server(TempDir("ucx_puts"), FreePort());
+  ASSERT_TRUE(server.Start());
+  auto client = NewClient("", 10000);
+  const Endpoint ep = server.endpoint();
+  std::mt19937_64 rng(11);
+  const std::vector<size_t> sizes = {0, 1, 4095, 64 << 10, 1 << 20, (5 << 20) + 7};
+  std::vector<std::string> names, values;
+  for (size_t i = 0; i < sizes.size(); i++) {
+    names.push_back("put/k" + std::to_string(i));
+    values.push_back(RandomValue(&rng, sizes[i]));
+  }
+  std::vector<Slice> keys(names.begin(), names.end());
+  std::vector<ValueParts> parts;
+  for (const auto& v : values) parts.push_back({Slice(v)});
+  // The last value in three parts.
+  const std::string& last = values.back();
+  parts.back() = {Slice(last.data(), 10), Slice(last.data() + 10, 1 << 20),
+                  Slice(last.data() + 10 + (1 << 20), last.size() - 10 - (1 << 20))};
+  std::vector<int64_t> results;
+  Status s = client->BatchPut(ep, keys, parts, &results);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  for (size_t i = 0; i < keys.size(); i++) ASSERT_EQ(results[i], 0) << i;
+  std::string stats = client->StatsText();
+  EXPECT_EQ(Stat(stats, "ucx_puts"), sizes.size()) << stats;
+  EXPECT_EQ(Stat(stats, "ucx_tcp_put_keys"), 0u) << stats;
+  std::string server_stats = ServerStats(client.get(), ep);
+  EXPECT_EQ(Stat(server_stats, "ucx_puts_served"), sizes.size()) << server_stats;
+  EXPECT_EQ(Stat(server_stats, "ucx_reservations"), 0u) << server_stats;
+  std::vector<std::string> got;
+  ReadBack(client.get(), ep, keys, 6 << 20, &got);
+  for (size_t i = 0; i < keys.size(); i++) EXPECT_TRUE(got[i] == values[i]) << i;
+
+  // A batch of 64 values of 64 KiB.
+  std::vector<std::string> bn, bv;
+  for (int i = 0; i < 64; i++) {
+    bn.push_back("put/batch" + std::to_string(i));
+    bv.push_back(RandomValue(&rng, 64 << 10));
+  }
+  std::vector<Slice> bk(bn.begin(), bn.end());
+  std::vector<ValueParts> bp;
+  for (const auto& v : bv) bp.push_back({Slice(v)});
+  ASSERT_TRUE(client->BatchPut(ep, bk, bp, &results).ok());
+  for (int64_t r : results) ASSERT_EQ(r, 0);
+  ReadBack(client.get(), ep, bk, 64 << 10, &got);
+  for (size_t i = 0; i < bk.size(); i++) EXPECT_TRUE(got[i] == bv[i]) << i;
+
+  // Overwrites, to other sizes.
+  for (size_t i = 0; i < values.size(); i++) {
+    values[i] = RandomValue(&rng, (i * 37 << 10) + 3);
+    parts[i] = {Slice(values[i])};
+  }
+  ASSERT_TRUE(client->BatchPut(ep, keys, parts, &results).ok());
+  for (int64_t r : results) ASSERT_EQ(r, 0);
+  ReadBack(client.get(), ep, keys, 6 << 20, &got);
+  for (size_t i = 0; i < keys.size(); i++) EXPECT_TRUE(got[i] == values[i]) << i;
+  stats = client->StatsText();
+  EXPECT_EQ(Stat(stats, "ucx_puts"), 2 * sizes.size() + 64) << stats;
+  EXPECT_EQ(Stat(stats, "ucx_tcp_put_keys"), 0u) << stats;
+}
+
+// A put's bytes come straight from a buffer registered with the transport; from any
+// other memory they go through the transport's bounce buffer (a value larger than it
+// in rounds), counted.
+TEST(UcxPutTest, RegisteredSourcesAreWrittenDirectlyOthersBounced) {
+  SKIP_WITHOUT_UCX();
+  Server server(TempDir("ucx_put_bounce"), FreePort());
+  ASSERT_TRUE(server.Start());
+  auto client = NewClient("", 10000);
+  const Endpoint ep = server.endpoint();
+  std::mt19937_64 rng(5);
+  std::string registered = RandomValue(&rng, 1 << 20);
+  ASSERT_TRUE(client->RegisterMemory(registered.data(), registered.size(), "values").ok());
+  std::vector<Slice> keys = {"bounce/direct"};
+  std::vector<ValueParts> parts = {{Slice(registered)}};
+  std::vector<int64_t> results;
+  ASSERT_TRUE(client->BatchPut(ep, keys, parts, &results).ok());
+  ASSERT_EQ(results[0], 0);
+  std::string stats = client->StatsText();
+  EXPECT_EQ(Stat(stats, "ucx_direct_ops"), 1u) << stats;
+  EXPECT_EQ(Stat(stats, "ucx_direct_bytes"), 1u << 20) << stats;
+  EXPECT_EQ(Stat(stats, "ucx_bounce_ops"), 0u) << stats;
+
+  const std::string plain = RandomValue(&rng, (9 << 20) + 1);  // over two bounce rounds
+  keys = {"bounce/plain"};
+  parts = {{Slice(plain)}};
+  ASSERT_TRUE(client->BatchPut(ep, keys, parts, &results).ok());
+  ASSERT_EQ(results[0], 0);
+  stats = client->StatsText();
+  EXPECT_EQ(Stat(stats, "ucx_direct_ops"), 1u) << stats;
+  EXPECT_EQ(Stat(stats, "ucx_bounce_ops"), 1u) << stats;
+  EXPECT_EQ(Stat(stats, "ucx_bounce_bytes"), plain.size()) << stats;
+
+  std::vector<Slice> both = {"bounce/direct", "bounce/plain"};
+  std::vector<std::string> got;
+  ReadBack(client.get(), ep, both, 10 << 20, &got);
+  EXPECT_TRUE(got[0] == registered);
+  EXPECT_TRUE(got[1] == plain);
+  client->UnregisterMemory(registered.data(), registered.size());
+}
+
+// A put racing gets of the same key: every get sees one whole value (each is one
+// repeated byte), never a mix, never a half-written one.
+TEST(UcxPutTest, PutsRacingGetsAreNeverSeenHalfWritten) {
+  SKIP_WITHOUT_UCX();
+  Server server(TempDir("ucx_put_race"), FreePort());
+  ASSERT_TRUE(server.Start());
+  auto writer = NewClient("", 10000);
+  auto reader = NewClient("", 10000);
+  const Endpoint ep = server.endpoint();
+  const size_t kSize = 1 << 20;
+  const std::string va = Uniform(kSize, 'a'), vb = Uniform(kSize, 'b');
+  std::vector<Slice> keys = {"race/k"};
+  std::vector<int64_t> results;
+  std::vector<ValueParts> parts = {{Slice(va)}};
+  ASSERT_TRUE(writer->BatchPut(ep, keys, parts, &results).ok());
+  std::atomic<bool> stop{false};
+  std::atomic<int> torn{0}, reads{0}, puts{0};
+  std::thread w([&] {
+    for (int i = 0; !stop.load(); i++) {
+      std::vector<ValueParts> p = {{Slice(i % 2 == 0 ? vb : va)}};
+      std::vector<int64_t> r;
+      if (writer->BatchPut(ep, keys, p, &r).ok() && r[0] == 0) puts++;
+    }
+  });
+  std::vector<char> buf(kSize);
+  ASSERT_TRUE(reader->RegisterMemory(buf.data(), buf.size(), "test buffer").ok());
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (std::chrono::steady_clock::now() < until) {
+    std::vector<Destination> d = {{MutableSlice(buf.data(), buf.size())}};
+    std::vector<int64_t> r;
+    if (!reader->BatchGet(ep, keys, d, &r).ok() || r[0] < 0) continue;
+    reads++;
+    if (r[0] != static_cast<int64_t>(kSize) ||
+        std::count(buf.begin(), buf.end(), buf[0]) != static_cast<long>(kSize) ||
+        (buf[0] != 'a' && buf[0] != 'b')) {
+      torn++;
+    }
+  }
+  stop.store(true);
+  w.join();
+  reader->UnregisterMemory(buf.data(), buf.size());
+  EXPECT_EQ(torn.load(), 0);
+  EXPECT_GT(reads.load(), 0);
+  EXPECT_GT(puts.load(), 1);
+  EXPECT_EQ(Stat(writer->StatsText(), "ucx_tcp_put_keys"), 0u) << writer->StatsText();
+}
+
+TEST(UcxChild, ReservesAndDies) {
+  const char* peer = std::getenv("KV_UCX_CHILD_PEER");
+  if (peer == nullptr) GTEST_SKIP() << "the child of UcxPutTest.ClientKilledBetweenReserveAndCommit";
+  UseUcx();
+  Endpoint ep;
+  ASSERT_TRUE(Endpoint::Parse(peer, &ep).ok());
+  ProbeClient c;
+  ASSERT_TRUE(c.Connect(ep));
+  UcxReserved r;
+  ASSERT_TRUE(c.Reserve("kill/k", 1 << 20, &r));
+  ASSERT_EQ(r.result, 0);
+  // Half of the new value written, then killed before the commit.
+  const std::string half = Uniform(512 << 10, 'z');
+  ASSERT_TRUE(c.probe.Put(c.a.arena_addr + r.offset, half.data(), half.size()));
+  std::printf("reserved\n");
+  std::fflush(stdout);
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
+// A client killed between RESERVE and COMMIT leaks nothing on the owner (its room is
+// taken back when its connection drops, counted) and publishes nothing: the key keeps
+// its old value, whole.
+TEST(UcxPutTest, ClientKilledBetweenReserveAndCommitLeaksNothing) {
+  SKIP_WITHOUT_UCX();
+  Server server(TempDir("ucx_put_kill"), FreePort());
+  ASSERT_TRUE(server.Start());
+  auto client = NewClient();
+  const Endpoint ep = server.endpoint();
+  const std::string old = Uniform(1 << 20, 'o');
+  std::vector<Slice> keys = {"kill/k"};
+  std::vector<ValueParts> parts = {{Slice(old)}};
+  std::vector<int64_t> results;
+  ASSERT_TRUE(client->BatchPut(ep, keys, parts, &results).ok());
+  ASSERT_EQ(results[0], 0);
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out[1], 1);
+    close(out[0]);
+    setenv("KV_UCX_CHILD_PEER", ep.ToString().c_str(), 1);
+    execl("/proc/self/exe", "ucx_test", "--gtest_filter=UcxChild.ReservesAndDies", nullptr);
+    _exit(127);
+  }
+  close(out[1]);
+  std::string line, all;
+  char ch;
+  while (line != "reserved" && read(out[0], &ch, 1) == 1) {
+    all += ch;
+    if (ch == '\n') {
+      if (line != "reserved") line.clear();
+      continue;
+    }
+    line += ch;
+  }
+  close(out[0]);
+  ASSERT_EQ(line, "reserved") << all;
+  std::string stats = ServerStats(client.get(), ep);
+  EXPECT_EQ(Stat(stats, "ucx_reservations"), 1u) << stats;
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  for (int i = 0; i < 100; i++) {
+    stats = ServerStats(client.get(), ep);
+    if (Stat(stats, "ucx_reservations") == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(Stat(stats, "ucx_reservations"), 0u) << stats;
+  EXPECT_EQ(Stat(stats, "ucx_reservations_reclaimed"), 1u) << stats;
+  std::vector<std::string> got;
+  ReadBack(client.get(), ep, keys, 1 << 20, &got);
+  EXPECT_TRUE(got[0] == old) << got[0].substr(0, 16);
+  // The room was given back: the owner still takes puts of the key, and serves.
+  const std::string fresh = Uniform(1 << 20, 'f');
+  parts = {{Slice(fresh)}};
+  ASSERT_TRUE(client->BatchPut(ep, keys, parts, &results).ok());
+  ASSERT_EQ(results[0], 0);
+  ReadBack(client.get(), ep, keys, 1 << 20, &got);
+  EXPECT_TRUE(got[0] == fresh);
+  EXPECT_TRUE(server.Alive());
+}
+
+// A reservation is its client's alone, and lives only its time to live: a COMMIT of
+// another client's reservation, or of one expired, is refused (Aborted, counted), and
+// publishes nothing; an expired one's room is taken back.
+TEST(UcxPutTest, ReservationsExpireAndBelongToTheirClient) {
+  SKIP_WITHOUT_UCX();
+  setenv("KVENGINE_UCX_PUT_TTL_MS", "400", 1);
+  Server server(TempDir("ucx_put_ttl"), FreePort());
+  const bool started = server.Start();
+  unsetenv("KVENGINE_UCX_PUT_TTL_MS");
+  ASSERT_TRUE(started);
+  auto client = NewClient();
+  const Endpoint ep = server.endpoint();
+  ProbeClient a, b;
+  ASSERT_TRUE(a.Connect(ep));
+  ASSERT_TRUE(b.Connect(ep));
+  EXPECT_EQ(a.a.put_ttl_ms, 400u);
+  const int64_t aborted = Status::Aborted("").ErrorCode();
+
+  // Written and committed in time: published.
+  const std::string v = Uniform(100, 'p');
+  UcxReserved r;
+  ASSERT_TRUE(a.Reserve("ttl/ok", v.size(), &r));
+  ASSERT_EQ(r.result, 0);
+  ASSERT_TRUE(a.probe.Put(a.a.arena_addr + r.offset, v.data(), v.size()));
+  int64_t result = -1;
+  ASSERT_TRUE(a.Commit(r.id, &result));
+  EXPECT_EQ(result, 0);
+
+  // Another client's commit of a's reservation is refused; a's own still works after.
+  ASSERT_TRUE(a.Reserve("ttl/theirs", v.size(), &r));
+  ASSERT_EQ(r.result, 0);
+  ASSERT_TRUE(a.probe.Put(a.a.arena_addr + r.offset, v.data(), v.size()));
+  ASSERT_TRUE(b.Commit(r.id, &result));
+  EXPECT_EQ(result, aborted);
+  ASSERT_TRUE(a.Commit(r.id, &result));
+  EXPECT_EQ(result, 0);
+  // Committed once only.
+  ASSERT_TRUE(a.Commit(r.id, &result));
+  EXPECT_EQ(result, aborted);
+
+  // Not committed in time: taken back, and its late commit refused.
+  ASSERT_TRUE(a.Reserve("ttl/late", v.size(), &r));
+  ASSERT_EQ(r.result, 0);
+  std::string stats;
+  for (int i = 0; i < 100; i++) {
+    stats = ServerStats(client.get(), ep);
+    if (Stat(stats, "ucx_reservations_reclaimed") >= 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(Stat(stats, "ucx_reservations_reclaimed"), 1u) << stats;
+  EXPECT_EQ(Stat(stats, "ucx_reservations"), 0u) << stats;
+  ASSERT_TRUE(a.Commit(r.id, &result));
+  EXPECT_EQ(result, aborted);
+  stats = ServerStats(client.get(), ep);
+  EXPECT_EQ(Stat(stats, "ucx_commits_refused"), 3u) << stats;
+
+  std::vector<Slice> keys = {"ttl/ok", "ttl/theirs", "ttl/late"};
+  std::vector<std::string> got;
+  ReadBack(client.get(), ep, keys, 4096, &got);
+  EXPECT_EQ(got[0], v);
+  EXPECT_EQ(got[1], v);
+  EXPECT_EQ(got[2], "error " + std::to_string(Status::NotFound("").ErrorCode()));
 }
 #endif  // KV_WITH_UCX
 

@@ -33,14 +33,19 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kvengine/env.h"
 #include "kvengine/status.h"
+#include "kvengine/slice.h"
 #include "kvengine/transport.h"
 
 namespace kvengine {
+
+class SharedArena;
 
 // The client's kUcxConnect request: its packed UCP worker address.
 struct UcxConnectRequest {
@@ -66,10 +71,15 @@ struct UcxConnectAnswer {
   // reads of a batch all completed within half of it from sending the LOOKUP knows the
   // leases held without asking, and sends the RELEASE without waiting for its answer.
   uint64_t lease_ttl_ms = 0;
+  // How long a reservation of a one-sided put lives uncommitted before the server takes
+  // its room back (0: this server takes no one-sided puts; a version 1 or 2 answer).  A
+  // client writes into a reservation only within half of it from sending the RESERVE.
+  uint64_t put_ttl_ms = 0;
 
-  // DO NOT CHANGE: on the wire.  Version byte 2 (1 from an older server, without the
-  // token and ttl), the address length-prefixed, fixed64 arena_addr, fixed64 arena_len,
-  // the rkey length-prefixed, fixed64 token, fixed64 lease_ttl_ms.
+  // DO NOT CHANGE: on the wire.  Version byte 3 (2 without put_ttl_ms, 1 without the
+  // token and lease ttl either), the address length-prefixed, fixed64 arena_addr,
+  // fixed64 arena_len, the rkey length-prefixed, fixed64 token, fixed64 lease_ttl_ms,
+  // fixed64 put_ttl_ms.
   void EncodeTo(std::string* dst) const;
   // Corruption when malformed, of another version, the address or rkey is empty or
   // over kMaxBlob bytes, the arena is empty or wraps around.
@@ -83,9 +93,36 @@ struct UcxConnectAnswer {
 // (kUcxAmRequestHeader bytes); the data is the op's meta as over the control connection.
 // kUcxAmAnswer, server to client: the header is the fixed64 request id; the data is the
 // answer's meta.  A request whose token names no connected client is dropped, counted.
+// The put ops go the same way (op wire::kReserve, wire::kCommit; UcxReserveRequest...).
 inline constexpr unsigned kUcxAmRequest = 1;
 inline constexpr unsigned kUcxAmAnswer = 2;
 inline constexpr size_t kUcxAmRequestHeader = 18;
+
+// A one-sided put's two ops, by active message under the client's token (kUcxAmRequest).
+// RESERVE: the server reserves room in its arena for each value (SharedArena::Reserve,
+// as a put would: same errors) and answers where; the client writes the bytes there
+// with ucp_put_nbx, flushes, and COMMITs: the server publishes each reservation that
+// is still this client's (SharedArena::Commit, as a local put) or gives it back.
+// DO NOT CHANGE: on the wire.
+//   RESERVE meta: varint64 n, then n times: key length-prefixed, varint64 size.
+//   RESERVE answer: batch status, then n times: fixed64 result (0 or an error code;
+//     NotSupported: put this key over TCP), fixed64 reservation id, fixed64 offset of
+//     the room in the arena.
+//   COMMIT meta: varint64 n, then n times: fixed64 reservation id, byte 1 (publish) or
+//     0 (give back).
+//   COMMIT answer: batch status, then n times: fixed64 result (0 or an error code;
+//     Aborted: the reservation was not this client's, or had expired).
+struct UcxReserved {
+  int64_t result = 0;
+  uint64_t id = 0;
+  uint64_t offset = 0;
+};
+void EncodeUcxReserveRequest(std::span<const Slice> keys, std::span<const uint64_t> sizes,
+                             std::string* meta);
+Status DecodeUcxReserveAnswer(std::string_view in, size_t n, std::vector<UcxReserved>* out);
+void EncodeUcxCommitRequest(std::span<const uint64_t> ids, std::span<const uint8_t> publish,
+                            std::string* meta);
+Status DecodeUcxCommitAnswer(std::string_view in, size_t n, std::vector<int64_t>* results);
 
 // Longest worker address or packed rkey accepted from a peer.
 inline constexpr size_t kUcxMaxBlob = 64 << 10;
@@ -118,6 +155,11 @@ class UcxServer {
   virtual ~UcxServer() = default;
   // Maps the regions a DB registers (the arena, named "arena", is the one clients read).
   virtual std::shared_ptr<MemoryRegistrar> registrar() = 0;
+  // Takes clients' one-sided puts into `arena` (the local engine's, whose arena the
+  // registrar mapped; it must outlive every client record).  Until it is called, and
+  // for clients connected before, puts go by TCP.  The reservations' time to live is
+  // KVENGINE_UCX_PUT_TTL_MS (default 10000).
+  virtual void ServePuts(SharedArena* arena) = 0;
   // Answers a client's kUcxConnect: decodes its request, makes an endpoint to it, and
   // encodes the answer in *answer.  *client holds the client's record: dropping it
   // closes the endpoint (counted), and waits for a lease op being served for it.
@@ -127,7 +169,10 @@ class UcxServer {
   virtual Status Connect(std::string_view request, std::string* answer,
                          std::shared_ptr<void>* client, LeaseOpFn serve, uint64_t lease_ttl_ms) = 0;
   // "ucx_clients: N\nucx_clients_released: N\nucx_endpoint_errors: N\n
-  // ucx_lease_ops: N\nucx_lease_ops_refused: N\nucx_arena_placed: 0|1\n".
+  // ucx_lease_ops: N\nucx_lease_ops_refused: N\nucx_arena_placed: 0|1\n", then the
+  // one-sided puts: ucx_puts_served (values published), ucx_put_bytes_served,
+  // ucx_reservations (held now), ucx_reservations_reclaimed (expired, or their client's
+  // connection closed), ucx_commits_refused (a reservation not the client's, or expired).
   virtual std::string StatsText() const = 0;
 };
 
