@@ -652,8 +652,13 @@ class UcxServerImpl final : public UcxServer {
       a.lease_ttl_ms = lease_ttl_ms;
     }
     {
+      // Puts one-sided only into a placed arena: into any other UCX emulates them with
+      // messages this server's progress thread applies, which buys nothing over a TCP
+      // PUT, and a shared (memfd) arena's cluster runs lost values that way over sm.
       MutexLock serving(&serve_mu_);
-      if (arena_db_ != nullptr) a.put_ttl_ms = static_cast<uint64_t>(put_ttl_.count());
+      if (arena_db_ != nullptr && placing_->arena_placed_.load()) {
+        a.put_ttl_ms = static_cast<uint64_t>(put_ttl_.count());
+      }
     }
     a.worker_address = w_->address();
     a.EncodeTo(answer);
@@ -1089,6 +1094,7 @@ class UcxTransport final : public TcpTransport {
            "\nucx_put_bytes: " + std::to_string(put_bytes_.load()) +
            "\nucx_tcp_put_keys: " + std::to_string(tcp_put_keys_.load()) +
            "\nucx_late_puts: " + std::to_string(late_puts_.load()) +
+           "\nucx_stale_peer_retries: " + std::to_string(stale_retries_.load()) +
            "\nucx_tcp_batches: " + std::to_string(tcp_batches_.load()) +
            "\nucx_connects: " + std::to_string(connects_.load()) +
            "\nucx_abandoned_batches: " + std::to_string(abandoned_.load()) +
@@ -1104,10 +1110,13 @@ class UcxTransport final : public TcpTransport {
   Status BatchPut(const Endpoint& peer, std::span<const Slice> keys,
                   std::span<const ValueParts> values, std::vector<int64_t>* results) override {
     std::shared_ptr<UcxPeer> p;
-    bool use_tcp = false;
-    Status s = PeerFor(peer, &p, &use_tcp);
+    bool use_tcp = PutsOverTcp(peer), fresh = false;
+    Status s = use_tcp ? Status::OK() : PeerFor(peer, &p, &use_tcp, &fresh);
     if (!s.ok()) return FailAll(s, keys.size(), results);
     if (use_tcp || p->token == 0 || p->put_ttl.count() == 0) {
+      // A connection made for puts the peer does not take is not kept: it would only go
+      // stale (an owner restarted at the same address) before a get wants it.
+      if (p != nullptr && fresh) Drop(peer, p, /*puts_over_tcp=*/true);
       tcp_put_keys_.fetch_add(keys.size());
       return TcpTransport::BatchPut(peer, keys, values, results);
     }
@@ -1144,21 +1153,30 @@ class UcxTransport final : public TcpTransport {
 
   Status BatchGet(const Endpoint& peer, std::span<const Slice> keys,
                   std::span<const Destination> dests, std::vector<int64_t>* results) override {
-    std::shared_ptr<UcxPeer> p;
-    bool use_tcp = false;
-    Status s = PeerFor(peer, &p, &use_tcp);
-    if (!s.ok()) return FailAll(s, keys.size(), results);
-    if (use_tcp) {
-      tcp_batches_.fetch_add(1);
-      return TcpTransport::BatchGet(peer, keys, dests, results);
+    // A peer connected earlier may be gone since (its owner restarted at the same
+    // address): a batch that breaks on such a peer is read once more over a fresh
+    // connection.  Reads are idempotent; a dead owner fails the new connect at once.
+    for (int attempt = 0;; attempt++) {
+      std::shared_ptr<UcxPeer> p;
+      bool use_tcp = false, fresh = false;
+      Status s = PeerFor(peer, &p, &use_tcp, &fresh);
+      if (!s.ok()) return FailAll(s, keys.size(), results);
+      if (use_tcp) {
+        tcp_batches_.fetch_add(1);
+        return TcpTransport::BatchGet(peer, keys, dests, results);
+      }
+      Remote remote(this, peer, p.get());
+      ValidatedReader reader(&remote);
+      s = reader.BatchGet(keys, dests, results);
+      if (!s.ok() || remote.broken) Drop(peer, p);
+      if (remote.broken && !fresh && attempt == 0) {
+        stale_retries_.fetch_add(1);
+        continue;
+      }
+      if (!s.ok()) return s;
+      GetUnpinnedOverTcp(this, peer, keys, dests, results);
+      return Status::OK();
     }
-    Remote remote(this, peer, p.get());
-    ValidatedReader reader(&remote);
-    s = reader.BatchGet(keys, dests, results);
-    if (!s.ok() || remote.broken) Drop(peer, p);
-    if (!s.ok()) return s;
-    GetUnpinnedOverTcp(this, peer, keys, dests, results);
-    return Status::OK();
   }
 
  private:
@@ -1646,7 +1664,9 @@ class UcxTransport final : public TcpTransport {
   // The peer's UCX state, connecting when there is none.  *use_tcp when the peer does
   // not serve UCX (an older or TCP-only server, or a tenant bound to namespaces): then
   // gets go by TCP, and UCX is asked again after kRetryUcxAfter.
-  Status PeerFor(const Endpoint& peer, std::shared_ptr<UcxPeer>* out, bool* use_tcp) {
+  // *fresh (when given) is set when the connection was made by this call.
+  Status PeerFor(const Endpoint& peer, std::shared_ptr<UcxPeer>* out, bool* use_tcp,
+                 bool* fresh = nullptr) {
     const std::string name = peer.ToString();
     MutexLock lock(&peers_mu_);
     Slot& slot = peers_[name];
@@ -1706,15 +1726,26 @@ class UcxTransport final : public TcpTransport {
     p->lease_ttl = std::chrono::milliseconds(a.lease_ttl_ms);
     p->put_ttl = std::chrono::milliseconds(a.put_ttl_ms);
     connects_.fetch_add(1);
+    if (fresh != nullptr) *fresh = true;
     slot.peer = p;
     *out = std::move(p);
     return Status::OK();
   }
 
-  void Drop(const Endpoint& peer, const std::shared_ptr<UcxPeer>& p) {
+  // `puts_over_tcp`: the peer takes no one-sided puts; its puts go by TCP without
+  // asking again for kRetryUcxAfter.
+  void Drop(const Endpoint& peer, const std::shared_ptr<UcxPeer>& p, bool puts_over_tcp = false) {
     MutexLock lock(&peers_mu_);
     auto it = peers_.find(peer.ToString());
-    if (it != peers_.end() && it->second.peer == p) it->second.peer.reset();
+    if (it == peers_.end()) return;
+    if (it->second.peer == p) it->second.peer.reset();
+    if (puts_over_tcp) it->second.puts_tcp_until = Clock::now() + kRetryUcxAfter;
+  }
+  bool PutsOverTcp(const Endpoint& peer) {
+    MutexLock lock(&peers_mu_);
+    auto it = peers_.find(peer.ToString());
+    return it != peers_.end() && it->second.peer == nullptr &&
+           Clock::now() < it->second.puts_tcp_until;
   }
 
   static constexpr std::chrono::seconds kRetryUcxAfter{10};
@@ -1723,6 +1754,7 @@ class UcxTransport final : public TcpTransport {
   struct Slot {
     std::shared_ptr<UcxPeer> peer;
     Clock::time_point tcp_until{};
+    Clock::time_point puts_tcp_until{};  // the peer took no one-sided puts
   };
 
   // The caller's regions: every worker maps them all.
@@ -1756,7 +1788,8 @@ class UcxTransport final : public TcpTransport {
   static constexpr size_t kBounceBytes = 4 << 20;
   std::atomic<uint64_t> gets_{0}, get_bytes_{0}, tcp_batches_{0}, connects_{0}, abandoned_{0},
       replaced_{0}, am_calls_{0}, releases_by_age_{0}, direct_ops_{0}, direct_bytes_{0},
-      bounce_ops_{0}, bounce_bytes_{0}, puts_{0}, put_bytes_{0}, tcp_put_keys_{0}, late_puts_{0};
+      bounce_ops_{0}, bounce_bytes_{0}, puts_{0}, put_bytes_{0}, tcp_put_keys_{0}, late_puts_{0},
+      stale_retries_{0};
 };
 
 }  // namespace

@@ -21,7 +21,11 @@
 // this client alone in its connect answer, so that an active message from anyone else
 // is dropped (counted).  The server serves them as the control connection would, for
 // as long as that connection lives.  Keys the owner holds only on SSD come by TCP GET.
-// Puts, exists, deletes and properties are the TCP transport's.
+// Puts are one-sided as well: RESERVE by active message (the owner reserves room with
+// SharedArena::Reserve), the bytes by ucp_put_nbx into the owner's arena and a flush,
+// then COMMIT (SharedArena::Commit of the client's own, unexpired reservations); see
+// UcxReserved below.  Exists, deletes and properties are the TCP transport's.
+// Memory the caller did not register goes through a registered bounce buffer, counted.
 //
 // Progress: a client progresses its worker from the calling threads (no thread of its
 // own; threads take turns, and whoever progresses completes everyone's reads); a server
