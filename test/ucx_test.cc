@@ -1222,6 +1222,9 @@ TEST(UcxTest, ASharedArenaIsNotPlacedAndStillServes) {
   EXPECT_EQ(std::string(buf.begin(), buf.end()), value);
   EXPECT_GE(Stat(client->StatsText(), "ucx_gets"), 1u) << client->StatsText();
   EXPECT_EQ(Stat(ServerStats(client.get(), ep), "ucx_arena_placed"), 0u);
+  // Puts into an unplaced arena would be emulated by the owner's thread: they go by TCP.
+  EXPECT_EQ(Stat(client->StatsText(), "ucx_puts"), 0u) << client->StatsText();
+  EXPECT_EQ(Stat(client->StatsText(), "ucx_tcp_put_keys"), 1u) << client->StatsText();
   client->UnregisterMemory(buf.data(), buf.size());
 }
 

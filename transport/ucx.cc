@@ -725,7 +725,7 @@ class UcxServerImpl final : public UcxServer {
       if (!GetLengthPrefixed(&in, &key) || !GetVarint64(&in, &size)) return false;
     }
     if (!in.empty()) return false;
-    if (arena_db_ == nullptr) {
+    if (arena_db_ == nullptr || !placing_->arena_placed_.load()) {
       wire::PutBatchStatus(answer, Status::NotSupported("this server takes no one-sided puts"));
       return true;
     }
@@ -1477,6 +1477,9 @@ class UcxTransport final : public TcpTransport {
     for (size_t j = next; j < pieces.size(); j++) {
       if ((*status)[pieces[j].index] == UCS_OK) (*status)[pieces[j].index] = UCS_ERR_CANCELED;
     }
+    if (first) {  // no round ran (no bounce buffer): the direct ops were never posted
+      for (size_t i = 0; i < n_direct; i++) (*status)[i] = UCS_ERR_NO_MEMORY;
+    }
     return failed;
   }
 
@@ -1497,6 +1500,7 @@ class UcxTransport final : public TcpTransport {
     std::vector<Op> direct;
     std::vector<Piece> pieces;
     std::vector<size_t> direct_of;  // direct[k] serves reads[direct_of[k]]
+    std::vector<bool> is_direct(reads.size(), false);
     uint64_t bytes = 0, bounced = 0;
     {
       MutexLock lock(p->w->mu());
@@ -1506,6 +1510,7 @@ class UcxTransport final : public TcpTransport {
         if (ucp_mem_h memh = p->w->FindRegion(r.local, r.length); memh != nullptr) {
           direct.push_back({r.local, r.length, r.remote_offset, memh});
           direct_of.push_back(i);
+          is_direct[i] = true;
         } else {
           bounced++;
         }
@@ -1515,7 +1520,7 @@ class UcxTransport final : public TcpTransport {
     std::vector<ucs_status_t> status(direct.size() + reads.size(), UCS_OK);
     for (size_t i = 0; i < reads.size(); i++) {
       RemoteRead& r = reads[i];
-      if (std::find(direct_of.begin(), direct_of.end(), i) != direct_of.end()) continue;
+      if (is_direct[i]) continue;
       AddPieces(direct.size() + i, r.local, r.length, r.remote_offset, &pieces);
     }
     const size_t n_direct = direct.size();
