@@ -717,7 +717,7 @@ class UcxServerImpl final : public UcxServer {
 
   // RESERVE (ucx.h): room for each value, answered with where it is.  False when the
   // request is undecodable.  REQUIRES: serve_mu_ held.
-  bool ServeReserve(Client* c, std::string_view in, std::string* answer) {
+  bool ServeReserve(Client* c, std::string_view in, std::string* answer) REQUIRES(serve_mu_) {
     uint64_t n = 0;
     if (!GetVarint64(&in, &n) || n > wire::kMaxKeysPerRequest) return false;
     std::vector<std::pair<std::string_view, uint64_t>> wanted(n);
@@ -764,7 +764,7 @@ class UcxServerImpl final : public UcxServer {
 
   // COMMIT (ucx.h): publishes the client's reservations it names, or gives them back.
   // REQUIRES: serve_mu_ held.
-  bool ServeCommit(Client* c, std::string_view in, std::string* answer) {
+  bool ServeCommit(Client* c, std::string_view in, std::string* answer) REQUIRES(serve_mu_) {
     uint64_t n = 0;
     if (!GetVarint64(&in, &n) || n > wire::kMaxKeysPerRequest || in.size() != n * 9) return false;
     std::vector<int64_t> results(n, 0);
