@@ -33,6 +33,7 @@ Status ClusterDB::Start(std::unique_ptr<DB> local, SharedArena* arena, PeerRoute
   base_ = std::move(local);
   SetArenaBelow(arena);
   router_->SetTierCounters(peer_tier);
+  router_->ServeOneSidedPuts(arena);
   return router_->StartServing(base_.get(), std::move(pin), std::move(served), arena_base);
 }
 

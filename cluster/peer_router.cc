@@ -204,6 +204,10 @@ std::shared_ptr<MemoryRegistrar> PeerRouter::Registrar(std::shared_ptr<MemoryReg
   return std::make_shared<Chain>(std::move(all));
 }
 
+void PeerRouter::ServeOneSidedPuts(SharedArena* local_arena) {
+  if (ucx_server_ != nullptr) ucx_server_->ServePuts(local_arena);
+}
+
 Status PeerRouter::StartServing(DB* db, PinFn pin, ServedFn served, const char* arena_base) {
   if (!self_.empty()) {
     Status s = ServePeers(db, std::move(pin), std::move(served), arena_base);

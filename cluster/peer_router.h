@@ -62,6 +62,8 @@
 
 namespace kvengine {
 
+class SharedArena;
+
 class Logger;
 class MembershipSource;
 class UcxServer;
@@ -218,6 +220,9 @@ class PeerRouter {
   // Where reads of the peer tier are counted (db/tier_counters.h): the engine's peer
   // TierCounters, which outlive the router.  Set once, before any call.
   void SetTierCounters(TierCounters* peer) { peer_tier_ = peer != nullptr ? peer : &own_tier_; }
+  // The local engine's arena, into which peers served over UCX put their values
+  // one-sidedly (UcxServer::ServePuts); it must outlive the router's server.
+  void ServeOneSidedPuts(SharedArena* local_arena);
 
  private:
   class Service;

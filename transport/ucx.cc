@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "transport/wire.h"
 #include "util/coding.h"
 
 #ifdef KV_WITH_UCX
@@ -9,6 +10,7 @@
 #include <sys/mman.h>
 #include <ucp/api/ucp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -19,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "db/shared_arena.h"
 #include "transport/lease_calls.h"
 #include "transport/mr_table.h"
 #include "transport/pending_get.h"
@@ -58,22 +61,22 @@ Status UcxConnectRequest::DecodeFrom(std::string_view in, UcxConnectRequest* out
 }
 
 void UcxConnectAnswer::EncodeTo(std::string* dst) const {
-  dst->push_back(reads_by_am ? 3 : 2);
+  dst->push_back(3);
   PutLengthPrefixed(dst, worker_address);
   PutFixed64(dst, arena_addr);
   PutFixed64(dst, arena_len);
   PutLengthPrefixed(dst, rkey);
   PutFixed64(dst, token);
   PutFixed64(dst, lease_ttl_ms);
-  if (reads_by_am) dst->push_back(1);
+  PutFixed64(dst, put_ttl_ms);
+  dst->push_back(reads_by_am ? 1 : 0);
 }
 
 Status UcxConnectAnswer::DecodeFrom(std::string_view in, UcxConnectAnswer* out) {
   if (in.empty() || in[0] < 1 || in[0] > 3) {
     return Status::Corruption("UCX connect answer of unknown version");
   }
-  const bool with_token = in[0] >= 2;
-  const bool by_am = in[0] == 3;
+  const bool with_token = in[0] >= 2, with_v3 = in[0] >= 3;
   in.remove_prefix(1);
   std::string_view addr, rkey;
   UcxConnectAnswer a;
@@ -81,9 +84,11 @@ Status UcxConnectAnswer::DecodeFrom(std::string_view in, UcxConnectAnswer* out) 
       !GetFixed64(&in, &a.arena_len) || !GetLengthPrefixed(&in, &rkey) ||
       (with_token &&
        (!GetFixed64(&in, &a.token) || a.token == 0 || !GetFixed64(&in, &a.lease_ttl_ms))) ||
-      in != std::string_view(by_am ? "\x01" : "")) {
+      (with_v3 && (!GetFixed64(&in, &a.put_ttl_ms) || in.size() != 1 || (in[0] & ~1) != 0)) ||
+      (!with_v3 && !in.empty())) {
     return Status::Corruption("malformed UCX connect answer");
   }
+  const bool by_am = with_v3 && in[0] == 1;  // the flags byte, all that is left of a v3
   if (addr.empty() || addr.size() > kUcxMaxBlob || (rkey.empty() && !by_am) ||
       rkey.size() > kUcxMaxBlob) {
     return Status::Corruption("UCX connect answer with a worker address of " +
@@ -103,7 +108,54 @@ Status UcxConnectAnswer::DecodeFrom(std::string_view in, UcxConnectAnswer* out) 
 bool UcxConnectAnswer::operator==(const UcxConnectAnswer& o) const {
   return worker_address == o.worker_address && arena_addr == o.arena_addr &&
          arena_len == o.arena_len && rkey == o.rkey && token == o.token &&
-         lease_ttl_ms == o.lease_ttl_ms && reads_by_am == o.reads_by_am;
+         lease_ttl_ms == o.lease_ttl_ms && put_ttl_ms == o.put_ttl_ms &&
+         reads_by_am == o.reads_by_am;
+}
+
+void EncodeUcxReserveRequest(std::span<const Slice> keys, std::span<const uint64_t> sizes,
+                             std::string* meta) {
+  PutVarint64(meta, keys.size());
+  for (size_t i = 0; i < keys.size(); i++) {
+    PutLengthPrefixed(meta, std::string_view(keys[i].data(), keys[i].size()));
+    PutVarint64(meta, sizes[i]);
+  }
+}
+
+Status DecodeUcxReserveAnswer(std::string_view in, size_t n, std::vector<UcxReserved>* out) {
+  Status batch;
+  if (!wire::GetBatchStatus(&in, &batch)) return Status::Corruption("malformed RESERVE answer");
+  if (!batch.ok()) return batch;
+  out->assign(n, UcxReserved());
+  for (UcxReserved& r : *out) {
+    uint64_t result = 0;
+    if (!GetFixed64(&in, &result) || !GetFixed64(&in, &r.id) || !GetFixed64(&in, &r.offset)) {
+      return Status::Corruption("malformed RESERVE answer");
+    }
+    r.result = static_cast<int64_t>(result);
+  }
+  return in.empty() ? Status::OK() : Status::Corruption("malformed RESERVE answer");
+}
+
+void EncodeUcxCommitRequest(std::span<const uint64_t> ids, std::span<const uint8_t> publish,
+                            std::string* meta) {
+  PutVarint64(meta, ids.size());
+  for (size_t i = 0; i < ids.size(); i++) {
+    PutFixed64(meta, ids[i]);
+    meta->push_back(static_cast<char>(publish[i] != 0));
+  }
+}
+
+Status DecodeUcxCommitAnswer(std::string_view in, size_t n, std::vector<int64_t>* results) {
+  Status batch;
+  if (!wire::GetBatchStatus(&in, &batch)) return Status::Corruption("malformed COMMIT answer");
+  if (!batch.ok()) return batch;
+  results->assign(n, 0);
+  for (int64_t& r : *results) {
+    uint64_t v = 0;
+    if (!GetFixed64(&in, &v)) return Status::Corruption("malformed COMMIT answer");
+    r = static_cast<int64_t>(v);
+  }
+  return in.empty() ? Status::OK() : Status::Corruption("malformed COMMIT answer");
 }
 
 #ifndef KV_WITH_UCX
@@ -708,6 +760,11 @@ class UcxServerImpl final : public UcxServer {
 
   std::shared_ptr<MemoryRegistrar> registrar() override { return registrar_; }
 
+  void ServePuts(SharedArena* arena) override {
+    MutexLock serving(&serve_mu_);
+    arena_db_ = arena;
+  }
+
   Status Connect(std::string_view request, std::string* answer, std::shared_ptr<void>* client,
                  LeaseOpFn serve, uint64_t lease_ttl_ms) override {
     if (rma_ == nullptr && am_ == nullptr) {
@@ -752,6 +809,18 @@ class UcxServerImpl final : public UcxServer {
       a.token = rec->token;
       a.lease_ttl_ms = lease_ttl_ms;
     }
+    {
+      // Puts one-sided only into a placed arena: into any other UCX emulates them with
+      // messages this server's progress thread applies, which buys nothing over a TCP
+      // PUT, and a shared (memfd) arena's cluster runs lost values that way over sm.
+      // Never to a client read by active message: it reaches us over UCX's TCP, whose
+      // emulation of ucp_put_nbx is answered from inside progress like a get's and
+      // aborts this process (ucs_fatal) when the client dies mid-put; it puts by TCP.
+      MutexLock serving(&serve_mu_);
+      if (arena_db_ != nullptr && placing_->arena_placed_.load() && !rec->by_am) {
+        a.put_ttl_ms = static_cast<uint64_t>(put_ttl_.count());
+      }
+    }
     a.worker_address = rec->w->address();
     a.EncodeTo(answer);
     clients_.fetch_add(1);
@@ -776,7 +845,13 @@ class UcxServerImpl final : public UcxServer {
            "\nucx_clients_by_am: " + std::to_string(clients_by_am_.load()) +
            "\nucx_am_reads: " + std::to_string(am_reads_.load()) +
            "\nucx_am_read_bytes: " + std::to_string(am_read_bytes_.load()) +
-           "\nucx_am_reads_refused: " + std::to_string(am_reads_refused_.load()) + "\n";
+           "\nucx_am_reads_refused: " + std::to_string(am_reads_refused_.load()) +
+           "\nucx_puts_served: " + std::to_string(puts_.load()) +
+           "\nucx_put_bytes_served: " + std::to_string(put_bytes_.load()) +
+           "\nucx_reservations: " + std::to_string(reservations_.load()) +
+           "\nucx_reservations_quarantined: " + std::to_string(quarantined_.load()) +
+           "\nucx_reservations_reclaimed: " + std::to_string(reclaimed_.load()) +
+           "\nucx_commits_refused: " + std::to_string(commits_refused_.load()) + "\n";
   }
 
  private:
@@ -784,6 +859,13 @@ class UcxServerImpl final : public UcxServer {
    public:
     Status Register(void*, size_t, const char*) override { return Status::OK(); }
     void Unregister(void*, size_t) override {}
+  };
+
+  // Room a client reserved for a one-sided put, until it commits it or it expires.
+  struct Held {
+    std::string key;
+    MemoryTier::Reservation room;
+    Clock::time_point expires;
   };
 
   // A connected client: its endpoint, closed when the control connection drops it.
@@ -795,7 +877,154 @@ class UcxServerImpl final : public UcxServer {
     bool failed = false;    // under mu_
     uint64_t token = 0;
     LeaseOpFn serve;
+    // Under serve_mu_: its reservations by id (ids never reused on a connection).
+    std::map<uint64_t, Held> held;
+    // Under serve_mu_: its reservations that expired uncommitted while it stayed
+    // connected.  Their room is not given back until its connection closes: a late
+    // ucp_put_nbx of this client may still land there, and must never land in room
+    // since reused for another value.  Charged to it as the reservations were.
+    std::vector<Held> quarantined;
+    uint64_t next_id = 1;
   };
+
+  // A client may hold this many reservations at once; more are refused with Busy.
+  static constexpr size_t kMaxHeld = 1 << 16;
+
+  // RESERVE (ucx.h): room for each value, answered with where it is.  False when the
+  // request is undecodable.  REQUIRES: serve_mu_ held.
+  bool ServeReserve(Client* c, std::string_view in, std::string* answer) REQUIRES(serve_mu_) {
+    uint64_t n = 0;
+    if (!GetVarint64(&in, &n) || n > wire::kMaxKeysPerRequest) return false;
+    std::vector<std::pair<std::string_view, uint64_t> > wanted(n);
+    for (auto& [key, size] : wanted) {
+      if (!GetLengthPrefixed(&in, &key) || !GetVarint64(&in, &size)) return false;
+    }
+    if (!in.empty()) return false;
+    // A client read by active message reaches us over UCX's TCP, where a one-sided put
+    // is emulated from inside our progress and aborts this process if the client dies
+    // mid-put (see Connect): it never gets room, whatever it sends.
+    if (c->by_am || arena_db_ == nullptr || !placing_->arena_placed_.load()) {
+      wire::PutBatchStatus(answer, Status::NotSupported("this server takes no one-sided puts"));
+      return true;
+    }
+    uintptr_t base = 0, end = 0;
+    {
+      MutexLock lock(&mu_);
+      base = arena_.start;
+      end = arena_.start + arena_.length;
+    }
+    wire::PutBatchStatus(answer, Status::OK());
+    const Clock::time_point expires = Clock::now() + put_ttl_;
+    for (const auto& [key, size] : wanted) {
+      Held h;
+      Status s = c->held.size() + c->quarantined.size() >= kMaxHeld
+                     ? Status::Busy("too many one-sided puts reserved and not committed")
+                     : arena_db_->Reserve(Slice(key.data(), key.size()), size, &h.room);
+      const uintptr_t at = s.ok() ? reinterpret_cast<uintptr_t>(h.room.data()) : 0;
+      if (s.ok() && (at < base || at + size > end)) {
+        // Not in the mapped arena (no client can reach it): the client puts it by TCP.
+        s = Status::NotSupported("the room reserved is outside the mapped arena");
+      }
+      uint64_t id = 0;
+      if (s.ok()) {
+        id = c->next_id++;
+        h.key.assign(key);
+        h.expires = expires;
+        c->held.emplace(id, std::move(h));
+        reservations_.fetch_add(1);
+      }
+      PutFixed64(answer, static_cast<uint64_t>(s.ok() ? 0 : s.ErrorCode()));
+      PutFixed64(answer, id);
+      PutFixed64(answer, s.ok() ? at - base : 0);
+    }
+    return true;
+  }
+
+  // COMMIT (ucx.h): publishes the client's reservations it names, or gives them back.
+  // REQUIRES: serve_mu_ held.
+  bool ServeCommit(Client* c, std::string_view in, std::string* answer) REQUIRES(serve_mu_) {
+    uint64_t n = 0;
+    if (!GetVarint64(&in, &n) || n > wire::kMaxKeysPerRequest || in.size() != n * 9) return false;
+    std::vector<int64_t> results(n, 0);
+    std::vector<Held> taken;
+    std::vector<size_t> taken_at;
+    taken.reserve(n);
+    for (size_t i = 0; i < n; i++) {
+      const uint64_t id = DecodeFixed64(in.data() + i * 9);
+      const bool publish = in[i * 9 + 8] != 0;
+      auto it = c->held.find(id);
+      if (it != c->held.end() && it->second.expires <= Clock::now()) {
+        // Expired, not yet reaped: refused, and its room quarantined as ReapExpired does.
+        c->quarantined.push_back(std::move(it->second));
+        c->held.erase(it);
+        reservations_.fetch_sub(1);
+        quarantined_.fetch_add(1);
+        it = c->held.end();
+      }
+      if (it == c->held.end()) {
+        results[i] = Status::Aborted("").ErrorCode();
+        commits_refused_.fetch_add(1);
+        continue;
+      }
+      if (publish) {
+        taken.push_back(std::move(it->second));
+        taken_at.push_back(i);
+      }
+      c->held.erase(it);  // given back, unless taken
+      reservations_.fetch_sub(1);
+    }
+    if (!taken.empty()) {
+      std::vector<Slice> keys;
+      std::vector<MemoryTier::Reservation*> slots;
+      uint64_t bytes = 0;
+      for (Held& h : taken) {
+        keys.emplace_back(h.key);
+        slots.push_back(&h.room);
+        bytes += h.room.size();
+      }
+      std::vector<int64_t> published;
+      arena_db_->Commit(keys, slots, &published);
+      for (size_t j = 0; j < taken.size(); j++) {
+        results[taken_at[j]] = published[j];
+        if (published[j] >= 0) puts_.fetch_add(1);
+      }
+      put_bytes_.fetch_add(bytes);
+    }
+    wire::PutBatchStatus(answer, Status::OK());
+    for (int64_t r : results) PutFixed64(answer, static_cast<uint64_t>(r));
+    return true;  // `taken` goes: rooms not consumed are given back
+  }
+
+  // Ends the reservations past their time to live: a COMMIT of one is refused from
+  // now.  Their room is quarantined with their client (Client::quarantined), every
+  // client here being connected still, and given back when its connection closes.
+  void ReapExpired() {
+    if (reservations_.load() == 0) return;
+    size_t expired = 0;
+    MutexLock serving(&serve_mu_);
+    const Clock::time_point now = Clock::now();
+    {
+      MutexLock lock(&mu_);
+      for (auto& [token, c] : by_token_) {
+        for (auto it = c->held.begin(); it != c->held.end();) {
+          if (it->second.expires > now) {
+            ++it;
+            continue;
+          }
+          c->quarantined.push_back(std::move(it->second));
+          it = c->held.erase(it);
+          expired++;
+        }
+      }
+    }
+    reservations_.fetch_sub(expired);
+    quarantined_.fetch_add(expired);
+    if (expired > 0) {
+      Log(LogLevel::kWarn, std::to_string(expired) +
+                               " one-sided put reservation(s) expired uncommitted: room "
+                               "quarantined until the client disconnects");
+    }
+  }
 
   // A lease op, or reads, received by active message, served after progress returns
   // (the handler runs inside it, where nothing may wait).
@@ -853,18 +1082,21 @@ class UcxServerImpl final : public UcxServer {
   void Serve(std::vector<LeaseOp>* ops) {
     MutexLock serving(&serve_mu_);
     for (LeaseOp& op : *ops) {
-      const LeaseOpFn* serve = nullptr;
+      Client* client = nullptr;
       {
         MutexLock lock(&mu_);
         auto it = by_token_.find(op.token);
-        if (it != by_token_.end() && !it->second->failed) serve = &it->second->serve;
+        if (it != by_token_.end() && !it->second->failed) client = it->second;
       }
-      if (serve == nullptr || !*serve) {
+      const bool put_op = op.op == wire::kReserve || op.op == wire::kCommit;
+      if (client == nullptr || (!put_op && !client->serve)) {
         lease_ops_refused_.fetch_add(1);
         continue;
       }
       std::string answer;
-      const bool served = (*serve)(op.op, op.meta, &answer);
+      const bool served = op.op == wire::kReserve  ? ServeReserve(client, op.meta, &answer)
+                          : op.op == wire::kCommit ? ServeCommit(client, op.meta, &answer)
+                                                   : client->serve(op.op, op.meta, &answer);
       lease_ops_.fetch_add(1);
       if (op.request_id == 0) continue;  // sent one way: no answer wanted
       if (!served) {
@@ -927,9 +1159,19 @@ class UcxServerImpl final : public UcxServer {
   void Release(Client* c) {
     {
       MutexLock serving(&serve_mu_);
-      MutexLock lock(&mu_);
-      by_token_.erase(c->token);
-      if (c->ep != nullptr) c->w->Close(c->ep);
+      {
+        MutexLock lock(&mu_);
+        by_token_.erase(c->token);
+        if (c->ep != nullptr) c->w->Close(c->ep);
+      }
+      // Its reservations never committed (the client died or dropped the connection
+      // between RESERVE and COMMIT): their room goes back, and nothing was published.
+      // The room of those that expired before is free of its late writes now too.
+      reservations_.fetch_sub(c->held.size());
+      quarantined_.fetch_sub(c->quarantined.size());
+      reclaimed_.fetch_add(c->held.size() + c->quarantined.size());
+      c->held.clear();
+      c->quarantined.clear();
     }
     if (c->by_am) clients_by_am_.fetch_sub(1);
     delete c;
@@ -946,7 +1188,12 @@ class UcxServerImpl final : public UcxServer {
   void Run() {
     const std::vector<Worker*> workers = Workers();
     std::vector<LeaseOp> ops, reads;
+    Clock::time_point next_reap = Clock::now();
     while (!stop_.load()) {
+      if (Clock::now() >= next_reap) {
+        ReapExpired();
+        next_reap = Clock::now() + kReapEvery;
+      }
       {
         MutexLock lock(&mu_);
         for (bool more = true; more;) {
@@ -996,11 +1243,20 @@ class UcxServerImpl final : public UcxServer {
   std::vector<LeaseOp> reads_queued_ GUARDED_BY(mu_);
   std::mt19937 random_ GUARDED_BY(mu_){std::random_device{}()};
   Mutex serve_mu_;  // held while lease ops are served; before mu_
+  SharedArena* arena_db_ GUARDED_BY(serve_mu_) = nullptr;  // takes one-sided puts when set
+  const std::chrono::milliseconds put_ttl_{PutTtlMs()};
+  static constexpr std::chrono::milliseconds kReapEvery{50};
   std::atomic<bool> stop_{false};
   std::thread progress_;
   std::atomic<uint64_t> clients_{0}, released_{0}, endpoint_errors_{0}, lease_ops_{0},
       lease_ops_refused_{0}, clients_by_am_{0}, am_reads_{0}, am_read_bytes_{0},
-      am_reads_refused_{0};
+      am_reads_refused_{0}, puts_{0}, put_bytes_{0}, reservations_{0}, quarantined_{0},
+      reclaimed_{0}, commits_refused_{0};
+  static uint64_t PutTtlMs() {
+    const char* e = std::getenv("KVENGINE_UCX_PUT_TTL_MS");
+    const uint64_t v = e != nullptr ? std::strtoull(e, nullptr, 10) : 0;
+    return v > 0 ? v : 10000;
+  }
 };
 
 // ---------------------------------------------------------------- the client
@@ -1013,6 +1269,7 @@ struct UcxPeer {
   uint64_t arena_addr = 0, arena_len = 0;
   uint64_t token = 0;                      // names us in lease ops by active message; 0: over TCP
   std::chrono::milliseconds lease_ttl{0};  // 0: every lease is asked about
+  std::chrono::milliseconds put_ttl{0};    // 0: the peer takes no one-sided puts
   bool failed = false;                     // under w->mu(): the endpoint reported an error
   std::string error;
   bool by_am = false;  // reads by the owner's active messages (no rkey): ReadByAm
@@ -1052,7 +1309,7 @@ struct InFlight {
   std::vector<Slot> slots;
 };
 
-void OnGetDone(void* request, ucs_status_t st, void* user_data) {
+void OnOpDone(void* request, ucs_status_t st, void* user_data) {
   auto* slot = static_cast<InFlight::Slot*>(user_data);
   slot->status = st;
   slot->batch->remaining--;
@@ -1073,8 +1330,13 @@ class UcxTransport final : public TcpTransport {
                                         "device buffers go through the GPU staging path");
   }
   ~UcxTransport() override {
-    MutexLock lock(&peers_mu_);
-    peers_.clear();  // closes the endpoints while their workers live
+    {
+      MutexLock lock(&peers_mu_);
+      peers_.clear();  // closes the endpoints while their workers live
+    }
+    MutexLock lock(&bounce_mu_);
+    if (bounce_ != nullptr) UnregisterMemory(bounce_->base, bounce_->size);
+    bounce_.reset();
   }
 
   const char* Name() const override { return "ucx"; }
@@ -1098,7 +1360,15 @@ class UcxTransport final : public TcpTransport {
   std::string StatsText() const override {
     return "ucx_gets: " + std::to_string(gets_.load()) +
            "\nucx_get_bytes: " + std::to_string(get_bytes_.load()) +
-           "\nucx_unregistered_reads: " + std::to_string(unregistered_.load()) +
+           "\nucx_direct_ops: " + std::to_string(direct_ops_.load()) +
+           "\nucx_direct_bytes: " + std::to_string(direct_bytes_.load()) +
+           "\nucx_bounce_ops: " + std::to_string(bounce_ops_.load()) +
+           "\nucx_bounce_bytes: " + std::to_string(bounce_bytes_.load()) +
+           "\nucx_puts: " + std::to_string(puts_.load()) +
+           "\nucx_put_bytes: " + std::to_string(put_bytes_.load()) +
+           "\nucx_tcp_put_keys: " + std::to_string(tcp_put_keys_.load()) +
+           "\nucx_late_puts: " + std::to_string(late_puts_.load()) +
+           "\nucx_stale_peer_retries: " + std::to_string(stale_retries_.load()) +
            "\nucx_tcp_batches: " + std::to_string(tcp_batches_.load()) +
            "\nucx_connects: " + std::to_string(connects_.load()) +
            "\nucx_abandoned_batches: " + std::to_string(abandoned_.load()) +
@@ -1107,6 +1377,46 @@ class UcxTransport final : public TcpTransport {
            "\nucx_releases_by_age: " + std::to_string(releases_by_age_.load()) +
            "\nucx_reads_by_am: " + std::to_string(am_reads_.load()) +
            "\nucx_cuda_memory: " + std::to_string(cuda_memory_) + "\n";
+  }
+
+  // Puts go one-sidedly into room the owner reserved (PutOneSided), where the owner
+  // takes them: it serves UCX to this client (a tenant bound to namespaces is refused
+  // UCX, so its puts go by TCP) and answers with a put time to live.  Keys that path
+  // cannot take go by TCP PUT.
+  Status BatchPut(const Endpoint& peer, std::span<const Slice> keys,
+                  std::span<const ValueParts> values, std::vector<int64_t>* results) override {
+    std::shared_ptr<UcxPeer> p;
+    bool use_tcp = PutsOverTcp(peer), fresh = false;
+    Status s = use_tcp ? Status::OK() : PeerFor(peer, &p, &use_tcp, &fresh);
+    if (!s.ok()) return FailAll(s, keys.size(), results);
+    if (use_tcp || p->token == 0 || p->put_ttl.count() == 0) {
+      // A connection made for puts the peer does not take is not kept: it would only go
+      // stale (an owner restarted at the same address) before a get wants it.
+      if (p != nullptr && fresh) Drop(peer, p, /*puts_over_tcp=*/true);
+      tcp_put_keys_.fetch_add(keys.size());
+      return TcpTransport::BatchPut(peer, keys, values, results);
+    }
+    results->assign(keys.size(), 0);
+    std::vector<size_t> over_tcp;
+    s = PutOneSided(p.get(), keys, values, results, &over_tcp);
+    if (!s.ok()) {
+      Drop(peer, p);
+      Log(LogLevel::kWarn, "one-sided puts to " + peer.ToString() + " failed (" + s.ToString() +
+                               "): " + std::to_string(over_tcp.size()) + " key(s) go by TCP");
+    }
+    if (over_tcp.empty()) return Status::OK();
+    tcp_put_keys_.fetch_add(over_tcp.size());
+    std::vector<Slice> k;
+    std::vector<ValueParts> v;
+    for (size_t i : over_tcp) {
+      k.push_back(keys[i]);
+      v.push_back(values[i]);
+    }
+    std::vector<int64_t> r;
+    s = TcpTransport::BatchPut(peer, k, v, &r);
+    if (!s.ok()) return FailAll(s, keys.size(), results);
+    for (size_t j = 0; j < over_tcp.size(); j++) (*results)[over_tcp[j]] = r[j];
+    return Status::OK();
   }
 
   // One-sided reads are not pipelined over TCP frames: a started get runs at once
@@ -1127,21 +1437,30 @@ class UcxTransport final : public TcpTransport {
 
   Status BatchGet(const Endpoint& peer, std::span<const Slice> keys,
                   std::span<const Destination> dests, std::vector<int64_t>* results) override {
-    std::shared_ptr<UcxPeer> p;
-    bool use_tcp = false;
-    Status s = PeerFor(peer, &p, &use_tcp);
-    if (!s.ok()) return FailAll(s, keys.size(), results);
-    if (use_tcp) {
-      tcp_batches_.fetch_add(1);
-      return TcpTransport::BatchGet(peer, keys, dests, results);
+    // A peer connected earlier may be gone since (its owner restarted at the same
+    // address): a batch that breaks on such a peer is read once more over a fresh
+    // connection.  Reads are idempotent; a dead owner fails the new connect at once.
+    for (int attempt = 0;; attempt++) {
+      std::shared_ptr<UcxPeer> p;
+      bool use_tcp = false, fresh = false;
+      Status s = PeerFor(peer, &p, &use_tcp, &fresh);
+      if (!s.ok()) return FailAll(s, keys.size(), results);
+      if (use_tcp) {
+        tcp_batches_.fetch_add(1);
+        return TcpTransport::BatchGet(peer, keys, dests, results);
+      }
+      Remote remote(this, peer, p.get());
+      ValidatedReader reader(&remote);
+      s = reader.BatchGet(keys, dests, results);
+      if (!s.ok() || remote.broken) Drop(peer, p);
+      if (remote.broken && !fresh && attempt == 0) {
+        stale_retries_.fetch_add(1);
+        continue;
+      }
+      if (!s.ok()) return s;
+      GetUnpinnedOverTcp(this, peer, keys, dests, results);
+      return Status::OK();
     }
-    Remote remote(this, peer, p.get());
-    ValidatedReader reader(&remote);
-    s = reader.BatchGet(keys, dests, results);
-    if (!s.ok() || remote.broken) Drop(peer, p);
-    if (!s.ok()) return s;
-    GetUnpinnedOverTcp(this, peer, keys, dests, results);
-    return Status::OK();
   }
 
  private:
@@ -1246,43 +1565,62 @@ class UcxTransport final : public TcpTransport {
                                      : std::string("UCX lease op timed out"));
   }
 
-  // Posts every read at once, then progresses until all completed.  On a failed
-  // endpoint or past the timeout the endpoint is closed (its reads complete with an
-  // error) and every read not done fails.  Reads that even so do not complete within
-  // kAbandonAfter (an endpoint without peer-failure handling to a dead peer: UCX keeps
-  // them pending, and its worker is stuck behind them) fail, and the worker is replaced.
-  Status Read(UcxPeer* p, std::span<RemoteRead> reads) {
-    if (p->by_am) return ReadByAm(p, reads);
+  // One transfer of a batch: `length` bytes between `local` and the peer's arena at
+  // `remote` (an offset in it), by ucp_get_nbx or ucp_put_nbx.
+  struct Op {
+    char* local = nullptr;
+    uint64_t length = 0;
+    uint64_t remote = 0;
+    ucp_mem_h memh = nullptr;  // local's mapping, when it has one
+    ucs_status_t status = UCS_OK;
+  };
+
+  // Posts every op at once (puts followed by a flush of the endpoint: a put is done
+  // only once it is flushed, and a put's bytes must be in the owner's memory before
+  // its COMMIT), then progresses until all completed.  On a failed endpoint or past
+  // the timeout the endpoint is closed (its ops complete with an error) and every op
+  // not done fails.  Ops that even so do not complete within kAbandonAfter (an endpoint
+  // without peer-failure handling to a dead peer: UCX keeps them pending, and its
+  // worker is stuck behind them) fail, the worker is replaced, and *abandoned is set:
+  // their local memory may still be written (the caller must never reuse it).
+  Status Transfer(UcxPeer* p, std::span<Op> ops, bool put, bool* abandoned) {
     Worker* const w = p->w.get();
-    auto batch = std::make_shared<InFlight>(reads.size());
+    const size_t n = ops.size() + (put ? 1 : 0);
+    auto batch = std::make_shared<InFlight>(n);
     InFlight* b = batch.get();
-    uint64_t bytes = 0, unregistered = 0;
     Status failed;
+    *abandoned = false;
     {
       MutexLock lock(w->mu());
       if (p->ep == nullptr || p->failed) {
         failed = Status::IOError("UCX endpoint failed: " + p->error);
       }
-      for (size_t i = 0; i < reads.size() && failed.ok(); i++) {
-        RemoteRead& r = reads[i];
+      for (size_t i = 0; i < n && failed.ok(); i++) {
         ucp_request_param_t param;
         std::memset(&param, 0, sizeof(param));
         param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-        param.cb.send = OnGetDone;
+        param.cb.send = OnOpDone;
         param.user_data = &b->slots[i];
-        if (ucp_mem_h memh = w->FindRegion(r.local, r.length); memh != nullptr) {
-          param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-          param.memh = memh;
+        const char* what = "ucp_ep_flush_nbx";
+        ucs_status_ptr_t req;
+        if (i == ops.size()) {
+          req = ucp_ep_flush_nbx(p->ep, &param);
         } else {
-          unregistered++;
+          Op& op = ops[i];
+          if (op.length == 0) continue;
+          if (op.memh != nullptr) {
+            param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+            param.memh = op.memh;
+          }
+          const uint64_t at = p->arena_addr + op.remote;
+          what = put ? "ucp_put_nbx" : "ucp_get_nbx";
+          req = put ? ucp_put_nbx(p->ep, op.local, op.length, at, p->rkey, &param)
+                    : ucp_get_nbx(p->ep, op.local, op.length, at, p->rkey, &param);
         }
-        ucs_status_ptr_t req =
-            ucp_get_nbx(p->ep, r.local, r.length, p->arena_addr + r.remote_offset, p->rkey, &param);
-        bytes += r.length;
         if (req == nullptr) continue;  // done at once
         if (UCS_PTR_IS_ERR(req)) {
           b->slots[i].status = UCS_PTR_STATUS(req);
-          failed = UcsError("ucp_get_nbx", UCS_PTR_STATUS(req));
+          failed = UcsError(what, UCS_PTR_STATUS(req));
           continue;
         }
         b->remaining++;
@@ -1290,33 +1628,28 @@ class UcxTransport final : public TcpTransport {
     }
     const auto deadline = Clock::now() + std::chrono::milliseconds(options_.timeout_ms);
     bool done = w->ProgressUntil([&] { return b->remaining == 0 || p->failed; }, deadline);
-    bool abandoned = false;
     if (!done || p->failed) {
       {
         MutexLock lock(w->mu());
         if (failed.ok()) {
           failed = Status::IOError(p->failed ? "UCX endpoint failed: " + p->error
-                                             : std::string("UCX reads timed out"));
+                                             : std::string("UCX transfers timed out"));
         }
         p->Close();  // completes what is in flight, with an error, where UCX can
       }
       done = w->ProgressUntil([&] { return b->remaining == 0; }, Clock::now() + kAbandonAfter);
       if (!done) {
         MutexLock lock(w->mu());
-        abandoned = b->remaining > 0;
-        if (abandoned) w->Keep(batch);
+        *abandoned = b->remaining > 0;
+        if (*abandoned) w->Keep(batch);
       }
     }
-    for (size_t i = 0; i < reads.size(); i++) {
-      if (b->slots[i].status != UCS_OK) {
-        reads[i].status = UcsError("ucp_get_nbx", b->slots[i].status);
-      }
-      if (!failed.ok() && reads[i].status.ok()) reads[i].status = failed;
+    for (size_t i = 0; i < ops.size(); i++) {
+      ops[i].status = b->slots[i].status;
+      if (put && b->slots[ops.size()].status != UCS_OK) ops[i].status = b->slots[ops.size()].status;
+      if (!failed.ok() && ops[i].status == UCS_OK) ops[i].status = UCS_ERR_CANCELED;
     }
-    gets_.fetch_add(reads.size());
-    get_bytes_.fetch_add(bytes);
-    unregistered_.fetch_add(unregistered);
-    if (abandoned) {
+    if (*abandoned) {
       abandoned_.fetch_add(1);
       Replace(p->w);
     }
@@ -1377,6 +1710,276 @@ class UcxTransport final : public TcpTransport {
     return failed;
   }
 
+  // The transport's bounce buffer: registered memory that transfers from and into
+  // memory the caller did not register go through, a round of kBounceBytes at a time.
+  // One batch uses it at a time (bounce_mu_).  Made and registered at first use; one
+  // whose transfers were abandoned (still writable by a dead peer's late completions)
+  // is left to its old worker and a fresh one made.
+  struct Bounce {
+    explicit Bounce(size_t n) : size(n) {
+      void* m = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      base = m == MAP_FAILED ? nullptr : static_cast<char*>(m);
+    }
+    ~Bounce() {
+      if (base != nullptr) munmap(base, size);
+    }
+    char* base = nullptr;
+    const size_t size;
+  };
+
+  // The bounce buffer, made and registered when there is none.  REQUIRES: bounce_mu_.
+  Status BounceBuffer(Bounce** out) REQUIRES(bounce_mu_) {
+    if (bounce_ == nullptr) {
+      auto b = std::make_shared<Bounce>(kBounceBytes);
+      if (b->base == nullptr) return Status::IOError("no memory for the UCX bounce buffer");
+      Status s = RegisterMemory(b->base, b->size, "UCX bounce buffer");
+      if (!s.ok()) return s;
+      bounce_ = std::move(b);
+    }
+    *out = bounce_.get();
+    return Status::OK();
+  }
+  // Leaves the bounce buffer to the worker its transfers were abandoned on (which maps
+  // it until it is destroyed).  REQUIRES: bounce_mu_.
+  void RetireBounce(const std::shared_ptr<Worker>& old) REQUIRES(bounce_mu_) {
+    if (bounce_ == nullptr) return;
+    UnregisterMemory(bounce_->base, bounce_->size);  // from the fresh worker
+    MutexLock lock(old->mu());
+    old->Keep(std::move(bounce_));
+  }
+
+  // A piece of a transfer that goes through the bounce buffer: `length` bytes at `at`
+  // of the caller's memory, op `index` of the caller's list.
+  struct Piece {
+    size_t index = 0;
+    char* at = nullptr;
+    uint64_t length = 0;
+    uint64_t remote = 0;
+  };
+
+  // Runs `direct` (ops on registered memory) and `pieces` (on memory that is not: each
+  // piece of at most kBounceBytes) in rounds through the bounce buffer: a put's bytes
+  // are copied into it before the round, a get's out of it after.  (*status)[index]
+  // of each piece is its first failure.  Counted: direct and bounced ops and bytes.
+  Status TransferAll(UcxPeer* p, std::vector<Op> direct, const std::vector<Piece>& pieces, bool put,
+                     std::vector<ucs_status_t>* status) {
+    for (const Op& op : direct) direct_bytes_.fetch_add(op.length);
+    Status failed;
+    bool abandoned = false;
+    if (pieces.empty()) {
+      failed = Transfer(p, direct, put, &abandoned);
+      for (size_t i = 0; i < direct.size(); i++) (*status)[i] = direct[i].status;
+      return failed;
+    }
+    MutexLock lock(&bounce_mu_);
+    Bounce* bounce = nullptr;
+    failed = BounceBuffer(&bounce);
+    size_t next = 0;
+    std::vector<Op> round = std::move(direct);
+    const size_t n_direct = round.size();
+    bool first = true;
+    while (failed.ok() && (first || next < pieces.size())) {
+      const size_t round_start = next;
+      uint64_t used = 0;
+      std::vector<Op> ops;
+      if (first) ops = std::move(round);
+      ucp_mem_h memh = nullptr;
+      {
+        MutexLock wl(p->w->mu());
+        memh = p->w->FindRegion(bounce->base, bounce->size);
+      }
+      for (; next < pieces.size() && used + pieces[next].length <= bounce->size; next++) {
+        const Piece& pc = pieces[next];
+        Op op;
+        op.local = bounce->base + used;
+        op.length = pc.length;
+        op.remote = pc.remote;
+        op.memh = memh;
+        if (put && pc.length > 0) std::memcpy(op.local, pc.at, pc.length);
+        used += pc.length;
+        ops.push_back(op);
+      }
+      failed = Transfer(p, ops, put, &abandoned);
+      const size_t skip = first ? n_direct : 0;
+      for (size_t i = 0; i < skip; i++) (*status)[i] = ops[i].status;
+      for (size_t j = round_start; j < next; j++) {
+        const Op& op = ops[skip + j - round_start];
+        const Piece& pc = pieces[j];
+        if ((*status)[pc.index] == UCS_OK) (*status)[pc.index] = op.status;
+        if (!put && op.status == UCS_OK && pc.length > 0) std::memcpy(pc.at, op.local, pc.length);
+        bounce_bytes_.fetch_add(pc.length);
+      }
+      first = false;
+      if (abandoned) RetireBounce(p->w);
+    }
+    for (size_t j = next; j < pieces.size(); j++) {
+      if ((*status)[pieces[j].index] == UCS_OK) (*status)[pieces[j].index] = UCS_ERR_CANCELED;
+    }
+    if (first) {  // no round ran (no bounce buffer): the direct ops were never posted
+      for (size_t i = 0; i < n_direct; i++) (*status)[i] = UCS_ERR_NO_MEMORY;
+    }
+    return failed;
+  }
+
+  // Cuts [at, at+length) -> remote into pieces of at most kBounceBytes.
+  static void AddPieces(size_t index, char* at, uint64_t length, uint64_t remote,
+                        std::vector<Piece>* pieces) {
+    uint64_t done = 0;
+    do {
+      const uint64_t n = std::min<uint64_t>(length - done, kBounceBytes);
+      pieces->push_back({index, at + done, n, remote + done});
+      done += n;
+    } while (done < length);
+  }
+
+  // The reads of a batch (RemoteMemory::Read): by the owner's active messages from a
+  // peer that serves them so (ReadByAm: copied into place, registered or not); else
+  // one-sided, into registered memory directly, into any other through the bounce buffer.
+  Status Read(UcxPeer* p, std::span<RemoteRead> reads) {
+    if (p->by_am) return ReadByAm(p, reads);
+    std::vector<Op> direct;
+    std::vector<Piece> pieces;
+    std::vector<size_t> direct_of;  // direct[k] serves reads[direct_of[k]]
+    std::vector<bool> is_direct(reads.size(), false);
+    uint64_t bytes = 0, bounced = 0;
+    {
+      MutexLock lock(p->w->mu());
+      for (size_t i = 0; i < reads.size(); i++) {
+        RemoteRead& r = reads[i];
+        bytes += r.length;
+        if (ucp_mem_h memh = p->w->FindRegion(r.local, r.length); memh != nullptr) {
+          direct.push_back({r.local, r.length, r.remote_offset, memh});
+          direct_of.push_back(i);
+          is_direct[i] = true;
+        } else {
+          bounced++;
+        }
+      }
+    }
+    // Pieces name their read by its index in `reads`, after the direct ops' statuses.
+    std::vector<ucs_status_t> status(direct.size() + reads.size(), UCS_OK);
+    for (size_t i = 0; i < reads.size(); i++) {
+      RemoteRead& r = reads[i];
+      if (is_direct[i]) continue;
+      AddPieces(direct.size() + i, r.local, r.length, r.remote_offset, &pieces);
+    }
+    const size_t n_direct = direct.size();
+    direct_ops_.fetch_add(n_direct);
+    bounce_ops_.fetch_add(bounced);
+    Status failed = TransferAll(p, std::move(direct), pieces, false, &status);
+    for (size_t k = 0; k < n_direct; k++) status[n_direct + direct_of[k]] = status[k];
+    for (size_t i = 0; i < reads.size(); i++) {
+      const ucs_status_t st = status[n_direct + i];
+      if (st != UCS_OK) reads[i].status = UcsError("ucp_get_nbx", st);
+      if (!failed.ok() && reads[i].status.ok()) reads[i].status = failed;
+    }
+    gets_.fetch_add(reads.size());
+    get_bytes_.fetch_add(bytes);
+    return failed;
+  }
+
+  // A batch of puts written one-sidedly: RESERVE, the bytes by ucp_put_nbx (through
+  // the bounce buffer from memory the caller did not register), flush, COMMIT.  The
+  // keys this path could not take (the owner answered NotSupported for them, or UCX
+  // failed before their COMMIT was answered) are left in *over_tcp for a TCP PUT;
+  // every other key's result is in (*results)[i].
+  Status PutOneSided(UcxPeer* p, std::span<const Slice> keys, std::span<const ValueParts> values,
+                     std::vector<int64_t>* results, std::vector<size_t>* over_tcp) {
+    std::vector<uint64_t> sizes(keys.size(), 0);
+    for (size_t i = 0; i < keys.size(); i++) {
+      for (const Slice& part : values[i]) sizes[i] += part.size();
+    }
+    std::string meta, answer;
+    EncodeUcxReserveRequest(keys, sizes, &meta);
+    const Clock::time_point sent = Clock::now();
+    std::vector<UcxReserved> room;
+    Status s = AmCall(p, wire::kReserve, std::move(meta), &answer);
+    if (s.ok()) s = DecodeUcxReserveAnswer(answer, keys.size(), &room);
+    if (!s.ok()) {
+      for (size_t i = 0; i < keys.size(); i++) over_tcp->push_back(i);
+      return s;
+    }
+    // The bytes, of every key the owner made room for.
+    std::vector<size_t> reserved;  // indexes of keys
+    std::vector<Op> direct;
+    std::vector<size_t> direct_key;  // direct[j] writes the key reserved[direct_key[j]]
+    std::vector<Piece> pieces;
+    uint64_t bounced = 0;
+    {
+      MutexLock lock(p->w->mu());
+      for (size_t i = 0; i < keys.size(); i++) {
+        if (room[i].result == Status::NotSupported("").ErrorCode()) {
+          over_tcp->push_back(i);
+          continue;
+        }
+        (*results)[i] = room[i].result;
+        if (room[i].result < 0) continue;
+        reserved.push_back(i);
+        uint64_t off = room[i].offset;
+        for (const Slice& part : values[i]) {
+          if (part.empty()) continue;
+          char* at = const_cast<char*>(part.data());  // only read: a put's source
+          if (ucp_mem_h memh = p->w->FindRegion(at, part.size()); memh != nullptr) {
+            direct.push_back({at, part.size(), off, memh});
+            direct_key.push_back(reserved.size() - 1);
+          } else {
+            pieces.push_back({reserved.size() - 1, at, part.size(), off});
+            bounced++;
+          }
+          off += part.size();
+        }
+      }
+    }
+    if (reserved.empty()) return Status::OK();
+    // Split pieces to the bounce buffer's size; a piece's index names its key in
+    // `reserved`, after the direct ops' statuses.
+    std::vector<Piece> cut;
+    const size_t n_direct = direct.size();
+    for (const Piece& pc : pieces)
+      AddPieces(n_direct + pc.index, pc.at, pc.length, pc.remote, &cut);
+    std::vector<ucs_status_t> status(n_direct + reserved.size(), UCS_OK);
+    direct_ops_.fetch_add(n_direct);
+    bounce_ops_.fetch_add(bounced);
+    s = TransferAll(p, std::move(direct), cut, true, &status);
+    for (size_t j = 0; j < n_direct; j++) {
+      if (status[n_direct + direct_key[j]] == UCS_OK) status[n_direct + direct_key[j]] = status[j];
+    }
+    // Publish only what was written whole, and while the reservation surely lives: its
+    // owner keeps it put_ttl from granting it, after `sent`.
+    const bool in_time = Clock::now() - sent < p->put_ttl / 2;
+    if (!in_time) late_puts_.fetch_add(1);
+    std::vector<uint64_t> ids;
+    std::vector<uint8_t> publish;
+    for (size_t k = 0; k < reserved.size(); k++) {
+      ids.push_back(room[reserved[k]].id);
+      publish.push_back(s.ok() && in_time && status[n_direct + k] == UCS_OK);
+    }
+    if (!s.ok()) {
+      // The endpoint is gone, and the reservations with it when the owner notices; the
+      // TCP PUT writes the values.
+      for (size_t i : reserved) over_tcp->push_back(i);
+      return s;
+    }
+    meta.clear();
+    EncodeUcxCommitRequest(ids, publish, &meta);
+    std::vector<int64_t> committed;
+    s = AmCall(p, wire::kCommit, std::move(meta), &answer);
+    if (s.ok()) s = DecodeUcxCommitAnswer(answer, ids.size(), &committed);
+    for (size_t k = 0; k < reserved.size(); k++) {
+      const size_t i = reserved[k];
+      if (!s.ok() || !publish[k]) {
+        over_tcp->push_back(i);  // an overwrite of the same bytes, if it was published
+        continue;
+      }
+      (*results)[i] = committed[k];
+      if (committed[k] >= 0) {
+        puts_.fetch_add(1);
+        put_bytes_.fetch_add(sizes[i]);
+      }
+    }
+    return s;
+  }
+
   // Puts a fresh worker (and context) in place of `old`, with every region mapped
   // again, and drops the peers reached through `old`; `old` lives on, unused, until the
   // transport goes (its abandoned reads may still complete into it).
@@ -1407,7 +2010,9 @@ class UcxTransport final : public TcpTransport {
   // The peer's UCX state, connecting when there is none.  *use_tcp when the peer does
   // not serve UCX (an older or TCP-only server, or a tenant bound to namespaces): then
   // gets go by TCP, and UCX is asked again after kRetryUcxAfter.
-  Status PeerFor(const Endpoint& peer, std::shared_ptr<UcxPeer>* out, bool* use_tcp) {
+  // *fresh (when given) is set when the connection was made by this call.
+  Status PeerFor(const Endpoint& peer, std::shared_ptr<UcxPeer>* out, bool* use_tcp,
+                 bool* fresh = nullptr) {
     const std::string name = peer.ToString();
     MutexLock lock(&peers_mu_);
     Slot& slot = peers_[name];
@@ -1466,16 +2071,31 @@ class UcxTransport final : public TcpTransport {
     p->token = a.token;
     p->lease_ttl = std::chrono::milliseconds(a.lease_ttl_ms);
     p->by_am = a.reads_by_am;
+    // One-sided puts go over the same emulation as one-sided gets where reads come by
+    // active message (UCX's TCP), which a client dying mid-put would make abort the
+    // owner: such a peer's puts go by TCP PUT even if a server offered otherwise.
+    if (!a.reads_by_am) p->put_ttl = std::chrono::milliseconds(a.put_ttl_ms);
     connects_.fetch_add(1);
+    if (fresh != nullptr) *fresh = true;
     slot.peer = p;
     *out = std::move(p);
     return Status::OK();
   }
 
-  void Drop(const Endpoint& peer, const std::shared_ptr<UcxPeer>& p) {
+  // `puts_over_tcp`: the peer takes no one-sided puts; its puts go by TCP without
+  // asking again for kRetryUcxAfter.
+  void Drop(const Endpoint& peer, const std::shared_ptr<UcxPeer>& p, bool puts_over_tcp = false) {
     MutexLock lock(&peers_mu_);
     auto it = peers_.find(peer.ToString());
-    if (it != peers_.end() && it->second.peer == p) it->second.peer.reset();
+    if (it == peers_.end()) return;
+    if (it->second.peer == p) it->second.peer.reset();
+    if (puts_over_tcp) it->second.puts_tcp_until = Clock::now() + kRetryUcxAfter;
+  }
+  bool PutsOverTcp(const Endpoint& peer) {
+    MutexLock lock(&peers_mu_);
+    auto it = peers_.find(peer.ToString());
+    return it != peers_.end() && it->second.peer == nullptr &&
+           Clock::now() < it->second.puts_tcp_until;
   }
 
   static constexpr std::chrono::seconds kRetryUcxAfter{10};
@@ -1484,6 +2104,7 @@ class UcxTransport final : public TcpTransport {
   struct Slot {
     std::shared_ptr<UcxPeer> peer;
     Clock::time_point tcp_until{};
+    Clock::time_point puts_tcp_until{};  // the peer took no one-sided puts
   };
 
   // The caller's regions: every worker maps them all.
@@ -1514,8 +2135,13 @@ class UcxTransport final : public TcpTransport {
   std::vector<std::shared_ptr<Worker> > retired_ GUARDED_BY(w_mu_);
   Mutex peers_mu_;  // held while connecting: one connect per peer at a time
   std::map<std::string, Slot> peers_ GUARDED_BY(peers_mu_);
-  std::atomic<uint64_t> gets_{0}, get_bytes_{0}, unregistered_{0}, tcp_batches_{0}, connects_{0},
-      abandoned_{0}, replaced_{0}, am_calls_{0}, releases_by_age_{0}, am_reads_{0};
+  Mutex bounce_mu_;  // held by the batch using the bounce buffer; before a worker's mu
+  std::shared_ptr<Bounce> bounce_ GUARDED_BY(bounce_mu_);
+  static constexpr size_t kBounceBytes = 4 << 20;
+  std::atomic<uint64_t> gets_{0}, get_bytes_{0}, tcp_batches_{0}, connects_{0}, abandoned_{0},
+      replaced_{0}, am_calls_{0}, releases_by_age_{0}, direct_ops_{0}, direct_bytes_{0},
+      bounce_ops_{0}, bounce_bytes_{0}, puts_{0}, put_bytes_{0}, tcp_put_keys_{0}, late_puts_{0},
+      stale_retries_{0}, am_reads_{0};
 };
 
 }  // namespace

@@ -21,12 +21,19 @@
 // this client alone in its connect answer, so that an active message from anyone else
 // is dropped (counted).  The server serves them as the control connection would, for
 // as long as that connection lives.  Keys the owner holds only on SSD come by TCP GET.
-// Puts, exists, deletes and properties are the TCP transport's.
+// Puts are one-sided as well: RESERVE by active message (the owner reserves room with
+// SharedArena::Reserve), the bytes by ucp_put_nbx into the owner's arena and a flush,
+// then COMMIT (SharedArena::Commit of the client's own, unexpired reservations); see
+// UcxReserved below.  Exists, deletes and properties are the TCP transport's.
+// Memory the caller did not register goes through a registered bounce buffer, counted.
 //
 // Over a transport without one-sided hardware (UCX's TCP) reads are not one-sided: the
 // owner sends each value's bytes by active message (kUcxAmRead), from a worker without
 // one-sided operations at all, since UCX 1.13's emulation of them aborts the owner when
-// a client dies mid-read (docs/transport.md).  The connect answer says which.
+// a client dies mid-read (docs/transport.md).  The connect answer says which.  Such a
+// client's puts are not one-sided either (UCX emulates ucp_put_nbx there the same way):
+// they go by TCP PUT.  An expired reservation's room stays with its client until its
+// connection closes, so that a late put can never land in room reused for another value.
 //
 // Progress: a client progresses its worker from the calling threads (no thread of its
 // own; threads take turns, and whoever progresses completes everyone's reads); a server
@@ -39,14 +46,19 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kvengine/env.h"
+#include "kvengine/slice.h"
 #include "kvengine/status.h"
 #include "kvengine/transport.h"
 
 namespace kvengine {
+
+class SharedArena;
 
 // The client's kUcxConnect request: its packed UCP worker address.
 struct UcxConnectRequest {
@@ -77,16 +89,22 @@ struct UcxConnectAnswer {
   // reads of a batch all completed within half of it from sending the LOOKUP knows the
   // leases held without asking, and sends the RELEASE without waiting for its answer.
   uint64_t lease_ttl_ms = 0;
+  // How long a reservation of a one-sided put lives uncommitted before the server takes
+  // its room back (0: this server takes no one-sided puts from this client, which puts
+  // by TCP; always 0 in a version 1 or 2 answer, and with reads_by_am).  A client writes
+  // into a reservation only within half of it from sending the RESERVE.
+  uint64_t put_ttl_ms = 0;
   // The owner serves this client's reads with its own active messages (kUcxAmRead),
   // not one-sided: they reach it over a transport without one-sided hardware (UCX's
-  // TCP), whose emulation of one-sided reads UCX 1.13 cannot survive a client dying
-  // in (docs/transport.md).  Then rkey is empty.  Only for a client that said it can.
+  // TCP), whose emulation of one-sided operations UCX 1.13 cannot survive a client
+  // dying in (docs/transport.md).  Then rkey is empty and put_ttl_ms 0 (one-sided puts
+  // over that emulation have the same hazard).  Only for a client that said it can.
   bool reads_by_am = false;
 
-  // DO NOT CHANGE: on the wire.  Version byte 2 (1 from an older server, without the
-  // token and ttl), the address length-prefixed, fixed64 arena_addr, fixed64 arena_len,
-  // the rkey length-prefixed, fixed64 token, fixed64 lease_ttl_ms.  Version 3 (reads
-  // by active message; a version 2 answer otherwise) is version 2's then a byte 1.
+  // DO NOT CHANGE: on the wire.  Version byte 3 (2 without put_ttl_ms and the flags, 1
+  // without the token and lease ttl either), the address length-prefixed, fixed64
+  // arena_addr, fixed64 arena_len, the rkey length-prefixed, fixed64 token, fixed64
+  // lease_ttl_ms, fixed64 put_ttl_ms, a flags byte: bit 0 reads_by_am (other bits 0).
   void EncodeTo(std::string* dst) const;
   // Corruption when malformed, of another version, the address is empty or over
   // kMaxBlob bytes, the rkey is (unless reads_by_am: empty) or over kMaxBlob bytes, the
@@ -101,6 +119,7 @@ struct UcxConnectAnswer {
 // (kUcxAmRequestHeader bytes); the data is the op's meta as over the control connection.
 // kUcxAmAnswer, server to client: the header is the fixed64 request id; the data is the
 // answer's meta.  A request whose token names no connected client is dropped, counted.
+// The put ops go the same way (op wire::kReserve, wire::kCommit; UcxReserveRequest...).
 inline constexpr unsigned kUcxAmRequest = 1;
 inline constexpr unsigned kUcxAmAnswer = 2;
 inline constexpr size_t kUcxAmRequestHeader = 18;
@@ -114,6 +133,32 @@ inline constexpr unsigned kUcxAmRead = 3;
 inline constexpr unsigned kUcxAmReadData = 4;
 inline constexpr size_t kUcxAmReadDataHeader = 13;
 inline constexpr size_t kUcxMaxAmReads = 1 << 16;
+
+// A one-sided put's two ops, by active message under the client's token (kUcxAmRequest).
+// RESERVE: the server reserves room in its arena for each value (SharedArena::Reserve,
+// as a put would: same errors) and answers where; the client writes the bytes there
+// with ucp_put_nbx, flushes, and COMMITs: the server publishes each reservation that
+// is still this client's (SharedArena::Commit, as a local put) or gives it back.
+// DO NOT CHANGE: on the wire.
+//   RESERVE meta: varint64 n, then n times: key length-prefixed, varint64 size.
+//   RESERVE answer: batch status, then n times: fixed64 result (0 or an error code;
+//     NotSupported: put this key over TCP), fixed64 reservation id, fixed64 offset of
+//     the room in the arena.
+//   COMMIT meta: varint64 n, then n times: fixed64 reservation id, byte 1 (publish) or
+//     0 (give back).
+//   COMMIT answer: batch status, then n times: fixed64 result (0 or an error code;
+//     Aborted: the reservation was not this client's, or had expired).
+struct UcxReserved {
+  int64_t result = 0;
+  uint64_t id = 0;
+  uint64_t offset = 0;
+};
+void EncodeUcxReserveRequest(std::span<const Slice> keys, std::span<const uint64_t> sizes,
+                             std::string* meta);
+Status DecodeUcxReserveAnswer(std::string_view in, size_t n, std::vector<UcxReserved>* out);
+void EncodeUcxCommitRequest(std::span<const uint64_t> ids, std::span<const uint8_t> publish,
+                            std::string* meta);
+Status DecodeUcxCommitAnswer(std::string_view in, size_t n, std::vector<int64_t>* results);
 
 // Longest worker address or packed rkey accepted from a peer.
 inline constexpr size_t kUcxMaxBlob = 64 << 10;
@@ -159,6 +204,11 @@ class UcxServer {
   virtual ~UcxServer() = default;
   // Maps the regions a DB registers (the arena, named "arena", is the one clients read).
   virtual std::shared_ptr<MemoryRegistrar> registrar() = 0;
+  // Takes clients' one-sided puts into `arena` (the local engine's, whose arena the
+  // registrar mapped; it must outlive every client record).  Until it is called, and
+  // for clients connected before, puts go by TCP.  The reservations' time to live is
+  // KVENGINE_UCX_PUT_TTL_MS (default 10000).
+  virtual void ServePuts(SharedArena* arena) = 0;
   // Answers a client's kUcxConnect: decodes its request, makes an endpoint to it, and
   // encodes the answer in *answer.  *client holds the client's record: dropping it
   // closes the endpoint (counted), and waits for a lease op being served for it.
@@ -170,7 +220,12 @@ class UcxServer {
   // "ucx_clients: N\nucx_clients_released: N\nucx_endpoint_errors: N\n
   // ucx_lease_ops: N\nucx_lease_ops_refused: N\nucx_arena_placed: 0|1\n
   // ucx_clients_by_am: N\nucx_am_reads: N\nucx_am_read_bytes: N\nucx_am_reads_refused: N\n"
-  // (ucx_clients_by_am: those of ucx_clients whose reads are served by active message).
+  // (ucx_clients_by_am: those of ucx_clients whose reads are served by active message),
+  // then the one-sided puts: ucx_puts_served (values published), ucx_put_bytes_served,
+  // ucx_reservations (held now), ucx_reservations_quarantined (expired uncommitted, their
+  // room kept from reuse until their client's connection closes: its late put may still
+  // land), ucx_reservations_reclaimed (room given back: their client's connection
+  // closed), ucx_commits_refused (a reservation not the client's, or expired).
   virtual std::string StatsText() const = 0;
 };
 
