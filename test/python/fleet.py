@@ -14,6 +14,7 @@ Members listen on their host's address; any address but loopback needs a token, 
 every member and client here carries one."""
 import ctypes
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -31,7 +32,25 @@ CLONE_NEWNET = 0x40000000
 
 
 def free_port():
-    with socket.socket() as s:
+    """A loopback port free a moment ago, drawn below the kernel's ephemeral range, so
+    that no parallel test's outgoing connection (which takes an ephemeral port) lands
+    on it before the server binds it (as test/test_util.h's FreePort)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    for _ in range(200):
+        if low <= 11000:
+            break
+        port = random.randrange(10000, low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    with socket.socket() as s:  # no room below the range: the kernel's pick
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 

@@ -2,20 +2,16 @@
 each layer reported in order as its bytes are in, bit-exact, also when a member dies
 mid-load.  (The placement checks of every door are in test_cluster_placement.py.)"""
 import os
-import socket
 import subprocess
 
 import pytest
 
 import kvengine
+from fleet import free_port
 
 KV_SERVER = os.path.join(os.path.dirname(kvengine.__file__), "..", "..", "kv_server")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Member:
