@@ -1150,7 +1150,7 @@ class LocalServer::Session {
   int part_;
   SharedArena::Part region_;
   BusyPollPredictor busy_poll_;
-  const std::string who_;  // the client, in messages
+  const std::string who_;      // the client, in messages
   const FigureScope figures_;  // what the grant may see of the DB's figures
   // The namespace the connection's requests are in (Bind): its name ("": the default
   // namespace), its handle (null for the default one), the DB its requests go to (db_ or
@@ -1162,7 +1162,7 @@ class LocalServer::Session {
   DB* served_ = nullptr;
   Status denied_;
   const NamespaceKeys default_rule_;
-  std::unique_ptr<ShmChannel> channel_;  // once the client opened one: every frame
+  std::unique_ptr<ShmChannel> channel_;    // once the client opened one: every frame
   std::unique_ptr<StagingWindow> window_;  // once the client opened one (OPEN_STAGING)
   uint64_t next_id_ = 0;
   Status answer_error_;                    // why the last answer could not be sent

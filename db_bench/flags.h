@@ -54,11 +54,11 @@ struct BenchConfig {
   std::string peer;  // HOST:PORT, checked; "" : serve one in this process
   std::string peer_transport;
   std::string rawucx_memory = "ucx";  // "ucx" or "user" (--rawucx_memory)
-  std::string auth_token_file;  // readable and not empty when set
+  std::string auth_token_file;        // readable and not empty when set
   // kvengine attached to an owner: its socket, or kAttachOwnChild to start one.
   std::string attach;
-  bool compare_in_process = false;    // --attach: an in-process kvengine beside the attached one
-  bool compare_namespace = false;     // a kvengine used through a namespace, beside one
+  bool compare_in_process = false;  // --attach: an in-process kvengine beside the attached one
+  bool compare_namespace = false;   // a kvengine used through a namespace, beside one
   bool compare_arenas = false;  // --attach: a namespace in its own arena, beside one in the shared
   bool compare_removal_feed = false;  // a kvengine whose removal feed is read, beside one
   bool compare_planner = false;       // trace: a kvengine without the load planner, beside one

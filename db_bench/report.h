@@ -18,7 +18,7 @@ struct TraceFigures {
   uint64_t faster = 0;  // requests loaded faster than recompute
   uint64_t slower = 0;  // ... and slower
   double slower_lost_s = 0;
-  uint64_t slower_from_memory = 0;  // ... of the slower, loads from memory alone
+  uint64_t slower_from_memory = 0;    // ... of the slower, loads from memory alone
   uint64_t slower_moved_in_load = 0;  // ... loads of a key moved off memory during them
   double ttft_saved_p50_us = 0;
   double ttft_saved_p99_us = 0;

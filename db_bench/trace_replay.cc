@@ -54,23 +54,23 @@ struct TraceStats {
   bool tiers_known = false;
   uint64_t bytes_loaded = 0, bytes_saved = 0;
   double load_s = 0, save_s = 0, lookup_s = 0;
-  Histogram lookup_us;       // per request
-  Histogram load_us;         // per request with hits
-  Histogram load_memory_us;  // ... whose keys all came from memory
-  Histogram load_ssd_us;     // ... with a key read from SSD
+  Histogram lookup_us;           // per request
+  Histogram load_us;             // per request with hits
+  Histogram load_memory_us;      // ... whose keys all came from memory
+  Histogram load_ssd_us;         // ... with a key read from SSD
   Histogram load_prefetched_us;  // ... whose hits the lookup hook prefetched from SSD
-  Histogram load_peer_us;    // ... with a key read from a peer
-  Histogram late_us;         // how late each paced step began against its schedule
+  Histogram load_peer_us;        // ... with a key read from a peer
+  Histogram late_us;             // how late each paced step began against its schedule
   // The prefill model.
   double prefill_all_s = 0;    // recomputing every request's whole prompt
   double prefill_saved_s = 0;  // over the requests whose load beat recomputing
   uint64_t faster = 0, slower = 0;
-  double slower_lost_s = 0;  // what loading instead of recomputing cost those
+  double slower_lost_s = 0;         // what loading instead of recomputing cost those
   uint64_t slower_from_memory = 0;  // ... of those, loads whose every key came from memory
   // ... and loads that read a key from SSD although the plan, re-checked just before,
   // had found every key in memory: the offloader moved it during the load.
   uint64_t slower_moved_in_load = 0;
-  Histogram ttft_saved_us;   // per request whose load beat recomputing
+  Histogram ttft_saved_us;  // per request whose load beat recomputing
   uint64_t verified = 0;
   // The load planner.
   uint64_t planned_requests = 0;   // requests with hits it planned

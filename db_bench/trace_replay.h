@@ -61,8 +61,7 @@ struct LookupPlan {
 // The place for the scheduler's prefetch of what the worker will load; returns how many
 // of the keys it started bringing up from a slower tier (the request's load is then
 // reported apart, as "prefetched").
-using LookupHook =
-    std::function<uint64_t(const LookupPlan& plan, std::span<const Slice> hit_keys)>;
+using LookupHook = std::function<uint64_t(const LookupPlan& plan, std::span<const Slice> hit_keys)>;
 
 // Replays `trace` against `engine` (open, owned by the caller) and returns the result:
 // ops are requests, the histogram is the load latency per request with hits, and

@@ -77,6 +77,42 @@ std::string ServerStats(Transport* t, const Endpoint& ep) {
   return text;
 }
 
+// Starts this binary as a child running the test `filter` against `ep` (through
+// KV_UCX_CHILD_PEER) and waits until it prints the line `ready`: its pid, or -1 when it
+// ended first (then reaped).  *output gets everything it printed until then (gtest's own
+// lines first), for the failure message.
+pid_t StartChildUntil(const std::string& filter, const Endpoint& ep, const std::string& ready,
+                      std::string* output) {
+  output->clear();
+  int out[2];
+  if (pipe(out) != 0) return -1;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out[1], 1);
+    close(out[0]);
+    setenv("KV_UCX_CHILD_PEER", ep.ToString().c_str(), 1);
+    const std::string flag = "--gtest_filter=" + filter;
+    execl("/proc/self/exe", "ucx_test", flag.c_str(), nullptr);
+    _exit(127);
+  }
+  close(out[1]);
+  std::string line;
+  char c;
+  while (line != ready && read(out[0], &c, 1) == 1) {
+    *output += c;
+    if (c == '\n') {
+      line.clear();
+      continue;
+    }
+    line += c;
+  }
+  close(out[0]);
+  if (line == ready) return pid;
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  return -1;
+}
+
 // Whether this run's UCX has only its TCP transport: then the owner serves reads by
 // active message (transport/ucx.cc, UcxServerImpl), not one-sided.
 bool TcpOnly() {
@@ -695,28 +731,9 @@ TEST(UcxTest, ClientKilledMidReadLeaksNothing) {
   });
   const int kRounds = 4;
   for (int round = 0; round < kRounds; round++) {
-    int out[2];
-    ASSERT_EQ(pipe(out), 0);
-    const pid_t pid = fork();
-    if (pid == 0) {
-      dup2(out[1], 1);
-      close(out[0]);
-      setenv("KV_UCX_CHILD_PEER", ep.ToString().c_str(), 1);
-      execl("/proc/self/exe", "ucx_test", "--gtest_filter=UcxChild.ReadsUntilKilled", nullptr);
-      _exit(127);
-    }
-    close(out[1]);
-    std::string line;  // gtest's own lines first
-    char c;
-    while (line != "reading" && read(out[0], &c, 1) == 1) {
-      if (c == '\n') {
-        if (line != "reading") line.clear();
-        continue;
-      }
-      line += c;
-    }
-    close(out[0]);
-    ASSERT_EQ(line, "reading");
+    std::string output;
+    const pid_t pid = StartChildUntil("UcxChild.ReadsUntilKilled", ep, "reading", &output);
+    ASSERT_GT(pid, 0) << output;
     if (round == 0 && TcpOnly()) {
       EXPECT_GE(Stat(ServerStats(client.get(), ep), "ucx_clients_by_am"), 1u);
     }
@@ -1310,29 +1327,9 @@ TEST(UcxPutTest, ClientKilledBetweenReserveAndCommitLeaksNothing) {
   std::vector<int64_t> results;
   ASSERT_TRUE(client->BatchPut(ep, keys, parts, &results).ok());
   ASSERT_EQ(results[0], 0);
-  int out[2];
-  ASSERT_EQ(pipe(out), 0);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    dup2(out[1], 1);
-    close(out[0]);
-    setenv("KV_UCX_CHILD_PEER", ep.ToString().c_str(), 1);
-    execl("/proc/self/exe", "ucx_test", "--gtest_filter=UcxChild.ReservesAndDies", nullptr);
-    _exit(127);
-  }
-  close(out[1]);
-  std::string line, all;
-  char ch;
-  while (line != "reserved" && read(out[0], &ch, 1) == 1) {
-    all += ch;
-    if (ch == '\n') {
-      if (line != "reserved") line.clear();
-      continue;
-    }
-    line += ch;
-  }
-  close(out[0]);
-  ASSERT_EQ(line, "reserved") << all;
+  std::string all;
+  const pid_t pid = StartChildUntil("UcxChild.ReservesAndDies", ep, "reserved", &all);
+  ASSERT_GT(pid, 0) << all;
   std::string stats = ServerStats(client.get(), ep);
   EXPECT_EQ(Stat(stats, "ucx_reservations"), 1u) << stats;
   kill(pid, SIGKILL);

@@ -85,10 +85,9 @@ void StartGroupsInTurnOnAThread(Transport* transport, const Endpoint& peer,
           if (s.ok()) {
             const std::vector<Slice> group_keys(keys[g].begin(), keys[g].end());
             s = transport->BatchGet(peer, group_keys, owned[g].destinations, owned[g].results);
-            const std::string name = peer.ToString();
-            if (!s.ok() && s.message().find(name) == std::string::npos) {  // say which peer
-              s = Status::FromErrorCode(s.ErrorCode(), name + ": " + s.message());
-            }
+            if (!s.ok() && s.message().find(peer.ToString()) == std::string::npos) {
+              s = Status::FromErrorCode(s.ErrorCode(), peer.ToString() + ": " + s.message());
+            }  // says which peer
             // A peer that did not answer (dead, cut off, timed out) would cost each later
             // group a timeout of its own: they fail with this one's error instead.
             if (s.IsIOError()) unreachable = s;
