@@ -90,27 +90,35 @@ class Bitmap:
 
 
 class EventfdNotifier:
-    """lmcache.v1.platform's notifier on Linux: an eventfd, binary signal."""
+    """lmcache.v1.platform's notifier on Linux: an eventfd, binary signal.  consume()
+    swallows only BlockingIOError (nothing pending), as LMCache's does: EBADF from a
+    closed fd propagates."""
 
     def __init__(self):
-        self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
 
     def fileno(self):
-        return self._fd
+        return self._efd
 
     def notify(self):
-        os.eventfd_write(self._fd, 1)
+        os.eventfd_write(self._efd, 1)
+
+    def notify_fileno(self):
+        return self._efd
 
     def consume(self):
         try:
-            os.eventfd_read(self._fd)
+            os.eventfd_read(self._efd)
         except BlockingIOError:
             pass
 
     def close(self):
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        if self._efd >= 0:
+            try:
+                os.close(self._efd)
+            except OSError:
+                pass
+            self._efd = -1
 
 
 def create_event_notifier():

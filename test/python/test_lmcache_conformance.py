@@ -121,3 +121,45 @@ def test_the_check_names_what_the_constructor_calls_on_the_native_client():
     assert not any("outside `with self._lock`" in p for p in problems), problems
     assert not any("unrelated" in p for p in problems), problems
     assert len(problems) == 2, problems
+
+
+def test_the_check_finds_a_class_lmcache_defines_under_a_platform_guard(tmp_path):
+    # LMCache main defines EventfdNotifier under `if HAS_EVENTFD:` (a placeholder that
+    # raises under `else:`); the check once looked only at a module's top-level
+    # definitions and said the class was not in the tree.  The Linux branch is the one
+    # compared: a member it lacks is named, the placeholder's members do not count.
+    pkg = tmp_path / "lmcache" / "v1" / "platform"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(
+        "from lmcache.v1.platform.event_notifier import EventfdNotifier as EventfdNotifier\n")
+    (pkg / "event_notifier.py").write_text(textwrap.dedent("""
+        import os
+        HAS_EVENTFD = hasattr(os, "eventfd")
+        if HAS_EVENTFD:
+            class EventfdNotifier:
+                def __init__(self):
+                    pass
+                def fileno(self):
+                    pass
+                def notify(self):
+                    pass
+                def consume(self):
+                    pass
+                def close(self):
+                    pass
+        else:
+            class EventfdNotifier:
+                def __init__(self):
+                    raise RuntimeError("unreachable")
+                def notify_fileno(self):
+                    pass
+        """))
+    tree = lc.vc.Tree(str(tmp_path))
+    theirs, why = tree.find("lmcache.v1.platform", "EventfdNotifier")
+    assert theirs is not None, why
+    assert {"fileno", "notify", "consume", "close"} <= set(lc.vc.members(theirs))
+    defs = lc.fake_definitions()
+    problems = lc.compare_class("F", tree, "lmcache.v1.platform", defs["EventfdNotifier"],
+                                theirs, "subset", defs)
+    assert problems == ["F.notify_fileno: LMCache's EventfdNotifier has no member "
+                        "notify_fileno"], problems

@@ -83,6 +83,25 @@ FAKE_CLASSES = [
 
 # ------------------------------------------------------------------ reading a tree
 
+def guarded_definitions(body):
+    """The classes and functions a module defines under a top-level `if`/`else` or `try`,
+    in source order -- e.g. LMCache's `if HAS_EVENTFD: class EventfdNotifier ... else:
+    class EventfdNotifier` (placeholder).  The first branch comes first, which is the one
+    a Linux host (the only one kvengine targets) takes."""
+    for node in body:
+        blocks = []
+        if isinstance(node, ast.If):
+            blocks = [node.body, node.orelse]
+        elif isinstance(node, ast.Try):
+            blocks = [node.body] + [h.body for h in node.handlers] + [node.orelse,
+                                                                      node.finalbody]
+        for block in blocks:
+            for child in block:
+                if isinstance(child, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                    yield child
+            yield from guarded_definitions(block)
+
+
 class Tree:
     """The modules of a vLLM source tree, parsed on demand."""
 
@@ -112,6 +131,9 @@ class Tree:
         for node in tree.body:
             if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) \
                     and node.name == name:
+                return node, None
+        for node in guarded_definitions(tree.body):
+            if node.name == name:
                 return node, None
         if depth < 4:
             for node in ast.walk(tree):
