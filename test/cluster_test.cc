@@ -1155,6 +1155,10 @@ TEST_P(LayerwiseLoadTest, EachMemberIsAskedForManyLayersInOneRequest) {
 // layer 0's owner two requests -- layer 0, then its share of the rest in one -- and
 // every other member one.  Before, layer 0's owner was asked once, for all its layers.
 TEST_P(LayerwiseLoadTest, TheFirstLayerIsAskedAloneAheadOfTheRest) {
+  if (TransportUnderTest() != "tcp") {
+    // UCX reads the layers one-sided: the members serve no requests to count.
+    GTEST_SKIP() << "counts the requests a member serves: TCP only";
+  }
   {
     std::unique_ptr<DB> writer = ClusterClient();
     Save(writer.get());
