@@ -1081,8 +1081,8 @@ Status PeerRouter::BatchGetIntoGroups(DB* local, const ReadOptions& options,
   // groups, its answer waited behind them: the member looks up and pins a request's
   // every group before it writes the first, and where the member and this client share
   // CPUs (loopback, a busy host) the member, woken by the request, writes its whole
-  // share before this thread runs again -- 0.4-0.7 ms for the first of 32 layers of
-  // 64 KiB over 3 members, against about 0.1 ms alone (docs/benchmarks.md).  Its answer
+  // share before this thread runs again -- 0.36-0.53 ms for the first of 32 layers of
+  // 64 KiB over 3 members, against 0.07-0.17 ms alone (docs/benchmarks.md).  Its answer
   // is then taken in before the rest is asked for, when it is already in.
   const bool first_alone = group_ends.size() > 1 && group_bytes[0] > 0;
   uint64_t in_flight = 0;
