@@ -139,8 +139,9 @@ class PeerRouter {
                       std::span<const Destination> dests, std::vector<int64_t>* results);
   // A layer-wise load (DB::BatchGetIntoGroups): the groups' reads of other members are
   // started ahead of the group being waited for, up to a window of bytes in flight
-  // (Transport::StartBatchGet: one request per group and first owner, pipelined over
-  // the connections), and each group is finished in order --
+  // (Transport::StartBatchGetGroups: one request per run of groups and first owner,
+  // pipelined over the connections; the first group in a run of its own, so that its
+  // answer waits behind none of the others'), and each group is finished in order --
   // this host's share read from `local`, the members' answers waited for, the keys its
   // first owner did not serve asked of the key's other owners as BatchGetInto asks them
   // -- and reported to `on_ready` as soon as it is whole.
