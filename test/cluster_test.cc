@@ -1243,20 +1243,26 @@ TEST_P(LayerwiseLoadTest, AnAttachedLoadIsAFewOwnerRoundTripsNotOnePerLayer) {
     Save(writer.get());
   }
   std::unique_ptr<DB> db = Attach(0);
-  auto stat = [&](const char* name) {
+  // A second connection to the owner counts its rounds while the load's own
+  // connection is mid-answer (the owner serves each connection on a thread of its own).
+  std::unique_ptr<DB> probe = Attach(0);
+  auto rounds = [&] {
     std::string text;
-    EXPECT_TRUE(db->GetProperty("kvengine.stats", &text));
+    EXPECT_TRUE(probe->GetProperty("kvengine.stats", &text));
+    const char* name = "local.group_loads";
     const size_t at = text.find(std::string("\n") + name + ": ");
     return at == std::string::npos ? ~0ull : std::stoull(text.substr(at + std::strlen(name) + 3));
   };
-  double best_ratio = 1;
   for (int run = 0; run < 3; run++) {
-    const uint64_t before = stat("local.group_loads");
+    const uint64_t before = rounds();
     Load load = AllLayers();
     const auto began = Clock::now();
     Clock::duration first{};
+    uint64_t rounds_at_first = 0;
     load.also = [&](size_t g) {
-      if (g == 0) first = Clock::now() - began;
+      if (g != 0) return;
+      first = Clock::now() - began;
+      rounds_at_first = rounds() - before;
     };
     ASSERT_TRUE(load.Run(db.get()).ok());
     const Clock::duration total = Clock::now() - began;
@@ -1264,20 +1270,21 @@ TEST_P(LayerwiseLoadTest, AnAttachedLoadIsAFewOwnerRoundTripsNotOnePerLayer) {
     for (size_t i = 0; i < load.names.size(); i++) {
       ASSERT_TRUE(load.Exact(i)) << load.names[i] << ": " << load.results[i];
     }
-    const uint64_t requests = stat("local.group_loads") - before;
+    const uint64_t requests = rounds() - before;
     // At most 32 MiB through the 8 MiB window: 4 rounds, 5 when one is cut short.
-    EXPECT_GE(requests, 1u);
+    EXPECT_GE(requests, 2u) << "24 MiB staged from peers takes more than one round";
     EXPECT_LE(requests, 5u) << "one request per layer, or near it";
-    best_ratio = std::min(best_ratio, std::chrono::duration<double>(first).count() /
-                                          std::chrono::duration<double>(total).count());
-    std::printf("attached load: first layer after %.2f ms of %.2f ms, %llu requests\n",
+    // The first layer is reported in the first round, before the owner is asked for the
+    // next; a load that read every layer before it reported any would report it in the
+    // last.  (Counted in rounds, not timed: on a loaded 2-vCPU machine the time to the
+    // first layer swings from a tenth to more than half of the load.)
+    EXPECT_EQ(rounds_at_first, 1u);
+    std::printf("attached load: first layer after %.2f ms of %.2f ms, in round %llu of %llu\n",
                 std::chrono::duration<double, std::milli>(first).count(),
                 std::chrono::duration<double, std::milli>(total).count(),
+                static_cast<unsigned long long>(rounds_at_first),
                 static_cast<unsigned long long>(requests));
   }
-  // The first layer comes in the first round; a load that read every layer before it
-  // reported any would report at the very end.
-  EXPECT_LT(best_ratio, 0.5);
 }
 INSTANTIATE_TEST_SUITE_P(StaticAndEtcd, LayerwiseLoadTest,
                          ::testing::Combine(::testing::Bool(), ::testing::Values(1, 2)),
