@@ -321,12 +321,16 @@ class KVEngineHiCacheStorage(HiCacheStorage):
         if self._grouped or self._trailing:
             # SGLang reads the KV in batches of STORAGE_BATCH_SIZE pages, then the side
             # pools of the whole operation at once: the pages loaded add up until then.
+            # Each page loaded: its first host index, and its parts' pointers and sizes
+            # (_get_pages worked them out; batch_get_v2 lays a group's KV over them).
             first = host_indices[::self._kv_pool.page_size].tolist()
             loaded = getattr(self._loaded, "pages", {})
-            for k, i, good in zip(keys, first, ok):
+            ptrs, sizes = getattr(self._loaded, "parts", None) or ([None] * len(keys),) * 2
+            self._loaded.parts = None
+            for k, i, good, p, n in zip(keys, first, ok, ptrs, sizes):
                 loaded.pop(k, None)
                 if good:
-                    loaded[k] = i
+                    loaded[k] = (i, p, n)
             # A prefetch that stopped at a miss calls no batch_get_v2 to reset the table:
             # the oldest pages go (a prefix's own are its latest).
             for k in list(itertools.islice(loaded, max(0, len(loaded) - _LOADED_MAX))):
@@ -357,6 +361,7 @@ class KVEngineHiCacheStorage(HiCacheStorage):
 
     def _get_pages(self, keys, host_indices):
         ptrs, sizes = self._page_parts(keys, host_indices)
+        self._loaded.parts = (ptrs, sizes)
         store_keys = self._keys.pages(keys)
         start = time.perf_counter()
         results = self._store.batch_get_into_multi_buffers(store_keys, ptrs, sizes)
@@ -374,7 +379,7 @@ class KVEngineHiCacheStorage(HiCacheStorage):
     def _set_pages(self, keys, host_indices):
         self._check_indices(keys, host_indices)
         store_keys = self._keys.pages(keys)
-        present = [r == 1 for r in self._store.batch_is_exist(store_keys)]
+        present, groups = self._present_with_groups(keys, store_keys)
         if self._planner is not None:
             rewrite = self._planner.rewrite(store_keys)
             present = [p and k not in rewrite for p, k in zip(present, store_keys)]
@@ -382,7 +387,6 @@ class KVEngineHiCacheStorage(HiCacheStorage):
             # Not the MLA writer: the page is stored when rank 0 stored it.
             return present
         missing = [i for i, p in enumerate(present) if not p]
-        groups = self._pending_groups(keys)
         results = [0] * len(keys)
         seconds, group_bytes = 0.0, 0
         if missing or groups:
@@ -408,6 +412,19 @@ class KVEngineHiCacheStorage(HiCacheStorage):
             return []
         return [(i, side, first) for i, k in enumerate(keys)
                 for side, first in pending.pop(k, [])]
+
+    def _present_with_groups(self, keys, store_keys):
+        """([whether each page's own key is stored], the groups batch_set_v2 left for
+        these pages that are not stored yet): one engine call asks for both -- the
+        group keys ride along with the pages' (batch_set_v2 asks the store nothing)."""
+        groups = self._pending_groups(keys)
+        group_keys = [self._group_keys(side, [keys[i]])[0] for i, side, _ in groups]
+        found = self._store.batch_is_exist(store_keys + group_keys)
+        stored = [r == 1 for r in found[len(store_keys):]]
+        if any(stored):
+            self._counters.add(skipped_writes=sum(stored))
+        return ([r == 1 for r in found[:len(store_keys)]],
+                [g for g, there in zip(groups, stored) if not there])
 
     def _put_pages(self, keys, host_indices, store_keys, todo, groups, results):
         """Puts the KV pages todo (indexes into keys) and the groups (_pending_groups)
@@ -650,7 +667,7 @@ class KVEngineHiCacheStorage(HiCacheStorage):
             # for these pages just now loaded both at once; else read the groups whole
             # (the KV page is written again with the same bytes).
             first = host_indices[::side.page_size].tolist()
-            if all(loaded.get(k) == i for k, i in zip(keys, first)):
+            if all(loaded.get(k, (None,))[0] == i for k, i in zip(keys, first)):
                 return [True] * len(keys)
             return self._get_pages(keys, host_indices)
         ptrs, sizes = side.parts(keys, host_indices)
@@ -692,17 +709,15 @@ class KVEngineHiCacheStorage(HiCacheStorage):
         return ok
 
     def _leave_groups(self, side, keys, host_indices):
-        """batch_set_v2 of a trailing pool: the pages whose group is not stored yet are
-        left for the batch_set_v1 of their KV pages, which SGLang calls next in the same
-        backup, to put as groups; True for each (a group's failure fails its KV page's
-        batch_set_v1)."""
-        side.parts(keys, host_indices)  # refuses slots that are not a page per key
-        present = [r == 1 for r in self._store.batch_is_exist(self._group_keys(side, keys))]
+        """batch_set_v2 of a trailing pool: its pages are left for the batch_set_v1 of
+        their KV pages, which SGLang calls next in the same backup, to put as groups
+        (that call asks the store which groups it has, with the pages, in one engine
+        call); True for each (a group's failure fails its KV page's batch_set_v1)."""
+        if host_indices is None or host_indices.numel() != len(keys) * side.page_size:
+            side.parts(keys, host_indices)  # raises, naming the mismatch
         pending = self._loaded.pending
-        for k, first, stored in zip(keys, host_indices[::side.page_size].tolist(), present):
-            if not stored:
-                pending.setdefault(k, []).append((side, first))
-        self._counters.add(skipped_writes=sum(present))
+        for k, first in zip(keys, host_indices[::side.page_size].tolist()):
+            pending.setdefault(k, []).append((side, first))
         return [True] * len(keys)
 
     def _get_groups(self, transfers, loaded):
@@ -770,10 +785,9 @@ class KVEngineHiCacheStorage(HiCacheStorage):
                                 "the page read (another put); its state is not loaded", h)
                     continue
             else:
-                kv_ptrs, kv_sizes = self._page_parts(
-                    [h], _page_indices(loaded[h], self._kv_pool.page_size))
+                _, kv_ptrs, kv_sizes = loaded[h]
                 offset = base + whole[0] * page
-                for ptr, size in zip(kv_ptrs[0], kv_sizes[0]):
+                for ptr, size in zip(kv_ptrs, kv_sizes):
                     ctypes.memmove(ptr, offset, size)
                     offset += size
             for n in whole:
@@ -836,11 +850,10 @@ class KVEngineHiCacheStorage(HiCacheStorage):
         groups, group_bytes = [], 0
         try:
             flat_keys = [self._keys.flat(k) for k in keys]
-            present = self._store.batch_is_exist(flat_keys)
+            present, groups = self._present_with_groups(keys, flat_keys)
             if self._mla_reader:  # not the MLA writer: stored when rank 0 stored it
-                return all(p == 1 for p in present)
-            todo = [i for i, p in enumerate(present) if p != 1]
-            groups = self._pending_groups(keys)
+                return all(present)
+            todo = [i for i, p in enumerate(present) if not p]
             if groups:
                 results, group_bytes = self._put_flat_with_groups(keys, values, flat_keys,
                                                                   todo, groups)
