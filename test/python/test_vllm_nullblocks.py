@@ -217,3 +217,70 @@ def test_a_deferred_save_never_reads_a_block_the_window_left(store_path):
             assert key_present(a, h, SW_LAYER) == (pos != 1), pos
     finally:
         a.close()
+
+
+def _layer_bytes(inst, block_id, layer):
+    """The block's bytes in one layer as the connector stores them (memory order)."""
+    import ctypes
+
+    ptrs, lens = inst.worker.connector_worker._layers[layer].parts(block_id)
+    return b"".join(ctypes.string_at(p, n) for p, n in zip(ptrs, lens))
+
+
+def test_mamba_align_mode_never_saves_a_moved_speculative_block(store_path):
+    """vLLM's Mamba "align" mode with speculative blocks (MambaManager, the stand-in
+    member for member as on vLLM main): each step the previous step's speculative blocks
+    are reused, and one that falls inside the skipped positions is moved to the end of
+    the request's list with the null block left in its place -- but the cached-request
+    data names only the ids appended.  The connector must not keep the block at its old
+    position: a save of that position would store a speculative state (a later
+    position's) as its state.  Fails before: position 2 was saved from block s1 after
+    vLLM had moved s1 to the end, and position 4 likewise a step later."""
+    mamba = fk.MambaSpec(block_size=BS, shapes=((4,),), dtypes=(torch.float16,),
+                         mamba_cache_mode="align", num_speculative_blocks=2)
+    kcc = fk.KVCacheConfig(16, [], [fk.KVCacheGroupSpec(NAMES[:2], SPECS[0]),
+                                    fk.KVCacheGroupSpec(NAMES[2:], mamba)])
+    a = Instance(store_path, LAYOUT, kv_cache_config=kcc)
+    try:
+        manager = fk.MambaManager(mamba, fk.BlockPool(10, True, BS))
+        req = a.request("r1", prompt(6 * BS, seed=47))
+        assert a.sched.get_num_new_matched_tokens(req, 0) == (0, False)
+        full = list(range(10, 16))
+        states = {}  # position -> the bytes of its state, as vLLM's list holds it
+        for step in range(3):
+            computed, new_tokens = 2 * BS * step, 2 * BS  # chunks aligned to blocks
+            manager.remove_skipped_blocks(req.request_id, computed)
+            new_mamba = manager.allocate_new_blocks(req.request_id, computed + new_tokens,
+                                                    computed + new_tokens)
+            held = manager.req_to_blocks[req.request_id]
+            new_full = full[2 * step:2 * step + 2]
+            if step == 0:
+                ids = (new_full, list(held))
+                a.sched.update_state_after_alloc(req, fk.KVCacheBlocks(ids), 0)
+                out = fk.new_step(new=[(req, ids, 0, new_tokens)])
+            else:
+                out = fk.cached_step([req.request_id], [(new_full, new_mamba)], [computed],
+                                     [new_tokens])
+            meta = a.sched.build_connector_meta(out)
+            (save,) = meta.saves
+            first = save.first_block
+            # What the connector saves in the Mamba group is what vLLM holds there.
+            assert save.block_ids[1] == held[first:first + 2], (step, held)
+            # The forward: the running state after the chunk in the block before the
+            # speculative ones; the speculative blocks hold what drafts left.
+            running = len(held) - 1 - mamba.num_speculative_blocks
+            compute = [(b, req.block_hashes[2 * step + i]) for i, b in enumerate(new_full)]
+            compute += [(held[running], b"s%d state" % running)]
+            compute += [(b, b"x%d%d spec" % (step, b)) for b in held[running + 1:]]
+            fk.run_worker_step(a.worker, meta, a.caches, LAYOUT, compute=compute)
+            states[running] = _layer_bytes(a, held[running], SW_LAYER)
+        assert sorted(states) == [1, 3, 5]
+        db = a.worker._db
+        for pos, h in enumerate(req.block_hashes):
+            key = a.worker.block_key(h.hex(), layer=SW_LAYER)
+            if pos in states:
+                assert db.get(key) == states[pos], pos
+            else:
+                assert db.is_exist(key) == 0, pos  # the null block there: never saved
+    finally:
+        a.close()

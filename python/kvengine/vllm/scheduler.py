@@ -73,6 +73,22 @@ def _hash_hex(h):
     raise TypeError("unsupported block hash type %s" % type(h).__name__)
 
 
+def _extend_moving(ids, new_ids):
+    """Appends a running request's new block ids of one group to what it held.  A block
+    can sit at one position of a request at a time, so a new id it already holds has
+    moved there: vLLM's Mamba "align" mode reuses the previous step's speculative
+    blocks (MambaManager.allocate_new_blocks moves each to the end of the request's
+    list and puts the null block where it was), and the cached-request data names only
+    the ids appended.  Its old position holds the null block now: a save of that
+    position must not read the block, whose bytes are a later position's state."""
+    if ids:
+        moved = {b for b in new_ids if b != NULL_BLOCK_ID}
+        for i, b in enumerate(ids):
+            if b in moved:
+                ids[i] = NULL_BLOCK_ID
+    ids.extend(new_ids)
+
+
 def _request_hashes(request):
     hashes = attr_of(request, "block_hashes", None)
     if hashes is None:
@@ -367,7 +383,7 @@ class KVEngineScheduler:
                 if not state.block_ids:
                     state.block_ids = [[] for _ in new_groups]
                 for g, ids in enumerate(new_groups):
-                    state.block_ids[g].extend(ids)
+                    _extend_moving(state.block_ids[g], ids)
             self._drop_skipped(state, cached.num_computed_tokens[i])
             self._take_load(meta, state)
             tokens = cached.num_computed_tokens[i] + num_scheduled.get(req_id, 0)
