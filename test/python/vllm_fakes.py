@@ -105,6 +105,7 @@ class CacheConfig:
     cache_dtype: str = "auto"
     enable_prefix_caching: bool = True
     prefix_caching_hash_algo: str = "sha256"
+    hash_block_size: Optional[int] = None
 
 
 @dataclasses.dataclass
