@@ -697,6 +697,10 @@ def test_the_copy_path_stores_a_state_as_one_value_with_its_flat_kv_page(store, 
     result, (kv_loaded, side_loaded) = b.prefetch()
     assert result.completed_tokens == PAGES * PAGE
     assert kv_loaded == kv_saved and side_loaded == side_saved
+    # Between batch_get and batch_get_v2 the backend holds only the flat pages a state
+    # may pair with (the window), not every page read.
+    assert b.backend.batch_get(op.hash_value, None)[0] is not None
+    assert list(b.backend._loaded.flat) == trailing
 
 
 def _remove(h, key):

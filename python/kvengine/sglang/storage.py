@@ -20,6 +20,7 @@ exited, a kv_server restarting) every page fails until it is back: the shared st
 takes it over or reconnects (kvengine.shared_store).
 """
 
+import collections
 import ctypes
 import itertools
 import logging
@@ -65,7 +66,6 @@ GROUPED_WITH_KV = (PoolName.INDEXER.value, PoolName.DRAFT.value,
 # flat page batch_set stores, and batch_get_v2 loads a state only where that part is
 # the flat page batch_get read for the page (_get_groups).
 TRAILING_GROUPS = (PoolName.MAMBA.value, PoolName.SWA.value, PoolName.DRAFT_SWA.value)
-_FLAT_KEPT_CALLS = 2  # copy path: the batch_get calls whose pages batch_get_v2 checks
 
 
 def _pool_name(name):
@@ -185,6 +185,9 @@ class KVEngineHiCacheStorage(HiCacheStorage):
         self._side_pools = {}
         self._grouped = []
         self._trailing = False  # a trailing pool is stored in groups with the KV
+        # The most trailing pages a transfer has named (Mamba 1, SWA its window): the
+        # copy path keeps that many of the last flat pages batch_get read.
+        self._window = 1
         self._registered_ptrs = []
         # Per thread (SGLang's prefetch I/O thread): page hash -> the first host index of
         # the KV page the batch_get_v1 calls since the last batch_get_v2 loaded, so the
@@ -577,6 +580,7 @@ class KVEngineHiCacheStorage(HiCacheStorage):
             trailing = None
             if transfer.hit_policy != PoolHitPolicy.ALL_PAGES:  # trailing_pages
                 trailing = max(1, len(transfer.keys) if transfer.keys else 1)
+                self._window = max(self._window, trailing)
             boundary = next((p for p in range(kv_pages, 0, -1)
                              if _policy_holds(page_exists, trailing, p)), 0)
             if boundary:
@@ -611,11 +615,9 @@ class KVEngineHiCacheStorage(HiCacheStorage):
         loaded = getattr(self._loaded, "pages", {})
         self._loaded.pages = {}
         if not self._zero_copy:
-            # The copy path: the flat pages the last batch_get calls read, by hash.
-            loaded = {}
-            for calls in getattr(self._loaded, "flat", []):
-                loaded.update(calls)
-            self._loaded.flat = []
+            # The copy path: the last flat pages batch_get read, by hash.
+            loaded = getattr(self._loaded, "flat", {})
+            self._loaded.flat = collections.OrderedDict()
         transfers = list(transfers or [])
         grouped = [t for t in transfers if self._trailing_side(t.name) is not None]
         results = self._transfers(
@@ -715,6 +717,7 @@ class KVEngineHiCacheStorage(HiCacheStorage):
         call); True for each (a group's failure fails its KV page's batch_set_v1)."""
         if host_indices is None or host_indices.numel() != len(keys) * side.page_size:
             side.parts(keys, host_indices)  # raises, naming the mismatch
+        self._window = max(self._window, len(keys))
         pending = self._loaded.pending
         for k, first in zip(keys, host_indices[::side.page_size].tolist()):
             pending.setdefault(k, []).append((side, first))
@@ -828,11 +831,17 @@ class KVEngineHiCacheStorage(HiCacheStorage):
         sizes = [d.numel() * d.element_size() for d in dests]
         ok = [r == s for r, s in zip(results, sizes)]
         if self._trailing:
-            # The pages batch_get_v2 may pair a state with (its keys are the last pages
-            # SGLang read): this call's and the one before's, no more.
-            calls = getattr(self._loaded, "flat", [])[-(_FLAT_KEPT_CALLS - 1):]
-            calls.append({k: d for k, d, good in zip(keys, dests, ok) if good})
-            self._loaded.flat = calls
+            # The pages batch_get_v2 may pair a state with: its keys are the last pages
+            # of the prefix SGLang read, so the last _window pages are kept, no more
+            # (a flat page is as large as a KV page: SGLang frees the others).
+            kept = getattr(self._loaded, "flat", None) or collections.OrderedDict()
+            for k, d, good in zip(keys, dests, ok):
+                kept.pop(k, None)
+                if good:
+                    kept[k] = d
+            while len(kept) > self._window:
+                kept.popitem(last=False)
+            self._loaded.flat = kept
         self._log_failures("read", keys, results, ok)
         read_bytes = sum(s for s, good in zip(sizes, ok) if good)
         self._counters.add(read_pages=sum(ok), read_bytes=read_bytes,
