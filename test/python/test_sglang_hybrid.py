@@ -877,3 +877,17 @@ def test_an_mla_rank_that_writes_no_kv_reads_a_missing_state_as_a_miss(store):
     assert op.completed_tokens == PAGES * PAGE
     assert op.pool_storage_result.extra_pool_hit_pages.get(PoolName.MAMBA, 0) == 0
     assert not any(_side_bytes(r1.side, int(op.pool_transfers[0].host_indices[0])))
+
+
+def test_a_grouped_pool_registered_again_counts_once(store):
+    """register_mem_host_pool_v2 of the indexer a second time (SGLang's attach after a
+    detach re-registers its entries) replaces it: the page group's bytes and key are as
+    after the first, and a round trip still reads every page whole."""
+    a = Hybrid("dsa", store, seed=68)
+    before = (a.backend._page_bytes, a.backend._keys.prefix)
+    a.backend.register_mem_host_pool_v2(a.side, PoolName.INDEXER)
+    assert (a.backend._page_bytes, a.backend._keys.prefix) == before
+    op, (kv_saved, _) = a.backup()
+    assert op.completed_tokens == PAGES * PAGE
+    result, (kv_loaded, _) = Hybrid("dsa", store, seed=69).prefetch()
+    assert result.completed_tokens == PAGES * PAGE and kv_loaded == kv_saved

@@ -221,6 +221,7 @@ class KVEngineHiCacheStorage(HiCacheStorage):
             return
         one_page = torch.arange(kv_pool.page_size, dtype=torch.int64)
         self._page_bytes = int(sum(kv_pool.get_page_buffer_meta(one_page)[1]))
+        self._kv_page_bytes = self._page_bytes  # the KV's own, without grouped pools
         self._register_buffers(kv_pool)
         logger.info("kvengine: pages of %d bytes under %s", self._page_bytes,
                     self._keys.prefix)
@@ -277,10 +278,13 @@ class KVEngineHiCacheStorage(HiCacheStorage):
                 raise ValueError("kvengine: the %s pool's page (%d slots) is not the KV "
                                  "page (%d)" % (name, side.page_size,
                                                 self._kv_pool.page_size))
+            # A pool registered again replaces its former entry.
             self._grouped = [g for g in self._grouped if g.name != name] + [side]
+            shapes = [_page_shape(g.host_pool) for g in self._grouped]
             self._keys.group_with("+".join(
-                "%s:%s" % (g.name, _page_shape(g.host_pool)) for g in self._grouped))
-            self._page_bytes += sum(int(x) for x in shape.split("+"))
+                "%s:%s" % (g.name, sh) for g, sh in zip(self._grouped, shapes)))
+            self._page_bytes = self._kv_page_bytes + sum(
+                int(x) for sh in shapes for x in sh.split("+"))
         where = prefix
         if side in self._grouped:
             where = self._keys.prefix + " (one value with the KV page)"
