@@ -221,6 +221,34 @@ def test_a_deferred_save_never_reads_a_block_the_window_left(store_path):
         a.close()
 
 
+def _hybrid_instance(inst, path, specs, layer2_cache, **extra):
+    """Sets up inst (an Instance) with layers 0-1 in a group of specs[0] and layer 2, its
+    cache layer2_cache, in a group of specs[1]."""
+    cfg = fk.make_config(path, block_size=BS, **extra)
+    kcc = fk.KVCacheConfig(16, [], [fk.KVCacheGroupSpec(NAMES[:2], specs[0]),
+                                    fk.KVCacheGroupSpec(NAMES[2:], specs[1])])
+    inst.layout = LAYOUT
+    inst.none_hash = fk.init_none_hash()
+    inst.sched = KVEngineConnector(cfg, KVConnectorRole.SCHEDULER, kcc)
+    inst.worker = KVEngineConnector(cfg, KVConnectorRole.WORKER, kcc)
+    inst.caches = fk.make_caches(LAYOUT, block_size=BS)
+    inst.caches[NAMES[2]] = layer2_cache
+    inst.worker.register_kv_caches(inst.caches)
+
+
+ALIGN = fk.MambaSpec(block_size=BS, shapes=((2, 8), (4,)),
+                     dtypes=(torch.float32, torch.float16), mamba_cache_mode="align",
+                     num_speculative_blocks=2)
+
+
+class MambaInstance(Instance):
+    """An instance whose layer 2 is a Mamba layer ("align" mode, two speculative blocks):
+    its cache is the state tensors vLLM hands a connector for it."""
+
+    def __init__(self, path, **extra):
+        _hybrid_instance(self, path, (SPECS[0], ALIGN), fk.make_state_cache(ALIGN), **extra)
+
+
 def _layer_bytes(inst, block_id, layer):
     """The block's bytes in one layer as the connector stores them (memory order)."""
     import ctypes
@@ -237,12 +265,13 @@ def test_mamba_align_mode_never_saves_a_moved_speculative_block(store_path):
     data names only the ids appended.  The connector must not keep the block at its old
     position: a save of that position would store a speculative state (a later
     position's) as its state.  Fails before: position 2 was saved from block s1 after
-    vLLM had moved s1 to the end, and position 4 likewise a step later."""
-    mamba = fk.MambaSpec(block_size=BS, shapes=((4,),), dtypes=(torch.float16,),
-                         mamba_cache_mode="align", num_speculative_blocks=2)
-    kcc = fk.KVCacheConfig(16, [], [fk.KVCacheGroupSpec(NAMES[:2], SPECS[0]),
-                                    fk.KVCacheGroupSpec(NAMES[2:], mamba)])
-    a = Instance(store_path, LAYOUT, kv_cache_config=kcc)
+    vLLM had moved s1 to the end, and position 4 likewise a step later.  Layer 2 is a
+    Mamba layer as vLLM hands it (a list of state tensors, fk.make_state_cache; before,
+    the worker refused it), and another instance loads the last position's state
+    bit-exact."""
+    mamba = ALIGN
+    a = MambaInstance(store_path)
+    b = MambaInstance(store_path)
     try:
         manager = fk.MambaManager(mamba, fk.BlockPool(10, True, BS))
         req = a.request("r1", prompt(6 * BS, seed=47))
@@ -284,8 +313,23 @@ def test_mamba_align_mode_never_saves_a_moved_speculative_block(store_path):
                 assert db.get(key) == states[pos], pos
             else:
                 assert db.is_exist(key) == 0, pos  # the null block there: never saved
+        # Another instance's request of the same prompt and a token: the state of the
+        # last position comes back bit-exact into its Mamba block; the skipped
+        # positions (the null block) are neither loaded nor reported.
+        req_b = b.request("r2", prompt(6 * BS + 1, seed=47))
+        ids = fk.hybrid_block_ids((SPECS[0], mamba), (list(range(1, 8)), list(range(8, 15))),
+                                  6 * BS, BS)
+        meta = _match_and_load(b, req_b, ids, 6 * BS)
+        assert meta.loads[0].block_ids[1] == [0, 0, 0, 0, 0, 13]
+        fk.run_worker_step(b.worker, meta, b.caches, LAYOUT)
+        assert b.worker.get_block_ids_with_load_errors() == set()
+        assert _layer_bytes(b, 13, SW_LAYER) == states[5]
+        # The layer's part of the layout tag names its states' dtypes and shapes.
+        assert "+Mf32s2x8_f16s4@" in b.worker.block_key(req.block_hashes[0].hex(),
+                                                         layer=SW_LAYER)
     finally:
         a.close()
+        b.close()
 
 
 # ---------------------------------------------------------------- groups of other block sizes
@@ -302,17 +346,8 @@ class SizedInstance(Instance):
     request's block hashes are every BS tokens (the GCD of the sizes)."""
 
     def __init__(self, path, **extra):
-        cfg = fk.make_config(path, block_size=BS, **extra)
-        kcc = fk.KVCacheConfig(16, [], [fk.KVCacheGroupSpec(NAMES[:2], BIG[0]),
-                                        fk.KVCacheGroupSpec(NAMES[2:], BIG[1])])
-        self.layout = LAYOUT
-        self.none_hash = fk.init_none_hash()
-        self.sched = KVEngineConnector(cfg, KVConnectorRole.SCHEDULER, kcc)
-        self.worker = KVEngineConnector(cfg, KVConnectorRole.WORKER, kcc)
-        self.caches = fk.make_caches(LAYOUT, block_size=BS)
-        self.caches[NAMES[2]] = next(iter(fk.make_caches(LAYOUT, num_layers=1,
-                                                         block_size=2 * BS).values()))
-        self.worker.register_kv_caches(self.caches)
+        big = next(iter(fk.make_caches(LAYOUT, num_layers=1, block_size=2 * BS).values()))
+        _hybrid_instance(self, path, BIG, big, **extra)
 
 
 def _save_sized(a, req, small, big):
@@ -464,3 +499,20 @@ def test_the_hash_block_size_is_vllms():
     # position 3 ends every run through it, its absence at 2 (no key there) none.
     assert skips.usable(0, [set(), set(), {1}, {1}], lambda h: h * 16) == \
         [True, False, True, False, False]
+
+
+def test_a_state_layer_is_read_as_vllm_lays_it_out():
+    """analyse_state_layer: a Mamba layer's states, each block's side by side in its page
+    (vLLM's _reshape_kv_cache_tensors), as segments of one block; a state whose block is
+    not contiguous, or states of different block strides, are refused naming the layer."""
+    from kvengine.vllm.layout import analyse_state_layer
+
+    states = fk.make_state_cache(ALIGN, num_blocks=5)
+    g = analyse_state_layer("m", states)
+    assert (g.num_blocks, g.block_stride, g.segments, g.segment_sizes(), g.block_bytes) == \
+        (5, 72, [0, 64], [64, 8], 72)
+    assert g.tag == "Mf32s2x8_f16s4"
+    with pytest.raises(ValueError, match="layer m2.*not contiguous"):
+        analyse_state_layer("m2", [states[0].transpose(1, 2), states[1]])
+    with pytest.raises(ValueError, match="layer m3.*differ"):
+        analyse_state_layer("m3", [states[0], torch.zeros(5, 4, dtype=torch.float16)])

@@ -773,8 +773,30 @@ def make_caches(layout, num_layers=3, num_blocks=16, block_size=16, heads=4, hea
     return {"model.layers.%d.self_attn.attn" % i: one() for i in range(num_layers)}
 
 
+def make_state_cache(spec, num_blocks=16):
+    """A Mamba layer's cache as vLLM main's model runner hands it to a connector
+    (gpu_model_runner._reshape_kv_cache_tensors): one buffer of num_blocks pages of
+    page_size_bytes, viewed as one (num_blocks, *shape) tensor per state, the states of a
+    block side by side in its page."""
+    sizes = [int(torch.empty(shape, dtype=dtype).numel()) * torch.empty((), dtype=dtype)
+             .element_size() for shape, dtype in zip(spec.shapes, spec.dtypes)]
+    page = sum(sizes)
+    raw = torch.zeros(num_blocks * page, dtype=torch.uint8)
+    out, offset = [], 0
+    for shape, dtype, size in zip(spec.shapes, spec.dtypes, sizes):
+        elt = torch.empty((), dtype=dtype).element_size()
+        inner = torch.empty(shape).stride()
+        out.append(torch.as_strided(raw.view(dtype), (num_blocks, *shape),
+                                    (page // elt, *inner), offset // elt))
+        offset += size
+    return out
+
+
 def block_view(cache, layout, block_id):
-    """Everything one block holds in one layer (K and V)."""
+    """Everything one block holds in one layer (K and V; a Mamba layer's states, as one
+    byte tensor)."""
+    if isinstance(cache, (list, tuple)):
+        return torch.cat([t[block_id].reshape(-1).view(torch.uint8) for t in cache])
     if layout == "flash_legacy":
         return cache[:, block_id]
     return cache[block_id]
@@ -784,8 +806,9 @@ def fill_block(caches, layout, block_id, block_hash):
     """'Computes' a block: deterministic contents from its hash, different per layer."""
     for i, cache in enumerate(caches.values()):
         g = torch.Generator().manual_seed(int.from_bytes(block_hash[:6], "little") + i)
-        view = block_view(cache, layout, block_id)
-        view.copy_(torch.randn(view.shape, generator=g).to(cache.dtype))
+        for view in ([t[block_id] for t in cache] if isinstance(cache, (list, tuple))
+                     else [block_view(cache, layout, block_id)]):
+            view.copy_(torch.randn(view.shape, generator=g).to(view.dtype))
 
 
 def run_worker_step(worker, meta, caches, layout, compute=(), keep_bound=False,

@@ -24,7 +24,7 @@ import kvengine
 from .common import KeyScheme, KVEngineConnectorMetadata, LayoutRecords, attr_of, block_id_groups
 from .account import RecentRemovals
 from .events import BlockEvents
-from .layout import analyse_layer
+from .layout import analyse_layer, analyse_state_layer
 from .nullblocks import ABSENT, GroupSkips
 from .planner import StepTimer, load_sample
 
@@ -54,12 +54,13 @@ class _Layer:
         if not 0 <= block_id < g.num_blocks:
             raise ValueError("block id %d out of range (%d blocks)" % (block_id, g.num_blocks))
         start = self.base + self.offset + block_id * g.block_stride
-        return [start + s for s in g.segments], [g.segment_bytes] * len(g.segments)
+        return [start + s for s in g.segments], g.segment_sizes()
 
     def views(self, block_id):
         g = self.geometry
         start = self.offset + block_id * g.block_stride
-        return [self.flat[start + s:start + s + g.segment_bytes] for s in g.segments]
+        return [self.flat[start + s:start + s + n]
+                for s, n in zip(g.segments, g.segment_sizes())]
 
 
 class _LoadJob:
@@ -232,12 +233,17 @@ class KVEngineWorker:
         num_blocks = attr_of(self._kv_cache_config, "num_blocks", None)
         layers = []
         for index, (name, t) in enumerate(kv_caches.items()):
-            if not isinstance(t, torch.Tensor):
+            if isinstance(t, (list, tuple)) and all(isinstance(x, torch.Tensor) for x in t):
+                # A Mamba layer: its state tensors, one block's states side by side.
+                geometry = analyse_state_layer(name, t)
+                t = min(t, key=lambda x: x.data_ptr())  # the first bytes of a block
+            elif not isinstance(t, torch.Tensor):
                 raise TypeError("kv cache of layer %s is not a tensor" % name)
-            # A group's block may be several positions (its own block size).
-            geometry = analyse_layer(name, t,
-                                     self._skips.block_size_of(group_of.get(name, 0)),
-                                     num_blocks, self._kv_cache_shape)
+            else:
+                # A group's block may be several positions (its own block size).
+                geometry = analyse_layer(name, t,
+                                         self._skips.block_size_of(group_of.get(name, 0)),
+                                         num_blocks, self._kv_cache_shape)
             elt = t.element_size()
             flat = torch.as_strided(t, (_storage_bytes(t) // elt,), (1,), 0).view(torch.uint8)
             base = flat.data_ptr()
