@@ -806,10 +806,21 @@ def test_the_draft_kv_travels_in_the_kv_pages_group(store):
     assert all(all(v) for v in a.backend.batch_get_v2(sidecars(other)).values())
     for i in range(PAGES):
         assert _bytes(draft.get_data_page(int(other[i * PAGE]))) == saved[i], i
-    # A group removed after the hit query: the page is a miss whole.
+    # A group put again by another put after the hit query: the read brings its KV,
+    # indexer and draft pages, all three of that put.
     r = a.backend.batch_exists_v2(hashes, sidecars(None))
     assert r.kv_hit_pages == PAGES
-    _remove(a, _grouped_keys(a, hashes)[2])
+    key = _grouped_keys(a, hashes)[2]
+    _rewrite(a, key)
+    new = a.backend._store.get(key)
+    third = a.kv.alloc(PAGES * PAGE)
+    assert all(a.backend.batch_get_v1(hashes, third))
+    assert all(all(v) for v in a.backend.batch_get_v2(sidecars(third)).values())
+    s2 = int(third[2 * PAGE])
+    assert _bytes(a.kv.get_data_page(s2)) + _side_bytes(a.side, s2) + \
+        _bytes(draft.get_data_page(s2)) == new
+    # A group removed after the hit query: the page is a miss whole.
+    _remove(a, key)
     ok = a.backend.batch_get_v1(hashes, a.kv.alloc(PAGES * PAGE))
     assert ok == [True, True, False, True, True, True]
 
