@@ -492,6 +492,10 @@ def test_the_hash_block_size_is_vllms():
     with pytest.raises(ValueError):
         hash_block_size(fk.CacheConfig(block_size=16, hash_block_size=24),
                         kcc(full(16), full(32)))
+    # Hashes every 64 tokens beside 16-token attention blocks: a position would be four
+    # blocks of the attention group -- refused, naming the sizes.
+    with pytest.raises(ValueError, match="not a multiple of the request's block hash"):
+        GroupSkips(kcc(full(16), mamba(64)), hash_block_size(cache, kcc(full(16), mamba(64))))
     skips = GroupSkips(kcc(full(16), full(32)), 16)
     assert skips.alignment == 2 and not skips.uniform()
     assert skips.at_positions([[1, 2, 3, 4], [7, 8]], 1, 3) == [[2, 3, 4], [7, -1, 8]]

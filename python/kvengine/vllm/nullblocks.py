@@ -82,7 +82,17 @@ class GroupSkips:
         self._kinds = [_kind(s) for s in self._specs]
         # Each group's block size, and its positions per block.
         self._sizes = [int(attr_of(s, "block_size", None) or block_size) for s in self._specs]
-        self._per = [max(1, size // block_size) for size in self._sizes]
+        for size in self._sizes:
+            # A position of several of a group's blocks (vLLM hashes every LCM tokens
+            # when a Mamba group's block size is not the cache's, mamba_cache_mode other
+            # than "align"): no one block would hold a position's tokens.
+            if size % block_size:
+                raise ValueError(
+                    "kvengine: a KV-cache group's block size (%d tokens) is not a multiple "
+                    "of the request's block hash size (%d tokens), as with a Mamba group "
+                    "outside mamba_cache_mode='align': not supported by the connector; "
+                    "group block sizes %s" % (size, block_size, self._sizes))
+        self._per = [size // block_size for size in self._sizes]
         # A hit ends where every group's block does: a multiple of this many positions.
         self.alignment = math.lcm(*self._per) if self._per else 1
 
