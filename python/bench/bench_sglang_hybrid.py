@@ -28,6 +28,10 @@ a 9.8 MiB Mamba state per prefix):
   batch_get_v2) against v1 of the same bytes: batch_set_v1 / batch_get_v1 of the KV
   pages and the state as a key of its own (the layout before the groups).
 
+Each ratio is printed with the best round's ratio and the median ratio of the CPU time
+the process spent (every thread): on a loaded machine the wall time moves with the other
+processes' load, the CPU time with the work done.
+
 Rounds interleave the measured path and its baseline, the two in turns first; each set
 runs on an empty store
 (the pages are removed before each round, outside the timing); figures are medians over
@@ -54,9 +58,12 @@ STORE = dict(memory_capacity_bytes="3GiB", apply_environment=False)
 
 
 def seconds(fn):
-    start = time.perf_counter()
+    """(wall seconds, CPU seconds of this process, every thread) of fn: the CPU time
+    counts the work done, which the machine's other load moves far less than the wall
+    time."""
+    start, cpu = time.perf_counter(), time.process_time()
     fn()
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 def fill(tensor, seed):
@@ -92,7 +99,7 @@ def plain_backend(path, pages, lora):
 
 
 def median_ratio(base, measured):
-    return statistics.median(b / m for b, m in zip(base, measured))
+    return statistics.median(b / m for b, m in zip(base, measured) if m > 0)
 
 
 def compare(steps, repeat, clear):
@@ -109,13 +116,15 @@ def compare(steps, repeat, clear):
 
 def report(label, gib, t, names):
     """One line: each operation's GiB/s, its baseline's and the ratio (baseline time /
-    measured time: 1.0 is no cost)."""
+    measured time: 1.0 is no cost), the best round's, and the ratio of CPU times."""
     line = "%-8s" % label
     for op, measured, base, base_label in names:
-        line += "  %s %6.2f GiB/s (%s %6.2f) = %.2f [best %.2f]" % (
-            op, gib / statistics.median(t[measured]), base_label,
-            gib / statistics.median(t[base]), median_ratio(t[base], t[measured]),
-            min(t[base]) / min(t[measured]))
+        wall_m, wall_b = [w for w, _ in t[measured]], [w for w, _ in t[base]]
+        cpu_m, cpu_b = [c for _, c in t[measured]], [c for _, c in t[base]]
+        line += "  %s %6.2f GiB/s (%s %6.2f) = %.2f [best %.2f, cpu %.2f]" % (
+            op, gib / statistics.median(wall_m), base_label,
+            gib / statistics.median(wall_b), median_ratio(wall_b, wall_m),
+            min(wall_b) / min(wall_m), median_ratio(cpu_b, cpu_m))
     print(line)
 
 

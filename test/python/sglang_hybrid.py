@@ -30,7 +30,7 @@ class Hybrid:
     """One instance of a hybrid model: its device pools, host pools (a HostPoolGroup
     with the KV pool as anchor) and HybridCacheController with kvengine attached."""
 
-    def __init__(self, kind, store, seed, rank=0, tp_size=1, **options):
+    def __init__(self, kind, store, seed, rank=0, tp_size=1, interface_v1=1, **options):
         fk.set_parallel(rank, tp_size)
         self.kind = kind
         entries = []
@@ -45,9 +45,12 @@ class Hybrid:
             entries.append(fk.PoolEntry(PoolName.INDEXER, self.side, self.kv_dev,
                                         lambda layer: layer))
         else:
-            self.kv_dev, self.kv = fk.make_pools("mha", "page_first", torch.bfloat16,
+            # mla_mamba: MLA's KV (one latent cache, rank 0 writes it) beside a TP-sharded
+            # Mamba state (Kimi Linear).
+            self.kv_dev, self.kv = fk.make_pools("mla" if kind == "mla_mamba" else "mha",
+                                                 "page_first", torch.bfloat16,
                                                  page_size=PAGE, pages=PAGES * 4)
-            if kind == "mamba":
+            if kind in ("mamba", "mla_mamba"):
                 self.side_dev = fk.MambaPoolDescriptor(PAGES * 2, 3, [(8, 4), (6,)], (4, 16),
                                                        torch.float32)
                 self.side = fk.MambaPoolHost(self.side_dev, 1.0, 0, pin_memory=False,
@@ -67,7 +70,8 @@ class Hybrid:
         self.group = fk.HostPoolGroup(entries)
         fill([self.kv.kv_buffer], seed)
         fill(side_tensors, seed + 1000)
-        extra = fk.kvengine_extra_config(**store, **dict(SMALL, **options))
+        extra = fk.kvengine_extra_config(**store, interface_v1=interface_v1,
+                                         **dict(SMALL, **options))
         allocator = fk.TokenToKVPoolAllocator(self.kv_dev.size, self.kv_dev.dtype, "cpu",
                                               self.kv_dev, False)
         self.c = fk.HybridCacheController(allocator, self.group, PAGE, None, None,
@@ -82,15 +86,15 @@ class Hybrid:
         if self.kind == "dsa":
             return [PoolTransfer(name=PoolName.INDEXER, hit_policy=PoolHitPolicy.ALL_PAGES,
                                  indices_from_pool=PoolName.KV)]
-        n = 1 if self.kind == "mamba" else SWA_WINDOW
-        name = PoolName.MAMBA if self.kind == "mamba" else PoolName.SWA
+        n = 1 if self.kind != "swa" else SWA_WINDOW
+        name = PoolName.MAMBA if self.kind != "swa" else PoolName.SWA
         return [PoolTransfer(name=name, host_indices=side_slots, keys=list(hashes[-n:]),
                              hit_policy=PoolHitPolicy.TRAILING_PAGES)]
 
     def side_slots(self, pages):
         if self.kind == "dsa":
             return None
-        n = 1 if self.kind == "mamba" else SWA_WINDOW
+        n = 1 if self.kind != "swa" else SWA_WINDOW
         return self.side.alloc(min(n, pages) * self.side.page_size)
 
     def backup(self, tokens=TOKENS):

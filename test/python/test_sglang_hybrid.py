@@ -383,7 +383,7 @@ def _read_with(h, between, tokens=TOKENS):
     """SGLang's prefetch of tokens into zeroed pools, `between` run after the hit query
     and before the transfer; returns the operation."""
     h.kv.kv_buffer.zero_()
-    for t in h.side.get_hybrid_pool_buffer() if h.kind == "mamba" else [h.side.kv_buffer]:
+    for t in h.side.get_hybrid_pool_buffer() if h.kind != "swa" else [h.side.kv_buffer]:
         t.zero_()
     hashes = fk.get_hash_str(tokens, None, PAGE)
     op = fk.HybridPrefetchOperation("r", tokens, pool_transfers=h.transfers(hashes))
@@ -670,3 +670,235 @@ def test_reads_that_end_at_a_miss_leave_a_bounded_table(store, monkeypatch):
                      keys=op.hash_value[-1:])
     assert h.backend.batch_get_v2([t]) == {PoolName.MAMBA: [True]}
     assert h.backend._loaded.pages == {}
+
+
+# ---------------------------------------------------------------- the copy path's groups
+
+@pytest.mark.parametrize("kind", ["mamba", "swa"])
+def test_the_copy_path_stores_a_state_as_one_value_with_its_flat_kv_page(store, kind):
+    """Without interface_v1 SGLang backs the KV up through batch_set of flat pages: the
+    trailing state is put in that call as a group with the page's flat value (one key,
+    "flat-<layout>+<pool>:"), never under a key of its own; the round trip is bit-exact."""
+    a = Hybrid(kind, store, seed=60, interface_v1=0)
+    op, (kv_saved, side_saved) = a.backup()
+    assert op.completed_tokens == PAGES * PAGE
+    db = a.backend._store
+    trailing = op.pool_transfers[0].keys
+    for h in op.hash_value:
+        if h in trailing:
+            assert db.get(_group_key(a, h)) == kv_saved[h] + side_saved[h]
+        else:
+            assert db.is_exist(_group_key(a, h)) == 0
+        assert db.is_exist(a.backend._keys.flat(h)) == 1
+    assert "@flat-page_first+%s:" % kind in _group_key(a, trailing[0])
+    side = a.backend._side_pools[op.pool_transfers[0].name.value]
+    assert all(r == 0 for r in db.batch_is_exist(side.keys(op.hash_value)))
+    b = Hybrid(kind, store, seed=61, interface_v1=0)
+    result, (kv_loaded, side_loaded) = b.prefetch()
+    assert result.completed_tokens == PAGES * PAGE
+    assert kv_loaded == kv_saved and side_loaded == side_saved
+    # Between batch_get and batch_get_v2 the backend holds only the flat pages a state
+    # may pair with (the window), not every page read.
+    assert b.backend.batch_get(op.hash_value, None)[0] is not None
+    assert list(b.backend._loaded.flat) == trailing
+
+
+def _remove(h, key):
+    assert h.backend._store.remove(key) >= 0
+
+
+def _rewrite(h, key):
+    """The group put again by another put of the page: other KV bytes, another state."""
+    value = h.backend._store.get(key)
+    _remove(h, key)
+    assert h.backend._store.put(key, bytes(x ^ 0x5A for x in value)) == 0
+
+
+def _evict(h, key):
+    filler, n = bytes(len(h.backend._store.get(key))), 0
+    while h.backend._store.is_exist(key) == 1 and n < 4096:
+        h.backend._store.put("filler/%d" % n, filler)
+        n += 1
+    assert n < 4096, "nothing was evicted"
+
+
+@pytest.mark.parametrize("kind", ["mamba", "swa"])
+@pytest.mark.parametrize("between", ["remove", "rewrite", "evict"])
+def test_the_copy_paths_group_changed_between_exists_and_get_is_never_mixed(store, kind,
+                                                                           between):
+    """Copy path: the last page's group removed, put again with other bytes, or evicted
+    after the hit query.  Its state is not reported loaded and its slot is untouched:
+    SGLang has copied the flat KV page to a slot this backend is not told, so a group
+    whose KV part is not the page read is a miss, never a state beside another put's
+    KV (a group put again was read whole, so its state's bytes reached the slot SGLang
+    then frees, reported not loaded).  Every page and state reported loaded is the
+    writer's."""
+    opts = dict(memory_capacity_bytes="8MiB", ssd_capacity_bytes=0) \
+        if between == "evict" else {}
+    a = Hybrid(kind, store, seed=62, interface_v1=0, **opts)
+    op_a, (kv_saved, side_saved) = a.backup()
+    last = op_a.hash_value[-1]
+    key = _group_key(a, last)
+    change = {"remove": _remove, "rewrite": _rewrite, "evict": _evict}[between]
+    op = _read_with(a, lambda: change(a, key))
+    if between == "evict" and op.completed_tokens < PAGES * PAGE:
+        return  # the pressure took a KV page too: SGLang reads no state then
+    assert op.completed_tokens == PAGES * PAGE
+    loaded = _check_never_mixed(a, op, kv_saved, side_saved)
+    assert last not in loaded
+    t = op.pool_transfers[0]
+    if between != "evict":  # the pressure may take the window's other group too
+        assert op.pool_storage_result.extra_pool_hit_pages.get(t.name, 0) == \
+            len(t.keys) - 1
+    slot = int(t.host_indices[(len(t.keys) - 1) * a.side.page_size])
+    if between != "rewrite":
+        assert not any(_side_bytes(a.side, slot))
+
+
+def test_the_copy_paths_failed_kv_backup_puts_none_of_its_groups(store):
+    """A batch_set that fails (SGLang ends the backup) drops the groups batch_set_v2
+    left: a later batch_set of the same pages does not put them."""
+    h = Hybrid("mamba", store, seed=63, interface_v1=0)
+    hashes = fk.get_hash_str(TOKENS, None, PAGE)
+    t = PoolTransfer(name=PoolName.MAMBA, host_indices=h.side.alloc(1), keys=hashes[-1:],
+                     hit_policy=PoolHitPolicy.TRAILING_PAGES)
+    assert h.backend.batch_set_v2([t]) == {PoolName.MAMBA: [True]}
+    assert h.backend.batch_set(hashes, [None] * PAGES) is False  # not tensors: fails
+    slots = h.kv.alloc(PAGES * PAGE)
+    assert h.backend.batch_set(hashes, [h.kv.get_data_page(int(slots[i * PAGE]))
+                                        for i in range(PAGES)])
+    assert h.backend._store.is_exist(_group_key(h, hashes[-1])) == 0
+    assert h.backend.batch_exists_v2(hashes, [t]).kv_hit_pages == 0
+
+
+# ---------------------------------------------------------------- the draft pools' groups
+
+def test_the_draft_kv_travels_in_the_kv_pages_group(store):
+    """SGLang's draft sidecar (draft: indices_from_pool == KV, all_pages) is laid in the
+    KV page's value after the indexer: one key per page holds the KV, the indexer and
+    the draft page; a group removed between exists and get is a miss of all three."""
+    a = Hybrid("dsa", store, seed=64)
+    draft_dev, draft = fk.make_pools("mla", "page_first", torch.bfloat16, layers=1,
+                                     page_size=PAGE, pages=PAGES * 4)
+    fk.fill_random(draft, 640)
+    a.backend.register_mem_host_pool_v2(draft, PoolName.DRAFT)
+    assert "+indexer:" in a.backend._keys.prefix and "+draft:" in a.backend._keys.prefix
+    hashes = fk.get_hash_str(TOKENS, None, PAGE)
+    slots = a.kv.alloc(PAGES * PAGE)
+
+    def sidecars(host_indices):
+        return [PoolTransfer(name=n, host_indices=host_indices, keys=hashes,
+                             indices_from_pool=PoolName.KV)
+                for n in (PoolName.INDEXER, PoolName.DRAFT)]
+
+    r = a.backend.batch_set_v2(sidecars(slots))
+    assert r == {PoolName.INDEXER: [True] * PAGES, PoolName.DRAFT: [True] * PAGES}
+    assert all(a.backend.batch_set_v1(hashes, slots))
+    first = int(slots[0])
+    assert a.backend._store.get(_grouped_keys(a, hashes)[0]) == \
+        _bytes(a.kv.get_data_page(first)) + _side_bytes(a.side, first) + \
+        _bytes(draft.get_data_page(first))
+    # Read into other slots: all three pools, bit-exact.
+    other = a.kv.alloc(PAGES * PAGE)
+    saved = [_bytes(draft.get_data_page(int(slots[i * PAGE]))) for i in range(PAGES)]
+    draft.kv_buffer.zero_()
+    assert all(a.backend.batch_get_v1(hashes, other))
+    assert all(all(v) for v in a.backend.batch_get_v2(sidecars(other)).values())
+    for i in range(PAGES):
+        assert _bytes(draft.get_data_page(int(other[i * PAGE]))) == saved[i], i
+    # A group put again by another put after the hit query: the read brings its KV,
+    # indexer and draft pages, all three of that put.
+    r = a.backend.batch_exists_v2(hashes, sidecars(None))
+    assert r.kv_hit_pages == PAGES
+    key = _grouped_keys(a, hashes)[2]
+    _rewrite(a, key)
+    new = a.backend._store.get(key)
+    third = a.kv.alloc(PAGES * PAGE)
+    assert all(a.backend.batch_get_v1(hashes, third))
+    assert all(all(v) for v in a.backend.batch_get_v2(sidecars(third)).values())
+    s2 = int(third[2 * PAGE])
+    assert _bytes(a.kv.get_data_page(s2)) + _side_bytes(a.side, s2) + \
+        _bytes(draft.get_data_page(s2)) == new
+    # A group removed after the hit query: the page is a miss whole.
+    _remove(a, key)
+    ok = a.backend.batch_get_v1(hashes, a.kv.alloc(PAGES * PAGE))
+    assert ok == [True, True, False, True, True, True]
+
+
+def test_the_draft_swa_window_is_grouped_with_its_kv_page(store):
+    """draft_swa (indices and keys from the SWA transfer, trailing_pages) is a trailing
+    group of its own with the page's KV: removed between exists and get, it is a miss
+    while the target's window loads; never a draft window without its KV page."""
+    h = Hybrid("swa", store, seed=65)
+    _, draft = fk.make_pools("mha", "page_first", torch.bfloat16, layers=1, heads=1,
+                             head_dim=16, page_size=PAGE, pages=PAGES * 4)
+    fk.fill_random(draft, 650)
+    h.backend.register_mem_host_pool_v2(draft, PoolName.DRAFT_SWA)
+    hashes = fk.get_hash_str(TOKENS, None, PAGE)
+    kv_slots, swa = h.kv.alloc(PAGES * PAGE), h.side.alloc(2 * PAGE)
+
+    def window(slots):
+        return [PoolTransfer(name=PoolName.SWA, host_indices=slots, keys=hashes[-2:],
+                             hit_policy=PoolHitPolicy.TRAILING_PAGES),
+                PoolTransfer(name=PoolName.DRAFT_SWA, host_indices=slots, keys=hashes[-2:],
+                             hit_policy=PoolHitPolicy.TRAILING_PAGES,
+                             indices_from_pool=PoolName.SWA)]
+
+    assert all(all(v) for v in h.backend.batch_set_v2(window(swa)).values())
+    assert all(h.backend.batch_set_v1(hashes, kv_slots))
+    db = h.backend._store
+    key = _group_key(h, hashes[-1], PoolName.DRAFT_SWA.value)
+    assert "+draft_swa:" in key
+    first = int(swa[PAGE])
+    assert db.get(key) == _bytes(h.kv.get_data_page(int(kv_slots[-PAGE]))) + \
+        _side_bytes(draft, first)
+    side = h.backend._side_pools[PoolName.DRAFT_SWA.value]
+    assert all(r == 0 for r in db.batch_is_exist(side.keys(hashes)))
+    assert h.backend.batch_exists_v2(hashes, window(None)).kv_hit_pages == PAGES
+    _remove(h, key)
+    assert h.backend.batch_exists_v2(hashes, window(None)).kv_hit_pages == 0
+    assert all(h.backend.batch_get_v1(hashes, h.kv.alloc(PAGES * PAGE)))
+    r = h.backend.batch_get_v2(window(h.side.alloc(2 * PAGE)))
+    assert r == {PoolName.SWA: [True, True], PoolName.DRAFT_SWA: [True, False]}
+
+
+# ---------------------------------------------------------------- MLA ranks but 0
+
+def test_an_mla_rank_that_writes_no_kv_reads_a_missing_state_as_a_miss(store):
+    """MLA + Mamba (Kimi Linear): the KV is rank 0's, written by rank 0 alone (SGLang's
+    backup_skip), the Mamba state is each rank's own slice, backed up by every rank in
+    batch_set_v2 with the state's host slots only.  Rank 1 is never told a KV slot, so
+    its state is a value of its own (docs/sglang.md, "Where a page has no group"); a
+    state removed between exists and get is reported not loaded and its slot stays as
+    it was -- SGLang then takes the least of every rank's count and drops the prefetch
+    whole (all-or-nothing for trailing pools)."""
+    r0 = Hybrid("mla_mamba", store, seed=66, rank=0, tp_size=2)
+    op0, (kv_saved, side0) = r0.backup()
+    r1 = Hybrid("mla_mamba", store, seed=67, rank=1, tp_size=2)
+    op1, (_, side1) = r1.backup()
+    assert op1.completed_tokens == PAGES * PAGE  # the state alone, as SGLang counts it
+    last = op0.hash_value[-1]
+    assert r1.backend._side_pools[PoolName.MAMBA.value].member is None
+    assert r0.backend._side_pools[PoolName.MAMBA.value].member is not None
+    state_key = r1.backend._side_pools[PoolName.MAMBA.value].keys([last])[0]
+    assert r1.backend._store.is_exist(state_key) == 1
+    op = _read_with(r1, lambda: None)
+    assert _check_never_mixed(r1, op, kv_saved, side1) == [last]
+    op = _read_with(r1, lambda: _remove(r1, state_key))
+    assert op.completed_tokens == PAGES * PAGE
+    assert op.pool_storage_result.extra_pool_hit_pages.get(PoolName.MAMBA, 0) == 0
+    assert not any(_side_bytes(r1.side, int(op.pool_transfers[0].host_indices[0])))
+
+
+def test_a_grouped_pool_registered_again_counts_once(store):
+    """register_mem_host_pool_v2 of the indexer a second time (SGLang's attach after a
+    detach re-registers its entries) replaces it: the page group's bytes and key are as
+    after the first, and a round trip still reads every page whole."""
+    a = Hybrid("dsa", store, seed=68)
+    before = (a.backend._page_bytes, a.backend._keys.prefix)
+    a.backend.register_mem_host_pool_v2(a.side, PoolName.INDEXER)
+    assert (a.backend._page_bytes, a.backend._keys.prefix) == before
+    op, (kv_saved, _) = a.backup()
+    assert op.completed_tokens == PAGES * PAGE
+    result, (kv_loaded, _) = Hybrid("dsa", store, seed=69).prefetch()
+    assert result.completed_tokens == PAGES * PAGE and kv_loaded == kv_saved

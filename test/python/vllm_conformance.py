@@ -63,6 +63,8 @@ FAKE_CLASSES = [
     ("ChunkedLocalAttentionSpec", "vllm.v1.kv_cache_interface", "ChunkedLocalAttentionSpec",
      "subset"),
     ("MambaSpec", "vllm.v1.kv_cache_interface", "MambaSpec", "subset"),
+    ("BlockPool", "vllm.v1.core.block_pool", "BlockPool", "subset"),
+    ("MambaManager", "vllm.v1.core.single_type_kv_cache_manager", "MambaManager", "subset"),
     ("KVCacheConfig", "vllm.v1.kv_cache_interface", "KVCacheConfig", "subset"),
     ("NewRequestData", "vllm.v1.core.sched.output", "NewRequestData", "subset"),
     ("CachedRequestData", "vllm.v1.core.sched.output", "CachedRequestData", "subset"),

@@ -14,6 +14,7 @@ vllm-project/vllm@00f4240ee6458263d76cf51ca7901ce1350bb4d1's base.py, multi_conn
 outputs.py and kv_connector_model_runner_mixin.py, which run_worker_step and
 worker_output follow).
 """
+import collections
 import copy
 import dataclasses
 import hashlib
@@ -104,6 +105,7 @@ class CacheConfig:
     cache_dtype: str = "auto"
     enable_prefix_caching: bool = True
     prefix_caching_hash_algo: str = "sha256"
+    hash_block_size: Optional[int] = None
 
 
 @dataclasses.dataclass
@@ -208,6 +210,113 @@ def hybrid_block_ids(specs, block_ids, num_computed_tokens, block_size):
         skipped = max(0, skipped_tokens(spec, num_computed_tokens)) // block_size
         out.append([0 if i < skipped else b for i, b in enumerate(ids)])
     return tuple(out)
+
+
+class BlockPool:
+    """vLLM's BlockPool, as far as a Mamba manager's allocation reaches: block ids are
+    ints, block 0 is the null block, new blocks are handed out in order."""
+
+    def __init__(self, num_gpu_blocks: int, enable_caching: bool, hash_block_size: int,
+                 enable_kv_cache_events: bool = False, metrics_collector=None):
+        self.num_gpu_blocks = num_gpu_blocks
+        self.null_block = 0
+        self._free = list(range(1, num_gpu_blocks))
+        self.freed = []  # what free_blocks gave back, in order (for the tests)
+
+    def get_new_blocks(self, num_blocks: int) -> list:
+        taken, self._free = self._free[:num_blocks], self._free[num_blocks:]
+        return taken
+
+    def free_blocks(self, ordered_blocks) -> None:
+        self.freed.extend(ordered_blocks)
+        self._free.extend(ordered_blocks)
+
+
+class MambaManager:
+    """vLLM main's MambaManager (vllm/v1/core/single_type_kv_cache_manager.py), the part
+    that decides a request's block list: get_num_skipped_tokens, remove_skipped_blocks
+    (with the base class's loop) and allocate_new_blocks, in "align" mode with
+    speculative blocks -- each step's running state in the last block before the
+    num_speculative_blocks speculative ones, which the next step reuses: one that falls
+    inside the skipped positions is moved to the end and the null block takes its place.
+    In other modes, the base class's allocation (with the speculative blocks added)."""
+
+    def __init__(self, kv_cache_spec: MambaSpec, block_pool: BlockPool, **kwargs):
+        self.kv_cache_spec = kv_cache_spec
+        self.block_size = kv_cache_spec.block_size
+        self.block_pool = block_pool
+        self._null_block = block_pool.null_block
+        self.req_to_blocks = collections.defaultdict(list)
+        self.mamba_cache_mode = kv_cache_spec.mamba_cache_mode
+        self.num_speculative_blocks = kv_cache_spec.num_speculative_blocks
+        if self.mamba_cache_mode == "align":
+            self.last_state_block_idx = {}
+            self._allocated_block_reqs = set()
+
+    def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
+        return num_computed_tokens - 1
+
+    def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
+        # Async scheduling may count draft tokens not yet verified: assume none is.
+        num_computed_tokens = max(0, num_computed_tokens - self.num_speculative_blocks)
+        skipped = self.get_num_skipped_tokens(num_computed_tokens)
+        blocks = self.req_to_blocks[request_id]
+        if skipped > 0:
+            removed = []
+            for i in range(min(skipped // self.block_size, len(blocks)) - 1, -1, -1):
+                if blocks[i] == self._null_block:
+                    break
+                removed.append(blocks[i])
+                blocks[i] = self._null_block
+            self.block_pool.free_blocks(removed)
+        if self.mamba_cache_mode == "align":
+            # The state block of two steps ago: the last step's was copied from it.
+            last = self.last_state_block_idx.get(request_id)
+            if last is not None and last < -(-num_computed_tokens // self.block_size) - 1:
+                if blocks[last] != self._null_block:
+                    self.block_pool.free_blocks([blocks[last]])
+                    blocks[last] = self._null_block
+
+    def allocate_new_blocks(self, request_id: str, num_tokens: int,
+                            num_tokens_main_model: int) -> list:
+        req_blocks = self.req_to_blocks[request_id]
+        if self.mamba_cache_mode != "align":
+            num_tokens += self.block_size * self.num_speculative_blocks
+            need = -(-num_tokens // self.block_size) - len(req_blocks)
+            new = self.block_pool.get_new_blocks(need) if need > 0 else []
+            req_blocks.extend(new)
+            return new
+        # No blocks for lookahead (draft) tokens: they would break the alignment.
+        required = -(-num_tokens_main_model // self.block_size) + self.num_speculative_blocks
+        if required == len(req_blocks):
+            return []
+        assert required > len(req_blocks), (required, len(req_blocks))
+        prev = len(req_blocks)
+        allocated = request_id in self._allocated_block_reqs
+        if allocated:
+            self.last_state_block_idx[request_id] = prev - 1 - self.num_speculative_blocks
+        elif prev > 0:
+            self.last_state_block_idx[request_id] = prev - 1  # a prefix hit's state
+        skipped_blocks = required - self.num_speculative_blocks - 1
+        if prev < skipped_blocks:
+            req_blocks.extend([self._null_block] * (skipped_blocks - prev))
+        if allocated:
+            for idx in range(prev - self.num_speculative_blocks, prev):
+                if idx >= skipped_blocks:
+                    break
+                req_blocks.append(req_blocks[idx])  # reused at the end
+                req_blocks[idx] = self._null_block
+        need = required - len(req_blocks)
+        assert need <= (1 if allocated else self.num_speculative_blocks + 1), need
+        req_blocks.extend(self.block_pool.get_new_blocks(need))
+        self._allocated_block_reqs.add(request_id)
+        return req_blocks[prev:]
+
+    def free(self, request_id: str) -> None:
+        if self.mamba_cache_mode == "align":
+            self._allocated_block_reqs.discard(request_id)
+            self.last_state_block_idx.pop(request_id, None)
+        self.block_pool.free_blocks(reversed(self.req_to_blocks.pop(request_id, [])))
 
 
 @dataclasses.dataclass
@@ -664,8 +773,30 @@ def make_caches(layout, num_layers=3, num_blocks=16, block_size=16, heads=4, hea
     return {"model.layers.%d.self_attn.attn" % i: one() for i in range(num_layers)}
 
 
+def make_state_cache(spec, num_blocks=16):
+    """A Mamba layer's cache as vLLM main's model runner hands it to a connector
+    (gpu_model_runner._reshape_kv_cache_tensors): one buffer of num_blocks pages of
+    page_size_bytes, viewed as one (num_blocks, *shape) tensor per state, the states of a
+    block side by side in its page."""
+    sizes = [int(torch.empty(shape, dtype=dtype).numel()) * torch.empty((), dtype=dtype)
+             .element_size() for shape, dtype in zip(spec.shapes, spec.dtypes)]
+    page = sum(sizes)
+    raw = torch.zeros(num_blocks * page, dtype=torch.uint8)
+    out, offset = [], 0
+    for shape, dtype, size in zip(spec.shapes, spec.dtypes, sizes):
+        elt = torch.empty((), dtype=dtype).element_size()
+        inner = torch.empty(shape).stride()
+        out.append(torch.as_strided(raw.view(dtype), (num_blocks, *shape),
+                                    (page // elt, *inner), offset // elt))
+        offset += size
+    return out
+
+
 def block_view(cache, layout, block_id):
-    """Everything one block holds in one layer (K and V)."""
+    """Everything one block holds in one layer (K and V; a Mamba layer's states, as one
+    byte tensor)."""
+    if isinstance(cache, (list, tuple)):
+        return torch.cat([t[block_id].reshape(-1).view(torch.uint8) for t in cache])
     if layout == "flash_legacy":
         return cache[:, block_id]
     return cache[block_id]
@@ -675,8 +806,9 @@ def fill_block(caches, layout, block_id, block_hash):
     """'Computes' a block: deterministic contents from its hash, different per layer."""
     for i, cache in enumerate(caches.values()):
         g = torch.Generator().manual_seed(int.from_bytes(block_hash[:6], "little") + i)
-        view = block_view(cache, layout, block_id)
-        view.copy_(torch.randn(view.shape, generator=g).to(cache.dtype))
+        for view in ([t[block_id] for t in cache] if isinstance(cache, (list, tuple))
+                     else [block_view(cache, layout, block_id)]):
+            view.copy_(torch.randn(view.shape, generator=g).to(view.dtype))
 
 
 def run_worker_step(worker, meta, caches, layout, compute=(), keep_bound=False,

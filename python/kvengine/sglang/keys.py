@@ -150,14 +150,16 @@ class PageKeys:
         self._value = "%s+%s" % (self._layout, members)
         self.prefix = "%s@%s%s" % (self._head, self._value, self._tail)
 
-    def group_prefix(self, member, per_rank):
+    def group_prefix(self, member, per_rank, flat=False):
         """The key prefix of a trailing pool's page groups (a Mamba state, SWA pages):
         the zero-copy KV value's segment with "+<member>" after it (e.g.
         "page_first+mamba:8192+..."), so a group never shares a key with a KV page; the
         TP rank too when the member is each rank's own (per_rank) and the KV is not (an
-        MLA model's Mamba state)."""
+        MLA model's Mamba state).  On the copy path (flat) the KV part is the flat page,
+        and the segment is "flat-<layout>+<member>"."""
         ranks = self._per_rank if per_rank else self._ranks
-        return "%s@%s+%s@ps%d@%s@m%s/" % (self._head, self._value, member, self._page_size,
+        value = "flat-" + self._layout if flat else self._value
+        return "%s@%s+%s@ps%d@%s@m%s/" % (self._head, value, member, self._page_size,
                                           ranks, self.fingerprint)
 
     def pool_prefix(self, pool_name, shape, layout, page_size, per_rank):

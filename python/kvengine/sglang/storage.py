@@ -20,6 +20,7 @@ exited, a kv_server restarting) every page fails until it is back: the shared st
 takes it over or reconnects (kvengine.shared_store).
 """
 
+import collections
 import ctypes
 import itertools
 import logging
@@ -46,8 +47,11 @@ _LOADED_MAX = 1 << 16  # pages batch_get_v1 remembers for the batch_get_v2 after
 # pools SGLang's hybrid controller reads with every KV page (hit policy all_pages, host
 # indices those of the KV, PoolTransfer.indices_from_pool == KV), and whose absence its
 # consumers do not check after the KV has loaded: DSA's indexer (sglang#30321, a KV
-# page paired with a stale or missing indexer page, garbled output).
-GROUPED_WITH_KV = (PoolName.INDEXER.value,)
+# page paired with a stale or missing indexer page, garbled output), and the draft
+# model's KV and indexer (SGLang's draft sidecars, indices_from_pool == KV).  Each
+# registered one is laid after the KV page in the order registered.
+GROUPED_WITH_KV = (PoolName.INDEXER.value, PoolName.DRAFT.value,
+                   PoolName.DRAFT_INDEXER.value)
 # Trailing pools (hit policy trailing_pages: a state or window kept only for the last
 # pages of a prefix) whose page is stored as a group with the KV page it belongs to: one
 # value, the page's KV value as batch_set_v1 stores it, then the pool's page.  SGLang
@@ -57,7 +61,11 @@ GROUPED_WITH_KV = (PoolName.INDEXER.value,)
 # batch_get_v2 (the state of the trailing pages); batch_get_v2 reads each group whole
 # and only then lays its KV over the page batch_get_v1 loaded, so a page's KV and its
 # state are always of one put (docs/sglang.md, "Page groups").
-TRAILING_GROUPS = (PoolName.MAMBA.value, PoolName.SWA.value)
+# The draft model's SWA window (draft_swa: indices_from_pool == SWA, trailing_pages)
+# is one of them too.  On the copy path (no interface_v1) the group's KV part is the
+# flat page batch_set stores, and batch_get_v2 loads a state only where that part is
+# the flat page batch_get read for the page (_get_groups).
+TRAILING_GROUPS = (PoolName.MAMBA.value, PoolName.SWA.value, PoolName.DRAFT_SWA.value)
 
 
 def _pool_name(name):
@@ -171,12 +179,15 @@ class KVEngineHiCacheStorage(HiCacheStorage):
         self.mem_pool_host = None
         # Hybrid models (v2): the KV host pool (the anchor of SGLang's HostPoolGroup),
         # True when that anchor holds no bytes (LogicalHostPool), the side pools by
-        # name, and the one grouped with each KV page (GROUPED_WITH_KV) if registered.
+        # name, and those grouped with each KV page (GROUPED_WITH_KV) as registered.
         self._kv_pool = None
         self._logical_anchor = False
         self._side_pools = {}
-        self._grouped = None
+        self._grouped = []
         self._trailing = False  # a trailing pool is stored in groups with the KV
+        # The most trailing pages a transfer has named (Mamba 1, SWA its window): the
+        # copy path keeps that many of the last flat pages batch_get read.
+        self._window = 1
         self._registered_ptrs = []
         # Per thread (SGLang's prefetch I/O thread): page hash -> the first host index of
         # the KV page the batch_get_v1 calls since the last batch_get_v2 loaded, so the
@@ -210,6 +221,7 @@ class KVEngineHiCacheStorage(HiCacheStorage):
             return
         one_page = torch.arange(kv_pool.page_size, dtype=torch.int64)
         self._page_bytes = int(sum(kv_pool.get_page_buffer_meta(one_page)[1]))
+        self._kv_page_bytes = self._page_bytes  # the KV's own, without grouped pools
         self._register_buffers(kv_pool)
         logger.info("kvengine: pages of %d bytes under %s", self._page_bytes,
                     self._keys.prefix)
@@ -254,9 +266,10 @@ class KVEngineHiCacheStorage(HiCacheStorage):
         self._side_pools[name] = side
         self._register_buffers(host_pool)
         # A rank that writes no KV (an MLA model's TP ranks but 0, SGLang's backup_skip)
-        # cannot put a group: its trailing pools stay values of their own.
-        if (name in TRAILING_GROUPS and self._zero_copy and not self._logical_anchor
-                and not self._mla_reader):
+        # cannot put a group: its trailing pools stay values of their own
+        # (docs/sglang.md, "Where a page has no group").  The copy path groups them
+        # with the flat KV page its batch_set stores.
+        if name in TRAILING_GROUPS and not self._logical_anchor and not self._mla_reader:
             side.member = "%s:%s" % (name, shape)
             side.per_rank = per_rank
             self._trailing = True
@@ -265,11 +278,15 @@ class KVEngineHiCacheStorage(HiCacheStorage):
                 raise ValueError("kvengine: the %s pool's page (%d slots) is not the KV "
                                  "page (%d)" % (name, side.page_size,
                                                 self._kv_pool.page_size))
-            self._grouped = side
-            self._keys.group_with("%s:%s" % (name, shape))
-            self._page_bytes += sum(int(x) for x in shape.split("+"))
+            # A pool registered again replaces its former entry.
+            self._grouped = [g for g in self._grouped if g.name != name] + [side]
+            shapes = [_page_shape(g.host_pool) for g in self._grouped]
+            self._keys.group_with("+".join(
+                "%s:%s" % (g.name, sh) for g, sh in zip(self._grouped, shapes)))
+            self._page_bytes = self._kv_page_bytes + sum(
+                int(x) for sh in shapes for x in sh.split("+"))
         where = prefix
-        if self._grouped is side:
+        if side in self._grouped:
             where = self._keys.prefix + " (one value with the KV page)"
         elif side.member is not None:
             where = self._group_keys(side, [""])[0] + " (groups with their KV page)"
@@ -277,7 +294,7 @@ class KVEngineHiCacheStorage(HiCacheStorage):
 
     def _group_keys(self, side, hashes):
         """The keys of a trailing pool's groups: its pages, each with its KV page."""
-        prefix = self._keys.group_prefix(side.member, side.per_rank)
+        prefix = self._keys.group_prefix(side.member, side.per_rank, flat=not self._zero_copy)
         return [prefix + h for h in hashes]
 
     def _check_indices(self, keys, host_indices):
@@ -295,9 +312,9 @@ class KVEngineHiCacheStorage(HiCacheStorage):
         n = len(ptrs) // len(keys)
         ptrs = [ptrs[i * n:(i + 1) * n] for i in range(len(keys))]
         sizes = [sizes[i * n:(i + 1) * n] for i in range(len(keys))]
-        if self._grouped is not None:
-            # The page group: the side pool's page at the same host slots, after the KV.
-            side_ptrs, side_sizes = self._grouped.parts(keys, host_indices)
+        for grouped in self._grouped:
+            # The page group: each side pool's page at the same host slots, after the KV.
+            side_ptrs, side_sizes = grouped.parts(keys, host_indices)
             ptrs = [a + b for a, b in zip(ptrs, side_ptrs)]
             sizes = [a + b for a, b in zip(sizes, side_sizes)]
         return ptrs, sizes
@@ -308,15 +325,19 @@ class KVEngineHiCacheStorage(HiCacheStorage):
         if self._logical_anchor:
             return [True] * len(keys)  # no KV bytes: the side pools hold the pages
         ok = self._guarded("batch_get_v1", keys, self._get_pages, keys, host_indices)
-        if self._grouped is not None or self._trailing:
+        if self._grouped or self._trailing:
             # SGLang reads the KV in batches of STORAGE_BATCH_SIZE pages, then the side
             # pools of the whole operation at once: the pages loaded add up until then.
+            # Each page loaded: its first host index, and its parts' pointers and sizes
+            # (_get_pages worked them out; batch_get_v2 lays a group's KV over them).
             first = host_indices[::self._kv_pool.page_size].tolist()
             loaded = getattr(self._loaded, "pages", {})
-            for k, i, good in zip(keys, first, ok):
+            ptrs, sizes = getattr(self._loaded, "parts", None) or ([None] * len(keys),) * 2
+            self._loaded.parts = None
+            for k, i, good, p, n in zip(keys, first, ok, ptrs, sizes):
                 loaded.pop(k, None)
                 if good:
-                    loaded[k] = i
+                    loaded[k] = (i, p, n)
             # A prefetch that stopped at a miss calls no batch_get_v2 to reset the table:
             # the oldest pages go (a prefix's own are its latest).
             for k in list(itertools.islice(loaded, max(0, len(loaded) - _LOADED_MAX))):
@@ -347,6 +368,7 @@ class KVEngineHiCacheStorage(HiCacheStorage):
 
     def _get_pages(self, keys, host_indices):
         ptrs, sizes = self._page_parts(keys, host_indices)
+        self._loaded.parts = (ptrs, sizes)
         store_keys = self._keys.pages(keys)
         start = time.perf_counter()
         results = self._store.batch_get_into_multi_buffers(store_keys, ptrs, sizes)
@@ -364,7 +386,7 @@ class KVEngineHiCacheStorage(HiCacheStorage):
     def _set_pages(self, keys, host_indices):
         self._check_indices(keys, host_indices)
         store_keys = self._keys.pages(keys)
-        present = [r == 1 for r in self._store.batch_is_exist(store_keys)]
+        present, groups = self._present_with_groups(keys, store_keys)
         if self._planner is not None:
             rewrite = self._planner.rewrite(store_keys)
             present = [p and k not in rewrite for p, k in zip(present, store_keys)]
@@ -372,7 +394,6 @@ class KVEngineHiCacheStorage(HiCacheStorage):
             # Not the MLA writer: the page is stored when rank 0 stored it.
             return present
         missing = [i for i, p in enumerate(present) if not p]
-        groups = self._pending_groups(keys)
         results = [0] * len(keys)
         seconds, group_bytes = 0.0, 0
         if missing or groups:
@@ -399,29 +420,55 @@ class KVEngineHiCacheStorage(HiCacheStorage):
         return [(i, side, first) for i, k in enumerate(keys)
                 for side, first in pending.pop(k, [])]
 
+    def _present_with_groups(self, keys, store_keys):
+        """([whether each page's own key is stored], the groups batch_set_v2 left for
+        these pages that are not stored yet): one engine call asks for both -- the
+        group keys ride along with the pages' (batch_set_v2 asks the store nothing)."""
+        groups = self._pending_groups(keys)
+        group_keys = [self._group_keys(side, [keys[i]])[0] for i, side, _ in groups]
+        found = self._store.batch_is_exist(store_keys + group_keys)
+        stored = [r == 1 for r in found[len(store_keys):]]
+        if any(stored):
+            self._counters.add(skipped_writes=sum(stored))
+        return ([r == 1 for r in found[:len(store_keys)]],
+                [g for g, there in zip(groups, stored) if not there])
+
     def _put_pages(self, keys, host_indices, store_keys, todo, groups, results):
         """Puts the KV pages todo (indexes into keys) and the groups (_pending_groups)
         in one engine call; results[i] gets the code of page i's KV page, or of a group
         of its that failed.  Returns the bytes of the groups put."""
         ptrs, sizes = self._page_parts(keys, host_indices)
+        codes, group_bytes = self._put_with_groups(keys, store_keys, ptrs, sizes, todo,
+                                                   groups)
+        for i, r in enumerate(codes):
+            if results[i] == 0:
+                results[i] = r
+        return group_bytes
+
+    def _put_with_groups(self, keys, store_keys, ptrs, sizes, todo, groups):
+        """Puts the pages todo (indexes into keys, each from its parts ptrs/sizes) and
+        the groups, in one engine call: a group is its page's parts (the KV value as
+        stored under the page's own key) then the trailing pool's page from the slots
+        batch_set_v2 named.  Returns (per page of keys, the code of its put or of a
+        group of its that failed; the bytes of the groups put)."""
         put_keys = [store_keys[i] for i in todo]
         put_ptrs = [ptrs[i] for i in todo]
         put_sizes = [sizes[i] for i in todo]
         owner = list(todo)
         for i, side, first in groups:
-            # The group: the KV value of page i from the slots batch_set_v1 names, then
-            # the trailing pool's page from the slots batch_set_v2 named.
             side_ptrs, side_sizes = side.parts(["-"], _page_indices(first, side.page_size))
             put_keys.append(self._group_keys(side, [keys[i]])[0])
             put_ptrs.append(ptrs[i] + side_ptrs[0])
             put_sizes.append(sizes[i] + side_sizes[0])
             owner.append(i)
         codes = self._put_values(put_keys, put_ptrs, put_sizes)
+        by_page = [0] * len(keys)
         for i, r in zip(owner, codes):
-            if results[i] == 0:
-                results[i] = r
-        return sum(sum(size) for size, r in zip(put_sizes[len(todo):], codes[len(todo):])
-                   if r == 0)
+            if by_page[i] == 0:
+                by_page[i] = r
+        group_bytes = sum(sum(size) for size, r in zip(put_sizes[len(todo):],
+                                                        codes[len(todo):]) if r == 0)
+        return by_page, group_bytes
 
     def _put_values(self, keys, ptrs, sizes):
         """Puts each key's value from its parts in one engine call: the codes."""
@@ -537,6 +584,7 @@ class KVEngineHiCacheStorage(HiCacheStorage):
             trailing = None
             if transfer.hit_policy != PoolHitPolicy.ALL_PAGES:  # trailing_pages
                 trailing = max(1, len(transfer.keys) if transfer.keys else 1)
+                self._window = max(self._window, trailing)
             boundary = next((p for p in range(kv_pages, 0, -1)
                              if _policy_holds(page_exists, trailing, p)), 0)
             if boundary:
@@ -553,7 +601,7 @@ class KVEngineHiCacheStorage(HiCacheStorage):
             logger.error("kvengine: batch_exists_v2 names the pool %s, which was never "
                          "registered (register_mem_host_pool_v2); counting none", pool_name)
             return [False] * len(hashes)
-        if side is self._grouped:
+        if side in self._grouped:
             # One value with its KV page: present exactly where the KV page is (and the
             # caller asks only within the KV's hits).
             return [True] * len(hashes)
@@ -570,6 +618,10 @@ class KVEngineHiCacheStorage(HiCacheStorage):
         call (_get_groups)."""
         loaded = getattr(self._loaded, "pages", {})
         self._loaded.pages = {}
+        if not self._zero_copy:
+            # The copy path: the last flat pages batch_get read, by hash.
+            loaded = getattr(self._loaded, "flat", {})
+            self._loaded.flat = collections.OrderedDict()
         transfers = list(transfers or [])
         grouped = [t for t in transfers if self._trailing_side(t.name) is not None]
         results = self._transfers(
@@ -616,12 +668,12 @@ class KVEngineHiCacheStorage(HiCacheStorage):
         return results
 
     def _get_pool_pages(self, side, keys, host_indices, loaded):
-        if side is self._grouped:
+        if side in self._grouped:
             # The indexer page is in its KV page's value: the batch_get_v1 SGLang made
             # for these pages just now loaded both at once; else read the groups whole
             # (the KV page is written again with the same bytes).
             first = host_indices[::side.page_size].tolist()
-            if all(loaded.get(k) == i for k, i in zip(keys, first)):
+            if all(loaded.get(k, (None,))[0] == i for k, i in zip(keys, first)):
                 return [True] * len(keys)
             return self._get_pages(keys, host_indices)
         ptrs, sizes = side.parts(keys, host_indices)
@@ -637,7 +689,7 @@ class KVEngineHiCacheStorage(HiCacheStorage):
     def _set_pool_pages(self, side, keys, host_indices):
         if side.member is not None:
             return self._leave_groups(side, keys, host_indices)
-        if side is self._grouped:
+        if side in self._grouped:
             # Written as the page group, KV and indexer in one value (the host indices
             # are the KV's: indices_from_pool == KV); the batch_set_v1 that follows
             # finds the pages stored.
@@ -663,17 +715,16 @@ class KVEngineHiCacheStorage(HiCacheStorage):
         return ok
 
     def _leave_groups(self, side, keys, host_indices):
-        """batch_set_v2 of a trailing pool: the pages whose group is not stored yet are
-        left for the batch_set_v1 of their KV pages, which SGLang calls next in the same
-        backup, to put as groups; True for each (a group's failure fails its KV page's
-        batch_set_v1)."""
-        side.parts(keys, host_indices)  # refuses slots that are not a page per key
-        present = [r == 1 for r in self._store.batch_is_exist(self._group_keys(side, keys))]
+        """batch_set_v2 of a trailing pool: its pages are left for the batch_set_v1 of
+        their KV pages, which SGLang calls next in the same backup, to put as groups
+        (that call asks the store which groups it has, with the pages, in one engine
+        call); True for each (a group's failure fails its KV page's batch_set_v1)."""
+        if host_indices is None or host_indices.numel() != len(keys) * side.page_size:
+            side.parts(keys, host_indices)  # raises, naming the mismatch
+        self._window = max(self._window, len(keys))
         pending = self._loaded.pending
-        for k, first, stored in zip(keys, host_indices[::side.page_size].tolist(), present):
-            if not stored:
-                pending.setdefault(k, []).append((side, first))
-        self._counters.add(skipped_writes=sum(present))
+        for k, first in zip(keys, host_indices[::side.page_size].tolist()):
+            pending.setdefault(k, []).append((side, first))
         return [True] * len(keys)
 
     def _get_groups(self, transfers, loaded):
@@ -705,7 +756,7 @@ class KVEngineHiCacheStorage(HiCacheStorage):
                     reads.append((t.name, j, h, side, ptrs[j], sizes[j]))
         if not reads:
             return results
-        page = self._page_bytes
+        page = self._page_bytes if self._zero_copy else self._flat_page_bytes()
         # The thread's scratch pages, kept: a fresh buffer's page faults cost as much as
         # the copy out of it.
         scratch = getattr(self._loaded, "scratch", None)
@@ -731,12 +782,21 @@ class KVEngineHiCacheStorage(HiCacheStorage):
                 logger.warning("kvengine: the groups of page %s hold different KV bytes "
                                "(puts of two versions); its state is not loaded", h)
                 continue
-            kv_ptrs, kv_sizes = self._page_parts(
-                [h], _page_indices(loaded[h], self._kv_pool.page_size))
-            offset = base + whole[0] * page
-            for ptr, size in zip(kv_ptrs[0], kv_sizes[0]):
-                ctypes.memmove(ptr, offset, size)
-                offset += size
+            if not self._zero_copy:
+                # The copy path: SGLang has copied the flat page batch_get read into a
+                # host slot this backend is not told, so the state loads only where
+                # its group's KV is those very bytes.
+                flat = loaded[h].contiguous().view(-1).view(torch.uint8)
+                if flat.numel() != page or not torch.equal(kv, flat):
+                    logger.info("kvengine: the group of page %s holds other KV bytes than "
+                                "the page read (another put); its state is not loaded", h)
+                    continue
+            else:
+                _, kv_ptrs, kv_sizes = loaded[h]
+                offset = base + whole[0] * page
+                for ptr, size in zip(kv_ptrs, kv_sizes):
+                    ctypes.memmove(ptr, offset, size)
+                    offset += size
             for n in whole:
                 results[reads[n][0]][reads[n][1]] = True
                 read_bytes += page + sum(reads[n][5])
@@ -774,6 +834,18 @@ class KVEngineHiCacheStorage(HiCacheStorage):
             return [None] * len(keys)
         sizes = [d.numel() * d.element_size() for d in dests]
         ok = [r == s for r, s in zip(results, sizes)]
+        if self._trailing:
+            # The pages batch_get_v2 may pair a state with: its keys are the last pages
+            # of the prefix SGLang read, so the last _window pages are kept, no more
+            # (a flat page is as large as a KV page: SGLang frees the others).
+            kept = getattr(self._loaded, "flat", None) or collections.OrderedDict()
+            for k, d, good in zip(keys, dests, ok):
+                kept.pop(k, None)
+                if good:
+                    kept[k] = d
+            while len(kept) > self._window:
+                kept.popitem(last=False)
+            self._loaded.flat = kept
         self._log_failures("read", keys, results, ok)
         read_bytes = sum(s for s, good in zip(sizes, ok) if good)
         self._counters.add(read_pages=sum(ok), read_bytes=read_bytes,
@@ -788,25 +860,58 @@ class KVEngineHiCacheStorage(HiCacheStorage):
         written again); True when every page is stored."""
         if len(keys) == 0:
             return False
+        groups, group_bytes = [], 0
         try:
             flat_keys = [self._keys.flat(k) for k in keys]
-            present = self._store.batch_is_exist(flat_keys)
+            present, groups = self._present_with_groups(keys, flat_keys)
             if self._mla_reader:  # not the MLA writer: stored when rank 0 stored it
-                return all(p == 1 for p in present)
-            todo = [i for i, p in enumerate(present) if p != 1]
-            values = [values[i].contiguous() for i in todo]
-            results = self._store.batch_put_from([flat_keys[i] for i in todo], values)
+                return all(present)
+            todo = [i for i, p in enumerate(present) if not p]
+            if groups:
+                results, group_bytes = self._put_flat_with_groups(keys, values, flat_keys,
+                                                                  todo, groups)
+                values = [values[i] for i in todo]
+            else:
+                values = [values[i].contiguous() for i in todo]
+                results = self._store.batch_put_from([flat_keys[i] for i in todo], values)
         except Exception as e:  # noqa: BLE001
             logger.error("kvengine: batch_set of %d pages failed: %s", len(keys), e)
+            self._loaded.pending = {}
             return False
         failed = sum(1 for r in results if r != 0)
         if failed:
             logger.warning("kvengine: %d of %d pages not written (%s)", failed, len(keys),
                            error_name(next(r for r in results if r != 0)))
-        written_bytes = sum(v.numel() * v.element_size() for v, r in zip(values, results) if r == 0)
+            # SGLang ends the backup: the groups left for later pages are not put.
+            self._loaded.pending = {}
+        written_bytes = group_bytes + sum(v.numel() * v.element_size()
+                                          for v, r in zip(values, results) if r == 0)
         self._counters.add(written_pages=len(todo) - failed, written_bytes=written_bytes,
                            skipped_writes=len(keys) - len(todo), failed_writes=failed)
         return failed == 0
+
+    def _put_flat_with_groups(self, keys, values, flat_keys, todo, groups):
+        """The copy path's batch_set with the groups batch_set_v2 left for its pages:
+        the flat pages todo and each group (the page's flat value, then the trailing
+        pool's page) in one engine call.  Returns (the code of each page in todo, then
+        the code of a failed group of a page already stored, if any; the bytes of the
+        groups put)."""
+        flats = [v.contiguous() for v in values]  # alive until the put returns
+        ptrs = [[v.data_ptr()] for v in flats]
+        sizes = [[v.numel() * v.element_size()] for v in flats]
+        by_page, group_bytes = self._put_with_groups(keys, flat_keys, ptrs, sizes, todo,
+                                                     groups)
+        results = [by_page[i] for i in todo]
+        stored = set(todo)
+        results += [r for i, r in enumerate(by_page) if r != 0 and i not in stored][:1]
+        return results, group_bytes
+
+    def _flat_page_bytes(self):
+        page = getattr(self, "_flat_bytes", None)
+        if page is None:
+            dummy = self.mem_pool_host.get_dummy_flat_data_page()
+            page = self._flat_bytes = dummy.numel() * dummy.element_size()
+        return page
 
     # ------------------------------------------------------------ the rest
 

@@ -134,11 +134,15 @@ class KeyScheme:
     """The parts of every key of one vLLM instance, from its config: model and dtype,
     block size, parallel shape, the instance's engine id, and this process's rank."""
 
-    def __init__(self, vllm_config, kv_transfer_config, extra, role):
+    def __init__(self, vllm_config, kv_transfer_config, extra, role, kv_cache_config=None):
         model_config = attr_of(vllm_config, "model_config")
         cache_config = attr_of(vllm_config, "cache_config")
         parallel_config = attr_of(vllm_config, "parallel_config")
-        self.block_size = int(attr_of(cache_config, "block_size", 16))
+        # The tokens of a position: of one block hash of a request, which is the cache's
+        # block size unless the KV-cache groups' block sizes differ (nullblocks.py).
+        from .nullblocks import hash_block_size
+
+        self.block_size = hash_block_size(cache_config, kv_cache_config)
         model = extra.get("model_name") or attr_of(model_config, "model", "model")
         dtype = attr_of(cache_config, "cache_dtype", "auto")
         if dtype in (None, "auto"):

@@ -178,7 +178,7 @@ class KVEngineConnector(KVConnectorBase_V1, SupportsHMA):
             self._kv_cache_config = kv_cache_config
         kv_config = self._kv_transfer_config
         extra = dict(attr_of(kv_config, "kv_connector_extra_config", None) or {})
-        keys = KeyScheme(vllm_config, kv_config, extra, role)
+        keys = KeyScheme(vllm_config, kv_config, extra, role, self._kv_cache_config)
         path, attach = extra.get("path"), extra.get("attach")
         if not path and not attach:
             raise ValueError("KVEngineConnector needs kv_connector_extra_config['path'] "

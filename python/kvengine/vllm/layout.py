@@ -39,10 +39,53 @@ class LayerGeometry:
     segments: list  # byte offsets, from the block's first byte, of its dense runs
     segment_bytes: int
     tag: str  # the in-block byte layout, e.g. "N16H4C256"
+    sizes: Optional[list] = None  # each segment's bytes, where they differ (state layers)
+
+    def segment_sizes(self):
+        return self.sizes if self.sizes is not None else [self.segment_bytes] * len(
+            self.segments)
 
     @property
     def block_bytes(self):
-        return len(self.segments) * self.segment_bytes
+        return sum(self.segment_sizes())
+
+
+def _dtype_tag(dtype):
+    return str(dtype).replace("torch.", "").replace("float", "f").replace("bfloat", "bf")
+
+
+def analyse_state_layer(name: str, tensors: Any) -> LayerGeometry:
+    """The geometry of a Mamba (linear-attention) layer's cache: vLLM hands it as a list
+    of state tensors (conv state, SSM state ...), each (num_blocks, *shape), views of one
+    buffer with one block's states side by side (page_size_bytes apart,
+    gpu_model_runner._reshape_kv_cache_tensors).  A block's value is each state's bytes
+    of that block, in the list's order.  ValueError naming the layer when the states are
+    not such views (blocks not outermost, a block's state not contiguous, or blocks of
+    different strides)."""
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("kv cache of layer %s: an empty list of state tensors" % name)
+    num_blocks = tensors[0].shape[0]
+    stride = tensors[0].stride()[0] * tensors[0].element_size()
+    first = min(t.data_ptr() for t in tensors)
+    segments, sizes, tags = [], [], []
+    for t in tensors:
+        elt = t.element_size()
+        expected = 1
+        for d in range(t.dim() - 1, 0, -1):
+            if t.shape[d] != 1 and t.stride()[d] != expected:
+                _fail(name, t, "a block's state is not contiguous")
+            expected *= t.shape[d]
+        if t.shape[0] != num_blocks or t.stride()[0] * elt != stride:
+            _fail(name, t, "the states' blocks differ in number or stride")
+        if expected * elt > stride:
+            _fail(name, t, "a block's state is larger than the block stride")
+        segments.append(t.data_ptr() - first)
+        sizes.append(expected * elt)
+        # e.g. "f32s2x8": the dtype, then "s" and the state's shape
+        tags.append("%ss%s" % (_dtype_tag(t.dtype), "x".join(str(x) for x in t.shape[1:])))
+    return LayerGeometry(num_blocks=num_blocks, block_stride=stride, segments=segments,
+                         segment_bytes=max(sizes), tag="M" + "_".join(tags), sizes=sizes)
 
 
 def _fail(name, tensor, why):

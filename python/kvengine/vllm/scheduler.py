@@ -73,6 +73,22 @@ def _hash_hex(h):
     raise TypeError("unsupported block hash type %s" % type(h).__name__)
 
 
+def _extend_moving(ids, new_ids):
+    """Appends a running request's new block ids of one group to what it held.  A block
+    can sit at one position of a request at a time, so a new id it already holds has
+    moved there: vLLM's Mamba "align" mode reuses the previous step's speculative
+    blocks (MambaManager.allocate_new_blocks moves each to the end of the request's
+    list and puts the null block where it was), and the cached-request data names only
+    the ids appended.  Its old position holds the null block now: a save of that
+    position must not read the block, whose bytes are a later position's state."""
+    if ids:
+        moved = {b for b in new_ids if b != NULL_BLOCK_ID}
+        for i, b in enumerate(ids):
+            if b in moved:
+                ids[i] = NULL_BLOCK_ID
+    ids.extend(new_ids)
+
+
 def _request_hashes(request):
     hashes = attr_of(request, "block_hashes", None)
     if hashes is None:
@@ -196,6 +212,10 @@ class KVEngineScheduler:
             started = self._start_prefetch(self._hit_keys[:hit * self._hit_per_block])
             if self._planner is not None:
                 self._planner.prefetching(started)
+        if hit and (start + hit) * bs >= num_tokens and not self._skips.uniform():
+            # vLLM recomputes the last token; a hit short of it ends where every group's
+            # block does (a multiple of the groups' LCM), so it is a whole run shorter.
+            hit = self._usable_at_most((num_tokens - 1) // bs - start)
         matched = (start + hit) * bs
         if matched >= num_tokens:
             matched = num_tokens - 1  # recompute the last token so vLLM gets its logits
@@ -238,7 +258,7 @@ class KVEngineScheduler:
             present = [1 if r > 0 else r for r in present]
         self._hit_keys, self._hit_per_block = keys, per_block
         self._usable = None
-        if self._skips.any_nulls() and num_tokens is not None:
+        if self._skips.needs_groups() and num_tokens is not None:
             hit = self._null_aware_prefix(present, ranks, layouts, len(hashes), first,
                                           num_tokens)
             if hit is not None:
@@ -306,9 +326,10 @@ class KVEngineScheduler:
         first = state.local_computed_tokens // bs
         last = -(-(state.local_computed_tokens + num_external_tokens) // bs)  # ceil
         hashes = _request_hashes(request)
-        last = min([last, len(hashes)] + [len(g) for g in state.block_ids])
+        last = min([last, len(hashes)] + self._positions(state.block_ids))
         state.pending_load = BlockTransfer(request.request_id,
-                                           [g[first:last] for g in state.block_ids],
+                                           self._skips.at_positions(state.block_ids, first,
+                                                                    last - first),
                                            hashes[first:last], first_block=first,
                                            tenant=state.tenant, tier_shares=state.tier_shares)
         # Blocks loaded from the store need no save.
@@ -367,7 +388,7 @@ class KVEngineScheduler:
                 if not state.block_ids:
                     state.block_ids = [[] for _ in new_groups]
                 for g, ids in enumerate(new_groups):
-                    state.block_ids[g].extend(ids)
+                    _extend_moving(state.block_ids[g], ids)
             self._drop_skipped(state, cached.num_computed_tokens[i])
             self._take_load(meta, state)
             tokens = cached.num_computed_tokens[i] + num_scheduled.get(req_id, 0)
@@ -388,14 +409,19 @@ class KVEngineScheduler:
                         break
                     ids[i] = NULL_BLOCK_ID
 
+    def _positions(self, block_ids):
+        """Per group, the positions its blocks cover (a group's block may span several)."""
+        return [self._skips.positions(g, len(ids)) for g, ids in enumerate(block_ids)]
+
     def _take_load(self, meta, state):
         if state.pending_load is not None:
             load = state.pending_load
             # The block ids may have been (re)allocated after update_state_after_alloc.
             n = len(load.block_hashes)
             first = state.local_computed_tokens // self._keys.block_size
-            if state.block_ids and all(len(g) >= first + n for g in state.block_ids):
-                load.block_ids = [g[first:first + n] for g in state.block_ids]
+            if state.block_ids and all(p >= first + n
+                                       for p in self._positions(state.block_ids)):
+                load.block_ids = self._skips.at_positions(state.block_ids, first, n)
             meta.loads.append(load)
             state.pending_load = None
 
@@ -404,11 +430,12 @@ class KVEngineScheduler:
             return
         hashes = _request_hashes(state.request)
         full = min([num_tokens // self._keys.block_size, len(hashes)]
-                   + [len(g) for g in state.block_ids])
+                   + self._positions(state.block_ids))
         full = _publishable(state.request, full)
         if full > state.saved_blocks:
             first = state.saved_blocks
-            save = BlockTransfer(req_id, [g[first:full] for g in state.block_ids],
+            save = BlockTransfer(req_id,
+                                 self._skips.at_positions(state.block_ids, first, full - first),
                                  hashes[first:full], first_block=first, tenant=state.tenant)
             rewrite = [h for h in hashes[first:full] if h in state.rewrite]
             if rewrite:

@@ -24,8 +24,8 @@ import kvengine
 from .common import KeyScheme, KVEngineConnectorMetadata, LayoutRecords, attr_of, block_id_groups
 from .account import RecentRemovals
 from .events import BlockEvents
-from .layout import analyse_layer
-from .nullblocks import GroupSkips
+from .layout import analyse_layer, analyse_state_layer
+from .nullblocks import ABSENT, GroupSkips
 from .planner import StepTimer, load_sample
 
 logger = logging.getLogger("kvengine.vllm")
@@ -54,12 +54,13 @@ class _Layer:
         if not 0 <= block_id < g.num_blocks:
             raise ValueError("block id %d out of range (%d blocks)" % (block_id, g.num_blocks))
         start = self.base + self.offset + block_id * g.block_stride
-        return [start + s for s in g.segments], [g.segment_bytes] * len(g.segments)
+        return [start + s for s in g.segments], g.segment_sizes()
 
     def views(self, block_id):
         g = self.geometry
         start = self.offset + block_id * g.block_stride
-        return [self.flat[start + s:start + s + g.segment_bytes] for s in g.segments]
+        return [self.flat[start + s:start + s + n]
+                for s, n in zip(g.segments, g.segment_sizes())]
 
 
 class _LoadJob:
@@ -89,8 +90,32 @@ def _positions(transfers):
     return out
 
 
+def _widen_failures(job):
+    """A group's block may cover several positions (its block size a multiple of the
+    hashes'): it holds ids only at the last of them (ABSENT before).  A failed position
+    fails the whole of each such block it lies in -- and so every position that block
+    covers, in every group: a block's groups are loaded together or not at all."""
+    before = -1
+    while before != len(job.errors):  # a widened block may lie in another group's
+        before, i = len(job.errors), 0
+        for tr in job.transfers:
+            n = len(tr.block_hashes)
+            for g in range(len(job.positions[i][0]) if n else 0):
+                run = []
+                for k in range(i, i + n):
+                    run.append(k)
+                    if job.positions[k][0][g] != ABSENT or k == i + n - 1:
+                        if len(run) > 1 and any(r in job.errors for r in run):
+                            job.errors.update(run)
+                        run = []
+            i += n
+
+
 def _in_range(layer, ids):
-    return layer.group < len(ids) and 0 <= ids[layer.group] < layer.geometry.num_blocks
+    """Whether the layer's block id among ids (per group) is one of its blocks, or
+    ABSENT (its group has no block ending at the position: nothing to move)."""
+    return layer.group < len(ids) and (ids[layer.group] == ABSENT or
+                                       0 <= ids[layer.group] < layer.geometry.num_blocks)
 
 
 def _warn_outside(layer, block_ids, what):
@@ -208,10 +233,17 @@ class KVEngineWorker:
         num_blocks = attr_of(self._kv_cache_config, "num_blocks", None)
         layers = []
         for index, (name, t) in enumerate(kv_caches.items()):
-            if not isinstance(t, torch.Tensor):
+            if isinstance(t, (list, tuple)) and all(isinstance(x, torch.Tensor) for x in t):
+                # A Mamba layer: its state tensors, one block's states side by side.
+                geometry = analyse_state_layer(name, t)
+                t = min(t, key=lambda x: x.data_ptr())  # the first bytes of a block
+            elif not isinstance(t, torch.Tensor):
                 raise TypeError("kv cache of layer %s is not a tensor" % name)
-            geometry = analyse_layer(name, t, self._keys.block_size, num_blocks,
-                                     self._kv_cache_shape)
+            else:
+                # A group's block may be several positions (its own block size).
+                geometry = analyse_layer(name, t,
+                                         self._skips.block_size_of(group_of.get(name, 0)),
+                                         num_blocks, self._kv_cache_shape)
             elt = t.element_size()
             flat = torch.as_strided(t, (_storage_bytes(t) // elt,), (1,), 0).view(torch.uint8)
             base = flat.data_ptr()
@@ -228,7 +260,7 @@ class KVEngineWorker:
         this rank's keys are formed."""
         rc = self._layouts.publish(self._db, self._keys.tp_rank, self._keys.pp_rank,
                                    self._layout_tag, len(self._layers))
-        if rc == 0 and self._skips.any_nulls():
+        if rc == 0 and self._skips.needs_groups():
             rc = self._layouts.publish_groups(self._db, self._keys.tp_rank, self._keys.pp_rank,
                                               [layer.group for layer in self._layers])
         if rc != 0:
@@ -327,8 +359,10 @@ class KVEngineWorker:
         return [i for i in todo if not self._null_in(layer, positions[i][0])]
 
     def _null_in(self, layer, ids):
-        """Whether the layer's group holds vLLM's null block in ids (block ids per group)."""
-        return layer.group < len(ids) and self._skips.is_null(layer.group, ids[layer.group])
+        """Whether the layer's group holds vLLM's null block in ids (block ids per group),
+        or no block of its own (ABSENT: a block of several positions ends elsewhere)."""
+        return layer.group < len(ids) and (ids[layer.group] == ABSENT or
+                                           self._skips.is_null(layer.group, ids[layer.group]))
 
     def _load_sample(self, job, seconds):
         """The job's measured load, by tier, for the scheduler side's planner."""
@@ -371,8 +405,9 @@ class KVEngineWorker:
         except Exception:  # noqa: BLE001 -- every block of the step is then suspect
             logger.exception("kvengine: load failed")
             job.errors.update(range(len(job.positions)))
+        _widen_failures(job)
         failed = {b for i in job.errors for g, b in enumerate(job.positions[i][0])
-                  if not self._skips.is_null(g, b)}
+                  if b != ABSENT and not self._skips.is_null(g, b)}
         self.num_loaded_blocks += len(job.positions) - len(job.errors)
         self._load_errors |= failed
         if self._accounts is not None:
