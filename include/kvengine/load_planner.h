@@ -24,7 +24,13 @@
 // nominal figure (the n-th counts 1/(n+1) until that is less than estimate_weight).
 // A figure the caller states from its own measurement is trusted as such by giving it
 // samples (TierReadEstimate::samples).  Memory needs neither: its hits are never
-// refused, so its first loads measure it.  Bytes a prefetch has queued on a tier (AddInFlight)
+// refused, so its first loads measure it.
+//
+// And a host is noisy (memory copies at 1.3 to 7 GB/s from one load to the next on a
+// loaded VM): each tier's reads are priced at no less than its slow end, the ratio of
+// measured to estimated time that 9 in 10 of its loads stay under, so that a block a
+// plan adds past the memory hits beats its compute when the tier runs slow, not only
+// on average.  Bytes a prefetch has queued on a tier (AddInFlight)
 // wait ahead of a plan's reads on that tier until the tier's bandwidth has drained them.
 //
 // A plan never refuses a memory hit: the leading blocks held in memory are always
