@@ -297,8 +297,8 @@ TEST(LoadPlannerTest, AFastSsdIsTrustedOnceItsFirstLoadsHaveMeasuredIt) {
 }
 
 TEST(LoadPlannerTest, BlocksPastTheMemoryHitsArePricedAtMemorysSlowEnd) {
-  // Found on kv_bench's trace at load average 19: memory copies ran at 1.3 to 7 GB/s
-  // from one load to the next, and a plan that added mixed blocks (a few keys on SSD,
+  // Found on kv_bench's trace at load average 19: memory copies ran at about 3 GB/s
+  // against an estimate of 4.5 in one load, and a plan that added mixed blocks (a few keys on SSD,
   // the rest in memory) past the memory hits at memory's mean estimate lost to their
   // compute whenever memory ran slow.  Memory here: 6.6 GB/s, but one load in four at
   // 2 GB/s; the SSD measured at 4 GB/s.

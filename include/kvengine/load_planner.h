@@ -11,27 +11,29 @@
 // fitted (exponentially weighted least squares, each measurement bounded to 3x the
 // estimate either way so that one stalled load moves it a step only) to the loads the
 // caller reports (RecordLoad), starting from the nominal figures of LoadPlannerOptions
-// before any load is measured; and the engine's prefill rate, configured or fitted to the prefill
-// steps the caller reports (RecordPrefill).
+// before any load is measured; and the engine's prefill rate, configured or fitted to the
+// prefill steps the caller reports (RecordPrefill).  Bytes a prefetch has queued on a tier
+// (AddInFlight) wait ahead of a plan's reads on that tier until the tier's bandwidth has
+// drained them.
 //
 // A nominal figure is a guess about a host the planner has not seen (an SSD of this
-// VM read at 0.8 GB/s against the nominal 2 GB/s), so it is not trusted: until a
-// slower tier (SSD, peer) has had kTrustedLoads loads measured, a plan prices its reads
-// at up to kColdFactor times the estimate (the factor falls to 1 as the loads come), so
-// the only loads it lets through from an unmeasured tier are small ones beside faster
+// VM read at 0.5-0.8 GB/s against the nominal 2 GB/s), so it is not trusted: until a
+// slower tier (SSD, peer) has kTrustedLoads loads' worth of measurements, a plan prices
+// its reads at up to kColdFactor times the estimate (the factor falls to 1 as they come),
+// so the only loads it lets through from an unmeasured tier are small ones beside faster
 // reads -- the loads that measure it without making the request slower than recompute
-// even where the guess was 4x too fast.  And the first loads measured outweigh the
-// nominal figure (the n-th counts 1/(n+1) until that is less than estimate_weight).
-// A figure the caller states from its own measurement is trusted as such by giving it
-// samples (TierReadEstimate::samples).  Memory needs neither: its hits are never
-// refused, so its first loads measure it.
+// even where the guess was 4x too fast.  A load is worth the share of its measured time
+// charged to the tier (a mixed load's small SSD share carries mostly memory's error), and
+// the first loads' worth outweighs the nominal figure (the n-th counts 1/(n+1) until
+// that is less than estimate_weight).  A figure the caller states from its own
+// measurement is trusted as such by giving it samples (TierReadEstimate::samples).
+// Memory needs neither: its hits are never refused, so its first loads measure it.
 //
-// And a host is noisy (memory copies at 1.3 to 7 GB/s from one load to the next on a
-// loaded VM): each tier's reads are priced at no less than its slow end, the ratio of
-// measured to estimated time that 9 in 10 of its loads stay under, so that a block a
-// plan adds past the memory hits beats its compute when the tier runs slow, not only
-// on average.  Bytes a prefetch has queued on a tier (AddInFlight)
-// wait ahead of a plan's reads on that tier until the tier's bandwidth has drained them.
+// And a host is noisy (a loaded VM's memory copies ran at 1.3 to 7 GB/s from one run to
+// the next, and wider from one load to the next): each tier's reads are priced at no
+// less than its slow end, the ratio of measured to estimated time that 9 in 10 of its
+// single-tier loads stay under, so that a block a plan adds past the memory hits beats
+// its compute when the tier runs slow, not only on average.
 //
 // A plan never refuses a memory hit: the leading blocks held in memory are always
 // loaded, whatever the estimates say.
@@ -143,7 +145,7 @@ class LoadPlanner {
  public:
   // A slower tier (SSD, peer) is trusted at its estimate once this many loads have
   // measured it (its stated samples included); before, its reads are priced at up to
-  // kColdFactor times the estimate, falling linearly to 1 with the loads measured.
+  // kColdFactor times the estimate, falling linearly to 1 with the loads' worth measured.
   static constexpr uint64_t kTrustedLoads = 8;
   static constexpr double kColdFactor = 4;
 
@@ -167,8 +169,9 @@ class LoadPlanner {
   // seconds it took.  A load from one tier is a measurement of that tier; a load from
   // several is charged to one of them, the others' estimated shares taken off: to
   // the slower tier (SSD or peer) with the largest estimated share, never to memory,
-  // which its memory-only loads measure.  InvalidArgument for negative, not-a-number or
-  // all-zero figures.
+  // which its memory-only loads measure -- and is worth, to that tier's estimate and its
+  // trust, the share of the measured time charged to it.  InvalidArgument for negative,
+  // not-a-number or all-zero figures.
   virtual Status RecordLoad(uint64_t memory_bytes, uint64_t ssd_bytes, uint64_t peer_bytes,
                             double seconds) = 0;
 
