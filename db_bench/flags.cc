@@ -300,10 +300,18 @@ DEFINE_string(planner, "on",
               "them at --prefill_tokens_per_s (from where each key is, BatchLocate, and the "
               "tiers' speeds measured on the loads made); off -- every hit is loaded");
 DEFINE_double(planner_ssd_bytes_per_s, 0,
-              "trace: the load planner's nominal SSD read bandwidth in bytes per second, "
-              "which it plans with until it has measured SSD reads -- as a deployment states "
-              "its SSD's (load_planner_options.ssd_bytes_per_s). 0: the planner's default, "
-              "2e9. Default: 0");
+              "trace: the SSD read bandwidth in bytes per second measured on this host, "
+              "which the load planner trusts from its first plan (as measured: "
+              "LoadPlanner::kTrustedLoads samples) and then follows to the SSD reads it "
+              "measures -- as a deployment states its SSD's (load_planner_options: "
+              "ssd_bytes_per_s with ssd_samples). 0: the planner's nominal 2e9, which it "
+              "prices cautiously until SSD loads have measured it. Default: 0");
+DEFINE_bool(trace_print_off_memory_loads, false,
+            "trace: print to stderr one line per load that read a key off memory (SSD, a "
+            "peer): its keys per tier, its measured time against its compute, and with the "
+            "planner the plan's estimate of it and the SSD estimate it planned with (how "
+            "many loads had measured it) -- to see which planned loads were slower than "
+            "recompute, and why");
 DEFINE_bool(compare_planner, false,
             "trace: replay on two in-process kvengine DBs (same --memory and --options), "
             "kvengine+planner_off with --planner=off and kvengine with the planner, and print "
@@ -868,6 +876,7 @@ void CopyTraceFlags(const Resolved& r, BenchConfig* c) {
   t.prefill_tokens_per_s = FLAGS_prefill_tokens_per_s;
   t.planner = FLAGS_planner == "on";
   t.planner_ssd_bytes_per_s = FLAGS_planner_ssd_bytes_per_s;
+  t.print_off_memory_loads = FLAGS_trace_print_off_memory_loads;
   t.buffer_bytes = TraceBufferBytes();
   t.memory_capacity = r.kvengine.memory_capacity_bytes;
   t.ssd_capacity = r.kvengine.ssd_capacity_bytes;

@@ -30,9 +30,13 @@ struct TraceConfig {
   // to load, from where they are (BatchLocate) and the speeds it measures; off: every hit
   // is loaded.
   bool planner = true;
-  // The planner's nominal SSD read bandwidth, bytes per second, until it has measured
-  // SSD reads (0: LoadPlannerOptions' default).
+  // The SSD read bandwidth measured on this host, bytes per second, which the planner
+  // trusts from the first plan (0: LoadPlannerOptions' nominal guess, priced cautiously
+  // until SSD loads have measured it).
   double planner_ssd_bytes_per_s = 0;
+  // One line on stderr per load that read a key off memory: measured against compute,
+  // and the plan's estimates.
+  bool print_off_memory_loads = false;
   uint64_t buffer_bytes = 0;  // the registered buffer loads and saves go through
   // The byte capacities of the ideal caches: the memory tier, and memory plus SSD (0:
   // no SSD tier).

@@ -102,7 +102,10 @@ class Replay {
     if (c.planner) {
       kvengine::LoadPlannerOptions o;
       o.recompute_tokens_per_s = c.prefill_tokens_per_s;
-      if (c.planner_ssd_bytes_per_s > 0) o.ssd.bytes_per_s = c.planner_ssd_bytes_per_s;
+      if (c.planner_ssd_bytes_per_s > 0) {  // stated: measured on this host
+        o.ssd.bytes_per_s = c.planner_ssd_bytes_per_s;
+        o.ssd.samples = kvengine::LoadPlanner::kTrustedLoads;
+      }
       Status st = kvengine::LoadPlanner::Create(o, &planner_);
       if (!st.ok()) Error("load planner: " + st.ToString());
     }
@@ -130,6 +133,10 @@ class Replay {
   // plan (re-checked) had every key in memory.
   void Price(const TraceRequest& r, uint64_t loaded_blocks, double load_s, bool memory_only,
              bool planned_memory_only);
+  // --trace_print_off_memory_loads: one line on stderr for a load that read a key off
+  // memory, its measured time against its compute and the plan's estimates.
+  void PrintOffMemoryLoad(const LookupPlan& plan, uint64_t loaded_blocks, const TierCounts& read,
+                          double load_s);
   char* KeyBuffer(uint64_t block_slot, uint64_t layer) {
     return buffer_.data() + block_slot * c_.BytesPerBlock() + layer * key_bytes_;
   }
@@ -138,8 +145,9 @@ class Replay {
   }
   std::string Report(Result* r, double wall_s);
   void ReportPlanner(Result* r);
-  // How many of the lookup's hit blocks to load (BatchLocate's answers in results_).
-  uint64_t PlanLoad(const TraceRequest& r, uint64_t hit_blocks);
+  // How many of the lookup's hit blocks to load (BatchLocate's answers in results_);
+  // notes the plan's estimates in *plan.
+  uint64_t PlanLoad(const TraceRequest& r, uint64_t hit_blocks, LookupPlan* plan);
   // The planner's plan of a request's leading blocks whose keys are on `key_tiers`;
   // false (an error noted) when it refused them.
   bool RunPlanner(const TraceRequest& r, std::span<const int64_t> key_tiers,
@@ -203,7 +211,7 @@ LookupPlan Replay::Lookup(size_t i, double now_s) {
   }
   plan.found_blocks = plan.hit_blocks;
   if (planner_ && plan.hit_blocks > 0) {
-    plan.hit_blocks = PlanLoad(r, plan.hit_blocks);
+    plan.hit_blocks = PlanLoad(r, plan.hit_blocks, &plan);
     plan.tiers.assign(results_.begin(),
                       results_.begin() + static_cast<ptrdiff_t>(plan.hit_blocks * per_block));
   }
@@ -233,12 +241,14 @@ bool Replay::RunPlanner(const TraceRequest& r, std::span<const int64_t> key_tier
   return st.ok();
 }
 
-uint64_t Replay::PlanLoad(const TraceRequest& r, uint64_t hit_blocks) {
+uint64_t Replay::PlanLoad(const TraceRequest& r, uint64_t hit_blocks, LookupPlan* plan) {
   kvengine::LoadPlan p;
   if (!RunPlanner(r, std::span<const int64_t>(results_.data(), hit_blocks * c_.KeysPerBlock()),
                   &p)) {
     return hit_blocks;
   }
+  plan->planned_load_s = p.load_s;
+  plan->planned_ssd = planner_->Estimate(kvengine::kLocatedSsd);
   s_.planned_requests++;
   s_.planned_blocks += hit_blocks;
   if (p.load_blocks < hit_blocks) {
@@ -394,6 +404,26 @@ void Replay::Price(const TraceRequest& r, uint64_t loaded_blocks, double load_s,
   }
 }
 
+void Replay::PrintOffMemoryLoad(const LookupPlan& plan, uint64_t loaded_blocks,
+                                const TierCounts& read, double load_s) {
+  const TraceRequest& r = trace_[plan.request];
+  const double compute_s =
+      static_cast<double>(std::min(r.input_length, loaded_blocks * c_.block_tokens)) /
+      c_.prefill_tokens_per_s;
+  std::string line = Printf(
+      "off-memory load: request %zu, %" PRIu64 " blocks (keys: %" PRIu64 " from memory, %" PRIu64
+      " from SSD, %" PRIu64 " from peers) loaded in %.3f ms against %.3f ms of compute (%s)",
+      plan.request, loaded_blocks, read.memory, read.ssd, read.peer, load_s * 1e3, compute_s * 1e3,
+      load_s > compute_s ? "slower" : "faster");
+  if (planner_) {
+    line += Printf("; planned at %.3f ms with the SSD at %.3g GB/s + %.1f us (%" PRIu64
+                   " loads measured)",
+                   plan.planned_load_s * 1e3, plan.planned_ssd.bytes_per_s / 1e9,
+                   plan.planned_ssd.latency_s * 1e6, plan.planned_ssd.samples);
+  }
+  std::fprintf(stderr, "%s\n", line.c_str());
+}
+
 void Replay::LoadAndSave(LookupPlan& plan) {
   const TraceRequest& r = trace_[plan.request];
   s_.requests++;
@@ -403,6 +433,7 @@ void Replay::LoadAndSave(LookupPlan& plan) {
   uint64_t loaded = 0;
   double load_s = 0;
   bool memory_only = false;  // every key the load read came from memory (tiers known)
+  TierCounts read;           // the keys it read from each tier (tiers known)
   // The plan re-checked first: its time is the load's, in the price (but not in the
   // tiers' estimates, which measure reads).  A request whose blocks it cut to none
   // loads nothing, and its few microseconds of re-check are counted in recheck_s only.
@@ -421,6 +452,7 @@ void Replay::LoadAndSave(LookupPlan& plan) {
     if (before && after) {
       s_.tiers_known = true;
       const TierCounts d = *after - *before;
+      read = d;
       s_.tier_keys += d;
       memory_only = d.ssd == 0 && d.peer == 0;
       // The planner's estimates follow the loads actually made.
@@ -445,6 +477,9 @@ void Replay::LoadAndSave(LookupPlan& plan) {
                   plan.tiers.begin() + static_cast<ptrdiff_t>(plan.hit_blocks * c_.KeysPerBlock()),
                   [](int64_t t) { return t == kvengine::kLocatedMemory; });
   Price(r, loaded, load_s + recheck_s, memory_only, planned_memory_only);
+  if (c_.print_off_memory_loads && loaded > 0 && s_.tiers_known && !memory_only) {
+    PrintOffMemoryLoad(plan, loaded, read, load_s + recheck_s);
+  }
   // The engine computed every block it did not load, and saves them -- the hits the
   // planner left to recompute too, as the connectors do: saved again from the recomputed
   // KV they come back into memory (promoted without an SSD read), as a load from SSD

@@ -43,6 +43,7 @@
 #include "db_bench/report.h"
 #include "db_bench/trace.h"
 #include "db_bench/trace_config.h"
+#include "kvengine/load_planner.h"
 
 namespace kvbench {
 
@@ -55,6 +56,10 @@ struct LookupPlan {
   double lookup_at_s = 0;         // seconds since the replay began
   uint64_t prefetched_keys = 0;   // hit keys the hook started bringing up from SSD
   std::vector<int64_t> tiers;     // with the planner: where the planned keys were (BatchLocate)
+  // With the planner: its estimate of the planned blocks' load, and the SSD estimate it
+  // planned with (printed by --trace_print_off_memory_loads).
+  double planned_load_s = 0;
+  kvengine::TierReadEstimate planned_ssd;
 };
 
 // Called right after a lookup with the keys of the request's hit blocks, in block order.

@@ -31,6 +31,12 @@ constexpr int kTiers = 3;  // memory, SSD, peer: LocatedTier - 1
 // see LinearFit::AddBounded.
 constexpr double kOutlierFactor = 3;
 
+// A tier's slow end: the ratio of measured to estimated time that 9 in 10 of its loads
+// stay under, tracked as a running quantile (each load above it raises it by
+// kSlowStep * 0.9 in the log, each below lowers it by kSlowStep * 0.1).
+constexpr double kSlowQuantile = 0.9;
+constexpr double kSlowStep = 0.1;
+
 // OK when low < value <= high (low <= value with zero_ok), else InvalidArgument naming
 // the option.
 Status CheckRange(const char* name, double value, double low, double high, bool zero_ok = false) {
@@ -60,6 +66,7 @@ class LoadPlannerImpl final : public LoadPlanner {
     const TierReadEstimate* nominal[kTiers] = {&o.memory, &o.ssd, &o.peer};
     for (int t = 0; t < kTiers; t++) {
       tiers_[t].fit.Seed(nominal[t]->latency_s, 1.0 / nominal[t]->bytes_per_s, kSeedBytes);
+      tiers_[t].stated = nominal[t]->samples;
     }
     if (o.recompute_tokens_per_s) {
       prefill_.Seed(0, 1.0 / *o.recompute_tokens_per_s, kSeedTokens);
@@ -78,17 +85,45 @@ class LoadPlannerImpl final : public LoadPlanner {
  private:
   struct Tier {
     LinearFit fit;  // seconds over bytes
-    uint64_t samples = 0;
+    uint64_t samples = 0;  // loads measured
+    // What they are worth: each counts the share of its load's measured time charged
+    // to this tier, the rest being the other tiers' estimates and their errors.
+    double evidence = 0;
+    uint64_t stated = 0;      // the measured loads its nominal figures stand for (options)
+    double slow = 1;          // its slow end: measured / estimated, 9 in 10 of its own loads
     double queued_bytes = 0;  // a prefetch's reads not yet drained, as of queued_at
     double queued_at = 0;     // seconds (env_'s clock)
   };
   // What a plan reads of the estimates, copied under the lock.
   struct Snapshot {
     std::array<double, kTiers> latency{}, per_byte{}, queued{};
+    // The factor its reads are priced at: the cold start's, or its slow end (>= 1).
+    std::array<double, kTiers> price{};
     double per_token = 0;  // seconds per token; 0: unknown
   };
 
   double Now() const { return static_cast<double>(env_->NowMicros()) / 1e6; }
+  // The loads' worth behind tier t's estimate: measured and stated.  REQUIRES: mu_ held.
+  double EvidenceLocked(int t) const REQUIRES(mu_) {
+    return tiers_[t].evidence + static_cast<double>(tiers_[t].stated);
+  }
+  // The factor a plan prices tier t's reads at: kColdFactor while nothing has measured
+  // a slower tier, falling linearly to 1 at kTrustedLoads loads' worth.  Memory's is 1:
+  // its hits are never refused, so its own loads measure it from the first.
+  // REQUIRES: mu_ held.
+  double ColdFactorLocked(int t) const REQUIRES(mu_) {
+    const double n = EvidenceLocked(t), trusted = static_cast<double>(kTrustedLoads);
+    if (t == 0 || n >= trusted) return 1;
+    return 1 + (kColdFactor - 1) * (trusted - n) / trusted;
+  }
+  // The weight of the next whole load's measurement of tier t: estimate_weight, but
+  // while the tier has n < 1/estimate_weight loads' worth behind it, 1/(n+2) -- the
+  // nominal figures count as one load, so the first measurements outweigh a guess in
+  // a few loads instead of the 1/estimate_weight it takes to forget a measured figure.
+  // REQUIRES: mu_ held.
+  double WeightLocked(int t) const REQUIRES(mu_) {
+    return std::max(options_.estimate_weight, 1 / (EvidenceLocked(t) + 2));
+  }
   // The tier's queue, drained to `now`.  REQUIRES: mu_ held.
   double QueuedLocked(Tier& t, double now) REQUIRES(mu_) {
     if (t.queued_bytes > 0) {
@@ -118,6 +153,7 @@ LoadPlannerImpl::Snapshot LoadPlannerImpl::Take() {
     s.latency[t] = tiers_[t].fit.intercept();
     s.per_byte[t] = tiers_[t].fit.slope();
     s.queued[t] = QueuedLocked(tiers_[t], now);
+    s.price[t] = std::max(ColdFactorLocked(t), tiers_[t].slow);
   }
   if (rate_known_) s.per_token = prefill_.slope();
   return s;
@@ -162,7 +198,9 @@ Status LoadPlannerImpl::Plan(const LoadPlanRequest& r, LoadPlan* plan) {
   auto load_s = [&]() {
     double sec = 0;
     for (int t = 0; t < kTiers; t++) {
-      if (bytes[t] > 0) sec += s.latency[t] + (s.queued[t] + bytes[t]) * s.per_byte[t];
+      if (bytes[t] > 0) {
+        sec += s.price[t] * (s.latency[t] + (s.queued[t] + bytes[t]) * s.per_byte[t]);
+      }
     }
     return sec;
   };
@@ -262,8 +300,39 @@ Status LoadPlannerImpl::RecordLoad(uint64_t memory_bytes, uint64_t ssd_bytes, ui
   // The others' estimates may exceed the whole (they are estimates): the main tier
   // then gets a floor of its share of the measured time rather than a negative one.
   own = std::max(own, seconds * bytes[main] / (bytes[0] + bytes[1] + bytes[2]));
-  tiers_[main].fit.AddBounded(bytes[main], own, options_.estimate_weight, kOutlierFactor);
-  tiers_[main].samples++;
+  // What the load says of the main tier is worth the share of its time charged to it:
+  // a mixed load whose SSD reads took a tenth of it is mostly memory's time, and taking
+  // memory's estimate off leaves memory's error in the SSD's part (kv_bench's trace:
+  // two loads of 2 MB from SSD beside 60 MB from memory that ran faster than memory's
+  // estimate put the SSD at 6.3 GB/s, where the larger SSD shares read at 0.5-0.7 GB/s).
+  // The share is of the time measured, not estimated, so a load that finds the tier
+  // slower than its estimate counts more than one that finds it faster: the error that
+  // makes a load slower than recompute is learned first.
+  const double share = own / seconds;
+  Tier& tier = tiers_[main];
+  if (tier.samples == 0) {
+    // The nominal line is placed at the size of the loads it meets: seeded at kSeedBytes
+    // it would pin the slope to the nominal bandwidth against measurements of loads
+    // ten or a hundred times smaller (an SSD's share of a mixed load: a few MB) -- a
+    // point that far out outweighs them in a least-squares slope -- which would then
+    // move only the latency.
+    tier.fit.Seed(tier.fit.intercept(), tier.fit.slope(), bytes[main]);
+  }
+  if (bytes[main] == bytes[0] + bytes[1] + bytes[2]) {
+    // A load from this tier alone: how far above its estimate it ran.  A plan prices the
+    // tier at its slow end, so that a block it adds past the memory hits still beats its
+    // compute when the tier runs 9-in-10 slow: memory on a loaded host (kv_bench's trace
+    // at load 19) ran at about 3 GB/s against an estimate of 4.5, and mixed blocks that the
+    // mean priced under their compute took longer.  (The leading memory hits are loaded
+    // whatever the price: it moves only where a plan stops past them.)
+    const double ratio = own / predicted[main];
+    tier.slow *=
+        std::exp(ratio > tier.slow ? kSlowStep * kSlowQuantile : -kSlowStep * (1 - kSlowQuantile));
+    tier.slow = std::clamp(tier.slow, 1.0, kOutlierFactor);
+  }
+  tier.fit.AddBounded(bytes[main], own, share * WeightLocked(main), kOutlierFactor);
+  tier.samples++;
+  tier.evidence += share;
   return Status::OK();
 }
 

@@ -11,9 +11,29 @@
 // fitted (exponentially weighted least squares, each measurement bounded to 3x the
 // estimate either way so that one stalled load moves it a step only) to the loads the
 // caller reports (RecordLoad), starting from the nominal figures of LoadPlannerOptions
-// before any load is measured; and the engine's prefill rate, configured or fitted to the prefill
-// steps the caller reports (RecordPrefill).  Bytes a prefetch has queued on a tier (AddInFlight)
-// wait ahead of a plan's reads on that tier until the tier's bandwidth has drained them.
+// before any load is measured; and the engine's prefill rate, configured or fitted to the
+// prefill steps the caller reports (RecordPrefill).  Bytes a prefetch has queued on a tier
+// (AddInFlight) wait ahead of a plan's reads on that tier until the tier's bandwidth has
+// drained them.
+//
+// A nominal figure is a guess about a host the planner has not seen (an SSD of this
+// VM read at 0.5-0.8 GB/s against the nominal 2 GB/s), so it is not trusted: until a
+// slower tier (SSD, peer) has kTrustedLoads loads' worth of measurements, a plan prices
+// its reads at up to kColdFactor times the estimate (the factor falls to 1 as they come),
+// so the only loads it lets through from an unmeasured tier are small ones beside faster
+// reads -- the loads that measure it without making the request slower than recompute
+// even where the guess was 4x too fast.  A load is worth the share of its measured time
+// charged to the tier (a mixed load's small SSD share carries mostly memory's error), and
+// the first loads' worth outweighs the nominal figure (the n-th counts 1/(n+1) until
+// that is less than estimate_weight).  A figure the caller states from its own
+// measurement is trusted as such by giving it samples (TierReadEstimate::samples).
+// Memory needs neither: its hits are never refused, so its first loads measure it.
+//
+// And a host is noisy (a loaded VM's memory copies ran at 1.3 to 7 GB/s from one run to
+// the next, and wider from one load to the next): each tier's reads are priced at no
+// less than its slow end, the ratio of measured to estimated time that 9 in 10 of its
+// single-tier loads stay under, so that a block a plan adds past the memory hits beats
+// its compute when the tier runs slow, not only on average.
 //
 // A plan never refuses a memory hit: the leading blocks held in memory are always
 // loaded, whatever the estimates say.
@@ -40,7 +60,12 @@ namespace kvengine {
 struct TierReadEstimate {
   double bytes_per_s = 0;
   double latency_s = 0;
-  uint64_t samples = 0;  // loads measured on this tier so far (0: the nominal figures)
+  // Loads measured on this tier so far (0: the nominal figures).  In
+  // LoadPlannerOptions: how many measured loads the stated figures stand for -- 0 (the
+  // default), a nominal guess that plans do not trust until loads on this host have
+  // measured the tier; LoadPlanner::kTrustedLoads or more, a figure measured on this
+  // host (fio, an earlier run) that plans use as it is from the first.
+  uint64_t samples = 0;
 };
 
 struct LoadPlannerOptions {
@@ -50,9 +75,10 @@ struct LoadPlannerOptions {
   // every hit, and the first plan logs once that this option is unset.
   std::optional<double> recompute_tokens_per_s;
 
-  // Nominal read figures of each tier, used until loads on it have been measured.
+  // Nominal read figures of each tier, used until loads on it have been measured (and
+  // for SSD and peer, with samples 0, priced at up to kColdFactor times until then).
   // Defaults: memory 10 GB/s after 20 us, SSD 2 GB/s after 200 us, peer 1.25 GB/s
-  // (10 Gb/s) after 500 us.
+  // (10 Gb/s) after 500 us, samples 0.
   TierReadEstimate memory{10e9, 20e-6};
   TierReadEstimate ssd{2e9, 200e-6};
   TierReadEstimate peer{1.25e9, 500e-6};
@@ -117,6 +143,12 @@ struct LoadPlan {
 
 class LoadPlanner {
  public:
+  // A slower tier (SSD, peer) is trusted at its estimate once this many loads have
+  // measured it (its stated samples included); before, its reads are priced at up to
+  // kColdFactor times the estimate, falling linearly to 1 with the loads' worth measured.
+  static constexpr uint64_t kTrustedLoads = 8;
+  static constexpr double kColdFactor = 4;
+
   // Stores a new planner in *result.  Returns InvalidArgument, naming the option, when
   // a rate, bandwidth or latency is zero, negative, not a number or absurd (a rate over
   // 1e9 tokens/s, a bandwidth over 1e13 B/s, a latency over 10 s), or overlap_layers
@@ -137,8 +169,9 @@ class LoadPlanner {
   // seconds it took.  A load from one tier is a measurement of that tier; a load from
   // several is charged to one of them, the others' estimated shares taken off: to
   // the slower tier (SSD or peer) with the largest estimated share, never to memory,
-  // which its memory-only loads measure.  InvalidArgument for negative, not-a-number or
-  // all-zero figures.
+  // which its memory-only loads measure -- and is worth, to that tier's estimate and its
+  // trust, the share of the measured time charged to it.  InvalidArgument for negative,
+  // not-a-number or all-zero figures.
   virtual Status RecordLoad(uint64_t memory_bytes, uint64_t ssd_bytes, uint64_t peer_bytes,
                             double seconds) = 0;
 

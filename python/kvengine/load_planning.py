@@ -7,8 +7,11 @@
                                              # once, naming this option)
     "load_planner_options": {"ssd_bytes_per_s": 3e9, "ssd_latency_s": 1e-4, ...}
                                              # kvengine.LoadPlanner's keyword arguments:
-                                             # the tiers' nominal figures, overlap_layers,
-                                             # estimate_weight, margin
+                                             # the tiers' figures, overlap_layers,
+                                             # estimate_weight, margin; a tier's figure
+                                             # stated here was measured on this host and
+                                             # is trusted from the first plan (its
+                                             # <tier>_samples default to TRUSTED_LOADS)
 
 kvengine.LoadPlanner (include/kvengine/load_planner.h) does the planning; this module
 only reads and checks the settings.
@@ -18,7 +21,10 @@ from . import LoadPlanner
 
 PLANNER_OPTIONS = ("memory_bytes_per_s", "memory_latency_s", "ssd_bytes_per_s",
                    "ssd_latency_s", "peer_bytes_per_s", "peer_latency_s", "overlap_layers",
-                   "estimate_weight", "margin")
+                   "estimate_weight", "margin", "memory_samples", "ssd_samples",
+                   "peer_samples")
+_TIERS = ("memory", "ssd", "peer")
+_COUNTS = ("overlap_layers", "memory_samples", "ssd_samples", "peer_samples")
 
 
 def planner_kwargs(extra, where):
@@ -42,9 +48,16 @@ def planner_kwargs(extra, where):
         if value is None:
             continue
         try:
-            kwargs[name] = int(value) if name == "overlap_layers" else float(value)
+            kwargs[name] = int(value) if name in _COUNTS else float(value)
         except (TypeError, ValueError):
             raise ValueError("%s: %s must be a number, not %r" % (where, name, value)) from None
+    # A figure a deployment states is its own measurement: trusted as that many loads.
+    # Unstated, the planner starts from its nominal guess and prices a slower tier
+    # cautiously until loads have measured it (include/kvengine/load_planner.h).
+    for tier in _TIERS:
+        stated = any(name in kwargs for name in (tier + "_bytes_per_s", tier + "_latency_s"))
+        if stated and tier + "_samples" not in kwargs:
+            kwargs[tier + "_samples"] = LoadPlanner.TRUSTED_LOADS
     try:
         LoadPlanner(**kwargs)
     except (ValueError, TypeError) as e:

@@ -48,12 +48,14 @@ std::unique_ptr<LoadPlanner> MakePlanner(std::optional<double> rate, double memo
                                          double memory_latency_s, double ssd_bytes_per_s,
                                          double ssd_latency_s, double peer_bytes_per_s,
                                          double peer_latency_s, uint32_t overlap_layers,
-                                         double estimate_weight, double margin) {
+                                         double estimate_weight, double margin,
+                                         uint64_t memory_samples, uint64_t ssd_samples,
+                                         uint64_t peer_samples) {
   LoadPlannerOptions o;
   o.recompute_tokens_per_s = rate;
-  o.memory = {memory_bytes_per_s, memory_latency_s};
-  o.ssd = {ssd_bytes_per_s, ssd_latency_s};
-  o.peer = {peer_bytes_per_s, peer_latency_s};
+  o.memory = {memory_bytes_per_s, memory_latency_s, memory_samples};
+  o.ssd = {ssd_bytes_per_s, ssd_latency_s, ssd_samples};
+  o.peer = {peer_bytes_per_s, peer_latency_s, peer_samples};
   o.overlap_layers = overlap_layers;
   o.estimate_weight = estimate_weight;
   o.margin = margin;
@@ -78,7 +80,9 @@ void BindLoadPlanner(py::module_& m) {
            py::arg("peer_bytes_per_s") = d.peer.bytes_per_s,
            py::arg("peer_latency_s") = d.peer.latency_s,
            py::arg("overlap_layers") = d.overlap_layers,
-           py::arg("estimate_weight") = d.estimate_weight, py::arg("margin") = d.margin)
+           py::arg("estimate_weight") = d.estimate_weight, py::arg("margin") = d.margin,
+           py::arg("memory_samples") = d.memory.samples, py::arg("ssd_samples") = d.ssd.samples,
+           py::arg("peer_samples") = d.peer.samples)
       .def(
           "plan",
           [](LoadPlanner& p, const std::vector<int64_t>& key_tiers, uint64_t keys_per_block,
@@ -123,6 +127,7 @@ void BindLoadPlanner(py::module_& m) {
             return out;
           },
           py::arg("tier"))
+      .def_readonly_static("TRUSTED_LOADS", &LoadPlanner::kTrustedLoads)
       .def_property_readonly("recompute_tokens_per_s", [](LoadPlanner& p) {
         const double rate = p.RecomputeTokensPerSecond();
         return rate > 0 ? py::object(py::float_(rate)) : py::object(py::none());

@@ -10,6 +10,7 @@ import time
 import pytest
 
 import kvengine
+from kvengine.load_planning import planner_kwargs
 
 torch = pytest.importorskip(
     "torch", reason="torch is not installed (Debian: apt-get install python3-torch)")
@@ -282,3 +283,22 @@ def test_load_planner_binding():
         p.record_load(0, 10, 0, 0.0)
     with pytest.raises(ValueError):
         p.add_in_flight(7, 10)
+
+
+def test_a_stated_figure_is_trusted_and_a_nominal_one_priced_cautiously():
+    # 2 blocks on an SSD at 4 GB/s: 1.57 ms per 6 MiB block against 2.05 ms of compute.
+    # The figure as the nominal guess (samples 0): priced at up to 4x until loads have
+    # measured it, so the hits are recomputed; stated as measured, they are loaded.
+    tiers = [2] * 8
+    args = dict(keys_per_block=4, key_bytes=1572864, block_tokens=512)
+    guess = kvengine.LoadPlanner(recompute_tokens_per_s=250000.0, ssd_bytes_per_s=4e9)
+    assert guess.plan(tiers, **args)["load_blocks"] == 0
+    trusted = kvengine.LoadPlanner(recompute_tokens_per_s=250000.0, ssd_bytes_per_s=4e9,
+                                   ssd_samples=kvengine.LoadPlanner.TRUSTED_LOADS)
+    assert trusted.plan(tiers, **args)["load_blocks"] == 2
+    # An integration's settings state a deployment's own figures: trusted.
+    kwargs = planner_kwargs({"recompute_tokens_per_s": 250000,
+                             "load_planner_options": {"ssd_bytes_per_s": 4e9}}, "extra")
+    assert kwargs["ssd_samples"] == kvengine.LoadPlanner.TRUSTED_LOADS
+    assert "peer_samples" not in kwargs
+    assert kvengine.LoadPlanner(**kwargs).plan(tiers, **args)["load_blocks"] == 2
