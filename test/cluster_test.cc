@@ -714,9 +714,9 @@ class PlacementTest : public ::testing::TestWithParam<std::tuple<bool, int>> {
     std::unique_ptr<DB> db;
     Options o;
     o.apply_environment = false;
-    // Longer than the members' 2 s: a member may wait that long for a dead one (over
-    // UCX's shared memory a SIGKILLed peer is noticed only by the timeout) before it
-    // answers its attached client (docs/attach.md, "Timeouts").
+    // Longer than the members' 2 s: a member may wait that long for a hung one before
+    // it answers its attached client (docs/attach.md, "Timeouts"; a killed one it
+    // notices at once, over UCX's shared memory too).
     o.peer_timeout_ms = 6000;
     EXPECT_TRUE(DB::Attach(o, Socket(m), &db).ok());
     return db;
