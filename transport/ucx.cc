@@ -1455,13 +1455,13 @@ class UcxTransport final : public TcpTransport {
   Status BatchPut(const Endpoint& peer, std::span<const Slice> keys,
                   std::span<const ValueParts> values, std::vector<int64_t>* results) override {
     std::shared_ptr<UcxPeer> p;
-    bool use_tcp = PutsOverTcp(peer), fresh = false;
-    Status s = use_tcp ? Status::OK() : PeerFor(peer, &p, &use_tcp, &fresh);
+    bool use_tcp = false;
+    Status s = PeerFor(peer, &p, &use_tcp);
     if (!s.ok()) return FailAll(s, keys.size(), results);
     if (use_tcp || p->token == 0 || p->put_ttl.count() == 0) {
-      // A connection made for puts the peer does not take is not kept: it would only go
-      // stale (an owner restarted at the same address) before a get wants it.
-      if (p != nullptr && fresh) Drop(peer, p, /*puts_over_tcp=*/true);
+      // The connection is kept for the gets to come, even where the peer takes no
+      // one-sided puts: should its owner restart meanwhile, PeerFor finds it gone
+      // (UcxPeer::Gone) before it is used.
       tcp_put_keys_.fetch_add(keys.size());
       return TcpTransport::BatchPut(peer, keys, values, results);
     }
@@ -2188,20 +2188,10 @@ class UcxTransport final : public TcpTransport {
     return Status::OK();
   }
 
-  // `puts_over_tcp`: the peer takes no one-sided puts; its puts go by TCP without
-  // asking again for kRetryUcxAfter.
-  void Drop(const Endpoint& peer, const std::shared_ptr<UcxPeer>& p, bool puts_over_tcp = false) {
+  void Drop(const Endpoint& peer, const std::shared_ptr<UcxPeer>& p) {
     MutexLock lock(&peers_mu_);
     auto it = peers_.find(peer.ToString());
-    if (it == peers_.end()) return;
-    if (it->second.peer == p) it->second.peer.reset();
-    if (puts_over_tcp) it->second.puts_tcp_until = Clock::now() + kRetryUcxAfter;
-  }
-  bool PutsOverTcp(const Endpoint& peer) {
-    MutexLock lock(&peers_mu_);
-    auto it = peers_.find(peer.ToString());
-    return it != peers_.end() && it->second.peer == nullptr &&
-           Clock::now() < it->second.puts_tcp_until;
+    if (it != peers_.end() && it->second.peer == p) it->second.peer.reset();
   }
 
   static constexpr std::chrono::seconds kRetryUcxAfter{10};
@@ -2213,7 +2203,6 @@ class UcxTransport final : public TcpTransport {
     Status connect_error;
     uint64_t backoff_ms = 0;
     Clock::time_point tcp_until{};
-    Clock::time_point puts_tcp_until{};  // the peer took no one-sided puts
   };
 
   // The caller's regions: every worker maps them all.
