@@ -547,9 +547,13 @@ std::vector<std::vector<std::string>> PeerRouter::PreviousOwnersOfAll(
 void PeerRouter::AskInOrder(std::span<const Slice> keys, std::vector<int64_t>* results,
                             const std::function<bool(int64_t)>& done, const LocalGroupFn& local,
                             const RemoteGroupFn& remote, std::vector<std::string>* from,
-                            size_t first_rank) {
+                            std::span<const std::string> asked) {
   const int64_t kNotFound = Status::NotFound("").ErrorCode();
-  const std::vector<std::vector<std::string>> owners = OwnersOfAll(keys);
+  const std::vector<std::vector<std::string>> all_owners = OwnersOfAll(keys);
+  std::vector<std::vector<std::string>> owners = all_owners;
+  for (size_t i = 0; i < asked.size() && i < owners.size(); i++) {
+    if (!asked[i].empty()) std::erase(owners[i], asked[i]);
+  }
   results->assign(keys.size(), kNotFound);
   if (from != nullptr) from->assign(keys.size(), "");
   std::vector<bool> settled(keys.size(), false);
@@ -576,12 +580,14 @@ void PeerRouter::AskInOrder(std::span<const Slice> keys, std::vector<int64_t>* r
     }
     return true;
   };
-  for (size_t rank = first_rank; rank < options_.cluster_replicas && ask_rank(owners, rank, false);
-       rank++) {
+  for (size_t rank = 0; rank < options_.cluster_replicas && ask_rank(owners, rank, false); rank++) {
   }
   if (std::all_of(settled.begin(), settled.end(), [](bool b) { return b; })) return;
   // Within a join's grace: the owners the keys had before it, in their order.
-  const std::vector<std::vector<std::string>> previous = PreviousOwnersOfAll(keys, owners);
+  std::vector<std::vector<std::string>> previous = PreviousOwnersOfAll(keys, all_owners);
+  for (size_t i = 0; i < asked.size() && i < previous.size(); i++) {
+    if (!asked[i].empty()) std::erase(previous[i], asked[i]);
+  }
   for (size_t rank = 0; ask_rank(previous, rank, true); rank++) {
   }
 }
@@ -908,7 +914,7 @@ Status PeerRouter::BatchGetInto(DB* local, const ReadOptions& options, std::span
   remote_gets_.fetch_add(keys.size(), std::memory_order_relaxed);
   if (Replicated()) {
     if (closed()) return Status::Aborted("DB is closed");
-    GetFromOwners(local, options, keys, dests, results, 0);
+    GetFromOwners(local, options, keys, dests, results);
     return Status::OK();
   }
   KV_SHARDED_BATCH(local->BatchGetInto(options, Pick(keys, idx), Pick(dests, idx), &r),
@@ -925,7 +931,7 @@ bool SettlesGet(int64_t r) { return r >= 0 || r == Status::BufferTooSmall("").Er
 
 void PeerRouter::GetFromOwners(DB* local, const ReadOptions& options, std::span<const Slice> keys,
                                std::span<const Destination> dests, std::vector<int64_t>* results,
-                               size_t first_rank) {
+                               std::span<const std::string> asked) {
   std::vector<std::string> from;
   AskInOrder(
       keys, results, SettlesGet,
@@ -935,7 +941,7 @@ void PeerRouter::GetFromOwners(DB* local, const ReadOptions& options, std::span<
       [&](const Endpoint& peer, const std::vector<size_t>& idx, std::vector<int64_t>* r) {
         return RemoteGet(peer, Pick(keys, idx), Pick(dests, idx), r);
       },
-      &from, first_rank);
+      &from, asked);
   // Keys found on an owner they had before a join move to their owners now, from the
   // caller's buffers (host memory only: the transports do not read GPU memory).
   std::vector<ValueParts> values(keys.size());
@@ -1139,18 +1145,26 @@ void PeerRouter::FinishGroup(DB* local, const ReadOptions& options, std::span<co
   }
   if (!Replicated()) return;  // one owner per key: its answer stands, as BatchGetInto's
   // Keys their first owner did not serve: the other owners, as BatchGetInto asks them.
+  // The first owner is named, not ranked: it may have left the member set meanwhile (a
+  // dead member's lease lapsed while its reads timed out), and then its second owner
+  // ranks first.
   std::vector<size_t> rest;
+  std::vector<std::string> asked;
   for (const std::unique_ptr<GroupCall>& call : calls) {
     for (size_t i : call->idx) {
-      if (!SettlesGet((*results)[i])) rest.push_back(i);
+      if (SettlesGet((*results)[i])) continue;
+      rest.push_back(i);
+      asked.push_back(call->owner);
     }
   }
   for (size_t i : local_idx) {
-    if (!SettlesGet((*results)[i])) rest.push_back(i);
+    if (SettlesGet((*results)[i])) continue;
+    rest.push_back(i);
+    asked.push_back(self_);
   }
   if (rest.empty()) return;
   std::vector<int64_t> r;
-  GetFromOwners(local, options, Pick(keys, rest), Pick(dests, rest), &r, 1);
+  GetFromOwners(local, options, Pick(keys, rest), Pick(dests, rest), &r, asked);
   for (size_t j = 0; j < rest.size(); j++) (*results)[rest[j]] = r[j];
 }
 

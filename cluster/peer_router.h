@@ -263,19 +263,23 @@ class PeerRouter {
   std::vector<std::vector<std::string>> PreviousOwnersOfAll(
       std::span<const Slice> keys, const std::vector<std::vector<std::string>>& owners) const
       EXCLUDES(members_mu_);
-  // Asks each key its owners in order, one rank at a time from `first_rank` (0: the
-  // first owner), until `done(result)`, then (within a join's grace) its previous owners
-  // the same way; keys no owner settled get NotFound (a failed owner costs a miss, never
-  // an error).  `from` (may be null): per key, the previous owner that settled it, else "".
+  // Asks each key its owners in order, one rank at a time, until `done(result)`, then
+  // (within a join's grace) its previous owners the same way; keys no owner settled get
+  // NotFound (a failed owner costs a miss, never an error).  `asked` (empty, or one per
+  // key; "" for none): an owner the key was already asked of, which is not asked again
+  // -- by name, not by rank, since the member set may have changed since (a dead first
+  // owner that left it would otherwise shift its second owner to rank 0 and the key be
+  // asked of a member that never held it).  `from` (may be null): per key, the previous
+  // owner that settled it, else "".
   void AskInOrder(std::span<const Slice> keys, std::vector<int64_t>* results,
                   const std::function<bool(int64_t)>& done, const LocalGroupFn& local,
                   const RemoteGroupFn& remote, std::vector<std::string>* from = nullptr,
-                  size_t first_rank = 0);
-  // Replicated BatchGetInto from the owners of rank `first_rank` on (AskInOrder), a key
+                  std::span<const std::string> asked = {});
+  // Replicated BatchGetInto from the owners (AskInOrder, less each key's `asked`), a key
   // found on an owner it had before a join moved to its owners now.
   void GetFromOwners(DB* local, const ReadOptions& options, std::span<const Slice> keys,
                      std::span<const Destination> dests, std::vector<int64_t>* results,
-                     size_t first_rank);
+                     std::span<const std::string> asked = {});
   // One group of a layer-wise load (BatchGetIntoGroups) sent to one member.
   struct GroupCall;
   // Waits for group g's calls, reads its local share, asks its unserved keys of their

@@ -1233,7 +1233,11 @@ TEST(PeerTest, CallsOneAtATimeKeepToOneConnection) {
     ASSERT_EQ(results[0], static_cast<int64_t>(value.size()));
   }
   EXPECT_TRUE(got == value);
-  EXPECT_EQ(ConnectionsTo(server.endpoint().port), 1);
+  // Over UCX, one more: the UCX endpoint's control connection, the client's own beside
+  // the pool (docs/transport.md, "Failures"); the pool's may then go unused.
+  const int ucx = TransportUnderTest() == "ucx" ? 1 : 0;
+  EXPECT_GE(ConnectionsTo(server.endpoint().port), 1);
+  EXPECT_LE(ConnectionsTo(server.endpoint().port), 1 + ucx);
 
   std::atomic<int> failures{0};
   std::vector<std::thread> threads;
@@ -1251,7 +1255,7 @@ TEST(PeerTest, CallsOneAtATimeKeepToOneConnection) {
   EXPECT_EQ(failures.load(), 0);
   const int n = ConnectionsTo(server.endpoint().port);
   EXPECT_GE(n, 1);
-  EXPECT_LE(n, 4);
+  EXPECT_LE(n, 4 + ucx);
 }
 
 // The one-sided path end to end, between processes: LOOKUP, reads into a registered

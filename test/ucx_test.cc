@@ -655,6 +655,69 @@ TEST(UcxTest, ServerKilledMidReadFailsEveryKeyNeverWrongBytes) {
   EXPECT_EQ(std::memcmp(buf.data(), values[0].data(), kSize), 0);
 }
 
+// A client learns that its owner is gone from the owner's end of the control connection
+// the UCX endpoint was set up over (the kernel closes a killed process's sockets), not
+// by a request timing out: over UCX's shared memory, which cannot tell, a request to a
+// killed owner used to wait its whole timeout, and so did the first request to an owner
+// restarted on the same port (on the endpoint to the dead process) before its retry.
+// Now the first fails at once and the second is read at once.
+TEST(UcxTest, AKilledOrRestartedOwnerIsNoticedAtOnceNotByTheTimeout) {
+  SKIP_WITHOUT_UCX();
+  const std::string dir = TempDir("ucx_restart");
+  Server server(dir + "/db", FreePort());
+  server.set_options(",ssd_capacity_bytes=0,memory_capacity_bytes=64MiB");
+  ASSERT_TRUE(server.Start());
+  const Endpoint ep = server.endpoint();
+  constexpr uint64_t kTimeoutMs = 5000;
+  auto client = NewClient("", kTimeoutMs);
+  const size_t kSize = 256 << 10;
+  std::vector<std::string> names, values;
+  PutUniform(client.get(), ep, "restart/", 4, kSize, 'a', &names, &values);
+  std::vector<Slice> keys(names.begin(), names.end());
+  std::vector<char> buf(keys.size() * kSize);
+  std::vector<Destination> dests;
+  for (size_t i = 0; i < keys.size(); i++)
+    dests.push_back({MutableSlice(buf.data() + i * kSize, kSize)});
+  auto read_all = [&](std::chrono::milliseconds* took) {
+    std::memset(buf.data(), 0, buf.size());
+    std::vector<int64_t> r;
+    const auto t0 = std::chrono::steady_clock::now();
+    Status s = client->BatchGet(ep, keys, dests, &r);
+    *took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                  t0);
+    for (size_t i = 0; s.ok() && i < keys.size(); i++) {
+      if (r[i] != static_cast<int64_t>(kSize)) {
+        s = Status::IOError(names[i] + ": " + std::to_string(r[i]));
+      } else if (std::memcmp(buf.data() + i * kSize, values[i].data(), kSize) != 0) {
+        s = Status::Corruption(names[i] + ": wrong bytes");
+      }
+    }
+    return s;
+  };
+  std::chrono::milliseconds took{0};
+  ASSERT_TRUE(read_all(&took).ok());  // connected over UCX
+  const uint64_t connects = Stat(client->StatsText(), "ucx_connects");
+  server.Kill(SIGKILL);
+  // Gone: an error, long before the timeout.
+  EXPECT_FALSE(read_all(&took).ok());
+  EXPECT_LT(took.count(), static_cast<int64_t>(kTimeoutMs / 5)) << client->StatsText();
+  // Back on the same port (its memory lost: the values put again by another client).
+  ASSERT_TRUE(server.Start());
+  {
+    auto writer = NewClient("", kTimeoutMs);
+    std::vector<std::string> n2, v2;
+    PutUniform(writer.get(), ep, "restart/", 4, kSize, 'a', &n2, &v2);
+  }
+  // Wait out the reconnect backoff the failed connect to the dead owner set (at most
+  // reconnect_backoff_min_ms).
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const Status s = read_all(&took);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_LT(took.count(), static_cast<int64_t>(kTimeoutMs / 5)) << client->StatsText();
+  EXPECT_GE(Stat(client->StatsText(), "ucx_peers_gone"), 1u) << client->StatsText();
+  EXPECT_EQ(Stat(client->StatsText(), "ucx_connects"), connects + 1) << client->StatsText();
+}
+
 // The client side of the next test, run in a child process (this binary re-executed):
 // reads kChildKeys values over UCX, all in flight at once, until it is killed.
 constexpr int kChildKeys = 16;

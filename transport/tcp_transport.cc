@@ -213,6 +213,19 @@ class TcpConnection {
     MutexLock lock(&mu_);
     return calls_.empty();
   }
+  // Whether the peer closed this connection (its process exited or was killed: the
+  // kernel closes its sockets at once) or it failed, seen without reading it.  For a
+  // connection no call is waiting on: anything to read on it then means closed.
+  bool ClosedByPeer() {
+    MutexLock lock(&mu_);
+    if (broken_) return true;
+    if (!calls_.empty()) return false;
+    pollfd p{fd_, POLLIN | POLLRDHUP, 0};
+    if (reader_.buffered() == 0 && poll(&p, 1, 0) == 0) return false;
+    BreakLocked(Status::IOError("connection closed by peer"));
+    return true;
+  }
+  int fd() const { return fd_; }
 
   bool Healthy() {
     MutexLock lock(&mu_);
@@ -532,15 +545,8 @@ Status TcpTransport::Connection(const Endpoint& peer, std::shared_ptr<TcpConnect
     return Status::IOError("unavailable (" + p->last_error.message() + "); retrying in " +
                            std::to_string(wait) + " ms");
   }
-  const Deadline deadline = DeadlineIn(options_.timeout_ms);
-  int fd = -1;
-  Status s = ConnectTcp(peer, deadline, &fd);
   std::shared_ptr<TcpConnection> c;
-  if (s.ok()) {
-    c = std::make_shared<TcpConnection>(fd, options_.timeout_ms,
-                                        !options_.hash_loopback_bodies && PeerIsLoopback(fd));
-    s = c->Handshake(options_.auth_token, options_.auth_tenant, deadline);
-  }
+  Status s = Connect(peer, &c);
   if (!s.ok()) {
     p->backoff_ms = p->backoff_ms == 0
                         ? options_.reconnect_backoff_min_ms
@@ -575,6 +581,32 @@ Status NamePeer(const Endpoint& peer, const Status& s) {
 }
 
 }  // namespace
+
+Status TcpTransport::Connect(const Endpoint& peer, std::shared_ptr<TcpConnection>* conn) {
+  const Deadline deadline = DeadlineIn(options_.timeout_ms);
+  int fd = -1;
+  Status s = ConnectTcp(peer, deadline, &fd);
+  if (!s.ok()) return s;
+  auto c = std::make_shared<TcpConnection>(fd, options_.timeout_ms,
+                                           !options_.hash_loopback_bodies && PeerIsLoopback(fd));
+  s = c->Handshake(options_.auth_token, options_.auth_tenant, deadline);
+  if (s.ok()) *conn = std::move(c);
+  return s;
+}
+
+Status TcpTransport::OwnConnection(const Endpoint& peer, std::shared_ptr<TcpConnection>* conn) {
+  return NamePeer(peer, Connect(peer, conn));
+}
+
+Status TcpTransport::CallOn(TcpConnection* conn, const Endpoint& peer, uint8_t op,
+                            const std::string& meta, std::span<const Slice> body,
+                            ResponseSink* sink) {
+  return NamePeer(peer, conn->Call(op, meta, body, sink));
+}
+
+bool TcpTransport::ClosedByPeer(TcpConnection* conn) { return conn->ClosedByPeer(); }
+
+int TcpTransport::FdOf(const TcpConnection& conn) { return conn.fd(); }
 
 Status TcpTransport::Call(const Endpoint& peer, uint8_t op, const std::string& meta,
                           std::span<const Slice> body, ResponseSink* sink) {

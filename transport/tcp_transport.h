@@ -80,6 +80,21 @@ class TcpTransport : public Transport {
   Status Call(const Endpoint& peer, uint8_t op, const std::string& meta,
               std::span<const Slice> body, ResponseSink* sink);
 
+  // A connection of the caller's own to `peer`, authenticated, outside the pool: no
+  // other call uses it, and it lives as long as the caller holds it.  For state the
+  // server keeps for as long as the connection lives (a UCX client's record), and whose
+  // end the caller wants to see (the peer's process gone: ClosedByPeer).
+  Status OwnConnection(const Endpoint& peer, std::shared_ptr<TcpConnection>* conn);
+  // Call, on such a connection.
+  Status CallOn(TcpConnection* conn, const Endpoint& peer, uint8_t op, const std::string& meta,
+                std::span<const Slice> body, ResponseSink* sink);
+  // Whether the peer closed `conn` (its process exited or was killed: the kernel closes
+  // its sockets at once), or it failed; seen without reading it.  Only for a connection
+  // no call is waiting on.
+  static bool ClosedByPeer(TcpConnection* conn);
+  // Its socket, to poll for the peer closing it (POLLIN | POLLRDHUP).
+  static int FdOf(const TcpConnection& conn);
+
  protected:
   void Log(LogLevel level, const std::string& line) const;
   const TransportOptions options_;
@@ -89,6 +104,8 @@ class TcpTransport : public Transport {
   struct Peer;
   Peer* PeerFor(const Endpoint& peer) EXCLUDES(peers_mu_);
   Status Connection(const Endpoint& peer, std::shared_ptr<TcpConnection>* conn);
+  // A new connection to `peer`, handshake done; no backoff.
+  Status Connect(const Endpoint& peer, std::shared_ptr<TcpConnection>* conn);
   // Runs a keys-only request whose answer is batch status + results.
   Status ResultsCall(const Endpoint& peer, uint8_t op, std::span<const Slice> keys,
                      const uint64_t* extra, std::span<const Slice> body,

@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <sys/mman.h>
 #include <ucp/api/ucp.h>
+#include <ucs/debug/log_def.h>
 
 #include <algorithm>
 #include <atomic>
@@ -205,6 +206,18 @@ Status UcsError(const std::string& what, ucs_status_t st) {
   return Status::IOError(what + ": " + ucs_status_string(st));
 }
 
+// Set on a thread while it asks UCX for an endpoint with peer-failure handling that it
+// may not get: UCX logs an ERROR for each transport without it ("no peer failure
+// handler": UCX 1.13's shared-memory transports, by default) before it answers
+// UNREACHABLE, and the caller then makes the endpoint without.  Those lines are
+// expected, on every connect over shared memory, and are dropped.
+thread_local bool t_probing_peer_mode = false;
+
+ucs_log_func_rc_t QuietWhileProbing(const char*, unsigned, const char*, ucs_log_level_t,
+                                    const ucs_log_component_config_t*, const char*, va_list) {
+  return t_probing_peer_mode ? UCS_LOG_FUNC_RC_STOP : UCS_LOG_FUNC_RC_CONTINUE;
+}
+
 // A UCP context and one worker.  Every call on the worker, its endpoints and rkeys is
 // made under mu (the worker is UCS_THREAD_MODE_SERIALIZED): calling threads and the
 // server's progress thread take turns.
@@ -223,6 +236,8 @@ class Worker {
   // shared by the workers of one server.
   static Status Create(std::unique_ptr<Worker>* result, const std::string& tls = "",
                        bool rma = true, Mutex* mu = nullptr) {
+    static std::once_flag quiet;
+    std::call_once(quiet, [] { ucs_log_push_handler(&QuietWhileProbing); });
     auto w = std::unique_ptr<Worker>(new Worker);
     if (mu != nullptr) w->mu_ = mu;
     ucp_config_t* config = nullptr;
@@ -314,12 +329,15 @@ class Worker {
     p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     p.err_handler.cb = on_error;
     p.err_handler.arg = arg;
+    t_probing_peer_mode = true;
     ucs_status_t st = ucp_ep_create(worker_, &p, ep);
+    t_probing_peer_mode = false;
     if (st == UCS_ERR_UNREACHABLE) {
-      // UCX 1.13's shared-memory transports (posix, sysv, cma) offer no peer-failure
-      // handling: with them alone, an endpoint is made without it.  A dead peer then
-      // fails its reads with an error (cma's process_vm_readv fails at once), and one
-      // that hangs runs into the caller's timeout.
+      // UCX 1.13's shared-memory transports posix and sysv offer no peer-failure
+      // handling unless UCX_POSIX_ERROR_HANDLING / UCX_SYSV_ERROR_HANDLING say so (off
+      // by default): with them alone, an endpoint is made without it.  A client then
+      // learns of a dead owner from the control connection (UcxPeer::control), and
+      // one that hangs runs into the caller's timeout.
       p.err_mode = UCP_ERR_HANDLING_MODE_NONE;
       st = ucp_ep_create(worker_, &p, ep);
     }
@@ -334,8 +352,25 @@ class Worker {
   // False at the deadline.  (A 1 ms spin made 64 KiB batches 50 times slower on this
   // 2-core host: the spinning client took the core the owner's progress thread needed
   // to answer its LOOKUP.)
-  bool ProgressUntil(const std::function<bool()>& done, Clock::time_point deadline) {
-    Clock::time_point idle_since = Clock::now();
+  //
+  // `watch` (when >= 0): a descriptor that becomes readable or hung up when the peer
+  // waited on is gone (its control connection); then *watch_fired is set and false
+  // returned at once.  Looked at while asleep, and every kWatchEvery while busy.
+  bool ProgressUntil(const std::function<bool()>& done, Clock::time_point deadline, int watch = -1,
+                     bool* watch_fired = nullptr) {
+    Clock::time_point idle_since = Clock::now(), watched = idle_since;
+    auto fired = [&](int timeout_ms) {
+      pollfd pfd[2] = {{efd_, POLLIN, 0}, {watch, POLLIN | POLLRDHUP, 0}};
+      const bool watching = watch >= 0;
+      if (timeout_ms == 0 && !watching) return false;
+      if (timeout_ms == 0) {
+        if (poll(&pfd[1], 1, 0) <= 0) return false;
+      } else if (poll(pfd, watching ? 2 : 1, timeout_ms) <= 0 || pfd[1].revents == 0) {
+        return false;
+      }
+      if (watch_fired != nullptr) *watch_fired = true;
+      return true;
+    };
     for (;;) {
       bool progressed = false;
       {
@@ -345,6 +380,10 @@ class Worker {
       }
       const Clock::time_point now = Clock::now();
       if (now >= deadline) return false;
+      if (now - watched >= kWatchEvery) {
+        watched = now;
+        if (fired(0)) return false;
+      }
       if (progressed) idle_since = now;
       if (now - idle_since < kSpinBeforeSleep) continue;
       ucs_status_t st;
@@ -353,8 +392,8 @@ class Worker {
         st = ucp_worker_arm(worker_);
       }
       if (st == UCS_ERR_BUSY) continue;
-      pollfd pfd{efd_, POLLIN, 0};
-      poll(&pfd, 1, 1);  // another thread may take the event: never sleep long
+      // Another thread may take the event: never sleep long.
+      if (fired(1)) return false;
     }
   }
 
@@ -417,6 +456,7 @@ class Worker {
   void Signal() { ucp_worker_signal(worker_); }
   int efd() const { return efd_; }
   static constexpr std::chrono::microseconds kSpinBeforeSleep{50};
+  static constexpr std::chrono::milliseconds kWatchEvery{1};
 
   // A client's regions, mapped on this worker's context and found by address.
   Status MapRegion(void* addr, size_t length) {
@@ -1260,8 +1300,17 @@ class UcxServerImpl final : public UcxServer {
 };
 
 // ---------------------------------------------------------------- the client
-// One peer reached over UCP: an endpoint and the peer's arena's rkey.  Dropped (closed)
-// when the last batch using it lets go.
+// One peer reached over UCP: an endpoint and the peer's arena's rkey, and the control
+// connection that set them up.  Dropped (closed) when the last batch using it lets go.
+//
+// The control connection is the client's own (TcpTransport::OwnConnection), kept open
+// and idle for as long as the endpoint: the owner keeps the client's record exactly as
+// long (closing it releases the record there), and it tells the client at once when
+// the owner's process is gone, whatever the UCX transport: the kernel closes a dead
+// process's sockets, so the connection reads end-of-file or a reset.  UCX itself cannot
+// tell over its shared-memory transports (no peer-failure handling in 1.13 by default:
+// a request to a dead owner waits for its timeout), and a connection to an owner that
+// restarted at the same address would fail its next request only then.
 struct UcxPeer {
   std::shared_ptr<Worker> w;
   ucp_ep_h ep = nullptr;      // under w->mu(); null once closed
@@ -1273,10 +1322,29 @@ struct UcxPeer {
   bool failed = false;                     // under w->mu(): the endpoint reported an error
   std::string error;
   bool by_am = false;  // reads by the owner's active messages (no rkey): ReadByAm
+  std::shared_ptr<TcpConnection> control;  // released after the endpoint is closed
+  int control_fd = -1;
 
   ~UcxPeer() {
     MutexLock lock(w->mu());
     Close();
+  }
+  // Whether the owner is gone: its endpoint failed, or it closed the control connection.
+  bool Gone() {
+    {
+      MutexLock lock(w->mu());
+      if (failed) return true;
+    }
+    if (control == nullptr || !TcpTransport::ClosedByPeer(control.get())) return false;
+    MutexLock lock(w->mu());
+    Lost();
+    return true;
+  }
+  // The control connection closed: the owner exited or was killed.  REQUIRES: w->mu().
+  void Lost() {
+    if (failed) return;
+    failed = true;
+    error = "the owner closed its control connection (it exited or was killed)";
   }
   // REQUIRES: w->mu() held.
   void Close() {
@@ -1369,6 +1437,7 @@ class UcxTransport final : public TcpTransport {
            "\nucx_tcp_put_keys: " + std::to_string(tcp_put_keys_.load()) +
            "\nucx_late_puts: " + std::to_string(late_puts_.load()) +
            "\nucx_stale_peer_retries: " + std::to_string(stale_retries_.load()) +
+           "\nucx_peers_gone: " + std::to_string(stale_peers_.load()) +
            "\nucx_tcp_batches: " + std::to_string(tcp_batches_.load()) +
            "\nucx_connects: " + std::to_string(connects_.load()) +
            "\nucx_abandoned_batches: " + std::to_string(abandoned_.load()) +
@@ -1386,13 +1455,13 @@ class UcxTransport final : public TcpTransport {
   Status BatchPut(const Endpoint& peer, std::span<const Slice> keys,
                   std::span<const ValueParts> values, std::vector<int64_t>* results) override {
     std::shared_ptr<UcxPeer> p;
-    bool use_tcp = PutsOverTcp(peer), fresh = false;
-    Status s = use_tcp ? Status::OK() : PeerFor(peer, &p, &use_tcp, &fresh);
+    bool use_tcp = false;
+    Status s = PeerFor(peer, &p, &use_tcp);
     if (!s.ok()) return FailAll(s, keys.size(), results);
     if (use_tcp || p->token == 0 || p->put_ttl.count() == 0) {
-      // A connection made for puts the peer does not take is not kept: it would only go
-      // stale (an owner restarted at the same address) before a get wants it.
-      if (p != nullptr && fresh) Drop(peer, p, /*puts_over_tcp=*/true);
+      // The connection is kept for the gets to come, even where the peer takes no
+      // one-sided puts: should its owner restart meanwhile, PeerFor finds it gone
+      // (UcxPeer::Gone) before it is used.
       tcp_put_keys_.fetch_add(keys.size());
       return TcpTransport::BatchPut(peer, keys, values, results);
     }
@@ -1528,6 +1597,19 @@ class UcxTransport final : public TcpTransport {
     Clock::time_point lookup_sent_{}, read_done_{};
   };
 
+  // Progresses p's worker until done() (called under its mu) or the deadline, watching
+  // p's control connection: when the owner closes it, p fails at once (UcxPeer::Lost)
+  // instead of at the deadline.  False unless done().
+  bool Progress(UcxPeer* p, const std::function<bool()>& done, Clock::time_point deadline) {
+    bool lost = false;
+    if (p->w->ProgressUntil(done, deadline, p->control_fd, &lost)) return true;
+    if (lost) {
+      MutexLock lock(p->w->mu());
+      p->Lost();
+    }
+    return false;
+  }
+
   // Sends lease op `op` one way (request id 0: the server answers nothing).
   Status AmSend(UcxPeer* p, uint8_t op, std::string meta) {
     Worker* const w = p->w.get();
@@ -1553,7 +1635,8 @@ class UcxTransport final : public TcpTransport {
       }
     }
     const auto deadline = Clock::now() + std::chrono::milliseconds(options_.timeout_ms);
-    w->ProgressUntil([&] { return wait.done || p->failed; }, deadline);
+    Progress(
+        p, [&] { return wait.done || p->failed; }, deadline);
     MutexLock lock(w->mu());
     w->StopAwaiting(id);
     if (wait.done) {
@@ -1627,7 +1710,8 @@ class UcxTransport final : public TcpTransport {
       }
     }
     const auto deadline = Clock::now() + std::chrono::milliseconds(options_.timeout_ms);
-    bool done = w->ProgressUntil([&] { return b->remaining == 0 || p->failed; }, deadline);
+    bool done = Progress(
+        p, [&] { return b->remaining == 0 || p->failed; }, deadline);
     if (!done || p->failed) {
       {
         MutexLock lock(w->mu());
@@ -1689,7 +1773,8 @@ class UcxTransport final : public TcpTransport {
     }
     if (failed.ok()) {
       const auto deadline = Clock::now() + std::chrono::milliseconds(options_.timeout_ms);
-      w->ProgressUntil([&] { return wait.remaining == 0 || p->failed; }, deadline);
+      Progress(
+          p, [&] { return wait.remaining == 0 || p->failed; }, deadline);
     }
     {
       MutexLock lock(w->mu());
@@ -2017,13 +2102,22 @@ class UcxTransport final : public TcpTransport {
     MutexLock lock(&peers_mu_);
     Slot& slot = peers_[name];
     if (slot.peer != nullptr) {
-      *out = slot.peer;
-      return Status::OK();
+      if (!slot.peer->Gone()) {
+        *out = slot.peer;
+        return Status::OK();
+      }
+      // Its owner exited, or restarted at the same address: connect afresh now rather
+      // than fail a request on the dead endpoint first.
+      stale_peers_.fetch_add(1);
+      Log(LogLevel::kInfo,
+          "peer " + name + ": UCX connection gone (" + slot.peer->error + "); connecting again");
+      slot.peer.reset();
     }
     if (Clock::now() < slot.tcp_until) {
       *use_tcp = true;
       return Status::OK();
     }
+    if (Clock::now() < slot.connect_after) return slot.connect_error;
     auto p = std::make_shared<UcxPeer>();
     {
       MutexLock wl(&w_mu_);
@@ -2032,8 +2126,20 @@ class UcxTransport final : public TcpTransport {
     std::string meta;
     UcxConnectRequest{p->w->address()}.EncodeTo(&meta);
     MetaSink sink;
-    Status s = Call(peer, wire::kUcxConnect, meta, {}, &sink);
-    if (!s.ok()) return s;
+    Status s = OwnConnection(peer, &p->control);
+    if (s.ok()) s = CallOn(p->control.get(), peer, wire::kUcxConnect, meta, {}, &sink);
+    if (!s.ok()) {
+      // As the TCP transport's pool does: a peer that cannot be reached is not tried
+      // again by every request, but after a backoff that doubles.
+      slot.backoff_ms = slot.backoff_ms == 0
+                            ? options_.reconnect_backoff_min_ms
+                            : std::min(slot.backoff_ms * 2, options_.reconnect_backoff_max_ms);
+      slot.connect_after = Clock::now() + std::chrono::milliseconds(slot.backoff_ms);
+      slot.connect_error = s;
+      return s;
+    }
+    slot.backoff_ms = 0;
+    p->control_fd = FdOf(*p->control);
     std::string_view in(sink.meta);
     Status batch;
     std::string_view theirs;
@@ -2082,20 +2188,10 @@ class UcxTransport final : public TcpTransport {
     return Status::OK();
   }
 
-  // `puts_over_tcp`: the peer takes no one-sided puts; its puts go by TCP without
-  // asking again for kRetryUcxAfter.
-  void Drop(const Endpoint& peer, const std::shared_ptr<UcxPeer>& p, bool puts_over_tcp = false) {
+  void Drop(const Endpoint& peer, const std::shared_ptr<UcxPeer>& p) {
     MutexLock lock(&peers_mu_);
     auto it = peers_.find(peer.ToString());
-    if (it == peers_.end()) return;
-    if (it->second.peer == p) it->second.peer.reset();
-    if (puts_over_tcp) it->second.puts_tcp_until = Clock::now() + kRetryUcxAfter;
-  }
-  bool PutsOverTcp(const Endpoint& peer) {
-    MutexLock lock(&peers_mu_);
-    auto it = peers_.find(peer.ToString());
-    return it != peers_.end() && it->second.peer == nullptr &&
-           Clock::now() < it->second.puts_tcp_until;
+    if (it != peers_.end() && it->second.peer == p) it->second.peer.reset();
   }
 
   static constexpr std::chrono::seconds kRetryUcxAfter{10};
@@ -2103,8 +2199,10 @@ class UcxTransport final : public TcpTransport {
 
   struct Slot {
     std::shared_ptr<UcxPeer> peer;
+    Clock::time_point connect_after{};  // the last connect failed: connect_error until then
+    Status connect_error;
+    uint64_t backoff_ms = 0;
     Clock::time_point tcp_until{};
-    Clock::time_point puts_tcp_until{};  // the peer took no one-sided puts
   };
 
   // The caller's regions: every worker maps them all.
@@ -2141,7 +2239,7 @@ class UcxTransport final : public TcpTransport {
   std::atomic<uint64_t> gets_{0}, get_bytes_{0}, tcp_batches_{0}, connects_{0}, abandoned_{0},
       replaced_{0}, am_calls_{0}, releases_by_age_{0}, direct_ops_{0}, direct_bytes_{0},
       bounce_ops_{0}, bounce_bytes_{0}, puts_{0}, put_bytes_{0}, tcp_put_keys_{0}, late_puts_{0},
-      stale_retries_{0}, am_reads_{0};
+      stale_retries_{0}, am_reads_{0}, stale_peers_{0};
 };
 
 }  // namespace

@@ -8,9 +8,11 @@
 // endpoint to it and answers with its own worker address, the arena's address and
 // length, and the arena's packed remote key (UcxConnectAnswer).  A peer that has not
 // proved its token never sees the worker address nor the rkey.  The endpoint and the
-// client's record live as long as the control connection that carried the request:
-// when it closes (the client exited, was killed, or dropped it) they are released and
-// counted (kvengine.peers: ucx_clients, ucx_clients_released).
+// client's record live as long as the control connection that carried the request (the
+// client's own, kept idle beside its endpoint): when it closes (the client exited, was
+// killed, or dropped it) they are released and counted (kvengine.peers: ucx_clients,
+// ucx_clients_released).  The same connection closing tells the client its owner died,
+// which UCX over shared memory cannot (docs/transport.md, "Failures").
 //
 // Gets follow the read-validation protocol (read_validation.h): LOOKUP pins the values
 // and grants leases, the bytes come by ucp_get_nbx straight into the caller's buffers
