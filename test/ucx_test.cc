@@ -1062,6 +1062,25 @@ class AmProbe {
     return false;
   }
 
+  // Sends lease op `op` as Call does, and neither waits nor progresses: its answer stays
+  // unread (the send, if it could not go at once, is left to UCX).
+  bool Post(uint8_t op, uint64_t token, uint64_t id, const std::string& meta) {
+    std::string header;
+    header.push_back(1);
+    header.push_back(static_cast<char>(op));
+    PutFixed64(&header, token);
+    PutFixed64(&header, id);
+    ucp_request_param_t p;
+    std::memset(&p, 0, sizeof(p));
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_AM_SEND_FLAG_EAGER;
+    void* req = ucp_am_send_nbx(ep_, kUcxAmRequest, header.data(), header.size(), meta.data(),
+                                meta.size(), &p);
+    if (UCS_PTR_IS_ERR(req)) return false;
+    if (req != nullptr) ucp_request_free(req);  // released by UCX once it completes
+    return true;
+  }
+
  private:
   bool Wait(void* req) {
     if (UCS_PTR_IS_ERR(req)) return false;
@@ -1254,6 +1273,82 @@ struct ProbeClient {
     return true;
   }
 };
+
+// A client that asks and never reads the answers stalls nothing on the owner: the
+// answers fill its receive FIFO (or socket) and the owner's further sends wait on its
+// worker, which ucp_worker_arm then calls busy for as long.  The owner neither spins on
+// it holding its lock (other clients read on, and connect) nor hangs closing that
+// client's endpoint when its connection goes.
+TEST(UcxTest, ClientThatNeverReadsItsAnswersStallsNothing) {
+  SKIP_WITHOUT_UCX();
+  Server server(TempDir("ucx_deaf"), FreePort());
+  ASSERT_TRUE(server.Start());
+  auto client = NewClient();
+  const Endpoint ep = server.endpoint();
+  std::vector<std::string> names, values;
+  PutUniform(client.get(), ep, "deaf/", 4, 64 << 10, 'a', &names, &values);
+  std::vector<Slice> keys(names.begin(), names.end());
+  std::vector<char> buf(keys.size() << 16);
+  std::vector<Destination> dests;
+  for (size_t i = 0; i < keys.size(); i++) {
+    dests.push_back({MutableSlice(buf.data() + (i << 16), 1 << 16)});
+  }
+  std::vector<int64_t> results;
+  // Reads every key with `t`, bit exact and well within the timeout (3 s).
+  auto reads_on = [&](Transport* t) {
+    for (int round = 0; round < 5; round++) {
+      std::memset(buf.data(), 0, buf.size());
+      const auto start = std::chrono::steady_clock::now();
+      Status s = t->BatchGet(ep, keys, dests, &results);
+      EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+      if (!s.ok()) return ::testing::AssertionFailure() << s.ToString() << t->StatsText();
+      for (size_t i = 0; i < keys.size(); i++) {
+        if (results[i] != 1 << 16 ||
+            std::memcmp(buf.data() + (i << 16), values[i].data(), 1 << 16)) {
+          return ::testing::AssertionFailure() << "key " << i << " read wrong";
+        }
+      }
+    }
+    return ::testing::AssertionSuccess();
+  };
+  ASSERT_TRUE(reads_on(client.get()));
+
+  ProbeClient deaf;
+  ASSERT_TRUE(deaf.Connect(ep));
+  std::string lookup;
+  EncodeLookupRequest({keys.data(), 1}, &lookup);
+  std::string answer;  // one op answered first: the endpoint is wired up (over TCP too)
+  ASSERT_TRUE(deaf.probe.Call(wire::kLookup, deaf.a.token, 1000, lookup, 5000, &answer));
+  const uint64_t served_before = Stat(ServerStats(client.get(), ep), "ucx_lease_ops");
+  // Far more answers than a FIFO holds (64 here), paced so that the owner takes them in.
+  for (uint64_t id = 1; id <= 400; id++) {
+    ASSERT_TRUE(deaf.probe.Post(wire::kLookup, deaf.a.token, id, lookup));
+    if (id % 8 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  for (int i = 0; i < 100; i++) {
+    if (Stat(ServerStats(client.get(), ep), "ucx_lease_ops") >= served_before + 200) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_GE(Stat(ServerStats(client.get(), ep), "ucx_lease_ops"), served_before + 200);
+  EXPECT_TRUE(reads_on(client.get()));
+  auto late = NewClient();
+  EXPECT_TRUE(reads_on(late.get()));
+
+  // Its connection goes: its endpoint is closed, answers still waiting and all.
+  const uint64_t released = Stat(ServerStats(client.get(), ep), "ucx_clients_released");
+  deaf.conn.reset();
+  std::string stats;
+  for (int i = 0; i < 100; i++) {
+    stats = ServerStats(client.get(), ep);
+    if (Stat(stats, "ucx_clients_released") > released) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(Stat(stats, "ucx_clients_released"), released + 1) << stats;
+  EXPECT_TRUE(reads_on(client.get()));
+  auto after = NewClient();
+  EXPECT_TRUE(reads_on(after.get()));
+  EXPECT_TRUE(server.Alive());
+}
 
 // Over UCX's TCP alone clients are read by active message and put by TCP PUT, never
 // one-sidedly (UcxConnectAnswer::reads_by_am): the one-sided put tests run elsewhere
