@@ -1320,14 +1320,16 @@ TEST(UcxTest, ClientThatNeverReadsItsAnswersStallsNothing) {
   std::string answer;  // one op answered first: the endpoint is wired up (over TCP too)
   ASSERT_TRUE(deaf.probe.Call(wire::kLookup, deaf.a.token, 1000, lookup, 5000, &answer));
   const uint64_t served_before = Stat(ServerStats(client.get(), ep), "ucx_lease_ops");
-  // Far more answers than a FIFO holds (64 here), paced so that the owner takes them in.
+  // Far more answers than a FIFO holds (64 here), paced so that the owner has taken in
+  // each 8 before the next go: a send the owner's FIFO has no room for would wait for
+  // this client's progress, which never comes, and so would every later one.
+  auto served = [&] { return Stat(ServerStats(client.get(), ep), "ucx_lease_ops"); };
   for (uint64_t id = 1; id <= 400; id++) {
     ASSERT_TRUE(deaf.probe.Post(wire::kLookup, deaf.a.token, id, lookup));
-    if (id % 8 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  for (int i = 0; i < 100; i++) {
-    if (Stat(ServerStats(client.get(), ep), "ucx_lease_ops") >= served_before + 200) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (id % 8 != 0) continue;
+    for (int i = 0; i < 500 && served() < served_before + id; i++) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
   }
   EXPECT_GE(Stat(ServerStats(client.get(), ep), "ucx_lease_ops"), served_before + 200);
   EXPECT_TRUE(reads_on(client.get()));
