@@ -210,7 +210,6 @@ Status UcsError(const std::string& what, ucs_status_t st) {
 // server's progress thread take turns.
 class Worker {
  public:
-  // One made by CreateSharing goes under mu, its context's other workers being in use.
   ~Worker() {
     for (const auto& [start, m] : regions_) ucp_mem_unmap(context_, m.second);
     if (worker_ != nullptr) ucp_worker_destroy(worker_);
@@ -221,9 +220,10 @@ class Worker {
   // `tls`: UCX_TLS for this context (empty: UCX's own, from the environment).  `rma`:
   // one-sided operations (UCP_FEATURE_RMA); a worker without them answers no one-sided
   // read, emulated or not.  `mu`: the lock its calls are made under (its own when null),
-  // shared by the workers of one server.
+  // shared by the workers of one server.  `shared`: the context takes more workers
+  // (CreateSharing), made and destroyed by other threads while this one is in use.
   static Status Create(std::unique_ptr<Worker>* result, const std::string& tls = "",
-                       bool rma = true, Mutex* mu = nullptr) {
+                       bool rma = true, Mutex* mu = nullptr, bool shared = false) {
     auto w = std::unique_ptr<Worker>(new Worker);
     if (mu != nullptr) w->mu_ = mu;
     ucp_config_t* config = nullptr;
@@ -237,6 +237,10 @@ class Worker {
     std::memset(&params, 0, sizeof(params));
     params.field_mask = UCP_PARAM_FIELD_FEATURES;
     params.features = (rma ? UCP_FEATURE_RMA : 0) | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+    if (shared) {
+      params.field_mask |= UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+      params.mt_workers_shared = 1;
+    }
     st = ucp_init(&params, config, &w->context_);
     ucp_config_release(config);
     if (st != UCS_OK) return UcsError("ucp_init", st);
@@ -247,9 +251,12 @@ class Worker {
     return Status::OK();
   }
 
-  // Another worker on owner's context, under owner's lock, that shares owner's
-  // mappings and rkeys (they are the context's): the server's worker of one client.
-  // REQUIRES: owner->mu() held.
+  // Another worker on owner's context (made with `shared`), that shares owner's mappings
+  // and rkeys (they are the context's): the server's worker of one client.  Its calls
+  // are made under owner's lock once another thread may reach it; until then, and as
+  // it is destroyed once no other thread can, they need no lock (making and destroying
+  // a worker took 6-67 ms over sm on this loaded VM: under the lock, every other
+  // client's progress would wait as long).
   static Status CreateSharing(Worker* owner, std::unique_ptr<Worker>* result) {
     auto w = std::unique_ptr<Worker>(new Worker);
     w->mu_ = owner->mu_;
@@ -460,7 +467,7 @@ class Worker {
  private:
   Worker() = default;
 
-  // Makes the worker on context_.  REQUIRES: mu held.
+  // Makes the worker on context_.  REQUIRES: mu held, or the worker unseen by others.
   Status Init() {
     ucp_worker_params_t wp;
     std::memset(&wp, 0, sizeof(wp));
@@ -747,7 +754,7 @@ class UcxServerImpl final : public UcxServer {
   void Start(const std::string& tls) {
     Status rs = Status::NotSupported("UCX_TLS names no transport but tcp");
     const std::string rma_tls = WithoutTcp(tls);
-    if (!rma_tls.empty()) rs = Worker::Create(&rma_, rma_tls, /*rma=*/true, &mu_);
+    if (!rma_tls.empty()) rs = Worker::Create(&rma_, rma_tls, /*rma=*/true, &mu_, /*shared=*/true);
     Status as = Status::NotSupported("UCX_TLS leaves tcp out");
     if (AdmitsTcp(tls)) as = Worker::Create(&am_, "tcp", /*rma=*/false, &mu_);
     if (!rs.ok()) Log(LogLevel::kInfo, "UCX: no one-sided reads served: " + rs.ToString());
@@ -819,25 +826,39 @@ class UcxServerImpl final : public UcxServer {
     auto rec = std::make_unique<Client>();
     rec->server = this;
     rec->serve = std::move(serve);
+    bool one_sided = false;
     {
       MutexLock lock(&mu_);
       if (arena_.length == 0) return Status::NotSupported("the arena is not mapped for UCX");
-      // One-sided where a transport reaches the client with them; else by active message
-      // (if the client can), over TCP.
-      s = Status::NotSupported("no UCX transport reaches the client");
-      if (rma_ != nullptr && rkey_ != nullptr) {
-        s = Worker::CreateSharing(rma_.get(), &rec->own);
-        if (s.ok()) s = rec->own->SetAmHandlerHeld(kAmRequest, &UcxServerImpl::OnRequest, this);
-        if (s.ok()) s = rec->own->SetAmHandlerHeld(kUcxAmRead, &UcxServerImpl::OnRead, this);
-        if (s.ok()) {
-          s = rec->own->Connect(req.worker_address, &UcxServerImpl::OnError, rec.get(), &rec->ep);
-        }
-        rec->w = rec->own.get();
-        if (!s.ok()) {
-          rec->ep = nullptr;
-          rec->own.reset();  // under mu_: its context's other workers are in use
-          rec->w = nullptr;
-        }
+      one_sided = rma_ != nullptr && rkey_ != nullptr;
+    }
+    // One-sided where a transport reaches the client with them, on a worker of its own,
+    // made without the lock (no other thread sees it yet); else by active message (if
+    // the client can), over TCP.
+    s = Status::NotSupported("no UCX transport reaches the client");
+    if (one_sided) {
+      s = Worker::CreateSharing(rma_.get(), &rec->own);
+      if (s.ok()) s = rec->own->SetAmHandlerHeld(kAmRequest, &UcxServerImpl::OnRequest, this);
+      if (s.ok()) s = rec->own->SetAmHandlerHeld(kUcxAmRead, &UcxServerImpl::OnRead, this);
+      if (s.ok()) {
+        s = rec->own->Connect(req.worker_address, &UcxServerImpl::OnError, rec.get(), &rec->ep);
+      }
+      rec->w = rec->own.get();
+      if (!s.ok()) {
+        rec->ep = nullptr;
+        rec->own.reset();
+        rec->w = nullptr;
+      }
+    }
+    {
+      MutexLock lock(&mu_);
+      if (arena_.length == 0 || (rec->own != nullptr && rkey_ == nullptr)) {
+        // The arena went while the worker was made (the DB closing).
+        if (rec->own != nullptr) rec->w->Close(rec->ep);
+        rec->ep = nullptr;
+        rec->own.reset();
+        rec->w = nullptr;
+        s = Status::NotSupported("the arena is not mapped for UCX");
       }
       if ((!s.ok() || rec->ep == nullptr) && am_ != nullptr && req.reads_by_am) {
         s = am_->Connect(req.worker_address, &UcxServerImpl::OnError, rec.get(), &rec->ep);
@@ -926,7 +947,9 @@ class UcxServerImpl final : public UcxServer {
   struct Client {
     UcxServerImpl* server = nullptr;
     Worker* w = nullptr;  // own, or am_
-    // Its worker on rma_'s context, when it reads one-sided; made and destroyed under mu_.
+    // Its worker on rma_'s context, when it reads one-sided: made before the client is
+    // published in by_token_, taken out (under mu_) as it leaves it, and only then
+    // destroyed, without the locks.
     std::unique_ptr<Worker> own;
     bool by_am = false;     // its reads are served by active message (w is am_)
     ucp_ep_h ep = nullptr;  // under mu_
@@ -1222,15 +1245,23 @@ class UcxServerImpl final : public UcxServer {
   }
 
   void Release(Client* c) {
+    // Its own worker, taken out under the locks and destroyed after them: no other
+    // thread reaches it once its token is gone (the progress thread finds workers, and
+    // Serve clients, by token, under mu_), and destroying one takes milliseconds.
+    std::unique_ptr<Worker> own;
+    ucp_ep_h own_ep = nullptr;
     {
       MutexLock serving(&serve_mu_);
       {
         MutexLock lock(&mu_);
         by_token_.erase(c->token);
-        if (c->ep != nullptr) c->w->Close(c->ep);
+        if (c->own != nullptr) {
+          own = std::move(c->own);
+          own_ep = c->ep;
+        } else if (c->ep != nullptr) {
+          c->w->Close(c->ep);
+        }
         c->ep = nullptr;
-        // Its worker, with any FIFO slot the client left unfilled as it died.
-        c->own.reset();
       }
       // Its reservations never committed (the client died or dropped the connection
       // between RESERVE and COMMIT): their room goes back, and nothing was published.
@@ -1241,6 +1272,8 @@ class UcxServerImpl final : public UcxServer {
       c->held.clear();
       c->quarantined.clear();
     }
+    if (own_ep != nullptr) own->Close(own_ep);
+    own.reset();  // with any FIFO slot the client left unfilled as it died
     if (c->by_am) clients_by_am_.fetch_sub(1);
     delete c;
     clients_.fetch_sub(1);
