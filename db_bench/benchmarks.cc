@@ -235,7 +235,25 @@ double DoDelete(ThreadContext& ctx, const BenchContext& b, KeyBatch& kb,
 
 }  // namespace
 
+// The value pool registered with a peer engine while puts run, as a client registers the
+// memory its values come from once (vLLM's and SGLang's KV caches): a one-sided
+// transport then writes from it directly, with no bounce copy (UCX's ucx_direct_ops
+// against ucx_bounce_ops).  The transport only reads it.
+struct PoolRegistration {
+  Engine* engine = nullptr;
+  void* addr = nullptr;
+  explicit PoolRegistration(const BenchContext& b) {
+    if (std::string(b.engine->Name()) != "peer" || !b.config->peer_register_values) return;
+    addr = const_cast<char*>(b.pool->data());
+    if (b.engine->RegisterBuffer(addr, b.pool->bytes()).ok()) engine = b.engine;
+  }
+  ~PoolRegistration() {
+    if (engine != nullptr) (void)engine->UnregisterBuffer(addr);
+  }
+};
+
 Result RunFill(const BenchContext& b, bool sequential) {
+  const PoolRegistration registered(b);
   return RunParallel(b.Spec(b.config->num), [&b, sequential](ThreadContext& ctx) -> OpFn {
     auto chooser = std::make_shared<KeyChooser>(b, ctx, sequential);
     auto kb = std::make_shared<KeyBatch>();

@@ -195,6 +195,11 @@ DEFINE_string(rawucx_memory, "ucx",
               "it directly) or user (allocated by the process and mapped, as kvengine's arena "
               "is: UCX 1.13 emulates gets and puts of it with messages the far process "
               "answers, over shared memory as over TCP)");
+DEFINE_bool(peer_register_values, true,
+            "Register the value pool peer_put writes from with the transport, once, as "
+            "vLLM's and SGLang's clients register their KV caches: over UCX a put then "
+            "goes from it directly (ucx_direct_ops in --statistics); false sends it "
+            "through UCX's bounce buffer (ucx_bounce_ops), a copy more, for comparison");
 DEFINE_string(auth_token_file, "",
               "File holding the shared secret the peer requires (kv_server requires one when "
               "it listens on an address other than loopback; see docs/transport.md)");
@@ -830,6 +835,7 @@ void CopyCheckedFlags(BenchConfig* c) {
   c->join_command = FLAGS_join_command;
   c->peer_transport = FLAGS_peer_transport;
   c->rawucx_memory = FLAGS_rawucx_memory;
+  c->peer_register_values = FLAGS_peer_register_values;
   c->attach = FLAGS_attach;
   c->compare_in_process = FLAGS_compare_in_process;
   if (c->compare_in_process) c->engines = {"kvengine", "attached"};

@@ -54,6 +54,7 @@ struct BenchConfig {
   std::string peer;  // HOST:PORT, checked; "" : serve one in this process
   std::string peer_transport;
   std::string rawucx_memory = "ucx";  // "ucx" or "user" (--rawucx_memory)
+  bool peer_register_values = true;   // --peer_register_values
   std::string auth_token_file;        // readable and not empty when set
   // kvengine attached to an owner: its socket, or kAttachOwnChild to start one.
   std::string attach;

@@ -115,10 +115,13 @@ class PeerEngine : public Engine {
     return Status::NotSupported("the peer protocol has no compaction request");
   }
 
+  // The peer's statistics, then this client's transport's (over UCX: ucx_direct_ops
+  // against ucx_bounce_ops, whether the buffers registered were used directly).
   std::string StatisticsText() override {
     std::string text;
     Status s = transport_->GetProperty(endpoint_, "kvengine.stats", &text);
-    return s.ok() ? "peer " + endpoint_.ToString() + ":\n" + text : "peer stats: " + s.ToString();
+    text = s.ok() ? "peer " + endpoint_.ToString() + ":\n" + text : "peer stats: " + s.ToString();
+    return text + "\nclient transport (" + transport_->Name() + "):\n" + transport_->StatsText();
   }
   std::optional<uint64_t> ReclaimedBytes() override { return std::nullopt; }
   std::vector<std::string> Notes() const override { return notes_; }

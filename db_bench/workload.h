@@ -51,6 +51,9 @@ class ValuePool {
     return kvengine::Slice(bytes_.data() + (Mix(id ^ salt_) % slots_) * 8, value_size_);
   }
   uint64_t value_size() const { return value_size_; }
+  // Every value's bytes lie in [data(), data() + bytes()): what a client registers once.
+  const char* data() const { return bytes_.data(); }
+  size_t bytes() const { return bytes_.size(); }
 
  private:
   uint64_t value_size_;

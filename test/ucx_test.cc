@@ -22,6 +22,8 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -832,6 +834,142 @@ TEST(UcxTest, ClientKilledMidReadLeaksNothing) {
   EXPECT_TRUE(server.Alive());
 }
 
+// The client side of the next test, run in a child process: connects, reads once, then
+// leaves the owner's shared-memory receive FIFOs it reaches as a sender killed in the
+// middle of an active message leaves them, and waits to be killed.  UCX 1.13's sm
+// transports (uct/sm/mm) take a FIFO slot by compare-and-swap of the FIFO's head and
+// only then write the element and flip its owner bit; a sender killed between the two
+// leaves a slot that never fills, and the receiving worker can never read past it.  The
+// FIFOs are found by the layout of 1.13's uct_mm_fifo_ctl_t (head at byte 0, the
+// owner's pid at byte 136) among this process's shared mappings of UCX segments; prints
+// "fifos N" (N taken), then "wedged".
+TEST(UcxChild, WedgesOwnersFifos) {
+  const char* peer = std::getenv("KV_UCX_CHILD_PEER");
+  const char* owner = std::getenv("KV_UCX_CHILD_OWNER_PID");
+  if (peer == nullptr || owner == nullptr) {
+    GTEST_SKIP() << "the child of UcxTest.ClientDeadMidMessageStallsNoOtherClient";
+  }
+  UseUcx();
+  Endpoint ep;
+  ASSERT_TRUE(Endpoint::Parse(peer, &ep).ok());
+  auto client = NewClient();
+  std::vector<char> buf(kChildValue);
+  std::vector<Slice> keys = {"child/0"};
+  std::vector<Destination> dests = {{MutableSlice(buf.data(), buf.size())}};
+  std::vector<int64_t> r;
+  ASSERT_TRUE(client->BatchGet(ep, keys, dests, &r).ok());
+  const pid_t owner_pid = static_cast<pid_t>(std::atoi(owner));
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  std::set<std::string> seen;  // a segment may be mapped more than once
+  int taken = 0;
+  while (std::getline(maps, line)) {
+    unsigned long start = 0, end = 0;  // NOLINT(runtime/int): sscanf's %lx
+    char perms[8] = {0};
+    if (std::sscanf(line.c_str(), "%lx-%lx %7s", &start, &end, perms) != 3) continue;
+    const bool ucx_segment = line.find("/SYSV") != std::string::npos ||
+                             line.find("/dev/shm/ucx_shm_posix_") != std::string::npos;
+    if (!ucx_segment || std::string(perms).substr(0, 2) != "rw" || end - start < 192 ||
+        end - start > (1 << 20)) {
+      continue;
+    }
+    std::istringstream fields(line);
+    std::string range, p, offset, dev, ino;
+    fields >> range >> p >> offset >> dev >> ino;
+    if (!seen.insert(dev + ":" + ino).second) continue;
+    auto* ctl = reinterpret_cast<char*>(start);
+    int32_t pid = 0;
+    std::memcpy(&pid, ctl + 136, sizeof(pid));
+    if (pid != owner_pid) continue;
+    auto* head = reinterpret_cast<std::atomic<uint64_t>*>(ctl);
+    uint64_t h = head->load();
+    // What uct_mm_ep_get_remote_elem does before writing the element: take the slot.
+    while (!head->compare_exchange_weak(h, (h + 1) & ~(1ull << 63))) {
+    }
+    taken++;
+  }
+  std::printf("fifos %d\nwedged\n", taken);
+  std::fflush(stdout);
+  for (;;) pause();
+}
+
+// A client that dies in the middle of sending an active message over shared memory
+// stalls nobody else.  It leaves a slot of the owner's receive FIFO that never fills
+// (UCX 1.13's sm transports, above), and a UCP worker never reads past such a slot: with
+// one worker serving every client, every later lease op of every client went unanswered
+// and the owner's progress thread spun, holding the lock that UCX_CONNECT needs (seen
+// as a hang of ClientKilledMidReadLeaksNothing, 2 in 22 runs).  Each client now has a
+// worker of its own on the owner, destroyed when its connection closes, so the slot
+// wedges only the dead client's worker.
+TEST(UcxTest, ClientDeadMidMessageStallsNoOtherClient) {
+  SKIP_WITHOUT_UCX();
+  if (TcpOnly()) GTEST_SKIP() << "shared memory's FIFOs: run with UCX_TLS=sm";
+  Server server(TempDir("ucx_wedge"), FreePort());
+  ASSERT_TRUE(server.Start());
+  auto client = NewClient();
+  const Endpoint ep = server.endpoint();
+  std::vector<std::string> names, values;
+  PutUniform(client.get(), ep, "child/", 4, kChildValue, 'a', &names, &values);
+  std::vector<Slice> keys(names.begin(), names.end());
+  std::vector<char> buf(keys.size() * kChildValue);
+  std::vector<Destination> dests;
+  for (size_t i = 0; i < keys.size(); i++) {
+    dests.push_back({MutableSlice(buf.data() + i * kChildValue, kChildValue)});
+  }
+  std::vector<int64_t> results;
+  ASSERT_TRUE(client->BatchGet(ep, keys, dests, &results).ok());  // connected before
+
+  setenv("KV_UCX_CHILD_OWNER_PID", std::to_string(server.pid()).c_str(), 1);
+  std::string output;
+  const pid_t pid = StartChildUntil("UcxChild.WedgesOwnersFifos", ep, "wedged", &output);
+  unsetenv("KV_UCX_CHILD_OWNER_PID");
+  ASSERT_GT(pid, 0) << output;
+  struct Reaper {  // the child goes on every path out (it holds this test's stderr)
+    pid_t pid;
+    ~Reaper() {
+      if (pid > 0 && kill(pid, SIGKILL) == 0) waitpid(pid, nullptr, 0);
+    }
+  } reaper{pid};
+  if (output.find("fifos 0\n") != std::string::npos) {
+    GTEST_SKIP() << "no FIFO of UCX 1.13's layout found: " << output;
+  }
+
+  // The client connected before, and one that connects now, read on, bit exact, each
+  // batch well within the timeout (3 s), while the dead client's slot stays unfilled.
+  auto late = NewClient();
+  for (Transport* t : {client.get(), late.get()}) {
+    for (int round = 0; round < 10; round++) {
+      std::memset(buf.data(), 0, buf.size());
+      const auto start = std::chrono::steady_clock::now();
+      Status s = t->BatchGet(ep, keys, dests, &results);
+      const auto took = std::chrono::steady_clock::now() - start;
+      ASSERT_TRUE(s.ok()) << s.ToString() << " " << t->StatsText();
+      EXPECT_LT(took, std::chrono::seconds(1));
+      for (size_t i = 0; i < keys.size(); i++) {
+        ASSERT_EQ(results[i], static_cast<int64_t>(kChildValue));
+        ASSERT_EQ(std::memcmp(buf.data() + i * kChildValue, values[i].data(), kChildValue), 0);
+      }
+    }
+    // Read one-sided, over UCX: not by the TCP fallback.
+    EXPECT_EQ(Stat(t->StatsText(), "ucx_tcp_batches"), 0u) << t->StatsText();
+    EXPECT_GE(Stat(t->StatsText(), "ucx_gets"), 40u) << t->StatsText();
+  }
+  // The dead client's worker goes with its connection.
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  reaper.pid = -1;
+  std::string stats;
+  for (int i = 0; i < 100; i++) {
+    stats = ServerStats(client.get(), ep);
+    if (Stat(stats, "ucx_clients_released") >= 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(Stat(stats, "ucx_clients_released"), 1u) << stats;
+  EXPECT_EQ(Stat(stats, "ucx_clients"), 2u) << stats;
+  ASSERT_TRUE(client->BatchGet(ep, keys, dests, &results).ok());
+  EXPECT_TRUE(server.Alive());
+}
+
 // A tenant bound to namespaces is refused one-sided reads (they reach every namespace's
 // values): its gets go by TCP, and still succeed.
 TEST(UcxTest, TenantBoundToNamespacesReadsOverTcp) {
@@ -987,6 +1125,25 @@ class AmProbe {
     return false;
   }
 
+  // Sends lease op `op` as Call does, and neither waits nor progresses: its answer stays
+  // unread (the send, if it could not go at once, is left to UCX).
+  bool Post(uint8_t op, uint64_t token, uint64_t id, const std::string& meta) {
+    std::string header;
+    header.push_back(1);
+    header.push_back(static_cast<char>(op));
+    PutFixed64(&header, token);
+    PutFixed64(&header, id);
+    ucp_request_param_t p;
+    std::memset(&p, 0, sizeof(p));
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_AM_SEND_FLAG_EAGER;
+    void* req = ucp_am_send_nbx(ep_, kUcxAmRequest, header.data(), header.size(), meta.data(),
+                                meta.size(), &p);
+    if (UCS_PTR_IS_ERR(req)) return false;
+    if (req != nullptr) ucp_request_free(req);  // released by UCX once it completes
+    return true;
+  }
+
  private:
   bool Wait(void* req) {
     if (UCS_PTR_IS_ERR(req)) return false;
@@ -1102,7 +1259,14 @@ TEST(UcxTest, LeaseOpsByActiveMessageNeedALiveClientsToken) {
   }
   ASSERT_GT(Stat(stats, "ucx_clients_released"), released) << stats;
   EXPECT_FALSE(probe.Call(wire::kLookup, a.token, 5, lookup, 500, &answer));
-  EXPECT_TRUE(refused_reaches(refused_before + 2));
+  if (a.reads_by_am) {
+    // Over UCX's TCP its worker serves every client: the op is dropped there, counted.
+    EXPECT_TRUE(refused_reaches(refused_before + 2));
+  } else {
+    // A client read one-sided had a worker of its own on the server, gone with its
+    // connection: nothing is left there to take the op.
+    EXPECT_EQ(Stat(ServerStats(client.get(), ep), "ucx_lease_ops_refused"), refused_before + 1);
+  }
   EXPECT_EQ(Stat(ServerStats(client.get(), ep), "leases_held"), 0u);
 
   // And the real client's gets went by active message.
@@ -1172,6 +1336,84 @@ struct ProbeClient {
     return true;
   }
 };
+
+// A client that asks and never reads the answers stalls nothing on the owner: the
+// answers fill its receive FIFO (or socket) and the owner's further sends wait on its
+// worker, which ucp_worker_arm then calls busy for as long.  The owner neither spins on
+// it holding its lock (other clients read on, and connect) nor hangs closing that
+// client's endpoint when its connection goes.
+TEST(UcxTest, ClientThatNeverReadsItsAnswersStallsNothing) {
+  SKIP_WITHOUT_UCX();
+  Server server(TempDir("ucx_deaf"), FreePort());
+  ASSERT_TRUE(server.Start());
+  auto client = NewClient();
+  const Endpoint ep = server.endpoint();
+  std::vector<std::string> names, values;
+  PutUniform(client.get(), ep, "deaf/", 4, 64 << 10, 'a', &names, &values);
+  std::vector<Slice> keys(names.begin(), names.end());
+  std::vector<char> buf(keys.size() << 16);
+  std::vector<Destination> dests;
+  for (size_t i = 0; i < keys.size(); i++) {
+    dests.push_back({MutableSlice(buf.data() + (i << 16), 1 << 16)});
+  }
+  std::vector<int64_t> results;
+  // Reads every key with `t`, bit exact and well within the timeout (3 s).
+  auto reads_on = [&](Transport* t) {
+    for (int round = 0; round < 5; round++) {
+      std::memset(buf.data(), 0, buf.size());
+      const auto start = std::chrono::steady_clock::now();
+      Status s = t->BatchGet(ep, keys, dests, &results);
+      EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+      if (!s.ok()) return ::testing::AssertionFailure() << s.ToString() << t->StatsText();
+      for (size_t i = 0; i < keys.size(); i++) {
+        if (results[i] != 1 << 16 ||
+            std::memcmp(buf.data() + (i << 16), values[i].data(), 1 << 16)) {
+          return ::testing::AssertionFailure() << "key " << i << " read wrong";
+        }
+      }
+    }
+    return ::testing::AssertionSuccess();
+  };
+  ASSERT_TRUE(reads_on(client.get()));
+
+  ProbeClient deaf;
+  ASSERT_TRUE(deaf.Connect(ep));
+  std::string lookup;
+  EncodeLookupRequest({keys.data(), 1}, &lookup);
+  std::string answer;  // one op answered first: the endpoint is wired up (over TCP too)
+  ASSERT_TRUE(deaf.probe.Call(wire::kLookup, deaf.a.token, 1000, lookup, 5000, &answer));
+  const uint64_t served_before = Stat(ServerStats(client.get(), ep), "ucx_lease_ops");
+  // Far more answers than a FIFO holds (64 here), paced so that the owner has taken in
+  // each 8 before the next go: a send the owner's FIFO has no room for would wait for
+  // this client's progress, which never comes, and so would every later one.
+  auto served = [&] { return Stat(ServerStats(client.get(), ep), "ucx_lease_ops"); };
+  for (uint64_t id = 1; id <= 400; id++) {
+    ASSERT_TRUE(deaf.probe.Post(wire::kLookup, deaf.a.token, id, lookup));
+    if (id % 8 != 0) continue;
+    for (int i = 0; i < 500 && served() < served_before + id; i++) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
+  EXPECT_GE(Stat(ServerStats(client.get(), ep), "ucx_lease_ops"), served_before + 200);
+  EXPECT_TRUE(reads_on(client.get()));
+  auto late = NewClient();
+  EXPECT_TRUE(reads_on(late.get()));
+
+  // Its connection goes: its endpoint is closed, answers still waiting and all.
+  const uint64_t released = Stat(ServerStats(client.get(), ep), "ucx_clients_released");
+  deaf.conn.reset();
+  std::string stats;
+  for (int i = 0; i < 100; i++) {
+    stats = ServerStats(client.get(), ep);
+    if (Stat(stats, "ucx_clients_released") > released) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(Stat(stats, "ucx_clients_released"), released + 1) << stats;
+  EXPECT_TRUE(reads_on(client.get()));
+  auto after = NewClient();
+  EXPECT_TRUE(reads_on(after.get()));
+  EXPECT_TRUE(server.Alive());
+}
 
 // Over UCX's TCP alone clients are read by active message and put by TCP PUT, never
 // one-sidedly (UcxConnectAnswer::reads_by_am): the one-sided put tests run elsewhere

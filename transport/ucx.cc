@@ -226,16 +226,17 @@ class Worker {
   ~Worker() {
     for (const auto& [start, m] : regions_) ucp_mem_unmap(context_, m.second);
     if (worker_ != nullptr) ucp_worker_destroy(worker_);
-    if (context_ != nullptr) ucp_cleanup(context_);
+    if (context_ != nullptr && owns_context_) ucp_cleanup(context_);
     // keep_ goes now, after the last completion could touch it.
   }
 
   // `tls`: UCX_TLS for this context (empty: UCX's own, from the environment).  `rma`:
   // one-sided operations (UCP_FEATURE_RMA); a worker without them answers no one-sided
   // read, emulated or not.  `mu`: the lock its calls are made under (its own when null),
-  // shared by the workers of one server.
+  // shared by the workers of one server.  `shared`: the context takes more workers
+  // (CreateSharing), made and destroyed by other threads while this one is in use.
   static Status Create(std::unique_ptr<Worker>* result, const std::string& tls = "",
-                       bool rma = true, Mutex* mu = nullptr) {
+                       bool rma = true, Mutex* mu = nullptr, bool shared = false) {
     static std::once_flag quiet;
     std::call_once(quiet, [] { ucs_log_push_handler(&QuietWhileProbing); });
     auto w = std::unique_ptr<Worker>(new Worker);
@@ -251,30 +252,32 @@ class Worker {
     std::memset(&params, 0, sizeof(params));
     params.field_mask = UCP_PARAM_FIELD_FEATURES;
     params.features = (rma ? UCP_FEATURE_RMA : 0) | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+    if (shared) {
+      params.field_mask |= UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+      params.mt_workers_shared = 1;
+    }
     st = ucp_init(&params, config, &w->context_);
     ucp_config_release(config);
     if (st != UCS_OK) return UcsError("ucp_init", st);
-    ucp_worker_params_t wp;
-    std::memset(&wp, 0, sizeof(wp));
-    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
-    st = ucp_worker_create(w->context_, &wp, &w->worker_);
-    if (st != UCS_OK) return UcsError("ucp_worker_create", st);
-    st = ucp_worker_get_efd(w->worker_, &w->efd_);
-    if (st != UCS_OK) return UcsError("ucp_worker_get_efd", st);
-    ucp_address_t* addr = nullptr;
-    size_t len = 0;
-    st = ucp_worker_get_address(w->worker_, &addr, &len);
-    if (st != UCS_OK) return UcsError("ucp_worker_get_address", st);
-    w->address_.assign(reinterpret_cast<const char*>(addr), len);
-    ucp_worker_release_address(w->worker_, addr);
-    ucp_context_attr_t attr;
-    std::memset(&attr, 0, sizeof(attr));
-    attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
-    w->cuda_memory_ = ucp_context_query(w->context_, &attr) == UCS_OK &&
-                      UcxCudaMemory(attr.memory_types);
-    Status s = w->SetAmHandler(kAmAnswer, &Worker::OnAnswer, w.get());
-    if (s.ok()) s = w->SetAmHandler(kUcxAmReadData, &Worker::OnReadData, w.get());
+    MutexLock lock(w->mu_);  // another worker of the server may be in use
+    Status s = w->Init();
+    if (!s.ok()) return s;
+    *result = std::move(w);
+    return Status::OK();
+  }
+
+  // Another worker on owner's context (made with `shared`), that shares owner's mappings
+  // and rkeys (they are the context's): the server's worker of one client.  Its calls
+  // are made under owner's lock once another thread may reach it; until then, and as
+  // it is destroyed once no other thread can, they need no lock (making and destroying
+  // a worker took 6-67 ms over sm on this loaded VM: under the lock, every other
+  // client's progress would wait as long).
+  static Status CreateSharing(Worker* owner, std::unique_ptr<Worker>* result) {
+    auto w = std::unique_ptr<Worker>(new Worker);
+    w->mu_ = owner->mu_;
+    w->context_ = owner->context_;
+    w->owns_context_ = false;
+    Status s = w->Init();
     if (!s.ok()) return s;
     *result = std::move(w);
     return Status::OK();
@@ -391,7 +394,11 @@ class Worker {
         MutexLock lock(mu_);
         st = ucp_worker_arm(worker_);
       }
-      if (st == UCS_ERR_BUSY) continue;
+      // Busy (events not consumed yet): progress again -- but not for ever: a send
+      // waiting for room in a dead owner's shared-memory FIFO keeps the worker busy
+      // with nothing to progress, and spinning here would hold mu from the threads
+      // that take turns on it until the deadline.
+      if (st == UCS_ERR_BUSY && now - idle_since < kBusyBeforeSleep) continue;
       // Another thread may take the event: never sleep long.
       if (fired(1)) return false;
     }
@@ -400,8 +407,12 @@ class Worker {
   // Calls cb(arg, ...) for each active message `id` that arrives, from inside progress
   // (under mu).
   Status SetAmHandler(unsigned id, ucp_am_recv_callback_t cb, void* arg) {
-    const ucp_am_handler_param_t p = UcpAmHandlerParams(id, cb, arg);
     MutexLock lock(mu_);
+    return SetAmHandlerHeld(id, cb, arg);
+  }
+  // As SetAmHandler.  REQUIRES: mu held.
+  Status SetAmHandlerHeld(unsigned id, ucp_am_recv_callback_t cb, void* arg) {
+    const ucp_am_handler_param_t p = UcpAmHandlerParams(id, cb, arg);
     const ucs_status_t st = ucp_worker_set_am_recv_handler(worker_, &p);
     return st == UCS_OK ? Status::OK() : UcsError("ucp_worker_set_am_recv_handler", st);
   }
@@ -457,6 +468,8 @@ class Worker {
   int efd() const { return efd_; }
   static constexpr std::chrono::microseconds kSpinBeforeSleep{50};
   static constexpr std::chrono::milliseconds kWatchEvery{1};
+  // How long a worker busy with nothing to progress is progressed without a pause.
+  static constexpr std::chrono::microseconds kBusyBeforeSleep{1000};
 
   // A client's regions, mapped on this worker's context and found by address.
   Status MapRegion(void* addr, size_t length) {
@@ -493,6 +506,31 @@ class Worker {
 
  private:
   Worker() = default;
+
+  // Makes the worker on context_.  REQUIRES: mu held, or the worker unseen by others.
+  Status Init() {
+    ucp_worker_params_t wp;
+    std::memset(&wp, 0, sizeof(wp));
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+    ucs_status_t st = ucp_worker_create(context_, &wp, &worker_);
+    if (st != UCS_OK) return UcsError("ucp_worker_create", st);
+    st = ucp_worker_get_efd(worker_, &efd_);
+    if (st != UCS_OK) return UcsError("ucp_worker_get_efd", st);
+    ucp_address_t* addr = nullptr;
+    size_t len = 0;
+    st = ucp_worker_get_address(worker_, &addr, &len);
+    if (st != UCS_OK) return UcsError("ucp_worker_get_address", st);
+    address_.assign(reinterpret_cast<const char*>(addr), len);
+    ucp_worker_release_address(worker_, addr);
+    ucp_context_attr_t attr;
+    std::memset(&attr, 0, sizeof(attr));
+    attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+    cuda_memory_ = ucp_context_query(context_, &attr) == UCS_OK && UcxCudaMemory(attr.memory_types);
+    Status s = SetAmHandlerHeld(kAmAnswer, &Worker::OnAnswer, this);
+    if (s.ok()) s = SetAmHandlerHeld(kUcxAmReadData, &Worker::OnReadData, this);
+    return s;
+  }
 
   // An active message's header and (when copied) data, kept until its send completes.
   struct Message {
@@ -562,6 +600,7 @@ class Worker {
   Mutex own_mu_;
   Mutex* mu_ = &own_mu_;
   ucp_context_h context_ = nullptr;
+  bool owns_context_ = true;  // false: CreateSharing's, on another worker's context
   ucp_worker_h worker_ = nullptr;
   int efd_ = -1;
   std::string address_;
@@ -719,10 +758,20 @@ std::string WithoutTcp(const std::string& tls) {
   return kept;
 }
 
-// The server has up to two workers, both progressed by one thread under one lock:
+// The server has up to two contexts, all their workers progressed by one thread under
+// one lock:
 //
 // - rma_, with one-sided operations, over every transport UCX_TLS admits but TCP:
 //   clients it reaches (shared memory, RC/DC verbs) read one-sided, by ucp_get_nbx.
+//   Each such client has a worker of its own on rma_'s context (Client::own), made at
+//   its UCX_CONNECT and destroyed when its connection closes; rma_'s own worker serves
+//   nobody.  Why: UCX 1.13's shared-memory transports (uct/sm/mm) deliver active
+//   messages through one receive FIFO per worker, shared by every sender, and a sender
+//   takes a slot (compare-and-swap of the head) before it writes the element; one killed
+//   between the two leaves a slot that never fills, past which that worker never reads
+//   again.  With one worker for all, a client killed mid-LOOKUP left every other
+//   client's lease ops unanswered and this thread spinning (ucp_worker_arm busy for
+//   ever).  With a worker per client, the slot wedges only the dead client's worker.
 // - am_, without one-sided operations (no UCP_FEATURE_RMA), over UCX's TCP: clients
 //   only it reaches read by kvengine's own active messages (kUcxAmRead), the owner
 //   sending each value's bytes from the arena with ucp_am_send_nbx.
@@ -745,7 +794,7 @@ class UcxServerImpl final : public UcxServer {
   void Start(const std::string& tls) {
     Status rs = Status::NotSupported("UCX_TLS names no transport but tcp");
     const std::string rma_tls = WithoutTcp(tls);
-    if (!rma_tls.empty()) rs = Worker::Create(&rma_, rma_tls, /*rma=*/true, &mu_);
+    if (!rma_tls.empty()) rs = Worker::Create(&rma_, rma_tls, /*rma=*/true, &mu_, /*shared=*/true);
     Status as = Status::NotSupported("UCX_TLS leaves tcp out");
     if (AdmitsTcp(tls)) as = Worker::Create(&am_, "tcp", /*rma=*/false, &mu_);
     if (!rs.ok()) Log(LogLevel::kInfo, "UCX: no one-sided reads served: " + rs.ToString());
@@ -817,15 +866,39 @@ class UcxServerImpl final : public UcxServer {
     auto rec = std::make_unique<Client>();
     rec->server = this;
     rec->serve = std::move(serve);
+    bool one_sided = false;
     {
       MutexLock lock(&mu_);
       if (arena_.length == 0) return Status::NotSupported("the arena is not mapped for UCX");
-      // One-sided where a transport reaches the client with them; else by active message
-      // (if the client can), over TCP.
-      s = Status::NotSupported("no UCX transport reaches the client");
-      if (rma_ != nullptr && rkey_ != nullptr) {
-        s = rma_->Connect(req.worker_address, &UcxServerImpl::OnError, rec.get(), &rec->ep);
-        rec->w = rma_.get();
+      one_sided = rma_ != nullptr && rkey_ != nullptr;
+    }
+    // One-sided where a transport reaches the client with them, on a worker of its own,
+    // made without the lock (no other thread sees it yet); else by active message (if
+    // the client can), over TCP.
+    s = Status::NotSupported("no UCX transport reaches the client");
+    if (one_sided) {
+      s = Worker::CreateSharing(rma_.get(), &rec->own);
+      if (s.ok()) s = rec->own->SetAmHandlerHeld(kAmRequest, &UcxServerImpl::OnRequest, this);
+      if (s.ok()) s = rec->own->SetAmHandlerHeld(kUcxAmRead, &UcxServerImpl::OnRead, this);
+      if (s.ok()) {
+        s = rec->own->Connect(req.worker_address, &UcxServerImpl::OnError, rec.get(), &rec->ep);
+      }
+      rec->w = rec->own.get();
+      if (!s.ok()) {
+        rec->ep = nullptr;
+        rec->own.reset();
+        rec->w = nullptr;
+      }
+    }
+    {
+      MutexLock lock(&mu_);
+      if (arena_.length == 0 || (rec->own != nullptr && rkey_ == nullptr)) {
+        // The arena went while the worker was made (the DB closing).
+        if (rec->own != nullptr) rec->w->Close(rec->ep);
+        rec->ep = nullptr;
+        rec->own.reset();
+        rec->w = nullptr;
+        s = Status::NotSupported("the arena is not mapped for UCX");
       }
       if ((!s.ok() || rec->ep == nullptr) && am_ != nullptr && req.reads_by_am) {
         s = am_->Connect(req.worker_address, &UcxServerImpl::OnError, rec.get(), &rec->ep);
@@ -865,12 +938,14 @@ class UcxServerImpl final : public UcxServer {
     a.EncodeTo(answer);
     clients_.fetch_add(1);
     if (rec->by_am) clients_by_am_.fetch_add(1);
-    Worker* const w = rec->w;
+    Worker* const wake = rec->own != nullptr ? rma_.get() : rec->w;
     *client = std::shared_ptr<void>(rec.release(), [](void* p) {
       auto* c = static_cast<Client*>(p);
       c->server->Release(c);
     });
-    w->Signal();  // the progress thread makes the new endpoint's wire-up progress
+    // The progress thread makes the new endpoint's wire-up progress (and takes a new
+    // worker into those it progresses and sleeps on).
+    wake->Signal();
     return Status::OK();
   }
 
@@ -911,7 +986,11 @@ class UcxServerImpl final : public UcxServer {
   // A connected client: its endpoint, closed when the control connection drops it.
   struct Client {
     UcxServerImpl* server = nullptr;
-    Worker* w = nullptr;    // rma_ or am_, whichever reaches it
+    Worker* w = nullptr;  // own, or am_
+    // Its worker on rma_'s context, when it reads one-sided: made before the client is
+    // published in by_token_, taken out (under mu_) as it leaves it, and only then
+    // destroyed, without the locks.
+    std::unique_ptr<Worker> own;
     bool by_am = false;     // its reads are served by active message (w is am_)
     ucp_ep_h ep = nullptr;  // under mu_
     bool failed = false;    // under mu_
@@ -1074,10 +1153,19 @@ class UcxServerImpl final : public UcxServer {
     std::string meta;
   };
 
+  // The contexts' first workers.
   std::vector<Worker*> Workers() const {
     std::vector<Worker*> all;
     if (rma_ != nullptr) all.push_back(rma_.get());
     if (am_ != nullptr) all.push_back(am_.get());
+    return all;
+  }
+  // Every worker: those and the clients'.
+  std::vector<Worker*> AllWorkers() const REQUIRES(mu_) {
+    std::vector<Worker*> all = Workers();
+    for (const auto& [token, c] : by_token_) {
+      if (c->own != nullptr) all.push_back(c->own.get());
+    }
     return all;
   }
 
@@ -1197,12 +1285,23 @@ class UcxServerImpl final : public UcxServer {
   }
 
   void Release(Client* c) {
+    // Its own worker, taken out under the locks and destroyed after them: no other
+    // thread reaches it once its token is gone (the progress thread finds workers, and
+    // Serve clients, by token, under mu_), and destroying one takes milliseconds.
+    std::unique_ptr<Worker> own;
+    ucp_ep_h own_ep = nullptr;
     {
       MutexLock serving(&serve_mu_);
       {
         MutexLock lock(&mu_);
         by_token_.erase(c->token);
-        if (c->ep != nullptr) c->w->Close(c->ep);
+        if (c->own != nullptr) {
+          own = std::move(c->own);
+          own_ep = c->ep;
+        } else if (c->ep != nullptr) {
+          c->w->Close(c->ep);
+        }
+        c->ep = nullptr;
       }
       // Its reservations never committed (the client died or dropped the connection
       // between RESERVE and COMMIT): their room goes back, and nothing was published.
@@ -1213,6 +1312,8 @@ class UcxServerImpl final : public UcxServer {
       c->held.clear();
       c->quarantined.clear();
     }
+    if (own_ep != nullptr) own->Close(own_ep);
+    own.reset();  // with any FIFO slot the client left unfilled as it died
     if (c->by_am) clients_by_am_.fetch_sub(1);
     delete c;
     clients_.fetch_sub(1);
@@ -1224,44 +1325,63 @@ class UcxServerImpl final : public UcxServer {
   // this 2-core host with more runnable threads than cores: a thread that spun is the
   // last to run when the next LOOKUP comes (2 ms of polling: 1 MiB batches of 4 read at
   // 150-990 MB/s, LOOKUPs taking 1-34 ms; none: 5950 MB/s, and 64 KiB batches' P50 65 us
-  // against 118).
+  // against 118).  Nor does it spin on a worker that stays busy with nothing to do (a
+  // send waiting for room in a dead client's FIFO, a FIFO slot a killed client never
+  // wrote): it would hold mu_ from UCX_CONNECT and from connections closing, a lock
+  // that a thread taking it again at once keeps from the others.
   void Run() {
-    const std::vector<Worker*> workers = Workers();
     std::vector<LeaseOp> ops, reads;
-    Clock::time_point next_reap = Clock::now();
+    std::vector<pollfd> pfds;
+    Clock::time_point next_reap = Clock::now(), last_work = Clock::now();
+    int busy_idle = 0;  // passes in a row that found a worker busy and did nothing
     while (!stop_.load()) {
       if (Clock::now() >= next_reap) {
         ReapExpired();
         next_reap = Clock::now() + kReapEvery;
       }
+      bool worked = false;
       {
         MutexLock lock(&mu_);
-        for (bool more = true; more;) {
-          more = false;
+        const std::vector<Worker*> workers = AllWorkers();
+        // Bounded, so that the lock is let go now and then however busy the workers.
+        for (int pass = 0; pass < kProgressPasses; pass++) {
+          bool more = false;
           for (Worker* w : workers) more |= ucp_worker_progress(w->worker()) != 0;
+          if (!more) break;
+          worked = true;
         }
         ops.swap(queued_);
         reads.swap(reads_queued_);
+        worked |= !ops.empty() || !reads.empty();
         ServeReads(&reads);
         reads.clear();
       }
       if (!ops.empty()) {
         Serve(&ops);
         ops.clear();
-        continue;  // the answers sent may have brought more
+      }
+      const Clock::time_point now = Clock::now();
+      if (worked) {  // the answers sent may have brought more
+        last_work = now;
+        busy_idle = 0;
+        continue;
       }
       bool busy = false;
+      pfds.clear();
       {
         MutexLock lock(&mu_);
         busy = !queued_.empty() || !reads_queued_.empty();
-        for (Worker* w : workers) {
-          if (!busy) busy = ucp_worker_arm(w->worker()) == UCS_ERR_BUSY;
+        // Every worker is armed, a busy one not stopping the rest: each then wakes us.
+        for (Worker* w : AllWorkers()) {
+          if (ucp_worker_arm(w->worker()) == UCS_ERR_BUSY) busy = true;
+          pfds.push_back({w->efd(), POLLIN, 0});
         }
       }
-      if (busy) continue;
-      pollfd pfd[2];
-      for (size_t i = 0; i < workers.size(); i++) pfd[i] = {workers[i]->efd(), POLLIN, 0};
-      poll(pfd, workers.size(), 100);
+      if (busy && (++busy_idle <= 2 || now - last_work < Worker::kSpinBeforeSleep)) continue;
+      // Still busy with nothing done: a pause with the lock free, on the descriptors of
+      // the workers that could be armed.  Otherwise asleep until an event, or the next
+      // reaping.
+      poll(pfds.data(), pfds.size(), busy ? 1 : 100);
     }
   }
 
@@ -1286,6 +1406,7 @@ class UcxServerImpl final : public UcxServer {
   SharedArena* arena_db_ GUARDED_BY(serve_mu_) = nullptr;  // takes one-sided puts when set
   const std::chrono::milliseconds put_ttl_{PutTtlMs()};
   static constexpr std::chrono::milliseconds kReapEvery{50};
+  static constexpr int kProgressPasses = 64;
   std::atomic<bool> stop_{false};
   std::thread progress_;
   std::atomic<uint64_t> clients_{0}, released_{0}, endpoint_errors_{0}, lease_ops_{0},

@@ -41,7 +41,8 @@
 // own; threads take turns, and whoever progresses completes everyone's reads); a server
 // has one thread, asleep on its workers' event descriptors when idle, that serves lease
 // ops and reads by active message (and what UCX emulates over shared memory), for every
-// client.
+// client.  Each client read one-sidedly has a worker of its own on the server, so that
+// one dying mid-message over shared memory wedges no other client (docs/transport.md).
 #ifndef KVENGINE_TRANSPORT_UCX_H_
 #define KVENGINE_TRANSPORT_UCX_H_
 
