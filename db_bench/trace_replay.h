@@ -54,7 +54,11 @@ struct LookupPlan {
   uint64_t hit_blocks = 0;        // of those, the leading ones to load (the planner's)
   std::vector<std::string> keys;  // every key of every block, block by block
   double lookup_at_s = 0;         // seconds since the replay began
+  double lookup_s = 0;            // the lookup's time (BatchExists or BatchLocate, and the plan)
   uint64_t prefetched_keys = 0;   // hit keys the hook started bringing up from SSD
+  // The replay's loads and saves issued before the lookup: where none has been issued
+  // since, the planned keys are where the lookup found them (see Replay::Recheck).
+  uint64_t engine_writes_at_lookup = 0;
   std::vector<int64_t> tiers;     // with the planner: where the planned keys were (BatchLocate)
   // With the planner: its estimate of the planned blocks' load, and the SSD estimate it
   // planned with (printed by --trace_print_off_memory_loads).
