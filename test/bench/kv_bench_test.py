@@ -565,8 +565,10 @@ def test_trace(binary, engines):
             check(t["requests_load_slower_off_memory"] == 0 and t["hit_ratio_ssd"] == 0,
                   f"a load read a key moved to SSD since its lookup: {t}")
         # Memory-only hits: the planner refuses none, and both runs load the same blocks.
+        dump = os.path.join(tmp, "dump")
         mem = trace_records(binary, ["--trace=" + path, "--memory=64MiB", "--compare_planner",
                                      "--prefill_tokens_per_s=1e9",
+                                     "--trace_dump_requests=" + dump,
                                      "--options=ssd_capacity_bytes=0"],
                             ["kvengine", "kvengine+planner_off"], "compare_planner memory")
         if len(mem) == 2:
@@ -577,6 +579,20 @@ def test_trace(binary, engines):
                   f"memory-only hits planned differently: {on} / {off}")
             check(on["planner_rechecks"] == 0,
                   f"memory-only loads re-checked at depth 1: {on}")
+            # --trace_dump_requests: one line per request of each replay, which the
+            # comparison script pairs (memory only: every request in memory_same or
+            # none_loaded, no cut).
+            for mode in ("on", "off"):
+                with open(f"{dump}.{mode}.tsv") as f:
+                    lines = f.read().splitlines()
+                check(len(lines) == 151 and lines[0].startswith("request\t"),
+                      f"--trace_dump_requests {mode}: {len(lines)} lines")
+            script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                  "scripts", "compare_trace_dumps.py")
+            got = subprocess.run([sys.executable, script, dump], capture_output=True, text=True)
+            check(got.returncode == 0 and "over 150 requests" in got.stdout and
+                  "cut_ssd" not in got.stdout,
+                  f"compare_trace_dumps.py: {got.returncode} {got.stdout} {got.stderr}")
         # The planner's own cost, no engine: well under 1 us per block at the median.
         code, out, err = run(binary, ["--benchmarks=load_plan", "--num=2000", "--json"])
         plans = [r for r in records(out) if r.get("benchmark") == "load_plan"]
