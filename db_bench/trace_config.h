@@ -41,6 +41,9 @@ struct TraceConfig {
   // planner, PREFIX.off.tsv without, so that the two replays of --compare_planner can be
   // paired request by request.  Empty: none.
   std::string dump_requests;
+  // With --compare_planner: the two replays interleaved step by step
+  // (RunTraceReplayInterleaved).
+  bool interleave = false;
   uint64_t buffer_bytes = 0;  // the registered buffer loads and saves go through
   // The byte capacities of the ideal caches: the memory tier, and memory plus SSD (0:
   // no SSD tier).

@@ -140,6 +140,12 @@ class Replay {
   }
 
   Result Run(double progress_interval);
+  // Run in steps, for two replays interleaved: Begin, then Step until it returns false
+  // (each call one lookup or one load and save, in the order Run makes them), then
+  // Finish.
+  void Begin(double progress_interval);
+  bool Step();
+  Result Finish();
 
  private:
   LookupPlan Lookup(size_t i, double now_s);
@@ -199,6 +205,12 @@ class Replay {
   std::unique_ptr<kvengine::LoadPlanner> planner_;  // null: every hit is loaded
   std::string planner_note_;                        // why it is off, when it was asked for
   std::FILE* dump_ = nullptr;                       // --trace_dump_requests
+  // Run's state between steps.
+  Status reg_;
+  Clock::time_point t0_, last_progress_;
+  double progress_interval_ = 0;
+  std::deque<LookupPlan> pending_;  // looked up, not yet loaded, in arrival order
+  size_t next_ = 0;                 // the next request to look up
   // The BatchGetInto and BatchPut calls issued so far: each may make room in the memory
   // tier (a put, a load's promotion from SSD) and so move other keys to SSD.
   uint64_t engine_writes_ = 0;
@@ -550,50 +562,54 @@ void Replay::LoadAndSave(LookupPlan& plan) {
   Save(plan, loaded, r.hash_ids.size());
 }
 
-Result Replay::Run(double progress_interval) {
-  Status reg = engine_->RegisterBuffer(buffer_.data(), buffer_.size());
-  if (!reg.ok()) note_ = "buffer not registered: " + reg.ToString();
+void Replay::Begin(double progress_interval) {
+  reg_ = engine_->RegisterBuffer(buffer_.data(), buffer_.size());
+  if (!reg_.ok()) note_ = "buffer not registered: " + reg_.ToString();
+  progress_interval_ = progress_interval;
+  t0_ = last_progress_ = Clock::now();
+}
+
+bool Replay::Step() {
   const size_t n = trace_.size();
+  if (next_ >= n && pending_.empty()) return false;
   const double first_ms = trace_.front().timestamp_ms;
-  const auto t0 = Clock::now();
-  auto last_progress = t0;
   const double lookahead_s = static_cast<double>(c_.lookahead_us) / 1e6;
-  std::deque<LookupPlan> pending;  // looked up, not yet loaded, in arrival order
-  size_t next = 0;
-  while (next < n || !pending.empty()) {
-    const double now_s = Seconds(Clock::now() - t0);
-    // When each step is due, in seconds since t0 (infinity: not yet).
-    const double never = std::numeric_limits<double>::infinity();
-    // The scheduler looks up at most `depth` requests ahead of the worker's loads: a
-    // replay that falls behind the trace's pace does not look up seconds of arrivals
-    // before their predecessors have saved the blocks they share.
-    double lookup_due = never;
-    if (next < n && pending.size() < c_.depth) {
-      lookup_due = c_.speed > 0 ? (trace_[next].timestamp_ms - first_ms) / 1000.0 / c_.speed
-                                : now_s;  // as fast as possible: as soon as there is room
-    }
-    const double load_due = pending.empty() ? never : pending.front().lookup_at_s + lookahead_s;
-    const bool load = load_due <= lookup_due;
-    const double due = load ? load_due : lookup_due;
-    if (due > now_s) {
-      std::this_thread::sleep_until(
-          t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(due)));
-    } else if (c_.speed > 0) {
-      s_.late_us.Add((now_s - due) * 1e6);
-    }
-    if (load) {
-      LoadAndSave(pending.front());
-      pending.pop_front();
-    } else {
-      pending.push_back(Lookup(next++, Seconds(Clock::now() - t0)));
-    }
-    if (progress_interval > 0 && Seconds(Clock::now() - last_progress) >= progress_interval) {
-      last_progress = Clock::now();
-      std::fprintf(stderr, "... trace: %" PRIu64 " of %zu requests done\n", s_.requests, n);
-    }
+  const double now_s = Seconds(Clock::now() - t0_);
+  // When each step is due, in seconds since t0_ (infinity: not yet).
+  const double never = std::numeric_limits<double>::infinity();
+  // The scheduler looks up at most `depth` requests ahead of the worker's loads: a
+  // replay that falls behind the trace's pace does not look up seconds of arrivals
+  // before their predecessors have saved the blocks they share.
+  double lookup_due = never;
+  if (next_ < n && pending_.size() < c_.depth) {
+    lookup_due = c_.speed > 0 ? (trace_[next_].timestamp_ms - first_ms) / 1000.0 / c_.speed
+                              : now_s;  // as fast as possible: as soon as there is room
   }
-  const double wall_s = Seconds(Clock::now() - t0);
-  if (reg.ok()) engine_->UnregisterBuffer(buffer_.data());
+  const double load_due = pending_.empty() ? never : pending_.front().lookup_at_s + lookahead_s;
+  const bool load = load_due <= lookup_due;
+  const double due = load ? load_due : lookup_due;
+  if (due > now_s) {
+    std::this_thread::sleep_until(
+        t0_ + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(due)));
+  } else if (c_.speed > 0) {
+    s_.late_us.Add((now_s - due) * 1e6);
+  }
+  if (load) {
+    LoadAndSave(pending_.front());
+    pending_.pop_front();
+  } else {
+    pending_.push_back(Lookup(next_++, Seconds(Clock::now() - t0_)));
+  }
+  if (progress_interval_ > 0 && Seconds(Clock::now() - last_progress_) >= progress_interval_) {
+    last_progress_ = Clock::now();
+    std::fprintf(stderr, "... trace: %" PRIu64 " of %zu requests done\n", s_.requests, n);
+  }
+  return true;
+}
+
+Result Replay::Finish() {
+  const double wall_s = Seconds(Clock::now() - t0_);
+  if (reg_.ok()) engine_->UnregisterBuffer(buffer_.data());
   Result r;
   r.ops = s_.requests;
   r.keys = s_.blocks * c_.KeysPerBlock();
@@ -609,6 +625,13 @@ Result Replay::Run(double progress_interval) {
   r.hist = s_.load_us;
   r.note = Report(&r, wall_s);
   return r;
+}
+
+Result Replay::Run(double progress_interval) {
+  Begin(progress_interval);
+  while (Step()) {
+  }
+  return Finish();
 }
 
 void Replay::ReportPlanner(Result* r) {
@@ -774,6 +797,34 @@ Result RunTraceReplay(const TraceConfig& config, const std::vector<TraceRequest>
   Replay replay(config, trace, engine, verify, hook);
   Result r = replay.Run(progress_interval);
   r.detail_json += "}";  // closes "trace"
+  return r;
+}
+
+std::pair<Result, Result> RunTraceReplayInterleaved(const TraceConfig& config_a,
+                                                    const TraceConfig& config_b,
+                                                    const std::vector<TraceRequest>& trace,
+                                                    Engine* engine_a, Engine* engine_b, bool verify,
+                                                    double progress_interval) {
+  const LookupHook none;  // Replay keeps a reference
+  Replay a(config_a, trace, engine_a, verify, none);
+  Replay b(config_b, trace, engine_b, verify, none);
+  a.Begin(progress_interval);
+  b.Begin(0);
+  // Each takes one step in turn, which of the two goes first alternating, so that
+  // neither always runs right after the other's copies.
+  bool more_a = true, more_b = true;
+  for (uint64_t i = 0; more_a || more_b; i++) {
+    if (i % 2 == 0) {
+      if (more_a) more_a = a.Step();
+      if (more_b) more_b = b.Step();
+    } else {
+      if (more_b) more_b = b.Step();
+      if (more_a) more_a = a.Step();
+    }
+  }
+  std::pair<Result, Result> r{a.Finish(), b.Finish()};
+  r.first.detail_json += "}";  // closes "trace"
+  r.second.detail_json += "}";
   return r;
 }
 

@@ -37,6 +37,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "db_bench/engine.h"
@@ -78,6 +79,17 @@ using LookupHook = std::function<uint64_t(const LookupPlan& plan, std::span<cons
 Result RunTraceReplay(const TraceConfig& config, const std::vector<TraceRequest>& trace,
                       Engine* engine, bool verify, double progress_interval,
                       const LookupHook& hook = nullptr);
+
+// Two replays of `trace` interleaved step by step (one lookup, or one load and save, of
+// each in turn), each on its own engine: --compare_planner --trace_interleave, so that
+// both see the same moments of a noisy host.  Without pacing only (speed 0, no
+// lookahead) and without a lookup hook, where each replay's order of steps depends on
+// nothing but the trace.
+std::pair<Result, Result> RunTraceReplayInterleaved(const TraceConfig& config_a,
+                                                    const TraceConfig& config_b,
+                                                    const std::vector<TraceRequest>& trace,
+                                                    Engine* engine_a, Engine* engine_b, bool verify,
+                                                    double progress_interval);
 
 // One line (or one JSON object) comparing a replay with the load planner (`on`) and one
 // without (`off`), both of this run: prefill saved, requests loaded slower than

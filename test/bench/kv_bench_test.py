@@ -235,6 +235,10 @@ def test_bad_flags(binary, engines):
          "--prefill_tokens_per_s"),
         (["--benchmarks=trace", "--trace_generate=agent", "--compare_planner",
           "--planner=off"], "--compare_planner"),
+        (["--benchmarks=trace", "--trace_generate=agent", "--trace_interleave"],
+         "--trace_interleave"),
+        (["--benchmarks=trace", "--trace_generate=agent", "--compare_planner",
+          "--trace_interleave", "--trace_speed=1"], "--trace_interleave"),
         (["--benchmarks=trace", "--trace_generate=agent", "--compare_planner",
           "--compare_namespace"], "--compare_planner"),
         (["--benchmarks=ns_hotcold", "--ns_cold_read_every=0"], "--ns_cold_read_every"),
@@ -522,13 +526,28 @@ def test_trace(binary, engines):
                                       "--prefill_tokens_per_s=1e9",
                                       "--options=memory_slab_size=64KiB"],
                              ["kvengine", "kvengine+planner_off"], "compare_planner")
+        # The same comparison with the two replays interleaved step by step: both whole,
+        # the same requests, and the planner's decisions as when run alone.
         code, out, err = run(binary, TRACE_TINY + ["--json", "--trace=" + path, "--memory=4MiB",
-                                                   "--compare_planner",
+                                                   "--compare_planner", "--trace_interleave",
                                                    "--prefill_tokens_per_s=1e9",
                                                    "--options=memory_slab_size=64KiB"],
                              timeout=120)
         compared = [r for r in records(out) if r.get("compare") == "planner"]
         check(code == 0 and len(compared) == 1, f"no planner comparison: {out[-2000:]}")
+        inter = {r["engine"]: r for r in records(out) if r.get("benchmark") == "trace"
+                 and r.get("engine") != "both"}
+        check(set(inter) == {"kvengine", "kvengine+planner_off"},
+              f"interleaved: trace records of {sorted(inter)}")
+        if len(inter) == 2 and len(both) == 2:
+            for e, r in inter.items():
+                check(r["errors"] == 0 and r["trace"]["requests"] == 150 and r["verified"] > 0,
+                      f"interleaved {e}: {r.get('first_error')} {r['trace']['requests']}")
+            i_on, i_off = inter["kvengine"]["trace"], inter["kvengine+planner_off"]["trace"]
+            check(i_on["planner"] and not i_off["planner"] and i_on["hit_ratio_ssd"] == 0 and
+                  i_on["requests_load_slower"] == i_on["requests_load_slower_from_memory"] and
+                  i_off["hit_ratio_ssd"] > 0,
+                  f"interleaved: the planner read SSD or planner-off did not: {i_on} / {i_off}")
         if len(both) == 2:
             on, off = both["kvengine"]["trace"], both["kvengine+planner_off"]["trace"]
             check(on["planner"] and not off["planner"], "which run planned")
