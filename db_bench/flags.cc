@@ -319,8 +319,8 @@ DEFINE_string(trace_dump_requests, "",
               "compute and what it saved -- to pair the two replays of --compare_planner "
               "request by request (scripts/compare_trace_dumps.py). Empty: none");
 DEFINE_bool(trace_interleave, false,
-            "trace, with --compare_planner: replay the trace on both DBs at once, one step "
-            "(a lookup, or a load and its save) of each in turn, so that both replays see the "
+            "trace, with --compare_planner: replay the trace on both DBs at once, one request "
+            "(its lookup, load and save) of each in turn, so that both replays see the "
             "same moments of a noisy host; not with --trace_speed, --trace_lookahead_us or "
             "--trace_prefetch");
 DEFINE_bool(compare_planner, false,

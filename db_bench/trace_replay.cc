@@ -145,6 +145,9 @@ class Replay {
   // Finish.
   void Begin(double progress_interval);
   bool Step();
+  // Steps until one more request has been loaded and saved (or the trace is done);
+  // false when the trace is done.
+  bool StepRequest();
   Result Finish();
 
  private:
@@ -607,6 +610,13 @@ bool Replay::Step() {
   return true;
 }
 
+bool Replay::StepRequest() {
+  const uint64_t done = s_.requests;
+  bool more = true;
+  while (more && s_.requests == done) more = Step();
+  return more;
+}
+
 Result Replay::Finish() {
   const double wall_s = Seconds(Clock::now() - t0_);
   if (reg_.ok()) engine_->UnregisterBuffer(buffer_.data());
@@ -810,16 +820,19 @@ std::pair<Result, Result> RunTraceReplayInterleaved(const TraceConfig& config_a,
   Replay b(config_b, trace, engine_b, verify, none);
   a.Begin(progress_interval);
   b.Begin(0);
-  // Each takes one step in turn, which of the two goes first alternating, so that
-  // neither always runs right after the other's copies.
+  // Each replays one request (its lookup, and its load and save) in turn, which of the
+  // two goes first alternating: neither always loads right after the other's save, and
+  // nothing of the other runs between a request's lookup and its load (at depth 1), as
+  // in a replay alone.  (Step by step instead, one replay's lookup and load were always
+  // split by the other's load and save: its loads ran colder, 0.1-0.2 us each.)
   bool more_a = true, more_b = true;
   for (uint64_t i = 0; more_a || more_b; i++) {
     if (i % 2 == 0) {
-      if (more_a) more_a = a.Step();
-      if (more_b) more_b = b.Step();
+      if (more_a) more_a = a.StepRequest();
+      if (more_b) more_b = b.StepRequest();
     } else {
-      if (more_b) more_b = b.Step();
-      if (more_a) more_a = a.Step();
+      if (more_b) more_b = b.StepRequest();
+      if (more_a) more_a = a.StepRequest();
     }
   }
   std::pair<Result, Result> r{a.Finish(), b.Finish()};

@@ -80,8 +80,8 @@ Result RunTraceReplay(const TraceConfig& config, const std::vector<TraceRequest>
                       Engine* engine, bool verify, double progress_interval,
                       const LookupHook& hook = nullptr);
 
-// Two replays of `trace` interleaved step by step (one lookup, or one load and save, of
-// each in turn), each on its own engine: --compare_planner --trace_interleave, so that
+// Two replays of `trace` interleaved request by request (one request's lookup, load and
+// save of each in turn), each on its own engine: --compare_planner --trace_interleave, so that
 // both see the same moments of a noisy host.  Without pacing only (speed 0, no
 // lookahead) and without a lookup hook, where each replay's order of steps depends on
 // nothing but the trace.
