@@ -317,6 +317,17 @@ DEFINE_bool(trace_print_off_memory_loads, false,
             "planner the plan's estimate of it and the SSD estimate it planned with (how "
             "many loads had measured it) -- to see which planned loads were slower than "
             "recompute, and why");
+DEFINE_string(trace_dump_requests, "",
+              "trace: write one tab-separated line per request to PREFIX.on.tsv (with the "
+              "planner) or PREFIX.off.tsv (without): the blocks found, planned, re-checked "
+              "and loaded, the keys read per tier, the load's and the re-check's time, its "
+              "compute and what it saved -- to pair the two replays of --compare_planner "
+              "request by request (scripts/compare_trace_dumps.py). Empty: none");
+DEFINE_bool(trace_interleave, false,
+            "trace, with --compare_planner: replay the trace on both DBs at once, one request "
+            "(its lookup, load and save) of each in turn, so that both replays see the "
+            "same moments of a noisy host; not with --trace_speed, --trace_lookahead_us or "
+            "--trace_prefetch");
 DEFINE_bool(compare_planner, false,
             "trace: replay on two in-process kvengine DBs (same --memory and --options), "
             "kvengine+planner_off with --planner=off and kvengine with the planner, and print "
@@ -724,6 +735,13 @@ const FlagRule kSetupRules[] = {
      },
      "only with --attach alone (an owner child kv_bench starts), and not with "
      "--compare_in_process or --compare_namespace"},
+    {"trace_interleave",
+     [](const Resolved&) {
+       return !FLAGS_trace_interleave || (FLAGS_compare_planner && FLAGS_trace_speed == 0 &&
+                                          FLAGS_trace_lookahead_us == 0 && !FLAGS_trace_prefetch);
+     },
+     "only with --compare_planner, and not with --trace_speed, --trace_lookahead_us or "
+     "--trace_prefetch"},
     {"compare_planner",
      [](const Resolved&) {
        return !FLAGS_compare_planner ||
@@ -883,6 +901,8 @@ void CopyTraceFlags(const Resolved& r, BenchConfig* c) {
   t.planner = FLAGS_planner == "on";
   t.planner_ssd_bytes_per_s = FLAGS_planner_ssd_bytes_per_s;
   t.print_off_memory_loads = FLAGS_trace_print_off_memory_loads;
+  t.dump_requests = FLAGS_trace_dump_requests;
+  t.interleave = FLAGS_trace_interleave;
   t.buffer_bytes = TraceBufferBytes();
   t.memory_capacity = r.kvengine.memory_capacity_bytes;
   t.ssd_capacity = r.kvengine.ssd_capacity_bytes;

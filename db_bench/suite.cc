@@ -454,6 +454,28 @@ Result Suite::RunOne(const std::string& name, Slot* slot, uint64_t salt) {
   return r;
 }
 
+void Suite::RunTraceInterleaved(std::vector<Result>* per_engine) {
+  // --compare_planner's two slots: kvengine (the planner) and kvengine+planner_off.
+  const size_t off = slots_[0].name == "kvengine+planner_off" ? 0 : 1;
+  const size_t on = 1 - off;
+  TraceConfig off_config = c_.trace;
+  off_config.planner = false;
+  auto [a, b] =
+      RunTraceReplayInterleaved(c_.trace, off_config, trace_, slots_[on].engine.get(),
+                                slots_[off].engine.get(), c_.verify, c_.progress_interval);
+  (*per_engine)[on] = std::move(a);
+  (*per_engine)[off] = std::move(b);
+  for (size_t i : {on, off}) {
+    Result& r = (*per_engine)[i];
+    r.detail_text += ideal_.text;
+    r.detail_json += "," + ideal_.json;
+    r.benchmark = "trace";
+    r.engine = slots_[i].name;
+    r.label = "trace[" + slots_[i].name + "]";
+    if (c_.statistics) r.statistics = slots_[i].engine->StatisticsText();
+  }
+}
+
 Result Suite::RunReopen(Slot* slot) {
   Result r;
   if (slot == nullptr || slot->engine == nullptr) return r;
@@ -596,10 +618,15 @@ void Suite::RunRound(uint64_t round, uint64_t* salt_counter) {
     // whichever ran second was 10-15% slower, attached or in-process alike
     // (docs/benchmarks.md, "Sixth pass"), so a fixed order biases the ratio.
     std::vector<Result> per_engine(slots_.size());
-    for (size_t k = 0; k < slots_.size(); k++) {
-      const size_t i = round % 2 == 0 ? slots_.size() - 1 - k : k;
-      per_engine[i] = RunOne(name, &slots_[i], salt);
-      Emit(&per_engine[i]);
+    if (name == "trace" && c_.compare_planner && c_.trace.interleave) {
+      RunTraceInterleaved(&per_engine);
+      for (Result& r : per_engine) Emit(&r);
+    } else {
+      for (size_t k = 0; k < slots_.size(); k++) {
+        const size_t i = round % 2 == 0 ? slots_.size() - 1 - k : k;
+        per_engine[i] = RunOne(name, &slots_[i], salt);
+        Emit(&per_engine[i]);
+      }
     }
     if (per_engine.size() == 2) {
       // The attached engine over the in-process one, the one whose removal feed is read

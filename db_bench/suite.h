@@ -56,6 +56,9 @@ class Suite {
   Result RunReopen(Slot* slot);
   void PrintHeader();
   Result RunOne(const std::string& name, Slot* slot, uint64_t salt);
+  // --compare_planner --trace_interleave: both replays at once, step by step; the
+  // results in slots_'s order.
+  void RunTraceInterleaved(std::vector<Result>* per_engine);
   void Prefill(const std::string& name, Slot* slot);
   void Emit(Result* r);
   // One pass over --benchmarks; *salt_counter numbers the benchmarks across rounds.

@@ -37,6 +37,13 @@ struct TraceConfig {
   // One line on stderr per load that read a key off memory: measured against compute,
   // and the plan's estimates.
   bool print_off_memory_loads = false;
+  // Where to write one line per request (--trace_dump_requests): PREFIX.on.tsv with the
+  // planner, PREFIX.off.tsv without, so that the two replays of --compare_planner can be
+  // paired request by request.  Empty: none.
+  std::string dump_requests;
+  // With --compare_planner: the two replays interleaved step by step
+  // (RunTraceReplayInterleaved).
+  bool interleave = false;
   uint64_t buffer_bytes = 0;  // the registered buffer loads and saves go through
   // The byte capacities of the ideal caches: the memory tier, and memory plus SSD (0:
   // no SSD tier).

@@ -37,6 +37,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "db_bench/engine.h"
@@ -54,7 +55,11 @@ struct LookupPlan {
   uint64_t hit_blocks = 0;        // of those, the leading ones to load (the planner's)
   std::vector<std::string> keys;  // every key of every block, block by block
   double lookup_at_s = 0;         // seconds since the replay began
+  double lookup_s = 0;            // the lookup's time (BatchExists or BatchLocate, and the plan)
   uint64_t prefetched_keys = 0;   // hit keys the hook started bringing up from SSD
+  // The replay's loads and saves issued before the lookup: where none has been issued
+  // since, the planned keys are where the lookup found them (see Replay::Recheck).
+  uint64_t engine_writes_at_lookup = 0;
   std::vector<int64_t> tiers;     // with the planner: where the planned keys were (BatchLocate)
   // With the planner: its estimate of the planned blocks' load, and the SSD estimate it
   // planned with (printed by --trace_print_off_memory_loads).
@@ -74,6 +79,17 @@ using LookupHook = std::function<uint64_t(const LookupPlan& plan, std::span<cons
 Result RunTraceReplay(const TraceConfig& config, const std::vector<TraceRequest>& trace,
                       Engine* engine, bool verify, double progress_interval,
                       const LookupHook& hook = nullptr);
+
+// Two replays of `trace` interleaved request by request (one request's lookup, load and
+// save of each in turn), each on its own engine: --compare_planner --trace_interleave, so that
+// both see the same moments of a noisy host.  Without pacing only (speed 0, no
+// lookahead) and without a lookup hook, where each replay's order of steps depends on
+// nothing but the trace.
+std::pair<Result, Result> RunTraceReplayInterleaved(const TraceConfig& config_a,
+                                                    const TraceConfig& config_b,
+                                                    const std::vector<TraceRequest>& trace,
+                                                    Engine* engine_a, Engine* engine_b, bool verify,
+                                                    double progress_interval);
 
 // One line (or one JSON object) comparing a replay with the load planner (`on`) and one
 // without (`off`), both of this run: prefill saved, requests loaded slower than
