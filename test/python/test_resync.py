@@ -60,11 +60,13 @@ class Router:
         self.cursor = None  # the feed's sequence applied through
         self.epoch = None
         self.stored_seen = 0
+        self.held = []  # stores whose feed position is past the cursor: (key, position)
 
     def resync(self, db, writer):
         """After a restart (the router's or the store's): subscribe to the writer's
         events first, then the snapshot, then everything after it."""
         self.index.clear()
+        self.held = []
         self.stored_seen = writer.stored_since(0)[1] if writer else 0  # subscribed
         batches = []
         epoch, sequence, count = db.read_resident(batches.append, b"", 64)
@@ -78,8 +80,10 @@ class Router:
         self.catch_up(db, writer, skip_below=sequence)
 
     def catch_up(self, db, writer, skip_below=0):
-        """The feed's removals first, then the stores published so far: a store
-        published after the removals were read comes after them too."""
+        """The feed's removals read so far, and the stores published so far, in feed
+        order.  A store whose position is past the last removal read waits for the next
+        catch-up: a removal of its key may have come just before it, after the feed was
+        read, and must be applied first (else it would delete the key put after it)."""
         removals = []
         while True:
             events, missed, _ = db.read_removals(self.cursor, 1024)
@@ -89,7 +93,7 @@ class Router:
             removals += events
             self.cursor = events[-1][0]
         stored, self.stored_seen = writer.stored_since(self.stored_seen) if writer else ([], 0)
-        stored = [(key, p) for key, p in stored if p >= skip_below]
+        stored = self.held + [(key, p) for key, p in stored if p >= skip_below]
         i = 0
         for seq, _, tier, _, key in removals:
             while i < len(stored) and stored[i][1] < seq:
@@ -100,8 +104,12 @@ class Router:
                 tiers.discard(tier)
                 if not tiers:
                     del self.index[key]
-        for key, _ in stored[i:]:
+        ready = i
+        while ready < len(stored) and stored[ready][1] <= self.cursor:
+            ready += 1
+        for key, _ in stored[i:ready]:
             self._stored(key)
+        self.held = stored[ready:]
 
     def _stored(self, key):
         # A put adds the memory tier; an older SSD copy it drops comes as the feed's
