@@ -60,7 +60,7 @@ struct LookupPlan {
   // The replay's loads and saves issued before the lookup: where none has been issued
   // since, the planned keys are where the lookup found them (see Replay::Recheck).
   uint64_t engine_writes_at_lookup = 0;
-  std::vector<int64_t> tiers;     // with the planner: where the planned keys were (BatchLocate)
+  std::vector<int64_t> tiers;  // with the planner: where the planned keys were (BatchLocate)
   // With the planner: its estimate of the planned blocks' load, and the SSD estimate it
   // planned with (printed by --trace_print_off_memory_loads).
   double planned_load_s = 0;

@@ -214,7 +214,7 @@ TEST_F(RemovalFeedTest, EachTiersEvictionsByReasonAreWhatTheFeedAnnounces) {
   Open();
   EXPECT_TRUE(Drain(db_.get()).empty());
   for (int i = 0; i < 64; i++) Put("k" + std::to_string(i));
-  ASSERT_TRUE(db_->Flush().ok());  // k48..k63: in memory and on SSD
+  ASSERT_TRUE(db_->Flush().ok());                        // k48..k63: in memory and on SSD
   ASSERT_TRUE(db_->Delete(WriteOptions(), "k63").ok());  // both tiers
   Put("fresh");  // memory only: write_back has not offloaded it
   ASSERT_TRUE(db_->Delete(WriteOptions(), "fresh").ok());

@@ -1,6 +1,6 @@
 // Transport logic without a network or a device: the wire format, endpoints, region
-// bookkeeping, what `rdma` is, and the one-sided read validation protocol against an in-process "remote
-// memory" that changes between the lookup and the read.
+// bookkeeping, what `rdma` is, and the one-sided read validation protocol against an in-process
+// "remote memory" that changes between the lookup and the read.
 #include "kvengine/transport.h"
 
 #include <gtest/gtest.h>

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <deque>
 #include <fstream>
 #include <map>
 #include <random>
@@ -1098,17 +1099,8 @@ class AmProbe {
   bool Call(uint8_t op, uint64_t token, uint64_t id, const std::string& meta, int wait_ms,
             std::string* answer, unsigned am_id = kUcxAmRequest) {
     std::map<uint64_t, std::string>& answers = am_id == kUcxAmRead ? read_answers_ : answers_;
-    std::string header;
-    header.push_back(1);
-    header.push_back(static_cast<char>(op));
-    PutFixed64(&header, token);
-    PutFixed64(&header, id);
-    ucp_request_param_t p;
-    std::memset(&p, 0, sizeof(p));
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = UCP_AM_SEND_FLAG_EAGER;
-    void* req =
-        ucp_am_send_nbx(ep_, am_id, header.data(), header.size(), meta.data(), meta.size(), &p);
+    const std::string header = LeaseHeader(op, token, id);  // UCX reads it until done
+    void* req = Send(am_id, header, meta);
     if (UCS_PTR_IS_ERR(req)) return false;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
     while (std::chrono::steady_clock::now() < deadline) {
@@ -1128,23 +1120,34 @@ class AmProbe {
   // Sends lease op `op` as Call does, and neither waits nor progresses: its answer stays
   // unread (the send, if it could not go at once, is left to UCX).
   bool Post(uint8_t op, uint64_t token, uint64_t id, const std::string& meta) {
-    std::string header;
-    header.push_back(1);
-    header.push_back(static_cast<char>(op));
-    PutFixed64(&header, token);
-    PutFixed64(&header, id);
-    ucp_request_param_t p;
-    std::memset(&p, 0, sizeof(p));
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = UCP_AM_SEND_FLAG_EAGER;
-    void* req = ucp_am_send_nbx(ep_, kUcxAmRequest, header.data(), header.size(), meta.data(),
-                                meta.size(), &p);
+    // Held past this call: UCX may read the header until the send completes.
+    posted_headers_.push_back(LeaseHeader(op, token, id));
+    void* req = Send(kUcxAmRequest, posted_headers_.back(), meta);
     if (UCS_PTR_IS_ERR(req)) return false;
     if (req != nullptr) ucp_request_free(req);  // released by UCX once it completes
     return true;
   }
 
  private:
+  // A lease op's active-message header: version 1, the op, the token, the request id.
+  static std::string LeaseHeader(uint8_t op, uint64_t token, uint64_t id) {
+    std::string header;
+    header.push_back(1);
+    header.push_back(static_cast<char>(op));
+    PutFixed64(&header, token);
+    PutFixed64(&header, id);
+    return header;
+  }
+  // Sends `header` and `meta` eagerly as active message am_id; both must outlive the
+  // returned request.
+  void* Send(unsigned am_id, const std::string& header, const std::string& meta) {
+    ucp_request_param_t p;
+    std::memset(&p, 0, sizeof(p));
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_AM_SEND_FLAG_EAGER;
+    return ucp_am_send_nbx(ep_, am_id, header.data(), header.size(), meta.data(), meta.size(), &p);
+  }
+
   bool Wait(void* req) {
     if (UCS_PTR_IS_ERR(req)) return false;
     if (req == nullptr) return true;
@@ -1159,6 +1162,7 @@ class AmProbe {
   ucp_rkey_h rkey_ = nullptr;
   std::string address_;
   std::map<uint64_t, std::string> answers_, read_answers_;
+  std::deque<std::string> posted_headers_;  // Post's, kept while their sends may be pending
   bool ok_ = false;
 };
 

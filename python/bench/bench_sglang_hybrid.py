@@ -114,6 +114,30 @@ def compare(steps, repeat, clear):
     return t
 
 
+def groups_against_two_keys(store, group_keys, two_keys, first, second, repeat):
+    """Times each page's two members (first[i], second[i]: (pointers, sizes) of its host
+    pages) put and read as one key of both parts (group_keys) against two keys each
+    (two_keys, in member order), in turns; returns compare's times and the group parts.
+    Both key sets are removed before each round and after."""
+    n = len(group_keys)
+    group_parts = ([first[i][0] + second[i][0] for i in range(n)],
+                   [first[i][1] + second[i][1] for i in range(n)])
+    two_parts = ([p for i in range(n) for p in (first[i][0], second[i][0])],
+                 [s for i in range(n) for s in (first[i][1], second[i][1])])
+
+    def clear():
+        store.batch_remove(group_keys)
+        store.batch_remove(two_keys)
+
+    t = compare([
+        [("gput", lambda: store.batch_put_from_multi_buffers(group_keys, *group_parts)),
+         ("kput", lambda: store.batch_put_from_multi_buffers(two_keys, *two_parts))],
+        [("gget", lambda: store.batch_get_into_multi_buffers(group_keys, *group_parts)),
+         ("kget", lambda: store.batch_get_into_multi_buffers(two_keys, *two_parts))]],
+        repeat, clear)
+    return t, group_parts, clear
+
+
 def report(label, gib, t, names):
     """One line: each operation's GiB/s, its baseline's and the ratio (baseline time /
     measured time: 1.0 is no cost), the best round's, and the ratio of CPU times."""
@@ -165,21 +189,7 @@ def bench_mamba(tmp, pages, repeat):
     # ---- state groups: a prefix's last KV page and its state as one key, or two
     group_keys = ["g/%s" % h for h in hashes[:groups]]
     two_keys = [k for h in hashes[:groups] for k in ("k/%s" % h, "s/%s" % h)]
-    group_parts = ([kv_meta[i][0] + st_meta[i][0] for i in range(groups)],
-                   [kv_meta[i][1] + st_meta[i][1] for i in range(groups)])
-    two_parts = ([p for i in range(groups) for p in (kv_meta[i][0], st_meta[i][0])],
-                 [s for i in range(groups) for s in (kv_meta[i][1], st_meta[i][1])])
-
-    def clear():
-        store.batch_remove(group_keys)
-        store.batch_remove(two_keys)
-
-    t = compare([
-        [("gput", lambda: store.batch_put_from_multi_buffers(group_keys, *group_parts)),
-         ("kput", lambda: store.batch_put_from_multi_buffers(two_keys, *two_parts))],
-        [("gget", lambda: store.batch_get_into_multi_buffers(group_keys, *group_parts)),
-         ("kget", lambda: store.batch_get_into_multi_buffers(two_keys, *two_parts))]],
-        repeat, clear)
+    t, _, clear = groups_against_two_keys(store, group_keys, two_keys, kv_meta, st_meta, repeat)
     clear()
     report("states", groups * (kv_bytes + st_bytes) / float(1 << 30), t,
            [("put", "gput", "kput", "two keys"), ("get", "gget", "kget", "two keys")])
@@ -253,21 +263,8 @@ def main():
         # ---- groups: one key of two parts against two keys
         group_keys = ["g/%s" % h for h in hashes]
         two_keys = [k for h in hashes for k in ("k/%s" % h, "i/%s" % h)]
-        group_parts = ([kv_meta[i][0] + ix_meta[i][0] for i in range(pages)],
-                       [kv_meta[i][1] + ix_meta[i][1] for i in range(pages)])
-        two_parts = ([p for i in range(pages) for p in (kv_meta[i][0], ix_meta[i][0])],
-                     [s for i in range(pages) for s in (kv_meta[i][1], ix_meta[i][1])])
-
-        def clear():
-            store.batch_remove(group_keys)
-            store.batch_remove(two_keys)
-
-        t = compare([
-            [("gput", lambda: store.batch_put_from_multi_buffers(group_keys, *group_parts)),
-             ("kput", lambda: store.batch_put_from_multi_buffers(two_keys, *two_parts))],
-            [("gget", lambda: store.batch_get_into_multi_buffers(group_keys, *group_parts)),
-             ("kget", lambda: store.batch_get_into_multi_buffers(two_keys, *two_parts))]],
-            args.repeat, clear)
+        t, group_parts, clear = groups_against_two_keys(store, group_keys, two_keys, kv_meta,
+                                                        ix_meta, args.repeat)
         assert all(r == kv_bytes + ix_bytes for r in store.batch_get_into_multi_buffers(
             group_keys, *group_parts))
         gib = pages * (kv_bytes + ix_bytes) / float(1 << 30)

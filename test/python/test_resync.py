@@ -354,11 +354,15 @@ def test_an_attached_connector_replays_after_the_kv_server_restarts(tmp_path, mo
         import vllm_fakes as fk
         router = EventRouter()
         saved = []
-        for step in range(8):
-            req = fk.Request("r%d" % step, tv.tokens(2 * tv.BS + 1, seed=step), tv.BS,
-                             inst.none_hash)
-            router.apply(inst.step(new=[(req, ids(step))]))
-            saved += list(req.block_hashes)
+
+        def run_requests(steps):  # one new request a step; its blocks saved
+            for step in steps:
+                req = fk.Request("r%d" % step, tv.tokens(2 * tv.BS + 1, seed=step), tv.BS,
+                                 inst.none_hash)
+                router.apply(inst.step(new=[(req, ids(step))]))
+                saved.extend(req.block_hashes)
+
+        run_requests(range(8))
         inst.db.batch_remove(block_keys(inst, saved[3], tp))
         router.apply(inst.step())
         assert router.blocks() == resident_blocks(inst, saved, tp, tv)
@@ -374,11 +378,7 @@ def test_an_attached_connector_replays_after_the_kv_server_restarts(tmp_path, mo
         assert router.blocks() == truth
         assert all(media == {tv.MEDIUM_SSD} for media in router.index.values())
         # and it follows the restarted store from there
-        for step in range(8, 12):
-            req = fk.Request("r%d" % step, tv.tokens(2 * tv.BS + 1, seed=step), tv.BS,
-                             inst.none_hash)
-            router.apply(inst.step(new=[(req, ids(step))]))
-            saved += list(req.block_hashes)
+        run_requests(range(8, 12))
         inst.db.batch_remove(block_keys(inst, saved[0], tp))
         router.apply(inst.step())
         assert router.blocks() == resident_blocks(inst, saved, tp, tv)
