@@ -549,11 +549,13 @@ void PeerRouter::AskInOrder(std::span<const Slice> keys, std::vector<int64_t>* r
                             const RemoteGroupFn& remote, std::vector<std::string>* from,
                             std::span<const std::string> asked) {
   const int64_t kNotFound = Status::NotFound("").ErrorCode();
-  const std::vector<std::vector<std::string>> all_owners = OwnersOfAll(keys);
-  std::vector<std::vector<std::string>> owners = all_owners;
-  for (size_t i = 0; i < asked.size() && i < owners.size(); i++) {
-    if (!asked[i].empty()) std::erase(owners[i], asked[i]);
-  }
+  const auto less_asked = [&](std::vector<std::vector<std::string>>* lists) {
+    for (size_t i = 0; i < asked.size() && i < lists->size(); i++) {
+      if (!asked[i].empty()) std::erase((*lists)[i], asked[i]);
+    }
+  };
+  std::vector<std::vector<std::string>> owners = OwnersOfAll(keys);
+  less_asked(&owners);
   results->assign(keys.size(), kNotFound);
   if (from != nullptr) from->assign(keys.size(), "");
   std::vector<bool> settled(keys.size(), false);
@@ -583,11 +585,10 @@ void PeerRouter::AskInOrder(std::span<const Slice> keys, std::vector<int64_t>* r
   for (size_t rank = 0; rank < options_.cluster_replicas && ask_rank(owners, rank, false); rank++) {
   }
   if (std::all_of(settled.begin(), settled.end(), [](bool b) { return b; })) return;
-  // Within a join's grace: the owners the keys had before it, in their order.
-  std::vector<std::vector<std::string>> previous = PreviousOwnersOfAll(keys, all_owners);
-  for (size_t i = 0; i < asked.size() && i < previous.size(); i++) {
-    if (!asked[i].empty()) std::erase(previous[i], asked[i]);
-  }
+  // Within a join's grace: the owners the keys had before it, in their order (an asked
+  // owner that was one of them is taken out there too).
+  std::vector<std::vector<std::string>> previous = PreviousOwnersOfAll(keys, owners);
+  less_asked(&previous);
   for (size_t rank = 0; ask_rank(previous, rank, true); rank++) {
   }
 }
