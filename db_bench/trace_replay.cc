@@ -167,6 +167,13 @@ class Replay {
   // plan (re-checked) had every key in memory.
   // Returns what the load saved (its compute less its time; 0 when it loaded nothing)
   // -- negative when it was slower.
+  // The prompt tokens r's first `blocks` blocks hold, and the seconds computing them takes.
+  uint64_t BlockTokens(const TraceRequest& r, uint64_t blocks) const {
+    return std::min(r.input_length, blocks * c_.block_tokens);
+  }
+  double ComputeSeconds(const TraceRequest& r, uint64_t blocks) const {
+    return static_cast<double>(BlockTokens(r, blocks)) / c_.prefill_tokens_per_s;
+  }
   double Price(const TraceRequest& r, uint64_t loaded_blocks, double load_s, bool memory_only,
                bool planned_memory_only);
   // --trace_print_off_memory_loads: one line on stderr for a load that read a key off
@@ -447,12 +454,10 @@ void Replay::Save(const LookupPlan& plan, uint64_t first_block, uint64_t end) {
 
 double Replay::Price(const TraceRequest& r, uint64_t loaded_blocks, double load_s, bool memory_only,
                      bool planned_memory_only) {
-  const double tps = c_.prefill_tokens_per_s;
-  s_.prefill_all_s += static_cast<double>(r.input_length) / tps;
+  s_.prefill_all_s += static_cast<double>(r.input_length) / c_.prefill_tokens_per_s;
   if (loaded_blocks == 0) return 0;
-  const uint64_t tokens = std::min(r.input_length, loaded_blocks * c_.block_tokens);
-  s_.loaded_tokens += tokens;
-  const double recompute_s = static_cast<double>(tokens) / tps;
+  s_.loaded_tokens += BlockTokens(r, loaded_blocks);
+  const double recompute_s = ComputeSeconds(r, loaded_blocks);
   if (load_s <= recompute_s) {
     s_.faster++;
     s_.prefill_saved_s += recompute_s - load_s;
@@ -472,9 +477,7 @@ double Replay::Price(const TraceRequest& r, uint64_t loaded_blocks, double load_
 void Replay::PrintOffMemoryLoad(const LookupPlan& plan, uint64_t loaded_blocks,
                                 const TierCounts& read, double load_s) {
   const TraceRequest& r = trace_[plan.request];
-  const double compute_s =
-      static_cast<double>(std::min(r.input_length, loaded_blocks * c_.block_tokens)) /
-      c_.prefill_tokens_per_s;
+  const double compute_s = ComputeSeconds(r, loaded_blocks);
   std::string line = Printf(
       "off-memory load: request %zu, %" PRIu64 " blocks (keys: %" PRIu64 " from memory, %" PRIu64
       " from SSD, %" PRIu64 " from peers) loaded in %.3f ms against %.3f ms of compute (%s)",
@@ -545,9 +548,7 @@ void Replay::LoadAndSave(LookupPlan& plan) {
                   [](int64_t t) { return t == kvengine::kLocatedMemory; });
   const double saved_s = Price(r, loaded, load_s + recheck_s, memory_only, planned_memory_only);
   if (dump_ != nullptr) {
-    const double compute_s =
-        static_cast<double>(std::min(r.input_length, loaded * c_.block_tokens)) /
-        c_.prefill_tokens_per_s;
+    const double compute_s = ComputeSeconds(r, loaded);
     std::fprintf(dump_,
                  "%zu\t%" PRIu64 "\t%" PRIu64 "\t%" PRIu64 "\t%" PRIu64 "\t%" PRIu64 "\t%" PRIu64
                  "\t%" PRIu64 "\t%" PRIu64 "\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\n",
